@@ -1,0 +1,77 @@
+"""Multi-head / grouped-query self-attention with a KV cache, as ONNX `Attention` (opset 24).
+
+q/k/v projections, optional per-head q/k RMSNorm, rotary embedding, then one Attention op that
+appends the new keys and values to the cache and applies the additive mask it is given.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.linear import Linear
+from mobius_genai.components.norms import RMSNorm
+from mobius_genai.components.rope import RotaryEmbedding
+from mobius_genai.config import ArchitectureConfig
+
+# Metadata on Attention nodes for rewrite rules: facts the op's attributes cannot carry.
+SLIDING_WINDOW_KEY = "mobius.sliding_window"
+
+
+class Attention(nn.Module):
+    """Self-attention of one decoder layer."""
+
+    def __init__(self, config: ArchitectureConfig, layer_index: int) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = config.scale
+        self.softcap = config.attn_logit_softcapping
+        self.window = config.window_of_layer(layer_index)
+        q_size = self.num_heads * self.head_dim
+        kv_size = self.num_kv_heads * self.head_dim
+        self.q_proj = Linear(config.hidden_size, q_size, config.qkv_bias)
+        self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
+        self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
+        self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def _head_norm(self, op, x: ir.Value, norm: RMSNorm, num_heads: int) -> ir.Value:
+        heads = op.Reshape(x, op.Constant(value_ints=[0, 0, num_heads, self.head_dim]))
+        return op.Reshape(norm(op, heads), op.Constant(value_ints=[0, 0, -1]))
+
+    def forward(
+        self,
+        op,
+        hidden_states: ir.Value,
+        position_ids: ir.Value,
+        rotary: RotaryEmbedding | None,
+        attention_bias: ir.Value,
+        past_key: ir.Value,
+        past_value: ir.Value,
+    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d])."""
+        q = self.q_proj(op, hidden_states)
+        k = self.k_proj(op, hidden_states)
+        v = self.v_proj(op, hidden_states)
+        if self.q_norm is not None:
+            q = self._head_norm(op, q, self.q_norm, self.num_heads)
+            k = self._head_norm(op, k, self.k_norm, self.num_kv_heads)
+        if rotary is not None:
+            q = rotary(op, q, position_ids, self.num_heads)
+            k = rotary(op, k, position_ids, self.num_kv_heads)
+        attributes = {"q_num_heads": self.num_heads, "kv_num_heads": self.num_kv_heads}
+        attributes["scale"] = self.scale
+        if self.softcap:
+            attributes["softcap"] = float(self.softcap)
+        output, present_key, present_value = op.Attention(
+            q, k, v, attention_bias, past_key, past_value, _outputs=3, **attributes
+        )
+        if self.window is not None:
+            output.producer().metadata_props[SLIDING_WINDOW_KEY] = str(self.window)
+        return self.o_proj(op, output), present_key, present_value

@@ -1,0 +1,44 @@
+"""The additive attention bias [batch, 1, seq, total_seq] from the 2-D attention_mask.
+
+Key j is visible to query i (absolute position past + i) when it is not padding, not in the
+future, and, for sliding-window layers, fewer than `window` positions back (the convention
+transformers uses: i - j < window).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+
+from mobius_genai.ep.context import get_build_dtype
+
+
+def attention_bias(
+    op, input_ids: ir.Value, attention_mask: ir.Value, window: int | None
+) -> ir.Value:
+    """0 where attention is allowed, the dtype's lowest value where it is not."""
+    seq = op.Shape(input_ids, start=1, end=2)
+    total = op.Shape(attention_mask, start=1, end=2)
+    zero = op.Constant(value_ints=[0])
+    start = op.Squeeze(op.Sub(total, seq), zero)
+    end = op.Squeeze(total, zero)
+    step = op.Constant(value_int=1)
+    query_pos = op.Unsqueeze(op.Range(start, end, step), op.Constant(value_ints=[1]))
+    key_pos = op.Unsqueeze(op.Range(op.Constant(value_int=0), end, step), zero)
+    allowed = op.LessOrEqual(key_pos, query_pos)
+    if window is not None:
+        allowed = op.And(
+            allowed, op.Greater(key_pos, op.Sub(query_pos, op.Constant(value_int=window)))
+        )
+    not_padding = op.Cast(
+        op.Unsqueeze(attention_mask, op.Constant(value_ints=[1, 2])), to=ir.DataType.BOOL
+    )
+    allowed = op.And(op.Unsqueeze(allowed, zero), not_padding)
+    dtype = get_build_dtype()
+    lowest = ml_dtypes.finfo(dtype.numpy()).min
+    return op.Where(
+        allowed,
+        op.Constant(value=ir.tensor(np.array(0, dtype=dtype.numpy()))),
+        op.Constant(value=ir.tensor(np.array(lowest, dtype=dtype.numpy()))),
+    )

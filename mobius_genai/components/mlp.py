@@ -1,0 +1,49 @@
+"""Feed-forward blocks: the gated MLP of llama-style models and the plain FC MLP."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.linear import Linear
+
+
+def activation(op, x: ir.Value, name: str) -> ir.Value:
+    """The activation a config names, as standard ONNX ops."""
+    if name == "silu":
+        return op.Mul(x, op.Sigmoid(x))
+    if name in ("gelu_pytorch_tanh", "gelu_new", "gelu_fast"):
+        return op.Gelu(x, approximate="tanh")
+    if name == "gelu":
+        return op.Gelu(x)
+    if name == "relu":
+        return op.Relu(x)
+    raise ValueError(f"unsupported activation {name!r}")
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x))."""
+
+    def __init__(self, hidden: int, intermediate: int, act: str, bias: bool = False) -> None:
+        super().__init__()
+        self.act = act
+        self.gate_proj = Linear(hidden, intermediate, bias)
+        self.up_proj = Linear(hidden, intermediate, bias)
+        self.down_proj = Linear(intermediate, hidden, bias)
+
+    def forward(self, op, x: ir.Value) -> ir.Value:
+        gated = op.Mul(activation(op, self.gate_proj(op, x), self.act), self.up_proj(op, x))
+        return self.down_proj(op, gated)
+
+
+class FCMLP(nn.Module):
+    """fc2(act(fc1(x)))."""
+
+    def __init__(self, hidden: int, intermediate: int, act: str, bias: bool = True) -> None:
+        super().__init__()
+        self.act = act
+        self.fc1 = Linear(hidden, intermediate, bias)
+        self.fc2 = Linear(intermediate, hidden, bias)
+
+    def forward(self, op, x: ir.Value) -> ir.Value:
+        return self.fc2(op, activation(op, self.fc1(op, x), self.act))

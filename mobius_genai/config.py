@@ -1,0 +1,308 @@
+"""ArchitectureConfig: one normalized, validated description of a decoder architecture.
+
+config.json comes in two layouts: the one hub checkpoints carry (`rope_theta`, `rope_scaling`,
+`torch_dtype`) and the one transformers 5 writes (`rope_parameters`, `dtype`). Both parse to the
+same ArchitectureConfig, so nothing downstream depends on transformers or on its release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mobius_genai.errors import ConfigError
+
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+LAYER_TYPES = ("full_attention", "sliding_attention")
+HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+
+
+@dataclasses.dataclass(frozen=True)
+class RopeConfig:
+    """Rotary position embedding: base, scaling and the part of each head it rotates."""
+
+    theta: float = 10000.0
+    type: str = "default"
+    factor: float = 1.0
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+    partial_rotary_factor: float = 1.0
+    interleaved: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchitectureConfig:
+    """What the graph builder needs to know about a decoder-only LM, and nothing else."""
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    hidden_act: str = "silu"
+    norm_eps: float = 1e-6
+    rope: RopeConfig = dataclasses.field(default_factory=RopeConfig)
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    tie_word_embeddings: bool = False
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()
+    attention_scale: float | None = None
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    torch_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", ("full_attention",) * self.num_hidden_layers)
+        _validate(self)
+
+    @property
+    def rotary_dim(self) -> int:
+        """Number of channels of each head that rotary embedding rotates (even)."""
+        dim = int(self.head_dim * self.rope.partial_rotary_factor)
+        return dim - dim % 2
+
+    @property
+    def scale(self) -> float:
+        """Softmax scale of attention scores."""
+        if self.attention_scale is not None:
+            return self.attention_scale
+        return 1.0 / math.sqrt(self.head_dim)
+
+    def window_of_layer(self, index: int) -> int | None:
+        """Sliding-window size of layer `index`, or None for full attention."""
+        if self.layer_types[index] == "sliding_attention":
+            return self.sliding_window
+        return None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], **overrides: Any) -> ArchitectureConfig:
+        """Parse a config.json dict (hub or transformers-5 layout).
+
+        `overrides` are applied after parsing; family adapters use them for facts the family
+        fixes that config.json does not spell out (e.g. qwen2 always has q/k/v biases).
+        """
+        fields = _parse(raw)
+        fields.update(overrides)
+        try:
+            return cls(**fields)
+        except TypeError as error:
+            raise ConfigError(f"config.json: {error}") from error
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> ArchitectureConfig:
+        """Read and parse a config.json file."""
+        return cls.from_dict(read_config_json(path), **overrides)
+
+
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """Load config.json as a dict with errors that name the file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{path}: config.json not found; a checkpoint folder must hold one")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: not readable as JSON ({error})") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a JSON object, found {type(raw).__name__}")
+    return raw
+
+
+def _require(raw: Mapping[str, Any], key: str, kind: type = int) -> Any:
+    if key not in raw or raw[key] is None:
+        raise ConfigError(f"config.json: field {key!r} is required and missing")
+    value = raw[key]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"config.json: field {key!r} must be an integer, found {value!r}")
+    return value
+
+
+def _int_tuple(value: Any, key: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    values = value if isinstance(value, list | tuple) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise ConfigError(
+            f"config.json: field {key!r} must be an int or list of ints, found {value!r}"
+        )
+    return tuple(values)
+
+
+def _parse_rope(raw: Mapping[str, Any]) -> RopeConfig:
+    params = dict(raw.get("rope_parameters") or {})
+    scaling = dict(raw.get("rope_scaling") or {})
+    params.update({k: v for k, v in scaling.items() if v is not None})
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type == "su":  # phi3's early name for longrope
+        rope_type = "longrope"
+    if rope_type not in ROPE_TYPES:
+        raise ConfigError(
+            f"config.json: rope type {rope_type!r} is not supported; accepted: {list(ROPE_TYPES)}"
+        )
+    theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
+    partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
+    factor = params.get("factor", 1.0)
+    original = params.get(
+        "original_max_position_embeddings", raw.get("original_max_position_embeddings")
+    )
+    short = params.get("short_factor")
+    long = params.get("long_factor")
+    return RopeConfig(
+        theta=float(theta),
+        type=rope_type,
+        factor=float(factor) if factor is not None else 1.0,
+        original_max_position_embeddings=original,
+        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
+        beta_fast=float(params.get("beta_fast", 32.0) or 32.0),
+        beta_slow=float(params.get("beta_slow", 1.0) or 1.0),
+        attention_factor=params.get("attention_factor"),
+        short_factor=tuple(short) if short is not None else None,
+        long_factor=tuple(long) if long is not None else None,
+        partial_rotary_factor=float(partial if partial is not None else 1.0),
+    )
+
+
+def _parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:
+    if raw.get("layer_types"):
+        return tuple(raw["layer_types"])
+    window = raw.get("sliding_window")
+    if window is None or raw.get("use_sliding_window") is False:
+        return ("full_attention",) * num_layers
+    first_sliding = raw.get("max_window_layers", 0) if "use_sliding_window" in raw else 0
+    return tuple(
+        "sliding_attention" if i >= first_sliding else "full_attention" for i in range(num_layers)
+    )
+
+
+def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise ConfigError("config.json: field 'model_type' is required and missing")
+    hidden = _require(raw, "hidden_size")
+    heads = _require(raw, "num_attention_heads")
+    num_layers = _require(raw, "num_hidden_layers")
+    kv_heads = raw.get("num_key_value_heads") or heads
+    head_dim = raw.get("head_dim")
+    if head_dim is None:
+        if not isinstance(heads, int) or heads <= 0 or hidden % heads:
+            raise ConfigError(
+                f"config.json: hidden_size {hidden} is not divisible by num_attention_heads "
+                f"{heads}; accepted: a divisor of hidden_size, or an explicit head_dim"
+            )
+        head_dim = hidden // heads
+    layer_types = _parse_layer_types(raw, num_layers)
+    has_sliding = "sliding_attention" in layer_types
+    eps = raw.get("rms_norm_eps", raw.get("layer_norm_eps", raw.get("layer_norm_epsilon", 1e-6)))
+    return {
+        "model_type": model_type,
+        "vocab_size": _require(raw, "vocab_size"),
+        "hidden_size": hidden,
+        "intermediate_size": _require(raw, "intermediate_size"),
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": _require(raw, "max_position_embeddings"),
+        "hidden_act": raw.get("hidden_act", raw.get("hidden_activation", "silu")),
+        "norm_eps": float(eps),
+        "rope": _parse_rope(raw),
+        "qkv_bias": bool(raw.get("attention_bias", False)),
+        "o_bias": bool(raw.get("attention_bias", False)),
+        "mlp_bias": bool(raw.get("mlp_bias", False)),
+        "tie_word_embeddings": bool(raw.get("tie_word_embeddings", False)),
+        "sliding_window": raw.get("sliding_window") if has_sliding else None,
+        "layer_types": layer_types,
+        "attn_logit_softcapping": raw.get("attn_logit_softcapping"),
+        "final_logit_softcapping": raw.get("final_logit_softcapping"),
+        "bos_token_id": raw.get("bos_token_id"),
+        "eos_token_id": _int_tuple(raw.get("eos_token_id"), "eos_token_id"),
+        "pad_token_id": raw.get("pad_token_id"),
+        "torch_dtype": raw.get("torch_dtype", raw.get("dtype")),
+    }
+
+
+def _validate(config: ArchitectureConfig) -> None:
+    sizes = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+    )
+    for name in sizes:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(
+                f"config.json: field {name!r} must be a positive integer, found {value!r}"
+            )
+    if config.num_attention_heads % config.num_key_value_heads:
+        raise ConfigError(
+            f"config.json: num_attention_heads {config.num_attention_heads} is not divisible by "
+            f"num_key_value_heads {config.num_key_value_heads}; accepted: a divisor of the "
+            "attention head count"
+        )
+    if config.hidden_act not in HIDDEN_ACTS:
+        raise ConfigError(
+            f"config.json: hidden_act {config.hidden_act!r} is not supported; accepted: "
+            f"{list(HIDDEN_ACTS)}"
+        )
+    if len(config.layer_types) != config.num_hidden_layers:
+        raise ConfigError(
+            f"config.json: layer_types has {len(config.layer_types)} entries for "
+            f"{config.num_hidden_layers} layers; accepted: one entry per layer"
+        )
+    unknown = sorted(set(config.layer_types) - set(LAYER_TYPES))
+    if unknown:
+        raise ConfigError(
+            f"config.json: layer_types holds {unknown}; accepted: {list(LAYER_TYPES)}"
+        )
+    if "sliding_attention" in config.layer_types and (
+        not isinstance(config.sliding_window, int) or config.sliding_window <= 0
+    ):
+        raise ConfigError(
+            f"config.json: sliding_window must be a positive integer for sliding layers, "
+            f"found {config.sliding_window!r}"
+        )
+    if config.rotary_dim <= 0 or not 0.0 < config.rope.partial_rotary_factor <= 1.0:
+        raise ConfigError(
+            f"config.json: partial_rotary_factor {config.rope.partial_rotary_factor} must be in "
+            "(0, 1] and leave at least two rotated channels"
+        )
+    if config.rope.type in ("linear", "dynamic", "llama3", "yarn") and config.rope.factor <= 0:
+        raise ConfigError(
+            f"config.json: rope factor must be positive for {config.rope.type!r} scaling, "
+            f"found {config.rope.factor}"
+        )
+    if config.rope.type == "longrope" and (
+        config.rope.short_factor is None or config.rope.long_factor is None
+    ):
+        raise ConfigError(
+            "config.json: longrope scaling needs both 'short_factor' and 'long_factor'"
+        )

@@ -1,0 +1,32 @@
+"""Execution providers: capabilities as data, the registry, and the build context."""
+
+from mobius_genai.ep.builtins import BUILTIN_ALIASES, BUILTIN_EPS
+from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities, FrozenOptions
+from mobius_genai.ep.context import (
+    DEFAULT_EP,
+    BuildContext,
+    build_context,
+    current_build_context,
+    ep_capabilities,
+    get_build_dtype,
+)
+from mobius_genai.ep.registry import EpRegistry, ep_registry, format_ep_table, get_ep, register_ep
+
+__all__ = [
+    "BUILTIN_ALIASES",
+    "BUILTIN_EPS",
+    "DEFAULT_EP",
+    "MAX_INT4_ACCURACY_LEVEL",
+    "BuildContext",
+    "EpCapabilities",
+    "EpRegistry",
+    "FrozenOptions",
+    "build_context",
+    "current_build_context",
+    "ep_capabilities",
+    "ep_registry",
+    "format_ep_table",
+    "get_build_dtype",
+    "get_ep",
+    "register_ep",
+]

@@ -1,0 +1,110 @@
+"""The built-in execution providers: one `EpCapabilities` entry each, as a table.
+
+Values follow the spec's registry table (spec: "Supported Execution Providers"); the
+keyword-only fields carry what onnxruntime-genai 0.18 expects in genai_config.json.
+To add an EP, add one entry here; nothing else branches on EP names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import onnx_ir as ir
+
+from mobius_genai.ep.capabilities import EpCapabilities
+
+if TYPE_CHECKING:
+    from mobius_genai.ep.registry import EpRegistry
+
+__all__ = ["BUILTIN_ALIASES", "BUILTIN_EPS"]
+
+_F32 = ir.DataType.FLOAT
+_F16 = ir.DataType.FLOAT16
+_BF16 = ir.DataType.BFLOAT16
+
+BUILTIN_EPS: tuple[EpCapabilities, ...] = (
+    # Portable ONNX: no EP-specific fusions; custom ops keep their function bodies.
+    EpCapabilities(name="default", gqa_dtypes=frozenset()),
+    # ORT CPU EP.
+    EpCapabilities(
+        name="cpu",
+        gqa_dtypes=frozenset({_F32}),
+        default_int4_accuracy_level=4,
+    ),
+    # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
+    EpCapabilities(
+        name="cuda",
+        gqa_dtypes=frozenset({_F16, _BF16}),
+        qkv_pack_dtypes=frozenset({_F16, _BF16}),
+        provider_options={"enable_cuda_graph": "0"},
+        genai_provider="cuda",
+        default_dtype=_F16,
+        graph_capture_option="enable_cuda_graph",
+    ),
+    # DirectML: no fused RoPE inside GQA. genai turns DML graph capture on unless told "0",
+    # so the option is written out to match enable_graph_capture=False.
+    EpCapabilities(
+        name="dml",
+        gqa_dtypes=frozenset({_F16}),
+        supports_fused_rope=False,
+        provider_options={"enable_graph_capture": "0"},
+        genai_provider="dml",
+        default_dtype=_F16,
+        graph_capture_option="enable_graph_capture",
+    ),
+    # ORT WebGPU EP: Shape ops are eliminated.
+    EpCapabilities(
+        name="webgpu",
+        gqa_dtypes=frozenset({_F32, _F16}),
+        default_int4_accuracy_level=4,
+        provider_options={"enableGraphCapture": "0"},
+        genai_provider="webgpu",
+        default_dtype=_F16,
+        supports_shape_op=False,
+        graph_capture_option="enableGraphCapture",
+    ),
+    # Apple-silicon MLX plugin EP: GQA with unpacked Q/K/V. genai 0.18 passes names it does not
+    # know through to ORT's plugin-EP lookup (AppendExecutionProvider_V2 by EP name), and the MLX
+    # plugin registers as "MLXExecutionProvider"; it has no graph-capture option.
+    EpCapabilities(
+        name="mlx",
+        gqa_dtypes=frozenset({_F32, _F16, _BF16}),
+        genai_provider="MLXExecutionProvider",
+        default_dtype=_F16,
+    ),
+    # NVIDIA TensorRT-RTX: TRT handles the primitives of SkipLayerNorm itself.
+    EpCapabilities(
+        name="trt-rtx",
+        gqa_dtypes=frozenset({_F16, _BF16}),
+        supports_skip_layer_norm=False,
+        enable_graph_capture=True,
+        provider_options={"enable_cuda_graph": "1"},
+        genai_provider="NvTensorRtRtx",
+        default_dtype=_F16,
+        graph_capture_option="enable_cuda_graph",
+    ),
+    # Strict ONNX for non-ORT runtimes: zero custom-domain ops in the output.
+    EpCapabilities(
+        name="onnx-standard",
+        gqa_dtypes=frozenset(),
+        qkv_pack_dtypes=frozenset(),
+        supports_fused_rope=False,
+        supports_skip_layer_norm=False,
+        supports_fused_matmul=False,
+        supports_packed_multi_head_attention=False,
+        supports_custom_ops=False,
+    ),
+)
+
+#: Other names the CLI and API accept, mapped to a canonical EP name.
+BUILTIN_ALIASES: Mapping[str, str] = MappingProxyType({"portable": "default"})
+
+
+def _register_builtins(registry: EpRegistry) -> None:
+    """Register every built-in EP and alias in `registry` (called once, at import)."""
+    for caps in BUILTIN_EPS:
+        registry.register(caps)
+    for alias, target in BUILTIN_ALIASES.items():
+        registry.register_alias(alias, target)

@@ -1,0 +1,169 @@
+"""What one execution provider can run, as data.
+
+Every optimization and packaging decision reads these fields, never an EP's name, so adding an EP
+means adding one `EpCapabilities` entry (see `builtins.py`) and nothing else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Iterator, Mapping
+
+import onnx_ir as ir
+
+__all__ = ["MAX_INT4_ACCURACY_LEVEL", "EpCapabilities", "FrozenOptions"]
+
+#: MatMulNBits ``accuracy_level`` range: 0 = unset (highest accuracy) … 4 = int8 compute (fastest).
+MAX_INT4_ACCURACY_LEVEL = 4
+
+_NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+
+class FrozenOptions(Mapping[str, str]):
+    """An immutable, hashable str→str mapping.
+
+    A frozen dataclass hashes its fields, so provider options cannot be a dict (mutable,
+    unhashable) or a MappingProxyType (unhashable). Compares equal to a dict with the same items.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+        pairs = items.items() if isinstance(items, Mapping) else items
+        self._items: dict[str, str] = dict(pairs)
+
+    def __getitem__(self, key: str) -> str:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+
+def _dtype_set(field: str, values: Iterable[ir.DataType]) -> frozenset[ir.DataType]:
+    result = frozenset(values)
+    for value in result:
+        if not isinstance(value, ir.DataType):
+            raise ValueError(f"EpCapabilities.{field} must hold ir.DataType values, got {value!r}")
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class EpCapabilities:
+    """Everything the build pipeline and the packager need to know about one execution provider.
+
+    The first eleven fields are the spec's (same names, order and defaults; provider_options,
+    which the spec leaves without one, defaults to empty); the keyword-only
+    fields after them are what the packager and the lowering passes need beyond the spec.
+    Set-like and mapping fields accept any iterable / mapping and are stored frozen.
+    """
+
+    name: str
+    """Canonical, lowercase EP name as given to ``--ep`` / ``execution_provider=``."""
+    gqa_dtypes: frozenset[ir.DataType]
+    """Dtypes for which Attention is fused into com.microsoft::GroupQueryAttention."""
+    qkv_pack_dtypes: frozenset[ir.DataType] = frozenset()
+    """Dtypes for which the Q/K/V projections are packed into one MatMul."""
+    supports_fused_rope: bool = True
+    """False → GQA gets ``do_rotary=0`` with an explicit RotaryEmbedding, and QKV is unpacked."""
+    supports_skip_layer_norm: bool = True
+    """False → Skip(Simplified)LayerNormalization is expanded back to primitives."""
+    supports_fused_matmul: bool = True
+    """False → FusedMatMul is expanded to Transpose + MatMul."""
+    supports_fused_moe: bool = True
+    """False → fused MoE ops are decomposed."""
+    supports_packed_multi_head_attention: bool = False
+    """True → PackedMultiHeadAttention may be emitted."""
+    default_int4_accuracy_level: int = 0
+    """MatMulNBits ``accuracy_level`` used when quantizing for this EP (0 = most accurate)."""
+    provider_options: Mapping[str, str] = FrozenOptions()
+    """Default onnxruntime-genai provider options (values are strings, as genai requires)."""
+    enable_graph_capture: bool = False
+    """Whether GPU graph capture is on by default; must agree with ``graph_capture_option``."""
+
+    _: dataclasses.KW_ONLY
+
+    genai_provider: str | None = None
+    """Key of this EP in genai_config ``provider_options`` (``[{key: {...}}]``); None → CPU (``[]``)."""
+    default_dtype: ir.DataType = ir.DataType.FLOAT
+    """Model dtype used when the user does not choose one."""
+    supports_shape_op: bool = True
+    """False → the pipeline eliminates Shape ops (static shapes or computed sizes instead)."""
+    supports_custom_ops: bool = True
+    """False → every com.microsoft op is inlined into standard ONNX (no custom domains remain)."""
+    graph_capture_option: str | None = None
+    """Provider-option key that toggles graph capture; None → this EP has no graph capture."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
+            raise ValueError(
+                f"EpCapabilities.name must be a non-empty lowercase name of letters, digits, "
+                f"'.', '_' or '-' starting with a letter or digit, got {self.name!r}"
+            )
+        object.__setattr__(self, "gqa_dtypes", _dtype_set("gqa_dtypes", self.gqa_dtypes))
+        object.__setattr__(
+            self, "qkv_pack_dtypes", _dtype_set("qkv_pack_dtypes", self.qkv_pack_dtypes)
+        )
+        level = self.default_int4_accuracy_level
+        if isinstance(level, bool) or not isinstance(level, int):
+            raise ValueError(
+                f"EpCapabilities.default_int4_accuracy_level of {self.name!r} must be an int "
+                f"in 0..{MAX_INT4_ACCURACY_LEVEL}, got {level!r}"
+            )
+        if not 0 <= level <= MAX_INT4_ACCURACY_LEVEL:
+            raise ValueError(
+                f"EpCapabilities.default_int4_accuracy_level of {self.name!r} must be in "
+                f"0..{MAX_INT4_ACCURACY_LEVEL}, got {level}"
+            )
+        options = FrozenOptions(self.provider_options)
+        for key, value in options.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise ValueError(
+                    f"EpCapabilities.provider_options of {self.name!r} must map str to str "
+                    f"(onnxruntime-genai rejects other values), got {key!r}: {value!r}"
+                )
+        object.__setattr__(self, "provider_options", options)
+        if not isinstance(self.default_dtype, ir.DataType):
+            raise ValueError(
+                f"EpCapabilities.default_dtype of {self.name!r} must be an ir.DataType, "
+                f"got {self.default_dtype!r}"
+            )
+        self._check_graph_capture()
+
+    def _check_graph_capture(self) -> None:
+        """The flag and the provider option must not say different things to the packager."""
+        key = self.graph_capture_option
+        if key is None:
+            if self.enable_graph_capture:
+                raise ValueError(
+                    f"EpCapabilities {self.name!r} enables graph capture but names no "
+                    f"graph_capture_option to turn it on"
+                )
+            return
+        if key in self.provider_options:
+            expected = "1" if self.enable_graph_capture else "0"
+            if self.provider_options[key] != expected:
+                raise ValueError(
+                    f"EpCapabilities {self.name!r}: provider_options[{key!r}] is "
+                    f"{self.provider_options[key]!r} but enable_graph_capture is "
+                    f"{self.enable_graph_capture} (expected {expected!r})"
+                )
+
+    def with_graph_capture(self, enabled: bool) -> EpCapabilities:
+        """A copy with graph capture switched on or off, flag and provider option together."""
+        if self.graph_capture_option is None:
+            if not enabled:
+                return self
+            raise ValueError(f"Execution provider {self.name!r} has no graph capture")
+        options = dict(self.provider_options)
+        options[self.graph_capture_option] = "1" if enabled else "0"
+        return dataclasses.replace(self, enable_graph_capture=enabled, provider_options=options)

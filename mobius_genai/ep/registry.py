@@ -1,0 +1,160 @@
+"""The registry of execution providers: name → `EpCapabilities`, plus aliases.
+
+One module-level `ep_registry` holds the built-ins (registered at import) and any EP registered
+at runtime with `register_ep`. Unknown names fail early with the list of supported ones.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+
+from mobius_genai.ep.builtins import _register_builtins
+from mobius_genai.ep.capabilities import EpCapabilities
+from mobius_genai.errors import ExecutionProviderError
+
+__all__ = ["EpRegistry", "ep_registry", "format_ep_table", "get_ep", "register_ep"]
+
+
+class EpRegistry:
+    """Canonical EP names to capabilities; aliases resolve on lookup but are never iterated."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, EpCapabilities] = {}
+        self._aliases: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> Iterator[str]:
+        """Canonical names, sorted, so listings and error messages are stable."""
+        with self._lock:
+            return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries or name in self._aliases
+
+    def __repr__(self) -> str:
+        return f"EpRegistry({list(self)})"
+
+    @property
+    def aliases(self) -> Mapping[str, str]:
+        """Alias → canonical name (read-only view)."""
+        return MappingProxyType(self._aliases)
+
+    def canonical_name(self, name: str) -> str | None:
+        """The canonical name `name` refers to (itself or an alias target), or None."""
+        if name in self._entries:
+            return name
+        return self._aliases.get(name)
+
+    def get(self, name: str) -> EpCapabilities | None:
+        """Capabilities for `name` (canonical or alias), or None when unknown."""
+        canonical = self.canonical_name(name)
+        return None if canonical is None else self._entries[canonical]
+
+    def require(self, name: str) -> EpCapabilities:
+        """Capabilities for `name`; raises ExecutionProviderError (a ValueError) when unknown."""
+        caps = self.get(name)
+        if caps is None:
+            raise ExecutionProviderError(
+                f"Unknown execution provider {name!r}. Supported: {sorted(self)}"
+            )
+        return caps
+
+    def register(self, caps: EpCapabilities, *, replace: bool = False) -> None:
+        """Add `caps` under `caps.name`; an existing name is only overwritten with replace=True."""
+        if not isinstance(caps, EpCapabilities):
+            raise TypeError(f"register() expects EpCapabilities, got {type(caps).__name__}")
+        with self._lock:
+            if caps.name in self._aliases:
+                raise ValueError(
+                    f"Execution provider name {caps.name!r} is already an alias of "
+                    f"{self._aliases[caps.name]!r}"
+                )
+            if caps.name in self._entries and not replace:
+                raise ValueError(
+                    f"Execution provider {caps.name!r} is already registered; "
+                    f"pass replace=True to override it"
+                )
+            self._entries[caps.name] = caps
+
+    def register_alias(self, alias: str, target: str) -> None:
+        """Make `alias` resolve to the registered canonical EP `target`."""
+        with self._lock:
+            if alias in self._entries or alias in self._aliases:
+                raise ValueError(f"Execution provider name {alias!r} is already taken")
+            if target not in self._entries:
+                raise ValueError(
+                    f"Cannot alias {alias!r} to unknown execution provider {target!r}. "
+                    f"Supported: {sorted(self._entries)}"
+                )
+            self._aliases[alias] = target
+
+
+ep_registry = EpRegistry()
+_register_builtins(ep_registry)
+
+
+def register_ep(caps: EpCapabilities, *, replace: bool = False) -> None:
+    """Register an out-of-tree EP in the global registry (see `EpRegistry.register`)."""
+    ep_registry.register(caps, replace=replace)
+
+
+def get_ep(name: str) -> EpCapabilities:
+    """Capabilities of a registered EP or alias; ValueError naming the supported ones if unknown."""
+    return ep_registry.require(name)
+
+
+_TABLE_HEADERS = (
+    "name",
+    "GQA dtypes",
+    "fused rope",
+    "skip-norm",
+    "fused matmul",
+    "custom ops",
+    "int4 level",
+    "provider options",
+    "graph capture",
+)
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
+    dtypes = sorted(caps.gqa_dtypes, key=lambda dtype: dtype.value)
+    options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
+    return (
+        caps.name,
+        ", ".join(dtype.short_name() for dtype in dtypes) or "-",
+        _yes_no(caps.supports_fused_rope),
+        _yes_no(caps.supports_skip_layer_norm),
+        _yes_no(caps.supports_fused_matmul),
+        _yes_no(caps.supports_custom_ops),
+        str(caps.default_int4_accuracy_level),
+        options or "-",
+        "on" if caps.enable_graph_capture else ("off" if caps.graph_capture_option else "-"),
+    )
+
+
+def format_ep_table(registry: EpRegistry | None = None) -> str:
+    """The registry as an aligned text table (for `mobius-genai eps`), aliases listed below it."""
+    registry = ep_registry if registry is None else registry
+    rows = [_TABLE_HEADERS, *(_table_row(registry.require(name)) for name in registry)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_HEADERS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    if registry.aliases:
+        aliases = ", ".join(
+            f"{alias} -> {target}" for alias, target in sorted(registry.aliases.items())
+        )
+        lines.append("")
+        lines.append(f"aliases: {aliases}")
+    return "\n".join(lines)

@@ -1,0 +1,76 @@
+"""Resolve a model argument (local folder or hub id) to a local folder of checkpoint files.
+
+Only the files a bundle needs are fetched: config, safetensors weights, tokenizer and generation
+files. Pickled `.bin` weights and checkpoint code are never downloaded, so nothing from the
+checkpoint is ever executed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from mobius_genai.errors import ConfigError
+
+# Files a bundle is made from; everything else in a hub repository is left alone.
+HUB_FILE_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A checkpoint on local disk, and where it came from."""
+
+    path: Path
+    model_id: str
+    revision: str | None = None
+
+
+def resolve_source(model: str | Path, revision: str | None = None) -> Source:
+    """Return the local folder for `model`, downloading from the hub when it is a hub id.
+
+    A hub id is fetched with huggingface_hub, which honours HF_HUB_OFFLINE and the local cache.
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return Source(path=path.resolve(), model_id=str(model), revision=revision)
+    text = str(model)
+    if path.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        raise ConfigError(
+            f"model {text!r}: no such folder, and not a hub id; accepted: a local checkpoint "
+            "folder or a hub id like 'Qwen/Qwen2.5-0.5B'"
+        )
+    return _download(text, revision)
+
+
+def _download(repo_id: str, revision: str | None) -> Source:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(
+            repo_id, revision=revision, allow_patterns=list(HUB_FILE_PATTERNS)
+        )
+    except LocalEntryNotFoundError as error:
+        raise ConfigError(
+            f"model {repo_id!r}: not in the local cache and the hub cannot be reached "
+            f"(offline mode or no network): {error}"
+        ) from error
+    except (HfHubHTTPError, ValueError, OSError) as error:
+        raise ConfigError(
+            f"model {repo_id!r}: could not be fetched from the hub: {error}"
+        ) from error
+    return Source(path=Path(folder), model_id=repo_id, revision=revision)

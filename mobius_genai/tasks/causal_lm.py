@@ -1,0 +1,57 @@
+"""CausalLMTask: the graph inputs and outputs onnxruntime-genai expects of a decoder."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript._internal.builder import GraphBuilder
+
+from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
+
+OPSET = 24
+BATCH, SEQ, TOTAL, PAST = (
+    "batch_size",
+    "sequence_length",
+    "total_sequence_length",
+    "past_sequence_length",
+)
+
+
+def past_names(layer: int) -> tuple[str, str]:
+    return f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"
+
+
+def present_names(layer: int) -> tuple[str, str]:
+    return f"present.{layer}.key", f"present.{layer}.value"
+
+
+class CausalLMTask:
+    """Builds the decoder graph: input_ids, attention_mask, position_ids and the KV cache in;
+    logits and the updated KV cache out (names and layouts as in onnxruntime-genai)."""
+
+    def build(self, module, config: ArchitectureConfig) -> ir.Model:
+        dtype = get_build_dtype()
+        graph = ir.Graph([], [], nodes=[], opset_imports={"": OPSET}, name="main_graph")
+        builder = GraphBuilder(graph)
+        int64 = ir.DataType.INT64
+        input_ids = builder.input("input_ids", int64, [BATCH, SEQ])
+        attention_mask = builder.input("attention_mask", int64, [BATCH, TOTAL])
+        position_ids = builder.input("position_ids", int64, [BATCH, SEQ])
+        cache_shape = [BATCH, config.num_key_value_heads, PAST, config.head_dim]
+        past = [
+            tuple(builder.input(name, dtype, cache_shape) for name in past_names(i))
+            for i in range(config.num_hidden_layers)
+        ]
+        logits, presents = module(builder.op, input_ids, attention_mask, position_ids, past)
+        builder.add_output(logits, "logits")
+        logits.shape = ir.Shape([BATCH, SEQ, config.vocab_size])
+        present_shape = ir.Shape([BATCH, config.num_key_value_heads, TOTAL, config.head_dim])
+        for i, values in enumerate(presents):
+            for value, name in zip(values, present_names(i), strict=True):
+                builder.add_output(value, name)
+                value.shape = present_shape
+                value.dtype = dtype
+        model = ir.Model(graph, ir_version=10, producer_name="mobius-genai")
+        for function in builder.functions.values():
+            model.functions[function.identifier()] = function
+        return model

@@ -1,0 +1,171 @@
+"""Checkpoint weights: safetensors read lazily, cast, and attached to the graph without a copy.
+
+Each graph parameter becomes an `ir.LazyTensor` that reads its one tensor from the memory-mapped
+safetensors file only when it is saved (or folded), so a build holds at most a few tensors in
+memory at a time, never the model. Pickled `.bin` checkpoints are refused: loading them would
+execute code from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+from safetensors import safe_open
+
+from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
+from mobius_genai.config import ArchitectureConfig
+from mobius_genai.errors import WeightsError
+
+_INDEX = "model.safetensors.index.json"
+
+
+class Checkpoint:
+    """The tensors of a safetensors checkpoint (one file, or shards with an index)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self._file_of: dict[str, Path] = {}
+        self._handles: dict[Path, object] = {}
+        for file in self._files():
+            self._file_of.update(dict.fromkeys(self._open(file).keys(), file))
+
+    def _files(self) -> list[Path]:
+        index = self.folder / _INDEX
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            except (OSError, ValueError, KeyError) as error:
+                raise WeightsError(f"{index}: not a valid safetensors index ({error})") from error
+            files = sorted({self.folder / shard for shard in weight_map.values()})
+            missing = [f.name for f in files if not f.is_file()]
+            if missing:
+                raise WeightsError(f"{index}: names shards that are missing: {missing}")
+            return files
+        files = sorted(self.folder.glob("*.safetensors"))
+        if files:
+            return files
+        pickled = sorted(p.name for p in self.folder.glob("*.bin"))
+        if pickled:
+            raise WeightsError(
+                f"{self.folder}: only pickled weights found ({pickled[0]}); they are not loaded "
+                "because unpickling can run code; accepted: *.safetensors"
+            )
+        raise WeightsError(f"{self.folder}: no *.safetensors weight files found")
+
+    def _open(self, file: Path):
+        _check_complete(file)
+        try:
+            handle = safe_open(str(file), framework="numpy")
+        except Exception as error:  # safetensors raises its own SafetensorError
+            raise WeightsError(f"{file}: not a readable safetensors file ({error})") from error
+        self._handles[file] = handle
+        return handle
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._file_of
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._file_of)
+
+    def __len__(self) -> int:
+        return len(self._file_of)
+
+    def files(self) -> list[Path]:
+        return sorted(self._handles)
+
+    def read(self, name: str) -> np.ndarray:
+        """The tensor `name` as a numpy array (bf16 as ml_dtypes.bfloat16)."""
+        if name not in self._file_of:
+            raise WeightsError(f"{self.folder}: tensor {name!r} not found in the checkpoint")
+        return self._handles[self._file_of[name]].get_tensor(name)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        handle = self._handles[self._file_of[name]]
+        return tuple(handle.get_slice(name).get_shape())
+
+
+def _check_complete(file: Path) -> None:
+    """Refuse a truncated file before any tensor is read from it."""
+    size = file.stat().st_size
+    try:
+        with open(file, "rb") as stream:
+            header_size = int.from_bytes(stream.read(8), "little")
+            if header_size <= 0 or 8 + header_size > size:
+                raise ValueError("header runs past the end of the file")
+            header = json.loads(stream.read(header_size))
+    except (OSError, ValueError) as error:
+        raise WeightsError(f"{file}: not a valid safetensors file ({error})") from error
+    end = max(
+        (entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"),
+        default=0,
+    )
+    if 8 + header_size + end > size:
+        raise WeightsError(
+            f"{file}: truncated: its header describes {8 + header_size + end} bytes but the file "
+            f"has {size}; re-download or re-save the checkpoint"
+        )
+
+
+Preprocess = Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray]
+
+
+def attach_weights(
+    model: ir.Model,
+    checkpoint: Checkpoint,
+    config: ArchitectureConfig,
+    checkpoint_name: Callable[[str], str],
+    preprocess: Preprocess,
+) -> None:
+    """Give every parameter of `model` without a value a lazy tensor read from `checkpoint`.
+
+    Errors name the parameter and the checkpoint tensor: missing tensors and shape mismatches
+    are found here, before anything is written.
+    """
+    missing = []
+    for name, value in model.graph.initializers.items():
+        if value.const_value is not None:
+            continue
+        source = checkpoint_name(name)
+        if source not in checkpoint:
+            missing.append(source)
+            continue
+        transposed = bool(value.meta.get(TRANSPOSED_FROM_CHECKPOINT))
+        stored = checkpoint.shape(source)
+        expected = tuple(value.shape.numpy())
+        if (tuple(reversed(stored)) if transposed else stored) != expected:
+            raise WeightsError(
+                f"{checkpoint.folder}: tensor {source!r} has shape {list(stored)}, the "
+                f"architecture in config.json needs {list(reversed(expected)) if transposed else list(expected)}"
+            )
+        value.const_value = ir.LazyTensor(
+            _loader(checkpoint, source, name, value.dtype, transposed, config, preprocess),
+            dtype=value.dtype,
+            shape=ir.Shape(expected),
+            name=name,
+        )
+    if missing:
+        shown = ", ".join(repr(m) for m in missing[:5])
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise WeightsError(f"{checkpoint.folder}: checkpoint lacks tensors {shown}{more}")
+
+
+def _loader(
+    checkpoint: Checkpoint,
+    source: str,
+    name: str,
+    dtype: ir.DataType,
+    transposed: bool,
+    config: ArchitectureConfig,
+    preprocess: Preprocess,
+) -> Callable[[], ir.TensorProtocol]:
+    def load() -> ir.TensorProtocol:
+        array = preprocess(name, checkpoint.read(source), config)
+        if transposed:
+            array = array.T
+        return ir.Tensor(np.ascontiguousarray(array.astype(dtype.numpy(), copy=False)), name=name)
+
+    return load

@@ -1,0 +1,322 @@
+"""Test-only helpers around transformers: tiny random checkpoints and reference outputs.
+
+``write_tiny_checkpoint`` writes a small random-weight checkpoint for one family;
+``hf_reference_logits`` runs transformers (float32, eager attention) over a prefill and several
+KV-cache decode steps and records every call's inputs and logits, so a parity test can feed an
+ONNX graph exactly the same inputs; ``hf_greedy_tokens`` is transformers' greedy continuation.
+
+Written against transformers 5, which keeps rope settings in ``config.rope_parameters`` (legacy
+``rope_theta`` / ``rope_scaling`` keyword arguments are still accepted and converted) and saves
+``dtype`` instead of ``torch_dtype``. ``hub_layout=True`` rewrites config.json the way hub
+checkpoints written by transformers 4 have it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen3Config,
+)
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()  # keep test output readable
+
+FAMILIES: dict[str, type[PretrainedConfig]] = {
+    "llama": LlamaConfig,
+    "mistral": MistralConfig,
+    "qwen2": Qwen2Config,
+    "qwen3": Qwen3Config,
+}
+
+_BASE_CONFIG: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+    "max_position_embeddings": 64,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+    "tie_word_embeddings": False,
+}
+
+_FAMILY_CONFIG: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "mistral": {"sliding_window": None},
+    "qwen2": {},
+    "qwen3": {"head_dim": 32},  # deliberately != hidden_size / num_attention_heads
+}
+
+WEIGHT_STD = 0.2
+BIAS_STD = 0.2
+NORM_STD = 0.1
+
+
+def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
+    """The tiny transformers config for ``family`` with ``overrides`` applied.
+
+    Overrides are config keyword arguments, e.g. ``sliding_window=5``,
+    ``rope_scaling={"rope_type": "llama3", ...}``, ``tie_word_embeddings=True``,
+    ``attention_bias=True``. For qwen2/qwen3 a sliding window needs ``use_sliding_window=True``
+    and applies only to layers ``>= max_window_layers`` (default 28, i.e. none here).
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected one of {sorted(FAMILIES)}")
+    kwargs = {**_BASE_CONFIG, **_FAMILY_CONFIG[family], **overrides}
+    config = FAMILIES[family](**kwargs)
+    config.architectures = [_architecture(config)]
+    return config
+
+
+def _architecture(config: PretrainedConfig) -> str:
+    return {
+        "llama": "LlamaForCausalLM",
+        "mistral": "MistralForCausalLM",
+        "qwen2": "Qwen2ForCausalLM",
+        "qwen3": "Qwen3ForCausalLM",
+    }[config.model_type]
+
+
+def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
+    """Give every parameter seeded random values, in place.
+
+    Matrices and embeddings get N(0, WEIGHT_STD), biases N(0, BIAS_STD) and norm weights
+    N(1, NORM_STD): transformers' own init (zero biases, unit norms, std 0.02) hides bugs.
+    Tied parameters are visited once, so tying is preserved.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    norm_params = {
+        f"{mod_name}.{p_name}" if mod_name else p_name
+        for mod_name, mod in model.named_modules()
+        if "norm" in type(mod).__name__.lower()
+        for p_name, _ in mod.named_parameters(recurse=False)
+    }
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen, dtype=torch.float32)
+            if name in norm_params:
+                values = 1.0 + NORM_STD * noise
+            elif name.endswith(".bias"):
+                values = BIAS_STD * noise
+            else:
+                values = WEIGHT_STD * noise
+            param.copy_(values.to(param.dtype))
+
+
+def write_tiny_checkpoint(
+    dest: Path, family: str, seed: int = 0, *, hub_layout: bool = False, **config_overrides: Any
+) -> Path:
+    """Write a tiny random float32 checkpoint for ``family`` into ``dest`` and return ``dest``.
+
+    Sizes: hidden 64, 3 layers, 4 heads, 2 kv heads, intermediate 96, vocab 128, 64 positions
+    (qwen3: head_dim 32). ``config_overrides`` go to the config (see ``tiny_config``). Weights
+    come from ``randomize_weights(seed)``; the same arguments give the same weights.
+    ``hub_layout=True`` rewrites config.json in the transformers-4 hub layout (``torch_dtype``,
+    ``rope_theta``, ``rope_scaling``) and checks transformers reads it back to the same config.
+    """
+    config = tiny_config(family, **config_overrides)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomize_weights(model, seed)
+    dest = Path(dest)
+    model.save_pretrained(dest)  # transformers 5 always writes model.safetensors
+    if not (dest / "model.safetensors").is_file():
+        raise RuntimeError(f"save_pretrained did not write {dest / 'model.safetensors'}")
+    if hub_layout:
+        _rewrite_hub_layout(dest / "config.json")
+    return dest
+
+
+def _rewrite_hub_layout(path: Path) -> None:
+    """Rewrite a transformers-5 config.json into the layout transformers 4 wrote to the hub."""
+    data = json.loads(path.read_text())
+    before = AutoConfig.from_pretrained(path.parent).to_dict()
+    if "dtype" in data:
+        data["torch_dtype"] = data.pop("dtype")
+    rope = data.pop("rope_parameters", None)
+    if rope is not None:
+        rope = dict(rope)
+        data["rope_theta"] = rope.pop("rope_theta")
+        data["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
+    data.pop("layer_types", None)  # derived from use_sliding_window / max_window_layers
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    after = AutoConfig.from_pretrained(path.parent).to_dict()
+    for key in ("transformers_version", "dtype"):
+        before.pop(key, None)
+        after.pop(key, None)
+    if before != after:
+        diff = {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys()}
+        diff = {k: v for k, v in diff.items() if v[0] != v[1]}
+        raise RuntimeError(f"hub-layout config.json reads back differently: {diff}")
+
+
+@dataclass(frozen=True)
+class ReferenceStep:
+    """One transformers forward call: what was fed and the logits it returned.
+
+    All arrays are batch-first numpy: ``input_ids`` / ``position_ids`` int64 [batch, seq],
+    ``attention_mask`` int64 [batch, past + seq], ``logits`` float32 [batch, seq, vocab].
+    """
+
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    position_ids: np.ndarray
+    logits: np.ndarray
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A prefill followed by greedy decode steps through the KV cache.
+
+    ``steps[0]`` is the prefill, ``steps[1:]`` the single-token decode steps; each decode step
+    is fed the argmax of the previous step's last logits. Logits at left-padding positions are
+    not meaningful (transformers and ONNX Runtime fill fully masked rows differently).
+    """
+
+    steps: list[ReferenceStep]
+
+    @property
+    def prefill(self) -> ReferenceStep:
+        """The prefill call."""
+        return self.steps[0]
+
+    @property
+    def decode(self) -> list[ReferenceStep]:
+        """The decode calls, one token each."""
+        return self.steps[1:]
+
+    @property
+    def logits(self) -> list[np.ndarray]:
+        """Logits of every call: [b, seq, vocab] for the prefill, then [b, 1, vocab] each."""
+        return [s.logits for s in self.steps]
+
+    @property
+    def fed_tokens(self) -> np.ndarray:
+        """Token ids fed in the decode steps, int64 [batch, decode_steps]."""
+        batch = self.prefill.input_ids.shape[0]
+        if not self.decode:
+            return np.zeros((batch, 0), dtype=np.int64)
+        return np.concatenate([s.input_ids for s in self.decode], axis=1)
+
+
+def load_reference_model(ckpt_dir: Path) -> PreTrainedModel:
+    """Load a checkpoint with transformers in float32 with eager attention, in eval mode."""
+    model = AutoModelForCausalLM.from_pretrained(
+        ckpt_dir, dtype=torch.float32, attn_implementation="eager"
+    )
+    return model.eval()
+
+
+def positions_from_mask(attention_mask: np.ndarray, seq: int) -> np.ndarray:
+    """Position ids of the last ``seq`` tokens: count of attended tokens before each, minus one.
+
+    Padding positions get 1, as in transformers' ``generate``.
+    """
+    mask = np.asarray(attention_mask, dtype=np.int64)
+    pos = np.cumsum(mask, axis=-1) - 1
+    pos = np.where(mask == 0, 1, pos)
+    return np.ascontiguousarray(pos[:, -seq:])
+
+
+def _forward(
+    model: PreTrainedModel, cache: Any, **inputs: torch.Tensor
+) -> tuple[torch.Tensor, Any]:
+    """One cached forward call; returns (logits, cache).
+
+    transformers 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns); use
+    whichever this version's ``forward`` declares.
+    """
+    if "cache" in inspect.signature(model.forward).parameters:
+        out = model(**inputs, cache=cache, use_cache=True)
+        return out.logits, out.cache
+    out = model(**inputs, past_key_values=cache, use_cache=True)
+    return out.logits, out.past_key_values
+
+
+def hf_reference_logits(
+    ckpt_dir: Path,
+    input_ids: np.ndarray,
+    decode_steps: int,
+    attention_mask: np.ndarray | None = None,
+) -> ReferenceRun:
+    """Run a prefill on ``input_ids`` [batch, seq] then ``decode_steps`` greedy cached steps.
+
+    ``attention_mask`` [batch, seq] defaults to all ones; pass zeros on the left for a
+    left-padded batch. Position ids are derived from the mask (``positions_from_mask``) and
+    passed explicitly, as onnxruntime-genai does. Returns every call's inputs and logits.
+    """
+    model = load_reference_model(ckpt_dir)
+    ids = np.asarray(input_ids, dtype=np.int64)
+    if ids.ndim != 2:
+        raise ValueError(f"input_ids must be [batch, seq], got shape {ids.shape}")
+    mask = np.ones_like(ids) if attention_mask is None else np.asarray(attention_mask, np.int64)
+    if mask.shape != ids.shape:
+        raise ValueError(f"attention_mask shape {mask.shape} != input_ids shape {ids.shape}")
+
+    steps: list[ReferenceStep] = []
+    past = None
+    with torch.no_grad():
+        for _ in range(decode_steps + 1):
+            pos = positions_from_mask(mask, ids.shape[1])
+            logits_t, past = _forward(
+                model,
+                past,
+                input_ids=torch.from_numpy(ids),
+                attention_mask=torch.from_numpy(mask),
+                position_ids=torch.from_numpy(pos),
+            )
+            logits = logits_t.to(torch.float32).numpy()
+            steps.append(ReferenceStep(ids, mask, pos, logits))
+            ids = logits[:, -1, :].argmax(axis=-1).astype(np.int64)[:, None]
+            mask = np.concatenate([mask, np.ones_like(ids)], axis=1)
+    return ReferenceRun(steps)
+
+
+def eos_token_ids(model: PreTrainedModel) -> set[int]:
+    """The eos ids a generator should stop at: generation_config's, else the config's."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    if eos is None:
+        eos = model.config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def hf_greedy_tokens(
+    ckpt_dir: Path, prompt_ids: Sequence[int], max_new_tokens: int, *, stop_at_eos: bool = True
+) -> list[int]:
+    """Greedy continuation of one prompt with transformers (float32, eager, KV cache).
+
+    Returns only the new tokens. With ``stop_at_eos`` generation stops after the first eos
+    token (``eos_token_ids``), which is included, as in onnxruntime-genai's sequence.
+    """
+    model = load_reference_model(ckpt_dir)
+    stop = eos_token_ids(model) if stop_at_eos else set()
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+    past = None
+    new: list[int] = []
+    with torch.no_grad():
+        while len(new) < max_new_tokens:
+            logits, past = _forward(model, past, input_ids=ids)
+            token = int(logits[0, -1].argmax())
+            new.append(token)
+            if token in stop:
+                break
+            ids = torch.tensor([[token]], dtype=torch.long)
+    return new

@@ -1,0 +1,63 @@
+"""Test-only helper: run a decoder graph in onnxruntime over the calls of a ReferenceRun."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from mobius_genai import ModelPackage
+from tests._hf import ReferenceRun
+
+
+def ort_session(package: ModelPackage, directory: Path) -> ort.InferenceSession:
+    """Save the package's decoder to `directory` and open it on the CPU EP."""
+    package.save(directory, progress=False)
+    return ort.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
+
+
+def run_like_reference(session: ort.InferenceSession, run: ReferenceRun) -> list[np.ndarray]:
+    """Feed the graph exactly what transformers was fed, threading the KV cache through.
+
+    Inputs the graph does not have (position_ids once GQA derives positions) are left out.
+    Returns the logits of every call.
+    """
+    inputs = {i.name: i for i in session.get_inputs()}
+    outputs = [o.name for o in session.get_outputs()]
+    batch = run.prefill.input_ids.shape[0]
+    cache = {}
+    for name, info in inputs.items():
+        if name.startswith("past_key_values."):
+            _, heads, _, head_dim = info.shape
+            dtype = np.float16 if info.type == "tensor(float16)" else np.float32
+            cache[name] = np.zeros((batch, heads, 0, head_dim), dtype)
+    all_logits = []
+    for step in run.steps:
+        feeds = {
+            "input_ids": step.input_ids,
+            "attention_mask": step.attention_mask,
+            "position_ids": step.position_ids,
+            **cache,
+        }
+        results = dict(
+            zip(
+                outputs,
+                session.run(outputs, {k: v for k, v in feeds.items() if k in inputs}),
+                strict=True,
+            )
+        )
+        all_logits.append(results["logits"])
+        cache = {
+            name.replace("present.", "past_key_values."): value
+            for name, value in results.items()
+            if name.startswith("present.")
+        }
+    return all_logits
+
+
+def max_abs_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
+    """Largest absolute difference over all calls' logits."""
+    return max(
+        float(np.abs(a.astype(np.float32) - b).max()) for a, b in zip(ours, reference, strict=True)
+    )

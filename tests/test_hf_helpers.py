@@ -1,0 +1,309 @@
+"""Self-tests of the transformers test helpers (tests/_hf.py) and the tiny-qwen2 fixture."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import load_file
+from safetensors.torch import load_file as load_torch_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests._hf import (
+    FAMILIES,
+    hf_greedy_tokens,
+    hf_reference_logits,
+    load_reference_model,
+    positions_from_mask,
+    write_tiny_checkpoint,
+)
+
+TINY_QWEN2 = Path(__file__).parent / "data" / "tiny-qwen2"
+ATOL = 1e-5  # float32 eager, cached vs uncached
+
+# attention_bias exercises the bias paths where the family has the switch.
+_BIAS = {"llama": {"attention_bias": True}, "qwen3": {"attention_bias": True}}
+
+
+def _family_ckpt(tmp: Path, family: str, **overrides: Any) -> Path:
+    return write_tiny_checkpoint(tmp / family, family, **{**_BIAS.get(family, {}), **overrides})
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("ckpts")
+    return {family: _family_ckpt(tmp, family) for family in FAMILIES}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_checkpoint_round_trips(ckpts: dict[str, Path], family: str) -> None:
+    ckpt = ckpts[family]
+    model, info = AutoModelForCausalLM.from_pretrained(ckpt, output_loading_info=True)
+    assert not any(info.values()), info
+    assert model.config.model_type == family
+    tensors = load_file(ckpt / "model.safetensors")
+    assert {t.dtype for t in tensors.values()} == {np.dtype(np.float32)}
+    state = model.state_dict()
+    for name, value in tensors.items():
+        np.testing.assert_array_equal(state[name].numpy(), value, err_msg=name)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_biases_random_and_norms_near_one(ckpts: dict[str, Path], family: str) -> None:
+    tensors = load_file(ckpts[family] / "model.safetensors")
+    biases = {k: v for k, v in tensors.items() if k.endswith(".bias")}
+    if family != "mistral":  # mistral has no bias switch
+        assert biases
+    for name, value in biases.items():
+        assert np.all(value != 0), name
+    norms = {k: v for k, v in tensors.items() if "norm" in k}
+    assert norms
+    for name, value in norms.items():
+        assert not np.allclose(value, 1.0), name
+        assert abs(float(value.mean()) - 1.0) < 0.1, name
+    assert float(tensors["model.layers.0.mlp.up_proj.weight"].std()) > 0.1
+
+
+def test_same_seed_same_weights_other_seed_differs(tmp_path: Path) -> None:
+    a = load_file(write_tiny_checkpoint(tmp_path / "a", "qwen2", seed=3) / "model.safetensors")
+    b = load_file(write_tiny_checkpoint(tmp_path / "b", "qwen2", seed=3) / "model.safetensors")
+    c = load_file(write_tiny_checkpoint(tmp_path / "c", "qwen2", seed=4) / "model.safetensors")
+    assert a.keys() == b.keys() == c.keys()
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name])
+    assert any(not np.array_equal(a[name], c[name]) for name in a)
+
+
+def test_qwen3_head_dim_differs_from_hidden_over_heads(ckpts: dict[str, Path]) -> None:
+    config = json.loads((ckpts["qwen3"] / "config.json").read_text())
+    assert config["head_dim"] == 32 != config["hidden_size"] // config["num_attention_heads"]
+    tensors = load_file(ckpts["qwen3"] / "model.safetensors")
+    assert tensors["model.layers.0.self_attn.q_proj.weight"].shape == (4 * 32, 64)
+    assert tensors["model.layers.0.self_attn.k_proj.weight"].shape == (2 * 32, 64)
+    assert tensors["model.layers.0.self_attn.q_norm.weight"].shape == (32,)
+
+
+def test_overrides_reach_the_config(tmp_path: Path) -> None:
+    rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+    ckpt = write_tiny_checkpoint(tmp_path / "l", "llama", rope_scaling=rope, rope_theta=5e5)
+    config = load_reference_model(ckpt).config
+    params = config.rope_parameters
+    assert params["rope_type"] == "llama3" and params["factor"] == 8.0
+    assert params["rope_theta"] == 5e5
+
+    ckpt = write_tiny_checkpoint(tmp_path / "m", "mistral", sliding_window=5)
+    assert load_reference_model(ckpt).config.sliding_window == 5
+
+    ckpt = write_tiny_checkpoint(tmp_path / "t", "qwen2", tie_word_embeddings=True)
+    assert "lm_head.weight" not in load_file(ckpt / "model.safetensors")
+    model = load_reference_model(ckpt)
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+def test_hub_layout_config(tmp_path: Path) -> None:
+    rope = {"rope_type": "linear", "factor": 2.0}
+    ckpt = write_tiny_checkpoint(tmp_path / "h", "llama", hub_layout=True, rope_scaling=rope)
+    data = json.loads((ckpt / "config.json").read_text())
+    assert data["torch_dtype"] == "float32" and "dtype" not in data
+    assert data["rope_theta"] == 10000.0 and "rope_parameters" not in data
+    assert data["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+    plain = write_tiny_checkpoint(tmp_path / "p", "qwen2", hub_layout=True)
+    assert json.loads((plain / "config.json").read_text())["rope_scaling"] is None
+
+
+_PARITY_CASES = [
+    ("llama", {"attention_bias": True}),
+    ("llama", {"rope_scaling": {"rope_type": "linear", "factor": 2.0}}),
+    ("mistral", {"sliding_window": 5}),
+    ("qwen2", {}),
+    ("qwen2", {"use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}),
+    ("qwen3", {}),
+]
+
+
+@pytest.mark.parametrize(("family", "overrides"), _PARITY_CASES)
+def test_decode_steps_match_full_recompute(
+    tmp_path: Path, family: str, overrides: dict[str, Any]
+) -> None:
+    ckpt = write_tiny_checkpoint(tmp_path / family, family, seed=1, **overrides)
+    prompt = np.array([[5, 17, 33, 8, 99, 3, 41], [9, 9, 120, 64, 2, 77, 12]], dtype=np.int64)
+    run = hf_reference_logits(ckpt, prompt, decode_steps=4)
+
+    assert len(run.steps) == 5
+    assert run.prefill.logits.shape == (2, 7, 128)
+    assert all(s.logits.shape == (2, 1, 128) for s in run.decode)
+    assert run.fed_tokens.shape == (2, 4)
+    for prev, step in zip(run.steps, run.decode, strict=False):
+        np.testing.assert_array_equal(step.input_ids[:, 0], prev.logits[:, -1].argmax(-1))
+    assert run.decode[-1].attention_mask.shape == (2, 7 + 4)
+    np.testing.assert_array_equal(run.decode[-1].position_ids, [[10], [10]])
+
+    full = np.concatenate([prompt, run.fed_tokens], axis=1)
+    with torch.no_grad():
+        ref = load_reference_model(ckpt)(input_ids=torch.from_numpy(full)).logits.numpy()
+    got = np.concatenate(run.logits, axis=1)
+    np.testing.assert_allclose(got, ref, atol=ATOL, rtol=0)
+    assert len(np.unique(ref.argmax(-1))) > 3  # not degenerate
+
+
+def test_left_padding_matches_unpadded(ckpts: dict[str, Path]) -> None:
+    ckpt = ckpts["qwen2"]
+    short = np.array([[11, 22, 33]], dtype=np.int64)
+    batch = np.array([[0, 0, 11, 22, 33], [1, 2, 3, 4, 5]], dtype=np.int64)
+    mask = np.array([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], dtype=np.int64)
+    padded = hf_reference_logits(ckpt, batch, decode_steps=3, attention_mask=mask)
+    alone = hf_reference_logits(ckpt, short, decode_steps=3)
+
+    np.testing.assert_array_equal(padded.prefill.position_ids, [[1, 1, 0, 1, 2], [0, 1, 2, 3, 4]])
+    np.testing.assert_allclose(
+        padded.prefill.logits[0, 2:], alone.prefill.logits[0], atol=ATOL, rtol=0
+    )
+    np.testing.assert_array_equal(padded.fed_tokens[0], alone.fed_tokens[0])
+    for p, a in zip(padded.decode, alone.decode, strict=True):
+        np.testing.assert_allclose(p.logits[0], a.logits[0], atol=ATOL, rtol=0)
+
+
+def test_positions_from_mask() -> None:
+    mask = np.array([[0, 1, 1, 1], [1, 1, 1, 1]])
+    np.testing.assert_array_equal(positions_from_mask(mask, 1), [[2], [3]])
+    np.testing.assert_array_equal(positions_from_mask(mask, 4), [[1, 0, 1, 2], [0, 1, 2, 3]])
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_greedy_tokens_match_generate(ckpts: dict[str, Path], family: str) -> None:
+    ckpt = ckpts[family]
+    prompt = [5, 17, 33, 8]
+    tokens = hf_greedy_tokens(ckpt, prompt, max_new_tokens=12, stop_at_eos=False)
+    assert len(tokens) == 12
+    model = load_reference_model(ckpt)
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([prompt]),
+            max_new_tokens=12,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=0,
+        )
+    assert out[0, len(prompt) :].tolist() == tokens
+    run = hf_reference_logits(ckpt, np.array([prompt]), decode_steps=11)
+    assert run.fed_tokens[0].tolist() == tokens[:11]
+
+
+def test_greedy_stops_after_eos(ckpts: dict[str, Path]) -> None:
+    ckpt = ckpts["llama"]
+    free = hf_greedy_tokens(ckpt, [5, 17], max_new_tokens=6, stop_at_eos=False)
+    eos_ckpt = ckpt.parent / "llama-eos"
+    shutil.copytree(ckpt, eos_ckpt)
+    gen = json.loads((eos_ckpt / "generation_config.json").read_text())
+    gen["eos_token_id"] = [free[2]]
+    (eos_ckpt / "generation_config.json").write_text(json.dumps(gen))
+    stopped = hf_greedy_tokens(eos_ckpt, [5, 17], max_new_tokens=6)
+    assert stopped == free[: free.index(free[2]) + 1]
+
+
+# --- the committed tiny-qwen2 fixture (tests/data/make_tiny_model.py) ---
+
+
+def test_tiny_qwen2_loads_without_missing_keys() -> None:
+    model, info = AutoModelForCausalLM.from_pretrained(TINY_QWEN2, output_loading_info=True)
+    assert not any(info.values()), info
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert model.dtype == torch.bfloat16
+    config = json.loads((TINY_QWEN2 / "config.json").read_text())
+    assert config["torch_dtype"] == "bfloat16" and config["rope_scaling"] is None
+    assert "rope_parameters" not in config and "dtype" not in config
+    assert config["use_sliding_window"] is False
+    assert model.config.sliding_window is None  # the config's window must be ignored
+    tensors = load_torch_file(TINY_QWEN2 / "model.safetensors")  # bf16: numpy can't load it
+    assert "lm_head.weight" not in tensors
+    assert {t.dtype for t in tensors.values()} == {torch.bfloat16}
+    assert all(bool(torch.all(v != 0)) for k, v in tensors.items() if k.endswith(".bias"))
+    assert (TINY_QWEN2 / "model.safetensors").stat().st_size < 400_000
+
+
+def test_tiny_qwen2_tokenizer_round_trips() -> None:
+    tok = AutoTokenizer.from_pretrained(TINY_QWEN2)
+    config = json.loads((TINY_QWEN2 / "config.json").read_text())
+    assert len(tok) == config["vocab_size"]
+    assert tok.eos_token == "<|im_end|>" and tok.eos_token_id == config["eos_token_id"]
+    assert tok.pad_token == "<|endoftext|>"
+    for text in [
+        "Hello world! The capital of France is Paris.",
+        "def f(x):\n    return 42",
+        "東京 🙂",
+    ]:
+        assert tok.decode(tok(text)["input_ids"]) == text
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert chat.endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+    ids = tok(chat)["input_ids"]
+    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
+
+
+def test_tiny_qwen2_is_reproducible(tmp_path: Path) -> None:
+    """The committed files match a fresh run of the generator script.
+
+    Tokenizer files are left out: their bytes depend on the tokenizers version's trainer and
+    serializer; the vocabulary size they imply is checked through config.json instead.
+    """
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_tiny_model", TINY_QWEN2.parent / "make_tiny_model.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.write_tiny_qwen2(tmp_path / "tiny-qwen2")
+    names = {p.name for p in TINY_QWEN2.iterdir()}
+    assert names == {p.name for p in out.iterdir()}
+    for name in sorted(names - {"tokenizer.json", "vocab.json", "merges.txt"}):
+        assert (out / name).read_bytes() == (TINY_QWEN2 / name).read_bytes(), name
+
+
+def test_tiny_qwen2_tokenizer_loads_in_onnxruntime_genai(tmp_path: Path) -> None:
+    """og.Tokenizer reads tokenizer.json/tokenizer_config.json next to a genai_config.json."""
+    og = pytest.importorskip("onnxruntime_genai")
+    config = json.loads((TINY_QWEN2 / "config.json").read_text())
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(TINY_QWEN2 / name, tmp_path / name)
+    genai_config = {
+        "model": {
+            "type": "qwen2",
+            "context_length": config["max_position_embeddings"],
+            "bos_token_id": config["bos_token_id"],
+            "eos_token_id": config["eos_token_id"],
+            "pad_token_id": config["bos_token_id"],
+            "vocab_size": config["vocab_size"],
+            "decoder": {
+                "filename": "model.onnx",  # never opened: only the tokenizer is built
+                "head_size": 16,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_hidden_layers": 2,
+                "num_key_value_heads": 2,
+            },
+        },
+        "search": {"max_length": config["max_position_embeddings"]},
+    }
+    (tmp_path / "genai_config.json").write_text(json.dumps(genai_config))
+    og_tok = og.Tokenizer(str(tmp_path))
+    hf_tok = AutoTokenizer.from_pretrained(TINY_QWEN2)
+    # NFC-composed text only: onnxruntime-genai skips tokenizer.json's NFC normalizer.
+    for text in ["Hello world! Paris 12345.", "<|im_start|>user\nHi<|im_end|>\n", "Café 東京 🙂"]:
+        ids = hf_tok(text)["input_ids"]
+        assert [int(i) for i in og_tok.encode(text)] == ids, text
+    text = "The quick brown fox, 東京 🙂"
+    assert og_tok.decode(og_tok.encode(text)) == text
