@@ -24,6 +24,7 @@ from mobius_genai.errors import (
     WeightsError,
 )
 from mobius_genai.optimize import OptimizationReport, optimize_model
+from mobius_genai.package import package
 
 __version__ = "0.1.0"
 
@@ -49,5 +50,6 @@ __all__ = [
     "get_build_dtype",
     "get_ep",
     "optimize_model",
+    "package",
     "register_ep",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -108,7 +110,10 @@ class ModelPackage(Mapping[str, ir.Model]):
             filename = MODEL_FILENAME if key == "model" else f"{key}.onnx"
             path = directory / filename
             tensors = [v for v in model.graph.initializers.values() if v.const_value is not None]
-            with Progress(f"saving {filename}", total=len(tensors), enabled=progress) as bar:
+            with (
+                Progress(f"saving {filename}", total=len(tensors), enabled=progress) as bar,
+                _quiet_weightless_save(),
+            ):
                 ir.save(
                     model,
                     path,
@@ -117,6 +122,24 @@ class ModelPackage(Mapping[str, ir.Model]):
                 )
             written.append(path)
         return written
+
+
+class _WeightlessInitializers(logging.Filter):
+    """Drops onnx-ir's warning per initializer saved without data (graph-only builds)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "does not have a constant value set" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _quiet_weightless_save() -> Iterator[None]:
+    serde_logger = logging.getLogger("onnx_ir.serde")
+    record_filter = _WeightlessInitializers()
+    serde_logger.addFilter(record_filter)
+    try:
+        yield
+    finally:
+        serde_logger.removeFilter(record_filter)
 
 
 def build_from_module(

@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module, help_text in _available_commands():
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)
+        sub.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
         module.add_arguments(sub)
         sub.set_defaults(_run=module.run)
     return parser

@@ -1,7 +1,19 @@
-# TEMPORARY placeholder (replaced by the optimize pipeline work)
-import dataclasses
-@dataclasses.dataclass
-class OptimizationReport:
-    matches: dict = dataclasses.field(default_factory=dict)
-def optimize_model(model, ep="default", dtype=None, model_role="decoder", trace=False):
-    return OptimizationReport()
+"""EP-aware optimization: the four-stage pipeline, its rules, Tier-1 functions and the trace.
+
+`optimize_model(model, ep, dtype, model_role, trace)` rewrites a portable model in place for
+one execution provider and returns an `OptimizationReport` (rule → matches, nodes added and
+removed, decline reasons, the trace lines).
+"""
+
+from mobius_genai.optimize.pipeline import FUSIONS, LOWERINGS, optimize_model
+from mobius_genai.optimize.trace import Decline, OptimizationReport, RuleStats, trace_to_stderr
+
+__all__ = [
+    "FUSIONS",
+    "LOWERINGS",
+    "Decline",
+    "OptimizationReport",
+    "RuleStats",
+    "optimize_model",
+    "trace_to_stderr",
+]

@@ -1,0 +1,90 @@
+"""`mobius-genai build MODEL -o OUT`: the optimized ONNX graph of a checkpoint, nothing more.
+
+Writes OUT/model.onnx and OUT/model.onnx.data (ModelPackage.save). Everything is written into a
+temporary folder beside OUT that becomes OUT only when the graph is complete, so a failure
+leaves no OUT behind (and an existing OUT untouched). For a runnable bundle use `package`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+from mobius_genai.build import build
+from mobius_genai.errors import BundleError, MobiusError
+from mobius_genai.optimize import trace_to_stderr
+from mobius_genai.package.bundle import staged_output
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `build`."""
+    parser.add_argument("model", help="hub id (e.g. Qwen/Qwen2.5-7B) or local checkpoint folder")
+    parser.add_argument("-o", "--output", required=True, help="folder for model.onnx (+ .data)")
+    parser.add_argument(
+        "--ep",
+        default="default",
+        help="execution provider (see `mobius-genai eps`); default: default",
+    )
+    parser.add_argument(
+        "--dtype", choices=("f32", "f16", "bf16"), help="model dtype; default: the EP's"
+    )
+    parser.add_argument(
+        "--no-weights",
+        dest="load_weights",
+        action="store_false",
+        help="read config.json only: the graph without weights (fast, for inspection)",
+    )
+    parser.add_argument(
+        "--context-length",
+        type=_positive_int,
+        help="positions the graph supports; default: max_position_embeddings",
+    )
+    parser.add_argument("--trace", action="store_true", help="log each optimization step to stderr")
+    parser.add_argument(
+        "--force", action="store_true", help="replace a non-empty output folder (on success only)"
+    )
+    parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build, save into a staging folder, rename it to OUT; print OUT on stdout.
+
+    Every failure becomes one MobiusError (the CLI prints it as one line; --debug shows the
+    traceback of the cause) and leaves no OUT behind.
+    """
+    out = Path(args.output)
+    with trace_to_stderr() if args.trace else contextlib.nullcontext():
+        try:
+            with staged_output(out, force=args.force) as staging:
+                package = build(
+                    args.model,
+                    args.ep,
+                    args.dtype,
+                    load_weights=args.load_weights,
+                    trace_optimization=args.trace,
+                    context_length=args.context_length,
+                    revision=args.revision,
+                    progress=True,
+                )
+                package.save(staging)
+        except MobiusError:
+            raise
+        except OSError as error:
+            raise BundleError(f"output {out}: could not write the graph ({error})") from error
+        except Exception as error:
+            raise MobiusError(
+                f"building {args.model} failed: {type(error).__name__}: {error}"
+            ) from error
+    print(out)
+    return 0

@@ -1,0 +1,44 @@
+"""`mobius-genai run DIR --prompt TEXT`: stream generated text from a bundle."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mobius_genai.package.generate import stream_text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `run`."""
+    parser.add_argument("folder", help="bundle folder")
+    parser.add_argument("--prompt", required=True, help="the user message (or raw text with --raw)")
+    parser.add_argument(
+        "--max-new-tokens",
+        type=_positive_int,
+        default=128,
+        help="tokens to generate at most (default 128)",
+    )
+    parser.add_argument(
+        "--raw", action="store_true", help="feed the prompt as is, without the chat template"
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {value}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the text as it is generated."""
+    for piece in stream_text(
+        args.folder,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        use_chat_template=not args.raw,
+    ):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0

@@ -1,0 +1,314 @@
+"""Tier-1 functions: com.microsoft ops that carry a standard-ONNX function body.
+
+A fusion that emits one of these ops also registers its body in ``model.functions`` (see
+`register_functions`). onnxruntime then runs its fused kernel, and a runtime without the
+kernel expands the body (onnxruntime itself does so for an op it has no kernel for), so the
+"default" EP stays portable. For an EP that cannot run an op, Stage 2b inlines the body
+(`needs_inlining`), which leaves only standard ONNX.
+
+Each body reproduces the op as onnxruntime 1.32 defines it (contrib-op schemas and CPU kernels),
+in the ONNX opset of the model it is registered in (bodies use only ops the matched pattern
+already contained, so the opset is always new enough):
+
+- ``SkipSimplifiedLayerNormalization(input, skip, gamma)``: ``s = input + skip``;
+  ``output = RMSNormalization(s, gamma)`` over the last axis; ``mean`` / ``inv_std_var`` are the
+  float32 statistics of ``s`` over the last axis (kept dims); ``input_skip_bias_sum = s``.
+- ``SkipLayerNormalization(input, skip, gamma[, beta])``: the same with LayerNormalization,
+  whose Mean / InvStdDev outputs are ``mean`` / ``inv_std_var``.
+- ``FusedMatMul(A, B)``: ``alpha * op(A) @ op(B)``. A body cannot branch on attributes, so each
+  transposition gets an overload: ``"transB"`` is ``A @ Transpose(B)`` for a 2-D ``B`` and
+  ``"transA"`` is ``Transpose(A) @ B`` for a 2-D ``A`` (alpha 1, no batch transposes), the only
+  forms the FusedMatMul rule emits. onnxruntime picks its kernel whatever the overload is.
+- ``BiasGelu(A, B)``: ``Gelu(A + B)`` (erf form; onnxruntime's BiasGelu is the exact GELU).
+- ``FastGelu(X, bias)``: ``Gelu(X + bias, approximate="tanh")``.
+
+The bias inputs of the Skip*Normalization ops are not covered (the rules never emit them), so a
+node that uses one gets no body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+
+import onnx_ir as ir
+
+from mobius_genai.ep.capabilities import EpCapabilities
+
+__all__ = [
+    "MS_DOMAIN",
+    "TIER1_OPS",
+    "DropUnusedOptionalOutputsPass",
+    "Tier1Op",
+    "ep_runs",
+    "is_standard_domain",
+    "needs_inlining",
+    "register_functions",
+]
+
+MS_DOMAIN = "com.microsoft"
+_STANDARD_DOMAINS = ("", "ai.onnx")
+_DEFAULT_EPSILON = 1e-12  # onnxruntime's default for the Skip*Normalization ops
+
+Body = Callable[[ir.tape.Tape, Sequence[ir.Value]], Sequence[ir.Value]]
+
+
+def is_standard_domain(domain: str) -> bool:
+    """True for the ONNX standard domain ("" or "ai.onnx")."""
+    return domain in _STANDARD_DOMAINS
+
+
+@dataclasses.dataclass(frozen=True)
+class Tier1Op:
+    """One com.microsoft op with a standard-ONNX body."""
+
+    op_type: str
+    inputs: tuple[str, ...]
+    """Formal inputs of the body; the first `min_inputs` are required."""
+    min_inputs: int
+    outputs: tuple[str, ...]
+    optional_outputs: frozenset[int]
+    """Output positions a node may leave empty (named "") when nothing reads them."""
+    attributes: tuple[ir.Attr, ...]
+    """Attributes the op declares, with onnxruntime's defaults."""
+    bodies: Mapping[str, Body]
+    """Overload → body builder (the default body has overload "")."""
+    capability: str | None = None
+    """EpCapabilities field that says whether the EP has the kernel (besides supports_custom_ops)."""
+
+    def function(self, overload: str, opset: int) -> ir.Function:
+        """The body for `overload` as an ir.Function importing ONNX opset `opset`."""
+        tape = ir.tape.Tape()
+        params = [ir.Value(name=name) for name in self.inputs]
+        results = list(self.bodies[overload](tape, params))
+        for value, name in zip(results, self.outputs, strict=True):
+            value.name = name
+        graph = ir.Graph(
+            params, results, nodes=tape.nodes, opset_imports={"": opset}, name=self.op_type
+        )
+        return ir.Function(
+            MS_DOMAIN, self.op_type, overload, graph=graph, attributes=list(self.attributes)
+        )
+
+    def covers(self, node: ir.Node) -> bool:
+        """Whether a body exists for this call (its overload and number of inputs)."""
+        return node.overload in self.bodies and self.min_inputs <= len(node.inputs) <= len(
+            self.inputs
+        )
+
+
+def _float_attr(name: str, default: float) -> ir.Attr:
+    return ir.Attr(name, ir.AttributeType.FLOAT, default)
+
+
+def _int_attr(name: str, default: int) -> ir.Attr:
+    return ir.Attr(name, ir.AttributeType.INT, default)
+
+
+def _epsilon(tape: ir.tape.Tape) -> ir.Value:
+    return tape.op(
+        "Constant",
+        [],
+        {"value_float": ir.RefAttr("value_float", "epsilon", ir.AttributeType.FLOAT)},
+    )
+
+
+def _last_axis(tape: ir.tape.Tape) -> ir.Value:
+    return tape.op("Constant", [], {"value_ints": [-1]})
+
+
+def _skip_simplified_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    x, skip, gamma = params
+    total = tape.op("Add", [x, skip])
+    output = tape.op(
+        "RMSNormalization",
+        [total, gamma],
+        {"axis": -1, "epsilon": ir.RefAttr("epsilon", "epsilon", ir.AttributeType.FLOAT)},
+    )
+    total32 = tape.op("Cast", [total], {"to": ir.DataType.FLOAT})
+    axes = _last_axis(tape)
+    mean = tape.op("ReduceMean", [total32, axes], {"keepdims": 1})
+    mean_square = tape.op("ReduceMean", [tape.op("Mul", [total32, total32]), axes], {"keepdims": 1})
+    inv_std_var = tape.op(
+        "Reciprocal", [tape.op("Sqrt", [tape.op("Add", [mean_square, _epsilon(tape)])])]
+    )
+    return [output, mean, inv_std_var, total]
+
+
+def _skip_layer_norm_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    x, skip, gamma, beta = params
+    total = tape.op("Add", [x, skip])
+    output, mean, inv_std_var = tape.op_multi_out(
+        "LayerNormalization",
+        [total, gamma, beta],
+        {"axis": -1, "epsilon": ir.RefAttr("epsilon", "epsilon", ir.AttributeType.FLOAT)},
+        num_outputs=3,
+    )
+    return [output, mean, inv_std_var, total]
+
+
+def _transposed(tape: ir.tape.Tape, value: ir.Value) -> ir.Value:
+    return tape.op("Transpose", [value], {"perm": [1, 0]})
+
+
+def _fused_matmul_trans_a(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    a, b = params
+    return [tape.op("MatMul", [_transposed(tape, a), b])]
+
+
+def _fused_matmul_trans_b(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    a, b = params
+    return [tape.op("MatMul", [a, _transposed(tape, b)])]
+
+
+def _bias_gelu_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    a, b = params
+    return [tape.op("Gelu", [tape.op("Add", [a, b])])]
+
+
+def _fast_gelu_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    x, bias = params
+    return [tape.op("Gelu", [tape.op("Add", [x, bias])], {"approximate": "tanh"})]
+
+
+_SKIP_NORM_OUTPUTS = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
+
+TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
+    {
+        op.op_type: op
+        for op in (
+            Tier1Op(
+                "SkipSimplifiedLayerNormalization",
+                inputs=("input", "skip", "gamma"),
+                min_inputs=3,
+                outputs=_SKIP_NORM_OUTPUTS,
+                optional_outputs=frozenset({1, 2, 3}),
+                attributes=(_float_attr("epsilon", _DEFAULT_EPSILON),),
+                bodies={"": _skip_simplified_body},
+                capability="supports_skip_layer_norm",
+            ),
+            Tier1Op(
+                "SkipLayerNormalization",
+                inputs=("input", "skip", "gamma", "beta"),
+                min_inputs=3,
+                outputs=_SKIP_NORM_OUTPUTS,
+                optional_outputs=frozenset({1, 2, 3}),
+                attributes=(_float_attr("epsilon", _DEFAULT_EPSILON),),
+                bodies={"": _skip_layer_norm_body},
+                capability="supports_skip_layer_norm",
+            ),
+            Tier1Op(
+                "FusedMatMul",
+                inputs=("A", "B"),
+                min_inputs=2,
+                outputs=("Y",),
+                optional_outputs=frozenset(),
+                attributes=(
+                    _float_attr("alpha", 1.0),
+                    _int_attr("transA", 0),
+                    _int_attr("transB", 0),
+                    _int_attr("transBatchA", 0),
+                    _int_attr("transBatchB", 0),
+                ),
+                bodies={"transA": _fused_matmul_trans_a, "transB": _fused_matmul_trans_b},
+                capability="supports_fused_matmul",
+            ),
+            Tier1Op(
+                "BiasGelu",
+                inputs=("A", "B"),
+                min_inputs=2,
+                outputs=("C",),
+                optional_outputs=frozenset(),
+                attributes=(),
+                bodies={"": _bias_gelu_body},
+            ),
+            Tier1Op(
+                "FastGelu",
+                inputs=("X", "bias"),
+                min_inputs=2,
+                outputs=("Y",),
+                optional_outputs=frozenset(),
+                attributes=(),
+                bodies={"": _fast_gelu_body},
+            ),
+        )
+    }
+)
+
+
+def ep_runs(caps: EpCapabilities, op_type: str, domain: str = MS_DOMAIN) -> bool:
+    """Whether `caps` says the EP has a kernel for `domain::op_type`.
+
+    Standard ops always run; custom-domain ops need ``supports_custom_ops``, and a Tier-1 op
+    also the capability field it names (e.g. ``supports_skip_layer_norm``).
+    """
+    if is_standard_domain(domain):
+        return True
+    if not caps.supports_custom_ops:
+        return False
+    spec = TIER1_OPS.get(op_type) if domain == MS_DOMAIN else None
+    return spec is None or spec.capability is None or bool(getattr(caps, spec.capability))
+
+
+def needs_inlining(function: ir.Function, caps: EpCapabilities) -> bool:
+    """Stage 2b criterion: expand a custom-domain function whose op the EP cannot run."""
+    return not ep_runs(caps, function.name, function.domain)
+
+
+def _default_opset(model: ir.Model) -> int:
+    version = model.opset_imports.get("", model.opset_imports.get("ai.onnx"))
+    if version is None:
+        raise ValueError("the model imports no ONNX standard opset")
+    return version
+
+
+def register_functions(model: ir.Model) -> list[ir.OperatorIdentifier]:
+    """Register the body of every Tier-1 op the main graph calls and the model lacks.
+
+    Returns the identifiers added. Calls no body covers (another overload, extra inputs) are
+    left as they are.
+    """
+    added: list[ir.OperatorIdentifier] = []
+    opset: int | None = None
+    for node in model.graph.all_nodes():
+        if node.domain != MS_DOMAIN or node.op_type not in TIER1_OPS:
+            continue
+        identifier = node.op_identifier()
+        spec = TIER1_OPS[node.op_type]
+        if identifier in model.functions or not spec.covers(node):
+            continue
+        if opset is None:
+            opset = _default_opset(model)
+        model.functions[identifier] = spec.function(node.overload, opset)
+        added.append(identifier)
+    return added
+
+
+class DropUnusedOptionalOutputsPass(ir.passes.InPlacePass):
+    """Name the unread optional outputs of Tier-1 ops "" (absent), except the last one.
+
+    The com.microsoft counterpart of what RemoveUnusedNodesPass does for standard ops (it only
+    knows ONNX schemas): onnxruntime then skips those outputs, and an inlined body loses the
+    nodes that computed them. The last output keeps its name so the serialized node keeps as
+    many outputs as its function declares (trailing empty outputs are not written, and ONNX
+    function inference, e.g. onnx.checker's full check, fails on a call with fewer outputs).
+    """
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        modified = False
+        graph_outputs = frozenset(model.graph.outputs)
+        for node in model.graph.all_nodes():
+            spec = TIER1_OPS.get(node.op_type) if node.domain == MS_DOMAIN else None
+            if spec is None:
+                continue
+            for index, output in enumerate(node.outputs[:-1]):
+                if (
+                    index in spec.optional_outputs
+                    and output.name
+                    and not output.uses()
+                    and output not in graph_outputs
+                ):
+                    output.name = ""
+                    modified = True
+        return ir.passes.PassResult(model, modified)

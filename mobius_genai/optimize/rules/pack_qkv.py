@@ -1,0 +1,164 @@
+"""PackQKV: three q/k/v projections of one input → one packed projection feeding GQA.
+
+Math preserved: for weights stored [in, out] (components/linear.py),
+
+    concat(x @ Wq + bq, x @ Wk + bk, x @ Wv + bv, axis=-1) = x @ [Wq | Wk | Wv] + [bq | bk | bv]
+
+and GroupQueryAttention reads a packed query of width ``(num_heads + 2 * kv_num_heads) *
+head_dim`` as exactly that concatenation (key and value inputs left empty).
+
+The packed weight is a new initializer whose value is an ``ir.LazyTensor`` that concatenates
+the three weights only when it is saved: nothing is read at rewrite time. Built without
+weights (``load_weights=False``) the three parameters have no value and neither does the
+packed one. The unused q/k/v initializers are left for the pipeline's final cleanup.
+
+Gating on the model dtype (``qkv_pack_dtypes``) is the pipeline's business.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import pattern
+from onnxscript.rewriter._basics import MatchResult
+
+from mobius_genai.optimize.rules.gqa import GQA_OP, MS_DOMAIN, PAST_KEY
+
+
+def lazy_concat(
+    tensors: Sequence[ir.TensorProtocol], axis: int, dtype: ir.DataType, name: str
+) -> ir.LazyTensor:
+    """A tensor equal to ``concatenate(tensors, axis)``, computed when first read."""
+    shapes = [tuple(t.shape.numpy()) for t in tensors]
+    shape = list(shapes[0])
+    shape[axis] = sum(s[axis] for s in shapes)
+
+    def load() -> ir.TensorProtocol:
+        arrays = [t.numpy() for t in tensors]
+        return ir.Tensor(np.concatenate(arrays, axis=axis), dtype=dtype, name=name)
+
+    return ir.LazyTensor(load, dtype=dtype, shape=ir.Shape(shape), name=name)
+
+
+def new_parameter(
+    graph: ir.Graph,
+    name: str,
+    shape: Sequence[int],
+    dtype: ir.DataType,
+    make_value: Callable[[str], ir.TensorProtocol] | None,
+) -> ir.Value:
+    """Register an initializer under an unused name derived from `name`.
+
+    `make_value` returns the tensor for the final name; None makes a parameter without a
+    value (a graph built without weights).
+    """
+    unique, suffix = name, 1
+    while unique in graph.initializers:
+        unique, suffix = f"{name}_{suffix}", suffix + 1
+    value = ir.Value(name=unique, shape=ir.Shape(shape), type=ir.TensorType(dtype))
+    if make_value is not None:
+        value.const_value = make_value(unique)
+    graph.initializers.add(value)  # (register_initializer insists on a value)
+    return value
+
+
+def _packed_name(q_name: str, suffix: str) -> str:
+    if "q_proj" in q_name:
+        return q_name.replace("q_proj", "qkv_proj")
+    return f"{q_name}.qkv{suffix}"
+
+
+class PackQKV(pattern.RewriteRuleClassBase):
+    """GQA(MatMul(x, Wq) [+ bq], MatMul(x, Wk) [+ bk], MatMul(x, Wv) [+ bv]) → packed GQA."""
+
+    def __init__(self, bias: bool) -> None:
+        super().__init__("PackQKV")
+        self.bias = bias
+
+    def pattern(self, op, x, wq, wk, wv, bq, bk, bv):
+        q, k, v = op.MatMul(x, wq), op.MatMul(x, wk), op.MatMul(x, wv)
+        if self.bias:
+            q, k, v = op.Add(q, bq), op.Add(k, bk), op.Add(v, bv)
+        return op.GroupQueryAttention(
+            q,
+            k,
+            v,
+            _domain=MS_DOMAIN,
+            _allow_other_inputs=True,
+            _allow_other_attributes=True,
+            _outputs=["attention", "present_key", "present_value"],
+        )
+
+    def check(self, context, wq, wk, wv, attention, bq=None, bk=None, bv=None, **_) -> MatchResult:
+        result = MatchResult()
+        weights = (wq, wk, wv)
+        for w in weights:
+            if not w.is_initializer() or w.shape is None or len(w.shape) != 2:
+                return result.fail("projection weight is not a 2-D initializer", w)
+            if not all(isinstance(d, int) for d in w.shape):
+                return result.fail("projection weight has a symbolic shape", w)
+        if len({w.shape[0] for w in weights}) != 1 or len({w.dtype for w in weights}) != 1:
+            return result.fail("q/k/v weights differ in input width or dtype", list(weights))
+        if wk.shape[1] != wv.shape[1]:
+            return result.fail("key and value widths differ", [wk, wv])
+        gqa = attention.producer().attributes
+        num_heads, kv_num_heads = gqa.get_int("num_heads", 0), gqa.get_int("kv_num_heads", 0)
+        if num_heads <= 0 or wq.shape[1] * kv_num_heads != wk.shape[1] * num_heads:
+            return result.fail(
+                "q and k/v widths do not give one head_dim for num_heads/kv_num_heads, which "
+                "GQA needs to split a packed input",
+                attention.producer(),
+            )
+        if len({w.const_value is None for w in weights}) != 1:
+            return result.fail("some q/k/v weights have values and some do not", list(weights))
+        if self.bias:
+            for b, w in zip((bq, bk, bv), weights, strict=True):
+                if not b.is_initializer() or b.shape is None or list(b.shape) != [w.shape[1]]:
+                    return result.fail("projection bias is not a 1-D initializer of its width", b)
+                if b.dtype != w.dtype or (b.const_value is None) != (w.const_value is None):
+                    return result.fail("projection bias and weight disagree", b)
+        return result
+
+    def rewrite(self, op, x, wq, wk, wv, attention, bq=None, bk=None, bv=None, **_):
+        node = attention.producer()
+        graph = wq.graph
+        dtype = wq.dtype
+        packed_w = _concat_parameter(graph, (wq, wk, wv), axis=1, dtype=dtype, suffix=".weight")
+        packed = op.MatMul(x, packed_w)
+        if self.bias:
+            packed_b = _concat_parameter(graph, (bq, bk, bv), axis=0, dtype=dtype, suffix=".bias")
+            packed = op.Add(packed, packed_b)
+        rest = list(node.inputs[PAST_KEY:])
+        attributes = {name: attr for name, attr in node.attributes.items()}
+        return op.op(
+            GQA_OP,
+            packed,
+            None,
+            None,
+            *rest,
+            _domain=MS_DOMAIN,
+            _outputs=3,
+            **attributes,
+        )
+
+
+def _concat_parameter(
+    graph: ir.Graph, values: Sequence[ir.Value], axis: int, dtype: ir.DataType, suffix: str
+) -> ir.Value:
+    shape = [int(d) for d in values[0].shape]
+    shape[axis] = sum(int(v.shape[axis]) for v in values)
+    tensors = [v.const_value for v in values]
+    make = None
+    if all(t is not None for t in tensors):
+
+        def make(name: str) -> ir.LazyTensor:
+            return lazy_concat(tensors, axis, dtype, name)
+
+    return new_parameter(graph, _packed_name(values[0].name or "qkv", suffix), shape, dtype, make)
+
+
+def rules() -> pattern.RewriteRuleSet:
+    """PackQKV with and without projection biases."""
+    return pattern.RewriteRuleSet([PackQKV.rule(bias=True), PackQKV.rule(bias=False)])

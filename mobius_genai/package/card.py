@@ -1,0 +1,92 @@
+"""README.md of a bundle: what was built and how to run it, from templates/bundle_README.md.
+
+Rendered with string.Template (no template engine dependency); every value comes from the
+genai_config and the manifest's build section, so the card cannot disagree with the bundle.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mobius_genai import _resources
+
+TEMPLATE = "templates/bundle_README.md"
+CARD_FILENAME = "README.md"
+
+#: What each well-known bundle file is, for the card's file table.
+FILE_ROLES: Mapping[str, str] = {
+    "model.onnx": "the decoder graph",
+    "model.onnx.data": "the decoder's weights (ONNX external data)",
+    "genai_config.json": "how onnxruntime-genai runs the graph",
+    "tokenizer.json": "tokenizer",
+    "tokenizer_config.json": "tokenizer settings and chat template",
+    "special_tokens_map.json": "special tokens",
+    "added_tokens.json": "added tokens",
+    "chat_template.jinja": "chat template",
+    "chat_template.json": "chat template",
+    "generation_config.json": "the checkpoint's generation defaults",
+    "vocab.json": "tokenizer vocabulary",
+    "merges.txt": "tokenizer merges",
+    "tokenizer.model": "SentencePiece tokenizer",
+    "mobius_manifest.json": "provenance and checksums",
+    CARD_FILENAME: "this card",
+}
+
+
+def render_card(
+    genai_config: Mapping[str, Any],
+    *,
+    folder: str,
+    model_id: str,
+    revision: str | None,
+    build: Mapping[str, Any],
+    tool_version: str,
+    files: list[str],
+) -> str:
+    """The README.md text of a bundle named `folder` holding `files`."""
+    model = genai_config["model"]
+    decoder = model["decoder"]
+    providers = decoder.get("session_options", {}).get("provider_options", [])
+    provider = ", ".join(f"`{name}`" for entry in providers for name in entry) or "CPU"
+    share = genai_config.get("search", {}).get("past_present_share_buffer", False)
+    rules = build.get("optimization") or {}
+    values = {
+        "title": f"{Path(model_id).name} for {build['execution_provider']} ({build['precision']})",
+        "model_id": model_id,
+        "revision": f"`{revision}`" if revision else "not recorded",
+        "tool_version": tool_version,
+        "execution_provider": build["execution_provider"],
+        "provider": f"onnxruntime-genai provider {provider}",
+        "dtype": build["dtype"],
+        "precision": build["precision"],
+        "context_length": model["context_length"],
+        "model_type": build["model_type"],
+        "genai_type": model["type"],
+        "num_layers": decoder["num_hidden_layers"],
+        "num_heads": decoder["num_attention_heads"],
+        "num_kv_heads": decoder["num_key_value_heads"],
+        "head_size": decoder["head_size"],
+        "vocab_size": model.get("vocab_size", "?"),
+        "attention": (
+            "GroupQueryAttention, past/present KV buffer shared"
+            if share
+            else "KV cache grows by concatenation"
+        ),
+        "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
+        "folder": folder,
+        "requirements": _requirements(provider),
+        "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
+    }
+    return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
+
+
+def _requirements(provider: str) -> str:
+    if provider == "CPU":
+        return "Needs `pip install onnxruntime-genai`."
+    return (
+        f"Needs an onnxruntime-genai build with the {provider} execution provider "
+        "(e.g. `onnxruntime-genai-cuda` for CUDA); the CPU-only wheel cannot load it."
+    )

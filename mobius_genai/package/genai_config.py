@@ -1,0 +1,246 @@
+"""genai_config.json: what onnxruntime-genai needs to run a decoder graph.
+
+Built from three things only: the ArchitectureConfig, the EP's capabilities and the graph as
+written (its input/output names and whether it uses GroupQueryAttention). onnxruntime-genai
+0.18 rejects unknown keys almost everywhere, so only keys it knows are written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep import EpCapabilities
+from mobius_genai.errors import BundleError, ConfigError, UnsupportedModelError
+from mobius_genai.package.graph import GraphInfo, LayerNames, layer_names
+
+#: HF `model_type` → onnxruntime-genai `model.type` (case-sensitive). All of these run through
+#: genai's generic decoder path; a gpt2-family graph with the standard I/O loads as "decoder".
+MODEL_TYPES: Mapping[str, str] = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+    "gemma": "gemma",
+    "gemma2": "gemma2",
+    "gemma3_text": "gemma3_text",
+    "phi": "phi",
+    "phi3": "phi3",
+    "granite": "granite",
+    "olmo": "olmo",
+    "smollm3": "smollm3",
+    "nemotron": "nemotron",
+    "gpt2": "decoder",
+}
+
+#: generation_config.json keys copied into `search`, with the type genai parses them as, and
+#: transformers' default for each (used when generation_config.json does not set it).
+SEARCH_DEFAULTS: Mapping[str, tuple[type, Any]] = {
+    "do_sample": (bool, False),
+    "num_beams": (int, 1),
+    "num_return_sequences": (int, 1),
+    "min_length": (int, 0),
+    "top_k": (int, 50),
+    "top_p": (float, 1.0),
+    "temperature": (float, 1.0),
+    "repetition_penalty": (float, 1.0),
+    "length_penalty": (float, 1.0),
+    "no_repeat_ngram_size": (int, 0),
+    "diversity_penalty": (float, 0.0),
+}
+
+CONFIG_FILENAME = "genai_config.json"
+
+
+def read_generation_config(folder: str | Path) -> dict[str, Any]:
+    """generation_config.json of a checkpoint folder as a dict ({} when the file is absent)."""
+    path = Path(folder) / "generation_config.json"
+    if not path.is_file():
+        return {}
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(f"{path}: not readable as JSON ({error})") from error
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a JSON object, found {type(raw).__name__}")
+    return raw
+
+
+def make_genai_config(
+    config: ArchitectureConfig,
+    ep: EpCapabilities,
+    graph: GraphInfo,
+    *,
+    context_length: int | None = None,
+    generation: Mapping[str, Any] | None = None,
+    filename: str = "model.onnx",
+    model_types: Mapping[str, str] = MODEL_TYPES,
+) -> dict[str, Any]:
+    """The genai_config.json document for `graph` (the decoder file `filename`) on `ep`.
+
+    `context_length` defaults to max_position_embeddings; `generation` is generation_config.json
+    (token ids and search defaults; it wins over config.json).
+    """
+    generation = generation or {}
+    context_length = context_length or config.max_position_embeddings
+    share_buffer = graph.has_gqa
+    model: dict[str, Any] = {
+        "type": genai_model_type(config.model_type, model_types),
+        "context_length": context_length,
+        "vocab_size": config.vocab_size,
+        **token_ids(config, generation),
+        "decoder": {
+            "filename": filename,
+            "head_size": config.head_dim,
+            "hidden_size": config.hidden_size,
+            "num_attention_heads": config.num_attention_heads,
+            "num_key_value_heads": config.num_key_value_heads,
+            "num_hidden_layers": config.num_hidden_layers,
+            "inputs": _decoder_inputs(graph, config.num_hidden_layers),
+            "outputs": _decoder_outputs(graph, config.num_hidden_layers),
+            "session_options": {
+                "provider_options": provider_options(ep, share_buffer=share_buffer)
+            },
+        },
+    }
+    search = {
+        **search_defaults(generation),
+        "max_length": context_length,
+        "past_present_share_buffer": share_buffer,
+    }
+    return {"model": model, "search": search}
+
+
+def genai_model_type(model_type: str, model_types: Mapping[str, str] = MODEL_TYPES) -> str:
+    """onnxruntime-genai's name for the HF `model_type`."""
+    try:
+        return model_types[model_type]
+    except KeyError:
+        raise UnsupportedModelError(
+            f"config.json: model_type {model_type!r} has no onnxruntime-genai model type; "
+            f"accepted: {sorted(model_types)}"
+        ) from None
+
+
+def provider_options(ep: EpCapabilities, *, share_buffer: bool) -> list[dict[str, dict[str, str]]]:
+    """`session_options.provider_options` for `ep`: [] on CPU, else one `{provider: {...}}`.
+
+    Graph capture needs past/present buffer sharing, so it is switched on only when the EP
+    enables it and the graph shares the buffer; the option is always written out when the EP
+    has one, because DML turns capture on unless told "0".
+    """
+    if ep.genai_provider is None:
+        return []
+    options = dict(ep.provider_options)
+    if ep.graph_capture_option is not None:
+        capture = ep.enable_graph_capture and share_buffer
+        options[ep.graph_capture_option] = "1" if capture else "0"
+    return [{ep.genai_provider: options}]
+
+
+def token_ids(config: ArchitectureConfig, generation: Mapping[str, Any]) -> dict[str, Any]:
+    """bos / eos / pad ids: generation_config.json first, then config.json.
+
+    eos is an int or, when there are several, a list; pad falls back to the first eos.
+    """
+    bos = _token("bos_token_id", generation.get("bos_token_id"), config.bos_token_id)
+    raw_eos = generation.get("eos_token_id")
+    if raw_eos is None:
+        raw_eos = list(config.eos_token_id)
+    eos_list = raw_eos if isinstance(raw_eos, list | tuple) else [raw_eos]
+    eos = list(dict.fromkeys(_token("eos_token_id", value, None) for value in eos_list))
+    pad = _token("pad_token_id", generation.get("pad_token_id"), config.pad_token_id)
+    if pad is None and eos:
+        pad = eos[0]
+    ids: dict[str, Any] = {}
+    if bos is not None:
+        ids["bos_token_id"] = bos
+    if eos:
+        ids["eos_token_id"] = eos[0] if len(eos) == 1 else eos
+    if pad is not None:
+        ids["pad_token_id"] = pad
+    return ids
+
+
+def search_defaults(generation: Mapping[str, Any]) -> dict[str, Any]:
+    """Search settings from generation_config.json over transformers' defaults.
+
+    A value of the wrong type for genai (e.g. early_stopping "never") keeps the default.
+    """
+    search: dict[str, Any] = {}
+    for key, (kind, default) in SEARCH_DEFAULTS.items():
+        value = _coerce(generation.get(key), kind)
+        search[key] = default if value is None else value
+    return search
+
+
+def _coerce(value: Any, kind: type) -> Any:
+    if value is None or (isinstance(value, bool) and kind is not bool):
+        return None
+    if kind is bool:
+        return value if isinstance(value, bool) else None
+    if kind is int:
+        return value if isinstance(value, int) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _token(field: str, value: Any, fallback: Any) -> int | None:
+    if value is None:
+        value = fallback
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            f"generation_config.json/config.json: {field} must be an integer token id, "
+            f"found {value!r}"
+        )
+    return value
+
+
+def _require_input(graph: GraphInfo, name: str) -> str:
+    if name not in graph.inputs:
+        raise BundleError(
+            f"graph: input {name!r} is missing; found {sorted(graph.inputs)}; accepted: "
+            "a decoder with the onnxruntime-genai I/O contract"
+        )
+    return name
+
+
+def _layers(names: Mapping[str, Any], role: str, side: str, num_layers: int) -> str:
+    family: LayerNames | None = layer_names(names, role)
+    expected = tuple(range(num_layers))
+    if family is None or family.indices != expected:
+        found = "none" if family is None else f"{family.pattern} for layers {list(family.indices)}"
+        raise BundleError(
+            f"graph: per-layer {side} {role} names: {found}; accepted: one per layer "
+            f"0..{num_layers - 1} (num_hidden_layers={num_layers})"
+        )
+    return family.pattern
+
+
+def _decoder_inputs(graph: GraphInfo, num_layers: int) -> dict[str, str]:
+    inputs = {
+        "input_ids": _require_input(graph, "input_ids"),
+        "attention_mask": _require_input(graph, "attention_mask"),
+    }
+    if "position_ids" in graph.inputs:
+        inputs["position_ids"] = "position_ids"
+    inputs["past_key_names"] = _layers(graph.inputs, "key", "input", num_layers)
+    inputs["past_value_names"] = _layers(graph.inputs, "value", "input", num_layers)
+    return inputs
+
+
+def _decoder_outputs(graph: GraphInfo, num_layers: int) -> dict[str, str]:
+    if "logits" not in graph.outputs:
+        raise BundleError(
+            f"graph: output 'logits' is missing; found {sorted(graph.outputs)}; accepted: "
+            "a decoder with the onnxruntime-genai I/O contract"
+        )
+    return {
+        "logits": "logits",
+        "present_key_names": _layers(graph.outputs, "key", "output", num_layers),
+        "present_value_names": _layers(graph.outputs, "value", "output", num_layers),
+    }

@@ -1,0 +1,126 @@
+"""Run a bundle with onnxruntime-genai: load it, generate greedily, stream text.
+
+Shared by the smoke test (greedy tokens) and `mobius-genai run` (streamed text with the
+bundle's chat template). onnxruntime-genai errors become BundleErrors naming the bundle.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import onnxruntime_genai as og
+
+from mobius_genai.errors import BundleError
+
+CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
+
+
+def load_model(folder: str | Path, *, cpu: bool = False) -> og.Model:
+    """og.Model of the bundle in `folder`; `cpu=True` ignores its provider_options."""
+    try:
+        config = og.Config(str(folder))
+        if cpu:
+            config.clear_providers()
+        return og.Model(config)
+    except Exception as error:  # og raises RuntimeError for every load failure
+        where = " on CPU" if cpu else ""
+        raise BundleError(
+            f"{folder}: onnxruntime-genai cannot load the bundle{where}: {error}"
+        ) from error
+
+
+def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:
+    """og.Tokenizer of a loaded bundle."""
+    try:
+        return og.Tokenizer(model)
+    except Exception as error:
+        raise BundleError(
+            f"{folder}: onnxruntime-genai cannot load the tokenizer: {error}"
+        ) from error
+
+
+def greedy_tokens(model: og.Model, prompt_ids: Sequence[int], max_length: int) -> list[int]:
+    """Tokens onnxruntime-genai generates greedily after `prompt_ids`, up to `max_length` in all.
+
+    Repetition penalty is forced to 1.0 so the result is plain argmax decoding; a failing
+    session run becomes a BundleError.
+    """
+    tokens: list[int] = []
+    try:
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=max_length, repetition_penalty=1.0)
+        generator = og.Generator(model, params)
+        generator.append_tokens(list(prompt_ids))
+        while not generator.is_done():
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+    except Exception as error:  # og raises RuntimeError when a session run fails
+        raise BundleError(
+            f"onnxruntime-genai failed after {len(tokens)} generated tokens: {error}"
+        ) from error
+    return tokens
+
+
+def chat_template(folder: str | Path) -> str | None:
+    """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config)."""
+    folder = Path(folder)
+    for name in CHAT_TEMPLATE_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if name.endswith(".jinja"):
+            return path.read_text(encoding="utf-8")
+        template = _template_value(_read_json(path))
+        if template:
+            return template
+    return None
+
+
+def stream_text(
+    folder: str | Path,
+    prompt: str,
+    *,
+    max_new_tokens: int = 128,
+    use_chat_template: bool = True,
+) -> Iterator[str]:
+    """Text pieces generated for `prompt` with the bundle's own search settings."""
+    model = load_model(folder)
+    tokenizer = load_tokenizer(model, folder)
+    template = chat_template(folder) if use_chat_template else None
+    context = _read_json(Path(folder) / "genai_config.json")["model"]["context_length"]
+    try:
+        text = prompt
+        if template is not None:
+            messages = json.dumps([{"role": "user", "content": prompt}])
+            text = tokenizer.apply_chat_template(
+                messages, template_str=template, add_generation_prompt=True
+            )
+        prompt_ids = list(tokenizer.encode(text))
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=min(len(prompt_ids) + max_new_tokens, context))
+        generator = og.Generator(model, params)
+        generator.append_tokens(prompt_ids)
+        stream = tokenizer.create_stream()
+        while not generator.is_done():
+            generator.generate_next_token()
+            yield stream.decode(generator.get_next_tokens()[0])
+    except RuntimeError as error:  # og's error type for template, tokenizer and run failures
+        raise BundleError(f"{folder}: onnxruntime-genai failed to generate: {error}") from error
+
+
+def _template_value(document: Any) -> str | None:
+    template = document.get("chat_template") if isinstance(document, dict) else None
+    if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
+        named = {entry.get("name"): entry.get("template") for entry in template}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BundleError(f"{path.name}: not readable as JSON ({error})") from error

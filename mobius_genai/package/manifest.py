@@ -1,0 +1,102 @@
+"""mobius_manifest.json: how a bundle was made, and a checksum of every file in it.
+
+The manifest makes a bundle auditable and reproducible: tool and dependency versions, the source
+checkpoint (id, revision, sha256 of each file it was made from), the build settings, the rewrite
+rules that fired, and the sha256 of every other bundle file, which `validate` re-checks.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import importlib.metadata
+import platform
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+MANIFEST_FILENAME = "mobius_manifest.json"
+MANIFEST_VERSION = 1
+
+#: Distributions whose versions decide what a bundle contains.
+DEPENDENCIES = (
+    "mobius-genai",
+    "onnx",
+    "onnx-ir",
+    "onnxscript",
+    "onnxruntime",
+    "onnxruntime-genai",
+    "numpy",
+    "safetensors",
+    "ml-dtypes",
+    "transformers",
+)
+
+_CHUNK = 1 << 22
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in chunks so a 30 GB weight file costs no memory."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_entries(root: Path, relative_paths: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """{relative path: {"sha256", "size"}} for files under `root`, sorted by path."""
+    return {
+        relative: {"sha256": sha256_file(root / relative), "size": (root / relative).stat().st_size}
+        for relative in sorted(relative_paths)
+    }
+
+
+def bundle_files(root: Path) -> list[str]:
+    """Every file under `root` except the manifest, as POSIX paths relative to `root`."""
+    return sorted(
+        path.relative_to(root).as_posix()
+        for path in root.rglob("*")
+        if path.is_file() and path.relative_to(root).as_posix() != MANIFEST_FILENAME
+    )
+
+
+def dependency_versions() -> dict[str, str | None]:
+    """Installed version of Python and of each of DEPENDENCIES (None when not installed)."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in DEPENDENCIES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def make_manifest(
+    bundle: Path,
+    *,
+    model_id: str,
+    revision: str | None,
+    source_root: Path,
+    source_files: Iterable[str],
+    build: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The manifest of the bundle folder `bundle` (all its files must already be written).
+
+    `source_files` are paths relative to `source_root`; `build` is the manifest's build section
+    (execution_provider, dtype, precision, context_length, model_type, optimization, ...).
+    """
+    versions = dependency_versions()
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "tool": {"name": "mobius-genai", "version": versions["mobius-genai"] or "0+unknown"},
+        "dependencies": versions,
+        "source": {
+            "model_id": model_id,
+            "revision": revision,
+            "files": file_entries(source_root, source_files),
+        },
+        "build": dict(build),
+        "files": file_entries(bundle, bundle_files(bundle)),
+    }

@@ -1,0 +1,223 @@
+"""`package()`: from a checkpoint to a checked bundle folder that `og.Model(folder)` runs.
+
+build → save graph + weights → genai_config.json → tokenizer files → README.md → manifest →
+validate → smoke test, all inside a temporary folder that becomes OUT only at the very end.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from mobius_genai.build import MODEL_FILENAME, ModelPackage, build, parse_dtype, resolve_ep
+from mobius_genai.ep import EpCapabilities
+from mobius_genai.errors import BundleError, ConfigError
+from mobius_genai.package.bundle import (
+    check_not_inside,
+    check_output,
+    copy_tokenizer_files,
+    staged_output,
+)
+from mobius_genai.package.card import CARD_FILENAME, render_card
+from mobius_genai.package.genai_config import (
+    CONFIG_FILENAME,
+    make_genai_config,
+    read_generation_config,
+)
+from mobius_genai.package.graph import GraphInfo
+from mobius_genai.package.manifest import (
+    MANIFEST_FILENAME,
+    bundle_files,
+    dependency_versions,
+    make_manifest,
+)
+from mobius_genai.package.schema import validate_genai_config, validate_manifest
+from mobius_genai.package.smoke import smoke_test as run_smoke_test
+from mobius_genai.package.validate import validate_bundle
+from mobius_genai.source import Source
+
+#: --precision → model dtype. Quantized precisions (int4) are not built yet: see PRECISIONS_TODO.
+PRECISIONS: dict[str, ir.DataType] = {
+    "fp32": ir.DataType.FLOAT,
+    "fp16": ir.DataType.FLOAT16,
+    "bf16": ir.DataType.BFLOAT16,
+}
+#: Precisions the CLI names that need the quantize stage (INT4 MatMulNBits), not yet wired in.
+PRECISIONS_TODO = ("int4",)
+
+_SHORT_DTYPE = {ir.DataType.FLOAT: "f32", ir.DataType.FLOAT16: "f16", ir.DataType.BFLOAT16: "bf16"}
+_SOURCE_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
+_HUB_SNAPSHOT = re.compile(r"[0-9a-f]{40}")
+
+
+def package(
+    model: str | Path,
+    ep: str | EpCapabilities = "default",
+    output: str | Path | None = None,
+    *,
+    dtype: str | ir.DataType | None = None,
+    precision: str | None = None,
+    context_length: int | None = None,
+    trace: bool = False,
+    smoke_test: bool = True,
+    force: bool = False,
+    quiet: bool = False,
+    revision: str | None = None,
+) -> Path:
+    """Build `model` (local folder or hub id) for `ep` and write a runnable bundle folder.
+
+    `output` defaults to `./<model name>-<ep>-<precision>`; an existing non-empty folder is
+    replaced only with `force`, and only once the new bundle is complete, validated and
+    smoke-tested. Returns the bundle folder.
+    """
+    caps = resolve_ep(ep)
+    build_dtype, precision = resolve_precision(caps, dtype, precision)
+    out = Path(output) if output is not None else default_output(model, caps, precision)
+    check_output(out, force=force)
+    check_not_inside(out, Path.cwd(), "the current folder")
+    if Path(model).expanduser().is_dir():
+        check_not_inside(out, Path(model).expanduser(), "the checkpoint")
+    with staged_output(out, force=force) as staging:
+        built = build(
+            model,
+            caps,
+            build_dtype,
+            trace_optimization=trace,
+            context_length=context_length,
+            revision=revision,
+            progress=not quiet,
+        )
+        write_bundle(built, staging, name=out.name, precision=precision, progress=not quiet)
+        validate_bundle(staging)
+        if smoke_test:
+            _say(run_smoke_test(staging, caps).note, quiet)
+    _say(f"bundle written to {out}", quiet)
+    return out
+
+
+def resolve_precision(
+    caps: EpCapabilities, dtype: str | ir.DataType | None, precision: str | None
+) -> tuple[ir.DataType, str]:
+    """The model dtype and precision name from either argument; the EP's default otherwise."""
+    if precision in PRECISIONS_TODO:
+        raise ConfigError(
+            f"precision {precision!r} is not available yet (INT4 quantization is a separate "
+            f"stage); accepted: {sorted(PRECISIONS)}"
+        )
+    if precision is not None and precision not in PRECISIONS:
+        raise ConfigError(
+            f"precision {precision!r} is not supported; accepted: "
+            f"{sorted([*PRECISIONS, *PRECISIONS_TODO])}"
+        )
+    chosen = parse_dtype(dtype, caps) if dtype is not None else None
+    if precision is not None:
+        if chosen is not None and chosen != PRECISIONS[precision]:
+            raise ConfigError(
+                f"dtype {dtype!r} contradicts precision {precision!r}; accepted: one of them, "
+                "or a matching pair"
+            )
+        return PRECISIONS[precision], precision
+    chosen = chosen or caps.default_dtype
+    if chosen not in _SHORT_DTYPE:
+        raise ConfigError(f"dtype {chosen} is not supported; accepted: f32, f16, bf16")
+    return chosen, next(name for name, value in PRECISIONS.items() if value == chosen)
+
+
+def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> Path:
+    """`./<model name>-<ep>-<precision>`, e.g. ./Qwen2.5-7B-cuda-fp16."""
+    local = Path(model).expanduser()
+    name = local.resolve().name if local.is_dir() else str(model).rstrip("/").rsplit("/", 1)[-1]
+    return Path.cwd() / f"{name}-{caps.name}-{precision}"
+
+
+def write_bundle(
+    built: ModelPackage, folder: Path, *, name: str, precision: str, progress: bool = True
+) -> dict[str, Any]:
+    """Write every file of the bundle of `built` into `folder`; returns the genai_config.
+
+    `name` is the bundle's final folder name (the card's run instructions use it).
+    """
+    source = built.source
+    if source is None:
+        raise BundleError(
+            "a bundle needs the checkpoint's files (tokenizer, generation config); accepted: "
+            "a ModelPackage from build(), not build_from_module()"
+        )
+    built.save(folder, progress=progress)
+    graph = GraphInfo.from_file(folder / MODEL_FILENAME)
+    genai_config = make_genai_config(
+        built.config,
+        built.ep,
+        graph,
+        context_length=built.context_length,
+        generation=read_generation_config(source.path),
+        filename=MODEL_FILENAME,
+    )
+    validate_genai_config(genai_config)
+    _write_json(folder / CONFIG_FILENAME, genai_config)
+    copied = copy_tokenizer_files(source.path, folder)
+    build_info = {
+        "execution_provider": built.ep.name,
+        "dtype": _SHORT_DTYPE[built.dtype],
+        "precision": precision,
+        "context_length": built.context_length,
+        "model_type": built.config.model_type,
+        "genai_model_type": genai_config["model"]["type"],
+        "past_present_share_buffer": graph.has_gqa,
+        "optimization": {
+            rule: count for rule, count in sorted(built.optimization_report.items()) if count
+        },
+    }
+    revision = source_revision(source)
+    card = render_card(
+        genai_config,
+        folder=name,
+        model_id=source.model_id,
+        revision=revision,
+        build=build_info,
+        tool_version=dependency_versions()["mobius-genai"] or "0+unknown",
+        files=sorted({*bundle_files(folder), CARD_FILENAME, MANIFEST_FILENAME}),
+    )
+    (folder / CARD_FILENAME).write_text(card, encoding="utf-8")
+    manifest = make_manifest(
+        folder,
+        model_id=source.model_id,
+        revision=revision,
+        source_root=source.path,
+        source_files=_source_files(source.path, copied),
+        build=build_info,
+    )
+    validate_manifest(manifest)
+    _write_json(folder / MANIFEST_FILENAME, manifest)
+    return genai_config
+
+
+def _source_files(root: Path, copied: list[str]) -> list[str]:
+    names = {name for name in _SOURCE_FILES if (root / name).is_file()}
+    names.update(path.name for path in root.glob("*.safetensors"))
+    names.update(copied)
+    return sorted(names)
+
+
+def source_revision(source: Source) -> str | None:
+    """The requested revision, else the commit of a hub snapshot folder."""
+    if source.revision:
+        return source.revision
+    path = source.path
+    if path.parent.name == "snapshots" and _HUB_SNAPSHOT.fullmatch(path.name):
+        return path.name
+    return None
+
+
+def _write_json(path: Path, document: Any) -> None:
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+
+
+def _say(message: str, quiet: bool) -> None:
+    if not quiet:
+        print(f"mobius-genai: {message}", file=sys.stderr)

@@ -1,0 +1,181 @@
+"""Smoke test of a written bundle: onnxruntime-genai loads it and generates a few tokens.
+
+On CPU the tokens must equal those of a plain onnxruntime greedy loop over the same graph,
+feeding the KV cache by hand; that catches a genai_config that loads but wires the graph
+wrongly. A bundle for an EP this onnxruntime-genai build lacks runs its graph on CPU instead
+(DESIGN.md: the same graph runs once the providers are cleared); when its ops cannot run on
+CPU either, the test is skipped with a note, not failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from mobius_genai.ep import EpCapabilities
+from mobius_genai.errors import BundleError
+from mobius_genai.package.generate import greedy_tokens, load_model, load_tokenizer
+from mobius_genai.package.graph import layer_names
+from mobius_genai.package.validate import read_genai_config
+
+SMOKE_PROMPT = "The capital of France is"
+
+# How onnxruntime-genai 0.18 says an EP is missing from this build (og.is_webgpu_available()
+# answers True even where ORT lacks WebGPU, so the load error is the reliable signal).
+_UNAVAILABLE = re.compile(
+    r"not available|not supported in this build|not been built with|Unknown provider name"
+    r"|Failed to load library"
+)
+
+_NUMPY_TYPES = {
+    "tensor(float)": np.float32,
+    "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64,
+    "tensor(int32)": np.int32,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SmokeResult:
+    """Whether the smoke test ran, the tokens generated and a one-line note for the user."""
+
+    ran: bool
+    note: str
+    tokens: tuple[int, ...] = ()
+
+
+def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 8) -> SmokeResult:
+    """Load the bundle in `folder` with onnxruntime-genai and generate `max_new_tokens` greedily.
+
+    On CPU the tokens must equal a plain onnxruntime loop's. A bundle for an EP missing here
+    runs its graph on CPU instead (genai's providers cleared), where the graph's ops allow;
+    otherwise the test is skipped with a note.
+    """
+    folder = Path(folder)
+    config = read_genai_config(folder)
+    try:
+        model = load_model(folder)
+    except BundleError as error:
+        if ep.genai_provider is None or not _UNAVAILABLE.search(str(error)):
+            raise
+        return _smoke_on_cpu(folder, config, ep, max_new_tokens)
+    prompt, tokens, text = _generate(folder, config, model, max_new_tokens)
+    note = f"smoke test: generated {len(tokens)} tokens {text!r}"
+    if ep.genai_provider is None:
+        note += _compare(folder, config, prompt, tokens)
+    return SmokeResult(True, note, tuple(tokens))
+
+
+def _smoke_on_cpu(
+    folder: Path, config: Mapping[str, Any], ep: EpCapabilities, max_new_tokens: int
+) -> SmokeResult:
+    missing = f"the {ep.name} EP ({ep.genai_provider}) is not available here"
+    try:
+        model = load_model(folder, cpu=True)
+        prompt, tokens, text = _generate(folder, config, model, max_new_tokens)
+    except BundleError:
+        return SmokeResult(False, f"smoke test skipped: {missing}")
+    note = f"smoke test on CPU ({missing}): generated {len(tokens)} tokens {text!r}"
+    note += _compare(folder, config, prompt, tokens)
+    return SmokeResult(True, note, tuple(tokens))
+
+
+def _generate(
+    folder: Path, config: Mapping[str, Any], model: Any, max_new_tokens: int
+) -> tuple[list[int], list[int], str]:
+    """(prompt ids, generated ids, generated text) of a greedy run after SMOKE_PROMPT."""
+    tokenizer = load_tokenizer(model, folder)
+    prompt = [int(token) for token in tokenizer.encode(SMOKE_PROMPT)]
+    if not prompt:
+        prompt = [config["model"].get("bos_token_id", 0)]
+    max_length = min(len(prompt) + max_new_tokens, config["model"]["context_length"])
+    tokens = greedy_tokens(model, prompt, max_length)
+    return prompt, tokens, tokenizer.decode(tokens)
+
+
+def _compare(
+    folder: Path, config: Mapping[str, Any], prompt: Sequence[int], tokens: list[int]
+) -> str:
+    """The note's tail when a plain onnxruntime loop agrees; BundleError when it does not."""
+    model_path = folder / config["model"]["decoder"]["filename"]
+    eos = config["model"].get("eos_token_id", [])
+    eos_ids = eos if isinstance(eos, list) else [eos]
+    reference = ort_greedy_tokens(model_path, prompt, len(tokens), eos_ids)
+    if reference is None:
+        return "; no onnxruntime reference loop for this dtype"
+    if reference != tokens:
+        pairs = enumerate(zip(tokens, reference, strict=False))
+        first = next((i for i, (ours, theirs) in pairs if ours != theirs), len(reference))
+        raise BundleError(
+            f"smoke test: onnxruntime-genai generated {tokens} but a plain onnxruntime "
+            f"loop over the same graph generated {reference} (first difference at "
+            f"token {first}); genai_config.json does not drive the graph as built"
+        )
+    return ", same as a plain onnxruntime loop"
+
+
+def ort_greedy_tokens(
+    model_path: Path, prompt_ids: Sequence[int], max_new_tokens: int, eos_ids: Iterable[int] = ()
+) -> list[int] | None:
+    """Greedy tokens of a plain onnxruntime loop on CPU, or None when it cannot feed the graph.
+
+    Independent of genai_config.json: names follow the graph contract (input_ids,
+    attention_mask, position_ids, logits; past/present pairs matched by layer index and role),
+    and each step feeds the new tokens, an all-ones mask, their positions and the previous
+    step's present KV as past KV. None when the KV dtype has no numpy type (bfloat16) or the
+    head dims are not static.
+    """
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    inputs = {value.name: value for value in session.get_inputs()}
+    outputs = [value.name for value in session.get_outputs()]
+    cache = _cache_pairs(inputs, outputs)
+    past: dict[str, np.ndarray] = {}
+    for past_name, _ in cache:
+        value = inputs[past_name]
+        kv_type = _NUMPY_TYPES.get(value.type)
+        heads, head_size = value.shape[1], value.shape[3]
+        if kv_type is None or not isinstance(heads, int) or not isinstance(head_size, int):
+            return None
+        past[past_name] = np.zeros((1, heads, 0, head_size), kv_type)
+    eos = set(eos_ids)
+    new, total, tokens = list(prompt_ids), len(prompt_ids), []
+    for _ in range(max_new_tokens):
+        feed = {"input_ids": _ints(inputs, "input_ids", [new]), **past}
+        if "attention_mask" in inputs:
+            feed["attention_mask"] = _ints(inputs, "attention_mask", np.ones((1, total)))
+        if "position_ids" in inputs:
+            positions = np.arange(total - len(new), total)[None]
+            feed["position_ids"] = _ints(inputs, "position_ids", positions)
+        results = session.run(["logits", *(present for _, present in cache)], feed)
+        token = int(np.argmax(results[0][0, -1]))
+        tokens.append(token)
+        past = {
+            past_name: result for (past_name, _), result in zip(cache, results[1:], strict=True)
+        }
+        new, total = [token], total + 1
+        if token in eos:
+            break
+    return tokens
+
+
+def _cache_pairs(inputs: Mapping[str, Any], outputs: Sequence[str]) -> list[tuple[str, str]]:
+    """(past input, present output) name pairs, matched by role and layer index."""
+    pairs = []
+    for role in ("key", "value"):
+        past, present = layer_names(inputs, role), layer_names(outputs, role)
+        if past is None or present is None or past.indices != present.indices:
+            raise BundleError(
+                f"graph: past/present {role} inputs and outputs do not pair up by layer"
+            )
+        pairs += [(past.pattern % i, present.pattern % i) for i in past.indices]
+    return pairs
+
+
+def _ints(inputs: Mapping[str, Any], name: str, values: Any) -> np.ndarray:
+    return np.asarray(values, dtype=_NUMPY_TYPES.get(inputs[name].type, np.int64))

@@ -1,0 +1,261 @@
+"""Check a bundle folder, ours or another tool's: schema, files, graph I/O against the config.
+
+The graph is read without its weights, so validating a 70B bundle takes seconds (plus the
+checksums of the manifest, when there is one and hashes are checked). Every problem found is
+reported in one BundleError that names the file or field, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mobius_genai.ep import ep_registry
+from mobius_genai.errors import BundleError
+from mobius_genai.package.genai_config import CONFIG_FILENAME
+from mobius_genai.package.graph import GraphInfo, TensorSpec, layer_names
+from mobius_genai.package.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.package.schema import validate_genai_config, validate_manifest
+
+#: genai's defaults for the decoder I/O names a config may leave out.
+DEFAULT_INPUTS = {
+    "input_ids": "input_ids",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+}
+DEFAULT_OUTPUTS = {
+    "logits": "logits",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+}
+
+#: Providers whose graph capture is on unless their option says "0" (genai's DML default).
+CAPTURE_ON_BY_DEFAULT = frozenset({"dml"})
+
+TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
+
+
+@dataclasses.dataclass(frozen=True)
+class BundleReport:
+    """What a valid bundle holds: its config, its decoder graph and its manifest (if any)."""
+
+    folder: Path
+    genai_config: dict[str, Any]
+    graph: GraphInfo
+    manifest: dict[str, Any] | None
+
+
+def read_genai_config(folder: Path) -> dict[str, Any]:
+    """genai_config.json of `folder`, parsed and checked against the schema."""
+    path = folder / CONFIG_FILENAME
+    if not path.is_file():
+        raise BundleError(f"{folder}: {CONFIG_FILENAME} is missing; a bundle needs one")
+    document = _read_json(path)
+    validate_genai_config(document, CONFIG_FILENAME)
+    return document
+
+
+def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleReport:
+    """Check the bundle in `folder`; raise BundleError listing every problem found.
+
+    `check_hashes=False` skips re-hashing the files listed in mobius_manifest.json.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BundleError(f"{folder}: not a folder; accepted: a bundle folder")
+    config = read_genai_config(folder)
+    decoder = config["model"]["decoder"]
+    model_path = folder / decoder["filename"]
+    if not model_path.is_file() or not model_path.resolve().is_relative_to(folder.resolve()):
+        raise BundleError(
+            f"{CONFIG_FILENAME}: model.decoder.filename {decoder['filename']!r} is not a file "
+            f"in {folder}"
+        )
+    graph = GraphInfo.from_file(model_path)
+    problems = [
+        *_check_external_data(model_path.parent, graph),
+        *_check_tokenizer(folder),
+        *check_graph_against_config(config, graph),
+        *check_runtime_settings(config, graph),
+    ]
+    manifest = None
+    if (folder / MANIFEST_FILENAME).is_file():
+        manifest = _read_json(folder / MANIFEST_FILENAME)
+        validate_manifest(manifest, MANIFEST_FILENAME)
+        problems += _check_manifest_files(folder, manifest, check_hashes)
+    if problems:
+        raise BundleError(f"bundle {folder}: " + "; ".join(problems))
+    return BundleReport(folder, config, graph, manifest)
+
+
+def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> list[str]:
+    """Problems between genai_config's decoder section and the graph's inputs and outputs."""
+    model = config["model"]
+    decoder = model["decoder"]
+    inputs = {**DEFAULT_INPUTS, **decoder.get("inputs", {})}
+    outputs = {**DEFAULT_OUTPUTS, **decoder.get("outputs", {})}
+    layers = decoder["num_hidden_layers"]
+    problems = []
+    listed = decoder.get("inputs", {})
+    for key in ("input_ids", *sorted(listed.keys() & {"attention_mask", "position_ids"})):
+        if inputs[key] not in graph.inputs:
+            problems.append(_missing("inputs", key, inputs[key], "input", graph.inputs))
+    if outputs["logits"] not in graph.outputs:
+        problems.append(_missing("outputs", "logits", outputs["logits"], "output", graph.outputs))
+    for side, names, key, role in (
+        ("inputs", graph.inputs, "past_key_names", "key"),
+        ("inputs", graph.inputs, "past_value_names", "value"),
+        ("outputs", graph.outputs, "present_key_names", "key"),
+        ("outputs", graph.outputs, "present_value_names", "value"),
+    ):
+        pattern = (inputs if side == "inputs" else outputs)[key]
+        problems += _check_layers(f"model.decoder.{side}.{key}", pattern, names, role, layers)
+    first_past = inputs["past_key_names"].replace("%d", "0")
+    if first_past in graph.inputs:
+        problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
+    problems += _check_vocab(model.get("vocab_size"), outputs["logits"], graph)
+    return problems
+
+
+def check_runtime_settings(config: Mapping[str, Any], graph: GraphInfo) -> list[str]:
+    """Buffer sharing needs GroupQueryAttention; graph capture needs buffer sharing."""
+    share = config.get("search", {}).get("past_present_share_buffer", False)
+    problems = []
+    if share and not graph.has_gqa:
+        problems.append(
+            "search.past_present_share_buffer: true but the graph has no "
+            "com.microsoft::GroupQueryAttention; accepted: false for this graph"
+        )
+    session = config["model"]["decoder"].get("session_options", {})
+    for provider, option in _captured(session.get("provider_options", [])):
+        if not share:
+            problems.append(
+                f"model.decoder.session_options.provider_options.{provider}.{option}: graph "
+                "capture is on but search.past_present_share_buffer is not true; accepted: "
+                f'{option} "0", or a GroupQueryAttention graph sharing the KV buffer'
+            )
+    return problems
+
+
+def _captured(provider_options: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(provider, option) for each provider whose graph capture the options turn on."""
+    capture_keys = {
+        caps.genai_provider.lower(): caps.graph_capture_option
+        for caps in map(ep_registry.require, ep_registry)
+        if caps.genai_provider and caps.graph_capture_option
+    }
+    captured = []
+    for entry in provider_options:
+        for provider, options in entry.items():
+            option = capture_keys.get(provider.lower())
+            if option is None:
+                continue
+            default = "1" if provider.lower() in CAPTURE_ON_BY_DEFAULT else "0"
+            if options.get(option, default) == "1":
+                captured.append((provider, option))
+    return captured
+
+
+def _missing(side: str, key: str, name: str, kind: str, found: Mapping[str, Any]) -> str:
+    return (
+        f"model.decoder.{side}.{key}: {name!r} is not a graph {kind}; graph {kind}s: "
+        f"{sorted(found)[:8]}{' ...' if len(found) > 8 else ''}"
+    )
+
+
+def _check_layers(
+    field: str, pattern: str, names: Mapping[str, Any], role: str, layers: int
+) -> list[str]:
+    try:
+        expected = [pattern % i for i in range(layers)]
+    except (TypeError, ValueError):
+        return [f"{field}: {pattern!r} has no single %d for the layer index"]
+    missing = [name for name in expected if name not in names]
+    if missing:
+        return [
+            f"{field}: graph lacks {missing[:3]}{' ...' if len(missing) > 3 else ''} for "
+            f"model.decoder.num_hidden_layers={layers}"
+        ]
+    family = layer_names(names, role)
+    if family is not None and family.pattern == pattern and len(family.indices) != layers:
+        return [
+            f"model.decoder.num_hidden_layers: {layers} but the graph has "
+            f"{len(family.indices)} {pattern!r} entries"
+        ]
+    return []
+
+
+def _check_vocab(vocab: int | None, logits: str, graph: GraphInfo) -> list[str]:
+    spec = graph.outputs.get(logits)
+    if vocab is None or spec is None or not spec.shape:
+        return []
+    found = spec.dim(len(spec.shape) - 1)
+    if found is None or found == vocab:
+        return []
+    return [f"model.vocab_size: {vocab} but graph output {logits!r} has {found} logits per token"]
+
+
+def _check_kv_shape(decoder: Mapping[str, Any], name: str, spec: TensorSpec) -> list[str]:
+    """The past KV layout is [batch, kv_heads, past_seq, head_size]; check its static dims."""
+    if spec.shape is None:
+        return []
+    if len(spec.shape) != 4:
+        return [
+            f"graph input {name!r}: rank {len(spec.shape)}; accepted: 4 (batch, kv_heads, seq, head_size)"
+        ]
+    problems = []
+    for field, axis in (("num_key_value_heads", 1), ("head_size", 3)):
+        found = spec.dim(axis)
+        if found is not None and found != decoder[field]:
+            problems.append(
+                f"model.decoder.{field}: {decoder[field]} but graph input {name!r} has "
+                f"{found} at dim {axis}"
+            )
+    return problems
+
+
+def _check_external_data(folder: Path, graph: GraphInfo) -> list[str]:
+    problems = []
+    for location, needed in sorted(graph.external_data.items()):
+        path = folder / location
+        if not path.is_file():
+            problems.append(f"{location}: missing; the graph reads its weights from it")
+        elif path.stat().st_size < needed:
+            problems.append(
+                f"{location}: {path.stat().st_size} bytes but the graph reads up to byte "
+                f"{needed} (truncated?)"
+            )
+    return problems
+
+
+def _check_tokenizer(folder: Path) -> list[str]:
+    if any((folder / name).is_file() for name in TOKENIZER_CHOICES):
+        return []
+    return [f"tokenizer: none of {list(TOKENIZER_CHOICES)} present; og.Tokenizer needs one"]
+
+
+def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: bool) -> list[str]:
+    problems = []
+    for name, entry in manifest["files"].items():
+        path = folder / name
+        if not path.is_file():
+            problems.append(f"{name}: listed in {MANIFEST_FILENAME} but missing")
+        elif path.stat().st_size != entry["size"]:
+            problems.append(
+                f"{name}: {path.stat().st_size} bytes, {MANIFEST_FILENAME} says {entry['size']}"
+            )
+        elif hashes and sha256_file(path) != entry["sha256"]:
+            problems.append(f"{name}: sha256 differs from {MANIFEST_FILENAME} (file changed)")
+    return problems
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BundleError(f"{path.name}: not readable as JSON ({error})") from error

@@ -1,0 +1,27 @@
+"""`mobius-genai eps`: the registry as a table on stdout."""
+
+from __future__ import annotations
+
+from mobius_genai.cli import main
+from mobius_genai.ep import BUILTIN_EPS, format_ep_table
+
+
+def test_eps_prints_the_registry_table(capsys):
+    assert main(["eps"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == format_ep_table() + "\n"
+    assert captured.err == ""
+    rows = {line.split()[0] for line in captured.out.splitlines()[2:] if line.strip()}
+    assert {caps.name for caps in BUILTIN_EPS} <= rows
+
+
+def test_eps_rows_show_the_capabilities_that_steer_the_pipeline(capsys):
+    main(["eps"])
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0].split("  ")
+    assert "GQA dtypes" in lines[0] and "skip-norm" in lines[0]
+    (trt,) = [line for line in lines if line.startswith("trt-rtx ")]
+    (standard,) = [line for line in lines if line.startswith("onnx-standard ")]
+    assert "f16, bf16" in trt and " on" in trt  # GQA dtypes, graph capture on
+    assert standard.split()[1] == "-"  # no GQA dtypes
+    assert header[0].strip() == "name"

@@ -1,0 +1,167 @@
+"""`mobius-genai package / validate / run`: results, and bad input that writes nothing."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mobius_genai.cli import main
+from mobius_genai.package import packager
+from mobius_genai.package.generate import chat_template
+from tests.package.conftest import TINY_QWEN2
+
+
+def _checkpoint(tmp_path: Path, edit: Callable[[Path], None] | None = None) -> Path:
+    folder = shutil.copytree(TINY_QWEN2, tmp_path / "ckpt")
+    if edit is not None:
+        edit(folder)
+    return folder
+
+
+def _edit_config_json(**changes: object) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        path = folder / "config.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+    return edit
+
+
+def _truncate_weights(folder: Path) -> None:
+    path = folder / "model.safetensors"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def test_package_prints_the_bundle_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["package", str(TINY_QWEN2), "--ep", "cuda", "--quiet", "--no-smoke-test"]
+    assert main(args) == 0
+    out = capsys.readouterr().out.strip()
+    assert out == str(tmp_path / "tiny-qwen2-cuda-fp16")
+    manifest = json.loads((Path(out) / "mobius_manifest.json").read_text())
+    assert (manifest["build"]["dtype"], manifest["build"]["precision"]) == ("f16", "fp16")
+
+
+def test_package_options(tmp_path, capsys):
+    out = tmp_path / "b"
+    args = [
+        "package",
+        str(TINY_QWEN2),
+        "--ep",
+        "cpu",
+        "-o",
+        str(out),
+        "--precision",
+        "fp16",
+        "--context-length",
+        "48",
+        "--quiet",
+    ]
+    assert main(args) == 0
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["context_length"] == config["search"]["max_length"] == 48
+    manifest = json.loads((out / "mobius_manifest.json").read_text())
+    assert manifest["build"]["dtype"] == "f16"
+    assert manifest["source"]["model_id"] == str(TINY_QWEN2)
+    assert "model.safetensors" in manifest["source"]["files"]
+    assert sorted(manifest["files"]) == sorted(
+        p.name for p in out.iterdir() if p.name != "mobius_manifest.json"
+    )
+    readme = (out / "README.md").read_text()
+    assert 'og.Model("b")' in readme and "| Context length | 48 tokens |" in readme
+
+
+def test_package_trace_goes_to_stderr(tmp_path, capsys):
+    args = ["package", str(TINY_QWEN2), "--ep", "cuda", "-o", str(tmp_path / "t"), "--trace"]
+    assert main([*args, "--quiet", "--no-smoke-test"]) == 0
+    captured = capsys.readouterr()
+    assert "[EP Trace] Target: cuda" in captured.err
+    assert captured.out.strip() == str(tmp_path / "t")
+    manifest = json.loads((tmp_path / "t" / "mobius_manifest.json").read_text())
+    assert manifest["build"]["optimization"]["GQAFusion"] == 2  # fired rules, with counts
+    assert all(count > 0 for count in manifest["build"]["optimization"].values())
+
+
+BAD_INPUT: dict[str, tuple[list[str], Callable[[Path], None] | None, str]] = {
+    "unknown EP": (["--ep", "tpu"], None, "Unknown execution provider 'tpu'"),
+    "int4 not yet": (["--precision", "int4"], None, "precision 'int4' is not available yet"),
+    "dtype contradicts precision": (
+        ["--dtype", "f16", "--precision", "fp32"],
+        None,
+        "contradicts precision 'fp32'",
+    ),
+    "missing config.json": ([], lambda f: (f / "config.json").unlink(), "config.json"),
+    "unsupported model_type": ([], _edit_config_json(model_type="bert"), "bert"),
+    "truncated safetensors": ([], _truncate_weights, "model.safetensors"),
+    "heads not dividing hidden": (
+        [],
+        _edit_config_json(num_attention_heads=5, head_dim=None),
+        "not divisible by num_attention_heads 5",
+    ),
+    "bad context length": (["--context-length", "0"], None, "context_length"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_fails_cleanly_and_writes_nothing(tmp_path, capsys, case: str):
+    extra, edit, named = BAD_INPUT[case]
+    checkpoint = _checkpoint(tmp_path, edit)
+    before = sorted(p.name for p in checkpoint.iterdir())
+    out = tmp_path / "out"
+    assert main(["package", str(checkpoint), "-o", str(out), "--quiet", *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mobius-genai: error: ") and named in err
+    assert err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert sorted(p.name for p in checkpoint.iterdir()) == before
+
+
+def test_existing_output_without_force_is_kept(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    assert main(["package", str(TINY_QWEN2), "-o", str(out), "--quiet"]) == 1
+    assert "not empty" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_ctrl_c_during_the_build_writes_nothing(tmp_path, capsys, monkeypatch):
+    real_build = packager.build
+
+    def interrupted(*args, **kwargs):
+        real_build(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(packager, "build", interrupted)
+    assert main(["package", str(TINY_QWEN2), "-o", str(tmp_path / "out"), "--quiet"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_streams_text_with_the_chat_template(packaged, capsys):
+    folder = packaged("cpu")
+    assert chat_template(folder) is not None
+    assert main(["run", str(folder), "--prompt", "Hi", "--max-new-tokens", "5"]) == 0
+    chat = capsys.readouterr().out
+    assert main(["run", str(folder), "--prompt", "Hi", "--max-new-tokens", "5", "--raw"]) == 0
+    raw = capsys.readouterr().out
+    assert chat.endswith("\n") and raw.endswith("\n")
+    assert chat != raw  # the template changes the prompt, so the continuation
+
+
+def test_chat_template_sources(tmp_path: Path):
+    assert chat_template(tmp_path) is None
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": [{"name": "default", "template": "{{ x }}"}]})
+    )
+    assert chat_template(tmp_path) == "{{ x }}"
+    (tmp_path / "chat_template.jinja").write_text("{{ y }}")
+    assert chat_template(tmp_path) == "{{ y }}"
+
+
+def test_run_on_a_missing_bundle_fails(tmp_path, capsys):
+    assert main(["run", str(tmp_path), "--prompt", "Hi"]) == 1
+    assert "cannot load the bundle" in capsys.readouterr().err

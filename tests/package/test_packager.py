@@ -1,0 +1,80 @@
+"""package()'s argument handling: dtype/precision per EP, default output name, provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx_ir as ir
+import pytest
+
+from mobius_genai import _resources
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import BundleError, ConfigError
+from mobius_genai.package import packager
+from mobius_genai.source import Source
+from tests.package.conftest import TINY_QWEN2
+
+F32, F16, BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
+
+
+@pytest.mark.parametrize(
+    ("ep", "expected"),
+    [
+        ("cpu", (F32, "fp32")),
+        ("default", (F32, "fp32")),
+        ("onnx-standard", (F32, "fp32")),
+        ("cuda", (F16, "fp16")),
+        ("dml", (F16, "fp16")),
+        ("webgpu", (F16, "fp16")),
+        ("trt-rtx", (F16, "fp16")),
+        ("mlx", (F16, "fp16")),
+    ],
+)
+def test_default_dtype_per_ep(ep: str, expected):
+    assert packager.resolve_precision(get_ep(ep), None, None) == expected
+
+
+def test_dtype_and_precision_choose_each_other():
+    cuda = get_ep("cuda")
+    assert packager.resolve_precision(cuda, "f32", None) == (F32, "fp32")
+    assert packager.resolve_precision(cuda, None, "bf16") == (BF16, "bf16")
+    assert packager.resolve_precision(cuda, "bf16", "bf16") == (BF16, "bf16")
+    with pytest.raises(ConfigError, match="contradicts"):
+        packager.resolve_precision(cuda, "f32", "fp16")
+    with pytest.raises(ConfigError, match=r"precision 'int4' is not available yet"):
+        packager.resolve_precision(cuda, None, "int4")
+    with pytest.raises(ConfigError, match=r"precision 'fp8' is not supported"):
+        packager.resolve_precision(cuda, None, "fp8")
+    with pytest.raises(ConfigError, match="dtype 'f64'"):
+        packager.resolve_precision(cuda, "f64", None)
+
+
+def test_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    cuda = get_ep("cuda")
+    assert packager.default_output("Qwen/Qwen2.5-7B", cuda, "fp16") == (
+        tmp_path / "Qwen2.5-7B-cuda-fp16"
+    )
+    assert packager.default_output(TINY_QWEN2, get_ep("cpu"), "fp32") == (
+        tmp_path / "tiny-qwen2-cpu-fp32"
+    )
+
+
+def test_revision_of_a_hub_snapshot(tmp_path: Path):
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "models--Qwen--Qwen2.5-7B" / "snapshots" / commit
+    assert packager.source_revision(Source(snapshot, "Qwen/Qwen2.5-7B")) == commit
+    assert packager.source_revision(Source(snapshot, "Qwen/Qwen2.5-7B", "main")) == "main"
+    assert packager.source_revision(Source(TINY_QWEN2, str(TINY_QWEN2))) is None
+
+
+def test_output_may_not_be_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BundleError, match="would replace the current folder"):
+        packager.package(TINY_QWEN2, "cpu", ".", force=True, quiet=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_data_file_is_named():
+    with pytest.raises(FileNotFoundError, match="schemas/nope.json"):
+        _resources.read_text("schemas/nope.json")

@@ -1,0 +1,158 @@
+"""The JSON Schemas: strict where onnxruntime-genai 0.18 is strict, open where it is open."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import onnxruntime_genai as og
+import pytest
+
+from mobius_genai import _resources
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import BundleError
+from mobius_genai.package.genai_config import make_genai_config
+from mobius_genai.package.schema import validate_genai_config, validate_manifest
+from tests.package.test_genai_config import CONFIG, toy_graph
+
+GOOD = make_genai_config(CONFIG, get_ep("cuda"), toy_graph(gqa=True))
+
+
+def _with(path: str, value: object) -> dict:
+    """GOOD with `path` ("a/b/0/c") set to `value`; a `value` of DELETE removes the key."""
+    document = copy.deepcopy(GOOD)
+    *parents, last = path.split("/")
+    node = document
+    for part in parents:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return document
+
+
+DELETE = object()
+
+
+def _og_rejects(document: dict, folder: Path) -> bool:
+    (folder / "genai_config.json").write_text(json.dumps(document))
+    try:
+        og.Config(str(folder))
+    except Exception:
+        return True
+    return False
+
+
+def test_both_schemas_are_valid_2020_12():
+    import jsonschema
+
+    for name in ("genai_config", "manifest"):
+        schema = _resources.read_json(f"schemas/{name}.schema.json")
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        jsonschema.Draft202012Validator.check_schema(schema)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named"),
+    [
+        ("model/decoder/head_size", "16", "model.decoder.head_size: '16' is not of type 'integer'"),
+        ("model/context_length", DELETE, "model.context_length: required field is missing"),
+        ("model/type", DELETE, "model.type: required field is missing"),
+        (
+            "model/decoder/num_key_value_heads",
+            DELETE,
+            "model.decoder.num_key_value_heads: required",
+        ),
+        ("model/decoder/filename", "", "model.decoder.filename"),
+        ("model/context_length", 0, "model.context_length: 0 is less than the minimum of 1"),
+        ("model/eos_token_id", ["2"], "model.eos_token_id"),
+        ("search/do_sample", 0, "search.do_sample: 0 is not of type 'boolean'"),
+        (
+            "model/decoder/session_options/provider_options/0/cuda/enable_cuda_graph",
+            1,
+            "model.decoder.session_options.provider_options.0.cuda.enable_cuda_graph",
+        ),
+        (
+            "model/decoder/session_options/custom_entry",
+            1,
+            "model.decoder.session_options.custom_entry: 1 is not of type 'string'",
+        ),
+        ("model/decoder/bogus", 1, "model.decoder.bogus: unknown field"),
+        (
+            "model/decoder/inputs/past_names_typo",
+            "x",
+            "model.decoder.inputs.past_names_typo: unknown field",
+        ),
+        ("search/max_new_tokens", 5, "search.max_new_tokens: unknown field"),
+        ("model/prompt_templates", {}, "model.prompt_templates: unknown field"),
+    ],
+)
+def test_schema_rejects_broken_configs_naming_the_field(path, value, named):
+    with pytest.raises(BundleError) as caught:
+        validate_genai_config(_with(path, value))
+    message = str(caught.value)
+    assert message.startswith("genai_config.json: ")
+    assert named in message
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("model/decoder/bogus", 1),
+        ("model/decoder/inputs/bogus", "x"),
+        ("model/decoder/outputs/bogus", "x"),
+        ("search/bogus", 1),
+        ("model/bogus", 1),
+        ("model/prompt_templates", {}),
+        ("model/decoder/session_options/custom_entry", 1),
+        ("model/decoder/session_options/provider_options/0/cuda/enable_cuda_graph", 1),
+        ("search/do_sample", 0),
+        ("model/context_length", "64"),
+        ("model/context_length", 64.5),
+    ],
+)
+def test_what_genai_rejects_the_schema_rejects(path, value, tmp_path: Path):
+    document = _with(path, value)
+    assert _og_rejects(document, tmp_path)
+    with pytest.raises(BundleError):
+        validate_genai_config(document)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("engine", {}),
+        ("model/tokenizer_dir", "."),
+        ("model/sep_token_id", 3),
+        ("model/eos_token_id", 2),
+        ("model/embedding", {}),
+        ("model/decoder/sliding_window", {"window_size": 8}),
+        ("model/decoder/run_options", {"x": "1"}),
+        ("model/decoder/session_options/log_id", "onnxruntime-genai"),
+        ("model/decoder/session_options/intra_op_num_threads", 4),
+        ("model/decoder/session_options/session.intra_op.allow_spinning", "0"),
+        ("model/decoder/session_options/graph_optimization_level", "ORT_ENABLE_ALL"),
+        ("model/decoder/inputs/past_sequence_length", "past_sequence_length"),
+        ("model/decoder/outputs/present_names", "present_%d"),
+        ("search/random_seed", 42),
+        ("search/early_stopping", True),
+        ("search/chunk_size", 128),
+    ],
+)
+def test_schema_accepts_extras_genai_accepts(path, value, tmp_path: Path):
+    document = _with(path, value)
+    assert not _og_rejects(document, tmp_path)
+    validate_genai_config(document)
+
+
+def test_manifest_of_a_bundle_is_valid_and_bad_hash_is_named(packaged):
+    manifest = json.loads((packaged("cpu") / "mobius_manifest.json").read_text())
+    validate_manifest(manifest)
+    manifest["files"]["model.onnx"]["sha256"] = "not-a-hash"
+    manifest["build"].pop("precision")
+    with pytest.raises(BundleError) as caught:
+        validate_manifest(manifest)
+    assert "build.precision: required field is missing" in str(caught.value)
+    assert "files.model.onnx.sha256" in str(caught.value)

@@ -1,0 +1,116 @@
+"""Smoke test: onnxruntime-genai generates, and agrees with a plain onnxruntime loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnxruntime_genai as og
+import pytest
+
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import BundleError
+from mobius_genai.package import packager, smoke
+from mobius_genai.package.generate import greedy_tokens
+from mobius_genai.package.smoke import ort_greedy_tokens, smoke_test
+from tests.package.conftest import TINY_QWEN2
+
+GPU_EPS = ["cuda", "dml", "webgpu", "trt-rtx", "mlx"]
+
+
+def _run_on_cpu(folder: Path) -> None:
+    """DESIGN.md: an EP bundle's graph runs on CPU once provider_options is []."""
+    path = folder / "genai_config.json"
+    document = json.loads(path.read_text())
+    document["model"]["decoder"]["session_options"]["provider_options"] = []
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("ep", ["cpu", "default", "onnx-standard"])
+def test_smoke_test_runs_and_matches_plain_onnxruntime(packaged, ep: str):
+    result = smoke_test(packaged(ep), get_ep(ep))
+    assert result.ran and len(result.tokens) == 8
+    assert result.note.endswith("same as a plain onnxruntime loop")
+
+
+@pytest.mark.parametrize("ep", GPU_EPS)
+def test_ep_not_available_here_runs_its_graph_on_cpu(packaged, ep: str):
+    result = smoke_test(packaged(ep), get_ep(ep))
+    assert result.ran and len(result.tokens) == 8
+    assert result.note.startswith(f"smoke test on CPU (the {ep} EP")
+    assert result.note.endswith("same as a plain onnxruntime loop")
+
+
+@pytest.mark.parametrize("ep", GPU_EPS)
+def test_ep_not_available_and_graph_not_runnable_on_cpu_is_skipped(
+    packaged, ep: str, monkeypatch: pytest.MonkeyPatch
+):
+    def no_cpu_kernels(*args, **kwargs):
+        raise BundleError("onnxruntime-genai failed after 0 generated tokens: no kernel")
+
+    monkeypatch.setattr(smoke, "greedy_tokens", no_cpu_kernels)
+    result = smoke_test(packaged(ep), get_ep(ep))
+    assert not result.ran
+    assert result.note == (
+        f"smoke test skipped: the {ep} EP ({get_ep(ep).genai_provider}) is not available here"
+    )
+
+
+@pytest.mark.parametrize("ep", GPU_EPS)
+def test_ep_bundle_runs_on_cpu_with_cpu_provider_options(bundle_copy, ep: str):
+    folder = bundle_copy(ep)
+    _run_on_cpu(folder)
+    model = og.Model(str(folder))
+    prompt = [int(token) for token in og.Tokenizer(model).encode("Hello")]
+    tokens = greedy_tokens(model, prompt, len(prompt) + 6)
+    assert tokens == ort_greedy_tokens(folder / "model.onnx", prompt, 6)
+
+
+def test_config_that_loads_but_miswires_the_graph_fails(bundle_copy):
+    """Swapped key/value names load fine in genai; only the reference loop notices."""
+    folder = bundle_copy("cpu")
+    path = folder / "genai_config.json"
+    document = json.loads(path.read_text())
+    inputs = document["model"]["decoder"]["inputs"]
+    inputs["past_key_names"], inputs["past_value_names"] = (
+        inputs["past_value_names"],
+        inputs["past_key_names"],
+    )
+    path.write_text(json.dumps(document))
+    with pytest.raises(BundleError, match="plain onnxruntime loop over the same graph generated"):
+        smoke_test(folder, get_ep("cpu"))
+
+
+def test_unloadable_cpu_bundle_is_an_error(bundle_copy):
+    folder = bundle_copy("cpu")
+    (folder / "model.onnx").write_bytes(b"not onnx")
+    with pytest.raises(BundleError, match="onnxruntime-genai cannot load the bundle"):
+        smoke_test(folder, get_ep("cpu"))
+
+
+def test_package_smoke_note_and_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    packager.package(TINY_QWEN2, "cpu", tmp_path / "a")
+    err = capsys.readouterr().err
+    assert "smoke test: generated 8 tokens" in err and "bundle written to" in err
+    packager.package(TINY_QWEN2, "cuda", tmp_path / "b")
+    assert "smoke test on CPU (the cuda EP (cuda) is not available here)" in capsys.readouterr().err
+    packager.package(TINY_QWEN2, "cpu", tmp_path / "c", quiet=True)
+    assert capsys.readouterr().err == ""
+
+
+def test_failing_smoke_test_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    real = packager.make_genai_config
+
+    def miswired(*args, **kwargs):
+        document = real(*args, **kwargs)
+        inputs = document["model"]["decoder"]["inputs"]
+        inputs["past_key_names"], inputs["past_value_names"] = (
+            inputs["past_value_names"],
+            inputs["past_key_names"],
+        )
+        return document
+
+    monkeypatch.setattr(packager, "make_genai_config", miswired)
+    with pytest.raises(BundleError, match="smoke test"):
+        packager.package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True)
+    assert list(tmp_path.iterdir()) == []

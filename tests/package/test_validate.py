@@ -1,0 +1,191 @@
+"""`validate`: good bundles pass; each kind of broken bundle fails naming the field or file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mobius_genai.cli import main
+from mobius_genai.errors import BundleError
+from mobius_genai.package.validate import validate_bundle
+
+
+def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:
+    path = folder / "genai_config.json"
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+
+
+def _decoder(document: dict) -> dict:
+    return document["model"]["decoder"]
+
+
+@pytest.mark.parametrize("ep", ["cpu", "default", "cuda", "trt-rtx", "webgpu", "dml", "mlx"])
+def test_packaged_bundles_are_valid(packaged, ep: str):
+    report = validate_bundle(packaged(ep))
+    assert report.manifest is not None
+    assert report.genai_config["model"]["decoder"]["num_hidden_layers"] == 2
+
+
+def test_cli_validate_ok(packaged, capsys: pytest.CaptureFixture[str]):
+    assert main(["validate", str(packaged("cpu"))]) == 0
+    assert "valid (qwen2, 2 layers, checksums match the manifest)" in capsys.readouterr().out
+
+
+def test_bundle_of_another_tool_without_manifest(bundle_copy):
+    """onnxruntime-genai's builder writes more keys and defaults; no manifest, no name maps."""
+    folder = bundle_copy()
+    (folder / "mobius_manifest.json").unlink()
+
+    def builder_style(document: dict) -> None:
+        decoder = _decoder(document)
+        decoder.pop("inputs")
+        decoder.pop("outputs")
+        decoder["session_options"]["log_id"] = "onnxruntime-genai"
+        document["search"].update({"early_stopping": True, "random_seed": -1})
+
+    _edit_config(folder, builder_style)
+    assert validate_bundle(folder).manifest is None
+
+
+BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
+    "no genai_config": (
+        lambda f: (f / "genai_config.json").unlink(),
+        "genai_config.json is missing",
+    ),
+    "not json": (
+        lambda f: (f / "genai_config.json").write_text("{"),
+        "genai_config.json: not readable as JSON",
+    ),
+    "schema": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(head_size="16")),
+        "model.decoder.head_size: '16' is not of type 'integer'",
+    ),
+    "head size": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(head_size=8)),
+        "model.decoder.head_size: 8 but graph input 'past_key_values.0.key' has 16 at dim 3",
+    ),
+    "kv heads": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(num_key_value_heads=4)),
+        "model.decoder.num_key_value_heads: 4 but graph input 'past_key_values.0.key' has 2",
+    ),
+    "too many layers": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(num_hidden_layers=3)),
+        "model.decoder.inputs.past_key_names: graph lacks ['past_key_values.2.key']",
+    ),
+    "too few layers": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(num_hidden_layers=1)),
+        "model.decoder.num_hidden_layers: 1 but the graph has 2 'past_key_values.%d.key'",
+    ),
+    "past name": (
+        lambda f: _edit_config(
+            f, lambda d: _decoder(d)["inputs"].update(past_key_names="past.%d.key")
+        ),
+        "model.decoder.inputs.past_key_names: graph lacks ['past.0.key'",
+    ),
+    "logits name": (
+        lambda f: _edit_config(f, lambda d: _decoder(d)["outputs"].update(logits="scores")),
+        "model.decoder.outputs.logits: 'scores' is not a graph output",
+    ),
+    "position_ids not in graph": (
+        lambda f: _edit_config(f, lambda d: _decoder(d)["inputs"].update(position_ids="positions")),
+        "model.decoder.inputs.position_ids: 'positions' is not a graph input",
+    ),
+    "vocab": (
+        lambda f: _edit_config(f, lambda d: d["model"].update(vocab_size=100)),
+        "model.vocab_size: 100 but graph output 'logits' has 384 logits per token",
+    ),
+    "decoder file": (
+        lambda f: (f / "model.onnx").unlink(),
+        "model.decoder.filename 'model.onnx' is not a file",
+    ),
+    "weights missing": (
+        lambda f: (f / "model.onnx.data").unlink(),
+        "model.onnx.data: missing",
+    ),
+    "weights truncated": (
+        lambda f: (f / "model.onnx.data").write_bytes((f / "model.onnx.data").read_bytes()[:1000]),
+        "model.onnx.data: 1000 bytes but the graph reads up to byte",
+    ),
+    "tokenizer": (
+        lambda f: (f / "tokenizer.json").unlink(),
+        "tokenizer: none of ['tokenizer.json', 'tokenizer.model'] present",
+    ),
+    "share buffer without GQA": (
+        lambda f: _edit_config(f, lambda d: d["search"].update(past_present_share_buffer=True)),
+        "search.past_present_share_buffer: true but the graph has no "
+        "com.microsoft::GroupQueryAttention",
+    ),
+    "graph capture without shared buffer": (
+        lambda f: _edit_config(
+            f,
+            lambda d: _decoder(d)["session_options"].update(
+                provider_options=[{"cuda": {"enable_cuda_graph": "1"}}]
+            ),
+        ),
+        "model.decoder.session_options.provider_options.cuda.enable_cuda_graph: graph capture "
+        "is on",
+    ),
+    "dml captures unless told not to": (
+        lambda f: _edit_config(
+            f, lambda d: _decoder(d)["session_options"].update(provider_options=[{"dml": {}}])
+        ),
+        "provider_options.dml.enable_graph_capture: graph capture is on",
+    ),
+    "file changed after packaging": (
+        lambda f: (f / "tokenizer_config.json").write_text(
+            (f / "tokenizer_config.json").read_text().replace("{", "{ ", 1)[:-1]
+        ),
+        "tokenizer_config.json: sha256 differs from mobius_manifest.json",
+    ),
+    "manifest lists a missing file": (
+        lambda f: (f / "merges.txt").unlink(),
+        "merges.txt: listed in mobius_manifest.json but missing",
+    ),
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(BROKEN))
+def test_broken_bundle_is_reported_naming_the_field(bundle_copy, breakage: str, capsys):
+    folder = bundle_copy("default")  # the portable graph: no GroupQueryAttention
+    damage, named = BROKEN[breakage]
+    damage(folder)
+    with pytest.raises(BundleError) as caught:
+        validate_bundle(folder)
+    assert named in str(caught.value)
+    assert main(["validate", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mobius-genai: error: ") and named in err
+    assert err.count("\n") == 1
+
+
+def test_gqa_bundle_shares_the_buffer_and_may_capture(bundle_copy):
+    folder = bundle_copy("cpu")
+    report = validate_bundle(folder)
+    assert report.graph.has_gqa
+    assert report.genai_config["search"]["past_present_share_buffer"] is True
+    (folder / "mobius_manifest.json").unlink()
+    _edit_config(
+        folder,
+        lambda d: _decoder(d)["session_options"].update(
+            provider_options=[{"cuda": {"enable_cuda_graph": "1"}}]
+        ),
+    )
+    validate_bundle(folder)
+
+
+def test_skip_hashes_still_checks_sizes(bundle_copy):
+    folder = bundle_copy()
+    text = (folder / "vocab.json").read_text()
+    (folder / "vocab.json").write_text(text.replace('"', "'", 2))  # same size, new content
+    validate_bundle(folder, check_hashes=False)
+    with pytest.raises(BundleError, match="vocab.json: sha256 differs"):
+        validate_bundle(folder)
+
+
+def test_not_a_folder(tmp_path: Path):
+    assert main(["validate", str(tmp_path / "nowhere")]) == 1
