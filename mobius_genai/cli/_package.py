@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+from mobius_genai.errors import ConfigError
 from mobius_genai.optimize import trace_to_stderr
-from mobius_genai.package.packager import PRECISIONS, PRECISIONS_TODO, package
+from mobius_genai.package.packager import PRECISIONS, QUANTIZED_PRECISIONS, package
+from mobius_genai.quantize import Int4Options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,8 +29,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=(*PRECISIONS, *PRECISIONS_TODO),
-        help="weight precision (fp32/fp16/bf16 set the dtype; int4 is not available yet)",
+        choices=(*PRECISIONS, *QUANTIZED_PRECISIONS),
+        help="weight precision: fp32/fp16/bf16 set the dtype; int4 quantizes the linear weights "
+        "(MatMulNBits) and keeps --dtype (or the EP's) for activations",
+    )
+    parser.add_argument(
+        "--int4-block-size",
+        type=int,
+        help="int4 quantization block size: 16, 32 (default), 64, 128 or 256",
+    )
+    parser.add_argument(
+        "--int4-asymmetric",
+        action="store_true",
+        help="int4 with zero points (asymmetric); default: symmetric",
+    )
+    parser.add_argument(
+        "--int4-accuracy-level",
+        type=int,
+        help="MatMulNBits accuracy_level 0-4; default: the EP's (cpu and webgpu 4, others 0)",
     )
     parser.add_argument(
         "--context-length",
@@ -49,8 +67,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
 
 
+def _int4_options(args: argparse.Namespace) -> Int4Options | None:
+    given = (
+        args.int4_block_size is not None
+        or args.int4_asymmetric
+        or args.int4_accuracy_level is not None
+    )
+    if given and args.precision != "int4":
+        raise ConfigError("--int4-* options need --precision int4")
+    if not given:
+        return None
+    return Int4Options(
+        block_size=32 if args.int4_block_size is None else args.int4_block_size,
+        symmetric=not args.int4_asymmetric,
+        accuracy_level=args.int4_accuracy_level,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Package, then print the bundle folder on stdout; --trace shows the trace on stderr."""
+    int4 = _int4_options(args)
     with trace_to_stderr() if args.trace else contextlib.nullcontext():
         folder = package(
             args.model,
@@ -64,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             force=args.force,
             quiet=args.quiet,
             revision=args.revision,
+            int4=int4,
         )
     print(folder)
     return 0

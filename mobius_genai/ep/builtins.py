@@ -32,6 +32,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         name="cpu",
         gqa_dtypes=frozenset({_F32}),
         default_int4_accuracy_level=4,
+        int4_gather_dtypes=frozenset({_F32, _F16}),
     ),
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(
@@ -42,6 +43,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         genai_provider="cuda",
         default_dtype=_F16,
         graph_capture_option="enable_cuda_graph",
+        int4_gather_dtypes=frozenset({_F32, _F16, _BF16}),
     ),
     # DirectML: no fused RoPE inside GQA. genai turns DML graph capture on unless told "0",
     # so the option is written out to match enable_graph_capture=False.
@@ -64,6 +66,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         default_dtype=_F16,
         supports_shape_op=False,
         graph_capture_option="enableGraphCapture",
+        int4_gather_dtypes=frozenset({_F32, _F16}),
     ),
     # Apple-silicon MLX plugin EP: GQA with unpacked Q/K/V. genai 0.18 passes names it does not
     # know through to ORT's plugin-EP lookup (AppendExecutionProvider_V2 by EP name), and the MLX

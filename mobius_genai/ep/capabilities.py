@@ -102,6 +102,9 @@ class EpCapabilities:
     """False → every com.microsoft op is inlined into standard ONNX (no custom domains remain)."""
     graph_capture_option: str | None = None
     """Provider-option key that toggles graph capture; None → this EP has no graph capture."""
+    int4_gather_dtypes: frozenset[ir.DataType] = frozenset()
+    """Model dtypes for which INT4 stores the token embedding as com.microsoft::GatherBlockQuantized
+    (shared with a tied lm_head); for other dtypes the embedding stays float."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -112,6 +115,9 @@ class EpCapabilities:
         object.__setattr__(self, "gqa_dtypes", _dtype_set("gqa_dtypes", self.gqa_dtypes))
         object.__setattr__(
             self, "qkv_pack_dtypes", _dtype_set("qkv_pack_dtypes", self.qkv_pack_dtypes)
+        )
+        object.__setattr__(
+            self, "int4_gather_dtypes", _dtype_set("int4_gather_dtypes", self.int4_gather_dtypes)
         )
         level = self.default_int4_accuracy_level
         if isinstance(level, bool) or not isinstance(level, int):

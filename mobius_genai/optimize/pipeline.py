@@ -200,7 +200,7 @@ def _small_enough_to_fold(node: ir.Node) -> bool | None:
         tensor = None if value is None else value.const_value
         if tensor is None:
             continue
-        if _on_disk(tensor) or tensor.size > FOLD_INPUT_SIZE_LIMIT:
+        if _on_disk(tensor) or tensor.size >= FOLD_INPUT_SIZE_LIMIT:
             return False
         if value.is_initializer() and tensor.size > DEDUP_SIZE_LIMIT and len(value.uses()) > 1:
             return False

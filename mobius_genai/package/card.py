@@ -75,6 +75,7 @@ def render_card(
             if share
             else "KV cache grows by concatenation"
         ),
+        "quantization": _quantization(build.get("quantization")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
         "requirements": _requirements(provider),
@@ -90,3 +91,19 @@ def _requirements(provider: str) -> str:
         f"Needs an onnxruntime-genai build with the {provider} execution provider "
         "(e.g. `onnxruntime-genai-cuda` for CUDA); the CPU-only wheel cannot load it."
     )
+
+
+def _quantization(summary: Mapping[str, Any] | None) -> str:
+    if not summary:
+        return "none"
+    level = summary.get("accuracy_level")
+    parts = [
+        f"INT4 {summary['format']}",
+        f"block size {summary['block_size']}",
+        "symmetric" if summary["symmetric"] else "asymmetric (zero points)",
+        f"{summary['quantized_weights']} weights",
+        f"embedding {summary['embedding']}",
+    ]
+    if level is not None:
+        parts.insert(3, f"accuracy level {level}")
+    return ", ".join(parts)

@@ -39,16 +39,17 @@ from mobius_genai.package.manifest import (
 from mobius_genai.package.schema import validate_genai_config, validate_manifest
 from mobius_genai.package.smoke import smoke_test as run_smoke_test
 from mobius_genai.package.validate import validate_bundle
+from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
 from mobius_genai.source import Source
 
-#: --precision → model dtype. Quantized precisions (int4) are not built yet: see PRECISIONS_TODO.
+#: --precision → model dtype. int4 keeps the dtype (--dtype or the EP's) for activations and
+#: scales and quantizes the weights (MatMulNBits, or DequantizeLinear on onnx-standard).
 PRECISIONS: dict[str, ir.DataType] = {
     "fp32": ir.DataType.FLOAT,
     "fp16": ir.DataType.FLOAT16,
     "bf16": ir.DataType.BFLOAT16,
 }
-#: Precisions the CLI names that need the quantize stage (INT4 MatMulNBits), not yet wired in.
-PRECISIONS_TODO = ("int4",)
+QUANTIZED_PRECISIONS = ("int4",)
 
 _SHORT_DTYPE = {ir.DataType.FLOAT: "f32", ir.DataType.FLOAT16: "f16", ir.DataType.BFLOAT16: "bf16"}
 _SOURCE_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
@@ -68,15 +69,23 @@ def package(
     force: bool = False,
     quiet: bool = False,
     revision: str | None = None,
+    int4: Int4Options | None = None,
 ) -> Path:
     """Build `model` (local folder or hub id) for `ep` and write a runnable bundle folder.
 
     `output` defaults to `./<model name>-<ep>-<precision>`; an existing non-empty folder is
     replaced only with `force`, and only once the new bundle is complete, validated and
-    smoke-tested. Returns the bundle folder.
+    smoke-tested. `int4` holds the INT4 choices for `precision="int4"` (defaults otherwise).
+    Returns the bundle folder.
     """
     caps = resolve_ep(ep)
     build_dtype, precision = resolve_precision(caps, dtype, precision)
+    if int4 is not None and precision != "int4":
+        raise ConfigError(
+            f"int4 options were given for precision {precision!r}; accepted: int4 options only "
+            "with precision 'int4'"
+        )
+    int4_options = (int4 or Int4Options()) if precision == "int4" else None
     out = Path(output) if output is not None else default_output(model, caps, precision)
     check_output(out, force=force)
     check_not_inside(out, Path.cwd(), "the current folder")
@@ -92,7 +101,19 @@ def package(
             revision=revision,
             progress=not quiet,
         )
-        write_bundle(built, staging, name=out.name, precision=precision, progress=not quiet)
+        quantization = (
+            quantize_int4(built["model"], int4_options, built.ep, progress=not quiet)
+            if int4_options is not None
+            else None
+        )
+        write_bundle(
+            built,
+            staging,
+            name=out.name,
+            precision=precision,
+            progress=not quiet,
+            quantization=quantization,
+        )
         validate_bundle(staging)
         if smoke_test:
             _say(run_smoke_test(staging, caps).note, quiet)
@@ -103,18 +124,18 @@ def package(
 def resolve_precision(
     caps: EpCapabilities, dtype: str | ir.DataType | None, precision: str | None
 ) -> tuple[ir.DataType, str]:
-    """The model dtype and precision name from either argument; the EP's default otherwise."""
-    if precision in PRECISIONS_TODO:
-        raise ConfigError(
-            f"precision {precision!r} is not available yet (INT4 quantization is a separate "
-            f"stage); accepted: {sorted(PRECISIONS)}"
-        )
-    if precision is not None and precision not in PRECISIONS:
+    """The model dtype and precision name from either argument; the EP's default otherwise.
+
+    For int4 the dtype is that of activations and scales: `dtype` or the EP's default.
+    """
+    if precision is not None and precision not in (*PRECISIONS, *QUANTIZED_PRECISIONS):
         raise ConfigError(
             f"precision {precision!r} is not supported; accepted: "
-            f"{sorted([*PRECISIONS, *PRECISIONS_TODO])}"
+            f"{sorted([*PRECISIONS, *QUANTIZED_PRECISIONS])}"
         )
     chosen = parse_dtype(dtype, caps) if dtype is not None else None
+    if precision in QUANTIZED_PRECISIONS:
+        return chosen or caps.default_dtype, precision
     if precision is not None:
         if chosen is not None and chosen != PRECISIONS[precision]:
             raise ConfigError(
@@ -136,11 +157,18 @@ def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> P
 
 
 def write_bundle(
-    built: ModelPackage, folder: Path, *, name: str, precision: str, progress: bool = True
+    built: ModelPackage,
+    folder: Path,
+    *,
+    name: str,
+    precision: str,
+    progress: bool = True,
+    quantization: Int4Report | None = None,
 ) -> dict[str, Any]:
     """Write every file of the bundle of `built` into `folder`; returns the genai_config.
 
-    `name` is the bundle's final folder name (the card's run instructions use it).
+    `name` is the bundle's final folder name (the card's run instructions use it);
+    `quantization` is the report of the INT4 stage, recorded in the manifest and the card.
     """
     source = built.source
     if source is None:
@@ -173,6 +201,8 @@ def write_bundle(
             rule: count for rule, count in sorted(built.optimization_report.items()) if count
         },
     }
+    if quantization is not None:
+        build_info["quantization"] = quantization.summary()
     revision = source_revision(source)
     card = render_card(
         genai_config,

@@ -87,7 +87,17 @@ def test_package_trace_goes_to_stderr(tmp_path, capsys):
 
 BAD_INPUT: dict[str, tuple[list[str], Callable[[Path], None] | None, str]] = {
     "unknown EP": (["--ep", "tpu"], None, "Unknown execution provider 'tpu'"),
-    "int4 not yet": (["--precision", "int4"], None, "precision 'int4' is not available yet"),
+    "int4 options without int4": (["--int4-block-size", "64"], None, "need --precision int4"),
+    "int4 block size not a power of two": (
+        ["--precision", "int4", "--int4-block-size", "48"],
+        None,
+        "int4 block size 48 is not accepted",
+    ),
+    "int4 block size not dividing K": (
+        ["--precision", "int4", "--int4-block-size", "256"],
+        None,
+        "block size",
+    ),
     "dtype contradicts precision": (
         ["--dtype", "f16", "--precision", "fp32"],
         None,

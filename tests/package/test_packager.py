@@ -41,8 +41,9 @@ def test_dtype_and_precision_choose_each_other():
     assert packager.resolve_precision(cuda, "bf16", "bf16") == (BF16, "bf16")
     with pytest.raises(ConfigError, match="contradicts"):
         packager.resolve_precision(cuda, "f32", "fp16")
-    with pytest.raises(ConfigError, match=r"precision 'int4' is not available yet"):
-        packager.resolve_precision(cuda, None, "int4")
+    assert packager.resolve_precision(cuda, None, "int4") == (get_ep("cuda").default_dtype, "int4")
+    assert packager.resolve_precision(get_ep("cpu"), None, "int4") == (F32, "int4")
+    assert packager.resolve_precision(cuda, "bf16", "int4") == (BF16, "int4")
     with pytest.raises(ConfigError, match=r"precision 'fp8' is not supported"):
         packager.resolve_precision(cuda, None, "fp8")
     with pytest.raises(ConfigError, match="dtype 'f64'"):

@@ -1,0 +1,246 @@
+"""INT4 weight quantization of a built (and optimized) decoder graph: `quantize_int4`.
+
+Every linear projection and the lm_head become `com.microsoft::MatMulNBits` (or, for an EP
+without custom ops, standard DequantizeLinear + MatMul); embedding tables become
+`com.microsoft::GatherBlockQuantized` where the EP has that kernel for the model dtype, sharing
+one quantized copy with a tied lm_head. Only the graph changes here: the quantized tensors are
+lazy and computed one weight at a time while the model is saved.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import onnx_ir as ir
+import onnx_ir.passes.common as common
+
+from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
+from mobius_genai.errors import ConfigError
+from mobius_genai.progress import Progress
+from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
+from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
+from mobius_genai.quantize.streaming import OneWeightCache
+from mobius_genai.quantize.targets import WeightGroup, find_weights
+
+__all__ = [
+    "BLOCK_SIZES",
+    "Int4Options",
+    "Int4Report",
+    "QuantizedWeight",
+    "quantize_int4",
+]
+
+#: Accepted `block_size` values: powers of two that both MatMulNBits and GatherBlockQuantized take.
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+
+
+@dataclasses.dataclass(frozen=True)
+class Int4Options:
+    """The user's INT4 choices. `accuracy_level` None means the EP's default."""
+
+    block_size: int = 32
+    symmetric: bool = True
+    accuracy_level: int | None = None
+
+    def __post_init__(self) -> None:
+        size = self.block_size
+        if isinstance(size, bool) or not isinstance(size, int) or size not in BLOCK_SIZES:
+            raise ConfigError(
+                f"int4 block size {size!r} is not accepted; accepted: "
+                f"{', '.join(map(str, BLOCK_SIZES))} (powers of two from 16 to 256)"
+            )
+        if not isinstance(self.symmetric, bool):
+            raise ConfigError(f"int4 symmetric must be true or false, got {self.symmetric!r}")
+        level = self.accuracy_level
+        if level is not None and (
+            isinstance(level, bool)
+            or not isinstance(level, int)
+            or not 0 <= level <= MAX_INT4_ACCURACY_LEVEL
+        ):
+            raise ConfigError(
+                f"int4 accuracy level {level!r} is not accepted; accepted: 0 (most accurate) to "
+                f"{MAX_INT4_ACCURACY_LEVEL} (int8 compute, fastest), or unset for the EP default"
+            )
+
+    def resolved(self, caps: EpCapabilities) -> Int4Options:
+        """These options with the accuracy level filled in from the EP."""
+        if self.accuracy_level is not None:
+            return self
+        return dataclasses.replace(self, accuracy_level=caps.default_int4_accuracy_level)
+
+
+_SUMMARY_KEYS = (
+    "bits",
+    "format",
+    "block_size",
+    "symmetric",
+    "accuracy_level",
+    "embedding",
+    "op_counts",
+    "quantized_weights",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedWeight:
+    """One float weight and what it became."""
+
+    name: str
+    role: str
+    """'linear', 'lm_head' or 'embedding'."""
+    k: int
+    n: int
+    ops: tuple[str, ...]
+    """The ops that now read its int4 copy (one copy, shared by all of them)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Int4Report:
+    """What `quantize_int4` did, for the manifest and the model card (see `to_dict`)."""
+
+    options: Int4Options
+    """The options applied (accuracy level resolved)."""
+    format: str
+    """'MatMulNBits' (com.microsoft ops) or 'DequantizeLinear' (standard ONNX)."""
+    weights: tuple[QuantizedWeight, ...]
+    float_weights: tuple[str, ...]
+    """Weights left in float (e.g. an embedding the EP cannot look up in int4)."""
+    embedding: str
+    """'int4-shared' (one int4 table for lookup and lm_head), 'int4' (own int4 table), 'float'
+    (lookup stays float), 'none' (no lookup of a weight) or 'mixed' (several tables)."""
+    declined: tuple[tuple[str, str], ...] = ()
+    """(node, reason) for weight-like uses left alone."""
+
+    @property
+    def op_counts(self) -> dict[str, int]:
+        """Op type → number of nodes reading int4 weights."""
+        return dict(Counter(op for weight in self.weights for op in weight.ops))
+
+    def summary(self) -> dict[str, Any]:
+        """The choices and counts, without the per-tensor list (for the manifest and card)."""
+        full = self.to_dict()
+        return {key: full[key] for key in _SUMMARY_KEYS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary: the choices, the counts and every quantized tensor."""
+        return {
+            "bits": 4,
+            "format": self.format,
+            "block_size": self.options.block_size,
+            "symmetric": self.options.symmetric,
+            # DequantizeLinear + MatMul has no accuracy level (the runtime decides)
+            "accuracy_level": self.options.accuracy_level if self.format == "MatMulNBits" else None,
+            "embedding": self.embedding,
+            "op_counts": self.op_counts,
+            "quantized_weights": len(self.weights),
+            "weights": [
+                dataclasses.asdict(weight) | {"ops": list(weight.ops)} for weight in self.weights
+            ],
+            "float_weights": list(self.float_weights),
+            "declined": [{"node": node, "reason": reason} for node, reason in self.declined],
+        }
+
+
+def quantize_int4(
+    model: ir.Model,
+    options: Int4Options,
+    caps: EpCapabilities,
+    progress: bool = False,
+) -> Int4Report:
+    """Quantize the weights of `model` (in place) to INT4 for `caps`' EP.
+
+    Run it after the optimization pipeline. Nothing is read from the checkpoint here: the int4
+    tensors are lazy and computed, one weight at a time, when the model is saved. Raises
+    ConfigError, before changing anything, when the block size does not divide a weight's input
+    dimension.
+    """
+    options = options.resolved(caps)
+    groups, declined = find_weights(model.graph)
+    gather = caps.supports_custom_ops and _model_dtype(groups) in caps.int4_gather_dtypes
+    _check_block_size(
+        [g for g in groups if g.matmuls or (gather and g.gathers)], options.block_size
+    )
+    cache = OneWeightCache()
+    with Progress("quantizing int4", total=len(groups), enabled=progress) as bar:
+        if caps.supports_custom_ops:
+            quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
+                groups,
+                block_size=options.block_size,
+                symmetric=options.symmetric,
+                accuracy_level=options.accuracy_level or 0,
+                gather=gather,
+                cache=cache,
+            )
+            format_ = "MatMulNBits"
+        else:
+            quantizer = DequantizeLinearPass(
+                groups, block_size=options.block_size, symmetric=options.symmetric, cache=cache
+            )
+            format_ = "DequantizeLinear"
+        if quantizer(model).modified:
+            # A replaced FusedMatMul may leave its function overload unused.
+            common.RemoveUnusedFunctionsPass()(model)
+        bar.advance(len(groups))
+    weights = []
+    float_weights = []
+    for group, ops in zip(groups, quantizer.results, strict=True):
+        if ops:
+            weights.append(
+                QuantizedWeight(
+                    name=group.source.name,
+                    role=group.role,
+                    k=group.source.k,
+                    n=group.source.n,
+                    ops=ops,
+                )
+            )
+        if group.gathers and "GatherBlockQuantized" not in ops:
+            float_weights.append(group.source.name)
+    return Int4Report(
+        options=options,
+        format=format_,
+        weights=tuple(weights),
+        float_weights=tuple(float_weights),
+        embedding=_embedding_state(groups, quantizer.results),
+        declined=tuple((item.node, item.reason) for item in declined),
+    )
+
+
+def _model_dtype(groups: list[WeightGroup]) -> ir.DataType | None:
+    """The float dtype of the weights (None when there are none)."""
+    return groups[0].source.dtype if groups else None
+
+
+def _embedding_state(groups: list[WeightGroup], results: list[tuple[str, ...]]) -> str:
+    states = []
+    for group, ops in zip(groups, results, strict=True):
+        if not group.gathers:
+            continue
+        if "GatherBlockQuantized" not in ops:
+            states.append("float")
+        elif "MatMulNBits" in ops:
+            states.append("int4-shared")
+        else:
+            states.append("int4")
+    return states[0] if len(set(states)) == 1 else ("none" if not states else "mixed")
+
+
+def _check_block_size(groups: list[WeightGroup], block_size: int) -> None:
+    """Every quantized weight's K must be a multiple of the block size."""
+    for group in groups:
+        k = group.source.k
+        if k % block_size:
+            ks = {g.source.k for g in groups}
+            fitting = [size for size in BLOCK_SIZES if all(dim % size == 0 for dim in ks)]
+            accepted = (
+                ", ".join(map(str, fitting))
+                if fitting
+                else "none of " + ", ".join(map(str, BLOCK_SIZES))
+            )
+            raise ConfigError(
+                f"int4 block size {block_size} does not divide the input dimension K={k} of "
+                f"weight {group.source.name!r} ({group.role}, [K, N] = [{k}, {group.source.n}]); "
+                f"block sizes that divide every weight of this model: {accepted}"
+            )

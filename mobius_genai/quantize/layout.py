@@ -1,0 +1,207 @@
+"""Block-wise INT4 layouts of a [K, N] weight (K = in features, N = out features).
+
+Two layouts, both computed by onnxruntime's own quantization kernels
+(`onnxruntime.capi._pybind_state.quantize_matmul_4bits` / `quantize_qdq_matmul_4bits`, the ones
+`onnxruntime.quantization.matmul_nbits_quantizer` uses), so the bytes are exactly what the
+runtime kernels read:
+
+- **MatMulNBits** (`com.microsoft`): one row per output feature. `packed` [N, K/bs, bs/2] uint8
+  (two 4-bit values per byte, the first in the low nibble), `scales` [N, K/bs] in the weight's
+  float dtype, `zero_points` [N, ceil((K/bs)/2)] uint8 packed the same way (asymmetric only;
+  symmetric uses the implicit zero point 8). Row n of `packed` reshaped to [K/2] is also the
+  `com.microsoft::GatherBlockQuantized` layout (uint8 data, bits=4, quantize_axis=1) of an
+  embedding table [N, K], so one copy serves both ops.
+- **DequantizeLinear** (ONNX opset 21+, blocked along axis 0): `data` [K, N] int4 (symmetric)
+  or uint4 (asymmetric) packed row-major two per byte, `scales` [K/bs, N], `zero_points`
+  [K/bs, N] uint4 packed (asymmetric only).
+
+Dequantization: w = (q - zero_point) * scale per block of `block_size` consecutive k.
+
+The kernels run on slices of the weight (along N for MatMulNBits, along K for
+DequantizeLinear), so the temporary float32 copies stay small whatever the weight's size;
+results are identical to one call on the whole weight because blocks never cross the slices.
+The `dequantize_*` functions are plain numpy, written from the operator specs: tests use them to
+check the kernels' layout and to build reference graphs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_qdq_matmul_4bits
+
+__all__ = [
+    "BlockedInt4",
+    "NBitsWeight",
+    "dequantize_blocked_int4",
+    "dequantize_matmul_nbits",
+    "quantize_blocked_int4",
+    "quantize_matmul_nbits",
+]
+
+#: Elements of the float weight converted per kernel call (bounds the temporary copies: 4
+#: MiB of float32).
+DEFAULT_CHUNK_ELEMENTS = 1 << 20
+
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+
+
+@dataclasses.dataclass(frozen=True)
+class NBitsWeight:
+    """The com.microsoft::MatMulNBits inputs B, scales and zero_points of one weight."""
+
+    packed: np.ndarray
+    """[N, K/block_size, block_size/2] uint8."""
+    scales: np.ndarray
+    """[N, K/block_size], the weight's float dtype."""
+    zero_points: np.ndarray | None
+    """[N, ceil(K/block_size/2)] uint8, or None (symmetric: implicit zero point 8)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockedInt4:
+    """The ONNX DequantizeLinear inputs (blocked along axis 0) of one weight, packed."""
+
+    data: np.ndarray
+    """ceil(K*N/2) uint8: the [K, N] int4 (symmetric) or uint4 values, two per byte."""
+    scales: np.ndarray
+    """[K/block_size, N], the weight's float dtype."""
+    zero_points: np.ndarray | None
+    """ceil(K/block_size*N/2) uint8: the [K/block_size, N] uint4 zero points, or None."""
+
+
+def _kernel_dtype(dtype: np.dtype) -> np.dtype:
+    """The dtype onnxruntime's kernels compute in for a weight of `dtype` (f32 or f16)."""
+    return dtype if dtype in _KERNEL_DTYPES else np.dtype(np.float32)
+
+
+def _check(weight: np.ndarray, block_size: int) -> tuple[int, int]:
+    if weight.ndim != 2:
+        raise ValueError(f"expected a 2-D [K, N] weight, got shape {weight.shape}")
+    k, n = weight.shape
+    if k % block_size:
+        raise ValueError(f"K={k} is not a multiple of block_size={block_size}")
+    return k, n
+
+
+def quantize_matmul_nbits(
+    weight: np.ndarray,
+    block_size: int,
+    symmetric: bool,
+    *,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> NBitsWeight:
+    """Quantize a [K, N] weight to the MatMulNBits layout (bits=4).
+
+    `weight` may be a non-contiguous view (e.g. the transpose of an [N, K] embedding table);
+    only `chunk_elements` of it are copied at a time. float32 and float16 weights are quantized
+    in their own dtype; others (bfloat16) in float32 with the scales cast back, as onnxruntime's
+    quantizer does.
+    """
+    k, n = _check(weight, block_size)
+    blocks = k // block_size
+    compute = _kernel_dtype(weight.dtype)
+    packed = np.zeros((n, blocks, block_size // 2), np.uint8)
+    scales = np.zeros((n, blocks), compute)
+    zero_points = np.zeros((n, (blocks + 1) // 2), np.uint8)
+    step = max(1, chunk_elements // k)
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        chunk = np.ascontiguousarray(weight[:, start:stop], dtype=compute)
+        quantize_matmul_4bits(
+            packed[start:stop],
+            chunk,
+            scales[start:stop],
+            zero_points[start:stop],
+            block_size,
+            stop - start,
+            k,
+            symmetric,
+        )
+        del chunk
+    return NBitsWeight(
+        packed=packed,
+        scales=scales.astype(weight.dtype, copy=False),
+        zero_points=None if symmetric else zero_points,
+    )
+
+
+def quantize_blocked_int4(
+    weight: np.ndarray,
+    block_size: int,
+    symmetric: bool,
+    *,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> BlockedInt4:
+    """Quantize a [K, N] weight to the blocked DequantizeLinear layout (axis 0).
+
+    Symmetric gives signed int4 values without zero points; asymmetric gives uint4 values and
+    uint4 zero points. Slices along K hold an even number of blocks so every slice starts on a
+    byte of the packed outputs.
+    """
+    k, n = _check(weight, block_size)
+    blocks = k // block_size
+    compute = _kernel_dtype(weight.dtype)
+    data = np.zeros((k * n + 1) // 2, np.uint8)
+    scales = np.zeros((blocks, n), compute)
+    zero_points = np.zeros((blocks * n + 1) // 2, np.uint8)
+    pair = 2 * block_size
+    rows = max(pair, (chunk_elements // max(n, 1)) // pair * pair)
+    for start in range(0, k, rows):
+        stop = min(k, start + rows)
+        block0, block1 = start // block_size, stop // block_size
+        chunk = np.ascontiguousarray(weight[start:stop], dtype=compute)
+        quantize_qdq_matmul_4bits(
+            data[start * n // 2 : (stop * n + 1) // 2],
+            chunk,
+            scales[block0:block1],
+            zero_points[block0 * n // 2 : (block1 * n + 1) // 2],
+            block_size,
+            n,
+            stop - start,
+            symmetric,
+        )
+        del chunk
+    return BlockedInt4(
+        data=data,
+        scales=scales.astype(weight.dtype, copy=False),
+        zero_points=None if symmetric else zero_points,
+    )
+
+
+def _unpack_nibbles(packed: np.ndarray, count: int) -> np.ndarray:
+    """The first `count` 4-bit values of a flat uint8 array, low nibble first, as int16."""
+    flat = np.asarray(packed, np.uint8).reshape(-1)
+    values = np.stack([flat & 0x0F, flat >> 4], axis=-1).reshape(-1)
+    return values[:count].astype(np.int16)
+
+
+def dequantize_matmul_nbits(weight: NBitsWeight, k: int) -> np.ndarray:
+    """The [K, N] float32 weight that MatMulNBits computes with (numpy reference)."""
+    n, blocks, blob = weight.packed.shape
+    block_size = 2 * blob
+    q = _unpack_nibbles(weight.packed, n * blocks * block_size).reshape(n, blocks, block_size)
+    if weight.zero_points is None:
+        zero = np.full((n, blocks, 1), 8, np.int16)
+    else:
+        per_row = weight.zero_points.shape[1] * 2
+        zero = _unpack_nibbles(weight.zero_points, n * per_row).reshape(n, per_row)
+        zero = zero[:, :blocks, None]
+    scales = np.asarray(weight.scales).astype(np.float32)[:, :, None]
+    rows = (q - zero).astype(np.float32) * scales
+    return np.ascontiguousarray(rows.reshape(n, blocks * block_size)[:, :k].T)
+
+
+def dequantize_blocked_int4(weight: BlockedInt4, k: int, n: int) -> np.ndarray:
+    """The [K, N] float32 weight that DequantizeLinear(axis=0, block_size) produces."""
+    blocks = weight.scales.shape[0]
+    block_size = k // blocks
+    q = _unpack_nibbles(weight.data, k * n).reshape(k, n)
+    if weight.zero_points is None:
+        q = np.where(q >= 8, q - 16, q)  # signed int4
+    else:
+        zero = _unpack_nibbles(weight.zero_points, blocks * n).reshape(blocks, n)
+        q = q - np.repeat(zero, block_size, axis=0)
+    scales = np.repeat(np.asarray(weight.scales).astype(np.float32), block_size, axis=0)
+    return q.astype(np.float32) * scales

@@ -1,0 +1,140 @@
+"""The onnxruntime INT4 graph: com.microsoft::MatMulNBits and GatherBlockQuantized.
+
+Math preserved, up to the 4-bit rounding of the weights: ``A @ W`` becomes
+``MatMulNBits(A, B, scales[, zero_points])`` with ``W[k, n] = (B[n, k] - zp[n, k/bs]) *
+scales[n, k/bs]`` (bits=4, zero point 8 when symmetric), and ``Gather(T, ids, axis=0)`` on an
+[N, K] table becomes ``GatherBlockQuantized(B', ids, scales[, zero_points])`` with B' = B
+reshaped to [N, K/2] (uint8 data, bits=4, quantize_axis=1), the same values. A tied embedding
+table therefore has one quantized copy: its lm_head MatMulNBits reads B, its lookup reads
+Reshape(B).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from mobius_genai.quantize.layout import quantize_matmul_nbits
+from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
+from mobius_genai.quantize.targets import WeightGroup
+from mobius_genai.quantize.write import GraphWriter
+
+__all__ = ["MatMulNBitsPass"]
+
+MS_DOMAIN = "com.microsoft"
+
+
+class MatMulNBitsPass(ir.passes.InPlacePass):
+    """Quantize `groups` (found by `find_weights`) to MatMulNBits / GatherBlockQuantized.
+
+    `gather` says whether embedding lookups become GatherBlockQuantized (the EP has that kernel
+    for the model dtype); otherwise they stay float and a tied lm_head gets its own int4 copy.
+    Parts are lazy tensors computed at save time through `cache`.
+    """
+
+    def __init__(
+        self,
+        groups: list[WeightGroup],
+        *,
+        block_size: int,
+        symmetric: bool,
+        accuracy_level: int,
+        gather: bool,
+        cache: OneWeightCache,
+    ) -> None:
+        super().__init__()
+        self.groups = groups
+        self.block_size = block_size
+        self.symmetric = symmetric
+        self.accuracy_level = accuracy_level
+        self.gather = gather
+        self.cache = cache
+        #: Per group (same order): the op types it now feeds, empty when left in float.
+        self.results: list[tuple[str, ...]] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        writer = GraphWriter(model.graph)
+        for group in self.groups:
+            self.results.append(self._rewrite(writer, group))
+        writer.remove_unused()
+        modified = any(self.results)
+        if modified:
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
+        return ir.passes.PassResult(model, modified=modified)
+
+    def _rewrite(self, writer: GraphWriter, group: WeightGroup) -> tuple[str, ...]:
+        gathers = group.gathers if self.gather else []
+        if not group.matmuls and not gathers:
+            return ()
+        source = group.source
+        k, n = source.k, source.n
+        blocks = k // self.block_size
+        base = writer.unique_name(f"{source.name}_Q4")
+        # B is [N, blocks, bs/2] for MatMulNBits; a lookup-only table stores [N, K/2] directly.
+        data_shape = (n, blocks, self.block_size // 2) if group.matmuls else (n, k // 2)
+        specs = [
+            PartSpec(base, ir.DataType.UINT8, data_shape),
+            PartSpec(writer.unique_name(f"{base}_scales"), source.dtype, (n, blocks)),
+        ]
+        if not self.symmetric:
+            zero_points_name = writer.unique_name(f"{base}_zero_points")
+            specs.append(PartSpec(zero_points_name, ir.DataType.UINT8, (n, (blocks + 1) // 2)))
+
+        def compute() -> list[ir.TensorProtocol]:
+            weight = quantize_matmul_nbits(source.read(), self.block_size, self.symmetric)
+            arrays = [weight.packed.reshape(data_shape), weight.scales]
+            if weight.zero_points is not None:
+                arrays.append(weight.zero_points)
+            return [
+                ir.Tensor(array, name=spec.name) for array, spec in zip(arrays, specs, strict=True)
+            ]
+
+        tensors = lazy_parts(self.cache, specs, compute) if source.has_data else None
+        inputs = writer.initializers(specs, tensors)
+        data, scales = inputs[0], inputs[1]
+        zero_points = inputs[2] if len(inputs) > 2 else None
+        ops: list[str] = []
+
+        for use in group.matmuls:
+            node = use.node
+            attributes = {"K": k, "N": n, "bits": 4, "block_size": self.block_size}
+            # 0 is the default: leave it out, as onnxruntime's own quantizer does.
+            if self.accuracy_level:
+                attributes["accuracy_level"] = self.accuracy_level
+            new = ir.node(
+                "MatMulNBits",
+                [node.inputs[0], data, scales, *([zero_points] if zero_points else [])],
+                attributes,
+                domain=MS_DOMAIN,
+                name=f"{node.name}_Q4",
+            )
+            writer.replace(node, [new])
+            ops.append("MatMulNBits")
+
+        for use in gathers:
+            node = use.node
+            table = data
+            new_nodes = []
+            if group.matmuls:  # share B: view it as [N, K/2]
+                shape = writer.constant(f"{base}_gather_shape", np.array([n, k // 2], np.int64))
+                reshape = ir.node("Reshape", [data, shape], name=f"{node.name}_Q4_reshape")
+                table = reshape.outputs[0]
+                table.name = f"{base}_gather_view"
+                new_nodes.append(reshape)
+            new_nodes.append(
+                ir.node(
+                    "GatherBlockQuantized",
+                    [table, node.inputs[1], scales, *([zero_points] if zero_points else [])],
+                    {
+                        "bits": 4,
+                        "block_size": self.block_size,
+                        "gather_axis": 0,
+                        "quantize_axis": 1,
+                    },
+                    domain=MS_DOMAIN,
+                    name=f"{node.name}_Q4",
+                )
+            )
+            writer.replace(node, new_nodes)
+            ops.append("GatherBlockQuantized")
+        return tuple(ops)

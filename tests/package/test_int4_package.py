@@ -1,0 +1,72 @@
+"""`package(..., precision="int4")`: a cpu INT4 bundle that onnxruntime-genai loads and runs."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import onnx
+import onnxruntime_genai as og
+
+import mobius_genai
+from mobius_genai.cli import main
+from tests.package.conftest import TINY_QWEN2 as TINY
+
+
+def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
+    out = mobius_genai.package(TINY, "cpu", tmp_path / "b", precision="int4", quiet=True)
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    ops = Counter(node.op_type for node in graph.node)
+    # 2 layers x (packed-or-not q, k, v, o, gate, up, down) + tied lm_head sharing the table
+    assert ops["MatMulNBits"] == 15
+    assert ops["GatherBlockQuantized"] == 1
+    levels = {
+        attr.i
+        for node in graph.node
+        if node.op_type == "MatMulNBits"
+        for attr in node.attribute
+        if attr.name == "accuracy_level"
+    }
+    assert levels == {4}  # the cpu EP's default accuracy level
+    manifest = json.loads((out / "mobius_manifest.json").read_text())
+    quantization = manifest["build"]["quantization"]
+    assert (quantization["block_size"], quantization["symmetric"]) == (32, True)
+    assert quantization["embedding"] == "int4-shared"
+    assert "INT4 MatMulNBits, block size 32" in (out / "README.md").read_text()
+    model = og.Model(str(out))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=24)
+    generator = og.Generator(model, params)
+    generator.append_tokens([[1, 2, 3, 4]])
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert len(generator.get_sequence(0)) == 24
+
+
+def test_cli_int4_options_reach_the_graph(tmp_path, capsys):
+    out = tmp_path / "b"
+    code = main(
+        [
+            "package",
+            str(TINY),
+            "--ep",
+            "cpu",
+            "-o",
+            str(out),
+            "--quiet",
+            "--no-smoke-test",
+            "--precision",
+            "int4",
+            "--int4-block-size",
+            "16",
+            "--int4-asymmetric",
+            "--int4-accuracy-level",
+            "1",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
+    attrs = [{a.name: a.i for a in n.attribute} for n in nbits]
+    assert all(a["block_size"] == 16 and a["accuracy_level"] == 1 for a in attrs)
+    assert all(len(n.input) >= 4 and n.input[3] for n in nbits)  # zero points: asymmetric

@@ -1,0 +1,32 @@
+"""onnxruntime-genai runs a cpu int4 bundle assembled by hand (build → quantize → bundle).
+
+The packager's smoke test checks that og's greedy tokens equal a plain onnxruntime greedy loop
+over the same int4 graph (MatMulNBits at accuracy level 4, GatherBlockQuantized sharing the tied
+table). Until the packager calls quantize_int4 itself, the bundle is written here.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import mobius_genai
+from mobius_genai.ep import get_ep
+from mobius_genai.package import smoke_test, validate_bundle, write_bundle
+from mobius_genai.quantize import Int4Options, quantize_int4
+from tests.quantize.conftest import TINY_QWEN2
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_onnxruntime_genai_generates_with_the_cpu_int4_bundle(symmetric, tmp_path):
+    caps = get_ep("cpu")
+    built = mobius_genai.build(TINY_QWEN2, caps, "f32")
+    report = quantize_int4(built["model"], Int4Options(symmetric=symmetric), caps)
+    assert report.embedding == "int4-shared"
+    folder = tmp_path / "bundle"
+    folder.mkdir()
+    write_bundle(built, folder, name=folder.name, precision="int4", progress=False)
+    validate_bundle(folder)
+    result = smoke_test(folder, caps, max_new_tokens=16)
+    assert result.ran, result.note
+    assert len(result.tokens) == 16
+    assert "same as a plain onnxruntime loop" in result.note
