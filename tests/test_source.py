@@ -1,0 +1,74 @@
+"""Source resolution: local folders as they are; hub ids through huggingface_hub's cache."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import mobius_genai
+from mobius_genai import ConfigError
+from mobius_genai.source import HUB_FILE_PATTERNS, resolve_source
+
+TINY = Path(__file__).parent / "data" / "tiny-qwen2"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _fake_hub_cache(cache: Path, repo_id: str) -> Path:
+    """The folder layout huggingface_hub keeps for a downloaded snapshot."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / COMMIT
+    shutil.copytree(TINY, snapshot)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    return snapshot
+
+
+def test_local_folder_is_used_in_place():
+    source = resolve_source(TINY)
+    assert source.path == TINY.resolve()
+    assert source.model_id == str(TINY)
+
+
+def test_hub_id_resolves_from_the_cache_when_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    snapshot = _fake_hub_cache(tmp_path, "tiny-org/tiny-qwen2")
+    source = resolve_source("tiny-org/tiny-qwen2")
+    assert source.path.resolve() == snapshot.resolve()
+    assert source.model_id == "tiny-org/tiny-qwen2"
+    package = mobius_genai.build("tiny-org/tiny-qwen2")
+    assert package.source.model_id == "tiny-org/tiny-qwen2"
+
+
+def test_hub_id_missing_offline_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"'nobody/nothing': not in the local cache"):
+        resolve_source("nobody/nothing")
+
+
+def test_only_safe_files_are_requested_from_the_hub():
+    assert "*.safetensors" in HUB_FILE_PATTERNS
+    assert not any(p.endswith((".bin", ".py", ".pt", ".pth", ".pkl")) for p in HUB_FILE_PATTERNS)
+    assert "*" not in HUB_FILE_PATTERNS
+
+
+def test_download_asks_only_for_the_bundle_files(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_snapshot_download(repo_id, revision=None, allow_patterns=None):
+        seen.update(repo_id=repo_id, revision=revision, allow_patterns=allow_patterns)
+        return str(TINY)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
+    source = resolve_source("org/model", revision="v1")
+    assert seen == {
+        "repo_id": "org/model",
+        "revision": "v1",
+        "allow_patterns": list(HUB_FILE_PATTERNS),
+    }
+    assert (source.model_id, source.revision) == ("org/model", "v1")
