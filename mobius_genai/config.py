@@ -19,6 +19,11 @@ from mobius_genai.errors import ConfigError
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+NORM_TYPES = ("rms", "layer")
+NORM_PLACEMENTS = ("pre", "sandwich", "post")
+POSITION_EMBEDDINGS = ("rope", "learned")
+# Rope types whose tables depend on the length the model was pretrained with.
+_ROPE_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +39,9 @@ class RopeConfig:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
     partial_rotary_factor: float = 1.0
@@ -42,7 +50,33 @@ class RopeConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ArchitectureConfig:
-    """What the graph builder needs to know about a decoder-only LM, and nothing else."""
+    """What the graph builder needs to know about a decoder-only LM, and nothing else.
+
+    Beyond sizes, a few generic switches describe how families differ (each defaults to the
+    llama-style decoder):
+
+    - `norm_type`: "rms" (RMSNormalization) or "layer" (LayerNormalization with bias).
+    - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
+      "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
+    - `parallel_residual`: attention and MLP read the same normed input and both outputs are
+      added to the residual at once, x + attn(ln(x)) + mlp(ln(x)) (phi); needs placement "pre".
+    - `gated_mlp`: down(act(gate(x)) * up(x)) when True, fc2(act(fc1(x))) when False.
+    - `embedding_multiplier`: token embeddings are multiplied by it (gemma: sqrt(hidden_size),
+      granite: `embedding_multiplier`).
+    - `residual_multiplier`: each block's output is multiplied by it before the residual add
+      (granite).
+    - `logits_scaling`: logits are divided by it (granite).
+    - `position_embedding`: "rope", or "learned" absolute positions added to the token
+      embeddings (gpt2); "learned" means no rotary in any layer.
+    - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
+    - `rope_local`: the rope of sliding-window layers when it differs from `rope` (gemma3's
+      `rope_local_base_freq`); None means every layer uses `rope`.
+    - `qk_norm_per_head`: with `qk_norm`, normalize each head's q/k (qwen3, gemma3) when True,
+      the whole q/k projection at once (olmo2) when False.
+    - `lm_head_bias`: the LM head adds a bias (phi).
+    - `attention_scale`: softmax scale when not 1/sqrt(head_dim) (gemma2/3's
+      query_pre_attn_scalar**-0.5, granite's attention_multiplier).
+    """
 
     model_type: str
     vocab_size: int
@@ -60,7 +94,19 @@ class ArchitectureConfig:
     o_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
+    qk_norm_per_head: bool = True
+    lm_head_bias: bool = False
     tie_word_embeddings: bool = False
+    norm_type: str = "rms"
+    norm_placement: str = "pre"
+    parallel_residual: bool = False
+    gated_mlp: bool = True
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_scaling: float = 1.0
+    position_embedding: str = "rope"
+    no_rope_layers: tuple[int, ...] = ()
+    rope_local: RopeConfig | None = None
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()
     attention_scale: float | None = None
@@ -79,7 +125,11 @@ class ArchitectureConfig:
     @property
     def rotary_dim(self) -> int:
         """Number of channels of each head that rotary embedding rotates (even)."""
-        dim = int(self.head_dim * self.rope.partial_rotary_factor)
+        return self.rotary_dim_of(self.rope)
+
+    def rotary_dim_of(self, rope: RopeConfig) -> int:
+        """Number of channels of each head that `rope` rotates (even)."""
+        dim = int(self.head_dim * rope.partial_rotary_factor)
         return dim - dim % 2
 
     @property
@@ -88,6 +138,14 @@ class ArchitectureConfig:
         if self.attention_scale is not None:
             return self.attention_scale
         return 1.0 / math.sqrt(self.head_dim)
+
+    def rope_of_layer(self, index: int) -> RopeConfig | None:
+        """The rope of layer `index`, or None when the layer applies no rotary embedding."""
+        if self.position_embedding != "rope" or index in self.no_rope_layers:
+            return None
+        if self.rope_local is not None and self.layer_types[index] == "sliding_attention":
+            return self.rope_local
+        return self.rope
 
     def window_of_layer(self, index: int) -> int | None:
         """Sliding-window size of layer `index`, or None for full attention."""
@@ -151,9 +209,37 @@ def _int_tuple(value: Any, key: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _parse_rope(raw: Mapping[str, Any]) -> RopeConfig:
-    params = dict(raw.get("rope_parameters") or {})
-    scaling = dict(raw.get("rope_scaling") or {})
+def _parse_rope(raw: Mapping[str, Any]) -> tuple[RopeConfig, RopeConfig | None]:
+    """The rope of full-attention layers and, when it differs, the rope of sliding layers.
+
+    transformers 5 nests `rope_parameters` by layer type for models whose local and global
+    layers rotate differently (gemma3): {"full_attention": {...}, "sliding_attention": {...}};
+    hub checkpoints of gemma3 give the local base as `rope_local_base_freq` instead, the rope
+    scaling applying to global layers only.
+    """
+    params = raw.get("rope_parameters") or {}
+    if isinstance(params, Mapping) and any(key in LAYER_TYPES for key in params):
+        full = _rope_from_params(raw, dict(params.get("full_attention") or {}), scaling={})
+        local = params.get("sliding_attention")
+        return full, _rope_from_params(raw, dict(local), scaling={}) if local else None
+    rope = _rope_from_params(raw, dict(params), dict(raw.get("rope_scaling") or {}))
+    local_theta = raw.get("rope_local_base_freq")  # the hub layout of gemma3's local rope
+    if local_theta is None:
+        return rope, None
+    local = {"rope_type": "default", "rope_theta": local_theta}
+    return rope, _rope_from_params(raw, local, scaling={})
+
+
+def _rope_from_params(
+    raw: Mapping[str, Any], params: dict[str, Any], scaling: dict[str, Any]
+) -> RopeConfig:
+    """One RopeConfig from a rope-parameters dict, with hub-layout `rope_scaling` merged in.
+
+    Defaults follow transformers' `standardize_rope_params` and rope init functions: scaled
+    types without `original_max_position_embeddings` use max_position_embeddings (a top-level
+    `original_max_position_embeddings`, as phi3 has, takes precedence), and longrope or yarn
+    without `factor` use max_position_embeddings / original_max_position_embeddings.
+    """
     params.update({k: v for k, v in scaling.items() if v is not None})
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "su":  # phi3's early name for longrope
@@ -164,10 +250,14 @@ def _parse_rope(raw: Mapping[str, Any]) -> RopeConfig:
         )
     theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
     partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-    factor = params.get("factor", 1.0)
-    original = params.get(
-        "original_max_position_embeddings", raw.get("original_max_position_embeddings")
+    original = raw.get("original_max_position_embeddings") or params.get(
+        "original_max_position_embeddings"
     )
+    if original is None and rope_type in _ROPE_TYPES_WITH_ORIGINAL:
+        original = raw.get("max_position_embeddings")
+    factor = params.get("factor")
+    if factor is None and rope_type in ("longrope", "yarn") and original:
+        factor = raw.get("max_position_embeddings", original) / original
     short = params.get("short_factor")
     long = params.get("long_factor")
     return RopeConfig(
@@ -180,6 +270,9 @@ def _parse_rope(raw: Mapping[str, Any]) -> RopeConfig:
         beta_fast=float(params.get("beta_fast", 32.0) or 32.0),
         beta_slow=float(params.get("beta_slow", 1.0) or 1.0),
         attention_factor=params.get("attention_factor"),
+        mscale=params.get("mscale"),
+        mscale_all_dim=params.get("mscale_all_dim"),
+        truncate=bool(params.get("truncate", True)),
         short_factor=tuple(short) if short is not None else None,
         long_factor=tuple(long) if long is not None else None,
         partial_rotary_factor=float(partial if partial is not None else 1.0),
@@ -187,10 +280,13 @@ def _parse_rope(raw: Mapping[str, Any]) -> RopeConfig:
 
 
 def _parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:
+    if raw.get("use_sliding_window") is False:
+        # transformers drops the window when use_sliding_window is off, whatever layer_types say
+        return ("full_attention",) * num_layers
     if raw.get("layer_types"):
         return tuple(raw["layer_types"])
     window = raw.get("sliding_window")
-    if window is None or raw.get("use_sliding_window") is False:
+    if window is None:
         return ("full_attention",) * num_layers
     first_sliding = raw.get("max_window_layers", 0) if "use_sliding_window" in raw else 0
     return tuple(
@@ -216,6 +312,7 @@ def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
         head_dim = hidden // heads
     layer_types = _parse_layer_types(raw, num_layers)
     has_sliding = "sliding_attention" in layer_types
+    rope, rope_local = _parse_rope(raw)
     eps = raw.get("rms_norm_eps", raw.get("layer_norm_eps", raw.get("layer_norm_epsilon", 1e-6)))
     return {
         "model_type": model_type,
@@ -229,7 +326,8 @@ def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
         "max_position_embeddings": _require(raw, "max_position_embeddings"),
         "hidden_act": raw.get("hidden_act", raw.get("hidden_activation", "silu")),
         "norm_eps": float(eps),
-        "rope": _parse_rope(raw),
+        "rope": rope,
+        "rope_local": rope_local,
         "qkv_bias": bool(raw.get("attention_bias", False)),
         "o_bias": bool(raw.get("attention_bias", False)),
         "mlp_bias": bool(raw.get("mlp_bias", False)),
@@ -290,19 +388,57 @@ def _validate(config: ArchitectureConfig) -> None:
             f"config.json: sliding_window must be a positive integer for sliding layers, "
             f"found {config.sliding_window!r}"
         )
-    if config.rotary_dim <= 0 or not 0.0 < config.rope.partial_rotary_factor <= 1.0:
+    for name, accepted in (
+        ("norm_type", NORM_TYPES),
+        ("norm_placement", NORM_PLACEMENTS),
+        ("position_embedding", POSITION_EMBEDDINGS),
+    ):
+        if getattr(config, name) not in accepted:
+            raise ConfigError(
+                f"config.json: {name} {getattr(config, name)!r} is not supported; accepted: "
+                f"{list(accepted)}"
+            )
+    if config.parallel_residual and config.norm_placement != "pre":
         raise ConfigError(
-            f"config.json: partial_rotary_factor {config.rope.partial_rotary_factor} must be in "
+            f"config.json: a parallel residual needs norm_placement 'pre', found "
+            f"{config.norm_placement!r}"
+        )
+    outside = [i for i in config.no_rope_layers if not 0 <= i < config.num_hidden_layers]
+    if outside:
+        raise ConfigError(
+            f"config.json: no_rope_layers holds {outside}; accepted: layer indices 0.."
+            f"{config.num_hidden_layers - 1}"
+        )
+    for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise ConfigError(f"config.json: {name} must be a positive number, found {value!r}")
+    for rope in (config.rope, config.rope_local):
+        if rope is not None:
+            _validate_rope(rope, config.head_dim)
+
+
+def _validate_rope(rope: RopeConfig, head_dim: int) -> None:
+    rotary_dim = int(head_dim * rope.partial_rotary_factor)
+    if rotary_dim < 2 or not 0.0 < rope.partial_rotary_factor <= 1.0:
+        raise ConfigError(
+            f"config.json: partial_rotary_factor {rope.partial_rotary_factor} must be in "
             "(0, 1] and leave at least two rotated channels"
         )
-    if config.rope.type in ("linear", "dynamic", "llama3", "yarn") and config.rope.factor <= 0:
+    if rope.type in ("linear", "dynamic", "llama3", "yarn") and rope.factor <= 0:
         raise ConfigError(
-            f"config.json: rope factor must be positive for {config.rope.type!r} scaling, "
-            f"found {config.rope.factor}"
+            f"config.json: rope factor must be positive for {rope.type!r} scaling, "
+            f"found {rope.factor}"
         )
-    if config.rope.type == "longrope" and (
-        config.rope.short_factor is None or config.rope.long_factor is None
-    ):
-        raise ConfigError(
-            "config.json: longrope scaling needs both 'short_factor' and 'long_factor'"
-        )
+    if rope.type == "longrope":
+        if rope.short_factor is None or rope.long_factor is None:
+            raise ConfigError(
+                "config.json: longrope scaling needs both 'short_factor' and 'long_factor'"
+            )
+        pairs = (rotary_dim - rotary_dim % 2) // 2
+        for name in ("short_factor", "long_factor"):
+            if len(getattr(rope, name)) != pairs:
+                raise ConfigError(
+                    f"config.json: longrope {name} has {len(getattr(rope, name))} entries; "
+                    f"accepted: one per rotated channel pair ({pairs})"
+                )

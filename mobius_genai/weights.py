@@ -8,10 +8,12 @@ execute code from the checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, which safetensors reads into)
 import numpy as np
 import onnx_ir as ir
 from safetensors import safe_open
@@ -77,11 +79,17 @@ class Checkpoint:
     def files(self) -> list[Path]:
         return sorted(self._handles)
 
-    def read(self, name: str) -> np.ndarray:
-        """The tensor `name` as a numpy array (bf16 as ml_dtypes.bfloat16)."""
+    def read(self, name: str, index: tuple[slice, ...] | None = None) -> np.ndarray:
+        """The tensor `name` as a numpy array (bf16 as ml_dtypes.bfloat16).
+
+        With `index`, only that slice is read from the file.
+        """
         if name not in self._file_of:
             raise WeightsError(f"{self.folder}: tensor {name!r} not found in the checkpoint")
-        return self._handles[self._file_of[name]].get_tensor(name)
+        handle = self._handles[self._file_of[name]]
+        if index is None:
+            return handle.get_tensor(name)
+        return handle.get_slice(name)[index]
 
     def shape(self, name: str) -> tuple[int, ...]:
         handle = self._handles[self._file_of[name]]
@@ -113,36 +121,65 @@ def _check_complete(file: Path) -> None:
 Preprocess = Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray]
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorSource:
+    """Where one graph parameter's value lies in the checkpoint.
+
+    `names`: candidate tensor names, the first one the checkpoint holds is read (checkpoints
+    saved from the base model drop the task prefix, e.g. gpt2's "transformer.").
+    `in_out`: the checkpoint stores this matrix [in, out] (GPT-2's Conv1D) where the graph
+    expects the usual [out, in] of a Linear layer, so it is read without transposing.
+    `parts`: when non-empty, the tensor concatenates these graph parameters (this one among
+    them) along checkpoint axis `axis`, in this order (phi3's qkv_proj, gpt2's c_attn); each
+    part's extent is the size of that parameter, so the split needs no sizes from the config.
+    """
+
+    names: tuple[str, ...]
+    in_out: bool = False
+    parts: tuple[str, ...] = ()
+    axis: int = 0
+
+
 def attach_weights(
     model: ir.Model,
     checkpoint: Checkpoint,
     config: ArchitectureConfig,
-    checkpoint_name: Callable[[str], str],
+    checkpoint_name: Callable[[str], str | TensorSource],
     preprocess: Preprocess,
 ) -> None:
     """Give every parameter of `model` without a value a lazy tensor read from `checkpoint`.
 
+    `checkpoint_name` maps a graph parameter name to its checkpoint tensor name, or to a
+    TensorSource for parameters stored in another layout or as a slice of a fused tensor.
     Errors name the parameter and the checkpoint tensor: missing tensors and shape mismatches
     are found here, before anything is written.
     """
+    initializers = model.graph.initializers
     missing = []
-    for name, value in model.graph.initializers.items():
+    for name, value in initializers.items():
         if value.const_value is not None:
             continue
         source = checkpoint_name(name)
-        if source not in checkpoint:
-            missing.append(source)
+        if isinstance(source, str):
+            source = TensorSource((source,))
+        found = next((n for n in source.names if n in checkpoint), None)
+        if found is None:
+            missing.append(source.names[0])
             continue
-        transposed = bool(value.meta.get(TRANSPOSED_FROM_CHECKPOINT))
-        stored = checkpoint.shape(source)
+        transposed = bool(value.meta.get(TRANSPOSED_FROM_CHECKPOINT)) and not source.in_out
         expected = tuple(value.shape.numpy())
-        if (tuple(reversed(stored)) if transposed else stored) != expected:
+        stored = checkpoint.shape(found)
+        index = _part_index(source, name, initializers, transposed, stored, checkpoint, found)
+        sliced = _sliced_shape(stored, index)
+        if (tuple(reversed(sliced)) if transposed else sliced) != expected:
+            needed = list(reversed(expected)) if transposed else list(expected)
+            part = f" (part {name!r} at {index})" if index is not None else ""
             raise WeightsError(
-                f"{checkpoint.folder}: tensor {source!r} has shape {list(stored)}, the "
-                f"architecture in config.json needs {list(reversed(expected)) if transposed else list(expected)}"
+                f"{checkpoint.folder}: tensor {found!r}{part} has shape {list(sliced)}, the "
+                f"architecture in config.json needs {needed}"
             )
         value.const_value = ir.LazyTensor(
-            _loader(checkpoint, source, name, value.dtype, transposed, config, preprocess),
+            _loader(checkpoint, found, index, name, value.dtype, transposed, config, preprocess),
             dtype=value.dtype,
             shape=ir.Shape(expected),
             name=name,
@@ -153,9 +190,56 @@ def attach_weights(
         raise WeightsError(f"{checkpoint.folder}: checkpoint lacks tensors {shown}{more}")
 
 
+def _part_index(
+    source: TensorSource,
+    name: str,
+    initializers: Mapping[str, ir.Value],
+    transposed: bool,
+    stored: tuple[int, ...],
+    checkpoint: Checkpoint,
+    found: str,
+) -> tuple[slice, ...] | None:
+    """The slice of the stored tensor that holds parameter `name`, or None for all of it."""
+    if not source.parts:
+        return None
+    axis = source.axis % len(stored)
+    start = total = 0
+    own = None
+    for part in source.parts:
+        value = initializers.get(part)
+        if value is None or value.shape is None:
+            raise WeightsError(
+                f"{checkpoint.folder}: tensor {found!r} is split into graph parameters "
+                f"{list(source.parts)}, but the graph has no parameter {part!r}"
+            )
+        shape = tuple(value.shape.numpy())
+        extent = (tuple(reversed(shape)) if transposed else shape)[axis]
+        if part == name:
+            start = total
+            own = extent
+        total += extent
+    if own is None:
+        raise WeightsError(f"graph parameter {name!r} is not among the parts {list(source.parts)}")
+    if total != stored[axis]:
+        raise WeightsError(
+            f"{checkpoint.folder}: tensor {found!r} has {stored[axis]} entries along axis "
+            f"{axis}, its parts {list(source.parts)} need {total}"
+        )
+    index = [slice(None)] * len(stored)
+    index[axis] = slice(start, start + own)
+    return tuple(index)
+
+
+def _sliced_shape(shape: tuple[int, ...], index: tuple[slice, ...] | None) -> tuple[int, ...]:
+    if index is None:
+        return shape
+    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape, strict=True))
+
+
 def _loader(
     checkpoint: Checkpoint,
     source: str,
+    index: tuple[slice, ...] | None,
     name: str,
     dtype: ir.DataType,
     transposed: bool,
@@ -163,7 +247,8 @@ def _loader(
     preprocess: Preprocess,
 ) -> Callable[[], ir.TensorProtocol]:
     def load() -> ir.TensorProtocol:
-        array = preprocess(name, checkpoint.read(source), config)
+        array = checkpoint.read(source) if index is None else checkpoint.read(source, index)
+        array = preprocess(name, array, config)
         if transposed:
             array = array.T
         return ir.Tensor(np.ascontiguousarray(array.astype(dtype.numpy(), copy=False)), name=name)

@@ -25,12 +25,21 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    Gemma2Config,
+    Gemma3TextConfig,
+    GemmaConfig,
+    GPT2Config,
+    GraniteConfig,
     LlamaConfig,
     MistralConfig,
+    Olmo2Config,
+    Phi3Config,
+    PhiConfig,
     PretrainedConfig,
     PreTrainedModel,
     Qwen2Config,
     Qwen3Config,
+    SmolLM3Config,
 )
 from transformers.utils import logging as hf_logging
 
@@ -41,7 +50,35 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "mistral": MistralConfig,
     "qwen2": Qwen2Config,
     "qwen3": Qwen3Config,
+    "gemma": GemmaConfig,
+    "gemma2": Gemma2Config,
+    "gemma3_text": Gemma3TextConfig,
+    "phi3": Phi3Config,
+    "phi": PhiConfig,
+    "gpt2": GPT2Config,
+    "granite": GraniteConfig,
+    "olmo2": Olmo2Config,
+    "smollm3": SmolLM3Config,
 }
+
+_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+    "phi3": "Phi3ForCausalLM",
+    "phi": "PhiForCausalLM",
+    "gpt2": "GPT2LMHeadModel",
+    "granite": "GraniteForCausalLM",
+    "olmo2": "Olmo2ForCausalLM",
+    "smollm3": "SmolLM3ForCausalLM",
+}
+
+# Marks a base key the family's config does not have (it must not reach config.json).
+UNSET: Any = object()
 
 _BASE_CONFIG: dict[str, Any] = {
     "hidden_size": 64,
@@ -62,6 +99,42 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "mistral": {"sliding_window": None},
     "qwen2": {},
     "qwen3": {"head_dim": 32},  # deliberately != hidden_size / num_attention_heads
+    # gemma's default head_dim is 256; query_pre_attn_scalar != head_dim exercises the scale;
+    # softcaps small enough that tanh bends the logits of these tiny models.
+    "gemma": {"head_dim": 16},
+    "gemma2": {
+        "head_dim": 16,
+        "query_pre_attn_scalar": 24,
+        "sliding_window": 5,
+        "attn_logit_softcapping": 2.0,
+        "final_logit_softcapping": 3.0,
+    },
+    # layers: sliding, full, sliding; local layers rotate with another base than global ones.
+    "gemma3_text": {
+        "head_dim": 16,
+        "query_pre_attn_scalar": 24,
+        "sliding_window": 5,
+        "sliding_window_pattern": 2,
+        "rope_theta": 10000.0,
+        "rope_local_base_freq": 100.0,
+        "final_logit_softcapping": 3.0,
+    },
+    "phi3": {"pad_token_id": 0},
+    "phi": {"partial_rotary_factor": 0.5},
+    "gpt2": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "activation_function": "gelu_new",
+    },
+    "granite": {
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
+    },
+    "olmo2": {},
+    "smollm3": {"no_rope_layers": [1, 0, 1]},  # the middle layer applies no rotary
 }
 
 WEIGHT_STD = 0.2
@@ -80,18 +153,10 @@ def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; expected one of {sorted(FAMILIES)}")
     kwargs = {**_BASE_CONFIG, **_FAMILY_CONFIG[family], **overrides}
+    kwargs = {key: value for key, value in kwargs.items() if value is not UNSET}
     config = FAMILIES[family](**kwargs)
-    config.architectures = [_architecture(config)]
+    config.architectures = [_ARCHITECTURES[family]]
     return config
-
-
-def _architecture(config: PretrainedConfig) -> str:
-    return {
-        "llama": "LlamaForCausalLM",
-        "mistral": "MistralForCausalLM",
-        "qwen2": "Qwen2ForCausalLM",
-        "qwen3": "Qwen3ForCausalLM",
-    }[config.model_type]
 
 
 def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
@@ -126,7 +191,8 @@ def write_tiny_checkpoint(
     """Write a tiny random float32 checkpoint for ``family`` into ``dest`` and return ``dest``.
 
     Sizes: hidden 64, 3 layers, 4 heads, 2 kv heads, intermediate 96, vocab 128, 64 positions
-    (qwen3: head_dim 32). ``config_overrides`` go to the config (see ``tiny_config``). Weights
+    (family-specific settings in ``_FAMILY_CONFIG``, e.g. qwen3's head_dim 32, gemma's
+    softcaps and windows, phi's partial rotary). ``config_overrides`` go to the config (see ``tiny_config``). Weights
     come from ``randomize_weights(seed)``; the same arguments give the same weights.
     ``hub_layout=True`` rewrites config.json in the transformers-4 hub layout (``torch_dtype``,
     ``rope_theta``, ``rope_scaling``) and checks transformers reads it back to the same config.
@@ -150,11 +216,16 @@ def _rewrite_hub_layout(path: Path) -> None:
     if "dtype" in data:
         data["torch_dtype"] = data.pop("dtype")
     rope = data.pop("rope_parameters", None)
+    if rope is not None and "full_attention" in rope:  # gemma3: global rope + local base
+        data["rope_local_base_freq"] = rope["sliding_attention"]["rope_theta"]
+        rope = rope["full_attention"]
     if rope is not None:
         rope = dict(rope)
         data["rope_theta"] = rope.pop("rope_theta")
         data["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
-    data.pop("layer_types", None)  # derived from use_sliding_window / max_window_layers
+    layer_types = data.pop("layer_types", None)  # derived from the keys below
+    if data.get("model_type") == "gemma3_text" and layer_types:
+        data["sliding_window_pattern"] = layer_types.index("full_attention") + 1
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     after = AutoConfig.from_pretrained(path.parent).to_dict()
     for key in ("transformers_version", "dtype"):

@@ -1,7 +1,8 @@
 """Multi-head / grouped-query self-attention with a KV cache, as ONNX `Attention` (opset 24).
 
-q/k/v projections, optional per-head q/k RMSNorm, rotary embedding, then one Attention op that
-appends the new keys and values to the cache and applies the additive mask it is given.
+q/k/v projections, optional q/k normalization (per head, or over the whole projection), rotary
+embedding (unless the layer has none), then one Attention op that appends the new keys and
+values to the cache and applies the additive mask it is given.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear
-from mobius_genai.components.norms import RMSNorm
-from mobius_genai.components.rope import RotaryEmbedding
+from mobius_genai.components.norms import LayerNorm, RMSNorm, make_norm
+from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
 
 # Metadata on Attention nodes for rewrite rules: facts the op's attributes cannot carry.
@@ -35,13 +36,19 @@ class Attention(nn.Module):
         self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
+        self.per_head_norm = config.qk_norm_per_head
         if config.qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
+            per_head = config.qk_norm_per_head
+            q_norm_size = self.head_dim if per_head else q_size
+            k_norm_size = self.head_dim if per_head else kv_size
+            self.q_norm = make_norm(config.norm_type, q_norm_size, config.norm_eps)
+            self.k_norm = make_norm(config.norm_type, k_norm_size, config.norm_eps)
         else:
             self.q_norm = self.k_norm = None
 
-    def _head_norm(self, op, x: ir.Value, norm: RMSNorm, num_heads: int) -> ir.Value:
+    def _norm(self, op, x: ir.Value, norm: RMSNorm | LayerNorm, num_heads: int) -> ir.Value:
+        if not self.per_head_norm:
+            return norm(op, x)
         heads = op.Reshape(x, op.Constant(value_ints=[0, 0, num_heads, self.head_dim]))
         return op.Reshape(norm(op, heads), op.Constant(value_ints=[0, 0, -1]))
 
@@ -50,7 +57,7 @@ class Attention(nn.Module):
         op,
         hidden_states: ir.Value,
         position_ids: ir.Value,
-        rotary: RotaryEmbedding | None,
+        rotary: Rotation | None,
         attention_bias: ir.Value,
         past_key: ir.Value,
         past_value: ir.Value,
@@ -60,8 +67,8 @@ class Attention(nn.Module):
         k = self.k_proj(op, hidden_states)
         v = self.v_proj(op, hidden_states)
         if self.q_norm is not None:
-            q = self._head_norm(op, q, self.q_norm, self.num_heads)
-            k = self._head_norm(op, k, self.k_norm, self.num_kv_heads)
+            q = self._norm(op, q, self.q_norm, self.num_heads)
+            k = self._norm(op, k, self.k_norm, self.num_kv_heads)
         if rotary is not None:
             q = rotary(op, q, position_ids, self.num_heads)
             k = rotary(op, k, position_ids, self.num_kv_heads)

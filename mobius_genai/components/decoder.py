@@ -1,4 +1,14 @@
-"""One pre-norm decoder layer: x + attn(norm(x)), then h + mlp(norm(h))."""
+"""One decoder layer: attention and MLP blocks with residuals, norms where the config places them.
+
+    pre       h = x + attn(norm(x));               out = h + mlp(norm(h))          (llama)
+    sandwich  h = x + norm(attn(norm(x)));         out = h + norm(mlp(norm(h)))    (gemma2/3)
+    post      h = x + norm(attn(x));               out = h + norm(mlp(h))          (olmo2)
+    parallel  n = norm(x);  out = (attn(n) + mlp(n)) + x                           (phi)
+
+Each block output is multiplied by `residual_multiplier` before its add when that is not 1
+(granite). Norm modules carry the names transformers gives them for each placement, so
+checkpoints need no renames.
+"""
 
 from __future__ import annotations
 
@@ -6,45 +16,74 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
-from mobius_genai.components.mlp import GatedMLP
-from mobius_genai.components.norms import RMSNorm
-from mobius_genai.components.rope import RotaryEmbedding
+from mobius_genai.components.mlp import make_mlp
+from mobius_genai.components.norms import make_norm
+from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
+
+# placement → module names of the norms (attention input, attention output, MLP input,
+# MLP output); None where that placement has no norm.
+NORM_SLOTS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
+    "pre": ("input_layernorm", None, "post_attention_layernorm", None),
+    "sandwich": (
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ),
+    "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
+}
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block; module names follow the llama checkpoint layout."""
+    """Residual attention + MLP blocks; module names follow the llama checkpoint layout."""
 
     def __init__(self, config: ArchitectureConfig, layer_index: int) -> None:
         super().__init__()
-        self.input_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
+        slots = NORM_SLOTS[config.norm_placement]
+        if config.parallel_residual:
+            slots = (slots[0], None, None, None)  # the MLP reads the attention's normed input
+        self.slots = slots
+        self.parallel = config.parallel_residual
+        self.residual_multiplier = config.residual_multiplier
+        for name in slots:
+            if name is not None:
+                setattr(
+                    self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
+                )
         self.self_attn = Attention(config, layer_index)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.mlp = GatedMLP(
-            config.hidden_size, config.intermediate_size, config.hidden_act, config.mlp_bias
-        )
+        self.mlp = make_mlp(config)
+
+    def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
+        name = self.slots[slot]
+        return x if name is None else getattr(self, name)(op, x)
+
+    def _scaled(self, op, x: ir.Value) -> ir.Value:
+        if self.residual_multiplier == 1.0:
+            return x
+        multiplier = op.CastLike(op.Constant(value_float=self.residual_multiplier), x)
+        return op.Mul(x, multiplier)
 
     def forward(
         self,
         op,
         hidden_states: ir.Value,
         position_ids: ir.Value,
-        rotary: RotaryEmbedding | None,
+        rotary: Rotation | None,
         attention_bias: ir.Value,
         past_key: ir.Value,
         past_value: ir.Value,
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         residual = hidden_states
+        normed = self._norm(op, 0, hidden_states)
         attn_out, present_key, present_value = self.self_attn(
-            op,
-            self.input_layernorm(op, hidden_states),
-            position_ids,
-            rotary,
-            attention_bias,
-            past_key,
-            past_value,
+            op, normed, position_ids, rotary, attention_bias, past_key, past_value
         )
+        attn_out = self._scaled(op, self._norm(op, 1, attn_out))
+        if self.parallel:
+            mlp_out = self._scaled(op, self.mlp(op, normed))
+            return op.Add(op.Add(attn_out, mlp_out), residual), present_key, present_value
         hidden_states = op.Add(residual, attn_out)
-        residual = hidden_states
-        hidden_states = self.mlp(op, self.post_attention_layernorm(op, hidden_states))
-        return op.Add(residual, hidden_states), present_key, present_value
+        mlp_out = self.mlp(op, self._norm(op, 2, hidden_states))
+        mlp_out = self._scaled(op, self._norm(op, 3, mlp_out))
+        return op.Add(hidden_states, mlp_out), present_key, present_value

@@ -6,6 +6,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear
+from mobius_genai.config import ArchitectureConfig
 
 
 def activation(op, x: ir.Value, name: str) -> ir.Value:
@@ -47,3 +48,11 @@ class FCMLP(nn.Module):
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         return self.fc2(op, activation(op, self.fc1(op, x), self.act))
+
+
+def make_mlp(config: ArchitectureConfig) -> GatedMLP | FCMLP:
+    """The feed-forward block of `config`: gated (llama-style) or plain FC (phi, gpt2)."""
+    hidden, intermediate = config.hidden_size, config.intermediate_size
+    if config.gated_mlp:
+        return GatedMLP(hidden, intermediate, config.hidden_act, config.mlp_bias)
+    return FCMLP(hidden, intermediate, config.hidden_act, config.mlp_bias)

@@ -31,3 +31,12 @@ class LayerNorm(nn.Module):
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         return op.LayerNormalization(x, self.weight, self.bias, axis=-1, epsilon=self.eps)
+
+
+def make_norm(norm_type: str, size: int, eps: float) -> RMSNorm | LayerNorm:
+    """The normalization a config names: "rms" (RMSNorm) or "layer" (LayerNorm with bias)."""
+    if norm_type == "rms":
+        return RMSNorm(size, eps)
+    if norm_type == "layer":
+        return LayerNorm(size, eps)
+    raise ValueError(f"unsupported norm type {norm_type!r}")

@@ -3,10 +3,20 @@
 The tables cover every position of the bundle's context length, with the checkpoint's rope
 scaling (linear, dynamic, llama3, yarn, longrope) folded into the frequencies and the
 attention factor, so the graph itself only gathers rows.
+
+longrope keeps two sets of frequencies: transformers rotates with `short_factor` while a call's
+largest position id + 1 is at most `original_max_position_embeddings` and with `long_factor`
+beyond it, picking one set for the whole call (so keys cached by earlier short calls stay as
+they were). A bundle whose context length fits in the original length never reaches the long
+set and holds only the short table. A longer bundle holds both, stacked [2, context, d/2], and
+gathers one per call from `max(position_ids) + 1 > original`, transformers' own test
+(onnxruntime-genai's builder makes the same per-call choice from the attention mask's length,
+which is equal without left padding).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -17,8 +27,11 @@ from mobius_genai.config import RopeConfig
 from mobius_genai.ep.context import get_build_dtype
 
 
-def inverse_frequencies(rope: RopeConfig, rotary_dim: int, context_length: int) -> np.ndarray:
-    """Per-channel-pair rotation frequencies after scaling, float64 [rotary_dim / 2]."""
+def inverse_frequencies(rope: RopeConfig, rotary_dim: int, long: bool = False) -> np.ndarray:
+    """Per-channel-pair rotation frequencies after scaling, float64 [rotary_dim / 2].
+
+    `long` selects longrope's `long_factor` (else its `short_factor`); other types ignore it.
+    """
     exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
     inv_freq = 1.0 / (rope.theta**exponents)
     if rope.type == "linear":
@@ -28,26 +41,43 @@ def inverse_frequencies(rope: RopeConfig, rotary_dim: int, context_length: int) 
     if rope.type == "yarn":
         return _yarn(inv_freq, rope, rotary_dim)
     if rope.type == "longrope":
-        original = rope.original_max_position_embeddings or context_length
-        factors = rope.long_factor if context_length > original else rope.short_factor
+        factors = rope.long_factor if long else rope.short_factor
         return inv_freq / np.asarray(factors, dtype=np.float64)
     # "default", and "dynamic" whose frequencies only change past max_position_embeddings.
     return inv_freq
 
 
-def attention_factor(rope: RopeConfig, context_length: int) -> float:
-    """Scale applied to cos and sin (yarn's and longrope's magnitude correction)."""
+def attention_factor(rope: RopeConfig) -> float:
+    """Scale applied to cos and sin (yarn's and longrope's magnitude correction).
+
+    As in transformers it depends on the checkpoint (`factor`, which for longrope defaults to
+    max_position_embeddings / original_max_position_embeddings at parse time), never on the
+    bundle's context length, and longrope applies it to the short and the long set alike.
+    """
     if rope.attention_factor is not None:
         return float(rope.attention_factor)
     if rope.type == "yarn":
-        return 0.1 * math.log(rope.factor) + 1.0 if rope.factor > 1 else 1.0
+        if rope.mscale and rope.mscale_all_dim:
+            return _yarn_mscale(rope.factor, rope.mscale) / _yarn_mscale(
+                rope.factor, rope.mscale_all_dim
+            )
+        return _yarn_mscale(rope.factor)
     if rope.type == "longrope":
-        original = rope.original_max_position_embeddings or context_length
-        scale = context_length / original
-        if scale <= 1.0:
+        original = rope.original_max_position_embeddings
+        if rope.factor <= 1.0 or not original:
             return 1.0
-        return math.sqrt(1 + math.log(scale) / math.log(original))
+        return math.sqrt(1 + math.log(rope.factor) / math.log(original))
     return 1.0
+
+
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    return 0.1 * mscale * math.log(scale) + 1.0 if scale > 1 else 1.0
+
+
+def uses_long_factors(rope: RopeConfig, context_length: int) -> bool:
+    """True when a bundle of `context_length` positions can reach longrope's long set."""
+    original = rope.original_max_position_embeddings
+    return rope.type == "longrope" and original is not None and context_length > original
 
 
 def _llama3(inv_freq: np.ndarray, rope: RopeConfig) -> np.ndarray:
@@ -72,8 +102,10 @@ def _yarn(inv_freq: np.ndarray, rope: RopeConfig, rotary_dim: int) -> np.ndarray
             2 * math.log(rope.theta)
         )
 
-    low = max(math.floor(correction_dim(rope.beta_fast)), 0)
-    high = min(math.ceil(correction_dim(rope.beta_slow)), rotary_dim - 1)
+    low, high = correction_dim(rope.beta_fast), correction_dim(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rotary_dim - 1)
     if low == high:
         high += 0.001
     ramp = np.clip((np.arange(rotary_dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
@@ -83,41 +115,74 @@ def _yarn(inv_freq: np.ndarray, rope: RopeConfig, rotary_dim: int) -> np.ndarray
 
 
 def cos_sin_tables(
-    rope: RopeConfig, rotary_dim: int, context_length: int
+    rope: RopeConfig, rotary_dim: int, context_length: int, long: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin tables [context_length, rotary_dim / 2] in float32."""
-    inv_freq = inverse_frequencies(rope, rotary_dim, context_length)
+    inv_freq = inverse_frequencies(rope, rotary_dim, long)
     angles = np.outer(np.arange(context_length, dtype=np.float64), inv_freq)
-    scale = attention_factor(rope, context_length)
+    scale = attention_factor(rope)
     return (np.cos(angles) * scale).astype(np.float32), (np.sin(angles) * scale).astype(np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+    """The cos/sin tables of one forward call and how the layers apply them."""
+
+    cos: ir.Value
+    sin: ir.Value
+    rotary_dim: int
+    interleaved: bool
+
+    def __call__(self, op, x: ir.Value, position_ids: ir.Value, num_heads: int) -> ir.Value:
+        """x: [batch, seq, num_heads * head_dim]; returns the same shape, rotated."""
+        return op.RotaryEmbedding(
+            x,
+            self.cos,
+            self.sin,
+            position_ids,
+            num_heads=num_heads,
+            rotary_embedding_dim=self.rotary_dim,
+            interleaved=int(self.interleaved),
+        )
 
 
 class RotaryEmbedding(nn.Module):
     """Rotates the first `rotary_dim` channels of each head by its position.
 
-    The tables are graph constants named `cos_cache` / `sin_cache`, shared by every layer.
+    The tables are graph constants `cos_cache` / `sin_cache` [context, rotary_dim / 2], shared
+    by every layer that uses this rope; a longrope bundle that can reach the long factors
+    stacks short and long tables [2, context, rotary_dim / 2] and picks one per call.
     """
 
     def __init__(self, rope: RopeConfig, rotary_dim: int, context_length: int) -> None:
         super().__init__()
         self.rotary_dim = rotary_dim
         self.interleaved = rope.interleaved
+        self.original = rope.original_max_position_embeddings
+        self.switched = uses_long_factors(rope, context_length)
         cos, sin = cos_sin_tables(rope, rotary_dim, context_length)
+        if self.switched:
+            cos_long, sin_long = cos_sin_tables(rope, rotary_dim, context_length, long=True)
+            cos, sin = np.stack([cos, cos_long]), np.stack([sin, sin_long])
         dtype = get_build_dtype()
         self.cos_cache = nn.Parameter(cos.shape, dtype=dtype, data=_tensor(cos, dtype, "cos"))
         self.sin_cache = nn.Parameter(sin.shape, dtype=dtype, data=_tensor(sin, dtype, "sin"))
 
-    def forward(self, op, x: ir.Value, position_ids: ir.Value, num_heads: int) -> ir.Value:
-        """x: [batch, seq, num_heads * head_dim]; returns the same shape."""
-        return op.RotaryEmbedding(
-            x,
-            self.cos_cache,
-            self.sin_cache,
-            position_ids,
-            num_heads=num_heads,
-            rotary_embedding_dim=self.rotary_dim,
-            interleaved=int(self.interleaved),
-        )
+    def forward(self, op, position_ids: ir.Value) -> Rotation:
+        """The tables for a call at `position_ids` [batch, seq]."""
+        if not self.switched:
+            return Rotation(self.cos_cache, self.sin_cache, self.rotary_dim, self.interleaved)
+        # max(position_ids) + 1 > original  ⇔  max(position_ids) > original - 1
+        longest = op.ReduceMax(position_ids, keepdims=0)
+        threshold = op.Constant(value=ir.tensor(np.array(self.original - 1, dtype=np.int64)))
+        index = op.Cast(op.Greater(longest, threshold), to=ir.DataType.INT64)
+        tables = []
+        for stacked in (self.cos_cache, self.sin_cache):
+            table = op.Gather(stacked, index, axis=0)
+            table.shape = ir.Shape(stacked.shape[1:])
+            table.dtype = stacked.dtype
+            tables.append(table)
+        return Rotation(tables[0], tables[1], self.rotary_dim, self.interleaved)
 
 
 def _tensor(array: np.ndarray, dtype: ir.DataType, name: str) -> ir.Tensor:

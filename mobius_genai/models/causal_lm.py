@@ -1,4 +1,4 @@
-"""CausalLMModel: embedding, decoder layers, final norm and LM head."""
+"""CausalLMModel: embeddings, decoder layers, final norm and LM head."""
 
 from __future__ import annotations
 
@@ -7,29 +7,69 @@ from onnxscript import nn
 
 from mobius_genai.components.decoder import DecoderLayer
 from mobius_genai.components.embedding import Embedding
-from mobius_genai.components.linear import Linear
+from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
-from mobius_genai.components.norms import RMSNorm
+from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import RotaryEmbedding
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.errors import ConfigError
 
 
 class TextModel(nn.Module):
-    """The decoder stack; named `model` so parameter names match llama-style checkpoints."""
+    """The decoder stack; named `model` so parameter names match llama-style checkpoints.
+
+    Layers that share a rope share one `RotaryEmbedding` (its cos/sin tables): `rotary_emb`
+    for the config's rope and `rotary_emb_local` for sliding layers when `rope_local` differs.
+    """
 
     def __init__(self, config: ArchitectureConfig, context_length: int) -> None:
         super().__init__()
+        self.config = config
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        if config.position_embedding == "learned":
+            if context_length > config.max_position_embeddings:
+                raise ConfigError(
+                    f"context length {context_length} exceeds the {config.max_position_embeddings}"
+                    " learned positions of this model; accepted: at most max_position_embeddings"
+                )
+            self.embed_positions = Embedding(config.max_position_embeddings, config.hidden_size)
+        else:
+            self.embed_positions = None
         self.layers = nn.ModuleList(
             [DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
-        self.norm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.rotary_emb = RotaryEmbedding(config.rope, config.rotary_dim, context_length)
+        self.norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
+        ropes = [config.rope_of_layer(i) for i in range(config.num_hidden_layers)]
+        self.rotary_emb = (
+            RotaryEmbedding(config.rope, config.rotary_dim, context_length)
+            if config.rope in ropes
+            else None
+        )
+        local = config.rope_local
+        if local is not None and local != config.rope and local in ropes:
+            self.rotary_emb_local = RotaryEmbedding(
+                local, config.rotary_dim_of(local), context_length
+            )
+        else:
+            self.rotary_emb_local = None
         self.windows = sorted({config.window_of_layer(i) or 0 for i in range(len(self.layers))})
-        self.config = config
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+        config = self.config
         hidden_states = self.embed_tokens(op, input_ids)
+        if config.embedding_multiplier != 1.0:
+            multiplier = op.CastLike(
+                op.Constant(value_float=config.embedding_multiplier), hidden_states
+            )
+            hidden_states = op.Mul(hidden_states, multiplier)
+        if self.embed_positions is not None:
+            hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
+        rotations = {}
+        for i in range(config.num_hidden_layers):
+            rope = config.rope_of_layer(i)
+            if rope is not None and rope not in rotations:
+                module = self.rotary_emb if rope == config.rope else self.rotary_emb_local
+                rotations[rope] = module(op, position_ids)
         biases = {
             window: attention_bias(op, input_ids, attention_mask, window or None)
             for window in self.windows
@@ -37,12 +77,29 @@ class TextModel(nn.Module):
         presents = []
         for i, layer in enumerate(self.layers):
             past_key, past_value = past_key_values[i]
-            bias = biases[self.config.window_of_layer(i) or 0]
+            bias = biases[config.window_of_layer(i) or 0]
+            rope = config.rope_of_layer(i)
+            rotation = rotations[rope] if rope is not None else None
             hidden_states, present_key, present_value = layer(
-                op, hidden_states, position_ids, self.rotary_emb, bias, past_key, past_value
+                op, hidden_states, position_ids, rotation, bias, past_key, past_value
             )
             presents.append((present_key, present_value))
         return self.norm(op, hidden_states), presents
+
+
+class TiedLMHead(nn.Module):
+    """logits = h @ embed_table.T (+ bias): the LM head that shares the token embedding table.
+
+    A tied head may still own a bias (phi's `lm_head.bias`); only the weight is shared.
+    """
+
+    def __init__(self, vocab_size: int, bias: bool) -> None:
+        super().__init__()
+        self.bias = parameter([vocab_size]) if bias else None
+
+    def forward(self, op, hidden_states: ir.Value, table: ir.Value) -> ir.Value:
+        logits = op.MatMul(hidden_states, op.Transpose(table, perm=[1, 0]))
+        return logits if self.bias is None else op.Add(logits, self.bias)
 
 
 class CausalLMModel(nn.Module):
@@ -58,9 +115,9 @@ class CausalLMModel(nn.Module):
         self.context_length = context_length or config.max_position_embeddings
         self.model = TextModel(config, self.context_length)
         if config.tie_word_embeddings:
-            self.lm_head = None
+            self.lm_head = TiedLMHead(config.vocab_size, config.lm_head_bias)
         else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size)
+            self.lm_head = Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
 
     def forward(
         self,
@@ -73,11 +130,13 @@ class CausalLMModel(nn.Module):
         hidden_states, presents = self.model(
             op, input_ids, attention_mask, position_ids, past_key_values
         )
-        if self.lm_head is None:
-            table = self.model.embed_tokens.weight
-            logits = op.MatMul(hidden_states, op.Transpose(table, perm=[1, 0]))
+        if isinstance(self.lm_head, TiedLMHead):
+            logits = self.lm_head(op, hidden_states, self.model.embed_tokens.weight)
         else:
             logits = self.lm_head(op, hidden_states)
+        if self.config.logits_scaling != 1.0:
+            scaling = op.CastLike(op.Constant(value_float=self.config.logits_scaling), logits)
+            logits = op.Div(logits, scaling)
         if self.config.final_logit_softcapping:
             cap = op.Constant(value_float=float(self.config.final_logit_softcapping))
             cap = op.CastLike(cap, logits)

@@ -1,13 +1,16 @@
 """Family adapters: what distinguishes one checkpoint family from the generic decoder, as data.
 
-An adapter holds the facts config.json leaves implicit (config overrides), the name
-onnxruntime-genai knows the family by, and how checkpoint weight names map to graph parameter
-names. Adding a family is adding a row to `_FAMILIES`.
+An adapter holds the facts config.json leaves implicit (key aliases, transformers' defaults,
+config overrides), the name onnxruntime-genai knows the family by, and how checkpoint tensors
+map to graph parameters (renames, fused tensors split into parameters, matrices stored
+[in, out], value changes such as gemma's `1 + weight` norms). Adding a family is adding a row
+to `_FAMILIES`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,10 +19,37 @@ import numpy as np
 
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.weights import TensorSource
+
+# A config value, or a function of the (aliased) config.json dict that computes it.
+ConfigValue = Any | Callable[[Mapping[str, Any]], Any]
 
 
 def _identity(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
     return array
+
+
+def _offset_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
+    """Gemma's RMSNorm computes x̂ * (1 + weight); store 1 + weight for RMSNormalization."""
+    if name.endswith("norm.weight"):
+        return array.astype(np.float32) + 1.0
+    return array
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedWeight:
+    """Graph parameters stored as consecutive slices of one checkpoint tensor.
+
+    `pattern` matches graph parameter names; its group `part` names the slice (one of
+    `parts`, listed in storage order). `fused` is the re.sub replacement that gives the fused
+    tensor's name in graph terms; it then goes through the adapter's `weight_renames`.
+    `axis` is the checkpoint axis the slices are concatenated along.
+    """
+
+    pattern: str
+    fused: str
+    parts: tuple[str, ...]
+    axis: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,27 +58,117 @@ class FamilyAdapter:
 
     model_type: str
     genai_type: str
-    config_overrides: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # config.json key → the standard key it stands for (transformers' attribute_map).
+    config_aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # Values for config.json keys that are absent or null, as transformers' config class fills them.
+    config_defaults: Mapping[str, ConfigValue] = dataclasses.field(default_factory=dict)
+    # ArchitectureConfig fields the family fixes (e.g. qwen2 always has q/k/v biases).
+    config_overrides: Mapping[str, ConfigValue] = dataclasses.field(default_factory=dict)
+    # config.json switches this package does not implement; a true value is refused.
+    refused_keys: tuple[str, ...] = ()
     # (pattern, replacement) pairs applied in order to graph parameter names.
     weight_renames: tuple[tuple[str, str], ...] = ()
+    fused_weights: tuple[FusedWeight, ...] = ()
+    # Regex over checkpoint names of matrices stored [in, out] (GPT-2's Conv1D).
+    in_out_weights: str | None = None
+    # A prefix that checkpoints saved from the base model lack ("transformer." for gpt2).
+    optional_prefix: str | None = None
     # Hook for value changes a family needs (e.g. norm offsets); receives the graph name.
     preprocess_weight: Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray] = _identity
 
     def parse_config(self, raw: Mapping[str, Any]) -> ArchitectureConfig:
         """The ArchitectureConfig of a config.json of this family."""
+        raw = dict(raw)
+        for alias, key in self.config_aliases.items():
+            if alias in raw and raw.get(key) is None:
+                raw[key] = raw[alias]
+        for key, value in self.config_defaults.items():
+            if raw.get(key) is None:
+                raw[key] = value(raw) if callable(value) else value
+        for key in self.refused_keys:
+            if raw.get(key):
+                raise UnsupportedModelError(
+                    f"config.json: {key} is {raw[key]!r}; {self.model_type} models are supported "
+                    f"only without it"
+                )
         overrides = {
             key: value(raw) if callable(value) else value
             for key, value in self.config_overrides.items()
         }
         return ArchitectureConfig.from_dict(raw, **overrides)
 
-    def checkpoint_name(self, graph_name: str) -> str:
-        """The checkpoint tensor a graph parameter is read from."""
+    def checkpoint_name(self, graph_name: str) -> str | TensorSource:
+        """The checkpoint tensor a graph parameter is read from.
+
+        A plain name for a renamed tensor; a TensorSource when the parameter is a slice of a
+        fused tensor, is stored [in, out], or may lack `optional_prefix`.
+        """
+        parts: tuple[str, ...] = ()
+        axis = 0
+        name = graph_name
+        for fused in self.fused_weights:
+            match = re.search(fused.pattern, graph_name)
+            if match and match.group("part") in fused.parts:
+                start, end = match.span("part")
+                parts = tuple(graph_name[:start] + p + graph_name[end:] for p in fused.parts)
+                name, axis = match.expand(fused.fused), fused.axis
+                name = graph_name[: match.start()] + name + graph_name[match.end() :]
+                break
+        name = self._rename(name)
+        in_out = bool(self.in_out_weights and re.search(self.in_out_weights, name))
+        names = (name,)
+        if self.optional_prefix and name.startswith(self.optional_prefix):
+            names += (name[len(self.optional_prefix) :],)
+        if not (parts or in_out or len(names) > 1):
+            return name
+        return TensorSource(names=names, in_out=in_out, parts=parts, axis=axis)
+
+    def _rename(self, name: str) -> str:
         for pattern, replacement in self.weight_renames:
-            graph_name = re.sub(pattern, replacement, graph_name)
-        return graph_name
+            name = re.sub(pattern, replacement, name)
+        return name
 
 
+def _query_pre_attn_scale(raw: Mapping[str, Any]) -> float:
+    return float(raw.get("query_pre_attn_scalar") or 256) ** -0.5
+
+
+def _sqrt_hidden(raw: Mapping[str, Any]) -> float:
+    return math.sqrt(raw["hidden_size"])
+
+
+def _alternating_layer_types(pattern: int) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Every `pattern`-th layer global, the others sliding (gemma2: 2, gemma3: 6)."""
+
+    def layer_types(raw: Mapping[str, Any]) -> list[str]:
+        every = raw.get("sliding_window_pattern") or pattern
+        return [
+            "sliding_attention" if (i + 1) % every else "full_attention"
+            for i in range(raw["num_hidden_layers"])
+        ]
+
+    return layer_types
+
+
+def _smollm3_no_rope_layers(raw: Mapping[str, Any]) -> tuple[int, ...]:
+    """smollm3 lists a use-rope flag per layer; absent, every `interval`-th layer has none."""
+    flags = raw.get("no_rope_layers")
+    if flags is None:
+        interval = raw.get("no_rope_layer_interval", 4)
+        flags = [int((i + 1) % interval != 0) for i in range(raw["num_hidden_layers"])]
+    return tuple(i for i, use_rope in enumerate(flags) if not use_rope)
+
+
+def _gpt2_scale(raw: Mapping[str, Any]) -> float | None:
+    return None if raw.get("scale_attn_weights", True) else 1.0
+
+
+def _gemma_activation(raw: Mapping[str, Any]) -> str:
+    """gemma2/3 MLPs use `hidden_activation` (hub configs may also carry a `hidden_act`)."""
+    return raw.get("hidden_activation") or "gelu_pytorch_tanh"
+
+
+_GEMMA_REFUSED = ("use_bidirectional_attention",)
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama"),
     FamilyAdapter(model_type="mistral", genai_type="mistral"),
@@ -58,6 +178,149 @@ _FAMILIES = (
         config_overrides={"qkv_bias": True, "o_bias": False},
     ),
     FamilyAdapter(model_type="qwen3", genai_type="qwen3", config_overrides={"qk_norm": True}),
+    FamilyAdapter(
+        model_type="gemma",
+        genai_type="gemma",
+        config_defaults={"tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh"},
+        config_overrides={"embedding_multiplier": _sqrt_hidden},
+        refused_keys=_GEMMA_REFUSED,
+        preprocess_weight=_offset_norm_weights,
+    ),
+    FamilyAdapter(
+        model_type="gemma2",
+        genai_type="gemma2",
+        config_defaults={"tie_word_embeddings": True, "layer_types": _alternating_layer_types(2)},
+        config_overrides={
+            "embedding_multiplier": _sqrt_hidden,
+            "hidden_act": _gemma_activation,
+            "norm_placement": "sandwich",
+            "attention_scale": _query_pre_attn_scale,
+        },
+        refused_keys=_GEMMA_REFUSED,
+        preprocess_weight=_offset_norm_weights,
+    ),
+    FamilyAdapter(
+        model_type="gemma3_text",
+        genai_type="gemma3_text",
+        config_defaults={"tie_word_embeddings": True, "layer_types": _alternating_layer_types(6)},
+        config_overrides={
+            "embedding_multiplier": _sqrt_hidden,
+            "hidden_act": _gemma_activation,
+            "norm_placement": "sandwich",
+            "attention_scale": _query_pre_attn_scale,
+            "qk_norm": True,
+            # Gemma3Attention keeps attn_logit_softcapping but never applies it.
+            "attn_logit_softcapping": None,
+        },
+        refused_keys=_GEMMA_REFUSED,
+        preprocess_weight=_offset_norm_weights,
+    ),
+    FamilyAdapter(
+        model_type="phi3",
+        genai_type="phi3",
+        fused_weights=(
+            FusedWeight(
+                r"\.self_attn\.(?P<part>q|k|v)_proj\.weight$",
+                ".self_attn.qkv_proj.weight",
+                ("q", "k", "v"),
+            ),
+            FusedWeight(
+                r"\.mlp\.(?P<part>gate|up)_proj\.weight$",
+                ".mlp.gate_up_proj.weight",
+                ("gate", "up"),
+            ),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="phi",
+        genai_type="phi",
+        config_overrides={
+            "norm_type": "layer",
+            "parallel_residual": True,
+            "gated_mlp": False,
+            "qkv_bias": True,
+            "o_bias": True,
+            "mlp_bias": True,
+            "lm_head_bias": True,
+            "qk_norm": lambda raw: bool(raw.get("qk_layernorm", False)),
+        },
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".self_attn.dense."),
+            (r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),
+            (r"^model\.norm\.", "model.final_layernorm."),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="gpt2",
+        genai_type="decoder",  # onnxruntime-genai's "gpt2" expects another I/O contract
+        config_aliases={
+            "n_embd": "hidden_size",
+            "n_layer": "num_hidden_layers",
+            "n_head": "num_attention_heads",
+            "n_positions": "max_position_embeddings",
+            "n_inner": "intermediate_size",
+            "activation_function": "hidden_act",
+        },
+        config_defaults={
+            "intermediate_size": lambda raw: 4 * raw["hidden_size"],
+            "tie_word_embeddings": True,
+            "hidden_act": "gelu_new",
+            "layer_norm_epsilon": 1e-5,
+        },
+        config_overrides={
+            "norm_type": "layer",
+            "gated_mlp": False,
+            "qkv_bias": True,
+            "o_bias": True,
+            "mlp_bias": True,
+            "position_embedding": "learned",
+            "attention_scale": _gpt2_scale,
+        },
+        refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
+        fused_weights=(
+            FusedWeight(
+                r"\.self_attn\.(?P<part>q|k|v)_proj\.(weight|bias)$",
+                r".self_attn.c_attn.\2",
+                ("q", "k", "v"),
+                axis=-1,
+            ),
+        ),
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
+            (r"\.self_attn\.", ".attn."),
+            (r"\.mlp\.fc1\.", ".mlp.c_fc."),
+            (r"\.mlp\.fc2\.", ".mlp.c_proj."),
+            (r"\.input_layernorm\.", ".ln_1."),
+            (r"\.post_attention_layernorm\.", ".ln_2."),
+            (r"^model\.layers\.", "transformer.h."),
+            (r"^model\.embed_tokens\.", "transformer.wte."),
+            (r"^model\.embed_positions\.", "transformer.wpe."),
+            (r"^model\.norm\.", "transformer.ln_f."),
+        ),
+        in_out_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
+        optional_prefix="transformer.",
+    ),
+    FamilyAdapter(
+        model_type="granite",
+        genai_type="granite",
+        config_overrides={
+            "embedding_multiplier": lambda raw: float(raw.get("embedding_multiplier", 1.0)),
+            "residual_multiplier": lambda raw: float(raw.get("residual_multiplier", 1.0)),
+            "logits_scaling": lambda raw: float(raw.get("logits_scaling", 1.0)),
+            "attention_scale": lambda raw: float(raw.get("attention_multiplier", 1.0)),
+        },
+    ),
+    FamilyAdapter(
+        model_type="olmo2",
+        genai_type="olmo",  # onnxruntime-genai has no "olmo2"; its generic path runs the graph
+        config_overrides={"norm_placement": "post", "qk_norm": True, "qk_norm_per_head": False},
+    ),
+    FamilyAdapter(
+        model_type="smollm3",
+        genai_type="smollm3",
+        config_defaults={"tie_word_embeddings": True},
+        config_overrides={"no_rope_layers": _smollm3_no_rope_layers},
+    ),
 )
 
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}

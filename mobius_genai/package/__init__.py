@@ -1,7 +1,7 @@
 """Packaging: a built model → a checked onnxruntime-genai bundle folder, and checks of bundles."""
 
 from mobius_genai.package.bundle import TOKENIZER_FILES, staged_output
-from mobius_genai.package.genai_config import MODEL_TYPES, make_genai_config
+from mobius_genai.package.genai_config import make_genai_config
 from mobius_genai.package.graph import GraphInfo
 from mobius_genai.package.manifest import make_manifest
 from mobius_genai.package.packager import PRECISIONS, package, write_bundle
@@ -10,7 +10,6 @@ from mobius_genai.package.smoke import SmokeResult, smoke_test
 from mobius_genai.package.validate import BundleReport, validate_bundle
 
 __all__ = [
-    "MODEL_TYPES",
     "PRECISIONS",
     "TOKENIZER_FILES",
     "BundleReport",

@@ -14,27 +14,9 @@ from typing import Any
 
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep import EpCapabilities
-from mobius_genai.errors import BundleError, ConfigError, UnsupportedModelError
+from mobius_genai.errors import BundleError, ConfigError
+from mobius_genai.models.families import get_family
 from mobius_genai.package.graph import GraphInfo, LayerNames, layer_names
-
-#: HF `model_type` → onnxruntime-genai `model.type` (case-sensitive). All of these run through
-#: genai's generic decoder path; a gpt2-family graph with the standard I/O loads as "decoder".
-MODEL_TYPES: Mapping[str, str] = {
-    "llama": "llama",
-    "mistral": "mistral",
-    "qwen2": "qwen2",
-    "qwen3": "qwen3",
-    "gemma": "gemma",
-    "gemma2": "gemma2",
-    "gemma3_text": "gemma3_text",
-    "phi": "phi",
-    "phi3": "phi3",
-    "granite": "granite",
-    "olmo": "olmo",
-    "smollm3": "smollm3",
-    "nemotron": "nemotron",
-    "gpt2": "decoder",
-}
 
 #: generation_config.json keys copied into `search`, with the type genai parses them as, and
 #: transformers' default for each (used when generation_config.json does not set it).
@@ -77,7 +59,6 @@ def make_genai_config(
     context_length: int | None = None,
     generation: Mapping[str, Any] | None = None,
     filename: str = "model.onnx",
-    model_types: Mapping[str, str] = MODEL_TYPES,
 ) -> dict[str, Any]:
     """The genai_config.json document for `graph` (the decoder file `filename`) on `ep`.
 
@@ -88,7 +69,7 @@ def make_genai_config(
     context_length = context_length or config.max_position_embeddings
     share_buffer = graph.has_gqa
     model: dict[str, Any] = {
-        "type": genai_model_type(config.model_type, model_types),
+        "type": get_family(config.model_type).genai_type,
         "context_length": context_length,
         "vocab_size": config.vocab_size,
         **token_ids(config, generation),
@@ -112,17 +93,6 @@ def make_genai_config(
         "past_present_share_buffer": share_buffer,
     }
     return {"model": model, "search": search}
-
-
-def genai_model_type(model_type: str, model_types: Mapping[str, str] = MODEL_TYPES) -> str:
-    """onnxruntime-genai's name for the HF `model_type`."""
-    try:
-        return model_types[model_type]
-    except KeyError:
-        raise UnsupportedModelError(
-            f"config.json: model_type {model_type!r} has no onnxruntime-genai model type; "
-            f"accepted: {sorted(model_types)}"
-        ) from None
 
 
 def provider_options(ep: EpCapabilities, *, share_buffer: bool) -> list[dict[str, dict[str, str]]]:

@@ -106,6 +106,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_shape_op",
         "supports_custom_ops",
         "graph_capture_option",
+        "int4_gather_dtypes",
     ]
 
 

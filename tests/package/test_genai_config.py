@@ -12,8 +12,8 @@ import pytest
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError, ConfigError, UnsupportedModelError
+from mobius_genai.models import FAMILIES
 from mobius_genai.package.genai_config import (
-    MODEL_TYPES,
     make_genai_config,
     provider_options,
     read_generation_config,
@@ -147,8 +147,6 @@ def test_model_type_map_and_unknown_type():
     odd = dataclasses.replace(CONFIG, model_type="bert")
     with pytest.raises(UnsupportedModelError, match="model_type 'bert'"):
         make_genai_config(odd, get_ep("cpu"), toy_graph())
-    custom = make_genai_config(odd, get_ep("cpu"), toy_graph(), model_types={"bert": "decoder"})
-    assert custom["model"]["type"] == "decoder"
 
 
 def test_token_ids_prefer_generation_config():
@@ -204,7 +202,7 @@ def test_unreadable_generation_config_names_the_file(tmp_path: Path):
     assert read_generation_config(tmp_path / "missing") == {}
 
 
-@pytest.mark.parametrize("genai_type", sorted(set(MODEL_TYPES.values())))
+@pytest.mark.parametrize("genai_type", sorted({f.genai_type for f in FAMILIES.values()}))
 def test_every_mapped_model_type_runs_the_standard_decoder(bundle_copy, genai_type: str):
     folder = bundle_copy("cpu")
     path = folder / "genai_config.json"

@@ -1,0 +1,211 @@
+"""Family adapters as data: config parsing (both layouts), refusals, and the weight name map.
+
+No ORT here: these check what each adapter says, on configs transformers writes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mobius_genai import ArchitectureConfig, ConfigError, UnsupportedModelError
+from mobius_genai.models import FAMILIES, get_family
+from mobius_genai.weights import TensorSource
+from tests._hf import FAMILIES as HF_FAMILIES
+from tests._hf import tiny_config
+
+NEW_FAMILIES = (
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "phi",
+    "gpt2",
+    "granite",
+    "olmo2",
+    "smollm3",
+)
+# onnxruntime-genai 0.18's model types that run a standard decoder graph (DESIGN.md).
+GENAI_TYPES = {
+    "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
+    "granite", "olmo", "smollm3", "nemotron", "decoder",
+}  # fmt: skip
+
+
+def _parse(family: str, **overrides):
+    return get_family(family).parse_config(tiny_config(family, **overrides).to_dict())
+
+
+def test_every_family_has_a_test_checkpoint_and_a_genai_type():
+    assert set(NEW_FAMILIES) <= set(FAMILIES)
+    assert set(FAMILIES) == set(HF_FAMILIES)
+    for family in FAMILIES.values():
+        assert family.genai_type in GENAI_TYPES, family.model_type
+    assert FAMILIES["gpt2"].genai_type == "decoder"
+
+
+def test_gemma_family_facts():
+    gemma = _parse("gemma")
+    assert gemma.embedding_multiplier == math.sqrt(64)
+    assert gemma.norm_placement == "pre" and gemma.hidden_act == "gelu_pytorch_tanh"
+    gemma2 = _parse("gemma2")
+    assert gemma2.norm_placement == "sandwich"
+    assert gemma2.scale == pytest.approx(24**-0.5)
+    assert gemma2.attn_logit_softcapping == 2.0 and gemma2.final_logit_softcapping == 3.0
+    assert [gemma2.window_of_layer(i) for i in range(3)] == [5, None, 5]
+    gemma3 = _parse("gemma3_text", attn_logit_softcapping=7.0)
+    assert gemma3.qk_norm and gemma3.qk_norm_per_head
+    assert gemma3.attn_logit_softcapping is None  # transformers' Gemma3Attention ignores it
+    assert gemma3.rope.theta == 10000.0 and gemma3.rope_local.theta == 100.0
+    assert [gemma3.rope_of_layer(i) for i in range(3)] == [
+        gemma3.rope_local,
+        gemma3.rope,
+        gemma3.rope_local,
+    ]
+
+
+def test_gemma3_hub_layout_local_base_and_window_pattern():
+    raw = tiny_config("gemma3_text").to_dict()
+    del raw["rope_parameters"], raw["layer_types"]
+    raw.update(
+        rope_theta=1e6,
+        rope_local_base_freq=1e4,
+        rope_scaling={"rope_type": "linear", "factor": 8.0},
+        sliding_window_pattern=2,
+        num_hidden_layers=4,
+    )
+    config = get_family("gemma3_text").parse_config(raw)
+    assert (config.rope.type, config.rope.theta, config.rope.factor) == ("linear", 1e6, 8.0)
+    assert (config.rope_local.type, config.rope_local.theta) == ("default", 1e4)
+    assert config.layer_types == ("sliding_attention", "full_attention") * 2
+    del raw["sliding_window_pattern"]
+    config = get_family("gemma3_text").parse_config({**raw, "num_hidden_layers": 6})
+    assert config.layer_types == ("sliding_attention",) * 5 + ("full_attention",)
+
+
+def test_gemma_refuses_bidirectional_attention():
+    raw = tiny_config("gemma3_text").to_dict()
+    with pytest.raises(UnsupportedModelError, match="use_bidirectional_attention"):
+        get_family("gemma3_text").parse_config({**raw, "use_bidirectional_attention": True})
+
+
+def test_gemma_hub_config_without_tie_word_embeddings_ties():
+    raw = tiny_config("gemma").to_dict()
+    del raw["tie_word_embeddings"]
+    assert get_family("gemma").parse_config(raw).tie_word_embeddings
+
+
+def test_phi_and_gpt2_layouts():
+    phi = _parse("phi", qk_layernorm=True)
+    assert (phi.norm_type, phi.parallel_residual, phi.gated_mlp) == ("layer", True, False)
+    assert phi.qkv_bias and phi.o_bias and phi.mlp_bias and phi.lm_head_bias and phi.qk_norm
+    assert phi.rotary_dim == 8  # partial_rotary_factor 0.5 of head_dim 16
+    gpt2 = _parse("gpt2")
+    assert (gpt2.hidden_size, gpt2.num_hidden_layers, gpt2.num_attention_heads) == (64, 3, 4)
+    assert (gpt2.num_key_value_heads, gpt2.intermediate_size) == (4, 96)
+    assert gpt2.max_position_embeddings == 64 and gpt2.position_embedding == "learned"
+    assert gpt2.rope_of_layer(0) is None and gpt2.norm_eps == 1e-5
+    raw = tiny_config("gpt2").to_dict()
+    raw.pop("n_inner")
+    raw.pop("tie_word_embeddings")
+    gpt2 = get_family("gpt2").parse_config(raw)
+    assert gpt2.intermediate_size == 4 * 64 and gpt2.tie_word_embeddings
+    assert get_family("gpt2").parse_config({**raw, "scale_attn_weights": False}).scale == 1.0
+    with pytest.raises(UnsupportedModelError, match="scale_attn_by_inverse_layer_idx"):
+        get_family("gpt2").parse_config({**raw, "scale_attn_by_inverse_layer_idx": True})
+
+
+def test_granite_olmo2_smollm3_facts():
+    granite = _parse("granite")
+    assert (granite.embedding_multiplier, granite.residual_multiplier) == (2.0, 0.5)
+    assert (granite.logits_scaling, granite.scale) == (4.0, 0.1)
+    olmo2 = _parse("olmo2")
+    assert olmo2.norm_placement == "post" and olmo2.qk_norm and not olmo2.qk_norm_per_head
+    smollm3 = _parse("smollm3")
+    assert smollm3.no_rope_layers == (1,)
+    assert [smollm3.rope_of_layer(i) is None for i in range(3)] == [False, True, False]
+    raw = tiny_config("smollm3", num_hidden_layers=8, no_rope_layers=None).to_dict()
+    raw.pop("no_rope_layers")
+    assert get_family("smollm3").parse_config(raw).no_rope_layers == (3, 7)  # every 4th
+    sliding = _parse("smollm3", use_sliding_window=True, sliding_window=5)
+    assert [sliding.window_of_layer(i) for i in range(3)] == [None, 5, None]
+    off = tiny_config("smollm3", use_sliding_window=True, sliding_window=5).to_dict()
+    off["use_sliding_window"] = False  # transformers then ignores layer_types' sliding entries
+    assert get_family("smollm3").parse_config(off).window_of_layer(1) is None
+
+
+def test_weight_names_of_fused_and_renamed_tensors():
+    assert get_family("llama").checkpoint_name("model.norm.weight") == "model.norm.weight"
+    layer = "model.layers.2"
+    phi3 = get_family("phi3")
+    assert phi3.checkpoint_name(f"{layer}.self_attn.k_proj.weight") == TensorSource(
+        names=(f"{layer}.self_attn.qkv_proj.weight",),
+        parts=tuple(f"{layer}.self_attn.{p}_proj.weight" for p in "qkv"),
+    )
+    assert phi3.checkpoint_name(f"{layer}.mlp.up_proj.weight") == TensorSource(
+        names=(f"{layer}.mlp.gate_up_proj.weight",),
+        parts=(f"{layer}.mlp.gate_proj.weight", f"{layer}.mlp.up_proj.weight"),
+    )
+    assert phi3.checkpoint_name(f"{layer}.mlp.down_proj.weight") == f"{layer}.mlp.down_proj.weight"
+    phi = get_family("phi")
+    assert phi.checkpoint_name(f"{layer}.self_attn.o_proj.bias") == f"{layer}.self_attn.dense.bias"
+    assert phi.checkpoint_name(f"{layer}.self_attn.q_norm.weight").endswith("q_layernorm.weight")
+    assert phi.checkpoint_name("model.norm.bias") == "model.final_layernorm.bias"
+    gpt2 = get_family("gpt2")
+    assert gpt2.checkpoint_name(f"{layer}.self_attn.v_proj.bias") == TensorSource(
+        names=("transformer.h.2.attn.c_attn.bias", "h.2.attn.c_attn.bias"),
+        parts=tuple(f"{layer}.self_attn.{p}_proj.bias" for p in "qkv"),
+        axis=-1,
+    )
+    assert gpt2.checkpoint_name(f"{layer}.self_attn.q_proj.weight").in_out
+    expected = {
+        f"{layer}.self_attn.o_proj.weight": ("transformer.h.2.attn.c_proj.weight", True),
+        f"{layer}.mlp.fc1.weight": ("transformer.h.2.mlp.c_fc.weight", True),
+        f"{layer}.mlp.fc2.bias": ("transformer.h.2.mlp.c_proj.bias", False),
+        f"{layer}.input_layernorm.weight": ("transformer.h.2.ln_1.weight", False),
+        f"{layer}.post_attention_layernorm.bias": ("transformer.h.2.ln_2.bias", False),
+        "model.embed_tokens.weight": ("transformer.wte.weight", False),
+        "model.embed_positions.weight": ("transformer.wpe.weight", False),
+        "model.norm.weight": ("transformer.ln_f.weight", False),
+    }
+    for graph_name, (name, in_out) in expected.items():
+        source = gpt2.checkpoint_name(graph_name)
+        assert (source.names[0], source.in_out) == (name, in_out), graph_name
+    assert gpt2.checkpoint_name("lm_head.weight") == "lm_head.weight"
+
+
+BASE = {
+    "model_type": "llama",
+    "vocab_size": 32,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "max_position_embeddings": 32,
+}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"norm_type": "batch"}, ["norm_type", "'batch'", "rms"]),
+        ({"norm_placement": "middle"}, ["norm_placement", "'middle'", "sandwich"]),
+        ({"position_embedding": "alibi"}, ["position_embedding", "'alibi'", "learned"]),
+        ({"parallel_residual": True, "norm_placement": "post"}, ["parallel", "'post'"]),
+        ({"no_rope_layers": (2,)}, ["no_rope_layers", "[2]", "0..1"]),
+        ({"residual_multiplier": 0.0}, ["residual_multiplier", "positive"]),
+        ({"logits_scaling": -1.0}, ["logits_scaling", "-1.0"]),
+    ],
+)
+def test_invalid_generic_fields_name_field_value_and_accepted(overrides, words):
+    with pytest.raises(ConfigError) as info:
+        ArchitectureConfig.from_dict(BASE, **overrides)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_longrope_factor_lists_must_cover_the_rotated_pairs():
+    rope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 3}
+    with pytest.raises(ConfigError, match="long_factor has 3 entries.*pair"):
+        ArchitectureConfig.from_dict({**BASE, "rope_scaling": rope, "head_dim": 8})

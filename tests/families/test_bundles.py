@@ -1,0 +1,82 @@
+"""Bundle tier per family: package for cpu, `mobius-genai validate`, and onnxruntime-genai's
+greedy tokens equal transformers'.
+
+The tiny checkpoints borrow the committed tiny-qwen2 tokenizer (vocab 384), so packaging copies
+real tokenizer files; prompts are fed as token ids. gpt2 (model.type "decoder", learned
+positions) and gemma3_text (two rope tables, sliding layers, q/k norm) run by default; the
+other families are marked slow (`pytest -m slow tests/families/test_bundles.py`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mobius_genai.cli import main as cli_main
+from mobius_genai.models import FAMILIES
+from mobius_genai.package import packager
+from mobius_genai.package.generate import greedy_tokens, load_model
+from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
+
+TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
+PROMPT = [381, 17, 92, 250, 33, 301, 8, 140]  # bos + seven tokens
+NEW_TOKENS = 24
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0, 1.2, 1.5, 1.9, 2.4, 3.0, 3.7, 4.5],
+    "long_factor": [1.0, 1.7, 2.6, 3.8, 5.3, 7.1, 9.2, 11.6],
+}
+# family → extra config: phi3 crosses its original length (16) while generating.
+EXTRA = {"phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16}}
+DEFAULT_RUN = {"gpt2", "gemma3_text"}
+NEW_FAMILIES = [
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+    "phi",
+    "gpt2",
+    "granite",
+    "olmo2",
+    "smollm3",
+]
+
+
+def _checkpoint(folder: Path, family: str) -> Path:
+    ckpt = write_tiny_checkpoint(
+        folder,
+        family,
+        seed=3,
+        vocab_size=384,
+        bos_token_id=381,
+        eos_token_id=383,
+        pad_token_id=0,
+        **EXTRA.get(family, {}),
+    )
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(TOKENIZER / name, ckpt / name)
+    return ckpt
+
+
+def _marks(family: str) -> list[pytest.MarkDecorator]:
+    return [] if family in DEFAULT_RUN else [pytest.mark.slow]
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=_marks(f)) for f in NEW_FAMILIES])
+def test_bundle_validates_and_generates_like_transformers(family, tmp_path, capsys):
+    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    assert cli_main(["validate", str(folder)]) == 0
+    assert f"valid ({FAMILIES[family].genai_type}," in capsys.readouterr().out
+    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS  # no early eos: the comparison covers every step

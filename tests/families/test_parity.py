@@ -1,0 +1,183 @@
+"""Each family's graphs vs transformers: 12-token prefill + 4 cached decode steps, f32, <= 1e-4.
+
+The portable graph ("default") and the cpu-EP graph (GroupQueryAttention, SkipNorm, ... where
+the rules accept the layer) are both compared, on tiny random checkpoints whose biases and norm
+weights are random (tests/_hf.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import mobius_genai
+from mobius_genai.models import FAMILIES, FamilyAdapter
+from tests._hf import hf_reference_logits, write_tiny_checkpoint
+from tests._ort import max_abs_diff, ort_session, run_like_reference
+
+TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
+EPS = ("default", "cpu")
+
+_LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+    "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.2, 9.0],
+}
+
+# case → (family, config overrides); every family appears with its defaults first.
+CASES = {
+    "gemma": ("gemma", {}),
+    "gemma_tied": ("gemma", {"tie_word_embeddings": True}),
+    "gemma2": ("gemma2", {}),
+    "gemma2_no_softcap": (
+        "gemma2",
+        {"attn_logit_softcapping": None, "final_logit_softcapping": None},
+    ),
+    "gemma3_text": ("gemma3_text", {}),
+    "gemma3_text_scaled_global_rope": (
+        "gemma3_text",
+        {"rope_scaling": {"rope_type": "linear", "factor": 4.0}, "tie_word_embeddings": True},
+    ),
+    "phi3": ("phi3", {}),
+    "phi3_partial_rotary_sliding": ("phi3", {"partial_rotary_factor": 0.5, "sliding_window": 6}),
+    "phi3_longrope": (
+        "phi3",
+        {"rope_scaling": _LONGROPE, "original_max_position_embeddings": 16},
+    ),
+    "phi": ("phi", {}),
+    "phi_qk_layernorm": ("phi", {"qk_layernorm": True, "partial_rotary_factor": 1.0}),
+    "phi_tied_head_keeps_its_bias": ("phi", {"tie_word_embeddings": True}),
+    "gpt2": ("gpt2", {}),
+    "gpt2_untied": ("gpt2", {"tie_word_embeddings": False}),
+    "granite": ("granite", {}),
+    "olmo2": ("olmo2", {}),
+    "smollm3": ("smollm3", {}),
+    "smollm3_sliding_nope_layers": (
+        "smollm3",
+        {"use_sliding_window": True, "sliding_window": 5, "no_rope_layers": [1, 0, 0]},
+    ),
+}
+
+
+def _parity(tmp_path, ckpt, ids, decode_steps=4, **build_args) -> dict[str, float]:
+    reference = hf_reference_logits(ckpt, ids, decode_steps=decode_steps)
+    diffs = {}
+    for ep in EPS:
+        package = mobius_genai.build(ckpt, ep, "f32", **build_args)
+        ours = run_like_reference(ort_session(package, tmp_path / ep), reference)
+        diffs[ep] = max_abs_diff(ours, reference.logits)
+    return diffs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_family_graphs_match_transformers(case, tmp_path):
+    family, overrides = CASES[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
+    ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+@pytest.mark.parametrize("family", ["gemma3_text", "phi3"])
+def test_hub_layout_config_matches_transformers(family, tmp_path):
+    """transformers-4 config.json: gemma3's rope_local_base_freq, phi3's top-level lengths."""
+    overrides = {}
+    if family == "phi3":
+        overrides = {"rope_scaling": _LONGROPE, "original_max_position_embeddings": 16}
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, hub_layout=True, **overrides)
+    assert "rope_parameters" not in (ckpt / "config.json").read_text()
+    ids = np.random.default_rng(1).integers(3, 128, size=(1, 14))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+@pytest.mark.parametrize(
+    ("prefill", "context_length"),
+    [
+        (14, None),  # calls end at positions 14..18: short factors, then long from 17 on
+        (20, None),  # every call past the original 16 positions: long factors
+        (12, 16),  # a bundle that fits the original length holds only the short table
+    ],
+)
+def test_longrope_switches_factors_like_transformers(prefill, context_length, tmp_path):
+    ckpt = write_tiny_checkpoint(
+        tmp_path / "ckpt",
+        "phi3",
+        rope_scaling=_LONGROPE,
+        original_max_position_embeddings=16,
+    )
+    ids = np.random.default_rng(2).integers(3, 128, size=(2, prefill))
+    steps = 4 if context_length is None else context_length - prefill
+    diffs = _parity(tmp_path, ckpt, ids, decode_steps=steps, context_length=context_length)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+    tables = mobius_genai.build(ckpt, "default", context_length=context_length, load_weights=False)
+    cos = tables["model"].graph.initializers["model.rotary_emb.cos_cache"]
+    expected = [2, 64, 8] if context_length is None else [16, 8]
+    assert list(cos.shape) == expected
+
+
+def test_gpt2_checkpoint_saved_from_base_model(tmp_path):
+    """Hub gpt2 checkpoints name tensors without the "transformer." prefix."""
+    from safetensors.numpy import load_file, save_file
+
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt2")
+    tensors = load_file(ckpt / "model.safetensors")
+    save_file(
+        {k.removeprefix("transformer."): v for k, v in tensors.items()},
+        ckpt / "model.safetensors",
+        metadata={"format": "pt"},
+    )
+    ids = np.random.default_rng(3).integers(3, 128, size=(1, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def _without(family: str, **overrides) -> FamilyAdapter:
+    adapter = FAMILIES[family]
+    changed = {**adapter.config_overrides, **overrides}
+    return dataclasses.replace(adapter, config_overrides=changed)
+
+
+# Each adapter difference, undone: the parity check must then fail (so it can fail).
+MUTANTS = {
+    "gemma_without_norm_offset": (
+        "gemma",
+        lambda: dataclasses.replace(FAMILIES["gemma"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "gemma_without_embedding_scale": ("gemma", lambda: _without("gemma", embedding_multiplier=1.0)),
+    "gemma2_without_attention_softcap": (
+        "gemma2",
+        lambda: _without("gemma2", attn_logit_softcapping=None),
+    ),
+    "gemma2_with_head_dim_scale": ("gemma2", lambda: _without("gemma2", attention_scale=None)),
+    "gemma3_text_one_rope": ("gemma3_text", lambda: _without("gemma3_text", rope_local=None)),
+    "granite_without_residual_multiplier": (
+        "granite",
+        lambda: _without("granite", residual_multiplier=1.0),
+    ),
+    "granite_without_logits_scaling": ("granite", lambda: _without("granite", logits_scaling=1.0)),
+    "smollm3_rope_everywhere": ("smollm3", lambda: _without("smollm3", no_rope_layers=())),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MUTANTS))
+def test_parity_fails_without_the_adapter_difference(case, tmp_path, monkeypatch):
+    family, mutant = MUTANTS[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
+    ids = np.random.default_rng(0).integers(3, 128, size=(1, 12))
+    reference = hf_reference_logits(ckpt, ids, decode_steps=1)
+    monkeypatch.setitem(FAMILIES, family, mutant())
+    package = mobius_genai.build(ckpt, "default", "f32")
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
+    assert max_abs_diff(ours, reference.logits) > 10 * TOLERANCE
+
+
+@pytest.mark.parametrize("family", sorted({family for family, _ in CASES.values()}))
+def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
+    """The GQA fusion keeps each family's math (parity above) and leaves no Attention op."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
+    graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
+    ops = [node.op_type for node in graph]
+    assert ops.count("GroupQueryAttention") == 3 and "Attention" not in ops
