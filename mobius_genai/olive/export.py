@@ -1,0 +1,268 @@
+"""`MobiusExport`: an Olive pass that turns a HuggingFace model into a mobius-genai bundle.
+
+Input: an `HfModelHandler` (local folder or hub id). Output: an `ONNXModelHandler` for the
+bundle's model.onnx whose `additional_files` list every other bundle file (genai_config.json,
+tokenizer files, README.md card, mobius_manifest.json), so Olive copies them beside the model
+through any later pass and into the workflow's output folder. The work is `package()`'s: the
+bundle is validated (and smoke-tested unless `smoke_test` is false) before the pass returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from olive.hardware.accelerator import AcceleratorSpec
+from olive.model import HfModelHandler, ONNXModelHandler
+from olive.passes import Pass
+from olive.passes.pass_config import BasePassConfig, PassConfigParam
+from pydantic import ValidationInfo, field_validator, model_validator
+
+from mobius_genai.build import MODEL_FILENAME, resolve_ep
+from mobius_genai.errors import ConfigError
+from mobius_genai.olive.providers import mobius_ep_for
+from mobius_genai.optimize import trace_to_stderr
+from mobius_genai.package.graph import GraphInfo
+from mobius_genai.package.packager import (
+    PRECISIONS,
+    QUANTIZED_PRECISIONS,
+    default_output,
+    package,
+    resolve_precision,
+)
+from mobius_genai.quantize import Int4Options
+
+logger = logging.getLogger(__name__)
+
+_DTYPES = ("f32", "f16", "bf16")
+
+
+class MobiusExport(Pass):
+    """Build an onnxruntime-genai bundle of a HuggingFace causal LM for one execution provider.
+
+    The EP is the pass's `ep`, else the workflow accelerator's (CUDAExecutionProvider → cuda,
+    ...), else cpu. Failures raise ValueError subclasses, which `olive run` reports and exits on.
+    """
+
+    @classmethod
+    def _default_config(cls, accelerator_spec: AcceleratorSpec) -> dict[str, PassConfigParam]:
+        return {
+            "ep": PassConfigParam(
+                type_=str,
+                default_value=None,
+                description=(
+                    "mobius-genai execution provider (cpu, cuda, dml, webgpu, trt-rtx, mlx, "
+                    "default, onnx-standard; see `mobius-genai eps`). Default: the workflow "
+                    "accelerator's execution provider, cpu when it names none."
+                ),
+            ),
+            "precision": PassConfigParam(
+                type_=str,
+                default_value=None,
+                description=(
+                    "fp32, fp16, bf16 or int4 (MatMulNBits weights, `dtype` activations). "
+                    "Default: the EP's default dtype, unquantized."
+                ),
+            ),
+            "dtype": PassConfigParam(
+                type_=str,
+                default_value=None,
+                description="f32, f16 or bf16: the model dtype (for int4, of activations and "
+                "scales). Default: from `precision`, else the EP's.",
+            ),
+            "int4_block_size": PassConfigParam(
+                type_=int,
+                default_value=None,
+                description="int4 only: quantization block size 16, 32, 64, 128 or 256 "
+                "(default 32).",
+            ),
+            "int4_asymmetric": PassConfigParam(
+                type_=bool,
+                default_value=False,
+                description="int4 only: quantize with zero points. Default: symmetric.",
+            ),
+            "int4_accuracy_level": PassConfigParam(
+                type_=int,
+                default_value=None,
+                description="int4 only: MatMulNBits accuracy_level 0-4. Default: the EP's.",
+            ),
+            "context_length": PassConfigParam(
+                type_=int,
+                default_value=None,
+                description="Tokens the bundle supports. Default: max_position_embeddings.",
+            ),
+            "revision": PassConfigParam(
+                type_=str,
+                default_value=None,
+                description="Hub revision (branch, tag or commit) of a hub model. Default: the "
+                "input model's load_kwargs revision, else the main branch.",
+            ),
+            "smoke_test": PassConfigParam(
+                type_=bool,
+                default_value=True,
+                description="Generate a few tokens with onnxruntime-genai before returning.",
+            ),
+            "trace": PassConfigParam(
+                type_=bool,
+                default_value=False,
+                description="Print why each graph rewrite fired or not (stderr).",
+            ),
+        }
+
+    @classmethod
+    def _validators(cls) -> dict[str, Callable[..., Any]]:
+        """Reject bad values when the workflow is read, before any model is loaded."""
+        return {
+            "check_ep": field_validator("ep")(_check_ep),
+            "check_precision": field_validator("precision")(_check_precision),
+            "check_dtype": field_validator("dtype")(_check_dtype),
+            "check_int4": field_validator("int4_block_size", "int4_accuracy_level")(_check_int4),
+            "check_context_length": field_validator("context_length")(_check_context_length),
+            "check_int4_precision": model_validator(mode="after")(_check_int4_precision),
+        }
+
+    @classmethod
+    def is_accelerator_agnostic(cls, accelerator_spec: AcceleratorSpec) -> bool:
+        """No: unless the pass names an `ep`, the accelerator's EP decides the graph."""
+        return False
+
+    def _run_for_config(
+        self, model: HfModelHandler, config: BasePassConfig, output_model_path: str
+    ) -> ONNXModelHandler:
+        if not isinstance(model, HfModelHandler):
+            raise ConfigError(
+                f"MobiusExport: input model type {type(model).__name__}; accepted: an HfModel "
+                "(a HuggingFace hub id or local checkpoint folder)"
+            )
+        if model.adapter_path:
+            raise ConfigError(
+                f"MobiusExport: the input model has an adapter ({model.adapter_path}); accepted: "
+                "a model without one (merge it first, e.g. with Olive's MergeAdapterWeights pass)"
+            )
+        load_kwargs = model.load_kwargs
+        if load_kwargs is not None and load_kwargs.quantization_method:
+            raise ConfigError(
+                "MobiusExport: the input model's load_kwargs ask for quantization "
+                f"({load_kwargs.quantization_method!r}), which MobiusExport does not apply; "
+                "accepted: no quantization_method (use the pass's precision 'int4' instead)"
+            )
+        ep = config.ep or mobius_ep_for(self.accelerator_spec.execution_provider)
+        caps = resolve_ep(ep)
+        _, precision = resolve_precision(caps, config.dtype, config.precision)
+        source = str(model.model_name_or_path)
+        extra = (load_kwargs.extra_args if load_kwargs is not None else None) or {}
+        revision = config.revision or extra.get("revision")
+        # The folder name shows in the card's run instructions: <model>-<ep>-<precision>.
+        out = Path(output_model_path) / default_output(source, caps, precision).name
+        logger.info("MobiusExport: building %s for %s (%s) into %s", source, ep, precision, out)
+        with trace_to_stderr() if config.trace else contextlib.nullcontext():
+            folder = package(
+                source,
+                caps,
+                out,
+                dtype=config.dtype,
+                precision=config.precision,
+                context_length=config.context_length,
+                trace=config.trace,
+                smoke_test=config.smoke_test,
+                force=True,
+                revision=revision,
+                int4=int4_options(config),
+            )
+        return bundle_model_handler(folder, model.model_attributes)
+
+
+def int4_options(config: BasePassConfig) -> Int4Options | None:
+    """package()'s `int4` argument from the pass's int4_* params; None when none is set."""
+    if not _int4_given(config):
+        return None
+    _require_int4_precision(config.precision)
+    chosen = {"symmetric": not config.int4_asymmetric}
+    if config.int4_block_size is not None:
+        chosen["block_size"] = config.int4_block_size
+    if config.int4_accuracy_level is not None:
+        chosen["accuracy_level"] = config.int4_accuracy_level
+    return Int4Options(**chosen)
+
+
+def bundle_model_handler(
+    folder: Path, model_attributes: dict[str, Any] | None = None
+) -> ONNXModelHandler:
+    """ONNXModelHandler of the bundle in `folder`: model.onnx, the rest as additional files.
+
+    The graph's external data files stay with the model (a later pass writes its own); every
+    other file is listed in `additional_files`, replacing the input model's list (Olive's
+    Pass.run then carries the input's files over, without overwriting these).
+    """
+    weights = set(GraphInfo.from_file(folder / MODEL_FILENAME).external_data)
+    files = [
+        str(path)
+        for path in sorted(folder.iterdir())
+        if path.name != MODEL_FILENAME and path.name not in weights
+    ]
+    attributes = {**(model_attributes or {}), "additional_files": files}
+    return ONNXModelHandler(
+        model_path=str(folder), onnx_file_name=MODEL_FILENAME, model_attributes=attributes
+    )
+
+
+def _plain(value: Any, kind: type) -> bool:
+    """A value the user set (not None, a search parameter or Olive's DEFAULT_VALUE enum)."""
+    return type(value) is kind
+
+
+def _check_ep(cls: type, value: Any) -> Any:
+    if _plain(value, str):
+        resolve_ep(value)  # ExecutionProviderError names the EPs accepted
+    return value
+
+
+def _check_precision(cls: type, value: Any) -> Any:
+    accepted = (*PRECISIONS, *QUANTIZED_PRECISIONS)
+    if _plain(value, str) and value not in accepted:
+        raise ConfigError(f"MobiusExport precision {value!r}; accepted: {', '.join(accepted)}")
+    return value
+
+
+def _check_dtype(cls: type, value: Any) -> Any:
+    if _plain(value, str) and value not in _DTYPES:
+        raise ConfigError(f"MobiusExport dtype {value!r}; accepted: {', '.join(_DTYPES)}")
+    return value
+
+
+def _check_int4(cls: type, value: Any, info: ValidationInfo) -> Any:
+    if _plain(value, int):
+        key = "block_size" if info.field_name == "int4_block_size" else "accuracy_level"
+        Int4Options(**{key: value})  # ConfigError names the values accepted
+    return value
+
+
+def _int4_given(config: Any) -> bool:
+    return (
+        _plain(config.int4_block_size, int)
+        or config.int4_asymmetric is True
+        or _plain(config.int4_accuracy_level, int)
+    )
+
+
+def _require_int4_precision(precision: Any) -> None:
+    if precision != "int4":
+        raise ConfigError(
+            f"MobiusExport: int4_* options were given with precision {precision!r}; accepted: "
+            "int4_* options only with precision 'int4'"
+        )
+
+
+def _check_int4_precision(config: Any) -> Any:
+    if _int4_given(config) and (config.precision is None or _plain(config.precision, str)):
+        _require_int4_precision(config.precision)
+    return config
+
+
+def _check_context_length(cls: type, value: Any) -> Any:
+    if _plain(value, int) and value < 1:
+        raise ConfigError(f"MobiusExport context_length {value}; accepted: a positive integer")
+    return value

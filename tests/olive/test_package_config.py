@@ -1,0 +1,50 @@
+"""`mobius-genai olive-config`: Olive's whole registry plus MobiusExport and MobiusFinalize."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("olive", reason="the olive extra is not installed: pip install -e '.[olive]'")
+
+from olive.hardware.constants import ExecutionProvider
+from olive.package_config import OlivePackageConfig
+
+from mobius_genai.cli import main
+from mobius_genai.olive import OLIVE_TO_MOBIUS_EP, PASSES, MobiusExport, MobiusFinalize
+from mobius_genai.olive.package_config import olive_package_config
+
+
+def _olive_registry() -> dict:
+    return json.loads(open(OlivePackageConfig.get_default_config_path(), encoding="utf-8").read())
+
+
+def test_the_config_is_olives_registry_plus_ours():
+    ours = olive_package_config()
+    olive = _olive_registry()
+    assert {k: v for k, v in ours["passes"].items() if k not in PASSES} == olive["passes"]
+    assert ours["extra_dependencies"] == olive["extra_dependencies"]
+    assert ours["passes"]["MobiusExport"]["module_path"] == "mobius_genai.olive.MobiusExport"
+
+
+def test_olive_finds_our_passes_and_its_own_through_the_written_file(tmp_path, capsys):
+    path = tmp_path / "sub" / "mobius-olive.json"
+    assert main(["olive-config", "-o", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == str(path)
+    config = OlivePackageConfig.parse_file_or_obj(str(path))
+    assert config.import_pass_module("MobiusExport") is MobiusExport
+    assert config.import_pass_module("mobiusfinalize") is MobiusFinalize
+    peephole = config.import_pass_module("OnnxPeepholeOptimizer")
+    assert peephole.__module__ == "olive.passes.onnx.peephole_optimizer"
+
+
+def test_olive_config_without_output_prints_the_json(capsys):
+    assert main(["olive-config"]) == 0
+    assert json.loads(capsys.readouterr().out) == olive_package_config()
+
+
+def test_mapped_ep_names_are_olives():
+    olive_names = {str(ep) for ep in ExecutionProvider}
+    # MLX is a plugin EP that Olive's enum does not list yet; every other name must be Olive's.
+    assert set(OLIVE_TO_MOBIUS_EP) - {"MLXExecutionProvider"} <= olive_names

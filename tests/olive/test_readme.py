@@ -1,0 +1,36 @@
+"""recipes/README.md agrees with the code: every option, EP mapping row and recipe it lists."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("olive", reason="the olive extra is not installed: pip install -e '.[olive]'")
+
+from olive.hardware.accelerator import DEFAULT_CPU_ACCELERATOR
+
+from mobius_genai.olive import OLIVE_TO_MOBIUS_EP, MobiusExport
+from tests.olive.conftest import RECIPE_NAMES, RECIPES
+
+README = (RECIPES / "README.md").read_text(encoding="utf-8")
+
+
+def _first_cells() -> list[str]:
+    return re.findall(r"^\| `?([^|`]+?)`? \|", README, flags=re.MULTILINE)
+
+
+def test_the_options_table_lists_every_mobius_export_option():
+    options = set(MobiusExport.default_config(DEFAULT_CPU_ACCELERATOR))
+    listed = {cell for cell in _first_cells() if re.fullmatch(r"[a-z0-9_]+", cell)}
+    assert listed == options
+
+
+def test_the_ep_table_is_the_mapping():
+    rows = dict(re.findall(r"^\| (\w+ExecutionProvider) \| ([\w-]+) \|$", README, re.MULTILINE))
+    assert rows == dict(OLIVE_TO_MOBIUS_EP)
+
+
+def test_the_recipe_table_lists_every_recipe():
+    listed = {cell.removesuffix(".json") for cell in _first_cells() if cell.endswith(".json")}
+    assert listed == set(RECIPE_NAMES) == {path.stem for path in RECIPES.glob("*.json")}
