@@ -7,10 +7,10 @@ import pytest
 
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import bias_gelu
-from tests.optimize._rule_graphs import (
+from tests.optimize._graphs import (
     clone,
     decline_reasons,
-    ops,
+    op_counts,
     parse,
     random_feeds,
     rewrite,
@@ -49,7 +49,7 @@ def test_declines_a_bias_that_is_not_one_vector_along_the_last_axis():
     model = parse(_graph().replace("float[8] bias", "float[5,8] bias"))
     assert any("is not a vector" in r for r in decline_reasons(model, bias_gelu.rules()))
     assert rewrite(model, bias_gelu.rules()) == 0
-    assert ops(model) == {"Add": 1, "Gelu": 1}
+    assert op_counts(model) == {"Add": 1, "Gelu": 1}
 
 
 @pytest.mark.parametrize("approximate", ["none", "tanh"])

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 
 from mobius_genai.optimize.rules import gqa
 from mobius_genai.optimize.rules.eliminate_shape import EliminateShapePass
-from tests.optimize._attention_graphs import (
+from tests.optimize._graphs import (
     apply,
     clone,
     max_diff,
     nodes,
     op_counts,
     run_decoder,
+    session,
     tiny_config,
     tiny_decoder,
 )
@@ -62,10 +62,7 @@ def _shape_graph(source_shape: list, dtype: ir.DataType, **attributes: int) -> i
 
 
 def _run(model: ir.Model, x: np.ndarray) -> np.ndarray:
-    session = ort.InferenceSession(
-        ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, {"x": x})[0]
+    return session(model, ort_optimizations=True).run(None, {"x": x})[0]
 
 
 def test_static_dimensions_become_constants():

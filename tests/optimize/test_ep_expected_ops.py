@@ -14,10 +14,9 @@ import onnx_ir as ir
 
 from mobius_genai.optimize import optimize_model
 from mobius_genai.optimize.functions import MS_DOMAIN, is_standard_domain
-from tests.optimize._attention_graphs import tiny_config, tiny_decoder
+from tests.optimize._graphs import DTYPES, tiny_config, tiny_decoder
 
 LAYERS = 3
-DTYPES = {"f32": ir.DataType.FLOAT, "f16": ir.DataType.FLOAT16}
 SKIP_OPS = ("SkipSimplifiedLayerNormalization", "SkipLayerNormalization")
 
 

@@ -18,7 +18,7 @@ import pytest
 import mobius_genai
 from tests._hf import ReferenceRun, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
-from tests.optimize._attention_graphs import custom_domains, op_counts
+from tests.optimize._graphs import custom_domains, op_counts
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over prefill and every decode step
 # f16 weights and activations: measured 0.012-0.034 for these graphs and for the portable f16

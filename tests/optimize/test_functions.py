@@ -19,7 +19,7 @@ from mobius_genai.optimize.functions import (
     needs_inlining,
     register_functions,
 )
-from tests.optimize._rule_graphs import clone, ops, parse, random_feeds, run
+from tests.optimize._graphs import clone, op_counts, parse, random_feeds, run
 
 TOLERANCE = 1e-5  # f32, max abs diff between kernel and body
 HEADER = '<ir_version: 10, opset_import: ["" : 24, "com.microsoft" : 1]>'
@@ -97,7 +97,7 @@ def test_fused_matmul_overload_bodies_agree_with_the_kernel(overload):
     feeds = random_feeds(model)
     expected = run(model, feeds)[0]
     InlinePass()(model)
-    assert ops(model) == {"Transpose": 1, "MatMul": 1}
+    assert op_counts(model) == {"Transpose": 1, "MatMul": 1}
     np.testing.assert_allclose(run(model, feeds)[0], expected, atol=TOLERANCE, rtol=0)
 
 

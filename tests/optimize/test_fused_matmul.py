@@ -8,15 +8,16 @@ from onnx_ir.passes.common import InlinePass
 
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import fused_matmul
-from tests.optimize._attention_graphs import tiny_config, tiny_decoder
-from tests.optimize._rule_graphs import (
+from tests.optimize._graphs import (
     clone,
     decline_reasons,
-    ops,
+    op_counts,
     parse,
     random_feeds,
     rewrite,
     run,
+    tiny_config,
+    tiny_decoder,
 )
 
 TOLERANCE = 1e-5  # f32, max abs diff before vs after
@@ -51,7 +52,7 @@ def test_the_tied_lm_head_reads_the_shared_embedding_table_directly():
     model, _ = tiny_decoder(tiny_config(tie_word_embeddings=True), weights="none")
     table = model.graph.initializers["model.embed_tokens.weight"]
     assert rewrite(model, fused_matmul.rules()) == 1
-    assert "Transpose" not in ops(model)
+    assert "Transpose" not in op_counts(model)
     (head,) = [n for n in model.graph if n.op_type == "FusedMatMul"]
     assert head.inputs[1] is table
     assert head.outputs[0] is model.graph.outputs[0]  # logits
@@ -97,5 +98,5 @@ def test_ort_outputs_agree_before_after_and_after_inlining_the_body(graph):
     np.testing.assert_allclose(run(fused, feeds)[0], before, atol=TOLERANCE, rtol=0)
     # The registered body is the Transpose + MatMul it replaced.
     InlinePass()(fused)
-    assert ops(fused) == {"Transpose": 1, "MatMul": 1}
+    assert op_counts(fused) == {"Transpose": 1, "MatMul": 1}
     np.testing.assert_allclose(run(fused, feeds)[0], before, atol=TOLERANCE, rtol=0)

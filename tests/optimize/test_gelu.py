@@ -7,10 +7,10 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai.optimize.rules import gelu
-from tests.optimize._rule_graphs import (
+from tests.optimize._graphs import (
     clone,
     decline_reasons,
-    ops,
+    op_counts,
     parse,
     random_feeds,
     rewrite,
@@ -90,7 +90,7 @@ def _graph(form: str, layout: str, swapped: bool = False, dtype: str = "float") 
 def test_every_arrangement_becomes_one_gelu(form, layout, swapped):
     model = parse(_graph(form, layout, swapped))
     assert rewrite(model, gelu.rules()) == 1
-    assert ops(model) == {"Gelu": 1}
+    assert op_counts(model) == {"Gelu": 1}
     (node,) = model.graph
     expected = "tanh" if form.startswith("tanh") else "none"
     assert node.attributes.get_string("approximate", "none") == expected
@@ -112,7 +112,7 @@ def _as_float16(model: ir.Model) -> ir.Model:
 def test_float16_constants_rounded_by_the_dtype_still_match(form):
     model = _as_float16(parse(_graph(form, "half_cdf", swapped=True)))
     assert rewrite(model, gelu.rules()) == 1
-    assert ops(model) == {"Gelu": 1}
+    assert op_counts(model) == {"Gelu": 1}
 
 
 def test_constants_of_shape_one_match_like_scalars():
@@ -133,7 +133,7 @@ def test_constants_of_shape_one_match_like_scalars():
 def test_a_chain_with_another_constant_is_not_gelu(text):
     model = parse(text)
     assert rewrite(model, gelu.rules()) == 0
-    assert "Gelu" not in ops(model)
+    assert "Gelu" not in op_counts(model)
 
 
 def test_declines_before_opset_20_which_has_no_gelu():

@@ -10,7 +10,7 @@ from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.config import RopeConfig
 from mobius_genai.optimize import optimize_model
 from mobius_genai.optimize.rules import gqa
-from tests.optimize._attention_graphs import (
+from tests.optimize._graphs import (
     apply,
     clone,
     decline_reasons,
@@ -126,7 +126,7 @@ def test_partial_rotary_moves_into_gqa_when_its_tables_allow():
 def test_partial_rotary_gqa_cannot_express_stays_explicit():
     config = tiny_config(rope=RopeConfig(partial_rotary_factor=0.5))  # tables 4 wide
     model, _ = tiny_decoder(config)
-    reasons = decline_reasons(gqa.rules(), model)
+    reasons = decline_reasons(model, gqa.rules())
     assert any("GQA needs a multiple of 8" in reason for reason in reasons)
     apply(model, gqa.rules())
     counts = op_counts(model)
@@ -156,7 +156,7 @@ def test_positions_other_than_the_graph_input_keep_rotary_explicit():
     model.graph.insert_before(next(iter(model.graph)), shifted)
     for node in nodes(model, "RotaryEmbedding"):
         node.replace_input_with(3, shifted.outputs[0])
-    assert any("'position_ids' graph input" in r for r in decline_reasons(gqa.rules(), model))
+    assert any("'position_ids' graph input" in r for r in decline_reasons(model, gqa.rules()))
     apply(model, gqa.rules())
     assert op_counts(model)["RotaryEmbedding"] == 4
     assert all(
@@ -169,7 +169,7 @@ def test_declines_when_mask_window_and_metadata_disagree():
     model, _ = tiny_decoder(config)
     for node in nodes(model, "Attention"):
         node.metadata_props[SLIDING_WINDOW_KEY] = "7"
-    assert any("disagrees" in reason for reason in decline_reasons(gqa.rules(), model))
+    assert any("disagrees" in reason for reason in decline_reasons(model, gqa.rules()))
     apply(model, gqa.rules())
     assert op_counts(model)["GroupQueryAttention"] == 0
 
@@ -184,14 +184,14 @@ def test_declines_when_the_bias_is_not_the_attention_mask_mask():
     model.graph.inputs.append(custom)
     for node in nodes(model, "Attention"):
         node.replace_input_with(3, custom)
-    assert any("masks.py" in reason for reason in decline_reasons(gqa.rules(), model))
+    assert any("masks.py" in reason for reason in decline_reasons(model, gqa.rules()))
     apply(model, gqa.rules())
     assert op_counts(model)["GroupQueryAttention"] == 0
 
 
 def test_declines_head_dim_gqa_cannot_run():
     model, _ = tiny_decoder(tiny_config(head_dim=12))
-    assert any("multiple of 8" in reason for reason in decline_reasons(gqa.rules(), model))
+    assert any("multiple of 8" in reason for reason in decline_reasons(model, gqa.rules()))
     apply(model, gqa.rules())
     assert op_counts(model)["Attention"] == 2
 

@@ -7,7 +7,7 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai.optimize.rules import gqa, pack_qkv
-from tests.optimize._attention_graphs import (
+from tests.optimize._graphs import (
     apply,
     clone,
     decline_reasons,
@@ -98,7 +98,7 @@ def test_declines_weights_that_are_not_initializers():
     apply(model, gqa.rules())
     value = model.graph.initializers.pop("model.layers.0.self_attn.k_proj.weight")
     model.graph.inputs.append(value)  # a weight fed at run time cannot be concatenated
-    reasons = decline_reasons(pack_qkv.rules(), model)
+    reasons = decline_reasons(model, pack_qkv.rules())
     assert any("2-D initializer" in reason for reason in reasons)
     apply(model, pack_qkv.rules())
     unpacked = [n for n in nodes(model, "GroupQueryAttention") if n.inputs[gqa.KEY] is not None]

@@ -15,8 +15,15 @@ from mobius_genai.ep import ep_registry, get_ep
 from mobius_genai.errors import ExecutionProviderError
 from mobius_genai.optimize import optimize_model, pipeline
 from mobius_genai.optimize.functions import MS_DOMAIN, is_standard_domain
-from tests.optimize._attention_graphs import max_diff, run_decoder, tiny_config, tiny_decoder
-from tests.optimize._rule_graphs import clone, ops, parse
+from tests.optimize._graphs import (
+    clone,
+    max_diff,
+    op_counts,
+    parse,
+    run_decoder,
+    tiny_config,
+    tiny_decoder,
+)
 
 TOLERANCE = 1e-4  # f32 logits, optimized vs portable graph, prefill + 4 decode steps
 F32, F16 = ir.DataType.FLOAT, ir.DataType.FLOAT16
@@ -70,7 +77,7 @@ def test_cleanup_removes_identities_duplicates_and_folds_small_constants():
     node.metadata_props["pkg.onnxscript.class_hierarchy"] = "['Model']"
     node.metadata_props[SLIDING_WINDOW_KEY] = "5"
     optimize_model(model, "default")
-    assert ops(model) == {"Mul": 1, "Add": 1}
+    assert op_counts(model) == {"Mul": 1, "Add": 1}
     (mul,) = [n for n in model.graph if n.op_type == "Mul"]
     assert mul.inputs[0].name == "x"
     np.testing.assert_array_equal(mul.inputs[1].const_value.numpy(), [2, 2, 2, 2])
@@ -129,7 +136,7 @@ def test_a_large_initializer_read_only_by_a_transpose_is_not_folded_into_a_copy(
     model.graph.register_initializer(weight)
     model.graph.node(0).replace_input_with(0, weight)
     optimize_model(model, "onnx-standard")  # no FusedMatMul: the Transpose must stay
-    assert ops(model) == {"Transpose": 1, "MatMul": 1}
+    assert op_counts(model) == {"Transpose": 1, "MatMul": 1}
     assert list(model.graph.initializers) == ["w"]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from mobius_genai.config import RopeConfig
 from mobius_genai.optimize.rules import gqa, pack_qkv, separate_rope
-from tests.optimize._attention_graphs import (
+from tests.optimize._graphs import (
     apply,
     clone,
     decline_reasons,
@@ -50,7 +50,7 @@ def test_rotation_moves_in_front_of_gqa():
 def test_gqa_without_rotation_is_left_alone():
     model, _ = tiny_decoder(tiny_config(rope=RopeConfig(partial_rotary_factor=0.5)))
     apply(model, gqa.rules())  # tables too narrow for GQA: fused with do_rotary=0
-    assert decline_reasons(separate_rope.rules(), model) == []  # not even a candidate
+    assert decline_reasons(model, separate_rope.rules()) == []  # not even a candidate
     assert apply(model, separate_rope.rules()) == [0]
 
 
@@ -58,7 +58,7 @@ def test_declines_without_a_position_ids_input():
     model = _fused(tiny_config())
     position_ids = next(v for v in model.graph.inputs if v.name == "position_ids")
     model.graph.inputs.remove(position_ids)  # as after the pipeline dropped it
-    reasons = decline_reasons(separate_rope.rules(), model)
+    reasons = decline_reasons(model, separate_rope.rules())
     assert any("no 'position_ids' graph input" in reason for reason in reasons)
     assert apply(model, separate_rope.rules()) == [0]
 
@@ -96,6 +96,6 @@ def test_rewritten_model_runs_with_ort(case, tmp_path):
 def test_declines_packed_qkv_naming_unpack():
     model = _fused(tiny_config())
     apply(model, pack_qkv.rules())
-    reasons = decline_reasons(separate_rope.rules(), model)
+    reasons = decline_reasons(model, separate_rope.rules())
     assert reasons and all("UnpackQKV has to run first" in reason for reason in reasons)
     assert apply(model, separate_rope.rules()) == [0]

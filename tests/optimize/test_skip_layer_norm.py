@@ -7,10 +7,10 @@ import pytest
 
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import skip_layer_norm
-from tests.optimize._rule_graphs import (
+from tests.optimize._graphs import (
     clone,
     decline_reasons,
-    ops,
+    op_counts,
     parse,
     random_feeds,
     rewrite,
@@ -72,7 +72,7 @@ def test_declines_a_broadcasting_skip_and_leaves_a_norm_whose_statistics_are_rea
         )
     )
     assert rewrite(statistics, skip_layer_norm.rules()) == 0
-    assert ops(statistics)["LayerNormalization"] == 1
+    assert op_counts(statistics)["LayerNormalization"] == 1
 
 
 @pytest.mark.parametrize("graph", [WITH_BIAS, WITHOUT_BIAS], ids=["beta", "no-beta"])

@@ -7,15 +7,16 @@ import pytest
 
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import skip_norm
-from tests.optimize._attention_graphs import tiny_config, tiny_decoder
-from tests.optimize._rule_graphs import (
+from tests.optimize._graphs import (
     clone,
     decline_reasons,
-    ops,
+    op_counts,
     parse,
     random_feeds,
     rewrite,
     run,
+    tiny_config,
+    tiny_decoder,
 )
 
 TOLERANCE = 1e-5  # f32, max abs diff of every output before vs after
@@ -51,7 +52,7 @@ def test_epsilon_default_of_rms_normalization_is_carried_over():
 def test_a_three_layer_decoder_gets_two_per_layer_minus_the_first_input_norm_plus_final():
     model, _ = tiny_decoder(tiny_config(num_hidden_layers=3), weights="none")
     assert rewrite(model, skip_norm.rules()) == 6
-    counts = ops(model)
+    counts = op_counts(model)
     assert counts["SkipSimplifiedLayerNormalization"] == 6
     # Only layer 0's input_layernorm reads the embedding directly.
     assert counts["RMSNormalization"] == 1
@@ -78,7 +79,7 @@ def test_declines_with_a_reason_when_the_fused_op_would_compute_something_else(g
     reasons = decline_reasons(model, skip_norm.rules())
     assert any(reason in r for r in reasons), reasons
     assert rewrite(model, skip_norm.rules()) == 0
-    assert "SkipSimplifiedLayerNormalization" not in ops(model)
+    assert "SkipSimplifiedLayerNormalization" not in op_counts(model)
 
 
 def test_ort_outputs_agree_before_and_after():

@@ -13,8 +13,7 @@ from onnxscript.rewriter._basics import MatchFailureError
 
 from mobius_genai.optimize import optimize_model, pipeline, trace_to_stderr
 from mobius_genai.optimize.trace import LOGGER_NAME, PREFIX
-from tests.optimize._attention_graphs import tiny_config, tiny_decoder
-from tests.optimize._rule_graphs import parse
+from tests.optimize._graphs import parse, tiny_config, tiny_decoder
 
 F32 = ir.DataType.FLOAT
 

@@ -7,7 +7,7 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai.optimize.rules import gqa, pack_qkv, unpack_qkv
-from tests.optimize._attention_graphs import (
+from tests.optimize._graphs import (
     apply,
     clone,
     decline_reasons,
@@ -77,7 +77,7 @@ def test_declines_a_width_that_does_not_split_into_heads():
     model, _ = _packed(tiny_config())
     for node in nodes(model, "GroupQueryAttention"):
         node.attributes["num_heads"] = ir.AttrInt64("num_heads", 3)  # 128 % (3 + 4) != 0
-    reasons = decline_reasons(unpack_qkv.rules(), model)
+    reasons = decline_reasons(model, unpack_qkv.rules())
     assert any("(num_heads + 2 * kv_num_heads) * head_dim" in reason for reason in reasons)
 
 

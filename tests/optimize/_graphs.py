@@ -1,10 +1,20 @@
-"""Test-only helpers for the attention rules: tiny decoder graphs, rule application, ORT runs.
+"""Test-only helpers for the optimization rules: small graphs, rule application, ORT runs.
 
-``tiny_decoder`` builds the portable graph of a tiny ArchitectureConfig straight from the
-components (no checkpoint) and gives its parameters seeded random values, in memory or as
-lazy tensors that count their reads, or none at all (as with ``load_weights=False``).
-``run_decoder`` runs a graph on the ORT CPU EP over a prefill and cached decode steps, feeding
-exactly the inputs onnxruntime-genai would (all-ones mask, positions ``past + i``).
+Two kinds of graph are rewritten in these tests:
+
+* small graphs written in ONNX text: ``parse`` turns ONNX's textual syntax into an ir.Model (so
+  each test shows the graph it rewrites), ``rewrite`` applies one rule set the way the pipeline
+  does (then registers Tier-1 bodies and drops dead nodes) and ``random_feeds`` makes seeded
+  inputs for every graph input;
+* tiny decoders: ``tiny_decoder`` builds the portable graph of a tiny ArchitectureConfig straight
+  from the components (no checkpoint) and gives its parameters seeded random values, in memory
+  or as lazy tensors that count their reads, or none at all (as with ``load_weights=False``);
+  ``apply`` runs rule sets and passes in order, and ``run_decoder`` runs a decoder on the ORT CPU
+  EP over a prefill and cached decode steps, feeding exactly the inputs onnxruntime-genai would
+  (all-ones mask, positions ``past + i``).
+
+Both share ``clone``, ``op_counts``, ``nodes``, ``decline_reasons`` (why checks refused),
+``session`` and ``run`` (the ORT CPU EP).
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import RemoveUnusedNodesPass
@@ -26,9 +37,39 @@ from mobius_genai.build import build_from_module
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.causal_lm import CausalLMModel
+from mobius_genai.optimize.functions import register_functions
 
+HEADER = '<ir_version: 10, opset_import: ["" : 24]>'
 DTYPES = {"f32": ir.DataType.FLOAT, "f16": ir.DataType.FLOAT16}
-MS_DOMAIN = "com.microsoft"
+
+
+# ------------------------------------------------------------------ graphs in ONNX text
+
+
+def parse(graph_text: str, header: str = HEADER) -> ir.Model:
+    """An ir.Model from the ONNX text syntax (`header` sets IR version and opsets)."""
+    return ir.from_proto(onnx.parser.parse_model(header + "\n" + graph_text))
+
+
+def rewrite(model: ir.Model, rules: pattern.RewriteRuleSet) -> int:
+    """Apply `rules`, register Tier-1 bodies, drop dead nodes; returns the number of rewrites."""
+    count = rules.apply_to_model(model)
+    register_functions(model)
+    RemoveUnusedNodesPass()(model)
+    return count
+
+
+def random_feeds(model: ir.Model, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded normal values for every (statically shaped) graph input."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in model.graph.inputs:
+        shape = [int(d) for d in value.shape]
+        feeds[value.name] = rng.standard_normal(shape).astype(value.dtype.numpy())
+    return feeds
+
+
+# ------------------------------------------------------------------ tiny decoders
 
 
 def tiny_config(**overrides: Any) -> ArchitectureConfig:
@@ -91,11 +132,6 @@ def _counting_lazy(
     return ir.LazyTensor(load, dtype=dtype, shape=ir.Shape(array.shape), name=name)
 
 
-def clone(model: ir.Model) -> ir.Model:
-    """A deep copy (materializes lazy tensors; use before counting reads only on copies)."""
-    return ir.from_proto(ir.to_proto(model))
-
-
 def apply(model: ir.Model, *steps: pattern.RewriteRuleSet | ir.passes.PassBase) -> list[int]:
     """Apply rule sets / passes in order, removing dead nodes after each; rewrite counts."""
     counts = []
@@ -108,23 +144,12 @@ def apply(model: ir.Model, *steps: pattern.RewriteRuleSet | ir.passes.PassBase) 
     return counts
 
 
-class _DeclineRecorder(MatchingTracer):
-    """Keeps every failed check (MatchingTracer keeps only each rule's best match)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reasons: list[str] = []
-
-    def log(self, rule, container, node, match_result, status) -> None:
-        if status == MatchStatus.CONDITION_FAILED:
-            self.reasons.append(str(match_result.reason))
+# ------------------------------------------------------------------ shared
 
 
-def decline_reasons(rules: pattern.RewriteRuleSet, model: ir.Model) -> list[str]:
-    """The reasons the rules' checks gave for refusing candidates (model left unchanged)."""
-    recorder = _DeclineRecorder()
-    rules.apply_to_model(model, tracer=recorder)
-    return recorder.reasons
+def clone(model: ir.Model) -> ir.Model:
+    """A deep copy (materializes lazy tensors; use before counting reads only on copies)."""
+    return ir.from_proto(ir.to_proto(model))
 
 
 def op_counts(model: ir.Model) -> collections.Counter[str]:
@@ -138,6 +163,51 @@ def nodes(model: ir.Model, op_type: str) -> list[ir.Node]:
 
 def custom_domains(model: ir.Model) -> set[str]:
     return {node.domain for node in model.graph if node.domain not in ("", "ai.onnx")}
+
+
+class _ReasonCollector(MatchingTracer):
+    """Keeps every failed check (MatchingTracer itself keeps only each rule's best match)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reasons: list[str] = []
+
+    def log(self, rule, container, node, match_result, status) -> None:
+        if status == MatchStatus.CONDITION_FAILED:
+            self.reasons.append(str(match_result.reason))
+
+
+def decline_reasons(model: ir.Model, rules: pattern.RewriteRuleSet) -> list[str]:
+    """The reasons the rules' checks gave for refusing candidates (on a copy of `model`)."""
+    collector = _ReasonCollector()
+    rules.apply_to_model(clone(model), tracer=collector)
+    return collector.reasons
+
+
+def session(
+    model: ir.Model, directory: Path | None = None, *, ort_optimizations: bool = False
+) -> ort.InferenceSession:
+    """An ORT CPU session of `model`.
+
+    With `directory`, the model is saved there as model.onnx and loaded from the file, else
+    passed in memory. ORT's own graph optimizations are off (ORT runs the graph as written)
+    unless `ort_optimizations`.
+    """
+    options = ort.SessionOptions()
+    if not ort_optimizations:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if directory is None:
+        source: str | bytes = ir.to_proto(model).SerializeToString()
+    else:
+        directory.mkdir(parents=True, exist_ok=True)
+        ir.save(model, directory / "model.onnx")
+        source = str(directory / "model.onnx")
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+def run(model: ir.Model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """All graph outputs of `model` on the ORT CPU EP."""
+    return session(model).run(None, feeds)
 
 
 def run_decoder(
@@ -155,12 +225,9 @@ def run_decoder(
     The tokens are fixed by `seed` (not sampled from the logits), so two graphs that agree
     within rounding are fed identical inputs at every step.
     """
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "model.onnx"
-    ir.save(model, path)
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    inputs = {i.name: i for i in session.get_inputs()}
-    outputs = [o.name for o in session.get_outputs()]
+    decoder = session(model, directory, ort_optimizations=True)
+    inputs = {i.name: i for i in decoder.get_inputs()}
+    outputs = [o.name for o in decoder.get_outputs()]
     cache_dtype = next(
         np.float16 if i.type == "tensor(float16)" else np.float32
         for name, i in inputs.items()
@@ -186,7 +253,7 @@ def run_decoder(
             "position_ids": np.tile(np.arange(past, past + seq), (batch, 1)),
             **cache,
         }
-        values = session.run(outputs, {k: v for k, v in feeds.items() if k in inputs})
+        values = decoder.run(outputs, {k: v for k, v in feeds.items() if k in inputs})
         results = dict(zip(outputs, values, strict=True))
         all_logits.append(results["logits"].astype(np.float32))
         cache = {
