@@ -151,6 +151,7 @@ def build_from_module(
     *,
     task: CausalLMTask | None = None,
     optimize: bool = True,
+    prune_lm_head: bool = False,
 ) -> ModelPackage:
     """Build and optimize the graph of a module built from `config` (no weights attached).
 
@@ -169,7 +170,7 @@ def build_from_module(
         context_length=getattr(module, "context_length", config.max_position_embeddings),
     )
     if optimize:
-        _optimize(package, trace_optimization)
+        _optimize(package, trace_optimization, prune_lm_head)
     return package
 
 
@@ -183,11 +184,13 @@ def build(
     context_length: int | None = None,
     revision: str | None = None,
     progress: bool = False,
+    prune_lm_head: bool = False,
 ) -> ModelPackage:
     """Build the ONNX models of a checkpoint (local folder or hub id) for one EP.
 
     With `load_weights=False` only config.json is read and the graph carries no weights, which
-    makes even a 70B configuration a matter of seconds.
+    makes even a 70B configuration a matter of seconds. With `prune_lm_head` the decoder
+    computes logits for the last position only (what onnxruntime-genai reads; bundles do this).
     """
     caps = resolve_ep(execution_provider)
     build_dtype = parse_dtype(dtype, caps)
@@ -222,7 +225,7 @@ def build(
         source=source,
         family=family,
     )
-    _optimize(package, trace_optimization)
+    _optimize(package, trace_optimization, prune_lm_head)
     return package
 
 
@@ -237,7 +240,7 @@ def _config_only_source(model: str | Path, revision: str | None) -> tuple[Source
     return source, read_config_json(source.path)
 
 
-def _optimize(package: ModelPackage, trace: bool) -> None:
+def _optimize(package: ModelPackage, trace: bool, prune_lm_head: bool = False) -> None:
     for key, model in package.models.items():
         package.reports[key] = optimize_model(
             model,
@@ -245,4 +248,5 @@ def _optimize(package: ModelPackage, trace: bool) -> None:
             dtype=package.dtype,
             model_role=ROLES.get(key, "decoder"),
             trace=trace,
+            prune_lm_head=prune_lm_head,
         )

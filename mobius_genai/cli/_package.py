@@ -53,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="tokens the bundle supports; default: max_position_embeddings",
     )
+    parser.add_argument(
+        "--full-logits",
+        dest="prune_lm_head",
+        action="store_false",
+        help="logits for every position (default: the last position only, all that "
+        "onnxruntime-genai reads; needed e.g. to score prompts)",
+    )
     parser.add_argument("--trace", action="store_true", help="report why each rewrite fired or not")
     parser.add_argument(
         "--no-smoke-test",
@@ -101,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             revision=args.revision,
             int4=int4,
+            prune_lm_head=args.prune_lm_head,
         )
     print(folder)
     return 0

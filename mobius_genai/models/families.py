@@ -19,14 +19,10 @@ import numpy as np
 
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import UnsupportedModelError
-from mobius_genai.weights import TensorSource
+from mobius_genai.weights import TensorSource, no_preprocess
 
 # A config value, or a function of the (aliased) config.json dict that computes it.
 ConfigValue = Any | Callable[[Mapping[str, Any]], Any]
-
-
-def _identity(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
-    return array
 
 
 def _offset_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
@@ -74,7 +70,7 @@ class FamilyAdapter:
     # A prefix that checkpoints saved from the base model lack ("transformer." for gpt2).
     optional_prefix: str | None = None
     # Hook for value changes a family needs (e.g. norm offsets); receives the graph name.
-    preprocess_weight: Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray] = _identity
+    preprocess_weight: Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray] = no_preprocess
 
     def parse_config(self, raw: Mapping[str, Any]) -> ArchitectureConfig:
         """The ArchitectureConfig of a config.json of this family."""

@@ -81,6 +81,8 @@ class Target:
     caps: EpCapabilities
     dtype: ir.DataType
     role: str
+    prune_lm_head: bool = False
+    """Compute logits for the last position only (bundles for onnxruntime-genai)."""
 
 
 Gate = Callable[[Target], "str | None"]
@@ -119,6 +121,14 @@ def _pack_qkv(target: Target) -> str | None:
     return None
 
 
+def _prune_lm_head(target: Target) -> str | None:
+    if target.role != "decoder":
+        return f"role {target.role!r} (logits are a decoder's)"
+    if not target.prune_lm_head:
+        return "prune_lm_head=False (every position's logits kept)"
+    return None
+
+
 def _kernel(op_type: str) -> Gate:
     """Runs when the EP has a kernel for the com.microsoft op the rule emits (functions.py)."""
 
@@ -151,6 +161,8 @@ FUSIONS: tuple[RuleGroup, ...] = (
     RuleGroup("GeluFusion", "gelu", _always),
     RuleGroup("BiasGelu", "bias_gelu", _kernel("BiasGelu")),
     RuleGroup("FusedMatMul", "fused_matmul", _kernel("FusedMatMul")),
+    # Last: it slices the activations entering the fused, row-wise ops after the last attention.
+    RuleGroup("PruneLmHead", "prune_lm_head", _prune_lm_head, "PruneLmHeadPass"),
 )
 
 LOWERINGS: tuple[RuleGroup, ...] = (
@@ -457,7 +469,8 @@ def _run_group(model: ir.Model, group: RuleGroup, entry: object, stage: str) -> 
         ]
     stats.added, stats.removed = count_difference(before, op_counts(model))
     if group.entry != "rules":
-        stats.matched = stats.nodes_removed
+        # A pass may count its own rewrites (e.g. PruneLmHeadPass.matched); else nodes removed.
+        stats.matched = getattr(each, "matched", stats.nodes_removed)
     return stats
 
 
@@ -546,11 +559,15 @@ def optimize_model(
     dtype: ir.DataType = ir.DataType.FLOAT,
     model_role: str = "decoder",
     trace: bool = False,
+    *,
+    prune_lm_head: bool = False,
 ) -> OptimizationReport:
     """Optimize `model` in place for execution provider `ep`; returns what each rule did.
 
     `dtype` is the model's float dtype and `model_role` its role in the package ("decoder",
-    "vision", "embedding", "encoder"); only decoders get GQA. With `trace=True` every step is
+    "vision", "embedding", "encoder"); only decoders get GQA. `prune_lm_head` makes a decoder
+    compute logits for the last position only (rules/prune_lm_head.py), what onnxruntime-genai
+    reads; parity checks against transformers need it off. With `trace=True` every step is
     logged at INFO on the ``mobius_genai.optimize`` logger; the resulting graph is the same.
     Raises ValueError (ExecutionProviderError) for an unknown EP name.
     """
@@ -559,7 +576,7 @@ def optimize_model(
         raise TypeError(f"optimize_model() expects an ir.DataType dtype, got {dtype!r}")
     if model_role not in ROLES:
         raise ValueError(f"Unknown model_role {model_role!r}. Supported: {list(ROLES)}")
-    target = Target(caps, dtype, model_role)
+    target = Target(caps, dtype, model_role, prune_lm_head)
     report = OptimizationReport(ep=caps.name, dtype=dtype, role=model_role)
     tracer = Tracer(report, trace)
     tracer.target()

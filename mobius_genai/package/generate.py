@@ -7,7 +7,7 @@ bundle's chat template). onnxruntime-genai errors become BundleErrors naming the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +18,21 @@ from mobius_genai.errors import BundleError
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 
 
-def load_model(folder: str | Path, *, cpu: bool = False) -> og.Model:
-    """og.Model of the bundle in `folder`; `cpu=True` ignores its provider_options."""
+def load_model(
+    folder: str | Path, *, cpu: bool = False, session_options: Mapping[str, str] | None = None
+) -> og.Model:
+    """og.Model of the bundle in `folder`; `cpu=True` ignores its provider_options.
+
+    `session_options` are laid over the decoder's session_options for this load only (ORT
+    config entries such as ``session.disable_prepacking``); the bundle is not changed.
+    """
     try:
         config = og.Config(str(folder))
         if cpu:
             config.clear_providers()
+        if session_options:
+            overlay = {"model": {"decoder": {"session_options": dict(session_options)}}}
+            config.overlay(json.dumps(overlay))
         return og.Model(config)
     except Exception as error:  # og raises RuntimeError for every load failure
         where = " on CPU" if cpu else ""

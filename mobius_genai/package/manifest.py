@@ -7,10 +7,12 @@ rules that fired, and the sha256 of every other bundle file, which `validate` re
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
 import hashlib
 import importlib.metadata
 import platform
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,13 +37,64 @@ DEPENDENCIES = (
 _CHUNK = 1 << 22
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, read in chunks so a 30 GB weight file costs no memory."""
+_FileKey = tuple[str, int, int]
+_pending: dict[_FileKey, concurrent.futures.Future[str]] = {}
+_pending_lock = threading.Lock()
+_hasher: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _key(path: str | Path) -> _FileKey:
+    """The file's identity for a precomputed hash: resolved path, size and mtime."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return str(resolved), stat.st_size, stat.st_mtime_ns
+
+
+def _sha256(path: str | Path) -> str:
     digest = hashlib.sha256()
     with Path(path).open("rb") as handle:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def hash_in_background(paths: Iterable[str | Path]) -> None:
+    """Start computing the sha256 of `paths` in a background thread.
+
+    A later sha256_file() of the same, unchanged file (same size and mtime) takes the result
+    instead of reading the file again. The packager starts the checkpoint's weight files while
+    it converts them, so hashing them for the manifest overlaps with the conversion (hashlib and
+    file reads release the GIL).
+    """
+    global _hasher
+    with _pending_lock:
+        if _hasher is None:
+            _hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256")
+        for path in paths:
+            key = _key(path)
+            if key not in _pending:
+                _pending[key] = _hasher.submit(_sha256, key[0])
+
+
+def remember_sha256(path: str | Path, digest: str) -> None:
+    """Record `digest` as the sha256 of the file `path` as it is now (e.g. hashed while it was
+    written); a later sha256_file() of the unchanged file takes it instead of reading it."""
+    future: concurrent.futures.Future[str] = concurrent.futures.Future()
+    future.set_result(digest)
+    with _pending_lock:
+        _pending[_key(path)] = future
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in chunks so a 30 GB weight file costs no memory."""
+    key = _key(path)
+    with _pending_lock:
+        future = _pending.pop(key, None)
+    if future is not None:
+        digest = future.result()
+        if _key(path) == key:  # unchanged while it was being hashed
+            return digest
+    return _sha256(path)
 
 
 def file_entries(root: Path, relative_paths: Iterable[str]) -> dict[str, dict[str, Any]]:

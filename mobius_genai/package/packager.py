@@ -6,6 +6,7 @@ validate → smoke test, all inside a temporary folder that becomes OUT only at 
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import sys
@@ -24,6 +25,7 @@ from mobius_genai.package.bundle import (
     staged_output,
 )
 from mobius_genai.package.card import CARD_FILENAME, render_card
+from mobius_genai.package.digest import save_with_digest
 from mobius_genai.package.genai_config import (
     CONFIG_FILENAME,
     make_genai_config,
@@ -34,6 +36,7 @@ from mobius_genai.package.manifest import (
     MANIFEST_FILENAME,
     bundle_files,
     dependency_versions,
+    hash_in_background,
     make_manifest,
 )
 from mobius_genai.package.schema import validate_genai_config, validate_manifest
@@ -70,12 +73,15 @@ def package(
     quiet: bool = False,
     revision: str | None = None,
     int4: Int4Options | None = None,
+    prune_lm_head: bool = True,
 ) -> Path:
     """Build `model` (local folder or hub id) for `ep` and write a runnable bundle folder.
 
     `output` defaults to `./<model name>-<ep>-<precision>`; an existing non-empty folder is
     replaced only with `force`, and only once the new bundle is complete, validated and
     smoke-tested. `int4` holds the INT4 choices for `precision="int4"` (defaults otherwise).
+    `prune_lm_head` (default) computes logits for the last position only, all that
+    onnxruntime-genai reads; turn it off to keep every position's logits (e.g. to score prompts).
     Returns the bundle folder.
     """
     caps = resolve_ep(ep)
@@ -100,7 +106,10 @@ def package(
             context_length=context_length,
             revision=revision,
             progress=not quiet,
+            prune_lm_head=prune_lm_head,
         )
+        if built.source is not None:  # the manifest hashes them: overlap it with the conversion
+            hash_in_background(sorted(built.source.path.glob("*.safetensors")))
         quantization = (
             quantize_int4(built["model"], int4_options, built.ep, progress=not quiet)
             if int4_options is not None
@@ -114,7 +123,10 @@ def package(
             progress=not quiet,
             quantization=quantization,
         )
-        validate_bundle(staging)
+        # Release the graph and the checkpoint files it maps before the bundle is run.
+        del built, quantization
+        gc.collect()
+        validate_bundle(staging, check_hashes=False)  # the manifest was just made from them
         if smoke_test:
             _say(run_smoke_test(staging, caps).note, quiet)
     _say(f"bundle written to {out}", quiet)
@@ -176,7 +188,7 @@ def write_bundle(
             "a bundle needs the checkpoint's files (tokenizer, generation config); accepted: "
             "a ModelPackage from build(), not build_from_module()"
         )
-    built.save(folder, progress=progress)
+    save_with_digest(built, folder, progress=progress)  # hashes model.onnx.data as it writes
     graph = GraphInfo.from_file(folder / MODEL_FILENAME)
     genai_config = make_genai_config(
         built.config,

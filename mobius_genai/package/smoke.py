@@ -5,6 +5,14 @@ feeding the KV cache by hand; that catches a genai_config that loads but wires t
 wrongly. A bundle for an EP this onnxruntime-genai build lacks runs its graph on CPU instead
 (DESIGN.md: the same graph runs once the providers are cleared); when its ops cannot run on
 CPU either, the test is skipped with a note, not failed.
+
+The test checks the bundle, not onnxruntime's kernels, and is kept cheap: onnxruntime-genai's
+model is released before the reference loop loads the graph again, so only one copy of the
+weights is in memory at a time, and for graphs without MatMulNBits both run with ORT's weight
+prepacking off (``session.disable_prepacking``): the weights are then read from the mapped
+external data file as they are used instead of being copied into packed buffers first, which
+for a float model takes longer than generating the tokens. MatMulNBits keeps prepacking: its
+unpacked fallback dequantizes every weight on every call.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import onnxruntime as ort
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
 from mobius_genai.package.generate import greedy_tokens, load_model, load_tokenizer
-from mobius_genai.package.graph import layer_names
+from mobius_genai.package.graph import GraphInfo, layer_names
 from mobius_genai.package.validate import read_genai_config
 
 SMOKE_PROMPT = "The capital of France is"
@@ -32,6 +40,10 @@ _UNAVAILABLE = re.compile(
     r"not available|not supported in this build|not been built with|Unknown provider name"
     r"|Failed to load library"
 )
+
+#: Ops whose CPU kernels need prepacked weights to run at a usable speed.
+_NEEDS_PREPACKING = frozenset({"com.microsoft::MatMulNBits"})
+_NO_PREPACKING = {"session.disable_prepacking": "1"}
 
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
@@ -59,37 +71,61 @@ def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 
     """
     folder = Path(folder)
     config = read_genai_config(folder)
+    options = session_options(folder, config)
     try:
-        model = load_model(folder)
+        prompt, tokens, text = _generate(folder, config, max_new_tokens, False, options)
     except BundleError as error:
         if ep.genai_provider is None or not _UNAVAILABLE.search(str(error)):
             raise
-        return _smoke_on_cpu(folder, config, ep, max_new_tokens)
-    prompt, tokens, text = _generate(folder, config, model, max_new_tokens)
+        return _smoke_on_cpu(folder, config, ep, max_new_tokens, options)
     note = f"smoke test: generated {len(tokens)} tokens {text!r}"
     if ep.genai_provider is None:
-        note += _compare(folder, config, prompt, tokens)
+        note += _compare(folder, config, prompt, tokens, options)
     return SmokeResult(True, note, tuple(tokens))
 
 
+def session_options(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:
+    """ORT config entries for the smoke test's sessions: prepacking off unless an op needs it.
+
+    An unreadable graph gets the defaults: loading it then fails with onnxruntime-genai's error.
+    """
+    try:
+        graph = GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
+    except BundleError:
+        return {}
+    return {} if graph.ops & _NEEDS_PREPACKING else dict(_NO_PREPACKING)
+
+
 def _smoke_on_cpu(
-    folder: Path, config: Mapping[str, Any], ep: EpCapabilities, max_new_tokens: int
+    folder: Path,
+    config: Mapping[str, Any],
+    ep: EpCapabilities,
+    max_new_tokens: int,
+    options: Mapping[str, str],
 ) -> SmokeResult:
     missing = f"the {ep.name} EP ({ep.genai_provider}) is not available here"
     try:
-        model = load_model(folder, cpu=True)
-        prompt, tokens, text = _generate(folder, config, model, max_new_tokens)
+        prompt, tokens, text = _generate(folder, config, max_new_tokens, True, options)
     except BundleError:
         return SmokeResult(False, f"smoke test skipped: {missing}")
     note = f"smoke test on CPU ({missing}): generated {len(tokens)} tokens {text!r}"
-    note += _compare(folder, config, prompt, tokens)
+    note += _compare(folder, config, prompt, tokens, options)
     return SmokeResult(True, note, tuple(tokens))
 
 
 def _generate(
-    folder: Path, config: Mapping[str, Any], model: Any, max_new_tokens: int
+    folder: Path,
+    config: Mapping[str, Any],
+    max_new_tokens: int,
+    cpu: bool,
+    options: Mapping[str, str],
 ) -> tuple[list[int], list[int], str]:
-    """(prompt ids, generated ids, generated text) of a greedy run after SMOKE_PROMPT."""
+    """(prompt ids, generated ids, generated text) of a greedy run after SMOKE_PROMPT.
+
+    The model is loaded here and released on return, before any reference loop loads the
+    graph again.
+    """
+    model = load_model(folder, cpu=cpu, session_options=options)
     tokenizer = load_tokenizer(model, folder)
     prompt = [int(token) for token in tokenizer.encode(SMOKE_PROMPT)]
     if not prompt:
@@ -100,13 +136,17 @@ def _generate(
 
 
 def _compare(
-    folder: Path, config: Mapping[str, Any], prompt: Sequence[int], tokens: list[int]
+    folder: Path,
+    config: Mapping[str, Any],
+    prompt: Sequence[int],
+    tokens: list[int],
+    options: Mapping[str, str],
 ) -> str:
     """The note's tail when a plain onnxruntime loop agrees; BundleError when it does not."""
     model_path = folder / config["model"]["decoder"]["filename"]
     eos = config["model"].get("eos_token_id", [])
     eos_ids = eos if isinstance(eos, list) else [eos]
-    reference = ort_greedy_tokens(model_path, prompt, len(tokens), eos_ids)
+    reference = ort_greedy_tokens(model_path, prompt, len(tokens), eos_ids, options)
     if reference is None:
         return "; no onnxruntime reference loop for this dtype"
     if reference != tokens:
@@ -121,7 +161,11 @@ def _compare(
 
 
 def ort_greedy_tokens(
-    model_path: Path, prompt_ids: Sequence[int], max_new_tokens: int, eos_ids: Iterable[int] = ()
+    model_path: Path,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    eos_ids: Iterable[int] = (),
+    config_entries: Mapping[str, str] | None = None,
 ) -> list[int] | None:
     """Greedy tokens of a plain onnxruntime loop on CPU, or None when it cannot feed the graph.
 
@@ -129,9 +173,12 @@ def ort_greedy_tokens(
     attention_mask, position_ids, logits; past/present pairs matched by layer index and role),
     and each step feeds the new tokens, an all-ones mask, their positions and the previous
     step's present KV as past KV. None when the KV dtype has no numpy type (bfloat16) or the
-    head dims are not static.
+    head dims are not static. `config_entries` are ORT session config entries.
     """
-    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    options = ort.SessionOptions()
+    for key, value in (config_entries or {}).items():
+        options.add_session_config_entry(key, value)
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     inputs = {value.name: value for value in session.get_inputs()}
     outputs = [value.name for value in session.get_outputs()]
     cache = _cache_pairs(inputs, outputs)

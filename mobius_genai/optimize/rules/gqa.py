@@ -96,9 +96,6 @@ class _CausalMask(pattern.PatternBase):
         return result
 
 
-_MASKS = (_CausalMask(windowed=False), _CausalMask(windowed=True))
-
-
 def _scalar(value: ir.Value | None) -> float | None:
     """The value of a one-element constant, or None."""
     if value is None or value.const_value is None:
@@ -112,7 +109,9 @@ def _match_mask(context: MatchContext, mask: ir.Value) -> tuple[ir.Value, int | 
     producer = mask.producer()
     if producer is None:
         return None
-    for mask_pattern in _MASKS:
+    # Fresh patterns each time: a pattern's matcher keeps the last graph it matched, and a
+    # module-level one would keep the whole model (and the checkpoint it maps) alive.
+    for mask_pattern in (_CausalMask(windowed=False), _CausalMask(windowed=True)):
         match = mask_pattern.match(
             context.model, context.graph_or_function, producer, check_nodes_are_removable=False
         )

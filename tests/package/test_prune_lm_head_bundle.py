@@ -1,0 +1,100 @@
+"""Bundles compute logits for each sequence's last token only (prune-lm-head, on by default).
+
+onnxruntime-genai reads one row of logits per sequence; the pruned bundle must give the same
+greedy tokens as a bundle with every position's logits, for one prompt and for a batch of
+prompts of different lengths (which onnxruntime-genai pads on the right), fp32 and int4.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime_genai as og
+import pytest
+
+from mobius_genai.cli import main
+from mobius_genai.package import packager
+from mobius_genai.package.generate import greedy_tokens
+from mobius_genai.package.graph import GraphInfo
+from mobius_genai.package.validate import validate_bundle
+from tests.package.conftest import TINY_QWEN2
+
+PROMPTS = ["The capital of France is", "Hi", "Once upon a time there"]
+
+
+def _package(tmp_path: Path, ep: str, prune: bool, precision: str = "fp32") -> Path:
+    out = tmp_path / f"{ep}-{precision}-{'pruned' if prune else 'full'}"
+    return packager.package(
+        TINY_QWEN2, ep, out, precision=precision, prune_lm_head=prune, quiet=True
+    )
+
+
+def _logits_positions(folder: Path) -> object:
+    return GraphInfo.from_file(folder / "model.onnx").outputs["logits"].shape[1]
+
+
+def _batched_tokens(folder: Path, max_length: int = 24) -> list[list[int]]:
+    model = og.Model(str(folder))
+    ids = og.Tokenizer(model).encode_batch(PROMPTS)
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=max_length, do_sample=False, batch_size=len(PROMPTS))
+    generator = og.Generator(model, params)
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    return [[int(t) for t in generator.get_sequence(i)] for i in range(len(PROMPTS))]
+
+
+@pytest.mark.parametrize("ep", ["cpu", "default"])
+def test_pruned_bundle_generates_what_the_full_one_does(tmp_path: Path, ep: str):
+    pruned, full = _package(tmp_path, ep, True), _package(tmp_path, ep, False)
+    validate_bundle(pruned)
+    assert _logits_positions(pruned) == 1
+    assert _logits_positions(full) == "sequence_length"
+    manifest = json.loads((pruned / "mobius_manifest.json").read_text())
+    assert manifest["build"]["optimization"]["PruneLmHead"] == 2
+    prompt = [int(t) for t in og.Tokenizer(og.Model(str(full))).encode(PROMPTS[0])]
+    ours = greedy_tokens(og.Model(str(pruned)), prompt, len(prompt) + 24)
+    assert len(ours) == 24
+    assert ours == greedy_tokens(og.Model(str(full)), prompt, len(prompt) + 24)
+    # A right-padded batch: each sequence continues from its own last token.
+    batched = _batched_tokens(pruned)
+    assert batched == _batched_tokens(full)
+    model = og.Model(str(pruned))
+    tokenizer = og.Tokenizer(model)
+    prompts = [[int(t) for t in tokenizer.encode(text)] for text in PROMPTS]
+    padded = max(len(ids) for ids in prompts)
+    for alone, sequence in zip(prompts, batched, strict=True):
+        assert sequence[padded : padded + 4] == greedy_tokens(model, alone, len(alone) + 4)
+
+
+def test_int4_pruned_bundle_generates_what_the_full_one_does(tmp_path: Path):
+    pruned = _package(tmp_path, "cpu", True, "int4")
+    full = _package(tmp_path, "cpu", False, "int4")
+    assert _logits_positions(pruned) == 1
+    assert _batched_tokens(pruned) == _batched_tokens(full)
+
+
+def test_cli_full_logits_keeps_every_position(tmp_path: Path, capsys):
+    out = tmp_path / "full"
+    args = ["package", str(TINY_QWEN2), "--ep", "cpu", "--quiet", "--no-smoke-test"]
+    assert main([*args, "-o", str(out), "--full-logits"]) == 0
+    assert _logits_positions(out) == "sequence_length"
+    assert main([*args, "-o", str(tmp_path / "pruned")]) == 0
+    assert _logits_positions(tmp_path / "pruned") == 1
+    capsys.readouterr()
+
+
+def test_transformers_parity_builds_keep_every_position():
+    """build() (what parity checks use) keeps every position unless asked."""
+    import mobius_genai
+
+    built = mobius_genai.build(TINY_QWEN2, "cpu", "f32", load_weights=False)
+    logits = next(v for v in built["model"].graph.outputs if v.name == "logits")
+    assert str(logits.shape[1]) == "sequence_length"
+    pruned = mobius_genai.build(TINY_QWEN2, "cpu", "f32", load_weights=False, prune_lm_head=True)
+    logits = next(v for v in pruned["model"].graph.outputs if v.name == "logits")
+    assert logits.shape[1] == 1
+    assert np.isscalar(logits.shape[1])
