@@ -4,6 +4,7 @@ The public API lives here; everything else is internal and may change.
 """
 
 from mobius_genai.build import ModelPackage, build, build_from_module
+from mobius_genai.bundle import package
 from mobius_genai.config import ArchitectureConfig, RopeConfig
 from mobius_genai.ep import (
     EpCapabilities,
@@ -24,7 +25,6 @@ from mobius_genai.errors import (
     WeightsError,
 )
 from mobius_genai.optimize import OptimizationReport, optimize_model
-from mobius_genai.package import package
 
 __version__ = "0.1.0"
 

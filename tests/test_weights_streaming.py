@@ -9,7 +9,7 @@ import pytest
 
 import mobius_genai
 from mobius_genai import weights
-from tests.package.conftest import TINY_QWEN2
+from tests.bundle.conftest import TINY_QWEN2
 
 
 def test_bf16_widening_is_the_exact_cast():

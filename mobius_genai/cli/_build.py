@@ -12,9 +12,9 @@ import contextlib
 from pathlib import Path
 
 from mobius_genai.build import build
+from mobius_genai.bundle.bundle import staged_output
 from mobius_genai.errors import BundleError, MobiusError
 from mobius_genai.optimize import trace_to_stderr
-from mobius_genai.package.bundle import staged_output
 
 
 def _positive_int(text: str) -> int:

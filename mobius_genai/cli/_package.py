@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+from mobius_genai.bundle.packager import PRECISIONS, QUANTIZED_PRECISIONS, package
 from mobius_genai.errors import ConfigError
 from mobius_genai.optimize import trace_to_stderr
-from mobius_genai.package.packager import PRECISIONS, QUANTIZED_PRECISIONS, package
 from mobius_genai.quantize import Int4Options
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mobius_genai.package.generate import stream_text
+from mobius_genai.bundle.generate import stream_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mobius_genai.package.validate import validate_bundle
+from mobius_genai.bundle.validate import validate_bundle
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,17 +22,17 @@ from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from mobius_genai.build import MODEL_FILENAME, resolve_ep
-from mobius_genai.errors import ConfigError
-from mobius_genai.olive.providers import mobius_ep_for
-from mobius_genai.optimize import trace_to_stderr
-from mobius_genai.package.graph import GraphInfo
-from mobius_genai.package.packager import (
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.packager import (
     PRECISIONS,
     QUANTIZED_PRECISIONS,
     default_output,
     package,
     resolve_precision,
 )
+from mobius_genai.errors import ConfigError
+from mobius_genai.olive.providers import mobius_ep_for
+from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import Int4Options
 
 logger = logging.getLogger(__name__)

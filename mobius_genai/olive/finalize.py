@@ -27,16 +27,16 @@ from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
 from mobius_genai.build import MODEL_FILENAME, resolve_ep
+from mobius_genai.bundle.card import CARD_FILENAME, render_card
+from mobius_genai.bundle.genai_config import CONFIG_FILENAME
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.manifest import MANIFEST_FILENAME, bundle_files, file_entries
+from mobius_genai.bundle.schema import validate_manifest
+from mobius_genai.bundle.smoke import smoke_test
+from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.ep import EpCapabilities, ep_registry
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.olive.export import bundle_model_handler
-from mobius_genai.package.card import CARD_FILENAME, render_card
-from mobius_genai.package.genai_config import CONFIG_FILENAME
-from mobius_genai.package.graph import GraphInfo
-from mobius_genai.package.manifest import MANIFEST_FILENAME, bundle_files, file_entries
-from mobius_genai.package.schema import validate_manifest
-from mobius_genai.package.smoke import smoke_test
-from mobius_genai.package.validate import validate_bundle
 
 logger = logging.getLogger(__name__)
 

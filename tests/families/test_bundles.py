@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from mobius_genai.bundle import packager
+from mobius_genai.bundle.generate import greedy_tokens, load_model
 from mobius_genai.cli import main as cli_main
 from mobius_genai.models import FAMILIES
-from mobius_genai.package import packager
-from mobius_genai.package.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 
 TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"

@@ -13,9 +13,9 @@ from olive.hardware.accelerator import DEFAULT_CPU_ACCELERATOR
 from olive.model import HfModelHandler, ONNXModelHandler
 from olive.passes.olive_pass import create_pass_from_dict
 
+from mobius_genai.bundle.manifest import MANIFEST_FILENAME, bundle_files
 from mobius_genai.errors import ConfigError
 from mobius_genai.olive import MobiusExport
-from mobius_genai.package.manifest import MANIFEST_FILENAME, bundle_files
 from tests.olive.conftest import TINY_QWEN2, export_tiny
 
 

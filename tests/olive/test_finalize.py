@@ -15,10 +15,10 @@ from olive.hardware.accelerator import DEFAULT_CPU_ACCELERATOR
 from olive.model import ONNXModelHandler
 from olive.passes.olive_pass import create_pass_from_dict
 
+from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.olive import MobiusFinalize
-from mobius_genai.package.manifest import MANIFEST_FILENAME, sha256_file
-from mobius_genai.package.validate import validate_bundle
 from tests.olive.conftest import export_tiny
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import mobius_genai
+from mobius_genai.bundle import smoke_test, validate_bundle, write_bundle
 from mobius_genai.ep import get_ep
-from mobius_genai.package import smoke_test, validate_bundle, write_bundle
 from mobius_genai.quantize import Int4Options, quantize_int4
 from tests.quantize.conftest import TINY_QWEN2
 

@@ -16,32 +16,32 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai.build import MODEL_FILENAME, ModelPackage, build, parse_dtype, resolve_ep
-from mobius_genai.ep import EpCapabilities
-from mobius_genai.errors import BundleError, ConfigError
-from mobius_genai.package.bundle import (
+from mobius_genai.bundle.bundle import (
     check_not_inside,
     check_output,
     copy_tokenizer_files,
     staged_output,
 )
-from mobius_genai.package.card import CARD_FILENAME, render_card
-from mobius_genai.package.digest import save_with_digest
-from mobius_genai.package.genai_config import (
+from mobius_genai.bundle.card import CARD_FILENAME, render_card
+from mobius_genai.bundle.digest import save_with_digest
+from mobius_genai.bundle.genai_config import (
     CONFIG_FILENAME,
     make_genai_config,
     read_generation_config,
 )
-from mobius_genai.package.graph import GraphInfo
-from mobius_genai.package.manifest import (
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.manifest import (
     MANIFEST_FILENAME,
     bundle_files,
     dependency_versions,
     hash_in_background,
     make_manifest,
 )
-from mobius_genai.package.schema import validate_genai_config, validate_manifest
-from mobius_genai.package.smoke import smoke_test as run_smoke_test
-from mobius_genai.package.validate import validate_bundle
+from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
+from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
+from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.ep import EpCapabilities
+from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
 from mobius_genai.source import Source
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
+from mobius_genai.bundle import packager, smoke
+from mobius_genai.bundle.generate import greedy_tokens
+from mobius_genai.bundle.smoke import ort_greedy_tokens, smoke_test
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
-from mobius_genai.package import packager, smoke
-from mobius_genai.package.generate import greedy_tokens
-from mobius_genai.package.smoke import ort_greedy_tokens, smoke_test
-from tests.package.conftest import TINY_QWEN2
+from tests.bundle.conftest import TINY_QWEN2
 
 GPU_EPS = ["cuda", "dml", "webgpu", "trt-rtx", "mlx"]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mobius_genai.package import packager
-from mobius_genai.package.smoke import session_options, smoke_test
-from mobius_genai.package.validate import read_genai_config
-from tests.package.conftest import TINY_QWEN2
+from mobius_genai.bundle import packager
+from mobius_genai.bundle.smoke import session_options, smoke_test
+from mobius_genai.bundle.validate import read_genai_config
+from tests.bundle.conftest import TINY_QWEN2
 
 
 def test_float_bundle_is_smoke_tested_without_prepacking(packaged):

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from mobius_genai.bundle.generate import greedy_tokens, load_model, load_tokenizer
+from mobius_genai.bundle.graph import GraphInfo, layer_names
+from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
-from mobius_genai.package.generate import greedy_tokens, load_model, load_tokenizer
-from mobius_genai.package.graph import GraphInfo, layer_names
-from mobius_genai.package.validate import read_genai_config
 
 SMOKE_PROMPT = "The capital of France is"
 

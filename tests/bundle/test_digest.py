@@ -10,10 +10,10 @@ import onnx_ir as ir
 import pytest
 
 import mobius_genai
-from mobius_genai.package import manifest
-from mobius_genai.package.digest import save_with_digest
-from mobius_genai.package.packager import package
-from tests.package.conftest import TINY_QWEN2
+from mobius_genai.bundle import manifest
+from mobius_genai.bundle.digest import save_with_digest
+from mobius_genai.bundle.packager import package
+from tests.bundle.conftest import TINY_QWEN2
 
 
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
@@ -41,7 +41,7 @@ def test_a_gap_in_the_file_means_no_remembered_hash(tmp_path: Path, monkeypatch)
         ir, "save", lambda *a, **k: save(*a, **k, alignment=65536, align_threshold=0)
     )
     remembered: list[Path] = []
-    digest = importlib.import_module("mobius_genai.package.digest")
+    digest = importlib.import_module("mobius_genai.bundle.digest")
     monkeypatch.setattr(digest, "remember_sha256", lambda path, _: remembered.append(path))
     save_with_digest(built, tmp_path, progress=False)
     assert (tmp_path / "model.onnx.data").is_file()

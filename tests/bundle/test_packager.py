@@ -8,11 +8,11 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai import _resources
+from mobius_genai.bundle import packager
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError, ConfigError
-from mobius_genai.package import packager
 from mobius_genai.source import Source
-from tests.package.conftest import TINY_QWEN2
+from tests.bundle.conftest import TINY_QWEN2
 
 F32, F16, BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
 

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mobius_genai.bundle.graph import GraphInfo, LayerNames, layer_names
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.models.families import get_family
-from mobius_genai.package.graph import GraphInfo, LayerNames, layer_names
 
 #: generation_config.json keys copied into `search`, with the type genai parses them as, and
 #: transformers' default for each (used when generation_config.json does not set it).

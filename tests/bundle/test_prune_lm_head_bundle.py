@@ -14,12 +14,12 @@ import numpy as np
 import onnxruntime_genai as og
 import pytest
 
+from mobius_genai.bundle import packager
+from mobius_genai.bundle.generate import greedy_tokens
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
-from mobius_genai.package import packager
-from mobius_genai.package.generate import greedy_tokens
-from mobius_genai.package.graph import GraphInfo
-from mobius_genai.package.validate import validate_bundle
-from tests.package.conftest import TINY_QWEN2
+from tests.bundle.conftest import TINY_QWEN2
 
 PROMPTS = ["The capital of France is", "Hi", "Once upon a time there"]
 

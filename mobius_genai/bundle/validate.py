@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mobius_genai.bundle.genai_config import CONFIG_FILENAME
+from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
+from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
-from mobius_genai.package.genai_config import CONFIG_FILENAME
-from mobius_genai.package.graph import GraphInfo, TensorSpec, layer_names
-from mobius_genai.package.manifest import MANIFEST_FILENAME, sha256_file
-from mobius_genai.package.schema import validate_genai_config, validate_manifest
 
 #: genai's defaults for the decoder I/O names a config may leave out.
 DEFAULT_INPUTS = {

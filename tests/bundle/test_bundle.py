@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from mobius_genai.bundle import packager
+from mobius_genai.bundle.bundle import TOKENIZER_FILES, copy_tokenizer_files, staged_output
 from mobius_genai.errors import BundleError
-from mobius_genai.package import packager
-from mobius_genai.package.bundle import TOKENIZER_FILES, copy_tokenizer_files, staged_output
-from tests.package.conftest import TINY_QWEN2
+from tests.bundle.conftest import TINY_QWEN2
 
 
 def _leftovers(parent: Path) -> list[str]:

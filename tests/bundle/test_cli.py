@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from mobius_genai.bundle import packager
+from mobius_genai.bundle.generate import chat_template
 from mobius_genai.cli import main
-from mobius_genai.package import packager
-from mobius_genai.package.generate import chat_template
-from tests.package.conftest import TINY_QWEN2
+from tests.bundle.conftest import TINY_QWEN2
 
 
 def _checkpoint(tmp_path: Path, edit: Callable[[Path], None] | None = None) -> Path:

@@ -23,7 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.build import MODEL_FILENAME, ModelPackage
-from mobius_genai.package.manifest import remember_sha256
+from mobius_genai.bundle.manifest import remember_sha256
 
 #: Tensors waiting to be hashed at most: bounds the memory they hold on to.
 _QUEUE = 2

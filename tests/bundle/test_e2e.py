@@ -7,11 +7,11 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.package import packager
-from mobius_genai.package.generate import greedy_tokens
-from mobius_genai.package.validate import validate_bundle
+from mobius_genai.bundle import packager
+from mobius_genai.bundle.generate import greedy_tokens
+from mobius_genai.bundle.validate import validate_bundle
 from tests._hf import hf_greedy_tokens
-from tests.package.conftest import TINY_QWEN2
+from tests.bundle.conftest import TINY_QWEN2
 
 PROMPT = "The capital of France is"
 

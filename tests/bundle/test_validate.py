@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
-from mobius_genai.package.validate import validate_bundle
 
 
 def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:

@@ -10,11 +10,11 @@ import onnxruntime_genai as og
 import pytest
 
 from mobius_genai import _resources
+from mobius_genai.bundle.genai_config import make_genai_config
+from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
-from mobius_genai.package.genai_config import make_genai_config
-from mobius_genai.package.schema import validate_genai_config, validate_manifest
-from tests.package.test_genai_config import CONFIG, toy_graph
+from tests.bundle.test_genai_config import CONFIG, toy_graph
 
 GOOD = make_genai_config(CONFIG, get_ep("cuda"), toy_graph(gqa=True))
 

@@ -9,20 +9,20 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.config import ArchitectureConfig
-from mobius_genai.ep import get_ep
-from mobius_genai.errors import BundleError, ConfigError, UnsupportedModelError
-from mobius_genai.models import FAMILIES
-from mobius_genai.package.genai_config import (
+from mobius_genai.bundle.genai_config import (
     make_genai_config,
     provider_options,
     read_generation_config,
     search_defaults,
     token_ids,
 )
-from mobius_genai.package.generate import greedy_tokens
-from mobius_genai.package.schema import validate_genai_config
-from tests.package.conftest import toy_graph
+from mobius_genai.bundle.generate import greedy_tokens
+from mobius_genai.bundle.schema import validate_genai_config
+from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import BundleError, ConfigError, UnsupportedModelError
+from mobius_genai.models import FAMILIES
+from tests.bundle.conftest import toy_graph
 
 CONFIG = ArchitectureConfig(
     model_type="qwen2",

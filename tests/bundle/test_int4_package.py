@@ -10,7 +10,7 @@ import onnxruntime_genai as og
 
 import mobius_genai
 from mobius_genai.cli import main
-from tests.package.conftest import TINY_QWEN2 as TINY
+from tests.bundle.conftest import TINY_QWEN2 as TINY
 
 
 def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
