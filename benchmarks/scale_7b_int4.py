@@ -23,26 +23,13 @@ import tempfile
 from pathlib import Path
 
 from _measure import folder_mib, run_measured
+from graph_only import CONFIGS
 from make_qwen25_05b_shape import DEFAULT_FOLDERS, WORK, make_checkpoint
 
 MOBIUS = str(Path(sys.executable).with_name("mobius-genai"))
 TARGET_RSS_MIB = 3 * 1024
 FREE_DISK_NEEDED = 25 * 2**30
 
-LLAMA3_70B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 8192,
-    "intermediate_size": 28672,
-    "num_hidden_layers": 80,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "max_position_embeddings": 8192,
-    "rope_theta": 500000.0,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "bfloat16",
-}
 
 _GRAPH_ONLY = (
     "import sys, time; started = time.perf_counter(); import mobius_genai; "
@@ -83,7 +70,7 @@ def seven_b(keep_checkpoint: bool) -> None:
 
 def seventy_b() -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(LLAMA3_70B))
+        (Path(tmp) / "config.json").write_text(json.dumps(CONFIGS["Llama-3-70B"]))
         measured = run_measured([sys.executable, "-c", _GRAPH_ONLY, tmp])
     if measured.returncode != 0:
         sys.exit(f"graph-only build failed:\n{measured.output[-4000:]}")

@@ -13,32 +13,14 @@ from pathlib import Path
 
 from mobius_genai.build import build
 from mobius_genai.bundle.bundle import staged_output
+from mobius_genai.cli._args import add_checkpoint_arguments, positive_int
 from mobius_genai.errors import BundleError, MobiusError
 from mobius_genai.optimize import trace_to_stderr
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `build`."""
-    parser.add_argument("model", help="hub id (e.g. Qwen/Qwen2.5-7B) or local checkpoint folder")
-    parser.add_argument("-o", "--output", required=True, help="folder for model.onnx (+ .data)")
-    parser.add_argument(
-        "--ep",
-        default="default",
-        help="execution provider (see `mobius-genai eps`); default: default",
-    )
-    parser.add_argument(
-        "--dtype", choices=("f32", "f16", "bf16"), help="model dtype; default: the EP's"
-    )
+    add_checkpoint_arguments(parser, "folder for model.onnx (+ .data)", required=True)
     parser.add_argument(
         "--no-weights",
         dest="load_weights",
@@ -47,14 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--context-length",
-        type=_positive_int,
+        type=positive_int,
         help="positions the graph supports; default: max_position_embeddings",
     )
-    parser.add_argument("--trace", action="store_true", help="log each optimization step to stderr")
-    parser.add_argument(
-        "--force", action="store_true", help="replace a non-empty output folder (on success only)"
-    )
-    parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
 
 
 def run(args: argparse.Namespace) -> int:

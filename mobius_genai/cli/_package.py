@@ -6,6 +6,7 @@ import argparse
 import contextlib
 
 from mobius_genai.bundle.packager import PRECISIONS, QUANTIZED_PRECISIONS, package
+from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.errors import ConfigError
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import Int4Options
@@ -13,19 +14,10 @@ from mobius_genai.quantize import Int4Options
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `package`."""
-    parser.add_argument("model", help="hub id (e.g. Qwen/Qwen2.5-7B) or local checkpoint folder")
-    parser.add_argument(
-        "--ep",
-        default="default",
-        help="execution provider (see `mobius-genai eps`); default: default",
-    )
-    parser.add_argument(
-        "-o",
-        "--output",
-        help="bundle folder; default ./<model>-<ep>-<precision>, e.g. ./Qwen2.5-7B-cuda-fp16",
-    )
-    parser.add_argument(
-        "--dtype", choices=("f32", "f16", "bf16"), help="model dtype; default: the EP's"
+    add_checkpoint_arguments(
+        parser,
+        "bundle folder; default ./<model>-<ep>-<precision>, e.g. ./Qwen2.5-7B-cuda-fp16",
+        required=False,
     )
     parser.add_argument(
         "--precision",
@@ -60,18 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="logits for every position (default: the last position only, all that "
         "onnxruntime-genai reads; needed e.g. to score prompts)",
     )
-    parser.add_argument("--trace", action="store_true", help="report why each rewrite fired or not")
     parser.add_argument(
         "--no-smoke-test",
         dest="smoke_test",
         action="store_false",
         help="skip generating a few tokens with onnxruntime-genai after writing",
     )
-    parser.add_argument(
-        "--force", action="store_true", help="replace a non-empty output folder (on success only)"
-    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars or notes")
-    parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
 
 
 def _int4_options(args: argparse.Namespace) -> Int4Options | None:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from mobius_genai.bundle.generate import stream_text
+from mobius_genai.cli._args import positive_int
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -14,20 +15,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", required=True, help="the user message (or raw text with --raw)")
     parser.add_argument(
         "--max-new-tokens",
-        type=_positive_int,
+        type=positive_int,
         default=128,
         help="tokens to generate at most (default 128)",
     )
     parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {value}")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,37 @@
+"""Arguments shared by the commands that build from a checkpoint (`build`, `package`)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer above zero."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_checkpoint_arguments(
+    parser: argparse.ArgumentParser, output_help: str, required: bool
+) -> None:
+    """MODEL, -o, --ep, --dtype, --trace, --force and --revision."""
+    parser.add_argument("model", help="hub id (e.g. Qwen/Qwen2.5-7B) or local checkpoint folder")
+    parser.add_argument("-o", "--output", required=required, help=output_help)
+    parser.add_argument(
+        "--ep",
+        default="default",
+        help="execution provider (see `mobius-genai eps`); default: default",
+    )
+    parser.add_argument(
+        "--dtype", choices=("f32", "f16", "bf16"), help="model dtype; default: the EP's"
+    )
+    parser.add_argument("--trace", action="store_true", help="log each optimization step to stderr")
+    parser.add_argument(
+        "--force", action="store_true", help="replace a non-empty output folder (on success only)"
+    )
+    parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
