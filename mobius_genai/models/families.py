@@ -165,6 +165,13 @@ def _gemma_activation(raw: Mapping[str, Any]) -> str:
 
 
 _GEMMA_REFUSED = ("use_bidirectional_attention",)
+# What gemma2 changes over gemma; gemma3_text builds on it.
+_GEMMA2_OVERRIDES = {
+    "embedding_multiplier": _sqrt_hidden,
+    "hidden_act": _gemma_activation,
+    "norm_placement": "sandwich",
+    "attention_scale": _query_pre_attn_scale,
+}
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama"),
     FamilyAdapter(model_type="mistral", genai_type="mistral"),
@@ -186,12 +193,7 @@ _FAMILIES = (
         model_type="gemma2",
         genai_type="gemma2",
         config_defaults={"tie_word_embeddings": True, "layer_types": _alternating_layer_types(2)},
-        config_overrides={
-            "embedding_multiplier": _sqrt_hidden,
-            "hidden_act": _gemma_activation,
-            "norm_placement": "sandwich",
-            "attention_scale": _query_pre_attn_scale,
-        },
+        config_overrides=_GEMMA2_OVERRIDES,
         refused_keys=_GEMMA_REFUSED,
         preprocess_weight=_offset_norm_weights,
     ),
@@ -200,10 +202,7 @@ _FAMILIES = (
         genai_type="gemma3_text",
         config_defaults={"tie_word_embeddings": True, "layer_types": _alternating_layer_types(6)},
         config_overrides={
-            "embedding_multiplier": _sqrt_hidden,
-            "hidden_act": _gemma_activation,
-            "norm_placement": "sandwich",
-            "attention_scale": _query_pre_attn_scale,
+            **_GEMMA2_OVERRIDES,
             "qk_norm": True,
             # Gemma3Attention keeps attn_logit_softcapping but never applies it.
             "attn_logit_softcapping": None,
