@@ -244,7 +244,7 @@ def _optimize(package: ModelPackage, trace: bool, prune_lm_head: bool = False) -
     for key, model in package.models.items():
         package.reports[key] = optimize_model(
             model,
-            ep=package.ep.name,
+            ep=package.ep,
             dtype=package.dtype,
             model_role=ROLES.get(key, "decoder"),
             trace=trace,

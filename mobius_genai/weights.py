@@ -2,8 +2,10 @@
 
 Each graph parameter becomes an `ir.LazyTensor` that reads its one tensor from the memory-mapped
 safetensors file only when it is saved (or folded), so a build holds at most a few tensors in
-memory at a time, never the model. Pickled `.bin` checkpoints are refused: loading them would
-execute code from the checkpoint.
+memory at a time, never the model. A matrix taken from the checkpoint as it is (cast, perhaps
+transposed or sliced) is a `CheckpointTensor`, which can also be read a block of rows at a
+time: saving it and quantizing it then never hold the whole matrix. Pickled `.bin` checkpoints
+are refused: loading them would execute code from the checkpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 import onnx_ir as ir
 from safetensors import safe_open
 
+from mobius_genai._buffers import BufferPool
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
@@ -26,6 +29,10 @@ from mobius_genai.errors import WeightsError
 _INDEX = "model.safetensors.index.json"
 #: Elements read at a time when a large tensor is streamed (row blocks of the checkpoint).
 STREAM_ELEMENTS = 1 << 24
+#: A transposed matrix of up to this many bytes (in the graph's dtype) is read whole in the
+#: checkpoint's dtype to be saved in blocks (its saved rows are the checkpoint's columns); a
+#: larger one is converted whole first.
+WHOLE_READ_BYTES = 256 << 20
 
 
 class Checkpoint:
@@ -197,12 +204,15 @@ def attach_weights(
                 f"{checkpoint.folder}: tensor {found!r}{part} has shape {list(sliced)}, the "
                 f"architecture in config.json needs {needed}"
             )
-        value.const_value = ir.LazyTensor(
-            _loader(checkpoint, found, index, name, value.dtype, transposed, config, preprocess),
-            dtype=value.dtype,
-            shape=ir.Shape(expected),
-            name=name,
-        )
+        load = _loader(checkpoint, found, index, name, value.dtype, transposed, config, preprocess)
+        if preprocess is no_preprocess and len(sliced) == 2:
+            value.const_value = CheckpointTensor(
+                load, checkpoint, found, index, value.dtype, expected, name, transposed
+            )
+        else:
+            value.const_value = ir.LazyTensor(
+                load, dtype=value.dtype, shape=ir.Shape(expected), name=name
+            )
     if missing:
         shown = ", ".join(repr(m) for m in missing[:5])
         more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -324,3 +334,95 @@ def _stream_bf16_to_f32(
             bits.T if transposed else bits, out[:, start:stop] if transposed else out[start:stop]
         )
     return out.view(np.float32)
+
+
+def _convert_into(stored: np.ndarray, out: np.ndarray) -> None:
+    """``out[...] = stored`` cast to out's dtype; `stored` may be a strided (transposed) view.
+
+    bfloat16 → float32 widens the bits (exact, and several times faster than numpy's cast).
+    """
+    if stored.dtype == ml_dtypes.bfloat16 and out.dtype == np.float32:
+        _widen_bf16(stored.view(np.uint16), out.view(np.uint32))
+    else:
+        np.copyto(out, stored, casting="unsafe")
+
+
+class CheckpointTensor(ir.LazyTensor):
+    """A 2-D graph parameter whose value is a checkpoint matrix: cast, sliced, maybe transposed.
+
+    Like any lazy tensor, `numpy()` reads it whole. `blocks()` yields it a block of rows at a
+    time in the graph's layout, converted into reused buffers (what saving needs), and
+    `stored_rows()` reads rows of the matrix as the checkpoint stores them: for a transposed
+    Linear weight those are the output features, the rows INT4 quantization works on.
+    """
+
+    def __init__(
+        self,
+        load: Callable[[], ir.TensorProtocol],
+        checkpoint: Checkpoint,
+        source: str,
+        index: tuple[slice, ...] | None,
+        dtype: ir.DataType,
+        shape: tuple[int, ...],
+        name: str,
+        transposed: bool,
+    ) -> None:
+        super().__init__(load, dtype=dtype, shape=ir.Shape(shape), name=name)
+        self.checkpoint = checkpoint
+        self.source = source
+        self.index = index
+        self.transposed = transposed
+        """The graph holds the transpose of the stored matrix ([in, out] of a Linear weight)."""
+
+    @property
+    def stored_shape(self) -> tuple[int, int]:
+        """[rows, columns] of the matrix as stored (after slicing)."""
+        rows, columns = (int(d) for d in self.shape)
+        return (columns, rows) if self.transposed else (rows, columns)
+
+    def _read_stored(self, start: int, stop: int) -> np.ndarray:
+        """Stored rows [start, stop), in the checkpoint's dtype."""
+        rows, columns = (slice(None), slice(None)) if self.index is None else self.index
+        first = rows.start or 0
+        return self.checkpoint.read(self.source, (slice(first + start, first + stop), columns))
+
+    def stored_rows(self, start: int, stop: int, *, transpose: bool = False) -> np.ndarray:
+        """Stored rows [start, stop) in the graph's dtype, contiguous; [columns, rows] if
+        `transpose`."""
+        stored = self._read_stored(start, stop)
+        stored = stored.T if transpose else stored
+        out = np.empty(stored.shape, self.dtype.numpy())
+        _convert_into(stored, out)
+        return out
+
+    def blocks(self, pool: BufferPool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(bytes, buffer) pairs that concatenate to the saved tensor; give each buffer back.
+
+        Each block is a run of whole rows of the graph's layout converted into a buffer taken
+        from `pool` (a row larger than the pool's buffers gets a buffer of its own size). A
+        transposed matrix (saved rows = stored columns) is read whole in the checkpoint's dtype
+        when it has at most WHOLE_READ_BYTES in the graph's, else converted whole first.
+        """
+        rows, columns = (int(d) for d in self.shape)
+        dtype = np.dtype(self.dtype.numpy())
+        step = max(1, pool.nbytes // max(1, columns * dtype.itemsize))
+        if not self.transposed:
+            whole = None
+        elif rows * columns * dtype.itemsize <= WHOLE_READ_BYTES:
+            whole = self._read_stored(0, self.stored_shape[0]).T
+        else:
+            whole = self.numpy()
+        for start in range(0, rows, step):
+            stop = min(rows, start + step)
+            stored = self._read_stored(start, stop) if whole is None else whole[start:stop]
+            size = (stop - start) * columns * dtype.itemsize
+            buffer = pool.take(size)
+            _convert_into(stored, buffer[:size].view(dtype).reshape(stop - start, columns))
+            yield buffer[:size], buffer
+
+    def tofile(self, file) -> None:
+        """Write the tensor's bytes to `file` a block at a time."""
+        pool = BufferPool(limit=1)
+        for data, buffer in self.blocks(pool):
+            file.write(data)
+            pool.give(buffer)

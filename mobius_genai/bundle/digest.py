@@ -1,117 +1,171 @@
-"""Save a built model and hash its external data file as it is written.
+"""Save a built model, writing and hashing its external data in background threads.
 
 The manifest records the sha256 of every bundle file; hashing model.onnx.data after saving
-reads the file again (~1 s per 2 GB). Instead, each tensor's bytes are hashed right after they
-are written, in a background thread that overlaps with reading and converting the next tensor.
+reads the file again (~1 s per 2 GB). Instead the external data goes through a pipeline of
+three threads: the saving thread reads and converts each tensor (checkpoint matrices a block at
+a time, into reused buffers: `CheckpointTensor.blocks`), a writer thread writes each block at
+its offset, and a hasher thread hashes the blocks in order. Reading, writing and hashing then
+overlap instead of following each other.
 
 onnx-ir writes the external data one tensor after another at increasing, dense offsets (no
-alignment padding by default), so the hash of the tensors' bytes in write order is the hash of
-the file. The result is handed to the manifest's hash cache (`remember_sha256`) only when the
-bytes hashed add up to the file's size; otherwise (sub-byte dtypes, whose bytes are packed on
-write, or a layout with gaps) nothing is remembered and the manifest hashes the file itself.
+alignment padding by default), so the hash of the blocks in order is the hash of the file. The
+result is handed to the manifest's hash cache (`remember_sha256`) only when the bytes hashed
+add up to the file's size; otherwise (a layout with gaps) nothing is remembered and the
+manifest hashes the file itself.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import queue
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai._buffers import BufferPool
 from mobius_genai.build import MODEL_FILENAME, ModelPackage
 from mobius_genai.bundle.manifest import remember_sha256
+from mobius_genai.errors import BundleError
+from mobius_genai.weights import CheckpointTensor
 
-#: Tensors waiting to be hashed at most: bounds the memory they hold on to.
-_QUEUE = 2
+#: Blocks queued between two threads at most (tensors not in pooled buffers are bounded by it).
+_QUEUE = 4
+#: Pooled block buffers in flight at most (with BLOCK_BYTES each).
+_BUFFERS = 6
+
+_Block = tuple[int, np.ndarray, "np.ndarray | None"]
+"""(file offset, bytes, pooled buffer to give back or None)"""
 
 
-class _Hasher:
-    """sha256 of byte buffers fed in order, computed in a thread (hashlib releases the GIL)."""
+class _Pipeline:
+    """Writes blocks at their offsets (writer thread) and hashes them in order (hasher thread).
 
-    def __init__(self) -> None:
+    A failed write is kept and raised by `put()` and `close()`; blocks after it are still
+    passed along (not written) so that every pooled buffer is given back.
+    """
+
+    def __init__(self, pool: BufferPool) -> None:
+        self.pool = pool
         self.digest = hashlib.sha256()
         self.size = 0
-        self.valid = True
-        self._queue: queue.Queue[np.ndarray | None] = queue.Queue(_QUEUE)
-        self._thread = threading.Thread(target=self._run, name="sha256-save", daemon=True)
-        self._thread.start()
+        self.in_order = True
+        self.error: OSError | None = None
+        self._fd: int | None = None
+        self._writes: queue.Queue[_Block | None] = queue.Queue(_QUEUE)
+        self._hashes: queue.Queue[_Block | None] = queue.Queue(_QUEUE)
+        self._threads = [
+            threading.Thread(target=self._write_loop, name="save-write", daemon=True),
+            threading.Thread(target=self._hash_loop, name="save-sha256", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self) -> None:
-        while (data := self._queue.get()) is not None:
-            self.digest.update(data)
+    def put(self, file, offset: int, data: np.ndarray, buffer: np.ndarray | None) -> None:
+        """Queue `data` (contiguous uint8) to be written at `offset` of `file`'s file."""
+        if self.error is not None:
+            raise self.error
+        if self._fd is None:
+            # A descriptor of our own: onnx-ir closes its file before the writes drain.
+            self._fd = os.dup(file.fileno())
+        if offset != self.size:  # a gap: the blocks' hash is not the file's
+            self.in_order = False
+        self.size = offset + data.size
+        self._writes.put((offset, data, buffer))
 
-    def feed(self, tensor: ir.TensorProtocol, offset: int) -> None:
-        """Hash `tensor`'s bytes, written at `offset`: valid only right after the last ones."""
-        if not self.valid:
-            return
-        packed_or_strings = tensor.dtype.bitwidth < 8 or tensor.dtype == ir.DataType.STRING
-        if offset != self.size or packed_or_strings:  # a gap, or bytes not numpy's own
-            self.valid = False
-            return
-        data = np.ascontiguousarray(tensor.numpy()).reshape(-1).view(np.uint8)
-        if data.dtype.byteorder == ">":  # onnx-ir writes little-endian
-            self.valid = False
-            return
-        self.size += data.size
-        self._queue.put(data)
+    def _write_loop(self) -> None:
+        while (block := self._writes.get()) is not None:
+            offset, data, _ = block
+            if self.error is None:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        written = os.pwrite(self._fd, view, offset)  # type: ignore[arg-type]
+                        view, offset = view[written:], offset + written
+                except OSError as error:
+                    self.error = error
+            self._hashes.put(block)
+        self._hashes.put(None)
 
-    def finish(self) -> str:
-        self._queue.put(None)
-        self._thread.join()
-        return self.digest.hexdigest()
+    def _hash_loop(self) -> None:
+        while (block := self._hashes.get()) is not None:
+            _, data, buffer = block
+            if self.in_order:
+                self.digest.update(data)
+            if buffer is not None:
+                self.pool.give(buffer)
+
+    def close(self, raise_error: bool = True) -> None:
+        """Wait for every queued block to be written and hashed; raise a failed write."""
+        self._writes.put(None)
+        for thread in self._threads:
+            thread.join()
+        if self._fd is not None:
+            os.close(self._fd)
+        if raise_error and self.error is not None:
+            raise self.error
 
 
-class _HashedTensor(ir.Tensor):
-    """An in-memory tensor that also feeds its bytes to a hasher when written to a file."""
+class _PipelinedTensor(ir.LazyTensor):
+    """`tensor`, whose bytes go through the pipeline when onnx-ir writes it to a file."""
 
-    def __init__(self, tensor: ir.TensorProtocol, hasher: _Hasher) -> None:
-        super().__init__(tensor.numpy(), dtype=tensor.dtype, name=tensor.name)
-        self._hasher = hasher
+    def __init__(self, tensor: ir.TensorProtocol, pipeline: _Pipeline) -> None:
+        super().__init__(lambda: tensor, dtype=tensor.dtype, shape=tensor.shape, name=tensor.name)
+        self._tensor = tensor
+        self._pipeline = pipeline
 
     def tofile(self, file) -> None:
         offset = file.tell()
-        super().tofile(file)
-        self._hasher.feed(self, offset)
+        if isinstance(self._tensor, CheckpointTensor):
+            for data, buffer in self._tensor.blocks(self._pipeline.pool):
+                self._pipeline.put(file, offset, data, buffer)
+                offset += data.size
+        else:  # tobytes(): onnx-ir's own little-endian, sub-byte-packed encoding
+            data = np.frombuffer(self._tensor.tobytes(), np.uint8)
+            self._pipeline.put(file, offset, data, None)
+            offset += data.size
+        file.seek(offset)
 
 
-def _hashing(tensor: ir.TensorProtocol, hasher: _Hasher) -> ir.LazyTensor:
-    """A lazy tensor equal to `tensor` whose bytes are hashed when saved."""
-    return ir.LazyTensor(
-        lambda: _HashedTensor(tensor, hasher),
-        dtype=tensor.dtype,
-        shape=tensor.shape,
-        name=tensor.name,
-    )
+def _external_values(model: ir.Model, threshold: int) -> list[ir.Value]:
+    return [
+        value
+        for graph in model.graphs()
+        for value in graph.initializers.values()
+        if value.const_value is not None and value.const_value.nbytes > threshold
+    ]
 
 
-def _external_values(model: ir.Model, threshold: int) -> Iterator[ir.Value]:
-    for graph in model.graphs():
-        for value in graph.initializers.values():
-            tensor = value.const_value
-            if tensor is not None and tensor.nbytes > threshold:
-                yield value
+def _restore(originals: dict[ir.Value, ir.TensorProtocol]) -> None:
+    for value, tensor in originals.items():
+        value.const_value = tensor
 
 
 def save_with_digest(built: ModelPackage, folder: Path, progress: bool = True) -> None:
-    """`built.save(folder)`, hashing the decoder's external data file while it is written."""
+    """`built.save(folder)`, the decoder's external data written and hashed in the background."""
     model = built.models.get("model")
     if model is None:
         built.save(folder, progress=progress)
         return
-    hasher = _Hasher()
+    pipeline = _Pipeline(BufferPool(limit=_BUFFERS))
     originals = {value: value.const_value for value in _external_values(model, 256)}
     for value, tensor in originals.items():
-        value.const_value = _hashing(tensor, hasher)  # type: ignore[arg-type]
+        value.const_value = _PipelinedTensor(tensor, pipeline)  # type: ignore[arg-type]
+    data = folder / f"{MODEL_FILENAME}.data"
     try:
         built.save(folder, progress=progress)
-    finally:
-        for value, tensor in originals.items():
-            value.const_value = tensor
-        digest = hasher.finish()
-    data = folder / f"{MODEL_FILENAME}.data"
-    if hasher.valid and data.is_file() and data.stat().st_size == hasher.size:
-        remember_sha256(data, digest)
+    except BaseException as error:
+        _restore(originals)
+        pipeline.close(raise_error=False)
+        if error is pipeline.error:
+            raise BundleError(f"{data}: writing failed ({error})") from error
+        raise  # the save's own error
+    _restore(originals)
+    try:
+        pipeline.close()
+    except OSError as error:
+        raise BundleError(f"{data}: writing failed ({error})") from error
+    if pipeline.in_order and data.is_file() and data.stat().st_size == pipeline.size:
+        remember_sha256(data, pipeline.digest.hexdigest())

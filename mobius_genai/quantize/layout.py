@@ -27,24 +27,29 @@ check the kernels' layout and to build reference graphs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_qdq_matmul_4bits
 
 __all__ = [
+    "KERNEL_DTYPES",
     "BlockedInt4",
+    "ColumnReader",
     "NBitsWeight",
     "dequantize_blocked_int4",
     "dequantize_matmul_nbits",
     "quantize_blocked_int4",
     "quantize_matmul_nbits",
+    "quantize_matmul_nbits_columns",
 ]
 
 #: Elements of the float weight converted per kernel call (bounds the temporary copies: 4
 #: MiB of float32).
 DEFAULT_CHUNK_ELEMENTS = 1 << 20
 
-_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
+#: The dtypes onnxruntime's quantization kernels take.
+KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +78,7 @@ class BlockedInt4:
 
 def _kernel_dtype(dtype: np.dtype) -> np.dtype:
     """The dtype onnxruntime's kernels compute in for a weight of `dtype` (f32 or f16)."""
-    return dtype if dtype in _KERNEL_DTYPES else np.dtype(np.float32)
+    return dtype if dtype in KERNEL_DTYPES else np.dtype(np.float32)
 
 
 def _check(weight: np.ndarray, block_size: int) -> tuple[int, int]:
@@ -83,6 +88,10 @@ def _check(weight: np.ndarray, block_size: int) -> tuple[int, int]:
     if k % block_size:
         raise ValueError(f"K={k} is not a multiple of block_size={block_size}")
     return k, n
+
+
+ColumnReader = Callable[[int, int, np.dtype], np.ndarray]
+"""read(start, stop, dtype): columns [start, stop) of a [K, N] weight, contiguous [K, stop-start]."""
 
 
 def quantize_matmul_nbits(
@@ -100,15 +109,41 @@ def quantize_matmul_nbits(
     quantizer does.
     """
     k, n = _check(weight, block_size)
+
+    def read(start: int, stop: int, dtype: np.dtype) -> np.ndarray:
+        return np.ascontiguousarray(weight[:, start:stop], dtype=dtype)
+
+    return quantize_matmul_nbits_columns(
+        read, k, n, weight.dtype, block_size, symmetric, chunk_elements=chunk_elements
+    )
+
+
+def quantize_matmul_nbits_columns(
+    read: ColumnReader,
+    k: int,
+    n: int,
+    dtype: np.dtype,
+    block_size: int,
+    symmetric: bool,
+    *,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> NBitsWeight:
+    """`quantize_matmul_nbits` of a [K, N] weight of `dtype` given by its columns.
+
+    The weight is never whole in memory: `read` is asked for about `chunk_elements` values at
+    a time, in the dtype the kernel computes in.
+    """
+    if k % block_size:
+        raise ValueError(f"K={k} is not a multiple of block_size={block_size}")
     blocks = k // block_size
-    compute = _kernel_dtype(weight.dtype)
+    compute = _kernel_dtype(np.dtype(dtype))
     packed = np.zeros((n, blocks, block_size // 2), np.uint8)
     scales = np.zeros((n, blocks), compute)
     zero_points = np.zeros((n, (blocks + 1) // 2), np.uint8)
     step = max(1, chunk_elements // k)
     for start in range(0, n, step):
         stop = min(n, start + step)
-        chunk = np.ascontiguousarray(weight[:, start:stop], dtype=compute)
+        chunk = read(start, stop, compute)
         quantize_matmul_4bits(
             packed[start:stop],
             chunk,
@@ -122,7 +157,7 @@ def quantize_matmul_nbits(
         del chunk
     return NBitsWeight(
         packed=packed,
-        scales=scales.astype(weight.dtype, copy=False),
+        scales=scales.astype(dtype, copy=False),
         zero_points=None if symmetric else zero_points,
     )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.quantize.layout import quantize_matmul_nbits
+from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.targets import WeightGroup
 from mobius_genai.quantize.write import GraphWriter
@@ -81,7 +81,14 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
             specs.append(PartSpec(zero_points_name, ir.DataType.UINT8, (n, (blocks + 1) // 2)))
 
         def compute() -> list[ir.TensorProtocol]:
-            weight = quantize_matmul_nbits(source.read(), self.block_size, self.symmetric)
+            weight = quantize_matmul_nbits_columns(
+                source.column_reader(),
+                k,
+                n,
+                np.dtype(source.dtype.numpy()),
+                self.block_size,
+                self.symmetric,
+            )
             arrays = [weight.packed.reshape(data_shape), weight.scales]
             if weight.zero_points is not None:
                 arrays.append(weight.zero_points)

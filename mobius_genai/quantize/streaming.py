@@ -15,11 +15,15 @@ for out of order is recomputed (the same bytes again), never kept around.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
+
+from mobius_genai.quantize.layout import KERNEL_DTYPES, ColumnReader
+from mobius_genai.weights import CheckpointTensor
 
 __all__ = ["OneWeightCache", "PartSpec", "WeightSource", "lazy_parts"]
 
@@ -65,6 +69,54 @@ class WeightSource:
         if self.stored_nk:
             arrays = [array.T for array in arrays]
         return arrays[0] if len(arrays) == 1 else np.concatenate(arrays, axis=1)
+
+    def column_reader(self) -> ColumnReader:
+        """Columns of the [K, N] values, read as `quantize_matmul_nbits_columns` asks for them.
+
+        Checkpoint matrices that the checkpoint stores [N, K] (a Linear weight, an embedding
+        table) are read a block of their stored rows at a time, converted straight into the
+        [K, columns] layout the kernel takes; anything else is read whole once, on first use.
+        """
+        tensors = [value.const_value for value in self.values]
+        if all(_n_rows_stored(tensor, self.stored_nk, self.dtype) for tensor in tensors):
+            return functools.partial(_read_stored_columns, tensors)  # type: ignore[arg-type]
+        whole: list[np.ndarray] = []
+
+        def read(start: int, stop: int, dtype: np.dtype) -> np.ndarray:
+            if not whole:
+                whole.append(self.read())
+            return np.ascontiguousarray(whole[0][:, start:stop], dtype=dtype)
+
+        return read
+
+
+def _n_rows_stored(tensor: object, stored_nk: bool, dtype: ir.DataType) -> bool:
+    """`tensor` is a checkpoint matrix whose stored rows are the weight's N output features.
+
+    The graph holds [K, N] (or [N, K] when `stored_nk`); `transposed` flips that. Exact only
+    when the kernel computes in the graph's dtype (bfloat16 goes through it first).
+    """
+    return (
+        isinstance(tensor, CheckpointTensor)
+        and tensor.transposed != stored_nk
+        and np.dtype(dtype.numpy()) in KERNEL_DTYPES
+    )
+
+
+def _read_stored_columns(
+    tensors: Sequence[CheckpointTensor], start: int, stop: int, dtype: np.dtype
+) -> np.ndarray:
+    """Columns [start, stop) of the [K, N] weight whose parts along N are `tensors`."""
+    columns = []
+    first = 0
+    for tensor in tensors:
+        count = tensor.stored_shape[0]
+        lo, hi = max(start, first), min(stop, first + count)
+        if lo < hi:
+            part = tensor.stored_rows(lo - first, hi - first, transpose=True)
+            columns.append(part.astype(dtype, copy=False))
+        first += count
+    return columns[0] if len(columns) == 1 else np.ascontiguousarray(np.concatenate(columns, 1))
 
 
 class OneWeightCache:

@@ -1,18 +1,27 @@
-"""The external data file's sha256, computed while it is written, is the file's own."""
+"""Saving through the write pipeline: the data file's sha256 computed while it is written is the
+file's own, failures surface as themselves and lose nothing, memory holds blocks, not tensors."""
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
+import shutil
+import threading
+import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import onnx_ir as ir
 import pytest
+import safetensors.numpy
 
 import mobius_genai
+from mobius_genai import _buffers, weights
 from mobius_genai.bundle import manifest
 from mobius_genai.bundle.digest import save_with_digest
 from mobius_genai.bundle.packager import package
+from mobius_genai.errors import BundleError, WeightsError
 from tests.bundle.conftest import TINY_QWEN2
 
 
@@ -48,6 +57,80 @@ def test_a_gap_in_the_file_means_no_remembered_hash(tmp_path: Path, monkeypatch)
     assert remembered == []
     # The model's tensors are its own again after the save.
     assert not any(
-        type(v.const_value).__name__ == "_HashedTensor"
+        type(v.const_value).__name__ == "_PipelinedTensor"
         for v in built["model"].graph.initializers.values()
+    )
+
+
+def test_a_failed_write_is_a_bundle_error_and_leaves_the_old_bundle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    out = package(TINY_QWEN2, "cpu", tmp_path / "b", quiet=True, smoke_test=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    digest = importlib.import_module("mobius_genai.bundle.digest")
+    threads = threading.active_count()
+
+    def disk_full(fd, data, offset):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(digest.os, "pwrite", disk_full)
+    with pytest.raises(BundleError, match=r"model\.onnx\.data: writing failed.*No space left"):
+        package(TINY_QWEN2, "cpu", out, quiet=True, smoke_test=False, force=True)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["b"]  # no partial folder left
+    assert threading.active_count() == threads  # the writer and hasher threads ended
+
+
+def test_an_error_while_converting_is_reported_as_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A failure in the saving thread stops the pipeline and surfaces unchanged."""
+    original = weights.Checkpoint.read
+    calls = []
+
+    def failing_read(self, name, index=None):
+        calls.append(name)
+        if len(calls) == 5:
+            raise WeightsError(f"{name}: read failed")
+        return original(self, name, index)
+
+    monkeypatch.setattr(weights.Checkpoint, "read", failing_read)
+    threads = threading.active_count()
+    with pytest.raises(WeightsError, match="read failed"):
+        package(TINY_QWEN2, "cpu", tmp_path / "b", quiet=True, smoke_test=False)
+    assert not (tmp_path / "b").exists()
+    assert threading.active_count() == threads
+
+
+def test_saving_holds_blocks_not_tensors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Peak Python memory while saving stays under half the largest tensor.
+
+    The checkpoint is tiny-qwen2 with a 65,536-row embedding table (16 MiB as float32, tied
+    to the lm_head); with 64 KiB blocks the save holds a few blocks at a time. Converting the
+    table whole (as numpy() does) fails the bound.
+    """
+    folder = tmp_path / "wide"
+    shutil.copytree(TINY_QWEN2, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["vocab_size"] = 65536
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = safetensors.numpy.load_file(folder / "model.safetensors")
+    table = tensors["model.embed_tokens.weight"]
+    rows = np.resize(table.view(np.uint16), (65536, table.shape[1]))
+    tensors["model.embed_tokens.weight"] = rows.view(table.dtype)
+    safetensors.numpy.save_file(tensors, folder / "model.safetensors")
+    built = mobius_genai.build(folder, "cpu", "f32")
+    largest = 65536 * table.shape[1] * 4
+    monkeypatch.setattr(_buffers, "BLOCK_BYTES", 64 << 10)
+    tracemalloc.start()
+    try:
+        save_with_digest(built, tmp_path / "out", progress=False)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < largest / 2, f"peak {peak} bytes, largest tensor {largest}"
+    saved = ir.load(tmp_path / "out" / "model.onnx")
+    np.testing.assert_array_equal(
+        saved.graph.initializers["model.embed_tokens.weight"].const_value.numpy(),
+        rows.view(table.dtype).astype(np.float32),
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import onnx_ir as ir
@@ -9,8 +11,9 @@ import pytest
 
 from mobius_genai import _resources
 from mobius_genai.bundle import packager
+from mobius_genai.bundle.graph import GQA_OP, GraphInfo
 from mobius_genai.ep import get_ep
-from mobius_genai.errors import BundleError, ConfigError
+from mobius_genai.errors import BundleError, ConfigError, ExecutionProviderError
 from mobius_genai.source import Source
 from tests.bundle.conftest import TINY_QWEN2
 
@@ -79,3 +82,14 @@ def test_output_may_not_be_the_current_folder(tmp_path: Path, monkeypatch: pytes
 def test_missing_data_file_is_named():
     with pytest.raises(FileNotFoundError, match="schemas/nope.json"):
         _resources.read_text("schemas/nope.json")
+
+
+def test_unregistered_capabilities_object(tmp_path: Path):
+    """package() takes an EpCapabilities that was never registered, as its signature says."""
+    caps = dataclasses.replace(get_ep("cpu"), name="private-cpu")
+    with pytest.raises(ExecutionProviderError):
+        get_ep("private-cpu")
+    out = packager.package(TINY_QWEN2, caps, tmp_path / "bundle", quiet=True, smoke_test=False)
+    manifest = json.loads((out / "mobius_manifest.json").read_text())
+    assert manifest["build"]["execution_provider"] == "private-cpu"
+    assert GQA_OP in GraphInfo.from_file(out / "model.onnx").ops

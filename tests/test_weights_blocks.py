@@ -1,0 +1,124 @@
+"""Checkpoint matrices read a block at a time give the bytes of reading them whole.
+
+`CheckpointTensor.blocks()` is what saving writes and `stored_rows()` what INT4 quantization
+reads; both must equal `numpy()` (the whole read, itself checked against transformers by the
+parity tests) for every layout: cast, transposed (Linear weights), sliced (fused checkpoint
+tensors split into graph parameters, along either axis).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+import mobius_genai
+from mobius_genai import weights
+from mobius_genai._buffers import BufferPool
+from mobius_genai.weights import CheckpointTensor
+from tests._hf import write_tiny_checkpoint
+from tests.bundle.conftest import TINY_QWEN2
+
+
+def _checkpoint_tensors(folder: Path, dtype: str) -> dict[str, CheckpointTensor]:
+    built = mobius_genai.build(folder, "default", dtype)
+    tensors = {
+        name: value.const_value
+        for name, value in built["model"].graph.initializers.items()
+        if isinstance(value.const_value, CheckpointTensor)
+    }
+    assert tensors, "no checkpoint matrices found"
+    return tensors
+
+
+def _saved_bytes(tensor: CheckpointTensor, pool: BufferPool) -> bytes:
+    parts = []
+    for data, buffer in tensor.blocks(pool):
+        parts.append(bytes(data))
+        pool.give(buffer)
+    return b"".join(parts)
+
+
+def _check_blocks_and_rows(tensor: CheckpointTensor, pool: BufferPool) -> None:
+    whole = tensor.numpy()
+    assert _saved_bytes(tensor, pool) == whole.tobytes()
+    stored = whole.T if tensor.transposed else whole
+    assert tuple(stored.shape) == tensor.stored_shape
+    rows = max(1, stored.shape[0] // 3)
+    for start in (0, rows):
+        got = tensor.stored_rows(start, start + rows)
+        assert got.dtype == whole.dtype
+        np.testing.assert_array_equal(got, stored[start : start + rows])
+        flipped = tensor.stored_rows(start, start + rows, transpose=True)
+        assert flipped.flags.c_contiguous
+        np.testing.assert_array_equal(flipped, stored[start : start + rows].T)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+@pytest.mark.parametrize("buffer_bytes", [100, 1000, 1 << 20])
+def test_blocks_and_rows_equal_the_whole_read(dtype: str, buffer_bytes: int):
+    """bf16 checkpoint → f32 (widened) or f16 (cast); 100-byte buffers are smaller than one
+    row (a buffer of the row's size is taken), 1 MiB ones hold whole tensors."""
+    pool = BufferPool(nbytes=buffer_bytes, limit=1)
+    tensors = _checkpoint_tensors(TINY_QWEN2, dtype)
+    assert any(t.transposed for t in tensors.values())
+    assert any(not t.transposed for t in tensors.values())  # the embedding table
+    for name, tensor in tensors.items():
+        try:
+            _check_blocks_and_rows(tensor, pool)
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from error
+
+
+def test_large_transposed_matrices_are_converted_whole_first(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(weights, "WHOLE_READ_BYTES", 0)
+    pool = BufferPool(nbytes=512, limit=1)
+    for tensor in _checkpoint_tensors(TINY_QWEN2, "f32").values():
+        assert _saved_bytes(tensor, pool) == tensor.numpy().tobytes()
+
+
+def test_tofile_writes_the_tensor():
+    for tensor in _checkpoint_tensors(TINY_QWEN2, "f32").values():
+        file = io.BytesIO()
+        tensor.tofile(file)
+        assert file.getvalue() == tensor.numpy().tobytes()
+
+
+@pytest.mark.parametrize("family", ["phi3", "gpt2"])
+def test_slices_of_fused_checkpoint_tensors(family: str, tmp_path: Path):
+    """phi3's qkv_proj / gate_up_proj are split along the checkpoint's rows, gpt2's c_attn
+    (Conv1D, stored [in, out]) along its columns."""
+    folder = write_tiny_checkpoint(tmp_path / family, family, seed=1)
+    tensors = _checkpoint_tensors(folder, "f32")
+    sliced = {name: t for name, t in tensors.items() if t.index is not None}
+    assert len(sliced) >= 3, sorted(tensors)
+    pool = BufferPool(nbytes=700, limit=1)
+    for name, tensor in sliced.items():
+        try:
+            _check_blocks_and_rows(tensor, pool)
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from error
+
+
+def test_the_pool_bounds_buffers_and_reuses_them():
+    pool = BufferPool(nbytes=64, limit=2)
+    first, second = pool.take(), pool.take(200)
+    assert first.size == 64 and second.size == 200
+    pool.give(second)
+    assert pool.take() is second  # the most recently given back, warm in the caches
+    pool.give(first)
+    assert pool.take(100).size == 100  # first is too small for the request: a new buffer
+
+
+def test_models_of_families_with_their_own_preprocessing_keep_plain_lazy_tensors(
+    tmp_path: Path,
+):
+    """gemma's preprocess (norm weights + 1) reads whole tensors; none is a CheckpointTensor."""
+    folder = write_tiny_checkpoint(tmp_path / "gemma", "gemma", seed=1)
+    built = mobius_genai.build(folder, "default", "f32")
+    values = [v.const_value for v in built["model"].graph.initializers.values()]
+    assert any(isinstance(v, ir.LazyTensor) for v in values)
+    assert not any(isinstance(v, CheckpointTensor) for v in values)
