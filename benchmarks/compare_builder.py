@@ -19,7 +19,7 @@ adds the smoke test that `package` runs by default (onnxruntime-genai loads the 
 generates a few tokens), which the builder does not do.
 
     python benchmarks/compare_builder.py                      # fp32 and int4, ~6 minutes
-    python benchmarks/compare_builder.py --precisions int4 --processes 1 --build-rounds 1
+    python benchmarks/compare_builder.py --precisions int4 --processes 2 --build-rounds 1
 """
 
 from __future__ import annotations
@@ -101,7 +101,10 @@ def speed(bundles: list[Path], args: argparse.Namespace) -> dict[str, dict[str, 
     """Rounds from `args.processes` fresh processes, pooled.
 
     A session's speed varies by a few percent with where its weights land in memory, so
-    every process loads the bundles anew; the order of the bundles alternates too.
+    every process loads the bundles anew. The order in which a process loads them matters as
+    well: on the machine of benchmarks/README.md the bundle loaded second decoded 3-6% faster,
+    whichever it was. The order therefore alternates between processes, and an even number of
+    processes gives each bundle the second place equally often.
     """
     pooled: dict[str, dict[str, list[float]]] = {}
     for index in range(args.processes):
@@ -154,9 +157,12 @@ def main() -> None:
     parser.add_argument("--precisions", default="fp32,int4", help="comma-separated: fp32,int4")
     parser.add_argument("--rounds", type=int, default=3, help="speed rounds per process")
     parser.add_argument(
-        "--processes", type=int, default=3, help="speed processes (each loads both bundles)"
+        "--processes",
+        type=int,
+        default=4,
+        help="speed processes, each loading both bundles; an even number cancels load order",
     )
-    parser.add_argument("--build-rounds", type=int, default=2, help="builds per tool (medians)")
+    parser.add_argument("--build-rounds", type=int, default=3, help="builds per tool (medians)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured builds per tool first")
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens (prefill)")
     parser.add_argument("--new", type=int, default=64, help="new tokens (decode)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import ml_dtypes  # registers bfloat16 with numpy, which safetensors reads into
@@ -426,3 +426,24 @@ class CheckpointTensor(ir.LazyTensor):
         for data, buffer in self.blocks(pool):
             file.write(data)
             pool.give(buffer)
+
+
+class ConcatTensor(ir.LazyTensor):
+    """A tensor equal to ``concatenate(parts, axis)``, computed when first read.
+
+    The parts stay visible (`parts`, `axis`), so a reader that can take them one at a time
+    (INT4 quantization reading checkpoint rows) need not concatenate them.
+    """
+
+    def __init__(
+        self, parts: Sequence[ir.TensorProtocol], axis: int, dtype: ir.DataType, name: str
+    ) -> None:
+        shape = [int(d) for d in parts[0].shape]
+        shape[axis] = sum(int(part.shape[axis]) for part in parts)
+        super().__init__(self._load, dtype=dtype, shape=ir.Shape(shape), name=name)
+        self.parts = tuple(parts)
+        self.axis = axis
+
+    def _load(self) -> ir.TensorProtocol:
+        arrays = [part.numpy() for part in self.parts]
+        return ir.Tensor(np.concatenate(arrays, axis=self.axis), dtype=self.dtype, name=self.name)

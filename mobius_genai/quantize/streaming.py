@@ -23,7 +23,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.quantize.layout import KERNEL_DTYPES, ColumnReader
-from mobius_genai.weights import CheckpointTensor
+from mobius_genai.weights import CheckpointTensor, ConcatTensor
 
 __all__ = ["OneWeightCache", "PartSpec", "WeightSource", "lazy_parts"]
 
@@ -74,10 +74,11 @@ class WeightSource:
         """Columns of the [K, N] values, read as `quantize_matmul_nbits_columns` asks for them.
 
         Checkpoint matrices that the checkpoint stores [N, K] (a Linear weight, an embedding
-        table) are read a block of their stored rows at a time, converted straight into the
-        [K, columns] layout the kernel takes; anything else is read whole once, on first use.
+        table), alone or concatenated along N (packed q/k/v), are read a block of their stored
+        rows at a time, converted straight into the [K, columns] layout the kernel takes;
+        anything else is read whole once, on first use.
         """
-        tensors = [value.const_value for value in self.values]
+        tensors = _parts_along_n(self)
         if all(_n_rows_stored(tensor, self.stored_nk, self.dtype) for tensor in tensors):
             return functools.partial(_read_stored_columns, tensors)  # type: ignore[arg-type]
         whole: list[np.ndarray] = []
@@ -88,6 +89,19 @@ class WeightSource:
             return np.ascontiguousarray(whole[0][:, start:stop], dtype=dtype)
 
         return read
+
+
+def _parts_along_n(source: WeightSource) -> list[object]:
+    """The tensors whose concatenation along N is the weight (concatenations opened up)."""
+    n_axis = 0 if source.stored_nk else 1
+    parts: list[object] = []
+    for value in source.values:
+        tensor = value.const_value
+        if isinstance(tensor, ConcatTensor) and tensor.axis == n_axis:
+            parts.extend(tensor.parts)
+        else:
+            parts.append(tensor)
+    return parts
 
 
 def _n_rows_stored(tensor: object, stored_nk: bool, dtype: ir.DataType) -> bool:

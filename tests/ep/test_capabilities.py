@@ -17,7 +17,7 @@ BF16 = ir.DataType.BFLOAT16
 # Fields not named here must keep the dataclass default.
 EXPECTED = {
     "default": {},
-    "cpu": {"gqa_dtypes": {F32}, "default_int4_accuracy_level": 4},
+    "cpu": {"gqa_dtypes": {F32}, "qkv_pack_dtypes": {F32}, "default_int4_accuracy_level": 4},
     "cuda": {
         "gqa_dtypes": {F16, BF16},
         "qkv_pack_dtypes": {F16, BF16},

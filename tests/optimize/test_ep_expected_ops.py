@@ -123,7 +123,10 @@ def test_ep_produces_expected_ops_cpu_f32_gqa():
     model, counts = _optimized("cpu", "f32")
     _assert_gqa_layers(model, counts, rotary=1)
     assert counts["RotaryEmbedding"] == 0
-    assert all(node.inputs[KEY] is not None for node in _gqa_nodes(model))  # not packed
+    # q/k/v packed into one projection (qkv_pack_dtypes): GQA's key and value inputs are empty.
+    assert all(
+        node.inputs[KEY] is None and node.inputs[VALUE] is None for node in _gqa_nodes(model)
+    )
     assert "position_ids" not in _input_names(model)  # GQA derives positions
 
 

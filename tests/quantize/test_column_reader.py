@@ -3,7 +3,8 @@
 A Linear weight stored [out, in] and an embedding table stored [vocab, hidden] have the
 MatMulNBits rows (output features) as their stored rows, so `WeightSource.column_reader()`
 converts stored row blocks straight into the [K, columns] chunks the kernel takes, without the
-whole [K, N] matrix. The bytes must be those of quantizing the whole read.
+whole [K, N] matrix; packed q/k/v (a ConcatTensor of three such matrices) reads its parts the
+same way. The bytes must be those of quantizing the whole read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 import mobius_genai
 from mobius_genai.quantize import layout
 from mobius_genai.quantize.targets import find_weights
-from mobius_genai.weights import CheckpointTensor
+from mobius_genai.weights import CheckpointTensor, ConcatTensor
 from tests.bundle.conftest import TINY_QWEN2
 
 
@@ -29,6 +30,8 @@ def test_quantizing_from_stored_rows_gives_the_bytes_of_the_whole_read(dtype: st
     sources = _sources(dtype)
     assert any(source.stored_nk for source in sources)  # the tied embedding table
     assert any(not source.stored_nk for source in sources)
+    packed = [s for s in sources if isinstance(s.values[0].const_value, ConcatTensor)]
+    assert len(packed) == (2 if dtype == "f32" else 0)  # q/k/v packed where cpu packs them
     for source in sources:
         whole = source.read()
         numpy_dtype = np.dtype(source.dtype.numpy())
@@ -67,3 +70,18 @@ def test_rows_are_read_in_blocks_only_where_they_are_the_output_features(monkeyp
         assert chunk.shape == (source.k, 100) and chunk.flags.c_contiguous
         np.testing.assert_array_equal(chunk, source.read()[:, 100:200].astype(np.float32))
         assert (calls == [(source.name, 100, 200)]) is blocked
+
+
+def test_packed_projections_read_each_part_by_stored_rows(monkeypatch):
+    calls: list[str] = []
+    original = CheckpointTensor.stored_rows
+
+    def recording(self, start, stop, *, transpose=False):
+        calls.append(self.name)
+        return original(self, start, stop, transpose=transpose)
+
+    monkeypatch.setattr(CheckpointTensor, "stored_rows", recording)
+    source = next(s for s in _sources("f32") if isinstance(s.values[0].const_value, ConcatTensor))
+    columns = source.column_reader()(0, source.n, np.dtype(np.float32))
+    np.testing.assert_array_equal(columns, source.read())
+    assert [name.rsplit(".", 2)[-2] for name in calls] == ["q_proj", "k_proj", "v_proj"]

@@ -7,8 +7,8 @@ Math preserved: for weights stored [in, out] (components/linear.py),
 and GroupQueryAttention reads a packed query of width ``(num_heads + 2 * kv_num_heads) *
 head_dim`` as exactly that concatenation (key and value inputs left empty).
 
-The packed weight is a new initializer whose value is an ``ir.LazyTensor`` that concatenates
-the three weights only when it is saved: nothing is read at rewrite time. Built without
+The packed weight is a new initializer whose value is a `ConcatTensor` (an ``ir.LazyTensor``)
+that concatenates the three weights only when it is saved: nothing is read at rewrite time. Built without
 weights (``load_weights=False``) the three parameters have no value and neither does the
 packed one. The unused q/k/v initializers are left for the pipeline's final cleanup.
 
@@ -19,27 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter._basics import MatchResult
 
 from mobius_genai.optimize.rules.gqa import GQA_OP, MS_DOMAIN, PAST_KEY
-
-
-def lazy_concat(
-    tensors: Sequence[ir.TensorProtocol], axis: int, dtype: ir.DataType, name: str
-) -> ir.LazyTensor:
-    """A tensor equal to ``concatenate(tensors, axis)``, computed when first read."""
-    shapes = [tuple(t.shape.numpy()) for t in tensors]
-    shape = list(shapes[0])
-    shape[axis] = sum(s[axis] for s in shapes)
-
-    def load() -> ir.TensorProtocol:
-        arrays = [t.numpy() for t in tensors]
-        return ir.Tensor(np.concatenate(arrays, axis=axis), dtype=dtype, name=name)
-
-    return ir.LazyTensor(load, dtype=dtype, shape=ir.Shape(shape), name=name)
+from mobius_genai.weights import ConcatTensor
 
 
 def new_parameter(
@@ -130,6 +115,9 @@ class PackQKV(pattern.RewriteRuleClassBase):
         if self.bias:
             packed_b = _concat_parameter(graph, (bq, bk, bv), axis=0, dtype=dtype, suffix=".bias")
             packed = op.Add(packed, packed_b)
+        packed.type = x.type
+        if x.shape is not None:  # [..., q + 2 * kv width], as the three projections had
+            packed.shape = ir.Shape([*x.shape[:-1], int(packed_w.shape[1])])
         rest = list(node.inputs[PAST_KEY:])
         attributes = {name: attr for name, attr in node.attributes.items()}
         return op.op(
@@ -154,7 +142,7 @@ def _concat_parameter(
     if all(t is not None for t in tensors):
 
         def make(name: str) -> ir.LazyTensor:
-            return lazy_concat(tensors, axis, dtype, name)
+            return ConcatTensor(tensors, axis, dtype, name)
 
     return new_parameter(graph, _packed_name(values[0].name or "qkv", suffix), shape, dtype, make)
 
