@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 from make_qwen25_05b_shape import WORK, make_checkpoint
-
 
 
 def package_both(checkpoint: Path, precision: str) -> dict[str, Path]:
@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=20, help="decode steps timed per round")
     parser.add_argument("--past", type=int, default=256, help="KV cache length")
+    parser.add_argument("--keep", action="store_true", help="keep the bundles in benchmarks/_work")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -126,6 +127,9 @@ def main() -> None:
             f"{statistics.median(packed):.2f} | {ratio:.3f} |",
             flush=True,
         )
+        if not args.keep:
+            for folder in bundles.values():
+                shutil.rmtree(folder)
 
 
 if __name__ == "__main__":

@@ -214,7 +214,12 @@ def build(
         graph_model = CausalLMTask().build(module, config)
     if checkpoint is not None:
         attach_weights(
-            graph_model, checkpoint, config, family.checkpoint_name, family.preprocess_weight
+            graph_model,
+            checkpoint,
+            config,
+            family.checkpoint_name,
+            family.preprocess_weight,
+            family.preprocessed,
         )
     package = ModelPackage(
         models={"model": graph_model},

@@ -172,11 +172,14 @@ def attach_weights(
     config: ArchitectureConfig,
     checkpoint_name: Callable[[str], str | TensorSource],
     preprocess: Preprocess,
+    preprocessed: Callable[[str], bool] | None = None,
 ) -> None:
     """Give every parameter of `model` without a value a lazy tensor read from `checkpoint`.
 
     `checkpoint_name` maps a graph parameter name to its checkpoint tensor name, or to a
     TensorSource for parameters stored in another layout or as a slice of a fused tensor.
+    `preprocess` changes values as they are read, for the parameters `preprocessed` accepts
+    (all when None); the others are taken as stored, matrices as `CheckpointTensor`s.
     Errors name the parameter and the checkpoint tensor: missing tensors and shape mismatches
     are found here, before anything is written.
     """
@@ -204,8 +207,9 @@ def attach_weights(
                 f"{checkpoint.folder}: tensor {found!r}{part} has shape {list(sliced)}, the "
                 f"architecture in config.json needs {needed}"
             )
-        load = _loader(checkpoint, found, index, name, value.dtype, transposed, config, preprocess)
-        if preprocess is no_preprocess and len(sliced) == 2:
+        changes = preprocess if preprocessed is None or preprocessed(name) else no_preprocess
+        load = _loader(checkpoint, found, index, name, value.dtype, transposed, config, changes)
+        if changes is no_preprocess and len(sliced) == 2:
             value.const_value = CheckpointTensor(
                 load, checkpoint, found, index, value.dtype, expected, name, transposed
             )

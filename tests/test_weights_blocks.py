@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import pytest
+import safetensors.numpy
 
 import mobius_genai
 from mobius_genai import weights
@@ -113,12 +114,20 @@ def test_the_pool_bounds_buffers_and_reuses_them():
     assert pool.take(100).size == 100  # first is too small for the request: a new buffer
 
 
-def test_models_of_families_with_their_own_preprocessing_keep_plain_lazy_tensors(
-    tmp_path: Path,
-):
-    """gemma's preprocess (norm weights + 1) reads whole tensors; none is a CheckpointTensor."""
+def test_a_family_preprocess_keeps_its_tensors_whole_and_the_others_in_blocks(tmp_path: Path):
+    """gemma offsets its norm weights (1 + w): those are read whole through the hook, every
+    matrix is a CheckpointTensor, and the values are those of reading everything whole."""
     folder = write_tiny_checkpoint(tmp_path / "gemma", "gemma", seed=1)
     built = mobius_genai.build(folder, "default", "f32")
-    values = [v.const_value for v in built["model"].graph.initializers.values()]
-    assert any(isinstance(v, ir.LazyTensor) for v in values)
-    assert not any(isinstance(v, CheckpointTensor) for v in values)
+    values = {n: v.const_value for n, v in built["model"].graph.initializers.items()}
+    norms = {n: t for n, t in values.items() if n.endswith("norm.weight")}
+    matrices = {n: t for n, t in values.items() if isinstance(t, CheckpointTensor)}
+    assert norms and not any(isinstance(t, CheckpointTensor) for t in norms.values())
+    assert all(isinstance(t, ir.LazyTensor) for t in norms.values())
+    assert "model.embed_tokens.weight" in matrices and len(matrices) > 5
+    stored = safetensors.numpy.load_file(folder / "model.safetensors")
+    for name, tensor in norms.items():
+        np.testing.assert_array_equal(tensor.numpy(), stored[name] + 1.0, err_msg=name)
+    pool = BufferPool(nbytes=1000, limit=1)
+    for tensor in matrices.values():
+        _check_blocks_and_rows(tensor, pool)

@@ -122,11 +122,24 @@ class _PipelinedTensor(ir.LazyTensor):
             for data, buffer in self._tensor.blocks(self._pipeline.pool):
                 self._pipeline.put(file, offset, data, buffer)
                 offset += data.size
-        else:  # tobytes(): onnx-ir's own little-endian, sub-byte-packed encoding
-            data = np.frombuffer(self._tensor.tobytes(), np.uint8)
+        else:
+            data = _bytes_of(self._tensor)
             self._pipeline.put(file, offset, data, None)
             offset += data.size
         file.seek(offset)
+
+
+def _bytes_of(tensor: ir.TensorProtocol) -> np.ndarray:
+    """The bytes onnx-ir writes for `tensor`, as uint8, without a copy where numpy has them.
+
+    Sub-byte dtypes (packed two per byte on write), strings and big-endian arrays go through
+    `tobytes()`, onnx-ir's own encoding.
+    """
+    if tensor.dtype.bitwidth >= 8 and tensor.dtype != ir.DataType.STRING:
+        array = tensor.numpy()
+        if array.dtype.byteorder != ">":
+            return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+    return np.frombuffer(tensor.tobytes(), np.uint8)
 
 
 def _external_values(model: ir.Model, threshold: int) -> list[ir.Value]:

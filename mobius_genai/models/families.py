@@ -25,9 +25,12 @@ from mobius_genai.weights import TensorSource, no_preprocess
 ConfigValue = Any | Callable[[Mapping[str, Any]], Any]
 
 
+_NORM_WEIGHTS = r"norm\.weight$"
+
+
 def _offset_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
     """Gemma's RMSNorm computes x̂ * (1 + weight); store 1 + weight for RMSNormalization."""
-    if name.endswith("norm.weight"):
+    if re.search(_NORM_WEIGHTS, name):
         return array.astype(np.float32) + 1.0
     return array
 
@@ -71,6 +74,16 @@ class FamilyAdapter:
     optional_prefix: str | None = None
     # Hook for value changes a family needs (e.g. norm offsets); receives the graph name.
     preprocess_weight: Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray] = no_preprocess
+    # Regex over graph parameter names the hook changes (None: all); the others are read as
+    # stored, matrices a block at a time (weights.CheckpointTensor).
+    preprocessed_weights: str | None = None
+
+    def preprocessed(self, name: str) -> bool:
+        """Whether `preprocess_weight` may change the graph parameter `name`."""
+        return (
+            self.preprocessed_weights is None
+            or re.search(self.preprocessed_weights, name) is not None
+        )
 
     def parse_config(self, raw: Mapping[str, Any]) -> ArchitectureConfig:
         """The ArchitectureConfig of a config.json of this family."""
@@ -188,6 +201,7 @@ _FAMILIES = (
         config_overrides={"embedding_multiplier": _sqrt_hidden},
         refused_keys=_GEMMA_REFUSED,
         preprocess_weight=_offset_norm_weights,
+        preprocessed_weights=_NORM_WEIGHTS,
     ),
     FamilyAdapter(
         model_type="gemma2",
@@ -196,6 +210,7 @@ _FAMILIES = (
         config_overrides=_GEMMA2_OVERRIDES,
         refused_keys=_GEMMA_REFUSED,
         preprocess_weight=_offset_norm_weights,
+        preprocessed_weights=_NORM_WEIGHTS,
     ),
     FamilyAdapter(
         model_type="gemma3_text",
@@ -209,6 +224,7 @@ _FAMILIES = (
         },
         refused_keys=_GEMMA_REFUSED,
         preprocess_weight=_offset_norm_weights,
+        preprocessed_weights=_NORM_WEIGHTS,
     ),
     FamilyAdapter(
         model_type="phi3",

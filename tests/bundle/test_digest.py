@@ -134,3 +134,25 @@ def test_saving_holds_blocks_not_tensors(tmp_path: Path, monkeypatch: pytest.Mon
         saved.graph.initializers["model.embed_tokens.weight"].const_value.numpy(),
         rows.view(table.dtype).astype(np.float32),
     )
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        ir.DataType.FLOAT,
+        ir.DataType.FLOAT16,
+        ir.DataType.BFLOAT16,
+        ir.DataType.INT64,
+        ir.DataType.UINT8,
+        ir.DataType.BOOL,
+        ir.DataType.INT4,
+        ir.DataType.UINT4,
+    ],
+)
+def test_bytes_written_for_in_memory_tensors_are_onnx_irs_encoding(dtype: ir.DataType):
+    digest = importlib.import_module("mobius_genai.bundle.digest")
+    values = np.arange(-7, 8, dtype=np.int64).reshape(3, 5) % (
+        2 if dtype == ir.DataType.BOOL else 8
+    )
+    tensor = ir.Tensor(values.astype(dtype.numpy()), dtype=dtype)
+    assert digest._bytes_of(tensor).tobytes() == tensor.tobytes()
