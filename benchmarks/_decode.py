@@ -1,0 +1,29 @@
+"""Inputs of one decode step of a bundle's decoder run as a plain onnxruntime session."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+
+def decode_feeds(session, folder: str | Path, past: int) -> dict[str, np.ndarray]:
+    """One new token after a `past`-token KV cache of random values.
+
+    KV shapes come from genai_config.json (graphs may leave their head dims symbolic).
+    """
+    decoder = json.loads((Path(folder) / "genai_config.json").read_text())["model"]["decoder"]
+    kv_shape = (1, decoder["num_key_value_heads"], past, decoder["head_size"])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for value in session.get_inputs():
+        if value.name == "input_ids":
+            feeds[value.name] = np.array([[5]], np.int64)
+        elif value.name == "attention_mask":
+            feeds[value.name] = np.ones((1, past + 1), np.int64)
+        elif value.name == "position_ids":
+            feeds[value.name] = np.array([[past]], np.int64)
+        else:  # past_key_values.*
+            feeds[value.name] = rng.standard_normal(kv_shape).astype(np.float32)
+    return feeds
