@@ -25,13 +25,18 @@ from _decode import decode_feeds
 
 def profile(folder: str, past: int, steps: int) -> dict:
     """Step CPU time (ms) and kernel ms per step by op type, of one bundle in this process."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return _profile(folder, past, steps, Path(scratch) / "decode")
+
+
+def _profile(folder: str, past: int, steps: int, prefix: Path) -> dict:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.enable_profiling = True
-    options.profile_file_prefix = str(Path(tempfile.mkdtemp()) / "decode")
+    options.profile_file_prefix = str(prefix)
     session = ort.InferenceSession(
         str(Path(folder) / "model.onnx"), options, providers=["CPUExecutionProvider"]
     )
