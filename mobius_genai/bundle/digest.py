@@ -54,6 +54,7 @@ class _Pipeline:
         self.in_order = True
         self.error: OSError | None = None
         self._fd: int | None = None
+        self._file: object = None
         self._writes: queue.Queue[_Block | None] = queue.Queue(_QUEUE)
         self._hashes: queue.Queue[_Block | None] = queue.Queue(_QUEUE)
         self._threads = [
@@ -70,6 +71,9 @@ class _Pipeline:
         if self._fd is None:
             # A descriptor of our own: onnx-ir closes its file before the writes drain.
             self._fd = os.dup(file.fileno())
+            self._file = file
+        elif file is not self._file:
+            raise BundleError("the external data must be saved to one file (no shards)")
         if offset != self.size:  # a gap: the blocks' hash is not the file's
             self.in_order = False
         self.size = offset + data.size
