@@ -33,6 +33,9 @@ from mobius_genai.weights import CheckpointTensor
 
 #: Blocks queued between two threads at most (tensors not in pooled buffers are bounded by it).
 _QUEUE = 4
+#: Writes at an offset without moving the file position (POSIX `pwrite`) can run in a thread
+#: of their own; elsewhere (Windows) the saving thread writes and only hashing runs behind it.
+_BACKGROUND_WRITES = hasattr(os, "pwrite")
 #: Pooled block buffers in flight at most (with BLOCK_BYTES each).
 _BUFFERS = 6
 
@@ -44,11 +47,15 @@ class _Pipeline:
     """Writes blocks at their offsets (writer thread) and hashes them in order (hasher thread).
 
     A failed write is kept and raised by `put()` and `close()`; blocks after it are still
-    passed along (not written) so that every pooled buffer is given back.
+    passed along (not written) so that every pooled buffer is given back. Without background
+    writes, `put()` writes in the calling thread, at the file's position.
     """
 
-    def __init__(self, pool: BufferPool) -> None:
+    def __init__(self, pool: BufferPool, background_writes: bool | None = None) -> None:
         self.pool = pool
+        self.background_writes = (
+            _BACKGROUND_WRITES if background_writes is None else background_writes
+        )
         self.digest = hashlib.sha256()
         self.size = 0
         self.in_order = True
@@ -68,16 +75,26 @@ class _Pipeline:
         """Queue `data` (contiguous uint8) to be written at `offset` of `file`'s file."""
         if self.error is not None:
             raise self.error
-        if self._fd is None:
-            # A descriptor of our own: onnx-ir closes its file before the writes drain.
-            self._fd = os.dup(file.fileno())
+        if self._file is None:
             self._file = file
+            if self.background_writes:
+                # A descriptor of our own: onnx-ir closes its file before the writes drain.
+                self._fd = os.dup(file.fileno())
         elif file is not self._file:
             raise BundleError("the external data must be saved to one file (no shards)")
         if offset != self.size:  # a gap: the blocks' hash is not the file's
             self.in_order = False
         self.size = offset + data.size
-        self._writes.put((offset, data, buffer))
+        if self.background_writes:
+            self._writes.put((offset, data, buffer))
+            return
+        try:
+            file.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+        finally:
+            self._hashes.put((offset, data, buffer))
 
     def _write_loop(self) -> None:
         while (block := self._writes.get()) is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import io
 import json
 import shutil
 import threading
@@ -25,9 +26,17 @@ from mobius_genai.errors import BundleError, WeightsError
 from tests.bundle.conftest import TINY_QWEN2
 
 
+@pytest.fixture(params=[True, False], ids=["background-writes", "writes-in-saving-thread"])
+def write_mode(request, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Both ways of writing: pwrite in a writer thread (POSIX) or in the saving thread."""
+    digest = importlib.import_module("mobius_genai.bundle.digest")
+    monkeypatch.setattr(digest, "_BACKGROUND_WRITES", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("precision", ["fp32", "int4"])
 def test_manifest_hash_of_the_data_file_is_computed_while_writing(
-    precision: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    precision: str, write_mode: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
     hashed_files: list[str] = []
     original = manifest._sha256
@@ -102,7 +111,9 @@ def test_an_error_while_converting_is_reported_as_itself(
     assert threading.active_count() == threads
 
 
-def test_saving_holds_blocks_not_tensors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_saving_holds_blocks_not_tensors(
+    write_mode: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """Peak Python memory while saving stays under half the largest tensor.
 
     The checkpoint is tiny-qwen2 with a 65,536-row embedding table (16 MiB as float32, tied
@@ -156,3 +167,21 @@ def test_bytes_written_for_in_memory_tensors_are_onnx_irs_encoding(dtype: ir.Dat
     )
     tensor = ir.Tensor(values.astype(dtype.numpy()), dtype=dtype)
     assert digest._bytes_of(tensor).tobytes() == tensor.tobytes()
+
+
+def test_a_failed_write_in_the_saving_thread_is_kept_and_buffers_come_back():
+    digest = importlib.import_module("mobius_genai.bundle.digest")
+
+    class FullDisk(io.BytesIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    pool = _buffers.BufferPool(nbytes=16, limit=1)
+    pipeline = digest._Pipeline(pool, background_writes=False)
+    buffer = pool.take()
+    with pytest.raises(OSError, match="No space left"):
+        pipeline.put(FullDisk(), 0, buffer[:8], buffer)
+    with pytest.raises(OSError, match="No space left"):
+        pipeline.close()
+    assert pipeline.error is not None
+    assert pool.take() is buffer  # given back although the write failed
