@@ -8,9 +8,10 @@ and GroupQueryAttention reads a packed query of width ``(num_heads + 2 * kv_num_
 head_dim`` as exactly that concatenation (key and value inputs left empty).
 
 The packed weight is a new initializer whose value is a `ConcatTensor` (an ``ir.LazyTensor``)
-that concatenates the three weights only when it is saved: nothing is read at rewrite time. Built without
-weights (``load_weights=False``) the three parameters have no value and neither does the
-packed one. The unused q/k/v initializers are left for the pipeline's final cleanup.
+that concatenates the three weights only when it is read: nothing is read at rewrite time,
+and INT4 quantization reads the parts one by one. Built without weights
+(``load_weights=False``) the three parameters have no value and neither does the packed one.
+The unused q/k/v initializers are left for the pipeline's final cleanup.
 
 Gating on the model dtype (``qkv_pack_dtypes``) is the pipeline's business.
 """
