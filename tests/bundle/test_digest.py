@@ -90,23 +90,25 @@ def test_a_failed_write_is_a_bundle_error_and_leaves_the_old_bundle(
     assert threading.active_count() == threads  # the writer and hasher threads ended
 
 
+@pytest.mark.parametrize("failure", [WeightsError("read failed"), KeyboardInterrupt()])
 def test_an_error_while_converting_is_reported_as_itself(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    failure: BaseException, write_mode: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    """A failure in the saving thread stops the pipeline and surfaces unchanged."""
+    """A failure (or Ctrl-C) in the saving thread stops the pipeline and surfaces unchanged."""
     original = weights.Checkpoint.read
     calls = []
 
     def failing_read(self, name, index=None):
         calls.append(name)
         if len(calls) == 5:
-            raise WeightsError(f"{name}: read failed")
+            raise failure
         return original(self, name, index)
 
     monkeypatch.setattr(weights.Checkpoint, "read", failing_read)
     threads = threading.active_count()
-    with pytest.raises(WeightsError, match="read failed"):
+    with pytest.raises(type(failure)):
         package(TINY_QWEN2, "cpu", tmp_path / "b", quiet=True, smoke_test=False)
+    assert len(calls) == 5  # the save stopped at the failure
     assert not (tmp_path / "b").exists()
     assert threading.active_count() == threads
 
