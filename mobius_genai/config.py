@@ -8,12 +8,12 @@ same ArchitectureConfig, so nothing downstream depends on transformers or on its
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mobius_genai._json import read_json_object
 from mobius_genai.errors import ConfigError
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
@@ -180,13 +180,7 @@ def read_config_json(path: str | Path) -> dict[str, Any]:
         path = path / "config.json"
     if not path.is_file():
         raise ConfigError(f"{path}: config.json not found; a checkpoint folder must hold one")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: not readable as JSON ({error})") from error
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a JSON object, found {type(raw).__name__}")
-    return raw
+    return read_json_object(path, ConfigError)
 
 
 def _require(raw: Mapping[str, Any], key: str, kind: type = int) -> Any:

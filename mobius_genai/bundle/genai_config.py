@@ -7,11 +7,11 @@ written (its input/output names and whether it uses GroupQueryAttention). onnxru
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mobius_genai._json import read_json_object
 from mobius_genai.bundle.graph import GraphInfo, LayerNames, layer_names
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep import EpCapabilities
@@ -42,13 +42,7 @@ def read_generation_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder) / "generation_config.json"
     if not path.is_file():
         return {}
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(f"{path}: not readable as JSON ({error})") from error
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a JSON object, found {type(raw).__name__}")
-    return raw
+    return read_json_object(path, ConfigError)
 
 
 def make_genai_config(

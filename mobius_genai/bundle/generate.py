@@ -13,6 +13,7 @@ from typing import Any
 
 import onnxruntime_genai as og
 
+from mobius_genai._json import read_json
 from mobius_genai.errors import BundleError
 
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
@@ -129,7 +130,4 @@ def _template_value(document: Any) -> str | None:
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise BundleError(f"{path.name}: not readable as JSON ({error})") from error
+    return read_json(path, BundleError, path.name)

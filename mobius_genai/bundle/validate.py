@@ -8,11 +8,11 @@ reported in one BundleError that names the file or field, the value and what is 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mobius_genai._json import read_json
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
@@ -255,7 +255,4 @@ def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: boo
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise BundleError(f"{path.name}: not readable as JSON ({error})") from error
+    return read_json(path, BundleError, path.name)

@@ -26,6 +26,7 @@ from olive.model import ONNXModelHandler
 from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
+from mobius_genai._json import read_json
 from mobius_genai.build import MODEL_FILENAME, resolve_ep
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
@@ -180,12 +181,7 @@ def _bundle_ep(
 
 
 def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise BundleError(
-            f"MobiusFinalize: {path.name} is not readable as JSON ({error})"
-        ) from error
+    return read_json(path, BundleError, f"MobiusFinalize: {path.name}")
 
 
 def _write_json(path: Path, document: Any) -> None:
