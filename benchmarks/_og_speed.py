@@ -10,7 +10,8 @@ alternating between rounds, after one warm-up run each:
 
 Each is measured in wall-clock time and in CPU time of the calling thread (with one intra-op
 thread, onnxruntime computes on the caller's thread), which other processes on the machine
-disturb much less.
+disturb much less. The JSON also says how much of the process's anonymous memory sits in
+transparent huge pages at the end (`anon_huge_mib`, Linux; see hugepages.py).
 
     python benchmarks/_og_speed.py --prompt 256 --new 64 --rounds 3 BUNDLE [BUNDLE ...]
 """
@@ -31,6 +32,18 @@ def load(folder: str, threads: int) -> og.Model:
     options = {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
     config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
     return og.Model(config)
+
+
+def anon_huge_mib() -> float | None:
+    """MiB of this process's anonymous memory in transparent huge pages (Linux), else None."""
+    try:
+        with open("/proc/self/smaps_rollup") as stream:
+            for line in stream:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def _clocks() -> tuple[float, float]:
@@ -87,7 +100,7 @@ def main() -> None:
         for folder in order:
             for key, value in run_once(models[folder], prompt, args.new).items():
                 results[folder].setdefault(key, []).append(value)
-    print(json.dumps({"load_s": load_s, "results": results}))
+    print(json.dumps({"load_s": load_s, "anon_huge_mib": anon_huge_mib(), "results": results}))
 
 
 if __name__ == "__main__":

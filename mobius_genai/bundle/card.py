@@ -84,9 +84,18 @@ def render_card(
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
 
 
+#: Linux CPU tip: decoding reads every weight once per token, so 2 MiB pages make it faster.
+HUGE_PAGES_TIP = (
+    "On Linux, where `/sys/kernel/mm/transparent_hugepage/enabled` says `[madvise]`, start the "
+    "program with `GLIBC_TUNABLES=glibc.malloc.hugetlb=1` (glibc 2.35 or later): the weights "
+    "then sit in 2 MiB pages, and decoding, which reads every weight once per new token, gets "
+    "faster."
+)
+
+
 def _requirements(provider: str) -> str:
     if provider == "CPU":
-        return "Needs `pip install onnxruntime-genai`."
+        return f"Needs `pip install onnxruntime-genai`. {HUGE_PAGES_TIP}"
     return (
         f"Needs an onnxruntime-genai build with the {provider} execution provider "
         "(e.g. `onnxruntime-genai-cuda` for CUDA); the CPU-only wheel cannot load it."
