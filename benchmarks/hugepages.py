@@ -66,8 +66,13 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=256)
     parser.add_argument("--new", type=int, default=64)
     args = parser.parse_args()
-    with open("/sys/kernel/mm/transparent_hugepage/enabled") as stream:
-        print(f"transparent_hugepage/enabled: {stream.read().strip()}")
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as stream:
+            print(f"transparent_hugepage/enabled: {stream.read().strip()}")
+    except OSError:
+        sys.exit(
+            "no /sys/kernel/mm/transparent_hugepage: transparent huge pages are a Linux feature"
+        )
     print("| bundle | metric | 4 KiB pages | huge pages | ratio |")
     print("|---|---|--:|--:|--:|")
     for bundle in args.bundles:
