@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx_ir as ir
 
 from mobius_genai.config import ArchitectureConfig, read_config_json
-from mobius_genai.ep.capabilities import EpCapabilities
+from mobius_genai.ep.capabilities import ALL_MODEL_DTYPES, EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ConfigError, ExecutionProviderError
@@ -46,15 +46,30 @@ MODEL_FILENAME = "model.onnx"
 
 
 def parse_dtype(dtype: str | ir.DataType | None, caps: EpCapabilities) -> ir.DataType:
-    """Resolve a dtype argument; None means the EP's default dtype."""
+    """Resolve a dtype argument for `caps`' EP; None means the EP's default dtype."""
     if dtype is None:
         return caps.default_dtype
     if isinstance(dtype, ir.DataType):
-        return dtype
+        if dtype not in ALL_MODEL_DTYPES:
+            raise ConfigError(f"dtype {dtype} is not supported; accepted: f32, f16, bf16")
+        return require_model_dtype(caps, dtype)
     try:
-        return DTYPES[str(dtype).lower()]
+        parsed = DTYPES[str(dtype).lower()]
     except KeyError:
         raise ConfigError(f"dtype {dtype!r} is not supported; accepted: f32, f16, bf16") from None
+    return require_model_dtype(caps, parsed)
+
+
+def require_model_dtype(caps: EpCapabilities, dtype: ir.DataType) -> ir.DataType:
+    """`dtype` if `caps`' EP runs models of it, else an ExecutionProviderError saying what does."""
+    if dtype not in caps.model_dtypes:
+        accepted = sorted(caps.model_dtypes, key=lambda d: d.value)
+        raise ExecutionProviderError(
+            f"execution provider {caps.name!r} does not run {dtype.short_name()} models (its "
+            f"runtime has no {dtype.short_name()} kernels); accepted for {caps.name}: "
+            + ", ".join(d.short_name() for d in accepted)
+        )
+    return dtype
 
 
 def resolve_ep(execution_provider: str | EpCapabilities) -> EpCapabilities:

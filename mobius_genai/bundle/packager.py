@@ -15,7 +15,14 @@ from typing import Any
 
 import onnx_ir as ir
 
-from mobius_genai.build import MODEL_FILENAME, ModelPackage, build, parse_dtype, resolve_ep
+from mobius_genai.build import (
+    MODEL_FILENAME,
+    ModelPackage,
+    build,
+    parse_dtype,
+    require_model_dtype,
+    resolve_ep,
+)
 from mobius_genai.bundle.bundle import (
     check_not_inside,
     check_output,
@@ -154,10 +161,8 @@ def resolve_precision(
                 f"dtype {dtype!r} contradicts precision {precision!r}; accepted: one of them, "
                 "or a matching pair"
             )
-        return PRECISIONS[precision], precision
+        return require_model_dtype(caps, PRECISIONS[precision]), precision
     chosen = chosen or caps.default_dtype
-    if chosen not in _SHORT_DTYPE:
-        raise ConfigError(f"dtype {chosen} is not supported; accepted: f32, f16, bf16")
     return chosen, next(name for name, value in PRECISIONS.items() if value == chosen)
 
 

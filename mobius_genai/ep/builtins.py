@@ -25,16 +25,19 @@ _F16 = ir.DataType.FLOAT16
 _BF16 = ir.DataType.BFLOAT16
 
 BUILTIN_EPS: tuple[EpCapabilities, ...] = (
-    # Portable ONNX: no EP-specific fusions; custom ops keep their function bodies.
-    EpCapabilities(name="default", gqa_dtypes=frozenset()),
+    # Portable ONNX: no EP-specific fusions; custom ops keep their function bodies. INT4 is
+    # standard DequantizeLinear + MatMul (MatMulNBits has no function body).
+    EpCapabilities(name="default", gqa_dtypes=frozenset(), supports_matmul_nbits=False),
     # ORT CPU EP. Packed q/k/v: one projection per layer decodes ~2.5% faster on CPU, fp32
-    # and int4 alike (benchmarks/qkv_packing.py).
+    # and int4 alike (benchmarks/qkv_packing.py). No bf16: onnxruntime's CPU EP lacks bf16
+    # kernels for ops every decoder uses (MatMul, Where).
     EpCapabilities(
         name="cpu",
         gqa_dtypes=frozenset({_F32}),
         qkv_pack_dtypes=frozenset({_F32}),
         default_int4_accuracy_level=4,
         int4_gather_dtypes=frozenset({_F32, _F16}),
+        model_dtypes=frozenset({_F32, _F16}),
     ),
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(
@@ -48,7 +51,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         int4_gather_dtypes=frozenset({_F32, _F16, _BF16}),
     ),
     # DirectML: no fused RoPE inside GQA. genai turns DML graph capture on unless told "0",
-    # so the option is written out to match enable_graph_capture=False.
+    # so the option is written out to match enable_graph_capture=False. DirectML has no bf16.
     EpCapabilities(
         name="dml",
         gqa_dtypes=frozenset({_F16}),
@@ -57,8 +60,9 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         genai_provider="dml",
         default_dtype=_F16,
         graph_capture_option="enable_graph_capture",
+        model_dtypes=frozenset({_F32, _F16}),
     ),
-    # ORT WebGPU EP: Shape ops are eliminated.
+    # ORT WebGPU EP: Shape ops are eliminated. WebGPU has no bf16.
     EpCapabilities(
         name="webgpu",
         gqa_dtypes=frozenset({_F32, _F16}),
@@ -69,6 +73,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         supports_shape_op=False,
         graph_capture_option="enableGraphCapture",
         int4_gather_dtypes=frozenset({_F32, _F16}),
+        model_dtypes=frozenset({_F32, _F16}),
     ),
     # Apple-silicon MLX plugin EP: GQA with unpacked Q/K/V. genai 0.18 passes names it does not
     # know through to ORT's plugin-EP lookup (AppendExecutionProvider_V2 by EP name), and the MLX
@@ -100,6 +105,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         supports_fused_matmul=False,
         supports_packed_multi_head_attention=False,
         supports_custom_ops=False,
+        supports_matmul_nbits=False,
     ),
 )
 

@@ -12,12 +12,15 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import onnx_ir as ir
 
-__all__ = ["MAX_INT4_ACCURACY_LEVEL", "EpCapabilities", "FrozenOptions"]
+__all__ = ["ALL_MODEL_DTYPES", "MAX_INT4_ACCURACY_LEVEL", "EpCapabilities", "FrozenOptions"]
 
 #: MatMulNBits ``accuracy_level`` range: 0 = unset (highest accuracy) … 4 = int8 compute (fastest).
 MAX_INT4_ACCURACY_LEVEL = 4
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+
+#: The model dtypes mobius-genai builds.
+ALL_MODEL_DTYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
 
 
 class FrozenOptions(Mapping[str, str]):
@@ -105,6 +108,11 @@ class EpCapabilities:
     int4_gather_dtypes: frozenset[ir.DataType] = frozenset()
     """Model dtypes for which INT4 stores the token embedding as com.microsoft::GatherBlockQuantized
     (shared with a tied lm_head); for other dtypes the embedding stays float."""
+    supports_matmul_nbits: bool = True
+    """False → INT4 is standard blocked DequantizeLinear + MatMul (no custom op; onnxruntime
+    fuses the pair back into MatMulNBits when it loads the graph)."""
+    model_dtypes: frozenset[ir.DataType] = ALL_MODEL_DTYPES
+    """Model dtypes this EP's runtime executes; building for another one is refused."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -119,6 +127,7 @@ class EpCapabilities:
         object.__setattr__(
             self, "int4_gather_dtypes", _dtype_set("int4_gather_dtypes", self.int4_gather_dtypes)
         )
+        object.__setattr__(self, "model_dtypes", _dtype_set("model_dtypes", self.model_dtypes))
         level = self.default_int4_accuracy_level
         if isinstance(level, bool) or not isinstance(level, int):
             raise ValueError(
@@ -142,6 +151,11 @@ class EpCapabilities:
             raise ValueError(
                 f"EpCapabilities.default_dtype of {self.name!r} must be an ir.DataType, "
                 f"got {self.default_dtype!r}"
+            )
+        if self.default_dtype not in self.model_dtypes:
+            raise ValueError(
+                f"EpCapabilities.default_dtype of {self.name!r} ({self.default_dtype}) must be "
+                f"one of its model_dtypes ({sorted(str(d) for d in self.model_dtypes)})"
             )
         self._check_graph_capture()
 

@@ -1,7 +1,7 @@
 """INT4 weight quantization of a built (and optimized) decoder graph: `quantize_int4`.
 
 Every linear projection and the lm_head become `com.microsoft::MatMulNBits` (or, for an EP
-without custom ops, standard DequantizeLinear + MatMul); embedding tables become
+without that kernel, e.g. portable ONNX, standard DequantizeLinear + MatMul); embedding tables become
 `com.microsoft::GatherBlockQuantized` where the EP has that kernel for the model dtype, sharing
 one quantized copy with a tied lm_head. Only the graph changes here: the quantized tensors are
 lazy and computed one weight at a time while the model is saved.
@@ -164,7 +164,7 @@ def quantize_int4(
     )
     cache = OneWeightCache()
     with Progress("quantizing int4", total=len(groups), enabled=progress) as bar:
-        if caps.supports_custom_ops:
+        if caps.supports_custom_ops and caps.supports_matmul_nbits:
             quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
                 groups,
                 block_size=options.block_size,

@@ -98,6 +98,11 @@ BAD_INPUT: dict[str, tuple[list[str], Callable[[Path], None] | None, str]] = {
         None,
         "block size",
     ),
+    "bf16 on an EP without bf16 kernels": (
+        ["--ep", "cpu", "--precision", "bf16"],
+        None,
+        "execution provider 'cpu' does not run bf16 models",
+    ),
     "dtype contradicts precision": (
         ["--dtype", "f16", "--precision", "fp32"],
         None,

@@ -16,8 +16,13 @@ BF16 = ir.DataType.BFLOAT16
 # The spec's registry table plus the packager fields, written out independently of builtins.py.
 # Fields not named here must keep the dataclass default.
 EXPECTED = {
-    "default": {},
-    "cpu": {"gqa_dtypes": {F32}, "qkv_pack_dtypes": {F32}, "default_int4_accuracy_level": 4},
+    "default": {"supports_matmul_nbits": False},
+    "cpu": {
+        "gqa_dtypes": {F32},
+        "qkv_pack_dtypes": {F32},
+        "default_int4_accuracy_level": 4,
+        "model_dtypes": {F32, F16},
+    },
     "cuda": {
         "gqa_dtypes": {F16, BF16},
         "qkv_pack_dtypes": {F16, BF16},
@@ -33,6 +38,7 @@ EXPECTED = {
         "genai_provider": "dml",
         "default_dtype": F16,
         "graph_capture_option": "enable_graph_capture",
+        "model_dtypes": {F32, F16},
     },
     "webgpu": {
         "gqa_dtypes": {F32, F16},
@@ -42,6 +48,7 @@ EXPECTED = {
         "default_dtype": F16,
         "supports_shape_op": False,
         "graph_capture_option": "enableGraphCapture",
+        "model_dtypes": {F32, F16},
     },
     "mlx": {
         "gqa_dtypes": {F32, F16, BF16},
@@ -62,6 +69,7 @@ EXPECTED = {
         "supports_skip_layer_norm": False,
         "supports_fused_matmul": False,
         "supports_custom_ops": False,
+        "supports_matmul_nbits": False,
     },
 }
 
@@ -81,6 +89,8 @@ DEFAULTS = {
     "supports_shape_op": True,
     "supports_custom_ops": True,
     "graph_capture_option": None,
+    "supports_matmul_nbits": True,
+    "model_dtypes": {F32, F16, BF16},
 }
 
 
@@ -107,6 +117,8 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_custom_ops",
         "graph_capture_option",
         "int4_gather_dtypes",
+        "supports_matmul_nbits",
+        "model_dtypes",
     ]
 
 
@@ -199,6 +211,11 @@ def test_non_dtype_in_gqa_dtypes_is_rejected():
 def test_non_dtype_default_dtype_is_rejected():
     with pytest.raises(ValueError, match=r"default_dtype of 'x' must be an ir\.DataType"):
         EpCapabilities(name="x", gqa_dtypes=frozenset(), default_dtype="float16")  # type: ignore[arg-type]
+
+
+def test_default_dtype_outside_model_dtypes_is_rejected():
+    with pytest.raises(ValueError, match="default_dtype of 'my-ep'"):
+        EpCapabilities(name="my-ep", gqa_dtypes=frozenset(), model_dtypes=frozenset({F16}))
 
 
 def test_graph_capture_without_option_key_is_rejected():

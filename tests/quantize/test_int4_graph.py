@@ -161,6 +161,32 @@ def test_onnx_standard_uses_dequantize_linear_and_no_custom_ops(symmetric, untie
     assert report.to_dict()["accuracy_level"] is None
 
 
+def test_default_ep_int4_is_portable_dequantize_linear(untied_ckpt, tmp_path):
+    """Portable ONNX keeps only custom ops with function bodies, so no MatMulNBits; onnxruntime
+    still runs the kernel: it fuses blocked DequantizeLinear + MatMul into MatMulNBits."""
+    package, report = _quantized(untied_ckpt, "default")
+    model = package["model"]
+    assert report.format == "DequantizeLinear"
+    assert len(_nodes(model, "DequantizeLinear")) == LAYERS * 7 + 1
+    assert not _nodes(model, "MatMulNBits") and not _nodes(model, "GatherBlockQuantized")
+    bodies = {(function.domain, function.name) for function in model.functions.values()}
+    custom = {
+        (node.domain, node.op_type) for node in model.graph if node.domain not in ("", "ai.onnx")
+    }
+    assert custom and custom <= bodies  # a runtime without the custom ops expands the bodies
+    package.save(tmp_path / "graph", progress=False)
+
+    import onnx
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(tmp_path / "graph" / "model.onnx"), options)
+    optimized = onnx.load(options.optimized_model_filepath, load_external_data=False)
+    ops = collections.Counter(node.op_type for node in optimized.graph.node)
+    assert ops["MatMulNBits"] == LAYERS * 7 + 1 and ops["DequantizeLinear"] == 0
+
+
 def test_graph_built_without_weights_is_rewritten_without_values():
     caps = get_ep("cuda")
     package = mobius_genai.build(TINY_QWEN2, caps, "f16", load_weights=False)

@@ -80,13 +80,14 @@ def _relative_rms(ours, reference) -> float:
 @pytest.mark.parametrize("symmetric", [True, False])
 @pytest.mark.parametrize(
     ("ep", "embedding"),
-    [("cpu", "int4"), ("dml", "float"), ("onnx-standard", "float")],
+    [("cpu", "int4"), ("dml", "float"), ("onnx-standard", "float"), ("default", "float")],
 )
 def test_int4_graph_reproduces_float_graph_on_grid_weights(
     ep, embedding, symmetric, tied, grid_ckpts, float_logits, tmp_path
 ):
     """cpu: MatMulNBits + GatherBlockQuantized (shared when tied); dml (f32 build, runs on
-    CPU): float lookup with a separate int4 lm_head; onnx-standard: DequantizeLinear."""
+    CPU): float lookup with a separate int4 lm_head; onnx-standard and default:
+    DequantizeLinear."""
     ckpt = grid_ckpts[tied]
     run = _reference_run(ckpt)
     reference = float_logits(ckpt, ep)
