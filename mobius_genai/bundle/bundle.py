@@ -11,7 +11,7 @@ import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mobius_genai.errors import BundleError
@@ -62,23 +62,48 @@ def check_not_inside(out: Path, protected: Path, what: str) -> None:
         )
 
 
+def checkpoint_folder(model: str | Path) -> tuple[tuple[Path, str], ...]:
+    """`protect` for staged_output: the checkpoint's folder when `model` is a local one."""
+    local = Path(model).expanduser()
+    return ((local, "the checkpoint"),) if local.is_dir() else ()
+
+
 @contextlib.contextmanager
-def staged_output(out: Path, *, force: bool = False) -> Iterator[Path]:
+def staged_output(
+    out: Path, *, force: bool = False, protect: Sequence[tuple[Path, str]] = ()
+) -> Iterator[Path]:
     """Yield an empty temporary folder beside `out` that becomes `out` when the block succeeds.
 
-    Any exception, KeyboardInterrupt included, removes the temporary folder (and the parent
-    folders this call created) and leaves an existing `out` untouched.
+    `out` may not be the current folder or one of its parents, nor any `(path, what)` of
+    `protect` (e.g. the checkpoint) or a parent of one: replacing it would delete them. Any
+    exception, KeyboardInterrupt included, removes the temporary folder (and the parent folders
+    this call created) and leaves an existing `out` untouched. Folders that cannot be created
+    or replaced (read-only, a file in the way, a mount point) are a BundleError naming `out`.
     """
     out = Path(out).absolute()
     check_output(out, force=force)
+    for path, what in ((Path.cwd(), "the current folder"), *protect):
+        check_not_inside(out, path, what)
     created = _first_missing(out.parent)
     staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()  # unlike tempfile.mkdtemp, keeps the umask's permissions
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            staging.mkdir()  # unlike tempfile.mkdtemp, keeps the umask's permissions
+        except OSError as error:
+            raise BundleError(
+                f"output {out}: cannot create a folder there ({error.strerror or error}); "
+                "accepted: a path in a folder you can write to"
+            ) from error
         yield staging
         check_output(out, force=force)  # something may have appeared there meanwhile
-        _replace(staging, out)
+        try:
+            _replace(staging, out)
+        except OSError as error:
+            raise BundleError(
+                f"output {out}: cannot replace it ({error.strerror or error}); accepted: a "
+                "folder that can be renamed (not a mount point), in a folder you can write to"
+            ) from error
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if created is not None:
@@ -108,4 +133,7 @@ def _replace(staging: Path, out: Path) -> None:
     except BaseException:
         os.replace(backup, out)
         raise
-    shutil.rmtree(backup, ignore_errors=True)
+    if backup.is_symlink():  # `out` was a link: the link goes, its target stays
+        backup.unlink()
+    else:
+        shutil.rmtree(backup, ignore_errors=True)

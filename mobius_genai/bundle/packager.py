@@ -24,8 +24,7 @@ from mobius_genai.build import (
     resolve_ep,
 )
 from mobius_genai.bundle.bundle import (
-    check_not_inside,
-    check_output,
+    checkpoint_folder,
     copy_tokenizer_files,
     staged_output,
 )
@@ -100,11 +99,7 @@ def package(
         )
     int4_options = (int4 or Int4Options()) if precision == "int4" else None
     out = Path(output) if output is not None else default_output(model, caps, precision)
-    check_output(out, force=force)
-    check_not_inside(out, Path.cwd(), "the current folder")
-    if Path(model).expanduser().is_dir():
-        check_not_inside(out, Path(model).expanduser(), "the checkpoint")
-    with staged_output(out, force=force) as staging:
+    with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
         built = build(
             model,
             caps,

@@ -2,14 +2,17 @@
 
 Every subcommand module provides `add_arguments(parser)` and `run(args) -> int`. Errors that
 mobius-genai raises on purpose become one line on stderr and exit code 1; a traceback is shown
-only with --debug. Ctrl-C exits with 130.
+only with --debug. Ctrl-C exits with 130, SIGTERM with 143, both after removing what was
+being written.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from mobius_genai.errors import MobiusError
@@ -63,19 +66,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so staged output folders are removed on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    args = _parser().parse_args(argv)
+    handles_signals = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if handles_signals else None
+    debug = False
     try:
+        args = _parser().parse_args(argv)
+        debug = args.debug
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print("mobius-genai: interrupted; nothing was written", file=sys.stderr)
         return 130
     except MobiusError as error:
-        if args.debug:
+        if debug:
             raise
         print(f"mobius-genai: error: {error}", file=sys.stderr)
         return 1
+    finally:
+        if handles_signals:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

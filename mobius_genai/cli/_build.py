@@ -12,7 +12,7 @@ import contextlib
 from pathlib import Path
 
 from mobius_genai.build import build
-from mobius_genai.bundle.bundle import staged_output
+from mobius_genai.bundle.bundle import checkpoint_folder, staged_output
 from mobius_genai.cli._args import add_checkpoint_arguments, positive_int
 from mobius_genai.errors import BundleError, MobiusError
 from mobius_genai.optimize import trace_to_stderr
@@ -43,7 +43,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     with trace_to_stderr() if args.trace else contextlib.nullcontext():
         try:
-            with staged_output(out, force=args.force) as staging:
+            with staged_output(
+                out, force=args.force, protect=checkpoint_folder(args.model)
+            ) as staging:
                 package = build(
                     args.model,
                     args.ep,

@@ -125,3 +125,60 @@ def test_package_refuses_to_replace_the_checkpoint(tmp_path: Path):
     with pytest.raises(BundleError, match="would replace the checkpoint"):
         packager.package(checkpoint, "cpu", tmp_path, force=True, quiet=True)
     assert _leftovers(checkpoint) == before
+
+
+@pytest.mark.parametrize("target", ["protected", "parent", "cwd"])
+def test_output_may_not_replace_what_it_protects(tmp_path: Path, monkeypatch, target: str):
+    checkpoint = tmp_path / "models" / "ckpt"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text("{}")
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    out = {"protected": checkpoint, "parent": tmp_path / "models", "cwd": Path(".")}[target]
+    what = "the current folder" if target == "cwd" else "the checkpoint"
+    with (
+        pytest.raises(BundleError, match=f"would replace {what}"),
+        staged_output(out, force=True, protect=((checkpoint, "the checkpoint"),)),
+    ):
+        pytest.fail("the block must not run")
+    assert _leftovers(checkpoint) == ["config.json"]
+
+
+def test_output_under_a_file_is_a_bundle_error(tmp_path: Path):
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "bundle"
+    with (
+        pytest.raises(BundleError, match=r"afile/bundle: cannot create a folder there"),
+        staged_output(out),
+    ):
+        pytest.fail("the block must not run")
+    assert _leftovers(tmp_path) == ["afile"]
+
+
+def test_an_output_that_cannot_be_replaced_is_a_bundle_error(tmp_path: Path, monkeypatch):
+    out = tmp_path / "bundle"
+    out.mkdir()
+
+    def busy(source, target):
+        raise OSError(16, "Device or resource busy")
+
+    monkeypatch.setattr("mobius_genai.bundle.bundle.os.replace", busy)
+    with (
+        pytest.raises(BundleError, match="cannot replace it .Device or resource busy"),
+        staged_output(out, force=True) as staging,
+    ):
+        (staging / "new.txt").write_text("new")
+    assert _leftovers(tmp_path) == ["bundle"]
+
+
+def test_force_on_a_link_replaces_the_link_and_keeps_its_target(tmp_path: Path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    link = tmp_path / "link"
+    link.symlink_to(target, target_is_directory=True)
+    with staged_output(link, force=True) as staging:
+        (staging / "new.txt").write_text("new")
+    assert not link.is_symlink() and _leftovers(link) == ["new.txt"]
+    assert _leftovers(target) == ["old.txt"]
+    assert _leftovers(tmp_path) == ["link", "target"]  # no .old backup left behind

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -128,3 +131,32 @@ def test_context_length_must_be_a_positive_integer(tmp_path, capsys, value):
     assert caught.value.code == 2
     assert "must be a positive integer" in capsys.readouterr().err
     assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("target", ["checkpoint", "its parent", "cwd"])
+def test_build_force_never_replaces_the_checkpoint_or_the_current_folder(
+    tmp_path, monkeypatch, capsys, target
+):
+    checkpoint = tmp_path / "models" / "ckpt"
+    shutil.copytree(TINY_QWEN2, checkpoint)
+    before = _leftovers(checkpoint)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    out = {"checkpoint": checkpoint, "its parent": tmp_path / "models", "cwd": Path(".")}[target]
+    assert main(["build", str(checkpoint), "-o", str(out), "--force"]) == 1
+    assert "would replace" in capsys.readouterr().err
+    assert _leftovers(checkpoint) == before
+
+
+def test_sigterm_unwinds_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    def terminated_while_saving(self, directory, progress=True):
+        (Path(directory) / "model.onnx").write_text("half")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(ModelPackage, "save", terminated_while_saving)
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exited:
+        main(["build", str(TINY_QWEN2), "-o", str(tmp_path / "graph")])
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert _leftovers(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) is previous  # main restores the handler
