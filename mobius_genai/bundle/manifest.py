@@ -41,6 +41,7 @@ _FileKey = tuple[str, int, int]
 _pending: dict[_FileKey, concurrent.futures.Future[str]] = {}
 _pending_lock = threading.Lock()
 _hasher: concurrent.futures.ThreadPoolExecutor | None = None
+_stop = threading.Event()  # set (and replaced) by cancel_background_hashes()
 
 
 def _key(path: str | Path) -> _FileKey:
@@ -50,10 +51,12 @@ def _key(path: str | Path) -> _FileKey:
     return str(resolved), stat.st_size, stat.st_mtime_ns
 
 
-def _sha256(path: str | Path) -> str:
+def _sha256(path: str | Path, stop: threading.Event | None = None) -> str:
     digest = hashlib.sha256()
     with Path(path).open("rb") as handle:
         while chunk := handle.read(_CHUNK):
+            if stop is not None and stop.is_set():
+                raise concurrent.futures.CancelledError(f"hashing {path} was cancelled")
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -73,7 +76,20 @@ def hash_in_background(paths: Iterable[str | Path]) -> None:
         for path in paths:
             key = _key(path)
             if key not in _pending:
-                _pending[key] = _hasher.submit(_sha256, key[0])
+                _pending[key] = _hasher.submit(_sha256, key[0], _stop)
+
+
+def cancel_background_hashes() -> None:
+    """Drop the background hashes nobody took: queued ones never start and a running one stops
+    at its next chunk, so a failed or interrupted build does not wait for them at exit."""
+    global _stop
+    with _pending_lock:
+        _stop.set()
+        _stop = threading.Event()
+        for key, future in list(_pending.items()):
+            if not future.done():
+                future.cancel()
+                del _pending[key]
 
 
 def remember_sha256(path: str | Path, digest: str) -> None:

@@ -39,6 +39,7 @@ from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import (
     MANIFEST_FILENAME,
     bundle_files,
+    cancel_background_hashes,
     dependency_versions,
     hash_in_background,
     make_manifest,
@@ -99,38 +100,42 @@ def package(
         )
     int4_options = (int4 or Int4Options()) if precision == "int4" else None
     out = Path(output) if output is not None else default_output(model, caps, precision)
-    with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
-        built = build(
-            model,
-            caps,
-            build_dtype,
-            trace_optimization=trace,
-            context_length=context_length,
-            revision=revision,
-            progress=not quiet,
-            prune_lm_head=prune_lm_head,
-        )
-        if built.source is not None:  # the manifest hashes them: overlap it with the conversion
-            hash_in_background(sorted(built.source.path.glob("*.safetensors")))
-        quantization = (
-            quantize_int4(built["model"], int4_options, built.ep, progress=not quiet)
-            if int4_options is not None
-            else None
-        )
-        write_bundle(
-            built,
-            staging,
-            name=out.name,
-            precision=precision,
-            progress=not quiet,
-            quantization=quantization,
-        )
-        # Release the graph and the checkpoint files it maps before the bundle is run.
-        del built, quantization
-        gc.collect()
-        validate_bundle(staging, check_hashes=False)  # the manifest was just made from them
-        if smoke_test:
-            _say(run_smoke_test(staging, caps).note, quiet)
+    try:
+        with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
+            built = build(
+                model,
+                caps,
+                build_dtype,
+                trace_optimization=trace,
+                context_length=context_length,
+                revision=revision,
+                progress=not quiet,
+                prune_lm_head=prune_lm_head,
+            )
+            if built.source is not None:  # the manifest hashes them: overlap it with the conversion
+                hash_in_background(sorted(built.source.path.glob("*.safetensors")))
+            quantization = (
+                quantize_int4(built["model"], int4_options, built.ep, progress=not quiet)
+                if int4_options is not None
+                else None
+            )
+            write_bundle(
+                built,
+                staging,
+                name=out.name,
+                precision=precision,
+                progress=not quiet,
+                quantization=quantization,
+            )
+            # Release the graph and the checkpoint files it maps before the bundle is run.
+            del built, quantization
+            gc.collect()
+            validate_bundle(staging, check_hashes=False)  # the manifest was just made from them
+            if smoke_test:
+                _say(run_smoke_test(staging, caps).note, quiet)
+    except BaseException:
+        cancel_background_hashes()  # the manifest will not need them
+        raise
     _say(f"bundle written to {out}", quiet)
     return out
 

@@ -3,6 +3,7 @@ file's own, failures surface as themselves and lose nothing, memory holds blocks
 
 from __future__ import annotations
 
+import concurrent.futures
 import errno
 import importlib
 import io
@@ -41,7 +42,9 @@ def test_manifest_hash_of_the_data_file_is_computed_while_writing(
     hashed_files: list[str] = []
     original = manifest._sha256
     monkeypatch.setattr(
-        manifest, "_sha256", lambda path: hashed_files.append(Path(path).name) or original(path)
+        manifest,
+        "_sha256",
+        lambda path, stop=None: hashed_files.append(Path(path).name) or original(path),
     )
     out = package(TINY_QWEN2, "cpu", tmp_path / "b", precision=precision, quiet=True)
     assert "model.onnx.data" not in hashed_files  # taken from the save, not read again
@@ -187,3 +190,44 @@ def test_a_failed_write_in_the_saving_thread_is_kept_and_buffers_come_back():
         pipeline.close()
     assert pipeline.error is not None
     assert pool.take() is buffer  # given back although the write failed
+
+
+def test_a_failed_package_cancels_the_checkpoint_hashes(tmp_path: Path, monkeypatch):
+    """A build that fails (or is interrupted) must not wait for hashes of a 30 GB checkpoint:
+    queued ones are dropped and a running one stops at its next chunk."""
+    monkeypatch.setattr(manifest, "_CHUNK", 1 << 10)
+    started, release = threading.Event(), threading.Event()
+    real_sha256 = manifest._sha256
+    outcomes = []
+
+    def slow_sha256(path, stop=None):
+        started.set()
+        release.wait(5)  # hold the hashing thread until the build has failed
+        try:
+            digest = real_sha256(path, stop)
+        except concurrent.futures.CancelledError:
+            outcomes.append((Path(path).name, "cancelled"))
+            raise
+        outcomes.append((Path(path).name, "finished"))
+        return digest
+
+    monkeypatch.setattr(manifest, "_sha256", slow_sha256)
+    big = tmp_path / "big.bin"
+    big.write_bytes(np.random.default_rng(0).bytes(1 << 22))
+    queued = tmp_path / "queued.bin"
+    queued.write_bytes(b"x" * 1000)
+
+    def failing_build(*args, **kwargs):
+        manifest.hash_in_background([big, queued])
+        started.wait(5)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mobius_genai.bundle.packager, "build", failing_build)
+    with pytest.raises(KeyboardInterrupt):
+        package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True)
+    futures = [manifest._pending.get(manifest._key(path)) for path in (big, queued)]
+    assert futures == [None, None]  # nothing left for a later sha256_file to wait on
+    release.set()
+    manifest._hasher.submit(lambda: None).result(timeout=5)  # the thread is free again
+    assert outcomes == [("big.bin", "cancelled")]  # stopped mid-file; the queued one never ran
+    assert manifest.sha256_file(big) == real_sha256(big)  # hashed afresh, correctly
