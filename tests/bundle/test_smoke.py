@@ -42,18 +42,37 @@ def test_ep_not_available_here_runs_its_graph_on_cpu(packaged, ep: str):
 
 
 @pytest.mark.parametrize("ep", GPU_EPS)
-def test_ep_not_available_and_graph_not_runnable_on_cpu_is_skipped(
+def test_ep_not_available_and_graph_not_loadable_on_cpu_is_skipped_with_the_cause(
     packaged, ep: str, monkeypatch: pytest.MonkeyPatch
 ):
-    def no_cpu_kernels(*args, **kwargs):
-        raise BundleError("onnxruntime-genai failed after 0 generated tokens: no kernel")
+    real_load = smoke.load_model
 
-    monkeypatch.setattr(smoke, "greedy_tokens", no_cpu_kernels)
+    def no_cpu_kernels(folder, *, cpu=False, session_options=None):
+        if not cpu:
+            return real_load(folder, cpu=cpu, session_options=session_options)
+        try:
+            raise RuntimeError("Could not find an implementation for GroupQueryAttention(1)")
+        except RuntimeError as error:
+            raise BundleError(f"{folder}: cannot load the bundle on CPU: {error}") from error
+
+    monkeypatch.setattr(smoke, "load_model", no_cpu_kernels)
     result = smoke_test(packaged(ep), get_ep(ep))
     assert not result.ran
     assert result.note == (
-        f"smoke test skipped: the {ep} EP ({get_ep(ep).genai_provider}) is not available here"
+        f"smoke test skipped: the {ep} EP ({get_ep(ep).genai_provider}) is not available here, "
+        "and on CPU: Could not find an implementation for GroupQueryAttention(1)"
     )
+
+
+def test_a_gpu_bundle_that_loads_on_cpu_but_fails_to_generate_is_an_error(
+    packaged, monkeypatch: pytest.MonkeyPatch
+):
+    def broken(*args, **kwargs):
+        raise BundleError("onnxruntime-genai failed after 2 generated tokens: bad shape")
+
+    monkeypatch.setattr(smoke, "greedy_tokens", broken)
+    with pytest.raises(BundleError, match="failed after 2 generated tokens"):
+        smoke_test(packaged("cuda"), get_ep("cuda"))
 
 
 @pytest.mark.parametrize("ep", GPU_EPS)
