@@ -198,7 +198,7 @@ def build(
     *,
     context_length: int | None = None,
     revision: str | None = None,
-    progress: bool = False,
+    progress: bool = True,
     prune_lm_head: bool = False,
 ) -> ModelPackage:
     """Build the ONNX models of a checkpoint (local folder or hub id) for one EP.
@@ -206,14 +206,15 @@ def build(
     With `load_weights=False` only config.json is read and the graph carries no weights, which
     makes even a 70B configuration a matter of seconds. With `prune_lm_head` the decoder
     computes logits for the last position only (what onnxruntime-genai reads; bundles do this).
+    `progress` shows huggingface_hub's download bars for a hub id.
     """
     caps = resolve_ep(execution_provider)
     build_dtype = parse_dtype(dtype, caps)
     if load_weights:
-        source = resolve_source(model, revision)
+        source = resolve_source(model, revision, progress=progress)
         raw = read_config_json(source.path)
     else:
-        source, raw = _config_only_source(model, revision)
+        source, raw = _config_only_source(model, revision, progress)
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
     if context_length is not None and (
@@ -249,14 +250,16 @@ def build(
     return package
 
 
-def _config_only_source(model: str | Path, revision: str | None) -> tuple[Source, dict]:
+def _config_only_source(
+    model: str | Path, revision: str | None, progress: bool
+) -> tuple[Source, dict]:
     path = Path(model).expanduser()
     if path.is_dir() or path.name == "config.json":
         config_path = path if path.is_file() else path / "config.json"
         return Source(path=config_path.parent.resolve(), model_id=str(model)), read_config_json(
             config_path
         )
-    source = resolve_source(model, revision)
+    source = resolve_source(model, revision, progress=progress)
     return source, read_config_json(source.path)
 
 

@@ -24,6 +24,15 @@ NORM_PLACEMENTS = ("pre", "sandwich", "post")
 POSITION_EMBEDDINGS = ("rope", "learned")
 # Rope types whose tables depend on the length the model was pretrained with.
 _ROPE_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
+# Keys transformers' rope validation requires per type; rope_theta and
+# original_max_position_embeddings get defaults, longrope's factor lists are checked in
+# _validate_rope, and yarn without factor derives it (as transformers' yarn init does).
+_ROPE_REQUIRED_KEYS = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+}
+_NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,20 +192,82 @@ def read_config_json(path: str | Path) -> dict[str, Any]:
     return read_json_object(path, ConfigError)
 
 
-def _require(raw: Mapping[str, Any], key: str, kind: type = int) -> Any:
-    if key not in raw or raw[key] is None:
-        raise ConfigError(f"config.json: field {key!r} is required and missing")
-    value = raw[key]
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"config.json: field {key!r} must be an integer, found {value!r}")
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _model_type(value: Any) -> str:
+    """config.json's model_type, which must be a non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            "config.json: field 'model_type' is required and must be a non-empty string, "
+            f"found {value!r}"
+        )
     return value
+
+
+def _require(raw: Mapping[str, Any], key: str) -> int:
+    """raw[key], a required positive integer."""
+    if raw.get(key) is None:
+        raise ConfigError(f"config.json: field {key!r} is required and missing")
+    return _integer(raw[key], key)
+
+
+def _integer(value: Any, key: str, default: Any = None, *, positive: bool = True) -> Any:
+    """`value` of field `key` as a positive (or non-negative) int; null gives `default`."""
+    if value is None:
+        return default
+    if not _is_int(value) or value < (1 if positive else 0):
+        accepted = "a positive integer" if positive else "a non-negative integer"
+        raise ConfigError(f"config.json: field {key!r} must be {accepted}, found {value!r}")
+    return value
+
+
+def _number(value: Any, key: str, default: Any = None, *, positive: bool = False) -> Any:
+    """`value` of field `key` as a finite (optionally positive) float; null gives `default`."""
+    if value is None:
+        return default
+    if not _is_number(value) or (positive and value <= 0):
+        accepted = "a positive number" if positive else "a number"
+        raise ConfigError(f"config.json: field {key!r} must be {accepted}, found {value!r}")
+    return float(value)
+
+
+def _flag(value: Any, key: str, default: bool) -> bool:
+    """`value` of field `key` as a bool; null gives `default`."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"config.json: field {key!r} must be true or false, found {value!r}")
+    return value
+
+
+def _mapping(value: Any, key: str) -> dict[str, Any]:
+    """`value` of field `key` as a dict; null gives {}."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"config.json: field {key!r} must be an object, found {value!r}")
+    return dict(value)
+
+
+def _float_tuple(value: Any, key: str) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not all(_is_number(v) for v in value):
+        raise ConfigError(f"config.json: field {key!r} must be a list of numbers, found {value!r}")
+    return tuple(float(v) for v in value)
 
 
 def _int_tuple(value: Any, key: str) -> tuple[int, ...]:
     if value is None:
         return ()
     values = value if isinstance(value, list | tuple) else [value]
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+    if not all(_is_int(v) for v in values):
         raise ConfigError(
             f"config.json: field {key!r} must be an int or list of ints, found {value!r}"
         )
@@ -211,30 +282,39 @@ def _parse_rope(raw: Mapping[str, Any]) -> tuple[RopeConfig, RopeConfig | None]:
     hub checkpoints of gemma3 give the local base as `rope_local_base_freq` instead, the rope
     scaling applying to global layers only.
     """
-    params = raw.get("rope_parameters") or {}
-    if isinstance(params, Mapping) and any(key in LAYER_TYPES for key in params):
-        full = _rope_from_params(raw, dict(params.get("full_attention") or {}), scaling={})
-        local = params.get("sliding_attention")
-        return full, _rope_from_params(raw, dict(local), scaling={}) if local else None
-    rope = _rope_from_params(raw, dict(params), dict(raw.get("rope_scaling") or {}))
-    local_theta = raw.get("rope_local_base_freq")  # the hub layout of gemma3's local rope
+    params = _mapping(raw.get("rope_parameters"), "rope_parameters")
+    if any(key in LAYER_TYPES for key in params):
+        full, local = (f"rope_parameters.{key}" for key in LAYER_TYPES)
+        rope = _rope_from_params(raw, _mapping(params.get("full_attention"), full), full)
+        local_params = _mapping(params.get("sliding_attention"), local)
+        return rope, _rope_from_params(raw, local_params, local) if local_params else None
+    scaling = _mapping(raw.get("rope_scaling"), "rope_scaling")
+    params.update({k: v for k, v in scaling.items() if v is not None})
+    rope = _rope_from_params(raw, params, "rope_scaling" if scaling else "rope_parameters")
+    # the hub layout of gemma3's local rope
+    local_theta = _number(raw.get("rope_local_base_freq"), "rope_local_base_freq", positive=True)
     if local_theta is None:
         return rope, None
-    local = {"rope_type": "default", "rope_theta": local_theta}
-    return rope, _rope_from_params(raw, local, scaling={})
+    local_params = {"rope_type": "default", "rope_theta": local_theta}
+    return rope, _rope_from_params(raw, local_params, "rope_local_base_freq")
 
 
-def _rope_from_params(
-    raw: Mapping[str, Any], params: dict[str, Any], scaling: dict[str, Any]
-) -> RopeConfig:
-    """One RopeConfig from a rope-parameters dict, with hub-layout `rope_scaling` merged in.
+def _rope_from_params(raw: Mapping[str, Any], params: dict[str, Any], source: str) -> RopeConfig:
+    """One RopeConfig from a rope-parameters dict read from the config.json field `source`.
 
     Defaults follow transformers' `standardize_rope_params` and rope init functions: scaled
     types without `original_max_position_embeddings` use max_position_embeddings (a top-level
     `original_max_position_embeddings`, as phi3 has, takes precedence), and longrope or yarn
-    without `factor` use max_position_embeddings / original_max_position_embeddings.
+    without `factor` use max_position_embeddings / original_max_position_embeddings. Values
+    absent from `params` fall back to the top-level field of the same name where
+    `top_level` says so (rope_theta, partial_rotary_factor).
     """
-    params.update({k: v for k, v in scaling.items() if v is not None})
+
+    def number(key: str, default: Any = None, *, positive: bool = False, top_level: bool = False):
+        if top_level and params.get(key) is None:
+            return _number(raw.get(key), key, default, positive=positive)
+        return _number(params.get(key), f"{source}.{key}", default, positive=positive)
+
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "su":  # phi3's early name for longrope
         rope_type = "longrope"
@@ -242,63 +322,72 @@ def _rope_from_params(
         raise ConfigError(
             f"config.json: rope type {rope_type!r} is not supported; accepted: {list(ROPE_TYPES)}"
         )
-    theta = params.get("rope_theta", raw.get("rope_theta", 10000.0))
-    partial = params.get("partial_rotary_factor", raw.get("partial_rotary_factor", 1.0))
-    original = raw.get("original_max_position_embeddings") or params.get(
-        "original_max_position_embeddings"
-    )
+    missing = [key for key in _ROPE_REQUIRED_KEYS.get(rope_type, ()) if params.get(key) is None]
+    if missing:
+        raise ConfigError(
+            f"config.json: field '{source}.{missing[0]}' is required for {rope_type!r} rope "
+            "scaling and missing"
+        )
+    key = "original_max_position_embeddings"
+    original = _integer(raw.get(key), key) or _integer(params.get(key), f"{source}.{key}")
     if original is None and rope_type in _ROPE_TYPES_WITH_ORIGINAL:
-        original = raw.get("max_position_embeddings")
-    factor = params.get("factor")
+        original = raw["max_position_embeddings"]
+    factor = number("factor")
     if factor is None and rope_type in ("longrope", "yarn") and original:
-        factor = raw.get("max_position_embeddings", original) / original
-    short = params.get("short_factor")
-    long = params.get("long_factor")
+        factor = raw["max_position_embeddings"] / original
     return RopeConfig(
-        theta=float(theta),
+        theta=number("rope_theta", 10000.0, positive=True, top_level=True),
         type=rope_type,
-        factor=float(factor) if factor is not None else 1.0,
+        factor=factor if factor is not None else 1.0,
         original_max_position_embeddings=original,
-        low_freq_factor=float(params.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(params.get("high_freq_factor", 4.0)),
-        beta_fast=float(params.get("beta_fast", 32.0) or 32.0),
-        beta_slow=float(params.get("beta_slow", 1.0) or 1.0),
-        attention_factor=params.get("attention_factor"),
-        mscale=params.get("mscale"),
-        mscale_all_dim=params.get("mscale_all_dim"),
-        truncate=bool(params.get("truncate", True)),
-        short_factor=tuple(short) if short is not None else None,
-        long_factor=tuple(long) if long is not None else None,
-        partial_rotary_factor=float(partial if partial is not None else 1.0),
+        low_freq_factor=number("low_freq_factor", 1.0, positive=True),
+        high_freq_factor=number("high_freq_factor", 4.0, positive=True),
+        beta_fast=number("beta_fast") or 32.0,
+        beta_slow=number("beta_slow") or 1.0,
+        attention_factor=number("attention_factor"),
+        mscale=number("mscale"),
+        mscale_all_dim=number("mscale_all_dim"),
+        truncate=_flag(params.get("truncate"), f"{source}.truncate", True),
+        short_factor=_float_tuple(params.get("short_factor"), f"{source}.short_factor"),
+        long_factor=_float_tuple(params.get("long_factor"), f"{source}.long_factor"),
+        partial_rotary_factor=number("partial_rotary_factor", 1.0, top_level=True),
     )
 
 
 def _parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:
-    if raw.get("use_sliding_window") is False:
+    if not _flag(raw.get("use_sliding_window"), "use_sliding_window", True):
         # transformers drops the window when use_sliding_window is off, whatever layer_types say
         return ("full_attention",) * num_layers
-    if raw.get("layer_types"):
-        return tuple(raw["layer_types"])
-    window = raw.get("sliding_window")
-    if window is None:
+    layer_types = raw.get("layer_types")
+    if layer_types is not None and not isinstance(layer_types, list | tuple):
+        raise ConfigError(
+            f"config.json: field 'layer_types' must be a list, found {layer_types!r}; accepted: "
+            f"one of {list(LAYER_TYPES)} per layer"
+        )
+    if layer_types:
+        return tuple(layer_types)
+    if raw.get("sliding_window") is None:
         return ("full_attention",) * num_layers
-    first_sliding = raw.get("max_window_layers", 0) if "use_sliding_window" in raw else 0
+    first_sliding = 0
+    if "use_sliding_window" in raw:
+        first_sliding = _integer(
+            raw.get("max_window_layers"), "max_window_layers", 0, positive=False
+        )
     return tuple(
         "sliding_attention" if i >= first_sliding else "full_attention" for i in range(num_layers)
     )
 
 
 def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
-    model_type = raw.get("model_type")
-    if not isinstance(model_type, str) or not model_type:
-        raise ConfigError("config.json: field 'model_type' is required and missing")
+    model_type = _model_type(raw.get("model_type"))
     hidden = _require(raw, "hidden_size")
     heads = _require(raw, "num_attention_heads")
     num_layers = _require(raw, "num_hidden_layers")
-    kv_heads = raw.get("num_key_value_heads") or heads
-    head_dim = raw.get("head_dim")
+    max_positions = _require(raw, "max_position_embeddings")
+    kv_heads = _integer(raw.get("num_key_value_heads"), "num_key_value_heads", heads)
+    head_dim = _integer(raw.get("head_dim"), "head_dim")
     if head_dim is None:
-        if not isinstance(heads, int) or heads <= 0 or hidden % heads:
+        if hidden % heads:
             raise ConfigError(
                 f"config.json: hidden_size {hidden} is not divisible by num_attention_heads "
                 f"{heads}; accepted: a divisor of hidden_size, or an explicit head_dim"
@@ -307,7 +396,7 @@ def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
     layer_types = _parse_layer_types(raw, num_layers)
     has_sliding = "sliding_attention" in layer_types
     rope, rope_local = _parse_rope(raw)
-    eps = raw.get("rms_norm_eps", raw.get("layer_norm_eps", raw.get("layer_norm_epsilon", 1e-6)))
+    eps_key = next((key for key in _NORM_EPS_KEYS if raw.get(key) is not None), _NORM_EPS_KEYS[0])
     return {
         "model_type": model_type,
         "vocab_size": _require(raw, "vocab_size"),
@@ -317,19 +406,23 @@ def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
-        "max_position_embeddings": _require(raw, "max_position_embeddings"),
+        "max_position_embeddings": max_positions,
         "hidden_act": raw.get("hidden_act", raw.get("hidden_activation", "silu")),
-        "norm_eps": float(eps),
+        "norm_eps": _number(raw.get(eps_key), eps_key, 1e-6, positive=True),
         "rope": rope,
         "rope_local": rope_local,
-        "qkv_bias": bool(raw.get("attention_bias", False)),
-        "o_bias": bool(raw.get("attention_bias", False)),
-        "mlp_bias": bool(raw.get("mlp_bias", False)),
-        "tie_word_embeddings": bool(raw.get("tie_word_embeddings", False)),
+        "qkv_bias": _flag(raw.get("attention_bias"), "attention_bias", False),
+        "o_bias": _flag(raw.get("attention_bias"), "attention_bias", False),
+        "mlp_bias": _flag(raw.get("mlp_bias"), "mlp_bias", False),
+        "tie_word_embeddings": _flag(raw.get("tie_word_embeddings"), "tie_word_embeddings", False),
         "sliding_window": raw.get("sliding_window") if has_sliding else None,
         "layer_types": layer_types,
-        "attn_logit_softcapping": raw.get("attn_logit_softcapping"),
-        "final_logit_softcapping": raw.get("final_logit_softcapping"),
+        "attn_logit_softcapping": _number(
+            raw.get("attn_logit_softcapping"), "attn_logit_softcapping"
+        ),
+        "final_logit_softcapping": _number(
+            raw.get("final_logit_softcapping"), "final_logit_softcapping"
+        ),
         "bos_token_id": raw.get("bos_token_id"),
         "eos_token_id": _int_tuple(raw.get("eos_token_id"), "eos_token_id"),
         "pad_token_id": raw.get("pad_token_id"),
@@ -350,7 +443,7 @@ def _validate(config: ArchitectureConfig) -> None:
     )
     for name in sizes:
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not _is_int(value) or value <= 0:
             raise ConfigError(
                 f"config.json: field {name!r} must be a positive integer, found {value!r}"
             )
@@ -370,13 +463,13 @@ def _validate(config: ArchitectureConfig) -> None:
             f"config.json: layer_types has {len(config.layer_types)} entries for "
             f"{config.num_hidden_layers} layers; accepted: one entry per layer"
         )
-    unknown = sorted(set(config.layer_types) - set(LAYER_TYPES))
+    unknown = [kind for kind in config.layer_types if kind not in LAYER_TYPES]
     if unknown:
         raise ConfigError(
             f"config.json: layer_types holds {unknown}; accepted: {list(LAYER_TYPES)}"
         )
     if "sliding_attention" in config.layer_types and (
-        not isinstance(config.sliding_window, int) or config.sliding_window <= 0
+        not _is_int(config.sliding_window) or config.sliding_window <= 0
     ):
         raise ConfigError(
             f"config.json: sliding_window must be a positive integer for sliding layers, "
@@ -405,7 +498,7 @@ def _validate(config: ArchitectureConfig) -> None:
         )
     for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
         value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if not _is_number(value) or value <= 0:
             raise ConfigError(f"config.json: {name} must be a positive number, found {value!r}")
     for rope in (config.rope, config.rope_local):
         if rope is not None:

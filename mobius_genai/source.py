@@ -39,10 +39,13 @@ class Source:
     revision: str | None = None
 
 
-def resolve_source(model: str | Path, revision: str | None = None) -> Source:
+def resolve_source(
+    model: str | Path, revision: str | None = None, *, progress: bool = True
+) -> Source:
     """Return the local folder for `model`, downloading from the hub when it is a hub id.
 
-    A hub id is fetched with huggingface_hub, which honours HF_HUB_OFFLINE and the local cache.
+    A hub id is fetched with huggingface_hub, which honours HF_HUB_OFFLINE and the local cache;
+    `progress=False` silences its download bars.
     """
     path = Path(model).expanduser()
     if path.is_dir():
@@ -53,13 +56,21 @@ def resolve_source(model: str | Path, revision: str | None = None) -> Source:
             f"model {text!r}: no such folder, and not a hub id; accepted: a local checkpoint "
             "folder or a hub id like 'Qwen/Qwen2.5-0.5B'"
         )
-    return _download(text, revision)
+    return _download(text, revision, progress)
 
 
-def _download(repo_id: str, revision: str | None) -> Source:
+def _download(repo_id: str, revision: str | None, progress: bool) -> Source:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
 
+    silence = not progress and not are_progress_bars_disabled()
+    if silence:
+        disable_progress_bars()
     try:
         folder = snapshot_download(
             repo_id, revision=revision, allow_patterns=list(HUB_FILE_PATTERNS)
@@ -73,4 +84,7 @@ def _download(repo_id: str, revision: str | None) -> Source:
         raise ConfigError(
             f"model {repo_id!r}: could not be fetched from the hub: {error}"
         ) from error
+    finally:
+        if silence:
+            enable_progress_bars()
     return Source(path=Path(folder), model_id=repo_id, revision=revision)

@@ -72,3 +72,19 @@ def test_download_asks_only_for_the_bundle_files(monkeypatch, tmp_path):
         "allow_patterns": list(HUB_FILE_PATTERNS),
     }
     assert (source.model_id, source.revision) == ("org/model", "v1")
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_quiet_builds_silence_the_hub_download_bars(monkeypatch, tmp_path, progress: bool):
+    from huggingface_hub.utils import are_progress_bars_disabled
+
+    seen = []
+
+    def fake_snapshot_download(repo_id, revision=None, allow_patterns=None):
+        seen.append(are_progress_bars_disabled())
+        return str(TINY)
+
+    monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
+    mobius_genai.build("org/model", load_weights=False, progress=progress)
+    assert seen == [not progress]
+    assert not are_progress_bars_disabled()  # restored afterwards
