@@ -305,9 +305,8 @@ def _rope_from_params(raw: Mapping[str, Any], params: dict[str, Any], source: st
     Defaults follow transformers' `standardize_rope_params` and rope init functions: scaled
     types without `original_max_position_embeddings` use max_position_embeddings (a top-level
     `original_max_position_embeddings`, as phi3 has, takes precedence), and longrope or yarn
-    without `factor` use max_position_embeddings / original_max_position_embeddings. Values
-    absent from `params` fall back to the top-level field of the same name where
-    `top_level` says so (rope_theta, partial_rotary_factor).
+    without `factor` use max_position_embeddings / original_max_position_embeddings.
+    rope_theta and partial_rotary_factor absent from `params` come from the top level.
     """
 
     def number(key: str, default: Any = None, *, positive: bool = False, top_level: bool = False):

@@ -50,7 +50,8 @@ def render_card(
     model = genai_config["model"]
     decoder = model["decoder"]
     providers = decoder.get("session_options", {}).get("provider_options", [])
-    provider = ", ".join(f"`{name}`" for entry in providers for name in entry) or "CPU"
+    names = [name for entry in providers for name in entry]
+    provider = ", ".join(f"`{name}`" for name in names) or "CPU"
     share = genai_config.get("search", {}).get("past_present_share_buffer", False)
     rules = build.get("optimization") or {}
     values = {
@@ -78,7 +79,7 @@ def render_card(
         "quantization": _quantization(build.get("quantization")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
-        "requirements": _requirements(provider),
+        "requirements": _requirements(names),
         "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
@@ -93,13 +94,33 @@ HUGE_PAGES_TIP = (
 )
 
 
-def _requirements(provider: str) -> str:
-    if provider == "CPU":
+#: What each onnxruntime-genai provider needs installed, by its genai_config name.
+RUNTIMES: Mapping[str, str] = {
+    "cuda": "the CUDA build of onnxruntime-genai (`pip install onnxruntime-genai-cuda`, CUDA 12)",
+    "dml": (
+        "the DirectML build of onnxruntime-genai, on Windows "
+        "(`pip install onnxruntime-genai-directml`)"
+    ),
+    "webgpu": "an onnxruntime-genai build with the WebGPU execution provider",
+    "NvTensorRtRtx": (
+        "an onnxruntime-genai build with NVIDIA's TensorRT-RTX execution provider (NvTensorRtRtx)"
+    ),
+    "MLXExecutionProvider": (
+        "onnxruntime-genai and the MLX plugin execution provider, registered before the model "
+        'is loaded: `og.register_execution_provider_library("MLXExecutionProvider", '
+        '"/path/to/the/MLX/plugin/library")`'
+    ),
+}
+
+
+def _requirements(providers: list[str]) -> str:
+    if not providers:
         return f"Needs `pip install onnxruntime-genai`. {HUGE_PAGES_TIP}"
-    return (
-        f"Needs an onnxruntime-genai build with the {provider} execution provider "
-        "(e.g. `onnxruntime-genai-cuda` for CUDA); the CPU-only wheel cannot load it."
+    needs = "; ".join(
+        RUNTIMES.get(name, f"an onnxruntime-genai build with the `{name}` execution provider")
+        for name in providers
     )
+    return f"Needs {needs}. The CPU-only wheel cannot load it."
 
 
 def _quantization(summary: Mapping[str, Any] | None) -> str:

@@ -10,6 +10,7 @@ import gc
 import json
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from mobius_genai.bundle.manifest import (
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
 from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
@@ -119,7 +121,7 @@ def package(
                 if int4_options is not None
                 else None
             )
-            write_bundle(
+            genai_config = write_bundle(
                 built,
                 staging,
                 name=out.name,
@@ -127,6 +129,8 @@ def package(
                 progress=not quiet,
                 quantization=quantization,
             )
+            for note in build_notes(built, genai_config):
+                _say(f"note: {note}", quiet)
             # Release the graph and the checkpoint files it maps before the bundle is run.
             del built, quantization
             gc.collect()
@@ -242,6 +246,36 @@ def write_bundle(
     validate_manifest(manifest)
     _write_json(folder / MANIFEST_FILENAME, manifest)
     return genai_config
+
+
+def build_notes(built: ModelPackage, genai_config: Mapping[str, Any]) -> list[str]:
+    """What a user should know about a bundle that was built as asked but not as they may
+    expect: custom code in the checkpoint that was not run, a context beyond the model's
+    trained positions, graph capture that could not be turned on."""
+    notes = []
+    if built.source is not None:
+        custom = read_config_json(built.source.path).get("auto_map")
+        if custom:
+            names = sorted(custom) if isinstance(custom, dict) else [str(custom)]
+            notes.append(
+                f"config.json names custom code (auto_map: {', '.join(names)}); it was "
+                f"not run: the bundle uses mobius-genai's own {built.config.model_type!r} graph"
+            )
+    trained = built.config.max_position_embeddings
+    if built.context_length > trained:
+        notes.append(
+            f"context length {built.context_length} is above max_position_embeddings "
+            f"{trained}: positions past it are outside what the model was trained on"
+        )
+    sharing = genai_config.get("search", {}).get("past_present_share_buffer", False)
+    if built.ep.enable_graph_capture and not sharing:
+        notes.append(
+            f"graph capture is off: it needs GroupQueryAttention's shared KV buffer, which "
+            f"{built.ep.name} uses for "
+            + ", ".join(d.short_name() for d in sorted(built.ep.gqa_dtypes, key=lambda d: d.value))
+            + f" models, not {_SHORT_DTYPE[built.dtype]}"
+        )
+    return notes
 
 
 def _source_files(root: Path, copied: list[str]) -> list[str]:

@@ -17,8 +17,15 @@ from typing import Any
 
 import numpy as np
 
-from mobius_genai.config import ArchitectureConfig
-from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.config import (
+    ArchitectureConfig,
+    _flag,
+    _integer,
+    _model_type,
+    _number,
+    _require,
+)
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.weights import TensorSource, no_preprocess
 
 # A config value, or a function of the (aliased) config.json dict that computes it.
@@ -139,21 +146,22 @@ class FamilyAdapter:
 
 
 def _query_pre_attn_scale(raw: Mapping[str, Any]) -> float:
-    return float(raw.get("query_pre_attn_scalar") or 256) ** -0.5
+    key = "query_pre_attn_scalar"
+    return _number(raw.get(key), key, 256.0, positive=True) ** -0.5
 
 
 def _sqrt_hidden(raw: Mapping[str, Any]) -> float:
-    return math.sqrt(raw["hidden_size"])
+    return math.sqrt(_require(raw, "hidden_size"))
 
 
 def _alternating_layer_types(pattern: int) -> Callable[[Mapping[str, Any]], list[str]]:
     """Every `pattern`-th layer global, the others sliding (gemma2: 2, gemma3: 6)."""
 
     def layer_types(raw: Mapping[str, Any]) -> list[str]:
-        every = raw.get("sliding_window_pattern") or pattern
+        every = _integer(raw.get("sliding_window_pattern"), "sliding_window_pattern", pattern)
         return [
             "sliding_attention" if (i + 1) % every else "full_attention"
-            for i in range(raw["num_hidden_layers"])
+            for i in range(_require(raw, "num_hidden_layers"))
         ]
 
     return layer_types
@@ -161,15 +169,26 @@ def _alternating_layer_types(pattern: int) -> Callable[[Mapping[str, Any]], list
 
 def _smollm3_no_rope_layers(raw: Mapping[str, Any]) -> tuple[int, ...]:
     """smollm3 lists a use-rope flag per layer; absent, every `interval`-th layer has none."""
+    num_layers = _require(raw, "num_hidden_layers")
     flags = raw.get("no_rope_layers")
     if flags is None:
-        interval = raw.get("no_rope_layer_interval", 4)
-        flags = [int((i + 1) % interval != 0) for i in range(raw["num_hidden_layers"])]
+        interval = _integer(raw.get("no_rope_layer_interval"), "no_rope_layer_interval", 4)
+        flags = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    elif not isinstance(flags, list | tuple) or len(flags) != num_layers:
+        raise ConfigError(
+            f"config.json: field 'no_rope_layers' must be a list of one 0/1 flag per layer "
+            f"({num_layers}), found {flags!r}"
+        )
     return tuple(i for i, use_rope in enumerate(flags) if not use_rope)
 
 
+def _positive_number(key: str) -> Callable[[Mapping[str, Any]], float]:
+    """An override: the positive number `key` of config.json, 1.0 when absent."""
+    return lambda raw: _number(raw.get(key), key, 1.0, positive=True)
+
+
 def _gpt2_scale(raw: Mapping[str, Any]) -> float | None:
-    return None if raw.get("scale_attn_weights", True) else 1.0
+    return None if _flag(raw.get("scale_attn_weights"), "scale_attn_weights", True) else 1.0
 
 
 def _gemma_activation(raw: Mapping[str, Any]) -> str:
@@ -253,7 +272,7 @@ _FAMILIES = (
             "o_bias": True,
             "mlp_bias": True,
             "lm_head_bias": True,
-            "qk_norm": lambda raw: bool(raw.get("qk_layernorm", False)),
+            "qk_norm": lambda raw: _flag(raw.get("qk_layernorm"), "qk_layernorm", False),
         },
         weight_renames=(
             (r"\.self_attn\.o_proj\.", ".self_attn.dense."),
@@ -273,7 +292,7 @@ _FAMILIES = (
             "activation_function": "hidden_act",
         },
         config_defaults={
-            "intermediate_size": lambda raw: 4 * raw["hidden_size"],
+            "intermediate_size": lambda raw: 4 * _require(raw, "hidden_size"),
             "tie_word_embeddings": True,
             "hidden_act": "gelu_new",
             "layer_norm_epsilon": 1e-5,
@@ -315,10 +334,10 @@ _FAMILIES = (
         model_type="granite",
         genai_type="granite",
         config_overrides={
-            "embedding_multiplier": lambda raw: float(raw.get("embedding_multiplier", 1.0)),
-            "residual_multiplier": lambda raw: float(raw.get("residual_multiplier", 1.0)),
-            "logits_scaling": lambda raw: float(raw.get("logits_scaling", 1.0)),
-            "attention_scale": lambda raw: float(raw.get("attention_multiplier", 1.0)),
+            "embedding_multiplier": _positive_number("embedding_multiplier"),
+            "residual_multiplier": _positive_number("residual_multiplier"),
+            "logits_scaling": _positive_number("logits_scaling"),
+            "attention_scale": _positive_number("attention_multiplier"),
         },
     ),
     FamilyAdapter(
@@ -339,6 +358,7 @@ FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _F
 
 def get_family(model_type: str) -> FamilyAdapter:
     """The adapter for `model_type`, or an error listing the supported ones."""
+    _model_type(model_type)
     try:
         return FAMILIES[model_type]
     except KeyError:

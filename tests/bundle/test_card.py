@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mobius_genai.bundle.card import HUGE_PAGES_TIP, render_card
+from mobius_genai.ep import get_ep
 
 BUILD = {"execution_provider": "cpu", "precision": "int4", "dtype": "f32", "model_type": "qwen2"}
 
@@ -36,7 +39,26 @@ def test_cpu_card_tells_linux_users_about_huge_pages():
     assert HUGE_PAGES_TIP in card and "GLIBC_TUNABLES=glibc.malloc.hugetlb=1" in HUGE_PAGES_TIP
 
 
-def test_gpu_card_names_its_provider_and_not_the_cpu_tip():
-    card = _card([{"cuda": {"enable_cuda_graph": "0"}}], "cuda")
-    assert "the CPU-only wheel cannot load it" in card and "`cuda`" in card
+@pytest.mark.parametrize(
+    ("ep", "needs"),
+    [
+        ("cuda", "`pip install onnxruntime-genai-cuda`"),
+        ("dml", "`pip install onnxruntime-genai-directml`"),
+        ("webgpu", "an onnxruntime-genai build with the WebGPU execution provider"),
+        ("trt-rtx", "TensorRT-RTX execution provider (NvTensorRtRtx)"),
+        ("mlx", 'og.register_execution_provider_library("MLXExecutionProvider"'),
+    ],
+)
+def test_gpu_cards_say_what_runs_them(ep: str, needs: str):
+    caps = get_ep(ep)
+    card = _card([{caps.genai_provider: dict(caps.provider_options)}], ep)
+    assert f"`{caps.genai_provider}`" in card and needs in card
+    assert "The CPU-only wheel cannot load it." in card
     assert HUGE_PAGES_TIP not in card
+    if ep != "cuda":
+        assert "onnxruntime-genai-cuda" not in card
+
+
+def test_an_out_of_tree_provider_is_named_as_it_is():
+    card = _card([{"MyAccelerator": {}}], "my-ep")
+    assert "Needs an onnxruntime-genai build with the `MyAccelerator` execution provider." in card

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import onnx_ir as ir
@@ -51,6 +52,15 @@ def test_dtype_and_precision_choose_each_other():
         packager.resolve_precision(cuda, None, "fp8")
     with pytest.raises(ConfigError, match="dtype 'f64'"):
         packager.resolve_precision(cuda, "f64", None)
+    with pytest.raises(ConfigError, match="dtype DOUBLE is not supported"):
+        packager.resolve_precision(get_ep("cpu"), ir.DataType.DOUBLE, "int4")
+
+
+@pytest.mark.parametrize("ep", ["cpu", "dml", "webgpu"])
+@pytest.mark.parametrize(("dtype", "precision"), [(None, "bf16"), ("bf16", None), ("bf16", "int4")])
+def test_eps_without_bf16_kernels_refuse_bf16(ep: str, dtype, precision):
+    with pytest.raises(ExecutionProviderError, match=f"{ep!r} does not run bf16 models.*f32, f16"):
+        packager.resolve_precision(get_ep(ep), dtype, precision)
 
 
 def test_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -93,3 +103,43 @@ def test_unregistered_capabilities_object(tmp_path: Path):
     manifest = json.loads((out / "mobius_manifest.json").read_text())
     assert manifest["build"]["execution_provider"] == "private-cpu"
     assert GQA_OP in GraphInfo.from_file(out / "model.onnx").ops
+
+
+def _notes(stderr: str) -> list[str]:
+    return [line.split("note: ", 1)[1] for line in stderr.splitlines() if "note: " in line]
+
+
+def test_a_plain_bundle_comes_with_no_notes(tmp_path: Path, capsys):
+    packager.package(TINY_QWEN2, "cpu", tmp_path / "b", smoke_test=False)
+    assert _notes(capsys.readouterr().err) == []
+
+
+def test_notes_on_custom_code_long_contexts_and_capture_that_cannot_be_on(tmp_path: Path, capsys):
+    checkpoint = tmp_path / "ckpt"
+    shutil.copytree(TINY_QWEN2, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.Evil"}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    out = packager.package(
+        checkpoint,
+        "trt-rtx",
+        tmp_path / "b",
+        precision="fp32",
+        context_length=256,
+        smoke_test=False,
+    )
+    notes = _notes(capsys.readouterr().err)
+    assert notes == [
+        "config.json names custom code (auto_map: AutoModelForCausalLM); it was not run: the "
+        "bundle uses mobius-genai's own 'qwen2' graph",
+        "context length 256 is above max_position_embeddings 128: positions past it are outside "
+        "what the model was trained on",
+        "graph capture is off: it needs GroupQueryAttention's shared KV buffer, which trt-rtx "
+        "uses for f16, bf16 models, not f32",
+    ]
+    options = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
+    assert options["session_options"]["provider_options"] == [
+        {"NvTensorRtRtx": {"enable_cuda_graph": "0"}}
+    ]
+    packager.package(checkpoint, "trt-rtx", tmp_path / "q", smoke_test=False, quiet=True)
+    assert capsys.readouterr().err == ""  # --quiet silences notes too
