@@ -34,9 +34,6 @@ DEFAULT_OUTPUTS = {
     "present_value_names": "present.%d.value",
 }
 
-#: Providers whose graph capture is on unless their option says "0" (genai's DML default).
-CAPTURE_ON_BY_DEFAULT = frozenset({"dml"})
-
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
 
 
@@ -144,20 +141,15 @@ def check_runtime_settings(config: Mapping[str, Any], graph: GraphInfo) -> list[
 
 def _captured(provider_options: list[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(provider, option) for each provider whose graph capture the options turn on."""
-    capture_keys = {
-        caps.genai_provider.lower(): caps.graph_capture_option
-        for caps in map(ep_registry.require, ep_registry)
-        if caps.genai_provider and caps.graph_capture_option
-    }
     captured = []
     for entry in provider_options:
         for provider, options in entry.items():
-            option = capture_keys.get(provider.lower())
-            if option is None:
+            caps = ep_registry.by_genai_provider(provider)
+            if caps is None or caps.graph_capture_option is None:
                 continue
-            default = "1" if provider.lower() in CAPTURE_ON_BY_DEFAULT else "0"
-            if options.get(option, default) == "1":
-                captured.append((provider, option))
+            default = "1" if caps.graph_capture_unless_disabled else "0"
+            if options.get(caps.graph_capture_option, default) == "1":
+                captured.append((provider, caps.graph_capture_option))
     return captured
 
 

@@ -60,6 +60,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         genai_provider="dml",
         default_dtype=_F16,
         graph_capture_option="enable_graph_capture",
+        graph_capture_unless_disabled=True,
         model_dtypes=frozenset({_F32, _F16}),
     ),
     # ORT WebGPU EP: Shape ops are eliminated. WebGPU has no bf16.

@@ -105,6 +105,8 @@ class EpCapabilities:
     """False → every com.microsoft op is inlined into standard ONNX (no custom domains remain)."""
     graph_capture_option: str | None = None
     """Provider-option key that toggles graph capture; None → this EP has no graph capture."""
+    graph_capture_unless_disabled: bool = False
+    """True → onnxruntime-genai captures the graph when the option is absent (it must say "0")."""
     int4_gather_dtypes: frozenset[ir.DataType] = frozenset()
     """Model dtypes for which INT4 stores the token embedding as com.microsoft::GatherBlockQuantized
     (shared with a tied lm_head); for other dtypes the embedding stays float."""

@@ -55,6 +55,13 @@ class EpRegistry:
         canonical = self.canonical_name(name)
         return None if canonical is None else self._entries[canonical]
 
+    def by_genai_provider(self, provider: str) -> EpCapabilities | None:
+        """The first registered EP whose genai_config provider name is `provider` (any case)."""
+        for caps in self._entries.values():
+            if caps.genai_provider and caps.genai_provider.lower() == provider.lower():
+                return caps
+        return None
+
     def require(self, name: str) -> EpCapabilities:
         """Capabilities for `name`; raises ExecutionProviderError (a ValueError) when unknown."""
         caps = self.get(name)

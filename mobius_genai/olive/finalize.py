@@ -172,11 +172,11 @@ def _bundle_ep(
     if manifest is not None:
         return resolve_ep(manifest["build"]["execution_provider"])
     session = genai_config["model"]["decoder"].get("session_options", {})
-    named = {key.lower() for entry in session.get("provider_options", []) for key in entry}
-    for name in ep_registry:
-        caps = ep_registry.require(name)
-        if caps.genai_provider and caps.genai_provider.lower() in named:
-            return caps
+    for entry in session.get("provider_options", []):
+        for provider in entry:
+            caps = ep_registry.by_genai_provider(provider)
+            if caps is not None:
+                return caps
     return resolve_ep("cpu")
 
 

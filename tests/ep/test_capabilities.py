@@ -38,6 +38,7 @@ EXPECTED = {
         "genai_provider": "dml",
         "default_dtype": F16,
         "graph_capture_option": "enable_graph_capture",
+        "graph_capture_unless_disabled": True,
         "model_dtypes": {F32, F16},
     },
     "webgpu": {
@@ -89,6 +90,7 @@ DEFAULTS = {
     "supports_shape_op": True,
     "supports_custom_ops": True,
     "graph_capture_option": None,
+    "graph_capture_unless_disabled": False,
     "supports_matmul_nbits": True,
     "model_dtypes": {F32, F16, BF16},
 }
@@ -116,6 +118,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_shape_op",
         "supports_custom_ops",
         "graph_capture_option",
+        "graph_capture_unless_disabled",
         "int4_gather_dtypes",
         "supports_matmul_nbits",
         "model_dtypes",

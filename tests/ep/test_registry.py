@@ -178,3 +178,10 @@ def test_format_ep_table():
 def test_format_ep_table_of_custom_registry(registry: EpRegistry):
     registry.register(_caps("zz-ep"))
     assert format_ep_table(registry).splitlines()[-3].startswith("zz-ep ")
+
+
+def test_by_genai_provider_finds_the_ep_a_genai_config_names():
+    assert ep_registry.by_genai_provider("cuda").name == "cuda"
+    assert ep_registry.by_genai_provider("nvtensorrtrtx").name == "trt-rtx"  # any case
+    assert ep_registry.by_genai_provider("MLXExecutionProvider").name == "mlx"
+    assert ep_registry.by_genai_provider("tpu") is None
