@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -123,6 +125,151 @@ def test_missing_required_field(missing):
     raw = {k: v for k, v in BASE.items() if k != missing}
     with pytest.raises(ConfigError, match=f"'{missing}'"):
         ArchitectureConfig.from_dict(raw)
+
+
+TINY_QWEN2 = Path(__file__).parent / "data" / "tiny-qwen2" / "config.json"
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"rope_scaling": "yarn"}, ["'rope_scaling'", "an object", "'yarn'"]),
+        ({"rope_parameters": {"full_attention": 8}}, ["'rope_parameters.full_attention'", "8"]),
+        ({"rope_theta": "abc"}, ["'rope_theta'", "positive number", "'abc'"]),
+        ({"rope_theta": 0}, ["'rope_theta'", "positive number", "0"]),
+        ({"rms_norm_eps": "x"}, ["'rms_norm_eps'", "positive number", "'x'"]),
+        ({"rms_norm_eps": None, "layer_norm_eps": [1]}, ["'layer_norm_eps'", "[1]"]),
+        ({"partial_rotary_factor": "half"}, ["'partial_rotary_factor'", "number", "'half'"]),
+        ({"rope_local_base_freq": "10k"}, ["'rope_local_base_freq'", "'10k'"]),
+        ({"rope_scaling": {"type": "linear", "factor": "2"}}, ["'rope_scaling.factor'", "'2'"]),
+        (
+            {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "beta_fast": "x"}},
+            ["'rope_parameters.beta_fast'", "number", "'x'"],
+        ),
+        (
+            {"rope_scaling": {"rope_type": "yarn", "factor": 2.0, "mscale": [1]}},
+            ["'rope_scaling.mscale'", "[1]"],
+        ),
+        (
+            {"rope_scaling": {"rope_type": "yarn", "factor": 2.0, "truncate": "no"}},
+            ["'rope_scaling.truncate'", "true or false", "'no'"],
+        ),
+        (
+            {"rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": "32"}},
+            ["'rope_scaling.original_max_position_embeddings'", "positive integer", "'32'"],
+        ),
+        (
+            {"rope_scaling": {"rope_type": "yarn"}, "original_max_position_embeddings": 0},
+            ["'original_max_position_embeddings'", "positive integer", "0"],
+        ),
+        (
+            {"rope_scaling": {"rope_type": "longrope", "short_factor": 3, "long_factor": [1]}},
+            ["'rope_scaling.short_factor'", "list of numbers", "3"],
+        ),
+        (
+            {"rope_scaling": {"rope_type": "longrope", "short_factor": ["a"], "long_factor": []}},
+            ["'rope_scaling.short_factor'", "list of numbers", "['a']"],
+        ),
+        ({"tie_word_embeddings": "yes"}, ["'tie_word_embeddings'", "true or false", "'yes'"]),
+        ({"attention_bias": "false"}, ["'attention_bias'", "true or false", "'false'"]),
+        ({"use_sliding_window": "no"}, ["'use_sliding_window'", "true or false", "'no'"]),
+        (
+            {"use_sliding_window": True, "max_window_layers": "1"},
+            ["'max_window_layers'", "non-negative integer", "'1'"],
+        ),
+        ({"use_sliding_window": True, "layer_types": "full_attention"}, ["'layer_types'", "list"]),
+        (
+            {"use_sliding_window": True, "layer_types": [{}, "full_attention"]},
+            ["layer_types", "{}", "sliding_attention"],
+        ),
+        (
+            {"use_sliding_window": True, "sliding_window": True},
+            ["sliding_window", "positive integer", "True"],
+        ),
+        ({"attn_logit_softcapping": "x"}, ["'attn_logit_softcapping'", "number", "'x'"]),
+        ({"head_dim": "16"}, ["'head_dim'", "positive integer", "'16'"]),
+    ],
+)
+def test_wrong_types_are_config_errors(change, words):
+    raw = {**json.loads(TINY_QWEN2.read_text()), **change}
+    with pytest.raises(ConfigError) as info:
+        ArchitectureConfig.from_dict(raw)
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize("value", [None, "", 3])
+def test_model_type_must_be_a_non_empty_string(value):
+    message = f"'model_type' is required and must be a non-empty string, found {value!r}"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ArchitectureConfig.from_dict({**BASE, "model_type": value})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        get_family(value)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"num_key_value_heads": 0}, ["'num_key_value_heads'", "positive integer", "0"]),
+        ({"head_dim": 0}, ["'head_dim'", "positive integer", "0"]),
+        ({"hidden_size": -1}, ["'hidden_size'", "positive integer", "-1"]),
+        ({"num_attention_heads": 0}, ["'num_attention_heads'", "positive integer", "0"]),
+    ],
+)
+def test_zero_or_negative_sizes_are_not_treated_as_absent(change, words):
+    with pytest.raises(ConfigError) as info:
+        ArchitectureConfig.from_dict({**BASE, **change})
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("scaling", "field"),
+    [
+        ({"rope_type": "linear"}, "rope_scaling.factor"),
+        ({"type": "dynamic", "factor": None}, "rope_scaling.factor"),
+        (
+            {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 4.0},
+            "rope_scaling.low_freq_factor",
+        ),
+        (
+            {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0},
+            "rope_scaling.high_freq_factor",
+        ),
+    ],
+)
+def test_rope_scaling_without_required_key(scaling, field):
+    message = f"field '{field}' is required for '{scaling.get('rope_type', scaling.get('type'))}'"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        ArchitectureConfig.from_dict({**BASE, "rope_scaling": scaling})
+
+
+def test_yarn_without_factor_derives_it_as_transformers_does():
+    raw = {**BASE, "rope_scaling": {"rope_type": "yarn", "original_max_position_embeddings": 16}}
+    assert ArchitectureConfig.from_dict(raw).rope.factor == 4.0
+
+
+@pytest.mark.parametrize(
+    ("model_type", "change", "words"),
+    [
+        ("granite", {"attention_multiplier": "x"}, ["'attention_multiplier'", "'x'"]),
+        ("granite", {"logits_scaling": 0}, ["'logits_scaling'", "positive number", "0"]),
+        ("gemma2", {"query_pre_attn_scalar": "x"}, ["'query_pre_attn_scalar'", "'x'"]),
+        ("gemma2", {"num_hidden_layers": None}, ["'num_hidden_layers'", "missing"]),
+        ("gemma", {"hidden_size": -4}, ["'hidden_size'", "positive integer", "-4"]),
+        ("gemma3_text", {"sliding_window_pattern": "6"}, ["'sliding_window_pattern'", "'6'"]),
+        ("phi", {"qk_layernorm": "x"}, ["'qk_layernorm'", "true or false"]),
+        ("gpt2", {"scale_attn_weights": 1.5}, ["'scale_attn_weights'", "true or false"]),
+        ("smollm3", {"no_rope_layer_interval": 0}, ["'no_rope_layer_interval'", "0"]),
+        ("smollm3", {"no_rope_layers": 3}, ["'no_rope_layers'", "per layer (2)", "3"]),
+    ],
+)
+def test_family_fields_with_wrong_values(model_type, change, words):
+    raw = {**BASE, "model_type": model_type, **change}
+    with pytest.raises(ConfigError) as info:
+        get_family(model_type).parse_config(raw)
+    for word in words:
+        assert word in str(info.value)
 
 
 def test_missing_and_broken_config_json(tmp_path):

@@ -10,6 +10,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
+import onnx_ir as ir
+
 from mobius_genai.ep.builtins import _register_builtins
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.errors import ExecutionProviderError
@@ -117,12 +119,13 @@ def get_ep(name: str) -> EpCapabilities:
 
 _TABLE_HEADERS = (
     "name",
+    "dtypes",
     "GQA dtypes",
     "fused rope",
     "skip-norm",
     "fused matmul",
     "custom ops",
-    "int4 level",
+    "int4",
     "provider options",
     "graph capture",
 )
@@ -132,17 +135,22 @@ def _yes_no(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
+def _dtypes(dtypes: frozenset[ir.DataType]) -> str:
+    return ", ".join(d.short_name() for d in sorted(dtypes, key=lambda d: d.value)) or "-"
+
+
 def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
-    dtypes = sorted(caps.gqa_dtypes, key=lambda dtype: dtype.value)
     options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
+    nbits = caps.supports_custom_ops and caps.supports_matmul_nbits
     return (
         caps.name,
-        ", ".join(dtype.short_name() for dtype in dtypes) or "-",
+        _dtypes(caps.model_dtypes),
+        _dtypes(caps.gqa_dtypes),
         _yes_no(caps.supports_fused_rope),
         _yes_no(caps.supports_skip_layer_norm),
         _yes_no(caps.supports_fused_matmul),
         _yes_no(caps.supports_custom_ops),
-        str(caps.default_int4_accuracy_level),
+        f"MatMulNBits, level {caps.default_int4_accuracy_level}" if nbits else "DequantizeLinear",
         options or "-",
         "on" if caps.enable_graph_capture else ("off" if caps.graph_capture_option else "-"),
     )

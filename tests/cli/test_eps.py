@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from mobius_genai.cli import main
 from mobius_genai.ep import BUILTIN_EPS, format_ep_table
 
@@ -23,5 +26,10 @@ def test_eps_rows_show_the_capabilities_that_steer_the_pipeline(capsys):
     (trt,) = [line for line in lines if line.startswith("trt-rtx ")]
     (standard,) = [line for line in lines if line.startswith("onnx-standard ")]
     assert "f16, bf16" in trt and " on" in trt  # GQA dtypes, graph capture on
-    assert standard.split()[1] == "-"  # no GQA dtypes
+    assert re.split(r"\s{2,}", standard)[2] == "-"  # no GQA dtypes
     assert header[0].strip() == "name"
+
+
+def test_the_readme_shows_the_table_the_command_prints():
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert "```\n" + format_ep_table() + "\n```" in readme
