@@ -1,14 +1,15 @@
-"""Reading JSON files with errors that name the file (config.json, genai_config.json, ...)."""
+"""Reading and writing JSON files; read errors name the file (config.json, genai_config.json, ...)."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from mobius_genai.errors import MobiusError
 
-__all__ = ["read_json", "read_json_object"]
+__all__ = ["read_json", "read_json_object", "write_json"]
 
 
 def read_json(path: Path, error: type[MobiusError], label: str | None = None) -> Any:
@@ -25,3 +26,14 @@ def read_json_object(path: Path, error: type[MobiusError]) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise error(f"{path}: expected a JSON object, found {type(document).__name__}")
     return document
+
+
+def write_json(path: Path, document: Any) -> None:
+    """Write `document` (indented, trailing newline) as a new file that replaces `path`.
+
+    Written beside it and renamed over it: never half a file, and never through a hard link
+    into someone else's copy (Olive's cache links bundle files).
+    """
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    os.replace(partial, path)

@@ -83,7 +83,7 @@ def chat_template(folder: str | Path) -> str | None:
             continue
         if name.endswith(".jinja"):
             return path.read_text(encoding="utf-8")
-        template = _template_value(_read_json(path))
+        template = _template_value(read_json(path, BundleError, path.name))
         if template:
             return template
     return None
@@ -100,7 +100,9 @@ def stream_text(
     model = load_model(folder)
     tokenizer = load_tokenizer(model, folder)
     template = chat_template(folder) if use_chat_template else None
-    context = _read_json(Path(folder) / "genai_config.json")["model"]["context_length"]
+    context = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")[
+        "model"
+    ]["context_length"]
     try:
         text = prompt
         if template is not None:
@@ -127,7 +129,3 @@ def _template_value(document: Any) -> str | None:
         named = {entry.get("name"): entry.get("template") for entry in template}
         template = named.get("default")
     return template if isinstance(template, str) else None
-
-
-def _read_json(path: Path) -> Any:
-    return read_json(path, BundleError, path.name)

@@ -7,7 +7,6 @@ validate → smoke test, all inside a temporary folder that becomes OUT only at 
 from __future__ import annotations
 
 import gc
-import json
 import re
 import sys
 from collections.abc import Mapping
@@ -16,6 +15,7 @@ from typing import Any
 
 import onnx_ir as ir
 
+from mobius_genai._json import write_json
 from mobius_genai.build import (
     MODEL_FILENAME,
     ModelPackage,
@@ -208,7 +208,7 @@ def write_bundle(
         filename=MODEL_FILENAME,
     )
     validate_genai_config(genai_config)
-    _write_json(folder / CONFIG_FILENAME, genai_config)
+    write_json(folder / CONFIG_FILENAME, genai_config)
     copied = copy_tokenizer_files(source.path, folder)
     build_info = {
         "execution_provider": built.ep.name,
@@ -244,7 +244,7 @@ def write_bundle(
         build=build_info,
     )
     validate_manifest(manifest)
-    _write_json(folder / MANIFEST_FILENAME, manifest)
+    write_json(folder / MANIFEST_FILENAME, manifest)
     return genai_config
 
 
@@ -293,10 +293,6 @@ def source_revision(source: Source) -> str | None:
     if path.parent.name == "snapshots" and _HUB_SNAPSHOT.fullmatch(path.name):
         return path.name
     return None
-
-
-def _write_json(path: Path, document: Any) -> None:
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
 
 
 def _say(message: str, quiet: bool) -> None:

@@ -52,7 +52,7 @@ def read_genai_config(folder: Path) -> dict[str, Any]:
     path = folder / CONFIG_FILENAME
     if not path.is_file():
         raise BundleError(f"{folder}: {CONFIG_FILENAME} is missing; a bundle needs one")
-    document = _read_json(path)
+    document = read_json(path, BundleError, path.name)
     validate_genai_config(document, CONFIG_FILENAME)
     return document
 
@@ -82,7 +82,7 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
     ]
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
-        manifest = _read_json(folder / MANIFEST_FILENAME)
+        manifest = read_json(folder / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
         validate_manifest(manifest, MANIFEST_FILENAME)
         problems += _check_manifest_files(folder, manifest, check_hashes)
     if problems:
@@ -244,7 +244,3 @@ def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: boo
         elif hashes and sha256_file(path) != entry["sha256"]:
             problems.append(f"{name}: sha256 differs from {MANIFEST_FILENAME} (file changed)")
     return problems
-
-
-def _read_json(path: Path) -> Any:
-    return read_json(path, BundleError, path.name)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
-import json
 import logging
 import shutil
 from collections.abc import Mapping
@@ -26,7 +25,7 @@ from olive.model import ONNXModelHandler
 from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
-from mobius_genai._json import read_json
+from mobius_genai._json import read_json, write_json
 from mobius_genai.build import MODEL_FILENAME, resolve_ep
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
@@ -85,7 +84,7 @@ class MobiusFinalize(Pass):
         genai_config = _read_json(config_path)
         if genai_config.get("model", {}).get("decoder", {}).get("filename") != MODEL_FILENAME:
             genai_config["model"]["decoder"]["filename"] = MODEL_FILENAME
-            _write_json(config_path, genai_config)
+            write_json(config_path, genai_config)
         if manifest is not None:
             refresh_manifest(out, manifest, genai_config)
         validate_bundle(out)
@@ -123,7 +122,7 @@ def refresh_manifest(
     }
     manifest["files"] = file_entries(folder, bundle_files(folder))
     validate_manifest(manifest)
-    _write_json(folder / MANIFEST_FILENAME, manifest)
+    write_json(folder / MANIFEST_FILENAME, manifest)
     return manifest
 
 
@@ -182,8 +181,3 @@ def _bundle_ep(
 
 def _read_json(path: Path) -> Any:
     return read_json(path, BundleError, f"MobiusFinalize: {path.name}")
-
-
-def _write_json(path: Path, document: Any) -> None:
-    path.unlink(missing_ok=True)  # never write through a hard link into Olive's cache
-    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
