@@ -108,7 +108,9 @@ def provider_options(ep: EpCapabilities, *, share_buffer: bool) -> list[dict[str
 def token_ids(config: ArchitectureConfig, generation: Mapping[str, Any]) -> dict[str, Any]:
     """bos / eos / pad ids: generation_config.json first, then config.json.
 
-    eos is an int or, when there are several, a list; pad falls back to the first eos.
+    eos is an int or, when there are several, a list; pad falls back to the first eos (also
+    when it is negative, as some configs write "no pad token"). Every id must be a row of the
+    vocabulary: a ConfigError otherwise (the checkpoint's config and tokenizer disagree).
     """
     bos = _token("bos_token_id", generation.get("bos_token_id"), config.bos_token_id)
     raw_eos = generation.get("eos_token_id")
@@ -117,8 +119,16 @@ def token_ids(config: ArchitectureConfig, generation: Mapping[str, Any]) -> dict
     eos_list = raw_eos if isinstance(raw_eos, list | tuple) else [raw_eos]
     eos = list(dict.fromkeys(_token("eos_token_id", value, None) for value in eos_list))
     pad = _token("pad_token_id", generation.get("pad_token_id"), config.pad_token_id)
-    if pad is None and eos:
+    if (pad is None or pad < 0) and eos:
         pad = eos[0]
+    for field, values in (("bos_token_id", [bos]), ("eos_token_id", eos), ("pad_token_id", [pad])):
+        outside = [v for v in values if v is not None and not 0 <= v < config.vocab_size]
+        if outside:
+            raise ConfigError(
+                f"generation_config.json/config.json: {field} {outside} outside the vocabulary "
+                f"[0, {config.vocab_size}) of config.json's vocab_size; the checkpoint's config "
+                "and its tokenizer disagree"
+            )
     ids: dict[str, Any] = {}
     if bos is not None:
         ids["bos_token_id"] = bos

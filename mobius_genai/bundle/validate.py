@@ -116,6 +116,7 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
     problems += _check_vocab(model.get("vocab_size"), outputs["logits"], graph)
+    problems += _check_token_ids(model)
     return problems
 
 
@@ -225,10 +226,39 @@ def _check_external_data(folder: Path, graph: GraphInfo) -> list[str]:
     return problems
 
 
+#: Tokenizer files onnxruntime-genai parses as JSON when it loads the tokenizer.
+TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json")
+
+
 def _check_tokenizer(folder: Path) -> list[str]:
-    if any((folder / name).is_file() for name in TOKENIZER_CHOICES):
+    if not any((folder / name).is_file() for name in TOKENIZER_CHOICES):
+        return [f"tokenizer: none of {list(TOKENIZER_CHOICES)} present; og.Tokenizer needs one"]
+    problems = []
+    for name in TOKENIZER_JSON:
+        if (folder / name).is_file():
+            try:
+                read_json(folder / name, BundleError, name)
+            except BundleError as error:
+                problems.append(f"{error}; og.Tokenizer cannot load it")
+    return problems
+
+
+def _check_token_ids(model: Mapping[str, Any]) -> list[str]:
+    """bos/eos/pad ids must be rows of the logits (genai checks eos at load, the others late)."""
+    vocab = model.get("vocab_size")
+    if not isinstance(vocab, int):
         return []
-    return [f"tokenizer: none of {list(TOKENIZER_CHOICES)} present; og.Tokenizer needs one"]
+    problems = []
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        value = model.get(key)
+        ids = value if isinstance(value, list) else [value]
+        outside = [i for i in ids if isinstance(i, int) and not 0 <= i < vocab]
+        if outside:
+            problems.append(
+                f"model.{key}: {outside} outside the vocabulary [0, {vocab}) (vocab_size); the "
+                "checkpoint's config.json and its tokenizer disagree"
+            )
+    return problems
 
 
 def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: bool) -> list[str]:

@@ -169,6 +169,16 @@ def test_bad_token_id_names_the_field():
         token_ids(CONFIG, {"eos_token_id": ["2"]})
 
 
+@pytest.mark.parametrize("field", ["bos_token_id", "eos_token_id", "pad_token_id"])
+def test_token_ids_outside_the_vocabulary_are_refused(field: str):
+    with pytest.raises(ConfigError, match=rf"{field} \[384\] outside the vocabulary \[0, 384\)"):
+        token_ids(CONFIG, {field: 384})
+
+
+def test_a_negative_pad_means_none_and_falls_back_to_eos():
+    assert token_ids(CONFIG, {"pad_token_id": -1})["pad_token_id"] == 2
+
+
 def test_search_defaults_from_generation_config():
     search = search_defaults(
         {

@@ -115,6 +115,22 @@ BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
         lambda f: (f / "tokenizer.json").unlink(),
         "tokenizer: none of ['tokenizer.json', 'tokenizer.model'] present",
     ),
+    "tokenizer not json": (
+        lambda f: (f / "tokenizer.json").write_text('{"model": '),
+        "tokenizer.json: not readable as JSON",
+    ),
+    "tokenizer config not json": (
+        lambda f: (f / "tokenizer_config.json").write_text("{'chat_template': 1}"),
+        "tokenizer_config.json: not readable as JSON",
+    ),
+    "eos outside the vocabulary": (
+        lambda f: _edit_config(f, lambda d: d["model"].update(eos_token_id=[383, 500])),
+        "model.eos_token_id: [500] outside the vocabulary [0, 384) (vocab_size)",
+    ),
+    "pad outside the vocabulary": (
+        lambda f: _edit_config(f, lambda d: d["model"].update(pad_token_id=-1)),
+        "model.pad_token_id: [-1] outside the vocabulary",
+    ),
     "share buffer without GQA": (
         lambda f: _edit_config(f, lambda d: d["search"].update(past_present_share_buffer=True)),
         "search.past_present_share_buffer: true but the graph has no "
