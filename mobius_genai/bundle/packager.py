@@ -6,10 +6,11 @@ validate → smoke test, all inside a temporary folder that becomes OUT only at 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from mobius_genai.bundle.manifest import (
 )
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
-from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.bundle.validate import TOKENIZER_CHOICES, validate_bundle
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
@@ -114,7 +115,9 @@ def package(
                 progress=not quiet,
                 prune_lm_head=prune_lm_head,
             )
-            if built.source is not None:  # the manifest hashes them: overlap it with the conversion
+            if built.source is not None:
+                _require_tokenizer(built.source.path)  # before the long part: saving weights
+                # the manifest hashes the weight files: overlap it with the conversion
                 hash_in_background(sorted(built.source.path.glob("*.safetensors")))
             quantization = (
                 quantize_int4(built["model"], int4_options, built.ep, progress=not quiet)
@@ -134,9 +137,10 @@ def package(
             # Release the graph and the checkpoint files it maps before the bundle is run.
             del built, quantization
             gc.collect()
-            validate_bundle(staging, check_hashes=False)  # the manifest was just made from them
-            if smoke_test:
-                _say(run_smoke_test(staging, caps).note, quiet)
+            with _errors_name(out, staging):
+                validate_bundle(staging, check_hashes=False)  # the manifest was just made
+                if smoke_test:
+                    _say(run_smoke_test(staging, caps).note, quiet)
     except BaseException:
         cancel_background_hashes()  # the manifest will not need them
         raise
@@ -246,6 +250,23 @@ def write_bundle(
     validate_manifest(manifest)
     write_json(folder / MANIFEST_FILENAME, manifest)
     return genai_config
+
+
+def _require_tokenizer(checkpoint: Path) -> None:
+    if not any((checkpoint / name).is_file() for name in TOKENIZER_CHOICES):
+        raise BundleError(
+            f"checkpoint {checkpoint}: no tokenizer (none of {list(TOKENIZER_CHOICES)}); "
+            "accepted: a checkpoint with its tokenizer files, which onnxruntime-genai needs"
+        )
+
+
+@contextlib.contextmanager
+def _errors_name(out: Path, staging: Path) -> Iterator[None]:
+    """BundleErrors about the staging folder name `out`, the folder the user asked for."""
+    try:
+        yield
+    except BundleError as error:
+        raise BundleError(str(error).replace(str(staging), str(out))) from error
 
 
 def build_notes(built: ModelPackage, genai_config: Mapping[str, Any]) -> list[str]:

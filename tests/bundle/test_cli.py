@@ -109,6 +109,7 @@ BAD_INPUT: dict[str, tuple[list[str], Callable[[Path], None] | None, str]] = {
         "contradicts precision 'fp32'",
     ),
     "missing config.json": ([], lambda f: (f / "config.json").unlink(), "config.json"),
+    "no tokenizer": ([], lambda f: (f / "tokenizer.json").unlink(), "no tokenizer (none of"),
     "unsupported model_type": ([], _edit_config_json(model_type="bert"), "bert"),
     "truncated safetensors": ([], _truncate_weights, "model.safetensors"),
     "heads not dividing hidden": (

@@ -130,6 +130,21 @@ def test_failing_smoke_test_writes_nothing(tmp_path: Path, monkeypatch: pytest.M
         return document
 
     monkeypatch.setattr(packager, "make_genai_config", miswired)
-    with pytest.raises(BundleError, match="smoke test"):
+    with pytest.raises(BundleError, match="smoke test") as caught:
+        packager.package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True)
+    assert list(tmp_path.iterdir()) == []
+    assert ".partial" not in str(caught.value)
+
+
+def test_a_bundle_that_fails_validation_is_named_as_asked(tmp_path: Path, monkeypatch):
+    real = packager.make_genai_config
+
+    def wrong_vocab(*args, **kwargs):
+        document = real(*args, **kwargs)
+        document["model"]["vocab_size"] = 100
+        return document
+
+    monkeypatch.setattr(packager, "make_genai_config", wrong_vocab)
+    with pytest.raises(BundleError, match=rf"^bundle {tmp_path / 'out'}: model.vocab_size: 100"):
         packager.package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True)
     assert list(tmp_path.iterdir()) == []
