@@ -27,6 +27,16 @@ def load_model(
     `session_options` are laid over the decoder's session_options for this load only (ORT
     config entries such as ``session.disable_prepacking``); the bundle is not changed.
     """
+    if not (Path(folder) / "genai_config.json").is_file():
+        hint = (
+            f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
+            if (Path(folder) / "config.json").is_file()
+            else ""
+        )
+        raise BundleError(
+            f"{folder}: not a bundle (no genai_config.json); accepted: a folder written by "
+            f"`mobius-genai package`{hint}"
+        )
     try:
         config = og.Config(str(folder))
         if cpu:

@@ -180,4 +180,10 @@ def test_chat_template_sources(tmp_path: Path):
 
 def test_run_on_a_missing_bundle_fails(tmp_path, capsys):
     assert main(["run", str(tmp_path), "--prompt", "Hi"]) == 1
-    assert "cannot load the bundle" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{tmp_path}: not a bundle (no genai_config.json)" in err and "looks like" not in err
+
+
+def test_run_on_a_checkpoint_says_to_package_it(capsys):
+    assert main(["run", str(TINY_QWEN2), "--prompt", "Hi"]) == 1
+    assert f"`mobius-genai package {TINY_QWEN2}` makes a bundle of it" in capsys.readouterr().err
