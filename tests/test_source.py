@@ -76,8 +76,16 @@ def test_download_asks_only_for_the_bundle_files(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("progress", [True, False])
 def test_quiet_builds_silence_the_hub_download_bars(monkeypatch, tmp_path, progress: bool):
-    from huggingface_hub.utils import are_progress_bars_disabled
+    from huggingface_hub import constants
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
 
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_PROGRESS_BARS", None)
+    was_disabled = are_progress_bars_disabled()  # other tests' libraries may have turned them off
+    enable_progress_bars()
     seen = []
 
     def fake_snapshot_download(repo_id, revision=None, allow_patterns=None):
@@ -85,6 +93,10 @@ def test_quiet_builds_silence_the_hub_download_bars(monkeypatch, tmp_path, progr
         return str(TINY)
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", fake_snapshot_download)
-    mobius_genai.build("org/model", load_weights=False, progress=progress)
-    assert seen == [not progress]
-    assert not are_progress_bars_disabled()  # restored afterwards
+    try:
+        mobius_genai.build("org/model", load_weights=False, progress=progress)
+        assert seen == [not progress]
+        assert not are_progress_bars_disabled()  # restored afterwards
+    finally:
+        if was_disabled:
+            disable_progress_bars()

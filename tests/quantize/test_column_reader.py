@@ -20,7 +20,8 @@ from tests.bundle.conftest import TINY_QWEN2
 
 
 def _sources(dtype: str):
-    built = mobius_genai.build(TINY_QWEN2, "cpu", dtype)
+    """The cpu graph's weights; bf16 on mlx (the cpu EP runs no bf16), which packs nothing."""
+    built = mobius_genai.build(TINY_QWEN2, "mlx" if dtype == "bf16" else "cpu", dtype)
     groups, _ = find_weights(built["model"].graph)
     return [group.source for group in groups]
 
