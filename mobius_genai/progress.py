@@ -1,4 +1,5 @@
-"""Progress bars for long work (weights, quantization, saving), shown only on a terminal."""
+"""Progress bars for long work (saving, which reads, converts and quantizes the weights as it
+goes), shown only on a terminal."""
 
 from __future__ import annotations
 

@@ -120,7 +120,7 @@ def package(
                 # the manifest hashes the weight files: overlap it with the conversion
                 hash_in_background(sorted(built.source.path.glob("*.safetensors")))
             quantization = (
-                quantize_int4(built["model"], int4_options, built.ep, progress=not quiet)
+                quantize_int4(built["model"], int4_options, built.ep)
                 if int4_options is not None
                 else None
             )

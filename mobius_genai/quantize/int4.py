@@ -18,7 +18,6 @@ import onnx_ir.passes.common as common
 
 from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
-from mobius_genai.progress import Progress
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
 from mobius_genai.quantize.streaming import OneWeightCache
@@ -147,12 +146,12 @@ def quantize_int4(
     model: ir.Model,
     options: Int4Options,
     caps: EpCapabilities,
-    progress: bool = False,
 ) -> Int4Report:
     """Quantize the weights of `model` (in place) to INT4 for `caps`' EP.
 
     Run it after the optimization pipeline. Nothing is read from the checkpoint here: the int4
-    tensors are lazy and computed, one weight at a time, when the model is saved. Raises
+    tensors are lazy and computed, one weight at a time, when the model is saved (the saving
+    progress bar shows that work). Raises
     ConfigError, before changing anything, when the block size does not divide a weight's input
     dimension.
     """
@@ -163,26 +162,24 @@ def quantize_int4(
         [g for g in groups if g.matmuls or (gather and g.gathers)], options.block_size
     )
     cache = OneWeightCache()
-    with Progress("quantizing int4", total=len(groups), enabled=progress) as bar:
-        if caps.supports_custom_ops and caps.supports_matmul_nbits:
-            quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
-                groups,
-                block_size=options.block_size,
-                symmetric=options.symmetric,
-                accuracy_level=options.accuracy_level or 0,
-                gather=gather,
-                cache=cache,
-            )
-            format_ = "MatMulNBits"
-        else:
-            quantizer = DequantizeLinearPass(
-                groups, block_size=options.block_size, symmetric=options.symmetric, cache=cache
-            )
-            format_ = "DequantizeLinear"
-        if quantizer(model).modified:
-            # A replaced FusedMatMul may leave its function overload unused.
-            common.RemoveUnusedFunctionsPass()(model)
-        bar.advance(len(groups))
+    if caps.supports_custom_ops and caps.supports_matmul_nbits:
+        quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
+            groups,
+            block_size=options.block_size,
+            symmetric=options.symmetric,
+            accuracy_level=options.accuracy_level or 0,
+            gather=gather,
+            cache=cache,
+        )
+        format_ = "MatMulNBits"
+    else:
+        quantizer = DequantizeLinearPass(
+            groups, block_size=options.block_size, symmetric=options.symmetric, cache=cache
+        )
+        format_ = "DequantizeLinear"
+    if quantizer(model).modified:
+        # A replaced FusedMatMul may leave its function overload unused.
+        common.RemoveUnusedFunctionsPass()(model)
     weights = []
     float_weights = []
     for group, ops in zip(groups, quantizer.results, strict=True):
