@@ -12,21 +12,27 @@ from pathlib import Path
 
 from mobius_genai.errors import ConfigError
 
-# Files a bundle is made from; everything else in a hub repository is left alone.
-HUB_FILE_PATTERNS = (
-    "config.json",
-    "generation_config.json",
-    "*.safetensors",
-    "model.safetensors.index.json",
+#: Checkpoint files a bundle carries beside the graph: tokenizer, chat template, generation
+#: defaults. onnxruntime-genai's tokenizer reads tokenizer.json + tokenizer_config.json.
+TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
     "added_tokens.json",
-    "chat_template.json",
     "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
     "vocab.json",
     "merges.txt",
     "tokenizer.model",
+)
+
+#: Files a bundle is made from; everything else in a hub repository is left alone.
+HUB_FILE_PATTERNS = (
+    "config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    *TOKENIZER_FILES,
 )
 
 

@@ -15,21 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mobius_genai.errors import BundleError
-
-#: Checkpoint files a bundle carries beside the graph: tokenizer, chat template, generation
-#: defaults. onnxruntime-genai's tokenizer reads tokenizer.json + tokenizer_config.json.
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "chat_template.jinja",
-    "chat_template.json",
-    "generation_config.json",
-    "vocab.json",
-    "merges.txt",
-    "tokenizer.model",
-)
+from mobius_genai.source import TOKENIZER_FILES
 
 
 def copy_tokenizer_files(source: Path, bundle: Path) -> list[str]:
