@@ -23,6 +23,9 @@ from mobius_genai.source import Source, resolve_source
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights
 
+#: The dtype names the CLI and the Olive pass offer (DTYPES also takes longer spellings).
+DTYPE_NAMES = ("f32", "f16", "bf16")
+
 DTYPES: dict[str, ir.DataType] = {
     "f32": ir.DataType.FLOAT,
     "fp32": ir.DataType.FLOAT,
@@ -51,12 +54,14 @@ def parse_dtype(dtype: str | ir.DataType | None, caps: EpCapabilities) -> ir.Dat
         return caps.default_dtype
     if isinstance(dtype, ir.DataType):
         if dtype not in ALL_MODEL_DTYPES:
-            raise ConfigError(f"dtype {dtype} is not supported; accepted: f32, f16, bf16")
+            raise ConfigError(f"dtype {dtype} is not supported; accepted: {', '.join(DTYPE_NAMES)}")
         return require_model_dtype(caps, dtype)
     try:
         parsed = DTYPES[str(dtype).lower()]
     except KeyError:
-        raise ConfigError(f"dtype {dtype!r} is not supported; accepted: f32, f16, bf16") from None
+        raise ConfigError(
+            f"dtype {dtype!r} is not supported; accepted: {', '.join(DTYPE_NAMES)}"
+        ) from None
     return require_model_dtype(caps, parsed)
 
 

@@ -64,7 +64,6 @@ PRECISIONS: dict[str, ir.DataType] = {
 }
 QUANTIZED_PRECISIONS = ("int4",)
 
-_SHORT_DTYPE = {ir.DataType.FLOAT: "f32", ir.DataType.FLOAT16: "f16", ir.DataType.BFLOAT16: "bf16"}
 _SOURCE_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
 _HUB_SNAPSHOT = re.compile(r"[0-9a-f]{40}")
 
@@ -216,7 +215,7 @@ def write_bundle(
     copied = copy_tokenizer_files(source.path, folder)
     build_info = {
         "execution_provider": built.ep.name,
-        "dtype": _SHORT_DTYPE[built.dtype],
+        "dtype": built.dtype.short_name(),
         "precision": precision,
         "context_length": built.context_length,
         "model_type": built.config.model_type,
@@ -294,7 +293,7 @@ def build_notes(built: ModelPackage, genai_config: Mapping[str, Any]) -> list[st
             f"graph capture is off: it needs GroupQueryAttention's shared KV buffer, which "
             f"{built.ep.name} uses for "
             + ", ".join(d.short_name() for d in sorted(built.ep.gqa_dtypes, key=lambda d: d.value))
-            + f" models, not {_SHORT_DTYPE[built.dtype]}"
+            + f" models, not {built.dtype.short_name()}"
         )
     return notes
 

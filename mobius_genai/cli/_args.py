@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from mobius_genai.build import DTYPE_NAMES
+
 
 def positive_int(text: str) -> int:
     """argparse type: an integer above zero."""
@@ -27,9 +29,7 @@ def add_checkpoint_arguments(
         default="default",
         help="execution provider (see `mobius-genai eps`); default: default",
     )
-    parser.add_argument(
-        "--dtype", choices=("f32", "f16", "bf16"), help="model dtype; default: the EP's"
-    )
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, help="model dtype; default: the EP's")
     parser.add_argument("--trace", action="store_true", help="log each optimization step to stderr")
     parser.add_argument(
         "--force", action="store_true", help="replace a non-empty output folder (on success only)"

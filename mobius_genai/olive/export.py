@@ -21,7 +21,7 @@ from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from mobius_genai.build import MODEL_FILENAME, resolve_ep
+from mobius_genai.build import DTYPE_NAMES, MODEL_FILENAME, resolve_ep
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.packager import (
     PRECISIONS,
@@ -36,8 +36,6 @@ from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import Int4Options
 
 logger = logging.getLogger(__name__)
-
-_DTYPES = ("f32", "f16", "bf16")
 
 
 class MobiusExport(Pass):
@@ -228,8 +226,8 @@ def _check_precision(cls: type, value: Any) -> Any:
 
 
 def _check_dtype(cls: type, value: Any) -> Any:
-    if _plain(value, str) and value not in _DTYPES:
-        raise ConfigError(f"MobiusExport dtype {value!r}; accepted: {', '.join(_DTYPES)}")
+    if _plain(value, str) and value not in DTYPE_NAMES:
+        raise ConfigError(f"MobiusExport dtype {value!r}; accepted: {', '.join(DTYPE_NAMES)}")
     return value
 
 
