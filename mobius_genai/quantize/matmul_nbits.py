@@ -14,14 +14,13 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.targets import WeightGroup
 from mobius_genai.quantize.write import GraphWriter
 
 __all__ = ["MatMulNBitsPass"]
-
-MS_DOMAIN = "com.microsoft"
 
 
 class MatMulNBitsPass(ir.passes.InPlacePass):

@@ -20,12 +20,12 @@ import dataclasses
 
 import onnx_ir as ir
 
+from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.quantize.streaming import WeightSource
 
 __all__ = ["Declined", "GatherUse", "MatMulUse", "WeightGroup", "find_weights"]
 
 FLOAT_TYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
-_MS = "com.microsoft"
 TOKEN_IDS = "input_ids"
 
 
@@ -144,7 +144,7 @@ def find_weights(graph: ir.Graph) -> tuple[list[WeightGroup], list[Declined]]:
                 continue
             source, via = found
             group_of(source).matmuls.append(MatMulUse(node, via))
-        elif node.domain == _MS and node.op_type == "FusedMatMul":
+        elif node.domain == MS_DOMAIN and node.op_type == "FusedMatMul":
             source, reason = _fused_matmul_source(node)
             if source is not None:
                 group_of(source).matmuls.append(MatMulUse(node, None))

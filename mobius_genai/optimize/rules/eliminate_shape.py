@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.optimize.functions import is_standard_domain
+
 _INTEGER_TYPES = (ir.DataType.INT64, ir.DataType.INT32)
 
 
@@ -69,7 +71,7 @@ class EliminateShapePass(ir.passes.InPlacePass):
         counted: dict[tuple[ir.Value, int], ir.Value] = {}
         modified = False
         for node in list(graph):
-            if node.op_type != "Shape" or node.domain not in ("", "ai.onnx") or node not in live:
+            if node.op_type != "Shape" or not is_standard_domain(node.domain) or node not in live:
                 continue
             replacement = self._replacement(graph, node, counted)
             if replacement is None:

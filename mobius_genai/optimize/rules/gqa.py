@@ -45,8 +45,8 @@ from onnxscript.rewriter import pattern
 from onnxscript.rewriter._basics import MatchContext, MatchResult
 
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
+from mobius_genai.optimize.functions import MS_DOMAIN
 
-MS_DOMAIN = "com.microsoft"
 GQA_OP = "GroupQueryAttention"
 # GroupQueryAttention input positions.
 QUERY, KEY, VALUE, PAST_KEY, PAST_VALUE, SEQLENS_K, TOTAL_SEQ_LEN, COS_CACHE, SIN_CACHE = range(9)

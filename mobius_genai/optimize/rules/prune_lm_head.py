@@ -36,18 +36,19 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.optimize.functions import MS_DOMAIN, is_standard_domain
+
 LOGITS = "logits"
 INPUT_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
 SEQUENCE_AXIS = 1
-_MS = "com.microsoft"
 
 #: Ops that act on each position alone, applied along the last axis or elementwise. Values are
 #: the input positions that must be constants (weights, scales, biases) rather than activations.
 ROW_WISE: dict[tuple[str, str], tuple[int, ...]] = {
     ("", "MatMul"): (1,),
-    (_MS, "FusedMatMul"): (1,),
-    (_MS, "MatMulNBits"): (1, 2, 3, 4, 5),
+    (MS_DOMAIN, "FusedMatMul"): (1,),
+    (MS_DOMAIN, "MatMulNBits"): (1, 2, 3, 4, 5),
     ("", "Add"): (),
     ("", "Sub"): (),
     ("", "Mul"): (),
@@ -60,23 +61,23 @@ ROW_WISE: dict[tuple[str, str], tuple[int, ...]] = {
     ("", "Neg"): (),
     ("", "Softplus"): (),
     ("", "Identity"): (),
-    (_MS, "Gelu"): (),
-    (_MS, "FastGelu"): (1,),
-    (_MS, "QuickGelu"): (),
-    (_MS, "BiasGelu"): (1,),
+    (MS_DOMAIN, "Gelu"): (),
+    (MS_DOMAIN, "FastGelu"): (1,),
+    (MS_DOMAIN, "QuickGelu"): (),
+    (MS_DOMAIN, "BiasGelu"): (1,),
     ("", "Gelu"): (),
     ("", "RMSNormalization"): (1,),
     ("", "LayerNormalization"): (1, 2),
     ("", "SimplifiedLayerNormalization"): (1,),
-    (_MS, "SimplifiedLayerNormalization"): (1,),
-    (_MS, "SkipSimplifiedLayerNormalization"): (2, 3),
-    (_MS, "SkipLayerNormalization"): (2, 3, 4),
+    (MS_DOMAIN, "SimplifiedLayerNormalization"): (1,),
+    (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): (2, 3),
+    (MS_DOMAIN, "SkipLayerNormalization"): (2, 3, 4),
 }
 _NORMS = {"RMSNormalization", "LayerNormalization", "SimplifiedLayerNormalization"}
 
 
 def _domain(node: ir.Node) -> str:
-    return "" if node.domain in ("", "ai.onnx") else node.domain
+    return "" if is_standard_domain(node.domain) else node.domain
 
 
 def _is_constant(value: ir.Value, depth: int = 4) -> bool:
