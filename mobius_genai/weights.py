@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import ml_dtypes  # registers bfloat16 with numpy, which safetensors reads into
 import numpy as np
@@ -424,7 +425,7 @@ class CheckpointTensor(ir.LazyTensor):
             _convert_into(stored, buffer[:size].view(dtype).reshape(stop - start, columns))
             yield buffer[:size], buffer
 
-    def tofile(self, file) -> None:
+    def tofile(self, file: BinaryIO) -> None:
         """Write the tensor's bytes to `file` a block at a time."""
         pool = BufferPool(limit=1)
         for data, buffer in self.blocks(pool):

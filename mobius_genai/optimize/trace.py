@@ -24,6 +24,7 @@ import dataclasses
 import logging
 import sys
 from collections.abc import Iterator
+from typing import TextIO
 
 import onnx_ir as ir
 
@@ -217,7 +218,7 @@ class Tracer:
 
 
 @contextlib.contextmanager
-def trace_to_stderr(stream=None) -> Iterator[logging.Handler]:
+def trace_to_stderr(stream: TextIO | None = None) -> Iterator[logging.Handler]:
     """Show the trace (INFO lines of the ``mobius_genai.optimize`` logger) on stderr.
 
     For command-line tools: attaches a handler for the duration of the block and restores the

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import onnx_ir as ir
 from onnxscript._internal.builder import GraphBuilder
 
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import get_build_dtype
+
+if TYPE_CHECKING:
+    from onnxscript import nn
 
 OPSET = 24
 BATCH, SEQ, TOTAL, PAST = (
@@ -29,7 +34,9 @@ class CausalLMTask:
     """Builds the decoder graph: input_ids, attention_mask, position_ids and the KV cache in;
     logits and the updated KV cache out (names and layouts as in onnxruntime-genai)."""
 
-    def build(self, module, config: ArchitectureConfig) -> ir.Model:
+    def build(self, module: nn.Module, config: ArchitectureConfig) -> ir.Model:
+        """The graph of `module`, called as ``module(op, input_ids, attention_mask, position_ids,
+        past)`` and returning ``(logits, presents)`` like CausalLMModel."""
         dtype = get_build_dtype()
         graph = ir.Graph([], [], nodes=[], opset_imports={"": OPSET}, name="main_graph")
         builder = GraphBuilder(graph)
