@@ -175,9 +175,14 @@ def resolve_precision(
 
 def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> Path:
     """`./<model name>-<ep>-<precision>`, e.g. ./Qwen2.5-7B-cuda-fp16."""
+    return Path.cwd() / bundle_name(model, caps.name, precision)
+
+
+def bundle_name(model: str | Path, ep: str, precision: str) -> str:
+    """`<model name>-<ep>-<precision>`: a local folder's name or a hub id's last part."""
     local = Path(model).expanduser()
     name = local.resolve().name if local.is_dir() else str(model).rstrip("/").rsplit("/", 1)[-1]
-    return Path.cwd() / f"{name}-{caps.name}-{precision}"
+    return f"{name}-{ep}-{precision}"
 
 
 def write_bundle(

@@ -16,7 +16,7 @@ import importlib.metadata
 import logging
 import shutil
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from olive.common.utils import hardlink_copy_file
@@ -31,6 +31,7 @@ from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, bundle_files, file_entries
+from mobius_genai.bundle.packager import bundle_name
 from mobius_genai.bundle.schema import validate_manifest
 from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.validate import validate_bundle
@@ -160,8 +161,10 @@ def _bundle_name(manifest: Mapping[str, Any] | None) -> str:
     """<model>-<ep>-<precision>, as MobiusExport named the folder; "bundle" without a manifest."""
     if manifest is None:
         return "bundle"
-    model = PurePosixPath(manifest["source"]["model_id"].rstrip("/")).name
-    return f"{model}-{manifest['build']['execution_provider']}-{manifest['build']['precision']}"
+    build = manifest["build"]
+    return bundle_name(
+        manifest["source"]["model_id"], build["execution_provider"], build["precision"]
+    )
 
 
 def _bundle_ep(
