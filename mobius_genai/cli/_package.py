@@ -62,20 +62,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _int4_options(args: argparse.Namespace) -> Int4Options | None:
-    given = (
-        args.int4_block_size is not None
-        or args.int4_asymmetric
-        or args.int4_accuracy_level is not None
+    chosen = Int4Options.from_choices(
+        args.int4_block_size, args.int4_asymmetric, args.int4_accuracy_level
     )
-    if given and args.precision != "int4":
+    if chosen is not None and args.precision != "int4":
         raise ConfigError("--int4-* options need --precision int4")
-    if not given:
-        return None
-    return Int4Options(
-        block_size=32 if args.int4_block_size is None else args.int4_block_size,
-        symmetric=not args.int4_asymmetric,
-        accuracy_level=args.int4_accuracy_level,
-    )
+    return chosen
 
 
 def run(args: argparse.Namespace) -> int:

@@ -178,12 +178,9 @@ def int4_options(config: BasePassConfig) -> Int4Options | None:
     if not _int4_given(config):
         return None
     _require_int4_precision(config.precision)
-    chosen = {"symmetric": not config.int4_asymmetric}
-    if config.int4_block_size is not None:
-        chosen["block_size"] = config.int4_block_size
-    if config.int4_accuracy_level is not None:
-        chosen["accuracy_level"] = config.int4_accuracy_level
-    return Int4Options(**chosen)
+    return Int4Options.from_choices(
+        config.int4_block_size, bool(config.int4_asymmetric), config.int4_accuracy_level
+    )
 
 
 def bundle_model_handler(

@@ -63,6 +63,19 @@ class Int4Options:
                 f"{MAX_INT4_ACCURACY_LEVEL} (int8 compute, fastest), or unset for the EP default"
             )
 
+    @classmethod
+    def from_choices(
+        cls,
+        block_size: int | None = None,
+        asymmetric: bool = False,
+        accuracy_level: int | None = None,
+    ) -> Int4Options | None:
+        """The options a user chose (CLI flags, Olive params); None when they chose none."""
+        if block_size is None and not asymmetric and accuracy_level is None:
+            return None
+        chosen = cls(symmetric=not asymmetric, accuracy_level=accuracy_level)
+        return chosen if block_size is None else dataclasses.replace(chosen, block_size=block_size)
+
     def resolved(self, caps: EpCapabilities) -> Int4Options:
         """These options with the accuracy level filled in from the EP."""
         if self.accuracy_level is not None:

@@ -74,3 +74,12 @@ def test_block_size_larger_than_every_weight(untied_ckpt):
     package = mobius_genai.build(untied_ckpt, caps, "f32")
     with pytest.raises(ConfigError, match=r"K=64 .* divide every weight of this model: 16, 32"):
         quantize_int4(package["model"], Int4Options(block_size=256), caps)
+
+
+def test_from_choices_is_none_without_a_choice_and_keeps_defaults_otherwise():
+    assert Int4Options.from_choices() is None
+    assert Int4Options.from_choices(asymmetric=True) == Int4Options(symmetric=False)
+    assert Int4Options.from_choices(block_size=64) == Int4Options(block_size=64)
+    assert Int4Options.from_choices(accuracy_level=0) == Int4Options(accuracy_level=0)
+    with pytest.raises(ConfigError, match="int4 block size 48 is not accepted"):
+        Int4Options.from_choices(block_size=48)
