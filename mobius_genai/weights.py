@@ -53,7 +53,18 @@ class Checkpoint:
                 weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
             except (OSError, ValueError, KeyError) as error:
                 raise WeightsError(f"{index}: not a valid safetensors index ({error})") from error
-            files = sorted({self.folder / shard for shard in weight_map.values()})
+            shards = sorted(set(weight_map.values()))
+            files = [self.folder / shard for shard in shards]
+            outside = [
+                shard
+                for shard, file in zip(shards, files, strict=True)
+                if not file.resolve().is_relative_to(self.folder.resolve())
+            ]
+            if outside:
+                raise WeightsError(
+                    f"{index}: names shards outside the checkpoint folder: {outside}; accepted: "
+                    "file names in the folder"
+                )
             missing = [f.name for f in files if not f.is_file()]
             if missing:
                 raise WeightsError(f"{index}: names shards that are missing: {missing}")

@@ -131,3 +131,16 @@ def test_missing_shard_named_by_index(tmp_path):
     (folder / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(WeightsError, match="model-00002-of-00002.safetensors"):
         mobius_genai.build(folder)
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd"])
+def test_an_index_naming_files_outside_the_checkpoint_is_refused(tmp_path, shard: str):
+    folder = _copy_tiny(tmp_path / "ckpt")
+    _shard(folder)
+    shutil.copyfile(folder / "model-00001-of-00002.safetensors", tmp_path / "outside.safetensors")
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    name = next(iter(index["weight_map"]))
+    index["weight_map"][name] = shard
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(WeightsError, match="names shards outside the checkpoint folder"):
+        mobius_genai.build(folder)
