@@ -51,7 +51,9 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         int4_gather_dtypes=frozenset({_F32, _F16, _BF16}),
     ),
     # DirectML: no fused RoPE inside GQA. genai turns DML graph capture on unless told "0",
-    # so the option is written out to match enable_graph_capture=False. DirectML has no bf16.
+    # so the option is written out to match enable_graph_capture=False. DirectML has no bf16
+    # and no kernels for opset-23 ops: RMSNormalization is lowered to SimplifiedLayerNorm
+    # (SeparateRoPE emits onnxruntime's RotaryEmbedding).
     EpCapabilities(
         name="dml",
         gqa_dtypes=frozenset({_F16}),
@@ -61,6 +63,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         default_dtype=_F16,
         graph_capture_option="enable_graph_capture",
         graph_capture_unless_disabled=True,
+        supports_rms_normalization=False,
         model_dtypes=frozenset({_F32, _F16}),
     ),
     # ORT WebGPU EP: Shape ops are eliminated. WebGPU has no bf16.

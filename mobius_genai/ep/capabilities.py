@@ -110,6 +110,9 @@ class EpCapabilities:
     int4_gather_dtypes: frozenset[ir.DataType] = frozenset()
     """Model dtypes for which INT4 stores the token embedding as com.microsoft::GatherBlockQuantized
     (shared with a tied lm_head); for other dtypes the embedding stays float."""
+    supports_rms_normalization: bool = True
+    """False → ONNX RMSNormalization (opset 23) becomes onnxruntime's SimplifiedLayerNormalization
+    (the EP has a kernel for that one only)."""
     supports_matmul_nbits: bool = True
     """False → INT4 is standard blocked DequantizeLinear + MatMul (no custom op; onnxruntime
     fuses the pair back into MatMulNBits when it loads the graph)."""

@@ -168,6 +168,7 @@ FUSIONS: tuple[RuleGroup, ...] = (
 LOWERINGS: tuple[RuleGroup, ...] = (
     RuleGroup("UnpackQKV", "unpack_qkv", _without("supports_fused_rope")),
     RuleGroup("SeparateRoPE", "separate_rope", _without("supports_fused_rope")),
+    RuleGroup("SimplifiedNorm", "simplified_norm", _without("supports_rms_normalization")),
     RuleGroup(
         "EliminateShape", "eliminate_shape", _without("supports_shape_op"), "EliminateShapePass"
     ),

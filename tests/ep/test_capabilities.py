@@ -39,6 +39,7 @@ EXPECTED = {
         "default_dtype": F16,
         "graph_capture_option": "enable_graph_capture",
         "graph_capture_unless_disabled": True,
+        "supports_rms_normalization": False,
         "model_dtypes": {F32, F16},
     },
     "webgpu": {
@@ -91,6 +92,7 @@ DEFAULTS = {
     "supports_custom_ops": True,
     "graph_capture_option": None,
     "graph_capture_unless_disabled": False,
+    "supports_rms_normalization": True,
     "supports_matmul_nbits": True,
     "model_dtypes": {F32, F16, BF16},
 }
@@ -120,6 +122,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "graph_capture_option",
         "graph_capture_unless_disabled",
         "int4_gather_dtypes",
+        "supports_rms_normalization",
         "supports_matmul_nbits",
         "model_dtypes",
     ]

@@ -165,15 +165,19 @@ def test_ep_produces_expected_ops_trt_rtx_f16_gqa():
 def test_ep_produces_expected_ops_dml_f16_gqa():
     model, counts = _optimized("dml", "f16")
     _assert_gqa_layers(model, counts, rotary=0)
-    assert counts["RotaryEmbedding"] == 2 * LAYERS  # separate, standard-domain rotation
+    assert counts["RotaryEmbedding"] == 2 * LAYERS  # separate: onnxruntime's, which DML runs
+    # no opset-23 ops, which DirectML has no kernels for: the un-fused norm is onnxruntime's
+    assert counts["RMSNormalization"] == 0 and counts["SimplifiedLayerNormalization"] >= 1
+    simplified = [n for n in model.graph if n.op_type == "SimplifiedLayerNormalization"]
+    assert all(node.domain == "" for node in simplified)  # where onnxruntime registers it
     position_ids = next(v for v in model.graph.inputs if v.name == "position_ids")
     for node in _gqa_nodes(model):
         assert len(node.inputs) == TOTAL_SEQ_LEN + 1  # no cos/sin caches
         for index, heads in ((QUERY, 4), (KEY, 2)):
             rope = node.inputs[index].producer()
-            assert rope.op_type == "RotaryEmbedding" and rope.domain == ""
+            assert rope.op_type == "RotaryEmbedding" and rope.domain == "com.microsoft"
             assert rope.attributes.get_int("num_heads") == heads
-            assert rope.inputs[3] is position_ids
+            assert rope.inputs[1] is position_ids
             _projection(rope.inputs[0])  # unpacked q / k projections
         _projection(node.inputs[VALUE])
 

@@ -39,12 +39,13 @@ def test_rotation_moves_in_front_of_gqa():
         assert len(node.inputs) == gqa.TOTAL_SEQ_LEN + 1  # no cos/sin caches
         for index, heads in ((gqa.QUERY, 4), (gqa.KEY, 2)):
             rope = node.inputs[index].producer()
-            assert rope.op_type == "RotaryEmbedding" and rope.domain == ""
+            assert rope.op_type == "RotaryEmbedding" and rope.domain == "com.microsoft"
             assert rope.attributes.get_int("num_heads") == heads
             assert rope.attributes.get_int("rotary_embedding_dim") == 16
             assert rope.attributes.get_int("interleaved") == 1
-            assert rope.inputs[1].name.endswith("cos_cache")
-            assert rope.inputs[3].name == "position_ids" and rope.inputs[3].is_graph_input()
+            assert rope.inputs[2].name.endswith("cos_cache")
+            assert rope.inputs[3].name.endswith("sin_cache")
+            assert rope.inputs[1].name == "position_ids" and rope.inputs[1].is_graph_input()
 
 
 def test_gqa_without_rotation_is_left_alone():

@@ -1,9 +1,12 @@
-"""SeparateRoPE: GQA with fused rotary → ONNX RotaryEmbedding on q and k + GQA(do_rotary=0).
+"""SeparateRoPE: GQA with fused rotary → RotaryEmbedding on q and k + GQA(do_rotary=0).
 
 Math preserved: GQA(do_rotary=1) rotates the first ``2 * cos_cache.shape[1]`` channels of every
 q and k head with the cos/sin rows of each token's position, then attends. The rewrite applies
-the same rotation (same tables, same ``interleaved``) with the standard RotaryEmbedding op and
-hands the rotated q and k to a GQA that no longer rotates.
+the same rotation (same tables, same ``interleaved``) with onnxruntime's
+``com.microsoft::RotaryEmbedding`` and hands the rotated q and k to a GQA that no longer rotates.
+The contrib op, not ONNX's opset-23 RotaryEmbedding: an EP that runs GroupQueryAttention runs
+onnxruntime's contrib ops, and DirectML, the EP this lowering is for, has a kernel for the
+contrib RotaryEmbedding and none for the opset-23 one (that node would fall back to the CPU).
 
 Positions: the rotation reads the ``position_ids`` graph input rather than re-deriving
 positions from ``attention_mask``. onnxruntime-genai feeds ``position_ids`` on every call of a
@@ -94,18 +97,20 @@ class SeparateRoPE(pattern.RewriteRuleClassBase):
         rotary = {"rotary_embedding_dim": 2 * int(cos.shape[1]), "interleaved": interleaved}
         q_rot = op.RotaryEmbedding(
             query,
+            self._position_ids,
             cos,
             sin,
-            self._position_ids,
             num_heads=node.attributes.get_int("num_heads"),
+            _domain=MS_DOMAIN,
             **rotary,
         )
         k_rot = op.RotaryEmbedding(
             key,
+            self._position_ids,
             cos,
             sin,
-            self._position_ids,
             num_heads=node.attributes.get_int("kv_num_heads"),
+            _domain=MS_DOMAIN,
             **rotary,
         )
         attributes = {
