@@ -88,7 +88,8 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         genai_provider="MLXExecutionProvider",
         default_dtype=_F16,
     ),
-    # NVIDIA TensorRT-RTX: TRT handles the primitives of SkipLayerNorm itself.
+    # NVIDIA TensorRT-RTX: TRT handles the primitives of SkipLayerNorm itself, and takes int4 as
+    # DequantizeLinear + MatMul (onnxruntime-genai's builder emits that for it too, "use_qdq").
     EpCapabilities(
         name="trt-rtx",
         gqa_dtypes=frozenset({_F16, _BF16}),
@@ -98,6 +99,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         genai_provider="NvTensorRtRtx",
         default_dtype=_F16,
         graph_capture_option="enable_cuda_graph",
+        supports_matmul_nbits=False,
     ),
     # Strict ONNX for non-ORT runtimes: zero custom-domain ops in the output.
     EpCapabilities(

@@ -65,6 +65,7 @@ EXPECTED = {
         "genai_provider": "NvTensorRtRtx",
         "default_dtype": F16,
         "graph_capture_option": "enable_cuda_graph",
+        "supports_matmul_nbits": False,
     },
     "onnx-standard": {
         "supports_fused_rope": False,

@@ -221,3 +221,14 @@ def test_a_second_run_finds_nothing_to_do(untied_ckpt):
     again = quantize_int4(package["model"], Int4Options(), caps)
     assert again.weights == () and again.op_counts == {}
     assert collections.Counter(n.op_type for n in package["model"].graph) == before
+
+
+@pytest.mark.parametrize(("ep", "dtype"), [("trt-rtx", "f16"), ("default", "f32")])
+def test_eps_without_matmul_nbits_get_dequantize_linear(ep, dtype, untied_ckpt):
+    """TensorRT-RTX takes int4 as DequantizeLinear + MatMul (as onnxruntime-genai's builder
+    emits it there); portable ONNX has no body-less MatMulNBits."""
+    package, report = _quantized(untied_ckpt, ep, dtype)
+    assert not get_ep(ep).supports_matmul_nbits
+    assert report.format == "DequantizeLinear" and report.to_dict()["accuracy_level"] is None
+    assert not _nodes(package["model"], "MatMulNBits")
+    assert len(_nodes(package["model"], "DequantizeLinear")) == LAYERS * 7 + 1
