@@ -57,6 +57,11 @@ def resolve_source(
     if path.is_dir():
         return Source(path=path.resolve(), model_id=str(model), revision=revision)
     text = str(model)
+    if path.is_file():
+        raise ConfigError(
+            f"model {text!r}: is a file; accepted: a local checkpoint folder (the one holding "
+            "config.json) or a hub id like 'Qwen/Qwen2.5-0.5B'"
+        )
     if path.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
         raise ConfigError(
             f"model {text!r}: no such folder, and not a hub id; accepted: a local checkpoint "

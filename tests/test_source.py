@@ -100,3 +100,9 @@ def test_quiet_builds_silence_the_hub_download_bars(monkeypatch, tmp_path, progr
     finally:
         if was_disabled:
             disable_progress_bars()
+
+
+def test_a_file_is_named_as_a_file(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match=r"config.json': is a file; accepted: a local checkpoint"):
+        resolve_source(tmp_path / "config.json")
