@@ -36,6 +36,10 @@ STREAM_ELEMENTS = 1 << 24
 WHOLE_READ_BYTES = 256 << 20
 
 
+#: safetensors dtypes a floating-point parameter may be read from (and cast).
+_FLOAT_STORED = frozenset({"F16", "BF16", "F32", "F64"})
+
+
 class Checkpoint:
     """The tensors of a safetensors checkpoint (one file, or shards with an index)."""
 
@@ -218,6 +222,12 @@ def attach_weights(
             raise WeightsError(
                 f"{checkpoint.folder}: tensor {found!r}{part} has shape {list(sliced)}, the "
                 f"architecture in config.json needs {needed}"
+            )
+        stored_dtype = checkpoint.dtype(found)
+        if value.dtype.is_floating_point() and stored_dtype not in _FLOAT_STORED:
+            raise WeightsError(
+                f"{checkpoint.folder}: tensor {found!r} is stored as {stored_dtype}; parameter "
+                f"{name!r} is floating point, accepted: {', '.join(sorted(_FLOAT_STORED))}"
             )
         changes = preprocess if preprocessed is None or preprocessed(name) else no_preprocess
         load = _loader(checkpoint, found, index, name, value.dtype, transposed, config, changes)

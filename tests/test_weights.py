@@ -144,3 +144,14 @@ def test_an_index_naming_files_outside_the_checkpoint_is_refused(tmp_path, shard
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(WeightsError, match="names shards outside the checkpoint folder"):
         mobius_genai.build(folder)
+
+
+def test_an_integer_tensor_for_a_float_parameter_is_refused(tmp_path):
+    folder = _copy_tiny(tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["model.norm.weight"] = tensors["model.norm.weight"].astype(np.int32)
+    save_file(tensors, folder / "model.safetensors")
+    with pytest.raises(
+        WeightsError, match=r"'model.norm.weight' is stored as I32; .*accepted: BF16, F16, F32, F64"
+    ):
+        mobius_genai.build(folder)
