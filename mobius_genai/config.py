@@ -19,7 +19,7 @@ from mobius_genai.errors import ConfigError
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
-NORM_TYPES = ("rms", "layer")
+NORM_TYPES = ("rms", "layer", "layer_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
 POSITION_EMBEDDINGS = ("rope", "learned")
 # Rope types whose tables depend on the length the model was pretrained with.
@@ -32,7 +32,7 @@ _ROPE_REQUIRED_KEYS = {
     "dynamic": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
 }
-_NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon")
+_NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,8 @@ class ArchitectureConfig:
     Beyond sizes, a few generic switches describe how families differ (each defaults to the
     llama-style decoder):
 
-    - `norm_type`: "rms" (RMSNormalization) or "layer" (LayerNormalization with bias).
+    - `norm_type`: "rms" (RMSNormalization), "layer" (LayerNormalization with bias) or
+      "layer_no_affine" (LayerNormalization without learnable weight or bias: olmo).
     - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
       "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
     - `parallel_residual`: attention and MLP read the same normed input and both outputs are
@@ -82,6 +83,11 @@ class ArchitectureConfig:
       `rope_local_base_freq`); None means every layer uses `rope`.
     - `qk_norm_per_head`: with `qk_norm`, normalize each head's q/k (qwen3, gemma3) when True,
       the whole q/k projection at once (olmo2) when False.
+    - `qk_norm_head_weights`: with per-head `qk_norm`, every head has its own norm weight and
+      the q/k norms no bias (stablelm's per-head LayerNorms); one weight shared by all heads
+      when False.
+    - `clip_qkv`: q, k and v projections are clipped to [-clip_qkv, clip_qkv] right after
+      the projection (olmo); None means no clipping.
     - `lm_head_bias`: the LM head adds a bias (phi).
     - `attention_scale`: softmax scale when not 1/sqrt(head_dim) (gemma2/3's
       query_pre_attn_scalar**-0.5, granite's attention_multiplier).
@@ -104,6 +110,8 @@ class ArchitectureConfig:
     mlp_bias: bool = False
     qk_norm: bool = False
     qk_norm_per_head: bool = True
+    qk_norm_head_weights: bool = False
+    clip_qkv: float | None = None
     lm_head_bias: bool = False
     tie_word_embeddings: bool = False
     norm_type: str = "rms"
@@ -494,6 +502,15 @@ def _validate(config: ArchitectureConfig) -> None:
         raise ConfigError(
             f"config.json: no_rope_layers holds {outside}; accepted: layer indices 0.."
             f"{config.num_hidden_layers - 1}"
+        )
+    if config.qk_norm_head_weights and not (config.qk_norm and config.qk_norm_per_head):
+        raise ConfigError(
+            "config.json: per-head q/k norm weights need qk_norm normalizing each head, found "
+            f"qk_norm {config.qk_norm} and qk_norm_per_head {config.qk_norm_per_head}"
+        )
+    if config.clip_qkv is not None and (not _is_number(config.clip_qkv) or config.clip_qkv <= 0):
+        raise ConfigError(
+            f"config.json: clip_qkv must be a positive number or null, found {config.clip_qkv!r}"
         )
     for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
         value = getattr(config, name)

@@ -33,6 +33,7 @@ from transformers import (
     LlamaConfig,
     MistralConfig,
     Olmo2Config,
+    OlmoConfig,
     Phi3Config,
     PhiConfig,
     PretrainedConfig,
@@ -40,6 +41,8 @@ from transformers import (
     Qwen2Config,
     Qwen3Config,
     SmolLM3Config,
+    StableLmConfig,
+    Starcoder2Config,
 )
 from transformers.utils import logging as hf_logging
 
@@ -59,6 +62,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite": GraniteConfig,
     "olmo2": Olmo2Config,
     "smollm3": SmolLM3Config,
+    "starcoder2": Starcoder2Config,
+    "stablelm": StableLmConfig,
+    "olmo": OlmoConfig,
 }
 
 _ARCHITECTURES = {
@@ -75,6 +81,9 @@ _ARCHITECTURES = {
     "granite": "GraniteForCausalLM",
     "olmo2": "Olmo2ForCausalLM",
     "smollm3": "SmolLM3ForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM",
+    "stablelm": "StableLmForCausalLM",
+    "olmo": "OlmoForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -135,6 +144,9 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     },
     "olmo2": {},
     "smollm3": {"no_rope_layers": [1, 0, 1]},  # the middle layer applies no rotary
+    "starcoder2": {},  # biases on every projection (use_bias), LayerNorms, FC MLP
+    "stablelm": {},  # partial rotary 0.25 of head_dim 16 (transformers' default)
+    "olmo": {},  # LayerNorms without weights, nothing in the checkpoint to randomize
 }
 
 WEIGHT_STD = 0.2

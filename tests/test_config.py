@@ -262,6 +262,12 @@ def test_yarn_without_factor_derives_it_as_transformers_does():
         ("gpt2", {"scale_attn_weights": 1.5}, ["'scale_attn_weights'", "true or false"]),
         ("smollm3", {"no_rope_layer_interval": 0}, ["'no_rope_layer_interval'", "0"]),
         ("smollm3", {"no_rope_layers": 3}, ["'no_rope_layers'", "per layer (2)", "3"]),
+        ("starcoder2", {"use_bias": 1.5}, ["'use_bias'", "true or false", "1.5"]),
+        ("starcoder2", {"norm_epsilon": -1}, ["'norm_epsilon'", "positive number", "-1"]),
+        ("stablelm", {"use_parallel_residual": "x"}, ["'use_parallel_residual'", "'x'"]),
+        ("stablelm", {"qk_layernorm": 1}, ["'qk_layernorm'", "true or false"]),
+        ("stablelm", {"num_attention_heads": 5}, ["hidden_size 64", "num_attention_heads 5"]),
+        ("olmo", {"clip_qkv": "8"}, ["'clip_qkv'", "positive number", "'8'"]),
     ],
 )
 def test_family_fields_with_wrong_values(model_type, change, words):

@@ -5,7 +5,7 @@ from mobius_genai.components.decoder import DecoderLayer
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.linear import Linear
 from mobius_genai.components.mlp import FCMLP, GatedMLP
-from mobius_genai.components.norms import LayerNorm, RMSNorm
+from mobius_genai.components.norms import HeadwiseNorm, LayerNorm, RMSNorm
 from mobius_genai.components.rope import RotaryEmbedding
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "DecoderLayer",
     "Embedding",
     "GatedMLP",
+    "HeadwiseNorm",
     "LayerNorm",
     "Linear",
     "RMSNorm",

@@ -1,19 +1,21 @@
 """Multi-head / grouped-query self-attention with a KV cache, as ONNX `Attention` (opset 24).
 
-q/k/v projections, optional q/k normalization (per head, or over the whole projection), rotary
-embedding (unless the layer has none), then one Attention op that appends the new keys and
-values to the cache and applies the additive mask it is given.
+q/k/v projections, optional clipping of q/k/v, optional q/k normalization (per head, or over
+the whole projection), rotary embedding (unless the layer has none), then one Attention op that
+appends the new keys and values to the cache and applies the additive mask it is given.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear
-from mobius_genai.components.norms import LayerNorm, RMSNorm, make_norm
+from mobius_genai.components.norms import HeadwiseNorm, make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
 
 # Metadata on Attention nodes for rewrite rules: facts the op's attributes cannot carry.
 SLIDING_WINDOW_KEY = "mobius.sliding_window"
@@ -30,6 +32,7 @@ class Attention(nn.Module):
         self.scale = config.scale
         self.softcap = config.attn_logit_softcapping
         self.window = config.window_of_layer(layer_index)
+        self.clip = config.clip_qkv
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
         self.q_proj = Linear(config.hidden_size, q_size, config.qkv_bias)
@@ -37,7 +40,11 @@ class Attention(nn.Module):
         self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
         self.per_head_norm = config.qk_norm_per_head
-        if config.qk_norm:
+        if config.qk_norm and config.qk_norm_head_weights:
+            norm_type, eps = config.norm_type, config.norm_eps
+            self.q_norm = HeadwiseNorm(norm_type, self.num_heads, self.head_dim, eps)
+            self.k_norm = HeadwiseNorm(norm_type, self.num_kv_heads, self.head_dim, eps)
+        elif config.qk_norm:
             per_head = config.qk_norm_per_head
             q_norm_size = self.head_dim if per_head else q_size
             k_norm_size = self.head_dim if per_head else kv_size
@@ -46,7 +53,14 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def _norm(self, op, x: ir.Value, norm: RMSNorm | LayerNorm, num_heads: int) -> ir.Value:
+    def _clip(self, op, *values: ir.Value) -> tuple[ir.Value, ...]:
+        """Each value clipped to [-clip_qkv, clip_qkv] (olmo's clip_qkv)."""
+        dtype = get_build_dtype().numpy()
+        low = op.Constant(value=ir.tensor(np.array(-self.clip, dtype=dtype)))
+        high = op.Constant(value=ir.tensor(np.array(self.clip, dtype=dtype)))
+        return tuple(op.Clip(value, low, high) for value in values)
+
+    def _norm(self, op, x: ir.Value, norm: nn.Module, num_heads: int) -> ir.Value:
         if not self.per_head_norm:
             return norm(op, x)
         heads = op.Reshape(x, op.Constant(value_ints=[0, 0, num_heads, self.head_dim]))
@@ -66,6 +80,8 @@ class Attention(nn.Module):
         q = self.q_proj(op, hidden_states)
         k = self.k_proj(op, hidden_states)
         v = self.v_proj(op, hidden_states)
+        if self.clip is not None:
+            q, k, v = self._clip(op, q, k, v)
         if self.q_norm is not None:
             q = self._norm(op, q, self.q_norm, self.num_heads)
             k = self._norm(op, k, self.k_norm, self.num_kv_heads)

@@ -187,6 +187,28 @@ def _positive_number(key: str) -> Callable[[Mapping[str, Any]], float]:
     return lambda raw: _number(raw.get(key), key, 1.0, positive=True)
 
 
+def _switch(key: str, default: bool) -> Callable[[Mapping[str, Any]], bool]:
+    """An override: the true/false field `key` of config.json, `default` when absent."""
+    return lambda raw: _flag(raw.get(key), key, default)
+
+
+def _optional_positive(key: str) -> Callable[[Mapping[str, Any]], float | None]:
+    """An override: the positive number `key` of config.json, None when absent or null."""
+    return lambda raw: _number(raw.get(key), key, positive=True)
+
+
+def _stablelm_head_dim(raw: Mapping[str, Any]) -> int:
+    """StableLmAttention always splits hidden_size evenly over the heads (no head_dim key)."""
+    hidden, heads = _require(raw, "hidden_size"), _require(raw, "num_attention_heads")
+    head_dim = raw.get("head_dim")
+    if hidden % heads or head_dim not in (None, hidden // heads):
+        raise ConfigError(
+            f"config.json: stablelm needs hidden_size {hidden} divisible by num_attention_heads "
+            f"{heads} and head_dim absent or equal to the quotient, found head_dim {head_dim!r}"
+        )
+    return hidden // heads
+
+
 def _gpt2_scale(raw: Mapping[str, Any]) -> float | None:
     return None if _flag(raw.get("scale_attn_weights"), "scale_attn_weights", True) else 1.0
 
@@ -272,7 +294,7 @@ _FAMILIES = (
             "o_bias": True,
             "mlp_bias": True,
             "lm_head_bias": True,
-            "qk_norm": lambda raw: _flag(raw.get("qk_layernorm"), "qk_layernorm", False),
+            "qk_norm": _switch("qk_layernorm", False),
         },
         weight_renames=(
             (r"\.self_attn\.o_proj\.", ".self_attn.dense."),
@@ -344,6 +366,49 @@ _FAMILIES = (
         model_type="olmo2",
         genai_type="olmo",  # onnxruntime-genai has no "olmo2"; its generic path runs the graph
         config_overrides={"norm_placement": "post", "qk_norm": True, "qk_norm_per_head": False},
+    ),
+    FamilyAdapter(
+        model_type="starcoder2",
+        genai_type="decoder",  # onnxruntime-genai has no "starcoder2"; its generic path runs it
+        config_defaults={
+            "tie_word_embeddings": True,
+            "hidden_act": "gelu_pytorch_tanh",
+            "norm_epsilon": 1e-5,
+        },
+        config_overrides={
+            "norm_type": "layer",
+            "gated_mlp": False,
+            "qkv_bias": _switch("use_bias", True),
+            "o_bias": _switch("use_bias", True),
+            "mlp_bias": _switch("use_bias", True),
+        },
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.c_fc."), (r"\.mlp\.fc2\.", ".mlp.c_proj.")),
+    ),
+    FamilyAdapter(
+        model_type="stablelm",
+        genai_type="decoder",  # onnxruntime-genai has no "stablelm"; its generic path runs it
+        config_defaults={"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
+        config_overrides={
+            "head_dim": _stablelm_head_dim,
+            "norm_type": "layer",
+            "qkv_bias": _switch("use_qkv_bias", False),
+            "o_bias": False,
+            "mlp_bias": False,
+            "parallel_residual": _switch("use_parallel_residual", False),
+            "qk_norm": _switch("qk_layernorm", False),
+            "qk_norm_head_weights": _switch("qk_layernorm", False),
+        },
+        weight_renames=((r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),),
+    ),
+    FamilyAdapter(
+        model_type="olmo",
+        genai_type="olmo",
+        config_overrides={
+            "norm_type": "layer_no_affine",
+            "norm_eps": 1e-5,  # OlmoLayerNorm's fixed epsilon; config.json names none
+            "mlp_bias": False,
+            "clip_qkv": _optional_positive("clip_qkv"),
+        },
     ),
     FamilyAdapter(
         model_type="smollm3",

@@ -25,6 +25,9 @@ NEW_FAMILIES = (
     "granite",
     "olmo2",
     "smollm3",
+    "starcoder2",
+    "stablelm",
+    "olmo",
 )
 # onnxruntime-genai 0.18's model types that run a standard decoder graph (DESIGN.md).
 GENAI_TYPES = {
@@ -43,6 +46,9 @@ def test_every_family_has_a_test_checkpoint_and_a_genai_type():
     for family in FAMILIES.values():
         assert family.genai_type in GENAI_TYPES, family.model_type
     assert FAMILIES["gpt2"].genai_type == "decoder"
+    # onnxruntime-genai 0.18 knows neither starcoder2 nor stablelm
+    assert FAMILIES["starcoder2"].genai_type == FAMILIES["stablelm"].genai_type == "decoder"
+    assert FAMILIES["olmo"].genai_type == "olmo"
 
 
 def test_gemma_family_facts():
@@ -135,6 +141,58 @@ def test_granite_olmo2_smollm3_facts():
     assert get_family("smollm3").parse_config(off).window_of_layer(1) is None
 
 
+def test_starcoder2_facts():
+    starcoder2 = _parse("starcoder2", sliding_window=5)
+    assert (starcoder2.norm_type, starcoder2.gated_mlp) == ("layer", False)
+    assert starcoder2.qkv_bias and starcoder2.o_bias and starcoder2.mlp_bias
+    assert starcoder2.hidden_act == "gelu_pytorch_tanh" and starcoder2.norm_eps == 1e-5
+    assert [starcoder2.window_of_layer(i) for i in range(3)] == [5, 5, 5]
+    raw = tiny_config("starcoder2", use_bias=False, norm_epsilon=1e-3).to_dict()
+    for key in ("tie_word_embeddings", "hidden_act", "sliding_window"):
+        raw.pop(key)
+    plain = get_family("starcoder2").parse_config(raw)
+    assert not (plain.qkv_bias or plain.o_bias or plain.mlp_bias)
+    assert plain.norm_eps == 1e-3 and plain.tie_word_embeddings  # the config class's default
+    assert plain.hidden_act == "gelu_pytorch_tanh" and plain.window_of_layer(0) is None
+    source = get_family("starcoder2").checkpoint_name("model.layers.1.mlp.fc1.bias")
+    assert source == "model.layers.1.mlp.c_fc.bias"
+
+
+def test_stablelm_facts():
+    stablelm = _parse("stablelm")
+    assert (stablelm.norm_type, stablelm.norm_eps, stablelm.rotary_dim) == ("layer", 1e-5, 4)
+    assert stablelm.gated_mlp and not (stablelm.qkv_bias or stablelm.o_bias or stablelm.mlp_bias)
+    assert not (stablelm.qk_norm or stablelm.parallel_residual or stablelm.qk_norm_head_weights)
+    full = _parse("stablelm", qk_layernorm=True, use_parallel_residual=True, use_qkv_bias=True)
+    assert full.qk_norm and full.qk_norm_per_head and full.qk_norm_head_weights
+    assert full.parallel_residual and full.qkv_bias and not full.o_bias
+    # hub configs: partial_rotary_factor at the top level, or left to the config class
+    raw = tiny_config("stablelm").to_dict()
+    del raw["rope_parameters"]
+    assert get_family("stablelm").parse_config(raw).rope.partial_rotary_factor == 0.25
+    raw["partial_rotary_factor"] = 0.5
+    assert get_family("stablelm").parse_config(raw).rotary_dim == 8
+    # StableLmAttention splits hidden_size over the heads, whatever head_dim says
+    with pytest.raises(ConfigError, match="head_dim 32"):
+        get_family("stablelm").parse_config({**raw, "head_dim": 32})
+    stablelm = get_family("stablelm")
+    name = "model.layers.0.self_attn.k_norm.norms.1.weight"
+    assert stablelm.checkpoint_name(name) == "model.layers.0.self_attn.k_layernorm.norms.1.weight"
+
+
+def test_olmo_facts():
+    olmo = _parse("olmo")
+    assert (olmo.norm_type, olmo.norm_eps, olmo.norm_placement) == ("layer_no_affine", 1e-5, "pre")
+    assert olmo.clip_qkv is None and not (olmo.qkv_bias or olmo.o_bias or olmo.mlp_bias)
+    clipped = _parse("olmo", clip_qkv=8.0, attention_bias=True)
+    assert clipped.clip_qkv == 8.0 and clipped.qkv_bias and clipped.o_bias
+    raw = tiny_config("olmo").to_dict()
+    assert get_family("olmo").parse_config({**raw, "clip_qkv": 8}).clip_qkv == 8.0
+    assert get_family("olmo").parse_config({**raw, "rms_norm_eps": 1e-3}).norm_eps == 1e-5
+    with pytest.raises(ConfigError, match="'clip_qkv'.*positive number.*0"):
+        get_family("olmo").parse_config({**raw, "clip_qkv": 0})
+
+
 def test_weight_names_of_fused_and_renamed_tensors():
     assert get_family("llama").checkpoint_name("model.norm.weight") == "model.norm.weight"
     layer = "model.layers.2"
@@ -196,6 +254,12 @@ BASE = {
         ({"no_rope_layers": (2,)}, ["no_rope_layers", "[2]", "0..1"]),
         ({"residual_multiplier": 0.0}, ["residual_multiplier", "positive"]),
         ({"logits_scaling": -1.0}, ["logits_scaling", "-1.0"]),
+        ({"clip_qkv": -2.0}, ["clip_qkv", "-2.0", "positive"]),
+        ({"qk_norm_head_weights": True}, ["per-head q/k norm weights", "qk_norm False"]),
+        (
+            {"qk_norm_head_weights": True, "qk_norm": True, "qk_norm_per_head": False},
+            ["per-head q/k norm weights", "qk_norm_per_head False"],
+        ),
     ],
 )
 def test_invalid_generic_fields_name_field_value_and_accepted(overrides, words):

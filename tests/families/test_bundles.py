@@ -48,6 +48,9 @@ NEW_FAMILIES = [
     "granite",
     "olmo2",
     "smollm3",
+    "starcoder2",
+    "stablelm",
+    "olmo",
 ]
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mobius_genai
+from mobius_genai import RopeConfig
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
@@ -58,6 +59,21 @@ CASES = {
         "smollm3",
         {"use_sliding_window": True, "sliding_window": 5, "no_rope_layers": [1, 0, 0]},
     ),
+    "starcoder2": ("starcoder2", {}),
+    "starcoder2_sliding_window": ("starcoder2", {"sliding_window": 5}),
+    "starcoder2_tied_without_bias": (
+        "starcoder2",
+        {"use_bias": False, "tie_word_embeddings": True},
+    ),
+    "stablelm": ("stablelm", {}),
+    "stablelm_qk_layernorm_qkv_bias": ("stablelm", {"qk_layernorm": True, "use_qkv_bias": True}),
+    "stablelm_parallel_residual_qk_layernorm": (
+        "stablelm",
+        {"use_parallel_residual": True, "qk_layernorm": True, "partial_rotary_factor": 0.5},
+    ),
+    "olmo": ("olmo", {}),
+    "olmo_clip_qkv_bias": ("olmo", {"clip_qkv": 1.0, "attention_bias": True}),
+    "olmo_tied": ("olmo", {"tie_word_embeddings": True}),
 }
 
 
@@ -80,9 +96,10 @@ def test_family_graphs_match_transformers(case, tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-@pytest.mark.parametrize("family", ["gemma3_text", "phi3"])
+@pytest.mark.parametrize("family", ["gemma3_text", "phi3", "stablelm"])
 def test_hub_layout_config_matches_transformers(family, tmp_path):
-    """transformers-4 config.json: gemma3's rope_local_base_freq, phi3's top-level lengths."""
+    """transformers-4 config.json: gemma3's rope_local_base_freq, phi3's top-level lengths,
+    stablelm's partial rotary that hub configs may leave to the config class (0.25)."""
     overrides = {}
     if family == "phi3":
         overrides = {"rope_scaling": _LONGROPE, "original_max_position_embeddings": 16}
@@ -141,6 +158,7 @@ def _without(family: str, **overrides) -> FamilyAdapter:
 
 
 # Each adapter difference, undone: the parity check must then fail (so it can fail).
+# case → (family, mutant adapter[, config overrides of the checkpoint]).
 MUTANTS = {
     "gemma_without_norm_offset": (
         "gemma",
@@ -159,13 +177,15 @@ MUTANTS = {
     ),
     "granite_without_logits_scaling": ("granite", lambda: _without("granite", logits_scaling=1.0)),
     "smollm3_rope_everywhere": ("smollm3", lambda: _without("smollm3", no_rope_layers=())),
+    "stablelm_full_rotary": ("stablelm", lambda: _without("stablelm", rope=RopeConfig())),
+    "olmo_without_clip_qkv": ("olmo", lambda: _without("olmo", clip_qkv=None), {"clip_qkv": 1.0}),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MUTANTS))
 def test_parity_fails_without_the_adapter_difference(case, tmp_path, monkeypatch):
-    family, mutant = MUTANTS[case]
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
+    family, mutant, *overrides = MUTANTS[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **(overrides or [{}])[0])
     ids = np.random.default_rng(0).integers(3, 128, size=(1, 12))
     reference = hf_reference_logits(ckpt, ids, decode_steps=1)
     monkeypatch.setitem(FAMILIES, family, mutant())

@@ -28,10 +28,12 @@ MAX_POSITIONS = 32
 
 FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi",
-    "gpt2", "granite", "olmo2", "smollm3",
+    "gpt2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm", "olmo",
 )  # fmt: skip
 # Families whose config takes an explicit head_dim != hidden / heads.
-EXPLICIT_HEAD_DIM = {"llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2"}
+EXPLICIT_HEAD_DIM = {
+    "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "starcoder2", "olmo",
+}  # fmt: skip
 # Rope types each family's transformers config accepts (gpt2 has learned positions).
 ROPE_TYPES = {
     "phi3": ("default", "longrope"),
@@ -102,6 +104,9 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
     if family in ("phi", "phi3") and draw(st.booleans()):
         partial = 0.5
         config["partial_rotary_factor"] = partial
+    if family == "stablelm":
+        partial = draw(st.sampled_from([0.25, 0.5, 1.0]))
+        config["partial_rotary_factor"] = partial
     if family == "gemma3_text":
         config["rope_local_base_freq"] = draw(st.sampled_from([100.0, 10000.0]))
     types = ROPE_TYPES.get(family, ALL_ROPE_TYPES)
@@ -115,6 +120,8 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
     window = draw(st.sampled_from([None, 3, 6]))
     if family in ("mistral", "gemma2", "gemma3_text", "phi3"):
         config["sliding_window"] = window or 4096
+    elif family == "starcoder2":
+        config["sliding_window"] = window
     elif family in ("qwen2", "smollm3") and window:
         config.update(use_sliding_window=True, sliding_window=window, max_window_layers=1)
     if family == "smollm3":
@@ -132,8 +139,15 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
             logits_scaling=draw(st.sampled_from([1.0, 8.0])),
             attention_multiplier=draw(st.sampled_from([0.05, 0.2])),
         )
-    if family in ("llama", "qwen3", "olmo2", "granite") and draw(st.booleans()):
+    if family in ("llama", "qwen3", "olmo2", "granite", "olmo") and draw(st.booleans()):
         config["attention_bias"] = True
+    if family == "starcoder2":
+        config["use_bias"] = draw(st.booleans())
+    if family == "stablelm":
+        for switch in ("use_qkv_bias", "qk_layernorm", "use_parallel_residual"):
+            config[switch] = draw(st.booleans())
+    if family == "olmo":
+        config["clip_qkv"] = draw(st.sampled_from([None, 0.5, 4.0]))
     return family, config
 
 
