@@ -18,7 +18,7 @@ from mobius_genai.errors import ConfigError
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")
-HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu")
+HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
 NORM_TYPES = ("rms", "layer", "layer_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
 POSITION_EMBEDDINGS = ("rope", "learned")
@@ -32,7 +32,13 @@ _ROPE_REQUIRED_KEYS = {
     "dynamic": ("factor",),
     "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
 }
-_NORM_EPS_KEYS = ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_epsilon")
+_NORM_EPS_KEYS = (
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "norm_epsilon",
+    "norm_eps",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +76,9 @@ class ArchitectureConfig:
       "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
     - `parallel_residual`: attention and MLP read the same normed input and both outputs are
       added to the residual at once, x + attn(ln(x)) + mlp(ln(x)) (phi); needs placement "pre".
+    - `parallel_mlp_norm`: with `parallel_residual`, the MLP normalizes the layer input with a
+      norm of its own, x + attn(ln1(x)) + mlp(ln2(x)) (gpt_neox), instead of reading the
+      attention's normed input.
     - `gated_mlp`: down(act(gate(x)) * up(x)) when True, fc2(act(fc1(x))) when False.
     - `embedding_multiplier`: token embeddings are multiplied by it (gemma: sqrt(hidden_size),
       granite: `embedding_multiplier`).
@@ -86,6 +95,9 @@ class ArchitectureConfig:
     - `qk_norm_head_weights`: with per-head `qk_norm`, every head has its own norm weight and
       the q/k norms no bias (stablelm's per-head LayerNorms); one weight shared by all heads
       when False.
+    - `packed_qkv`: q, k and v come from one projection `qkv_proj` whose output is
+      [q | k | v], split in the graph (gpt_neox's query_key_value, whose per-head rows the
+      adapter regroups into these blocks as it reads them).
     - `clip_qkv`: q, k and v projections are clipped to [-clip_qkv, clip_qkv] right after
       the projection (olmo); None means no clipping.
     - `lm_head_bias`: the LM head adds a bias (phi).
@@ -111,12 +123,14 @@ class ArchitectureConfig:
     qk_norm: bool = False
     qk_norm_per_head: bool = True
     qk_norm_head_weights: bool = False
+    packed_qkv: bool = False
     clip_qkv: float | None = None
     lm_head_bias: bool = False
     tie_word_embeddings: bool = False
     norm_type: str = "rms"
     norm_placement: str = "pre"
     parallel_residual: bool = False
+    parallel_mlp_norm: bool = False
     gated_mlp: bool = True
     embedding_multiplier: float = 1.0
     residual_multiplier: float = 1.0
@@ -496,6 +510,11 @@ def _validate(config: ArchitectureConfig) -> None:
         raise ConfigError(
             f"config.json: a parallel residual needs norm_placement 'pre', found "
             f"{config.norm_placement!r}"
+        )
+    if config.parallel_mlp_norm and not config.parallel_residual:
+        raise ConfigError(
+            "config.json: a separate MLP norm of the parallel residual (parallel_mlp_norm) needs "
+            "parallel_residual, found parallel_residual False"
         )
     outside = [i for i in config.no_rope_layers if not 0 <= i < config.num_hidden_layers]
     if outside:

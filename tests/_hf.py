@@ -25,13 +25,16 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    ExaoneConfig,
     Gemma2Config,
     Gemma3TextConfig,
     GemmaConfig,
     GPT2Config,
+    GPTNeoXConfig,
     GraniteConfig,
     LlamaConfig,
     MistralConfig,
+    NemotronConfig,
     Olmo2Config,
     OlmoConfig,
     Phi3Config,
@@ -65,6 +68,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "starcoder2": Starcoder2Config,
     "stablelm": StableLmConfig,
     "olmo": OlmoConfig,
+    "gpt_neox": GPTNeoXConfig,
+    "nemotron": NemotronConfig,
+    "exaone": ExaoneConfig,
 }
 
 _ARCHITECTURES = {
@@ -84,6 +90,9 @@ _ARCHITECTURES = {
     "starcoder2": "Starcoder2ForCausalLM",
     "stablelm": "StableLmForCausalLM",
     "olmo": "OlmoForCausalLM",
+    "gpt_neox": "GPTNeoXForCausalLM",
+    "nemotron": "NemotronForCausalLM",
+    "exaone": "LlamaForCausalLM",  # transformers runs exaone checkpoints as llama
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -147,6 +156,10 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "starcoder2": {},  # biases on every projection (use_bias), LayerNorms, FC MLP
     "stablelm": {},  # partial rotary 0.25 of head_dim 16 (transformers' default)
     "olmo": {},  # LayerNorms without weights, nothing in the checkpoint to randomize
+    # parallel residual with two norms, rotary on 0.25 of head_dim 16, per-head fused qkv
+    "gpt_neox": {"num_key_value_heads": UNSET},
+    "nemotron": {},  # LayerNorm1P (1 + weight), relu2 FC MLP, rotary on 0.5 of head_dim 16
+    "exaone": {},  # llama with EXAONE's tensor names; rope_theta 500000 by default
 }
 
 WEIGHT_STD = 0.2

@@ -103,7 +103,7 @@ def test_from_file_reads_config_json(tmp_path):
         ({"num_hidden_layers": -1}, ["'num_hidden_layers'", "-1"]),
         ({"intermediate_size": "big"}, ["'intermediate_size'", "'big'"]),
         ({"rope_scaling": {"type": "ntk-magic", "factor": 2.0}}, ["'ntk-magic'", "longrope"]),
-        ({"hidden_act": "swish2"}, ["'swish2'", "silu"]),
+        ({"hidden_act": "swish2"}, ["'swish2'", "silu", "relu2"]),
         ({"layer_types": ["full_attention"]}, ["layer_types", "1 entries", "2 layers"]),
         ({"layer_types": ["full_attention", "chunked"]}, ["'chunked'", "sliding_attention"]),
         ({"layer_types": ["sliding_attention"] * 2}, ["sliding_window", "None"]),
@@ -268,6 +268,14 @@ def test_yarn_without_factor_derives_it_as_transformers_does():
         ("stablelm", {"qk_layernorm": 1}, ["'qk_layernorm'", "true or false"]),
         ("stablelm", {"num_attention_heads": 5}, ["hidden_size 64", "num_attention_heads 5"]),
         ("olmo", {"clip_qkv": "8"}, ["'clip_qkv'", "positive number", "'8'"]),
+        ("gpt_neox", {"use_parallel_residual": 1}, ["'use_parallel_residual'", "true or false"]),
+        ("gpt_neox", {"head_dim": 8}, ["gpt_neox needs", "hidden_size", "head_dim 8"]),
+        ("gpt_neox", {"rotary_pct": 0.0}, ["partial_rotary_factor 0.0", "(0, 1]"]),
+        ("gpt_neox", {"attention_bias": "yes"}, ["'attention_bias'", "'yes'"]),
+        ("nemotron", {"norm_eps": 0}, ["'norm_eps'", "positive number", "0"]),
+        ("nemotron", {"hidden_act": "relu3"}, ["'relu3'", "relu2"]),
+        ("exaone", {"activation_function": "swish"}, ["'swish'", "silu"]),
+        ("exaone", {"layer_norm_epsilon": "x"}, ["'layer_norm_epsilon'", "'x'"]),
     ],
 )
 def test_family_fields_with_wrong_values(model_type, change, words):

@@ -1,8 +1,9 @@
 """Multi-head / grouped-query self-attention with a KV cache, as ONNX `Attention` (opset 24).
 
-q/k/v projections, optional clipping of q/k/v, optional q/k normalization (per head, or over
-the whole projection), rotary embedding (unless the layer has none), then one Attention op that
-appends the new keys and values to the cache and applies the additive mask it is given.
+q/k/v projections (or one packed [q | k | v] projection split in three), optional clipping of
+q/k/v, optional q/k normalization (per head, or over the whole projection), rotary embedding
+(unless the layer has none), then one Attention op that appends the new keys and values to the
+cache and applies the additive mask it is given.
 """
 
 from __future__ import annotations
@@ -35,9 +36,15 @@ class Attention(nn.Module):
         self.clip = config.clip_qkv
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
-        self.q_proj = Linear(config.hidden_size, q_size, config.qkv_bias)
-        self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
-        self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
+        self.sizes = [q_size, kv_size, kv_size]
+        if config.packed_qkv:
+            self.qkv_proj = Linear(config.hidden_size, sum(self.sizes), config.qkv_bias)
+            self.q_proj = self.k_proj = self.v_proj = None
+        else:
+            self.qkv_proj = None
+            self.q_proj = Linear(config.hidden_size, q_size, config.qkv_bias)
+            self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
+            self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
         self.per_head_norm = config.qk_norm_per_head
         if config.qk_norm and config.qk_norm_head_weights:
@@ -52,6 +59,13 @@ class Attention(nn.Module):
             self.k_norm = make_norm(config.norm_type, k_norm_size, config.norm_eps)
         else:
             self.q_norm = self.k_norm = None
+
+    def _project(self, op, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """q, k and v: three projections, or one packed [q | k | v] projection split."""
+        if self.qkv_proj is None:
+            return self.q_proj(op, x), self.k_proj(op, x), self.v_proj(op, x)
+        sizes = op.Constant(value_ints=self.sizes)
+        return op.Split(self.qkv_proj(op, x), sizes, axis=-1, _outputs=3)
 
     def _clip(self, op, *values: ir.Value) -> tuple[ir.Value, ...]:
         """Each value clipped to [-clip_qkv, clip_qkv] (olmo's clip_qkv)."""
@@ -77,9 +91,7 @@ class Attention(nn.Module):
         past_value: ir.Value,
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d])."""
-        q = self.q_proj(op, hidden_states)
-        k = self.k_proj(op, hidden_states)
-        v = self.v_proj(op, hidden_states)
+        q, k, v = self._project(op, hidden_states)
         if self.clip is not None:
             q, k, v = self._clip(op, q, k, v)
         if self.q_norm is not None:

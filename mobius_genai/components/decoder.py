@@ -4,6 +4,7 @@
     sandwich  h = x + norm(attn(norm(x)));         out = h + norm(mlp(norm(h)))    (gemma2/3)
     post      h = x + norm(attn(x));               out = h + norm(mlp(h))          (olmo2)
     parallel  n = norm(x);  out = (attn(n) + mlp(n)) + x                           (phi)
+              with parallel_mlp_norm: out = (attn(norm1(x)) + mlp(norm2(x))) + x    (gpt_neox)
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
 (granite). Norm modules carry the names transformers gives them for each placement, so
@@ -42,7 +43,8 @@ class DecoderLayer(nn.Module):
         super().__init__()
         slots = NORM_SLOTS[config.norm_placement]
         if config.parallel_residual:
-            slots = (slots[0], None, None, None)  # the MLP reads the attention's normed input
+            # the MLP reads the attention's normed input, or the input through a norm of its own
+            slots = (slots[0], None, slots[2] if config.parallel_mlp_norm else None, None)
         self.slots = slots
         self.parallel = config.parallel_residual
         self.residual_multiplier = config.residual_multiplier
@@ -81,7 +83,8 @@ class DecoderLayer(nn.Module):
         )
         attn_out = self._scaled(op, self._norm(op, 1, attn_out))
         if self.parallel:
-            mlp_out = self._scaled(op, self.mlp(op, normed))
+            mlp_in = normed if self.slots[2] is None else self._norm(op, 2, residual)
+            mlp_out = self._scaled(op, self.mlp(op, mlp_in))
             return op.Add(op.Add(attn_out, mlp_out), residual), present_key, present_value
         hidden_states = op.Add(residual, attn_out)
         mlp_out = self.mlp(op, self._norm(op, 2, hidden_states))

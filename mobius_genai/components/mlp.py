@@ -19,6 +19,9 @@ def activation(op, x: ir.Value, name: str) -> ir.Value:
         return op.Gelu(x)
     if name == "relu":
         return op.Relu(x)
+    if name == "relu2":  # squared ReLU (nemotron)
+        relu = op.Relu(x)
+        return op.Mul(relu, relu)
     raise ValueError(f"unsupported activation {name!r}")
 
 

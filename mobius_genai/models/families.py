@@ -36,7 +36,8 @@ _NORM_WEIGHTS = r"norm\.weight$"
 
 
 def _offset_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
-    """Gemma's RMSNorm computes x̂ * (1 + weight); store 1 + weight for RMSNormalization."""
+    """Gemma's RMSNorm and nemotron's LayerNorm1P scale by 1 + weight: store 1 + weight as
+    the norm op's scale."""
     if re.search(_NORM_WEIGHTS, name):
         return array.astype(np.float32) + 1.0
     return array
@@ -197,16 +198,38 @@ def _optional_positive(key: str) -> Callable[[Mapping[str, Any]], float | None]:
     return lambda raw: _number(raw.get(key), key, positive=True)
 
 
-def _stablelm_head_dim(raw: Mapping[str, Any]) -> int:
-    """StableLmAttention always splits hidden_size evenly over the heads (no head_dim key)."""
+def _hidden_over_heads(raw: Mapping[str, Any]) -> int:
+    """The head size of families whose attention always splits hidden_size evenly over the
+    heads, whatever a head_dim key says (stablelm, gpt_neox)."""
     hidden, heads = _require(raw, "hidden_size"), _require(raw, "num_attention_heads")
     head_dim = raw.get("head_dim")
     if hidden % heads or head_dim not in (None, hidden // heads):
         raise ConfigError(
-            f"config.json: stablelm needs hidden_size {hidden} divisible by num_attention_heads "
-            f"{heads} and head_dim absent or equal to the quotient, found head_dim {head_dim!r}"
+            f"config.json: {raw.get('model_type')} needs hidden_size {hidden} divisible by "
+            f"num_attention_heads {heads} and head_dim absent or equal to the quotient, found "
+            f"head_dim {head_dim!r}"
         )
     return hidden // heads
+
+
+_PACKED_QKV = r"\.qkv_proj\.(weight|bias)$"
+
+
+def _qkv_blocks_from_head_rows(
+    name: str, array: np.ndarray, config: ArchitectureConfig
+) -> np.ndarray:
+    """GPT-NeoX's query_key_value rows, [q_0, k_0, v_0, q_1, k_1, v_1, ...] with head_dim
+    rows per head and part, regrouped into the [q | k | v] blocks of the packed projection."""
+    if not re.search(_PACKED_QKV, name):
+        return array
+    heads, head_dim = config.num_attention_heads, config.head_dim
+    by_head = array.reshape(heads, 3, head_dim, *array.shape[1:])
+    return np.ascontiguousarray(by_head.swapaxes(0, 1)).reshape(array.shape)
+
+
+def _exaone_kv_heads(raw: Mapping[str, Any]) -> int:
+    """ExaoneConfig: 8 key/value heads when the key is absent, one per query head when null."""
+    return _require(raw, "num_attention_heads") if "num_key_value_heads" in raw else 8
 
 
 def _gpt2_scale(raw: Mapping[str, Any]) -> float | None:
@@ -389,7 +412,7 @@ _FAMILIES = (
         genai_type="decoder",  # onnxruntime-genai has no "stablelm"; its generic path runs it
         config_defaults={"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
         config_overrides={
-            "head_dim": _stablelm_head_dim,
+            "head_dim": _hidden_over_heads,
             "norm_type": "layer",
             "qkv_bias": _switch("use_qkv_bias", False),
             "o_bias": False,
@@ -409,6 +432,74 @@ _FAMILIES = (
             "mlp_bias": False,
             "clip_qkv": _optional_positive("clip_qkv"),
         },
+    ),
+    FamilyAdapter(
+        model_type="gpt_neox",
+        genai_type="decoder",  # onnxruntime-genai has no "gpt_neox"; its generic path runs it
+        config_aliases={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
+        config_defaults={
+            "partial_rotary_factor": 0.25,
+            "layer_norm_eps": 1e-5,
+            "hidden_act": "gelu",
+            "attention_bias": True,
+        },
+        config_overrides={
+            "head_dim": _hidden_over_heads,
+            "num_key_value_heads": lambda raw: _require(raw, "num_attention_heads"),
+            "norm_type": "layer",
+            "gated_mlp": False,
+            "mlp_bias": True,
+            "packed_qkv": True,
+            "parallel_residual": _switch("use_parallel_residual", True),
+            "parallel_mlp_norm": _switch("use_parallel_residual", True),
+        },
+        weight_renames=(
+            (r"\.self_attn\.qkv_proj\.", ".attention.query_key_value."),
+            (r"\.self_attn\.o_proj\.", ".attention.dense."),
+            (r"\.mlp\.fc1\.", ".mlp.dense_h_to_4h."),
+            (r"\.mlp\.fc2\.", ".mlp.dense_4h_to_h."),
+            (r"^model\.layers\.", "gpt_neox.layers."),
+            (r"^model\.embed_tokens\.", "gpt_neox.embed_in."),
+            (r"^model\.norm\.", "gpt_neox.final_layer_norm."),
+            (r"^lm_head\.", "embed_out."),
+        ),
+        preprocess_weight=_qkv_blocks_from_head_rows,
+        preprocessed_weights=_PACKED_QKV,
+    ),
+    FamilyAdapter(
+        model_type="nemotron",
+        genai_type="nemotron",
+        config_defaults={"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},
+        config_overrides={"norm_type": "layer", "gated_mlp": False},
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
+        # NemotronLayerNorm1P scales by 1 + weight, as gemma's RMSNorm does
+        preprocess_weight=_offset_norm_weights,
+        preprocessed_weights=_NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="exaone",
+        genai_type="decoder",  # onnxruntime-genai has no "exaone"; its generic path runs it
+        # (layer_norm_epsilon, EXAONE's name for rms_norm_eps, is one of config.py's eps keys)
+        config_aliases={"num_layers": "num_hidden_layers", "activation_function": "hidden_act"},
+        config_defaults={
+            "rope_theta": 500_000.0,
+            "norm_eps": 1e-5,  # the last eps key config.py reads: used when no other is given
+            # ExaoneConfig's default is 8 heads; an explicit null means one per query head
+            "num_key_value_heads": _exaone_kv_heads,
+        },
+        # transformers runs exaone as llama; checkpoints keep EXAONE's GPT-2-style names
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".attn.attention.out_proj."),
+            (r"\.self_attn\.", ".attn.attention."),
+            (r"\.mlp\.gate_proj\.", ".mlp.c_fc_0."),
+            (r"\.mlp\.up_proj\.", ".mlp.c_fc_1."),
+            (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
+            (r"\.input_layernorm\.", ".ln_1."),
+            (r"\.post_attention_layernorm\.", ".ln_2."),
+            (r"^model\.layers\.", "transformer.h."),
+            (r"^model\.embed_tokens\.", "transformer.wte."),
+            (r"^model\.norm\.", "transformer.ln_f."),
+        ),
     ),
     FamilyAdapter(
         model_type="smollm3",

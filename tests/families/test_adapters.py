@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from mobius_genai import ArchitectureConfig, ConfigError, UnsupportedModelError
@@ -28,6 +29,9 @@ NEW_FAMILIES = (
     "starcoder2",
     "stablelm",
     "olmo",
+    "gpt_neox",
+    "nemotron",
+    "exaone",
 )
 # onnxruntime-genai 0.18's model types that run a standard decoder graph (DESIGN.md).
 GENAI_TYPES = {
@@ -49,6 +53,9 @@ def test_every_family_has_a_test_checkpoint_and_a_genai_type():
     # onnxruntime-genai 0.18 knows neither starcoder2 nor stablelm
     assert FAMILIES["starcoder2"].genai_type == FAMILIES["stablelm"].genai_type == "decoder"
     assert FAMILIES["olmo"].genai_type == "olmo"
+    assert FAMILIES["gpt_neox"].genai_type == "decoder"  # onnxruntime-genai has no gpt_neox
+    assert FAMILIES["nemotron"].genai_type == "nemotron"
+    assert FAMILIES["exaone"].genai_type == "decoder"  # onnxruntime-genai has no exaone
 
 
 def test_gemma_family_facts():
@@ -193,6 +200,121 @@ def test_olmo_facts():
         get_family("olmo").parse_config({**raw, "clip_qkv": 0})
 
 
+def test_gpt_neox_facts():
+    neox = _parse("gpt_neox")
+    assert (neox.norm_type, neox.norm_eps, neox.hidden_act) == ("layer", 1e-5, "gelu")
+    assert neox.parallel_residual and neox.parallel_mlp_norm and neox.packed_qkv
+    assert not neox.gated_mlp and neox.qkv_bias and neox.o_bias and neox.mlp_bias
+    assert (neox.num_key_value_heads, neox.head_dim, neox.rotary_dim) == (4, 16, 4)
+    assert not neox.tie_word_embeddings
+    plain = _parse("gpt_neox", use_parallel_residual=False, attention_bias=False)
+    assert not (plain.parallel_residual or plain.parallel_mlp_norm)
+    assert not (plain.qkv_bias or plain.o_bias) and plain.mlp_bias  # the MLP always has biases
+    # hub configs (Pythia): rotary_pct and rotary_emb_base at the top level, or absent
+    raw = tiny_config("gpt_neox").to_dict()
+    del raw["rope_parameters"], raw["use_parallel_residual"], raw["attention_bias"]
+    default = get_family("gpt_neox").parse_config(raw)
+    assert (default.rope.partial_rotary_factor, default.rope.theta) == (0.25, 10000.0)
+    assert default.parallel_mlp_norm and default.qkv_bias  # the config class's defaults
+    neox = get_family("gpt_neox")
+    hub = neox.parse_config({**raw, "rotary_pct": 0.5, "rotary_emb_base": 100})
+    assert (hub.rotary_dim, hub.rope.theta) == (8, 100.0)
+    # no grouped-query attention: a stray num_key_value_heads changes nothing
+    assert neox.parse_config({**raw, "num_key_value_heads": 2}).num_key_value_heads == 4
+    layer, ours = "gpt_neox.layers.1", "model.layers.1"
+    expected = {
+        f"{ours}.self_attn.qkv_proj.weight": f"{layer}.attention.query_key_value.weight",
+        f"{ours}.self_attn.o_proj.bias": f"{layer}.attention.dense.bias",
+        f"{ours}.mlp.fc1.weight": f"{layer}.mlp.dense_h_to_4h.weight",
+        f"{ours}.mlp.fc2.bias": f"{layer}.mlp.dense_4h_to_h.bias",
+        f"{ours}.post_attention_layernorm.weight": f"{layer}.post_attention_layernorm.weight",
+        "model.embed_tokens.weight": "gpt_neox.embed_in.weight",
+        "model.norm.bias": "gpt_neox.final_layer_norm.bias",
+        "lm_head.weight": "embed_out.weight",
+    }
+    for graph_name, name in expected.items():
+        assert neox.checkpoint_name(graph_name) == name, graph_name
+    assert neox.preprocessed("model.layers.0.self_attn.qkv_proj.bias")
+    assert not neox.preprocessed("model.layers.0.mlp.fc1.weight")
+
+
+def test_gpt_neox_query_key_value_rows_regrouped_by_part():
+    """Rows [q_0, k_0, v_0, q_1, ...] (head_dim each) become [q_0, q_1, ... | k_... | v_...]."""
+    config = _parse("gpt_neox")  # 4 heads of 16
+    heads, dim = 4, 16
+    label = np.array([[10 * h + p] for h in range(heads) for p in range(3) for _ in range(dim)])
+    preprocess = get_family("gpt_neox").preprocess_weight
+    rows = preprocess("model.layers.0.self_attn.qkv_proj.weight", label * np.ones((1, 3)), config)
+    expected = [10 * h + p for p in range(3) for h in range(heads) for _ in range(dim)]
+    assert rows[:, 0].tolist() == expected and rows.shape == (3 * heads * dim, 3)
+    bias = preprocess("model.layers.0.self_attn.qkv_proj.bias", label[:, 0], config)
+    assert bias.tolist() == expected
+    unchanged = preprocess("model.layers.0.mlp.fc1.bias", label[:, 0], config)
+    assert unchanged.tolist() == label[:, 0].tolist()
+
+
+def test_nemotron_facts():
+    nemotron = _parse("nemotron")
+    assert (nemotron.norm_type, nemotron.norm_eps, nemotron.hidden_act) == ("layer", 1e-5, "relu2")
+    assert not nemotron.gated_mlp and nemotron.rotary_dim == 8  # 0.5 of head_dim 16
+    assert not (nemotron.qkv_bias or nemotron.o_bias or nemotron.mlp_bias)
+    biased = _parse("nemotron", attention_bias=True, mlp_bias=True, head_dim=24)
+    assert biased.qkv_bias and biased.o_bias and biased.mlp_bias and biased.head_dim == 24
+    raw = tiny_config("nemotron").to_dict()
+    del raw["rope_parameters"]
+    raw["norm_eps"] = 1e-3
+    hub = get_family("nemotron").parse_config(raw)  # partial rotary left to the config class
+    assert (hub.rope.partial_rotary_factor, hub.norm_eps) == (0.5, 1e-3)
+    nemotron = get_family("nemotron")
+    assert nemotron.checkpoint_name("model.layers.0.mlp.fc1.weight") == (
+        "model.layers.0.mlp.up_proj.weight"
+    )
+    assert nemotron.checkpoint_name("model.layers.0.mlp.fc2.bias") == (
+        "model.layers.0.mlp.down_proj.bias"
+    )
+    config = _parse("nemotron")
+    weight = np.array([0.5, -1.0], dtype=np.float32)
+    offset = nemotron.preprocess_weight("model.layers.0.input_layernorm.weight", weight, config)
+    assert offset.tolist() == [1.5, 0.0]  # LayerNorm1P scales by 1 + weight
+    bias = nemotron.preprocess_weight("model.layers.0.input_layernorm.bias", weight, config)
+    assert bias.tolist() == weight.tolist()
+
+
+def test_exaone_facts():
+    exaone = get_family("exaone")
+    config = _parse("exaone")
+    assert (config.norm_type, config.hidden_act, config.gated_mlp) == ("rms", "silu", True)
+    assert (config.rope.theta, config.norm_eps, config.num_key_value_heads) == (5e5, 1e-5, 2)
+    # EXAONE's hub config.json: GPT-2-style keys, rope_theta left to the config class
+    raw = tiny_config("exaone").to_dict()
+    for key in ("rope_parameters", "num_hidden_layers", "rms_norm_eps", "hidden_act"):
+        del raw[key]
+    raw.update(num_layers=3, layer_norm_epsilon=1e-3, activation_function="gelu_new")
+    hub = exaone.parse_config(raw)
+    assert (hub.num_hidden_layers, hub.norm_eps, hub.hidden_act) == (3, 1e-3, "gelu_new")
+    assert hub.rope.theta == 5e5
+    no_eps = {k: v for k, v in raw.items() if k != "layer_norm_epsilon"}
+    assert exaone.parse_config(no_eps).norm_eps == 1e-5  # ExaoneConfig's default
+    without_kv = {k: v for k, v in raw.items() if k != "num_key_value_heads"}
+    wide = exaone.parse_config({**without_kv, "num_attention_heads": 16})
+    assert wide.num_key_value_heads == 8  # ExaoneConfig's default
+    assert exaone.parse_config({**raw, "num_key_value_heads": None}).num_key_value_heads == 4
+    expected = {
+        "model.layers.1.self_attn.q_proj.weight": "transformer.h.1.attn.attention.q_proj.weight",
+        "model.layers.1.self_attn.o_proj.bias": "transformer.h.1.attn.attention.out_proj.bias",
+        "model.layers.1.mlp.gate_proj.weight": "transformer.h.1.mlp.c_fc_0.weight",
+        "model.layers.1.mlp.up_proj.weight": "transformer.h.1.mlp.c_fc_1.weight",
+        "model.layers.1.mlp.down_proj.weight": "transformer.h.1.mlp.c_proj.weight",
+        "model.layers.1.input_layernorm.weight": "transformer.h.1.ln_1.weight",
+        "model.layers.1.post_attention_layernorm.weight": "transformer.h.1.ln_2.weight",
+        "model.embed_tokens.weight": "transformer.wte.weight",
+        "model.norm.weight": "transformer.ln_f.weight",
+        "lm_head.weight": "lm_head.weight",
+    }
+    for graph_name, name in expected.items():
+        assert exaone.checkpoint_name(graph_name) == name, graph_name
+
+
 def test_weight_names_of_fused_and_renamed_tensors():
     assert get_family("llama").checkpoint_name("model.norm.weight") == "model.norm.weight"
     layer = "model.layers.2"
@@ -256,6 +378,7 @@ BASE = {
         ({"logits_scaling": -1.0}, ["logits_scaling", "-1.0"]),
         ({"clip_qkv": -2.0}, ["clip_qkv", "-2.0", "positive"]),
         ({"qk_norm_head_weights": True}, ["per-head q/k norm weights", "qk_norm False"]),
+        ({"parallel_mlp_norm": True}, ["parallel_mlp_norm", "parallel_residual False"]),
         (
             {"qk_norm_head_weights": True, "qk_norm": True, "qk_norm_per_head": False},
             ["per-head q/k norm weights", "qk_norm_per_head False"],

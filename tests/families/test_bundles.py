@@ -51,6 +51,9 @@ NEW_FAMILIES = [
     "starcoder2",
     "stablelm",
     "olmo",
+    "gpt_neox",
+    "nemotron",
+    "exaone",
 ]
 
 

@@ -8,9 +8,11 @@ weights are random (tests/_hf.py).
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
+from transformers import AutoConfig
 
 import mobius_genai
 from mobius_genai import RopeConfig
@@ -74,6 +76,40 @@ CASES = {
     "olmo": ("olmo", {}),
     "olmo_clip_qkv_bias": ("olmo", {"clip_qkv": 1.0, "attention_bias": True}),
     "olmo_tied": ("olmo", {"tie_word_embeddings": True}),
+    "gpt_neox": ("gpt_neox", {}),
+    "gpt_neox_sequential_residual_half_rotary": (
+        "gpt_neox",
+        {"use_parallel_residual": False, "rotary_pct": 0.5},
+    ),
+    "gpt_neox_tied_without_attention_bias_full_rotary": (
+        "gpt_neox",
+        {"tie_word_embeddings": True, "attention_bias": False, "rotary_pct": 1.0},
+    ),
+    "gpt_neox_linear_rope_scaling_gelu_new": (
+        "gpt_neox",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "hidden_act": "gelu_new"},
+    ),
+    "nemotron": ("nemotron", {}),
+    "nemotron_biases_full_rotary": (
+        "nemotron",
+        {"attention_bias": True, "mlp_bias": True, "partial_rotary_factor": 1.0},
+    ),
+    "nemotron_tied_head_dim": ("nemotron", {"tie_word_embeddings": True, "head_dim": 24}),
+    "exaone": ("exaone", {}),
+    "exaone_bias_tied_llama3_rope": (
+        "exaone",
+        {
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
 }
 
 
@@ -151,6 +187,54 @@ def test_gpt2_checkpoint_saved_from_base_model(tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
+def test_gpt_neox_hub_config_rotary_pct_and_base(tmp_path):
+    """Pythia's config.json: rotary_pct and rotary_emb_base at the top level, no rope keys
+    (transformers 5 reads only these two there, not rope_theta or partial_rotary_factor)."""
+    ckpt = write_tiny_checkpoint(
+        tmp_path / "ckpt", "gpt_neox", rotary_pct=0.5, rotary_emb_base=100.0
+    )
+    path = ckpt / "config.json"
+    before = AutoConfig.from_pretrained(ckpt).rope_parameters
+    assert before["partial_rotary_factor"] == 0.5 and before["rope_theta"] == 100.0
+    data = json.loads(path.read_text())
+    data.pop("rope_parameters")
+    data.update(rotary_pct=0.5, rotary_emb_base=100.0, torch_dtype=data.pop("dtype"))
+    path.write_text(json.dumps(data))
+    assert AutoConfig.from_pretrained(ckpt).rope_parameters == before
+    ids = np.random.default_rng(4).integers(3, 128, size=(1, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_exaone_hub_config(tmp_path, monkeypatch):
+    """EXAONE's config.json: num_layers, layer_norm_epsilon, activation_function and no rope
+    keys (rope_theta 500000, ExaoneConfig's default); the default must matter."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "exaone", rms_norm_eps=1e-3)
+    path = ckpt / "config.json"
+    before = AutoConfig.from_pretrained(ckpt).to_dict()
+    data = json.loads(path.read_text())
+    for old, new in (
+        ("num_hidden_layers", "num_layers"),
+        ("rms_norm_eps", "layer_norm_epsilon"),
+        ("hidden_act", "activation_function"),
+    ):
+        data[new] = data.pop(old)
+    del data["rope_parameters"]
+    path.write_text(json.dumps(data))
+    after = AutoConfig.from_pretrained(ckpt).to_dict()
+    for key in ("num_hidden_layers", "rms_norm_eps", "hidden_act", "rope_parameters"):
+        assert after[key] == before[key], key
+    assert after["rope_parameters"]["rope_theta"] == 5e5
+    ids = np.random.default_rng(5).integers(3, 128, size=(1, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+    defaults = {k: v for k, v in FAMILIES["exaone"].config_defaults.items() if k != "rope_theta"}
+    mutant = dataclasses.replace(FAMILIES["exaone"], config_defaults=defaults)
+    monkeypatch.setitem(FAMILIES, "exaone", mutant)
+    diffs = _parity(tmp_path / "mutant", ckpt, ids, decode_steps=1)
+    assert min(diffs.values()) > 10 * TOLERANCE, diffs
+
+
 def _without(family: str, **overrides) -> FamilyAdapter:
     adapter = FAMILIES[family]
     changed = {**adapter.config_overrides, **overrides}
@@ -179,6 +263,20 @@ MUTANTS = {
     "smollm3_rope_everywhere": ("smollm3", lambda: _without("smollm3", no_rope_layers=())),
     "stablelm_full_rotary": ("stablelm", lambda: _without("stablelm", rope=RopeConfig())),
     "olmo_without_clip_qkv": ("olmo", lambda: _without("olmo", clip_qkv=None), {"clip_qkv": 1.0}),
+    "gpt_neox_qkv_rows_as_stored": (
+        "gpt_neox",
+        lambda: dataclasses.replace(FAMILIES["gpt_neox"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "gpt_neox_one_shared_parallel_norm": (
+        "gpt_neox",
+        lambda: _without("gpt_neox", parallel_mlp_norm=False),
+    ),
+    "gpt_neox_full_rotary": ("gpt_neox", lambda: _without("gpt_neox", rope=RopeConfig())),
+    "nemotron_without_norm_offset": (
+        "nemotron",
+        lambda: dataclasses.replace(FAMILIES["nemotron"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "nemotron_relu_not_squared": ("nemotron", lambda: _without("nemotron", hidden_act="relu")),
 }
 
 

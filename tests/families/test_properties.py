@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mobius_genai
+from tests._hf import _FAMILY_CONFIG as FAMILY_CONFIG
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
@@ -28,12 +29,16 @@ MAX_POSITIONS = 32
 
 FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi",
-    "gpt2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm", "olmo",
+    "gpt2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm", "olmo", "gpt_neox",
+    "nemotron", "exaone",
 )  # fmt: skip
 # Families whose config takes an explicit head_dim != hidden / heads.
 EXPLICIT_HEAD_DIM = {
     "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "starcoder2", "olmo",
+    "nemotron", "exaone",
 }  # fmt: skip
+# Families without grouped-query attention (no num_key_value_heads key).
+NO_GQA = {"gpt2", "gpt_neox"}
 # Rope types each family's transformers config accepts (gpt2 has learned positions).
 ROPE_TYPES = {
     "phi3": ("default", "longrope"),
@@ -79,11 +84,12 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
     heads = draw(st.sampled_from([2, 4]))
     kv_heads = (
         heads
-        if family == "gpt2"
+        if family in NO_GQA
         else draw(st.sampled_from([h for h in (1, 2, 4) if heads % h == 0]))
     )
     hidden = draw(st.sampled_from([32, 64]))
-    head_dim = hidden // heads
+    # the head_dim tiny_config gives the family (qwen3's 32, gemma's 16) unless drawn below
+    head_dim = FAMILY_CONFIG[family].get("head_dim", hidden // heads)
     config: dict[str, Any] = {
         "hidden_size": hidden,
         "num_attention_heads": heads,
@@ -96,6 +102,7 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
         config["n_inner"] = draw(st.sampled_from([48, 96]))
     else:
         config["intermediate_size"] = draw(st.sampled_from([48, 96]))
+    if family not in NO_GQA:
         config["num_key_value_heads"] = kv_heads
     if family in EXPLICIT_HEAD_DIM and draw(st.booleans()):
         head_dim = draw(st.sampled_from([8, 16, 24]))
@@ -104,9 +111,10 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
     if family in ("phi", "phi3") and draw(st.booleans()):
         partial = 0.5
         config["partial_rotary_factor"] = partial
-    if family == "stablelm":
-        partial = draw(st.sampled_from([0.25, 0.5, 1.0]))
-        config["partial_rotary_factor"] = partial
+    if family in ("stablelm", "nemotron", "gpt_neox"):
+        # at least 4 rotated channels: transformers' dynamic rope divides by rotary_dim - 2
+        partial = draw(st.sampled_from([p for p in (0.25, 0.5, 1.0) if head_dim * p >= 4]))
+        config["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = partial
     if family == "gemma3_text":
         config["rope_local_base_freq"] = draw(st.sampled_from([100.0, 10000.0]))
     types = ROPE_TYPES.get(family, ALL_ROPE_TYPES)
@@ -139,7 +147,7 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
             logits_scaling=draw(st.sampled_from([1.0, 8.0])),
             attention_multiplier=draw(st.sampled_from([0.05, 0.2])),
         )
-    if family in ("llama", "qwen3", "olmo2", "granite", "olmo") and draw(st.booleans()):
+    if family in ("llama", "qwen3", "olmo2", "granite", "olmo", "exaone") and draw(st.booleans()):
         config["attention_bias"] = True
     if family == "starcoder2":
         config["use_bias"] = draw(st.booleans())
@@ -148,6 +156,12 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
             config[switch] = draw(st.booleans())
     if family == "olmo":
         config["clip_qkv"] = draw(st.sampled_from([None, 0.5, 4.0]))
+    if family == "gpt_neox":
+        for switch in ("use_parallel_residual", "attention_bias"):
+            config[switch] = draw(st.booleans())
+    if family == "nemotron":
+        for switch in ("attention_bias", "mlp_bias"):
+            config[switch] = draw(st.booleans())
     return family, config
 
 

@@ -89,3 +89,21 @@ def test_gemma_norm_weights_are_stored_plus_one(tmp_path):
         np.testing.assert_allclose(ours[name], stored[name] + 1.0, rtol=0, atol=1e-7)
     proj = "model.layers.0.self_attn.q_proj.weight"
     np.testing.assert_array_equal(ours[proj], stored[proj].T)
+
+
+def test_gpt_neox_per_head_qkv_rows_become_q_k_v_blocks(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_neox")
+    stored = load_file(ckpt / "model.safetensors")
+    ours = _values(mobius_genai.build(ckpt, "default"))
+    fused = "gpt_neox.layers.2.attention.query_key_value"
+    packed = "model.layers.2.self_attn.qkv_proj"
+    # GPTNeoXAttention views the projection as [..., heads, 3 * head_dim] and chunks it in 3
+    by_head = stored[f"{fused}.weight"].reshape(4, 3, 16, 64)  # [head, q/k/v, d, hidden]
+    for part in range(3):
+        rows = by_head[:, part].reshape(64, 64)
+        np.testing.assert_array_equal(
+            ours[f"{packed}.weight"][:, 64 * part : 64 * (part + 1)], rows.T
+        )
+        bias = stored[f"{fused}.bias"].reshape(4, 3, 16)[:, part].reshape(64)
+        np.testing.assert_array_equal(ours[f"{packed}.bias"][64 * part : 64 * (part + 1)], bias)
+    np.testing.assert_array_equal(ours["lm_head.weight"], stored["embed_out.weight"].T)
