@@ -19,7 +19,7 @@ from mobius_genai.errors import ConfigError
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
-NORM_TYPES = ("rms", "layer", "layer_no_affine")
+NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
 POSITION_EMBEDDINGS = ("rope", "learned")
 # Rope types whose tables depend on the length the model was pretrained with.
@@ -70,7 +70,8 @@ class ArchitectureConfig:
     Beyond sizes, a few generic switches describe how families differ (each defaults to the
     llama-style decoder):
 
-    - `norm_type`: "rms" (RMSNormalization), "layer" (LayerNormalization with bias) or
+    - `norm_type`: "rms" (RMSNormalization), "layer" (LayerNormalization with bias),
+      "layer_no_bias" (LayerNormalization with a weight and no bias: cohere) or
       "layer_no_affine" (LayerNormalization without learnable weight or bias: olmo).
     - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
       "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
@@ -95,6 +96,11 @@ class ArchitectureConfig:
     - `qk_norm_head_weights`: with per-head `qk_norm`, every head has its own norm weight and
       the q/k norms no bias (stablelm's per-head LayerNorms); one weight shared by all heads
       when False.
+    - `qk_norm_stacked_weights`: with `qk_norm_head_weights`, the per-head weights are one
+      [num_heads, head_dim] tensor `q_norm.weight` (cohere) instead of one tensor per head.
+    - `rope_interleaved`: every rope of the config rotates adjacent channel pairs
+      (x0, x1), (x2, x3), ... (gptj, cohere, glm) instead of the two halves of the rotated
+      channels (llama's rotate_half).
     - `packed_qkv`: q, k and v come from one projection `qkv_proj` whose output is
       [q | k | v], split in the graph (gpt_neox's query_key_value, whose per-head rows the
       adapter regroups into these blocks as it reads them).
@@ -123,6 +129,7 @@ class ArchitectureConfig:
     qk_norm: bool = False
     qk_norm_per_head: bool = True
     qk_norm_head_weights: bool = False
+    qk_norm_stacked_weights: bool = False
     packed_qkv: bool = False
     clip_qkv: float | None = None
     lm_head_bias: bool = False
@@ -138,6 +145,7 @@ class ArchitectureConfig:
     position_embedding: str = "rope"
     no_rope_layers: tuple[int, ...] = ()
     rope_local: RopeConfig | None = None
+    rope_interleaved: bool = False
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()
     attention_scale: float | None = None
@@ -151,6 +159,11 @@ class ArchitectureConfig:
     def __post_init__(self) -> None:
         if not self.layer_types:
             object.__setattr__(self, "layer_types", ("full_attention",) * self.num_hidden_layers)
+        if self.rope_interleaved:
+            for name in ("rope", "rope_local"):
+                rope = getattr(self, name)
+                if rope is not None and not rope.interleaved:
+                    object.__setattr__(self, name, dataclasses.replace(rope, interleaved=True))
         _validate(self)
 
     @property
@@ -160,7 +173,7 @@ class ArchitectureConfig:
 
     def rotary_dim_of(self, rope: RopeConfig) -> int:
         """Number of channels of each head that `rope` rotates (even)."""
-        dim = int(self.head_dim * rope.partial_rotary_factor)
+        dim = rotated_channels(self.head_dim, rope.partial_rotary_factor)
         return dim - dim % 2
 
     @property
@@ -212,6 +225,11 @@ def read_config_json(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: config.json not found; a checkpoint folder must hold one")
     return read_json_object(path, ConfigError)
+
+
+def rotated_channels(head_dim: int, partial_rotary_factor: float) -> int:
+    """int(head_dim * partial_rotary_factor): the channels transformers rotates."""
+    return int(head_dim * partial_rotary_factor)
 
 
 def _is_int(value: Any) -> bool:
@@ -527,6 +545,11 @@ def _validate(config: ArchitectureConfig) -> None:
             "config.json: per-head q/k norm weights need qk_norm normalizing each head, found "
             f"qk_norm {config.qk_norm} and qk_norm_per_head {config.qk_norm_per_head}"
         )
+    if config.qk_norm_stacked_weights and not config.qk_norm_head_weights:
+        raise ConfigError(
+            "config.json: stacked per-head q/k norm weights (qk_norm_stacked_weights) need "
+            "qk_norm_head_weights, found qk_norm_head_weights False"
+        )
     if config.clip_qkv is not None and (not _is_number(config.clip_qkv) or config.clip_qkv <= 0):
         raise ConfigError(
             f"config.json: clip_qkv must be a positive number or null, found {config.clip_qkv!r}"
@@ -541,7 +564,7 @@ def _validate(config: ArchitectureConfig) -> None:
 
 
 def _validate_rope(rope: RopeConfig, head_dim: int) -> None:
-    rotary_dim = int(head_dim * rope.partial_rotary_factor)
+    rotary_dim = rotated_channels(head_dim, rope.partial_rotary_factor)
     if rotary_dim < 2 or not 0.0 < rope.partial_rotary_factor <= 1.0:
         raise ConfigError(
             f"config.json: partial_rotary_factor {rope.partial_rotary_factor} must be in "

@@ -25,11 +25,14 @@ import torch
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
+    CohereConfig,
     ExaoneConfig,
     Gemma2Config,
     Gemma3TextConfig,
     GemmaConfig,
+    GlmConfig,
     GPT2Config,
+    GPTJConfig,
     GPTNeoXConfig,
     GraniteConfig,
     LlamaConfig,
@@ -71,6 +74,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gpt_neox": GPTNeoXConfig,
     "nemotron": NemotronConfig,
     "exaone": ExaoneConfig,
+    "gptj": GPTJConfig,
+    "cohere": CohereConfig,
+    "glm": GlmConfig,
 }
 
 _ARCHITECTURES = {
@@ -93,6 +99,9 @@ _ARCHITECTURES = {
     "gpt_neox": "GPTNeoXForCausalLM",
     "nemotron": "NemotronForCausalLM",
     "exaone": "LlamaForCausalLM",  # transformers runs exaone checkpoints as llama
+    "gptj": "GPTJForCausalLM",
+    "cohere": "CohereForCausalLM",
+    "glm": "GlmForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -160,6 +169,17 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "gpt_neox": {"num_key_value_heads": UNSET},
     "nemotron": {},  # LayerNorm1P (1 + weight), relu2 FC MLP, rotary on 0.5 of head_dim 16
     "exaone": {},  # llama with EXAONE's tensor names; rope_theta 500000 by default
+    # parallel residual with one norm, interleaved rotary on 8 of head_dim 16, lm_head bias
+    "gptj": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "rotary_dim": 8,
+    },
+    # LayerNorms without bias, parallel residual, interleaved rotary; logit_scale != 1
+    "cohere": {"logit_scale": 0.25},
+    # GLM-4: fused gate_up, q/k/v biases, interleaved rotary on 0.5 of head_dim 16
+    "glm": {"head_dim": 16},
 }
 
 WEIGHT_STD = 0.2

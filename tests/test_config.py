@@ -89,6 +89,28 @@ def test_eos_list_and_partial_rotary():
     assert config.rotary_dim == 8
 
 
+def test_rotary_dim_truncates_like_transformers():
+    config = ArchitectureConfig.from_dict({**BASE, "partial_rotary_factor": 0.3})  # 16 * 0.3
+    assert config.rotary_dim == 4  # int(4.8), as transformers truncates
+
+
+def test_gptj_rotary_dim_is_exact_where_the_quotient_is_not():
+    from mobius_genai.models import FAMILIES
+
+    raw = {"model_type": "gptj", "n_embd": 88, "n_head": 2, "n_layer": 1, "vocab_size": 32}
+    raw["n_positions"] = 64
+    config = FAMILIES["gptj"].parse_config({**raw, "rotary_dim": 30})  # head 44: 30/44*44 < 30
+    assert config.rotary_dim == 30
+
+
+def test_rope_interleaved_applies_to_every_rope():
+    raw = {**BASE, "rope_local_base_freq": 100.0}
+    assert not ArchitectureConfig.from_dict(raw).rope.interleaved
+    config = ArchitectureConfig.from_dict(raw, rope_interleaved=True)
+    assert config.rope.interleaved and config.rope_local.interleaved
+    assert config.rope_local.theta == 100.0
+
+
 def test_from_file_reads_config_json(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(BASE))
     assert ArchitectureConfig.from_file(tmp_path).num_hidden_layers == 2
@@ -276,6 +298,13 @@ def test_yarn_without_factor_derives_it_as_transformers_does():
         ("nemotron", {"hidden_act": "relu3"}, ["'relu3'", "relu2"]),
         ("exaone", {"activation_function": "swish"}, ["'swish'", "silu"]),
         ("exaone", {"layer_norm_epsilon": "x"}, ["'layer_norm_epsilon'", "'x'"]),
+        ("gptj", {"rotary_dim": 32}, ["'rotary_dim'", "head size 16", "32"]),
+        ("gptj", {"rotary_dim": 4.0}, ["'rotary_dim'", "positive integer", "4.0"]),
+        ("gptj", {"head_dim": 8}, ["gptj needs", "hidden_size", "head_dim 8"]),
+        ("cohere", {"logit_scale": 0}, ["'logit_scale'", "positive number", "0"]),
+        ("cohere", {"use_qk_norm": "yes"}, ["'use_qk_norm'", "true or false", "'yes'"]),
+        ("glm", {"partial_rotary_factor": 1.5}, ["partial_rotary_factor 1.5", "(0, 1]"]),
+        ("glm", {"attention_bias": 1}, ["'attention_bias'", "true or false"]),
     ],
 )
 def test_family_fields_with_wrong_values(model_type, change, words):

@@ -41,6 +41,7 @@ _BIAS = {
         "olmo2",
         "smollm3",
         "exaone",
+        "cohere",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}

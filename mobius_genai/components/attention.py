@@ -49,8 +49,9 @@ class Attention(nn.Module):
         self.per_head_norm = config.qk_norm_per_head
         if config.qk_norm and config.qk_norm_head_weights:
             norm_type, eps = config.norm_type, config.norm_eps
-            self.q_norm = HeadwiseNorm(norm_type, self.num_heads, self.head_dim, eps)
-            self.k_norm = HeadwiseNorm(norm_type, self.num_kv_heads, self.head_dim, eps)
+            stacked = config.qk_norm_stacked_weights
+            self.q_norm = HeadwiseNorm(norm_type, self.num_heads, self.head_dim, eps, stacked)
+            self.k_norm = HeadwiseNorm(norm_type, self.num_kv_heads, self.head_dim, eps, stacked)
         elif config.qk_norm:
             per_head = config.qk_norm_per_head
             q_norm_size = self.head_dim if per_head else q_size

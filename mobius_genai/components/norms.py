@@ -63,28 +63,40 @@ class HeadwiseNorm(nn.Module):
 
         y[..., h, :] = norm(x[..., h, :]) * norms[h].weight      x: [..., num_heads, head_dim]
 
-    stablelm's per-head q/k LayerNorms. The graph normalizes all heads with one op of unit
-    scale and multiplies by the per-head weights stacked [num_heads, head_dim].
+    stablelm's per-head q/k LayerNorms (one weight tensor per head, `norms.{h}.weight`) and
+    cohere's (`stacked`: one [num_heads, head_dim] tensor `weight`). The graph normalizes all
+    heads with one op of unit scale and multiplies by the weights stacked [num_heads, head_dim].
     """
 
-    def __init__(self, norm_type: str, num_heads: int, head_dim: int, eps: float) -> None:
+    def __init__(
+        self, norm_type: str, num_heads: int, head_dim: int, eps: float, stacked: bool = False
+    ) -> None:
         super().__init__()
         self.normalize = make_norm(norm_type, head_dim, eps, affine=False)
-        self.norms = nn.ModuleList([_HeadWeight(head_dim) for _ in range(num_heads)])
+        if stacked:
+            self.weight = parameter([num_heads, head_dim])
+            self.norms = None
+        else:
+            self.weight = None
+            self.norms = nn.ModuleList([_HeadWeight(head_dim) for _ in range(num_heads)])
 
     def forward(self, op, x: ir.Value) -> ir.Value:
-        weights = op.Concat(*(head(op) for head in self.norms), axis=0)
+        weights = self.weight
+        if weights is None:
+            weights = op.Concat(*(head(op) for head in self.norms), axis=0)
         return op.Mul(self.normalize(op, x), weights)
 
 
 def make_norm(norm_type: str, size: int, eps: float, *, affine: bool = True) -> nn.Module:
-    """The normalization a config names: "rms" (RMSNorm), "layer" (LayerNorm with bias) or
-    "layer_no_affine" (LayerNorm without weight or bias); `affine=False` drops the weight and
-    bias of any of them."""
+    """The normalization a config names: "rms" (RMSNorm), "layer" (LayerNorm with bias),
+    "layer_no_bias" (LayerNorm with a weight only) or "layer_no_affine" (LayerNorm without
+    weight or bias); `affine=False` drops the weight and bias of any of them."""
     if norm_type == "rms":
         return RMSNorm(size, eps, affine=affine)
     if norm_type == "layer":
         return LayerNorm(size, eps, affine=affine)
+    if norm_type == "layer_no_bias":
+        return LayerNorm(size, eps, bias=False, affine=affine)
     if norm_type == "layer_no_affine":
         return LayerNorm(size, eps, affine=False)
     raise ValueError(f"unsupported norm type {norm_type!r}")

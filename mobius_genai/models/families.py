@@ -232,6 +232,27 @@ def _exaone_kv_heads(raw: Mapping[str, Any]) -> int:
     return _require(raw, "num_attention_heads") if "num_key_value_heads" in raw else 8
 
 
+def _gptj_partial_rotary(raw: Mapping[str, Any]) -> float:
+    """GPT-J rotates the first `rotary_dim` channels of each head (GPTJConfig: 64 when absent;
+    null rotates the whole head)."""
+    head_dim = _hidden_over_heads(raw)
+    rotary_dim = _integer(raw.get("rotary_dim", 64), "rotary_dim", head_dim)
+    if rotary_dim > head_dim or rotary_dim % 2:
+        raise ConfigError(
+            f"config.json: field 'rotary_dim' must be an even number of channels at most the "
+            f"head size {head_dim}, found {rotary_dim!r}"
+        )
+    factor = rotary_dim / head_dim
+    while int(head_dim * factor) < rotary_dim:  # r / h * h can land just below r
+        factor = math.nextafter(factor, math.inf)
+    return factor
+
+
+def _inverse_logit_scale(raw: Mapping[str, Any]) -> float:
+    """cohere multiplies the logits by `logit_scale`; the graph divides by its inverse."""
+    return 1.0 / _number(raw.get("logit_scale"), "logit_scale", 0.0625, positive=True)
+
+
 def _gpt2_scale(raw: Mapping[str, Any]) -> float | None:
     return None if _flag(raw.get("scale_attn_weights"), "scale_attn_weights", True) else 1.0
 
@@ -499,6 +520,87 @@ _FAMILIES = (
             (r"^model\.layers\.", "transformer.h."),
             (r"^model\.embed_tokens\.", "transformer.wte."),
             (r"^model\.norm\.", "transformer.ln_f."),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="gptj",
+        genai_type="decoder",  # onnxruntime-genai has no "gptj"; its generic path runs it
+        config_aliases={
+            "n_embd": "hidden_size",
+            "n_layer": "num_hidden_layers",
+            "n_head": "num_attention_heads",
+            "n_positions": "max_position_embeddings",
+            "n_inner": "intermediate_size",
+            "activation_function": "hidden_act",
+        },
+        config_defaults={
+            "intermediate_size": lambda raw: 4 * _require(raw, "hidden_size"),
+            "hidden_act": "gelu_new",
+            "layer_norm_epsilon": 1e-5,
+            "partial_rotary_factor": _gptj_partial_rotary,
+        },
+        config_overrides={
+            "head_dim": _hidden_over_heads,
+            "num_key_value_heads": lambda raw: _require(raw, "num_attention_heads"),
+            "norm_type": "layer",
+            "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
+            "gated_mlp": False,
+            "qkv_bias": False,
+            "o_bias": False,
+            "mlp_bias": True,
+            "lm_head_bias": True,
+            "rope_interleaved": True,  # rotate_every_two
+        },
+        # GPTJRotaryEmbedding ignores rope scaling: a checkpoint that asks for it is refused
+        refused_keys=("rope_scaling",),
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
+            (r"\.self_attn\.", ".attn."),
+            (r"\.mlp\.fc1\.", ".mlp.fc_in."),
+            (r"\.mlp\.fc2\.", ".mlp.fc_out."),
+            (r"\.input_layernorm\.", ".ln_1."),
+            (r"^model\.layers\.", "transformer.h."),
+            (r"^model\.embed_tokens\.", "transformer.wte."),
+            (r"^model\.norm\.", "transformer.ln_f."),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="cohere",
+        genai_type="decoder",  # onnxruntime-genai has no "cohere"; its generic path runs it
+        config_defaults={
+            "tie_word_embeddings": True,
+            "layer_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,  # CohereConfig's default_theta
+        },
+        config_overrides={
+            "norm_type": "layer_no_bias",
+            "parallel_residual": True,  # one shared norm (input_layernorm)
+            "mlp_bias": False,
+            "logits_scaling": _inverse_logit_scale,
+            "qk_norm": _switch("use_qk_norm", False),
+            "qk_norm_head_weights": _switch("use_qk_norm", False),
+            "qk_norm_stacked_weights": _switch("use_qk_norm", False),
+            "rope_interleaved": True,  # repeat_interleave'd tables, rotate_half on pairs
+        },
+    ),
+    FamilyAdapter(
+        model_type="glm",
+        genai_type="decoder",  # onnxruntime-genai's "chatglm" is another model; "decoder" runs it
+        config_defaults={
+            "head_dim": 128,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1.5625e-7,
+            "partial_rotary_factor": 0.5,
+            "attention_bias": True,
+            "eos_token_id": [151329, 151336, 151338],
+        },
+        config_overrides={"o_bias": False, "mlp_bias": False, "rope_interleaved": True},
+        fused_weights=(
+            FusedWeight(
+                r"\.mlp\.(?P<part>gate|up)_proj\.weight$",
+                ".mlp.gate_up_proj.weight",
+                ("gate", "up"),
+            ),
         ),
     ),
     FamilyAdapter(

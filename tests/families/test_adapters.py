@@ -32,6 +32,9 @@ NEW_FAMILIES = (
     "gpt_neox",
     "nemotron",
     "exaone",
+    "gptj",
+    "cohere",
+    "glm",
 )
 # onnxruntime-genai 0.18's model types that run a standard decoder graph (DESIGN.md).
 GENAI_TYPES = {
@@ -56,6 +59,9 @@ def test_every_family_has_a_test_checkpoint_and_a_genai_type():
     assert FAMILIES["gpt_neox"].genai_type == "decoder"  # onnxruntime-genai has no gpt_neox
     assert FAMILIES["nemotron"].genai_type == "nemotron"
     assert FAMILIES["exaone"].genai_type == "decoder"  # onnxruntime-genai has no exaone
+    # onnxruntime-genai has no gptj or cohere; its "chatglm" is another model than glm
+    for family in ("gptj", "cohere", "glm"):
+        assert FAMILIES[family].genai_type == "decoder", family
 
 
 def test_gemma_family_facts():
@@ -315,6 +321,93 @@ def test_exaone_facts():
         assert exaone.checkpoint_name(graph_name) == name, graph_name
 
 
+def test_gptj_facts():
+    gptj = get_family("gptj")
+    config = _parse("gptj")
+    assert (config.norm_type, config.norm_eps, config.hidden_act) == ("layer", 1e-5, "gelu_new")
+    assert config.parallel_residual and not config.parallel_mlp_norm and not config.gated_mlp
+    assert config.mlp_bias and config.lm_head_bias and not (config.qkv_bias or config.o_bias)
+    assert (config.head_dim, config.num_key_value_heads, config.intermediate_size) == (16, 4, 96)
+    assert config.rotary_dim == 8 and config.rope.interleaved and config.rope.theta == 10000.0
+    raw = tiny_config("gptj").to_dict()
+    del raw["rotary_dim"], raw["n_inner"]
+    wide = gptj.parse_config({**raw, "n_embd": 256, "n_head": 2})  # head_dim 128
+    assert wide.rotary_dim == 64 and wide.intermediate_size == 1024  # GPTJConfig's defaults
+    assert gptj.parse_config({**raw, "rotary_dim": None}).rotary_dim == 16  # the whole head
+    # rotary_dim / head_dim that floats round below the integer still rotates rotary_dim
+    odd = gptj.parse_config({**raw, "n_embd": 44 * 4, "rotary_dim": 30})
+    assert odd.head_dim == 44 and odd.rotary_dim == 30
+    for rotary_dim in (18, 7):
+        with pytest.raises(ConfigError, match=f"'rotary_dim'.*head size 16.*{rotary_dim}"):
+            gptj.parse_config({**raw, "rotary_dim": rotary_dim})
+    with pytest.raises(ConfigError, match="'rotary_dim'.*positive integer.*0"):
+        gptj.parse_config({**raw, "rotary_dim": 0})
+    scaling = {"rope_type": "linear", "factor": 2.0}
+    with pytest.raises(UnsupportedModelError, match="rope_scaling.*gptj"):
+        gptj.parse_config({**raw, "rotary_dim": 8, "rope_scaling": scaling})
+    expected = {
+        "model.layers.1.self_attn.q_proj.weight": "transformer.h.1.attn.q_proj.weight",
+        "model.layers.1.self_attn.o_proj.weight": "transformer.h.1.attn.out_proj.weight",
+        "model.layers.1.mlp.fc1.bias": "transformer.h.1.mlp.fc_in.bias",
+        "model.layers.1.mlp.fc2.weight": "transformer.h.1.mlp.fc_out.weight",
+        "model.layers.1.input_layernorm.bias": "transformer.h.1.ln_1.bias",
+        "model.embed_tokens.weight": "transformer.wte.weight",
+        "model.norm.weight": "transformer.ln_f.weight",
+        "lm_head.bias": "lm_head.bias",
+    }
+    for graph_name, name in expected.items():
+        assert gptj.checkpoint_name(graph_name) == name, graph_name
+
+
+def test_cohere_facts():
+    cohere = get_family("cohere")
+    config = _parse("cohere")
+    assert (config.norm_type, config.norm_eps, config.hidden_act) == ("layer_no_bias", 1e-5, "silu")
+    assert config.parallel_residual and not config.parallel_mlp_norm and config.gated_mlp
+    assert config.logits_scaling == 4.0  # 1 / logit_scale 0.25
+    assert config.rope.interleaved and config.rotary_dim == 16 and not config.qk_norm
+    full = _parse("cohere", use_qk_norm=True, attention_bias=True, tie_word_embeddings=True)
+    assert full.qk_norm and full.qk_norm_head_weights and full.qk_norm_stacked_weights
+    assert full.qkv_bias and full.o_bias and not full.mlp_bias and full.tie_word_embeddings
+    # hub configs may leave these to CohereConfig
+    raw = tiny_config("cohere").to_dict()
+    for key in ("logit_scale", "layer_norm_eps", "tie_word_embeddings", "rope_parameters"):
+        del raw[key]
+    hub = cohere.parse_config(raw)
+    assert (hub.logits_scaling, hub.norm_eps, hub.rope.theta) == (16.0, 1e-5, 5e5)
+    assert hub.tie_word_embeddings
+    with pytest.raises(ConfigError, match="'logit_scale'.*positive number.*-1"):
+        cohere.parse_config({**raw, "logit_scale": -1})
+    # per-head q/k norm weights are one [heads, head_dim] tensor, named as in the checkpoint
+    name = "model.layers.0.self_attn.k_norm.weight"
+    assert cohere.checkpoint_name(name) == name
+
+
+def test_glm_facts():
+    glm = get_family("glm")
+    config = _parse("glm")
+    assert (config.norm_type, config.hidden_act, config.gated_mlp) == ("rms", "silu", True)
+    assert config.qkv_bias and not (config.o_bias or config.mlp_bias)
+    assert config.rope.interleaved and config.rotary_dim == 8  # 0.5 of head_dim 16
+    plain = _parse("glm", attention_bias=False, partial_rotary_factor=1.0)
+    assert not plain.qkv_bias and plain.rotary_dim == 16
+    # GlmConfig's defaults for keys a config.json may leave out
+    raw = tiny_config("glm").to_dict()
+    for key in ("head_dim", "num_key_value_heads", "rms_norm_eps", "attention_bias"):
+        del raw[key]
+    del raw["rope_parameters"]["partial_rotary_factor"]
+    hub = glm.parse_config({**raw, "eos_token_id": None})
+    assert (hub.head_dim, hub.num_key_value_heads, hub.norm_eps) == (128, 2, 1.5625e-7)
+    assert hub.qkv_bias and hub.rotary_dim == 64
+    assert hub.eos_token_id == (151329, 151336, 151338)
+    layer = "model.layers.1"
+    assert glm.checkpoint_name(f"{layer}.mlp.up_proj.weight") == TensorSource(
+        names=(f"{layer}.mlp.gate_up_proj.weight",),
+        parts=(f"{layer}.mlp.gate_proj.weight", f"{layer}.mlp.up_proj.weight"),
+    )
+    assert glm.checkpoint_name(f"{layer}.self_attn.q_proj.bias") == f"{layer}.self_attn.q_proj.bias"
+
+
 def test_weight_names_of_fused_and_renamed_tensors():
     assert get_family("llama").checkpoint_name("model.norm.weight") == "model.norm.weight"
     layer = "model.layers.2"
@@ -379,6 +472,10 @@ BASE = {
         ({"clip_qkv": -2.0}, ["clip_qkv", "-2.0", "positive"]),
         ({"qk_norm_head_weights": True}, ["per-head q/k norm weights", "qk_norm False"]),
         ({"parallel_mlp_norm": True}, ["parallel_mlp_norm", "parallel_residual False"]),
+        (
+            {"qk_norm_stacked_weights": True, "qk_norm": True},
+            ["qk_norm_stacked_weights", "qk_norm_head_weights False"],
+        ),
         (
             {"qk_norm_head_weights": True, "qk_norm": True, "qk_norm_per_head": False},
             ["per-head q/k norm weights", "qk_norm_per_head False"],

@@ -54,6 +54,9 @@ NEW_FAMILIES = [
     "gpt_neox",
     "nemotron",
     "exaone",
+    "gptj",
+    "cohere",
+    "glm",
 ]
 
 

@@ -17,6 +17,7 @@ from transformers import AutoConfig
 import mobius_genai
 from mobius_genai import RopeConfig
 from mobius_genai.models import FAMILIES, FamilyAdapter
+from mobius_genai.models.families import FusedWeight
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
@@ -106,6 +107,33 @@ CASES = {
                 "factor": 4.0,
                 "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "gptj": ("gptj", {}),
+    "gptj_tied_whole_head_rotary": ("gptj", {"tie_word_embeddings": True, "rotary_dim": 16}),
+    "cohere": ("cohere", {}),
+    "cohere_qk_norm_bias_untied": (
+        "cohere",
+        {"use_qk_norm": True, "attention_bias": True, "tie_word_embeddings": False},
+    ),
+    "cohere_linear_rope_scaling": (
+        "cohere",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "logit_scale": 1.0},
+    ),
+    "glm": ("glm", {}),
+    "glm_full_rotary_tied_without_bias": (
+        "glm",
+        {"partial_rotary_factor": 1.0, "tie_word_embeddings": True, "attention_bias": False},
+    ),
+    "glm_yarn_head_dim": (
+        "glm",
+        {
+            "head_dim": 24,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
                 "original_max_position_embeddings": 16,
             },
         },
@@ -277,6 +305,31 @@ MUTANTS = {
         lambda: dataclasses.replace(FAMILIES["nemotron"], preprocess_weight=lambda n, a, c: a),
     ),
     "nemotron_relu_not_squared": ("nemotron", lambda: _without("nemotron", hidden_act="relu")),
+    "gptj_rotate_half": ("gptj", lambda: _without("gptj", rope_interleaved=False)),
+    "gptj_without_lm_head_bias": ("gptj", lambda: _without("gptj", lm_head_bias=False)),
+    "cohere_rotate_half": ("cohere", lambda: _without("cohere", rope_interleaved=False)),
+    "cohere_without_logit_scale": ("cohere", lambda: _without("cohere", logits_scaling=1.0)),
+    "glm_rotate_half": ("glm", lambda: _without("glm", rope_interleaved=False)),
+    "glm_up_before_gate": (
+        "glm",
+        lambda: dataclasses.replace(
+            FAMILIES["glm"],
+            fused_weights=(
+                FusedWeight(
+                    r"\.mlp\.(?P<part>gate|up)_proj\.weight$",
+                    ".mlp.gate_up_proj.weight",
+                    ("up", "gate"),
+                ),
+            ),
+        ),
+    ),
+    "cohere_without_qk_norm": (
+        "cohere",
+        lambda: _without(
+            "cohere", qk_norm=False, qk_norm_head_weights=False, qk_norm_stacked_weights=False
+        ),
+        {"use_qk_norm": True},
+    ),
 }
 
 

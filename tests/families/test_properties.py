@@ -30,20 +30,21 @@ MAX_POSITIONS = 32
 FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi",
     "gpt2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm", "olmo", "gpt_neox",
-    "nemotron", "exaone",
+    "nemotron", "exaone", "gptj", "cohere", "glm",
 )  # fmt: skip
 # Families whose config takes an explicit head_dim != hidden / heads.
 EXPLICIT_HEAD_DIM = {
     "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "starcoder2", "olmo",
-    "nemotron", "exaone",
+    "nemotron", "exaone", "cohere", "glm",
 }  # fmt: skip
 # Families without grouped-query attention (no num_key_value_heads key).
-NO_GQA = {"gpt2", "gpt_neox"}
+NO_GQA = {"gpt2", "gpt_neox", "gptj"}
 # Rope types each family's transformers config accepts (gpt2 has learned positions).
 ROPE_TYPES = {
     "phi3": ("default", "longrope"),
     "gemma3_text": ("default", "linear"),
     "gpt2": (),
+    "gptj": (),  # GPTJRotaryEmbedding has no scaling
 }
 ALL_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
@@ -98,7 +99,7 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
         "max_position_embeddings": MAX_POSITIONS,
         "tie_word_embeddings": draw(st.booleans()),
     }
-    if family == "gpt2":
+    if family in ("gpt2", "gptj"):
         config["n_inner"] = draw(st.sampled_from([48, 96]))
     else:
         config["intermediate_size"] = draw(st.sampled_from([48, 96]))
@@ -115,6 +116,13 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
         # at least 4 rotated channels: transformers' dynamic rope divides by rotary_dim - 2
         partial = draw(st.sampled_from([p for p in (0.25, 0.5, 1.0) if head_dim * p >= 4]))
         config["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = partial
+    if family == "glm":
+        partial = draw(st.sampled_from([p for p in (0.25, 0.5, 1.0) if head_dim * p >= 4]))
+        config["partial_rotary_factor"] = partial
+    if family == "gptj":
+        rotary_dim = draw(st.sampled_from(sorted({4, head_dim // 2, head_dim})))
+        config["rotary_dim"] = rotary_dim
+        partial = rotary_dim / head_dim
     if family == "gemma3_text":
         config["rope_local_base_freq"] = draw(st.sampled_from([100.0, 10000.0]))
     types = ROPE_TYPES.get(family, ALL_ROPE_TYPES)
@@ -162,6 +170,12 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
     if family == "nemotron":
         for switch in ("attention_bias", "mlp_bias"):
             config[switch] = draw(st.booleans())
+    if family == "cohere":
+        for switch in ("attention_bias", "use_qk_norm"):
+            config[switch] = draw(st.booleans())
+        config["logit_scale"] = draw(st.sampled_from([0.0625, 0.5, 1.0]))
+    if family == "glm":
+        config["attention_bias"] = draw(st.booleans())
     return family, config
 
 

@@ -79,6 +79,23 @@ def test_fused_tensor_of_the_wrong_size_names_its_parts(tmp_path):
         mobius_genai.build(ckpt, "default")
 
 
+def test_glm_gate_up_split_and_cohere_stacked_qk_norm_weights(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "glm", "glm")
+    stored = load_file(ckpt / "model.safetensors")
+    ours = _values(mobius_genai.build(ckpt, "default"))
+    gate_up = stored["model.layers.2.mlp.gate_up_proj.weight"]  # [gate 96 | up 96, hidden]
+    np.testing.assert_array_equal(ours["model.layers.2.mlp.gate_proj.weight"], gate_up[:96].T)
+    np.testing.assert_array_equal(ours["model.layers.2.mlp.up_proj.weight"], gate_up[96:].T)
+    ckpt = write_tiny_checkpoint(tmp_path / "cohere", "cohere", use_qk_norm=True)
+    stored = load_file(ckpt / "model.safetensors")
+    ours = _values(mobius_genai.build(ckpt, "default"))
+    for part, heads in (("q", 4), ("k", 2)):
+        name = f"model.layers.0.self_attn.{part}_norm.weight"
+        assert stored[name].shape == (heads, 16)
+        np.testing.assert_array_equal(ours[name], stored[name])
+    assert not any(name.endswith("layernorm.bias") for name in ours)  # LayerNorms without bias
+
+
 def test_gemma_norm_weights_are_stored_plus_one(tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gemma3_text", num_hidden_layers=2)
     stored = load_file(ckpt / "model.safetensors")
