@@ -270,6 +270,15 @@ _GEMMA2_OVERRIDES = {
     "norm_placement": "sandwich",
     "attention_scale": _query_pre_attn_scale,
 }
+# GPT-2's config.json names (gpt2, gptj).
+_GPT2_CONFIG_NAMES = {
+    "n_embd": "hidden_size",
+    "n_layer": "num_hidden_layers",
+    "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+    "activation_function": "hidden_act",
+}
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama"),
     FamilyAdapter(model_type="mistral", genai_type="mistral"),
@@ -349,14 +358,7 @@ _FAMILIES = (
     FamilyAdapter(
         model_type="gpt2",
         genai_type="decoder",  # onnxruntime-genai's "gpt2" expects another I/O contract
-        config_aliases={
-            "n_embd": "hidden_size",
-            "n_layer": "num_hidden_layers",
-            "n_head": "num_attention_heads",
-            "n_positions": "max_position_embeddings",
-            "n_inner": "intermediate_size",
-            "activation_function": "hidden_act",
-        },
+        config_aliases=_GPT2_CONFIG_NAMES,
         config_defaults={
             "intermediate_size": lambda raw: 4 * _require(raw, "hidden_size"),
             "tie_word_embeddings": True,
@@ -525,14 +527,7 @@ _FAMILIES = (
     FamilyAdapter(
         model_type="gptj",
         genai_type="decoder",  # onnxruntime-genai has no "gptj"; its generic path runs it
-        config_aliases={
-            "n_embd": "hidden_size",
-            "n_layer": "num_hidden_layers",
-            "n_head": "num_attention_heads",
-            "n_positions": "max_position_embeddings",
-            "n_inner": "intermediate_size",
-            "activation_function": "hidden_act",
-        },
+        config_aliases=_GPT2_CONFIG_NAMES,
         config_defaults={
             "intermediate_size": lambda raw: 4 * _require(raw, "hidden_size"),
             "hidden_act": "gelu_new",
