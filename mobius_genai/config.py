@@ -98,6 +98,8 @@ class ArchitectureConfig:
       when False.
     - `qk_norm_stacked_weights`: with `qk_norm_head_weights`, the per-head weights are one
       [num_heads, head_dim] tensor `q_norm.weight` (cohere) instead of one tensor per head.
+    - `qk_norm_after_rope`: with `qk_norm`, q and k are normalized after the rotary embedding
+      (hunyuan_v1_dense) instead of before it.
     - `rope_interleaved`: every rope of the config rotates adjacent channel pairs
       (x0, x1), (x2, x3), ... (gptj, cohere, glm) instead of the two halves of the rotated
       channels (llama's rotate_half).
@@ -130,6 +132,7 @@ class ArchitectureConfig:
     qk_norm_per_head: bool = True
     qk_norm_head_weights: bool = False
     qk_norm_stacked_weights: bool = False
+    qk_norm_after_rope: bool = False
     packed_qkv: bool = False
     clip_qkv: float | None = None
     lm_head_bias: bool = False
@@ -549,6 +552,11 @@ def _validate(config: ArchitectureConfig) -> None:
         raise ConfigError(
             "config.json: stacked per-head q/k norm weights (qk_norm_stacked_weights) need "
             "qk_norm_head_weights, found qk_norm_head_weights False"
+        )
+    if config.qk_norm_after_rope and not config.qk_norm:
+        raise ConfigError(
+            "config.json: normalizing q/k after the rotary embedding (qk_norm_after_rope) needs "
+            "qk_norm, found qk_norm False"
         )
     if config.clip_qkv is not None and (not _is_number(config.clip_qkv) or config.clip_qkv <= 0):
         raise ConfigError(

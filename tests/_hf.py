@@ -23,9 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import (
+    ArceeConfig,
     AutoConfig,
     AutoModelForCausalLM,
     CohereConfig,
+    Ernie4_5Config,
+    Exaone4Config,
     ExaoneConfig,
     Gemma2Config,
     Gemma3TextConfig,
@@ -35,10 +38,14 @@ from transformers import (
     GPTJConfig,
     GPTNeoXConfig,
     GraniteConfig,
+    HeliumConfig,
+    HunYuanDenseV1Config,
+    InternLM3Config,
     LlamaConfig,
     MistralConfig,
     NemotronConfig,
     Olmo2Config,
+    Olmo3Config,
     OlmoConfig,
     Phi3Config,
     PhiConfig,
@@ -46,9 +53,11 @@ from transformers import (
     PreTrainedModel,
     Qwen2Config,
     Qwen3Config,
+    SeedOssConfig,
     SmolLM3Config,
     StableLmConfig,
     Starcoder2Config,
+    VaultGemmaConfig,
 )
 from transformers.utils import logging as hf_logging
 
@@ -77,6 +86,15 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gptj": GPTJConfig,
     "cohere": CohereConfig,
     "glm": GlmConfig,
+    "arcee": ArceeConfig,
+    "helium": HeliumConfig,
+    "ernie4_5": Ernie4_5Config,
+    "seed_oss": SeedOssConfig,
+    "olmo3": Olmo3Config,
+    "exaone4": Exaone4Config,
+    "hunyuan_v1_dense": HunYuanDenseV1Config,
+    "internlm3": InternLM3Config,
+    "vaultgemma": VaultGemmaConfig,
 }
 
 _ARCHITECTURES = {
@@ -102,6 +120,15 @@ _ARCHITECTURES = {
     "gptj": "GPTJForCausalLM",
     "cohere": "CohereForCausalLM",
     "glm": "GlmForCausalLM",
+    "arcee": "ArceeForCausalLM",
+    "helium": "HeliumForCausalLM",
+    "ernie4_5": "Ernie4_5ForCausalLM",
+    "seed_oss": "SeedOssForCausalLM",
+    "olmo3": "Olmo3ForCausalLM",
+    "exaone4": "Exaone4ForCausalLM",
+    "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM",
+    "internlm3": "LlamaForCausalLM",  # transformers runs internlm3 checkpoints as llama
+    "vaultgemma": "VaultGemmaForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -180,6 +207,32 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "cohere": {"logit_scale": 0.25},
     # GLM-4: fused gate_up, q/k/v biases, interleaved rotary on 0.5 of head_dim 16
     "glm": {"head_dim": 16},
+    "arcee": {},  # llama with an ungated relu2 MLP (up_proj, down_proj)
+    # interleaved rotary, o_proj without bias; head_dim's default 128 would not fit o_proj
+    "helium": {"head_dim": 16},
+    # interleaved rotary, use_bias on every projection; head_dim's default is 128
+    "ernie4_5": {"head_dim": 16, "use_bias": True},
+    # q/k/v biases by default, o_proj bias switched apart (attention_out_bias)
+    "seed_oss": {"head_dim": 16},
+    # olmo2 with sliding layers (by default every 4th layer is full; 3 layers would have none)
+    "olmo3": {
+        "sliding_window": 5,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
+    # post-norm layers, per-head q/k norms; sliding, full, sliding with rotary only in the
+    # sliding layers (global NoPE)
+    "exaone4": {"sliding_window": 5, "sliding_window_pattern": 2},
+    # per-head q/k RMSNorms after the rotary embedding (query_layernorm, key_layernorm)
+    "hunyuan_v1_dense": {"head_dim": 16},
+    "internlm3": {"head_dim": 16},  # llama; head_dim's default is 128
+    # gemma2 with pre-norm layers only (input_layernorm, pre_feedforward_layernorm)
+    "vaultgemma": {
+        "head_dim": 16,
+        "query_pre_attn_scalar": 24,
+        "sliding_window": 5,
+        "attn_logit_softcapping": 2.0,
+        "final_logit_softcapping": 3.0,
+    },
 }
 
 WEIGHT_STD = 0.2

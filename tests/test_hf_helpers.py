@@ -42,10 +42,16 @@ _BIAS = {
         "smollm3",
         "exaone",
         "cohere",
+        "arcee",
+        "helium",
+        "olmo3",
+        "hunyuan_v1_dense",
+        "vaultgemma",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
-_NO_BIAS = {"mistral", "phi3"}  # families without a bias switch
+_BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its config requires
+_NO_BIAS = {"mistral", "phi3", "exaone4"}  # families without a bias switch
 _NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
 # tensors on load (transformers/conversion_mapping.py)

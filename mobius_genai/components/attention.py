@@ -1,9 +1,9 @@
 """Multi-head / grouped-query self-attention with a KV cache, as ONNX `Attention` (opset 24).
 
 q/k/v projections (or one packed [q | k | v] projection split in three), optional clipping of
-q/k/v, optional q/k normalization (per head, or over the whole projection), rotary embedding
-(unless the layer has none), then one Attention op that appends the new keys and values to the
-cache and applies the additive mask it is given.
+q/k/v, optional q/k normalization (per head, or over the whole projection) before or after the
+rotary embedding (unless the layer has none), then one Attention op that appends the new keys
+and values to the cache and applies the additive mask it is given.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class Attention(nn.Module):
             self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
         self.per_head_norm = config.qk_norm_per_head
+        self.norm_after_rope = config.qk_norm_after_rope
         if config.qk_norm and config.qk_norm_head_weights:
             norm_type, eps = config.norm_type, config.norm_eps
             stacked = config.qk_norm_stacked_weights
@@ -95,12 +96,15 @@ class Attention(nn.Module):
         q, k, v = self._project(op, hidden_states)
         if self.clip is not None:
             q, k, v = self._clip(op, q, k, v)
-        if self.q_norm is not None:
+        if self.q_norm is not None and not self.norm_after_rope:
             q = self._norm(op, q, self.q_norm, self.num_heads)
             k = self._norm(op, k, self.k_norm, self.num_kv_heads)
         if rotary is not None:
             q = rotary(op, q, position_ids, self.num_heads)
             k = rotary(op, k, position_ids, self.num_kv_heads)
+        if self.q_norm is not None and self.norm_after_rope:
+            q = self._norm(op, q, self.q_norm, self.num_heads)
+            k = self._norm(op, k, self.k_norm, self.num_kv_heads)
         attributes = {"q_num_heads": self.num_heads, "kv_num_heads": self.num_kv_heads}
         attributes["scale"] = self.scale
         if self.softcap:

@@ -19,10 +19,13 @@ import numpy as np
 
 from mobius_genai.config import (
     ArchitectureConfig,
+    RopeConfig,
     _flag,
     _integer,
+    _mapping,
     _model_type,
     _number,
+    _parse_rope,
     _require,
 )
 from mobius_genai.errors import ConfigError, UnsupportedModelError
@@ -210,6 +213,91 @@ def _hidden_over_heads(raw: Mapping[str, Any]) -> int:
             f"head_dim {head_dim!r}"
         )
     return hidden // heads
+
+
+def _when_absent(key: str, value: Any) -> Callable[[Mapping[str, Any]], Any]:
+    """A default for configs whose class fills an absent `key` with `value` but keeps an
+    explicit null (which config.py then resolves: hidden_size / heads, one kv head per head)."""
+    return lambda raw: None if key in raw else value
+
+
+def _olmo3_rope_local(raw: Mapping[str, Any]) -> RopeConfig | None:
+    """Olmo3's sliding layers rotate without the rope scaling of its full-attention layers:
+    default rope with the theta of `rope_parameters.sliding_attention`, else 500000.
+
+    Without per-layer-type rope parameters, transformers 5 rotates sliding layers with
+    Olmo3Config's default theta 500000 whatever rope_theta says, transformers 4 with rope_theta;
+    a rope_theta other than 500000 is ambiguous there and refused."""
+    rope, local = _parse_rope(raw)
+    if rope.type == "longrope":
+        raise UnsupportedModelError(
+            "config.json: rope_scaling (rope_parameters) of type 'longrope' is not supported for "
+            "olmo3 models"
+        )
+    if local is None:
+        theta = _number(raw.get("rope_theta"), "rope_theta", 500_000.0, positive=True)
+        if theta != 500_000.0:
+            raise UnsupportedModelError(
+                f"config.json: rope_theta is {theta!r} and rope_parameters has no "
+                "'sliding_attention' entry; olmo3's sliding layers then rotate with 500000 in "
+                "transformers 5 but with rope_theta in transformers 4, so the model is refused: "
+                "give rope_parameters per layer type"
+            )
+        local = RopeConfig(theta=theta)
+    return None if local == rope else local
+
+
+def _exaone4_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """Exaone4Config's layer types: none sliding without a window, else every
+    `sliding_window_pattern`-th layer (4 by default) full attention."""
+    num_layers = _require(raw, "num_hidden_layers")
+    if raw.get("sliding_window") is None:
+        return ("full_attention",) * num_layers
+    if raw.get("layer_types") is not None:
+        return tuple(raw["layer_types"])
+    key = "sliding_window_pattern"
+    if isinstance(raw.get(key), str):
+        raise UnsupportedModelError(
+            f"config.json: {key} is {raw[key]!r} and layer_types is absent; exaone4 models are "
+            "supported with an integer pattern or with layer_types"
+        )
+    return tuple(_alternating_layer_types(4)(raw))
+
+
+def _exaone4_no_rope_layers(raw: Mapping[str, Any]) -> tuple[int, ...]:
+    """EXAONE 4's hybrid models rotate only in sliding layers (global NoPE); without a window
+    every layer rotates."""
+    if raw.get("sliding_window") is None:
+        return ()
+    return tuple(i for i, kind in enumerate(_exaone4_layer_types(raw)) if kind == "full_attention")
+
+
+def _ntk_alpha_rope(raw: Mapping[str, Any]) -> RopeConfig:
+    """Hunyuan's rope: "dynamic" with a fixed `alpha` is NTK-alpha rope, a default rope whose
+    base is rope_theta * alpha ** (head_dim / (head_dim - 2)) (transformers' ntk_alpha)."""
+    rope, _ = _parse_rope(raw)
+    params = {**_mapping(raw.get("rope_parameters"), "rope_parameters")}
+    params.update(_mapping(raw.get("rope_scaling"), "rope_scaling"))
+    alpha = params.get("alpha")
+    if rope.type != "dynamic" or not alpha:
+        return rope
+    alpha = _number(alpha, "rope_scaling.alpha", positive=True)
+    heads = _require(raw, "num_attention_heads")
+    dim = _integer(raw.get("head_dim"), "head_dim") or _require(raw, "hidden_size") // heads
+    return RopeConfig(theta=rope.theta * alpha ** (dim / (dim - 2)))
+
+
+def _internlm3_bias(raw: Mapping[str, Any]) -> bool:
+    """InternLM3 runs as llama: one bias switch for q, k, v and o, and one for the MLP; the
+    transformers config refuses them differing, and so does this package."""
+    attention = _flag(raw.get("attention_bias"), "attention_bias", False)
+    mlp = _flag(raw.get("mlp_bias"), "mlp_bias", False)
+    if attention != mlp:
+        raise UnsupportedModelError(
+            f"config.json: qkv_bias (attention_bias) is {attention} and bias (mlp_bias) is {mlp}; "
+            "internlm3 models are supported only with both equal, as transformers runs them"
+        )
+    return attention
 
 
 _PACKED_QKV = r"\.qkv_proj\.(weight|bias)$"
@@ -597,6 +685,137 @@ _FAMILIES = (
                 ("gate", "up"),
             ),
         ),
+    ),
+    FamilyAdapter(
+        model_type="arcee",
+        genai_type="decoder",  # onnxruntime-genai has no "arcee"; its generic path runs it
+        config_defaults={"hidden_act": "relu2", "rms_norm_eps": 1e-5},
+        config_overrides={"gated_mlp": False},  # down(act(up(x))): llama without the gate
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
+    ),
+    FamilyAdapter(
+        model_type="helium",
+        genai_type="decoder",  # onnxruntime-genai has no "helium"; its generic path runs it
+        config_defaults={
+            "head_dim": 128,
+            "num_key_value_heads": 20,
+            "rms_norm_eps": 1e-8,
+            "rope_theta": 100_000.0,  # HeliumConfig's default_theta
+        },
+        # rotate_half on adjacent pairs with repeat_interleave'd tables; o_proj never has a bias
+        config_overrides={"o_bias": False, "rope_interleaved": True},
+    ),
+    FamilyAdapter(
+        model_type="ernie4_5",
+        genai_type="decoder",  # onnxruntime-genai has no "ernie4_5"; its generic path runs it
+        config_defaults={
+            "head_dim": _when_absent("head_dim", 128),
+            "num_key_value_heads": _when_absent("num_key_value_heads", 2),
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,  # Ernie4_5Config's default_theta
+            "tie_word_embeddings": True,
+        },
+        config_overrides={
+            "qkv_bias": _switch("use_bias", False),
+            "o_bias": _switch("use_bias", False),
+            "mlp_bias": _switch("use_bias", False),
+            "rope_interleaved": True,  # glm's rotate_half with repeat_interleave'd tables
+        },
+    ),
+    FamilyAdapter(
+        model_type="seed_oss",
+        genai_type="decoder",  # onnxruntime-genai has no "seed_oss"; its generic path runs it
+        config_defaults={
+            "head_dim": _when_absent("head_dim", 128),
+            "num_key_value_heads": _when_absent("num_key_value_heads", 8),
+        },
+        config_overrides={
+            "qkv_bias": _switch("attention_bias", True),
+            "o_bias": _switch("attention_out_bias", False),
+        },
+    ),
+    FamilyAdapter(
+        model_type="olmo3",
+        genai_type="olmo",  # as olmo2: onnxruntime-genai's generic path runs the graph
+        config_defaults={
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,  # Olmo3Config's default_theta
+            "sliding_window": 4096,
+            "layer_types": _alternating_layer_types(4),  # every 4th layer full attention
+        },
+        config_overrides={
+            "norm_placement": "post",
+            "qk_norm": True,
+            "qk_norm_per_head": False,
+            "rope_local": _olmo3_rope_local,
+        },
+    ),
+    FamilyAdapter(
+        model_type="exaone4",
+        genai_type="decoder",  # onnxruntime-genai has no "exaone4"; its generic path runs it
+        config_defaults={
+            "num_key_value_heads": 32,
+            "rms_norm_eps": 1e-5,
+            "sliding_window": lambda raw: None if "sliding_window" in raw else 4096,
+        },
+        config_overrides={
+            # olmo2's layer: block → norm → add, per-head q/k RMSNorms shared by the heads
+            "norm_placement": "post",
+            "qk_norm": True,
+            "qkv_bias": False,
+            "o_bias": False,
+            "mlp_bias": False,
+            "layer_types": _exaone4_layer_types,
+            "no_rope_layers": _exaone4_no_rope_layers,
+        },
+    ),
+    FamilyAdapter(
+        model_type="hunyuan_v1_dense",
+        genai_type="decoder",  # onnxruntime-genai has no "hunyuan_v1_dense"; "decoder" runs it
+        config_defaults={"rms_norm_eps": 1e-5},
+        config_overrides={
+            # per-head RMSNorms shared by the heads, applied to the rotated q and k
+            "qk_norm": True,
+            "qk_norm_after_rope": True,
+            "mlp_bias": False,
+            "rope": _ntk_alpha_rope,
+        },
+        weight_renames=(
+            (r"\.self_attn\.q_norm\.", ".self_attn.query_layernorm."),
+            (r"\.self_attn\.k_norm\.", ".self_attn.key_layernorm."),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="internlm3",
+        genai_type="decoder",  # onnxruntime-genai has no "internlm3"; its generic path runs it
+        config_aliases={"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+        config_defaults={
+            "head_dim": _when_absent("head_dim", 128),
+            "num_key_value_heads": _when_absent("num_key_value_heads", 2),
+            "rms_norm_eps": 1e-5,
+        },
+        # transformers runs internlm3 checkpoints as llama
+        config_overrides={"qkv_bias": _internlm3_bias},
+    ),
+    FamilyAdapter(
+        model_type="vaultgemma",
+        genai_type="decoder",  # onnxruntime-genai has no "vaultgemma"; its generic path runs it
+        config_defaults={
+            "tie_word_embeddings": True,
+            "head_dim": 256,
+            "num_key_value_heads": 4,
+            "sliding_window": _when_absent("sliding_window", 4096),
+            "layer_types": _alternating_layer_types(2),
+            # VaultGemmaConfig's softcaps when absent; null turns them off
+            "attn_logit_softcapping": _when_absent("attn_logit_softcapping", 50.0),
+            "final_logit_softcapping": _when_absent("final_logit_softcapping", 30.0),
+        },
+        # gemma2 without the post-attention and post-MLP norms: a pre-norm layer whose MLP
+        # norm keeps gemma2's name, pre_feedforward_layernorm
+        config_overrides={**_GEMMA2_OVERRIDES, "norm_placement": "pre"},
+        weight_renames=((r"\.post_attention_layernorm\.", ".pre_feedforward_layernorm."),),
+        preprocess_weight=_offset_norm_weights,
+        preprocessed_weights=_NORM_WEIGHTS,
     ),
     FamilyAdapter(
         model_type="smollm3",

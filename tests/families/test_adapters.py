@@ -5,12 +5,13 @@ No ORT here: these check what each adapter says, on configs transformers writes.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from mobius_genai import ArchitectureConfig, ConfigError, UnsupportedModelError
+from mobius_genai import ArchitectureConfig, ConfigError, RopeConfig, UnsupportedModelError
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.weights import TensorSource
 from tests._hf import FAMILIES as HF_FAMILIES
@@ -35,6 +36,15 @@ NEW_FAMILIES = (
     "gptj",
     "cohere",
     "glm",
+    "arcee",
+    "helium",
+    "ernie4_5",
+    "seed_oss",
+    "olmo3",
+    "exaone4",
+    "hunyuan_v1_dense",
+    "internlm3",
+    "vaultgemma",
 )
 # onnxruntime-genai 0.18's model types that run a standard decoder graph (DESIGN.md).
 GENAI_TYPES = {
@@ -62,6 +72,20 @@ def test_every_family_has_a_test_checkpoint_and_a_genai_type():
     # onnxruntime-genai has no gptj or cohere; its "chatglm" is another model than glm
     for family in ("gptj", "cohere", "glm"):
         assert FAMILIES[family].genai_type == "decoder", family
+    # onnxruntime-genai 0.18 knows none of these; olmo3 runs as olmo, like olmo2
+    new = (
+        "arcee",
+        "helium",
+        "ernie4_5",
+        "seed_oss",
+        "exaone4",
+        "hunyuan_v1_dense",
+        "internlm3",
+        "vaultgemma",
+    )
+    for family in new:
+        assert FAMILIES[family].genai_type == "decoder", family
+    assert FAMILIES["olmo3"].genai_type == FAMILIES["olmo2"].genai_type == "olmo"
 
 
 def test_gemma_family_facts():
@@ -493,3 +517,180 @@ def test_longrope_factor_lists_must_cover_the_rotated_pairs():
     rope = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 3}
     with pytest.raises(ConfigError, match="long_factor has 3 entries.*pair"):
         ArchitectureConfig.from_dict({**BASE, "rope_scaling": rope, "head_dim": 8})
+
+
+def test_arcee_facts():
+    arcee = get_family("arcee")
+    config = _parse("arcee")
+    assert (config.hidden_act, config.gated_mlp, config.norm_eps) == ("relu2", False, 1e-5)
+    raw = tiny_config("arcee").to_dict()
+    del raw["hidden_act"], raw["rms_norm_eps"]
+    assert arcee.parse_config(raw).hidden_act == "relu2"  # ArceeConfig's default
+    layer = "model.layers.0"
+    assert arcee.checkpoint_name(f"{layer}.mlp.fc1.weight") == f"{layer}.mlp.up_proj.weight"
+    assert arcee.checkpoint_name(f"{layer}.mlp.fc2.bias") == f"{layer}.mlp.down_proj.bias"
+
+
+def test_helium_facts():
+    helium = get_family("helium")
+    config = _parse("helium", attention_bias=True)
+    assert config.rope.interleaved and config.qkv_bias and not config.o_bias
+    raw = tiny_config("helium").to_dict()
+    for key in ("rope_parameters", "rms_norm_eps", "head_dim", "num_key_value_heads"):
+        del raw[key]
+    hub = helium.parse_config({**raw, "hidden_size": 2560, "num_attention_heads": 20})
+    assert (hub.rope.theta, hub.norm_eps, hub.head_dim) == (1e5, 1e-8, 128)
+    assert hub.num_key_value_heads == 20  # HeliumConfig's defaults
+
+
+def test_ernie4_5_facts():
+    ernie = get_family("ernie4_5")
+    config = _parse("ernie4_5")
+    assert config.qkv_bias and config.o_bias and config.mlp_bias and config.rope.interleaved
+    plain = _parse("ernie4_5", use_bias=False)
+    assert not (plain.qkv_bias or plain.o_bias or plain.mlp_bias)
+    raw = tiny_config("ernie4_5").to_dict()
+    for key in ("rope_parameters", "rms_norm_eps", "head_dim", "num_key_value_heads", "use_bias"):
+        del raw[key]
+    del raw["tie_word_embeddings"]
+    hub = ernie.parse_config(raw)
+    assert (hub.rope.theta, hub.norm_eps, hub.head_dim, hub.num_key_value_heads) == (
+        5e5,
+        1e-5,
+        128,  # Ernie4_5Config's default when absent...
+        2,
+    )
+    assert hub.tie_word_embeddings and not hub.qkv_bias
+    null = ernie.parse_config({**raw, "head_dim": None, "num_key_value_heads": None})
+    assert (null.head_dim, null.num_key_value_heads) == (16, 4)  # ...null: hidden / heads
+
+
+def test_seed_oss_facts():
+    seed = get_family("seed_oss")
+    config = _parse("seed_oss")
+    assert config.qkv_bias and not config.o_bias and not config.mlp_bias
+    both = _parse("seed_oss", attention_out_bias=True, attention_bias=False)
+    assert both.o_bias and not both.qkv_bias
+    raw = tiny_config("seed_oss").to_dict()
+    for key in ("attention_bias", "attention_out_bias", "head_dim", "num_key_value_heads"):
+        del raw[key]
+    hub = seed.parse_config({**raw, "num_attention_heads": 16})
+    assert (hub.head_dim, hub.num_key_value_heads, hub.qkv_bias, hub.o_bias) == (
+        128,
+        8,
+        True,
+        False,
+    )
+
+
+def test_olmo3_facts():
+    olmo3 = get_family("olmo3")
+    config = _parse("olmo3")
+    assert (config.norm_placement, config.qk_norm, config.qk_norm_per_head) == ("post", True, False)
+    assert config.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
+    assert (config.sliding_window, config.rope.theta, config.rope_local) == (5, 5e5, None)
+    # hub config.json: no layer_types (every 4th layer full), rope scaling at the top level
+    raw = tiny_config("olmo3").to_dict()
+    for key in ("layer_types", "rope_parameters", "sliding_window"):
+        del raw[key]
+    raw.update(num_hidden_layers=8, rope_scaling={"rope_type": "linear", "factor": 4.0})
+    hub = olmo3.parse_config(raw)
+    assert hub.layer_types == (("sliding_attention",) * 3 + ("full_attention",)) * 2
+    assert hub.sliding_window == 4096 and (hub.rope.type, hub.rope.factor) == ("linear", 4.0)
+    assert hub.rope_local == RopeConfig(theta=5e5)  # sliding layers: no scaling
+    assert olmo3.parse_config({**raw, "rope_theta": 5e5}).rope_local == RopeConfig(theta=5e5)
+    with pytest.raises(UnsupportedModelError, match="rope_theta"):
+        olmo3.parse_config({**raw, "rope_theta": 1e4})
+
+
+def test_exaone4_facts():
+    exaone4 = get_family("exaone4")
+    config = _parse("exaone4")
+    assert (config.norm_placement, config.qk_norm, config.qk_norm_per_head) == ("post", True, True)
+    assert config.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
+    assert config.no_rope_layers == (1,) and config.sliding_window == 5  # global NoPE
+    assert not (config.qkv_bias or config.o_bias or config.mlp_bias)
+    raw = tiny_config("exaone4").to_dict()
+    del raw["layer_types"], raw["sliding_window_pattern"]
+    hub = exaone4.parse_config({**raw, "num_hidden_layers": 8})
+    assert hub.no_rope_layers == (3, 7) and hub.layer_types[3] == "full_attention"
+    no_window = exaone4.parse_config({**raw, "sliding_window": None})
+    assert no_window.layer_types == ("full_attention",) * 3 and no_window.no_rope_layers == ()
+    del raw["sliding_window"]
+    assert exaone4.parse_config(raw).sliding_window == 4096  # Exaone4Config's default
+    with pytest.raises(UnsupportedModelError, match="sliding_window_pattern"):
+        exaone4.parse_config({**raw, "sliding_window_pattern": "LLLG"})
+
+
+def test_hunyuan_v1_dense_facts():
+    hunyuan = get_family("hunyuan_v1_dense")
+    config = _parse("hunyuan_v1_dense")
+    assert config.qk_norm and config.qk_norm_per_head and config.qk_norm_after_rope
+    assert not config.mlp_bias and config.norm_eps == 1e-5
+    with pytest.raises(ConfigError, match="qk_norm_after_rope"):
+        dataclasses.replace(config, qk_norm=False)
+    # Hunyuan's hub config.json: "dynamic" rope with a fixed alpha is NTK-alpha rope
+    raw = tiny_config("hunyuan_v1_dense").to_dict()
+    del raw["rope_parameters"]
+    scaling = {"type": "dynamic", "factor": 1.0, "alpha": 1000.0, "mscale": 1.0}
+    hub = hunyuan.parse_config({**raw, "rope_theta": 1e4, "rope_scaling": scaling})
+    assert hub.rope.type == "default"
+    assert math.isclose(hub.rope.theta, 1e4 * 1000.0 ** (16 / 14))
+    dynamic = hunyuan.parse_config({**raw, "rope_scaling": {"type": "dynamic", "factor": 2.0}})
+    assert (dynamic.rope.type, dynamic.rope.factor) == ("dynamic", 2.0)
+    layer = "model.layers.0.self_attn"
+    assert hunyuan.checkpoint_name(f"{layer}.q_norm.weight") == f"{layer}.query_layernorm.weight"
+    assert hunyuan.checkpoint_name(f"{layer}.k_norm.weight") == f"{layer}.key_layernorm.weight"
+
+
+def test_internlm3_facts():
+    internlm3 = get_family("internlm3")
+    config = _parse("internlm3", qkv_bias=True, bias=True)
+    assert config.qkv_bias and config.o_bias and config.mlp_bias
+    # InternLM3's hub config.json: qkv_bias and bias, head_dim and kv heads left to the class
+    raw = tiny_config("internlm3").to_dict()
+    for key in ("attention_bias", "mlp_bias", "head_dim", "num_key_value_heads", "rms_norm_eps"):
+        del raw[key]
+    hub = internlm3.parse_config({**raw, "qkv_bias": True, "bias": True})
+    assert hub.qkv_bias and hub.o_bias and hub.mlp_bias
+    assert (hub.head_dim, hub.num_key_value_heads, hub.norm_eps) == (128, 2, 1e-5)
+    null = internlm3.parse_config({**raw, "head_dim": None, "num_key_value_heads": None})
+    assert (null.head_dim, null.num_key_value_heads) == (16, 4)
+    with pytest.raises(UnsupportedModelError, match="qkv_bias"):
+        internlm3.parse_config({**raw, "qkv_bias": True, "bias": False})
+
+
+def test_vaultgemma_facts():
+    vaultgemma = get_family("vaultgemma")
+    config = _parse("vaultgemma")
+    assert (config.norm_placement, config.hidden_act) == ("pre", "gelu_pytorch_tanh")
+    assert config.embedding_multiplier == math.sqrt(64) and config.scale == 24**-0.5
+    assert config.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
+    assert (config.attn_logit_softcapping, config.final_logit_softcapping) == (2.0, 3.0)
+    raw = tiny_config("vaultgemma").to_dict()
+    for key in ("layer_types", "sliding_window", "attn_logit_softcapping", "head_dim"):
+        del raw[key]
+    del raw["final_logit_softcapping"], raw["tie_word_embeddings"]
+    hub = vaultgemma.parse_config(raw)
+    assert (hub.sliding_window, hub.head_dim, hub.tie_word_embeddings) == (4096, 256, True)
+    assert (hub.attn_logit_softcapping, hub.final_logit_softcapping) == (50.0, 30.0)
+    off = vaultgemma.parse_config({**raw, "final_logit_softcapping": None})
+    assert off.final_logit_softcapping is None
+    layer = "model.layers.2"
+    assert vaultgemma.checkpoint_name(f"{layer}.post_attention_layernorm.weight") == (
+        f"{layer}.pre_feedforward_layernorm.weight"
+    )
+    assert vaultgemma.preprocessed(f"{layer}.post_attention_layernorm.weight")
+
+
+def test_olmo3_refuses_longrope():
+    raw = tiny_config("olmo3").to_dict()
+    raw["rope_parameters"]["full_attention"] = {
+        "rope_type": "longrope",
+        "rope_theta": 5e5,
+        "short_factor": [1.0] * 8,
+        "long_factor": [1.0] * 8,
+        "original_max_position_embeddings": 16,
+    }
+    with pytest.raises(UnsupportedModelError, match="longrope"):
+        get_family("olmo3").parse_config(raw)

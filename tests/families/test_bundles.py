@@ -57,6 +57,15 @@ NEW_FAMILIES = [
     "gptj",
     "cohere",
     "glm",
+    "arcee",
+    "helium",
+    "ernie4_5",
+    "seed_oss",
+    "olmo3",
+    "exaone4",
+    "hunyuan_v1_dense",
+    "internlm3",
+    "vaultgemma",
 ]
 
 

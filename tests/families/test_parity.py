@@ -138,6 +138,94 @@ CASES = {
             },
         },
     ),
+    "arcee": ("arcee", {}),
+    "arcee_biases_tied_yarn": (
+        "arcee",
+        {
+            "attention_bias": True,
+            "mlp_bias": True,
+            "tie_word_embeddings": True,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "helium": ("helium", {}),
+    "helium_qkv_bias_mlp_bias_tied": (
+        "helium",
+        {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
+    ),
+    "ernie4_5": ("ernie4_5", {}),
+    "ernie4_5_tied_without_bias": ("ernie4_5", {"use_bias": False, "tie_word_embeddings": True}),
+    "seed_oss": ("seed_oss", {}),
+    "seed_oss_out_bias_mlp_bias_tied": (
+        "seed_oss",
+        {"attention_out_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
+    ),
+    "seed_oss_without_bias": ("seed_oss", {"attention_bias": False}),
+    "exaone4": ("exaone4", {}),
+    # no window: every layer full attention and rotating
+    "exaone4_without_window_tied_llama3_rope": (
+        "exaone4",
+        {
+            "sliding_window": None,
+            "layer_types": ["full_attention"] * 3,  # Exaone4Config cannot derive them
+            "tie_word_embeddings": True,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 4.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "hunyuan_v1_dense": ("hunyuan_v1_dense", {}),
+    "hunyuan_v1_dense_ntk_alpha_rope_bias_tied": (
+        "hunyuan_v1_dense",
+        {
+            "rope_scaling": {"rope_type": "dynamic", "factor": 1.0, "alpha": 50.0},
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
+    "hunyuan_v1_dense_dynamic_rope_head_dim": (
+        "hunyuan_v1_dense",
+        {"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}, "head_dim": 24},
+    ),
+    "internlm3": ("internlm3", {}),
+    "internlm3_biases_tied_dynamic_rope": (
+        "internlm3",
+        {
+            "qkv_bias": True,
+            "bias": True,
+            "tie_word_embeddings": True,
+            "rope_scaling": {"rope_type": "dynamic", "factor": 6.0},
+        },
+    ),
+    "vaultgemma": ("vaultgemma", {}),
+    "vaultgemma_untied_full_attention_no_softcap": (
+        "vaultgemma",
+        {
+            "tie_word_embeddings": False,
+            "layer_types": ["full_attention"] * 3,
+            "attn_logit_softcapping": None,
+            "final_logit_softcapping": None,
+        },
+    ),
+    "olmo3": ("olmo3", {}),
+    # rope scaling applies to the full-attention layer only; sliding layers keep default rope
+    "olmo3_scaled_full_rope_bias_tied": (
+        "olmo3",
+        {
+            "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+            "rope_theta": 1000.0,
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
 }
 
 
@@ -329,6 +417,32 @@ MUTANTS = {
             "cohere", qk_norm=False, qk_norm_head_weights=False, qk_norm_stacked_weights=False
         ),
         {"use_qk_norm": True},
+    ),
+    "arcee_relu_not_squared": ("arcee", lambda: _without("arcee", hidden_act="relu")),
+    "helium_rotate_half": ("helium", lambda: _without("helium", rope_interleaved=False)),
+    "ernie4_5_rotate_half": ("ernie4_5", lambda: _without("ernie4_5", rope_interleaved=False)),
+    "olmo3_one_rope": (
+        "olmo3",
+        lambda: _without("olmo3", rope_local=None),
+        {"rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+    ),
+    "exaone4_rope_everywhere": ("exaone4", lambda: _without("exaone4", no_rope_layers=())),
+    "hunyuan_v1_dense_alpha_ignored": (
+        "hunyuan_v1_dense",
+        lambda: _without("hunyuan_v1_dense", rope=RopeConfig()),
+        {"rope_scaling": {"rope_type": "dynamic", "factor": 1.0, "alpha": 50.0}},
+    ),
+    "hunyuan_v1_dense_qk_norm_before_rope": (
+        "hunyuan_v1_dense",
+        lambda: _without("hunyuan_v1_dense", qk_norm_after_rope=False),
+    ),
+    "vaultgemma_without_norm_offset": (
+        "vaultgemma",
+        lambda: dataclasses.replace(FAMILIES["vaultgemma"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "olmo3_without_sliding_window": (
+        "olmo3",
+        lambda: _without("olmo3", layer_types=("full_attention",) * 3),
     ),
 }
 

@@ -30,12 +30,14 @@ MAX_POSITIONS = 32
 FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi",
     "gpt2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm", "olmo", "gpt_neox",
-    "nemotron", "exaone", "gptj", "cohere", "glm",
+    "nemotron", "exaone", "gptj", "cohere", "glm", "arcee", "helium", "ernie4_5", "seed_oss",
+    "olmo3", "exaone4", "hunyuan_v1_dense", "internlm3", "vaultgemma",
 )  # fmt: skip
 # Families whose config takes an explicit head_dim != hidden / heads.
 EXPLICIT_HEAD_DIM = {
     "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "starcoder2", "olmo",
-    "nemotron", "exaone", "cohere", "glm",
+    "nemotron", "exaone", "cohere", "glm", "arcee", "ernie4_5", "seed_oss", "olmo3",
+    "hunyuan_v1_dense", "internlm3", "vaultgemma",
 }  # fmt: skip
 # Families without grouped-query attention (no num_key_value_heads key).
 NO_GQA = {"gpt2", "gpt_neox", "gptj"}
@@ -45,6 +47,7 @@ ROPE_TYPES = {
     "gemma3_text": ("default", "linear"),
     "gpt2": (),
     "gptj": (),  # GPTJRotaryEmbedding has no scaling
+    "olmo3": ("default", "linear", "dynamic", "llama3", "yarn"),  # longrope is refused
 }
 ALL_ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 
@@ -108,6 +111,9 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
     if family in EXPLICIT_HEAD_DIM and draw(st.booleans()):
         head_dim = draw(st.sampled_from([8, 16, 24]))
         config["head_dim"] = head_dim
+    if family == "helium":  # o_proj maps hidden_size to hidden_size: heads * head_dim == hidden
+        head_dim = hidden // heads
+        config["head_dim"] = head_dim
     partial = 1.0
     if family in ("phi", "phi3") and draw(st.booleans()):
         partial = 0.5
@@ -134,7 +140,7 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
         if scaling is not None:
             config["rope_scaling"] = scaling
     window = draw(st.sampled_from([None, 3, 6]))
-    if family in ("mistral", "gemma2", "gemma3_text", "phi3"):
+    if family in ("mistral", "gemma2", "gemma3_text", "phi3", "vaultgemma"):
         config["sliding_window"] = window or 4096
     elif family == "starcoder2":
         config["sliding_window"] = window
@@ -145,7 +151,7 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
         config["no_rope_layers"] = draw(
             st.lists(st.sampled_from([0, 1]), min_size=layers, max_size=layers)
         )
-    if family == "gemma2":
+    if family in ("gemma2", "vaultgemma"):
         config["attn_logit_softcapping"] = draw(st.sampled_from([None, 1.5, 50.0]))
         config["final_logit_softcapping"] = draw(st.sampled_from([None, 2.0]))
     if family == "granite":
@@ -176,6 +182,34 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
         config["logit_scale"] = draw(st.sampled_from([0.0625, 0.5, 1.0]))
     if family == "glm":
         config["attention_bias"] = draw(st.booleans())
+    if family in ("arcee", "helium", "seed_oss") and draw(st.booleans()):
+        config["mlp_bias"] = True
+    if family in ("arcee", "helium", "seed_oss", "olmo3", "hunyuan_v1_dense"):
+        config["attention_bias"] = draw(st.booleans())
+    if family == "seed_oss":
+        config["attention_out_bias"] = draw(st.booleans())
+    if family == "internlm3":  # one switch for attention and MLP biases, as its config requires
+        bias = draw(st.booleans())
+        config.update(attention_bias=bias, mlp_bias=bias)
+    if family == "ernie4_5":
+        config["use_bias"] = draw(st.booleans())
+    if family == "olmo3":
+        layers = config["num_hidden_layers"]
+        config["sliding_window"] = window or 4096
+        config["layer_types"] = draw(
+            st.lists(
+                st.sampled_from(["sliding_attention", "full_attention"]),
+                min_size=layers,
+                max_size=layers,
+            )
+        )
+    if family == "exaone4":
+        layers = config["num_hidden_layers"]
+        if window:
+            pattern = draw(st.integers(1, 3))
+            config.update(sliding_window=window, sliding_window_pattern=pattern)
+        else:  # Exaone4Config derives no layer types without a window
+            config.update(sliding_window=None, layer_types=["full_attention"] * layers)
     return family, config
 
 
