@@ -48,7 +48,7 @@ from mobius_genai.bundle.manifest import (
 )
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
-from mobius_genai.bundle.validate import TOKENIZER_CHOICES, validate_bundle
+from mobius_genai.bundle.validate import TOKENIZER_CHOICES, has_tokenizer, validate_bundle
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
@@ -257,7 +257,7 @@ def write_bundle(
 
 
 def _require_tokenizer(checkpoint: Path) -> None:
-    if not any((checkpoint / name).is_file() for name in TOKENIZER_CHOICES):
+    if not has_tokenizer(checkpoint):
         raise BundleError(
             f"checkpoint {checkpoint}: no tokenizer (none of {list(TOKENIZER_CHOICES)}); "
             "accepted: a checkpoint with its tokenizer files, which onnxruntime-genai needs"

@@ -230,8 +230,13 @@ def _check_external_data(folder: Path, graph: GraphInfo) -> list[str]:
 TOKENIZER_JSON = ("tokenizer.json", "tokenizer_config.json")
 
 
+def has_tokenizer(folder: Path) -> bool:
+    """Whether `folder` holds a tokenizer og.Tokenizer can load (one of TOKENIZER_CHOICES)."""
+    return any((folder / name).is_file() for name in TOKENIZER_CHOICES)
+
+
 def _check_tokenizer(folder: Path) -> list[str]:
-    if not any((folder / name).is_file() for name in TOKENIZER_CHOICES):
+    if not has_tokenizer(folder):
         return [f"tokenizer: none of {list(TOKENIZER_CHOICES)} present; og.Tokenizer needs one"]
     problems = []
     for name in TOKENIZER_JSON:

@@ -358,6 +358,13 @@ _GEMMA2_OVERRIDES = {
     "norm_placement": "sandwich",
     "attention_scale": _query_pre_attn_scale,
 }
+# GPT-2's tensor layout (gpt2, gptj, exaone): the renames besides attention and MLP names.
+_GPT2_LAYOUT = (
+    (r"\.input_layernorm\.", ".ln_1."),
+    (r"^model\.layers\.", "transformer.h."),
+    (r"^model\.embed_tokens\.", "transformer.wte."),
+    (r"^model\.norm\.", "transformer.ln_f."),
+)
 # GPT-2's config.json names (gpt2, gptj).
 _GPT2_CONFIG_NAMES = {
     "n_embd": "hidden_size",
@@ -476,12 +483,9 @@ _FAMILIES = (
             (r"\.self_attn\.", ".attn."),
             (r"\.mlp\.fc1\.", ".mlp.c_fc."),
             (r"\.mlp\.fc2\.", ".mlp.c_proj."),
-            (r"\.input_layernorm\.", ".ln_1."),
             (r"\.post_attention_layernorm\.", ".ln_2."),
-            (r"^model\.layers\.", "transformer.h."),
-            (r"^model\.embed_tokens\.", "transformer.wte."),
             (r"^model\.embed_positions\.", "transformer.wpe."),
-            (r"^model\.norm\.", "transformer.ln_f."),
+            *_GPT2_LAYOUT,
         ),
         in_out_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
         optional_prefix="transformer.",
@@ -605,11 +609,8 @@ _FAMILIES = (
             (r"\.mlp\.gate_proj\.", ".mlp.c_fc_0."),
             (r"\.mlp\.up_proj\.", ".mlp.c_fc_1."),
             (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
-            (r"\.input_layernorm\.", ".ln_1."),
             (r"\.post_attention_layernorm\.", ".ln_2."),
-            (r"^model\.layers\.", "transformer.h."),
-            (r"^model\.embed_tokens\.", "transformer.wte."),
-            (r"^model\.norm\.", "transformer.ln_f."),
+            *_GPT2_LAYOUT,
         ),
     ),
     FamilyAdapter(
@@ -641,10 +642,7 @@ _FAMILIES = (
             (r"\.self_attn\.", ".attn."),
             (r"\.mlp\.fc1\.", ".mlp.fc_in."),
             (r"\.mlp\.fc2\.", ".mlp.fc_out."),
-            (r"\.input_layernorm\.", ".ln_1."),
-            (r"^model\.layers\.", "transformer.h."),
-            (r"^model\.embed_tokens\.", "transformer.wte."),
-            (r"^model\.norm\.", "transformer.ln_f."),
+            *_GPT2_LAYOUT,
         ),
     ),
     FamilyAdapter(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mobius_genai import ArchitectureConfig, ConfigError, RopeConfig, UnsupportedModelError
-from mobius_genai.models import FAMILIES, get_family
+from mobius_genai.models import FAMILIES, FamilyAdapter, get_family
 from mobius_genai.weights import TensorSource
 from tests._hf import FAMILIES as HF_FAMILIES
 from tests._hf import tiny_config
@@ -26,6 +26,11 @@ GENAI_TYPES = {
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
     "granite", "olmo", "smollm3", "nemotron", "decoder",
 }  # fmt: skip
+
+
+def _assert_checkpoint_names(family: FamilyAdapter, expected: dict[str, str]) -> None:
+    for graph_name, name in expected.items():
+        assert family.checkpoint_name(graph_name) == name, graph_name
 
 
 def _parse(family: str, **overrides):
@@ -237,8 +242,7 @@ def test_gpt_neox_facts():
         "model.norm.bias": "gpt_neox.final_layer_norm.bias",
         "lm_head.weight": "embed_out.weight",
     }
-    for graph_name, name in expected.items():
-        assert neox.checkpoint_name(graph_name) == name, graph_name
+    _assert_checkpoint_names(neox, expected)
     assert neox.preprocessed("model.layers.0.self_attn.qkv_proj.bias")
     assert not neox.preprocessed("model.layers.0.mlp.fc1.weight")
 
@@ -316,8 +320,7 @@ def test_exaone_facts():
         "model.norm.weight": "transformer.ln_f.weight",
         "lm_head.weight": "lm_head.weight",
     }
-    for graph_name, name in expected.items():
-        assert exaone.checkpoint_name(graph_name) == name, graph_name
+    _assert_checkpoint_names(exaone, expected)
 
 
 def test_gptj_facts():
@@ -354,8 +357,7 @@ def test_gptj_facts():
         "model.norm.weight": "transformer.ln_f.weight",
         "lm_head.bias": "lm_head.bias",
     }
-    for graph_name, name in expected.items():
-        assert gptj.checkpoint_name(graph_name) == name, graph_name
+    _assert_checkpoint_names(gptj, expected)
 
 
 def test_cohere_facts():

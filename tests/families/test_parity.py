@@ -30,6 +30,14 @@ _LONGROPE = {
     "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.2, 9.0],
 }
 
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
 # case → (family, config overrides); every family appears with its defaults first.
 CASES = {
     "gemma": ("gemma", {}),
@@ -102,13 +110,7 @@ CASES = {
         {
             "attention_bias": True,
             "tie_word_embeddings": True,
-            "rope_scaling": {
-                "rope_type": "llama3",
-                "factor": 4.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 16,
-            },
+            "rope_scaling": LLAMA3_ROPE,
         },
     ),
     "gptj": ("gptj", {}),
@@ -173,13 +175,7 @@ CASES = {
             "sliding_window": None,
             "layer_types": ["full_attention"] * 3,  # Exaone4Config cannot derive them
             "tie_word_embeddings": True,
-            "rope_scaling": {
-                "rope_type": "llama3",
-                "factor": 4.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 16,
-            },
+            "rope_scaling": LLAMA3_ROPE,
         },
     ),
     "hunyuan_v1_dense": ("hunyuan_v1_dense", {}),
