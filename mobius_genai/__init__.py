@@ -9,6 +9,7 @@ from mobius_genai.config import ArchitectureConfig, RopeConfig
 from mobius_genai.ep import (
     EpCapabilities,
     EpRegistry,
+    RuntimeInfo,
     build_context,
     ep_capabilities,
     ep_registry,
@@ -39,6 +40,7 @@ __all__ = [
     "ModelPackage",
     "OptimizationReport",
     "RopeConfig",
+    "RuntimeInfo",
     "UnsupportedModelError",
     "WeightsError",
     "__version__",

@@ -1,7 +1,8 @@
 """README.md of a bundle: what was built and how to run it, from templates/bundle_README.md.
 
 Rendered with string.Template (no template engine dependency); every value comes from the
-genai_config and the manifest's build section, so the card cannot disagree with the bundle.
+genai_config and the manifest's build section, so the card cannot disagree with the bundle, and
+what runs the bundle from the EP's `RuntimeInfo` (its registry entry).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai import _resources
+from mobius_genai.ep import RuntimeInfo, ep_registry
 
 TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
@@ -79,7 +81,7 @@ def render_card(
         "quantization": _quantization(build.get("quantization")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
-        "requirements": _requirements(names),
+        "requirements": _requirements(_runtime(build["execution_provider"], names)),
         "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
@@ -94,33 +96,22 @@ HUGE_PAGES_TIP = (
 )
 
 
-#: What each onnxruntime-genai provider needs installed, by its genai_config name.
-RUNTIMES: Mapping[str, str] = {
-    "cuda": "the CUDA build of onnxruntime-genai (`pip install onnxruntime-genai-cuda`, CUDA 12)",
-    "dml": (
-        "the DirectML build of onnxruntime-genai, on Windows "
-        "(`pip install onnxruntime-genai-directml`)"
-    ),
-    "webgpu": "an onnxruntime-genai build with the WebGPU execution provider",
-    "NvTensorRtRtx": (
-        "an onnxruntime-genai build with NVIDIA's TensorRT-RTX execution provider (NvTensorRtRtx)"
-    ),
-    "MLXExecutionProvider": (
-        "onnxruntime-genai and the MLX plugin execution provider, registered before the model "
-        'is loaded: `og.register_execution_provider_library("MLXExecutionProvider", '
-        '"/path/to/the/MLX/plugin/library")`'
-    ),
-}
+def _runtime(execution_provider: str, providers: list[str]) -> RuntimeInfo:
+    """The build EP's runtime; an EP not registered in this process gets the bare facts of its
+    genai_config (its first provider, or none: CPU)."""
+    caps = ep_registry.get(execution_provider)
+    if caps is not None:
+        return caps.runtime
+    return RuntimeInfo(genai_provider=providers[0] if providers else None)
 
 
-def _requirements(providers: list[str]) -> str:
-    if not providers:
-        return f"Needs `pip install onnxruntime-genai`. {HUGE_PAGES_TIP}"
-    needs = "; ".join(
-        RUNTIMES.get(name, f"an onnxruntime-genai build with the `{name}` execution provider")
-        for name in providers
-    )
-    return f"Needs {needs}. The CPU-only wheel cannot load it."
+def _requirements(runtime: RuntimeInfo) -> str:
+    if runtime.package is not None:
+        needs = f"`pip install {runtime.package}`"
+    else:
+        needs = f"an onnxruntime-genai build with the `{runtime.genai_provider}` execution provider"
+    tip = HUGE_PAGES_TIP if runtime.genai_provider is None else ""
+    return " ".join(part for part in (f"Needs {needs}.", runtime.card_note, tip) if part)
 
 
 def _quantization(summary: Mapping[str, Any] | None) -> str:

@@ -96,13 +96,14 @@ def provider_options(ep: EpCapabilities, *, share_buffer: bool) -> list[dict[str
     enables it and the graph shares the buffer; the option is always written out when the EP
     has one, because DML turns capture on unless told "0".
     """
-    if ep.genai_provider is None:
+    provider = ep.runtime.genai_provider
+    if provider is None:
         return []
     options = dict(ep.provider_options)
     if ep.graph_capture_option is not None:
         capture = ep.enable_graph_capture and share_buffer
         options[ep.graph_capture_option] = "1" if capture else "0"
-    return [{ep.genai_provider: options}]
+    return [{provider: options}]
 
 
 def token_ids(config: ArchitectureConfig, generation: Mapping[str, Any]) -> dict[str, Any]:

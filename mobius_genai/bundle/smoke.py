@@ -29,7 +29,7 @@ import onnxruntime as ort
 from mobius_genai.bundle.generate import greedy_tokens, load_model, load_tokenizer
 from mobius_genai.bundle.graph import GraphInfo, layer_names
 from mobius_genai.bundle.validate import read_genai_config
-from mobius_genai.ep import EpCapabilities
+from mobius_genai.ep import EpCapabilities, get_ep
 from mobius_genai.errors import BundleError
 
 SMOKE_PROMPT = "The capital of France is"
@@ -78,11 +78,11 @@ def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 
     try:
         prompt, tokens, text = _generate(folder, config, max_new_tokens, False, options)
     except BundleError as error:
-        if ep.genai_provider is None or not _UNAVAILABLE.search(str(error)):
+        if ep.runtime.genai_provider is None or not _UNAVAILABLE.search(str(error)):
             raise
         return _smoke_on_cpu(folder, config, ep, max_new_tokens, options)
     note = f"smoke test: generated {len(tokens)} tokens {text!r}"
-    if ep.genai_provider is None:
+    if ep.runtime.genai_provider is None:
         note += _compare(folder, config, prompt, tokens, options)
     return SmokeResult(True, note, tuple(tokens))
 
@@ -108,7 +108,7 @@ def _smoke_on_cpu(
 ) -> SmokeResult:
     """Skipped when the graph does not load on CPU (e.g. ops without CPU kernels); a graph that
     loads must generate, or the error is raised like any other bundle's."""
-    missing = f"the {ep.name} EP ({ep.genai_provider}) is not available here"
+    missing = f"the {ep.name} EP ({ep.runtime.genai_provider}) is not available here"
     try:
         model = load_model(folder, cpu=True, session_options=options)
     except BundleError as error:
@@ -192,7 +192,9 @@ def ort_greedy_tokens(
     options = ort.SessionOptions()
     for key, value in (config_entries or {}).items():
         options.add_session_config_entry(key, value)
-    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(model_path), options, providers=[get_ep("cpu").runtime.ort_provider]
+    )
     inputs = {value.name: value for value in session.get_inputs()}
     outputs = [value.name for value in session.get_outputs()]
     cache = _cache_pairs(inputs, outputs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mobius_genai.build import DTYPE_NAMES
+from mobius_genai.ep import ep_registry
 
 
 def positive_int(text: str) -> int:
@@ -27,7 +28,8 @@ def add_checkpoint_arguments(
     parser.add_argument(
         "--ep",
         default="default",
-        help="execution provider (see `mobius-genai eps`); default: default",
+        help=f"execution provider: {', '.join(ep_registry)}, in any case, or its onnxruntime "
+        "name (see `mobius-genai eps`); default: default",
     )
     parser.add_argument("--dtype", choices=DTYPE_NAMES, help="model dtype; default: the EP's")
     parser.add_argument("--trace", action="store_true", help="log each optimization step to stderr")

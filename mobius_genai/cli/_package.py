@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--int4-accuracy-level",
         type=int,
-        help="MatMulNBits accuracy_level 0-4; default: the EP's (cpu and webgpu 4, others 0)",
+        help="MatMulNBits accuracy_level 0-4; default: the EP's (`mobius-genai eps`, int4 column)",
     )
     parser.add_argument(
         "--context-length",

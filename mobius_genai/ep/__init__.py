@@ -1,7 +1,12 @@
 """Execution providers: capabilities as data, the registry, and the build context."""
 
 from mobius_genai.ep.builtins import BUILTIN_ALIASES, BUILTIN_EPS
-from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities, FrozenOptions
+from mobius_genai.ep.capabilities import (
+    MAX_INT4_ACCURACY_LEVEL,
+    EpCapabilities,
+    FrozenOptions,
+    RuntimeInfo,
+)
 from mobius_genai.ep.context import (
     DEFAULT_EP,
     BuildContext,
@@ -21,6 +26,7 @@ __all__ = [
     "EpCapabilities",
     "EpRegistry",
     "FrozenOptions",
+    "RuntimeInfo",
     "build_context",
     "current_build_context",
     "ep_capabilities",

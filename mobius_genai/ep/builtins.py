@@ -1,28 +1,28 @@
-"""The built-in execution providers: one `EpCapabilities` entry each, as a table.
+"""The built-in execution providers: one `EpCapabilities` entry each, as a table (data only;
+the registry registers it).
 
 Values follow the spec's registry table (spec: "Supported Execution Providers"); the
-keyword-only fields carry what onnxruntime-genai 0.18 expects in genai_config.json.
-To add an EP, add one entry here; nothing else branches on EP names.
+keyword-only fields carry what onnxruntime-genai 0.18 expects in genai_config.json, and
+`runtime` how onnxruntime, onnxruntime-genai and Olive name each EP and which wheel runs it.
+To add an EP, add one entry here; nothing else names EPs or their providers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
-from mobius_genai.ep.capabilities import EpCapabilities
-
-if TYPE_CHECKING:
-    from mobius_genai.ep.registry import EpRegistry
+from mobius_genai.ep.capabilities import EpCapabilities, RuntimeInfo
 
 __all__ = ["BUILTIN_ALIASES", "BUILTIN_EPS"]
 
 _F32 = ir.DataType.FLOAT
 _F16 = ir.DataType.FLOAT16
 _BF16 = ir.DataType.BFLOAT16
+
+_NOT_ON_CPU_WHEEL = "The CPU-only wheel cannot load this bundle."
 
 BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # Portable ONNX: no EP-specific fusions; custom ops keep their function bodies. INT4 is
@@ -38,6 +38,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         default_int4_accuracy_level=4,
         int4_gather_dtypes=frozenset({_F32, _F16}),
         model_dtypes=frozenset({_F32, _F16}),
+        runtime=RuntimeInfo(ort_provider="CPUExecutionProvider"),
     ),
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(
@@ -45,7 +46,12 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         gqa_dtypes=frozenset({_F16, _BF16}),
         qkv_pack_dtypes=frozenset({_F16, _BF16}),
         provider_options={"enable_cuda_graph": "0"},
-        genai_provider="cuda",
+        runtime=RuntimeInfo(
+            ort_provider="CUDAExecutionProvider",
+            genai_provider="cuda",
+            package="onnxruntime-genai-cuda",
+            card_note=f"It is the build for CUDA 12. {_NOT_ON_CPU_WHEEL}",
+        ),
         default_dtype=_F16,
         graph_capture_option="enable_cuda_graph",
         int4_gather_dtypes=frozenset({_F32, _F16, _BF16}),
@@ -59,7 +65,12 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         gqa_dtypes=frozenset({_F16}),
         supports_fused_rope=False,
         provider_options={"enable_graph_capture": "0"},
-        genai_provider="dml",
+        runtime=RuntimeInfo(
+            ort_provider="DmlExecutionProvider",
+            genai_provider="dml",
+            package="onnxruntime-genai-directml",
+            card_note=f"It is the DirectML build, for Windows. {_NOT_ON_CPU_WHEEL}",
+        ),
         default_dtype=_F16,
         graph_capture_option="enable_graph_capture",
         graph_capture_unless_disabled=True,
@@ -72,7 +83,11 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         gqa_dtypes=frozenset({_F32, _F16}),
         default_int4_accuracy_level=4,
         provider_options={"enableGraphCapture": "0"},
-        genai_provider="webgpu",
+        runtime=RuntimeInfo(
+            ort_provider="WebGpuExecutionProvider",
+            genai_provider="webgpu",
+            card_note=_NOT_ON_CPU_WHEEL,
+        ),
         default_dtype=_F16,
         supports_shape_op=False,
         graph_capture_option="enableGraphCapture",
@@ -85,7 +100,14 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="mlx",
         gqa_dtypes=frozenset({_F32, _F16, _BF16}),
-        genai_provider="MLXExecutionProvider",
+        runtime=RuntimeInfo(
+            ort_provider="MLXExecutionProvider",
+            genai_provider="MLXExecutionProvider",
+            package="onnxruntime-genai",
+            card_note="Register the MLX plugin execution provider before loading the model: "
+            '`og.register_execution_provider_library("MLXExecutionProvider", '
+            '"/path/to/the/MLX/plugin/library")`.',
+        ),
         default_dtype=_F16,
     ),
     # NVIDIA TensorRT-RTX: TRT handles the primitives of SkipLayerNorm itself, and takes int4 as
@@ -96,7 +118,11 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         supports_skip_layer_norm=False,
         enable_graph_capture=True,
         provider_options={"enable_cuda_graph": "1"},
-        genai_provider="NvTensorRtRtx",
+        runtime=RuntimeInfo(
+            ort_provider="NvTensorRTRTXExecutionProvider",
+            genai_provider="NvTensorRtRtx",
+            card_note=f"That is NVIDIA's TensorRT-RTX execution provider. {_NOT_ON_CPU_WHEEL}",
+        ),
         default_dtype=_F16,
         graph_capture_option="enable_cuda_graph",
         supports_matmul_nbits=False,
@@ -117,11 +143,3 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
 
 #: Other names the CLI and API accept, mapped to a canonical EP name.
 BUILTIN_ALIASES: Mapping[str, str] = MappingProxyType({"portable": "default"})
-
-
-def _register_builtins(registry: EpRegistry) -> None:
-    """Register every built-in EP and alias in `registry` (called once, at import)."""
-    for caps in BUILTIN_EPS:
-        registry.register(caps)
-    for alias, target in BUILTIN_ALIASES.items():
-        registry.register_alias(alias, target)

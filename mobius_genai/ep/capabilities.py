@@ -12,12 +12,22 @@ from collections.abc import Iterable, Iterator, Mapping
 
 import onnx_ir as ir
 
-__all__ = ["ALL_MODEL_DTYPES", "MAX_INT4_ACCURACY_LEVEL", "EpCapabilities", "FrozenOptions"]
+__all__ = [
+    "ALL_MODEL_DTYPES",
+    "MAX_INT4_ACCURACY_LEVEL",
+    "EpCapabilities",
+    "FrozenOptions",
+    "RuntimeInfo",
+]
 
 #: MatMulNBits ``accuracy_level`` range: 0 = unset (highest accuracy) … 4 = int8 compute (fastest).
 MAX_INT4_ACCURACY_LEVEL = 4
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+#: The onnxruntime-genai wheel that runs bundles naming no provider (onnxruntime-genai's CPU).
+_STOCK_PACKAGE = "onnxruntime-genai"
 
 #: The model dtypes mobius-genai builds.
 ALL_MODEL_DTYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
@@ -61,6 +71,40 @@ def _dtype_set(field: str, values: Iterable[ir.DataType]) -> frozenset[ir.DataTy
 
 
 @dataclasses.dataclass(frozen=True)
+class RuntimeInfo:
+    """How onnxruntime and onnxruntime-genai name an EP, and what a user installs to run it.
+
+    Everything outside ``mobius_genai/ep/`` reads provider names from here, so an EP's names and
+    wheel are written once, in its entry.
+    """
+
+    ort_provider: str | None = None
+    """onnxruntime's name (``get_all_providers()``), e.g. "CUDAExecutionProvider". It is accepted
+    wherever an EP name is, and an Olive accelerator naming it builds for this EP. None → not an
+    onnxruntime EP of its own (portable ONNX)."""
+    genai_provider: str | None = None
+    """Key of this EP in genai_config ``provider_options`` (``[{key: {...}}]``); None → CPU (``[]``)."""
+    package: str | None = None
+    """pip package of the onnxruntime-genai build that runs this EP's bundles; None → no published
+    wheel (a build with the provider). Defaults to the stock wheel when there is no genai_provider."""
+    card_note: str = ""
+    """What the bundle card adds after "Needs <package or build>." (markdown), e.g. a driver."""
+
+    def __post_init__(self) -> None:
+        for field in ("ort_provider", "genai_provider", "package"):
+            value = getattr(self, field)
+            if value is not None and not (isinstance(value, str) and _WORD_RE.fullmatch(value)):
+                raise ValueError(
+                    f"RuntimeInfo.{field} must be None or a name of letters, digits, '.', '_' "
+                    f"or '-' starting with a letter or digit, got {value!r}"
+                )
+        if not isinstance(self.card_note, str):
+            raise ValueError(f"RuntimeInfo.card_note must be a string, got {self.card_note!r}")
+        if self.package is None and self.genai_provider is None:
+            object.__setattr__(self, "package", _STOCK_PACKAGE)
+
+
+@dataclasses.dataclass(frozen=True)
 class EpCapabilities:
     """Everything the build pipeline and the packager need to know about one execution provider.
 
@@ -71,7 +115,7 @@ class EpCapabilities:
     """
 
     name: str
-    """Canonical, lowercase EP name as given to ``--ep`` / ``execution_provider=``."""
+    """Canonical, lowercase EP name for ``--ep`` / ``execution_provider=`` (looked up in any case)."""
     gqa_dtypes: frozenset[ir.DataType]
     """Dtypes for which Attention is fused into com.microsoft::GroupQueryAttention."""
     qkv_pack_dtypes: frozenset[ir.DataType] = frozenset()
@@ -95,8 +139,8 @@ class EpCapabilities:
 
     _: dataclasses.KW_ONLY
 
-    genai_provider: str | None = None
-    """Key of this EP in genai_config ``provider_options`` (``[{key: {...}}]``); None → CPU (``[]``)."""
+    runtime: RuntimeInfo = RuntimeInfo()
+    """Provider names in onnxruntime / onnxruntime-genai / Olive, and the wheel that runs it."""
     default_dtype: ir.DataType = ir.DataType.FLOAT
     """Model dtype used when the user does not choose one."""
     supports_shape_op: bool = True
@@ -152,6 +196,11 @@ class EpCapabilities:
                     f"(onnxruntime-genai rejects other values), got {key!r}: {value!r}"
                 )
         object.__setattr__(self, "provider_options", options)
+        if not isinstance(self.runtime, RuntimeInfo):
+            raise ValueError(
+                f"EpCapabilities.runtime of {self.name!r} must be a RuntimeInfo, "
+                f"got {self.runtime!r}"
+            )
         if not isinstance(self.default_dtype, ir.DataType):
             raise ValueError(
                 f"EpCapabilities.default_dtype of {self.name!r} must be an ir.DataType, "

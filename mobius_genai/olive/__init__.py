@@ -12,14 +12,14 @@ import importlib
 from typing import Any
 
 from mobius_genai.olive.package_config import PASSES, olive_package_config, write_package_config
-from mobius_genai.olive.providers import OLIVE_TO_MOBIUS_EP, mobius_ep_for
+from mobius_genai.olive.providers import mobius_ep_for, olive_ep_mapping
 
 __all__ = [
-    "OLIVE_TO_MOBIUS_EP",
     "PASSES",
     "MobiusExport",
     "MobiusFinalize",
     "mobius_ep_for",
+    "olive_ep_mapping",
     "olive_package_config",
     "write_package_config",
 ]

@@ -30,8 +30,9 @@ from mobius_genai.bundle.packager import (
     package,
     resolve_precision,
 )
+from mobius_genai.ep import ep_registry
 from mobius_genai.errors import ConfigError
-from mobius_genai.olive.providers import mobius_ep_for
+from mobius_genai.olive.providers import NO_PROVIDER_EP, mobius_ep_for
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import Int4Options
 
@@ -41,8 +42,8 @@ logger = logging.getLogger(__name__)
 class MobiusExport(Pass):
     """Build an onnxruntime-genai bundle of a HuggingFace causal LM for one execution provider.
 
-    The EP is the pass's `ep`, else the workflow accelerator's (CUDAExecutionProvider → cuda,
-    ...), else cpu. Failures raise ValueError subclasses, which `olive run` reports and exits on.
+    The EP is the pass's `ep`, else the one whose onnxruntime name the workflow accelerator lists
+    (`olive_ep_mapping()`), else cpu. Failures raise ValueError subclasses, which `olive run` reports and exits on.
     """
 
     @classmethod
@@ -52,9 +53,9 @@ class MobiusExport(Pass):
                 type_=str,
                 default_value=None,
                 description=(
-                    "mobius-genai execution provider (cpu, cuda, dml, webgpu, trt-rtx, mlx, "
-                    "default, onnx-standard; see `mobius-genai eps`). Default: the workflow "
-                    "accelerator's execution provider, cpu when it names none."
+                    f"mobius-genai execution provider ({', '.join(ep_registry)}, in any case, "
+                    "or its onnxruntime name; see `mobius-genai eps`). Default: the workflow "
+                    f"accelerator's execution provider, {NO_PROVIDER_EP} when it names none."
                 ),
             ),
             "precision": PassConfigParam(

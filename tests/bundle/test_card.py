@@ -42,21 +42,28 @@ def test_cpu_card_tells_linux_users_about_huge_pages():
 @pytest.mark.parametrize(
     ("ep", "needs"),
     [
-        ("cuda", "`pip install onnxruntime-genai-cuda`"),
-        ("dml", "`pip install onnxruntime-genai-directml`"),
-        ("webgpu", "an onnxruntime-genai build with the WebGPU execution provider"),
-        ("trt-rtx", "TensorRT-RTX execution provider (NvTensorRtRtx)"),
+        ("cuda", "Needs `pip install onnxruntime-genai-cuda`. It is the build for CUDA 12."),
+        ("dml", "Needs `pip install onnxruntime-genai-directml`. It is the DirectML build"),
+        ("webgpu", "Needs an onnxruntime-genai build with the `webgpu` execution provider."),
+        ("trt-rtx", "build with the `NvTensorRtRtx` execution provider. That is NVIDIA's TensorRT"),
         ("mlx", 'og.register_execution_provider_library("MLXExecutionProvider"'),
     ],
 )
 def test_gpu_cards_say_what_runs_them(ep: str, needs: str):
     caps = get_ep(ep)
-    card = _card([{caps.genai_provider: dict(caps.provider_options)}], ep)
-    assert f"`{caps.genai_provider}`" in card and needs in card
-    assert "The CPU-only wheel cannot load it." in card
+    card = _card([{caps.runtime.genai_provider: dict(caps.provider_options)}], ep)
+    assert f"`{caps.runtime.genai_provider}`" in card and needs in card
+    # MLX is a plugin that the stock wheel loads; every other GPU EP needs its own build.
+    assert ("The CPU-only wheel cannot load this bundle." in card) == (ep != "mlx")
     assert HUGE_PAGES_TIP not in card
     if ep != "cuda":
         assert "onnxruntime-genai-cuda" not in card
+
+
+@pytest.mark.parametrize("ep", ["default", "onnx-standard", "not-registered-here"])
+def test_every_cpu_card_names_the_stock_wheel_and_the_tip(ep: str):
+    card = _card([], ep)
+    assert f"Needs `pip install onnxruntime-genai`. {HUGE_PAGES_TIP}" in card
 
 
 def test_an_out_of_tree_provider_is_named_as_it_is():

@@ -59,7 +59,7 @@ def test_ep_not_available_and_graph_not_loadable_on_cpu_is_skipped_with_the_caus
     result = smoke_test(packaged(ep), get_ep(ep))
     assert not result.ran
     assert result.note == (
-        f"smoke test skipped: the {ep} EP ({get_ep(ep).genai_provider}) is not available here, "
+        f"smoke test skipped: the {ep} EP ({get_ep(ep).runtime.genai_provider}) is not available here, "
         "and on CPU: Could not find an implementation for GroupQueryAttention(1)"
     )
 

@@ -7,7 +7,7 @@ import dataclasses
 import onnx_ir as ir
 import pytest
 
-from mobius_genai.ep import BUILTIN_EPS, EpCapabilities, get_ep
+from mobius_genai.ep import BUILTIN_EPS, EpCapabilities, RuntimeInfo, get_ep
 
 F32 = ir.DataType.FLOAT
 F16 = ir.DataType.FLOAT16
@@ -22,12 +22,18 @@ EXPECTED = {
         "qkv_pack_dtypes": {F32},
         "default_int4_accuracy_level": 4,
         "model_dtypes": {F32, F16},
+        "runtime": RuntimeInfo(ort_provider="CPUExecutionProvider"),
     },
     "cuda": {
         "gqa_dtypes": {F16, BF16},
         "qkv_pack_dtypes": {F16, BF16},
         "provider_options": {"enable_cuda_graph": "0"},
-        "genai_provider": "cuda",
+        "runtime": RuntimeInfo(
+            ort_provider="CUDAExecutionProvider",
+            genai_provider="cuda",
+            package="onnxruntime-genai-cuda",
+            card_note="It is the build for CUDA 12. The CPU-only wheel cannot load this bundle.",
+        ),
         "default_dtype": F16,
         "graph_capture_option": "enable_cuda_graph",
     },
@@ -35,7 +41,13 @@ EXPECTED = {
         "gqa_dtypes": {F16},
         "supports_fused_rope": False,
         "provider_options": {"enable_graph_capture": "0"},
-        "genai_provider": "dml",
+        "runtime": RuntimeInfo(
+            ort_provider="DmlExecutionProvider",
+            genai_provider="dml",
+            package="onnxruntime-genai-directml",
+            card_note="It is the DirectML build, for Windows. The CPU-only wheel cannot load "
+            "this bundle.",
+        ),
         "default_dtype": F16,
         "graph_capture_option": "enable_graph_capture",
         "graph_capture_unless_disabled": True,
@@ -46,7 +58,11 @@ EXPECTED = {
         "gqa_dtypes": {F32, F16},
         "default_int4_accuracy_level": 4,
         "provider_options": {"enableGraphCapture": "0"},
-        "genai_provider": "webgpu",
+        "runtime": RuntimeInfo(
+            ort_provider="WebGpuExecutionProvider",
+            genai_provider="webgpu",
+            card_note="The CPU-only wheel cannot load this bundle.",
+        ),
         "default_dtype": F16,
         "supports_shape_op": False,
         "graph_capture_option": "enableGraphCapture",
@@ -54,7 +70,14 @@ EXPECTED = {
     },
     "mlx": {
         "gqa_dtypes": {F32, F16, BF16},
-        "genai_provider": "MLXExecutionProvider",
+        "runtime": RuntimeInfo(
+            ort_provider="MLXExecutionProvider",
+            genai_provider="MLXExecutionProvider",
+            package="onnxruntime-genai",
+            card_note="Register the MLX plugin execution provider before loading the model: "
+            '`og.register_execution_provider_library("MLXExecutionProvider", '
+            '"/path/to/the/MLX/plugin/library")`.',
+        ),
         "default_dtype": F16,
     },
     "trt-rtx": {
@@ -62,7 +85,12 @@ EXPECTED = {
         "supports_skip_layer_norm": False,
         "enable_graph_capture": True,
         "provider_options": {"enable_cuda_graph": "1"},
-        "genai_provider": "NvTensorRtRtx",
+        "runtime": RuntimeInfo(
+            ort_provider="NvTensorRTRTXExecutionProvider",
+            genai_provider="NvTensorRtRtx",
+            card_note="That is NVIDIA's TensorRT-RTX execution provider. The CPU-only wheel "
+            "cannot load this bundle.",
+        ),
         "default_dtype": F16,
         "graph_capture_option": "enable_cuda_graph",
         "supports_matmul_nbits": False,
@@ -87,7 +115,7 @@ DEFAULTS = {
     "default_int4_accuracy_level": 0,
     "provider_options": {},
     "enable_graph_capture": False,
-    "genai_provider": None,
+    "runtime": RuntimeInfo(package="onnxruntime-genai"),
     "default_dtype": F32,
     "supports_shape_op": True,
     "supports_custom_ops": True,
@@ -116,7 +144,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "default_int4_accuracy_level",
         "provider_options",
         "enable_graph_capture",
-        "genai_provider",
+        "runtime",
         "default_dtype",
         "supports_shape_op",
         "supports_custom_ops",
@@ -245,7 +273,18 @@ def test_graph_capture_flag_and_option_must_agree():
 def test_packager_fields_are_keyword_only():
     with pytest.raises(TypeError):
         EpCapabilities(
-            "x", frozenset(), frozenset(), True, True, True, True, False, 0, {}, False, "cuda"
+            "x",
+            frozenset(),
+            frozenset(),
+            True,
+            True,
+            True,
+            True,
+            False,
+            0,
+            {},
+            False,
+            RuntimeInfo(),
         )  # type: ignore[misc]
 
 
@@ -265,4 +304,27 @@ def test_with_graph_capture_switches_flag_and_option_together():
 def test_every_gpu_builtin_names_its_genai_provider():
     for caps in BUILTIN_EPS:
         on_cpu = caps.default_dtype == F32
-        assert (caps.genai_provider is None) == on_cpu, caps.name
+        assert (caps.runtime.genai_provider is None) == on_cpu, caps.name
+
+
+def test_runtime_of_a_bundle_without_provider_runs_on_the_stock_wheel():
+    assert RuntimeInfo().package == "onnxruntime-genai"
+    assert RuntimeInfo(genai_provider="MyAccel").package is None
+    assert RuntimeInfo(package="my-genai").package == "my-genai"
+
+
+@pytest.mark.parametrize("field", ["ort_provider", "genai_provider", "package"])
+@pytest.mark.parametrize("value", ["", " cuda", "my accel", 3])
+def test_runtime_names_must_be_non_empty_words(field: str, value: object):
+    with pytest.raises(ValueError, match=rf"RuntimeInfo\.{field} must be"):
+        RuntimeInfo(**{field: value})
+
+
+def test_runtime_card_note_must_be_a_string():
+    with pytest.raises(ValueError, match=r"RuntimeInfo\.card_note must be a string, got 3"):
+        RuntimeInfo(card_note=3)  # type: ignore[arg-type]
+
+
+def test_runtime_field_must_be_runtime_info():
+    with pytest.raises(ValueError, match=r"EpCapabilities\.runtime of 'x' must be a RuntimeInfo"):
+        EpCapabilities(name="x", gqa_dtypes=frozenset(), runtime={"genai_provider": "x"})  # type: ignore[arg-type]

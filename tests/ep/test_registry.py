@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 
+import mobius_genai.ep.builtins as builtins_module
 import mobius_genai.ep.registry as registry_module
 from mobius_genai.ep import (
+    BUILTIN_ALIASES,
     BUILTIN_EPS,
     EpCapabilities,
     EpRegistry,
@@ -17,7 +22,7 @@ from mobius_genai.ep import (
     get_ep,
     register_ep,
 )
-from mobius_genai.ep.builtins import _register_builtins
+from mobius_genai.ep.capabilities import RuntimeInfo
 from mobius_genai.errors import ExecutionProviderError
 
 BUILTIN_NAMES = ["cpu", "cuda", "default", "dml", "mlx", "onnx-standard", "trt-rtx", "webgpu"]
@@ -29,9 +34,7 @@ def _caps(name: str, **fields) -> EpCapabilities:
 
 @pytest.fixture
 def registry() -> EpRegistry:
-    fresh = EpRegistry()
-    _register_builtins(fresh)
-    return fresh
+    return EpRegistry(BUILTIN_EPS, BUILTIN_ALIASES)
 
 
 @pytest.fixture
@@ -50,7 +53,9 @@ def test_contains_covers_names_and_aliases_only():
     assert "cuda" in ep_registry
     assert "portable" in ep_registry
     assert "rocm" not in ep_registry
-    assert "CUDA" not in ep_registry  # names are exact, lowercase
+    assert "CUDA" in ep_registry and "Portable" in ep_registry  # any case
+    assert "CUDAExecutionProvider" in ep_registry  # onnxruntime's name
+    assert 3 not in ep_registry
 
 
 def test_get_returns_registered_caps_or_none():
@@ -155,7 +160,15 @@ def test_builtins_register_in_table_order_independent_of_iteration(registry: EpR
 
 def test_builtins_cannot_be_registered_twice(registry: EpRegistry):
     with pytest.raises(ValueError, match=r"already registered"):
-        _register_builtins(registry)
+        registry.register(BUILTIN_EPS[0])
+
+
+def test_builtins_module_is_pure_data_without_the_registry():
+    """builtins.py holds the table only; the registry registers it (no import circle)."""
+    tree = ast.parse(Path(builtins_module.__file__).read_text(encoding="utf-8"))
+    assert not [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)]
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert "mobius_genai.ep.registry" not in imported
 
 
 def test_format_ep_table():
@@ -173,6 +186,7 @@ def test_format_ep_table():
         "int4",
         "provider options",
         "graph capture",
+        "onnxruntime EP",
     ]
     assert set(lines[1]) <= {"-", " "}
     rows = {
@@ -183,17 +197,22 @@ def test_format_ep_table():
     assert rows["cuda"]["GQA dtypes"] == "f16, bf16"
     assert rows["cuda"]["provider options"] == "enable_cuda_graph=0"
     assert rows["trt-rtx"]["graph capture"] == "on" and rows["webgpu"]["graph capture"] == "off"
+    assert rows["trt-rtx"]["onnxruntime EP"] == "NvTensorRTRTXExecutionProvider"
+    assert rows["default"]["onnxruntime EP"] == "-"
     assert rows["cpu"]["dtypes"] == "f32, f16" and rows["cuda"]["dtypes"] == "f32, f16, bf16"
     assert rows["cpu"]["int4"] == "MatMulNBits, level 4"
     assert rows["default"]["int4"] == rows["onnx-standard"]["int4"] == "DequantizeLinear"
     standard = rows["onnx-standard"]
     assert [standard[c] for c in header[2:7]] == ["-", "no", "no", "no", "no"]
-    assert lines[-1] == "aliases: portable -> default"
+    assert lines[-2:] == [
+        "aliases: portable -> default",
+        "Names are accepted in any case, and an EP's onnxruntime EP name stands for it.",
+    ]
 
 
 def test_format_ep_table_of_custom_registry(registry: EpRegistry):
     registry.register(_caps("zz-ep"))
-    assert format_ep_table(registry).splitlines()[-3].startswith("zz-ep ")
+    assert format_ep_table(registry).splitlines()[-4].startswith("zz-ep ")
 
 
 def test_by_genai_provider_finds_the_ep_a_genai_config_names():
@@ -201,3 +220,74 @@ def test_by_genai_provider_finds_the_ep_a_genai_config_names():
     assert ep_registry.by_genai_provider("nvtensorrtrtx").name == "trt-rtx"  # any case
     assert ep_registry.by_genai_provider("MLXExecutionProvider").name == "mlx"
     assert ep_registry.by_genai_provider("tpu") is None
+
+
+@pytest.mark.parametrize("name", ["CUDA", "Cuda", "cUdA", "Cpu", "TRT-RTX", "Onnx-Standard"])
+def test_names_are_accepted_in_any_case(name: str):
+    assert get_ep(name) is get_ep(name.lower())
+    assert ep_registry.canonical_name(name) == name.lower()
+
+
+@pytest.mark.parametrize(
+    ("ort_name", "ours"),
+    [
+        ("CPUExecutionProvider", "cpu"),
+        ("CUDAExecutionProvider", "cuda"),
+        ("DmlExecutionProvider", "dml"),
+        ("WebGpuExecutionProvider", "webgpu"),
+        ("NvTensorRTRTXExecutionProvider", "trt-rtx"),
+        ("MLXExecutionProvider", "mlx"),
+        ("cudaexecutionprovider", "cuda"),
+    ],
+)
+def test_onnxruntime_provider_names_are_aliases(ort_name: str, ours: str):
+    assert get_ep(ort_name).name == ours
+    assert ep_registry.by_ort_provider(ort_name).name == ours
+
+
+def test_builtin_onnxruntime_names_are_onnxruntimes():
+    """Spelled as onnxruntime spells them (NvTensorRTRTX and MLX are plugin EPs it does not list)."""
+    known = set(ort.get_all_providers())
+    declared = {caps.runtime.ort_provider for caps in BUILTIN_EPS} - {None}
+    plugins = {"NvTensorRTRTXExecutionProvider", "MLXExecutionProvider"}
+    assert declared - plugins <= known
+    assert plugins <= declared
+
+
+def test_by_ort_provider_does_not_take_our_names():
+    assert ep_registry.by_ort_provider("cuda") is None
+    assert ep_registry.by_ort_provider("TensorrtExecutionProvider") is None
+
+
+def test_unknown_alias_or_case_keeps_the_spec_error():
+    expected = f"Unknown execution provider 'ROCmExecutionProvider'. Supported: {BUILTIN_NAMES}"
+    with pytest.raises(ExecutionProviderError) as excinfo:
+        get_ep("ROCmExecutionProvider")
+    assert str(excinfo.value) == expected
+
+
+def test_an_onnxruntime_name_cannot_be_taken_twice(registry: EpRegistry):
+    clash = _caps("my-ep", runtime=RuntimeInfo(ort_provider="cudaExecutionProvider"))
+    with pytest.raises(ValueError, match=r"'cudaExecutionProvider' already refers to 'cuda'"):
+        registry.register(clash)
+    assert "my-ep" not in registry
+
+
+def test_a_name_cannot_shadow_an_onnxruntime_name(registry: EpRegistry):
+    with pytest.raises(ValueError, match=r"'cudaexecutionprovider' already refers to 'cuda'"):
+        registry.register(_caps("cudaexecutionprovider"))
+    with pytest.raises(ValueError, match=r"'CPUExecutionProvider' is already taken"):
+        registry.register_alias("CPUExecutionProvider", "cuda")
+    with pytest.raises(ValueError, match=r"'CUDA' is already taken"):
+        registry.register_alias("CUDA", "cpu")
+
+
+def test_replacing_an_ep_may_keep_its_onnxruntime_name(registry: EpRegistry):
+    replacement = _caps("cuda", runtime=get_ep("cuda").runtime)
+    registry.register(replacement, replace=True)
+    assert registry.by_ort_provider("CUDAExecutionProvider") is replacement
+
+
+def test_aliases_are_case_insensitive(registry: EpRegistry):
+    registry.register_alias("GPU", "cuda")
+    assert registry.get("gpu") is registry.get("Gpu") is registry.get("cuda")

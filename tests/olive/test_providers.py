@@ -11,7 +11,7 @@ import mobius_genai.olive
 from mobius_genai.cli import main
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import ExecutionProviderError
-from mobius_genai.olive import OLIVE_TO_MOBIUS_EP, mobius_ep_for
+from mobius_genai.olive import mobius_ep_for, olive_ep_mapping
 
 
 @pytest.mark.parametrize(
@@ -31,8 +31,21 @@ def test_olive_eps_map_to_ours(olive_ep, ours):
     assert mobius_ep_for(olive_ep) == ours
 
 
-def test_every_mapped_ep_is_registered():
-    assert all(name in ep_registry for name in OLIVE_TO_MOBIUS_EP.values())
+def test_the_mapping_is_each_registered_eps_onnxruntime_name():
+    assert olive_ep_mapping() == {
+        "CPUExecutionProvider": "cpu",
+        "CUDAExecutionProvider": "cuda",
+        "DmlExecutionProvider": "dml",
+        "MLXExecutionProvider": "mlx",
+        "NvTensorRTRTXExecutionProvider": "trt-rtx",
+        "WebGpuExecutionProvider": "webgpu",
+    }
+    assert all(name in ep_registry for name in olive_ep_mapping().values())
+
+
+def test_our_own_names_are_not_olive_execution_providers():
+    with pytest.raises(ExecutionProviderError, match=r"'cuda' has no mobius-genai counterpart"):
+        mobius_ep_for("cuda")
 
 
 @pytest.mark.parametrize("olive_ep", ["TensorrtExecutionProvider", "QNNExecutionProvider"])

@@ -10,7 +10,7 @@ pytest.importorskip("olive", reason="the olive extra is not installed: pip insta
 
 from olive.hardware.accelerator import DEFAULT_CPU_ACCELERATOR
 
-from mobius_genai.olive import OLIVE_TO_MOBIUS_EP, MobiusExport
+from mobius_genai.olive import MobiusExport, olive_ep_mapping
 from tests.olive.conftest import RECIPE_NAMES, RECIPES
 
 README = (RECIPES / "README.md").read_text(encoding="utf-8")
@@ -28,7 +28,7 @@ def test_the_options_table_lists_every_mobius_export_option():
 
 def test_the_ep_table_is_the_mapping():
     rows = dict(re.findall(r"^\| (\w+ExecutionProvider) \| ([\w-]+) \|$", README, re.MULTILINE))
-    assert rows == dict(OLIVE_TO_MOBIUS_EP)
+    assert rows == olive_ep_mapping()
 
 
 def test_the_recipe_table_lists_every_recipe():
