@@ -54,6 +54,8 @@ def test_the_default_config_is_valid():
         ("WebGpuExecutionProvider", {"precision": "fp32"}, ("webgpu", "fp32")),
         (None, {}, ("cpu", "fp32")),
         ("CUDAExecutionProvider", {"ep": "cpu"}, ("cpu", "fp32")),
+        ("CUDAExecutionProvider", {"ep": "CPU"}, ("cpu", "fp32")),
+        (None, {"ep": "DmlExecutionProvider"}, ("dml", "fp16")),
     ],
 )
 def test_the_ep_is_the_pass_option_else_the_accelerators_else_cpu(
