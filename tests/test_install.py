@@ -10,11 +10,13 @@ import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The fresh venv must import mobius_genai from the wheel, not from a PYTHONPATH checkout.
+ENV = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
 
 
 def _run(*args: str | Path, cwd: Path) -> str:
     result = subprocess.run(
-        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, check=False
+        [str(a) for a in args], cwd=cwd, env=ENV, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, f"{args} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
@@ -53,7 +55,7 @@ def test_wheel_installs_a_working_cli(tmp_path):
     cli = env_dir / "bin" / "mobius-genai"
     assert "cuda" in _run(cli, "eps", cwd=tmp_path)
     out = tmp_path / "tiny-cpu"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = {**ENV, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
         [
             str(cli),
