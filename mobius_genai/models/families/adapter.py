@@ -44,7 +44,9 @@ class FamilyAdapter:
     """Differences of one model_type from the generic llama-style decoder."""
 
     model_type: str
-    genai_type: str
+    # onnxruntime-genai's model.type; its generic decoder path runs every family it does not
+    # know by name, and those that it knows under another contract (gpt2) or model (chatglm).
+    genai_type: str = "decoder"
     # config.json key → the standard key it stands for (transformers' attribute_map).
     config_aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # Values for config.json keys that are absent or null, as transformers' config class fills them.

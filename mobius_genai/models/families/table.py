@@ -127,7 +127,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="gpt2",
-        genai_type="decoder",  # onnxruntime-genai's "gpt2" expects another I/O contract
+        # the default "decoder": onnxruntime-genai's "gpt2" expects another I/O contract
         config_aliases=GPT2_CONFIG_NAMES,
         config_defaults={
             "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
@@ -182,7 +182,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="starcoder2",
-        genai_type="decoder",  # onnxruntime-genai has no "starcoder2"; its generic path runs it
         config_defaults={
             "tie_word_embeddings": True,
             "hidden_act": "gelu_pytorch_tanh",
@@ -199,7 +198,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="stablelm",
-        genai_type="decoder",  # onnxruntime-genai has no "stablelm"; its generic path runs it
         config_defaults={"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
         config_overrides={
             "head_dim": hidden_over_heads,
@@ -225,7 +223,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="gpt_neox",
-        genai_type="decoder",  # onnxruntime-genai has no "gpt_neox"; its generic path runs it
         config_aliases={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
         config_defaults={
             "partial_rotary_factor": 0.25,
@@ -268,7 +265,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="exaone",
-        genai_type="decoder",  # onnxruntime-genai has no "exaone"; its generic path runs it
         # (layer_norm_epsilon, EXAONE's name for rms_norm_eps, is one of config's eps keys)
         config_aliases={"num_layers": "num_hidden_layers", "activation_function": "hidden_act"},
         config_defaults={
@@ -290,7 +286,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="gptj",
-        genai_type="decoder",  # onnxruntime-genai has no "gptj"; its generic path runs it
         config_aliases=GPT2_CONFIG_NAMES,
         config_defaults={
             "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
@@ -322,7 +317,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="cohere",
-        genai_type="decoder",  # onnxruntime-genai has no "cohere"; its generic path runs it
         config_defaults={
             "tie_word_embeddings": True,
             "layer_norm_eps": 1e-5,
@@ -341,7 +335,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="glm",
-        genai_type="decoder",  # onnxruntime-genai's "chatglm" is another model; "decoder" runs it
+        # the default "decoder": onnxruntime-genai's "chatglm" is another model
         config_defaults={
             "head_dim": 128,
             "num_key_value_heads": 2,
@@ -361,14 +355,12 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="arcee",
-        genai_type="decoder",  # onnxruntime-genai has no "arcee"; its generic path runs it
         config_defaults={"hidden_act": "relu2", "rms_norm_eps": 1e-5},
         config_overrides={"gated_mlp": False},  # down(act(up(x))): llama without the gate
         weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
     ),
     FamilyAdapter(
         model_type="helium",
-        genai_type="decoder",  # onnxruntime-genai has no "helium"; its generic path runs it
         config_defaults={
             "head_dim": 128,
             "num_key_value_heads": 20,
@@ -380,7 +372,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="ernie4_5",
-        genai_type="decoder",  # onnxruntime-genai has no "ernie4_5"; its generic path runs it
         config_defaults={
             "head_dim": when_absent("head_dim", 128),
             "num_key_value_heads": when_absent("num_key_value_heads", 2),
@@ -397,7 +388,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="seed_oss",
-        genai_type="decoder",  # onnxruntime-genai has no "seed_oss"; its generic path runs it
         config_defaults={
             "head_dim": when_absent("head_dim", 128),
             "num_key_value_heads": when_absent("num_key_value_heads", 8),
@@ -425,7 +415,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="exaone4",
-        genai_type="decoder",  # onnxruntime-genai has no "exaone4"; its generic path runs it
         config_defaults={
             "num_key_value_heads": 32,
             "rms_norm_eps": 1e-5,
@@ -444,7 +433,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="hunyuan_v1_dense",
-        genai_type="decoder",  # onnxruntime-genai has no "hunyuan_v1_dense"; "decoder" runs it
         config_defaults={"rms_norm_eps": 1e-5},
         config_overrides={
             # per-head RMSNorms shared by the heads, applied to the rotated q and k
@@ -460,7 +448,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="internlm3",
-        genai_type="decoder",  # onnxruntime-genai has no "internlm3"; its generic path runs it
         config_aliases={"qkv_bias": "attention_bias", "bias": "mlp_bias"},
         config_defaults={
             "head_dim": when_absent("head_dim", 128),
@@ -472,7 +459,6 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="vaultgemma",
-        genai_type="decoder",  # onnxruntime-genai has no "vaultgemma"; its generic path runs it
         config_defaults={
             "tie_word_embeddings": True,
             "head_dim": 256,
