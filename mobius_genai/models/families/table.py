@@ -49,6 +49,9 @@ _GEMMA2_OVERRIDES = {
     "norm_placement": "sandwich",
     "attention_scale": query_pre_attn_scale,
 }
+
+# One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
+# "decoder" (adapter.py).
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama"),
     FamilyAdapter(model_type="mistral", genai_type="mistral"),
