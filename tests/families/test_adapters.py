@@ -5,6 +5,7 @@ No ORT here: these check what each adapter says, on configs transformers writes.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 
@@ -66,6 +67,14 @@ def test_every_family_has_a_test_checkpoint_and_a_genai_type():
     for family in new:
         assert FAMILIES[family].genai_type == "decoder", family
     assert FAMILIES["olmo3"].genai_type == FAMILIES["olmo2"].genai_type == "olmo"
+
+
+def test_genai_type_defaults_to_what_most_rows_use():
+    # rows whose onnxruntime-genai model.type is the generic decoder leave genai_type out
+    default = FamilyAdapter(model_type="any").genai_type
+    assert default == "decoder"
+    counts = collections.Counter(family.genai_type for family in FAMILIES.values())
+    assert counts.most_common(1)[0][0] == default
 
 
 def test_gemma_family_facts():

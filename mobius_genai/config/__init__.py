@@ -1,0 +1,31 @@
+"""The architecture description: config.json in, one validated ArchitectureConfig out.
+
+`architecture` holds ArchitectureConfig and the checks of its sizes and block kinds, `rope` the
+rotary embedding, `layers` the per-layer kinds, `fields` the readers every config.json field goes
+through. A new kind of block (MoE, recurrent layers, a vision tower) gets a module of its own here
+with its config, parsing and checks.
+"""
+
+from mobius_genai.config.architecture import (
+    HIDDEN_ACTS,
+    NORM_PLACEMENTS,
+    NORM_TYPES,
+    POSITION_EMBEDDINGS,
+    ArchitectureConfig,
+    read_config_json,
+)
+from mobius_genai.config.layers import LAYER_TYPES
+from mobius_genai.config.rope import ROPE_TYPES, RopeConfig, rotated_channels
+
+__all__ = [
+    "HIDDEN_ACTS",
+    "LAYER_TYPES",
+    "NORM_PLACEMENTS",
+    "NORM_TYPES",
+    "POSITION_EMBEDDINGS",
+    "ROPE_TYPES",
+    "ArchitectureConfig",
+    "RopeConfig",
+    "read_config_json",
+    "rotated_channels",
+]

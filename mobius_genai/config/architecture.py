@@ -1,0 +1,354 @@
+"""ArchitectureConfig: one normalized, validated description of a decoder architecture.
+
+config.json comes in two layouts: the one hub checkpoints carry (`rope_theta`, `rope_scaling`,
+`torch_dtype`) and the one transformers 5 writes (`rope_parameters`, `dtype`). Both parse to the
+same ArchitectureConfig, so nothing downstream depends on transformers or on its release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mobius_genai._json import read_json_object
+from mobius_genai.config import fields
+from mobius_genai.config.layers import parse_layer_types, validate_layers
+from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
+from mobius_genai.errors import ConfigError
+
+HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
+NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
+NORM_PLACEMENTS = ("pre", "sandwich", "post")
+POSITION_EMBEDDINGS = ("rope", "learned")
+_NORM_EPS_KEYS = (
+    "rms_norm_eps",
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "norm_epsilon",
+    "norm_eps",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchitectureConfig:
+    """What the graph builder needs to know about a decoder-only LM, and nothing else.
+
+    Beyond sizes, a few generic switches describe how families differ (each defaults to the
+    llama-style decoder):
+
+    - `norm_type`: "rms" (RMSNormalization), "layer" (LayerNormalization with bias),
+      "layer_no_bias" (LayerNormalization with a weight and no bias: cohere) or
+      "layer_no_affine" (LayerNormalization without learnable weight or bias: olmo).
+    - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
+      "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
+    - `parallel_residual`: attention and MLP read the same normed input and both outputs are
+      added to the residual at once, x + attn(ln(x)) + mlp(ln(x)) (phi); needs placement "pre".
+    - `parallel_mlp_norm`: with `parallel_residual`, the MLP normalizes the layer input with a
+      norm of its own, x + attn(ln1(x)) + mlp(ln2(x)) (gpt_neox), instead of reading the
+      attention's normed input.
+    - `gated_mlp`: down(act(gate(x)) * up(x)) when True, fc2(act(fc1(x))) when False.
+    - `embedding_multiplier`: token embeddings are multiplied by it (gemma: sqrt(hidden_size),
+      granite: `embedding_multiplier`).
+    - `residual_multiplier`: each block's output is multiplied by it before the residual add
+      (granite).
+    - `logits_scaling`: logits are divided by it (granite).
+    - `position_embedding`: "rope", or "learned" absolute positions added to the token
+      embeddings (gpt2); "learned" means no rotary in any layer.
+    - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
+    - `rope_local`: the rope of sliding-window layers when it differs from `rope` (gemma3's
+      `rope_local_base_freq`); None means every layer uses `rope`.
+    - `qk_norm_per_head`: with `qk_norm`, normalize each head's q/k (qwen3, gemma3) when True,
+      the whole q/k projection at once (olmo2) when False.
+    - `qk_norm_head_weights`: with per-head `qk_norm`, every head has its own norm weight and
+      the q/k norms no bias (stablelm's per-head LayerNorms); one weight shared by all heads
+      when False.
+    - `qk_norm_stacked_weights`: with `qk_norm_head_weights`, the per-head weights are one
+      [num_heads, head_dim] tensor `q_norm.weight` (cohere) instead of one tensor per head.
+    - `qk_norm_after_rope`: with `qk_norm`, q and k are normalized after the rotary embedding
+      (hunyuan_v1_dense) instead of before it.
+    - `rope_interleaved`: every rope of the config rotates adjacent channel pairs
+      (x0, x1), (x2, x3), ... (gptj, cohere, glm) instead of the two halves of the rotated
+      channels (llama's rotate_half).
+    - `packed_qkv`: q, k and v come from one projection `qkv_proj` whose output is
+      [q | k | v], split in the graph (gpt_neox's query_key_value, whose per-head rows the
+      adapter regroups into these blocks as it reads them).
+    - `clip_qkv`: q, k and v projections are clipped to [-clip_qkv, clip_qkv] right after
+      the projection (olmo); None means no clipping.
+    - `lm_head_bias`: the LM head adds a bias (phi).
+    - `attention_scale`: softmax scale when not 1/sqrt(head_dim) (gemma2/3's
+      query_pre_attn_scalar**-0.5, granite's attention_multiplier).
+    """
+
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    max_position_embeddings: int
+    hidden_act: str = "silu"
+    norm_eps: float = 1e-6
+    rope: RopeConfig = dataclasses.field(default_factory=RopeConfig)
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False
+    qk_norm_per_head: bool = True
+    qk_norm_head_weights: bool = False
+    qk_norm_stacked_weights: bool = False
+    qk_norm_after_rope: bool = False
+    packed_qkv: bool = False
+    clip_qkv: float | None = None
+    lm_head_bias: bool = False
+    tie_word_embeddings: bool = False
+    norm_type: str = "rms"
+    norm_placement: str = "pre"
+    parallel_residual: bool = False
+    parallel_mlp_norm: bool = False
+    gated_mlp: bool = True
+    embedding_multiplier: float = 1.0
+    residual_multiplier: float = 1.0
+    logits_scaling: float = 1.0
+    position_embedding: str = "rope"
+    no_rope_layers: tuple[int, ...] = ()
+    rope_local: RopeConfig | None = None
+    rope_interleaved: bool = False
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] = ()
+    attention_scale: float | None = None
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    bos_token_id: int | None = None
+    eos_token_id: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    torch_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            object.__setattr__(self, "layer_types", ("full_attention",) * self.num_hidden_layers)
+        if self.rope_interleaved:
+            for name in ("rope", "rope_local"):
+                rope = getattr(self, name)
+                if rope is not None and not rope.interleaved:
+                    object.__setattr__(self, name, dataclasses.replace(rope, interleaved=True))
+        _validate(self)
+
+    @property
+    def rotary_dim(self) -> int:
+        """Number of channels of each head that rotary embedding rotates (even)."""
+        return self.rotary_dim_of(self.rope)
+
+    def rotary_dim_of(self, rope: RopeConfig) -> int:
+        """Number of channels of each head that `rope` rotates (even)."""
+        dim = rotated_channels(self.head_dim, rope.partial_rotary_factor)
+        return dim - dim % 2
+
+    @property
+    def scale(self) -> float:
+        """Softmax scale of attention scores."""
+        if self.attention_scale is not None:
+            return self.attention_scale
+        return 1.0 / math.sqrt(self.head_dim)
+
+    def rope_of_layer(self, index: int) -> RopeConfig | None:
+        """The rope of layer `index`, or None when the layer applies no rotary embedding."""
+        if self.position_embedding != "rope" or index in self.no_rope_layers:
+            return None
+        if self.rope_local is not None and self.layer_types[index] == "sliding_attention":
+            return self.rope_local
+        return self.rope
+
+    def window_of_layer(self, index: int) -> int | None:
+        """Sliding-window size of layer `index`, or None for full attention."""
+        if self.layer_types[index] == "sliding_attention":
+            return self.sliding_window
+        return None
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], **overrides: Any) -> ArchitectureConfig:
+        """Parse a config.json dict (hub or transformers-5 layout).
+
+        `overrides` are applied after parsing; family adapters use them for facts the family
+        fixes that config.json does not spell out (e.g. qwen2 always has q/k/v biases).
+        """
+        parsed = _parse(raw)
+        parsed.update(overrides)
+        try:
+            return cls(**parsed)
+        except TypeError as error:
+            raise ConfigError(f"config.json: {error}") from error
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> ArchitectureConfig:
+        """Read and parse a config.json file."""
+        return cls.from_dict(read_config_json(path), **overrides)
+
+
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """Load config.json as a dict with errors that name the file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{path}: config.json not found; a checkpoint folder must hold one")
+    return read_json_object(path, ConfigError)
+
+
+def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
+    model_type = fields.model_type(raw.get("model_type"))
+    hidden = fields.require(raw, "hidden_size")
+    heads = fields.require(raw, "num_attention_heads")
+    num_layers = fields.require(raw, "num_hidden_layers")
+    max_positions = fields.require(raw, "max_position_embeddings")
+    kv_heads = fields.integer(raw.get("num_key_value_heads"), "num_key_value_heads", heads)
+    head_dim = fields.integer(raw.get("head_dim"), "head_dim")
+    if head_dim is None:
+        if hidden % heads:
+            raise ConfigError(
+                f"config.json: hidden_size {hidden} is not divisible by num_attention_heads "
+                f"{heads}; accepted: a divisor of hidden_size, or an explicit head_dim"
+            )
+        head_dim = hidden // heads
+    layer_types = parse_layer_types(raw, num_layers)
+    has_sliding = "sliding_attention" in layer_types
+    rope, rope_local = parse_rope(raw)
+    eps_key = next((key for key in _NORM_EPS_KEYS if raw.get(key) is not None), _NORM_EPS_KEYS[0])
+    return {
+        "model_type": model_type,
+        "vocab_size": fields.require(raw, "vocab_size"),
+        "hidden_size": hidden,
+        "intermediate_size": fields.require(raw, "intermediate_size"),
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "max_position_embeddings": max_positions,
+        "hidden_act": raw.get("hidden_act", raw.get("hidden_activation", "silu")),
+        "norm_eps": fields.number(raw.get(eps_key), eps_key, 1e-6, positive=True),
+        "rope": rope,
+        "rope_local": rope_local,
+        "qkv_bias": fields.flag(raw.get("attention_bias"), "attention_bias", False),
+        "o_bias": fields.flag(raw.get("attention_bias"), "attention_bias", False),
+        "mlp_bias": fields.flag(raw.get("mlp_bias"), "mlp_bias", False),
+        "tie_word_embeddings": fields.flag(
+            raw.get("tie_word_embeddings"), "tie_word_embeddings", False
+        ),
+        "sliding_window": raw.get("sliding_window") if has_sliding else None,
+        "layer_types": layer_types,
+        "attn_logit_softcapping": fields.number(
+            raw.get("attn_logit_softcapping"), "attn_logit_softcapping"
+        ),
+        "final_logit_softcapping": fields.number(
+            raw.get("final_logit_softcapping"), "final_logit_softcapping"
+        ),
+        "bos_token_id": raw.get("bos_token_id"),
+        "eos_token_id": fields.int_tuple(raw.get("eos_token_id"), "eos_token_id"),
+        "pad_token_id": raw.get("pad_token_id"),
+        "torch_dtype": raw.get("torch_dtype", raw.get("dtype")),
+    }
+
+
+def _validate(config: ArchitectureConfig) -> None:
+    """Refuse a config the decoder cannot build, one concern at a time."""
+    _validate_sizes(config)
+    _validate_block_kinds(config)
+    validate_layers(config)
+    _validate_attention_switches(config)
+    _validate_multipliers(config)
+    for rope in (config.rope, config.rope_local):
+        if rope is not None:
+            validate_rope(rope, config.head_dim)
+
+
+def _validate_sizes(config: ArchitectureConfig) -> None:
+    """Sizes are positive integers and the query heads share the key/value heads evenly."""
+    sizes = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "max_position_embeddings",
+    )
+    for name in sizes:
+        value = getattr(config, name)
+        if not fields.is_int(value) or value <= 0:
+            raise ConfigError(
+                f"config.json: field {name!r} must be a positive integer, found {value!r}"
+            )
+    if config.num_attention_heads % config.num_key_value_heads:
+        raise ConfigError(
+            f"config.json: num_attention_heads {config.num_attention_heads} is not divisible by "
+            f"num_key_value_heads {config.num_key_value_heads}; accepted: a divisor of the "
+            "attention head count"
+        )
+
+
+def _validate_block_kinds(config: ArchitectureConfig) -> None:
+    """Activation, norm type and placement, position embedding and residual layout are known
+    kinds that fit together."""
+    if config.hidden_act not in HIDDEN_ACTS:
+        raise ConfigError(
+            f"config.json: hidden_act {config.hidden_act!r} is not supported; accepted: "
+            f"{list(HIDDEN_ACTS)}"
+        )
+    for name, accepted in (
+        ("norm_type", NORM_TYPES),
+        ("norm_placement", NORM_PLACEMENTS),
+        ("position_embedding", POSITION_EMBEDDINGS),
+    ):
+        if getattr(config, name) not in accepted:
+            raise ConfigError(
+                f"config.json: {name} {getattr(config, name)!r} is not supported; accepted: "
+                f"{list(accepted)}"
+            )
+    if config.parallel_residual and config.norm_placement != "pre":
+        raise ConfigError(
+            f"config.json: a parallel residual needs norm_placement 'pre', found "
+            f"{config.norm_placement!r}"
+        )
+    if config.parallel_mlp_norm and not config.parallel_residual:
+        raise ConfigError(
+            "config.json: a separate MLP norm of the parallel residual (parallel_mlp_norm) needs "
+            "parallel_residual, found parallel_residual False"
+        )
+
+
+def _validate_attention_switches(config: ArchitectureConfig) -> None:
+    """q/k norm switches only refine a q/k norm the config has; clip_qkv is positive."""
+    if config.qk_norm_head_weights and not (config.qk_norm and config.qk_norm_per_head):
+        raise ConfigError(
+            "config.json: per-head q/k norm weights need qk_norm normalizing each head, found "
+            f"qk_norm {config.qk_norm} and qk_norm_per_head {config.qk_norm_per_head}"
+        )
+    if config.qk_norm_stacked_weights and not config.qk_norm_head_weights:
+        raise ConfigError(
+            "config.json: stacked per-head q/k norm weights (qk_norm_stacked_weights) need "
+            "qk_norm_head_weights, found qk_norm_head_weights False"
+        )
+    if config.qk_norm_after_rope and not config.qk_norm:
+        raise ConfigError(
+            "config.json: normalizing q/k after the rotary embedding (qk_norm_after_rope) needs "
+            "qk_norm, found qk_norm False"
+        )
+    if config.clip_qkv is not None and (
+        not fields.is_number(config.clip_qkv) or config.clip_qkv <= 0
+    ):
+        raise ConfigError(
+            f"config.json: clip_qkv must be a positive number or null, found {config.clip_qkv!r}"
+        )
+
+
+def _validate_multipliers(config: ArchitectureConfig) -> None:
+    """Embedding, residual and logit scales are positive numbers."""
+    for name in ("embedding_multiplier", "residual_multiplier", "logits_scaling"):
+        value = getattr(config, name)
+        if not fields.is_number(value) or value <= 0:
+            raise ConfigError(f"config.json: {name} must be a positive number, found {value!r}")

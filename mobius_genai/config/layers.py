@@ -1,0 +1,67 @@
+"""Layer kinds: which layers attend to the whole context and which to a sliding window."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from mobius_genai.config import fields
+from mobius_genai.errors import ConfigError
+
+if TYPE_CHECKING:
+    from mobius_genai.config.architecture import ArchitectureConfig
+
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:
+    """The kind of each layer: config.json's `layer_types`; else, with a `sliding_window`,
+    sliding from `max_window_layers` on (all when use_sliding_window is absent); else full."""
+    if not fields.flag(raw.get("use_sliding_window"), "use_sliding_window", True):
+        # transformers drops the window when use_sliding_window is off, whatever layer_types say
+        return ("full_attention",) * num_layers
+    layer_types = raw.get("layer_types")
+    if layer_types is not None and not isinstance(layer_types, list | tuple):
+        raise ConfigError(
+            f"config.json: field 'layer_types' must be a list, found {layer_types!r}; accepted: "
+            f"one of {list(LAYER_TYPES)} per layer"
+        )
+    if layer_types:
+        return tuple(layer_types)
+    if raw.get("sliding_window") is None:
+        return ("full_attention",) * num_layers
+    first_sliding = 0
+    if "use_sliding_window" in raw:
+        first_sliding = fields.integer(
+            raw.get("max_window_layers"), "max_window_layers", 0, positive=False
+        )
+    return tuple(
+        "sliding_attention" if i >= first_sliding else "full_attention" for i in range(num_layers)
+    )
+
+
+def validate_layers(config: ArchitectureConfig) -> None:
+    """One known kind per layer, a window for sliding layers, no-rope indices that exist."""
+    if len(config.layer_types) != config.num_hidden_layers:
+        raise ConfigError(
+            f"config.json: layer_types has {len(config.layer_types)} entries for "
+            f"{config.num_hidden_layers} layers; accepted: one entry per layer"
+        )
+    unknown = [kind for kind in config.layer_types if kind not in LAYER_TYPES]
+    if unknown:
+        raise ConfigError(
+            f"config.json: layer_types holds {unknown}; accepted: {list(LAYER_TYPES)}"
+        )
+    if "sliding_attention" in config.layer_types and (
+        not fields.is_int(config.sliding_window) or config.sliding_window <= 0
+    ):
+        raise ConfigError(
+            f"config.json: sliding_window must be a positive integer for sliding layers, "
+            f"found {config.sliding_window!r}"
+        )
+    outside = [i for i in config.no_rope_layers if not 0 <= i < config.num_hidden_layers]
+    if outside:
+        raise ConfigError(
+            f"config.json: no_rope_layers holds {outside}; accepted: layer indices 0.."
+            f"{config.num_hidden_layers - 1}"
+        )

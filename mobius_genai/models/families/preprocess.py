@@ -1,0 +1,38 @@
+"""Weight preprocessors: value changes a family makes to checkpoint tensors as they are read.
+
+Each is a FamilyAdapter.preprocess_weight hook with the regex of the graph parameters it
+changes (FamilyAdapter.preprocessed_weights), so every other tensor streams as stored.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from mobius_genai.config import ArchitectureConfig
+
+NORM_WEIGHTS = r"norm\.weight$"
+
+
+def offset_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
+    """Gemma's RMSNorm and nemotron's LayerNorm1P scale by 1 + weight: store 1 + weight as
+    the norm op's scale."""
+    if re.search(NORM_WEIGHTS, name):
+        return array.astype(np.float32) + 1.0
+    return array
+
+
+PACKED_QKV = r"\.qkv_proj\.(weight|bias)$"
+
+
+def qkv_blocks_from_head_rows(
+    name: str, array: np.ndarray, config: ArchitectureConfig
+) -> np.ndarray:
+    """GPT-NeoX's query_key_value rows, [q_0, k_0, v_0, q_1, k_1, v_1, ...] with head_dim
+    rows per head and part, regrouped into the [q | k | v] blocks of the packed projection."""
+    if not re.search(PACKED_QKV, name):
+        return array
+    heads, head_dim = config.num_attention_heads, config.head_dim
+    by_head = array.reshape(heads, 3, head_dim, *array.shape[1:])
+    return np.ascontiguousarray(by_head.swapaxes(0, 1)).reshape(array.shape)

@@ -1,0 +1,73 @@
+"""Rope quirks: families whose rotary embedding config.json does not describe the usual way
+(a local rope of its own, NTK-alpha scaling, GPT-J's rotary_dim)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.config import RopeConfig, fields
+from mobius_genai.config.rope import parse_rope
+from mobius_genai.errors import ConfigError, UnsupportedModelError
+from mobius_genai.models.families.heads import hidden_over_heads
+
+
+def olmo3_rope_local(raw: Mapping[str, Any]) -> RopeConfig | None:
+    """Olmo3's sliding layers rotate without the rope scaling of its full-attention layers:
+    default rope with the theta of `rope_parameters.sliding_attention`, else 500000.
+
+    Without per-layer-type rope parameters, transformers 5 rotates sliding layers with
+    Olmo3Config's default theta 500000 whatever rope_theta says, transformers 4 with rope_theta;
+    a rope_theta other than 500000 is ambiguous there and refused."""
+    rope, local = parse_rope(raw)
+    if rope.type == "longrope":
+        raise UnsupportedModelError(
+            "config.json: rope_scaling (rope_parameters) of type 'longrope' is not supported for "
+            "olmo3 models"
+        )
+    if local is None:
+        theta = fields.number(raw.get("rope_theta"), "rope_theta", 500_000.0, positive=True)
+        if theta != 500_000.0:
+            raise UnsupportedModelError(
+                f"config.json: rope_theta is {theta!r} and rope_parameters has no "
+                "'sliding_attention' entry; olmo3's sliding layers then rotate with 500000 in "
+                "transformers 5 but with rope_theta in transformers 4, so the model is refused: "
+                "give rope_parameters per layer type"
+            )
+        local = RopeConfig(theta=theta)
+    return None if local == rope else local
+
+
+def ntk_alpha_rope(raw: Mapping[str, Any]) -> RopeConfig:
+    """Hunyuan's rope: "dynamic" with a fixed `alpha` is NTK-alpha rope, a default rope whose
+    base is rope_theta * alpha ** (head_dim / (head_dim - 2)) (transformers' ntk_alpha)."""
+    rope, _ = parse_rope(raw)
+    params = {**fields.mapping(raw.get("rope_parameters"), "rope_parameters")}
+    params.update(fields.mapping(raw.get("rope_scaling"), "rope_scaling"))
+    alpha = params.get("alpha")
+    if rope.type != "dynamic" or not alpha:
+        return rope
+    alpha = fields.number(alpha, "rope_scaling.alpha", positive=True)
+    heads = fields.require(raw, "num_attention_heads")
+    dim = (
+        fields.integer(raw.get("head_dim"), "head_dim")
+        or fields.require(raw, "hidden_size") // heads
+    )
+    return RopeConfig(theta=rope.theta * alpha ** (dim / (dim - 2)))
+
+
+def gptj_partial_rotary(raw: Mapping[str, Any]) -> float:
+    """GPT-J rotates the first `rotary_dim` channels of each head (GPTJConfig: 64 when absent;
+    null rotates the whole head)."""
+    head_dim = hidden_over_heads(raw)
+    rotary_dim = fields.integer(raw.get("rotary_dim", 64), "rotary_dim", head_dim)
+    if rotary_dim > head_dim or rotary_dim % 2:
+        raise ConfigError(
+            f"config.json: field 'rotary_dim' must be an even number of channels at most the "
+            f"head size {head_dim}, found {rotary_dim!r}"
+        )
+    factor = rotary_dim / head_dim
+    while int(head_dim * factor) < rotary_dim:  # r / h * h can land just below r
+        factor = math.nextafter(factor, math.inf)
+    return factor

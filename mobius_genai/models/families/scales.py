@@ -1,0 +1,31 @@
+"""Scaling constants families derive from config.json: embedding multipliers, softmax scales
+and logit scales."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.config import fields
+
+
+def query_pre_attn_scale(raw: Mapping[str, Any]) -> float:
+    """gemma2/3's softmax scale: query_pre_attn_scalar ** -0.5 (256 when absent)."""
+    key = "query_pre_attn_scalar"
+    return fields.number(raw.get(key), key, 256.0, positive=True) ** -0.5
+
+
+def sqrt_hidden(raw: Mapping[str, Any]) -> float:
+    """gemma's embedding multiplier: sqrt(hidden_size)."""
+    return math.sqrt(fields.require(raw, "hidden_size"))
+
+
+def inverse_logit_scale(raw: Mapping[str, Any]) -> float:
+    """cohere multiplies the logits by `logit_scale`; the graph divides by its inverse."""
+    return 1.0 / fields.number(raw.get("logit_scale"), "logit_scale", 0.0625, positive=True)
+
+
+def gpt2_scale(raw: Mapping[str, Any]) -> float | None:
+    """GPT-2's softmax scale: 1/sqrt(head_dim) (None) unless scale_attn_weights is false."""
+    return None if fields.flag(raw.get("scale_attn_weights"), "scale_attn_weights", True) else 1.0

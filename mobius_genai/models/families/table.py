@@ -1,0 +1,501 @@
+"""The family table: one FamilyAdapter row per supported model_type, read top to bottom.
+
+A row holds only what its family changes over the generic llama-style decoder (adapter.py says
+what each field means). The functions and shared fragments rows name live beside this module,
+one module per kind of quirk: readers (one-key switches and numbers), heads, scales, rope,
+layers, preprocess (checkpoint value changes) and gpt2_names. Adding a family is adding a row.
+"""
+
+from __future__ import annotations
+
+from mobius_genai.config import fields
+from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.gpt2_names import GPT2_CONFIG_NAMES, GPT2_LAYOUT
+from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
+from mobius_genai.models.families.layers import (
+    alternating_layer_types,
+    exaone4_layer_types,
+    exaone4_no_rope_layers,
+    smollm3_no_rope_layers,
+)
+from mobius_genai.models.families.preprocess import (
+    NORM_WEIGHTS,
+    PACKED_QKV,
+    offset_norm_weights,
+    qkv_blocks_from_head_rows,
+)
+from mobius_genai.models.families.readers import (
+    gemma_activation,
+    internlm3_bias,
+    optional_positive,
+    positive_number,
+    switch,
+    when_absent,
+)
+from mobius_genai.models.families.rope import gptj_partial_rotary, ntk_alpha_rope, olmo3_rope_local
+from mobius_genai.models.families.scales import (
+    gpt2_scale,
+    inverse_logit_scale,
+    query_pre_attn_scale,
+    sqrt_hidden,
+)
+
+_GEMMA_REFUSED = ("use_bidirectional_attention",)
+# What gemma2 changes over gemma; gemma3_text builds on it.
+_GEMMA2_OVERRIDES = {
+    "embedding_multiplier": sqrt_hidden,
+    "hidden_act": gemma_activation,
+    "norm_placement": "sandwich",
+    "attention_scale": query_pre_attn_scale,
+}
+
+# One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
+# "decoder" (adapter.py).
+_FAMILIES = (
+    FamilyAdapter(model_type="llama", genai_type="llama"),
+    FamilyAdapter(model_type="mistral", genai_type="mistral"),
+    FamilyAdapter(
+        model_type="qwen2",
+        genai_type="qwen2",
+        config_overrides={"qkv_bias": True, "o_bias": False},
+    ),
+    FamilyAdapter(model_type="qwen3", genai_type="qwen3", config_overrides={"qk_norm": True}),
+    FamilyAdapter(
+        model_type="gemma",
+        genai_type="gemma",
+        config_defaults={"tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh"},
+        config_overrides={"embedding_multiplier": sqrt_hidden},
+        refused_keys=_GEMMA_REFUSED,
+        preprocess_weight=offset_norm_weights,
+        preprocessed_weights=NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="gemma2",
+        genai_type="gemma2",
+        config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(2)},
+        config_overrides=_GEMMA2_OVERRIDES,
+        refused_keys=_GEMMA_REFUSED,
+        preprocess_weight=offset_norm_weights,
+        preprocessed_weights=NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="gemma3_text",
+        genai_type="gemma3_text",
+        config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(6)},
+        config_overrides={
+            **_GEMMA2_OVERRIDES,
+            "qk_norm": True,
+            # Gemma3Attention keeps attn_logit_softcapping but never applies it.
+            "attn_logit_softcapping": None,
+        },
+        refused_keys=_GEMMA_REFUSED,
+        preprocess_weight=offset_norm_weights,
+        preprocessed_weights=NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="phi3",
+        genai_type="phi3",
+        fused_weights=(
+            FusedWeight(
+                r"\.self_attn\.(?P<part>q|k|v)_proj\.weight$",
+                ".self_attn.qkv_proj.weight",
+                ("q", "k", "v"),
+            ),
+            FusedWeight(
+                r"\.mlp\.(?P<part>gate|up)_proj\.weight$",
+                ".mlp.gate_up_proj.weight",
+                ("gate", "up"),
+            ),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="phi",
+        genai_type="phi",
+        config_overrides={
+            "norm_type": "layer",
+            "parallel_residual": True,
+            "gated_mlp": False,
+            "qkv_bias": True,
+            "o_bias": True,
+            "mlp_bias": True,
+            "lm_head_bias": True,
+            "qk_norm": switch("qk_layernorm", False),
+        },
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".self_attn.dense."),
+            (r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),
+            (r"^model\.norm\.", "model.final_layernorm."),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="gpt2",
+        # the default "decoder": onnxruntime-genai's "gpt2" expects another I/O contract
+        config_aliases=GPT2_CONFIG_NAMES,
+        config_defaults={
+            "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
+            "tie_word_embeddings": True,
+            "hidden_act": "gelu_new",
+            "layer_norm_epsilon": 1e-5,
+        },
+        config_overrides={
+            "norm_type": "layer",
+            "gated_mlp": False,
+            "qkv_bias": True,
+            "o_bias": True,
+            "mlp_bias": True,
+            "position_embedding": "learned",
+            "attention_scale": gpt2_scale,
+        },
+        refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
+        fused_weights=(
+            FusedWeight(
+                r"\.self_attn\.(?P<part>q|k|v)_proj\.(weight|bias)$",
+                r".self_attn.c_attn.\2",
+                ("q", "k", "v"),
+                axis=-1,
+            ),
+        ),
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
+            (r"\.self_attn\.", ".attn."),
+            (r"\.mlp\.fc1\.", ".mlp.c_fc."),
+            (r"\.mlp\.fc2\.", ".mlp.c_proj."),
+            (r"\.post_attention_layernorm\.", ".ln_2."),
+            (r"^model\.embed_positions\.", "transformer.wpe."),
+            *GPT2_LAYOUT,
+        ),
+        in_out_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
+        optional_prefix="transformer.",
+    ),
+    FamilyAdapter(
+        model_type="granite",
+        genai_type="granite",
+        config_overrides={
+            "embedding_multiplier": positive_number("embedding_multiplier"),
+            "residual_multiplier": positive_number("residual_multiplier"),
+            "logits_scaling": positive_number("logits_scaling"),
+            "attention_scale": positive_number("attention_multiplier"),
+        },
+    ),
+    FamilyAdapter(
+        model_type="olmo2",
+        genai_type="olmo",  # onnxruntime-genai has no "olmo2"; its generic path runs the graph
+        config_overrides={"norm_placement": "post", "qk_norm": True, "qk_norm_per_head": False},
+    ),
+    FamilyAdapter(
+        model_type="starcoder2",
+        config_defaults={
+            "tie_word_embeddings": True,
+            "hidden_act": "gelu_pytorch_tanh",
+            "norm_epsilon": 1e-5,
+        },
+        config_overrides={
+            "norm_type": "layer",
+            "gated_mlp": False,
+            "qkv_bias": switch("use_bias", True),
+            "o_bias": switch("use_bias", True),
+            "mlp_bias": switch("use_bias", True),
+        },
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.c_fc."), (r"\.mlp\.fc2\.", ".mlp.c_proj.")),
+    ),
+    FamilyAdapter(
+        model_type="stablelm",
+        config_defaults={"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
+        config_overrides={
+            "head_dim": hidden_over_heads,
+            "norm_type": "layer",
+            "qkv_bias": switch("use_qkv_bias", False),
+            "o_bias": False,
+            "mlp_bias": False,
+            "parallel_residual": switch("use_parallel_residual", False),
+            "qk_norm": switch("qk_layernorm", False),
+            "qk_norm_head_weights": switch("qk_layernorm", False),
+        },
+        weight_renames=((r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),),
+    ),
+    FamilyAdapter(
+        model_type="olmo",
+        genai_type="olmo",
+        config_overrides={
+            "norm_type": "layer_no_affine",
+            "norm_eps": 1e-5,  # OlmoLayerNorm's fixed epsilon; config.json names none
+            "mlp_bias": False,
+            "clip_qkv": optional_positive("clip_qkv"),
+        },
+    ),
+    FamilyAdapter(
+        model_type="gpt_neox",
+        config_aliases={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
+        config_defaults={
+            "partial_rotary_factor": 0.25,
+            "layer_norm_eps": 1e-5,
+            "hidden_act": "gelu",
+            "attention_bias": True,
+        },
+        config_overrides={
+            "head_dim": hidden_over_heads,
+            "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+            "norm_type": "layer",
+            "gated_mlp": False,
+            "mlp_bias": True,
+            "packed_qkv": True,
+            "parallel_residual": switch("use_parallel_residual", True),
+            "parallel_mlp_norm": switch("use_parallel_residual", True),
+        },
+        weight_renames=(
+            (r"\.self_attn\.qkv_proj\.", ".attention.query_key_value."),
+            (r"\.self_attn\.o_proj\.", ".attention.dense."),
+            (r"\.mlp\.fc1\.", ".mlp.dense_h_to_4h."),
+            (r"\.mlp\.fc2\.", ".mlp.dense_4h_to_h."),
+            (r"^model\.layers\.", "gpt_neox.layers."),
+            (r"^model\.embed_tokens\.", "gpt_neox.embed_in."),
+            (r"^model\.norm\.", "gpt_neox.final_layer_norm."),
+            (r"^lm_head\.", "embed_out."),
+        ),
+        preprocess_weight=qkv_blocks_from_head_rows,
+        preprocessed_weights=PACKED_QKV,
+    ),
+    FamilyAdapter(
+        model_type="nemotron",
+        genai_type="nemotron",
+        config_defaults={"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},
+        config_overrides={"norm_type": "layer", "gated_mlp": False},
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
+        # NemotronLayerNorm1P scales by 1 + weight, as gemma's RMSNorm does
+        preprocess_weight=offset_norm_weights,
+        preprocessed_weights=NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="exaone",
+        # (layer_norm_epsilon, EXAONE's name for rms_norm_eps, is one of config's eps keys)
+        config_aliases={"num_layers": "num_hidden_layers", "activation_function": "hidden_act"},
+        config_defaults={
+            "rope_theta": 500_000.0,
+            "norm_eps": 1e-5,  # the last eps key config reads: used when no other is given
+            # ExaoneConfig's default is 8 heads; an explicit null means one per query head
+            "num_key_value_heads": exaone_kv_heads,
+        },
+        # transformers runs exaone as llama; checkpoints keep EXAONE's GPT-2-style names
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".attn.attention.out_proj."),
+            (r"\.self_attn\.", ".attn.attention."),
+            (r"\.mlp\.gate_proj\.", ".mlp.c_fc_0."),
+            (r"\.mlp\.up_proj\.", ".mlp.c_fc_1."),
+            (r"\.mlp\.down_proj\.", ".mlp.c_proj."),
+            (r"\.post_attention_layernorm\.", ".ln_2."),
+            *GPT2_LAYOUT,
+        ),
+    ),
+    FamilyAdapter(
+        model_type="gptj",
+        config_aliases=GPT2_CONFIG_NAMES,
+        config_defaults={
+            "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
+            "hidden_act": "gelu_new",
+            "layer_norm_epsilon": 1e-5,
+            "partial_rotary_factor": gptj_partial_rotary,
+        },
+        config_overrides={
+            "head_dim": hidden_over_heads,
+            "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+            "norm_type": "layer",
+            "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
+            "gated_mlp": False,
+            "qkv_bias": False,
+            "o_bias": False,
+            "mlp_bias": True,
+            "lm_head_bias": True,
+            "rope_interleaved": True,  # rotate_every_two
+        },
+        # GPTJRotaryEmbedding ignores rope scaling: a checkpoint that asks for it is refused
+        refused_keys=("rope_scaling",),
+        weight_renames=(
+            (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
+            (r"\.self_attn\.", ".attn."),
+            (r"\.mlp\.fc1\.", ".mlp.fc_in."),
+            (r"\.mlp\.fc2\.", ".mlp.fc_out."),
+            *GPT2_LAYOUT,
+        ),
+    ),
+    FamilyAdapter(
+        model_type="cohere",
+        config_defaults={
+            "tie_word_embeddings": True,
+            "layer_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,  # CohereConfig's default_theta
+        },
+        config_overrides={
+            "norm_type": "layer_no_bias",
+            "parallel_residual": True,  # one shared norm (input_layernorm)
+            "mlp_bias": False,
+            "logits_scaling": inverse_logit_scale,
+            "qk_norm": switch("use_qk_norm", False),
+            "qk_norm_head_weights": switch("use_qk_norm", False),
+            "qk_norm_stacked_weights": switch("use_qk_norm", False),
+            "rope_interleaved": True,  # repeat_interleave'd tables, rotate_half on pairs
+        },
+    ),
+    FamilyAdapter(
+        model_type="glm",
+        # the default "decoder": onnxruntime-genai's "chatglm" is another model
+        config_defaults={
+            "head_dim": 128,
+            "num_key_value_heads": 2,
+            "rms_norm_eps": 1.5625e-7,
+            "partial_rotary_factor": 0.5,
+            "attention_bias": True,
+            "eos_token_id": [151329, 151336, 151338],
+        },
+        config_overrides={"o_bias": False, "mlp_bias": False, "rope_interleaved": True},
+        fused_weights=(
+            FusedWeight(
+                r"\.mlp\.(?P<part>gate|up)_proj\.weight$",
+                ".mlp.gate_up_proj.weight",
+                ("gate", "up"),
+            ),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="arcee",
+        config_defaults={"hidden_act": "relu2", "rms_norm_eps": 1e-5},
+        config_overrides={"gated_mlp": False},  # down(act(up(x))): llama without the gate
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
+    ),
+    FamilyAdapter(
+        model_type="helium",
+        config_defaults={
+            "head_dim": 128,
+            "num_key_value_heads": 20,
+            "rms_norm_eps": 1e-8,
+            "rope_theta": 100_000.0,  # HeliumConfig's default_theta
+        },
+        # rotate_half on adjacent pairs with repeat_interleave'd tables; o_proj never has a bias
+        config_overrides={"o_bias": False, "rope_interleaved": True},
+    ),
+    FamilyAdapter(
+        model_type="ernie4_5",
+        config_defaults={
+            "head_dim": when_absent("head_dim", 128),
+            "num_key_value_heads": when_absent("num_key_value_heads", 2),
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,  # Ernie4_5Config's default_theta
+            "tie_word_embeddings": True,
+        },
+        config_overrides={
+            "qkv_bias": switch("use_bias", False),
+            "o_bias": switch("use_bias", False),
+            "mlp_bias": switch("use_bias", False),
+            "rope_interleaved": True,  # glm's rotate_half with repeat_interleave'd tables
+        },
+    ),
+    FamilyAdapter(
+        model_type="seed_oss",
+        config_defaults={
+            "head_dim": when_absent("head_dim", 128),
+            "num_key_value_heads": when_absent("num_key_value_heads", 8),
+        },
+        config_overrides={
+            "qkv_bias": switch("attention_bias", True),
+            "o_bias": switch("attention_out_bias", False),
+        },
+    ),
+    FamilyAdapter(
+        model_type="olmo3",
+        genai_type="olmo",  # as olmo2: onnxruntime-genai's generic path runs the graph
+        config_defaults={
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,  # Olmo3Config's default_theta
+            "sliding_window": 4096,
+            "layer_types": alternating_layer_types(4),  # every 4th layer full attention
+        },
+        config_overrides={
+            "norm_placement": "post",
+            "qk_norm": True,
+            "qk_norm_per_head": False,
+            "rope_local": olmo3_rope_local,
+        },
+    ),
+    FamilyAdapter(
+        model_type="exaone4",
+        config_defaults={
+            "num_key_value_heads": 32,
+            "rms_norm_eps": 1e-5,
+            "sliding_window": lambda raw: None if "sliding_window" in raw else 4096,
+        },
+        config_overrides={
+            # olmo2's layer: block → norm → add, per-head q/k RMSNorms shared by the heads
+            "norm_placement": "post",
+            "qk_norm": True,
+            "qkv_bias": False,
+            "o_bias": False,
+            "mlp_bias": False,
+            "layer_types": exaone4_layer_types,
+            "no_rope_layers": exaone4_no_rope_layers,
+        },
+    ),
+    FamilyAdapter(
+        model_type="hunyuan_v1_dense",
+        config_defaults={"rms_norm_eps": 1e-5},
+        config_overrides={
+            # per-head RMSNorms shared by the heads, applied to the rotated q and k
+            "qk_norm": True,
+            "qk_norm_after_rope": True,
+            "mlp_bias": False,
+            "rope": ntk_alpha_rope,
+        },
+        weight_renames=(
+            (r"\.self_attn\.q_norm\.", ".self_attn.query_layernorm."),
+            (r"\.self_attn\.k_norm\.", ".self_attn.key_layernorm."),
+        ),
+    ),
+    FamilyAdapter(
+        model_type="internlm3",
+        config_aliases={"qkv_bias": "attention_bias", "bias": "mlp_bias"},
+        config_defaults={
+            "head_dim": when_absent("head_dim", 128),
+            "num_key_value_heads": when_absent("num_key_value_heads", 2),
+            "rms_norm_eps": 1e-5,
+        },
+        # transformers runs internlm3 checkpoints as llama
+        config_overrides={"qkv_bias": internlm3_bias},
+    ),
+    FamilyAdapter(
+        model_type="vaultgemma",
+        config_defaults={
+            "tie_word_embeddings": True,
+            "head_dim": 256,
+            "num_key_value_heads": 4,
+            "sliding_window": when_absent("sliding_window", 4096),
+            "layer_types": alternating_layer_types(2),
+            # VaultGemmaConfig's softcaps when absent; null turns them off
+            "attn_logit_softcapping": when_absent("attn_logit_softcapping", 50.0),
+            "final_logit_softcapping": when_absent("final_logit_softcapping", 30.0),
+        },
+        # gemma2 without the post-attention and post-MLP norms: a pre-norm layer whose MLP
+        # norm keeps gemma2's name, pre_feedforward_layernorm
+        config_overrides={**_GEMMA2_OVERRIDES, "norm_placement": "pre"},
+        weight_renames=((r"\.post_attention_layernorm\.", ".pre_feedforward_layernorm."),),
+        preprocess_weight=offset_norm_weights,
+        preprocessed_weights=NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="smollm3",
+        genai_type="smollm3",
+        config_defaults={"tie_word_embeddings": True},
+        config_overrides={"no_rope_layers": smollm3_no_rope_layers},
+    ),
+)
+
+FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}
+
+
+def get_family(model_type: str) -> FamilyAdapter:
+    """The adapter for `model_type`, or an error listing the supported ones."""
+    fields.model_type(model_type)
+    try:
+        return FAMILIES[model_type]
+    except KeyError:
+        raise UnsupportedModelError(
+            f"model_type {model_type!r} is not supported; supported: {sorted(FAMILIES)}"
+        ) from None
