@@ -26,6 +26,7 @@ from mobius_genai.errors import (
     WeightsError,
 )
 from mobius_genai.optimize import OptimizationReport, optimize_model
+from mobius_genai.target import Target, resolve_target
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "OptimizationReport",
     "RopeConfig",
     "RuntimeInfo",
+    "Target",
     "UnsupportedModelError",
     "WeightsError",
     "__version__",
@@ -54,4 +56,5 @@ __all__ = [
     "optimize_model",
     "package",
     "register_ep",
+    "resolve_target",
 ]

@@ -11,31 +11,17 @@ from pathlib import Path
 import onnx_ir as ir
 
 from mobius_genai.config import ArchitectureConfig, read_config_json
-from mobius_genai.ep.capabilities import ALL_MODEL_DTYPES, EpCapabilities
+from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
-from mobius_genai.ep.registry import get_ep
-from mobius_genai.errors import ConfigError, ExecutionProviderError
+from mobius_genai.errors import ConfigError
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
+from mobius_genai.target import Target, resolve_target
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights
-
-#: The dtype names the CLI and the Olive pass offer (DTYPES also takes longer spellings).
-DTYPE_NAMES = ("f32", "f16", "bf16")
-
-DTYPES: dict[str, ir.DataType] = {
-    "f32": ir.DataType.FLOAT,
-    "fp32": ir.DataType.FLOAT,
-    "float32": ir.DataType.FLOAT,
-    "f16": ir.DataType.FLOAT16,
-    "fp16": ir.DataType.FLOAT16,
-    "float16": ir.DataType.FLOAT16,
-    "bf16": ir.DataType.BFLOAT16,
-    "bfloat16": ir.DataType.BFLOAT16,
-}
 
 # Package key → model role (the role gates fusions such as GQA).
 ROLES = {
@@ -46,45 +32,6 @@ ROLES = {
     "encoder": "encoder",
 }
 MODEL_FILENAME = "model.onnx"
-
-
-def parse_dtype(dtype: str | ir.DataType | None, caps: EpCapabilities) -> ir.DataType:
-    """Resolve a dtype argument for `caps`' EP; None means the EP's default dtype."""
-    if dtype is None:
-        return caps.default_dtype
-    if isinstance(dtype, ir.DataType):
-        if dtype not in ALL_MODEL_DTYPES:
-            raise ConfigError(f"dtype {dtype} is not supported; accepted: {', '.join(DTYPE_NAMES)}")
-        return require_model_dtype(caps, dtype)
-    try:
-        parsed = DTYPES[str(dtype).lower()]
-    except KeyError:
-        raise ConfigError(
-            f"dtype {dtype!r} is not supported; accepted: {', '.join(DTYPE_NAMES)}"
-        ) from None
-    return require_model_dtype(caps, parsed)
-
-
-def require_model_dtype(caps: EpCapabilities, dtype: ir.DataType) -> ir.DataType:
-    """`dtype` if `caps`' EP runs models of it, else an ExecutionProviderError saying what does."""
-    if dtype not in caps.model_dtypes:
-        accepted = sorted(caps.model_dtypes, key=lambda d: d.value)
-        raise ExecutionProviderError(
-            f"execution provider {caps.name!r} does not run {dtype.short_name()} models (its "
-            f"runtime has no {dtype.short_name()} kernels); accepted for {caps.name}: "
-            + ", ".join(d.short_name() for d in accepted)
-        )
-    return dtype
-
-
-def resolve_ep(execution_provider: str | EpCapabilities) -> EpCapabilities:
-    """EpCapabilities for a name (or pass capabilities through)."""
-    if isinstance(execution_provider, EpCapabilities):
-        return execution_provider
-    try:
-        return get_ep(execution_provider)
-    except ValueError as error:
-        raise ExecutionProviderError(str(error)) from None
 
 
 @dataclasses.dataclass
@@ -166,7 +113,7 @@ def build_from_module(
     module: CausalLMModel,
     config: ArchitectureConfig,
     execution_provider: str | EpCapabilities = "default",
-    dtype: str | ir.DataType | None = "f32",
+    dtype: str | ir.DataType | None = None,
     trace_optimization: bool = False,
     *,
     task: CausalLMTask | None = None,
@@ -176,17 +123,17 @@ def build_from_module(
     """Build and optimize the graph of a module built from `config` (no weights attached).
 
     The module must be constructed inside the same build context, because components read
-    the dtype from it; pass a factory-built module or use `build()` for checkpoints.
+    the dtype from it; pass a factory-built module or use `build()` for checkpoints. `dtype`
+    None means the EP's default dtype.
     """
-    caps = resolve_ep(execution_provider)
-    build_dtype = parse_dtype(dtype, caps)
-    with build_context(caps, build_dtype):
+    target = resolve_target(execution_provider, dtype=dtype)
+    with build_context(target.ep, target.dtype):
         model = (task or CausalLMTask()).build(module, config)
     package = ModelPackage(
         models={"model": model},
         config=config,
-        ep=caps,
-        dtype=build_dtype,
+        ep=target.ep,
+        dtype=target.dtype,
         context_length=getattr(module, "context_length", config.max_position_embeddings),
     )
     if optimize:
@@ -197,7 +144,7 @@ def build_from_module(
 def build(
     model: str | Path,
     execution_provider: str | EpCapabilities = "default",
-    dtype: str | ir.DataType | None = "f32",
+    dtype: str | ir.DataType | None = None,
     load_weights: bool = True,
     trace_optimization: bool = False,
     *,
@@ -205,16 +152,25 @@ def build(
     revision: str | None = None,
     progress: bool = True,
     prune_lm_head: bool = False,
+    target: Target | None = None,
 ) -> ModelPackage:
     """Build the ONNX models of a checkpoint (local folder or hub id) for one EP.
 
-    With `load_weights=False` only config.json is read and the graph carries no weights, which
-    makes even a 70B configuration a matter of seconds. With `prune_lm_head` the decoder
-    computes logits for the last position only (what onnxruntime-genai reads; bundles do this).
-    `progress` shows huggingface_hub's download bars for a hub id.
+    `dtype` None means the EP's default dtype (what `mobius-genai build --ep EP` builds).
+    `target` is an already resolved `resolve_target(...)`, in place of `execution_provider`,
+    `dtype` and `context_length`. With `load_weights=False` only config.json is read and the
+    graph carries no weights, which makes even a 70B configuration a matter of seconds. With
+    `prune_lm_head` the decoder computes logits for the last position only (what
+    onnxruntime-genai reads; bundles do this). `progress` shows huggingface_hub's download bars
+    for a hub id.
     """
-    caps = resolve_ep(execution_provider)
-    build_dtype = parse_dtype(dtype, caps)
+    if target is None:
+        target = resolve_target(execution_provider, dtype=dtype, context_length=context_length)
+    elif execution_provider != "default" or dtype is not None or context_length is not None:
+        raise ConfigError(
+            "build() was given a target and also execution_provider, dtype or context_length; "
+            "accepted: a target, or those arguments"
+        )
     if load_weights:
         source = resolve_source(model, revision, progress=progress)
         raw = read_config_json(source.path)
@@ -222,15 +178,9 @@ def build(
         source, raw = _config_only_source(model, revision, progress)
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
-    if context_length is not None and (
-        isinstance(context_length, bool)
-        or not isinstance(context_length, int)
-        or context_length <= 0
-    ):
-        raise ConfigError(f"context_length must be a positive integer, found {context_length!r}")
-    length = context_length or config.max_position_embeddings
+    length = target.context_length or config.max_position_embeddings
     checkpoint = Checkpoint(source.path) if load_weights else None
-    with build_context(caps, build_dtype):
+    with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)
         graph_model = CausalLMTask().build(module, config)
     if checkpoint is not None:
@@ -245,8 +195,8 @@ def build(
     package = ModelPackage(
         models={"model": graph_model},
         config=config,
-        ep=caps,
-        dtype=build_dtype,
+        ep=target.ep,
+        dtype=target.dtype,
         context_length=length,
         source=source,
         family=family,

@@ -4,13 +4,12 @@ from mobius_genai.bundle.bundle import TOKENIZER_FILES, staged_output
 from mobius_genai.bundle.genai_config import make_genai_config
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import make_manifest
-from mobius_genai.bundle.packager import PRECISIONS, package, write_bundle
+from mobius_genai.bundle.packager import package, write_bundle
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke import SmokeResult, smoke_test
 from mobius_genai.bundle.validate import BundleReport, validate_bundle
 
 __all__ = [
-    "PRECISIONS",
     "TOKENIZER_FILES",
     "BundleReport",
     "GraphInfo",

@@ -17,14 +17,7 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai._json import write_json
-from mobius_genai.build import (
-    MODEL_FILENAME,
-    ModelPackage,
-    build,
-    parse_dtype,
-    require_model_dtype,
-    resolve_ep,
-)
+from mobius_genai.build import MODEL_FILENAME, ModelPackage, build
 from mobius_genai.bundle.bundle import (
     checkpoint_folder,
     copy_tokenizer_files,
@@ -54,15 +47,7 @@ from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
 from mobius_genai.source import Source
-
-#: --precision → model dtype. int4 keeps the dtype (--dtype or the EP's) for activations and
-#: scales and quantizes the weights (MatMulNBits, or DequantizeLinear on onnx-standard).
-PRECISIONS: dict[str, ir.DataType] = {
-    "fp32": ir.DataType.FLOAT,
-    "fp16": ir.DataType.FLOAT16,
-    "bf16": ir.DataType.BFLOAT16,
-}
-QUANTIZED_PRECISIONS = ("int4",)
+from mobius_genai.target import Target, precision_of, resolve_target
 
 _SOURCE_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
 _HUB_SNAPSHOT = re.compile(r"[0-9a-f]{40}")
@@ -70,46 +55,53 @@ _HUB_SNAPSHOT = re.compile(r"[0-9a-f]{40}")
 
 def package(
     model: str | Path,
-    ep: str | EpCapabilities = "default",
+    execution_provider: str | EpCapabilities = "default",
     output: str | Path | None = None,
     *,
     dtype: str | ir.DataType | None = None,
     precision: str | None = None,
+    int4: Int4Options | None = None,
     context_length: int | None = None,
-    trace: bool = False,
+    target: Target | None = None,
+    trace_optimization: bool = False,
     smoke_test: bool = True,
     force: bool = False,
     quiet: bool = False,
     revision: str | None = None,
-    int4: Int4Options | None = None,
     prune_lm_head: bool = True,
 ) -> Path:
-    """Build `model` (local folder or hub id) for `ep` and write a runnable bundle folder.
+    """Build `model` (local folder or hub id) for an EP and write a runnable bundle folder.
 
-    `output` defaults to `./<model name>-<ep>-<precision>`; an existing non-empty folder is
-    replaced only with `force`, and only once the new bundle is complete, validated and
-    smoke-tested. `int4` holds the INT4 choices for `precision="int4"` (defaults otherwise).
-    `prune_lm_head` (default) computes logits for the last position only, all that
-    onnxruntime-genai reads; turn it off to keep every position's logits (e.g. to score prompts).
-    Returns the bundle folder.
+    `execution_provider`, `dtype`, `precision` (fp32, fp16, bf16 or int4), `int4` (its options)
+    and `context_length` are resolved into one `Target` (`resolve_target`); pass `target`
+    instead when it is resolved already. `output` defaults to `./<model name>-<ep>-<precision>`;
+    an existing non-empty folder is replaced only with `force`, and only once the new bundle is
+    complete, validated and smoke-tested. `prune_lm_head` (default) computes logits for the
+    last position only, all that onnxruntime-genai reads; turn it off to keep every position's
+    logits (e.g. to score prompts). Returns the bundle folder.
     """
-    caps = resolve_ep(ep)
-    build_dtype, precision = resolve_precision(caps, dtype, precision)
-    if int4 is not None and precision != "int4":
-        raise ConfigError(
-            f"int4 options were given for precision {precision!r}; accepted: int4 options only "
-            "with precision 'int4'"
+    if target is None:
+        target = resolve_target(
+            execution_provider,
+            dtype=dtype,
+            precision=precision,
+            int4=int4,
+            context_length=context_length,
         )
-    int4_options = (int4 or Int4Options()) if precision == "int4" else None
-    out = Path(output) if output is not None else default_output(model, caps, precision)
+    elif execution_provider != "default" or any(
+        given is not None for given in (dtype, precision, int4, context_length)
+    ):
+        raise ConfigError(
+            "package() was given a target and also execution_provider, dtype, precision, int4 "
+            "or context_length; accepted: a target, or those arguments"
+        )
+    out = Path(output) if output is not None else default_output(model, target.ep, target.precision)
     try:
         with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
             built = build(
                 model,
-                caps,
-                build_dtype,
-                trace_optimization=trace,
-                context_length=context_length,
+                target=target,
+                trace_optimization=trace_optimization,
                 revision=revision,
                 progress=not quiet,
                 prune_lm_head=prune_lm_head,
@@ -119,15 +111,15 @@ def package(
                 # the manifest hashes the weight files: overlap it with the conversion
                 hash_in_background(sorted(built.source.path.glob("*.safetensors")))
             quantization = (
-                quantize_int4(built["model"], int4_options, built.ep)
-                if int4_options is not None
+                quantize_int4(built["model"], target.int4, built.ep)
+                if target.int4 is not None
                 else None
             )
             genai_config = write_bundle(
                 built,
                 staging,
                 name=out.name,
-                precision=precision,
+                precision=target.precision,
                 progress=not quiet,
                 quantization=quantization,
             )
@@ -139,38 +131,12 @@ def package(
             with _errors_name(out, staging):
                 validate_bundle(staging, check_hashes=False)  # the manifest was just made
                 if smoke_test:
-                    _say(run_smoke_test(staging, caps).note, quiet)
+                    _say(run_smoke_test(staging, target.ep).note, quiet)
     except BaseException:
         cancel_background_hashes()  # the manifest will not need them
         raise
     _say(f"bundle written to {out}", quiet)
     return out
-
-
-def resolve_precision(
-    caps: EpCapabilities, dtype: str | ir.DataType | None, precision: str | None
-) -> tuple[ir.DataType, str]:
-    """The model dtype and precision name from either argument; the EP's default otherwise.
-
-    For int4 the dtype is that of activations and scales: `dtype` or the EP's default.
-    """
-    if precision is not None and precision not in (*PRECISIONS, *QUANTIZED_PRECISIONS):
-        raise ConfigError(
-            f"precision {precision!r} is not supported; accepted: "
-            f"{sorted([*PRECISIONS, *QUANTIZED_PRECISIONS])}"
-        )
-    chosen = parse_dtype(dtype, caps) if dtype is not None else None
-    if precision in QUANTIZED_PRECISIONS:
-        return chosen or caps.default_dtype, precision
-    if precision is not None:
-        if chosen is not None and chosen != PRECISIONS[precision]:
-            raise ConfigError(
-                f"dtype {dtype!r} contradicts precision {precision!r}; accepted: one of them, "
-                "or a matching pair"
-            )
-        return require_model_dtype(caps, PRECISIONS[precision]), precision
-    chosen = chosen or caps.default_dtype
-    return chosen, next(name for name, value in PRECISIONS.items() if value == chosen)
 
 
 def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> Path:
@@ -220,7 +186,7 @@ def write_bundle(
     copied = copy_tokenizer_files(source.path, folder)
     build_info = {
         "execution_provider": built.ep.name,
-        "dtype": built.dtype.short_name(),
+        "dtype": precision_of(built.dtype),
         "precision": precision,
         "context_length": built.context_length,
         "model_type": built.config.model_type,
@@ -297,8 +263,8 @@ def build_notes(built: ModelPackage, genai_config: Mapping[str, Any]) -> list[st
         notes.append(
             f"graph capture is off: it needs GroupQueryAttention's shared KV buffer, which "
             f"{built.ep.name} uses for "
-            + ", ".join(d.short_name() for d in sorted(built.ep.gqa_dtypes, key=lambda d: d.value))
-            + f" models, not {built.dtype.short_name()}"
+            + ", ".join(precision_of(d) for d in sorted(built.ep.gqa_dtypes, key=lambda d: d.value))
+            + f" models, not {precision_of(built.dtype)}"
         )
     return notes
 

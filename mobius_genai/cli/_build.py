@@ -13,9 +13,10 @@ from pathlib import Path
 
 from mobius_genai.build import build
 from mobius_genai.bundle.bundle import checkpoint_folder, staged_output
-from mobius_genai.cli._args import add_checkpoint_arguments, positive_int
+from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.errors import BundleError, MobiusError
 from mobius_genai.optimize import trace_to_stderr
+from mobius_genai.target import resolve_target
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,11 +27,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="load_weights",
         action="store_false",
         help="read config.json only: the graph without weights (fast, for inspection)",
-    )
-    parser.add_argument(
-        "--context-length",
-        type=positive_int,
-        help="positions the graph supports; default: max_position_embeddings",
     )
 
 
@@ -48,11 +44,11 @@ def run(args: argparse.Namespace) -> int:
             ) as staging:
                 package = build(
                     args.model,
-                    args.ep,
-                    args.dtype,
+                    target=resolve_target(
+                        args.ep, dtype=args.dtype, context_length=args.context_length
+                    ),
                     load_weights=args.load_weights,
                     trace_optimization=args.trace,
-                    context_length=args.context_length,
                     revision=args.revision,
                     progress=True,
                 )

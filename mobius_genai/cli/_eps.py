@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from mobius_genai.ep import format_ep_table
+import onnx_ir as ir
+
+from mobius_genai.ep import EpCapabilities, EpRegistry, ep_registry
+from mobius_genai.target import precision_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,3 +18,68 @@ def run(args: argparse.Namespace) -> int:
     """Print the registry table on stdout."""
     print(format_ep_table())
     return 0
+
+
+_TABLE_HEADERS = (
+    "name",
+    "dtypes",
+    "GQA dtypes",
+    "fused rope",
+    "skip-norm",
+    "fused matmul",
+    "custom ops",
+    "int4",
+    "provider options",
+    "graph capture",
+    "onnxruntime EP",
+)
+
+
+_ALSO_ACCEPTED = "Names are accepted in any case, and an EP's onnxruntime EP name stands for it."
+
+
+def _yes_no(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _dtypes(dtypes: frozenset[ir.DataType]) -> str:
+    return ", ".join(precision_of(d) for d in sorted(dtypes, key=lambda d: d.value)) or "-"
+
+
+def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
+    options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
+    nbits = caps.supports_custom_ops and caps.supports_matmul_nbits
+    return (
+        caps.name,
+        _dtypes(caps.model_dtypes),
+        _dtypes(caps.gqa_dtypes),
+        _yes_no(caps.supports_fused_rope),
+        _yes_no(caps.supports_skip_layer_norm),
+        _yes_no(caps.supports_fused_matmul),
+        _yes_no(caps.supports_custom_ops),
+        f"MatMulNBits, level {caps.default_int4_accuracy_level}" if nbits else "DequantizeLinear",
+        options or "-",
+        "on" if caps.enable_graph_capture else ("off" if caps.graph_capture_option else "-"),
+        caps.runtime.ort_provider or "-",
+    )
+
+
+def format_ep_table(registry: EpRegistry | None = None) -> str:
+    """The registry as an aligned text table (for `mobius-genai eps`), then the other names
+    accepted: aliases, any case, onnxruntime names."""
+    registry = ep_registry if registry is None else registry
+    rows = [_TABLE_HEADERS, *(_table_row(caps) for caps in registry.entries())]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_HEADERS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    lines.append("")
+    if registry.aliases:
+        aliases = ", ".join(
+            f"{alias} -> {target}" for alias, target in sorted(registry.aliases.items())
+        )
+        lines.append(f"aliases: {aliases}")
+    lines.append(_ALSO_ACCEPTED)
+    return "\n".join(lines)

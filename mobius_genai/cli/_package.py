@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 
-from mobius_genai.bundle.packager import PRECISIONS, QUANTIZED_PRECISIONS, package
+from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
-from mobius_genai.errors import ConfigError
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import Int4Options
+from mobius_genai.target import PRECISIONS, resolve_target
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--precision",
-        choices=(*PRECISIONS, *QUANTIZED_PRECISIONS),
+        choices=PRECISIONS,
         help="weight precision: fp32/fp16/bf16 set the dtype; int4 quantizes the linear weights "
         "(MatMulNBits) and keeps --dtype (or the EP's) for activations",
     )
@@ -41,11 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="MatMulNBits accuracy_level 0-4; default: the EP's (`mobius-genai eps`, int4 column)",
     )
     parser.add_argument(
-        "--context-length",
-        type=int,
-        help="tokens the bundle supports; default: max_position_embeddings",
-    )
-    parser.add_argument(
         "--full-logits",
         dest="prune_lm_head",
         action="store_false",
@@ -61,32 +56,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bars or notes")
 
 
-def _int4_options(args: argparse.Namespace) -> Int4Options | None:
-    chosen = Int4Options.from_choices(
-        args.int4_block_size, args.int4_asymmetric, args.int4_accuracy_level
-    )
-    if chosen is not None and args.precision != "int4":
-        raise ConfigError("--int4-* options need --precision int4")
-    return chosen
-
-
 def run(args: argparse.Namespace) -> int:
     """Package, then print the bundle folder on stdout; --trace shows the trace on stderr."""
-    int4 = _int4_options(args)
+    target = resolve_target(
+        args.ep,
+        dtype=args.dtype,
+        precision=args.precision,
+        int4=Int4Options.from_choices(
+            args.int4_block_size, args.int4_asymmetric, args.int4_accuracy_level
+        ),
+        context_length=args.context_length,
+    )
     with trace_to_stderr() if args.trace else contextlib.nullcontext():
         folder = package(
             args.model,
-            args.ep,
-            args.output,
-            dtype=args.dtype,
-            precision=args.precision,
-            context_length=args.context_length,
-            trace=args.trace,
+            output=args.output,
+            target=target,
+            trace_optimization=args.trace,
             smoke_test=args.smoke_test,
             force=args.force,
             quiet=args.quiet,
             revision=args.revision,
-            int4=int4,
             prune_lm_head=args.prune_lm_head,
         )
     print(folder)

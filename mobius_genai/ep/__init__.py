@@ -15,7 +15,7 @@ from mobius_genai.ep.context import (
     ep_capabilities,
     get_build_dtype,
 )
-from mobius_genai.ep.registry import EpRegistry, ep_registry, format_ep_table, get_ep, register_ep
+from mobius_genai.ep.registry import EpRegistry, ep_registry, get_ep, register_ep
 
 __all__ = [
     "BUILTIN_ALIASES",
@@ -31,7 +31,6 @@ __all__ = [
     "current_build_context",
     "ep_capabilities",
     "ep_registry",
-    "format_ep_table",
     "get_build_dtype",
     "get_ep",
     "register_ep",

@@ -12,13 +12,11 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
 
-import onnx_ir as ir
-
 from mobius_genai.ep.builtins import BUILTIN_ALIASES, BUILTIN_EPS
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.errors import ExecutionProviderError
 
-__all__ = ["EpRegistry", "ep_registry", "format_ep_table", "get_ep", "register_ep"]
+__all__ = ["EpRegistry", "ep_registry", "get_ep", "register_ep"]
 
 
 class EpRegistry:
@@ -156,68 +154,3 @@ def get_ep(name: str) -> EpCapabilities:
     """Capabilities of a registered EP, in any case, or of an alias or onnxruntime name for one;
     ValueError naming the supported ones if unknown."""
     return ep_registry.require(name)
-
-
-_TABLE_HEADERS = (
-    "name",
-    "dtypes",
-    "GQA dtypes",
-    "fused rope",
-    "skip-norm",
-    "fused matmul",
-    "custom ops",
-    "int4",
-    "provider options",
-    "graph capture",
-    "onnxruntime EP",
-)
-
-
-_ALSO_ACCEPTED = "Names are accepted in any case, and an EP's onnxruntime EP name stands for it."
-
-
-def _yes_no(flag: bool) -> str:
-    return "yes" if flag else "no"
-
-
-def _dtypes(dtypes: frozenset[ir.DataType]) -> str:
-    return ", ".join(d.short_name() for d in sorted(dtypes, key=lambda d: d.value)) or "-"
-
-
-def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
-    options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
-    nbits = caps.supports_custom_ops and caps.supports_matmul_nbits
-    return (
-        caps.name,
-        _dtypes(caps.model_dtypes),
-        _dtypes(caps.gqa_dtypes),
-        _yes_no(caps.supports_fused_rope),
-        _yes_no(caps.supports_skip_layer_norm),
-        _yes_no(caps.supports_fused_matmul),
-        _yes_no(caps.supports_custom_ops),
-        f"MatMulNBits, level {caps.default_int4_accuracy_level}" if nbits else "DequantizeLinear",
-        options or "-",
-        "on" if caps.enable_graph_capture else ("off" if caps.graph_capture_option else "-"),
-        caps.runtime.ort_provider or "-",
-    )
-
-
-def format_ep_table(registry: EpRegistry | None = None) -> str:
-    """The registry as an aligned text table (for `mobius-genai eps`), then the other names
-    accepted: aliases, any case, onnxruntime names."""
-    registry = ep_registry if registry is None else registry
-    rows = [_TABLE_HEADERS, *(_table_row(caps) for caps in registry.entries())]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_HEADERS))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    lines.append("")
-    if registry.aliases:
-        aliases = ", ".join(
-            f"{alias} -> {target}" for alias, target in sorted(registry.aliases.items())
-        )
-        lines.append(f"aliases: {aliases}")
-    lines.append(_ALSO_ACCEPTED)
-    return "\n".join(lines)

@@ -21,20 +21,24 @@ from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from mobius_genai.build import DTYPE_NAMES, MODEL_FILENAME, resolve_ep
+from mobius_genai.build import MODEL_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.packager import (
-    PRECISIONS,
-    QUANTIZED_PRECISIONS,
-    default_output,
-    package,
-    resolve_precision,
-)
+from mobius_genai.bundle.packager import default_output, package
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import ConfigError
 from mobius_genai.olive.providers import NO_PROVIDER_EP, mobius_ep_for
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import Int4Options
+from mobius_genai.target import (
+    FLOAT_PRECISIONS,
+    PRECISIONS,
+    check_context_length,
+    check_int4_precision,
+    parse_dtype,
+    precision_name,
+    resolve_ep,
+    resolve_target,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +66,14 @@ class MobiusExport(Pass):
                 type_=str,
                 default_value=None,
                 description=(
-                    "fp32, fp16, bf16 or int4 (MatMulNBits weights, `dtype` activations). "
+                    f"{', '.join(PRECISIONS)} (int4: MatMulNBits weights, `dtype` activations). "
                     "Default: the EP's default dtype, unquantized."
                 ),
             ),
             "dtype": PassConfigParam(
                 type_=str,
                 default_value=None,
-                description="f32, f16 or bf16: the model dtype (for int4, of activations and "
+                description=f"{', '.join(FLOAT_PRECISIONS)}: the model dtype (for int4, of activations and "
                 "scales). Default: from `precision`, else the EP's.",
             ),
             "int4_block_size": PassConfigParam(
@@ -148,28 +152,34 @@ class MobiusExport(Pass):
                 f"({load_kwargs.quantization_method!r}), which MobiusExport does not apply; "
                 "accepted: no quantization_method (use the pass's precision 'int4' instead)"
             )
-        ep = config.ep or mobius_ep_for(self.accelerator_spec.execution_provider)
-        caps = resolve_ep(ep)
-        _, precision = resolve_precision(caps, config.dtype, config.precision)
+        target = resolve_target(
+            config.ep or mobius_ep_for(self.accelerator_spec.execution_provider),
+            dtype=config.dtype,
+            precision=config.precision,
+            int4=int4_options(config),
+            context_length=config.context_length,
+        )
         source = str(model.model_name_or_path)
         extra = (load_kwargs.extra_args if load_kwargs is not None else None) or {}
         revision = config.revision or extra.get("revision")
         # The folder name shows in the card's run instructions: <model>-<ep>-<precision>.
-        out = Path(output_model_path) / default_output(source, caps, precision).name
-        logger.info("MobiusExport: building %s for %s (%s) into %s", source, ep, precision, out)
+        out = Path(output_model_path) / default_output(source, target.ep, target.precision).name
+        logger.info(
+            "MobiusExport: building %s for %s (%s) into %s",
+            source,
+            target.ep.name,
+            target.precision,
+            out,
+        )
         with trace_to_stderr() if config.trace else contextlib.nullcontext():
             folder = package(
                 source,
-                caps,
-                out,
-                dtype=config.dtype,
-                precision=config.precision,
-                context_length=config.context_length,
-                trace=config.trace,
+                output=out,
+                target=target,
+                trace_optimization=config.trace,
                 smoke_test=config.smoke_test,
                 force=True,
                 revision=revision,
-                int4=int4_options(config),
             )
         return bundle_model_handler(folder, model.model_attributes)
 
@@ -178,7 +188,6 @@ def int4_options(config: BasePassConfig) -> Int4Options | None:
     """package()'s `int4` argument from the pass's int4_* params; None when none is set."""
     if not _int4_given(config):
         return None
-    _require_int4_precision(config.precision)
     return Int4Options.from_choices(
         config.int4_block_size, bool(config.int4_asymmetric), config.int4_accuracy_level
     )
@@ -217,15 +226,14 @@ def _check_ep(cls: type, value: Any) -> Any:
 
 
 def _check_precision(cls: type, value: Any) -> Any:
-    accepted = (*PRECISIONS, *QUANTIZED_PRECISIONS)
-    if _plain(value, str) and value not in accepted:
-        raise ConfigError(f"MobiusExport precision {value!r}; accepted: {', '.join(accepted)}")
+    if _plain(value, str):
+        precision_name(value)  # ConfigError names the precisions accepted
     return value
 
 
 def _check_dtype(cls: type, value: Any) -> Any:
-    if _plain(value, str) and value not in DTYPE_NAMES:
-        raise ConfigError(f"MobiusExport dtype {value!r}; accepted: {', '.join(DTYPE_NAMES)}")
+    if _plain(value, str):
+        parse_dtype(value)  # ConfigError names the dtypes accepted
     return value
 
 
@@ -244,21 +252,13 @@ def _int4_given(config: Any) -> bool:
     )
 
 
-def _require_int4_precision(precision: Any) -> None:
-    if precision != "int4":
-        raise ConfigError(
-            f"MobiusExport: int4_* options were given with precision {precision!r}; accepted: "
-            "int4_* options only with precision 'int4'"
-        )
-
-
 def _check_int4_precision(config: Any) -> Any:
-    if _int4_given(config) and (config.precision is None or _plain(config.precision, str)):
-        _require_int4_precision(config.precision)
+    if config.precision is None or _plain(config.precision, str):
+        check_int4_precision(_int4_given(config), precision_name(config.precision))
     return config
 
 
 def _check_context_length(cls: type, value: Any) -> Any:
-    if _plain(value, int) and value < 1:
-        raise ConfigError(f"MobiusExport context_length {value}; accepted: a positive integer")
+    if _plain(value, int):
+        check_context_length(value)  # ConfigError says what is accepted
     return value

@@ -26,7 +26,7 @@ from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
 from mobius_genai._json import read_json, write_json
-from mobius_genai.build import MODEL_FILENAME, resolve_ep
+from mobius_genai.build import MODEL_FILENAME
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
@@ -38,6 +38,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.ep import EpCapabilities, ep_registry
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.olive.export import bundle_model_handler
+from mobius_genai.target import resolve_ep
 
 logger = logging.getLogger(__name__)
 

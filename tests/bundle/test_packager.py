@@ -1,4 +1,4 @@
-"""package()'s argument handling: dtype/precision per EP, default output name, provenance."""
+"""package()'s default output name and provenance (target resolution: tests/test_target.py)."""
 
 from __future__ import annotations
 
@@ -14,53 +14,11 @@ from mobius_genai import _resources
 from mobius_genai.bundle import packager
 from mobius_genai.bundle.graph import GQA_OP, GraphInfo
 from mobius_genai.ep import get_ep
-from mobius_genai.errors import BundleError, ConfigError, ExecutionProviderError
+from mobius_genai.errors import BundleError, ExecutionProviderError
 from mobius_genai.source import Source
 from tests.bundle.conftest import TINY_QWEN2
 
 F32, F16, BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
-
-
-@pytest.mark.parametrize(
-    ("ep", "expected"),
-    [
-        ("cpu", (F32, "fp32")),
-        ("default", (F32, "fp32")),
-        ("onnx-standard", (F32, "fp32")),
-        ("cuda", (F16, "fp16")),
-        ("dml", (F16, "fp16")),
-        ("webgpu", (F16, "fp16")),
-        ("trt-rtx", (F16, "fp16")),
-        ("mlx", (F16, "fp16")),
-    ],
-)
-def test_default_dtype_per_ep(ep: str, expected):
-    assert packager.resolve_precision(get_ep(ep), None, None) == expected
-
-
-def test_dtype_and_precision_choose_each_other():
-    cuda = get_ep("cuda")
-    assert packager.resolve_precision(cuda, "f32", None) == (F32, "fp32")
-    assert packager.resolve_precision(cuda, None, "bf16") == (BF16, "bf16")
-    assert packager.resolve_precision(cuda, "bf16", "bf16") == (BF16, "bf16")
-    with pytest.raises(ConfigError, match="contradicts"):
-        packager.resolve_precision(cuda, "f32", "fp16")
-    assert packager.resolve_precision(cuda, None, "int4") == (get_ep("cuda").default_dtype, "int4")
-    assert packager.resolve_precision(get_ep("cpu"), None, "int4") == (F32, "int4")
-    assert packager.resolve_precision(cuda, "bf16", "int4") == (BF16, "int4")
-    with pytest.raises(ConfigError, match=r"precision 'fp8' is not supported"):
-        packager.resolve_precision(cuda, None, "fp8")
-    with pytest.raises(ConfigError, match="dtype 'f64'"):
-        packager.resolve_precision(cuda, "f64", None)
-    with pytest.raises(ConfigError, match="dtype DOUBLE is not supported"):
-        packager.resolve_precision(get_ep("cpu"), ir.DataType.DOUBLE, "int4")
-
-
-@pytest.mark.parametrize("ep", ["cpu", "dml", "webgpu"])
-@pytest.mark.parametrize(("dtype", "precision"), [(None, "bf16"), ("bf16", None), ("bf16", "int4")])
-def test_eps_without_bf16_kernels_refuse_bf16(ep: str, dtype, precision):
-    with pytest.raises(ExecutionProviderError, match=f"{ep!r} does not run bf16 models.*f32, f16"):
-        packager.resolve_precision(get_ep(ep), dtype, precision)
 
 
 def test_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -135,7 +93,7 @@ def test_notes_on_custom_code_long_contexts_and_capture_that_cannot_be_on(tmp_pa
         "context length 256 is above max_position_embeddings 128: positions past it are outside "
         "what the model was trained on",
         "graph capture is off: it needs GroupQueryAttention's shared KV buffer, which trt-rtx "
-        "uses for f16, bf16 models, not f32",
+        "uses for fp16, bf16 models, not fp32",
     ]
     options = json.loads((out / "genai_config.json").read_text())["model"]["decoder"]
     assert options["session_options"]["provider_options"] == [

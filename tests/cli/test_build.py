@@ -124,10 +124,11 @@ def test_an_existing_output_is_kept_unless_forced(tmp_path, capsys):
     assert _leftovers(out) == ["model.onnx", "model.onnx.data"]
 
 
+@pytest.mark.parametrize("command", ["build", "package"])
 @pytest.mark.parametrize("value", ["0", "-3", "many"])
-def test_context_length_must_be_a_positive_integer(tmp_path, capsys, value):
+def test_context_length_must_be_a_positive_integer(tmp_path, capsys, value, command):
     with pytest.raises(SystemExit) as caught:
-        main(["build", str(TINY_QWEN2), "-o", str(tmp_path / "g"), "--context-length", value])
+        main([command, str(TINY_QWEN2), "-o", str(tmp_path / "g"), "--context-length", value])
     assert caught.value.code == 2
     assert "must be a positive integer" in capsys.readouterr().err
     assert _leftovers(tmp_path) == []

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from mobius_genai.cli import main
-from mobius_genai.ep import BUILTIN_EPS, format_ep_table
+from mobius_genai.cli._eps import format_ep_table
+from mobius_genai.ep import BUILTIN_EPS
 
 
 def test_eps_prints_the_registry_table(capsys):
@@ -25,7 +26,7 @@ def test_eps_rows_show_the_capabilities_that_steer_the_pipeline(capsys):
     assert "GQA dtypes" in lines[0] and "skip-norm" in lines[0]
     (trt,) = [line for line in lines if line.startswith("trt-rtx ")]
     (standard,) = [line for line in lines if line.startswith("onnx-standard ")]
-    assert "f16, bf16" in trt and " on" in trt  # GQA dtypes, graph capture on
+    assert "fp16, bf16" in trt and " on" in trt  # GQA dtypes, graph capture on
     assert re.split(r"\s{2,}", standard)[2] == "-"  # no GQA dtypes
     assert header[0].strip() == "name"
 

@@ -81,7 +81,7 @@ def test_without_the_entry_nothing_knows_it(capsys: pytest.CaptureFixture[str]):
 @pytest.mark.usefixtures("my_ep")
 def test_its_eps_row_comes_from_the_entry(capsys: pytest.CaptureFixture[str]):
     row = _eps_row(capsys, "my-ep")
-    assert row["GQA dtypes"] == "f32"
+    assert row["GQA dtypes"] == "fp32"
     assert row["provider options"] == "device_id=0"
     assert row["onnxruntime EP"] == "MyAccelExecutionProvider"
 

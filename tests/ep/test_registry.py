@@ -12,13 +12,13 @@ import pytest
 
 import mobius_genai.ep.builtins as builtins_module
 import mobius_genai.ep.registry as registry_module
+from mobius_genai.cli._eps import format_ep_table
 from mobius_genai.ep import (
     BUILTIN_ALIASES,
     BUILTIN_EPS,
     EpCapabilities,
     EpRegistry,
     ep_registry,
-    format_ep_table,
     get_ep,
     register_ep,
 )
@@ -194,12 +194,12 @@ def test_format_ep_table():
         for line in lines[2 : 2 + len(BUILTIN_NAMES)]
     }
     assert list(rows) == BUILTIN_NAMES
-    assert rows["cuda"]["GQA dtypes"] == "f16, bf16"
+    assert rows["cuda"]["GQA dtypes"] == "fp16, bf16"
     assert rows["cuda"]["provider options"] == "enable_cuda_graph=0"
     assert rows["trt-rtx"]["graph capture"] == "on" and rows["webgpu"]["graph capture"] == "off"
     assert rows["trt-rtx"]["onnxruntime EP"] == "NvTensorRTRTXExecutionProvider"
     assert rows["default"]["onnxruntime EP"] == "-"
-    assert rows["cpu"]["dtypes"] == "f32, f16" and rows["cuda"]["dtypes"] == "f32, f16, bf16"
+    assert rows["cpu"]["dtypes"] == "fp32, fp16" and rows["cuda"]["dtypes"] == "fp32, fp16, bf16"
     assert rows["cpu"]["int4"] == "MatMulNBits, level 4"
     assert rows["default"]["int4"] == rows["onnx-standard"]["int4"] == "DequantizeLinear"
     standard = rows["onnx-standard"]

@@ -1,0 +1,161 @@
+"""The build target: EP, model dtype, weight precision, int4 choices and context length.
+
+The user's words for these (CLI flags, Olive pass options, `build()` / `package()` arguments)
+are parsed here, once, into a frozen `Target` that is passed down; nothing below parses an EP
+name, a dtype or a precision again. One vocabulary: precisions are fp32, fp16, bf16 and int4;
+a dtype is a float precision (f32 / float32, f16 / float16 and bfloat16 are accepted spellings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import onnx_ir as ir
+
+from mobius_genai.ep.capabilities import EpCapabilities
+from mobius_genai.ep.registry import get_ep
+from mobius_genai.errors import ConfigError, ExecutionProviderError
+from mobius_genai.quantize import Int4Options
+
+#: Float precision → model dtype.
+FLOAT_PRECISIONS: dict[str, ir.DataType] = {
+    "fp32": ir.DataType.FLOAT,
+    "fp16": ir.DataType.FLOAT16,
+    "bf16": ir.DataType.BFLOAT16,
+}
+#: Precisions that quantize the weights and keep a float dtype for activations and scales.
+QUANTIZED_PRECISIONS = ("int4",)
+#: Every precision, in the order help texts list them.
+PRECISIONS = (*FLOAT_PRECISIONS, *QUANTIZED_PRECISIONS)
+#: Other accepted spellings of the float precisions.
+_SPELLINGS = {
+    "f32": "fp32",
+    "float32": "fp32",
+    "f16": "fp16",
+    "float16": "fp16",
+    "bfloat16": "bf16",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What one build is for.
+
+    `dtype` is the model's float dtype (for int4: of activations and scales); `precision`
+    names the weights (a float precision, or int4 with `int4` holding its options);
+    `context_length` None means the checkpoint's max_position_embeddings.
+    """
+
+    ep: EpCapabilities
+    dtype: ir.DataType
+    precision: str
+    int4: Int4Options | None = None
+    context_length: int | None = None
+
+
+def resolve_target(
+    execution_provider: str | EpCapabilities = "default",
+    *,
+    dtype: str | ir.DataType | None = None,
+    precision: str | None = None,
+    int4: Int4Options | None = None,
+    context_length: int | None = None,
+) -> Target:
+    """The target for the user's choices; the EP's default dtype when neither dtype nor
+    precision is given. Errors name the argument, the value and what is accepted."""
+    ep = resolve_ep(execution_provider)
+    chosen = None if dtype is None else require_model_dtype(ep, parse_dtype(dtype))
+    precision = precision_name(precision)
+    if precision in QUANTIZED_PRECISIONS:
+        model_dtype = chosen or ep.default_dtype
+    elif precision is not None:
+        model_dtype = require_model_dtype(ep, FLOAT_PRECISIONS[precision])
+        if chosen is not None and chosen != model_dtype:
+            raise ConfigError(
+                f"dtype {dtype!r} contradicts precision {precision!r}; accepted: one of them, "
+                "or a matching pair"
+            )
+    else:
+        model_dtype = chosen or ep.default_dtype
+        precision = precision_of(model_dtype)
+    check_int4_precision(int4 is not None, precision)
+    if precision in QUANTIZED_PRECISIONS:
+        int4 = int4 or Int4Options()
+    return Target(ep, model_dtype, precision, int4, check_context_length(context_length))
+
+
+def resolve_ep(execution_provider: str | EpCapabilities) -> EpCapabilities:
+    """EpCapabilities for a registered name or alias (capabilities pass through)."""
+    if isinstance(execution_provider, EpCapabilities):
+        return execution_provider
+    try:
+        return get_ep(execution_provider)
+    except ValueError as error:
+        raise ExecutionProviderError(str(error)) from None
+
+
+def parse_dtype(dtype: str | ir.DataType) -> ir.DataType:
+    """The model dtype a float precision name (or an ir.DataType) stands for."""
+    if isinstance(dtype, ir.DataType):
+        if dtype in FLOAT_PRECISIONS.values():
+            return dtype
+    elif isinstance(dtype, str):
+        name = dtype.lower()
+        name = _SPELLINGS.get(name, name)
+        if name in FLOAT_PRECISIONS:
+            return FLOAT_PRECISIONS[name]
+    raise ConfigError(f"dtype {dtype!r} is not supported; accepted: {', '.join(FLOAT_PRECISIONS)}")
+
+
+def precision_of(dtype: ir.DataType) -> str:
+    """The float precision name of a model dtype (fp32, fp16 or bf16)."""
+    return next(name for name, value in FLOAT_PRECISIONS.items() if value == dtype)
+
+
+def require_model_dtype(ep: EpCapabilities, dtype: ir.DataType) -> ir.DataType:
+    """`dtype` if `ep` runs models of it, else an ExecutionProviderError saying what does."""
+    if dtype not in ep.model_dtypes:
+        accepted = sorted(ep.model_dtypes, key=lambda d: d.value)
+        raise ExecutionProviderError(
+            f"execution provider {ep.name!r} does not run {precision_of(dtype)} models (its "
+            f"runtime has no {precision_of(dtype)} kernels); accepted for {ep.name}: "
+            + ", ".join(precision_of(d) for d in accepted)
+        )
+    return dtype
+
+
+def check_int4_precision(int4_given: bool, precision: str | None) -> None:
+    """Int4 options belong with precision int4 only."""
+    if int4_given and precision not in QUANTIZED_PRECISIONS:
+        raise ConfigError(
+            f"int4 options were given for precision {precision!r}; accepted: int4 options only "
+            "with precision 'int4'"
+        )
+
+
+def check_context_length(context_length: int | None) -> int | None:
+    """`context_length` if it is a positive integer (or None, the checkpoint's)."""
+    if context_length is None:
+        return None
+    if (
+        isinstance(context_length, bool)
+        or not isinstance(context_length, int)
+        or context_length <= 0
+    ):
+        raise ConfigError(
+            f"context length {context_length!r} is not accepted; accepted: a positive integer"
+        )
+    return context_length
+
+
+def precision_name(precision: str | None) -> str | None:
+    """The canonical name of a precision (None stays None)."""
+    if precision is None:
+        return None
+    name = str(precision).lower()
+    name = _SPELLINGS.get(name, name)
+    if name not in PRECISIONS:
+        raise ConfigError(
+            f"precision {precision!r} is not supported; accepted: {', '.join(PRECISIONS)}"
+        )
+    return name

@@ -1,0 +1,109 @@
+"""One target resolved once: EP, dtype, precision, int4 options and context length."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+import pytest
+
+from mobius_genai import build, package, resolve_target
+from mobius_genai.cli import main
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import ConfigError, ExecutionProviderError
+from mobius_genai.quantize import Int4Options
+from tests.bundle.conftest import TINY_QWEN2
+
+F32, F16, BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
+
+
+def _pair(ep: str, dtype=None, precision=None) -> tuple[ir.DataType, str]:
+    target = resolve_target(ep, dtype=dtype, precision=precision)
+    return target.dtype, target.precision
+
+
+@pytest.mark.parametrize(
+    ("ep", "expected"),
+    [
+        ("cpu", (F32, "fp32")),
+        ("default", (F32, "fp32")),
+        ("onnx-standard", (F32, "fp32")),
+        ("cuda", (F16, "fp16")),
+        ("dml", (F16, "fp16")),
+        ("webgpu", (F16, "fp16")),
+        ("trt-rtx", (F16, "fp16")),
+        ("mlx", (F16, "fp16")),
+    ],
+)
+def test_default_dtype_per_ep(ep: str, expected):
+    assert _pair(ep) == expected
+
+
+def test_dtype_and_precision_choose_each_other():
+    assert _pair("cuda", "fp32") == (F32, "fp32")
+    assert _pair("cuda", None, "bf16") == (BF16, "bf16")
+    assert _pair("cuda", "bf16", "bf16") == (BF16, "bf16")
+    with pytest.raises(ConfigError, match="contradicts"):
+        _pair("cuda", "fp32", "fp16")
+    assert _pair("cuda", None, "int4") == (get_ep("cuda").default_dtype, "int4")
+    assert _pair("cpu", None, "int4") == (F32, "int4")
+    assert _pair("cuda", "bf16", "int4") == (BF16, "int4")
+    with pytest.raises(ConfigError, match=r"precision 'fp8' is not supported"):
+        _pair("cuda", None, "fp8")
+    with pytest.raises(ConfigError, match="dtype 'f64' is not supported; accepted: fp32, fp16"):
+        _pair("cuda", "f64")
+    with pytest.raises(ConfigError, match="dtype DOUBLE is not supported"):
+        _pair("cpu", ir.DataType.DOUBLE, "int4")
+
+
+@pytest.mark.parametrize(
+    ("spelling", "dtype"),
+    [("f16", F16), ("FP16", F16), ("float16", F16), ("f32", F32), ("bfloat16", BF16)],
+)
+def test_one_vocabulary_with_the_usual_spellings(spelling: str, dtype: ir.DataType):
+    assert resolve_target("cuda", dtype=spelling).dtype == dtype
+    assert resolve_target("cuda", precision=spelling).dtype == dtype
+
+
+@pytest.mark.parametrize("ep", ["cpu", "dml", "webgpu"])
+@pytest.mark.parametrize(("dtype", "precision"), [(None, "bf16"), ("bf16", None), ("bf16", "int4")])
+def test_eps_without_bf16_kernels_refuse_bf16(ep: str, dtype, precision):
+    with pytest.raises(
+        ExecutionProviderError, match=f"{ep!r} does not run bf16 models.*fp32, fp16"
+    ):
+        resolve_target(ep, dtype=dtype, precision=precision)
+
+
+def test_int4_options_belong_to_int4():
+    assert resolve_target("cpu", precision="int4").int4 == Int4Options()
+    assert resolve_target("cpu").int4 is None
+    chosen = Int4Options(block_size=64)
+    assert resolve_target("cpu", precision="int4", int4=chosen).int4 is chosen
+    with pytest.raises(ConfigError, match="int4 options only with precision 'int4'"):
+        resolve_target("cpu", int4=chosen)
+
+
+@pytest.mark.parametrize("value", [0, -1, True, 2.5, "48"])
+def test_context_length_is_a_positive_integer(value):
+    with pytest.raises(ConfigError, match="context length .* accepted: a positive integer"):
+        resolve_target("cpu", context_length=value)
+    assert resolve_target("cpu", context_length=48).context_length == 48
+
+
+def test_the_python_default_is_the_cli_default(tmp_path):
+    """build(model, "cuda") builds what `mobius-genai build model --ep cuda` builds."""
+    built = build(TINY_QWEN2, "cuda", load_weights=False)
+    assert (
+        main(["build", str(TINY_QWEN2), "--ep", "cuda", "--no-weights", "-o", str(tmp_path / "g")])
+        == 0
+    )
+    model = ir.load(tmp_path / "g" / "model.onnx")
+    assert built.dtype == F16
+    assert model.graph.outputs[0].dtype == built["model"].graph.outputs[0].dtype == F16
+
+
+def test_a_target_is_not_given_twice(tmp_path):
+    target = resolve_target("cpu")
+    with pytest.raises(ConfigError, match="given a target and also"):
+        build(TINY_QWEN2, "cuda", target=target, load_weights=False)
+    with pytest.raises(ConfigError, match="given a target and also"):
+        package(TINY_QWEN2, output=tmp_path / "b", target=target, precision="int4")
+    assert not (tmp_path / "b").exists()
