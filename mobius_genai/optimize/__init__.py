@@ -5,7 +5,8 @@ one execution provider and returns an `OptimizationReport` (rule → matches, no
 removed, decline reasons, the trace lines).
 """
 
-from mobius_genai.optimize.pipeline import FUSIONS, LOWERINGS, optimize_model
+from mobius_genai.optimize.gates import FUSIONS, LOWERINGS
+from mobius_genai.optimize.pipeline import optimize_model
 from mobius_genai.optimize.trace import Decline, OptimizationReport, RuleStats, trace_to_stderr
 
 __all__ = [

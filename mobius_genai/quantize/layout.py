@@ -1,9 +1,9 @@
 """Block-wise INT4 layouts of a [K, N] weight (K = in features, N = out features).
 
-Two layouts, both computed by onnxruntime's own quantization kernels
-(`onnxruntime.capi._pybind_state.quantize_matmul_4bits` / `quantize_qdq_matmul_4bits`, the ones
-`onnxruntime.quantization.matmul_nbits_quantizer` uses), so the bytes are exactly what the
-runtime kernels read:
+Two layouts, both computed by onnxruntime's own quantization kernels (`quantize_matmul_4bits` /
+`quantize_qdq_matmul_4bits` of its extension module `onnxruntime.capi.onnxruntime_pybind11_state`,
+the ones `onnxruntime.quantization.matmul_nbits_quantizer` uses), so the bytes are exactly what
+the runtime kernels read:
 
 - **MatMulNBits** (`com.microsoft`): one row per output feature. `packed` [N, K/bs, bs/2] uint8
   (two 4-bit values per byte, the first in the low nibble), `scales` [N, K/bs] in the weight's
@@ -30,7 +30,10 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
-from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_qdq_matmul_4bits
+from onnxruntime.capi.onnxruntime_pybind11_state import (
+    quantize_matmul_4bits,
+    quantize_qdq_matmul_4bits,
+)
 
 __all__ = [
     "KERNEL_DTYPES",

@@ -65,10 +65,19 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         gathers = group.gathers if self.gather else []
         if not group.matmuls and not gathers:
             return ()
+        base = writer.unique_name(f"{group.source.name}_Q4")
+        inputs = self._initializers(writer, group, base)
+        for use in group.matmuls:
+            writer.replace(use.node, [self._matmul(use.node, group, inputs)])
+        for use in gathers:
+            writer.replace(use.node, self._gather(writer, use.node, group, base, inputs))
+        return ("MatMulNBits",) * len(group.matmuls) + ("GatherBlockQuantized",) * len(gathers)
+
+    def _initializers(self, writer: GraphWriter, group: WeightGroup, base: str) -> list[ir.Value]:
+        """B, scales[, zero_points] of `group`, computed from the weight at save time."""
         source = group.source
         k, n = source.k, source.n
         blocks = k // self.block_size
-        base = writer.unique_name(f"{source.name}_Q4")
         # B is [N, blocks, bs/2] for MatMulNBits; a lookup-only table stores [N, K/2] directly.
         data_shape = (n, blocks, self.block_size // 2) if group.matmuls else (n, k // 2)
         specs = [
@@ -96,51 +105,58 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
             ]
 
         tensors = lazy_parts(self.cache, specs, compute) if source.has_data else None
-        inputs = writer.initializers(specs, tensors)
-        data, scales = inputs[0], inputs[1]
-        zero_points = inputs[2] if len(inputs) > 2 else None
-        ops: list[str] = []
+        return writer.initializers(specs, tensors)
 
-        for use in group.matmuls:
-            node = use.node
-            attributes = {"K": k, "N": n, "bits": 4, "block_size": self.block_size}
-            # 0 is the default: leave it out, as onnxruntime's own quantizer does.
-            if self.accuracy_level:
-                attributes["accuracy_level"] = self.accuracy_level
-            new = ir.node(
-                "MatMulNBits",
-                [node.inputs[0], data, scales, *([zero_points] if zero_points else [])],
+    def _matmul(self, node: ir.Node, group: WeightGroup, inputs: list[ir.Value]) -> ir.Node:
+        """MatMulNBits in place of the MatMul `node`."""
+        attributes = {
+            "K": group.source.k,
+            "N": group.source.n,
+            "bits": 4,
+            "block_size": self.block_size,
+        }
+        # 0 is the default: leave it out, as onnxruntime's own quantizer does.
+        if self.accuracy_level:
+            attributes["accuracy_level"] = self.accuracy_level
+        return ir.node(
+            "MatMulNBits",
+            [node.inputs[0], *inputs],
+            attributes,
+            domain=MS_DOMAIN,
+            name=f"{node.name}_Q4",
+        )
+
+    def _gather(
+        self,
+        writer: GraphWriter,
+        node: ir.Node,
+        group: WeightGroup,
+        base: str,
+        inputs: list[ir.Value],
+    ) -> list[ir.Node]:
+        """GatherBlockQuantized in place of the Gather `node` (a Reshape views a shared B as [N, K/2])."""
+        data, *rest = inputs
+        new_nodes = []
+        if group.matmuls:  # share B: view it as [N, K/2]
+            k, n = group.source.k, group.source.n
+            shape = writer.constant(f"{base}_gather_shape", np.array([n, k // 2], np.int64))
+            reshape = ir.node("Reshape", [data, shape], name=f"{node.name}_Q4_reshape")
+            data = reshape.outputs[0]
+            data.name = f"{base}_gather_view"
+            new_nodes.append(reshape)
+        attributes = {
+            "bits": 4,
+            "block_size": self.block_size,
+            "gather_axis": 0,
+            "quantize_axis": 1,
+        }
+        new_nodes.append(
+            ir.node(
+                "GatherBlockQuantized",
+                [data, node.inputs[1], *rest],
                 attributes,
                 domain=MS_DOMAIN,
                 name=f"{node.name}_Q4",
             )
-            writer.replace(node, [new])
-            ops.append("MatMulNBits")
-
-        for use in gathers:
-            node = use.node
-            table = data
-            new_nodes = []
-            if group.matmuls:  # share B: view it as [N, K/2]
-                shape = writer.constant(f"{base}_gather_shape", np.array([n, k // 2], np.int64))
-                reshape = ir.node("Reshape", [data, shape], name=f"{node.name}_Q4_reshape")
-                table = reshape.outputs[0]
-                table.name = f"{base}_gather_view"
-                new_nodes.append(reshape)
-            new_nodes.append(
-                ir.node(
-                    "GatherBlockQuantized",
-                    [table, node.inputs[1], scales, *([zero_points] if zero_points else [])],
-                    {
-                        "bits": 4,
-                        "block_size": self.block_size,
-                        "gather_axis": 0,
-                        "quantize_axis": 1,
-                    },
-                    domain=MS_DOMAIN,
-                    name=f"{node.name}_Q4",
-                )
-            )
-            writer.replace(node, new_nodes)
-            ops.append("GatherBlockQuantized")
-        return tuple(ops)
+        )
+        return new_nodes

@@ -31,12 +31,12 @@ import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchingTracer, MatchStatus
 
 from mobius_genai.build import build_from_module
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.causal_lm import CausalLMModel
+from mobius_genai.optimize.declines import DeclineRecorder
 from mobius_genai.optimize.functions import register_functions
 
 HEADER = '<ir_version: 10, opset_import: ["" : 24]>'
@@ -165,23 +165,11 @@ def custom_domains(model: ir.Model) -> set[str]:
     return {node.domain for node in model.graph if node.domain not in ("", "ai.onnx")}
 
 
-class _ReasonCollector(MatchingTracer):
-    """Keeps every failed check (MatchingTracer itself keeps only each rule's best match)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reasons: list[str] = []
-
-    def log(self, rule, container, node, match_result, status) -> None:
-        if status == MatchStatus.CONDITION_FAILED:
-            self.reasons.append(str(match_result.reason))
-
-
 def decline_reasons(model: ir.Model, rules: pattern.RewriteRuleSet) -> list[str]:
-    """The reasons the rules' checks gave for refusing candidates (on a copy of `model`)."""
-    collector = _ReasonCollector()
-    rules.apply_to_model(clone(model), tracer=collector)
-    return collector.reasons
+    """The reasons the rules gave for refusing candidates (looked for on a copy of `model`)."""
+    recorder = DeclineRecorder("test")
+    rules.apply_to_model(clone(model), tracer=recorder)
+    return [decline.reason for decline in recorder.declines()]
 
 
 def session(

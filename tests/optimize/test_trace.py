@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import logging
 
@@ -11,7 +12,8 @@ import pytest
 from onnxscript.rewriter import pattern
 from onnxscript.rewriter._basics import MatchFailureError
 
-from mobius_genai.optimize import optimize_model, pipeline, trace_to_stderr
+from mobius_genai.optimize import FUSIONS, LOWERINGS, optimize_model, trace_to_stderr
+from mobius_genai.optimize.declines import DeclineRecorder, RecordingRule, RecordingRuleClassBase
 from mobius_genai.optimize.trace import LOGGER_NAME, PREFIX
 from tests.optimize._graphs import parse, tiny_config, tiny_decoder
 
@@ -138,7 +140,7 @@ def test_trace_to_stderr_shows_the_lines_and_restores_the_logger():
     assert (logger.level, logger.handlers) == (level, handlers)
 
 
-class _RefusesInRewrite(pattern.RewriteRuleClassBase):
+class _RefusesInRewrite(RecordingRuleClassBase):
     def pattern(self, op, x):
         return op.Relu(x)
 
@@ -146,7 +148,9 @@ class _RefusesInRewrite(pattern.RewriteRuleClassBase):
         return pattern.MatchResult().fail("refused in rewrite()")
 
 
-class _RaisesInCheck(pattern.RewriteRuleClassBase):
+# onnxscript lets a check() refuse by raising MatchFailureError (not exported publicly); our
+# rules return MatchResult().fail(reason) instead, but a raised refusal is recorded too.
+class _RaisesInCheck(RecordingRuleClassBase):
     def pattern(self, op, x):
         return op.Neg(x)
 
@@ -164,10 +168,31 @@ def test_refusals_from_rewrite_and_raised_in_check_are_recorded_too():
             z = Neg(x)
         }"""
     )
-    recorder = pipeline._DeclineRecorder("Test")
+    recorder = DeclineRecorder("Test")
     rules = pattern.RewriteRuleSet([_RefusesInRewrite.rule(), _RaisesInCheck.rule()])
-    assert recorder.wrap(rules).apply_to_model(model) == 0
+    assert recorder.attach(rules).apply_to_model(model) == 0
     assert sorted((d.op_type, d.reason) for d in recorder.declines()) == [
         ("Neg", "refused by raising in check()"),
         ("Relu", "refused in rewrite()"),
     ]
+
+
+class _Plain(pattern.RewriteRuleClassBase):
+    def pattern(self, op, x):
+        return op.Relu(x)
+
+    def rewrite(self, op, x):
+        return op.Identity(x)
+
+
+def test_a_rule_whose_refusals_cannot_be_recorded_is_refused():
+    with pytest.raises(TypeError, match="not a RecordingRule"):
+        DeclineRecorder("Test").attach(pattern.RewriteRuleSet([_Plain.rule()]))
+
+
+@pytest.mark.parametrize(
+    "group", [g for g in (*FUSIONS, *LOWERINGS) if g.entry == "rules"], ids=lambda g: g.name
+)
+def test_every_rule_of_every_rule_group_records_its_refusals(group):
+    module = importlib.import_module(f"mobius_genai.optimize.rules.{group.module}")
+    assert all(isinstance(rule, RecordingRule) for rule in module.rules().rules)

@@ -2,7 +2,8 @@
 
 A rule module exposes ``rules() -> onnxscript.rewriter.pattern.RewriteRuleSet`` (or, for an
 op-elimination pass, an ``onnx_ir.passes.InPlacePass`` class); the pipeline decides from the EP's
-capabilities whether it runs (mobius_genai/optimize/pipeline.py). Rules decline a candidate with
+capabilities whether it runs (mobius_genai/optimize/gates.py). Rule classes derive from
+``RecordingRuleClassBase`` (mobius_genai/optimize/declines.py) and decline a candidate with
 ``MatchResult.fail(reason)``; the pipeline records the reasons and the trace prints them.
 
 This module holds the small shape helpers the rules share.

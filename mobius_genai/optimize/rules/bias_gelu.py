@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from onnxscript.rewriter import pattern
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import describe, same_dim
 
@@ -29,14 +30,16 @@ RULE_NAME = "BiasGelu"
 _FUSED_OP = {"none": "BiasGelu", "tanh": "FastGelu"}
 
 
-class BiasGeluFusion(pattern.RewriteRuleClassBase):
+class BiasGeluFusion(RecordingRuleClassBase):
     """Gelu(Add(x, bias)) with a 1-D bias → BiasGelu (erf) / FastGelu (tanh)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bias_first: bool) -> None:
         super().__init__(RULE_NAME)
+        self.bias_first = bias_first
 
     def pattern(self, op, x, bias):
-        return op.Gelu(op.Add(x, bias), _outputs=["gelu"])
+        added = op.Add(bias, x) if self.bias_first else op.Add(x, bias)
+        return op.Gelu(added, _outputs=["gelu"])
 
     def check(self, context, x, bias, gelu, **_) -> pattern.MatchResult:
         result = pattern.MatchResult()
@@ -60,4 +63,4 @@ class BiasGeluFusion(pattern.RewriteRuleClassBase):
 
 def rules() -> pattern.RewriteRuleSet:
     """The BiasGelu rule, for either operand order of the Add."""
-    return pattern.RewriteRuleSet([BiasGeluFusion.rule()], commute=True)
+    return pattern.RewriteRuleSet([BiasGeluFusion.rule(False), BiasGeluFusion.rule(True)])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import describe
 
@@ -34,7 +35,7 @@ def _rank(value: ir.Value) -> int | None:
     return None if value.shape is None else value.shape.rank()
 
 
-class TransposeMatMulFusion(pattern.RewriteRuleClassBase):
+class TransposeMatMulFusion(RecordingRuleClassBase):
     """MatMul whose operand `side` ("A" or "B") is a Transpose of a 2-D tensor."""
 
     def __init__(self, side: str) -> None:

@@ -22,6 +22,7 @@ import math
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.rules import opset_version
 
 __all__ = ["GeluErfFusion", "GeluTanhFusion", "rules"]
@@ -42,7 +43,10 @@ class OneElementConstantMatcher(pattern.SimplePatternMatcher):
     """SimplePatternMatcher whose Constant patterns match one-element tensors of any rank.
 
     The stock matcher converts any tensor in a constant position to numpy (which would load a
-    lazy weight) and accepts only rank 0; this one refuses by size first.
+    lazy weight) and accepts only rank 0; this one refuses by size first. onnxscript has no
+    public hook for constant positions: this overrides SimplePatternMatcher._match_constant
+    (onnxscript 0.7, the line pyproject.toml admits; tests/optimize/test_gelu.py notices a
+    change).
     """
 
     def _match_constant(self, pattern_constant: pattern.Constant, value: ir.Value) -> bool:
@@ -73,10 +77,11 @@ def _combine(op, layout: str, mirrored: bool, x, cdf):
     return op.Mul(second, first) if mirrored else op.Mul(first, second)
 
 
-class _GeluFusionBase(pattern.RewriteRuleClassBase):
+class _GeluFusionBase(RecordingRuleClassBase):
     """Shared check and rewrite; subclasses give the pattern."""
 
     approximate = "none"
+    matcher = OneElementConstantMatcher
 
     def __init__(self, name: str, layout: str, mirrored: bool) -> None:
         super().__init__(name)
@@ -96,17 +101,6 @@ class _GeluFusionBase(pattern.RewriteRuleClassBase):
         if self.approximate == "none":
             return op.Gelu(x)
         return op.Gelu(x, approximate=self.approximate)
-
-    @classmethod
-    def rule(cls, *args, **kwargs) -> pattern.RewriteRule:
-        instance = cls(*args, **kwargs)
-        return pattern.RewriteRule(
-            instance.pattern,
-            instance.rewrite,
-            instance.check,
-            matcher=OneElementConstantMatcher,
-            name=instance.name,
-        )
 
 
 class GeluErfFusion(_GeluFusionBase):

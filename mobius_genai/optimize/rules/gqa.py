@@ -41,10 +41,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchContext, MatchResult
+from onnxscript.rewriter import MatchContext, pattern
 
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.functions import MS_DOMAIN
 
 GQA_OP = "GroupQueryAttention"
@@ -79,8 +79,8 @@ class _CausalMask(pattern.PatternBase):
         allowed = op.And(op.Unsqueeze(allowed, [0]), not_padding)
         return op.Where(allowed, 0.0, lowest)
 
-    def check(self, context, attention_mask, lowest, window=None, **_) -> MatchResult:
-        result = MatchResult()
+    def check(self, context, attention_mask, lowest, window=None, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
         if not (attention_mask.is_graph_input() and attention_mask.name == ATTENTION_MASK):
             return result.fail("mask is not built from the 'attention_mask' graph input")
         lowest_value = _scalar(lowest)
@@ -159,7 +159,7 @@ def _static_dim(value: ir.Value | None, axis: int) -> int | None:
     return dim if isinstance(dim, int) else None
 
 
-class GQAFusion(pattern.RewriteRuleClassBase):
+class GQAFusion(RecordingRuleClassBase):
     """Attention over rotated q/k with the masks.py bias → GroupQueryAttention(do_rotary=1)."""
 
     do_rotary = True
@@ -187,8 +187,8 @@ class GQAFusion(pattern.RewriteRuleClassBase):
             _outputs=["attention", "present_key", "present_value"],
         )
 
-    def check(self, context, query, mask, past_key, attention, **bindings) -> MatchResult:
-        result = MatchResult()
+    def check(self, context, query, mask, past_key, attention, **bindings) -> pattern.MatchResult:
+        result = pattern.MatchResult()
         node = attention.producer()
         attributes = _attention_attributes(node, query, result)
         if attributes is None:
@@ -251,7 +251,7 @@ class GQAFusionNoRope(GQAFusion):
 
 
 def _attention_attributes(
-    node: ir.Node, query: ir.Value, result: MatchResult
+    node: ir.Node, query: ir.Value, result: pattern.MatchResult
 ) -> dict[str, Any] | None:
     """GQA attributes equivalent to the Attention node's, or None (with `result` failed)."""
     attrs = node.attributes
@@ -295,7 +295,7 @@ def _head_dim(query: ir.Value, past_key: ir.Value | None, num_heads: int) -> int
 def _rotary_attributes(
     attributes: dict[str, Any],
     head_dim: int | None,
-    result: MatchResult,
+    result: pattern.MatchResult,
     *,
     q_rot: ir.Value,
     k_rot: ir.Value,

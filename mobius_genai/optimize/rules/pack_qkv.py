@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.rules.gqa import GQA_OP, MS_DOMAIN, PAST_KEY
 from mobius_genai.weights import ConcatTensor
 
@@ -56,7 +56,7 @@ def _packed_name(q_name: str, suffix: str) -> str:
     return f"{q_name}.qkv{suffix}"
 
 
-class PackQKV(pattern.RewriteRuleClassBase):
+class PackQKV(RecordingRuleClassBase):
     """GQA(MatMul(x, Wq) [+ bq], MatMul(x, Wk) [+ bk], MatMul(x, Wv) [+ bv]) → packed GQA."""
 
     def __init__(self, bias: bool) -> None:
@@ -77,8 +77,10 @@ class PackQKV(pattern.RewriteRuleClassBase):
             _outputs=["attention", "present_key", "present_value"],
         )
 
-    def check(self, context, wq, wk, wv, attention, bq=None, bk=None, bv=None, **_) -> MatchResult:
-        result = MatchResult()
+    def check(
+        self, context, wq, wk, wv, attention, bq=None, bk=None, bv=None, **_
+    ) -> pattern.MatchResult:
+        result = pattern.MatchResult()
         weights = (wq, wk, wv)
         for w in weights:
             if not w.is_initializer() or w.shape is None or len(w.shape) != 2:

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.rules.gqa import (
     COS_CACHE,
     GQA_OP,
@@ -47,7 +47,7 @@ def _graph_input(graph: ir.Graph, name: str) -> ir.Value | None:
     return next((value for value in graph.inputs if value.name == name), None)
 
 
-class SeparateRoPE(pattern.RewriteRuleClassBase):
+class SeparateRoPE(RecordingRuleClassBase):
     """GQA(q, k, v, ..., cos, sin, do_rotary=1) → GQA(RoPE(q), RoPE(k), v, ..., do_rotary=0)."""
 
     def __init__(self) -> None:
@@ -64,8 +64,8 @@ class SeparateRoPE(pattern.RewriteRuleClassBase):
             _outputs=["attention", "present_key", "present_value"],
         )
 
-    def check(self, context, attention, **_) -> MatchResult:
-        result = MatchResult()
+    def check(self, context, attention, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
         node = attention.producer()
         inputs = node.inputs
         if len(inputs) <= VALUE or inputs[KEY] is None or inputs[VALUE] is None:

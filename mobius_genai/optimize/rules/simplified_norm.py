@@ -11,13 +11,14 @@ one for it. Its optional outputs are left out; an RMSNormalization has none.
 from __future__ import annotations
 
 from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
+
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 
 #: RMSNormalization's defaults (opset 23).
 _AXIS, _EPSILON, _FLOAT_STASH = -1, 1e-5, 1
 
 
-class SimplifiedNorm(pattern.RewriteRuleClassBase):
+class SimplifiedNorm(RecordingRuleClassBase):
     """RMSNormalization(x, scale) → SimplifiedLayerNormalization(x, scale), same axis/epsilon."""
 
     def __init__(self) -> None:
@@ -26,8 +27,8 @@ class SimplifiedNorm(pattern.RewriteRuleClassBase):
     def pattern(self, op, x, scale):
         return op.RMSNormalization(x, scale, _allow_other_attributes=True, _outputs=["normalized"])
 
-    def check(self, context, x, scale, normalized, **_) -> MatchResult:
-        result = MatchResult()
+    def check(self, context, x, scale, normalized, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
         node = normalized.producer()
         if node.attributes.get_int("stash_type", _FLOAT_STASH) != _FLOAT_STASH:
             return result.fail("stash_type is not float (SimplifiedLayerNormalization's)", node)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from onnxscript.rewriter import pattern
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules.skip_norm import check_skip_operands
 
@@ -25,7 +26,7 @@ RULE_NAME = "SkipLayerNorm"
 _ONNX_LAYER_NORM_EPSILON = 1e-5  # LayerNormalization's default when the attribute is absent
 
 
-class SkipLayerNormFusion(pattern.RewriteRuleClassBase):
+class SkipLayerNormFusion(RecordingRuleClassBase):
     """Add(input, skip) → LayerNormalization(sum, gamma, beta), keeping the sum."""
 
     def __init__(self) -> None:

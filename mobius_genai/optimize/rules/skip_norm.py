@@ -23,6 +23,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import describe, same_dim, same_shape
 
@@ -69,7 +70,7 @@ def check_skip_operands(
     return result
 
 
-class SkipRMSNormFusion(pattern.RewriteRuleClassBase):
+class SkipRMSNormFusion(RecordingRuleClassBase):
     """Add(input, skip) → RMSNormalization(sum, gamma), keeping the sum for its other readers."""
 
     def __init__(self) -> None:

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
-from onnxscript.rewriter._basics import MatchResult
 
+from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.rules.gqa import GQA_OP, MS_DOMAIN, PAST_KEY
 from mobius_genai.optimize.rules.pack_qkv import new_parameter
 
@@ -69,7 +69,7 @@ def _split_parameter(
     return parts
 
 
-class UnpackQKV(pattern.RewriteRuleClassBase):
+class UnpackQKV(RecordingRuleClassBase):
     """GQA(MatMul(x, W) [+ b], <empty>, <empty>) → GQA(x @ Wq [+ bq], x @ Wk [+ bk], x @ Wv [+ bv])."""
 
     def __init__(self, bias: bool) -> None:
@@ -91,8 +91,8 @@ class UnpackQKV(pattern.RewriteRuleClassBase):
             _outputs=["attention", "present_key", "present_value"],
         )
 
-    def check(self, context, w, attention, b=None, **_) -> MatchResult:
-        result = MatchResult()
+    def check(self, context, w, attention, b=None, **_) -> pattern.MatchResult:
+        result = pattern.MatchResult()
         node = attention.producer()
         if not w.is_initializer() or w.shape is None or len(w.shape) != 2:
             return result.fail("packed weight is not a 2-D initializer", w)

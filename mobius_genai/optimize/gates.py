@@ -1,0 +1,122 @@
+"""Which rule groups run for which target: the FUSIONS and LOWERINGS tables and their gates.
+
+Every decision reads `EpCapabilities` fields (and the model dtype and role), never an EP name;
+each gate sits in its table next to the rule group it admits, and says why it keeps a group out
+(the trace prints the reason).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import onnx_ir as ir
+
+from mobius_genai.ep.capabilities import EpCapabilities
+from mobius_genai.optimize.functions import TIER1_OPS, ep_runs
+
+__all__ = ["FUSIONS", "LOWERINGS", "ROLES", "Gate", "RuleGroup", "Target", "gqa_gate"]
+
+ROLES = ("decoder", "vision", "embedding", "encoder")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a model is optimized for: the EP's capabilities, the model dtype and its role."""
+
+    caps: EpCapabilities
+    dtype: ir.DataType
+    role: str
+    prune_lm_head: bool = False
+    """Compute logits for the last position only (bundles for onnxruntime-genai)."""
+
+
+Gate = Callable[[Target], "str | None"]
+"""None when a rule group runs for the target, else the reason it does not."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleGroup:
+    """One row of a stage table: a rule module and the capability gate that admits it."""
+
+    name: str
+    module: str
+    """Module under mobius_genai.optimize.rules."""
+    gate: Gate
+    entry: str = "rules"
+    """``rules`` (a RewriteRuleSet factory) or the name of an InPlacePass class."""
+
+
+def _always(target: Target) -> str | None:
+    return None
+
+
+def gqa_gate(target: Target) -> str | None:
+    """GQAFusion's gate; the pipeline also warns when it admits a model that gets no GQA."""
+    if target.role != "decoder":
+        return f"role {target.role!r} (GQA is for decoders)"
+    if target.dtype not in target.caps.gqa_dtypes:
+        return f"{target.dtype.name} not in gqa_dtypes"
+    if not target.caps.supports_custom_ops:
+        return "supports_custom_ops=False"
+    return None
+
+
+def _pack_qkv(target: Target) -> str | None:
+    if target.dtype not in target.caps.qkv_pack_dtypes:
+        return f"{target.dtype.name} not in qkv_pack_dtypes"
+    return None
+
+
+def _prune_lm_head(target: Target) -> str | None:
+    if target.role != "decoder":
+        return f"role {target.role!r} (logits are a decoder's)"
+    if not target.prune_lm_head:
+        return "prune_lm_head=False (every position's logits kept)"
+    return None
+
+
+def _kernel(op_type: str) -> Gate:
+    """Runs when the EP has a kernel for the com.microsoft op the rule emits (functions.py)."""
+
+    def gate(target: Target) -> str | None:
+        if not target.caps.supports_custom_ops:
+            return "supports_custom_ops=False"
+        if not ep_runs(target.caps, op_type):
+            return f"{TIER1_OPS[op_type].capability}=False"
+        return None
+
+    return gate
+
+
+def _without(capability: str) -> Gate:
+    """Runs when the EP lacks `capability` (a lowering)."""
+
+    def gate(target: Target) -> str | None:
+        if getattr(target.caps, capability):
+            return f"{capability}=True"
+        return None
+
+    return gate
+
+
+FUSIONS: tuple[RuleGroup, ...] = (
+    RuleGroup("GQAFusion", "gqa", gqa_gate),
+    RuleGroup("PackQKV", "pack_qkv", _pack_qkv),
+    RuleGroup("SkipNorm", "skip_norm", _kernel("SkipSimplifiedLayerNormalization")),
+    RuleGroup("SkipLayerNorm", "skip_layer_norm", _kernel("SkipLayerNormalization")),
+    RuleGroup("GeluFusion", "gelu", _always),
+    RuleGroup("BiasGelu", "bias_gelu", _kernel("BiasGelu")),
+    RuleGroup("FusedMatMul", "fused_matmul", _kernel("FusedMatMul")),
+    # Last: it slices the activations entering the fused, row-wise ops after the last attention.
+    RuleGroup("PruneLmHead", "prune_lm_head", _prune_lm_head, "PruneLmHeadPass"),
+)
+
+LOWERINGS: tuple[RuleGroup, ...] = (
+    RuleGroup("UnpackQKV", "unpack_qkv", _without("supports_fused_rope")),
+    RuleGroup("SeparateRoPE", "separate_rope", _without("supports_fused_rope")),
+    RuleGroup("SimplifiedNorm", "simplified_norm", _without("supports_rms_normalization")),
+    RuleGroup(
+        "EliminateShape", "eliminate_shape", _without("supports_shape_op"), "EliminateShapePass"
+    ),
+)
