@@ -11,6 +11,7 @@ import pytest
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
+from tests.test_json import HOSTILE
 
 
 def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:
@@ -205,3 +206,16 @@ def test_skip_hashes_still_checks_sizes(bundle_copy):
 
 def test_not_a_folder(tmp_path: Path):
     assert main(["validate", str(tmp_path / "nowhere")]) == 1
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+@pytest.mark.parametrize(
+    "name",
+    ["genai_config.json", "mobius_manifest.json", "tokenizer.json", "tokenizer_config.json"],
+)
+def test_bundle_json_files(bundle_copy, kind, name):
+    folder = bundle_copy("default")
+    text, words = HOSTILE[kind]
+    (folder / name).write_text(text)
+    with pytest.raises(BundleError, match=f"{name}: not readable as JSON .*{words}"):
+        validate_bundle(folder)
