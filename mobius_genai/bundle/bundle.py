@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,13 +20,74 @@ from mobius_genai.source import TOKENIZER_FILES
 
 
 def copy_tokenizer_files(source: Path, bundle: Path) -> list[str]:
-    """Copy the TOKENIZER_FILES that `source` has into `bundle`; returns the names copied."""
+    """Copy the TOKENIZER_FILES that `source` has into `bundle`; returns the names copied.
+
+    Only regular files are copied: a symbolic link (which could ship /etc/passwd or a key as
+    special_tokens_map.json), a pipe or a folder under one of these names is refused. The one
+    kind of link accepted is a huggingface_hub cache snapshot's link into its own repository's
+    blobs/ folder, whose content is copied. A failed copy (disk full, no inodes left) is a
+    BundleError naming the file.
+    """
     copied = []
     for name in TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, bundle / name)
-            copied.append(name)
+        path = source / name
+        if not os.path.lexists(path):
+            continue
+        origin = _hub_blob(path, source) if path.is_symlink() else path
+        try:
+            _copy_regular(origin, bundle / name)
+        except _NotRegular as error:
+            raise BundleError(
+                f"{name}: not a regular file ({error}) in {source}; accepted: regular files in "
+                "the checkpoint folder"
+            ) from None
+        except OSError as error:
+            raise BundleError(
+                f"{name}: cannot copy it into the bundle ({error.strerror or error}); accepted: "
+                "a readable file, and an output folder on a disk with free space and inodes"
+            ) from error
+        copied.append(name)
     return copied
+
+
+class _NotRegular(Exception):
+    """A tokenizer file that is not a regular file (its kind is the message)."""
+
+
+def _hub_blob(link: Path, source: Path) -> Path:
+    """The blob a huggingface_hub cache snapshot's `link` points to, else a BundleError.
+
+    The cache holds `models--org--name/snapshots/<revision>/<file>` → `../../blobs/<sha>`:
+    the link must end in the blobs/ folder of the same `models--*` repository.
+    """
+    target = link.resolve()
+    snapshots = source.parent
+    repo = snapshots.parent
+    if (
+        snapshots.name == "snapshots"
+        and repo.name.startswith("models--")
+        and target.parent == (repo / "blobs").resolve()
+    ):
+        return target
+    raise BundleError(
+        f"{link.name}: is a symbolic link to {os.readlink(link)} in {source}; accepted: regular "
+        "files in the checkpoint folder, or a huggingface_hub cache snapshot's links into its "
+        "repository's blobs/ folder"
+    )
+
+
+def _copy_regular(origin: Path, destination: Path) -> None:
+    """Copy `origin`, which must be a regular file when opened (no link swapped in meanwhile)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    descriptor = os.open(origin, flags)
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise _NotRegular("a folder" if stat.S_ISDIR(mode) else "a pipe, socket or device")
+    with open(descriptor, "rb") as reader:
+        created = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(created, "wb") as writer:
+            shutil.copyfileobj(reader, writer)
 
 
 def check_output(out: Path, *, force: bool) -> None:
