@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from huggingface_hub import try_to_load_from_cache
 
 from mobius_genai.bundle import bundle, packager
 from mobius_genai.bundle.bundle import copy_tokenizer_files
@@ -102,6 +103,9 @@ def _hub_snapshot(cache: Path, repo: str = "models--org--tiny") -> Path:
 def test_hub_cache_snapshot_files_are_copied_as_files(tmp_path: Path):
     snapshot = _hub_snapshot(tmp_path / "hub")
     assert os.readlink(snapshot / "tokenizer.json").startswith("../../blobs/")
+    # huggingface_hub itself finds the files in this cache
+    found = try_to_load_from_cache("org/tiny", "tokenizer.json", cache_dir=tmp_path / "hub")
+    assert Path(found) == snapshot / "tokenizer.json"
     out = tmp_path / "bundle"
     out.mkdir()
     copied = copy_tokenizer_files(snapshot, out)
