@@ -8,7 +8,8 @@ reported in one BundleError that names the file or field, the value and what is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,8 @@ DEFAULT_OUTPUTS = {
 }
 
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
+
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +79,11 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
     graph = GraphInfo.from_file(model_path)
     problems = [
         *_check_external_data(model_path.parent, graph),
-        *_check_tokenizer(folder),
         *check_graph_against_config(config, graph),
         *check_runtime_settings(config, graph),
     ]
+    vocab, source = _vocabulary(config, graph)
+    problems += check_tokenizer(folder, vocab, source)
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
         manifest = read_json(folder / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
@@ -116,7 +120,9 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
     problems += _check_vocab(model.get("vocab_size"), outputs["logits"], graph)
-    problems += _check_token_ids(model)
+    vocab, source = _vocabulary(config, graph)
+    if vocab is not None:
+        problems += check_token_ids(_config_token_ids(model), vocab, source)
     return problems
 
 
@@ -183,14 +189,29 @@ def _check_layers(
     return []
 
 
-def _check_vocab(vocab: int | None, logits: str, graph: GraphInfo) -> list[str]:
+def _logits_width(logits: str, graph: GraphInfo) -> int | None:
     spec = graph.outputs.get(logits)
-    if vocab is None or spec is None or not spec.shape:
-        return []
-    found = spec.dim(len(spec.shape) - 1)
-    if found is None or found == vocab:
+    if spec is None or not spec.shape:
+        return None
+    return spec.dim(len(spec.shape) - 1)
+
+
+def _check_vocab(vocab: int | None, logits: str, graph: GraphInfo) -> list[str]:
+    found = _logits_width(logits, graph)
+    if vocab is None or found is None or found == vocab:
         return []
     return [f"model.vocab_size: {vocab} but graph output {logits!r} has {found} logits per token"]
+
+
+def _vocabulary(config: Mapping[str, Any], graph: GraphInfo) -> tuple[int | None, str]:
+    """The ids a token may have: the logits per token, else model.vocab_size; and its source."""
+    model = config["model"]
+    logits = {**DEFAULT_OUTPUTS, **model["decoder"].get("outputs", {})}["logits"]
+    width = _logits_width(logits, graph)
+    if width is not None:
+        return width, f"graph output {logits!r}"
+    vocab = model.get("vocab_size")
+    return (vocab, "model.vocab_size") if isinstance(vocab, int) else (None, "")
 
 
 def _check_kv_shape(decoder: Mapping[str, Any], name: str, spec: TensorSpec) -> list[str]:
@@ -235,35 +256,64 @@ def has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in TOKENIZER_CHOICES)
 
 
-def _check_tokenizer(folder: Path) -> list[str]:
+def check_tokenizer(folder: Path, vocab: int | None, source: str) -> list[str]:
+    """Problems of the tokenizer files og.Tokenizer loads: none present, not JSON, or added
+    tokens whose ids are outside [0, `vocab`) (`source` says where `vocab` comes from)."""
     if not has_tokenizer(folder):
         return [f"tokenizer: none of {list(TOKENIZER_CHOICES)} present; og.Tokenizer needs one"]
     problems = []
     for name in TOKENIZER_JSON:
-        if (folder / name).is_file():
-            try:
-                read_json(folder / name, BundleError, name)
-            except BundleError as error:
-                problems.append(f"{error}; og.Tokenizer cannot load it")
+        if not (folder / name).is_file():
+            continue
+        try:
+            document = read_json(folder / name, BundleError, name)
+        except BundleError as error:
+            problems.append(f"{error}; og.Tokenizer cannot load it")
+            continue
+        if vocab is not None:
+            problems += check_token_ids(_added_token_ids(name, document), vocab, source)
     return problems
 
 
-def _check_token_ids(model: Mapping[str, Any]) -> list[str]:
-    """bos/eos/pad ids must be rows of the logits (genai checks eos at load, the others late)."""
-    vocab = model.get("vocab_size")
-    if not isinstance(vocab, int):
-        return []
-    problems = []
+def check_token_ids(ids: Iterable[tuple[str, Any]], vocab: int, source: str) -> list[str]:
+    """Problems for the `(where, id)` pairs whose id is not a row of the logits [0, `vocab`).
+
+    onnxruntime-genai checks eos when it loads a bundle; any other id outside the vocabulary
+    fails later, inside onnxruntime, when generation meets it.
+    """
+    outside: dict[str, list[int]] = {}
+    for where, value in ids:
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < vocab:
+            outside.setdefault(where, []).append(value)
+    return [
+        f"{where}: {values} outside the vocabulary [0, {vocab}) of {source}; the checkpoint's "
+        "config.json and its tokenizer disagree"
+        for where, values in outside.items()
+    ]
+
+
+def _config_token_ids(model: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """genai_config's bos / eos / pad ids (eos may be a list)."""
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         value = model.get(key)
-        ids = value if isinstance(value, list) else [value]
-        outside = [i for i in ids if isinstance(i, int) and not 0 <= i < vocab]
-        if outside:
-            problems.append(
-                f"model.{key}: {outside} outside the vocabulary [0, {vocab}) (vocab_size); the "
-                "checkpoint's config.json and its tokenizer disagree"
-            )
-    return problems
+        for token_id in value if isinstance(value, list) else [value]:
+            yield f"model.{key}", token_id
+
+
+def _added_token_ids(name: str, document: Any) -> Iterator[tuple[str, Any]]:
+    """The added tokens of tokenizer.json (`added_tokens`) and tokenizer_config.json
+    (`added_tokens_decoder`, keyed by the id as a string)."""
+    if not isinstance(document, dict):
+        return
+    entries = document.get("added_tokens")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict):
+            yield f"{name}: added token {entry.get('content')!r}", entry.get("id")
+    decoder = document.get("added_tokens_decoder")
+    for key, entry in decoder.items() if isinstance(decoder, dict) else []:
+        content = entry.get("content") if isinstance(entry, dict) else None
+        token_id = int(key) if _INTEGER.fullmatch(key) else key
+        yield f"{name}: added token {content!r}", token_id
 
 
 def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: bool) -> list[str]:

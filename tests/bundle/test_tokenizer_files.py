@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -166,3 +167,24 @@ def test_a_full_disk_while_copying_is_a_bundle_error_that_keeps_the_old_bundle(
     assert "\n" not in message
     assert {path.name: path.read_bytes() for path in out.iterdir()} == before
     assert _leftovers(tmp_path) == ["b"]
+
+
+@pytest.mark.parametrize("file", ["tokenizer.json", "tokenizer_config.json"])
+def test_package_refuses_added_tokens_outside_the_vocabulary_before_saving_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file: str
+):
+    source = _checkpoint(tmp_path)
+    document = json.loads((source / file).read_text())
+    if file == "tokenizer.json":
+        document["added_tokens"].append({"id": 400, "content": "<|extra|>", "special": True})
+    else:
+        document["added_tokens_decoder"]["400"] = {"content": "<|extra|>", "special": True}
+    (source / file).write_text(json.dumps(document))
+    monkeypatch.setattr(packager, "save_with_digest", lambda *a, **k: pytest.fail("saved"))
+    with pytest.raises(BundleError) as caught:
+        packager.package(source, "cpu", tmp_path / "out", quiet=True, smoke_test=False)
+    assert str(caught.value) == (
+        f"{file}: added token '<|extra|>': [400] outside the vocabulary [0, 384) of config.json's "
+        "vocab_size; the checkpoint's config.json and its tokenizer disagree"
+    )
+    assert _leftovers(tmp_path) == ["ckpt"]

@@ -14,11 +14,14 @@ from mobius_genai.errors import BundleError
 from tests.test_json import HOSTILE
 
 
-def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:
-    path = folder / "genai_config.json"
+def _edit_json(path: Path, edit: Callable[[dict], None]) -> None:
     document = json.loads(path.read_text())
     edit(document)
     path.write_text(json.dumps(document))
+
+
+def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:
+    _edit_json(folder / "genai_config.json", edit)
 
 
 def _decoder(document: dict) -> dict:
@@ -126,7 +129,21 @@ BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
     ),
     "eos outside the vocabulary": (
         lambda f: _edit_config(f, lambda d: d["model"].update(eos_token_id=[383, 500])),
-        "model.eos_token_id: [500] outside the vocabulary [0, 384) (vocab_size)",
+        "model.eos_token_id: [500] outside the vocabulary [0, 384) of graph output 'logits'",
+    ),
+    "added token outside the vocabulary": (
+        lambda f: _edit_json(
+            f / "tokenizer.json", lambda d: d["added_tokens"].append({"id": 400, "content": "<x>"})
+        ),
+        "tokenizer.json: added token '<x>': [400] outside the vocabulary [0, 384) of graph "
+        "output 'logits'",
+    ),
+    "added_tokens_decoder outside the vocabulary": (
+        lambda f: _edit_json(
+            f / "tokenizer_config.json",
+            lambda d: d["added_tokens_decoder"].update({"384": {"content": "<y>"}}),
+        ),
+        "tokenizer_config.json: added token '<y>': [384] outside the vocabulary [0, 384)",
     ),
     "pad outside the vocabulary": (
         lambda f: _edit_config(f, lambda d: d["model"].update(pad_token_id=-1)),
