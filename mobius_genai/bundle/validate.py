@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json
-from mobius_genai.bundle.genai_config import CONFIG_FILENAME
+from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
@@ -273,23 +273,6 @@ def check_tokenizer(folder: Path, vocab: int | None, source: str) -> list[str]:
         if vocab is not None:
             problems += check_token_ids(_added_token_ids(name, document), vocab, source)
     return problems
-
-
-def check_token_ids(ids: Iterable[tuple[str, Any]], vocab: int, source: str) -> list[str]:
-    """Problems for the `(where, id)` pairs whose id is not a row of the logits [0, `vocab`).
-
-    onnxruntime-genai checks eos when it loads a bundle; any other id outside the vocabulary
-    fails later, inside onnxruntime, when generation meets it.
-    """
-    outside: dict[str, list[int]] = {}
-    for where, value in ids:
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < vocab:
-            outside.setdefault(where, []).append(value)
-    return [
-        f"{where}: {values} outside the vocabulary [0, {vocab}) of {source}; the checkpoint's "
-        "config.json and its tokenizer disagree"
-        for where, values in outside.items()
-    ]
 
 
 def _config_token_ids(model: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
