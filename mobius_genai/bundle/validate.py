@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,21 @@ DEFAULT_OUTPUTS = {
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
 
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+#: genai_config keys naming a file or folder that onnxruntime-genai opens, relative to the
+#: bundle folder (decoder, encoder, vision, speech, ... filenames; adapters; tokenizer_dir;
+#: session_options.custom_ops_library); every one must stay inside the bundle.
+PATH_KEYS = frozenset(
+    {
+        "filename",
+        "config_filename",
+        "adapter_filename",
+        "data_file",
+        "tokenizer_dir",
+        "custom_ops_library",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,16 +84,24 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
     if not folder.is_dir():
         raise BundleError(f"{folder}: not a folder; accepted: a bundle folder")
     config = read_genai_config(folder)
+    outside = [
+        f"{field}: {value!r} is not a path inside the bundle folder; accepted: a relative path "
+        "without '..' that stays inside it"
+        for field, value in _config_paths(config)
+        if value and not _inside(folder, folder, value)
+    ]
+    if outside:
+        raise BundleError(f"bundle {folder}: {CONFIG_FILENAME}: " + "; ".join(outside))
     decoder = config["model"]["decoder"]
     model_path = folder / decoder["filename"]
-    if not model_path.is_file() or not model_path.resolve().is_relative_to(folder.resolve()):
+    if not model_path.is_file():
         raise BundleError(
             f"{CONFIG_FILENAME}: model.decoder.filename {decoder['filename']!r} is not a file "
             f"in {folder}"
         )
     graph = GraphInfo.from_file(model_path)
     problems = [
-        *_check_external_data(model_path.parent, graph),
+        *_check_external_data(folder, model_path.parent, graph),
         *check_graph_against_config(config, graph),
         *check_runtime_settings(config, graph),
     ]
@@ -119,6 +142,7 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     first_past = inputs["past_key_names"].replace("%d", "0")
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
+    problems += _check_sizes(model, inputs["input_ids"], graph)
     problems += _check_vocab(model.get("vocab_size"), outputs["logits"], graph)
     vocab, source = _vocabulary(config, graph)
     if vocab is not None:
@@ -196,6 +220,33 @@ def _logits_width(logits: str, graph: GraphInfo) -> int | None:
     return spec.dim(len(spec.shape) - 1)
 
 
+def _check_sizes(model: Mapping[str, Any], input_ids: str, graph: GraphInfo) -> list[str]:
+    """Head counts, hidden size and context length against what the graph's ops fix."""
+    decoder = model["decoder"]
+    problems = [
+        f"model.decoder.{field}: {decoder[field]} but the graph's attention has {sorted(found)} "
+        f"{what}"
+        for field, found, what in (
+            ("num_attention_heads", graph.attention_heads, "heads"),
+            ("num_key_value_heads", graph.attention_kv_heads, "key/value heads"),
+        )
+        if found and found != {decoder[field]}
+    ]
+    width = graph.embedding_widths.get(input_ids)
+    if width is not None and width != decoder["hidden_size"]:
+        problems.append(
+            f"model.decoder.hidden_size: {decoder['hidden_size']} but graph input {input_ids!r} "
+            f"gathers embeddings of width {width}"
+        )
+    positions = graph.rotary_positions
+    if positions is not None and model["context_length"] > positions:
+        problems.append(
+            f"model.context_length: {model['context_length']} but the graph's rotary cos/sin "
+            f"tables cover {positions} positions; accepted: at most {positions}"
+        )
+    return problems
+
+
 def _check_vocab(vocab: int | None, logits: str, graph: GraphInfo) -> list[str]:
     found = _logits_width(logits, graph)
     if vocab is None or found is None or found == vocab:
@@ -233,11 +284,14 @@ def _check_kv_shape(decoder: Mapping[str, Any], name: str, spec: TensorSpec) -> 
     return problems
 
 
-def _check_external_data(folder: Path, graph: GraphInfo) -> list[str]:
+def _check_external_data(bundle: Path, folder: Path, graph: GraphInfo) -> list[str]:
+    """The graph's external data files (relative to `folder`, the graph's) are in `bundle`."""
     problems = []
     for location, needed in sorted(graph.external_data.items()):
         path = folder / location
-        if not path.is_file():
+        if not _inside(bundle, folder, location):
+            problems.append(f"{location}: outside the bundle folder; accepted: a file in it")
+        elif not path.is_file():
             problems.append(f"{location}: missing; the graph reads its weights from it")
         elif path.stat().st_size < needed:
             problems.append(
@@ -303,7 +357,9 @@ def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: boo
     problems = []
     for name, entry in manifest["files"].items():
         path = folder / name
-        if not path.is_file():
+        if not _inside(folder, folder, name):
+            problems.append(f"{name}: listed in {MANIFEST_FILENAME} but outside the bundle folder")
+        elif not path.is_file():
             problems.append(f"{name}: listed in {MANIFEST_FILENAME} but missing")
         elif path.stat().st_size != entry["size"]:
             problems.append(
@@ -312,3 +368,32 @@ def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: boo
         elif hashes and sha256_file(path) != entry["sha256"]:
             problems.append(f"{name}: sha256 differs from {MANIFEST_FILENAME} (file changed)")
     return problems
+
+
+def _config_paths(document: Any) -> Iterator[tuple[str, str]]:
+    """(dotted field, value) of every PATH_KEYS string in genai_config, at any depth (walked
+    without recursion: a free-form section may nest as deep as the JSON reader allows)."""
+    pending: list[tuple[str, Any]] = [("", document)]
+    while pending:
+        where, node = pending.pop()
+        if isinstance(node, dict):
+            items: Iterable[tuple[Any, Any]] = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            continue
+        for key, value in items:
+            field = f"{where}.{key}" if where else str(key)
+            if key in PATH_KEYS and isinstance(value, str):
+                yield field, value
+            else:
+                pending.append((field, value))
+
+
+def _inside(bundle: Path, base: Path, relative: str) -> bool:
+    """Whether `relative` (to `base`) names a path inside `bundle`: not absolute, no '..'
+    component (onnxruntime-genai's own rule), and not leading out through a link."""
+    parts = re.split(r"[/\\]", relative)
+    if relative.startswith(("/", "\\")) or _DRIVE.match(relative) or ".." in parts:
+        return False
+    return (base / relative).resolve().is_relative_to(bundle.resolve())

@@ -6,11 +6,15 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import pytest
 
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
+from tests.bundle.conftest import TINY_QWEN2
 from tests.test_json import HOSTILE
 
 
@@ -54,6 +58,24 @@ def test_bundle_of_another_tool_without_manifest(bundle_copy):
 
     _edit_config(folder, builder_style)
     assert validate_bundle(folder).manifest is None
+
+
+def _weights_outside(folder: Path) -> None:
+    """The graph reads its weights from ../secret.data, beside the bundle folder."""
+    proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../secret.data"
+    onnx.save(proto, str(folder / "model.onnx"))
+    (folder / "model.onnx.data").rename(folder.parent / "secret.data")
+
+
+def _manifest_lists(folder: Path, name: str) -> None:
+    _edit_json(
+        folder / "mobius_manifest.json",
+        lambda d: d["files"].update({name: {"sha256": "0" * 64, "size": 1}}),
+    )
 
 
 BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
@@ -106,6 +128,40 @@ BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
     "decoder file": (
         lambda f: (f / "model.onnx").unlink(),
         "model.decoder.filename 'model.onnx' is not a file",
+    ),
+    "weights outside the bundle": (
+        _weights_outside,
+        "../secret.data: outside the bundle folder; accepted: a file in it",
+    ),
+    "decoder file by absolute path": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(filename=str(f / "model.onnx"))),
+        "model.decoder.filename: '/",
+    ),
+    "tokenizer_dir outside": (
+        lambda f: _edit_config(f, lambda d: d["model"].update(tokenizer_dir="..")),
+        "model.tokenizer_dir: '..' is not a path inside the bundle folder",
+    ),
+    "custom ops library outside": (
+        lambda f: _edit_config(
+            f, lambda d: _decoder(d)["session_options"].update(custom_ops_library="/tmp/x.so")
+        ),
+        "model.decoder.session_options.custom_ops_library: '/tmp/x.so' is not a path inside",
+    ),
+    "manifest names a file outside": (
+        lambda f: _manifest_lists(f, "../secret.data"),
+        "../secret.data: listed in mobius_manifest.json but outside the bundle folder",
+    ),
+    "attention heads": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(num_attention_heads=8)),
+        "model.decoder.num_attention_heads: 8 but the graph's attention has [4] heads",
+    ),
+    "hidden size": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(hidden_size=128)),
+        "model.decoder.hidden_size: 128 but graph input 'input_ids' gathers embeddings of width 64",
+    ),
+    "context beyond the rotary tables": (
+        lambda f: _edit_config(f, lambda d: d["model"].update(context_length=256)),
+        "model.context_length: 256 but the graph's rotary cos/sin tables cover 128 positions",
     ),
     "weights missing": (
         lambda f: (f / "model.onnx.data").unlink(),
@@ -235,4 +291,37 @@ def test_bundle_json_files(bundle_copy, kind, name):
     text, words = HOSTILE[kind]
     (folder / name).write_text(text)
     with pytest.raises(BundleError, match=f"{name}: not readable as JSON .*{words}"):
+        validate_bundle(folder)
+
+
+def test_gqa_graph_heads_are_compared(bundle_copy):
+    folder = bundle_copy("cpu")
+    _edit_config(folder, lambda d: _decoder(d).update(num_attention_heads=2))
+    with pytest.raises(
+        BundleError, match=r"num_attention_heads: 2 but the graph's attention has \[4\]"
+    ):
+        validate_bundle(folder)
+
+
+def test_graph_facts_of_each_kind_of_graph(packaged, tmp_path: Path):
+    """The sizes of tiny-qwen2's config.json, read from the portable, GQA and INT4 graphs."""
+    int4 = package(
+        TINY_QWEN2, "cpu", tmp_path / "int4", precision="int4", quiet=True, smoke_test=False
+    )
+    for folder in (packaged("default"), packaged("cpu"), int4):
+        graph = GraphInfo.from_file(folder / "model.onnx")
+        assert (graph.attention_heads, graph.attention_kv_heads) == ({4}, {2})
+        assert graph.embedding_widths == {"input_ids": 64}
+        assert graph.rotary_positions == 128
+
+
+def test_paths_are_checked_at_any_depth_of_genai_config(bundle_copy):
+    folder = bundle_copy("default")
+    depth = 500
+    text = (folder / "genai_config.json").read_text()
+    deep = '{"a": ' * depth + '{"tokenizer_dir": ".."}' + "}" * depth
+    (folder / "genai_config.json").write_text(
+        text.replace('"model": {', f'"engine": {deep}, "model": {{', 1)
+    )
+    with pytest.raises(BundleError, match=r"engine(\.a)+\.tokenizer_dir: '\.\.' is not a path"):
         validate_bundle(folder)
