@@ -2,7 +2,8 @@
 
 Everything is written into a temporary folder beside OUT that is renamed to OUT only when the
 bundle is complete and checked. A failure or Ctrl-C leaves neither OUT nor the temporary
-folder; an existing OUT is replaced (with `force`) only once its successor is ready.
+folder; an existing OUT is replaced (with `force`) only once its successor is ready. What a
+killed process (SIGKILL) leaves is cleaned up by the next run for the same OUT.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ import contextlib
 import os
 import shutil
 import stat
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from mobius_genai.bundle import _staging
 from mobius_genai.errors import BundleError
 from mobius_genai.source import TOKENIZER_FILES
 
@@ -125,15 +126,20 @@ def staged_output(
     `out` may not be the current folder or one of its parents, nor any `(path, what)` of
     `protect` (e.g. the checkpoint) or a parent of one: replacing it would delete them. Any
     exception, KeyboardInterrupt included, removes the temporary folder (and the parent folders
-    this call created) and leaves an existing `out` untouched. Folders that cannot be created
-    or replaced (read-only, a file in the way, a mount point) are a BundleError naming `out`.
+    this call created) and leaves an existing `out` untouched; once the swap has begun, `out`
+    holds the old or the new bundle whatever happens, and a note on the exception says which.
+    Staging folders that killed processes left beside `out` are cleaned up first. Folders that
+    cannot be created or replaced (read-only, a file in the way, a mount point) are a
+    BundleError naming `out`.
     """
     out = Path(out).absolute()
+    _staging.recover_stale(out)
     check_output(out, force=force)
     for path, what in ((Path.cwd(), "the current folder"), *protect):
         check_not_inside(out, path, what)
     created = _first_missing(out.parent)
-    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
+    staging, backup = _staging.sibling(out, "partial"), _staging.sibling(out, "old")
+    swapping = False
     try:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -145,18 +151,33 @@ def staged_output(
             ) from error
         yield staging
         check_output(out, force=force)  # something may have appeared there meanwhile
+        swapping = True
         try:
-            _replace(staging, out)
+            _staging.swap(staging, out, backup)
         except OSError as error:
             raise BundleError(
                 f"output {out}: cannot replace it ({error.strerror or error}); accepted: a "
                 "folder that can be renamed (not a mount point), in a folder you can write to"
             ) from error
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+        _staging.remove(backup)
+    except BaseException as error:
+        if swapping and os.path.lexists(out) and not os.path.lexists(staging):
+            _staging.remove(backup)
+            _staging.add_note(error, f"output {out}: the new bundle is complete and in place")
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            _staging.add_note(error, _unchanged(out, backup))
         raise
+
+
+def _unchanged(out: Path, backup: Path) -> str:
+    if os.path.lexists(backup) and not os.path.lexists(out):  # putting it back failed too
+        return f"output {out}: nothing was written; the previous bundle is at {backup}"
+    return f"output {out}: nothing was written" + (
+        "; the folder there is unchanged" if os.path.lexists(out) else ""
+    )
 
 
 def _first_missing(folder: Path) -> Path | None:
@@ -167,21 +188,3 @@ def _first_missing(folder: Path) -> Path | None:
             break
         missing = candidate
     return missing
-
-
-def _replace(staging: Path, out: Path) -> None:
-    """Rename `staging` to `out`; an existing `out` is moved aside first and restored on error."""
-    if not out.exists():
-        os.replace(staging, out)
-        return
-    backup = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.old")
-    os.replace(out, backup)
-    try:
-        os.replace(staging, out)
-    except BaseException:
-        os.replace(backup, out)
-        raise
-    if backup.is_symlink():  # `out` was a link: the link goes, its target stays
-        backup.unlink()
-    else:
-        shutil.rmtree(backup, ignore_errors=True)
