@@ -23,6 +23,7 @@ import onnx_ir as ir
 from safetensors import safe_open
 
 from mobius_genai._buffers import BufferPool
+from mobius_genai._json import read_json_object
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
@@ -53,10 +54,14 @@ class Checkpoint:
     def _files(self) -> list[Path]:
         index = self.folder / _INDEX
         if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-            except (OSError, ValueError, KeyError) as error:
-                raise WeightsError(f"{index}: not a valid safetensors index ({error})") from error
+            weight_map = read_json_object(index, WeightsError).get("weight_map")
+            if not isinstance(weight_map, dict) or not all(
+                isinstance(shard, str) for shard in weight_map.values()
+            ):
+                raise WeightsError(
+                    f'{index}: not a valid safetensors index; accepted: a "weight_map" object '
+                    "of tensor names to shard file names"
+                )
             shards = sorted(set(weight_map.values()))
             files = [self.folder / shard for shard in shards]
             outside = [

@@ -2,7 +2,8 @@
 
 Everything is written into a temporary folder beside OUT that is renamed to OUT only when the
 bundle is complete and checked. A failure or Ctrl-C leaves neither OUT nor the temporary
-folder; an existing OUT is replaced (with `force`) only once its successor is ready.
+folder; an existing OUT is replaced (with `force`) only once its successor is ready. What a
+killed process (SIGKILL) leaves is cleaned up by the next run for the same OUT.
 """
 
 from __future__ import annotations
@@ -10,22 +11,84 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import uuid
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from mobius_genai.bundle import _staging
 from mobius_genai.errors import BundleError
 from mobius_genai.source import TOKENIZER_FILES
 
 
 def copy_tokenizer_files(source: Path, bundle: Path) -> list[str]:
-    """Copy the TOKENIZER_FILES that `source` has into `bundle`; returns the names copied."""
+    """Copy the TOKENIZER_FILES that `source` has into `bundle`; returns the names copied.
+
+    Only regular files are copied: a symbolic link (which could ship /etc/passwd or a key as
+    special_tokens_map.json), a pipe or a folder under one of these names is refused. The one
+    kind of link accepted is a huggingface_hub cache snapshot's link into its own repository's
+    blobs/ folder, whose content is copied. A failed copy (disk full, no inodes left) is a
+    BundleError naming the file.
+    """
     copied = []
     for name in TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, bundle / name)
-            copied.append(name)
+        path = source / name
+        if not os.path.lexists(path):
+            continue
+        origin = _hub_blob(path, source) if path.is_symlink() else path
+        try:
+            _copy_regular(origin, bundle / name)
+        except _NotRegular as error:
+            raise BundleError(
+                f"{name}: not a regular file ({error}) in {source}; accepted: regular files in "
+                "the checkpoint folder"
+            ) from None
+        except OSError as error:
+            raise BundleError(
+                f"{name}: cannot copy it into the bundle ({error.strerror or error}); accepted: "
+                "a readable file, and an output folder on a disk with free space and inodes"
+            ) from error
+        copied.append(name)
     return copied
+
+
+class _NotRegular(Exception):
+    """A tokenizer file that is not a regular file (its kind is the message)."""
+
+
+def _hub_blob(link: Path, source: Path) -> Path:
+    """The blob a huggingface_hub cache snapshot's `link` points to, else a BundleError.
+
+    The cache holds `models--org--name/snapshots/<revision>/<file>` → `../../blobs/<sha>`:
+    the link must end in the blobs/ folder of the same `models--*` repository.
+    """
+    target = link.resolve()
+    snapshots = source.parent
+    repo = snapshots.parent
+    if (
+        snapshots.name == "snapshots"
+        and repo.name.startswith("models--")
+        and target.parent == (repo / "blobs").resolve()
+    ):
+        return target
+    raise BundleError(
+        f"{link.name}: is a symbolic link to {os.readlink(link)} in {source}; accepted: regular "
+        "files in the checkpoint folder, or a huggingface_hub cache snapshot's links into its "
+        "repository's blobs/ folder"
+    )
+
+
+def _copy_regular(origin: Path, destination: Path) -> None:
+    """Copy `origin`, which must be a regular file when opened (no link swapped in meanwhile)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    descriptor = os.open(origin, flags)
+    mode = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(descriptor)
+        raise _NotRegular("a folder" if stat.S_ISDIR(mode) else "a pipe, socket or device")
+    with open(descriptor, "rb") as reader:
+        created = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(created, "wb") as writer:
+            shutil.copyfileobj(reader, writer)
 
 
 def check_output(out: Path, *, force: bool) -> None:
@@ -63,15 +126,20 @@ def staged_output(
     `out` may not be the current folder or one of its parents, nor any `(path, what)` of
     `protect` (e.g. the checkpoint) or a parent of one: replacing it would delete them. Any
     exception, KeyboardInterrupt included, removes the temporary folder (and the parent folders
-    this call created) and leaves an existing `out` untouched. Folders that cannot be created
-    or replaced (read-only, a file in the way, a mount point) are a BundleError naming `out`.
+    this call created) and leaves an existing `out` untouched; once the swap has begun, `out`
+    holds the old or the new bundle whatever happens, and a note on the exception says which.
+    Staging folders that killed processes left beside `out` are cleaned up first. Folders that
+    cannot be created or replaced (read-only, a file in the way, a mount point) are a
+    BundleError naming `out`.
     """
     out = Path(out).absolute()
+    _staging.recover_stale(out)
     check_output(out, force=force)
     for path, what in ((Path.cwd(), "the current folder"), *protect):
         check_not_inside(out, path, what)
     created = _first_missing(out.parent)
-    staging = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.partial")
+    staging, backup = _staging.sibling(out, "partial"), _staging.sibling(out, "old")
+    swapping = False
     try:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -83,18 +151,33 @@ def staged_output(
             ) from error
         yield staging
         check_output(out, force=force)  # something may have appeared there meanwhile
+        swapping = True
         try:
-            _replace(staging, out)
+            _staging.swap(staging, out, backup)
         except OSError as error:
             raise BundleError(
                 f"output {out}: cannot replace it ({error.strerror or error}); accepted: a "
                 "folder that can be renamed (not a mount point), in a folder you can write to"
             ) from error
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+        _staging.remove(backup)
+    except BaseException as error:
+        if swapping and os.path.lexists(out) and not os.path.lexists(staging):
+            _staging.remove(backup)
+            _staging.add_note(error, f"output {out}: the new bundle is complete and in place")
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+            _staging.add_note(error, _unchanged(out, backup))
         raise
+
+
+def _unchanged(out: Path, backup: Path) -> str:
+    if os.path.lexists(backup) and not os.path.lexists(out):  # putting it back failed too
+        return f"output {out}: nothing was written; the previous bundle is at {backup}"
+    return f"output {out}: nothing was written" + (
+        "; the folder there is unchanged" if os.path.lexists(out) else ""
+    )
 
 
 def _first_missing(folder: Path) -> Path | None:
@@ -105,21 +188,3 @@ def _first_missing(folder: Path) -> Path | None:
             break
         missing = candidate
     return missing
-
-
-def _replace(staging: Path, out: Path) -> None:
-    """Rename `staging` to `out`; an existing `out` is moved aside first and restored on error."""
-    if not out.exists():
-        os.replace(staging, out)
-        return
-    backup = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.old")
-    os.replace(out, backup)
-    try:
-        os.replace(staging, out)
-    except BaseException:
-        os.replace(backup, out)
-        raise
-    if backup.is_symlink():  # `out` was a link: the link goes, its target stays
-        backup.unlink()
-    else:
-        shutil.rmtree(backup, ignore_errors=True)

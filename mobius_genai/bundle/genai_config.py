@@ -7,7 +7,7 @@ written (its input/output names and whether it uses GroupQueryAttention). onnxru
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +122,14 @@ def token_ids(config: ArchitectureConfig, generation: Mapping[str, Any]) -> dict
     pad = _token("pad_token_id", generation.get("pad_token_id"), config.pad_token_id)
     if (pad is None or pad < 0) and eos:
         pad = eos[0]
-    for field, values in (("bos_token_id", [bos]), ("eos_token_id", eos), ("pad_token_id", [pad])):
-        outside = [v for v in values if v is not None and not 0 <= v < config.vocab_size]
-        if outside:
-            raise ConfigError(
-                f"generation_config.json/config.json: {field} {outside} outside the vocabulary "
-                f"[0, {config.vocab_size}) of config.json's vocab_size; the checkpoint's config "
-                "and its tokenizer disagree"
-            )
+    named = (("bos_token_id", [bos]), ("eos_token_id", eos), ("pad_token_id", [pad]))
+    problems = check_token_ids(
+        ((f"generation_config.json/config.json: {field}", v) for field, ids in named for v in ids),
+        config.vocab_size,
+        "config.json's vocab_size",
+    )
+    if problems:
+        raise ConfigError("; ".join(problems))
     ids: dict[str, Any] = {}
     if bos is not None:
         ids["bos_token_id"] = bos
@@ -138,6 +138,23 @@ def token_ids(config: ArchitectureConfig, generation: Mapping[str, Any]) -> dict
     if pad is not None:
         ids["pad_token_id"] = pad
     return ids
+
+
+def check_token_ids(ids: Iterable[tuple[str, Any]], vocab: int, source: str) -> list[str]:
+    """Problems for the `(where, id)` pairs whose id is not a row of the logits [0, `vocab`).
+
+    onnxruntime-genai checks eos when it loads a bundle; any other id outside the vocabulary
+    fails later, inside onnxruntime, when generation meets it.
+    """
+    outside: dict[str, list[int]] = {}
+    for where, value in ids:
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < vocab:
+            outside.setdefault(where, []).append(value)
+    return [
+        f"{where}: {values} outside the vocabulary [0, {vocab}) of {source}; the checkpoint's "
+        "config.json and its tokenizer disagree"
+        for where, values in outside.items()
+    ]
 
 
 def search_defaults(generation: Mapping[str, Any]) -> dict[str, Any]:

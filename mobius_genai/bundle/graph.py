@@ -19,6 +19,25 @@ GQA_OP = "com.microsoft::GroupQueryAttention"
 
 _LAYER_INDEX = re.compile(r"\d+")
 
+#: Attention ops → the attributes holding their query and key/value head counts.
+_HEAD_ATTRIBUTES: Mapping[str, tuple[str, str | None]] = {
+    "ai.onnx::Attention": ("q_num_heads", "kv_num_heads"),
+    GQA_OP: ("num_heads", "kv_num_heads"),
+    "com.microsoft::MultiHeadAttention": ("num_heads", None),
+    "com.microsoft::SparseAttention": ("num_heads", "kv_num_heads"),
+}
+#: Ops that rotate by position → the input holding the cos table [positions, rotary_dim / 2].
+_COS_TABLE_INPUT: Mapping[str, int] = {
+    "ai.onnx::RotaryEmbedding": 1,
+    "com.microsoft::RotaryEmbedding": 2,
+    GQA_OP: 7,
+}
+#: Ops that gather embedding rows → the input holding the token ids.
+_GATHER_INDICES: Mapping[str, int] = {
+    "ai.onnx::Gather": 1,
+    "com.microsoft::GatherBlockQuantized": 1,
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class TensorSpec:
@@ -45,16 +64,25 @@ class LayerNames:
 
 @dataclasses.dataclass(frozen=True)
 class GraphInfo:
-    """The graph's inputs and outputs, the ops it uses and the external data it reads.
+    """The graph's inputs and outputs, the ops it uses, the external data it reads, and the
+    sizes genai_config must repeat.
 
     `external_data` maps each external data file (relative to the .onnx file) to the number of
     bytes the graph reads from it (the largest offset + length), so truncation shows.
+    `attention_heads` / `attention_kv_heads` are the head counts the attention ops' attributes
+    name; `embedding_widths` maps a graph input of token ids to the width of the embedding rows
+    it gathers (the hidden size); `rotary_positions` is the number of positions the rotary
+    cos/sin tables cover (the fewest, when several), None without such tables.
     """
 
     inputs: Mapping[str, TensorSpec]
     outputs: Mapping[str, TensorSpec]
     ops: frozenset[str] = frozenset()
     external_data: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    attention_heads: frozenset[int] = frozenset()
+    attention_kv_heads: frozenset[int] = frozenset()
+    embedding_widths: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    rotary_positions: int | None = None
 
     @property
     def has_gqa(self) -> bool:
@@ -74,18 +102,22 @@ class GraphInfo:
     @classmethod
     def from_proto(cls, proto: onnx.ModelProto) -> GraphInfo:
         """Summarize a ModelProto (loaded with or without external data)."""
-        initializers = {init.name for init in proto.graph.initializer}
+        initializers = {init.name: init for init in proto.graph.initializer}
+        inputs = {
+            value.name: _spec(value)
+            for value in proto.graph.input
+            if value.name not in initializers
+        }
+        heads, kv_heads = _attention_heads(proto)
         return cls(
-            inputs={
-                value.name: _spec(value)
-                for value in proto.graph.input
-                if value.name not in initializers
-            },
+            inputs=inputs,
             outputs={value.name: _spec(value) for value in proto.graph.output},
-            ops=frozenset(
-                f"{node.domain or 'ai.onnx'}::{node.op_type}" for node in _all_nodes(proto)
-            ),
+            ops=frozenset(_op(node) for node in _all_nodes(proto)),
             external_data=_external_data(proto),
+            attention_heads=heads,
+            attention_kv_heads=kv_heads,
+            embedding_widths=_embedding_widths(proto.graph, inputs, initializers),
+            rotary_positions=_rotary_positions(proto.graph, initializers),
         )
 
 
@@ -154,6 +186,63 @@ def _all_nodes(proto: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
         yield from graph.node
     for function in proto.functions:
         yield from function.node
+
+
+def _op(node: onnx.NodeProto) -> str:
+    return f"{node.domain or 'ai.onnx'}::{node.op_type}"
+
+
+def _attention_heads(proto: onnx.ModelProto) -> tuple[frozenset[int], frozenset[int]]:
+    """The query and key/value head counts the attention ops' attributes name."""
+    heads: set[int] = set()
+    kv_heads: set[int] = set()
+    for node in _all_nodes(proto):
+        names = _HEAD_ATTRIBUTES.get(_op(node))
+        if names is None:
+            continue
+        values = {a.name: a.i for a in node.attribute if a.type == onnx.AttributeProto.INT}
+        for name, found in zip(names, (heads, kv_heads), strict=True):
+            if name in values:
+                found.add(values[name])
+    return frozenset(heads), frozenset(kv_heads)
+
+
+def _embedding_widths(
+    graph: onnx.GraphProto,
+    inputs: Mapping[str, TensorSpec],
+    initializers: Mapping[str, onnx.TensorProto],
+) -> dict[str, int]:
+    """Graph input of token ids → width of the rows gathered with it, from the gather's output
+    shape when the graph records it, else from the shape of a plain Gather's table."""
+    shapes = {value.name: _spec(value) for value in (*graph.value_info, *graph.output)}
+    widths: dict[str, int] = {}
+    for node in graph.node:
+        position = _GATHER_INDICES.get(_op(node))
+        if position is None or len(node.input) <= position or node.input[position] not in inputs:
+            continue
+        spec = shapes.get(node.output[0])
+        width = spec.dim(len(spec.shape) - 1) if spec is not None and spec.shape else None
+        table = initializers.get(node.input[0])
+        if width is None and _op(node) == "ai.onnx::Gather" and table is not None:
+            width = table.dims[-1] if len(table.dims) == 2 else None
+        if width is not None:
+            widths[node.input[position]] = width
+    return widths
+
+
+def _rotary_positions(
+    graph: onnx.GraphProto, initializers: Mapping[str, onnx.TensorProto]
+) -> int | None:
+    """The fewest positions among the 2-D cos tables [positions, rotary_dim / 2] of the graph."""
+    rows = []
+    for node in graph.node:
+        position = _COS_TABLE_INPUT.get(_op(node))
+        if position is None or len(node.input) <= position:
+            continue
+        table = initializers.get(node.input[position])
+        if table is not None and len(table.dims) == 2:
+            rows.append(table.dims[0])
+    return min(rows, default=None)
 
 
 def _external_data(proto: onnx.ModelProto) -> dict[str, int]:

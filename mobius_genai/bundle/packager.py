@@ -1,7 +1,8 @@
 """`package()`: from a checkpoint to a checked bundle folder that `og.Model(folder)` runs.
 
-build → save graph + weights → genai_config.json → tokenizer files → README.md → manifest →
-validate → smoke test, all inside a temporary folder that becomes OUT only at the very end.
+build → tokenizer files (token ids checked) → save graph + weights → genai_config.json →
+README.md → manifest → validate → smoke test, all inside a temporary folder that becomes OUT
+only at the very end.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ from mobius_genai.bundle.manifest import (
 )
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
-from mobius_genai.bundle.validate import TOKENIZER_CHOICES, has_tokenizer, validate_bundle
+from mobius_genai.bundle.validate import (
+    TOKENIZER_CHOICES,
+    check_tokenizer,
+    has_tokenizer,
+    validate_bundle,
+)
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
@@ -171,6 +177,8 @@ def write_bundle(
             "a bundle needs the checkpoint's files (tokenizer, generation config); accepted: "
             "a ModelPackage from build(), not build_from_module()"
         )
+    copied = copy_tokenizer_files(source.path, folder)
+    _require_token_ids(folder, built.config.vocab_size)  # before the long part: saving weights
     save_with_digest(built, folder, progress=progress)  # hashes model.onnx.data as it writes
     graph = GraphInfo.from_file(folder / MODEL_FILENAME)
     genai_config = make_genai_config(
@@ -183,7 +191,6 @@ def write_bundle(
     )
     validate_genai_config(genai_config)
     write_json(folder / CONFIG_FILENAME, genai_config)
-    copied = copy_tokenizer_files(source.path, folder)
     build_info = {
         "execution_provider": built.ep.name,
         "dtype": precision_of(built.dtype),
@@ -228,6 +235,12 @@ def _require_tokenizer(checkpoint: Path) -> None:
             f"checkpoint {checkpoint}: no tokenizer (none of {list(TOKENIZER_CHOICES)}); "
             "accepted: a checkpoint with its tokenizer files, which onnxruntime-genai needs"
         )
+
+
+def _require_token_ids(folder: Path, vocab: int) -> None:
+    problems = check_tokenizer(folder, vocab, "config.json's vocab_size")
+    if problems:
+        raise BundleError("; ".join(problems))
 
 
 @contextlib.contextmanager

@@ -8,12 +8,13 @@ reported in one BundleError that names the file or field, the value and what is 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json
-from mobius_genai.bundle.genai_config import CONFIG_FILENAME
+from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
@@ -35,6 +36,23 @@ DEFAULT_OUTPUTS = {
 }
 
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
+
+_INTEGER = re.compile(r"-?[0-9]{1,18}")
+_DRIVE = re.compile(r"[A-Za-z]:")
+
+#: genai_config keys naming a file or folder that onnxruntime-genai opens, relative to the
+#: bundle folder (decoder, encoder, vision, speech, ... filenames; adapters; tokenizer_dir;
+#: session_options.custom_ops_library); every one must stay inside the bundle.
+PATH_KEYS = frozenset(
+    {
+        "filename",
+        "config_filename",
+        "adapter_filename",
+        "data_file",
+        "tokenizer_dir",
+        "custom_ops_library",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,20 +84,29 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
     if not folder.is_dir():
         raise BundleError(f"{folder}: not a folder; accepted: a bundle folder")
     config = read_genai_config(folder)
+    outside = [
+        f"{field}: {value!r} is not a path inside the bundle folder; accepted: a relative path "
+        "without '..' that stays inside it"
+        for field, value in _config_paths(config)
+        if value and not _inside(folder, folder, value)
+    ]
+    if outside:
+        raise BundleError(f"bundle {folder}: {CONFIG_FILENAME}: " + "; ".join(outside))
     decoder = config["model"]["decoder"]
     model_path = folder / decoder["filename"]
-    if not model_path.is_file() or not model_path.resolve().is_relative_to(folder.resolve()):
+    if not model_path.is_file():
         raise BundleError(
             f"{CONFIG_FILENAME}: model.decoder.filename {decoder['filename']!r} is not a file "
             f"in {folder}"
         )
     graph = GraphInfo.from_file(model_path)
     problems = [
-        *_check_external_data(model_path.parent, graph),
-        *_check_tokenizer(folder),
+        *_check_external_data(folder, model_path.parent, graph),
         *check_graph_against_config(config, graph),
         *check_runtime_settings(config, graph),
     ]
+    vocab, source = _vocabulary(config, graph)
+    problems += check_tokenizer(folder, vocab, source)
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
         manifest = read_json(folder / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
@@ -115,8 +142,11 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     first_past = inputs["past_key_names"].replace("%d", "0")
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
+    problems += _check_sizes(model, inputs["input_ids"], graph)
     problems += _check_vocab(model.get("vocab_size"), outputs["logits"], graph)
-    problems += _check_token_ids(model)
+    vocab, source = _vocabulary(config, graph)
+    if vocab is not None:
+        problems += check_token_ids(_config_token_ids(model), vocab, source)
     return problems
 
 
@@ -183,14 +213,56 @@ def _check_layers(
     return []
 
 
-def _check_vocab(vocab: int | None, logits: str, graph: GraphInfo) -> list[str]:
+def _logits_width(logits: str, graph: GraphInfo) -> int | None:
     spec = graph.outputs.get(logits)
-    if vocab is None or spec is None or not spec.shape:
-        return []
-    found = spec.dim(len(spec.shape) - 1)
-    if found is None or found == vocab:
+    if spec is None or not spec.shape:
+        return None
+    return spec.dim(len(spec.shape) - 1)
+
+
+def _check_sizes(model: Mapping[str, Any], input_ids: str, graph: GraphInfo) -> list[str]:
+    """Head counts, hidden size and context length against what the graph's ops fix."""
+    decoder = model["decoder"]
+    problems = [
+        f"model.decoder.{field}: {decoder[field]} but the graph's attention has {sorted(found)} "
+        f"{what}"
+        for field, found, what in (
+            ("num_attention_heads", graph.attention_heads, "heads"),
+            ("num_key_value_heads", graph.attention_kv_heads, "key/value heads"),
+        )
+        if found and found != {decoder[field]}
+    ]
+    width = graph.embedding_widths.get(input_ids)
+    if width is not None and width != decoder["hidden_size"]:
+        problems.append(
+            f"model.decoder.hidden_size: {decoder['hidden_size']} but graph input {input_ids!r} "
+            f"gathers embeddings of width {width}"
+        )
+    positions = graph.rotary_positions
+    if positions is not None and model["context_length"] > positions:
+        problems.append(
+            f"model.context_length: {model['context_length']} but the graph's rotary cos/sin "
+            f"tables cover {positions} positions; accepted: at most {positions}"
+        )
+    return problems
+
+
+def _check_vocab(vocab: int | None, logits: str, graph: GraphInfo) -> list[str]:
+    found = _logits_width(logits, graph)
+    if vocab is None or found is None or found == vocab:
         return []
     return [f"model.vocab_size: {vocab} but graph output {logits!r} has {found} logits per token"]
+
+
+def _vocabulary(config: Mapping[str, Any], graph: GraphInfo) -> tuple[int | None, str]:
+    """The ids a token may have: the logits per token, else model.vocab_size; and its source."""
+    model = config["model"]
+    logits = {**DEFAULT_OUTPUTS, **model["decoder"].get("outputs", {})}["logits"]
+    width = _logits_width(logits, graph)
+    if width is not None:
+        return width, f"graph output {logits!r}"
+    vocab = model.get("vocab_size")
+    return (vocab, "model.vocab_size") if isinstance(vocab, int) else (None, "")
 
 
 def _check_kv_shape(decoder: Mapping[str, Any], name: str, spec: TensorSpec) -> list[str]:
@@ -212,11 +284,14 @@ def _check_kv_shape(decoder: Mapping[str, Any], name: str, spec: TensorSpec) -> 
     return problems
 
 
-def _check_external_data(folder: Path, graph: GraphInfo) -> list[str]:
+def _check_external_data(bundle: Path, folder: Path, graph: GraphInfo) -> list[str]:
+    """The graph's external data files (relative to `folder`, the graph's) are in `bundle`."""
     problems = []
     for location, needed in sorted(graph.external_data.items()):
         path = folder / location
-        if not path.is_file():
+        if not _inside(bundle, folder, location):
+            problems.append(f"{location}: outside the bundle folder; accepted: a file in it")
+        elif not path.is_file():
             problems.append(f"{location}: missing; the graph reads its weights from it")
         elif path.stat().st_size < needed:
             problems.append(
@@ -235,42 +310,56 @@ def has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in TOKENIZER_CHOICES)
 
 
-def _check_tokenizer(folder: Path) -> list[str]:
+def check_tokenizer(folder: Path, vocab: int | None, source: str) -> list[str]:
+    """Problems of the tokenizer files og.Tokenizer loads: none present, not JSON, or added
+    tokens whose ids are outside [0, `vocab`) (`source` says where `vocab` comes from)."""
     if not has_tokenizer(folder):
         return [f"tokenizer: none of {list(TOKENIZER_CHOICES)} present; og.Tokenizer needs one"]
     problems = []
     for name in TOKENIZER_JSON:
-        if (folder / name).is_file():
-            try:
-                read_json(folder / name, BundleError, name)
-            except BundleError as error:
-                problems.append(f"{error}; og.Tokenizer cannot load it")
+        if not (folder / name).is_file():
+            continue
+        try:
+            document = read_json(folder / name, BundleError, name)
+        except BundleError as error:
+            problems.append(f"{error}; og.Tokenizer cannot load it")
+            continue
+        if vocab is not None:
+            problems += check_token_ids(_added_token_ids(name, document), vocab, source)
     return problems
 
 
-def _check_token_ids(model: Mapping[str, Any]) -> list[str]:
-    """bos/eos/pad ids must be rows of the logits (genai checks eos at load, the others late)."""
-    vocab = model.get("vocab_size")
-    if not isinstance(vocab, int):
-        return []
-    problems = []
+def _config_token_ids(model: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
+    """genai_config's bos / eos / pad ids (eos may be a list)."""
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         value = model.get(key)
-        ids = value if isinstance(value, list) else [value]
-        outside = [i for i in ids if isinstance(i, int) and not 0 <= i < vocab]
-        if outside:
-            problems.append(
-                f"model.{key}: {outside} outside the vocabulary [0, {vocab}) (vocab_size); the "
-                "checkpoint's config.json and its tokenizer disagree"
-            )
-    return problems
+        for token_id in value if isinstance(value, list) else [value]:
+            yield f"model.{key}", token_id
+
+
+def _added_token_ids(name: str, document: Any) -> Iterator[tuple[str, Any]]:
+    """The added tokens of tokenizer.json (`added_tokens`) and tokenizer_config.json
+    (`added_tokens_decoder`, keyed by the id as a string)."""
+    if not isinstance(document, dict):
+        return
+    entries = document.get("added_tokens")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict):
+            yield f"{name}: added token {entry.get('content')!r}", entry.get("id")
+    decoder = document.get("added_tokens_decoder")
+    for key, entry in decoder.items() if isinstance(decoder, dict) else []:
+        content = entry.get("content") if isinstance(entry, dict) else None
+        token_id = int(key) if _INTEGER.fullmatch(key) else key
+        yield f"{name}: added token {content!r}", token_id
 
 
 def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: bool) -> list[str]:
     problems = []
     for name, entry in manifest["files"].items():
         path = folder / name
-        if not path.is_file():
+        if not _inside(folder, folder, name):
+            problems.append(f"{name}: listed in {MANIFEST_FILENAME} but outside the bundle folder")
+        elif not path.is_file():
             problems.append(f"{name}: listed in {MANIFEST_FILENAME} but missing")
         elif path.stat().st_size != entry["size"]:
             problems.append(
@@ -279,3 +368,32 @@ def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: boo
         elif hashes and sha256_file(path) != entry["sha256"]:
             problems.append(f"{name}: sha256 differs from {MANIFEST_FILENAME} (file changed)")
     return problems
+
+
+def _config_paths(document: Any) -> Iterator[tuple[str, str]]:
+    """(dotted field, value) of every PATH_KEYS string in genai_config, at any depth (walked
+    without recursion: a free-form section may nest as deep as the JSON reader allows)."""
+    pending: list[tuple[str, Any]] = [("", document)]
+    while pending:
+        where, node = pending.pop()
+        if isinstance(node, dict):
+            items: Iterable[tuple[Any, Any]] = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            continue
+        for key, value in items:
+            field = f"{where}.{key}" if where else str(key)
+            if key in PATH_KEYS and isinstance(value, str):
+                yield field, value
+            else:
+                pending.append((field, value))
+
+
+def _inside(bundle: Path, base: Path, relative: str) -> bool:
+    """Whether `relative` (to `base`) names a path inside `bundle`: not absolute, no '..'
+    component (onnxruntime-genai's own rule), and not leading out through a link."""
+    parts = re.split(r"[/\\]", relative)
+    if relative.startswith(("/", "\\")) or _DRIVE.match(relative) or ".." in parts:
+        return False
+    return (base / relative).resolve().is_relative_to(bundle.resolve())

@@ -71,6 +71,11 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _outcome(interruption: BaseException) -> str:
+    """What an interrupted command left behind, as the notes of staged_output say."""
+    return "; ".join(getattr(interruption, "__notes__", [])) or "nothing was written"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     handles_signals = threading.current_thread() is threading.main_thread()
@@ -80,9 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         debug = args.debug
         return int(args._run(args) or 0)
-    except KeyboardInterrupt:
-        print("mobius-genai: interrupted; nothing was written", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        print(f"mobius-genai: interrupted; {_outcome(interrupt)}", file=sys.stderr)
         return 130
+    except SystemExit as stop:
+        if getattr(stop, "__notes__", None):  # SIGTERM while writing: say what OUT holds
+            print(f"mobius-genai: terminated; {_outcome(stop)}", file=sys.stderr)
+        raise
     except MobiusError as error:
         if debug:
             raise

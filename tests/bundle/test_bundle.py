@@ -84,12 +84,12 @@ def test_tokenizer_files_are_copied_when_present(tmp_path: Path):
 def test_package_interrupted_mid_build_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, interruption: BaseException
 ):
-    """The graph and weights are already saved when tokenizer copying fails."""
+    """The graph and weights are already saved when writing the card fails."""
 
     def fail(*args, **kwargs):
         raise interruption
 
-    monkeypatch.setattr(packager, "copy_tokenizer_files", fail)
+    monkeypatch.setattr(packager, "render_card", fail)
     out = tmp_path / "out"
     with pytest.raises(type(interruption)):
         packager.package(TINY_QWEN2, "cpu", out, quiet=True)

@@ -171,7 +171,7 @@ def test_bad_token_id_names_the_field():
 
 @pytest.mark.parametrize("field", ["bos_token_id", "eos_token_id", "pad_token_id"])
 def test_token_ids_outside_the_vocabulary_are_refused(field: str):
-    with pytest.raises(ConfigError, match=rf"{field} \[384\] outside the vocabulary \[0, 384\)"):
+    with pytest.raises(ConfigError, match=rf"{field}: \[384\] outside the vocabulary \[0, 384\)"):
         token_ids(CONFIG, {field: 384})
 
 

@@ -14,6 +14,7 @@ from mobius_genai.bundle.genai_config import make_genai_config
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
+from mobius_genai.models import FAMILIES
 from tests.bundle.test_genai_config import CONFIG, toy_graph
 
 GOOD = make_genai_config(CONFIG, get_ep("cuda"), toy_graph(gqa=True))
@@ -87,6 +88,17 @@ def test_both_schemas_are_valid_2020_12():
         ),
         ("search/max_new_tokens", 5, "search.max_new_tokens: unknown field"),
         ("model/prompt_templates", {}, "model.prompt_templates: unknown field"),
+        (
+            "serach",
+            {},
+            "serach: unknown field; accepted: ['engine', 'model', 'search', 'speculative']",
+        ),
+        (
+            "model/context_length",
+            2**31,
+            "model.context_length: 2147483648 is greater than the maximum of 2147483647",
+        ),
+        ("model/type", "Qwen2", "model.type: 'Qwen2' is not one of ['chatglm', 'decoder'"),
     ],
 )
 def test_schema_rejects_broken_configs_naming_the_field(path, value, named):
@@ -111,6 +123,16 @@ def test_schema_rejects_broken_configs_naming_the_field(path, value, named):
         ("search/do_sample", 0),
         ("model/context_length", "64"),
         ("model/context_length", 64.5),
+        ("serach", {}),
+        ("max_length", [64]),
+        ("model/context_length", 2**31),
+        ("model/vocab_size", 2**40),
+        ("model/eos_token_id", [2, 2**31]),
+        ("model/bos_token_id", -(2**31) - 1),
+        ("model/decoder/head_size", 2**31),
+        ("search/max_length", 2**31),
+        ("search/top_k", 2**31),
+        ("model/decoder/session_options/intra_op_num_threads", 2**31),
     ],
 )
 def test_what_genai_rejects_the_schema_rejects(path, value, tmp_path: Path):
@@ -139,12 +161,52 @@ def test_what_genai_rejects_the_schema_rejects(path, value, tmp_path: Path):
         ("search/random_seed", 42),
         ("search/early_stopping", True),
         ("search/chunk_size", 128),
+        ("model/context_length", 2**31 - 1),
+        ("search/random_seed", -1),
     ],
 )
 def test_schema_accepts_extras_genai_accepts(path, value, tmp_path: Path):
     document = _with(path, value)
     assert not _og_rejects(document, tmp_path)
     validate_genai_config(document)
+
+
+def test_an_unknown_top_level_scalar_is_refused_although_genai_ignores_it(tmp_path: Path):
+    """genai skips unknown top-level scalars: `"max_length": 64` there does nothing, silently."""
+    document = _with("max_length", 64)
+    assert not _og_rejects(document, tmp_path)
+    with pytest.raises(BundleError, match="max_length: unknown field"):
+        validate_genai_config(document)
+
+
+def _model_types() -> list[str]:
+    schema = _resources.read_json("schemas/genai_config.schema.json")
+    return schema["$defs"]["model"]["properties"]["type"]["enum"]
+
+
+def test_every_family_writes_a_model_type_of_the_schema():
+    assert {family.genai_type for family in FAMILIES.values()} <= set(_model_types())
+
+
+def test_the_model_types_are_those_genai_runs_a_standard_decoder_with(bundle_copy):
+    """Each type of the schema loads and generates with onnxruntime-genai; some that do not."""
+    folder = bundle_copy("default")
+    document = json.loads((folder / "genai_config.json").read_text())
+    outcomes = {}
+    for model_type in [*_model_types(), "gpt2", "lfm2", "olmo2", "Qwen2", "starcoder2"]:
+        document["model"]["type"] = model_type
+        (folder / "genai_config.json").write_text(json.dumps(document))
+        try:
+            model = og.Model(str(folder))
+            params = og.GeneratorParams(model)
+            params.set_search_options(max_length=8)
+            generator = og.Generator(model, params)
+            generator.append_tokens([1, 2, 3])
+            generator.generate_next_token()
+            outcomes[model_type] = True
+        except Exception:  # og raises RuntimeError (unknown type) or another error (contract)
+            outcomes[model_type] = False
+    assert sorted(t for t, runs in outcomes.items() if runs) == sorted(_model_types())
 
 
 def test_manifest_of_a_bundle_is_valid_and_bad_hash_is_named(packaged):

@@ -6,18 +6,26 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import onnx
 import pytest
 
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
+from tests.bundle.conftest import TINY_QWEN2
+from tests.test_json import HOSTILE
 
 
-def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:
-    path = folder / "genai_config.json"
+def _edit_json(path: Path, edit: Callable[[dict], None]) -> None:
     document = json.loads(path.read_text())
     edit(document)
     path.write_text(json.dumps(document))
+
+
+def _edit_config(folder: Path, edit: Callable[[dict], None]) -> None:
+    _edit_json(folder / "genai_config.json", edit)
 
 
 def _decoder(document: dict) -> dict:
@@ -50,6 +58,24 @@ def test_bundle_of_another_tool_without_manifest(bundle_copy):
 
     _edit_config(folder, builder_style)
     assert validate_bundle(folder).manifest is None
+
+
+def _weights_outside(folder: Path) -> None:
+    """The graph reads its weights from ../secret.data, beside the bundle folder."""
+    proto = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    for tensor in proto.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../secret.data"
+    onnx.save(proto, str(folder / "model.onnx"))
+    (folder / "model.onnx.data").rename(folder.parent / "secret.data")
+
+
+def _manifest_lists(folder: Path, name: str) -> None:
+    _edit_json(
+        folder / "mobius_manifest.json",
+        lambda d: d["files"].update({name: {"sha256": "0" * 64, "size": 1}}),
+    )
 
 
 BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
@@ -103,6 +129,40 @@ BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
         lambda f: (f / "model.onnx").unlink(),
         "model.decoder.filename 'model.onnx' is not a file",
     ),
+    "weights outside the bundle": (
+        _weights_outside,
+        "../secret.data: outside the bundle folder; accepted: a file in it",
+    ),
+    "decoder file by absolute path": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(filename=str(f / "model.onnx"))),
+        "model.decoder.filename: '/",
+    ),
+    "tokenizer_dir outside": (
+        lambda f: _edit_config(f, lambda d: d["model"].update(tokenizer_dir="..")),
+        "model.tokenizer_dir: '..' is not a path inside the bundle folder",
+    ),
+    "custom ops library outside": (
+        lambda f: _edit_config(
+            f, lambda d: _decoder(d)["session_options"].update(custom_ops_library="/tmp/x.so")
+        ),
+        "model.decoder.session_options.custom_ops_library: '/tmp/x.so' is not a path inside",
+    ),
+    "manifest names a file outside": (
+        lambda f: _manifest_lists(f, "../secret.data"),
+        "../secret.data: listed in mobius_manifest.json but outside the bundle folder",
+    ),
+    "attention heads": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(num_attention_heads=8)),
+        "model.decoder.num_attention_heads: 8 but the graph's attention has [4] heads",
+    ),
+    "hidden size": (
+        lambda f: _edit_config(f, lambda d: _decoder(d).update(hidden_size=128)),
+        "model.decoder.hidden_size: 128 but graph input 'input_ids' gathers embeddings of width 64",
+    ),
+    "context beyond the rotary tables": (
+        lambda f: _edit_config(f, lambda d: d["model"].update(context_length=256)),
+        "model.context_length: 256 but the graph's rotary cos/sin tables cover 128 positions",
+    ),
     "weights missing": (
         lambda f: (f / "model.onnx.data").unlink(),
         "model.onnx.data: missing",
@@ -125,7 +185,21 @@ BROKEN: dict[str, tuple[Callable[[Path], None], str]] = {
     ),
     "eos outside the vocabulary": (
         lambda f: _edit_config(f, lambda d: d["model"].update(eos_token_id=[383, 500])),
-        "model.eos_token_id: [500] outside the vocabulary [0, 384) (vocab_size)",
+        "model.eos_token_id: [500] outside the vocabulary [0, 384) of graph output 'logits'",
+    ),
+    "added token outside the vocabulary": (
+        lambda f: _edit_json(
+            f / "tokenizer.json", lambda d: d["added_tokens"].append({"id": 400, "content": "<x>"})
+        ),
+        "tokenizer.json: added token '<x>': [400] outside the vocabulary [0, 384) of graph "
+        "output 'logits'",
+    ),
+    "added_tokens_decoder outside the vocabulary": (
+        lambda f: _edit_json(
+            f / "tokenizer_config.json",
+            lambda d: d["added_tokens_decoder"].update({"384": {"content": "<y>"}}),
+        ),
+        "tokenizer_config.json: added token '<y>': [384] outside the vocabulary [0, 384)",
     ),
     "pad outside the vocabulary": (
         lambda f: _edit_config(f, lambda d: d["model"].update(pad_token_id=-1)),
@@ -205,3 +279,49 @@ def test_skip_hashes_still_checks_sizes(bundle_copy):
 
 def test_not_a_folder(tmp_path: Path):
     assert main(["validate", str(tmp_path / "nowhere")]) == 1
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+@pytest.mark.parametrize(
+    "name",
+    ["genai_config.json", "mobius_manifest.json", "tokenizer.json", "tokenizer_config.json"],
+)
+def test_bundle_json_files(bundle_copy, kind, name):
+    folder = bundle_copy("default")
+    text, words = HOSTILE[kind]
+    (folder / name).write_text(text)
+    with pytest.raises(BundleError, match=f"{name}: not readable as JSON .*{words}"):
+        validate_bundle(folder)
+
+
+def test_gqa_graph_heads_are_compared(bundle_copy):
+    folder = bundle_copy("cpu")
+    _edit_config(folder, lambda d: _decoder(d).update(num_attention_heads=2))
+    with pytest.raises(
+        BundleError, match=r"num_attention_heads: 2 but the graph's attention has \[4\]"
+    ):
+        validate_bundle(folder)
+
+
+def test_graph_facts_of_each_kind_of_graph(packaged, tmp_path: Path):
+    """The sizes of tiny-qwen2's config.json, read from the portable, GQA and INT4 graphs."""
+    int4 = package(
+        TINY_QWEN2, "cpu", tmp_path / "int4", precision="int4", quiet=True, smoke_test=False
+    )
+    for folder in (packaged("default"), packaged("cpu"), int4):
+        graph = GraphInfo.from_file(folder / "model.onnx")
+        assert (graph.attention_heads, graph.attention_kv_heads) == ({4}, {2})
+        assert graph.embedding_widths == {"input_ids": 64}
+        assert graph.rotary_positions == 128
+
+
+def test_paths_are_checked_at_any_depth_of_genai_config(bundle_copy):
+    folder = bundle_copy("default")
+    depth = 500
+    text = (folder / "genai_config.json").read_text()
+    deep = '{"a": ' * depth + '{"tokenizer_dir": ".."}' + "}" * depth
+    (folder / "genai_config.json").write_text(
+        text.replace('"model": {', f'"engine": {deep}, "model": {{', 1)
+    )
+    with pytest.raises(BundleError, match=r"engine(\.a)+\.tokenizer_dir: '\.\.' is not a path"):
+        validate_bundle(folder)

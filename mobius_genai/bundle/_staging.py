@@ -1,0 +1,138 @@
+"""Staging folders beside OUT, and the swap that puts a finished one in OUT's place.
+
+A staging folder's name records the process that made it (a hash of the host name and the
+pid), so a later run for the same OUT tells the leftovers of a killed process (SIGKILL, power
+loss) from the folder of a build still running, and removes only the former. The name stays
+short whatever OUT's name (NAME_MAX is 255 bytes). The swap's renames run with SIGINT and
+SIGTERM held back, so OUT always holds the old or the new bundle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+#: Characters of OUT's name that start a staging name, for whoever reads a folder listing:
+#: 4 bytes each at most, so the whole name stays far below NAME_MAX.
+_PREFIX_CHARS = 32
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_NAME = re.compile(
+    r"\..*\.(?P<out>[0-9a-f]{12})\.(?P<host>[0-9a-f]{8})\.(?P<pid>[0-9]{1,10})\.[0-9a-f]{8}"
+    r"\.(?P<kind>partial|old)",
+    re.DOTALL,
+)
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def sibling(out: Path, kind: str) -> Path:
+    """A new hidden name beside `out` for a `kind` ("partial" or "old") folder of this process."""
+    return out.with_name(
+        f".{out.name[:_PREFIX_CHARS]}.{_key(out)}.{_HOST}.{os.getpid()}."
+        f"{uuid.uuid4().hex[:8]}.{kind}"
+    )
+
+
+def _key(out: Path) -> str:
+    return hashlib.sha256(os.fsencode(out.name)).hexdigest()[:12]
+
+
+def recover_stale(out: Path) -> None:
+    """Clean up what dead processes of this host left beside `out`.
+
+    Their staging folders are removed. A previous bundle that a swap moved aside is removed
+    when `out` exists (the swap finished), and put back when it does not (the process died
+    between the two renames). Folders of live processes, of other hosts and of other OUTs are
+    left alone.
+    """
+    key = _key(out)
+    try:
+        names = os.listdir(out.parent)
+    except OSError:
+        return
+    for name in sorted(names, key=lambda name: not name.endswith(".old")):
+        match = _NAME.fullmatch(name)
+        if match is None or (match["out"], match["host"]) != (key, _HOST):
+            continue
+        if _alive(int(match["pid"])):
+            continue
+        path = out.parent / name
+        if match["kind"] == "old" and not os.path.lexists(out):
+            with contextlib.suppress(OSError):  # another run may be recovering it too
+                os.replace(path, out)
+        else:
+            remove(path)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` may be running; True when that cannot be told safely."""
+    if pid == os.getpid() or os.name != "posix":  # on Windows os.kill(pid, 0) sends Ctrl-C
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: another user's live process
+        return True
+    return True
+
+
+def remove(path: Path) -> None:
+    """Remove a staging or backup folder; a link (an OUT that was a link) loses only itself."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def swap(staging: Path, out: Path, backup: Path) -> None:
+    """Rename `staging` to `out`; an existing `out` is first renamed to `backup`, and renamed
+    back when the second rename fails. Raises the OSError of a failed rename."""
+    with _signals_held():
+        if not os.path.lexists(out):
+            os.replace(staging, out)
+            return
+        try:
+            os.replace(out, backup)
+            os.replace(staging, out)
+        except BaseException:
+            if os.path.lexists(backup) and not os.path.lexists(out):
+                os.replace(backup, out)
+            raise
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back until the block is done, then deliver them (main thread
+    only: other threads cannot set handlers, and signals reach the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {}
+    for number in _HELD_SIGNALS:
+        if signal.getsignal(number) is not None:  # None: set outside Python, not restorable
+            previous[number] = signal.signal(number, lambda n, frame: received.append(n))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in received:
+            signal.raise_signal(number)
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """`error.add_note(note)`, also on Python 3.10 (where the CLI still reads `__notes__`)."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", []), note]  # type: ignore[attr-defined]
