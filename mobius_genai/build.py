@@ -13,13 +13,12 @@ import onnx_ir as ir
 from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
-from mobius_genai.errors import ConfigError
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
-from mobius_genai.target import Target, resolve_target
+from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights
 
@@ -164,13 +163,9 @@ def build(
     onnxruntime-genai reads; bundles do this). `progress` shows huggingface_hub's download bars
     for a hub id.
     """
-    if target is None:
-        target = resolve_target(execution_provider, dtype=dtype, context_length=context_length)
-    elif execution_provider != "default" or dtype is not None or context_length is not None:
-        raise ConfigError(
-            "build() was given a target and also execution_provider, dtype or context_length; "
-            "accepted: a target, or those arguments"
-        )
+    target = target_or_choices(
+        target, execution_provider, "build", dtype=dtype, context_length=context_length
+    )
     if load_weights:
         source = resolve_source(model, revision, progress=progress)
         raw = read_config_json(source.path)

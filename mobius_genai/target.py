@@ -84,6 +84,23 @@ def resolve_target(
     return Target(ep, model_dtype, precision, int4, check_context_length(context_length))
 
 
+def target_or_choices(
+    target: Target | None,
+    execution_provider: str | EpCapabilities,
+    caller: str,
+    **choices: object,
+) -> Target:
+    """`target` as given, or the one `execution_provider` and `choices` name; never both."""
+    if target is None:
+        return resolve_target(execution_provider, **choices)
+    if execution_provider != "default" or any(value is not None for value in choices.values()):
+        raise ConfigError(
+            f"{caller}() was given a target and also execution_provider or "
+            f"{', '.join(choices)}; accepted: a target, or those arguments"
+        )
+    return target
+
+
 def resolve_ep(execution_provider: str | EpCapabilities) -> EpCapabilities:
     """EpCapabilities for a registered name or alias (capabilities pass through)."""
     if isinstance(execution_provider, EpCapabilities):

@@ -50,10 +50,10 @@ from mobius_genai.bundle.validate import (
 )
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
-from mobius_genai.errors import BundleError, ConfigError
+from mobius_genai.errors import BundleError
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
 from mobius_genai.source import Source
-from mobius_genai.target import Target, precision_of, resolve_target
+from mobius_genai.target import Target, precision_of, target_or_choices
 
 _SOURCE_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")
 _HUB_SNAPSHOT = re.compile(r"[0-9a-f]{40}")
@@ -86,21 +86,15 @@ def package(
     last position only, all that onnxruntime-genai reads; turn it off to keep every position's
     logits (e.g. to score prompts). Returns the bundle folder.
     """
-    if target is None:
-        target = resolve_target(
-            execution_provider,
-            dtype=dtype,
-            precision=precision,
-            int4=int4,
-            context_length=context_length,
-        )
-    elif execution_provider != "default" or any(
-        given is not None for given in (dtype, precision, int4, context_length)
-    ):
-        raise ConfigError(
-            "package() was given a target and also execution_provider, dtype, precision, int4 "
-            "or context_length; accepted: a target, or those arguments"
-        )
+    target = target_or_choices(
+        target,
+        execution_provider,
+        "package",
+        dtype=dtype,
+        precision=precision,
+        int4=int4,
+        context_length=context_length,
+    )
     out = Path(output) if output is not None else default_output(model, target.ep, target.precision)
     try:
         with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:

@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
             "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
         )
         module.add_arguments(sub)
-        sub.set_defaults(_run=module.run)
+        sub.set_defaults(handler=module.run)
     return parser
 
 
@@ -84,7 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         debug = args.debug
-        return int(args._run(args) or 0)
+        return int(args.handler(args) or 0)
     except KeyboardInterrupt as interrupt:
         print(f"mobius-genai: interrupted; {_outcome(interrupt)}", file=sys.stderr)
         return 130

@@ -7,6 +7,7 @@ from pathlib import Path
 from mobius_genai.bundle import packager
 from mobius_genai.bundle.smoke import session_options, smoke_test
 from mobius_genai.bundle.validate import read_genai_config
+from mobius_genai.ep import get_ep
 from tests.bundle.conftest import TINY_QWEN2
 
 
@@ -20,5 +21,5 @@ def test_int4_bundle_keeps_prepacking_and_still_matches_onnxruntime(tmp_path: Pa
         TINY_QWEN2, "cpu", tmp_path / "int4", precision="int4", smoke_test=False, quiet=True
     )
     assert session_options(folder, read_genai_config(folder)) == {}
-    result = smoke_test(folder, packager.resolve_ep("cpu"))
+    result = smoke_test(folder, get_ep("cpu"))
     assert "same as a plain onnxruntime loop" in result.note
