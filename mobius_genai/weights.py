@@ -11,19 +11,19 @@ are refused: loading them would execute code from the checkpoint.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import BinaryIO
 
-import ml_dtypes  # registers bfloat16 with numpy, which safetensors reads into
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
-from safetensors import safe_open
 
+from mobius_genai import _safetensors
 from mobius_genai._buffers import BufferPool
 from mobius_genai._json import read_json_object
+from mobius_genai._safetensors import TensorEntry, shown
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
@@ -42,118 +42,124 @@ _FLOAT_STORED = frozenset({"F16", "BF16", "F32", "F64"})
 
 
 class Checkpoint:
-    """The tensors of a safetensors checkpoint (one file, or shards with an index)."""
+    """The tensors of a safetensors checkpoint (one file, or shards with an index).
+
+    Every file's header is parsed and checked once, here; tensors are then read from their
+    offsets. With model.safetensors.index.json, its weight_map says which shard holds each
+    tensor and a tensor the weight_map does not name is not read (transformers loads every
+    tensor of every shard the index names, a later shard's copy replacing an earlier one's);
+    without an index, a tensor found in two files is refused, as nothing says which to read.
+    """
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        self._file_of: dict[str, Path] = {}
-        self._handles: dict[Path, object] = {}
-        for file in self._files():
-            self._file_of.update(dict.fromkeys(self._open(file).keys(), file))
-
-    def _files(self) -> list[Path]:
+        self._entries: dict[str, tuple[Path, TensorEntry]] = {}
         index = self.folder / _INDEX
-        if index.is_file():
-            weight_map = read_json_object(index, WeightsError).get("weight_map")
-            if not isinstance(weight_map, dict) or not all(
-                isinstance(shard, str) for shard in weight_map.values()
-            ):
-                raise WeightsError(
-                    f'{index}: not a valid safetensors index; accepted: a "weight_map" object '
-                    "of tensor names to shard file names"
-                )
-            shards = sorted(set(weight_map.values()))
-            files = [self.folder / shard for shard in shards]
-            outside = [
-                shard
-                for shard, file in zip(shards, files, strict=True)
-                if not file.resolve().is_relative_to(self.folder.resolve())
-            ]
-            if outside:
-                raise WeightsError(
-                    f"{index}: names shards outside the checkpoint folder: {outside}; accepted: "
-                    "file names in the folder"
-                )
-            missing = [f.name for f in files if not f.is_file()]
-            if missing:
-                raise WeightsError(f"{index}: names shards that are missing: {missing}")
-            return files
-        files = sorted(self.folder.glob("*.safetensors"))
-        if files:
-            return files
-        pickled = sorted(p.name for p in self.folder.glob("*.bin"))
-        if pickled:
-            raise WeightsError(
-                f"{self.folder}: only pickled weights found ({pickled[0]}); they are not loaded "
-                "because unpickling can run code; accepted: *.safetensors"
-            )
-        raise WeightsError(f"{self.folder}: no *.safetensors weight files found")
+        self._files = self._read_index(index) if index.is_file() else self._read_files()
 
-    def _open(self, file: Path):
-        _check_complete(file)
-        try:
-            handle = safe_open(str(file), framework="numpy")
-        except Exception as error:  # safetensors raises its own SafetensorError
-            raise WeightsError(f"{file}: not a readable safetensors file ({error})") from error
-        self._handles[file] = handle
-        return handle
+    def _read_index(self, index: Path) -> list[Path]:
+        """The shards `index` names, with the tensors its weight_map places in each."""
+        weight_map = read_json_object(index, WeightsError).get("weight_map")
+        accepted = "accepted: an object mapping each tensor name to its shard's file name"
+        if not isinstance(weight_map, dict):
+            found = "has no weight_map" if weight_map is None else f"weight_map {shown(weight_map)}"
+            raise WeightsError(f"{index}: {found}; {accepted}")
+        for name, shard in weight_map.items():
+            if not isinstance(shard, str):
+                raise WeightsError(
+                    f"{index}: weight_map maps {shown(name)} to {shown(shard)}; {accepted}"
+                )
+        shards = sorted(set(weight_map.values()))
+        outside = [shard for shard in shards if not _inside_folder(shard)]
+        if outside:
+            raise WeightsError(
+                f"{index}: names shards outside the checkpoint folder: {shown(outside)}; "
+                "accepted: file names in the folder"
+            )
+        files = {shard: self.folder / shard for shard in shards}
+        missing = [shard for shard, file in files.items() if not file.is_file()]
+        if missing:
+            raise WeightsError(f"{index}: names shards that are missing: {shown(missing)}")
+        headers = {shard: _safetensors.read_header(file) for shard, file in files.items()}
+        for name, shard in weight_map.items():
+            entry = headers[shard].get(name)
+            if entry is None:
+                raise WeightsError(
+                    f"{index}: weight_map places tensor {shown(name)} in {shard}, which does "
+                    "not hold it"
+                )
+            self._entries[name] = (files[shard], entry)
+        return list(files.values())
+
+    def _read_files(self) -> list[Path]:
+        """The folder's safetensors files, with their tensors (each in one file only)."""
+        files = sorted(self.folder.glob("*.safetensors"))
+        if not files:
+            pickled = sorted(p.name for p in self.folder.glob("*.bin"))
+            if pickled:
+                raise WeightsError(
+                    f"{self.folder}: only pickled weights found ({pickled[0]}); they are not "
+                    "loaded because unpickling can run code; accepted: *.safetensors"
+                )
+            raise WeightsError(f"{self.folder}: no *.safetensors weight files found")
+        for file in files:
+            for name, entry in _safetensors.read_header(file).items():
+                if name in self._entries:
+                    raise WeightsError(
+                        f"{self.folder}: tensor {shown(name)} is in both "
+                        f"{self._entries[name][0].name} and {file.name}; accepted: each tensor "
+                        f"in one file, or {_INDEX} saying which file holds it"
+                    )
+                self._entries[name] = (file, entry)
+        return files
 
     def __contains__(self, name: str) -> bool:
-        return name in self._file_of
+        return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._file_of)
+        return iter(self._entries)
 
     def __len__(self) -> int:
-        return len(self._file_of)
+        return len(self._entries)
 
     def files(self) -> list[Path]:
-        return sorted(self._handles)
+        return sorted(self._files)
 
     def read(self, name: str, index: tuple[slice, ...] | None = None) -> np.ndarray:
-        """The tensor `name` as a numpy array (bf16 as ml_dtypes.bfloat16).
+        """The tensor `name` as a new numpy array (bf16 as ml_dtypes.bfloat16).
 
-        With `index`, only that slice is read from the file.
+        With `index`, only that slice is read from the file. No page of the file stays in
+        memory after the read (see `_safetensors.read_tensor`).
         """
-        if name not in self._file_of:
+        if name not in self._entries:
             raise WeightsError(f"{self.folder}: tensor {name!r} not found in the checkpoint")
-        # A memory map of its own, closed after the read: pages read through a long-lived map
-        # stay in the process's RSS, so reading a 15 GB checkpoint through the handles kept in
-        # self._handles would end the build with 15 GB of RSS.
-        with safe_open(str(self._file_of[name]), framework="numpy") as handle:
-            if index is None:
-                return handle.get_tensor(name)
-            return handle.get_slice(name)[index]
+        file, entry = self._entries[name]
+        return _safetensors.read_tensor(file, entry, index)
 
     def dtype(self, name: str) -> str:
         """The stored dtype as safetensors names it ("BF16", "F32", ...)."""
-        return self._handles[self._file_of[name]].get_slice(name).get_dtype()
+        return self._entries[name][1].dtype
 
     def shape(self, name: str) -> tuple[int, ...]:
-        handle = self._handles[self._file_of[name]]
-        return tuple(handle.get_slice(name).get_shape())
+        return self._entries[name][1].shape
 
 
-def _check_complete(file: Path) -> None:
-    """Refuse a truncated file before any tensor is read from it."""
-    size = file.stat().st_size
-    try:
-        with open(file, "rb") as stream:
-            header_size = int.from_bytes(stream.read(8), "little")
-            if header_size <= 0 or 8 + header_size > size:
-                raise ValueError("header runs past the end of the file")
-            header = json.loads(stream.read(header_size))
-    except (OSError, ValueError) as error:
-        raise WeightsError(f"{file}: not a valid safetensors file ({error})") from error
-    end = max(
-        (entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"),
-        default=0,
-    )
-    if 8 + header_size + end > size:
-        raise WeightsError(
-            f"{file}: truncated: its header describes {8 + header_size + end} bytes but the file "
-            f"has {size}; re-download or re-save the checkpoint"
-        )
+def _inside_folder(shard: str) -> bool:
+    """Whether the shard an index names lies in the checkpoint folder, judged on the name.
+
+    The name is normalized lexically: it may not be absolute (a root, a drive, a share) or
+    climb out with "..", on Windows or POSIX alike. Symlinks in the folder are followed when
+    the file is read: the hub cache's snapshot files are links into ../../blobs/.
+    """
+    path = PureWindowsPath(shard)  # splits on "/" and "\\", and sees drives and roots
+    if path.anchor:
+        return False
+    depth = 0
+    for part in path.parts:
+        depth += -1 if part == ".." else 1
+        if depth < 0:
+            return False
+    return True
 
 
 Preprocess = Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray]

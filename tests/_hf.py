@@ -284,7 +284,13 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
 
 
 def write_tiny_checkpoint(
-    dest: Path, family: str, seed: int = 0, *, hub_layout: bool = False, **config_overrides: Any
+    dest: Path,
+    family: str,
+    seed: int = 0,
+    *,
+    hub_layout: bool = False,
+    max_shard_size: str | None = None,
+    **config_overrides: Any,
 ) -> Path:
     """Write a tiny random float32 checkpoint for ``family`` into ``dest`` and return ``dest``.
 
@@ -294,14 +300,20 @@ def write_tiny_checkpoint(
     come from ``randomize_weights(seed)``; the same arguments give the same weights.
     ``hub_layout=True`` rewrites config.json in the transformers-4 hub layout (``torch_dtype``,
     ``rope_theta``, ``rope_scaling``) and checks transformers reads it back to the same config.
+    ``max_shard_size`` (e.g. ``"50KB"``) writes shards and model.safetensors.index.json instead
+    of one model.safetensors, as transformers does for large models.
     """
     config = tiny_config(family, **config_overrides)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     randomize_weights(model, seed)
     dest = Path(dest)
-    model.save_pretrained(dest)  # transformers 5 always writes model.safetensors
-    if not (dest / "model.safetensors").is_file():
-        raise RuntimeError(f"save_pretrained did not write {dest / 'model.safetensors'}")
+    if max_shard_size is None:
+        model.save_pretrained(dest)  # transformers 5 always writes safetensors
+    else:
+        model.save_pretrained(dest, max_shard_size=max_shard_size)
+    written = "model.safetensors" if max_shard_size is None else "model.safetensors.index.json"
+    if not (dest / written).is_file():
+        raise RuntimeError(f"save_pretrained did not write {dest / written}")
     if hub_layout:
         _rewrite_hub_layout(dest / "config.json")
     return dest

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -133,7 +134,18 @@ def test_missing_shard_named_by_index(tmp_path):
         mobius_genai.build(folder)
 
 
-@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd"])
+@pytest.mark.parametrize(
+    "shard",
+    [
+        "../outside.safetensors",
+        "/etc/passwd",
+        "sub/../../outside.safetensors",
+        "..\\outside.safetensors",
+        "C:outside.safetensors",
+        "C:\\outside.safetensors",
+        "\\\\server\\share\\outside.safetensors",
+    ],
+)
 def test_an_index_naming_files_outside_the_checkpoint_is_refused(tmp_path, shard: str):
     folder = _copy_tiny(tmp_path / "ckpt")
     _shard(folder)
@@ -155,3 +167,100 @@ def test_an_integer_tensor_for_a_float_parameter_is_refused(tmp_path):
         WeightsError, match=r"'model.norm.weight' is stored as I32; .*accepted: BF16, F16, F32, F64"
     ):
         mobius_genai.build(folder)
+
+
+def _index(folder: Path) -> dict:
+    return json.loads((folder / "model.safetensors.index.json").read_text())
+
+
+def _write_index(folder: Path, index: object) -> None:
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def test_a_shard_named_through_a_subfolder_stays_inside(tmp_path):
+    """Containment is judged on the name: a name that climbs out and back in is inside."""
+    folder = _copy_tiny(tmp_path)
+    _shard(folder)
+    index = _index(folder)
+    first = "model-00001-of-00002.safetensors"
+    (folder / "sub").mkdir()
+    index["weight_map"] = {
+        name: f"sub/../{shard}" if shard == first else shard
+        for name, shard in index["weight_map"].items()
+    }
+    _write_index(folder, index)
+    checkpoint = Checkpoint(folder)
+    assert len(checkpoint) == len(Checkpoint(TINY))
+
+
+@pytest.mark.parametrize("listed", [1, 2])
+def test_the_index_decides_which_shard_holds_a_tensor(tmp_path, listed: int):
+    """A tensor present in both shards is read from the shard the weight_map names, whichever
+    of the two it is (not from whichever file comes last)."""
+    folder = _copy_tiny(tmp_path)
+    _shard(folder)
+    index = _index(folder)
+    shards = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    name = next(n for n, shard in index["weight_map"].items() if shard == shards[0])
+    first = load_file(folder / shards[0])
+    second = load_file(folder / shards[1])
+    second[name] = np.full_like(first[name], 7.0)
+    save_file(second, folder / shards[1])
+    index["weight_map"][name] = shards[listed - 1]
+    _write_index(folder, index)
+    expected = first[name] if listed == 1 else second[name]
+    np.testing.assert_array_equal(Checkpoint(folder).read(name), expected)
+
+
+def test_a_tensor_the_index_places_in_a_shard_that_lacks_it_is_named(tmp_path):
+    folder = _copy_tiny(tmp_path)
+    _shard(folder)
+    index = _index(folder)
+    name = next(n for n, s in index["weight_map"].items() if s.startswith("model-00001"))
+    index["weight_map"][name] = "model-00002-of-00002.safetensors"
+    _write_index(folder, index)
+    with pytest.raises(
+        WeightsError, match=rf"'{re.escape(name)}'.*model-00002-of-00002\.safetensors"
+    ):
+        Checkpoint(folder)
+
+
+def test_tensors_a_shard_holds_beyond_the_weight_map_are_not_read(tmp_path):
+    folder = _copy_tiny(tmp_path)
+    _shard(folder)
+    shard = folder / "model-00002-of-00002.safetensors"
+    tensors = load_file(shard)
+    tensors["extra.weight"] = np.zeros(3, np.float32)
+    save_file(tensors, shard)
+    checkpoint = Checkpoint(folder)
+    assert "extra.weight" not in checkpoint
+    assert set(checkpoint) == set(_index(folder)["weight_map"])
+
+
+@pytest.mark.parametrize(
+    ("index", "found"),
+    [
+        ([], "list"),
+        ({"metadata": {}}, "has no weight_map"),
+        ({"weight_map": []}, r"\[\]"),
+        ({"weight_map": "model.safetensors"}, "'model.safetensors'"),
+        ({"weight_map": {"model.norm.weight": 3}}, "3"),
+        ({"weight_map": {"model.norm.weight": None}}, "None"),
+        ({"weight_map": {"model.norm.weight": ["model.safetensors"]}}, "model.safetensors"),
+    ],
+)
+def test_a_malformed_weight_map_is_a_clear_error(tmp_path, index: object, found: str):
+    folder = _copy_tiny(tmp_path)
+    _write_index(folder, index)
+    with pytest.raises(WeightsError, match=rf"model\.safetensors\.index\.json: .*{found}") as info:
+        mobius_genai.build(folder)
+    assert "\n" not in str(info.value)
+
+
+def test_without_an_index_a_tensor_in_two_files_is_refused(tmp_path):
+    folder = _copy_tiny(tmp_path)
+    save_file({"model.norm.weight": np.zeros(64, np.float32)}, folder / "extra.safetensors")
+    with pytest.raises(
+        WeightsError, match=r"'model.norm.weight'.*extra\.safetensors.*model\.safetensors"
+    ):
+        Checkpoint(folder)
