@@ -129,7 +129,7 @@ def test_unknown_ep_and_dtype():
         ExecutionProviderError, match=r"Unknown execution provider 'rocm'. Supported: \["
     ):
         mobius_genai.build(TINY, "rocm")
-    with pytest.raises(ConfigError, match="dtype 'f8'.*f32, f16, bf16"):
+    with pytest.raises(ConfigError, match="dtype 'f8'.*fp32, fp16, bf16"):
         mobius_genai.build(TINY, "default", "f8")
 
 
