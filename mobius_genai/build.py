@@ -23,13 +23,7 @@ from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights
 
 # Package key → model role (the role gates fusions such as GQA).
-ROLES = {
-    "model": "decoder",
-    "decoder": "decoder",
-    "vision": "vision",
-    "embedding": "embedding",
-    "encoder": "encoder",
-}
+ROLES = {"model": "decoder"}
 MODEL_FILENAME = "model.onnx"
 
 
@@ -219,7 +213,7 @@ def _optimize(package: ModelPackage, trace: bool, prune_lm_head: bool = False) -
             model,
             ep=package.ep,
             dtype=package.dtype,
-            model_role=ROLES.get(key, "decoder"),
+            model_role=ROLES[key],
             trace=trace,
             prune_lm_head=prune_lm_head,
         )

@@ -60,10 +60,14 @@ def resolve_target(
     precision: str | None = None,
     int4: Int4Options | None = None,
     context_length: int | None = None,
+    graph_capture: bool | None = None,
 ) -> Target:
     """The target for the user's choices; the EP's default dtype when neither dtype nor
-    precision is given. Errors name the argument, the value and what is accepted."""
+    precision is given, and its graph capture default when `graph_capture` is None. Errors
+    name the argument, the value and what is accepted."""
     ep = resolve_ep(execution_provider)
+    if graph_capture is not None:
+        ep = _with_graph_capture(ep, graph_capture)
     chosen = None if dtype is None else require_model_dtype(ep, parse_dtype(dtype))
     precision = precision_name(precision)
     if precision in QUANTIZED_PRECISIONS:
@@ -139,6 +143,18 @@ def require_model_dtype(ep: EpCapabilities, dtype: ir.DataType) -> ir.DataType:
             + ", ".join(precision_of(d) for d in accepted)
         )
     return dtype
+
+
+def _with_graph_capture(ep: EpCapabilities, enabled: bool) -> EpCapabilities:
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"graph capture {enabled!r} is not accepted; accepted: true or false")
+    try:
+        return ep.with_graph_capture(enabled)
+    except ValueError:
+        raise ConfigError(
+            f"execution provider {ep.name!r} has no graph capture; accepted: graph capture on "
+            "for EPs whose `mobius-genai eps` row shows it on or off"
+        ) from None
 
 
 def check_int4_precision(int4_given: bool, precision: str | None) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import onnx_ir as ir
 import pytest
 
@@ -107,3 +109,20 @@ def test_a_target_is_not_given_twice(tmp_path):
     with pytest.raises(ConfigError, match="given a target and also"):
         package(TINY_QWEN2, output=tmp_path / "b", target=target, precision="int4")
     assert not (tmp_path / "b").exists()
+
+
+def test_graph_capture_is_a_choice_of_the_target(tmp_path, capsys):
+    assert resolve_target("cuda", graph_capture=True).ep.enable_graph_capture
+    assert not resolve_target("trt-rtx", graph_capture=False).ep.enable_graph_capture
+    assert resolve_target("trt-rtx").ep.enable_graph_capture  # the EP's default
+    with pytest.raises(ConfigError, match="'cpu' has no graph capture"):
+        resolve_target("cpu", graph_capture=True)
+    out = tmp_path / "b"
+    args = ["package", str(TINY_QWEN2), "--ep", "cuda", "-o", str(out), "--quiet"]
+    assert main([*args, "--no-smoke-test", "--graph-capture", "on"]) == 0
+    config = json.loads((out / "genai_config.json").read_text())
+    assert config["model"]["decoder"]["session_options"]["provider_options"] == [
+        {"cuda": {"enable_cuda_graph": "1"}}
+    ]
+    assert main(["package", str(TINY_QWEN2), "--ep", "cpu", "--graph-capture", "on"]) == 1
+    assert "has no graph capture" in capsys.readouterr().err

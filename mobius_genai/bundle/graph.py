@@ -14,6 +14,7 @@ from pathlib import Path
 import onnx
 
 from mobius_genai.errors import BundleError
+from mobius_genai.tasks.causal_lm import BUILT_FOR_KEY
 
 GQA_OP = "com.microsoft::GroupQueryAttention"
 
@@ -72,7 +73,8 @@ class GraphInfo:
     `attention_heads` / `attention_kv_heads` are the head counts the attention ops' attributes
     name; `embedding_widths` maps a graph input of token ids to the width of the embedding rows
     it gathers (the hidden size); `rotary_positions` is the number of positions the rotary
-    cos/sin tables cover (the fewest, when several), None without such tables.
+    cos/sin tables cover (the fewest, when several), None without such tables;
+    `built_for` is the EP the graph's metadata says it was built for (None if unsaid).
     """
 
     inputs: Mapping[str, TensorSpec]
@@ -83,6 +85,7 @@ class GraphInfo:
     attention_kv_heads: frozenset[int] = frozenset()
     embedding_widths: Mapping[str, int] = dataclasses.field(default_factory=dict)
     rotary_positions: int | None = None
+    built_for: str | None = None
 
     @property
     def has_gqa(self) -> bool:
@@ -118,6 +121,10 @@ class GraphInfo:
             attention_kv_heads=kv_heads,
             embedding_widths=_embedding_widths(proto.graph, inputs, initializers),
             rotary_positions=_rotary_positions(proto.graph, initializers),
+            built_for=next(
+                (entry.value for entry in proto.metadata_props if entry.key == BUILT_FOR_KEY),
+                None,
+            ),
         )
 
 

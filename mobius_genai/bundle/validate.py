@@ -151,15 +151,16 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
 
 
 def check_runtime_settings(config: Mapping[str, Any], graph: GraphInfo) -> list[str]:
-    """Buffer sharing needs GroupQueryAttention; graph capture needs buffer sharing."""
+    """Buffer sharing needs GroupQueryAttention; graph capture needs buffer sharing; the
+    provider options name the provider the graph was built for (or none: CPU)."""
     share = config.get("search", {}).get("past_present_share_buffer", False)
-    problems = []
+    session = config["model"]["decoder"].get("session_options", {})
+    problems = _check_provider(session.get("provider_options", []), graph.built_for)
     if share and not graph.has_gqa:
         problems.append(
             "search.past_present_share_buffer: true but the graph has no "
             "com.microsoft::GroupQueryAttention; accepted: false for this graph"
         )
-    session = config["model"]["decoder"].get("session_options", {})
     for provider, option in _captured(session.get("provider_options", [])):
         if not share:
             problems.append(
@@ -168,6 +169,21 @@ def check_runtime_settings(config: Mapping[str, Any], graph: GraphInfo) -> list[
                 f'{option} "0", or a GroupQueryAttention graph sharing the KV buffer'
             )
     return problems
+
+
+def _check_provider(provider_options: list[Mapping[str, Any]], built_for: str | None) -> list[str]:
+    """A graph built for an EP with a genai provider runs under that provider, or on CPU."""
+    caps = ep_registry.get(built_for) if built_for else None
+    if caps is None or caps.runtime.genai_provider is None:
+        return []
+    named = [provider for entry in provider_options for provider in entry]
+    wrong = [provider for provider in named if provider != caps.runtime.genai_provider]
+    if not wrong:
+        return []
+    return [
+        f"model.decoder.session_options.provider_options names {wrong[0]!r} but the graph was "
+        f"built for {caps.name}; accepted: {caps.runtime.genai_provider!r}, or none (CPU)"
+    ]
 
 
 def _captured(provider_options: list[Mapping[str, Any]]) -> list[tuple[str, str]]:

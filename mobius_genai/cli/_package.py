@@ -41,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="MatMulNBits accuracy_level 0-4; default: the EP's (`mobius-genai eps`, int4 column)",
     )
     parser.add_argument(
+        "--graph-capture",
+        choices=("on", "off"),
+        help="GPU graph capture (CUDA graphs, WebGPU/DirectML capture) in the bundle's provider "
+        "options; default: the EP's (`mobius-genai eps`); needs GroupQueryAttention's shared KV "
+        "buffer",
+    )
+    parser.add_argument(
         "--full-logits",
         dest="prune_lm_head",
         action="store_false",
@@ -66,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             args.int4_block_size, args.int4_asymmetric, args.int4_accuracy_level
         ),
         context_length=args.context_length,
+        graph_capture=None if args.graph_capture is None else args.graph_capture == "on",
     )
     with trace_to_stderr() if args.trace else contextlib.nullcontext():
         folder = package(

@@ -97,6 +97,12 @@ class MobiusExport(Pass):
                 default_value=None,
                 description="Tokens the bundle supports. Default: max_position_embeddings.",
             ),
+            "graph_capture": PassConfigParam(
+                type_=bool,
+                default_value=None,
+                description="GPU graph capture in the bundle's provider options (true/false). "
+                "Default: the EP's (see `mobius-genai eps`).",
+            ),
             "revision": PassConfigParam(
                 type_=str,
                 default_value=None,
@@ -158,6 +164,7 @@ class MobiusExport(Pass):
             precision=config.precision,
             int4=int4_options(config),
             context_length=config.context_length,
+            graph_capture=config.graph_capture if _plain(config.graph_capture, bool) else None,
         )
         source = str(model.model_name_or_path)
         extra = (load_kwargs.extra_args if load_kwargs is not None else None) or {}

@@ -11,18 +11,34 @@ import dataclasses
 from collections.abc import Callable
 
 import onnx_ir as ir
+from onnxscript.rewriter import pattern
 
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.optimize.functions import TIER1_OPS, ep_runs
+from mobius_genai.optimize.rules import (
+    bias_gelu,
+    eliminate_shape,
+    fused_matmul,
+    gelu,
+    gqa,
+    pack_qkv,
+    prune_lm_head,
+    separate_rope,
+    simplified_norm,
+    skip_layer_norm,
+    skip_norm,
+    unpack_qkv,
+)
 
-__all__ = ["FUSIONS", "LOWERINGS", "ROLES", "Gate", "RuleGroup", "Target", "gqa_gate"]
+__all__ = ["FUSIONS", "LOWERINGS", "ROLES", "Gate", "GateInput", "RuleGroup", "gqa_gate"]
 
 ROLES = ("decoder", "vision", "embedding", "encoder")
 
 
 @dataclasses.dataclass(frozen=True)
-class Target:
-    """What a model is optimized for: the EP's capabilities, the model dtype and its role."""
+class GateInput:
+    """What a model is optimized for, as the gates read it: the EP's capabilities, the model
+    dtype and its role."""
 
     caps: EpCapabilities
     dtype: ir.DataType
@@ -31,7 +47,7 @@ class Target:
     """Compute logits for the last position only (bundles for onnxruntime-genai)."""
 
 
-Gate = Callable[[Target], "str | None"]
+Gate = Callable[[GateInput], "str | None"]
 """None when a rule group runs for the target, else the reason it does not."""
 
 
@@ -40,18 +56,16 @@ class RuleGroup:
     """One row of a stage table: a rule module and the capability gate that admits it."""
 
     name: str
-    module: str
-    """Module under mobius_genai.optimize.rules."""
+    make: Callable[[], pattern.RewriteRuleSet | ir.passes.InPlacePass]
+    """The rule module's `rules` (a RewriteRuleSet factory) or its InPlacePass class."""
     gate: Gate
-    entry: str = "rules"
-    """``rules`` (a RewriteRuleSet factory) or the name of an InPlacePass class."""
 
 
-def _always(target: Target) -> str | None:
+def _always(target: GateInput) -> str | None:
     return None
 
 
-def gqa_gate(target: Target) -> str | None:
+def gqa_gate(target: GateInput) -> str | None:
     """GQAFusion's gate; the pipeline also warns when it admits a model that gets no GQA."""
     if target.role != "decoder":
         return f"role {target.role!r} (GQA is for decoders)"
@@ -62,13 +76,13 @@ def gqa_gate(target: Target) -> str | None:
     return None
 
 
-def _pack_qkv(target: Target) -> str | None:
+def _pack_qkv(target: GateInput) -> str | None:
     if target.dtype not in target.caps.qkv_pack_dtypes:
         return f"{target.dtype.name} not in qkv_pack_dtypes"
     return None
 
 
-def _prune_lm_head(target: Target) -> str | None:
+def _prune_lm_head(target: GateInput) -> str | None:
     if target.role != "decoder":
         return f"role {target.role!r} (logits are a decoder's)"
     if not target.prune_lm_head:
@@ -79,7 +93,7 @@ def _prune_lm_head(target: Target) -> str | None:
 def _kernel(op_type: str) -> Gate:
     """Runs when the EP has a kernel for the com.microsoft op the rule emits (functions.py)."""
 
-    def gate(target: Target) -> str | None:
+    def gate(target: GateInput) -> str | None:
         if not target.caps.supports_custom_ops:
             return "supports_custom_ops=False"
         if not ep_runs(target.caps, op_type):
@@ -92,7 +106,7 @@ def _kernel(op_type: str) -> Gate:
 def _without(capability: str) -> Gate:
     """Runs when the EP lacks `capability` (a lowering)."""
 
-    def gate(target: Target) -> str | None:
+    def gate(target: GateInput) -> str | None:
         if getattr(target.caps, capability):
             return f"{capability}=True"
         return None
@@ -101,22 +115,20 @@ def _without(capability: str) -> Gate:
 
 
 FUSIONS: tuple[RuleGroup, ...] = (
-    RuleGroup("GQAFusion", "gqa", gqa_gate),
-    RuleGroup("PackQKV", "pack_qkv", _pack_qkv),
-    RuleGroup("SkipNorm", "skip_norm", _kernel("SkipSimplifiedLayerNormalization")),
-    RuleGroup("SkipLayerNorm", "skip_layer_norm", _kernel("SkipLayerNormalization")),
-    RuleGroup("GeluFusion", "gelu", _always),
-    RuleGroup("BiasGelu", "bias_gelu", _kernel("BiasGelu")),
-    RuleGroup("FusedMatMul", "fused_matmul", _kernel("FusedMatMul")),
+    RuleGroup("GQAFusion", gqa.rules, gqa_gate),
+    RuleGroup("PackQKV", pack_qkv.rules, _pack_qkv),
+    RuleGroup("SkipNorm", skip_norm.rules, _kernel("SkipSimplifiedLayerNormalization")),
+    RuleGroup("SkipLayerNorm", skip_layer_norm.rules, _kernel("SkipLayerNormalization")),
+    RuleGroup("GeluFusion", gelu.rules, _always),
+    RuleGroup("BiasGelu", bias_gelu.rules, _kernel("BiasGelu")),
+    RuleGroup("FusedMatMul", fused_matmul.rules, _kernel("FusedMatMul")),
     # Last: it slices the activations entering the fused, row-wise ops after the last attention.
-    RuleGroup("PruneLmHead", "prune_lm_head", _prune_lm_head, "PruneLmHeadPass"),
+    RuleGroup("PruneLmHead", prune_lm_head.PruneLmHeadPass, _prune_lm_head),
 )
 
 LOWERINGS: tuple[RuleGroup, ...] = (
-    RuleGroup("UnpackQKV", "unpack_qkv", _without("supports_fused_rope")),
-    RuleGroup("SeparateRoPE", "separate_rope", _without("supports_fused_rope")),
-    RuleGroup("SimplifiedNorm", "simplified_norm", _without("supports_rms_normalization")),
-    RuleGroup(
-        "EliminateShape", "eliminate_shape", _without("supports_shape_op"), "EliminateShapePass"
-    ),
+    RuleGroup("UnpackQKV", unpack_qkv.rules, _without("supports_fused_rope")),
+    RuleGroup("SeparateRoPE", separate_rope.rules, _without("supports_fused_rope")),
+    RuleGroup("SimplifiedNorm", simplified_norm.rules, _without("supports_rms_normalization")),
+    RuleGroup("EliminateShape", eliminate_shape.EliminateShapePass, _without("supports_shape_op")),
 )

@@ -8,25 +8,23 @@
     Stage 4   Fold        dead nodes, folding, unread graph inputs, unused functions / opsets.
 
 The tables and their capability gates are in gates.py, the passes of Stages 1 and 4 in
-passes.py, the recording of rule refusals in declines.py and the trace in trace.py. Rule
-modules are imported lazily by name, so a rule group whose module is absent is reported as
-unavailable instead of breaking the pipeline.
+passes.py, the recording of rule refusals in declines.py and the trace in trace.py.
 """
 
 from __future__ import annotations
 
-import importlib
 import warnings
 
 import onnx_ir as ir
 import onnx_ir.passes.common as common
+from onnxscript.rewriter import pattern
 
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ExecutionProviderError
 from mobius_genai.optimize.declines import DeclineRecorder
 from mobius_genai.optimize.functions import ep_runs, needs_inlining, register_functions
-from mobius_genai.optimize.gates import FUSIONS, LOWERINGS, ROLES, RuleGroup, Target, gqa_gate
+from mobius_genai.optimize.gates import FUSIONS, LOWERINGS, ROLES, GateInput, RuleGroup, gqa_gate
 from mobius_genai.optimize.passes import cleanup_passes, fold_passes
 from mobius_genai.optimize.trace import (
     Decline,
@@ -40,19 +38,6 @@ from mobius_genai.optimize.trace import (
 
 __all__ = ["optimize_model"]
 
-_RULES_PACKAGE = "mobius_genai.optimize.rules"
-
-
-def _load(group: RuleGroup) -> object | None:
-    module_name = f"{_RULES_PACKAGE}.{group.module}"
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name != module_name:
-            raise
-        return None
-    return getattr(module, group.entry)
-
 
 def _run_passes(model: ir.Model, passes: list[ir.passes.InPlacePass], name: str) -> StageStats:
     before = len(model.graph)
@@ -61,32 +46,30 @@ def _run_passes(model: ir.Model, passes: list[ir.passes.InPlacePass], name: str)
     return StageStats(name, before, len(model.graph))
 
 
-def _run_group(model: ir.Model, group: RuleGroup, entry: object, stage: str) -> RuleStats:
+def _run_group(model: ir.Model, group: RuleGroup, stage: str) -> RuleStats:
     before = op_counts(model)
     stats = RuleStats(group.name, stage)
-    if group.entry == "rules":
+    made = group.make()
+    if isinstance(made, pattern.RewriteRuleSet):
         recorder = DeclineRecorder(group.name)
-        stats.matched = recorder.attach(entry()).apply_to_model(model)
+        stats.matched = recorder.attach(made).apply_to_model(model)
         register_functions(model)
         stats.declines = recorder.declines()
-    else:
-        each = entry()
-        each(model)
-        # A pass may list what it left alone and why (e.g. EliminateShapePass.kept).
-        stats.declines = [
-            Decline(group.name, "", "", str(text)) for text in getattr(each, "kept", [])
-        ]
+        stats.added, stats.removed = count_difference(before, op_counts(model))
+        return stats
+    made(model)
+    # A pass may list what it left alone and why (e.g. EliminateShapePass.kept).
+    stats.declines = [Decline(group.name, "", "", str(text)) for text in getattr(made, "kept", [])]
     stats.added, stats.removed = count_difference(before, op_counts(model))
-    if group.entry != "rules":
-        # A pass may count its own rewrites (e.g. PruneLmHeadPass.matched); else nodes removed.
-        stats.matched = getattr(each, "matched", stats.nodes_removed)
+    # A pass may count its own rewrites (e.g. PruneLmHeadPass.matched); else nodes removed.
+    stats.matched = getattr(made, "matched", stats.nodes_removed)
     return stats
 
 
 def _run_table(
     model: ir.Model,
     table: tuple[RuleGroup, ...],
-    target: Target,
+    target: GateInput,
     stage: str,
     header: str,
     report: OptimizationReport,
@@ -107,14 +90,7 @@ def _run_table(
     if skipped:
         tracer.note(f"not for this target: {', '.join(skipped)}")
     for group in admitted:
-        entry = _load(group)
-        if entry is None:
-            report.unavailable.append(group.name)
-            tracer.note(
-                f"{group.name:<26}: not available ({_RULES_PACKAGE}.{group.module} missing)"
-            )
-            continue
-        stats = _run_group(model, group, entry, stage)
+        stats = _run_group(model, group, stage)
         report.rules[group.name] = stats
         tracer.rule(stats)
 
@@ -144,7 +120,7 @@ def _inline(model: ir.Model, caps: EpCapabilities, tracer: Tracer, report: Optim
         )
 
 
-def _check_gqa(model: ir.Model, target: Target, report: OptimizationReport, tracer: Tracer):
+def _check_gqa(model: ir.Model, target: GateInput, report: OptimizationReport, tracer: Tracer):
     """The spec's fusion assertion: GQA expected for (ep, dtype) but none formed."""
     if gqa_gate(target) is not None:
         return
@@ -185,7 +161,7 @@ def optimize_model(
         raise TypeError(f"optimize_model() expects an ir.DataType dtype, got {dtype!r}")
     if model_role not in ROLES:
         raise ValueError(f"Unknown model_role {model_role!r}. Supported: {list(ROLES)}")
-    target = Target(caps, dtype, model_role, prune_lm_head)
+    target = GateInput(caps, dtype, model_role, prune_lm_head)
     report = OptimizationReport(ep=caps.name, dtype=dtype, role=model_role)
     tracer = Tracer(report, trace)
     tracer.target()

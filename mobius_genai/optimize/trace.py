@@ -144,7 +144,6 @@ class OptimizationReport:
     stages: list[StageStats] = dataclasses.field(default_factory=list)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     """Rule groups that did not run for this target → the capability that kept them out."""
-    unavailable: list[str] = dataclasses.field(default_factory=list)
     """Rule groups the target calls for whose module is not installed."""
     warnings: list[str] = dataclasses.field(default_factory=list)
     trace_lines: list[str] = dataclasses.field(default_factory=list)

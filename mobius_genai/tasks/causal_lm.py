@@ -8,12 +8,14 @@ import onnx_ir as ir
 from onnxscript import GraphBuilder
 
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.ep.context import get_build_dtype
+from mobius_genai.ep.context import ep_capabilities, get_build_dtype
 
 if TYPE_CHECKING:
     from onnxscript import nn
 
 OPSET = 24
+#: Model metadata key naming the EP the graph was built for (read by `validate`).
+BUILT_FOR_KEY = "mobius_genai.execution_provider"
 BATCH, SEQ, TOTAL, PAST = (
     "batch_size",
     "sequence_length",
@@ -32,7 +34,8 @@ def present_names(layer: int) -> tuple[str, str]:
 
 class CausalLMTask:
     """Builds the decoder graph: input_ids, attention_mask, position_ids and the KV cache in;
-    logits and the updated KV cache out (names and layouts as in onnxruntime-genai)."""
+    logits and the updated KV cache out (names and layouts as in onnxruntime-genai). The
+    model's metadata names the build context's EP, so a bundle's graph says what it is for."""
 
     def build(self, module: nn.Module, config: ArchitectureConfig) -> ir.Model:
         """The graph of `module`, called as ``module(op, input_ids, attention_mask, position_ids,
@@ -59,6 +62,7 @@ class CausalLMTask:
                 value.shape = present_shape
                 value.dtype = dtype
         model = ir.Model(graph, ir_version=10, producer_name="mobius-genai")
+        model.metadata_props[BUILT_FOR_KEY] = ep_capabilities().name
         for function in builder.functions.values():
             model.functions[function.identifier()] = function
         return model

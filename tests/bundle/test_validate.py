@@ -325,3 +325,27 @@ def test_paths_are_checked_at_any_depth_of_genai_config(bundle_copy):
     )
     with pytest.raises(BundleError, match=r"engine(\.a)+\.tokenizer_dir: '\.\.' is not a path"):
         validate_bundle(folder)
+
+
+def test_the_graph_says_which_ep_it_was_built_for(bundle_copy):
+    """A dml graph (rotary outside GroupQueryAttention) under cuda's provider is refused; the
+    same graph with no provider (CPU) is fine, as is a portable graph under any provider."""
+    folder = bundle_copy("dml")
+    assert validate_bundle(folder).graph.built_for == "dml"
+    (folder / "mobius_manifest.json").unlink()  # the edits below change genai_config.json
+    _edit_config(
+        folder, lambda d: _decoder(d)["session_options"].update(provider_options=[{"cuda": {}}])
+    )
+    with pytest.raises(BundleError, match="names 'cuda' but the graph was built for dml"):
+        validate_bundle(folder)
+    _edit_config(folder, lambda d: _decoder(d)["session_options"].update(provider_options=[]))
+    validate_bundle(folder)
+    portable = bundle_copy("default")
+    (portable / "mobius_manifest.json").unlink()
+    _edit_config(
+        portable,
+        lambda d: (
+            _decoder(d).setdefault("session_options", {}).update(provider_options=[{"cuda": {}}])
+        ),
+    )
+    assert validate_bundle(portable).graph.built_for == "default"

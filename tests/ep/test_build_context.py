@@ -158,3 +158,19 @@ def test_asyncio_tasks_are_isolated():
     assert cuda == (("cuda", F16), ("cuda", F16), ("default", F32))
     assert dml == (("dml", F16), ("dml", F16), ("default", F32))
     assert _state() == ("default", F32)
+
+
+@pytest.mark.parametrize("ep", ["cuda", "dml", None])
+def test_the_task_records_the_context_ep_in_the_model(ep):
+    """CausalLMTask reads ep_capabilities(): the graph's metadata names the EP it is for."""
+    from mobius_genai.models import CausalLMModel
+    from mobius_genai.tasks.causal_lm import BUILT_FOR_KEY, CausalLMTask
+    from tests.optimize._graphs import tiny_config
+
+    config = tiny_config()
+    if ep is None:
+        model = CausalLMTask().build(CausalLMModel(config), config)
+    else:
+        with build_context(ep):
+            model = CausalLMTask().build(CausalLMModel(config), config)
+    assert model.metadata_props[BUILT_FOR_KEY] == (ep or "default")

@@ -81,6 +81,13 @@ def test_int4_options_reach_the_quantizer(tmp_path):
     assert quantization["accuracy_level"] == 2
 
 
+def test_graph_capture_reaches_the_provider_options(tmp_path):
+    handler = export_tiny(tmp_path, {"ep": "cuda", "graph_capture": True})
+    config = json.loads((Path(handler.model_path).parent / "genai_config.json").read_text())
+    options = config["model"]["decoder"]["session_options"]["provider_options"]
+    assert options == [{"cuda": {"enable_cuda_graph": "1"}}]
+
+
 def test_the_output_is_model_onnx_with_every_other_bundle_file_additional(tmp_path):
     handler = export_tiny(tmp_path, {})
     assert isinstance(handler, ONNXModelHandler)

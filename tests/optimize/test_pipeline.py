@@ -13,7 +13,7 @@ import pytest
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.ep import ep_registry, get_ep
 from mobius_genai.errors import ExecutionProviderError
-from mobius_genai.optimize import optimize_model, pipeline
+from mobius_genai.optimize import optimize_model
 from mobius_genai.optimize.functions import MS_DOMAIN, is_standard_domain
 from tests.optimize._graphs import (
     clone,
@@ -266,15 +266,6 @@ def test_no_gqa_warning_where_gqa_is_not_expected(ep, role):
         warnings.simplefilter("error")
         report = optimize_model(parse(LONE_ATTENTION), ep, F32, model_role=role)
     assert report.warnings == []
-
-
-def test_a_missing_rule_module_is_reported_not_fatal(monkeypatch):
-    absent = pipeline.RuleGroup("Absent", "no_such_rule_module", lambda target: None)
-    monkeypatch.setattr(pipeline, "FUSIONS", (*pipeline.FUSIONS, absent))
-    report = optimize_model(_decoder(1, "none"), "default")
-    assert report.unavailable == ["Absent"]
-    assert "Absent" not in report.matches
-    assert any("Absent" in line and "not available" in line for line in report.trace_lines)
 
 
 # ------------------------------------------------------------------ Stage 4
