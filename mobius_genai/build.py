@@ -9,12 +9,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import onnx_ir as ir
+from onnx_ir.serde import SerdeError
 
 from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.ep.capabilities import ALL_MODEL_DTYPES, EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.ep.registry import get_ep
-from mobius_genai.errors import ConfigError, ExecutionProviderError
+from mobius_genai.errors import ConfigError, ExecutionProviderError, MobiusError
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.optimize import OptimizationReport, optimize_model
@@ -133,6 +134,7 @@ class ModelPackage(Mapping[str, ir.Model]):
             with (
                 Progress(f"saving {filename}", total=len(tensors), enabled=progress) as bar,
                 _quiet_weightless_save(),
+                _tensor_errors_unwrapped(),
             ):
                 ir.save(
                     model,
@@ -142,6 +144,21 @@ class ModelPackage(Mapping[str, ir.Model]):
                 )
             written.append(path)
         return written
+
+
+@contextlib.contextmanager
+def _tensor_errors_unwrapped() -> Iterator[None]:
+    """Raise the MobiusError a lazy tensor raised while onnx-ir serialized it (a weight with
+    NaN values), not the SerdeError layers onnx-ir wraps it in."""
+    try:
+        yield
+    except SerdeError as error:
+        cause: BaseException | None = error
+        while isinstance(cause, SerdeError):
+            cause = cause.__cause__
+        if isinstance(cause, MobiusError):
+            raise cause from None
+        raise
 
 
 class _WeightlessInitializers(logging.Filter):

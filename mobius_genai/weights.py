@@ -311,10 +311,12 @@ def _loader(
             and checkpoint.dtype(source) == "BF16"
             and dtype == ir.DataType.FLOAT
         ):
-            return ir.Tensor(_stream_bf16_to_f32(checkpoint, source, shape, transposed), name=name)
+            widened = _stream_bf16_to_f32(checkpoint, source, shape, transposed, name)
+            return ir.Tensor(widened, name=name)
         array = checkpoint.read(source) if index is None else checkpoint.read(source, index)
-        array = preprocess(name, array, config)
-        return ir.Tensor(_cast(array, dtype.numpy(), transposed), name=name)
+        array = _cast(preprocess(name, array, config), dtype.numpy(), transposed)
+        _check_finite(array, checkpoint, source, index, name)
+        return ir.Tensor(array, name=name)
 
     return load
 
@@ -339,11 +341,12 @@ def _cast(array: np.ndarray, dtype: np.dtype, transposed: bool) -> np.ndarray:
         return widened.view(np.float32)
     if transposed:
         array = array.T
-    return np.ascontiguousarray(array.astype(dtype, copy=False))
+    with np.errstate(over="ignore"):  # values beyond dtype's range: _check_finite names them
+        return np.ascontiguousarray(array.astype(dtype, copy=False))
 
 
 def _stream_bf16_to_f32(
-    checkpoint: Checkpoint, name: str, shape: tuple[int, ...], transposed: bool
+    checkpoint: Checkpoint, name: str, shape: tuple[int, ...], transposed: bool, parameter: str
 ) -> np.ndarray:
     """A 2-D bf16 tensor as float32 (transposed if asked), read in row blocks.
 
@@ -355,11 +358,100 @@ def _stream_bf16_to_f32(
     step = max(1, STREAM_ELEMENTS // columns)
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        bits = checkpoint.read(name, (slice(start, stop), slice(None))).view(np.uint16)
+        block = checkpoint.read(name, (slice(start, stop), slice(None)))
+        _check_finite(block, checkpoint, name, None, parameter)  # widening keeps every value
+        bits = block.view(np.uint16)
         _widen_bf16(
             bits.T if transposed else bits, out[:, start:stop] if transposed else out[start:stop]
         )
     return out.view(np.float32)
+
+
+#: Exponent bits of the 16-bit floats: a value is NaN or Inf when all of them are set.
+_EXPONENT_BITS = {np.dtype(np.float16): 0x7C00, np.dtype(ml_dtypes.bfloat16): 0x7F80}
+_FLOAT_DTYPES = frozenset({*_EXPONENT_BITS, np.dtype(np.float32), np.dtype(np.float64)})
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    """No NaN or Inf among `values` (a contiguous array), checked a chunk at a time.
+
+    16-bit floats are tested on their bits, several times faster than np.isfinite on them.
+    """
+    if values.dtype not in _FLOAT_DTYPES:
+        return True
+    flat = values.reshape(-1)
+    exponent = _EXPONENT_BITS.get(values.dtype)
+    for start in range(0, flat.size, STREAM_ELEMENTS):
+        chunk = flat[start : start + STREAM_ELEMENTS]
+        if exponent is None:
+            finite = bool(np.isfinite(chunk).all())
+        else:
+            finite = int(np.bitwise_and(chunk.view(np.uint16), 0x7FFF).max()) < exponent
+        if not finite:
+            return False
+    return True
+
+
+def _check_finite(
+    values: np.ndarray,
+    checkpoint: Checkpoint,
+    source: str,
+    index: tuple[slice, ...] | None,
+    name: str,
+) -> None:
+    """Refuse NaN or Inf in `values`, converted from (part `index` of) checkpoint tensor
+    `source` for graph parameter `name`: such a weight turns every output into NaN."""
+    if not _all_finite(values):
+        raise _non_finite_error(checkpoint, source, index, name, values.dtype)
+
+
+def _non_finite_error(
+    checkpoint: Checkpoint,
+    source: str,
+    index: tuple[slice, ...] | None,
+    name: str,
+    dtype: np.dtype,
+) -> WeightsError:
+    """The error for a tensor with NaN or Inf values: counts them in the stored tensor, or
+    counts the finite values beyond the range of `dtype` when the conversion made them."""
+    nan = inf = beyond = 0
+    for block in _stored_blocks(checkpoint, source, index):
+        nan += int(np.isnan(block).sum())
+        inf += int(np.isinf(block).sum())
+        with np.errstate(over="ignore"):
+            beyond += int((np.isfinite(block) & ~np.isfinite(block.astype(dtype))).sum())
+    where = f"{checkpoint.folder}: tensor {source!r}"
+    if index is not None:
+        where += f" (part {index})"
+    if name != source:
+        where += f" (graph parameter {name!r})"
+    if nan or inf:
+        return WeightsError(
+            f"{where} holds {nan} NaN and {inf} Inf values; accepted: finite weights (a NaN or "
+            "Inf weight makes the model's outputs NaN): re-download or re-save the checkpoint"
+        )
+    largest = ml_dtypes.finfo(dtype).max
+    return WeightsError(
+        f"{where} holds {beyond} values beyond the range of {dtype.name} (largest {largest:g}), "
+        f"which become Inf in it; accepted: values within the build dtype's range: build with "
+        "a wider dtype (f32 or bf16)"
+    )
+
+
+def _stored_blocks(
+    checkpoint: Checkpoint, source: str, index: tuple[slice, ...] | None
+) -> Iterator[np.ndarray]:
+    """(Part `index` of) checkpoint tensor `source`, a block of rows at a time."""
+    shape = checkpoint.shape(source)
+    if not shape:
+        yield checkpoint.read(source)
+        return
+    index = index or tuple(slice(None) for _ in shape)
+    first, last, _ = index[0].indices(shape[0])
+    row = math.prod(_sliced_shape(shape[1:], index[1:]))
+    step = max(1, STREAM_ELEMENTS // max(1, row))
+    for start in range(first, last, step):
+        yield checkpoint.read(source, (slice(start, min(last, start + step)), *index[1:]))
 
 
 def _convert_into(stored: np.ndarray, out: np.ndarray) -> None:
@@ -370,7 +462,8 @@ def _convert_into(stored: np.ndarray, out: np.ndarray) -> None:
     if stored.dtype == ml_dtypes.bfloat16 and out.dtype == np.float32:
         _widen_bf16(stored.view(np.uint16), out.view(np.uint32))
     else:
-        np.copyto(out, stored, casting="unsafe")
+        with np.errstate(over="ignore"):  # values beyond out's range: _check_finite names them
+            np.copyto(out, stored, casting="unsafe")
 
 
 class CheckpointTensor(ir.LazyTensor):
@@ -419,7 +512,11 @@ class CheckpointTensor(ir.LazyTensor):
         stored = stored.T if transpose else stored
         out = np.empty(stored.shape, self.dtype.numpy())
         _convert_into(stored, out)
+        self._check_finite(out)
         return out
+
+    def _check_finite(self, values: np.ndarray) -> None:
+        _check_finite(values, self.checkpoint, self.source, self.index, str(self.name))
 
     def blocks(self, pool: BufferPool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(bytes, buffer) pairs that concatenate to the saved tensor; give each buffer back.
@@ -443,7 +540,13 @@ class CheckpointTensor(ir.LazyTensor):
             stored = self._read_stored(start, stop) if whole is None else whole[start:stop]
             size = (stop - start) * columns * dtype.itemsize
             buffer = pool.take(size)
-            _convert_into(stored, buffer[:size].view(dtype).reshape(stop - start, columns))
+            block = buffer[:size].view(dtype).reshape(stop - start, columns)
+            _convert_into(stored, block)
+            try:
+                self._check_finite(block)
+            except WeightsError:
+                pool.give(buffer)
+                raise
             yield buffer[:size], buffer
 
     def tofile(self, file: BinaryIO) -> None:
