@@ -22,7 +22,7 @@ from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
 from mobius_genai.tasks.causal_lm import CausalLMTask
-from mobius_genai.weights import Checkpoint, attach_weights
+from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 
 #: The dtype names the CLI and the Olive pass offer (DTYPES also takes longer spellings).
 DTYPE_NAMES = ("f32", "f16", "bf16")
@@ -248,17 +248,21 @@ def build(
     length = context_length or config.max_position_embeddings
     checkpoint = Checkpoint(source.path) if load_weights else None
     with build_context(caps, build_dtype):
-        module = CausalLMModel(config, length)
+        module = CausalLMModel(config, length)  # parameters are shapes, no values yet
+        tensors = {}
+        if checkpoint is not None:  # config vs checkpoint: before the graph is built
+            tensors = checkpoint_tensors(
+                dict(module.named_parameters()),
+                checkpoint,
+                config,
+                family.checkpoint_name,
+                family.preprocess_weight,
+                family.preprocessed,
+                unused=family.unused_weights,
+                tied=module.tied_weights(),
+            )
         graph_model = CausalLMTask().build(module, config)
-    if checkpoint is not None:
-        attach_weights(
-            graph_model,
-            checkpoint,
-            config,
-            family.checkpoint_name,
-            family.preprocess_weight,
-            family.preprocessed,
-        )
+    attach_weights(graph_model, tensors)
     package = ModelPackage(
         models={"model": graph_model},
         config=config,

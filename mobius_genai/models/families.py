@@ -83,6 +83,10 @@ class FamilyAdapter:
     in_out_weights: str | None = None
     # A prefix that checkpoints saved from the base model lack ("transformer." for gpt2).
     optional_prefix: str | None = None
+    # Regexes over checkpoint names of buffers that are not weights (transformers'
+    # _keys_to_ignore_on_load_unexpected, e.g. GPT-2's causal mask `attn.bias`); any other
+    # tensor the graph does not read is an error (weight_checks.IGNORED_TENSORS: every family).
+    unused_weights: tuple[str, ...] = ()
     # Hook for value changes a family needs (e.g. norm offsets); receives the graph name.
     preprocess_weight: Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray] = no_preprocess
     # Regex over graph parameter names the hook changes (None: all); the others are read as
@@ -365,6 +369,9 @@ _GPT2_LAYOUT = (
     (r"^model\.embed_tokens\.", "transformer.wte."),
     (r"^model\.norm\.", "transformer.ln_f."),
 )
+# GPT-2's attention buffers, the causal mask and its fill value (gpt2, gptj: transformers'
+# _keys_to_ignore_on_load_unexpected).
+_GPT2_BUFFERS = (r"\.attn\.(bias|masked_bias)$",)
 # GPT-2's config.json names (gpt2, gptj).
 _GPT2_CONFIG_NAMES = {
     "n_embd": "hidden_size",
@@ -489,6 +496,7 @@ _FAMILIES = (
         ),
         in_out_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
         optional_prefix="transformer.",
+        unused_weights=_GPT2_BUFFERS,
     ),
     FamilyAdapter(
         model_type="granite",
@@ -578,6 +586,8 @@ _FAMILIES = (
             (r"^model\.norm\.", "gpt_neox.final_layer_norm."),
             (r"^lm_head\.", "embed_out."),
         ),
+        # GPTNeoXPreTrainedModel's _keys_to_ignore_on_load_unexpected
+        unused_weights=(r"\.attention\.(bias|masked_bias)$",),
         preprocess_weight=_qkv_blocks_from_head_rows,
         preprocessed_weights=_PACKED_QKV,
     ),
@@ -644,6 +654,7 @@ _FAMILIES = (
             (r"\.mlp\.fc2\.", ".mlp.fc_out."),
             *_GPT2_LAYOUT,
         ),
+        unused_weights=_GPT2_BUFFERS,
     ),
     FamilyAdapter(
         model_type="cohere",
