@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx_ir as ir
 from onnx_ir.serde import SerdeError
 
-from mobius_genai.config import ArchitectureConfig, read_config_json
+from mobius_genai.config import ArchitectureConfig, check_size, read_config_json
 from mobius_genai.ep.capabilities import ALL_MODEL_DTYPES, EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.ep.registry import get_ep
@@ -239,16 +239,20 @@ def build(
         source, raw = _config_only_source(model, revision, progress)
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
-    if context_length is not None and (
-        isinstance(context_length, bool)
-        or not isinstance(context_length, int)
-        or context_length <= 0
-    ):
-        raise ConfigError(f"context_length must be a positive integer, found {context_length!r}")
+    if context_length is not None:
+        if (
+            isinstance(context_length, bool)
+            or not isinstance(context_length, int)
+            or context_length <= 0
+        ):
+            raise ConfigError(
+                f"context_length must be a positive integer, found {context_length!r}"
+            )
+        check_size("context_length", context_length, source="build option")
     length = context_length or config.max_position_embeddings
     checkpoint = Checkpoint(source.path) if load_weights else None
     with build_context(caps, build_dtype):
-        module = CausalLMModel(config, length)  # parameters are shapes, no values yet
+        module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         tensors = {}
         if checkpoint is not None:  # config vs checkpoint: before the graph is built
             tensors = checkpoint_tensors(
