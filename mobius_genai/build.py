@@ -11,7 +11,7 @@ from pathlib import Path
 import onnx_ir as ir
 from onnx_ir.serde import SerdeError
 
-from mobius_genai.config import ArchitectureConfig, check_size, read_config_json
+from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.ep.capabilities import ALL_MODEL_DTYPES, EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.ep.registry import get_ep
@@ -20,6 +20,7 @@ from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress
+from mobius_genai.size_limits import check_size
 from mobius_genai.source import Source, resolve_source
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors

@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai._json import read_json_object
 from mobius_genai.errors import ConfigError
+from mobius_genai.size_limits import SIZE_LIMITS, check_size
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -39,32 +40,6 @@ _NORM_EPS_KEYS = (
     "norm_epsilon",
     "norm_eps",
 )
-
-#: Upper bounds of the sizes a config may ask for: each well above every released model (the
-#: largest known in the comment), so that a mistyped or hostile config.json is refused at once
-#: instead of hanging or allocating gigabytes before its weights are checked. `context_length`
-#: is the bundle's context (the CLI's --context-length), sized like max_position_embeddings.
-SIZE_LIMITS: dict[str, int] = {
-    "num_hidden_layers": 1024,  # 126 (Llama 3.1 405B)
-    "hidden_size": 131_072,  # 16384 (Llama 3.1 405B)
-    "intermediate_size": 524_288,  # 73728 (Nemotron-4 340B)
-    "vocab_size": 4_194_304,  # 262144 (Gemma 3)
-    "num_attention_heads": 1024,  # 128 (Llama 3.1 405B)
-    "num_key_value_heads": 1024,  # as num_attention_heads
-    "head_dim": 2048,  # 256 (Gemma)
-    "max_position_embeddings": 16_777_216,  # 10485760 (Llama 4 Scout)
-    "context_length": 16_777_216,  # as max_position_embeddings
-}
-
-
-def check_size(field: str, value: int, source: str = "config.json: field") -> None:
-    """Refuse `value` of the size `field` when it is above its SIZE_LIMITS bound."""
-    limit = SIZE_LIMITS[field]
-    if value > limit:
-        raise ConfigError(
-            f"{source} {field!r} is {value}, above {limit}, more than any released model "
-            f"has; accepted: 1 to {limit}"
-        )
 
 
 @dataclasses.dataclass(frozen=True)
