@@ -21,33 +21,12 @@ from mobius_genai.models import get_family
 from mobius_genai.size_limits import SIZE_LIMITS
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from tests.bundle.conftest import TINY_QWEN2
+from tests.test_config import BASE
 
-BASE = {
-    "model_type": "llama",
-    "vocab_size": 128,
-    "hidden_size": 64,
-    "intermediate_size": 96,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 64,
-}
 HUGE = 10**9
 
 
-@pytest.mark.parametrize(
-    "field",
-    [
-        "vocab_size",
-        "hidden_size",
-        "intermediate_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "head_dim",
-        "max_position_embeddings",
-    ],
-)
+@pytest.mark.parametrize("field", sorted(set(SIZE_LIMITS) - {"context_length"}))
 def test_sizes_no_real_model_has_are_refused_naming_field_value_and_bound(field: str):
     raw = {**BASE, field: HUGE}
     if field == "num_attention_heads":
