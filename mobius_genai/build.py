@@ -9,10 +9,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import onnx_ir as ir
+from onnx_ir.serde import SerdeError
 
 from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
+from mobius_genai.errors import MobiusError
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.optimize import OptimizationReport, optimize_model
@@ -20,7 +22,7 @@ from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
-from mobius_genai.weights import Checkpoint, attach_weights
+from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 
 # Package key → model role (the role gates fusions such as GQA).
 ROLES = {"model": "decoder"}
@@ -73,6 +75,7 @@ class ModelPackage(Mapping[str, ir.Model]):
             with (
                 Progress(f"saving {filename}", total=len(tensors), enabled=progress) as bar,
                 _quiet_weightless_save(),
+                _tensor_errors_unwrapped(),
             ):
                 ir.save(
                     model,
@@ -82,6 +85,21 @@ class ModelPackage(Mapping[str, ir.Model]):
                 )
             written.append(path)
         return written
+
+
+@contextlib.contextmanager
+def _tensor_errors_unwrapped() -> Iterator[None]:
+    """Raise the MobiusError a lazy tensor raised while onnx-ir serialized it (a weight with
+    NaN values), not the SerdeError layers onnx-ir wraps it in."""
+    try:
+        yield
+    except SerdeError as error:
+        cause: BaseException | None = error
+        while isinstance(cause, SerdeError):
+            cause = cause.__cause__
+        if isinstance(cause, MobiusError):
+            raise cause from None
+        raise
 
 
 class _WeightlessInitializers(logging.Filter):
@@ -170,17 +188,21 @@ def build(
     length = target.context_length or config.max_position_embeddings
     checkpoint = Checkpoint(source.path) if load_weights else None
     with build_context(target.ep, target.dtype):
-        module = CausalLMModel(config, length)
+        module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
+        tensors = {}
+        if checkpoint is not None:  # config vs checkpoint: before the graph is built
+            tensors = checkpoint_tensors(
+                dict(module.named_parameters()),
+                checkpoint,
+                config,
+                family.checkpoint_name,
+                family.preprocess_weight,
+                family.preprocessed,
+                unused=family.unused_weights,
+                tied=module.tied_weights(),
+            )
         graph_model = CausalLMTask().build(module, config)
-    if checkpoint is not None:
-        attach_weights(
-            graph_model,
-            checkpoint,
-            config,
-            family.checkpoint_name,
-            family.preprocess_weight,
-            family.preprocessed,
-        )
+    attach_weights(graph_model, tensors)
     package = ModelPackage(
         models={"model": graph_model},
         config=config,

@@ -16,6 +16,7 @@ from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ConfigError, ExecutionProviderError
 from mobius_genai.quantize import Int4Options
+from mobius_genai.size_limits import check_size
 
 #: Float precision → model dtype.
 FLOAT_PRECISIONS: dict[str, ir.DataType] = {
@@ -178,6 +179,7 @@ def check_context_length(context_length: int | None) -> int | None:
         raise ConfigError(
             f"context length {context_length!r} is not accepted; accepted: a positive integer"
         )
+    check_size("context_length", context_length, source="build option")
     return context_length
 
 

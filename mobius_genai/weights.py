@@ -27,6 +27,7 @@ from mobius_genai._safetensors import TensorEntry, shown
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
+from mobius_genai.weight_checks import few, require_all_used, require_finite, sliced_shape
 
 _INDEX = "model.safetensors.index.json"
 #: Elements read at a time when a large tensor is streamed (row blocks of the checkpoint).
@@ -193,73 +194,114 @@ class TensorSource:
     axis: int = 0
 
 
-def attach_weights(
-    model: ir.Model,
+def checkpoint_tensors(
+    parameters: Mapping[str, ir.Value],
     checkpoint: Checkpoint,
     config: ArchitectureConfig,
     checkpoint_name: Callable[[str], str | TensorSource],
     preprocess: Preprocess,
     preprocessed: Callable[[str], bool] | None = None,
-) -> None:
-    """Give every parameter of `model` without a value a lazy tensor read from `checkpoint`.
+    *,
+    unused: Sequence[str] = (),
+    tied: Mapping[str, str] | None = None,
+) -> dict[str, ir.TensorProtocol]:
+    """A lazy tensor read from `checkpoint` for each parameter of `parameters` without a value.
 
     `checkpoint_name` maps a graph parameter name to its checkpoint tensor name, or to a
     TensorSource for parameters stored in another layout or as a slice of a fused tensor.
     `preprocess` changes values as they are read, for the parameters `preprocessed` accepts
     (all when None); the others are taken as stored, matrices as `CheckpointTensor`s.
-    Errors name the parameter and the checkpoint tensor: missing tensors and shape mismatches
-    are found here, before anything is written.
+    Everything is checked here, from the safetensors headers, before a value is read or a graph
+    is built, with errors naming the parameter and the checkpoint tensor: missing tensors,
+    shape mismatches, and checkpoint tensors that no parameter reads. Those may only be buffers
+    (`IGNORED_TENSORS` and the regexes `unused`) or the tied copies `tied` maps to the
+    parameter they must equal (graph names: "lm_head.weight" → "model.embed_tokens.weight").
     """
-    initializers = model.graph.initializers
+    tensors: dict[str, ir.TensorProtocol] = {}
     missing = []
-    for name, value in initializers.items():
+    read_from: dict[str, str] = {}  # graph parameter → checkpoint tensor
+    for name, value in parameters.items():
         if value.const_value is not None:
             continue
         source = checkpoint_name(name)
         if isinstance(source, str):
             source = TensorSource((source,))
-        found = next((n for n in source.names if n in checkpoint), None)
+        found = _first_held(checkpoint, source)
         if found is None:
             missing.append(source.names[0])
             continue
-        transposed = bool(value.meta.get(TRANSPOSED_FROM_CHECKPOINT)) and not source.in_out
-        expected = tuple(value.shape.numpy())
-        stored = checkpoint.shape(found)
-        index = _part_index(source, name, initializers, transposed, stored, checkpoint, found)
-        sliced = _sliced_shape(stored, index)
-        if (tuple(reversed(sliced)) if transposed else sliced) != expected:
-            needed = list(reversed(expected)) if transposed else list(expected)
-            part = f" (part {name!r} at {index})" if index is not None else ""
-            raise WeightsError(
-                f"{checkpoint.folder}: tensor {found!r}{part} has shape {list(sliced)}, the "
-                f"architecture in config.json needs {needed}"
-            )
-        stored_dtype = checkpoint.dtype(found)
-        if value.dtype.is_floating_point() and stored_dtype not in _FLOAT_STORED:
-            raise WeightsError(
-                f"{checkpoint.folder}: tensor {found!r} is stored as {stored_dtype}; parameter "
-                f"{name!r} is floating point, accepted: {', '.join(sorted(_FLOAT_STORED))}"
-            )
+        read_from[name] = found
         changes = preprocess if preprocessed is None or preprocessed(name) else no_preprocess
-        load = _loader(checkpoint, found, index, name, value.dtype, transposed, config, changes)
-        if changes is no_preprocess and len(sliced) == 2:
-            value.const_value = CheckpointTensor(
-                load, checkpoint, found, index, value.dtype, expected, name, transposed
-            )
-        else:
-            value.const_value = ir.LazyTensor(
-                load, dtype=value.dtype, shape=ir.Shape(expected), name=name
-            )
+        tensors[name] = _lazy_tensor(checkpoint, config, parameters, name, source, found, changes)
     if missing:
-        shown = ", ".join(repr(m) for m in missing[:5])
-        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        raise WeightsError(f"{checkpoint.folder}: checkpoint lacks tensors {shown}{more}")
+        raise WeightsError(
+            f"{checkpoint.folder}: checkpoint lacks tensors {few(missing)} that the architecture "
+            "in config.json reads; accepted: a config.json that matches the checkpoint (check "
+            "num_hidden_layers and model_type)"
+        )
+    ties = {}
+    for copy, original in (tied or {}).items():
+        stored = _first_held(checkpoint, checkpoint_name(copy))
+        if stored is not None and original in read_from:
+            ties[stored] = read_from[original]
+    require_all_used(checkpoint, set(read_from.values()), unused, ties)
+    return tensors
+
+
+def attach_weights(model: ir.Model, tensors: Mapping[str, ir.TensorProtocol]) -> None:
+    """Give the graph parameters named in `tensors` (from `checkpoint_tensors`) their values."""
+    for name, tensor in tensors.items():
+        model.graph.initializers[name].const_value = tensor
+
+
+def _first_held(checkpoint: Checkpoint, source: str | TensorSource) -> str | None:
+    """The first name of `source` the checkpoint holds, or None."""
+    names = (source,) if isinstance(source, str) else source.names
+    return next((name for name in names if name in checkpoint), None)
+
+
+def _lazy_tensor(
+    checkpoint: Checkpoint,
+    config: ArchitectureConfig,
+    parameters: Mapping[str, ir.Value],
+    name: str,
+    source: TensorSource,
+    found: str,
+    preprocess: Preprocess,
+) -> ir.TensorProtocol:
+    """The lazy value of parameter `name` from checkpoint tensor `found`, its shape and dtype
+    checked against the parameter's."""
+    value = parameters[name]
+    transposed = bool(value.meta.get(TRANSPOSED_FROM_CHECKPOINT)) and not source.in_out
+    expected = tuple(value.shape.numpy())
+    stored = checkpoint.shape(found)
+    index = _part_index(source, name, parameters, transposed, stored, checkpoint, found)
+    sliced = sliced_shape(stored, index)
+    if (tuple(reversed(sliced)) if transposed else sliced) != expected:
+        needed = list(reversed(expected)) if transposed else list(expected)
+        part = f" (part {name!r} at {index})" if index is not None else ""
+        raise WeightsError(
+            f"{checkpoint.folder}: tensor {found!r}{part} has shape {list(sliced)}, the "
+            f"architecture in config.json needs {needed}"
+        )
+    stored_dtype = checkpoint.dtype(found)
+    if value.dtype.is_floating_point() and stored_dtype not in _FLOAT_STORED:
+        raise WeightsError(
+            f"{checkpoint.folder}: tensor {found!r} is stored as {stored_dtype}; parameter "
+            f"{name!r} is floating point, accepted: {', '.join(sorted(_FLOAT_STORED))}"
+        )
+    load = _loader(checkpoint, found, index, name, value.dtype, transposed, config, preprocess)
+    if preprocess is no_preprocess and len(sliced) == 2:
+        return CheckpointTensor(
+            load, checkpoint, found, index, value.dtype, expected, name, transposed
+        )
+    return ir.LazyTensor(load, dtype=value.dtype, shape=ir.Shape(expected), name=name)
 
 
 def _part_index(
     source: TensorSource,
     name: str,
-    initializers: Mapping[str, ir.Value],
+    parameters: Mapping[str, ir.Value],
     transposed: bool,
     stored: tuple[int, ...],
     checkpoint: Checkpoint,
@@ -272,7 +314,7 @@ def _part_index(
     start = total = 0
     own = None
     for part in source.parts:
-        value = initializers.get(part)
+        value = parameters.get(part)
         if value is None or value.shape is None:
             raise WeightsError(
                 f"{checkpoint.folder}: tensor {found!r} is split into graph parameters "
@@ -296,12 +338,6 @@ def _part_index(
     return tuple(index)
 
 
-def _sliced_shape(shape: tuple[int, ...], index: tuple[slice, ...] | None) -> tuple[int, ...]:
-    if index is None:
-        return shape
-    return tuple(len(range(*s.indices(n))) for s, n in zip(index, shape, strict=True))
-
-
 def _loader(
     checkpoint: Checkpoint,
     source: str,
@@ -322,10 +358,12 @@ def _loader(
             and checkpoint.dtype(source) == "BF16"
             and dtype == ir.DataType.FLOAT
         ):
-            return ir.Tensor(_stream_bf16_to_f32(checkpoint, source, shape, transposed), name=name)
+            widened = _stream_bf16_to_f32(checkpoint, source, shape, transposed, name)
+            return ir.Tensor(widened, name=name)
         array = checkpoint.read(source) if index is None else checkpoint.read(source, index)
-        array = preprocess(name, array, config)
-        return ir.Tensor(_cast(array, dtype.numpy(), transposed), name=name)
+        array = _cast(preprocess(name, array, config), dtype.numpy(), transposed)
+        require_finite(array, checkpoint, source, index, name)
+        return ir.Tensor(array, name=name)
 
     return load
 
@@ -350,11 +388,12 @@ def _cast(array: np.ndarray, dtype: np.dtype, transposed: bool) -> np.ndarray:
         return widened.view(np.float32)
     if transposed:
         array = array.T
-    return np.ascontiguousarray(array.astype(dtype, copy=False))
+    with np.errstate(over="ignore"):  # values beyond dtype's range: require_finite names them
+        return np.ascontiguousarray(array.astype(dtype, copy=False))
 
 
 def _stream_bf16_to_f32(
-    checkpoint: Checkpoint, name: str, shape: tuple[int, ...], transposed: bool
+    checkpoint: Checkpoint, name: str, shape: tuple[int, ...], transposed: bool, parameter: str
 ) -> np.ndarray:
     """A 2-D bf16 tensor as float32 (transposed if asked), read in row blocks.
 
@@ -366,7 +405,9 @@ def _stream_bf16_to_f32(
     step = max(1, STREAM_ELEMENTS // columns)
     for start in range(0, rows, step):
         stop = min(rows, start + step)
-        bits = checkpoint.read(name, (slice(start, stop), slice(None))).view(np.uint16)
+        block = checkpoint.read(name, (slice(start, stop), slice(None)))
+        require_finite(block, checkpoint, name, None, parameter)  # widening keeps every value
+        bits = block.view(np.uint16)
         _widen_bf16(
             bits.T if transposed else bits, out[:, start:stop] if transposed else out[start:stop]
         )
@@ -381,7 +422,8 @@ def _convert_into(stored: np.ndarray, out: np.ndarray) -> None:
     if stored.dtype == ml_dtypes.bfloat16 and out.dtype == np.float32:
         _widen_bf16(stored.view(np.uint16), out.view(np.uint32))
     else:
-        np.copyto(out, stored, casting="unsafe")
+        with np.errstate(over="ignore"):  # values beyond out's range: require_finite names them
+            np.copyto(out, stored, casting="unsafe")
 
 
 class CheckpointTensor(ir.LazyTensor):
@@ -430,7 +472,11 @@ class CheckpointTensor(ir.LazyTensor):
         stored = stored.T if transpose else stored
         out = np.empty(stored.shape, self.dtype.numpy())
         _convert_into(stored, out)
+        self._check_finite(out)
         return out
+
+    def _check_finite(self, values: np.ndarray) -> None:
+        require_finite(values, self.checkpoint, self.source, self.index, str(self.name))
 
     def blocks(self, pool: BufferPool) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """(bytes, buffer) pairs that concatenate to the saved tensor; give each buffer back.
@@ -454,7 +500,13 @@ class CheckpointTensor(ir.LazyTensor):
             stored = self._read_stored(start, stop) if whole is None else whole[start:stop]
             size = (stop - start) * columns * dtype.itemsize
             buffer = pool.take(size)
-            _convert_into(stored, buffer[:size].view(dtype).reshape(stop - start, columns))
+            block = buffer[:size].view(dtype).reshape(stop - start, columns)
+            _convert_into(stored, block)
+            try:
+                self._check_finite(block)
+            except WeightsError:
+                pool.give(buffer)
+                raise
             yield buffer[:size], buffer
 
     def tofile(self, file: BinaryIO) -> None:

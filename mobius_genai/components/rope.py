@@ -118,10 +118,18 @@ def cos_sin_tables(
     rope: RopeConfig, rotary_dim: int, context_length: int, long: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin tables [context_length, rotary_dim / 2] in float32."""
+    cos, sin = (_table(rope, rotary_dim, context_length, f, long) for f in (np.cos, np.sin))
+    return cos, sin
+
+
+def _table(
+    rope: RopeConfig, rotary_dim: int, context_length: int, function: np.ufunc, long: bool
+) -> np.ndarray:
+    """`function` (np.cos or np.sin) of each position's angles, scaled: the float32 table
+    [context_length, rotary_dim / 2]."""
     inv_freq = inverse_frequencies(rope, rotary_dim, long)
     angles = np.outer(np.arange(context_length, dtype=np.float64), inv_freq)
-    scale = attention_factor(rope)
-    return (np.cos(angles) * scale).astype(np.float32), (np.sin(angles) * scale).astype(np.float32)
+    return (function(angles) * attention_factor(rope)).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,13 +168,10 @@ class RotaryEmbedding(nn.Module):
         self.interleaved = rope.interleaved
         self.original = rope.original_max_position_embeddings
         self.switched = uses_long_factors(rope, context_length)
-        cos, sin = cos_sin_tables(rope, rotary_dim, context_length)
-        if self.switched:
-            cos_long, sin_long = cos_sin_tables(rope, rotary_dim, context_length, long=True)
-            cos, sin = np.stack([cos, cos_long]), np.stack([sin, sin_long])
+        sets = (False, True) if self.switched else (False,)
         dtype = get_build_dtype()
-        self.cos_cache = nn.Parameter(cos.shape, dtype=dtype, data=_tensor(cos, dtype, "cos"))
-        self.sin_cache = nn.Parameter(sin.shape, dtype=dtype, data=_tensor(sin, dtype, "sin"))
+        self.cos_cache = _cache(rope, rotary_dim, context_length, np.cos, sets, dtype)
+        self.sin_cache = _cache(rope, rotary_dim, context_length, np.sin, sets, dtype)
 
     def forward(self, op, position_ids: ir.Value) -> Rotation:
         """The tables for a call at `position_ids` [batch, seq]."""
@@ -185,5 +190,24 @@ class RotaryEmbedding(nn.Module):
         return Rotation(tables[0], tables[1], self.rotary_dim, self.interleaved)
 
 
-def _tensor(array: np.ndarray, dtype: ir.DataType, name: str) -> ir.Tensor:
-    return ir.Tensor(array.astype(dtype.numpy()), name=name)
+def _cache(
+    rope: RopeConfig,
+    rotary_dim: int,
+    context_length: int,
+    function: np.ufunc,
+    sets: tuple[bool, ...],
+    dtype: ir.DataType,
+) -> nn.Parameter:
+    """The cos or sin table (`function`) as a parameter whose values are computed when the
+    model is saved: a long context's tables cost memory only then, after the checkpoint's
+    weights were checked. `sets` lists longrope's factor sets (False: short) to stack."""
+    name = function.__name__
+
+    def compute() -> ir.Tensor:
+        tables = [_table(rope, rotary_dim, context_length, function, long) for long in sets]
+        table = tables[0] if len(tables) == 1 else np.stack(tables)
+        return ir.Tensor(table.astype(dtype.numpy()), name=name)
+
+    shape = [*([len(sets)] if len(sets) > 1 else []), context_length, rotary_dim // 2]
+    data = ir.LazyTensor(compute, dtype=dtype, shape=ir.Shape(shape), name=name)
+    return nn.Parameter(shape, dtype=dtype, data=data)

@@ -18,6 +18,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.layers import parse_layer_types, validate_layers
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.errors import ConfigError
+from mobius_genai.size_limits import check_size
 
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
@@ -283,6 +284,7 @@ def _validate_sizes(config: ArchitectureConfig) -> None:
             raise ConfigError(
                 f"config.json: field {name!r} must be a positive integer, found {value!r}"
             )
+        check_size(name, value)
     if config.num_attention_heads % config.num_key_value_heads:
         raise ConfigError(
             f"config.json: num_attention_heads {config.num_attention_heads} is not divisible by "

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.errors import ConfigError
+from mobius_genai.size_limits import SIZE_LIMITS, check_size
 
 
 def is_int(value: Any) -> bool:
@@ -48,6 +49,8 @@ def integer(value: Any, key: str, default: Any = None, *, positive: bool = True)
     if not is_int(value) or value < (1 if positive else 0):
         accepted = "a positive integer" if positive else "a non-negative integer"
         raise ConfigError(f"config.json: field {key!r} must be {accepted}, found {value!r}")
+    if key in SIZE_LIMITS:  # before anything is sized by it (per-layer lists, tables)
+        check_size(key, value)
     return value
 
 

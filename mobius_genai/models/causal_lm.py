@@ -119,6 +119,16 @@ class CausalLMModel(nn.Module):
         else:
             self.lm_head = Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
 
+    def tied_weights(self) -> dict[str, str]:
+        """Checkpoint parameters this model shares, as graph names: copy → the one it reads.
+
+        With tied embeddings the LM head is the embedding table; a checkpoint may still store
+        it (equal), like transformers' `_tied_weights_keys`.
+        """
+        if isinstance(self.lm_head, TiedLMHead):
+            return {"lm_head.weight": "model.embed_tokens.weight"}
+        return {}
+
     def forward(
         self,
         op,

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
 from transformers import AutoConfig
 
 import mobius_genai
-from mobius_genai import RopeConfig
+from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
@@ -443,7 +444,16 @@ MUTANTS = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(MUTANTS))
+# Mutants whose graph reads fewer tensors than the checkpoint holds: the build refuses them
+# before any parity check (weight_checks.require_all_used).
+UNREAD_BY_MUTANT = {
+    "cohere_without_qk_norm": "'model.layers.0.self_attn.k_norm.weight'",
+    "gpt_neox_one_shared_parallel_norm": "'gpt_neox.layers.0.post_attention_layernorm.bias'",
+    "gptj_without_lm_head_bias": "'lm_head.bias'",
+}
+
+
+@pytest.mark.parametrize("case", sorted(set(MUTANTS) - set(UNREAD_BY_MUTANT)))
 def test_parity_fails_without_the_adapter_difference(case, tmp_path, monkeypatch):
     family, mutant, *overrides = MUTANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **(overrides or [{}])[0])
@@ -453,6 +463,17 @@ def test_parity_fails_without_the_adapter_difference(case, tmp_path, monkeypatch
     package = mobius_genai.build(ckpt, "default", "f32")
     ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
     assert max_abs_diff(ours, reference.logits) > 10 * TOLERANCE
+
+
+@pytest.mark.parametrize("case", sorted(UNREAD_BY_MUTANT))
+def test_a_mutant_that_leaves_checkpoint_tensors_unread_is_refused(case, tmp_path, monkeypatch):
+    family, mutant, *overrides = MUTANTS[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **(overrides or [{}])[0])
+    monkeypatch.setitem(FAMILIES, family, mutant())
+    with pytest.raises(
+        WeightsError, match="reads no tensor .*" + re.escape(UNREAD_BY_MUTANT[case])
+    ):
+        mobius_genai.build(ckpt, "default", "f32")
 
 
 @pytest.mark.parametrize("family", sorted({family for family, _ in CASES.values()}))

@@ -62,6 +62,10 @@ class FamilyAdapter:
     in_out_weights: str | None = None
     # A prefix that checkpoints saved from the base model lack ("transformer." for gpt2).
     optional_prefix: str | None = None
+    # Regexes over checkpoint names of buffers that are not weights (transformers'
+    # _keys_to_ignore_on_load_unexpected, e.g. GPT-2's causal mask `attn.bias`); any other
+    # tensor the graph does not read is an error (weight_checks.IGNORED_TENSORS: every family).
+    unused_weights: tuple[str, ...] = ()
     # Hook for value changes a family needs (e.g. norm offsets); receives the graph name.
     preprocess_weight: Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray] = no_preprocess
     # Regex over graph parameter names the hook changes (None: all); the others are read as

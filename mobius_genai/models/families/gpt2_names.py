@@ -7,6 +7,9 @@ GPT2_LAYOUT = (
     (r"^model\.embed_tokens\.", "transformer.wte."),
     (r"^model\.norm\.", "transformer.ln_f."),
 )
+# GPT-2's attention buffers, the causal mask and its fill value (gpt2, gptj: transformers'
+# _keys_to_ignore_on_load_unexpected).
+GPT2_BUFFERS = (r"\.attn\.(bias|masked_bias)$",)
 # GPT-2's config.json names (gpt2, gptj).
 GPT2_CONFIG_NAMES = {
     "n_embd": "hidden_size",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from mobius_genai.config import fields
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
-from mobius_genai.models.families.gpt2_names import GPT2_CONFIG_NAMES, GPT2_LAYOUT
+from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
@@ -167,6 +167,7 @@ _FAMILIES = (
         ),
         in_out_weights=r"\.(c_attn|c_proj|c_fc)\.weight$",
         optional_prefix="transformer.",
+        unused_weights=GPT2_BUFFERS,
     ),
     FamilyAdapter(
         model_type="granite",
@@ -253,6 +254,8 @@ _FAMILIES = (
             (r"^model\.norm\.", "gpt_neox.final_layer_norm."),
             (r"^lm_head\.", "embed_out."),
         ),
+        # GPTNeoXPreTrainedModel's _keys_to_ignore_on_load_unexpected
+        unused_weights=(r"\.attention\.(bias|masked_bias)$",),
         preprocess_weight=qkv_blocks_from_head_rows,
         preprocessed_weights=PACKED_QKV,
     ),
@@ -317,6 +320,7 @@ _FAMILIES = (
             (r"\.mlp\.fc2\.", ".mlp.fc_out."),
             *GPT2_LAYOUT,
         ),
+        unused_weights=GPT2_BUFFERS,
     ),
     FamilyAdapter(
         model_type="cohere",
