@@ -38,15 +38,26 @@ _VISION = {
 }
 
 
-def tiny_gemma3(image_tokens: int = 16, **vision: Any) -> Gemma3ForConditionalGeneration:
-    """A seeded random Gemma3ForConditionalGeneration (float32, eval mode)."""
+def tiny_gemma3(
+    image_tokens: int = 16, text: dict | None = None, **settings: Any
+) -> Gemma3ForConditionalGeneration:
+    """A seeded random Gemma3ForConditionalGeneration (float32, eval mode).
+
+    `text` overrides text_config keys; `settings` are vision_config keys (image_size, ...)
+    or top-level token ids (image_token_index, boi_token_index, eoi_token_index).
+    """
+    tokens = {
+        "image_token_index": IMAGE_TOKEN,
+        "boi_token_index": BOI_TOKEN,
+        "eoi_token_index": EOI_TOKEN,
+    }
+    for key in tokens:
+        tokens[key] = settings.pop(key, tokens[key])
     config = Gemma3Config(
-        text_config=dict(_TEXT),
-        vision_config={**_VISION, **vision},
+        text_config={**_TEXT, **(text or {})},
+        vision_config={**_VISION, **settings},
         mm_tokens_per_image=image_tokens,
-        image_token_index=IMAGE_TOKEN,
-        boi_token_index=BOI_TOKEN,
-        eoi_token_index=EOI_TOKEN,
+        **tokens,
     )
     model = Gemma3ForConditionalGeneration(config).eval()
     randomize_weights(model, 0)
