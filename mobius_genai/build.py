@@ -12,11 +12,14 @@ import onnx_ir as ir
 from onnx_ir.serde import SerdeError
 
 from mobius_genai.config import ArchitectureConfig, read_config_json
+from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
+from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
+from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
@@ -24,14 +27,17 @@ from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 
-# Package key → model role (the role gates fusions such as GQA).
-ROLES = {"model": "decoder"}
+# Package key → model role (the role gates fusions such as GQA): "model" for the one graph
+# of a text model; "vision", "embedding" and "decoder" for a vision-language package.
+ROLES = {"model": "decoder", "decoder": "decoder", "vision": "vision", "embedding": "embedding"}
 MODEL_FILENAME = "model.onnx"
 
 
 @dataclasses.dataclass
 class ModelPackage(Mapping[str, ir.Model]):
-    """The ONNX models built from one checkpoint, by package key ("model" for a decoder)."""
+    """The ONNX models built from one checkpoint, by package key ("model" for a decoder;
+    "vision", "embedding", "decoder" for a vision-language model, whose `config` is the text
+    decoder's and `vision_language` the whole checkpoint's)."""
 
     models: dict[str, ir.Model]
     config: ArchitectureConfig
@@ -39,8 +45,14 @@ class ModelPackage(Mapping[str, ir.Model]):
     dtype: ir.DataType
     context_length: int
     source: Source | None = None
-    family: FamilyAdapter | None = None
+    family: FamilyAdapter | VisionLanguageFamily | None = None
     reports: dict[str, OptimizationReport] = dataclasses.field(default_factory=dict)
+    vision_language: VisionLanguageConfig | None = None
+
+    @property
+    def decoder_key(self) -> str:
+        """The package key of the text decoder ("model", or "decoder" beside other graphs)."""
+        return "model" if "model" in self.models else "decoder"
 
     def __getitem__(self, key: str) -> ir.Model:
         return self.models[key]
@@ -183,10 +195,15 @@ def build(
         raw = read_config_json(source.path)
     else:
         source, raw = _config_only_source(model, revision, progress)
+    vision_language = vision_language_family(raw.get("model_type", ""))
+    if vision_language is not None:
+        package = _build_vision_language(raw, vision_language, target, source, load_weights)
+        _optimize(package, trace_optimization, prune_lm_head)
+        return package
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
-    length = target.context_length or config.max_position_embeddings
     checkpoint = Checkpoint(source.path) if load_weights else None
+    length = target.context_length or config.max_position_embeddings
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         tensors = {}
@@ -214,6 +231,30 @@ def build(
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package
+
+
+def _build_vision_language(
+    raw: dict,
+    family: VisionLanguageFamily,
+    target: Target,
+    source: Source,
+    load_weights: bool,
+) -> ModelPackage:
+    config = family.parse_config(raw)
+    checkpoint = Checkpoint(source.path) if load_weights else None
+    length = target.context_length or config.text.max_position_embeddings
+    with build_context(target.ep, target.dtype):
+        models = vision_language_graphs(config, family, length, checkpoint)
+    return ModelPackage(
+        models=models,
+        config=config.text,
+        ep=target.ep,
+        dtype=target.dtype,
+        context_length=length,
+        source=source,
+        family=family,
+        vision_language=config,
+    )
 
 
 def _config_only_source(

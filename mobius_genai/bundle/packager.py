@@ -40,6 +40,12 @@ from mobius_genai.bundle.manifest import (
     hash_in_background,
     make_manifest,
 )
+from mobius_genai.bundle.multimodal import (
+    PROCESSOR_FILENAME,
+    add_vision_language,
+    graph_filename,
+    processor_config,
+)
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
 from mobius_genai.bundle.validate import (
@@ -111,7 +117,7 @@ def package(
                 # the manifest hashes the weight files: overlap it with the conversion
                 hash_in_background(sorted(built.source.path.glob("*.safetensors")))
             quantization = (
-                quantize_int4(built["model"], target.int4, built.ep)
+                quantize_int4(built[built.decoder_key], target.int4, built.ep)
                 if target.int4 is not None
                 else None
             )
@@ -174,15 +180,20 @@ def write_bundle(
     copied = copy_tokenizer_files(source.path, folder)
     _require_token_ids(folder, built.config.vocab_size)  # before the long part: saving weights
     save_with_digest(built, folder, progress=progress)  # hashes model.onnx.data as it writes
-    graph = GraphInfo.from_file(folder / MODEL_FILENAME)
+    filename = MODEL_FILENAME if built.decoder_key == "model" else graph_filename("decoder")
+    graph = GraphInfo.from_file(folder / filename)
     genai_config = make_genai_config(
         built.config,
         built.ep,
         graph,
         context_length=built.context_length,
         generation=read_generation_config(source.path),
-        filename=MODEL_FILENAME,
+        filename=filename,
     )
+    if built.vision_language is not None:
+        add_vision_language(genai_config, built)
+        processor = processor_config(source.path, built.vision_language.vision.image_size)
+        write_json(folder / PROCESSOR_FILENAME, processor)
     validate_genai_config(genai_config)
     write_json(folder / CONFIG_FILENAME, genai_config)
     build_info = {

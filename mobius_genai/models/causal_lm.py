@@ -7,6 +7,7 @@ from onnxscript import nn
 
 from mobius_genai.components.decoder import DecoderLayer
 from mobius_genai.components.embedding import Embedding
+from mobius_genai.components.image_masks import image_block_bias
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import make_norm
@@ -20,12 +21,19 @@ class TextModel(nn.Module):
 
     Layers that share a rope share one `RotaryEmbedding` (its cos/sin tables): `rotary_emb`
     for the config's rope and `rotary_emb_local` for sliding layers when `rope_local` differs.
+    With `image_token_id` the tokens of one image attend to each other in both directions
+    (components/image_masks.py).
     """
 
-    def __init__(self, config: ArchitectureConfig, context_length: int) -> None:
+    def __init__(
+        self, config: ArchitectureConfig, context_length: int, image_token_id: int | None = None
+    ) -> None:
         super().__init__()
         self.config = config
-        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
+        self.image_token_id = image_token_id
+        self.embed_tokens = Embedding(
+            config.vocab_size, config.hidden_size, config.embedding_multiplier
+        )
         if config.position_embedding == "learned":
             if context_length > config.max_position_embeddings:
                 raise ConfigError(
@@ -54,14 +62,14 @@ class TextModel(nn.Module):
             self.rotary_emb_local = None
         self.windows = sorted({config.window_of_layer(i) or 0 for i in range(len(self.layers))})
 
-    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values):
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         config = self.config
-        hidden_states = self.embed_tokens(op, input_ids)
-        if config.embedding_multiplier != 1.0:
-            multiplier = op.CastLike(
-                op.Constant(value_float=config.embedding_multiplier), hidden_states
-            )
-            hidden_states = op.Mul(hidden_states, multiplier)
+        if embeds is None:
+            hidden_states = self.embed_tokens(op, input_ids)
+        else:
+            hidden_states = embeds
+            if config.tie_word_embeddings:
+                self.embed_tokens(op)  # the tied head's table, under its checkpoint name
         if self.embed_positions is not None:
             hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
         rotations = {}
@@ -71,8 +79,7 @@ class TextModel(nn.Module):
                 module = self.rotary_emb if rope == config.rope else self.rotary_emb_local
                 rotations[rope] = module(op, position_ids)
         biases = {
-            window: attention_bias(op, input_ids, attention_mask, window or None)
-            for window in self.windows
+            window: self._bias(op, input_ids, attention_mask, window) for window in self.windows
         }
         presents = []
         for i, layer in enumerate(self.layers):
@@ -85,6 +92,11 @@ class TextModel(nn.Module):
             )
             presents.append((present_key, present_value))
         return self.norm(op, hidden_states), presents
+
+    def _bias(self, op, input_ids, attention_mask, window: int) -> ir.Value:
+        if self.image_token_id is None:
+            return attention_bias(op, input_ids, attention_mask, window or None)
+        return image_block_bias(op, input_ids, attention_mask, window or None, self.image_token_id)
 
 
 class TiedLMHead(nn.Module):
@@ -106,14 +118,21 @@ class CausalLMModel(nn.Module):
     """A decoder-only language model that returns logits and the updated KV cache.
 
     `context_length` bounds positions (and sizes the rotary tables); it defaults to the
-    config's max_position_embeddings.
+    config's max_position_embeddings. A vision-language decoder is called with `inputs_embeds`
+    (the embedding graph's output) and gets the `image_token_id` its mask reads.
     """
 
-    def __init__(self, config: ArchitectureConfig, context_length: int | None = None) -> None:
+    def __init__(
+        self,
+        config: ArchitectureConfig,
+        context_length: int | None = None,
+        *,
+        image_token_id: int | None = None,
+    ) -> None:
         super().__init__()
         self.config = config
         self.context_length = context_length or config.max_position_embeddings
-        self.model = TextModel(config, self.context_length)
+        self.model = TextModel(config, self.context_length, image_token_id)
         if config.tie_word_embeddings:
             self.lm_head = TiedLMHead(config.vocab_size, config.lm_head_bias)
         else:
@@ -136,9 +155,10 @@ class CausalLMModel(nn.Module):
         attention_mask: ir.Value,
         position_ids: ir.Value,
         past_key_values: list[tuple[ir.Value, ir.Value]],
+        inputs_embeds: ir.Value | None = None,
     ) -> tuple[ir.Value, list[tuple[ir.Value, ir.Value]]]:
         hidden_states, presents = self.model(
-            op, input_ids, attention_mask, position_ids, past_key_values
+            op, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds
         )
         if isinstance(self.lm_head, TiedLMHead):
             logits = self.lm_head(op, hidden_states, self.model.embed_tokens.weight)

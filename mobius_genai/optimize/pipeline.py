@@ -26,6 +26,7 @@ from mobius_genai.optimize.declines import DeclineRecorder
 from mobius_genai.optimize.functions import ep_runs, needs_inlining, register_functions
 from mobius_genai.optimize.gates import FUSIONS, LOWERINGS, ROLES, GateInput, RuleGroup, gqa_gate
 from mobius_genai.optimize.passes import cleanup_passes, fold_passes
+from mobius_genai.optimize.rules import gqa
 from mobius_genai.optimize.trace import (
     Decline,
     OptimizationReport,
@@ -125,7 +126,14 @@ def _check_gqa(model: ir.Model, target: GateInput, report: OptimizationReport, t
     if gqa_gate(target) is not None:
         return
     counts = op_counts(model)
-    attention = counts.get("Attention", 0)
+    # Attention whose mask is not causal (image tokens seeing each other) is meant to stay.
+    attention = sum(
+        1
+        for node in model.graph.all_nodes()
+        if node.op_type == "Attention"
+        and node.domain in ("", "ai.onnx")
+        and gqa.bidirectional_blocks(node.inputs[3] if len(node.inputs) > 3 else None) is None
+    )
     if counts.get("GroupQueryAttention", 0) == 0 and attention:
         message = (
             f"GQA fusion expected for ep={target.caps.name!r}/dtype={target.dtype.name} but "

@@ -22,6 +22,8 @@ BATCH, SEQ, TOTAL, PAST = (
     "total_sequence_length",
     "past_sequence_length",
 )
+#: The decoder input a vision-language package's embedding graph feeds.
+INPUTS_EMBEDS = "inputs_embeds"
 
 
 def past_names(layer: int) -> tuple[str, str]:
@@ -35,15 +37,26 @@ def present_names(layer: int) -> tuple[str, str]:
 class CausalLMTask:
     """Builds the decoder graph: input_ids, attention_mask, position_ids and the KV cache in;
     logits and the updated KV cache out (names and layouts as in onnxruntime-genai). The
-    model's metadata names the build context's EP, so a bundle's graph says what it is for."""
+    model's metadata names the build context's EP, so a bundle's graph says what it is for.
+
+    With `inputs_embeds` the decoder of a vision-language package: it also takes the embedding
+    graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them)."""
+
+    def __init__(self, inputs_embeds: bool = False) -> None:
+        self.inputs_embeds = inputs_embeds
 
     def build(self, module: nn.Module, config: ArchitectureConfig) -> ir.Model:
         """The graph of `module`, called as ``module(op, input_ids, attention_mask, position_ids,
-        past)`` and returning ``(logits, presents)`` like CausalLMModel."""
+        past[, inputs_embeds])`` and returning ``(logits, presents)`` like CausalLMModel."""
         dtype = get_build_dtype()
         graph = ir.Graph([], [], nodes=[], opset_imports={"": OPSET}, name="main_graph")
         builder = GraphBuilder(graph)
         int64 = ir.DataType.INT64
+        embeds = (
+            builder.input(INPUTS_EMBEDS, dtype, [BATCH, SEQ, config.hidden_size])
+            if self.inputs_embeds
+            else None
+        )
         input_ids = builder.input("input_ids", int64, [BATCH, SEQ])
         attention_mask = builder.input("attention_mask", int64, [BATCH, TOTAL])
         position_ids = builder.input("position_ids", int64, [BATCH, SEQ])
@@ -52,7 +65,8 @@ class CausalLMTask:
             tuple(builder.input(name, dtype, cache_shape) for name in past_names(i))
             for i in range(config.num_hidden_layers)
         ]
-        logits, presents = module(builder.op, input_ids, attention_mask, position_ids, past)
+        extra = () if embeds is None else (embeds,)
+        logits, presents = module(builder.op, input_ids, attention_mask, position_ids, past, *extra)
         builder.add_output(logits, "logits")
         logits.shape = ir.Shape([BATCH, SEQ, config.vocab_size])
         present_shape = ir.Shape([BATCH, config.num_key_value_heads, TOTAL, config.head_dim])
@@ -61,8 +75,13 @@ class CausalLMTask:
                 builder.add_output(value, name)
                 value.shape = present_shape
                 value.dtype = dtype
-        model = ir.Model(graph, ir_version=10, producer_name="mobius-genai")
-        model.metadata_props[BUILT_FOR_KEY] = ep_capabilities().name
-        for function in builder.functions.values():
-            model.functions[function.identifier()] = function
-        return model
+        return finish_model(graph, builder)
+
+
+def finish_model(graph: ir.Graph, builder: GraphBuilder) -> ir.Model:
+    """The model of a built graph, its functions attached and the build context's EP recorded."""
+    model = ir.Model(graph, ir_version=10, producer_name="mobius-genai")
+    model.metadata_props[BUILT_FOR_KEY] = ep_capabilities().name
+    for function in builder.functions.values():
+        model.functions[function.identifier()] = function
+    return model

@@ -44,6 +44,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, pattern
 
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
+from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
 from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.functions import MS_DOMAIN
 
@@ -94,6 +95,12 @@ class _CausalMask(pattern.PatternBase):
         if self.windowed and _scalar(window) is None:
             return result.fail("sliding window of the mask is not a constant", window)
         return result
+
+
+def bidirectional_blocks(mask: ir.Value | None) -> str | None:
+    """Why `mask` lets some keys after a query through (image_masks.py), or None."""
+    producer = None if mask is None else mask.producer()
+    return None if producer is None else producer.metadata_props.get(BIDIRECTIONAL_BLOCKS_KEY)
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -201,6 +208,9 @@ class GQAFusion(RecordingRuleClassBase):
             if rotary is None:
                 return result
             attributes.update(rotary)
+        blocks = bidirectional_blocks(mask)
+        if blocks is not None:
+            return result.fail(f"{blocks}; GroupQueryAttention is causal only", mask)
         matched = _match_mask(context, mask)
         if matched is None:
             return result.fail(

@@ -1,0 +1,139 @@
+"""Vision-language checkpoints: the vision tower's sizes and how images enter the text.
+
+A vision-language config.json (Gemma 3's `model_type` "gemma3") nests a `text_config` (read
+by the text family's adapter into an ArchitectureConfig) and a `vision_config` (a SigLIP
+tower, read here), plus the image token ids and the number of tokens one image becomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.config import fields
+from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
+from mobius_genai.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionConfig:
+    """A ViT-style tower (SigLIP): square patches of a square image, pre-norm encoder layers
+    with bidirectional attention, LayerNorms with bias, an FC MLP, a final LayerNorm."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    image_size: int
+    patch_size: int
+    num_channels: int = 3
+    layer_norm_eps: float = 1e-6
+    hidden_act: str = "gelu_pytorch_tanh"
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def patches_per_side(self) -> int:
+        return self.image_size // self.patch_size
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> VisionConfig:
+        """Parse `vision_config` (transformers' SiglipVisionConfig defaults where absent)."""
+        where = "vision_config."
+        sizes = {
+            key: fields.integer(raw.get(key), where + key, default)
+            for key, default in (
+                ("hidden_size", 768),
+                ("intermediate_size", 3072),
+                ("num_hidden_layers", 12),
+                ("num_attention_heads", 12),
+                ("image_size", 224),
+                ("patch_size", 16),
+                ("num_channels", 3),
+            )
+        }
+        act = raw.get("hidden_act", "gelu_pytorch_tanh")
+        if act not in HIDDEN_ACTS:
+            raise ConfigError(
+                f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
+                f"{sorted(HIDDEN_ACTS)}"
+            )
+        config = cls(
+            **sizes,
+            layer_norm_eps=fields.number(
+                raw.get("layer_norm_eps"), where + "layer_norm_eps", 1e-6, positive=True
+            ),
+            hidden_act=act,
+        )
+        for numerator, denominator in (
+            ("hidden_size", "num_attention_heads"),
+            ("image_size", "patch_size"),
+        ):
+            if sizes[numerator] % sizes[denominator]:
+                raise ConfigError(
+                    f"config.json: vision_config.{numerator} {sizes[numerator]} is not a "
+                    f"multiple of vision_config.{denominator} {sizes[denominator]}"
+                )
+        return config
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionLanguageConfig:
+    """The text decoder's config, the vision tower's, and how image features enter the text.
+
+    `image_token_id` marks the positions of `image_tokens` features per image in the prompt;
+    the projector average-pools the tower's patches down to that many tokens.
+    """
+
+    model_type: str
+    text: ArchitectureConfig
+    vision: VisionConfig
+    image_token_id: int
+    image_tokens: int
+    boi_token_id: int | None = None
+    eoi_token_id: int | None = None
+
+    @property
+    def tokens_per_side(self) -> int:
+        return round(self.image_tokens**0.5)
+
+    @property
+    def pool_kernel(self) -> int:
+        """Side of the average-pooling window: patches per side over tokens per side."""
+        return self.vision.patches_per_side // self.tokens_per_side
+
+
+def parse_vision_language(
+    raw: Mapping[str, Any], text: ArchitectureConfig, *, image_tokens_default: int
+) -> VisionLanguageConfig:
+    """The VisionLanguageConfig of a config.json whose `text_config` gave `text`."""
+    vision = VisionConfig.from_dict(fields.mapping(raw.get("vision_config"), "vision_config"))
+    image_tokens = fields.integer(
+        raw.get("mm_tokens_per_image"), "mm_tokens_per_image", image_tokens_default
+    )
+    config = VisionLanguageConfig(
+        model_type=fields.model_type(raw.get("model_type")),
+        text=text,
+        vision=vision,
+        image_token_id=fields.integer(
+            raw.get("image_token_index", raw.get("image_token_id")),
+            "image_token_index",
+            positive=False,
+        ),
+        image_tokens=image_tokens,
+        boi_token_id=fields.integer(raw.get("boi_token_index"), "boi_token_index", positive=False),
+        eoi_token_id=fields.integer(raw.get("eoi_token_index"), "eoi_token_index", positive=False),
+    )
+    if config.image_token_id is None:
+        raise ConfigError("config.json: field 'image_token_index' is required and missing")
+    side = config.tokens_per_side
+    patches = vision.patches_per_side
+    if side * side != image_tokens or patches % side:
+        raise ConfigError(
+            f"config.json: mm_tokens_per_image {image_tokens} is not the square of a divisor of "
+            f"the {patches} patches per side (vision_config.image_size / patch_size)"
+        )
+    return config

@@ -1,0 +1,185 @@
+"""Vision-language checkpoints as three graphs: vision, embedding and the text decoder.
+
+A row of VISION_LANGUAGE says how one model_type differs: the text family its `text_config`
+belongs to, onnxruntime-genai's model.type, transformers' text defaults hub configs leave out,
+and where the checkpoint keeps each graph's tensors. The decoder is the text family's
+CausalLMModel fed `inputs_embeds`; the vision graph is a SigLIP tower and the projector.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.embedding import Embedding
+from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
+from mobius_genai.config import ArchitectureConfig, fields
+from mobius_genai.config.vision import VisionLanguageConfig, parse_vision_language
+from mobius_genai.ep.context import get_build_dtype
+from mobius_genai.models.families import FamilyAdapter, get_family
+from mobius_genai.weights import TensorSource, no_preprocess
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionLanguageFamily:
+    """How one vision-language model_type is read and named."""
+
+    model_type: str
+    text_family: str
+    genai_type: str
+    # transformers' text-config defaults for keys hub configs omit.
+    text_defaults: Mapping[str, Any]
+    # ArchitectureConfig fields the multimodal model fixes over its text family's.
+    text_overrides: Mapping[str, Any]
+    image_tokens_default: int
+    # (graph prefix, checkpoint prefixes tried in order) for each graph's parameters.
+    checkpoint_prefixes: tuple[tuple[str, tuple[str, ...]], ...]
+    # Regex over vision graph parameters whose norm scales by 1 + weight.
+    offset_norms: str
+    # Regex over checkpoint tensors no graph reads (a tower head the model never calls).
+    unused_weights: str
+
+    @property
+    def text(self) -> FamilyAdapter:
+        return get_family(self.text_family)
+
+    def parse_config(self, raw: Mapping[str, Any]) -> VisionLanguageConfig:
+        text_raw = {
+            **self.text_defaults,
+            **{k: v for k, v in fields.mapping(raw.get("text_config"), "text_config").items()},
+        }
+        text_raw["model_type"] = self.text_family
+        text = dataclasses.replace(self.text.parse_config(text_raw), **self.text_overrides)
+        return parse_vision_language(raw, text, image_tokens_default=self.image_tokens_default)
+
+    def checkpoint_name(self, graph_name: str) -> str | TensorSource:
+        """The checkpoint tensor of a parameter of any of the three graphs."""
+        for graph_prefix, prefixes in self.checkpoint_prefixes:
+            if graph_name.startswith(graph_prefix):
+                named = self.text.checkpoint_name(graph_name) if graph_prefix == "model." else None
+                rest = (named if isinstance(named, str) else graph_name)[len(graph_prefix) :]
+                names = tuple(prefix + rest for prefix in prefixes)
+                return names[0] if len(names) == 1 else TensorSource(names=names)
+        return graph_name
+
+    def preprocess_weight(
+        self, name: str, array: np.ndarray, config: ArchitectureConfig
+    ) -> np.ndarray:
+        """The text family's value changes for decoder names, norm offsets for the rest."""
+        if name.startswith("model."):
+            return self.text.preprocess_weight(name, array, config)
+        if re.search(self.offset_norms, name):
+            return array.astype(np.float32) + 1.0
+        return no_preprocess(name, array, config)
+
+    def preprocessed(self, name: str) -> bool:
+        if name.startswith("model."):
+            return self.text.preprocessed(name)
+        return re.search(self.offset_norms, name) is not None
+
+
+VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
+    family.model_type: family
+    for family in (
+        VisionLanguageFamily(
+            model_type="gemma3",
+            text_family="gemma3_text",
+            genai_type="gemma3",
+            text_defaults={
+                "vocab_size": 262_208,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "query_pre_attn_scalar": 256,
+                "max_position_embeddings": 131_072,
+                "rms_norm_eps": 1e-6,
+                "sliding_window": 4096,
+                "hidden_activation": "gelu_pytorch_tanh",
+                "rope_theta": 1_000_000.0,
+                "rope_local_base_freq": 10_000.0,
+                "bos_token_id": 2,
+                "eos_token_id": 1,
+                "pad_token_id": 0,
+            },
+            # Gemma3ForConditionalGeneration never applies the text config's logit softcap.
+            text_overrides={"final_logit_softcapping": None},
+            image_tokens_default=256,
+            checkpoint_prefixes=(
+                ("model.", ("language_model.model.",)),
+                ("vision_tower.", ("vision_tower.vision_model.", "vision_tower.")),
+                ("multi_modal_projector.", ("multi_modal_projector.",)),
+            ),
+            offset_norms=r"^multi_modal_projector\.mm_soft_emb_norm\.weight$",
+            unused_weights=r"^vision_tower\.(vision_model\.)?head\.",
+        ),
+    )
+}
+
+
+class VisionModel(nn.Module):
+    """pixel_values → image_features [images * image_tokens, text hidden]."""
+
+    def __init__(self, config: VisionLanguageConfig) -> None:
+        super().__init__()
+        self.text_hidden = config.text.hidden_size
+        self.vision_tower = SiglipVisionTower(config.vision)
+        self.multi_modal_projector = Gemma3Projector(config)
+
+    def forward(self, op, pixel_values: ir.Value) -> ir.Value:
+        tokens = self.multi_modal_projector(op, self.vision_tower(op, pixel_values))
+        return op.Reshape(tokens, op.Constant(value_ints=[-1, self.text_hidden]))
+
+
+class _Tokens(nn.Module):
+    """Holds `embed_tokens` under the decoder's module name, so both share the weight name."""
+
+    def __init__(self, config: ArchitectureConfig) -> None:
+        super().__init__()
+        self.embed_tokens = Embedding(
+            config.vocab_size, config.hidden_size, config.embedding_multiplier
+        )
+
+    def forward(self, op, input_ids: ir.Value) -> ir.Value:
+        return self.embed_tokens(op, input_ids)
+
+
+class EmbeddingModel(nn.Module):
+    """inputs_embeds: the scaled token embeddings, with the k-th image token of the batch
+    (row-major) replaced by the k-th row of image_features (transformers' masked_scatter).
+
+    Image tokens are looked up as token 0 (their rows are replaced), so an image token id
+    outside the vocabulary is harmless; a zero row in front of the features keeps the gather
+    valid when they are empty (decode steps).
+    """
+
+    def __init__(self, config: VisionLanguageConfig) -> None:
+        super().__init__()
+        self.image_token_id = config.image_token_id
+        self.hidden = config.text.hidden_size
+        self.model = _Tokens(config.text)
+
+    def forward(self, op, input_ids: ir.Value, image_features: ir.Value) -> ir.Value:
+        is_image = op.Equal(input_ids, op.Constant(value_int=self.image_token_id))
+        text_ids = op.Where(is_image, op.Constant(value_int=0), input_ids)
+        embeds = self.model(op, text_ids)
+        flags = op.Cast(is_image, to=ir.DataType.INT64)
+        order = op.CumSum(op.Reshape(flags, op.Constant(value_ints=[-1])), op.Constant(value_int=0))
+        rows = op.Reshape(
+            op.Mul(order, op.Reshape(flags, op.Constant(value_ints=[-1]))), op.Shape(input_ids)
+        )
+        zero = np.zeros([1, self.hidden], dtype=get_build_dtype().numpy())
+        padded = op.Concat(op.Constant(value=ir.tensor(zero)), image_features, axis=0)
+        features = op.Gather(padded, rows, axis=0)
+        mask = op.Unsqueeze(is_image, op.Constant(value_ints=[-1]))
+        return op.Where(mask, features, embeds)
+
+
+def vision_language_family(model_type: str) -> VisionLanguageFamily | None:
+    """The row for a vision-language model_type, None for any other."""
+    return VISION_LANGUAGE.get(model_type)

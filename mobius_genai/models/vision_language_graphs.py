@@ -1,0 +1,42 @@
+"""The three graphs of a vision-language package, with the checkpoint's weights attached."""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from mobius_genai.config.vision import VisionLanguageConfig
+from mobius_genai.models.causal_lm import CausalLMModel
+from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily, VisionModel
+from mobius_genai.tasks.causal_lm import CausalLMTask
+from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
+from mobius_genai.weights import Checkpoint, attach_weights
+
+
+def vision_language_graphs(
+    config: VisionLanguageConfig,
+    family: VisionLanguageFamily,
+    context_length: int,
+    checkpoint: Checkpoint | None,
+) -> dict[str, ir.Model]:
+    """{"vision", "embedding", "decoder"} graphs; call inside the build context."""
+    text, vision = config.text, config.vision
+    models = {
+        "vision": VisionTask().build(
+            VisionModel(config), vision.num_channels, vision.image_size, text.hidden_size
+        ),
+        "embedding": EmbeddingTask().build(EmbeddingModel(config), text.hidden_size),
+        "decoder": CausalLMTask(inputs_embeds=True).build(
+            CausalLMModel(text, context_length, image_token_id=config.image_token_id), text
+        ),
+    }
+    if checkpoint is not None:
+        for model in models.values():
+            attach_weights(
+                model,
+                checkpoint,
+                text,
+                family.checkpoint_name,
+                family.preprocess_weight,
+                family.preprocessed,
+            )
+    return models

@@ -1,0 +1,74 @@
+"""Tiny random Gemma 3 vision-language checkpoints written by transformers (no download)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+from tests._hf import randomize_weights
+
+IMAGE_TOKEN, BOI_TOKEN, EOI_TOKEN = 100, 101, 102
+TEXT_HIDDEN = 64
+
+_TEXT = {
+    "hidden_size": TEXT_HIDDEN,
+    "intermediate_size": 96,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 128,
+    "max_position_embeddings": 512,
+    "query_pre_attn_scalar": 24,
+    "sliding_window": 5,
+    "sliding_window_pattern": 2,
+}
+# 8 x 8 patches pooled 2 x 2 into 16 image tokens; SigLIP's head is off, as in Gemma 3.
+_VISION = {
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "image_size": 32,
+    "patch_size": 4,
+    "vision_use_head": False,
+}
+
+
+def tiny_gemma3(
+    image_tokens: int = 16, text: dict | None = None, **settings: Any
+) -> Gemma3ForConditionalGeneration:
+    """A seeded random Gemma3ForConditionalGeneration (float32, eval mode).
+
+    `text` overrides text_config keys; `settings` are vision_config keys (image_size, ...)
+    or top-level token ids (image_token_index, boi_token_index, eoi_token_index).
+    """
+    tokens = {
+        "image_token_index": IMAGE_TOKEN,
+        "boi_token_index": BOI_TOKEN,
+        "eoi_token_index": EOI_TOKEN,
+    }
+    for key in tokens:
+        tokens[key] = settings.pop(key, tokens[key])
+    config = Gemma3Config(
+        text_config={**_TEXT, **(text or {})},
+        vision_config={**_VISION, **settings},
+        mm_tokens_per_image=image_tokens,
+        **tokens,
+    )
+    model = Gemma3ForConditionalGeneration(config).eval()
+    randomize_weights(model, 0)
+    return model
+
+
+def write_tiny_gemma3(dest: Path, **kwargs: Any) -> Path:
+    tiny_gemma3(**kwargs).save_pretrained(dest)
+    return dest
+
+
+def image_prompt(image_tokens: int = 16) -> torch.Tensor:
+    """bos, text, an image (boi, image tokens, eoi), text: [1, seq] int64."""
+    return torch.tensor([[2, 5, BOI_TOKEN] + [IMAGE_TOKEN] * image_tokens + [EOI_TOKEN, 7, 8, 9]])

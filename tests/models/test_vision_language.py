@@ -1,0 +1,133 @@
+"""Gemma 3's vision, embedding and decoder graphs against transformers (fp32, 1e-4)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+
+from mobius_genai.build import build
+from tests._vlm import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, tiny_gemma3
+
+TOLERANCE = 1e-4
+LAYERS, KV_HEADS, HEAD_DIM = 3, 2, 16
+
+
+@pytest.fixture(scope="module")
+def gemma3(tmp_path_factory):
+    model = tiny_gemma3()
+    folder = tmp_path_factory.mktemp("gemma3")
+    model.save_pretrained(folder)
+    return model, folder
+
+
+def _sessions(package) -> dict[str, ort.InferenceSession]:
+    return {
+        key: ort.InferenceSession(
+            ir.serde.serialize_model(model).SerializeToString(),
+            providers=["CPUExecutionProvider"],
+        )
+        for key, model in package.items()
+    }
+
+
+def _empty_past() -> dict[str, np.ndarray]:
+    empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
+    return {
+        f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
+    }
+
+
+@pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
+def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
+    model, folder = gemma3
+    package = build(folder, ep, "fp32", progress=False)
+    assert sorted(package) == ["decoder", "embedding", "vision"]
+    sessions = _sessions(package)
+    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    ids = image_prompt()
+    with torch.no_grad():
+        features_ref = model.model.get_image_features(pixels).pooler_output.reshape(-1, TEXT_HIDDEN)
+        embeds_ref = model.model.get_input_embeddings()(torch.where(ids == IMAGE_TOKEN, 0, ids))
+        embeds_ref = embeds_ref.masked_scatter((ids == IMAGE_TOKEN)[..., None], features_ref)
+        reference = model(
+            input_ids=ids,
+            pixel_values=pixels,
+            token_type_ids=(ids == IMAGE_TOKEN).long(),
+            use_cache=True,
+        )
+    (features,) = sessions["vision"].run(None, {"pixel_values": pixels.numpy()})
+    np.testing.assert_allclose(features, features_ref.numpy(), atol=TOLERANCE, rtol=0)
+    (embeds,) = sessions["embedding"].run(
+        None, {"input_ids": ids.numpy(), "image_features": features}
+    )
+    np.testing.assert_allclose(embeds, embeds_ref.numpy(), atol=TOLERANCE, rtol=0)
+    seq = ids.shape[1]
+    feeds = {
+        "inputs_embeds": embeds,
+        "input_ids": ids.numpy(),
+        "attention_mask": np.ones((1, seq), np.int64),
+        "position_ids": np.arange(seq)[None],
+        **_empty_past(),
+    }
+    names = [value.name for value in sessions["decoder"].get_outputs()]
+    outputs = dict(zip(names, sessions["decoder"].run(None, feeds), strict=True))
+    np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
+    cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
+    no_features = np.zeros((0, TEXT_HIDDEN), np.float32)
+    for _ in range(3):
+        with torch.no_grad():
+            step = model(input_ids=token, cache=cache, use_cache=True)
+        (embeds,) = sessions["embedding"].run(
+            None, {"input_ids": token.numpy(), "image_features": no_features}
+        )
+        total += 1
+        feeds = {
+            "inputs_embeds": embeds,
+            "input_ids": token.numpy(),
+            "attention_mask": np.ones((1, total), np.int64),
+            "position_ids": np.array([[total - 1]]),
+            **{
+                name.replace("present.", "past_key_values."): value
+                for name, value in outputs.items()
+                if name.startswith("present.")
+            },
+        }
+        outputs = dict(zip(names, sessions["decoder"].run(None, feeds), strict=True))
+        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
+        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+
+
+def _ops(model: ir.Model) -> set[tuple[str, str]]:
+    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
+
+
+@pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
+def test_graph_ops_per_ep(gemma3, ep, recwarn):
+    _, folder = gemma3
+    package = build(folder, ep, load_weights=False, progress=False)
+    for key, model in package.items():
+        ops = _ops(model)
+        assert ("com.microsoft", "GroupQueryAttention") not in ops, key
+        if ep == "onnx-standard":
+            assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
+    assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
+
+
+def test_trace_says_why_gqa_declined(gemma3):
+    _, folder = gemma3
+    package = build(folder, "cpu", "fp32", load_weights=False, progress=False)
+    reasons = [decline.reason for decline in package.reports["decoder"].rules["GQAFusion"].declines]
+    assert reasons and all("GroupQueryAttention is causal only" in r for r in reasons), reasons
+    assert package.reports["vision"].skipped["GQAFusion"] == "role 'vision' (GQA is for decoders)"
+    assert package.reports["embedding"].skipped["GQAFusion"].startswith("role 'embedding'")
+
+
+def test_text_only_checkpoint_keeps_one_model(tmp_path):
+    from tests._hf import write_tiny_checkpoint
+
+    write_tiny_checkpoint(tmp_path, "gemma3_text")
+    package = build(tmp_path, "cpu", "fp32", load_weights=False, progress=False)
+    assert list(package) == ["model"] and package.vision_language is None
