@@ -43,7 +43,7 @@ class VisionLanguageFamily:
     # Regex over vision graph parameters whose norm scales by 1 + weight.
     offset_norms: str
     # Regex over checkpoint tensors no graph reads (a tower head the model never calls).
-    unused_weights: str
+    unused_weights: tuple[str, ...]
 
     @property
     def text(self) -> FamilyAdapter:
@@ -116,7 +116,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 ("multi_modal_projector.", ("multi_modal_projector.",)),
             ),
             offset_norms=r"^multi_modal_projector\.mm_soft_emb_norm\.weight$",
-            unused_weights=r"^vision_tower\.(vision_model\.)?head\.",
+            unused_weights=(r"^vision_tower\.(vision_model\.)?head\.",),
         ),
     )
 }

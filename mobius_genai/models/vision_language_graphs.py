@@ -9,7 +9,7 @@ from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily, VisionModel
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
-from mobius_genai.weights import Checkpoint, attach_weights
+from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 
 
 def vision_language_graphs(
@@ -20,23 +20,31 @@ def vision_language_graphs(
 ) -> dict[str, ir.Model]:
     """{"vision", "embedding", "decoder"} graphs; call inside the build context."""
     text, vision = config.text, config.vision
+    decoder = CausalLMModel(text, context_length, image_token_id=config.image_token_id)
     models = {
         "vision": VisionTask().build(
             VisionModel(config), vision.num_channels, vision.image_size, text.hidden_size
         ),
         "embedding": EmbeddingTask().build(EmbeddingModel(config), text.hidden_size),
-        "decoder": CausalLMTask(inputs_embeds=True).build(
-            CausalLMModel(text, context_length, image_token_id=config.image_token_id), text
-        ),
+        "decoder": CausalLMTask(inputs_embeds=True).build(decoder, text),
     }
-    if checkpoint is not None:
+    if checkpoint is not None:  # one check over the three graphs: every tensor read once
+        parameters = {
+            name: value
+            for model in models.values()
+            for name, value in model.graph.initializers.items()
+        }
+        tensors = checkpoint_tensors(
+            parameters,
+            checkpoint,
+            text,
+            family.checkpoint_name,
+            family.preprocess_weight,
+            family.preprocessed,
+            unused=family.unused_weights,
+            tied=decoder.tied_weights(),
+        )
         for model in models.values():
-            attach_weights(
-                model,
-                checkpoint,
-                text,
-                family.checkpoint_name,
-                family.preprocess_weight,
-                family.preprocessed,
-            )
+            initializers = model.graph.initializers
+            attach_weights(model, {k: v for k, v in tensors.items() if k in initializers})
     return models

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 import torch
+from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
+from mobius_genai.errors import WeightsError
 from tests._vlm import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, tiny_gemma3
 
 TOLERANCE = 1e-4
@@ -131,3 +135,18 @@ def test_text_only_checkpoint_keeps_one_model(tmp_path):
     write_tiny_checkpoint(tmp_path, "gemma3_text")
     package = build(tmp_path, "cpu", "fp32", load_weights=False, progress=False)
     assert list(package) == ["model"] and package.vision_language is None
+
+
+def test_a_tensor_no_graph_reads_is_named(gemma3, tmp_path):
+    """The three graphs are checked together: a stray tensor is an error, the SigLIP head is not."""
+    _, folder = gemma3
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    tensors = load_file(copy / "model.safetensors")
+    tensors["vision_tower.vision_model.head.probe"] = np.zeros(4, np.float32)
+    save_file(tensors, copy / "model.safetensors", metadata={"format": "pt"})
+    assert set(build(copy, "cpu")) == {"vision", "embedding", "decoder"}
+    tensors["multi_modal_projector.stray.weight"] = np.zeros(4, np.float32)
+    save_file(tensors, copy / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(WeightsError, match="multi_modal_projector.stray.weight"):
+        build(copy, "cpu")
