@@ -36,7 +36,7 @@ from onnxruntime.capi.onnxruntime_pybind11_state import (
     quantize_qdq_matmul_4bits,
 )
 
-from mobius_genai.quantize.rounding import search_blocks
+from mobius_genai.quantize.rounding import SEARCH_ELEMENTS, search_blocks
 
 __all__ = [
     "KERNEL_DTYPES",
@@ -201,15 +201,21 @@ def _searched_rows(
     scales: np.ndarray,
     zero_points: np.ndarray,
 ) -> None:
-    """Fill rows of the MatMulNBits outputs from `search_blocks` on columns `chunk` [K, rows]."""
+    """Fill rows of the MatMulNBits outputs from `search_blocks` on columns `chunk` [K, rows].
+
+    A few rows at a time, so the transposed copy stays small."""
     rows, blocks, _ = packed.shape
-    rounded = search_blocks(chunk.T.reshape(rows * blocks, -1), bits, symmetric)
-    scales[...] = rounded.scales.reshape(rows, blocks)
-    q = rounded.q.reshape(rows, blocks, -1)
-    packed[...] = _pack_nibbles(q) if bits == 4 else q
-    if not symmetric:
-        zero = rounded.zero.reshape(rows, blocks)
-        zero_points[...] = _pack_nibbles(zero, pad=True) if bits == 4 else zero
+    step = max(1, SEARCH_ELEMENTS // chunk.shape[0])
+    for start in range(0, rows, step):
+        part = slice(start, min(rows, start + step))
+        count = part.stop - start
+        rounded = search_blocks(chunk[:, part].T.reshape(count * blocks, -1), bits, symmetric)
+        scales[part] = rounded.scales.reshape(count, blocks)
+        q = rounded.q.reshape(count, blocks, -1)
+        packed[part] = _pack_nibbles(q) if bits == 4 else q
+        if not symmetric:
+            zero = rounded.zero.reshape(count, blocks)
+            zero_points[part] = _pack_nibbles(zero, pad=True) if bits == 4 else zero
 
 
 def _searched_blocked(
@@ -262,6 +268,8 @@ def quantize_blocked_int4(
     scales = np.zeros((blocks, n), compute)
     zero_points = np.zeros((blocks * n + 1) // 2, np.uint8)
     pair = 2 * block_size
+    if search:  # the search transposes its slice and keeps several copies of it
+        chunk_elements = min(chunk_elements, SEARCH_ELEMENTS)
     rows = max(pair, (chunk_elements // max(n, 1)) // pair * pair)
     for start in range(0, k, rows):
         stop = min(k, start + rows)

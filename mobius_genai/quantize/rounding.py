@@ -20,11 +20,13 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["STEPS", "RoundedBlocks", "search_blocks"]
+__all__ = ["SEARCH_ELEMENTS", "STEPS", "RoundedBlocks", "search_blocks"]
 
 #: Candidate scales per block: factors `levels - 1 + i / 10` for i in range(STEPS) (llama.cpp).
 STEPS = 20
 _FIRST, _STEP = -1.0, 0.1
+#: Values searched together (bounds the temporaries: 256 KiB of float32 each).
+SEARCH_ELEMENTS = 1 << 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +42,25 @@ class RoundedBlocks:
 
 
 def search_blocks(blocks: np.ndarray, bits: int, symmetric: bool) -> RoundedBlocks:
-    """The searched rounding of each row of `blocks` ([blocks, block_size], any float dtype)."""
+    """The searched rounding of each row of `blocks` ([blocks, block_size], any float dtype).
+
+    Rows are searched `SEARCH_ELEMENTS` values at a time, so the search's temporaries stay
+    small (about ten float32 copies of one slice) whatever the number of blocks.
+    """
+    count, size = blocks.shape
+    q = np.zeros((count, size), np.uint8)
+    scales = np.zeros(count, np.float32)
+    zero = np.zeros(count, np.uint8)
+    step = max(1, SEARCH_ELEMENTS // max(size, 1))
+    for start in range(0, count, step):
+        rows = slice(start, min(count, start + step))
+        q[rows], scales[rows], zero[rows] = _search(blocks[rows], bits, symmetric)
+    return RoundedBlocks(q=q, scales=scales, zero=zero)
+
+
+def _search(
+    blocks: np.ndarray, bits: int, symmetric: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = np.asarray(blocks, np.float32)
     top = 2**bits - 1
     weights = np.sqrt(np.mean(x * x, axis=1, keepdims=True)) + np.abs(x)
@@ -68,11 +88,7 @@ def search_blocks(blocks: np.ndarray, bits: int, symmetric: bool) -> RoundedBloc
         best_q = np.where(better, q, best_q)
         best_scale = np.where(better, scale, best_scale)
         best_zero = np.where(better, candidate_zero, best_zero)
-    return RoundedBlocks(
-        q=best_q.astype(np.uint8),
-        scales=best_scale[:, 0],
-        zero=best_zero[:, 0].astype(np.uint8),
-    )
+    return best_q.astype(np.uint8), best_scale[:, 0], best_zero[:, 0].astype(np.uint8)
 
 
 def _round_and_refit(
