@@ -118,13 +118,15 @@ def _quantization(summary: Mapping[str, Any] | None) -> str:
     if not summary:
         return "none"
     level = summary.get("accuracy_level")
+    wide = summary.get("weights_8bit") or []
     parts = [
         f"INT4 {summary['format']}",
+        f"quality {summary['quality']} ({summary['rounding']} rounding)",
         f"block size {summary['block_size']}",
         "symmetric" if summary["symmetric"] else "asymmetric (zero points)",
-        f"{summary['quantized_weights']} weights",
+        f"{summary['quantized_weights']} weights" + (f" ({len(wide)} in 8 bits)" if wide else ""),
         f"embedding {summary['embedding']}",
     ]
     if level is not None:
-        parts.insert(3, f"accuracy level {level}")
+        parts.insert(4, f"accuracy level {level}")
     return ", ".join(parts)

@@ -8,7 +8,7 @@ import contextlib
 from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.optimize import trace_to_stderr
-from mobius_genai.quantize import Int4Options
+from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options
 from mobius_genai.target import PRECISIONS, resolve_target
 
 
@@ -33,7 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--int4-asymmetric",
         action="store_true",
-        help="int4 with zero points (asymmetric); default: symmetric",
+        help="int4 with zero points (asymmetric); default: the --int4-quality recipe's",
+    )
+    parser.add_argument(
+        "--int4-quality",
+        choices=tuple(QUALITIES),
+        help=f"int4 recipe (default {DEFAULT_QUALITY}): "
+        + "; ".join(f"{name}: {recipe.summary}" for name, recipe in QUALITIES.items()),
     )
     parser.add_argument(
         "--int4-accuracy-level",
@@ -70,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         precision=args.precision,
         int4=Int4Options.from_choices(
-            args.int4_block_size, args.int4_asymmetric, args.int4_accuracy_level
+            args.int4_block_size,
+            args.int4_asymmetric,
+            args.int4_accuracy_level,
+            args.int4_quality,
         ),
         context_length=args.context_length,
         graph_capture=None if args.graph_capture is None else args.graph_capture == "on",

@@ -28,7 +28,7 @@ from mobius_genai.ep import ep_registry
 from mobius_genai.errors import ConfigError
 from mobius_genai.olive.providers import NO_PROVIDER_EP, mobius_ep_for
 from mobius_genai.optimize import trace_to_stderr
-from mobius_genai.quantize import Int4Options
+from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options
 from mobius_genai.target import (
     FLOAT_PRECISIONS,
     PRECISIONS,
@@ -85,7 +85,14 @@ class MobiusExport(Pass):
             "int4_asymmetric": PassConfigParam(
                 type_=bool,
                 default_value=False,
-                description="int4 only: quantize with zero points. Default: symmetric.",
+                description="int4 only: quantize with zero points. Default: the int4_quality "
+                "recipe's.",
+            ),
+            "int4_quality": PassConfigParam(
+                type_=str,
+                default_value=None,
+                description=f"int4 only: the recipe, {', '.join(QUALITIES)} (default "
+                f"{DEFAULT_QUALITY}; `mobius-genai package --help` describes each).",
             ),
             "int4_accuracy_level": PassConfigParam(
                 type_=int,
@@ -129,6 +136,7 @@ class MobiusExport(Pass):
             "check_precision": field_validator("precision")(_check_precision),
             "check_dtype": field_validator("dtype")(_check_dtype),
             "check_int4": field_validator("int4_block_size", "int4_accuracy_level")(_check_int4),
+            "check_int4_quality": field_validator("int4_quality")(_check_int4_quality),
             "check_context_length": field_validator("context_length")(_check_context_length),
             "check_int4_precision": model_validator(mode="after")(_check_int4_precision),
         }
@@ -196,7 +204,10 @@ def int4_options(config: BasePassConfig) -> Int4Options | None:
     if not _int4_given(config):
         return None
     return Int4Options.from_choices(
-        config.int4_block_size, bool(config.int4_asymmetric), config.int4_accuracy_level
+        config.int4_block_size,
+        bool(config.int4_asymmetric),
+        config.int4_accuracy_level,
+        config.int4_quality,
     )
 
 
@@ -251,11 +262,18 @@ def _check_int4(cls: type, value: Any, info: ValidationInfo) -> Any:
     return value
 
 
+def _check_int4_quality(cls: type, value: Any) -> Any:
+    if _plain(value, str):
+        Int4Options(quality=value)  # ConfigError names the recipes accepted
+    return value
+
+
 def _int4_given(config: Any) -> bool:
     return (
         _plain(config.int4_block_size, int)
         or config.int4_asymmetric is True
         or _plain(config.int4_accuracy_level, int)
+        or _plain(config.int4_quality, str)
     )
 
 

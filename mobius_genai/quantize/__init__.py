@@ -2,6 +2,8 @@
 
 from mobius_genai.quantize.int4 import (
     BLOCK_SIZES,
+    DEFAULT_QUALITY,
+    QUALITIES,
     Int4Options,
     Int4Report,
     QuantizedWeight,
@@ -10,6 +12,8 @@ from mobius_genai.quantize.int4 import (
 
 __all__ = [
     "BLOCK_SIZES",
+    "DEFAULT_QUALITY",
+    "QUALITIES",
     "Int4Options",
     "Int4Report",
     "QuantizedWeight",

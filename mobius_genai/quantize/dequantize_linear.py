@@ -23,7 +23,8 @@ MIN_OPSET = 21
 
 
 class DequantizeLinearPass(ir.passes.InPlacePass):
-    """Quantize the MatMul weights of `groups` to DequantizeLinear + MatMul."""
+    """Quantize the MatMul weights of `groups` to DequantizeLinear + MatMul (all 4-bit; `search`
+    rounds with the per-block search instead of onnxruntime's round-to-nearest kernel)."""
 
     def __init__(
         self,
@@ -31,12 +32,14 @@ class DequantizeLinearPass(ir.passes.InPlacePass):
         *,
         block_size: int,
         symmetric: bool,
+        search: bool,
         cache: OneWeightCache,
     ) -> None:
         super().__init__()
         self.groups = groups
         self.block_size = block_size
         self.symmetric = symmetric
+        self.search = search
         self.cache = cache
         #: Per group (same order): the op types it now feeds, empty when left in float.
         self.results: list[tuple[str, ...]] = []
@@ -71,7 +74,9 @@ class DequantizeLinearPass(ir.passes.InPlacePass):
             )
 
         def compute() -> list[ir.TensorProtocol]:
-            weight = quantize_blocked_int4(source.read(), self.block_size, self.symmetric)
+            weight = quantize_blocked_int4(
+                source.read(), self.block_size, self.symmetric, search=self.search
+            )
             parts: list[ir.TensorProtocol] = [
                 ir.PackedTensor(weight.data, qtype, shape=(k, n), name=specs[0].name),
                 ir.Tensor(weight.scales, name=specs[1].name),

@@ -20,11 +20,20 @@ from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
+from mobius_genai.quantize.recipes import (
+    DEFAULT_QUALITY,
+    QUALITIES,
+    Int4Recipe,
+    WeightFormat,
+    wide_block_size,
+)
 from mobius_genai.quantize.streaming import OneWeightCache
 from mobius_genai.quantize.targets import WeightGroup, find_weights
 
 __all__ = [
     "BLOCK_SIZES",
+    "DEFAULT_QUALITY",
+    "QUALITIES",
     "Int4Options",
     "Int4Report",
     "QuantizedWeight",
@@ -37,11 +46,13 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)
 
 @dataclasses.dataclass(frozen=True)
 class Int4Options:
-    """The user's INT4 choices. `accuracy_level` None means the EP's default."""
+    """The user's INT4 choices. None means the default: for `symmetric` the quality recipe's,
+    for `accuracy_level` the EP's."""
 
     block_size: int = 32
-    symmetric: bool = True
+    symmetric: bool | None = None
     accuracy_level: int | None = None
+    quality: str = DEFAULT_QUALITY
 
     def __post_init__(self) -> None:
         size = self.block_size
@@ -50,8 +61,13 @@ class Int4Options:
                 f"int4 block size {size!r} is not accepted; accepted: "
                 f"{', '.join(map(str, BLOCK_SIZES))} (powers of two from 16 to 256)"
             )
-        if not isinstance(self.symmetric, bool):
+        if self.symmetric is not None and not isinstance(self.symmetric, bool):
             raise ConfigError(f"int4 symmetric must be true or false, got {self.symmetric!r}")
+        if self.quality not in QUALITIES:
+            raise ConfigError(
+                f"int4 quality {self.quality!r} is not accepted; accepted: "
+                f"{', '.join(QUALITIES)} (default {DEFAULT_QUALITY})"
+            )
         level = self.accuracy_level
         if level is not None and (
             isinstance(level, bool)
@@ -69,29 +85,49 @@ class Int4Options:
         block_size: int | None = None,
         asymmetric: bool = False,
         accuracy_level: int | None = None,
+        quality: str | None = None,
     ) -> Int4Options | None:
         """The options a user chose (CLI flags, Olive params); None when they chose none."""
-        if block_size is None and not asymmetric and accuracy_level is None:
+        if block_size is None and not asymmetric and accuracy_level is None and quality is None:
             return None
-        chosen = cls(symmetric=not asymmetric, accuracy_level=accuracy_level)
+        chosen = cls(
+            symmetric=False if asymmetric else None,
+            accuracy_level=accuracy_level,
+            quality=DEFAULT_QUALITY if quality is None else quality,
+        )
         return chosen if block_size is None else dataclasses.replace(chosen, block_size=block_size)
 
+    @property
+    def recipe(self) -> Int4Recipe:
+        """The quality recipe (rounding, 8-bit roles)."""
+        return QUALITIES[self.quality]
+
     def resolved(self, caps: EpCapabilities) -> Int4Options:
-        """These options with the accuracy level filled in from the EP."""
-        if self.accuracy_level is not None:
-            return self
-        return dataclasses.replace(self, accuracy_level=caps.default_int4_accuracy_level)
+        """These options with the symmetry (from the recipe) and accuracy level (from the EP)
+        filled in."""
+        return dataclasses.replace(
+            self,
+            symmetric=self.recipe.symmetric if self.symmetric is None else self.symmetric,
+            accuracy_level=(
+                caps.default_int4_accuracy_level
+                if self.accuracy_level is None
+                else self.accuracy_level
+            ),
+        )
 
 
 _SUMMARY_KEYS = (
     "bits",
     "format",
+    "quality",
+    "rounding",
     "block_size",
     "symmetric",
     "accuracy_level",
     "embedding",
     "op_counts",
     "quantized_weights",
+    "weights_8bit",
 )
 
 
@@ -105,7 +141,10 @@ class QuantizedWeight:
     k: int
     n: int
     ops: tuple[str, ...]
-    """The ops that now read its int4 copy (one copy, shared by all of them)."""
+    """The ops that now read its quantized copy (one copy, shared by all of them)."""
+    bits: int = 4
+    """4, or 8 for a weight the quality recipe keeps wide."""
+    block_size: int = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,8 +159,9 @@ class Int4Report:
     float_weights: tuple[str, ...]
     """Weights left in float (e.g. an embedding the EP cannot look up in int4)."""
     embedding: str
-    """'int4-shared' (one int4 table for lookup and lm_head), 'int4' (own int4 table), 'float'
-    (lookup stays float), 'none' (no lookup of a weight) or 'mixed' (several tables)."""
+    """'int4-shared' (one int4 table for lookup and lm_head), 'int4' (own int4 table), the same
+    with int8 for a table kept in 8 bits, 'float' (lookup stays float), 'none' (no lookup of a
+    weight) or 'mixed' (several tables)."""
     declined: tuple[tuple[str, str], ...] = ()
     """(node, reason) for weight-like uses left alone."""
 
@@ -140,6 +180,8 @@ class Int4Report:
         return {
             "bits": 4,
             "format": self.format,
+            "quality": self.options.quality,
+            "rounding": "search" if self.options.recipe.search else "nearest",
             "block_size": self.options.block_size,
             "symmetric": self.options.symmetric,
             # DequantizeLinear + MatMul has no accuracy level (the runtime decides)
@@ -147,6 +189,7 @@ class Int4Report:
             "embedding": self.embedding,
             "op_counts": self.op_counts,
             "quantized_weights": len(self.weights),
+            "weights_8bit": [weight.name for weight in self.weights if weight.bits == 8],
             "weights": [
                 dataclasses.asdict(weight) | {"ops": list(weight.ops)} for weight in self.weights
             ],
@@ -175,19 +218,27 @@ def quantize_int4(
         [g for g in groups if g.matmuls or (gather and g.gathers)], options.block_size
     )
     cache = OneWeightCache()
+    symmetric, search = bool(options.symmetric), options.recipe.search
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
+        formats = [_weight_format(group, options) for group in groups]
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
-            block_size=options.block_size,
-            symmetric=options.symmetric,
+            formats=formats,
+            symmetric=symmetric,
+            search=search,
             accuracy_level=options.accuracy_level or 0,
             gather=gather,
             cache=cache,
         )
         format_ = "MatMulNBits"
     else:
+        formats = [WeightFormat(4, options.block_size)] * len(groups)
         quantizer = DequantizeLinearPass(
-            groups, block_size=options.block_size, symmetric=options.symmetric, cache=cache
+            groups,
+            block_size=options.block_size,
+            symmetric=symmetric,
+            search=search,
+            cache=cache,
         )
         format_ = "DequantizeLinear"
     if quantizer(model).modified:
@@ -195,7 +246,7 @@ def quantize_int4(
         common.RemoveUnusedFunctionsPass()(model)
     weights = []
     float_weights = []
-    for group, ops in zip(groups, quantizer.results, strict=True):
+    for group, weight_format, ops in zip(groups, formats, quantizer.results, strict=True):
         if ops:
             weights.append(
                 QuantizedWeight(
@@ -204,6 +255,8 @@ def quantize_int4(
                     k=group.source.k,
                     n=group.source.n,
                     ops=ops,
+                    bits=weight_format.bits,
+                    block_size=weight_format.block_size,
                 )
             )
         if group.gathers and "GatherBlockQuantized" not in ops:
@@ -213,9 +266,16 @@ def quantize_int4(
         format=format_,
         weights=tuple(weights),
         float_weights=tuple(float_weights),
-        embedding=_embedding_state(groups, quantizer.results),
+        embedding=_embedding_state(groups, formats, quantizer.results),
         declined=tuple((item.node, item.reason) for item in declined),
     )
+
+
+def _weight_format(group: WeightGroup, options: Int4Options) -> WeightFormat:
+    """8 bits for the roles the recipe keeps wide, else 4 bits at the chosen block size."""
+    if group.role in options.recipe.wide_roles:
+        return WeightFormat(8, wide_block_size(group.source.k, options.block_size))
+    return WeightFormat(4, options.block_size)
 
 
 def _model_dtype(groups: list[WeightGroup]) -> ir.DataType | None:
@@ -223,17 +283,20 @@ def _model_dtype(groups: list[WeightGroup]) -> ir.DataType | None:
     return groups[0].source.dtype if groups else None
 
 
-def _embedding_state(groups: list[WeightGroup], results: list[tuple[str, ...]]) -> str:
+def _embedding_state(
+    groups: list[WeightGroup], formats: list[WeightFormat], results: list[tuple[str, ...]]
+) -> str:
     states = []
-    for group, ops in zip(groups, results, strict=True):
+    for group, weight_format, ops in zip(groups, formats, results, strict=True):
         if not group.gathers:
             continue
+        width = f"int{weight_format.bits}"
         if "GatherBlockQuantized" not in ops:
             states.append("float")
         elif "MatMulNBits" in ops:
-            states.append("int4-shared")
+            states.append(f"{width}-shared")
         else:
-            states.append("int4")
+            states.append(width)
     return states[0] if len(set(states)) == 1 else ("none" if not states else "mixed")
 
 

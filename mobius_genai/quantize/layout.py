@@ -32,8 +32,11 @@ from collections.abc import Callable
 import numpy as np
 from onnxruntime.capi.onnxruntime_pybind11_state import (
     quantize_matmul_4bits,
+    quantize_matmul_8bits,
     quantize_qdq_matmul_4bits,
 )
+
+from mobius_genai.quantize.rounding import SEARCH_ELEMENTS, search_blocks
 
 __all__ = [
     "KERNEL_DTYPES",
@@ -54,17 +57,22 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 20
 #: The dtypes onnxruntime's quantization kernels take.
 KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 
+#: MatMulNBits `bits` values written here, and onnxruntime's round-to-nearest kernel for each.
+_NEAREST_KERNELS = {4: quantize_matmul_4bits, 8: quantize_matmul_8bits}
+
 
 @dataclasses.dataclass(frozen=True)
 class NBitsWeight:
     """The com.microsoft::MatMulNBits inputs B, scales and zero_points of one weight."""
 
     packed: np.ndarray
-    """[N, K/block_size, block_size/2] uint8."""
+    """[N, K/block_size, block_size*bits/8] uint8."""
     scales: np.ndarray
     """[N, K/block_size], the weight's float dtype."""
     zero_points: np.ndarray | None
-    """[N, ceil(K/block_size/2)] uint8, or None (symmetric: implicit zero point 8)."""
+    """[N, ceil(K/block_size*bits/8)] uint8, or None (symmetric: implicit zero point
+    2**(bits-1))."""
+    bits: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,14 +110,17 @@ def quantize_matmul_nbits(
     block_size: int,
     symmetric: bool,
     *,
+    bits: int = 4,
+    search: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> NBitsWeight:
-    """Quantize a [K, N] weight to the MatMulNBits layout (bits=4).
+    """Quantize a [K, N] weight to the MatMulNBits layout (`bits` 4 or 8).
 
     `weight` may be a non-contiguous view (e.g. the transpose of an [N, K] embedding table);
     only `chunk_elements` of it are copied at a time. float32 and float16 weights are quantized
     in their own dtype; others (bfloat16) in float32 with the scales cast back, as onnxruntime's
-    quantizer does.
+    quantizer does. `search` rounds each block with `rounding.search_blocks` instead of
+    onnxruntime's round-to-nearest kernel.
     """
     k, n = _check(weight, block_size)
 
@@ -117,7 +128,15 @@ def quantize_matmul_nbits(
         return np.ascontiguousarray(weight[:, start:stop], dtype=dtype)
 
     return quantize_matmul_nbits_columns(
-        read, k, n, weight.dtype, block_size, symmetric, chunk_elements=chunk_elements
+        read,
+        k,
+        n,
+        weight.dtype,
+        block_size,
+        symmetric,
+        bits=bits,
+        search=search,
+        chunk_elements=chunk_elements,
     )
 
 
@@ -129,6 +148,8 @@ def quantize_matmul_nbits_columns(
     block_size: int,
     symmetric: bool,
     *,
+    bits: int = 4,
+    search: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> NBitsWeight:
     """`quantize_matmul_nbits` of a [K, N] weight of `dtype` given by its columns.
@@ -138,31 +159,92 @@ def quantize_matmul_nbits_columns(
     """
     if k % block_size:
         raise ValueError(f"K={k} is not a multiple of block_size={block_size}")
+    if bits not in _NEAREST_KERNELS:
+        raise ValueError(f"bits={bits} is not supported; accepted: 4, 8")
     blocks = k // block_size
     compute = _kernel_dtype(np.dtype(dtype))
-    packed = np.zeros((n, blocks, block_size // 2), np.uint8)
+    packed = np.zeros((n, blocks, block_size * bits // 8), np.uint8)
     scales = np.zeros((n, blocks), compute)
-    zero_points = np.zeros((n, (blocks + 1) // 2), np.uint8)
+    zero_points = np.zeros((n, (blocks * bits + 7) // 8), np.uint8)
     step = max(1, chunk_elements // k)
     for start in range(0, n, step):
         stop = min(n, start + step)
         chunk = read(start, stop, compute)
-        quantize_matmul_4bits(
-            packed[start:stop],
-            chunk,
-            scales[start:stop],
-            zero_points[start:stop],
-            block_size,
-            stop - start,
-            k,
-            symmetric,
-        )
+        rows = slice(start, stop)
+        if search:
+            _searched_rows(chunk, bits, symmetric, packed[rows], scales[rows], zero_points[rows])
+        else:
+            _NEAREST_KERNELS[bits](
+                packed[rows],
+                chunk,
+                scales[rows],
+                zero_points[rows],
+                block_size,
+                stop - start,
+                k,
+                symmetric,
+            )
         del chunk
     return NBitsWeight(
         packed=packed,
         scales=scales.astype(dtype, copy=False),
         zero_points=None if symmetric else zero_points,
+        bits=bits,
     )
+
+
+def _searched_rows(
+    chunk: np.ndarray,
+    bits: int,
+    symmetric: bool,
+    packed: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray,
+) -> None:
+    """Fill rows of the MatMulNBits outputs from `search_blocks` on columns `chunk` [K, rows].
+
+    A few rows at a time, so the transposed copy stays small."""
+    rows, blocks, _ = packed.shape
+    step = max(1, SEARCH_ELEMENTS // chunk.shape[0])
+    for start in range(0, rows, step):
+        part = slice(start, min(rows, start + step))
+        count = part.stop - start
+        rounded = search_blocks(chunk[:, part].T.reshape(count * blocks, -1), bits, symmetric)
+        scales[part] = rounded.scales.reshape(count, blocks)
+        q = rounded.q.reshape(count, blocks, -1)
+        packed[part] = _pack_nibbles(q) if bits == 4 else q
+        if not symmetric:
+            zero = rounded.zero.reshape(count, blocks)
+            zero_points[part] = _pack_nibbles(zero, pad=True) if bits == 4 else zero
+
+
+def _searched_blocked(
+    data: np.ndarray,
+    chunk: np.ndarray,
+    scales: np.ndarray,
+    zero_points: np.ndarray,
+    block_size: int,
+    symmetric: bool,
+) -> None:
+    """Fill a slice of the DequantizeLinear outputs from `search_blocks` on rows `chunk`."""
+    rows, n = chunk.shape
+    blocks = rows // block_size
+    along_k = chunk.reshape(blocks, block_size, n).transpose(0, 2, 1)
+    rounded = search_blocks(along_k.reshape(blocks * n, block_size), 4, symmetric)
+    scales[...] = rounded.scales.reshape(blocks, n)
+    q = rounded.q.reshape(blocks, n, block_size).transpose(0, 2, 1).reshape(-1)
+    if symmetric:  # signed int4 two's complement: q - 8 in a nibble
+        q = (q - 8) & 0x0F
+    data[...] = _pack_nibbles(q, pad=True)
+    if not symmetric:
+        zero_points[...] = _pack_nibbles(rounded.zero, pad=True)
+
+
+def _pack_nibbles(values: np.ndarray, *, pad: bool = False) -> np.ndarray:
+    """Pairs along the last axis packed into bytes, the first in the low nibble."""
+    if pad and values.shape[-1] % 2:
+        values = np.concatenate([values, np.zeros_like(values[..., :1])], axis=-1)
+    return (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
 
 
 def quantize_blocked_int4(
@@ -170,13 +252,14 @@ def quantize_blocked_int4(
     block_size: int,
     symmetric: bool,
     *,
+    search: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> BlockedInt4:
     """Quantize a [K, N] weight to the blocked DequantizeLinear layout (axis 0).
 
     Symmetric gives signed int4 values without zero points; asymmetric gives uint4 values and
     uint4 zero points. Slices along K hold an even number of blocks so every slice starts on a
-    byte of the packed outputs.
+    byte of the packed outputs. `search` rounds with `rounding.search_blocks`.
     """
     k, n = _check(weight, block_size)
     blocks = k // block_size
@@ -185,21 +268,23 @@ def quantize_blocked_int4(
     scales = np.zeros((blocks, n), compute)
     zero_points = np.zeros((blocks * n + 1) // 2, np.uint8)
     pair = 2 * block_size
+    if search:  # the search transposes its slice and keeps several copies of it
+        chunk_elements = min(chunk_elements, SEARCH_ELEMENTS)
     rows = max(pair, (chunk_elements // max(n, 1)) // pair * pair)
     for start in range(0, k, rows):
         stop = min(k, start + rows)
         block0, block1 = start // block_size, stop // block_size
         chunk = np.ascontiguousarray(weight[start:stop], dtype=compute)
-        quantize_qdq_matmul_4bits(
+        outputs = (
             data[start * n // 2 : (stop * n + 1) // 2],
             chunk,
             scales[block0:block1],
             zero_points[block0 * n // 2 : (block1 * n + 1) // 2],
-            block_size,
-            n,
-            stop - start,
-            symmetric,
         )
+        if search:
+            _searched_blocked(*outputs, block_size, symmetric)
+        else:
+            quantize_qdq_matmul_4bits(*outputs, block_size, n, stop - start, symmetric)
         del chunk
     return BlockedInt4(
         data=data,
@@ -218,10 +303,15 @@ def _unpack_nibbles(packed: np.ndarray, count: int) -> np.ndarray:
 def dequantize_matmul_nbits(weight: NBitsWeight, k: int) -> np.ndarray:
     """The [K, N] float32 weight that MatMulNBits computes with (numpy reference)."""
     n, blocks, blob = weight.packed.shape
-    block_size = 2 * blob
-    q = _unpack_nibbles(weight.packed, n * blocks * block_size).reshape(n, blocks, block_size)
+    block_size = blob * 8 // weight.bits
+    if weight.bits == 8:
+        q = weight.packed.astype(np.int16)
+    else:
+        q = _unpack_nibbles(weight.packed, n * blocks * block_size).reshape(n, blocks, block_size)
     if weight.zero_points is None:
-        zero = np.full((n, blocks, 1), 8, np.int16)
+        zero = np.full((n, blocks, 1), 2 ** (weight.bits - 1), np.int16)
+    elif weight.bits == 8:
+        zero = weight.zero_points.astype(np.int16)[:, :, None]
     else:
         per_row = weight.zero_points.shape[1] * 2
         zero = _unpack_nibbles(weight.zero_points, n * per_row).reshape(n, per_row)

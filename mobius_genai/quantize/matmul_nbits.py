@@ -6,7 +6,8 @@ scales[n, k/bs]`` (bits=4, zero point 8 when symmetric), and ``Gather(T, ids, ax
 [N, K] table becomes ``GatherBlockQuantized(B', ids, scales[, zero_points])`` with B' = B
 reshaped to [N, K/2] (uint8 data, bits=4, quantize_axis=1), the same values. A tied embedding
 table therefore has one quantized copy: its lm_head MatMulNBits reads B, its lookup reads
-Reshape(B).
+Reshape(B). Weights the recipe keeps in 8 bits use the same ops with bits=8 (one byte per value,
+zero points one byte per block, implicit zero point 128).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import onnx_ir as ir
 
 from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
+from mobius_genai.quantize.recipes import WeightFormat
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.targets import WeightGroup
 from mobius_genai.quantize.write import GraphWriter
@@ -26,25 +28,29 @@ __all__ = ["MatMulNBitsPass"]
 class MatMulNBitsPass(ir.passes.InPlacePass):
     """Quantize `groups` (found by `find_weights`) to MatMulNBits / GatherBlockQuantized.
 
-    `gather` says whether embedding lookups become GatherBlockQuantized (the EP has that kernel
-    for the model dtype); otherwise they stay float and a tied lm_head gets its own int4 copy.
-    Parts are lazy tensors computed at save time through `cache`.
+    `formats` gives each group's bits (4 or 8) and block size; `search` rounds with the
+    per-block search instead of onnxruntime's round-to-nearest kernel. `gather` says whether
+    embedding lookups become GatherBlockQuantized (the EP has that kernel for the model dtype);
+    otherwise they stay float and a tied lm_head gets its own quantized copy. Parts are lazy
+    tensors computed at save time through `cache`.
     """
 
     def __init__(
         self,
         groups: list[WeightGroup],
         *,
-        block_size: int,
+        formats: list[WeightFormat],
         symmetric: bool,
+        search: bool,
         accuracy_level: int,
         gather: bool,
         cache: OneWeightCache,
     ) -> None:
         super().__init__()
         self.groups = groups
-        self.block_size = block_size
+        self.formats = formats
         self.symmetric = symmetric
+        self.search = search
         self.accuracy_level = accuracy_level
         self.gather = gather
         self.cache = cache
@@ -53,40 +59,47 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         writer = GraphWriter(model.graph)
-        for group in self.groups:
-            self.results.append(self._rewrite(writer, group))
+        for group, format_ in zip(self.groups, self.formats, strict=True):
+            self.results.append(self._rewrite(writer, group, format_))
         writer.remove_unused()
         modified = any(self.results)
         if modified:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
         return ir.passes.PassResult(model, modified=modified)
 
-    def _rewrite(self, writer: GraphWriter, group: WeightGroup) -> tuple[str, ...]:
+    def _rewrite(
+        self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat
+    ) -> tuple[str, ...]:
         gathers = group.gathers if self.gather else []
         if not group.matmuls and not gathers:
             return ()
-        base = writer.unique_name(f"{group.source.name}_Q4")
-        inputs = self._initializers(writer, group, base)
+        base = writer.unique_name(f"{group.source.name}_Q{format_.bits}")
+        inputs = self._initializers(writer, group, format_, base)
         for use in group.matmuls:
-            writer.replace(use.node, [self._matmul(use.node, group, inputs)])
+            writer.replace(use.node, [self._matmul(use.node, group, format_, inputs)])
         for use in gathers:
-            writer.replace(use.node, self._gather(writer, use.node, group, base, inputs))
+            writer.replace(use.node, self._gather(writer, use.node, group, format_, base, inputs))
         return ("MatMulNBits",) * len(group.matmuls) + ("GatherBlockQuantized",) * len(gathers)
 
-    def _initializers(self, writer: GraphWriter, group: WeightGroup, base: str) -> list[ir.Value]:
+    def _initializers(
+        self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat, base: str
+    ) -> list[ir.Value]:
         """B, scales[, zero_points] of `group`, computed from the weight at save time."""
         source = group.source
         k, n = source.k, source.n
-        blocks = k // self.block_size
-        # B is [N, blocks, bs/2] for MatMulNBits; a lookup-only table stores [N, K/2] directly.
-        data_shape = (n, blocks, self.block_size // 2) if group.matmuls else (n, k // 2)
+        bits, block_size = format_.bits, format_.block_size
+        blocks = k // block_size
+        # B is [N, blocks, bs*bits/8] for MatMulNBits; a lookup-only table stores [N, K*bits/8].
+        row_bytes = block_size * bits // 8
+        data_shape = (n, blocks, row_bytes) if group.matmuls else (n, blocks * row_bytes)
         specs = [
             PartSpec(base, ir.DataType.UINT8, data_shape),
             PartSpec(writer.unique_name(f"{base}_scales"), source.dtype, (n, blocks)),
         ]
         if not self.symmetric:
             zero_points_name = writer.unique_name(f"{base}_zero_points")
-            specs.append(PartSpec(zero_points_name, ir.DataType.UINT8, (n, (blocks + 1) // 2)))
+            zero_shape = (n, (blocks * bits + 7) // 8)
+            specs.append(PartSpec(zero_points_name, ir.DataType.UINT8, zero_shape))
 
         def compute() -> list[ir.TensorProtocol]:
             weight = quantize_matmul_nbits_columns(
@@ -94,8 +107,10 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
                 k,
                 n,
                 np.dtype(source.dtype.numpy()),
-                self.block_size,
+                block_size,
                 self.symmetric,
+                bits=bits,
+                search=self.search and bits == 4,
             )
             arrays = [weight.packed.reshape(data_shape), weight.scales]
             if weight.zero_points is not None:
@@ -107,13 +122,15 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         tensors = lazy_parts(self.cache, specs, compute) if source.has_data else None
         return writer.initializers(specs, tensors)
 
-    def _matmul(self, node: ir.Node, group: WeightGroup, inputs: list[ir.Value]) -> ir.Node:
+    def _matmul(
+        self, node: ir.Node, group: WeightGroup, format_: WeightFormat, inputs: list[ir.Value]
+    ) -> ir.Node:
         """MatMulNBits in place of the MatMul `node`."""
         attributes = {
             "K": group.source.k,
             "N": group.source.n,
-            "bits": 4,
-            "block_size": self.block_size,
+            "bits": format_.bits,
+            "block_size": format_.block_size,
         }
         # 0 is the default: leave it out, as onnxruntime's own quantizer does.
         if self.accuracy_level:
@@ -123,7 +140,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
             [node.inputs[0], *inputs],
             attributes,
             domain=MS_DOMAIN,
-            name=f"{node.name}_Q4",
+            name=f"{node.name}_Q{format_.bits}",
         )
 
     def _gather(
@@ -131,22 +148,25 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         writer: GraphWriter,
         node: ir.Node,
         group: WeightGroup,
+        format_: WeightFormat,
         base: str,
         inputs: list[ir.Value],
     ) -> list[ir.Node]:
-        """GatherBlockQuantized in place of the Gather `node` (a Reshape views a shared B as [N, K/2])."""
+        """GatherBlockQuantized in place of the Gather `node` (a Reshape views a shared B as
+        [N, K*bits/8])."""
         data, *rest = inputs
         new_nodes = []
-        if group.matmuls:  # share B: view it as [N, K/2]
+        if group.matmuls:  # share B: view it as [N, K*bits/8]
             k, n = group.source.k, group.source.n
-            shape = writer.constant(f"{base}_gather_shape", np.array([n, k // 2], np.int64))
-            reshape = ir.node("Reshape", [data, shape], name=f"{node.name}_Q4_reshape")
+            row = k * format_.bits // 8
+            shape = writer.constant(f"{base}_gather_shape", np.array([n, row], np.int64))
+            reshape = ir.node("Reshape", [data, shape], name=f"{node.name}_Q{format_.bits}_reshape")
             data = reshape.outputs[0]
             data.name = f"{base}_gather_view"
             new_nodes.append(reshape)
         attributes = {
-            "bits": 4,
-            "block_size": self.block_size,
+            "bits": format_.bits,
+            "block_size": format_.block_size,
             "gather_axis": 0,
             "quantize_axis": 1,
         }
@@ -156,7 +176,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
                 [data, node.inputs[1], *rest],
                 attributes,
                 domain=MS_DOMAIN,
-                name=f"{node.name}_Q4",
+                name=f"{node.name}_Q{format_.bits}",
             )
         )
         return new_nodes

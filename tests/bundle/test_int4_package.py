@@ -30,9 +30,15 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
     assert levels == {4}  # the cpu EP's default accuracy level
     manifest = json.loads((out / "mobius_manifest.json").read_text())
     quantization = manifest["build"]["quantization"]
-    assert (quantization["block_size"], quantization["symmetric"]) == (32, True)
-    assert quantization["embedding"] == "int4-shared"
-    assert "INT4 MatMulNBits, block size 32" in (out / "README.md").read_text()
+    # the default recipe: zero points, searched scales, the tied table in 8 bits
+    assert (quantization["block_size"], quantization["symmetric"]) == (32, False)
+    assert (quantization["quality"], quantization["rounding"]) == ("balanced", "search")
+    assert quantization["embedding"] == "int8-shared"
+    assert quantization["weights_8bit"] == ["model.embed_tokens.weight"]
+    assert (
+        "INT4 MatMulNBits, quality balanced (search rounding), block size 32"
+        in (out / "README.md").read_text()
+    )
     model = og.Model(str(out))
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=24)
@@ -62,11 +68,13 @@ def test_cli_int4_options_reach_the_graph(tmp_path, capsys):
             "--int4-asymmetric",
             "--int4-accuracy-level",
             "1",
+            "--int4-quality",
+            "builder",
         ]
     )
     assert code == 0, capsys.readouterr().err
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
     nbits = [n for n in graph.node if n.op_type == "MatMulNBits"]
     attrs = [{a.name: a.i for a in n.attribute} for n in nbits]
-    assert all(a["block_size"] == 16 and a["accuracy_level"] == 1 for a in attrs)
+    assert all(a["block_size"] == 16 and a["accuracy_level"] == 1 and a["bits"] == 4 for a in attrs)
     assert all(len(n.input) >= 4 and n.input[3] for n in nbits)  # zero points: asymmetric

@@ -95,7 +95,10 @@ def dequantized_reference(model_path: Path, out_dir: Path) -> Path:
         if node.op_type == "MatMulNBits":
             k = node.attributes.get_int("K")
             weight = NBitsWeight(
-                _array(node.inputs[1]), _array(node.inputs[2]), _array(_input(node, 3))
+                _array(node.inputs[1]),
+                _array(node.inputs[2]),
+                _array(_input(node, 3)),
+                bits=node.attributes.get_int("bits"),
             )
             scales_dtype = weight.scales.dtype
             dense = dequantize_matmul_nbits(weight, k).astype(scales_dtype)
@@ -108,8 +111,12 @@ def dequantized_reference(model_path: Path, out_dir: Path) -> Path:
             scales = _array(node.inputs[2])
             n, blocks = scales.shape
             block_size = node.attributes.get_int("block_size")
+            bits = node.attributes.get_int("bits")
             weight = NBitsWeight(
-                data.reshape(n, blocks, block_size // 2), scales, _array(_input(node, 3))
+                data.reshape(n, blocks, block_size * bits // 8),
+                scales,
+                _array(_input(node, 3)),
+                bits=bits,
             )
             table = dequantize_matmul_nbits(weight, blocks * block_size).T.astype(scales.dtype)
             t = _initializer(graph, f"{node.name}_reference_table", np.ascontiguousarray(table))

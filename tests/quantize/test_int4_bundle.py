@@ -12,16 +12,18 @@ import pytest
 import mobius_genai
 from mobius_genai.bundle import smoke_test, validate_bundle, write_bundle
 from mobius_genai.ep import get_ep
-from mobius_genai.quantize import Int4Options, quantize_int4
+from mobius_genai.quantize import DEFAULT_QUALITY, Int4Options, quantize_int4
 from tests.quantize.conftest import TINY_QWEN2
 
 
-@pytest.mark.parametrize("symmetric", [True, False])
-def test_onnxruntime_genai_generates_with_the_cpu_int4_bundle(symmetric, tmp_path):
+@pytest.mark.parametrize(
+    ("quality", "embedding"), [("builder", "int4-shared"), (DEFAULT_QUALITY, "int8-shared")]
+)
+def test_onnxruntime_genai_generates_with_the_cpu_int4_bundle(quality, embedding, tmp_path):
     caps = get_ep("cpu")
     built = mobius_genai.build(TINY_QWEN2, caps, "f32")
-    report = quantize_int4(built["model"], Int4Options(symmetric=symmetric), caps)
-    assert report.embedding == "int4-shared"
+    report = quantize_int4(built["model"], Int4Options(quality=quality), caps)
+    assert report.embedding == embedding
     folder = tmp_path / "bundle"
     folder.mkdir()
     write_bundle(built, folder, name=folder.name, precision="int4", progress=False)

@@ -21,6 +21,7 @@ EXPECTED = {"cpu": (4, True), "cuda": (0, True), "webgpu": (4, True), "dml": (0,
 def _quantized(ckpt, ep: str, dtype=None, **options):
     caps = get_ep(ep)
     package = mobius_genai.build(ckpt, caps, dtype)
+    options.setdefault("quality", "builder")  # all 4-bit; recipes are tested in test_int4_numerics
     report = quantize_int4(package["model"], Int4Options(**options), caps)
     return package, report
 
@@ -190,7 +191,7 @@ def test_default_ep_int4_is_portable_dequantize_linear(untied_ckpt, tmp_path):
 def test_graph_built_without_weights_is_rewritten_without_values():
     caps = get_ep("cuda")
     package = mobius_genai.build(TINY_QWEN2, caps, "f16", load_weights=False)
-    report = quantize_int4(package["model"], Int4Options(symmetric=False), caps)
+    report = quantize_int4(package["model"], Int4Options(symmetric=False, quality="builder"), caps)
     assert report.op_counts == {"MatMulNBits": 11, "GatherBlockQuantized": 1}
     graph = package["model"].graph
     new = [

@@ -28,7 +28,7 @@ import pytest
 
 import mobius_genai
 from mobius_genai.ep import get_ep
-from mobius_genai.quantize import Int4Options, quantize_int4
+from mobius_genai.quantize import QUALITIES, Int4Options, quantize_int4
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, run_like_reference
 from tests.quantize._reference import dequantized_reference
@@ -54,6 +54,8 @@ def _logits(ckpt, ep, directory, run, **options):
     """Logits of the (optionally int4) f32 graph for `ep`, and the int4 report."""
     caps = get_ep(ep)
     package = mobius_genai.build(ckpt, caps, "f32")
+    if options:
+        options.setdefault("quality", "builder")
     report = quantize_int4(package["model"], Int4Options(**options), caps) if options else None
     package.save(directory, progress=False)
     return run_like_reference(_session(directory / "model.onnx"), run), report
@@ -101,20 +103,32 @@ def test_int4_graph_reproduces_float_graph_on_grid_weights(
 
 
 @pytest.mark.parametrize("ckpt_name", ["untied_ckpt", "tied_ckpt"])
-@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize(
+    ("symmetric", "quality"),
+    [
+        (True, "builder"),
+        (False, "builder"),
+        (None, "search"),
+        (None, "balanced"),
+        (True, "balanced"),
+    ],
+)
 def test_int4_graph_matches_numpy_dequantized_graph(
-    ckpt_name, symmetric, float_logits, request, tmp_path
+    ckpt_name, symmetric, quality, float_logits, request, tmp_path
 ):
+    """onnxruntime runs each recipe's graph (4- and 8-bit weights) as numpy dequantizes it."""
     ckpt = request.getfixturevalue(ckpt_name)
     run = _reference_run(ckpt)
     float_32 = float_logits(ckpt, "cpu")
-    int4, report = _logits(ckpt, "cpu", tmp_path / "q", run, symmetric=symmetric, accuracy_level=0)
-    assert report.embedding == ("int4-shared" if ckpt_name == "tied_ckpt" else "int4")
+    options = {"symmetric": symmetric, "quality": quality}
+    int4, report = _logits(ckpt, "cpu", tmp_path / "q", run, accuracy_level=0, **options)
+    width = "int8" if "embedding" in QUALITIES[quality].wide_roles else "int4"
+    assert report.embedding == (f"{width}-shared" if ckpt_name == "tied_ckpt" else width)
     reference_path = dequantized_reference(tmp_path / "q" / "model.onnx", tmp_path / "deq")
     dequantized = run_like_reference(_session(reference_path), run)
     assert max_abs_diff(int4, dequantized) <= F32_TOLERANCE
 
-    fast, _ = _logits(ckpt, "cpu", tmp_path / "q4", run, symmetric=symmetric)  # level 4
+    fast, _ = _logits(ckpt, "cpu", tmp_path / "q4", run, **options)  # level 4
     scale = max(float(np.abs(x).max()) for x in float_32)
     level4 = max_abs_diff(fast, dequantized)
     print(

@@ -54,7 +54,9 @@ def test_concatenated_projection_is_quantized_as_one_weight():
     concat = ir.node("Concat", weights, {"axis": 1})
     matmul = ir.node("MatMul", [x, concat.outputs[0]])
     model = _model([concat, matmul], [x], weights)
-    report = quantize_int4(model, Int4Options(block_size=16, accuracy_level=0), get_ep("cpu"))
+    report = quantize_int4(
+        model, Int4Options(block_size=16, accuracy_level=0, quality="builder"), get_ep("cpu")
+    )
     assert [(w.name, w.k, w.n) for w in report.weights] == [("w0", 32, 64)]
     assert [node.op_type for node in model.graph] == ["MatMulNBits"]
     assert not model.graph.initializers.keys() & {"w0", "w1", "w2"}
@@ -71,7 +73,9 @@ def test_fused_matmul_with_transposed_table_reads_it_as_n_by_k():
     x = ir.val("x", F32, ir.Shape([1, 2, 32]))
     fused = ir.node("FusedMatMul", [x, w], {"transB": 1}, domain=MS)
     model = _model([fused], [x], [w])
-    report = quantize_int4(model, Int4Options(block_size=16, accuracy_level=0), get_ep("cpu"))
+    report = quantize_int4(
+        model, Int4Options(block_size=16, accuracy_level=0, quality="builder"), get_ep("cpu")
+    )
     assert [(w.name, w.k, w.n, w.ops) for w in report.weights] == [
         ("table", 32, 40, ("MatMulNBits",))
     ]
