@@ -10,11 +10,19 @@ import onnxruntime_genai as og
 
 import mobius_genai
 from mobius_genai.cli import main
+from mobius_genai.quantize import Int4Options
 from tests.bundle.conftest import TINY_QWEN2 as TINY
 
 
 def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
-    out = mobius_genai.package(TINY, "cpu", tmp_path / "b", precision="int4", quiet=True)
+    out = mobius_genai.package(
+        TINY,
+        "cpu",
+        tmp_path / "b",
+        precision="int4",
+        int4=Int4Options(quality="balanced"),
+        quiet=True,
+    )
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
     ops = Counter(node.op_type for node in graph.node)
     # 2 layers x (packed q/k/v, o, gate, up, down) + tied lm_head sharing the table
@@ -30,7 +38,7 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
     assert levels == {4}  # the cpu EP's default accuracy level
     manifest = json.loads((out / "mobius_manifest.json").read_text())
     quantization = manifest["build"]["quantization"]
-    # the default recipe: zero points, searched scales, the tied table in 8 bits
+    # the balanced recipe: zero points, searched scales, the tied table in 8 bits
     assert (quantization["block_size"], quantization["symmetric"]) == (32, False)
     assert (quantization["quality"], quantization["rounding"]) == ("balanced", "search")
     assert quantization["embedding"] == "int8-shared"

@@ -12,12 +12,12 @@ import pytest
 import mobius_genai
 from mobius_genai.bundle import smoke_test, validate_bundle, write_bundle
 from mobius_genai.ep import get_ep
-from mobius_genai.quantize import DEFAULT_QUALITY, Int4Options, quantize_int4
+from mobius_genai.quantize import Int4Options, quantize_int4
 from tests.quantize.conftest import TINY_QWEN2
 
 
 @pytest.mark.parametrize(
-    ("quality", "embedding"), [("builder", "int4-shared"), (DEFAULT_QUALITY, "int8-shared")]
+    ("quality", "embedding"), [("builder", "int4-shared"), ("balanced", "int8-shared")]
 )
 def test_onnxruntime_genai_generates_with_the_cpu_int4_bundle(quality, embedding, tmp_path):
     caps = get_ep("cpu")
