@@ -16,6 +16,8 @@ from mobius_genai.ep.context import build_context
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.optimize import OptimizationReport, optimize_model
+from mobius_genai.prequantized import attach_prequantized
+from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
@@ -39,6 +41,9 @@ class ModelPackage(Mapping[str, ir.Model]):
     source: Source | None = None
     family: FamilyAdapter | None = None
     reports: dict[str, OptimizationReport] = dataclasses.field(default_factory=dict)
+    prequantized: str | None = None
+    """How the source stored its quantized weights (e.g. "GPTQ 4-bit, group size 128"), when
+    it did: those weights carry their stored integers (`PrequantizedTensor`)."""
 
     def __getitem__(self, key: str) -> ir.Model:
         return self.models[key]
@@ -167,12 +172,15 @@ def build(
         source, raw = _config_only_source(model, revision, progress)
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
+    scheme = read_quantization_config(raw)
     length = target.context_length or config.max_position_embeddings
     checkpoint = Checkpoint(source.path) if load_weights else None
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)
         graph_model = CausalLMTask().build(module, config)
     if checkpoint is not None:
+        if scheme is not None:
+            attach_prequantized(graph_model, checkpoint, scheme, family.checkpoint_name)
         attach_weights(
             graph_model,
             checkpoint,
@@ -189,6 +197,7 @@ def build(
         context_length=length,
         source=source,
         family=family,
+        prequantized=None if scheme is None else scheme.describe(),
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package
