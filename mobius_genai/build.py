@@ -21,6 +21,8 @@ from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
 from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.optimize import OptimizationReport, optimize_model
+from mobius_genai.prequantized import prequantized_tensors
+from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
@@ -48,6 +50,9 @@ class ModelPackage(Mapping[str, ir.Model]):
     family: FamilyAdapter | VisionLanguageFamily | None = None
     reports: dict[str, OptimizationReport] = dataclasses.field(default_factory=dict)
     vision_language: VisionLanguageConfig | None = None
+    prequantized: str | None = None
+    """How the source stored its quantized weights (e.g. "GPTQ 4-bit, group size 128"), when
+    it did: those weights carry their stored integers (`PrequantizedTensor`)."""
 
     @property
     def decoder_key(self) -> str:
@@ -202,14 +207,21 @@ def build(
         return package
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
+    scheme = read_quantization_config(raw)
     checkpoint = Checkpoint(source.path) if load_weights else None
     length = target.context_length or config.max_position_embeddings
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         tensors = {}
         if checkpoint is not None:  # config vs checkpoint: before the graph is built
+            parameters = dict(module.named_parameters())
+            quantized, read = (
+                ({}, [])
+                if scheme is None
+                else prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
+            )
             tensors = checkpoint_tensors(
-                dict(module.named_parameters()),
+                {name: value for name, value in parameters.items() if name not in quantized},
                 checkpoint,
                 config,
                 family.checkpoint_name,
@@ -217,7 +229,9 @@ def build(
                 family.preprocessed,
                 unused=family.unused_weights,
                 tied=module.tied_weights(),
+                read_elsewhere=read,
             )
+            tensors.update(quantized)
         graph_model = CausalLMTask().build(module, config)
     attach_weights(graph_model, tensors)
     package = ModelPackage(
@@ -228,6 +242,7 @@ def build(
         context_length=length,
         source=source,
         family=family,
+        prequantized=None if scheme is None else scheme.describe(),
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO
 
@@ -204,6 +204,7 @@ def checkpoint_tensors(
     *,
     unused: Sequence[str] = (),
     tied: Mapping[str, str] | None = None,
+    read_elsewhere: Collection[str] = (),
 ) -> dict[str, ir.TensorProtocol]:
     """A lazy tensor read from `checkpoint` for each parameter of `parameters` without a value.
 
@@ -216,6 +217,7 @@ def checkpoint_tensors(
     shape mismatches, and checkpoint tensors that no parameter reads. Those may only be buffers
     (`IGNORED_TENSORS` and the regexes `unused`) or the tied copies `tied` maps to the
     parameter they must equal (graph names: "lm_head.weight" → "model.embed_tokens.weight").
+    `read_elsewhere` names checkpoint tensors another reader took (e.g. GPTQ's qweight).
     """
     tensors: dict[str, ir.TensorProtocol] = {}
     missing = []
@@ -244,7 +246,7 @@ def checkpoint_tensors(
         stored = _first_held(checkpoint, checkpoint_name(copy))
         if stored is not None and original in read_from:
             ties[stored] = read_from[original]
-    require_all_used(checkpoint, set(read_from.values()), unused, ties)
+    require_all_used(checkpoint, {*read_from.values(), *read_elsewhere}, unused, ties)
     return tensors
 
 

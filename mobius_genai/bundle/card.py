@@ -78,7 +78,8 @@ def render_card(
             if share
             else "KV cache grows by concatenation"
         ),
-        "quantization": _quantization(build.get("quantization")),
+        "quantization": _prequantized(build.get("prequantized"))
+        or _quantization(build.get("quantization")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
         "requirements": _requirements(_runtime(build["execution_provider"], names)),
@@ -112,6 +113,24 @@ def _requirements(runtime: RuntimeInfo) -> str:
         needs = f"an onnxruntime-genai build with the `{runtime.genai_provider}` execution provider"
     tip = HUGE_PAGES_TIP if runtime.genai_provider is None else ""
     return " ".join(part for part in (f"Needs {needs}.", runtime.card_note, tip) if part)
+
+
+def _prequantized(summary: Mapping[str, Any] | None) -> str:
+    """The card's words for a pre-quantized source, empty when the source was float."""
+    if not summary:
+        return ""
+    bits = "/".join(map(str, summary["bits"])) or "no"
+    blocks = "/".join(map(str, summary["block_sizes"])) or "none"
+    words = (
+        f"pre-quantized source ({summary['scheme']}): {summary['weights']} weights kept as "
+        f"stored, no second rounding (MatMulNBits {bits}-bit, block size {blocks}, accuracy "
+        f"level {summary['accuracy_level']})"
+    )
+    if summary["act_order_gathers"]:
+        words += f", {summary['act_order_gathers']} act-order input gathers"
+    if summary["dequantized"]:
+        words += f", {len(summary['dequantized'])} dequantized to float"
+    return words
 
 
 def _quantization(summary: Mapping[str, Any] | None) -> str:

@@ -58,6 +58,7 @@ from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
+from mobius_genai.quantize.prequantized import PrequantizedReport, apply_prequantized
 from mobius_genai.source import Source
 from mobius_genai.target import Target, precision_of, target_or_choices
 
@@ -116,23 +117,20 @@ def package(
                 _require_tokenizer(built.source.path)  # before the long part: saving weights
                 # the manifest hashes the weight files: overlap it with the conversion
                 hash_in_background(sorted(built.source.path.glob("*.safetensors")))
-            quantization = (
-                quantize_int4(built[built.decoder_key], target.int4, built.ep)
-                if target.int4 is not None
-                else None
-            )
+            quantization, prequantized = _quantize(built, target)
             genai_config = write_bundle(
                 built,
                 staging,
                 name=out.name,
-                precision=target.precision,
+                precision=_precision(target, prequantized),
                 progress=not quiet,
                 quantization=quantization,
+                prequantized=prequantized,
             )
-            for note in build_notes(built, genai_config):
+            for note in build_notes(built, genai_config, target, prequantized):
                 _say(f"note: {note}", quiet)
             # Release the graph and the checkpoint files it maps before the bundle is run.
-            del built, quantization
+            del built, quantization, prequantized
             gc.collect()
             with _errors_name(out, staging):
                 validate_bundle(staging, check_hashes=False)  # the manifest was just made
@@ -143,6 +141,31 @@ def package(
         raise
     _say(f"bundle written to {out}", quiet)
     return out
+
+
+def _quantize(
+    built: ModelPackage, target: Target
+) -> tuple[Int4Report | None, PrequantizedReport | None]:
+    """Int4 as the target asks; a pre-quantized source keeps its own integers instead.
+
+    The weights such a source left in float (lm_head, embeddings) stay float: quantizing them
+    would change the model. The target's int4 accuracy level (else the EP's) applies.
+    """
+    if built.prequantized is None:
+        if target.int4 is None:
+            return None, None
+        return quantize_int4(built[built.decoder_key], target.int4, built.ep), None
+    chosen = target.int4.accuracy_level if target.int4 is not None else None
+    level = built.ep.default_int4_accuracy_level if chosen is None else chosen
+    nbits = built.ep.supports_custom_ops and built.ep.supports_matmul_nbits
+    return None, apply_prequantized(built[built.decoder_key], built.prequantized, level or 0, nbits)
+
+
+def _precision(target: Target, prequantized: PrequantizedReport | None) -> str:
+    """int4 for a bundle of 4-bit pre-quantized weights, else the target's precision."""
+    if prequantized is not None and prequantized.weights and prequantized.bits == (4,):
+        return "int4"
+    return target.precision
 
 
 def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> Path:
@@ -165,11 +188,13 @@ def write_bundle(
     precision: str,
     progress: bool = True,
     quantization: Int4Report | None = None,
+    prequantized: PrequantizedReport | None = None,
 ) -> dict[str, Any]:
     """Write every file of the bundle of `built` into `folder`; returns the genai_config.
 
     `name` is the bundle's final folder name (the card's run instructions use it);
-    `quantization` is the report of the INT4 stage, recorded in the manifest and the card.
+    `quantization` is the report of the INT4 stage, `prequantized` that of a pre-quantized
+    source's weights, both recorded in the manifest and the card.
     """
     source = built.source
     if source is None:
@@ -210,6 +235,8 @@ def write_bundle(
     }
     if quantization is not None:
         build_info["quantization"] = quantization.summary()
+    if prequantized is not None:
+        build_info["prequantized"] = prequantized.summary()
     revision = source_revision(source)
     card = render_card(
         genai_config,
@@ -257,11 +284,19 @@ def _errors_name(out: Path, staging: Path) -> Iterator[None]:
         raise BundleError(str(error).replace(str(staging), str(out))) from error
 
 
-def build_notes(built: ModelPackage, genai_config: Mapping[str, Any]) -> list[str]:
+def build_notes(
+    built: ModelPackage,
+    genai_config: Mapping[str, Any],
+    target: Target | None = None,
+    prequantized: PrequantizedReport | None = None,
+) -> list[str]:
     """What a user should know about a bundle that was built as asked but not as they may
     expect: custom code in the checkpoint that was not run, a context beyond the model's
-    trained positions, graph capture that could not be turned on."""
+    trained positions, graph capture that could not be turned on, a pre-quantized source whose
+    integers were kept whatever the precision asked."""
     notes = []
+    if prequantized is not None and target is not None:
+        notes.append(_prequantized_note(prequantized, target))
     if built.source is not None:
         custom = read_config_json(built.source.path).get("auto_map")
         if custom:
@@ -285,6 +320,29 @@ def build_notes(built: ModelPackage, genai_config: Mapping[str, Any]) -> list[st
             + f" models, not {precision_of(built.dtype)}"
         )
     return notes
+
+
+def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
+    kept = (
+        f"{report.weights} weights kept as stored in MatMulNBits (no second rounding)"
+        if report.weights
+        else "no weight could be kept in MatMulNBits"
+    )
+    note = f"the checkpoint is pre-quantized ({report.scheme}): {kept}"
+    if report.dequantized:
+        note += f"; dequantized to {precision_of(target.dtype)}: {len(report.dequantized)}"
+    if target.precision != "int4":
+        note += (
+            f"; precision {target.precision} applies to the activations and to the weights "
+            "the checkpoint keeps in float"
+        )
+    elif target.int4 is not None and _layout(target.int4) != _layout(Int4Options()):
+        note += "; the int4 block size and zero points are the checkpoint's, not the options'"
+    return note
+
+
+def _layout(options: Int4Options) -> tuple[int, bool]:
+    return options.block_size, options.symmetric
 
 
 def _source_files(root: Path, copied: list[str]) -> list[str]:

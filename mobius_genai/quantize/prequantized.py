@@ -1,0 +1,237 @@
+"""Pre-quantized weights (GPTQ, AWQ, GGUF) into com.microsoft::MatMulNBits, integers unchanged.
+
+Math preserved exactly: ``A @ W`` with ``W[k, n] = (q[n, j] - zero[n, j / bs]) * scale[n, j /
+bs]`` at ``k = perm[j]`` becomes ``MatMulNBits(Gather(A, perm, axis=-1), B, scales[, zp])``
+where B packs q as stored (bits 4: two per byte, low nibble first; bits 8: one per byte). The
+Gather is left out when `perm` is the natural order. Zero points stay implicit (all 2^(bits-1)),
+packed uint8, or float in the model dtype (4-bit only: onnxruntime's cpu kernel refuses 8-bit
+float zero points). A packed q/k/v projection (`ConcatTensor` of three pre-quantized parts)
+concatenates the parts' integers along N when their bits, block size and order agree, else
+gets one MatMulNBits per run of agreeing parts and a Concat of their outputs (exact as well).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+
+from mobius_genai.optimize.functions import MS_DOMAIN
+from mobius_genai.prequantized.tensor import ZERO_FORMS, PrequantizedTensor, StoredBlocks
+from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
+from mobius_genai.quantize.write import GraphWriter
+from mobius_genai.weights import ConcatTensor
+
+__all__ = ["PrequantizedReport", "apply_prequantized"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PrequantizedReport:
+    """What `apply_prequantized` wrote, for the manifest and the card."""
+
+    scheme: str
+    """The source format as the reader describes it (e.g. "GPTQ 4-bit, group size 128")."""
+    accuracy_level: int
+    weights: int
+    """MatMulNBits nodes written from stored integers."""
+    act_order_gathers: int
+    block_sizes: tuple[int, ...]
+    bits: tuple[int, ...]
+    zero_points: dict[str, int]
+    """Zero-point form → number of MatMulNBits."""
+    dequantized: tuple[str, ...]
+    """Pre-quantized weights left as float (no MatMulNBits on this EP, or parts that disagree)."""
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "scheme": self.scheme,
+            "format": "MatMulNBits",
+            "bits": list(self.bits),
+            "block_sizes": list(self.block_sizes),
+            "accuracy_level": self.accuracy_level,
+            "weights": self.weights,
+            "act_order_gathers": self.act_order_gathers,
+            "zero_points": dict(self.zero_points),
+            "dequantized": list(self.dequantized),
+        }
+
+
+def apply_prequantized(
+    model: ir.Model, scheme: str, accuracy_level: int, matmul_nbits: bool
+) -> PrequantizedReport:
+    """Replace each MatMul reading a `PrequantizedTensor` weight by MatMulNBits, in place.
+
+    With `matmul_nbits` False (an EP without the kernel) the weights stay float: the tensors
+    then read as the format's dequantized values.
+    """
+    graph = model.graph
+    writer = GraphWriter(graph)
+    cache = OneWeightCache()
+    gathers: dict[tuple[int, bytes], ir.Value] = {}
+    written: list[tuple[int, int, str]] = []
+    dequantized = []
+    for node in list(graph):
+        if node.domain != "" or node.op_type != "MatMul" or len(node.inputs) != 2:
+            continue
+        weight = node.inputs[1]
+        parts = _parts(weight)
+        if not parts:
+            continue
+        reason = None if matmul_nbits else "the EP has no MatMulNBits"
+        if reason is None and any(p.bits == 8 and p.zero_form == "float" for p in parts):
+            reason = "8-bit float zero points (onnxruntime's cpu MatMulNBits refuses them)"
+        if reason:
+            dequantized.append(f"{weight.name} ({reason})")
+            continue
+        new_nodes = []
+        for run in _runs(parts):
+            first = run[0]
+            a = node.inputs[0]
+            if first.perm is not None:
+                key = (id(a), first.perm.tobytes())
+                if key not in gathers:
+                    gathers[key] = _gather(writer, graph, node, first.perm, len(gathers))
+                a = gathers[key]
+            zero_form = max((p.zero_form for p in run), key=ZERO_FORMS.index)
+            inputs = _initializers(writer, cache, run, weight, zero_form)
+            attributes = {"K": int(first.shape[0]), "N": sum(int(p.shape[1]) for p in run)}
+            attributes |= {"bits": first.bits, "block_size": first.block_size}
+            if accuracy_level:
+                attributes["accuracy_level"] = accuracy_level
+            new_nodes.append(
+                ir.node(
+                    "MatMulNBits",
+                    [a, *inputs],
+                    attributes,
+                    domain=MS_DOMAIN,
+                    name=f"{node.name}_Q{len(new_nodes)}",
+                )
+            )
+            written.append((first.bits, first.block_size, zero_form))
+        if len(new_nodes) > 1:  # packed parts that differ: one MatMulNBits each, joined
+            outputs = [n.outputs[0] for n in new_nodes]
+            new_nodes.append(ir.node("Concat", outputs, {"axis": -1}, name=f"{node.name}_Q"))
+        writer.replace(node, new_nodes)
+    writer.remove_unused()
+    if written:
+        model.opset_imports.setdefault(MS_DOMAIN, 1)
+    return PrequantizedReport(
+        scheme=scheme,
+        accuracy_level=accuracy_level,
+        weights=len(written),
+        act_order_gathers=len(gathers),
+        block_sizes=tuple(sorted({size for _, size, _ in written})),
+        bits=tuple(sorted({bits for bits, _, _ in written})),
+        zero_points=dict(Counter(form for _, _, form in written)),
+        dequantized=tuple(dequantized),
+    )
+
+
+def _parts(weight: ir.Value | None) -> list[PrequantizedTensor]:
+    """The pre-quantized tensors whose concatenation along N is `weight` (empty: none)."""
+    if weight is None or not weight.is_initializer() or weight.is_graph_input():
+        return []
+    tensor = weight.const_value
+    if isinstance(tensor, PrequantizedTensor):
+        return [tensor]
+    if (
+        isinstance(tensor, ConcatTensor)
+        and tensor.axis in (1, -1)
+        and all(isinstance(part, PrequantizedTensor) for part in tensor.parts)
+    ):
+        return list(tensor.parts)  # type: ignore[arg-type]
+    return []
+
+
+def _runs(parts: list[PrequantizedTensor]) -> list[list[PrequantizedTensor]]:
+    """Consecutive parts that one MatMulNBits can hold: same bits, block size and order."""
+    runs: list[list[PrequantizedTensor]] = []
+    for part in parts:
+        if runs and _same_layout(runs[-1][0], part):
+            runs[-1].append(part)
+        else:
+            runs.append([part])
+    return runs
+
+
+def _same_layout(a: PrequantizedTensor, b: PrequantizedTensor) -> bool:
+    if (a.bits, a.block_size) != (b.bits, b.block_size):
+        return False
+    if a.perm is None or b.perm is None:
+        return a.perm is None and b.perm is None
+    return np.array_equal(a.perm, b.perm)
+
+
+def _gather(
+    writer: GraphWriter, graph: ir.Graph, node: ir.Node, perm: np.ndarray, index: int
+) -> ir.Value:
+    """Gather(A, perm, axis=-1) inserted before `node`: A's features in the stored order."""
+    indices = writer.constant(f"{node.name}_act_order", perm.astype(np.int64))
+    gather = ir.node(
+        "Gather", [node.inputs[0], indices], {"axis": -1}, name=f"{node.name}_perm{index}"
+    )
+    graph.insert_before(node, gather)
+    gather.outputs[0].name = f"{node.name}_act_order_input{index}"
+    return gather.outputs[0]
+
+
+def _initializers(
+    writer: GraphWriter,
+    cache: OneWeightCache,
+    parts: list[PrequantizedTensor],
+    weight: ir.Value,
+    zero_form: str,
+) -> list[ir.Value]:
+    """B, scales[, zero_points], computed from the stored integers when saved."""
+    first = parts[0]
+    k, n = int(first.shape[0]), sum(int(p.shape[1]) for p in parts)
+    blocks = k // first.block_size
+    dtype = weight.dtype
+    base = writer.unique_name(f"{weight.name}_Q{first.bits}")
+    specs = [
+        PartSpec(base, ir.DataType.UINT8, (n, blocks, first.block_size * first.bits // 8)),
+        PartSpec(writer.unique_name(f"{base}_scales"), dtype, (n, blocks)),
+    ]
+    if zero_form == "uint8":
+        per_byte = 8 // first.bits
+        shape = (n, (blocks + per_byte - 1) // per_byte)
+        specs.append(PartSpec(writer.unique_name(f"{base}_zero_points"), ir.DataType.UINT8, shape))
+    elif zero_form == "float":
+        specs.append(PartSpec(writer.unique_name(f"{base}_zero_points"), dtype, (n, blocks)))
+
+    def compute() -> list[ir.TensorProtocol]:
+        stored = [part.read_blocks() for part in parts]
+        arrays = _nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
+        return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]
+
+    tensors = lazy_parts(cache, specs, compute)
+    return writer.initializers(specs, tensors)
+
+
+def _nbits_arrays(
+    stored: list[StoredBlocks], bits: int, block_size: int, zero_form: str, dtype: ir.DataType
+) -> list[np.ndarray]:
+    values = np.concatenate([s.values for s in stored], axis=0)
+    n, k = values.shape
+    values = values.reshape(n, k // block_size, block_size)
+    arrays = [_pack(values, bits), np.concatenate([s.scales for s in stored], 0)]
+    arrays[1] = arrays[1].astype(dtype.numpy())
+    zeros = np.concatenate([s.zeros for s in stored], axis=0)
+    if zero_form == "uint8":
+        arrays.append(_pack(zeros.astype(np.uint8), bits))
+    elif zero_form == "float":
+        arrays.append(zeros.astype(dtype.numpy()))
+    return arrays
+
+
+def _pack(values: np.ndarray, bits: int) -> np.ndarray:
+    """uint8 values along the last axis, packed 8/bits per byte, first in the low bits."""
+    if bits == 8:
+        return np.ascontiguousarray(values, np.uint8)
+    if values.shape[-1] % 2:
+        pad = np.zeros((*values.shape[:-1], 1), np.uint8)
+        values = np.concatenate([values, pad], axis=-1)
+    return np.ascontiguousarray(values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
