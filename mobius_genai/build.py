@@ -13,6 +13,7 @@ import onnx_ir as ir
 from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
+from mobius_genai.expert_weights import attach_expert_weights
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.optimize import OptimizationReport, optimize_model
@@ -173,6 +174,8 @@ def build(
         module = CausalLMModel(config, length)
         graph_model = CausalLMTask().build(module, config)
     if checkpoint is not None:
+        if family.experts is not None:
+            attach_expert_weights(graph_model, checkpoint, family.experts, family.checkpoint_name)
         attach_weights(
             graph_model,
             checkpoint,
