@@ -30,6 +30,8 @@ CASES = {
     "qwen3_moe_not_renormalized": ("qwen3_moe", {"norm_topk_prob": False}),
     "qwen2_moe_every_second_layer_sparse": ("qwen2_moe", {"decoder_sparse_step": 2}),
     "mixtral_top1": ("mixtral", {"num_experts_per_tok": 1}),
+    "olmoe_attention_bias_tied": ("olmoe", {"attention_bias": True, "tie_word_embeddings": True}),
+    "granitemoe_attention_bias": ("granitemoe", {"attention_bias": True}),
 }
 
 
