@@ -16,12 +16,13 @@ from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError
+from mobius_genai.expert_weights import expert_tensors
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
 from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.optimize import OptimizationReport, optimize_model
-from mobius_genai.prequantized import prequantized_tensors
+from mobius_genai.prequantized import QuantizationScheme, prequantized_tensors
 from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
@@ -212,26 +213,8 @@ def build(
     length = target.context_length or config.max_position_embeddings
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
-        tensors = {}
-        if checkpoint is not None:  # config vs checkpoint: before the graph is built
-            parameters = dict(module.named_parameters())
-            quantized, read = (
-                ({}, [])
-                if scheme is None
-                else prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
-            )
-            tensors = checkpoint_tensors(
-                {name: value for name, value in parameters.items() if name not in quantized},
-                checkpoint,
-                config,
-                family.checkpoint_name,
-                family.preprocess_weight,
-                family.preprocessed,
-                unused=family.unused_weights,
-                tied=module.tied_weights(),
-                read_elsewhere=read,
-            )
-            tensors.update(quantized)
+        # config vs checkpoint: before the graph is built
+        tensors = {} if checkpoint is None else _tensors(module, checkpoint, family, scheme)
         graph_model = CausalLMTask().build(module, config)
     attach_weights(graph_model, tensors)
     package = ModelPackage(
@@ -246,6 +229,41 @@ def build(
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package
+
+
+def _tensors(
+    module: CausalLMModel,
+    checkpoint: Checkpoint,
+    family: FamilyAdapter,
+    scheme: QuantizationScheme | None,
+) -> dict[str, ir.TensorProtocol]:
+    """A lazy tensor for each parameter of `module`: stacked experts and pre-quantized weights
+    by their own readers, the rest by `checkpoint_tensors`, which checks that every checkpoint
+    tensor is read by one of them."""
+    parameters = dict(module.named_parameters())
+    quantized, read = (
+        ({}, [])
+        if scheme is None
+        else prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
+    )
+    experts, expert_read = (
+        ({}, [])
+        if family.experts is None
+        else expert_tensors(parameters, checkpoint, family.experts, family.checkpoint_name)
+    )
+    special = {**quantized, **experts}
+    tensors = checkpoint_tensors(
+        {name: value for name, value in parameters.items() if name not in special},
+        checkpoint,
+        module.config,
+        family.checkpoint_name,
+        family.preprocess_weight,
+        family.preprocessed,
+        unused=family.unused_weights,
+        tied=module.tied_weights(),
+        read_elsewhere=[*read, *expert_read],
+    )
+    return {**tensors, **special}
 
 
 def _build_vision_language(

@@ -18,6 +18,7 @@ from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
 from mobius_genai.components.mlp import make_mlp
+from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
@@ -54,7 +55,8 @@ class DecoderLayer(nn.Module):
                     self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                 )
         self.self_attn = Attention(config, layer_index)
-        self.mlp = make_mlp(config)
+        sparse = config.moe is not None and config.moe.is_sparse(layer_index)
+        self.mlp = MoEBlock(config) if sparse else make_mlp(config)
 
     def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
         name = self.slots[slot]

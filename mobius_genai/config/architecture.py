@@ -16,6 +16,7 @@ from typing import Any
 from mobius_genai._json import read_json_object
 from mobius_genai.config import fields
 from mobius_genai.config.layers import parse_layer_types, validate_layers
+from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.errors import ConfigError
 from mobius_genai.size_limits import check_size
@@ -81,6 +82,7 @@ class ArchitectureConfig:
     - `lm_head_bias`: the LM head adds a bias (phi).
     - `attention_scale`: softmax scale when not 1/sqrt(head_dim) (gemma2/3's
       query_pre_attn_scalar**-0.5, granite's attention_multiplier).
+    - `moe`: the mixture-of-experts routing and sizes (config/moe.py); None for a dense decoder.
     """
 
     model_type: str
@@ -128,6 +130,7 @@ class ArchitectureConfig:
     eos_token_id: tuple[int, ...] = ()
     pad_token_id: int | None = None
     torch_dtype: str | None = None
+    moe: MoeConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -261,6 +264,7 @@ def _validate(config: ArchitectureConfig) -> None:
     validate_layers(config)
     _validate_attention_switches(config)
     _validate_multipliers(config)
+    validate_moe(config.moe, config.hidden_act)
     for rope in (config.rope, config.rope_local):
         if rope is not None:
             validate_rope(rope, config.head_dim)

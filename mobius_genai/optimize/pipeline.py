@@ -173,6 +173,7 @@ def optimize_model(
     report = OptimizationReport(ep=caps.name, dtype=dtype, role=model_role)
     tracer = Tracer(report, trace)
     tracer.target()
+    register_functions(model)  # Tier-1 ops components emit directly (MoE)
 
     cleanup = cleanup_passes()
     tracer.stage_header(f"Stage 1: Cleanup ({len(cleanup)} passes)")
