@@ -41,6 +41,7 @@ from transformers import (
     HeliumConfig,
     HunYuanDenseV1Config,
     InternLM3Config,
+    Lfm2Config,
     LlamaConfig,
     MistralConfig,
     NemotronConfig,
@@ -95,6 +96,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "hunyuan_v1_dense": HunYuanDenseV1Config,
     "internlm3": InternLM3Config,
     "vaultgemma": VaultGemmaConfig,
+    "lfm2": Lfm2Config,
 }
 
 _ARCHITECTURES = {
@@ -129,6 +131,7 @@ _ARCHITECTURES = {
     "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM",
     "internlm3": "LlamaForCausalLM",  # transformers runs internlm3 checkpoints as llama
     "vaultgemma": "VaultGemmaForCausalLM",
+    "lfm2": "Lfm2ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -232,6 +235,14 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "sliding_window": 5,
         "attn_logit_softcapping": 2.0,
         "final_logit_softcapping": 3.0,
+    },
+    # conv, attention, conv: short-convolution layers with a 3-tap state; the MLP width is
+    # 2/3 of 96, times 1.3, rounded up to a multiple of 32 (96)
+    "lfm2": {
+        "layer_types": ["conv", "full_attention", "conv"],
+        "block_ffn_dim_multiplier": 1.3,
+        "block_multiple_of": 32,
+        "tie_word_embeddings": UNSET,
     },
 }
 

@@ -212,6 +212,12 @@ CASES = {
         },
     ),
     "olmo3": ("olmo3", {}),
+    # conv, attention, conv (tests/_hf.py); conv biases, untied head, 4-tap kernel
+    "lfm2": ("lfm2", {}),
+    "lfm2_conv_bias_untied_4_taps": (
+        "lfm2",
+        {"conv_bias": True, "tie_word_embeddings": False, "conv_L_cache": 4},
+    ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
@@ -457,8 +463,12 @@ def test_parity_fails_without_the_adapter_difference(case, tmp_path, monkeypatch
 
 @pytest.mark.parametrize("family", sorted({family for family, _ in CASES.values()}))
 def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
-    """The GQA fusion keeps each family's math (parity above) and leaves no Attention op."""
+    """The GQA fusion keeps each family's math (parity above) and leaves no Attention op; the
+    recurrent layers of hybrid families (lfm2's conv layers) keep their own op."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
     graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
     ops = [node.op_type for node in graph]
-    assert ops.count("GroupQueryAttention") == 3 and "Attention" not in ops
+    kinds = json.loads((ckpt / "config.json").read_text()).get("layer_types") or []
+    recurrent = sum(kind == "conv" for kind in kinds)
+    assert ops.count("GroupQueryAttention") == 3 - recurrent and "Attention" not in ops
+    assert ops.count("CausalConvWithState") == recurrent

@@ -13,6 +13,11 @@ from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.gpt2_names import GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
+from mobius_genai.models.families.hybrid import (
+    lfm2_conv_kernel_size,
+    lfm2_intermediate_size,
+    lfm2_layer_types,
+)
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
@@ -484,6 +489,33 @@ _FAMILIES = (
         genai_type="smollm3",
         config_defaults={"tie_word_embeddings": True},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
+    ),
+    # Hybrid: short-convolution layers (a recurrent state, no KV cache) between attention
+    # layers with per-head q/k RMSNorms; the final norm is called embedding_norm.
+    FamilyAdapter(
+        model_type="lfm2",
+        genai_type="lfm2",
+        config_aliases={
+            "tie_embedding": "tie_word_embeddings",
+            "block_ff_dim": "intermediate_size",
+        },
+        config_defaults={"tie_word_embeddings": True, "layer_types": lfm2_layer_types},
+        config_overrides={
+            "qk_norm": True,
+            "intermediate_size": lfm2_intermediate_size,
+            "conv_kernel_size": lfm2_conv_kernel_size,
+            "conv_bias": switch("conv_bias", False),
+        },
+        weight_renames=(
+            (r"\.input_layernorm\.", ".operator_norm."),
+            (r"\.post_attention_layernorm\.", ".ffn_norm."),
+            (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
+            (r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),
+            (r"\.mlp\.gate_proj\.", ".feed_forward.w1."),
+            (r"\.mlp\.up_proj\.", ".feed_forward.w3."),
+            (r"\.mlp\.down_proj\.", ".feed_forward.w2."),
+            (r"^model\.norm\.", "model.embedding_norm."),
+        ),
     ),
 )
 
