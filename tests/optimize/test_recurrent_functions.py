@@ -78,3 +78,28 @@ def test_causal_conv_with_a_bias_gets_no_body():
         header=HEADER,
     )
     assert register_functions(model) == []
+
+
+def test_capability_field_decides_where_the_conv_body_is_inlined():
+    """cpu keeps the fused op; onnx-standard, and an EP whose capabilities say it has no
+    kernel, get the body (only standard ops remain)."""
+    import dataclasses
+
+    from mobius_genai.ep import get_ep
+    from mobius_genai.optimize import optimize_model
+
+    no_kernel = dataclasses.replace(
+        get_ep("default"), name="no-conv", supports_causal_conv_with_state=False
+    )
+    for caps, fused in (
+        (get_ep("cpu"), True),
+        (get_ep("onnx-standard"), False),
+        (no_kernel, False),
+    ):
+        model = _conv_call(5, 3, "none")
+        register_functions(model)
+        optimize_model(model, caps)
+        ops = {(node.domain, node.op_type) for node in model.graph}
+        assert ((MS_DOMAIN, "CausalConvWithState") in ops) == fused, caps.name
+        if not fused:
+            assert {domain for domain, _ in ops} == {""}
