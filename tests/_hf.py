@@ -236,9 +236,10 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "attn_logit_softcapping": 2.0,
         "final_logit_softcapping": 3.0,
     },
-    # conv, attention, conv: short-convolution layers with a 3-tap state; the MLP width is
-    # 2/3 of 96, times 1.3, rounded up to a multiple of 32 (96)
+    # conv, attention, conv: short-convolution layers with a 3-tap state and biases; the MLP
+    # width is 2/3 of 96, times 1.3, rounded up to a multiple of 32 (96)
     "lfm2": {
+        "conv_bias": True,
         "layer_types": ["conv", "full_attention", "conv"],
         "block_ffn_dim_multiplier": 1.3,
         "block_multiple_of": 32,

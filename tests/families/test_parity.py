@@ -212,11 +212,11 @@ CASES = {
         },
     ),
     "olmo3": ("olmo3", {}),
-    # conv, attention, conv (tests/_hf.py); conv biases, untied head, 4-tap kernel
+    # conv (with biases), attention, conv (tests/_hf.py); no biases, untied head, 4-tap kernel
     "lfm2": ("lfm2", {}),
-    "lfm2_conv_bias_untied_4_taps": (
+    "lfm2_without_conv_bias_untied_4_taps": (
         "lfm2",
-        {"conv_bias": True, "tie_word_embeddings": False, "conv_L_cache": 4},
+        {"conv_bias": False, "tie_word_embeddings": False, "conv_L_cache": 4},
     ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
     "olmo3_scaled_full_rope_bias_tied": (
