@@ -42,6 +42,7 @@ from transformers import (
     HeliumConfig,
     HunYuanDenseV1Config,
     InternLM3Config,
+    Lfm2Config,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -105,6 +106,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "qwen2_moe": Qwen2MoeConfig,
     "olmoe": OlmoeConfig,
     "granitemoe": GraniteMoeConfig,
+    "lfm2": Lfm2Config,
 }
 
 _ARCHITECTURES = {
@@ -144,6 +146,7 @@ _ARCHITECTURES = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
     "granitemoe": "GraniteMoeForCausalLM",
+    "lfm2": "Lfm2ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -276,6 +279,15 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "residual_multiplier": 0.5,
         "logits_scaling": 4.0,
         "attention_multiplier": 0.1,
+    },
+    # conv, attention, conv: short-convolution layers with a 3-tap state and biases; the MLP
+    # width is 2/3 of 96, times 1.3, rounded up to a multiple of 32 (96)
+    "lfm2": {
+        "conv_bias": True,
+        "layer_types": ["conv", "full_attention", "conv"],
+        "block_ffn_dim_multiplier": 1.3,
+        "block_multiple_of": 32,
+        "tie_word_embeddings": UNSET,
     },
 }
 

@@ -27,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 
 from mobius_genai.bundle.generate import greedy_tokens, load_model, load_tokenizer
-from mobius_genai.bundle.graph import GraphInfo, layer_names
+from mobius_genai.bundle.graph import CACHE_ROLES, GraphInfo, layer_names
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import EpCapabilities, get_ep
 from mobius_genai.errors import BundleError
@@ -202,10 +202,15 @@ def ort_greedy_tokens(
     for past_name, _ in cache:
         value = inputs[past_name]
         kv_type = _NUMPY_TYPES.get(value.type)
-        heads, head_size = value.shape[1], value.shape[3]
-        if kv_type is None or not isinstance(heads, int) or not isinstance(head_size, int):
+        # a KV cache starts empty along its sequence axis; a recurrent state (rank 3) as zeros
+        shape = (
+            [1, *value.shape[1:]]
+            if len(value.shape) == 3
+            else [1, *value.shape[1:2], 0, *value.shape[3:]]
+        )
+        if kv_type is None or not all(isinstance(dim, int) for dim in shape):
             return None
-        past[past_name] = np.zeros((1, heads, 0, head_size), kv_type)
+        past[past_name] = np.zeros(shape, kv_type)
     eos = set(eos_ids)
     new, total, tokens = list(prompt_ids), len(prompt_ids), []
     for _ in range(max_new_tokens):
@@ -230,8 +235,10 @@ def ort_greedy_tokens(
 def _cache_pairs(inputs: Mapping[str, Any], outputs: Sequence[str]) -> list[tuple[str, str]]:
     """(past input, present output) name pairs, matched by role and layer index."""
     pairs = []
-    for role in ("key", "value"):
+    for role in CACHE_ROLES:
         past, present = layer_names(inputs, role), layer_names(outputs, role)
+        if role == "conv" and past is None and present is None:
+            continue  # only hybrid decoders have recurrent states
         if past is None or present is None or past.indices != present.indices:
             raise BundleError(
                 f"graph: past/present {role} inputs and outputs do not pair up by layer"

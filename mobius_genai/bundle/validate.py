@@ -17,6 +17,7 @@ from mobius_genai._json import read_json
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.bundle.recurrent import check_conv_states, kv_layers
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
@@ -123,7 +124,10 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     decoder = model["decoder"]
     inputs = {**DEFAULT_INPUTS, **decoder.get("inputs", {})}
     outputs = {**DEFAULT_OUTPUTS, **decoder.get("outputs", {})}
-    layers = decoder["num_hidden_layers"]
+    layers = kv_layers(decoder)
+    source = "model.decoder." + (
+        "num_hidden_layers" if "layer_types" not in decoder else "layer_types (attention layers)"
+    )
     problems = []
     listed = decoder.get("inputs", {})
     for key in ("input_ids", *sorted(listed.keys() & {"attention_mask", "position_ids"})):
@@ -138,8 +142,11 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
         ("outputs", graph.outputs, "present_value_names", "value"),
     ):
         pattern = (inputs if side == "inputs" else outputs)[key]
-        problems += _check_layers(f"model.decoder.{side}.{key}", pattern, names, role, layers)
-    first_past = inputs["past_key_names"].replace("%d", "0")
+        problems += _check_layers(
+            f"model.decoder.{side}.{key}", pattern, names, role, layers, source
+        )
+    problems += check_conv_states(decoder, inputs, outputs, graph)
+    first_past = inputs["past_key_names"].replace("%d", str(layers[0] if layers else 0))
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
     problems += _check_sizes(model, inputs["input_ids"], graph)
@@ -208,23 +215,29 @@ def _missing(side: str, key: str, name: str, kind: str, found: Mapping[str, Any]
 
 
 def _check_layers(
-    field: str, pattern: str, names: Mapping[str, Any], role: str, layers: int
+    field: str,
+    pattern: str,
+    names: Mapping[str, Any],
+    role: str,
+    layers: tuple[int, ...],
+    source: str,
 ) -> list[str]:
+    """`pattern` names one graph input/output per layer in `layers` (those with a KV cache,
+    counted by `source`: num_hidden_layers, or the attention layers of layer_types)."""
     try:
-        expected = [pattern % i for i in range(layers)]
+        expected = [pattern % i for i in layers]
     except (TypeError, ValueError):
         return [f"{field}: {pattern!r} has no single %d for the layer index"]
     missing = [name for name in expected if name not in names]
     if missing:
         return [
             f"{field}: graph lacks {missing[:3]}{' ...' if len(missing) > 3 else ''} for "
-            f"model.decoder.num_hidden_layers={layers}"
+            f"{source}={len(layers)}"
         ]
     family = layer_names(names, role)
-    if family is not None and family.pattern == pattern and len(family.indices) != layers:
+    if family is not None and family.pattern == pattern and len(family.indices) != len(layers):
         return [
-            f"model.decoder.num_hidden_layers: {layers} but the graph has "
-            f"{len(family.indices)} {pattern!r} entries"
+            f"{source}: {len(layers)} but the graph has {len(family.indices)} {pattern!r} entries"
         ]
     return []
 

@@ -1,7 +1,7 @@
 """The mixture-of-experts block: a router, one com.microsoft::MoE node over the experts, and an
 optional shared expert.
 
-The MoE node is a Tier-1 op (optimize/functions.py, whose body the pipeline registers as it
+The MoE node is a Tier-1 op (components/tier1.py, whose body the pipeline registers as it
 starts): onnxruntime runs its fused kernel, other runtimes expand the standard-ONNX body, and
 EPs whose capabilities lack `supports_fused_moe` get the body inlined at build time. The expert weights are stacked in the
 op's layout: `experts.gate_up_proj` [experts, 2 * intermediate, hidden] with gate and up rows
@@ -16,11 +16,9 @@ from onnxscript import nn
 
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import GatedMLP
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.moe import MOE_ACTIVATION, MoeConfig
-
-# optimize.functions.MS_DOMAIN (importing optimize from components would close an import cycle)
-_MS_DOMAIN = "com.microsoft"
 
 
 class Experts(nn.Module):
@@ -68,7 +66,7 @@ class MoEBlock(nn.Module):
             activation_type="swiglu",
             swiglu_fusion=1,
             normalize_routing_weights=int(moe.normalize_top_k),
-            _domain=_MS_DOMAIN,
+            _domain=MS_DOMAIN,
         )
         out.type, out.shape = x.type, x.shape  # what onnxruntime's schema infers
         if self.shared_expert is None:

@@ -196,7 +196,10 @@ def test_the_model_types_are_those_genai_runs_a_standard_decoder_with(bundle_cop
     folder = bundle_copy("default")
     document = json.loads((folder / "genai_config.json").read_text())
     outcomes = {}
-    for model_type in [*_model_types(), "gpt2", "lfm2", "olmo2", "Qwen2", "starcoder2"]:
+    # hybrid types (lfm2) read layer_types; every type accepts it
+    decoder = document["model"]["decoder"]
+    decoder["layer_types"] = ["full_attention"] * decoder["num_hidden_layers"]
+    for model_type in [*_model_types(), "gpt2", "olmo2", "Qwen2", "starcoder2"]:
         document["model"]["type"] = model_type
         (folder / "genai_config.json").write_text(json.dumps(document))
         try:

@@ -160,6 +160,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_rms_normalization",
         "supports_matmul_nbits",
         "model_dtypes",
+        "supports_causal_conv_with_state",
     ]
 
 

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 from onnx_ir.passes.common import InlinePass
 
-from mobius_genai.optimize.functions import MS_DOMAIN, register_functions
+from mobius_genai.components.tier1 import MS_DOMAIN, register_functions
 
 TOKENS, HIDDEN, INTER, EXPERTS = 9, 8, 6, 5
 TOLERANCE = 1e-5

@@ -3,26 +3,26 @@
 A row holds only what its family changes over the generic llama-style decoder (adapter.py says
 what each field means). The functions and shared fragments rows name live beside this module,
 one module per kind of quirk: readers (one-key switches and numbers), heads, scales, rope,
-layers, preprocess (checkpoint value changes) and gpt2_names. Adding a family is adding a row.
+layers, preprocess (checkpoint value changes) and gpt2_names. The rows of other model kinds
+live in modules of their own (moe_rows, hybrid_rows) and join the table here. Adding a family
+is adding a row.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 from mobius_genai.config import fields
-from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.errors import UnsupportedModelError
-from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
+from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
     exaone4_no_rope_layers,
     smollm3_no_rope_layers,
 )
+from mobius_genai.models.families.moe_rows import MOE_FAMILIES
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
     PACKED_QKV,
@@ -54,13 +54,6 @@ _GEMMA2_OVERRIDES = {
     "attention_scale": query_pre_attn_scale,
 }
 
-# qwen2_moe / qwen3_moe: expert size and the dense layers (mlp_only_layers, decoder_sparse_step)
-_QWEN_MOE = MoeKeys(
-    num_experts="num_experts",
-    intermediate="moe_intermediate_size",
-    sparse_step="decoder_sparse_step",
-    dense_layers="mlp_only_layers",
-)
 
 # One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
 # "decoder" (adapter.py).
@@ -501,65 +494,8 @@ _FAMILIES = (
         config_defaults={"tie_word_embeddings": True},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
     ),
-    # Mixture-of-experts decoders (config/moe.py, components/moe.py): onnxruntime-genai runs
-    # them on its generic decoder path.
-    FamilyAdapter(
-        model_type="mixtral",
-        config_overrides={
-            "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True))
-        },
-        weight_renames=((r"\.mlp\.", ".block_sparse_moe."),),
-        experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
-    ),
-    FamilyAdapter(
-        model_type="qwen3_moe",
-        # transformers 5 writes num_local_experts; hub configs name it num_experts
-        config_aliases={"num_local_experts": "num_experts"},
-        config_overrides={"qk_norm": True, "moe": moe_reader(_QWEN_MOE)},
-        experts=ExpertLayout(),
-    ),
-    FamilyAdapter(
-        model_type="qwen2_moe",
-        config_overrides={
-            "qkv_bias": switch("qkv_bias", True),
-            "o_bias": False,
-            "moe": moe_reader(
-                dataclasses.replace(
-                    _QWEN_MOE,
-                    shared_expert="shared_expert_intermediate_size",
-                    shared_expert_gate=True,
-                )
-            ),
-        },
-        experts=ExpertLayout(),
-    ),
-    FamilyAdapter(
-        model_type="olmoe",
-        # OlmoeAttention clips q/k after their norms, not at the projection as olmo does
-        refused_keys=("clip_qkv",),
-        config_overrides={
-            "qk_norm": True,
-            "qk_norm_per_head": False,
-            "moe": moe_reader(MoeKeys(num_experts="num_experts")),
-        },
-        experts=ExpertLayout(),
-    ),
-    FamilyAdapter(
-        model_type="granitemoe",
-        config_overrides={
-            "embedding_multiplier": positive_number("embedding_multiplier"),
-            "residual_multiplier": positive_number("residual_multiplier"),
-            "logits_scaling": positive_number("logits_scaling"),
-            "attention_scale": positive_number("attention_multiplier"),
-            # a softmax over the top-k logits: the top-k softmax probabilities renormalized
-            "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True)),
-        },
-        weight_renames=(
-            (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
-            (r"\.mlp\.experts$", ".block_sparse_moe"),
-        ),
-        experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
-    ),
+    *MOE_FAMILIES,
+    *HYBRID_FAMILIES,
 )
 
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}

@@ -33,8 +33,17 @@ already contained, so the opset is always new enough):
   the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
   the two biases; ``""`` has none (the node leaves those inputs empty).
 
-The bias inputs of the Skip*Normalization ops are not covered (the rules never emit them), so a
-node that uses one gets no body.
+- ``CausalConvWithState(input, weight, bias, past_state)``: the depthwise causal convolution of
+  ``window = Concat(past_state, input)`` along the last axis, ``output[b, c, t] =
+  sum_j window[b, c, t + j] * weight[c, 0, j]``, then the activation (overload ``""``: none,
+  ``"silu"``: SiLU); ``present_state`` is the last ``k - 1`` columns of ``window``. The taps are
+  gathered as a [L, k] index grid rather than a grouped Conv, whose ``group`` attribute a body
+  could not take from the shapes. onnxruntime 1.32 runs this com.microsoft op on the CPU EP; the
+  standard opset-27 op of the same name has no kernel there, so components emit this one.
+
+The bias inputs of the Skip*Normalization and CausalConvWithState ops are not covered (neither
+rules nor components emit them: a conv bias is added after the op), so a node that uses one gets
+no body.
 """
 
 from __future__ import annotations
@@ -88,6 +97,8 @@ class Tier1Op:
     """Overload → body builder (the default body has overload "")."""
     capability: str | None = None
     """EpCapabilities field that says whether the EP has the kernel (besides supports_custom_ops)."""
+    uncovered_inputs: frozenset[int] = frozenset()
+    """Optional input positions the body ignores: a node that fills one gets no body."""
 
     def function(self, overload: str, opset: int) -> ir.Function:
         """The body for `overload` as an ir.Function importing ONNX opset `opset`."""
@@ -105,8 +116,11 @@ class Tier1Op:
 
     def covers(self, node: ir.Node) -> bool:
         """Whether a body exists for this call (its overload and number of inputs)."""
-        return node.overload in self.bodies and self.min_inputs <= len(node.inputs) <= len(
-            self.inputs
+        filled = {i for i, value in enumerate(node.inputs) if value is not None}
+        return (
+            node.overload in self.bodies
+            and self.min_inputs <= len(node.inputs) <= len(self.inputs)
+            and not filled & self.uncovered_inputs
         )
 
 
@@ -116,6 +130,10 @@ def _float_attr(name: str, default: float) -> ir.Attr:
 
 def _int_attr(name: str, default: int) -> ir.Attr:
     return ir.Attr(name, ir.AttributeType.INT, default)
+
+
+def _string_attr(name: str, default: str) -> ir.Attr:
+    return ir.Attr(name, ir.AttributeType.STRING, default)
 
 
 def _epsilon(tape: ir.tape.Tape) -> ir.Value:
@@ -269,6 +287,43 @@ def _moe_biased_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.
     return _moe(tape, params, biased=True)
 
 
+def _dim(tape: ir.tape.Tape, value: ir.Value, axis: int) -> ir.Value:
+    """The size of `axis` of `value` as an int64 scalar."""
+    size = tape.op("Shape", [value], {"start": axis, "end": axis + 1})
+    return tape.op("Squeeze", [size, tape.op("Constant", [], {"value_ints": [0]})])
+
+
+def _causal_conv(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    x, weight, _bias, past = params
+    window = tape.op("Concat", [past, x], {"axis": -1})  # [B, C, k - 1 + L]
+    length = _dim(tape, x, 2)
+    zero = tape.op("Constant", [], {"value_int": 0})
+    one = tape.op("Constant", [], {"value_int": 1})
+    positions = tape.op("Range", [zero, length, one])
+    taps = tape.op("Range", [zero, _dim(tape, weight, 2), one])
+    grid = tape.op(
+        "Add",
+        [
+            tape.op("Unsqueeze", [positions, tape.op("Constant", [], {"value_ints": [1]})]),
+            tape.op("Unsqueeze", [taps, tape.op("Constant", [], {"value_ints": [0]})]),
+        ],
+    )  # [L, k]: window column of tap j at step t
+    patches = tape.op("Gather", [window, grid], {"axis": 2})  # [B, C, L, k]
+    output = tape.op(
+        "ReduceSum", [tape.op("Mul", [patches, weight]), _last_axis(tape)], {"keepdims": 0}
+    )
+    end = tape.op("Constant", [], {"value_ints": [2**63 - 1]})
+    starts = tape.op("Unsqueeze", [length, tape.op("Constant", [], {"value_ints": [0]})])
+    axes = tape.op("Constant", [], {"value_ints": [2]})
+    present = tape.op("Slice", [window, starts, end, axes])
+    return [output, present]
+
+
+def _causal_conv_silu(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    output, present = _causal_conv(tape, params)
+    return [tape.op("Mul", [output, tape.op("Sigmoid", [output])]), present]
+
+
 _SKIP_NORM_OUTPUTS = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
 
 TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
@@ -354,6 +409,17 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 ),
                 bodies={"": _moe_body, "bias": _moe_biased_body},
                 capability="supports_fused_moe",
+            ),
+            Tier1Op(
+                "CausalConvWithState",
+                inputs=("input", "weight", "bias", "past_state"),
+                min_inputs=4,
+                outputs=("output", "present_state"),
+                optional_outputs=frozenset(),
+                attributes=(_int_attr("ndim", 1), _string_attr("activation", "none")),
+                bodies={"": _causal_conv, "silu": _causal_conv_silu},
+                capability="supports_causal_conv_with_state",
+                uncovered_inputs=frozenset({2}),
             ),
         )
     }
