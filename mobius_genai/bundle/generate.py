@@ -62,8 +62,12 @@ def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:
         ) from error
 
 
-def greedy_tokens(model: og.Model, prompt_ids: Sequence[int], max_length: int) -> list[int]:
+def greedy_tokens(
+    model: og.Model, prompt_ids: Sequence[int] | og.NamedTensors, max_length: int
+) -> list[int]:
     """Tokens onnxruntime-genai generates greedily after `prompt_ids`, up to `max_length` in all.
+
+    `prompt_ids` may be a multimodal processor's output (input_ids with pixel_values).
 
     Repetition penalty is forced to 1.0 so the result is plain argmax decoding; a failing
     session run becomes a BundleError.
@@ -73,7 +77,10 @@ def greedy_tokens(model: og.Model, prompt_ids: Sequence[int], max_length: int) -
         params = og.GeneratorParams(model)
         params.set_search_options(do_sample=False, max_length=max_length, repetition_penalty=1.0)
         generator = og.Generator(model, params)
-        generator.append_tokens(list(prompt_ids))
+        if isinstance(prompt_ids, og.NamedTensors):
+            generator.set_inputs(prompt_ids)
+        else:
+            generator.append_tokens(list(prompt_ids))
         while not generator.is_done():
             generator.generate_next_token()
             tokens.append(int(generator.get_next_tokens()[0]))
