@@ -4,59 +4,18 @@ greedy tokens equal transformers' (the image is at the processor's size, so no r
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.smoke_image import IMAGE_PROMPTS, png_bytes, smoke_pixels
 from mobius_genai.ep import get_ep
-from tests._vlm import tiny_gemma3
+from tests.models.conftest import SIZE
 
 og = pytest.importorskip("onnxruntime_genai")
-
-IMAGE_SPECIALS = ["<start_of_image>", "<image_soft_token>", "<end_of_image>"]
-TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
-SIZE = 64  # 16 x 16 patches of 4: og's Gemma 3 processor assumes 256 image tokens
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
-    folder = tmp_path_factory.mktemp("gemma3-ckpt")
-    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
-    tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_SPECIALS})
-    boi, image, eoi = tokenizer.convert_tokens_to_ids(IMAGE_SPECIALS)
-    model = tiny_gemma3(
-        image_tokens=256,
-        image_size=SIZE,
-        text={"vocab_size": len(tokenizer) + 4},
-        image_token_index=image,
-        boi_token_index=boi,
-        eoi_token_index=eoi,
-    )
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    # Gemma3ImageProcessor's settings (saving it needs PIL, which tests do not install)
-    preprocessor = {
-        "image_processor_type": "Gemma3ImageProcessor",
-        "size": {"height": SIZE, "width": SIZE},
-        "rescale_factor": 1 / 255,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-    }
-    (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    return model, folder
-
-
-@pytest.fixture(scope="module")
-def bundle(checkpoint, tmp_path_factory) -> Path:
-    """The checkpoint packaged for cpu without the smoke test (each test runs what it checks)."""
-    out = tmp_path_factory.mktemp("gemma3-bundle") / "bundle"
-    return package(checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
 
 
 def _transformers_tokens(
@@ -79,9 +38,10 @@ def _transformers_tokens(
 
 
 def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
-    checkpoint, bundle, tmp_path
+    gemma3_checkpoint, gemma3_bundle, tmp_path
 ):
-    model, _ = checkpoint
+    model, _ = gemma3_checkpoint
+    bundle = gemma3_bundle
     config = json.loads((bundle / "genai_config.json").read_text())
     assert config["model"]["type"] == "gemma3"
     assert {"vision", "embedding", "decoder"} <= set(config["model"])
@@ -110,9 +70,10 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
 
 
 def test_smoke_test_generates_with_an_image_at_the_processors_size_like_transformers(
-    checkpoint, bundle
+    gemma3_checkpoint, gemma3_bundle
 ):
-    model, _ = checkpoint
+    model, _ = gemma3_checkpoint
+    bundle = gemma3_bundle
     result = smoke_test(bundle, get_ep("cpu"))
     assert result.ran
     assert f"with a {SIZE}x{SIZE} image" in result.note
@@ -126,6 +87,8 @@ def test_smoke_test_generates_with_an_image_at_the_processors_size_like_transfor
     assert list(result.tokens) == expected
 
 
-def test_package_smoke_tests_a_vision_language_bundle_with_an_image(checkpoint, tmp_path, capfd):
-    package(checkpoint[1], "cpu", tmp_path / "bundle", smoke_test=True)
+def test_package_smoke_tests_a_vision_language_bundle_with_an_image(
+    gemma3_checkpoint, tmp_path, capfd
+):
+    package(gemma3_checkpoint[1], "cpu", tmp_path / "bundle", smoke_test=True)
     assert f"with a {SIZE}x{SIZE} image" in capfd.readouterr().err
