@@ -4,6 +4,7 @@ greedy tokens equal transformers' (the image is at the processor's size, so no r
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -91,4 +92,13 @@ def test_package_smoke_tests_a_vision_language_bundle_with_an_image(
     gemma3_checkpoint, tmp_path, capfd
 ):
     package(gemma3_checkpoint[1], "cpu", tmp_path / "bundle", smoke_test=True)
-    assert f"with a {SIZE}x{SIZE} image" in capfd.readouterr().err
+    err = capfd.readouterr().err
+    assert f"with a {SIZE}x{SIZE} image" in err
+    # each graph's save reports its progress (one line each where stderr is not a terminal)
+    saved = re.findall(r"saving (\S+) \(graph (\d) of 3, (\w+)\): (\d+) of (\d+) tensors", err)
+    assert [(name, index, role) for name, index, role, _, _ in saved] == [
+        ("vision.onnx", "1", "vision"),
+        ("embedding.onnx", "2", "embedding"),
+        ("decoder.onnx", "3", "decoder"),
+    ]
+    assert all(done == total != "0" for *_, done, total in saved)
