@@ -22,11 +22,16 @@ import onnxruntime as ort
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
-from mobius_genai.bundle.generate import greedy_tokens, load_tokenizer
+from mobius_genai.bundle.generate import (
+    greedy_tokens,
+    image_inputs,
+    image_placeholder,
+    load_tokenizer,
+)
 from mobius_genai.errors import BundleError
 
-#: The smoke test's prompt per model.type: the placeholder its processor expands to an image.
-IMAGE_PROMPTS = {"gemma3": "<start_of_image> Describe the image."}
+#: The smoke test's prompt after the model type's image placeholder.
+SMOKE_IMAGE_TEXT = "Describe the image."
 #: onnxruntime-genai's default for model.vision.config_filename.
 _PROCESSOR_DEFAULT = "processor_config.json"
 
@@ -49,20 +54,10 @@ def image_greedy(
     model: og.Model, folder: Path, config: Mapping[str, Any], max_new_tokens: int
 ) -> tuple[ImagePrompt, list[int], str]:
     """(prompt, generated ids, generated text) of a greedy run with an image."""
-    model_type = config["model"]["type"]
-    if model_type not in IMAGE_PROMPTS:
-        raise BundleError(
-            f"{folder}: the smoke test has no image prompt for model.type {model_type!r}; "
-            f"accepted: {sorted(IMAGE_PROMPTS)}"
-        )
+    text = f"{image_placeholder(folder, config)} {SMOKE_IMAGE_TEXT}"
     width, height = processor_size(folder, config)
     image = og.Images.open_bytes(png_bytes(smoke_pixels(height, width)))
-    try:
-        inputs = model.create_multimodal_processor()(IMAGE_PROMPTS[model_type], images=image)
-    except RuntimeError as error:  # og's error for a processor config or prompt it rejects
-        raise BundleError(
-            f"{folder}: onnxruntime-genai cannot process an image: {error}"
-        ) from error
+    inputs = image_inputs(model, text, image, f"{folder}: the smoke test's image")
     prompt = ImagePrompt(
         [int(token) for token in inputs["input_ids"].as_numpy().reshape(-1)],
         inputs["pixel_values"].as_numpy(),

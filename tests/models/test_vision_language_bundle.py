@@ -12,30 +12,12 @@ import torch
 
 from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.smoke import smoke_test
-from mobius_genai.bundle.smoke_image import IMAGE_PROMPTS, png_bytes, smoke_pixels
+from mobius_genai.bundle.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from mobius_genai.ep import get_ep
+from tests._vlm import transformers_tokens
 from tests.models.conftest import SIZE
 
 og = pytest.importorskip("onnxruntime_genai")
-
-
-def _transformers_tokens(
-    model: torch.nn.Module, input_ids: torch.Tensor, pixels: np.ndarray, new_tokens: int
-) -> list[int]:
-    """transformers' greedy tokens for `input_ids` and an image of uint8 `pixels` [h, w, 3]
-    already at the processor's size (its processor: rescale, normalize, channels first)."""
-    hf_pixels = ((pixels / 255 - 0.5) / 0.5).astype(np.float32).transpose(2, 0, 1)[None]
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(hf_pixels),
-            token_type_ids=(input_ids == model.config.image_token_index).long(),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return reference[0, input_ids.shape[1] :].tolist()
 
 
 def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
@@ -67,7 +49,7 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    assert tokens == _transformers_tokens(model, input_ids, pixels, new_tokens)
+    assert tokens == transformers_tokens(model, input_ids, pixels, new_tokens)
 
 
 def test_smoke_test_generates_with_an_image_at_the_processors_size_like_transformers(
@@ -82,9 +64,11 @@ def test_smoke_test_generates_with_an_image_at_the_processors_size_like_transfor
     # the same prompt and image through og's processor give the ids transformers continues
     pixels = smoke_pixels(SIZE, SIZE)
     processor = og.Model(str(bundle)).create_multimodal_processor()
-    inputs = processor(IMAGE_PROMPTS["gemma3"], images=og.Images.open_bytes(png_bytes(pixels)))
+    inputs = processor(
+        f"<start_of_image> {SMOKE_IMAGE_TEXT}", images=og.Images.open_bytes(png_bytes(pixels))
+    )
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
-    expected = _transformers_tokens(model, input_ids, pixels, len(result.tokens))
+    expected = transformers_tokens(model, input_ids, pixels, len(result.tokens))
     assert list(result.tokens) == expected
 
 
