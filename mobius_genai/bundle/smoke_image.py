@@ -28,6 +28,7 @@ from mobius_genai.bundle.generate import (
     image_placeholder,
     load_tokenizer,
 )
+from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 
 #: The smoke test's prompt after the model type's image placeholder.
@@ -144,4 +145,4 @@ def _session(path: Path, entries: Mapping[str, str]) -> ort.InferenceSession:
     options = ort.SessionOptions()
     for key, value in entries.items():
         options.add_session_config_entry(key, value)
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), options, providers=[get_ep("cpu").runtime.ort_provider])
