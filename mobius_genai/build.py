@@ -34,6 +34,8 @@ from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 # of a text model; "vision", "embedding" and "decoder" for a vision-language package.
 ROLES = {"model": "decoder", "decoder": "decoder", "vision": "vision", "embedding": "embedding"}
 MODEL_FILENAME = "model.onnx"
+#: Initializers above this many bytes are saved to the external data file (onnx-ir's default).
+EXTERNAL_THRESHOLD = 256
 
 
 @dataclasses.dataclass
@@ -86,12 +88,20 @@ class ModelPackage(Mapping[str, ir.Model]):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = []
-        for key, model in self.models.items():
+        for index, (key, model) in enumerate(self.models.items(), 1):
             filename = MODEL_FILENAME if key == "model" else f"{key}.onnx"
             path = directory / filename
-            tensors = [v for v in model.graph.initializers.values() if v.const_value is not None]
+            tensors = [
+                value
+                for graph in model.graphs()
+                for value in graph.initializers.values()
+                if value.const_value is not None and value.const_value.nbytes > EXTERNAL_THRESHOLD
+            ]
+            label = f"saving {filename}"
+            if len(self.models) > 1:
+                label += f" (graph {index} of {len(self.models)}, {ROLES[key]})"
             with (
-                Progress(f"saving {filename}", total=len(tensors), enabled=progress) as bar,
+                Progress(label, total=len(tensors), enabled=progress) as bar,
                 _quiet_weightless_save(),
                 _tensor_errors_unwrapped(),
             ):
@@ -99,6 +109,7 @@ class ModelPackage(Mapping[str, ir.Model]):
                     model,
                     path,
                     external_data=f"{filename}.data",
+                    size_threshold_bytes=EXTERNAL_THRESHOLD,
                     callback=lambda tensor, info: bar.advance(),
                 )
             written.append(path)

@@ -36,6 +36,18 @@ DEFAULT_OUTPUTS = {
     "present_value_names": "present.%d.value",
 }
 
+#: genai's default I/O names of the graphs beside a multimodal decoder (model.vision and
+#: model.embedding), and the decoder input the embedding graph feeds.
+PIPELINE_DEFAULTS = {
+    "vision": ({"pixel_values": "pixel_values"}, {"image_features": "image_features"}),
+    "embedding": (
+        {"input_ids": "input_ids", "image_features": "image_features"},
+        {"inputs_embeds": "inputs_embeds"},
+    ),
+}
+_INPUTS_EMBEDS = "inputs_embeds"
+_PROCESSOR_DEFAULT = "processor_config.json"
+
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
 
 _INTEGER = re.compile(r"-?[0-9]{1,18}")
@@ -105,6 +117,7 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
         *_check_external_data(folder, model_path.parent, graph),
         *check_graph_against_config(config, graph),
         *check_runtime_settings(config, graph),
+        *check_pipeline_graphs(folder, config, graph),
     ]
     vocab, source = _vocabulary(config, graph)
     problems += check_tokenizer(folder, vocab, source)
@@ -207,9 +220,64 @@ def _captured(provider_options: list[Mapping[str, Any]]) -> list[tuple[str, str]
     return captured
 
 
-def _missing(side: str, key: str, name: str, kind: str, found: Mapping[str, Any]) -> str:
+def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: GraphInfo) -> list[str]:
+    """model.vision / model.embedding: each graph is a file of the bundle with its weights,
+    has the inputs and outputs the section names (genai's defaults for those it leaves out)
+    and no input genai would not feed; the vision section's processor config is a file; the
+    decoder takes the embedding graph's output."""
+    model = config["model"]
+    problems = []
+    for section, (default_inputs, default_outputs) in PIPELINE_DEFAULTS.items():
+        entry = model.get(section)
+        if entry is None or "pipeline" in entry:  # no such graph, or several (not checked)
+            continue
+        path = folder / entry.get("filename", "")
+        if not entry.get("filename") or not path.is_file():
+            problems.append(
+                f"model.{section}.filename: {entry.get('filename')!r} is not a file in {folder}"
+            )
+            continue
+        graph = GraphInfo.from_file(path)
+        problems += _check_external_data(folder, path.parent, graph)
+        inputs = {**default_inputs, **entry.get("inputs", {})}
+        outputs = {**default_outputs, **entry.get("outputs", {})}
+        for side, names, kind, found in (
+            ("inputs", inputs, "input", graph.inputs),
+            ("outputs", outputs, "output", graph.outputs),
+        ):
+            problems += [
+                _missing(side, key, name, kind, found, section)
+                for key, name in names.items()
+                if name not in found
+            ]
+        problems += [
+            f"{entry['filename']}: graph input {name!r} is not fed by onnxruntime-genai; "
+            f"accepted: the names of model.{section}.inputs {sorted(set(inputs.values()))}"
+            for name in graph.inputs
+            if name not in inputs.values()
+        ]
+    processor = model.get("vision", {}).get("config_filename", _PROCESSOR_DEFAULT)
+    if "vision" in model and not (folder / processor).is_file():
+        problems.append(
+            f"model.vision.config_filename: {processor!r} is not a file in {folder}; the "
+            "multimodal processor reads its image transforms from it"
+        )
+    embeds = model["decoder"].get("inputs", {}).get(_INPUTS_EMBEDS, _INPUTS_EMBEDS)
+    if "embedding" in model and embeds not in decoder.inputs:
+        problems.append(_missing("inputs", _INPUTS_EMBEDS, embeds, "input", decoder.inputs))
+    return problems
+
+
+def _missing(
+    side: str,
+    key: str,
+    name: str,
+    kind: str,
+    found: Mapping[str, Any],
+    section: str = "decoder",
+) -> str:
     return (
-        f"model.decoder.{side}.{key}: {name!r} is not a graph {kind}; graph {kind}s: "
+        f"model.{section}.{side}.{key}: {name!r} is not a graph {kind}; graph {kind}s: "
         f"{sorted(found)[:8]}{' ...' if len(found) > 8 else ''}"
     )
 
