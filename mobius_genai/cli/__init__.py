@@ -2,22 +2,27 @@
 
 Every subcommand module provides `add_arguments(parser)` and `run(args) -> int`. Errors that
 mobius-genai raises on purpose become one line on stderr and exit code 1; a traceback is shown
-only with --debug. Ctrl-C exits with 130, SIGTERM with 143, both after removing what was
-being written.
+only with --debug. Ctrl-C exits with 130, SIGTERM with 143, each with one line on stderr and
+after removing what was being written.
+
+`main` installs its signal handlers before it imports anything else: this module imports only
+`signal` and `sys` (and `mobius_genai` imports its public names lazily), because the
+subcommands' modules import onnx, onnxscript and onnxruntime, which take seconds.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import signal
 import sys
-import threading
-from collections.abc import Sequence
 
 from mobius_genai.errors import MobiusError
 
-# (name, module, one-line help); modules are imported lazily so `--help` stays fast.
+TYPE_CHECKING = False  # typing itself takes milliseconds to import
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+# (name, module, one-line help); a module is imported when the parser is built.
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
     (
         "build",
@@ -36,7 +41,14 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the program is so it unwinds like Ctrl-C (staged output folders
+    are removed on the way out); not an Exception, so no `except Exception` swallows it."""
+
+
 def _available_commands() -> list[tuple[str, object, str]]:
+    import importlib
+
     found = []
     for name, module_name, help_text in _COMMANDS:
         try:
@@ -50,6 +62,8 @@ def _available_commands() -> list[tuple[str, object, str]]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
     parser = argparse.ArgumentParser(
         prog="mobius-genai",
         description="Turn a HuggingFace LLM checkpoint into an ONNX Runtime GenAI bundle.",
@@ -67,14 +81,16 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _terminate(signum: int, frame: object) -> None:
-    """SIGTERM unwinds like Ctrl-C, so staged output folders are removed on the way out."""
-    raise SystemExit(128 + signum)
+    raise _Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    handles_signals = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if handles_signals else None
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        handles_signals = True
+    except ValueError:  # not the main thread: signals stay with whoever handles them
+        previous, handles_signals = None, False
     debug = False
     try:
         args = _parser().parse_args(argv)
@@ -82,7 +98,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except KeyboardInterrupt:
         print("mobius-genai: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
+    except _Terminated:
+        print("mobius-genai: terminated; nothing was written", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except MobiusError as error:
         if debug:
             raise

@@ -7,6 +7,7 @@ import contextlib
 
 from mobius_genai.bundle.packager import PRECISIONS, QUANTIZED_PRECISIONS, package
 from mobius_genai.cli._args import add_checkpoint_arguments
+from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.errors import ConfigError
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import Int4Options
@@ -71,9 +72,16 @@ def _int4_options(args: argparse.Namespace) -> Int4Options | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Package, then print the bundle folder on stdout; --trace shows the trace on stderr."""
+    """Package, then print the bundle folder on stdout; --trace shows the trace on stderr.
+
+    Every failure becomes one MobiusError (the CLI prints it as one line) and leaves no
+    bundle behind.
+    """
     int4 = _int4_options(args)
-    with trace_to_stderr() if args.trace else contextlib.nullcontext():
+    with (
+        trace_to_stderr() if args.trace else contextlib.nullcontext(),
+        reported_as_errors(f"packaging {args.model}"),
+    ):
         folder = package(
             args.model,
             args.ep,
