@@ -205,13 +205,15 @@ def build(
     revision: str | None = None,
     progress: bool = True,
     prune_lm_head: bool = False,
+    num_layers: int | None = None,
 ) -> ModelPackage:
     """Build the ONNX models of a checkpoint (local folder or hub id) for one EP.
 
     With `load_weights=False` only config.json is read and the graph carries no weights, which
     makes even a 70B configuration a matter of seconds. With `prune_lm_head` the decoder
     computes logits for the last position only (what onnxruntime-genai reads; bundles do this).
-    `progress` shows huggingface_hub's download bars for a hub id.
+    `progress` shows huggingface_hub's download bars for a hub id. `num_layers` builds the
+    model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's small twin).
     """
     caps = resolve_ep(execution_provider)
     build_dtype = parse_dtype(dtype, caps)
@@ -222,6 +224,8 @@ def build(
         source, raw = _config_only_source(model, revision, progress)
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
+    if num_layers is not None:
+        config = config.first_layers(num_layers)
     if context_length is not None and (
         isinstance(context_length, bool)
         or not isinstance(context_length, int)

@@ -77,6 +77,7 @@ def render_card(
             else "KV cache grows by concatenation"
         ),
         "quantization": _quantization(build.get("quantization")),
+        "smoke_test": _smoke_test(build.get("smoke_test")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
         "requirements": _requirements(names),
@@ -121,6 +122,20 @@ def _requirements(providers: list[str]) -> str:
         for name in providers
     )
     return f"Needs {needs}. The CPU-only wheel cannot load it."
+
+
+def _smoke_test(record: Mapping[str, Any] | None) -> str:
+    """The card's line for the manifest's smoke test record (its note says more)."""
+    if not record:
+        return "not run"
+    if not record["ran"]:
+        return record["note"].replace("|", "\\|")
+    if record["layers"] == record["of"]:
+        return "passed: onnxruntime-genai generated from the whole bundle"
+    return (
+        f"passed on a twin of the bundle with its first {record['layers']} of {record['of']} "
+        f"layers, built the same way ({record.get('reason', 'the whole bundle was not run')})"
+    )
 
 
 def _quantization(summary: Mapping[str, Any] | None) -> str:

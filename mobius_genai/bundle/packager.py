@@ -10,13 +10,13 @@ import contextlib
 import gc
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
 
-from mobius_genai._json import write_json
+from mobius_genai._json import read_json, write_json
 from mobius_genai.build import (
     MODEL_FILENAME,
     ModelPackage,
@@ -45,9 +45,10 @@ from mobius_genai.bundle.manifest import (
     dependency_versions,
     hash_in_background,
     make_manifest,
+    remember_source_hashes,
 )
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
-from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
+from mobius_genai.bundle.smoke_plan import record_smoke_test, run_smoke_phase
 from mobius_genai.bundle.validate import TOKENIZER_CHOICES, has_tokenizer, validate_bundle
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
@@ -133,13 +134,28 @@ def package(
             )
             for note in build_notes(built, genai_config):
                 _say(f"note: {note}", quiet)
+            layers, twin_layers = (
+                built.config.num_hidden_layers,
+                built.config.layers_of_every_kind(),
+            )
+            write_twin = _twin_writer(built, staging, precision, int4_options, prune_lm_head)
             # Release the graph and the checkpoint files it maps before the bundle is run.
             del built, quantization
             gc.collect()
             with _errors_name(out, staging):
                 validate_bundle(staging, check_hashes=False)  # the manifest was just made
                 if smoke_test:
-                    _say(run_smoke_test(staging, caps).note, quiet)
+                    record = run_smoke_phase(
+                        staging,
+                        caps,
+                        precision=precision,
+                        layers=layers,
+                        twin_layers=twin_layers,
+                        write_twin=write_twin,
+                        say=lambda message: _say(message, quiet),
+                    )
+                    _say(record["note"], quiet)
+                    record_smoke_test(staging, out.name, record)
     except BaseException:
         cancel_background_hashes()  # the manifest will not need them
         raise
@@ -254,6 +270,48 @@ def write_bundle(
     validate_manifest(manifest)
     write_json(folder / MANIFEST_FILENAME, manifest)
     return genai_config
+
+
+def _twin_writer(
+    built: ModelPackage,
+    staging: Path,
+    precision: str,
+    int4: Int4Options | None,
+    prune_lm_head: bool,
+) -> Callable[[Path, int], None]:
+    """`write_twin(folder, layers)` for the smoke test: the bundle of `built`'s checkpoint, EP,
+    dtype, precision and context length cut to its first `layers` layers, built, written and
+    validated by the same functions as the bundle in `staging`. Holds no reference to `built`.
+    """
+    source, caps, dtype, context = built.source, built.ep, built.dtype, built.context_length
+
+    def write_twin(folder: Path, layers: int) -> None:
+        manifest = read_json(staging / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
+        remember_source_hashes(manifest, source.path)
+        twin = build(
+            source.path,
+            caps,
+            dtype,
+            context_length=context,
+            progress=False,
+            prune_lm_head=prune_lm_head,
+            num_layers=layers,
+        )
+        quantization = quantize_int4(twin["model"], int4, twin.ep) if int4 is not None else None
+        folder.mkdir()
+        write_bundle(
+            twin,
+            folder,
+            name=folder.name,
+            precision=precision,
+            progress=False,
+            quantization=quantization,
+        )
+        del twin, quantization
+        gc.collect()
+        validate_bundle(folder, check_hashes=False)
+
+    return write_twin
 
 
 def _require_tokenizer(checkpoint: Path) -> None:
