@@ -42,7 +42,7 @@ def measure(checkpoint: Path, ep: str, precision: str) -> dict:
     if not (out / "mobius_manifest.json").is_file():
         command = [MOBIUS, "package", str(checkpoint), "--ep", ep, "--precision", precision]
         command += ["-o", str(out), "--force", "--quiet", "--no-smoke-test"]
-        subprocess.run(command, check=True)
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     result = subprocess.run(
         [sys.executable, "-c", _SMOKE, str(out), ep], check=True, capture_output=True, text=True
     )
