@@ -64,13 +64,23 @@ def _available_commands() -> list[tuple[str, object, str]]:
 def _parser() -> argparse.ArgumentParser:
     import argparse
 
+    # Ctrl-C or SIGTERM waits until the subcommands' modules are imported: a signal inside a C
+    # extension's initialization (onnxruntime's) leaves an ImportError and a half-made module.
+    held = hasattr(signal, "pthread_sigmask")
+    if held:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        commands = _available_commands()
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     parser = argparse.ArgumentParser(
         prog="mobius-genai",
         description="Turn a HuggingFace LLM checkpoint into an ONNX Runtime GenAI bundle.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module, help_text in _available_commands():
+    for name, module, help_text in commands:
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
         sub.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
@@ -82,6 +92,23 @@ def _parser() -> argparse.ArgumentParser:
 
 def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
+
+
+def _signal_behind(error: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or _Terminated that `error` was raised from, if any."""
+    while error is not None and not isinstance(error, (KeyboardInterrupt, _Terminated)):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _stopped(signalled: BaseException) -> int:
+    """Say that Ctrl-C or SIGTERM stopped the command; its exit code."""
+    interrupted = isinstance(signalled, KeyboardInterrupt)
+    print(
+        f"mobius-genai: {'interrupted' if interrupted else 'terminated'}; nothing was written",
+        file=sys.stderr,
+    )
+    return 128 + (signal.SIGINT if interrupted else signal.SIGTERM)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,17 +123,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         debug = args.debug
         return int(args._run(args) or 0)
-    except KeyboardInterrupt:
-        print("mobius-genai: interrupted; nothing was written", file=sys.stderr)
-        return 128 + signal.SIGINT
-    except _Terminated:
-        print("mobius-genai: terminated; nothing was written", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    except (KeyboardInterrupt, _Terminated) as error:
+        return _stopped(error)
     except MobiusError as error:
         if debug:
             raise
         print(f"mobius-genai: error: {error}", file=sys.stderr)
         return 1
+    except Exception as error:  # e.g. an ImportError a signal caused inside a C extension
+        signalled = _signal_behind(error)
+        if signalled is None:
+            raise
+        return _stopped(signalled)
     finally:
         if handles_signals:
             signal.signal(signal.SIGTERM, previous)
