@@ -134,6 +134,7 @@ def test_a_signal_during_the_smoke_test_ends_its_process_and_cleans_up(tmp_path:
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     child = _smoke_process_of(process.pid, time.monotonic() + 120)
+    os.kill(child, signal.SIGSTOP)  # still running when `package` gets the signal
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=60)
     word = "interrupted" if signum == signal.SIGINT else "terminated"
