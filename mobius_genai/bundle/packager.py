@@ -1,7 +1,9 @@
 """`package()`: from a checkpoint to a checked bundle folder that `og.Model(folder)` runs.
 
 build → save graph + weights → genai_config.json → tokenizer files → README.md → manifest →
-validate → smoke test, all inside a temporary folder that becomes OUT only at the very end.
+validate → smoke test (of the bundle, or of a twin with fewer layers: `smoke_plan`), whose record
+joins the card and the manifest, all inside a temporary folder that becomes OUT only at the very
+end.
 """
 
 from __future__ import annotations

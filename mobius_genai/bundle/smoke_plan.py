@@ -2,8 +2,8 @@
 
 Running a bundle costs a multiple of its size in memory, most of all where its EP is missing and
 its graph runs on CPU: onnxruntime's CPU kernels compute float16 as float32 and keep a float32
-copy of every float16 weight next to the original. A 7B float16 bundle for CUDA (15 GB) would
-need ~45 GB on a CPU-only machine. So the whole bundle is run only where its estimated peak
+copy of every float16 weight next to the original. A 7B float16 bundle for CUDA (14 GiB) would
+need ~40 GiB on a CPU-only machine. So the whole bundle is run only where its estimated peak
 (`memory_needed`) fits a share of the memory available; otherwise `package` builds a twin from
 the same checkpoint through the same code (config, graph, EP pipeline, precision, int4,
 genai_config, tokenizer files) with only the first layers that hold every kind of layer
