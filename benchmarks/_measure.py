@@ -2,7 +2,9 @@
 
 Peak RSS is the largest sum of the resident set sizes of the command's process tree, sampled
 every few milliseconds, and at least the largest single process's peak that the kernel reports
-(`ru_maxrss` of wait4), so a spike between two samples in one process is not missed.
+(`ru_maxrss` of wait4), so a spike between two samples in one process is not missed. The
+sampled peaks of the command's own process and of its largest descendant (e.g. `package`'s
+smoke test process) are reported apart too.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ class Measured:
     peak_rss_mib: float
     returncode: int
     output: str
+    command_peak_mib: float = 0.0
+    """Sampled peak RSS of the command's own process."""
+    descendant_peak_mib: float = 0.0
+    """Largest sampled peak RSS of any one process the command started."""
 
 
 def _children() -> dict[int, list[int]]:
@@ -54,13 +60,18 @@ def _rss_bytes(pid: int) -> int:
 
 def tree_rss_bytes(root: int) -> int:
     """Sum of the RSS of `root` and all its descendants now."""
+    return sum(tree_rss_by_pid(root).values())
+
+
+def tree_rss_by_pid(root: int) -> dict[int, int]:
+    """RSS of `root` and of each of its descendants now, by pid."""
     tree = _children()
-    total, stack = 0, [root]
+    found, stack = {}, [root]
     while stack:
         pid = stack.pop()
-        total += _rss_bytes(pid)
+        found[pid] = _rss_bytes(pid)
         stack.extend(tree.get(pid, ()))
-    return total
+    return found
 
 
 def run_measured(
@@ -87,12 +98,16 @@ def run_measured(
         cwd=cwd,
     )
     peak = 0
+    peaks: dict[int, int] = {}
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, tree_rss_bytes(process.pid))
+            now = tree_rss_by_pid(process.pid)
+            peak = max(peak, sum(now.values()))
+            for pid, rss in now.items():
+                peaks[pid] = max(peaks.get(pid, 0), rss)
             done.wait(interval_s)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -107,8 +122,16 @@ def run_measured(
     reader.join()
     process.returncode = os.waitstatus_to_exitcode(status)
     peak = max(peak, usage.ru_maxrss * 1024)
+    own = peaks.pop(process.pid, 0)  # wait4's ru_maxrss mixes in the descendants' peaks
     output = b"".join(chunks).decode(errors="replace")
-    return Measured(wall, peak / 2**20, process.returncode, output)
+    return Measured(
+        wall,
+        peak / 2**20,
+        process.returncode,
+        output,
+        command_peak_mib=own / 2**20,
+        descendant_peak_mib=max(peaks.values(), default=0) / 2**20,
+    )
 
 
 def folder_mib(folder: str | Path) -> float:

@@ -1,22 +1,10 @@
 """mobius-genai: HuggingFace LLM checkpoints → ONNX Runtime GenAI bundles, per execution provider.
 
-The public API lives here; everything else is internal and may change.
+The public API lives here; everything else is internal and may change. Names other than the
+errors are imported on first use (`_lazy`), so `import mobius_genai` is cheap.
 """
 
-from mobius_genai.build import ModelPackage, build, build_from_module
-from mobius_genai.bundle import package
-from mobius_genai.config import ArchitectureConfig, RopeConfig
-from mobius_genai.ep import (
-    EpCapabilities,
-    EpRegistry,
-    RuntimeInfo,
-    build_context,
-    ep_capabilities,
-    ep_registry,
-    get_build_dtype,
-    get_ep,
-    register_ep,
-)
+from mobius_genai._lazy import export_lazily
 from mobius_genai.errors import (
     BundleError,
     ConfigError,
@@ -25,36 +13,41 @@ from mobius_genai.errors import (
     UnsupportedModelError,
     WeightsError,
 )
-from mobius_genai.optimize import OptimizationReport, optimize_model
-from mobius_genai.target import Target, resolve_target
 
 __version__ = "0.1.0"
 
+#: Public name → the module that defines it.
+_EXPORTS = {
+    "ModelPackage": "mobius_genai.build",
+    "build": "mobius_genai.build",
+    "build_from_module": "mobius_genai.build",
+    "package": "mobius_genai.bundle.packager",
+    "ArchitectureConfig": "mobius_genai.config",
+    "RopeConfig": "mobius_genai.config",
+    "EpCapabilities": "mobius_genai.ep",
+    "EpRegistry": "mobius_genai.ep",
+    "RuntimeInfo": "mobius_genai.ep",
+    "build_context": "mobius_genai.ep",
+    "ep_capabilities": "mobius_genai.ep",
+    "ep_registry": "mobius_genai.ep",
+    "get_build_dtype": "mobius_genai.ep",
+    "get_ep": "mobius_genai.ep",
+    "register_ep": "mobius_genai.ep",
+    "OptimizationReport": "mobius_genai.optimize",
+    "optimize_model": "mobius_genai.optimize",
+    "Target": "mobius_genai.target",
+    "resolve_target": "mobius_genai.target",
+}
+
 __all__ = [
-    "ArchitectureConfig",
     "BundleError",
     "ConfigError",
-    "EpCapabilities",
-    "EpRegistry",
     "ExecutionProviderError",
     "MobiusError",
-    "ModelPackage",
-    "OptimizationReport",
-    "RopeConfig",
-    "RuntimeInfo",
-    "Target",
     "UnsupportedModelError",
     "WeightsError",
     "__version__",
-    "build",
-    "build_context",
-    "build_from_module",
-    "ep_capabilities",
-    "ep_registry",
-    "get_build_dtype",
-    "get_ep",
-    "optimize_model",
-    "package",
-    "register_ep",
-    "resolve_target",
+    *_EXPORTS,
 ]
+
+export_lazily(__name__, _EXPORTS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -193,6 +194,7 @@ def build(
     progress: bool = True,
     prune_lm_head: bool = False,
     target: Target | None = None,
+    num_layers: int | None = None,
 ) -> ModelPackage:
     """Build the ONNX models of a checkpoint (local folder or hub id) for one EP.
 
@@ -202,7 +204,8 @@ def build(
     graph carries no weights, which makes even a 70B configuration a matter of seconds. With
     `prune_lm_head` the decoder computes logits for the last position only (what
     onnxruntime-genai reads; bundles do this). `progress` shows huggingface_hub's download bars
-    for a hub id.
+    for a hub id. `num_layers` builds the model's first layers only
+    (`ArchitectureConfig.first_layers`; the smoke test's small twin).
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
@@ -219,13 +222,19 @@ def build(
         return package
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
+    if num_layers is not None:
+        config = config.first_layers(num_layers)
     scheme = read_quantization_config(raw)
     checkpoint = Checkpoint(source.path) if load_weights else None
     length = target.context_length or config.max_position_embeddings
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         # config vs checkpoint: before the graph is built
-        tensors = {} if checkpoint is None else _tensors(module, checkpoint, family, scheme)
+        tensors = (
+            {}
+            if checkpoint is None
+            else _tensors(module, checkpoint, family, scheme, skip_layers_from=num_layers)
+        )
         graph_model = CausalLMTask().build(module, config)
     attach_weights(graph_model, tensors)
     package = ModelPackage(
@@ -247,10 +256,12 @@ def _tensors(
     checkpoint: Checkpoint,
     family: FamilyAdapter,
     scheme: QuantizationScheme | None,
+    skip_layers_from: int | None = None,
 ) -> dict[str, ir.TensorProtocol]:
     """A lazy tensor for each parameter of `module`: stacked experts and pre-quantized weights
     by their own readers, the rest by `checkpoint_tensors`, which checks that every checkpoint
-    tensor is read by one of them."""
+    tensor is read by one of them, or belongs to a layer from `skip_layers_from` on (a build of
+    the first layers only, the smoke test's twin; a name's first number is its layer)."""
     parameters = dict(module.named_parameters())
     quantized, read = (
         ({}, [])
@@ -272,9 +283,17 @@ def _tensors(
         family.preprocessed,
         unused=family.unused_weights,
         tied=module.tied_weights(),
-        read_elsewhere=[*read, *expert_read],
+        read_elsewhere=[*read, *expert_read, *_layers_from(checkpoint, skip_layers_from)],
     )
     return {**tensors, **special}
+
+
+def _layers_from(checkpoint: Checkpoint, first: int | None) -> list[str]:
+    """The checkpoint tensors of layers `first` and later (none when `first` is None)."""
+    if first is None:
+        return []
+    numbered = ((name, re.search(r"\.(\d+)\.", name)) for name in checkpoint)
+    return [name for name, match in numbered if match and int(match.group(1)) >= first]
 
 
 def _build_vision_language(

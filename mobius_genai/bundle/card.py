@@ -90,6 +90,7 @@ def render_card(
         ),
         "quantization": _prequantized(build.get("prequantized"))
         or _quantization(build.get("quantization")),
+        "smoke_test": _smoke_test(build.get("smoke_test")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
         "graphs": _graphs(model),
@@ -162,6 +163,20 @@ def _prequantized(summary: Mapping[str, Any] | None) -> str:
     if summary["dequantized"]:
         words += f", {len(summary['dequantized'])} dequantized to float"
     return words
+
+
+def _smoke_test(record: Mapping[str, Any] | None) -> str:
+    """The card's line for the manifest's smoke test record (its note says more)."""
+    if not record:
+        return "not run"
+    if not record["ran"]:
+        return record["note"].replace("|", "\\|")
+    if record["layers"] == record["of"]:
+        return "passed: onnxruntime-genai generated from the whole bundle"
+    return (
+        f"passed on a twin of the bundle with its first {record['layers']} of {record['of']} "
+        f"layers, built the same way ({record.get('reason', 'the whole bundle was not run')})"
+    )
 
 
 def _quantization(summary: Mapping[str, Any] | None) -> str:

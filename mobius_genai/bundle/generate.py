@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
@@ -78,7 +79,7 @@ def greedy_tokens(
     `prompt_ids` may be a multimodal processor's output (input_ids with pixel_values).
 
     Repetition penalty is forced to 1.0 so the result is plain argmax decoding; a failing
-    session run becomes a BundleError.
+    session run, or logits that are not finite, become a BundleError.
     """
     tokens: list[int] = []
     try:
@@ -90,8 +91,11 @@ def greedy_tokens(
         else:
             generator.append_tokens(list(prompt_ids))
         while not generator.is_done():
+            require_finite(generator.get_logits()[0, -1], len(tokens), "onnxruntime-genai")
             generator.generate_next_token()
             tokens.append(int(generator.get_next_tokens()[0]))
+    except BundleError:
+        raise
     except Exception as error:  # og raises RuntimeError when a session run fails
         raise BundleError(
             f"onnxruntime-genai failed after {len(tokens)} generated tokens: {error}"
@@ -145,6 +149,21 @@ def image_inputs(model: og.Model, text: str, images: og.Images, sources: str) ->
         raise BundleError(
             f"{sources}: onnxruntime-genai cannot process the image: {error}"
         ) from error
+
+
+def require_finite(logits: np.ndarray, step: int, runner: str) -> None:
+    """BundleError when `logits` (of the prompt at step 0, of generated token `step` after it)
+    hold NaN or infinity; `runner` names what computed them."""
+    finite = np.isfinite(logits)
+    if finite.all():
+        return
+    bad = "NaN" if np.isnan(logits).any() else "infinity"
+    where = "the prompt (step 0)" if step == 0 else f"generated token {step} (step {step})"
+    raise BundleError(
+        f"{runner} computed logits that are not finite for {where}: {bad} in "
+        f"{int((~finite).sum())} of {finite.size}; the weights or the graph's arithmetic (e.g. "
+        "a float16 overflow) produce them"
+    )
 
 
 def chat_template(folder: str | Path) -> str | None:

@@ -1,7 +1,8 @@
 """What the packager and the validator need to know about a decoder graph, read without weights.
 
 `onnx.load(..., load_external_data=False)` reads only the graph, so this stays cheap for a
-70B model; the weights in model.onnx.data are never touched.
+70B model; the weights in model.onnx.data are never touched. onnx is imported where a graph is
+read: the smoke test's process needs `layer_names` only, and importing onnx takes seconds.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from mobius_genai.errors import BundleError
 from mobius_genai.tasks.causal_lm import BUILT_FOR_KEY
+
+if TYPE_CHECKING:
+    import onnx
 
 GQA_OP = "com.microsoft::GroupQueryAttention"
 
@@ -95,6 +98,8 @@ class GraphInfo:
     @classmethod
     def from_file(cls, path: str | Path) -> GraphInfo:
         """Read an .onnx file's graph (not its external data)."""
+        import onnx
+
         path = Path(path)
         try:
             proto = onnx.load(str(path), load_external_data=False)
@@ -180,6 +185,8 @@ def _spec(value: onnx.ValueInfoProto) -> TensorSpec:
 
 
 def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    import onnx
+
     yield graph
     for node in graph.node:
         for attribute in node.attribute:
@@ -203,6 +210,8 @@ def _op(node: onnx.NodeProto) -> str:
 
 def _attention_heads(proto: onnx.ModelProto) -> tuple[frozenset[int], frozenset[int]]:
     """The query and key/value head counts the attention ops' attributes name."""
+    import onnx
+
     heads: set[int] = set()
     kv_heads: set[int] = set()
     for node in _all_nodes(proto):
@@ -255,6 +264,8 @@ def _rotary_positions(
 
 
 def _external_data(proto: onnx.ModelProto) -> dict[str, int]:
+    import onnx
+
     needed: dict[str, int] = {}
     for graph in _graphs(proto.graph):
         for tensor in graph.initializer:

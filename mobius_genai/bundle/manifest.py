@@ -12,8 +12,9 @@ import datetime
 import hashlib
 import importlib.metadata
 import platform
+import queue
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,40 @@ DEPENDENCIES = (
 _CHUNK = 1 << 22
 
 
+class _DaemonWorker:
+    """Runs submitted calls one after another in a daemon thread.
+
+    Unlike a ThreadPoolExecutor's thread it never holds up the interpreter's exit: a package
+    that failed or was interrupted exits at once, and Ctrl-C landing between an executor
+    starting its thread and registering it for shutdown left Python waiting for it forever.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future, Callable, tuple]] = (
+            queue.SimpleQueue()
+        )
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, function: Callable[..., Any], *args: Any) -> concurrent.futures.Future:
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((future, function, args))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, function, args = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled while queued
+            try:
+                future.set_result(function(*args))
+            except BaseException as error:
+                future.set_exception(error)
+
+
 _FileKey = tuple[str, int, int]
 _pending: dict[_FileKey, concurrent.futures.Future[str]] = {}
 _pending_lock = threading.Lock()
-_hasher: concurrent.futures.ThreadPoolExecutor | None = None
+_hasher: _DaemonWorker | None = None
 _stop = threading.Event()  # set (and replaced) by cancel_background_hashes()
 
 
@@ -72,7 +103,7 @@ def hash_in_background(paths: Iterable[str | Path]) -> None:
     global _hasher
     with _pending_lock:
         if _hasher is None:
-            _hasher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sha256")
+            _hasher = _DaemonWorker("sha256")
         for path in paths:
             key = _key(path)
             if key not in _pending:
@@ -99,6 +130,16 @@ def remember_sha256(path: str | Path, digest: str) -> None:
     future.set_result(digest)
     with _pending_lock:
         _pending[_key(path)] = future
+
+
+def remember_source_hashes(manifest: Mapping[str, Any], source_root: Path) -> None:
+    """Take the sha256 of the source files that `manifest` (made from `source_root`) lists for
+    their next sha256_file(), while they are unchanged: a second bundle of the same checkpoint
+    (the smoke test's twin) then does not read them again."""
+    for relative, entry in manifest["source"]["files"].items():
+        path = source_root / relative
+        if path.is_file() and path.stat().st_size == entry["size"]:
+            remember_sha256(path, entry["sha256"])
 
 
 def sha256_file(path: str | Path) -> str:

@@ -1,23 +1,25 @@
 """`package()`: from a checkpoint to a checked bundle folder that `og.Model(folder)` runs.
 
 build → tokenizer files (token ids checked) → save graph + weights → genai_config.json →
-README.md → manifest → validate → smoke test, all inside a temporary folder that becomes OUT
-only at the very end.
+README.md → manifest → validate → smoke test (of the bundle, or of a twin with fewer layers:
+`smoke_plan`), whose record joins the card and the manifest, all inside a temporary folder that
+becomes OUT only at the very end.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import onnx_ir as ir
 
-from mobius_genai._json import write_json
+from mobius_genai._json import read_json, write_json
 from mobius_genai.build import MODEL_FILENAME, ModelPackage, build
 from mobius_genai.bundle.bundle import (
     checkpoint_folder,
@@ -39,6 +41,7 @@ from mobius_genai.bundle.manifest import (
     dependency_versions,
     hash_in_background,
     make_manifest,
+    remember_source_hashes,
 )
 from mobius_genai.bundle.multimodal import (
     PROCESSOR_FILENAME,
@@ -47,7 +50,7 @@ from mobius_genai.bundle.multimodal import (
     processor_config,
 )
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
-from mobius_genai.bundle.smoke import smoke_test as run_smoke_test
+from mobius_genai.bundle.smoke_plan import record_smoke_test, run_smoke_phase
 from mobius_genai.bundle.validate import (
     TOKENIZER_CHOICES,
     check_tokenizer,
@@ -105,42 +108,80 @@ def package(
     out = Path(output) if output is not None else default_output(model, target.ep, target.precision)
     try:
         with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
-            built = build(
+            precision, layers, twin_layers, write_twin = _write_staged(
                 model,
-                target=target,
+                target,
+                staging,
+                out.name,
                 trace_optimization=trace_optimization,
                 revision=revision,
-                progress=not quiet,
+                quiet=quiet,
                 prune_lm_head=prune_lm_head,
             )
-            if built.source is not None:
-                _require_tokenizer(built.source.path)  # before the long part: saving weights
-                # the manifest hashes the weight files: overlap it with the conversion
-                hash_in_background(sorted(built.source.path.glob("*.safetensors")))
-            quantization, prequantized = _quantize(built, target)
-            genai_config = write_bundle(
-                built,
-                staging,
-                name=out.name,
-                precision=_precision(target, prequantized),
-                progress=not quiet,
-                quantization=quantization,
-                prequantized=prequantized,
-            )
-            for note in build_notes(built, genai_config, target, prequantized):
-                _say(f"note: {note}", quiet)
-            # Release the graph and the checkpoint files it maps before the bundle is run.
-            del built, quantization, prequantized
-            gc.collect()
+            gc.collect()  # the graph and the checkpoint files it mapped, before the bundle runs
             with _errors_name(out, staging):
                 validate_bundle(staging, check_hashes=False)  # the manifest was just made
                 if smoke_test:
-                    _say(run_smoke_test(staging, target.ep).note, quiet)
+                    record = run_smoke_phase(
+                        staging,
+                        target.ep,
+                        precision=precision,
+                        layers=layers,
+                        twin_layers=twin_layers,
+                        write_twin=write_twin,
+                        say=lambda message: _say(message, quiet),
+                    )
+                    _say(record["note"], quiet)
+                    record_smoke_test(staging, out.name, record)
     except BaseException:
         cancel_background_hashes()  # the manifest will not need them
         raise
     _say(f"bundle written to {out}", quiet)
     return out
+
+
+def _write_staged(
+    model: str | Path,
+    target: Target,
+    staging: Path,
+    name: str,
+    *,
+    trace_optimization: bool,
+    revision: str | None,
+    quiet: bool,
+    prune_lm_head: bool,
+) -> tuple[str, int, int, Callable[[Path, int], None]]:
+    """Build `model` for `target` and write its bundle into `staging`; returns the precision
+    written, the layer count, the layers a smoke-test twin needs and its writer. Nothing of
+    the built graph outlives the call (the smoke test runs the bundle next)."""
+    built = build(
+        model,
+        target=target,
+        trace_optimization=trace_optimization,
+        revision=revision,
+        progress=not quiet,
+        prune_lm_head=prune_lm_head,
+    )
+    if built.source is not None:
+        _require_tokenizer(built.source.path)  # before the long part: saving weights
+        # the manifest hashes the weight files: overlap it with the conversion
+        hash_in_background(sorted(built.source.path.glob("*.safetensors")))
+    quantization, prequantized = _quantize(built, target)
+    precision = _precision(target, prequantized)
+    genai_config = write_bundle(
+        built,
+        staging,
+        name=name,
+        precision=precision,
+        progress=not quiet,
+        quantization=quantization,
+        prequantized=prequantized,
+    )
+    for note in build_notes(built, genai_config, target, prequantized):
+        _say(f"note: {note}", quiet)
+    config = built.config
+    write_twin = _twin_writer(built, staging, target, precision, prune_lm_head)
+    return precision, config.num_hidden_layers, config.layers_of_every_kind(), write_twin
 
 
 def _quantize(
@@ -259,6 +300,48 @@ def write_bundle(
     validate_manifest(manifest)
     write_json(folder / MANIFEST_FILENAME, manifest)
     return genai_config
+
+
+def _twin_writer(
+    built: ModelPackage,
+    staging: Path,
+    target: Target,
+    precision: str,
+    prune_lm_head: bool,
+) -> Callable[[Path, int], None]:
+    """`write_twin(folder, layers)` for the smoke test: the bundle of `built`'s checkpoint for
+    the same target and context length, cut to its first `layers` layers, built, written and
+    validated by the same functions as the bundle in `staging`. Holds no reference to `built`.
+    """
+    source = built.source
+    twin_target = dataclasses.replace(target, context_length=built.context_length)
+
+    def write_twin(folder: Path, layers: int) -> None:
+        manifest = read_json(staging / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
+        remember_source_hashes(manifest, source.path)
+        twin = build(
+            source.path,
+            target=twin_target,
+            progress=False,
+            prune_lm_head=prune_lm_head,
+            num_layers=layers,
+        )
+        quantization, prequantized = _quantize(twin, target)
+        folder.mkdir()
+        write_bundle(
+            twin,
+            folder,
+            name=folder.name,
+            precision=precision,
+            progress=False,
+            quantization=quantization,
+            prequantized=prequantized,
+        )
+        del twin, quantization, prequantized
+        gc.collect()
+        validate_bundle(folder, check_hashes=False)
+
+    return write_twin
 
 
 def _require_tokenizer(checkpoint: Path) -> None:

@@ -2,22 +2,27 @@
 
 Every subcommand module provides `add_arguments(parser)` and `run(args) -> int`. Errors that
 mobius-genai raises on purpose become one line on stderr and exit code 1; a traceback is shown
-only with --debug. Ctrl-C exits with 130, SIGTERM with 143, both after removing what was
-being written.
+only with --debug. Ctrl-C exits with 130, SIGTERM with 143, each with one line on stderr and
+after removing what was being written.
+
+`main` installs its signal handlers before it imports anything else: this module imports only
+`signal` and `sys` (and `mobius_genai` imports its public names lazily), because the
+subcommands' modules import onnx, onnxscript and onnxruntime, which take seconds.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import signal
 import sys
-import threading
-from collections.abc import Sequence
 
 from mobius_genai.errors import MobiusError
 
-# (name, module, one-line help); modules are imported lazily so `--help` stays fast.
+TYPE_CHECKING = False  # typing itself takes milliseconds to import
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+
+# (name, module, one-line help); a module is imported when the parser is built.
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
     (
         "build",
@@ -36,7 +41,14 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+class _Terminated(BaseException):
+    """SIGTERM, raised where the program is so it unwinds like Ctrl-C (staged output folders
+    are removed on the way out); not an Exception, so no `except Exception` swallows it."""
+
+
 def _available_commands() -> list[tuple[str, object, str]]:
+    import importlib
+
     found = []
     for name, module_name, help_text in _COMMANDS:
         try:
@@ -50,13 +62,25 @@ def _available_commands() -> list[tuple[str, object, str]]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    import argparse
+
+    # Ctrl-C or SIGTERM waits until the subcommands' modules are imported: a signal inside a C
+    # extension's initialization (onnxruntime's) leaves an ImportError and a half-made module.
+    held = hasattr(signal, "pthread_sigmask")
+    if held:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        commands = _available_commands()
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     parser = argparse.ArgumentParser(
         prog="mobius-genai",
         description="Turn a HuggingFace LLM checkpoint into an ONNX Runtime GenAI bundle.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module, help_text in _available_commands():
+    for name, module, help_text in commands:
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
         sub.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
@@ -67,36 +91,52 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _terminate(signum: int, frame: object) -> None:
-    """SIGTERM unwinds like Ctrl-C, so staged output folders are removed on the way out."""
-    raise SystemExit(128 + signum)
+    raise _Terminated
 
 
-def _outcome(interruption: BaseException) -> str:
-    """What an interrupted command left behind, as the notes of staged_output say."""
-    return "; ".join(getattr(interruption, "__notes__", [])) or "nothing was written"
+def _signal_behind(error: BaseException) -> BaseException | None:
+    """The KeyboardInterrupt or _Terminated that `error` was raised from, if any."""
+    while error is not None and not isinstance(error, (KeyboardInterrupt, _Terminated)):
+        error = error.__cause__ or error.__context__
+    return error
+
+
+def _stopped(signalled: BaseException) -> int:
+    """Say that Ctrl-C or SIGTERM stopped the command and what it left (the notes
+    staged_output adds while replacing OUT); its exit code."""
+    interrupted = isinstance(signalled, KeyboardInterrupt)
+    outcome = "; ".join(getattr(signalled, "__notes__", [])) or "nothing was written"
+    print(
+        f"mobius-genai: {'interrupted' if interrupted else 'terminated'}; {outcome}",
+        file=sys.stderr,
+    )
+    return 128 + (signal.SIGINT if interrupted else signal.SIGTERM)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    handles_signals = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if handles_signals else None
+    try:
+        previous = signal.signal(signal.SIGTERM, _terminate)
+        handles_signals = True
+    except ValueError:  # not the main thread: signals stay with whoever handles them
+        previous, handles_signals = None, False
     debug = False
     try:
         args = _parser().parse_args(argv)
         debug = args.debug
         return int(args.handler(args) or 0)
-    except KeyboardInterrupt as interrupt:
-        print(f"mobius-genai: interrupted; {_outcome(interrupt)}", file=sys.stderr)
-        return 130
-    except SystemExit as stop:
-        if getattr(stop, "__notes__", None):  # SIGTERM while writing: say what OUT holds
-            print(f"mobius-genai: terminated; {_outcome(stop)}", file=sys.stderr)
-        raise
+    except (KeyboardInterrupt, _Terminated) as error:
+        return _stopped(error)
     except MobiusError as error:
         if debug:
             raise
         print(f"mobius-genai: error: {error}", file=sys.stderr)
         return 1
+    except Exception as error:  # e.g. an ImportError a signal caused inside a C extension
+        signalled = _signal_behind(error)
+        if signalled is None:
+            raise
+        return _stopped(signalled)
     finally:
         if handles_signals:
             signal.signal(signal.SIGTERM, previous)

@@ -14,7 +14,7 @@ from pathlib import Path
 from mobius_genai.build import build
 from mobius_genai.bundle.bundle import checkpoint_folder, staged_output
 from mobius_genai.cli._args import add_checkpoint_arguments
-from mobius_genai.errors import BundleError, MobiusError
+from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.target import resolve_target
 
@@ -37,29 +37,19 @@ def run(args: argparse.Namespace) -> int:
     traceback of the cause) and leaves no OUT behind.
     """
     out = Path(args.output)
-    with trace_to_stderr() if args.trace else contextlib.nullcontext():
-        try:
-            with staged_output(
-                out, force=args.force, protect=checkpoint_folder(args.model)
-            ) as staging:
-                package = build(
-                    args.model,
-                    target=resolve_target(
-                        args.ep, dtype=args.dtype, context_length=args.context_length
-                    ),
-                    load_weights=args.load_weights,
-                    trace_optimization=args.trace,
-                    revision=args.revision,
-                    progress=True,
-                )
-                package.save(staging)
-        except MobiusError:
-            raise
-        except OSError as error:
-            raise BundleError(f"output {out}: could not write the graph ({error})") from error
-        except Exception as error:
-            raise MobiusError(
-                f"building {args.model} failed: {type(error).__name__}: {error}"
-            ) from error
+    with (
+        trace_to_stderr() if args.trace else contextlib.nullcontext(),
+        reported_as_errors(f"building {args.model} into {out}"),
+        staged_output(out, force=args.force, protect=checkpoint_folder(args.model)) as staging,
+    ):
+        package = build(
+            args.model,
+            target=resolve_target(args.ep, dtype=args.dtype, context_length=args.context_length),
+            load_weights=args.load_weights,
+            trace_optimization=args.trace,
+            revision=args.revision,
+            progress=True,
+        )
+        package.save(staging)
     print(out)
     return 0

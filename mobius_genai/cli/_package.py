@@ -7,6 +7,7 @@ import contextlib
 
 from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
+from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options
 from mobius_genai.target import PRECISIONS, resolve_target
@@ -70,21 +71,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Package, then print the bundle folder on stdout; --trace shows the trace on stderr."""
-    target = resolve_target(
-        args.ep,
-        dtype=args.dtype,
-        precision=args.precision,
-        int4=Int4Options.from_choices(
-            args.int4_block_size,
-            args.int4_asymmetric,
-            args.int4_accuracy_level,
-            args.int4_quality,
-        ),
-        context_length=args.context_length,
-        graph_capture=None if args.graph_capture is None else args.graph_capture == "on",
-    )
-    with trace_to_stderr() if args.trace else contextlib.nullcontext():
+    """Package, then print the bundle folder on stdout; --trace shows the trace on stderr.
+
+    Every failure becomes one MobiusError (the CLI prints it as one line) and leaves no
+    bundle behind.
+    """
+    with (
+        trace_to_stderr() if args.trace else contextlib.nullcontext(),
+        reported_as_errors(f"packaging {args.model}"),
+    ):
+        target = resolve_target(
+            args.ep,
+            dtype=args.dtype,
+            precision=args.precision,
+            int4=Int4Options.from_choices(
+                args.int4_block_size,
+                args.int4_asymmetric,
+                args.int4_accuracy_level,
+                args.int4_quality,
+            ),
+            context_length=args.context_length,
+            graph_capture=None if args.graph_capture is None else args.graph_capture == "on",
+        )
         folder = package(
             args.model,
             output=args.output,

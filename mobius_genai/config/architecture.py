@@ -186,6 +186,38 @@ class ArchitectureConfig:
             return self.sliding_window
         return None
 
+    def layer_kind(self, index: int) -> tuple[str, bool]:
+        """What makes layer `index` differ from others: its attention type and whether it
+        applies a rotary embedding (a sliding layer's rope follows from its type)."""
+        return self.layer_types[index], self.rope_of_layer(index) is not None
+
+    def layers_of_every_kind(self) -> int:
+        """The fewest first layers that hold every kind of layer the model has (`layer_kind`):
+        a model cut to them builds, and runs, every kind of layer of the whole one."""
+        kinds = [self.layer_kind(index) for index in range(self.num_hidden_layers)]
+        missing = set(kinds)
+        for count, kind in enumerate(kinds, 1):
+            missing.discard(kind)
+            if not missing:
+                return count
+        return self.num_hidden_layers
+
+    def first_layers(self, count: int) -> ArchitectureConfig:
+        """The same architecture with only its first `count` layers (the smoke test's twin)."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"layer count must be a positive integer, found {count!r}")
+        if count > self.num_hidden_layers:
+            raise ConfigError(
+                f"layer count {count} is above the model's {self.num_hidden_layers} layers; "
+                f"accepted: 1..{self.num_hidden_layers}"
+            )
+        return dataclasses.replace(
+            self,
+            num_hidden_layers=count,
+            layer_types=self.layer_types[:count],
+            no_rope_layers=tuple(index for index in self.no_rope_layers if index < count),
+        )
+
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], **overrides: Any) -> ArchitectureConfig:
         """Parse a config.json dict (hub or transformers-5 layout).

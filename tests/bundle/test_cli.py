@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 from collections.abc import Callable
@@ -190,3 +191,16 @@ def test_run_on_a_missing_bundle_fails(tmp_path, capsys):
 def test_run_on_a_checkpoint_says_to_package_it(capsys):
     assert main(["run", str(TINY_QWEN2), "--prompt", "Hi"]) == 1
     assert f"`mobius-genai package {TINY_QWEN2}` makes a bundle of it" in capsys.readouterr().err
+
+
+def test_an_os_error_while_packaging_is_one_line(tmp_path, capsys, monkeypatch):
+    def disk_full(built, folder, progress=True):
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder / "model.onnx.data"))
+
+    monkeypatch.setattr(packager, "save_with_digest", disk_full)
+    out = tmp_path / "out"
+    assert main(["package", str(TINY_QWEN2), "-o", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"mobius-genai: error: packaging {TINY_QWEN2} failed: [Errno 28]")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import errno
+import hashlib
 import importlib
 import io
 import json
@@ -231,3 +232,13 @@ def test_a_failed_package_cancels_the_checkpoint_hashes(tmp_path: Path, monkeypa
     manifest._hasher.submit(lambda: None).result(timeout=5)  # the thread is free again
     assert outcomes == [("big.bin", "cancelled")]  # stopped mid-file; the queued one never ran
     assert manifest.sha256_file(big) == real_sha256(big)  # hashed afresh, correctly
+
+
+def test_background_hashes_never_hold_up_the_exit(tmp_path: Path):
+    """An interrupted package exits at once: the hashing thread is a daemon thread."""
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"x" * 1000)
+    manifest.hash_in_background([path])
+    hashers = [thread for thread in threading.enumerate() if thread.name.startswith("sha256")]
+    assert hashers and all(thread.daemon for thread in hashers)
+    assert manifest.sha256_file(path) == hashlib.sha256(b"x" * 1000).hexdigest()

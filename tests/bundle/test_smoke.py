@@ -8,9 +8,10 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.bundle import packager, smoke
+from mobius_genai.bundle import _smoke_child, packager
+from mobius_genai.bundle._smoke_child import ort_greedy_tokens, run_smoke
 from mobius_genai.bundle.generate import greedy_tokens
-from mobius_genai.bundle.smoke import ort_greedy_tokens, smoke_test
+from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 from tests.bundle.conftest import TINY_QWEN2
@@ -45,7 +46,7 @@ def test_ep_not_available_here_runs_its_graph_on_cpu(packaged, ep: str):
 def test_ep_not_available_and_graph_not_loadable_on_cpu_is_skipped_with_the_cause(
     packaged, ep: str, monkeypatch: pytest.MonkeyPatch
 ):
-    real_load = smoke.load_model
+    real_load = _smoke_child.load_model
 
     def no_cpu_kernels(folder, *, cpu=False, session_options=None):
         if not cpu:
@@ -55,10 +56,10 @@ def test_ep_not_available_and_graph_not_loadable_on_cpu_is_skipped_with_the_caus
         except RuntimeError as error:
             raise BundleError(f"{folder}: cannot load the bundle on CPU: {error}") from error
 
-    monkeypatch.setattr(smoke, "load_model", no_cpu_kernels)
-    result = smoke_test(packaged(ep), get_ep(ep))
-    assert not result.ran
-    assert result.note == (
+    monkeypatch.setattr(_smoke_child, "load_model", no_cpu_kernels)
+    result = run_smoke(packaged(ep), ep, get_ep(ep).runtime.genai_provider, {})
+    assert not result["ran"]
+    assert result["note"] == (
         f"smoke test skipped: the {ep} EP ({get_ep(ep).runtime.genai_provider}) is not available here, "
         "and on CPU: Could not find an implementation for GroupQueryAttention(1)"
     )
@@ -70,9 +71,9 @@ def test_a_gpu_bundle_that_loads_on_cpu_but_fails_to_generate_is_an_error(
     def broken(*args, **kwargs):
         raise BundleError("onnxruntime-genai failed after 2 generated tokens: bad shape")
 
-    monkeypatch.setattr(smoke, "greedy_tokens", broken)
+    monkeypatch.setattr(_smoke_child, "greedy_tokens", broken)
     with pytest.raises(BundleError, match="failed after 2 generated tokens"):
-        smoke_test(packaged("cuda"), get_ep("cuda"))
+        run_smoke(packaged("cuda"), "cuda", get_ep("cuda").runtime.genai_provider, {})
 
 
 @pytest.mark.parametrize("ep", GPU_EPS)

@@ -1,0 +1,127 @@
+"""Ctrl-C and SIGTERM at any moment of the console script: one line, exit 130/143, no traceback.
+
+The signal is sent to a real `mobius-genai package` process a delay after `main` installed its
+SIGTERM handler (seen in /proc), so it lands in the imports or the build, wherever the process
+is then, whatever the machine's load. Before that is Python's own start (~30 ms) and the import
+of the CLI, which imports almost nothing (checked here), so `main` starts within ~50 ms;
+tests/bundle/test_smoke_process.py sends signals during the smoke test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.bundle.conftest import TINY_QWEN2
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Top-level packages the console script must not import before it handles signals.
+HEAVY = (
+    "numpy",
+    "onnx",
+    "onnx_ir",
+    "onnxscript",
+    "onnxruntime",
+    "onnxruntime_genai",
+    "ml_dtypes",
+    "safetensors",
+    "huggingface_hub",
+    "jsonschema",
+    "argparse",
+)
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
+
+
+def _console_script() -> list[str]:
+    """The installed `mobius-genai` script, or the same two lines run by this Python."""
+    script = Path(sys.executable).with_name("mobius-genai")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from mobius_genai.cli import main; sys.exit(main())"]
+
+
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored, which Python then keeps ignoring.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interrupted(tmp_path: Path, signum: int, delay: float) -> subprocess.CompletedProcess[str]:
+    out = tmp_path / "out" / "bundle"
+    process = subprocess.Popen(
+        [*_console_script(), "package", str(TINY_QWEN2), "--ep", "cpu", "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+        preexec_fn=_default_sigint,
+    )
+    _wait_for_the_sigterm_handler(process.pid)
+    time.sleep(delay)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=120)
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _wait_for_the_sigterm_handler(pid: int) -> None:
+    """Until the process catches SIGTERM (its SigCgt mask in /proc), where /proc exists."""
+    status = Path(f"/proc/{pid}/status")
+    deadline = time.monotonic() + 60
+    while status.is_file() and time.monotonic() < deadline:
+        caught = next(
+            (
+                line.split()[1]
+                for line in status.read_text().splitlines()
+                if line.startswith("SigCgt")
+            ),
+            "0",
+        )
+        if int(caught, 16) & 1 << (signal.SIGTERM - 1):
+            return
+        time.sleep(0.002)
+
+
+def _check(result: subprocess.CompletedProcess[str], signum: int) -> None:
+    expected = 130 if signum == signal.SIGINT else 143
+    word = "interrupted" if signum == signal.SIGINT else "terminated"
+    lines = result.stderr.splitlines()
+    assert result.returncode == expected, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"mobius-genai: {word}"), result.stderr
+
+
+def test_importing_the_cli_is_light():
+    """The signal handlers are installed by main(); nothing heavy may run before it."""
+    code = (
+        "import json, sys; import mobius_genai.cli; "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_env(), check=True
+    )
+    assert json.loads(result.stdout) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_cli_starts_is_one_line(tmp_path: Path, signum: int):
+    _check(_interrupted(tmp_path, signum, 0.05), signum)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("delay", [0.0, 0.01, 0.2, 0.5, 1.0])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_at_any_moment_of_package_is_one_line(tmp_path: Path, signum: int, delay: float):
+    _check(_interrupted(tmp_path, signum, delay), signum)
