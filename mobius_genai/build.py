@@ -16,12 +16,17 @@ from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError
+from mobius_genai.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
 from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.optimize import OptimizationReport, optimize_model
-from mobius_genai.prequantized import prequantized_tensors
+from mobius_genai.prequantized import (
+    PrequantizedTensor,
+    QuantizationScheme,
+    prequantized_tensors,
+)
 from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
@@ -195,7 +200,11 @@ def build(
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
     )
-    if load_weights:
+    gguf_file = find_gguf(model) if load_weights else None
+    checkpoint: Checkpoint | GgufCheckpoint | None = None
+    if gguf_file is not None:
+        source, raw, checkpoint = open_gguf(gguf_file)
+    elif load_weights:
         source = resolve_source(model, revision, progress=progress)
         raw = read_config_json(source.path)
     else:
@@ -208,18 +217,18 @@ def build(
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
     scheme = read_quantization_config(raw)
-    checkpoint = Checkpoint(source.path) if load_weights else None
     length = target.context_length or config.max_position_embeddings
+    prequantized = None if scheme is None else scheme.describe()
+    if load_weights and checkpoint is None:
+        checkpoint = Checkpoint(source.path)
+    elif isinstance(checkpoint, GgufCheckpoint):
+        prequantized = checkpoint.describe()
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         tensors = {}
         if checkpoint is not None:  # config vs checkpoint: before the graph is built
             parameters = dict(module.named_parameters())
-            quantized, read = (
-                ({}, [])
-                if scheme is None
-                else prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
-            )
+            quantized, read = _stored_integers(parameters, checkpoint, scheme, family)
             tensors = checkpoint_tensors(
                 {name: value for name, value in parameters.items() if name not in quantized},
                 checkpoint,
@@ -242,10 +251,25 @@ def build(
         context_length=length,
         source=source,
         family=family,
-        prequantized=None if scheme is None else scheme.describe(),
+        prequantized=prequantized,
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package
+
+
+def _stored_integers(
+    parameters: Mapping[str, ir.Value],
+    checkpoint: Checkpoint | GgufCheckpoint,
+    scheme: QuantizationScheme | None,
+    family: FamilyAdapter,
+) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+    """The weights the source stores as integers MatMulNBits holds (GGUF blocks, GPTQ/AWQ),
+    and the checkpoint tensors they read."""
+    if isinstance(checkpoint, GgufCheckpoint):
+        return gguf_tensors(parameters, checkpoint, family.checkpoint_name)
+    if scheme is None:
+        return {}, []
+    return prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
 
 
 def _build_vision_language(
