@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from mobius_genai._json import write_json
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.gguf.blocks import BLOCK
 from mobius_genai.gguf.checkpoint import GgufCheckpoint
 from mobius_genai.gguf.metadata import config_json, generation_config
@@ -77,12 +77,12 @@ def gguf_tensors(
     checkpoint: GgufCheckpoint,
     checkpoint_name: Callable[[str], str | TensorSource],
 ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
-    """A `PrequantizedTensor` for each Linear weight stored in a MatMulNBits block type, by
-    parameter name, and the GGUF tensors they read (the others are left for
-    `weights.checkpoint_tensors`, which dequantizes them)."""
+    """A `PrequantizedTensor` for each matrix stored in a MatMulNBits block type (Linear
+    weights, and embedding tables as `table`s), by parameter name, and the GGUF tensors they
+    read (the others are left for `weights.checkpoint_tensors`, which dequantizes them)."""
     tensors: dict[str, PrequantizedTensor] = {}
     for name, value in parameters.items():
-        if value.const_value is not None or not value.meta.get(TRANSPOSED_FROM_CHECKPOINT):
+        if value.const_value is not None:
             continue
         source = checkpoint_name(name)
         if not isinstance(source, str) or source not in checkpoint:
@@ -91,6 +91,13 @@ def gguf_tensors(
         if bits is None:
             continue
         n, k = checkpoint.shape(source)
+        table = not value.meta.get(TRANSPOSED_FROM_CHECKPOINT)
+        needed = [int(d) for d in value.shape or ()]
+        if [n, k] != (needed if table else needed[::-1]):
+            raise WeightsError(
+                f"{checkpoint.folder}: tensor {source!r} has shape [{n}, {k}], the architecture "
+                f"in the GGUF metadata needs {needed if table else needed[::-1]}"
+            )
         kind = checkpoint.kind(source)
         tensors[name] = PrequantizedTensor(
             _reader(checkpoint, source),
@@ -103,6 +110,7 @@ def gguf_tensors(
             dtype=value.dtype,
             name=name,
             sources=(source,),
+            table=table,
         )
     return tensors, [source for tensor in tensors.values() for source in tensor.sources]
 
