@@ -21,7 +21,7 @@ import numpy as np
 
 from mobius_genai.prequantized.tensor import StoredBlocks
 
-__all__ = ["BLOCK", "NBITS_TYPES"]
+__all__ = ["ACCEPTED_TYPES", "BLOCK", "DEQUANTIZED_TYPES", "NBITS_TYPES"]
 
 BLOCK = 32
 
@@ -87,3 +87,10 @@ NBITS_TYPES: dict[str, tuple[int, Callable[[np.ndarray, int, int], StoredBlocks]
     "Q4_K": (4, q4_k),
     "Q8_0": (8, q8_0),
 }
+
+#: GGUF types read as float through the gguf package's own `quants.dequantize` (exact): the
+#: float types and the block types MatMulNBits cannot hold as they are.
+DEQUANTIZED_TYPES = frozenset(
+    {"F32", "F16", "BF16", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
+)
+ACCEPTED_TYPES = DEQUANTIZED_TYPES | NBITS_TYPES.keys()

@@ -1,10 +1,11 @@
 """A GGUF file read as a checkpoint: HuggingFace tensor names, float reads, stored blocks.
 
-`GgufCheckpoint` answers what `weights.attach_weights` asks of a safetensors `Checkpoint`
+`GgufCheckpoint` answers what `weights.checkpoint_tensors` asks of a safetensors `Checkpoint`
 (names, shapes, float values: other block types are dequantized with the gguf package's own
-`quants.dequantize`), and `blocks(name)` gives the stored integers of the block types
-MatMulNBits holds as they are (`blocks.NBITS_TYPES`). llama.cpp's Q/K row permutation is undone
-on both paths: rows of a block-quantized matrix are independent, so moving them is exact.
+`quants.dequantize`; a type outside `blocks.ACCEPTED_TYPES` is refused when the file is
+opened), and `blocks(name)` gives the stored integers of the block types MatMulNBits holds as
+they are (`blocks.NBITS_TYPES`). llama.cpp's Q/K row permutation is undone on both paths: rows
+of a block-quantized matrix are independent, so moving them is exact.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from mobius_genai.errors import UnsupportedModelError, WeightsError
-from mobius_genai.gguf.blocks import BLOCK, NBITS_TYPES
+from mobius_genai.gguf.blocks import ACCEPTED_TYPES, BLOCK, NBITS_TYPES
 from mobius_genai.gguf.metadata import architecture
 from mobius_genai.prequantized.tensor import StoredBlocks
 
@@ -73,6 +74,12 @@ class GgufCheckpoint:
             ) from None
         self.metadata: dict[str, Any] = {k: f.contents() for k, f in reader.fields.items()}
         self.arch, self._row = architecture(self.metadata, str(path))
+        for tensor in reader.tensors:
+            if tensor.tensor_type.name not in ACCEPTED_TYPES:
+                raise UnsupportedModelError(
+                    f"{path}: tensor {tensor.name!r} is stored as {tensor.tensor_type.name}; "
+                    f"accepted: {', '.join(sorted(ACCEPTED_TYPES))}"
+                )
         self._tensors = {_hf_name(t.name, path): t for t in reader.tensors}
         self.kinds = Counter(t.tensor_type.name for t in reader.tensors)
 

@@ -59,6 +59,10 @@ DEFAULT_TYPES = {
 }
 
 
+#: Types written from a numpy dtype (gguf has no quantizer for them).
+_NUMPY_TYPES = {"F64": np.float64, "I32": np.int32}
+
+
 def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp's rotary row order for Q (n_head) and K (n_head_kv) of a llama GGUF."""
     shape = weights.shape
@@ -140,8 +144,12 @@ def write_tiny_gguf(
         elif arch == "llama" and name.endswith("k_proj.weight"):
             array = _permute(array, config.num_key_value_heads)
         gguf_name, base = _gguf_name(name)
-        kind = GGMLQuantizationType[types.get(base, "F32") if array.ndim == 2 else "F32"]
-        writer.add_tensor(gguf_name, quantize(array, kind), raw_dtype=kind)
+        kind = types.get(base, "F32") if array.ndim == 2 else "F32"
+        if kind in _NUMPY_TYPES:  # no gguf quantizer: numpy's dtype says the type
+            writer.add_tensor(gguf_name, array.astype(_NUMPY_TYPES[kind]))
+        else:
+            qtype = GGMLQuantizationType[kind]
+            writer.add_tensor(gguf_name, quantize(array, qtype), raw_dtype=qtype)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
