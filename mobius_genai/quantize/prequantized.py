@@ -125,7 +125,7 @@ def apply_prequantized(
     writer.remove_unused()
     lookups = 0
     if matmul_nbits:
-        tables = apply_stored_tables(model, accuracy_level, gather, cache)
+        tables = apply_stored_tables(model, gather, cache)
         written += tables.matmuls
         lookups = tables.lookups
         dequantized += tables.dequantized

@@ -86,3 +86,17 @@ def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
     producer = {out: node for node in model.graph.node for out in node.output}
     view = producer[gather.input[0]]  # Reshape of the lm_head's B: the same bytes
     assert view.op_type == "Reshape" and view.input[0] == lm_head[0].input[1]
+
+
+def test_lm_head_from_a_table_runs_at_accuracy_level_0(tmp_path: Path):
+    """At the cpu EP's level 4 the 8-bit lm_head would take int8 activations (see
+    quantize/stored_tables.py); the 4-bit linears keep the target's level."""
+    gguf = write_tiny_gguf(tmp_path / "llama.gguf", "llama")
+    bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", quiet=True)
+    nodes = onnx.load(bundle / "model.onnx", load_external_data=False).graph.node
+    levels: dict[int, set[int]] = {}
+    for node in nodes:
+        if node.op_type == "MatMulNBits":
+            found = {a.i for a in node.attribute if a.name == "accuracy_level"}
+            levels.setdefault(_bits(node), set()).update(found)
+    assert levels == {4: {4}, 8: set()}  # level 0 is the attribute's default
