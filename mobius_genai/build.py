@@ -200,15 +200,7 @@ def build(
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
     )
-    gguf_file = find_gguf(model) if load_weights else None
-    checkpoint: Checkpoint | GgufCheckpoint | None = None
-    if gguf_file is not None:
-        source, raw, checkpoint = open_gguf(gguf_file)
-    elif load_weights:
-        source = resolve_source(model, revision, progress=progress)
-        raw = read_config_json(source.path)
-    else:
-        source, raw = _config_only_source(model, revision, progress)
+    source, raw, checkpoint = _open(model, revision, progress, load_weights)
     vision_language = vision_language_family(raw.get("model_type", ""))
     if vision_language is not None:
         package = _build_vision_language(raw, vision_language, target, source, load_weights)
@@ -218,11 +210,10 @@ def build(
     config = family.parse_config(raw)
     scheme = read_quantization_config(raw)
     length = target.context_length or config.max_position_embeddings
-    prequantized = None if scheme is None else scheme.describe()
     if load_weights and checkpoint is None:
         checkpoint = Checkpoint(source.path)
-    elif isinstance(checkpoint, GgufCheckpoint):
-        prequantized = checkpoint.describe()
+    described = checkpoint if isinstance(checkpoint, GgufCheckpoint) else scheme
+    prequantized = None if described is None else described.describe()
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         tensors = {}
@@ -255,6 +246,20 @@ def build(
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package
+
+
+def _open(
+    model: str | Path, revision: str | None, progress: bool, load_weights: bool
+) -> tuple[Source, dict, GgufCheckpoint | None]:
+    """The source, its config.json and, for a GGUF file, its checkpoint (which holds the
+    config and tokenizer too)."""
+    if not load_weights:
+        return (*_config_only_source(model, revision, progress), None)
+    gguf_file = find_gguf(model)
+    if gguf_file is not None:
+        return open_gguf(gguf_file)
+    source = resolve_source(model, revision, progress=progress)
+    return source, read_config_json(source.path), None
 
 
 def _stored_integers(
