@@ -16,6 +16,7 @@ from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError
+from mobius_genai.expert_weights import expert_tensors
 from mobius_genai.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
@@ -38,6 +39,8 @@ from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 # of a text model; "vision", "embedding" and "decoder" for a vision-language package.
 ROLES = {"model": "decoder", "decoder": "decoder", "vision": "vision", "embedding": "embedding"}
 MODEL_FILENAME = "model.onnx"
+#: Initializers above this many bytes are saved to the external data file (onnx-ir's default).
+EXTERNAL_THRESHOLD = 256
 
 
 @dataclasses.dataclass
@@ -90,12 +93,20 @@ class ModelPackage(Mapping[str, ir.Model]):
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         written = []
-        for key, model in self.models.items():
+        for index, (key, model) in enumerate(self.models.items(), 1):
             filename = MODEL_FILENAME if key == "model" else f"{key}.onnx"
             path = directory / filename
-            tensors = [v for v in model.graph.initializers.values() if v.const_value is not None]
+            tensors = [
+                value
+                for graph in model.graphs()
+                for value in graph.initializers.values()
+                if value.const_value is not None and value.const_value.nbytes > EXTERNAL_THRESHOLD
+            ]
+            label = f"saving {filename}"
+            if len(self.models) > 1:
+                label += f" (graph {index} of {len(self.models)}, {ROLES[key]})"
             with (
-                Progress(f"saving {filename}", total=len(tensors), enabled=progress) as bar,
+                Progress(label, total=len(tensors), enabled=progress) as bar,
                 _quiet_weightless_save(),
                 _tensor_errors_unwrapped(),
             ):
@@ -103,6 +114,7 @@ class ModelPackage(Mapping[str, ir.Model]):
                     model,
                     path,
                     external_data=f"{filename}.data",
+                    size_threshold_bytes=EXTERNAL_THRESHOLD,
                     callback=lambda tensor, info: bar.advance(),
                 )
             written.append(path)
@@ -216,22 +228,8 @@ def build(
     prequantized = None if described is None else described.describe()
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
-        tensors = {}
-        if checkpoint is not None:  # config vs checkpoint: before the graph is built
-            parameters = dict(module.named_parameters())
-            quantized, read = _stored_integers(parameters, checkpoint, scheme, family)
-            tensors = checkpoint_tensors(
-                {name: value for name, value in parameters.items() if name not in quantized},
-                checkpoint,
-                config,
-                family.checkpoint_name,
-                family.preprocess_weight,
-                family.preprocessed,
-                unused=family.unused_weights,
-                tied=module.tied_weights(),
-                read_elsewhere=read,
-            )
-            tensors.update(quantized)
+        # config vs checkpoint: before the graph is built
+        tensors = {} if checkpoint is None else _tensors(module, checkpoint, family, scheme)
         graph_model = CausalLMTask().build(module, config)
     attach_weights(graph_model, tensors)
     package = ModelPackage(
@@ -260,6 +258,37 @@ def _open(
         return open_gguf(gguf_file)
     source = resolve_source(model, revision, progress=progress)
     return source, read_config_json(source.path), None
+
+
+def _tensors(
+    module: CausalLMModel,
+    checkpoint: Checkpoint | GgufCheckpoint,
+    family: FamilyAdapter,
+    scheme: QuantizationScheme | None,
+) -> dict[str, ir.TensorProtocol]:
+    """A lazy tensor for each parameter of `module`: stacked experts and weights stored as
+    integers (GGUF blocks, GPTQ/AWQ) by their own readers, the rest by `checkpoint_tensors`,
+    which checks that every checkpoint tensor is read by one of them."""
+    parameters = dict(module.named_parameters())
+    quantized, read = _stored_integers(parameters, checkpoint, scheme, family)
+    experts, expert_read = (
+        ({}, [])
+        if family.experts is None
+        else expert_tensors(parameters, checkpoint, family.experts, family.checkpoint_name)
+    )
+    special = {**quantized, **experts}
+    tensors = checkpoint_tensors(
+        {name: value for name, value in parameters.items() if name not in special},
+        checkpoint,
+        module.config,
+        family.checkpoint_name,
+        family.preprocess_weight,
+        family.preprocessed,
+        unused=family.unused_weights,
+        tied=module.tied_weights(),
+        read_elsewhere=[*read, *expert_read],
+    )
+    return {**tensors, **special}
 
 
 def _stored_integers(

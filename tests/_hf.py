@@ -38,21 +38,27 @@ from transformers import (
     GPTJConfig,
     GPTNeoXConfig,
     GraniteConfig,
+    GraniteMoeConfig,
     HeliumConfig,
     HunYuanDenseV1Config,
     InternLM3Config,
+    Lfm2Config,
     LlamaConfig,
     MistralConfig,
+    MixtralConfig,
     NemotronConfig,
     Olmo2Config,
     Olmo3Config,
     OlmoConfig,
+    OlmoeConfig,
     Phi3Config,
     PhiConfig,
     PretrainedConfig,
     PreTrainedModel,
     Qwen2Config,
+    Qwen2MoeConfig,
     Qwen3Config,
+    Qwen3MoeConfig,
     SeedOssConfig,
     SmolLM3Config,
     StableLmConfig,
@@ -95,6 +101,12 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "hunyuan_v1_dense": HunYuanDenseV1Config,
     "internlm3": InternLM3Config,
     "vaultgemma": VaultGemmaConfig,
+    "mixtral": MixtralConfig,
+    "qwen3_moe": Qwen3MoeConfig,
+    "qwen2_moe": Qwen2MoeConfig,
+    "olmoe": OlmoeConfig,
+    "granitemoe": GraniteMoeConfig,
+    "lfm2": Lfm2Config,
 }
 
 _ARCHITECTURES = {
@@ -129,6 +141,12 @@ _ARCHITECTURES = {
     "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM",
     "internlm3": "LlamaForCausalLM",  # transformers runs internlm3 checkpoints as llama
     "vaultgemma": "VaultGemmaForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+    "qwen2_moe": "Qwen2MoeForCausalLM",
+    "olmoe": "OlmoeForCausalLM",
+    "granitemoe": "GraniteMoeForCausalLM",
+    "lfm2": "Lfm2ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -232,6 +250,44 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "sliding_window": 5,
         "attn_logit_softcapping": 2.0,
         "final_logit_softcapping": 3.0,
+    },
+    # MoE: 4 experts, 2 per token (enough that the tokens of a prompt pick different pairs)
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None},
+    # renormalized top-k; the middle layer keeps a dense MLP (mlp_only_layers)
+    "qwen3_moe": {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "head_dim": 32,
+        "norm_topk_prob": True,
+        "mlp_only_layers": [1],
+    },
+    # top-k of the softmax without renormalizing, a shared expert with its sigmoid gate
+    "qwen2_moe": {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+    },
+    # q/k norms over the whole projections; OlmoeConfig's eos id lies outside the tiny vocab
+    "olmoe": {"num_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 2},
+    # granite's multipliers; softmax over the top-k router logits; fused expert tensors
+    "granitemoe": {
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
+    },
+    # conv, attention, conv: short-convolution layers with a 3-tap state and biases; the MLP
+    # width is 2/3 of 96, times 1.3, rounded up to a multiple of 32 (96)
+    "lfm2": {
+        "conv_bias": True,
+        "layer_types": ["conv", "full_attention", "conv"],
+        "block_ffn_dim_multiplier": 1.3,
+        "block_multiple_of": 32,
+        "tie_word_embeddings": UNSET,
     },
 }
 

@@ -28,10 +28,13 @@ def run_like_reference(session: ort.InferenceSession, run: ReferenceRun) -> list
     batch = run.prefill.input_ids.shape[0]
     cache = {}
     for name, info in inputs.items():
+        dtype = np.float16 if info.type == "tensor(float16)" else np.float32
         if name.startswith("past_key_values."):
             _, heads, _, head_dim = info.shape
-            dtype = np.float16 if info.type == "tensor(float16)" else np.float32
             cache[name] = np.zeros((batch, heads, 0, head_dim), dtype)
+        elif name.startswith("past."):  # a recurrent layer's state: zeros of its fixed size
+            cache[name] = np.zeros((batch, *info.shape[1:]), dtype)
+    renames = {o for o in outputs if o.startswith("present.")}
     all_logits = []
     for step in run.steps:
         feeds = {
@@ -48,12 +51,16 @@ def run_like_reference(session: ort.InferenceSession, run: ReferenceRun) -> list
             )
         )
         all_logits.append(results["logits"])
-        cache = {
-            name.replace("present.", "past_key_values."): value
-            for name, value in results.items()
-            if name.startswith("present.")
-        }
+        cache = {past_name(name): value for name, value in results.items() if name in renames}
     return all_logits
+
+
+def past_name(present: str) -> str:
+    """The graph input a present output feeds next step: present.i.key → past_key_values.i.key,
+    present.i.conv → past.i.conv (onnxruntime-genai's names)."""
+    if present.endswith((".key", ".value")):
+        return present.replace("present.", "past_key_values.", 1)
+    return present.replace("present.", "past.", 1)
 
 
 def max_abs_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import Gemma3Config, Gemma3ForConditionalGeneration
 
@@ -72,3 +73,22 @@ def write_tiny_gemma3(dest: Path, **kwargs: Any) -> Path:
 def image_prompt(image_tokens: int = 16) -> torch.Tensor:
     """bos, text, an image (boi, image tokens, eoi), text: [1, seq] int64."""
     return torch.tensor([[2, 5, BOI_TOKEN] + [IMAGE_TOKEN] * image_tokens + [EOI_TOKEN, 7, 8, 9]])
+
+
+def transformers_tokens(
+    model: torch.nn.Module, input_ids: torch.Tensor, pixels: np.ndarray, new_tokens: int
+) -> list[int]:
+    """transformers' greedy tokens for `input_ids` and an image of uint8 `pixels` [h, w, 3]
+    already at the processor's size (its processor: rescale, normalize, channels first)."""
+    hf_pixels = ((pixels / 255 - 0.5) / 0.5).astype(np.float32).transpose(2, 0, 1)[None]
+    with torch.no_grad():
+        reference = model.generate(
+            input_ids=input_ids,
+            pixel_values=torch.from_numpy(hf_pixels),
+            token_type_ids=(input_ids == model.config.image_token_index).long(),
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+        )
+    return reference[0, input_ids.shape[1] :].tolist()

@@ -47,11 +47,14 @@ _BIAS = {
         "olmo3",
         "hunyuan_v1_dense",
         "vaultgemma",
+        "qwen3_moe",
+        "olmoe",
+        "granitemoe",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its config requires
-_NO_BIAS = {"mistral", "phi3", "exaone4"}  # families without a bias switch
+_NO_BIAS = {"mistral", "phi3", "exaone4", "mixtral"}  # families without a bias switch
 _NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
 # tensors on load (transformers/conversion_mapping.py)
@@ -69,7 +72,19 @@ _LOADED_AS = {
         (r"\.mlp\.c_fc_1\.", ".mlp.up_proj."),
         (r"\.mlp\.c_proj\.", ".mlp.down_proj."),
     ],
+    "mixtral": [(r"\.block_sparse_moe\.", ".mlp.")],
+    "granitemoe": [
+        (r"\.input_linear\.weight$", ".experts.gate_up_proj"),
+        (r"\.output_linear\.weight$", ".experts.down_proj"),
+        (r"\.router\.layer\.", ".router."),
+    ],
 }
+# transformers loads per-expert tensors into one [experts, 2 * inter, hidden] gate_up_proj
+# ([gate | up] rows) and one [experts, hidden, inter] down_proj
+_PER_EXPERT = re.compile(
+    r"^(?P<base>.*\.experts)\.(?P<e>\d+)\.(?P<part>w1|w3|w2|gate_proj|up_proj|down_proj)\.weight$"
+)
+_EXPERT_PART = {"w1": 0, "gate_proj": 0, "w3": 1, "up_proj": 1}
 
 
 def _loaded_as(family: str, name: str) -> str:
@@ -101,7 +116,20 @@ def test_checkpoint_round_trips(ckpts: dict[str, Path], family: str) -> None:
     assert {t.dtype for t in tensors.values()} == {np.dtype(np.float32)}
     state = model.state_dict()
     for name, value in tensors.items():
-        np.testing.assert_array_equal(state[_loaded_as(family, name)].numpy(), value, err_msg=name)
+        np.testing.assert_array_equal(_loaded_value(state, family, name), value, err_msg=name)
+
+
+def _loaded_value(state: dict, family: str, name: str) -> np.ndarray:
+    name = _loaded_as(family, name)
+    match = _PER_EXPERT.match(name)
+    if match is None:
+        return state[name].numpy()
+    expert = int(match["e"])
+    if match["part"] in _EXPERT_PART:
+        fused = state[f"{match['base']}.gate_up_proj"][expert].numpy()
+        half = fused.shape[0] // 2
+        return fused[:half] if _EXPERT_PART[match["part"]] == 0 else fused[half:]
+    return state[f"{match['base']}.down_proj"][expert].numpy()
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))

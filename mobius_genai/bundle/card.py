@@ -18,6 +18,9 @@ from mobius_genai.ep import RuntimeInfo, ep_registry
 TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
 
+#: The graphs of a bundle in the order onnxruntime-genai runs them (genai_config sections).
+GRAPH_SECTIONS = ("vision", "embedding", "decoder")
+
 #: What each well-known bundle file is, for the card's file table.
 FILE_ROLES: Mapping[str, str] = {
     "model.onnx": "the decoder graph",
@@ -34,6 +37,13 @@ FILE_ROLES: Mapping[str, str] = {
     "merges.txt": "tokenizer merges",
     "tokenizer.model": "SentencePiece tokenizer",
     "mobius_manifest.json": "provenance and checksums",
+    "vision.onnx": "the vision graph (image → image features)",
+    "vision.onnx.data": "the vision graph's weights (ONNX external data)",
+    "embedding.onnx": "the embedding graph (token ids and image features → embeddings)",
+    "embedding.onnx.data": "the embedding graph's weights (ONNX external data)",
+    "decoder.onnx": "the decoder graph",
+    "decoder.onnx.data": "the decoder's weights (ONNX external data)",
+    "processor_config.json": "the image processor's transforms (onnxruntime-extensions)",
     CARD_FILENAME: "this card",
 }
 
@@ -82,10 +92,31 @@ def render_card(
         or _quantization(build.get("quantization")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
+        "graphs": _graphs(model),
+        "image_run": (
+            f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
+            if "vision" in model
+            else ""
+        ),
         "requirements": _requirements(_runtime(build["execution_provider"], names)),
         "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
+
+
+def _graphs(model: Mapping[str, Any]) -> str:
+    """Each graph's file and role; beside the decoder, the inputs and outputs that link them."""
+    described = []
+    for section in GRAPH_SECTIONS:
+        entry = model.get(section)
+        if entry is None:
+            continue
+        role = section
+        if section != "decoder":
+            inputs = ", ".join(entry.get("inputs", {}).values())
+            role += f": {inputs} → {', '.join(entry.get('outputs', {}).values())}"
+        described.append(f"`{entry.get('filename', '?')}` ({role})")
+    return ", ".join(described)
 
 
 #: Linux CPU tip: decoding reads every weight once per token, so 2 MiB pages make it faster.

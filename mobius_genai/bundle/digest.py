@@ -26,7 +26,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai._buffers import BufferPool
-from mobius_genai.build import MODEL_FILENAME, ModelPackage
+from mobius_genai.build import EXTERNAL_THRESHOLD, MODEL_FILENAME, ModelPackage
 from mobius_genai.bundle.manifest import remember_sha256
 from mobius_genai.errors import BundleError
 from mobius_genai.weights import CheckpointTensor
@@ -184,7 +184,7 @@ def save_with_digest(built: ModelPackage, folder: Path, progress: bool = True) -
         built.save(folder, progress=progress)
         return
     pipeline = _Pipeline(BufferPool(limit=_BUFFERS))
-    originals = {value: value.const_value for value in _external_values(model, 256)}
+    originals = {value: value.const_value for value in _external_values(model, EXTERNAL_THRESHOLD)}
     for value, tensor in originals.items():
         value.const_value = _PipelinedTensor(tensor, pipeline)  # type: ignore[arg-type]
     data = folder / f"{MODEL_FILENAME}.data"

@@ -74,11 +74,12 @@ def make_genai_config(
             "num_attention_heads": config.num_attention_heads,
             "num_key_value_heads": config.num_key_value_heads,
             "num_hidden_layers": config.num_hidden_layers,
-            "inputs": _decoder_inputs(graph, config.num_hidden_layers),
-            "outputs": _decoder_outputs(graph, config.num_hidden_layers),
+            "inputs": _decoder_inputs(graph, config),
+            "outputs": _decoder_outputs(graph, config),
             "session_options": {
                 "provider_options": provider_options(ep, share_buffer=share_buffer)
             },
+            **recurrent_keys(config),
         },
     }
     search = {
@@ -201,38 +202,65 @@ def _require_input(graph: GraphInfo, name: str) -> str:
     return name
 
 
-def _layers(names: Mapping[str, Any], role: str, side: str, num_layers: int) -> str:
+def recurrent_keys(config: ArchitectureConfig) -> dict[str, Any]:
+    """The decoder keys of a model with recurrent layers, as onnxruntime-genai 0.18 reads them:
+    `layer_types` (which layers have a KV cache) and `conv_cache_size` (columns of each conv
+    state); {} when every layer attends."""
+    if all(config.has_kv_cache(i) for i in range(config.num_hidden_layers)):
+        return {}
+    keys: dict[str, Any] = {"layer_types": list(config.layer_types)}
+    if config.conv_kernel_size is not None:
+        keys["conv_cache_size"] = config.conv_kernel_size - 1
+    return keys
+
+
+def _layers(
+    names: Mapping[str, Any], role: str, side: str, expected: tuple[int, ...], layers: int
+) -> str:
     family: LayerNames | None = layer_names(names, role)
-    expected = tuple(range(num_layers))
     if family is None or family.indices != expected:
         found = "none" if family is None else f"{family.pattern} for layers {list(family.indices)}"
         raise BundleError(
             f"graph: per-layer {side} {role} names: {found}; accepted: one per layer "
-            f"0..{num_layers - 1} (num_hidden_layers={num_layers})"
+            f"{list(expected)}, the layers with this cache of num_hidden_layers={layers}"
         )
     return family.pattern
 
 
-def _decoder_inputs(graph: GraphInfo, num_layers: int) -> dict[str, str]:
+def _cache_layers(config: ArchitectureConfig) -> dict[str, tuple[int, ...]]:
+    """Cache role → the layers that have it ("key"/"value": attention, "conv": conv layers)."""
+    layers = range(config.num_hidden_layers)
+    attention = tuple(i for i in layers if config.has_kv_cache(i))
+    roles = {"key": attention, "value": attention}
+    conv = tuple(i for i in layers if config.layer_types[i] == "conv")
+    if conv:
+        roles["conv"] = conv
+    return roles
+
+
+def _decoder_inputs(graph: GraphInfo, config: ArchitectureConfig) -> dict[str, str]:
     inputs = {
         "input_ids": _require_input(graph, "input_ids"),
         "attention_mask": _require_input(graph, "attention_mask"),
     }
     if "position_ids" in graph.inputs:
         inputs["position_ids"] = "position_ids"
-    inputs["past_key_names"] = _layers(graph.inputs, "key", "input", num_layers)
-    inputs["past_value_names"] = _layers(graph.inputs, "value", "input", num_layers)
+    for role, expected in _cache_layers(config).items():
+        inputs[f"past_{role}_names"] = _layers(
+            graph.inputs, role, "input", expected, config.num_hidden_layers
+        )
     return inputs
 
 
-def _decoder_outputs(graph: GraphInfo, num_layers: int) -> dict[str, str]:
+def _decoder_outputs(graph: GraphInfo, config: ArchitectureConfig) -> dict[str, str]:
     if "logits" not in graph.outputs:
         raise BundleError(
             f"graph: output 'logits' is missing; found {sorted(graph.outputs)}; accepted: "
             "a decoder with the onnxruntime-genai I/O contract"
         )
-    return {
-        "logits": "logits",
-        "present_key_names": _layers(graph.outputs, "key", "output", num_layers),
-        "present_value_names": _layers(graph.outputs, "value", "output", num_layers),
-    }
+    outputs = {"logits": "logits"}
+    for role, expected in _cache_layers(config).items():
+        outputs[f"present_{role}_names"] = _layers(
+            graph.outputs, role, "output", expected, config.num_hidden_layers
+        )
+    return outputs

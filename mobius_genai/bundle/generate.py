@@ -17,6 +17,10 @@ from mobius_genai._json import read_json
 from mobius_genai.errors import BundleError
 
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
+#: The text onnxruntime-genai's multimodal processor expands to an image's tokens, per model.type.
+IMAGE_PLACEHOLDERS = {"gemma3": "<start_of_image>"}
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_JPEG_SIGNATURE = b"\xff\xd8\xff"
 
 
 def load_model(
@@ -27,16 +31,7 @@ def load_model(
     `session_options` are laid over the decoder's session_options for this load only (ORT
     config entries such as ``session.disable_prepacking``); the bundle is not changed.
     """
-    if not (Path(folder) / "genai_config.json").is_file():
-        hint = (
-            f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
-            if (Path(folder) / "config.json").is_file()
-            else ""
-        )
-        raise BundleError(
-            f"{folder}: not a bundle (no genai_config.json); accepted: a folder written by "
-            f"`mobius-genai package`{hint}"
-        )
+    _require_bundle(folder)
     try:
         config = og.Config(str(folder))
         if cpu:
@@ -52,6 +47,19 @@ def load_model(
         ) from error
 
 
+def _require_bundle(folder: str | Path) -> None:
+    if not (Path(folder) / "genai_config.json").is_file():
+        hint = (
+            f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
+            if (Path(folder) / "config.json").is_file()
+            else ""
+        )
+        raise BundleError(
+            f"{folder}: not a bundle (no genai_config.json); accepted: a folder written by "
+            f"`mobius-genai package`{hint}"
+        )
+
+
 def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:
     """og.Tokenizer of a loaded bundle."""
     try:
@@ -62,8 +70,12 @@ def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:
         ) from error
 
 
-def greedy_tokens(model: og.Model, prompt_ids: Sequence[int], max_length: int) -> list[int]:
+def greedy_tokens(
+    model: og.Model, prompt_ids: Sequence[int] | og.NamedTensors, max_length: int
+) -> list[int]:
     """Tokens onnxruntime-genai generates greedily after `prompt_ids`, up to `max_length` in all.
+
+    `prompt_ids` may be a multimodal processor's output (input_ids with pixel_values).
 
     Repetition penalty is forced to 1.0 so the result is plain argmax decoding; a failing
     session run becomes a BundleError.
@@ -73,7 +85,10 @@ def greedy_tokens(model: og.Model, prompt_ids: Sequence[int], max_length: int) -
         params = og.GeneratorParams(model)
         params.set_search_options(do_sample=False, max_length=max_length, repetition_penalty=1.0)
         generator = og.Generator(model, params)
-        generator.append_tokens(list(prompt_ids))
+        if isinstance(prompt_ids, og.NamedTensors):
+            generator.set_inputs(prompt_ids)
+        else:
+            generator.append_tokens(list(prompt_ids))
         while not generator.is_done():
             generator.generate_next_token()
             tokens.append(int(generator.get_next_tokens()[0]))
@@ -82,6 +97,54 @@ def greedy_tokens(model: og.Model, prompt_ids: Sequence[int], max_length: int) -
             f"onnxruntime-genai failed after {len(tokens)} generated tokens: {error}"
         ) from error
     return tokens
+
+
+def image_placeholder(folder: str | Path, config: Mapping[str, Any]) -> str:
+    """The image placeholder of a vision-language bundle's prompts; a BundleError for a
+    text-only bundle (no model.vision in its genai_config) or a type without a known one."""
+    model_type = config["model"]["type"]
+    if "vision" not in config["model"]:
+        raise BundleError(
+            f"{folder}: a text-only bundle (model.type {model_type!r}, no model.vision in "
+            f"genai_config.json) takes no images; accepted: a vision-language bundle "
+            f"(model.type {', '.join(sorted(IMAGE_PLACEHOLDERS))})"
+        )
+    if model_type not in IMAGE_PLACEHOLDERS:
+        raise BundleError(
+            f"{folder}: no image placeholder known for model.type {model_type!r}; accepted: "
+            f"{', '.join(sorted(IMAGE_PLACEHOLDERS))}"
+        )
+    return IMAGE_PLACEHOLDERS[model_type]
+
+
+def open_images(paths: Sequence[str | Path]) -> og.Images:
+    """og.Images of PNG or JPEG files; anything else is a BundleError naming the file.
+
+    Checked by signature first: onnxruntime-extensions hands every other file to its JPEG
+    decoder, which ends the whole process ("Not a JPEG file") instead of raising.
+    """
+    for path in paths:
+        if not Path(path).is_file():
+            raise BundleError(f"{path}: not a file; accepted: a PNG or JPEG image file")
+        with open(path, "rb") as file:
+            head = file.read(len(_PNG_SIGNATURE))
+        if not head.startswith((_PNG_SIGNATURE, _JPEG_SIGNATURE)):
+            raise BundleError(
+                f"{path}: not a PNG or JPEG image (starts with {head[:4]!r}); accepted: the "
+                "image formats onnxruntime-genai's processor decodes, PNG and JPEG"
+            )
+    return og.Images.open(*(str(path) for path in paths))
+
+
+def image_inputs(model: og.Model, text: str, images: og.Images, sources: str) -> og.NamedTensors:
+    """The multimodal processor's input_ids and pixel_values for `text` and `images` (read
+    from `sources`, named in errors)."""
+    try:
+        return model.create_multimodal_processor()(text, images=images)
+    except RuntimeError as error:  # og's error for an unreadable image or a prompt it rejects
+        raise BundleError(
+            f"{sources}: onnxruntime-genai cannot process the image: {error}"
+        ) from error
 
 
 def chat_template(folder: str | Path) -> str | None:
@@ -105,26 +168,43 @@ def stream_text(
     *,
     max_new_tokens: int = 128,
     use_chat_template: bool = True,
+    images: Sequence[str | Path] = (),
 ) -> Iterator[str]:
-    """Text pieces generated for `prompt` with the bundle's own search settings."""
+    """Text pieces generated for `prompt` with the bundle's own search settings.
+
+    With `images` (files), the prompt goes through the multimodal processor with them; it gets
+    the model type's image placeholder in front for each image it does not place itself.
+    """
+    _require_bundle(folder)
+    config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
+    text = prompt
+    if images:
+        placeholder = image_placeholder(folder, config)
+        text = " ".join([placeholder] * (len(images) - text.count(placeholder)) + [text])
+        pictures = open_images(images)
     model = load_model(folder)
     tokenizer = load_tokenizer(model, folder)
     template = chat_template(folder) if use_chat_template else None
-    context = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")[
-        "model"
-    ]["context_length"]
     try:
-        text = prompt
         if template is not None:
-            messages = json.dumps([{"role": "user", "content": prompt}])
+            messages = json.dumps([{"role": "user", "content": text}])
             text = tokenizer.apply_chat_template(
                 messages, template_str=template, add_generation_prompt=True
             )
-        prompt_ids = list(tokenizer.encode(text))
+        if images:
+            inputs = image_inputs(model, text, pictures, ", ".join(map(str, images)))
+            length = inputs["input_ids"].as_numpy().size
+        else:
+            prompt_ids = list(tokenizer.encode(text))
+            length = len(prompt_ids)
         params = og.GeneratorParams(model)
-        params.set_search_options(max_length=min(len(prompt_ids) + max_new_tokens, context))
+        context = config["model"]["context_length"]
+        params.set_search_options(max_length=min(length + max_new_tokens, context))
         generator = og.Generator(model, params)
-        generator.append_tokens(prompt_ids)
+        if images:
+            generator.set_inputs(inputs)
+        else:
+            generator.append_tokens(prompt_ids)
         stream = tokenizer.create_stream()
         while not generator.is_done():
             generator.generate_next_token()

@@ -129,11 +129,11 @@ class GraphInfo:
 
 
 def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
-    """The per-layer family among `names` whose role is `role` ("key" or "value").
+    """The per-layer family among `names` whose role is `role` ("key", "value" or "conv").
 
     A name's first run of digits is its layer index: "past_key_values.3.key" belongs to the
-    family "past_key_values.%d.key". The role is whichever of "key" / "value" comes last in the
-    pattern ("past_key_values.%d.key" is a key family). Returns None when no family has the
+    family "past_key_values.%d.key". The role is whichever of CACHE_ROLES comes last in the
+    pattern ("past_key_values.%d.key" is a key family, "past.%d.conv" a conv family). Returns None when no family has the
     role; raises BundleError when several do.
     """
     families: dict[str, list[int]] = {}
@@ -154,12 +154,14 @@ def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
     return LayerNames(found[0], tuple(sorted(families[found[0]])))
 
 
+#: Cache roles a per-layer name family can have; the one named last in a pattern wins.
+CACHE_ROLES = ("key", "value", "conv")
+
+
 def _role(pattern: str) -> str | None:
     lowered = pattern.lower()
-    key, value = lowered.rfind("key"), lowered.rfind("value")
-    if key == value == -1:
-        return None
-    return "key" if key > value else "value"
+    found = {lowered.rfind(role): role for role in CACHE_ROLES if role in lowered}
+    return found[max(found)] if found else None
 
 
 def _spec(value: onnx.ValueInfoProto) -> TensorSpec:

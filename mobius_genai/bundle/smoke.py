@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,14 @@ import numpy as np
 import onnxruntime as ort
 
 from mobius_genai.bundle.generate import greedy_tokens, load_model, load_tokenizer
-from mobius_genai.bundle.graph import GraphInfo, layer_names
+from mobius_genai.bundle.graph import CACHE_ROLES, GraphInfo, layer_names
+from mobius_genai.bundle.smoke_image import (
+    ImagePrompt,
+    has_vision,
+    image_embedder,
+    image_greedy,
+    image_note,
+)
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import EpCapabilities, get_ep
 from mobius_genai.errors import BundleError
@@ -81,7 +88,7 @@ def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 
         if ep.runtime.genai_provider is None or not _UNAVAILABLE.search(str(error)):
             raise
         return _smoke_on_cpu(folder, config, ep, max_new_tokens, options)
-    note = f"smoke test: generated {len(tokens)} tokens {text!r}"
+    note = f"smoke test: generated {len(tokens)} tokens {text!r}{_with_image(prompt)}"
     if ep.runtime.genai_provider is None:
         note += _compare(folder, config, prompt, tokens, options)
     return SmokeResult(True, note, tuple(tokens))
@@ -117,6 +124,7 @@ def _smoke_on_cpu(
     prompt, tokens, text = _greedy(model, folder, config, max_new_tokens)
     del model  # released before the reference loop loads the graph again
     note = f"smoke test on CPU ({missing}): generated {len(tokens)} tokens {text!r}"
+    note += _with_image(prompt)
     note += _compare(folder, config, prompt, tokens, options)
     return SmokeResult(True, note, tuple(tokens))
 
@@ -127,8 +135,9 @@ def _generate(
     max_new_tokens: int,
     cpu: bool,
     options: Mapping[str, str],
-) -> tuple[list[int], list[int], str]:
-    """(prompt ids, generated ids, generated text) of a greedy run after SMOKE_PROMPT.
+) -> tuple[list[int] | ImagePrompt, list[int], str]:
+    """(prompt, generated ids, generated text) of a greedy run after SMOKE_PROMPT (or after
+    an image prompt for a vision-language bundle).
 
     The model is loaded here and released on return, before any reference loop loads the
     graph again.
@@ -139,7 +148,9 @@ def _generate(
 
 def _greedy(
     model: og.Model, folder: Path, config: Mapping[str, Any], max_new_tokens: int
-) -> tuple[list[int], list[int], str]:
+) -> tuple[list[int] | ImagePrompt, list[int], str]:
+    if has_vision(config):
+        return image_greedy(model, folder, config, max_new_tokens)
     tokenizer = load_tokenizer(model, folder)
     prompt = [int(token) for token in tokenizer.encode(SMOKE_PROMPT)]
     if not prompt:
@@ -149,10 +160,14 @@ def _greedy(
     return prompt, tokens, tokenizer.decode(tokens)
 
 
+def _with_image(prompt: Sequence[int] | ImagePrompt) -> str:
+    return image_note(prompt) if isinstance(prompt, ImagePrompt) else ""
+
+
 def _compare(
     folder: Path,
     config: Mapping[str, Any],
-    prompt: Sequence[int],
+    prompt: Sequence[int] | ImagePrompt,
     tokens: list[int],
     options: Mapping[str, str],
 ) -> str:
@@ -160,7 +175,11 @@ def _compare(
     model_path = folder / config["model"]["decoder"]["filename"]
     eos = config["model"].get("eos_token_id", [])
     eos_ids = eos if isinstance(eos, list) else [eos]
-    reference = ort_greedy_tokens(model_path, prompt, len(tokens), eos_ids, options)
+    embed = None
+    if isinstance(prompt, ImagePrompt):
+        embed = image_embedder(folder, config, prompt, options)
+        prompt = prompt.input_ids
+    reference = ort_greedy_tokens(model_path, prompt, len(tokens), eos_ids, options, embed=embed)
     if reference is None:
         return "; no onnxruntime reference loop for this dtype"
     if reference != tokens:
@@ -180,6 +199,8 @@ def ort_greedy_tokens(
     max_new_tokens: int,
     eos_ids: Iterable[int] = (),
     config_entries: Mapping[str, str] | None = None,
+    *,
+    embed: Callable[[Sequence[int]], Mapping[str, np.ndarray]] | None = None,
 ) -> list[int] | None:
     """Greedy tokens of a plain onnxruntime loop on CPU, or None when it cannot feed the graph.
 
@@ -187,7 +208,8 @@ def ort_greedy_tokens(
     attention_mask, position_ids, logits; past/present pairs matched by layer index and role),
     and each step feeds the new tokens, an all-ones mask, their positions and the previous
     step's present KV as past KV. None when the KV dtype has no numpy type (bfloat16) or the
-    head dims are not static. `config_entries` are ORT session config entries.
+    head dims are not static. `config_entries` are ORT session config entries. `embed` gives
+    the extra inputs of a step's new tokens (a vision-language decoder's inputs_embeds).
     """
     options = ort.SessionOptions()
     for key, value in (config_entries or {}).items():
@@ -202,14 +224,21 @@ def ort_greedy_tokens(
     for past_name, _ in cache:
         value = inputs[past_name]
         kv_type = _NUMPY_TYPES.get(value.type)
-        heads, head_size = value.shape[1], value.shape[3]
-        if kv_type is None or not isinstance(heads, int) or not isinstance(head_size, int):
+        # a KV cache starts empty along its sequence axis; a recurrent state (rank 3) as zeros
+        shape = (
+            [1, *value.shape[1:]]
+            if len(value.shape) == 3
+            else [1, *value.shape[1:2], 0, *value.shape[3:]]
+        )
+        if kv_type is None or not all(isinstance(dim, int) for dim in shape):
             return None
-        past[past_name] = np.zeros((1, heads, 0, head_size), kv_type)
+        past[past_name] = np.zeros(shape, kv_type)
     eos = set(eos_ids)
     new, total, tokens = list(prompt_ids), len(prompt_ids), []
     for _ in range(max_new_tokens):
         feed = {"input_ids": _ints(inputs, "input_ids", [new]), **past}
+        if embed is not None:
+            feed.update(embed(new))
         if "attention_mask" in inputs:
             feed["attention_mask"] = _ints(inputs, "attention_mask", np.ones((1, total)))
         if "position_ids" in inputs:
@@ -230,8 +259,10 @@ def ort_greedy_tokens(
 def _cache_pairs(inputs: Mapping[str, Any], outputs: Sequence[str]) -> list[tuple[str, str]]:
     """(past input, present output) name pairs, matched by role and layer index."""
     pairs = []
-    for role in ("key", "value"):
+    for role in CACHE_ROLES:
         past, present = layer_names(inputs, role), layer_names(outputs, role)
+        if role == "conv" and past is None and present is None:
+            continue  # only hybrid decoders have recurrent states
         if past is None or present is None or past.indices != present.indices:
             raise BundleError(
                 f"graph: past/present {role} inputs and outputs do not pair up by layer"

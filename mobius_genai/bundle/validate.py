@@ -17,6 +17,7 @@ from mobius_genai._json import read_json
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.bundle.recurrent import check_conv_states, kv_layers
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
@@ -34,6 +35,18 @@ DEFAULT_OUTPUTS = {
     "present_key_names": "present.%d.key",
     "present_value_names": "present.%d.value",
 }
+
+#: genai's default I/O names of the graphs beside a multimodal decoder (model.vision and
+#: model.embedding), and the decoder input the embedding graph feeds.
+PIPELINE_DEFAULTS = {
+    "vision": ({"pixel_values": "pixel_values"}, {"image_features": "image_features"}),
+    "embedding": (
+        {"input_ids": "input_ids", "image_features": "image_features"},
+        {"inputs_embeds": "inputs_embeds"},
+    ),
+}
+_INPUTS_EMBEDS = "inputs_embeds"
+_PROCESSOR_DEFAULT = "processor_config.json"
 
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
 
@@ -104,6 +117,7 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
         *_check_external_data(folder, model_path.parent, graph),
         *check_graph_against_config(config, graph),
         *check_runtime_settings(config, graph),
+        *check_pipeline_graphs(folder, config, graph),
     ]
     vocab, source = _vocabulary(config, graph)
     problems += check_tokenizer(folder, vocab, source)
@@ -123,7 +137,10 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     decoder = model["decoder"]
     inputs = {**DEFAULT_INPUTS, **decoder.get("inputs", {})}
     outputs = {**DEFAULT_OUTPUTS, **decoder.get("outputs", {})}
-    layers = decoder["num_hidden_layers"]
+    layers = kv_layers(decoder)
+    source = "model.decoder." + (
+        "num_hidden_layers" if "layer_types" not in decoder else "layer_types (attention layers)"
+    )
     problems = []
     listed = decoder.get("inputs", {})
     for key in ("input_ids", *sorted(listed.keys() & {"attention_mask", "position_ids"})):
@@ -138,8 +155,11 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
         ("outputs", graph.outputs, "present_value_names", "value"),
     ):
         pattern = (inputs if side == "inputs" else outputs)[key]
-        problems += _check_layers(f"model.decoder.{side}.{key}", pattern, names, role, layers)
-    first_past = inputs["past_key_names"].replace("%d", "0")
+        problems += _check_layers(
+            f"model.decoder.{side}.{key}", pattern, names, role, layers, source
+        )
+    problems += check_conv_states(decoder, inputs, outputs, graph)
+    first_past = inputs["past_key_names"].replace("%d", str(layers[0] if layers else 0))
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
     problems += _check_sizes(model, inputs["input_ids"], graph)
@@ -200,31 +220,92 @@ def _captured(provider_options: list[Mapping[str, Any]]) -> list[tuple[str, str]
     return captured
 
 
-def _missing(side: str, key: str, name: str, kind: str, found: Mapping[str, Any]) -> str:
+def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: GraphInfo) -> list[str]:
+    """model.vision / model.embedding: each graph is a file of the bundle with its weights,
+    has the inputs and outputs the section names (genai's defaults for those it leaves out)
+    and no input genai would not feed; the vision section's processor config is a file; the
+    decoder takes the embedding graph's output."""
+    model = config["model"]
+    problems = []
+    for section, (default_inputs, default_outputs) in PIPELINE_DEFAULTS.items():
+        entry = model.get(section)
+        if entry is None or "pipeline" in entry:  # no such graph, or several (not checked)
+            continue
+        path = folder / entry.get("filename", "")
+        if not entry.get("filename") or not path.is_file():
+            problems.append(
+                f"model.{section}.filename: {entry.get('filename')!r} is not a file in {folder}"
+            )
+            continue
+        graph = GraphInfo.from_file(path)
+        problems += _check_external_data(folder, path.parent, graph)
+        inputs = {**default_inputs, **entry.get("inputs", {})}
+        outputs = {**default_outputs, **entry.get("outputs", {})}
+        for side, names, kind, found in (
+            ("inputs", inputs, "input", graph.inputs),
+            ("outputs", outputs, "output", graph.outputs),
+        ):
+            problems += [
+                _missing(side, key, name, kind, found, section)
+                for key, name in names.items()
+                if name not in found
+            ]
+        problems += [
+            f"{entry['filename']}: graph input {name!r} is not fed by onnxruntime-genai; "
+            f"accepted: the names of model.{section}.inputs {sorted(set(inputs.values()))}"
+            for name in graph.inputs
+            if name not in inputs.values()
+        ]
+    processor = model.get("vision", {}).get("config_filename", _PROCESSOR_DEFAULT)
+    if "vision" in model and not (folder / processor).is_file():
+        problems.append(
+            f"model.vision.config_filename: {processor!r} is not a file in {folder}; the "
+            "multimodal processor reads its image transforms from it"
+        )
+    embeds = model["decoder"].get("inputs", {}).get(_INPUTS_EMBEDS, _INPUTS_EMBEDS)
+    if "embedding" in model and embeds not in decoder.inputs:
+        problems.append(_missing("inputs", _INPUTS_EMBEDS, embeds, "input", decoder.inputs))
+    return problems
+
+
+def _missing(
+    side: str,
+    key: str,
+    name: str,
+    kind: str,
+    found: Mapping[str, Any],
+    section: str = "decoder",
+) -> str:
     return (
-        f"model.decoder.{side}.{key}: {name!r} is not a graph {kind}; graph {kind}s: "
+        f"model.{section}.{side}.{key}: {name!r} is not a graph {kind}; graph {kind}s: "
         f"{sorted(found)[:8]}{' ...' if len(found) > 8 else ''}"
     )
 
 
 def _check_layers(
-    field: str, pattern: str, names: Mapping[str, Any], role: str, layers: int
+    field: str,
+    pattern: str,
+    names: Mapping[str, Any],
+    role: str,
+    layers: tuple[int, ...],
+    source: str,
 ) -> list[str]:
+    """`pattern` names one graph input/output per layer in `layers` (those with a KV cache,
+    counted by `source`: num_hidden_layers, or the attention layers of layer_types)."""
     try:
-        expected = [pattern % i for i in range(layers)]
+        expected = [pattern % i for i in layers]
     except (TypeError, ValueError):
         return [f"{field}: {pattern!r} has no single %d for the layer index"]
     missing = [name for name in expected if name not in names]
     if missing:
         return [
             f"{field}: graph lacks {missing[:3]}{' ...' if len(missing) > 3 else ''} for "
-            f"model.decoder.num_hidden_layers={layers}"
+            f"{source}={len(layers)}"
         ]
     family = layer_names(names, role)
-    if family is not None and family.pattern == pattern and len(family.indices) != layers:
+    if family is not None and family.pattern == pattern and len(family.indices) != len(layers):
         return [
-            f"model.decoder.num_hidden_layers: {layers} but the graph has "
-            f"{len(family.indices)} {pattern!r} entries"
+            f"{source}: {len(layers)} but the graph has {len(family.indices)} {pattern!r} entries"
         ]
     return []
 

@@ -1,4 +1,4 @@
-"""`mobius-genai run DIR --prompt TEXT`: stream generated text from a bundle."""
+"""`mobius-genai run DIR [--image PATH] --prompt TEXT`: stream generated text from a bundle."""
 
 from __future__ import annotations
 
@@ -13,6 +13,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `run`."""
     parser.add_argument("folder", help="bundle folder")
     parser.add_argument("--prompt", required=True, help="the user message (or raw text with --raw)")
+    parser.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an image file for a vision-language bundle (repeat for several); the prompt gets "
+        "the model's image placeholder for each image it does not place itself",
+    )
     parser.add_argument(
         "--max-new-tokens",
         type=positive_int,
@@ -31,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
         args.prompt,
         max_new_tokens=args.max_new_tokens,
         use_chat_template=not args.raw,
+        images=args.image,
     ):
         sys.stdout.write(piece)
         sys.stdout.flush()

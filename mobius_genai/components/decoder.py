@@ -8,7 +8,8 @@
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
 (granite). Norm modules carry the names transformers gives them for each placement, so
-checkpoints need no renames.
+checkpoints need no renames. A recurrent layer ("conv": LFM2) has a ShortConv block in place of
+attention; its cache is a state tuple of one tensor instead of (key, value).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
 from mobius_genai.components.mlp import make_mlp
+from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import Rotation
+from mobius_genai.components.short_conv import ShortConv
 from mobius_genai.config import ArchitectureConfig
 
 # placement → module names of the norms (attention input, attention output, MLP input,
@@ -53,8 +56,12 @@ class DecoderLayer(nn.Module):
                 setattr(
                     self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                 )
-        self.self_attn = Attention(config, layer_index)
-        self.mlp = make_mlp(config)
+        if config.has_kv_cache(layer_index):
+            self.self_attn, self.conv = Attention(config, layer_index), None
+        else:
+            self.self_attn, self.conv = None, ShortConv(config)
+        sparse = config.moe is not None and config.moe.is_sparse(layer_index)
+        self.mlp = MoEBlock(config) if sparse else make_mlp(config)
 
     def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
         name = self.slots[slot]
@@ -73,20 +80,26 @@ class DecoderLayer(nn.Module):
         position_ids: ir.Value,
         rotary: Rotation | None,
         attention_bias: ir.Value,
-        past_key: ir.Value,
-        past_value: ir.Value,
-    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        past: tuple[ir.Value, ...],
+        attention_mask: ir.Value,
+    ) -> tuple[ir.Value, tuple[ir.Value, ...]]:
+        """The layer output and its new cache: (key, value), or (state,) for a conv layer."""
         residual = hidden_states
         normed = self._norm(op, 0, hidden_states)
-        attn_out, present_key, present_value = self.self_attn(
-            op, normed, position_ids, rotary, attention_bias, past_key, past_value
-        )
+        if self.conv is not None:
+            attn_out, present = self.conv(op, normed, attention_mask, *past)
+            presents: tuple[ir.Value, ...] = (present,)
+        else:
+            attn_out, present_key, present_value = self.self_attn(
+                op, normed, position_ids, rotary, attention_bias, *past
+            )
+            presents = (present_key, present_value)
         attn_out = self._scaled(op, self._norm(op, 1, attn_out))
         if self.parallel:
             mlp_in = normed if self.slots[2] is None else self._norm(op, 2, residual)
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
-            return op.Add(op.Add(attn_out, mlp_out), residual), present_key, present_value
+            return op.Add(op.Add(attn_out, mlp_out), residual), presents
         hidden_states = op.Add(residual, attn_out)
         mlp_out = self.mlp(op, self._norm(op, 2, hidden_states))
         mlp_out = self._scaled(op, self._norm(op, 3, mlp_out))
-        return op.Add(hidden_states, mlp_out), present_key, present_value
+        return op.Add(hidden_states, mlp_out), presents

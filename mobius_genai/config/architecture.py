@@ -15,7 +15,12 @@ from typing import Any
 
 from mobius_genai._json import read_json_object
 from mobius_genai.config import fields
-from mobius_genai.config.layers import parse_layer_types, validate_layers
+from mobius_genai.config.layers import (
+    ATTENTION_LAYER_TYPES,
+    parse_layer_types,
+    validate_layers,
+)
+from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.errors import ConfigError
 from mobius_genai.size_limits import check_size
@@ -81,6 +86,10 @@ class ArchitectureConfig:
     - `lm_head_bias`: the LM head adds a bias (phi).
     - `attention_scale`: softmax scale when not 1/sqrt(head_dim) (gemma2/3's
       query_pre_attn_scalar**-0.5, granite's attention_multiplier).
+    - `moe`: the mixture-of-experts routing and sizes (config/moe.py); None for a dense decoder.
+    - `conv_kernel_size` / `conv_bias`: taps and bias of the depthwise causal convolution of
+      "conv" layers (LFM2's `conv_L_cache`, `conv_bias`); their state keeps
+      `conv_kernel_size - 1` columns.
     """
 
     model_type: str
@@ -121,6 +130,8 @@ class ArchitectureConfig:
     rope_interleaved: bool = False
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()
+    conv_kernel_size: int | None = None
+    conv_bias: bool = False
     attention_scale: float | None = None
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
@@ -128,6 +139,7 @@ class ArchitectureConfig:
     eos_token_id: tuple[int, ...] = ()
     pad_token_id: int | None = None
     torch_dtype: str | None = None
+    moe: MoeConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -163,6 +175,10 @@ class ArchitectureConfig:
         if self.rope_local is not None and self.layer_types[index] == "sliding_attention":
             return self.rope_local
         return self.rope
+
+    def has_kv_cache(self, index: int) -> bool:
+        """Whether layer `index` attends (KV cache) rather than carrying a recurrent state."""
+        return self.layer_types[index] in ATTENTION_LAYER_TYPES
 
     def window_of_layer(self, index: int) -> int | None:
         """Sliding-window size of layer `index`, or None for full attention."""
@@ -261,6 +277,7 @@ def _validate(config: ArchitectureConfig) -> None:
     validate_layers(config)
     _validate_attention_switches(config)
     _validate_multipliers(config)
+    validate_moe(config.moe, config.hidden_act)
     for rope in (config.rope, config.rope_local):
         if rope is not None:
             validate_rope(rope, config.head_dim)

@@ -1,4 +1,5 @@
-"""Layer kinds: which layers attend to the whole context and which to a sliding window."""
+"""Layer kinds: which layers attend to the whole context, which to a sliding window, and which
+carry a fixed-size recurrent state instead of a KV cache (LFM2's short convolutions)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from mobius_genai.errors import ConfigError
 if TYPE_CHECKING:
     from mobius_genai.config.architecture import ArchitectureConfig
 
-LAYER_TYPES = ("full_attention", "sliding_attention")
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+#: Layer kinds with a recurrent state (no KV cache), as transformers and onnxruntime-genai name them.
+RECURRENT_LAYER_TYPES = ("conv",)
+LAYER_TYPES = ATTENTION_LAYER_TYPES + RECURRENT_LAYER_TYPES
 
 
 def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:
@@ -58,6 +62,13 @@ def validate_layers(config: ArchitectureConfig) -> None:
         raise ConfigError(
             f"config.json: sliding_window must be a positive integer for sliding layers, "
             f"found {config.sliding_window!r}"
+        )
+    if "conv" in config.layer_types and (
+        not fields.is_int(config.conv_kernel_size) or config.conv_kernel_size < 2
+    ):
+        raise ConfigError(
+            f"config.json: conv layers need a kernel of at least 2 taps (conv_L_cache), found "
+            f"{config.conv_kernel_size!r}"
         )
     outside = [i for i in config.no_rope_layers if not 0 <= i < config.num_hidden_layers]
     if outside:

@@ -5,6 +5,10 @@ Values follow the spec's registry table (spec: "Supported Execution Providers");
 keyword-only fields carry what onnxruntime-genai 0.18 expects in genai_config.json, and
 `runtime` how onnxruntime, onnxruntime-genai and Olive name each EP and which wheel runs it.
 To add an EP, add one entry here; nothing else names EPs or their providers.
+
+`supports_fused_moe` is claimed only where onnxruntime's com.microsoft::MoE kernel was measured
+to compute the routing the MoE block emits (softmax, top-k, renormalization, interleaved SwiGLU;
+tests/optimize/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(
         name="cuda",
+        supports_fused_moe=False,  # MoE kernel not measured (see above)
         gqa_dtypes=frozenset({_F16, _BF16}),
         qkv_pack_dtypes=frozenset({_F16, _BF16}),
         provider_options={"enable_cuda_graph": "0"},
@@ -62,6 +67,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # (SeparateRoPE emits onnxruntime's RotaryEmbedding).
     EpCapabilities(
         name="dml",
+        supports_fused_moe=False,  # MoE kernel not measured (see above)
         gqa_dtypes=frozenset({_F16}),
         supports_fused_rope=False,
         provider_options={"enable_graph_capture": "0"},
@@ -80,6 +86,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # ORT WebGPU EP: Shape ops are eliminated. WebGPU has no bf16.
     EpCapabilities(
         name="webgpu",
+        supports_fused_moe=False,  # MoE kernel not measured (see above)
         gqa_dtypes=frozenset({_F32, _F16}),
         default_int4_accuracy_level=4,
         provider_options={"enableGraphCapture": "0"},
@@ -99,6 +106,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # plugin registers as "MLXExecutionProvider"; it has no graph-capture option.
     EpCapabilities(
         name="mlx",
+        supports_fused_moe=False,  # MoE kernel not measured (see above)
         gqa_dtypes=frozenset({_F32, _F16, _BF16}),
         runtime=RuntimeInfo(
             ort_provider="MLXExecutionProvider",
@@ -114,6 +122,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # DequantizeLinear + MatMul (onnxruntime-genai's builder emits that for it too, "use_qdq").
     EpCapabilities(
         name="trt-rtx",
+        supports_fused_moe=False,  # MoE kernel not measured (see above)
         gqa_dtypes=frozenset({_F16, _BF16}),
         supports_skip_layer_norm=False,
         enable_graph_capture=True,
@@ -135,6 +144,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         supports_fused_rope=False,
         supports_skip_layer_norm=False,
         supports_fused_matmul=False,
+        supports_fused_moe=False,
         supports_packed_multi_head_attention=False,
         supports_custom_ops=False,
         supports_matmul_nbits=False,

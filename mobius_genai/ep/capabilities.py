@@ -162,6 +162,10 @@ class EpCapabilities:
     fuses the pair back into MatMulNBits when it loads the graph)."""
     model_dtypes: frozenset[ir.DataType] = ALL_MODEL_DTYPES
     """Model dtypes this EP's runtime executes; building for another one is refused."""
+    supports_causal_conv_with_state: bool = True
+    """False → com.microsoft::CausalConvWithState (recurrent conv layers: LFM2) is expanded to
+    its standard body. onnxruntime 1.32's CPU EP has the kernel; onnxruntime-genai's builder
+    emits the op for every EP."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):

@@ -83,14 +83,13 @@ class TextModel(nn.Module):
         }
         presents = []
         for i, layer in enumerate(self.layers):
-            past_key, past_value = past_key_values[i]
             bias = biases[config.window_of_layer(i) or 0]
             rope = config.rope_of_layer(i)
             rotation = rotations[rope] if rope is not None else None
-            hidden_states, present_key, present_value = layer(
-                op, hidden_states, position_ids, rotation, bias, past_key, past_value
+            hidden_states, present = layer(
+                op, hidden_states, position_ids, rotation, bias, past_key_values[i], attention_mask
             )
-            presents.append((present_key, present_value))
+            presents.append(present)
         return self.norm(op, hidden_states), presents
 
     def _bias(self, op, input_ids, attention_mask, window: int) -> ir.Value:
@@ -154,9 +153,9 @@ class CausalLMModel(nn.Module):
         input_ids: ir.Value,
         attention_mask: ir.Value,
         position_ids: ir.Value,
-        past_key_values: list[tuple[ir.Value, ir.Value]],
+        past_key_values: list[tuple[ir.Value, ...]],
         inputs_embeds: ir.Value | None = None,
-    ) -> tuple[ir.Value, list[tuple[ir.Value, ir.Value]]]:
+    ) -> tuple[ir.Value, list[tuple[ir.Value, ...]]]:
         hidden_states, presents = self.model(
             op, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds
         )

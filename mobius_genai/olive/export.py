@@ -3,7 +3,8 @@
 Input: an `HfModelHandler` (local folder or hub id). Output: an `ONNXModelHandler` for the
 bundle's model.onnx whose `additional_files` list every other bundle file (genai_config.json,
 tokenizer files, README.md card, mobius_manifest.json), so Olive copies them beside the model
-through any later pass and into the workflow's output folder. The work is `package()`'s: the
+through any later pass and into the workflow's output folder; for a vision-language bundle a
+`CompositeModelHandler` of its graphs, which Olive saves as the folder it is. The work is `package()`'s: the
 bundle is validated (and smoke-tested unless `smoke_test` is false) before the pass returns.
 """
 
@@ -16,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from olive.hardware.accelerator import AcceleratorSpec
-from olive.model import HfModelHandler, ONNXModelHandler
+from olive.model import CompositeModelHandler, HfModelHandler, ONNXModelHandler
 from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from mobius_genai.build import MODEL_FILENAME
+from mobius_genai.bundle.card import GRAPH_SECTIONS
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.packager import default_output, package
+from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import ConfigError
 from mobius_genai.olive.providers import NO_PROVIDER_EP, mobius_ep_for
@@ -148,7 +151,7 @@ class MobiusExport(Pass):
 
     def _run_for_config(
         self, model: HfModelHandler, config: BasePassConfig, output_model_path: str
-    ) -> ONNXModelHandler:
+    ) -> ONNXModelHandler | CompositeModelHandler:
         if not isinstance(model, HfModelHandler):
             raise ConfigError(
                 f"MobiusExport: input model type {type(model).__name__}; accepted: an HfModel "
@@ -213,23 +216,46 @@ def int4_options(config: BasePassConfig) -> Int4Options | None:
 
 def bundle_model_handler(
     folder: Path, model_attributes: dict[str, Any] | None = None
-) -> ONNXModelHandler:
-    """ONNXModelHandler of the bundle in `folder`: model.onnx, the rest as additional files.
+) -> ONNXModelHandler | CompositeModelHandler:
+    """The Olive model of the bundle in `folder`.
 
-    The graph's external data files stay with the model (a later pass writes its own); every
-    other file is listed in `additional_files`, replacing the input model's list (Olive's
-    Pass.run then carries the input's files over, without overwriting these).
+    A one-graph bundle is an ONNXModelHandler of model.onnx: its external data files stay with
+    the model (a later pass writes its own); every other file is listed in
+    `additional_files`, replacing the input model's list (Olive's Pass.run then carries the
+    input's files over, without overwriting these). A vision-language bundle is a
+    CompositeModelHandler of its graphs (vision, embedding, decoder) marked `no_flatten`, so
+    Olive saves the folder as it is: graph names, weights and genai_config stay together.
     """
+    config = read_genai_config(folder)["model"]
+    if "vision" in config:
+        sections = [section for section in GRAPH_SECTIONS if section in config]
+        graphs = {config[section]["filename"] for section in sections}
+        weights = {
+            name for graph in graphs for name in GraphInfo.from_file(folder / graph).external_data
+        }
+        attributes = {
+            **(model_attributes or {}),
+            "no_flatten": True,
+            "additional_files": _files(folder, graphs | weights),
+        }
+        components = [
+            ONNXModelHandler(model_path=str(folder), onnx_file_name=config[section]["filename"])
+            for section in sections
+        ]
+        return CompositeModelHandler(components, sections, str(folder), attributes)
     weights = set(GraphInfo.from_file(folder / MODEL_FILENAME).external_data)
-    files = [
-        str(path)
-        for path in sorted(folder.iterdir())
-        if path.name != MODEL_FILENAME and path.name not in weights
-    ]
-    attributes = {**(model_attributes or {}), "additional_files": files}
+    attributes = {
+        **(model_attributes or {}),
+        "additional_files": _files(folder, {MODEL_FILENAME} | weights),
+    }
     return ONNXModelHandler(
         model_path=str(folder), onnx_file_name=MODEL_FILENAME, model_attributes=attributes
     )
+
+
+def _files(folder: Path, but: set[str]) -> list[str]:
+    """The paths of the files in `folder` not named in `but`."""
+    return [str(path) for path in sorted(folder.iterdir()) if path.name not in but]
 
 
 def _plain(value: Any, kind: type) -> bool:

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from mobius_genai.components.tier1 import TIER1_OPS, ep_runs
 from mobius_genai.ep.capabilities import EpCapabilities
-from mobius_genai.optimize.functions import TIER1_OPS, ep_runs
 from mobius_genai.optimize.rules import (
     bias_gelu,
     eliminate_shape,

@@ -14,7 +14,7 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 import onnxscript.optimizer
 
-from mobius_genai.optimize.functions import DropUnusedOptionalOutputsPass
+from mobius_genai.components.tier1 import DropUnusedOptionalOutputsPass
 
 __all__ = [
     "PROTECTED_INPUTS",

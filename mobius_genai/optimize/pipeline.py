@@ -19,11 +19,11 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnxscript.rewriter import pattern
 
+from mobius_genai.components.tier1 import ep_runs, needs_inlining, register_functions
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ExecutionProviderError
 from mobius_genai.optimize.declines import DeclineRecorder
-from mobius_genai.optimize.functions import ep_runs, needs_inlining, register_functions
 from mobius_genai.optimize.gates import FUSIONS, LOWERINGS, ROLES, GateInput, RuleGroup, gqa_gate
 from mobius_genai.optimize.passes import cleanup_passes, fold_passes
 from mobius_genai.optimize.rules import gqa
@@ -173,6 +173,7 @@ def optimize_model(
     report = OptimizationReport(ep=caps.name, dtype=dtype, role=model_role)
     tracer = Tracer(report, trace)
     tracer.target()
+    register_functions(model)  # Tier-1 ops components emit directly (MoE)
 
     cleanup = cleanup_passes()
     tracer.stage_header(f"Stage 1: Cleanup ({len(cleanup)} passes)")

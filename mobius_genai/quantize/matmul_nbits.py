@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.optimize.functions import MS_DOMAIN
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
 from mobius_genai.quantize.recipes import WeightFormat
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.optimize.functions import MS_DOMAIN
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.prequantized.tensor import ZERO_FORMS, PrequantizedTensor
 from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts

@@ -20,7 +20,7 @@ import dataclasses
 
 import onnx_ir as ir
 
-from mobius_genai.optimize.functions import MS_DOMAIN
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.quantize.streaming import WeightSource
 
 __all__ = ["Declined", "GatherUse", "MatMulUse", "WeightGroup", "find_weights"]

@@ -34,10 +34,26 @@ def present_names(layer: int) -> tuple[str, str]:
     return f"present.{layer}.key", f"present.{layer}.value"
 
 
+#: Per-layer state names of recurrent layers, as onnxruntime-genai 0.18's builder writes them
+#: (genai_config `past_conv_names` / `present_conv_names`).
+PAST_CONV, PRESENT_CONV = "past.%d.conv", "present.%d.conv"
+
+
+def _cache(config: ArchitectureConfig, layer: int, past: bool) -> list[tuple[str, list]]:
+    """(name, shape) of each cache tensor of `layer`: key and value, or a conv layer's state."""
+    if not config.has_kv_cache(layer):
+        shape = [BATCH, config.hidden_size, config.conv_kernel_size - 1]
+        return [((PAST_CONV if past else PRESENT_CONV) % layer, shape)]
+    length = PAST if past else TOTAL
+    shape = [BATCH, config.num_key_value_heads, length, config.head_dim]
+    return [(name, shape) for name in (past_names if past else present_names)(layer)]
+
+
 class CausalLMTask:
-    """Builds the decoder graph: input_ids, attention_mask, position_ids and the KV cache in;
-    logits and the updated KV cache out (names and layouts as in onnxruntime-genai). The
-    model's metadata names the build context's EP, so a bundle's graph says what it is for.
+    """Builds the decoder graph: input_ids, attention_mask, position_ids and the caches in
+    (KV for attention layers, a state for recurrent ones); logits and the updated caches out
+    (names and layouts as in onnxruntime-genai). The model's metadata names the build
+    context's EP, so a bundle's graph says what it is for.
 
     With `inputs_embeds` the decoder of a vision-language package: it also takes the embedding
     graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them)."""
@@ -60,20 +76,18 @@ class CausalLMTask:
         input_ids = builder.input("input_ids", int64, [BATCH, SEQ])
         attention_mask = builder.input("attention_mask", int64, [BATCH, TOTAL])
         position_ids = builder.input("position_ids", int64, [BATCH, SEQ])
-        cache_shape = [BATCH, config.num_key_value_heads, PAST, config.head_dim]
         past = [
-            tuple(builder.input(name, dtype, cache_shape) for name in past_names(i))
+            tuple(builder.input(name, dtype, shape) for name, shape in _cache(config, i, True))
             for i in range(config.num_hidden_layers)
         ]
         extra = () if embeds is None else (embeds,)
         logits, presents = module(builder.op, input_ids, attention_mask, position_ids, past, *extra)
         builder.add_output(logits, "logits")
         logits.shape = ir.Shape([BATCH, SEQ, config.vocab_size])
-        present_shape = ir.Shape([BATCH, config.num_key_value_heads, TOTAL, config.head_dim])
         for i, values in enumerate(presents):
-            for value, name in zip(values, present_names(i), strict=True):
+            for value, (name, shape) in zip(values, _cache(config, i, False), strict=True):
                 builder.add_output(value, name)
-                value.shape = present_shape
+                value.shape = ir.Shape(shape)
                 value.dtype = dtype
         return finish_model(graph, builder)
 
@@ -82,6 +96,7 @@ def finish_model(graph: ir.Graph, builder: GraphBuilder) -> ir.Model:
     """The model of a built graph, its functions attached and the build context's EP recorded."""
     model = ir.Model(graph, ir_version=10, producer_name="mobius-genai")
     model.metadata_props[BUILT_FOR_KEY] = ep_capabilities().name
-    for function in builder.functions.values():
+    for function in builder.functions.values():  # Tier-1 ops the components emit
         model.functions[function.identifier()] = function
+        graph.opset_imports.setdefault(function.domain, 1)
     return model

@@ -218,6 +218,9 @@ def test_every_mapped_model_type_runs_the_standard_decoder(bundle_copy, genai_ty
     path = folder / "genai_config.json"
     document = json.loads(path.read_text())
     document["model"]["type"] = genai_type
+    decoder = document["model"]["decoder"]
+    # hybrid model types (lfm2) need layer_types; a decoder of attention layers only is one
+    decoder["layer_types"] = ["full_attention"] * decoder["num_hidden_layers"]
     path.write_text(json.dumps(document))
     model = og.Model(str(folder))
     assert len(greedy_tokens(model, [1, 2, 3], 6)) == 3

@@ -36,6 +36,46 @@ def _with(path: str, value: object) -> dict:
 
 DELETE = object()
 
+#: Every key onnxruntime-genai 0.18 parses in model.vision and model.embedding.
+VISION = {
+    "filename": "vision.onnx",
+    "config_filename": "processor_config.json",
+    "adapter_filename": "vision.onnx_adapter",
+    "spatial_merge_size": 2,
+    "patch_size": 14,
+    "window_size": 112,
+    "tokens_per_second": 2.0,
+    "inputs": {
+        "pixel_values": "pixel_values",
+        "pixel_position_ids": "pixel_position_ids",
+        "image_sizes": "image_sizes",
+        "image_grid_thw": "image_grid_thw",
+        "attention_mask": "pixel_attention_mask",
+    },
+    "outputs": {"image_features": "image_features"},
+    "session_options": {"log_id": "vision", "provider_options": []},
+    "run_options": {"x": "1"},
+}
+PIPELINE_MODEL = {
+    "filename": "patch_embed.onnx",
+    "run_on_cpu": True,
+    "inputs": ["pixel_values"],
+    "outputs": ["patches"],
+    "session_options": {"log_id": "patch_embed"},
+    "run_options": {"x": "1"},
+}
+EMBEDDING = {
+    "filename": "embedding.onnx",
+    "inputs": {
+        "input_ids": "input_ids",
+        "image_features": "image_features",
+        "audio_features": "audio_features",
+    },
+    "outputs": {"inputs_embeds": "inputs_embeds"},
+    "session_options": {"log_id": "embedding"},
+    "run_options": {"x": "1"},
+}
+
 
 def _og_rejects(document: dict, folder: Path) -> bool:
     (folder / "genai_config.json").write_text(json.dumps(document))
@@ -133,6 +173,19 @@ def test_schema_rejects_broken_configs_naming_the_field(path, value, named):
         ("search/max_length", 2**31),
         ("search/top_k", 2**31),
         ("model/decoder/session_options/intra_op_num_threads", 2**31),
+        ("model/vision", {"filename": "vision.onnx", "bogus": 1}),
+        ("model/vision", {"filename": 3}),
+        ("model/vision", {"component": "vision"}),
+        ("model/vision", {"inputs": {"image_features": "x"}}),
+        ("model/vision", {"outputs": {"image_embeds": "x"}}),
+        ("model/vision", {"patch_size": "14"}),
+        ("model/vision", {"pipeline": {"patch_embed": {"bogus": 1}}}),
+        ("model/vision", {"pipeline": [{"patch_embed": {"run_on_cpu": "yes"}}]}),
+        ("model/embedding", {"config_filename": "processor_config.json"}),
+        ("model/embedding", {"inputs": {"pixel_values": "x"}}),
+        ("model/embedding", {"outputs": {"embeddings": "x"}}),
+        ("model/embedding", {"pipeline": []}),
+        ("model/embedding", {"filename": "embedding.onnx", "session_options": {"log_id": 1}}),
     ],
 )
 def test_what_genai_rejects_the_schema_rejects(path, value, tmp_path: Path):
@@ -163,6 +216,10 @@ def test_what_genai_rejects_the_schema_rejects(path, value, tmp_path: Path):
         ("search/chunk_size", 128),
         ("model/context_length", 2**31 - 1),
         ("search/random_seed", -1),
+        ("model/vision", VISION),
+        ("model/vision", {"pipeline": {"patch_embed": PIPELINE_MODEL}}),
+        ("model/vision", {"pipeline": [{"patch_embed": PIPELINE_MODEL}]}),
+        ("model/embedding", EMBEDDING),
     ],
 )
 def test_schema_accepts_extras_genai_accepts(path, value, tmp_path: Path):
@@ -196,7 +253,10 @@ def test_the_model_types_are_those_genai_runs_a_standard_decoder_with(bundle_cop
     folder = bundle_copy("default")
     document = json.loads((folder / "genai_config.json").read_text())
     outcomes = {}
-    for model_type in [*_model_types(), "gpt2", "lfm2", "olmo2", "Qwen2", "starcoder2"]:
+    # hybrid types (lfm2) read layer_types; every type accepts it
+    decoder = document["model"]["decoder"]
+    decoder["layer_types"] = ["full_attention"] * decoder["num_hidden_layers"]
+    for model_type in [*_model_types(), "gpt2", "olmo2", "Qwen2", "starcoder2"]:
         document["model"]["type"] = model_type
         (folder / "genai_config.json").write_text(json.dumps(document))
         try:

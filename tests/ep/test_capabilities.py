@@ -25,6 +25,7 @@ EXPECTED = {
         "runtime": RuntimeInfo(ort_provider="CPUExecutionProvider"),
     },
     "cuda": {
+        "supports_fused_moe": False,
         "gqa_dtypes": {F16, BF16},
         "qkv_pack_dtypes": {F16, BF16},
         "provider_options": {"enable_cuda_graph": "0"},
@@ -38,6 +39,7 @@ EXPECTED = {
         "graph_capture_option": "enable_cuda_graph",
     },
     "dml": {
+        "supports_fused_moe": False,
         "gqa_dtypes": {F16},
         "supports_fused_rope": False,
         "provider_options": {"enable_graph_capture": "0"},
@@ -55,6 +57,7 @@ EXPECTED = {
         "model_dtypes": {F32, F16},
     },
     "webgpu": {
+        "supports_fused_moe": False,
         "gqa_dtypes": {F32, F16},
         "default_int4_accuracy_level": 4,
         "provider_options": {"enableGraphCapture": "0"},
@@ -69,6 +72,7 @@ EXPECTED = {
         "model_dtypes": {F32, F16},
     },
     "mlx": {
+        "supports_fused_moe": False,
         "gqa_dtypes": {F32, F16, BF16},
         "runtime": RuntimeInfo(
             ort_provider="MLXExecutionProvider",
@@ -81,6 +85,7 @@ EXPECTED = {
         "default_dtype": F16,
     },
     "trt-rtx": {
+        "supports_fused_moe": False,
         "gqa_dtypes": {F16, BF16},
         "supports_skip_layer_norm": False,
         "enable_graph_capture": True,
@@ -96,6 +101,7 @@ EXPECTED = {
         "supports_matmul_nbits": False,
     },
     "onnx-standard": {
+        "supports_fused_moe": False,
         "supports_fused_rope": False,
         "supports_skip_layer_norm": False,
         "supports_fused_matmul": False,
@@ -154,6 +160,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_rms_normalization",
         "supports_matmul_nbits",
         "model_dtypes",
+        "supports_causal_conv_with_state",
     ]
 
 

@@ -182,6 +182,7 @@ def test_format_ep_table():
         "fused rope",
         "skip-norm",
         "fused matmul",
+        "fused MoE",
         "custom ops",
         "int4",
         "provider options",
@@ -203,7 +204,9 @@ def test_format_ep_table():
     assert rows["cpu"]["int4"] == "MatMulNBits, level 4"
     assert rows["default"]["int4"] == rows["onnx-standard"]["int4"] == "DequantizeLinear"
     standard = rows["onnx-standard"]
-    assert [standard[c] for c in header[2:7]] == ["-", "no", "no", "no", "no"]
+    assert [standard[c] for c in header[2:8]] == ["-", "no", "no", "no", "no", "no"]
+    assert rows["cpu"]["fused MoE"] == rows["default"]["fused MoE"] == "yes"
+    assert rows["cuda"]["fused MoE"] == "no"  # its MoE kernel is not measured
     assert lines[-2:] == [
         "aliases: portable -> default",
         "Names are accepted in any case, and an EP's onnxruntime EP name stands for it.",

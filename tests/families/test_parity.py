@@ -213,6 +213,12 @@ CASES = {
         },
     ),
     "olmo3": ("olmo3", {}),
+    # conv (with biases), attention, conv (tests/_hf.py); no biases, untied head, 4-tap kernel
+    "lfm2": ("lfm2", {}),
+    "lfm2_without_conv_bias_untied_4_taps": (
+        "lfm2",
+        {"conv_bias": False, "tie_word_embeddings": False, "conv_L_cache": 4},
+    ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
@@ -478,8 +484,12 @@ def test_a_mutant_that_leaves_checkpoint_tensors_unread_is_refused(case, tmp_pat
 
 @pytest.mark.parametrize("family", sorted({family for family, _ in CASES.values()}))
 def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
-    """The GQA fusion keeps each family's math (parity above) and leaves no Attention op."""
+    """The GQA fusion keeps each family's math (parity above) and leaves no Attention op; the
+    recurrent layers of hybrid families (lfm2's conv layers) keep their own op."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
     graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
     ops = [node.op_type for node in graph]
-    assert ops.count("GroupQueryAttention") == 3 and "Attention" not in ops
+    kinds = json.loads((ckpt / "config.json").read_text()).get("layer_types") or []
+    recurrent = sum(kind == "conv" for kind in kinds)
+    assert ops.count("GroupQueryAttention") == 3 - recurrent and "Attention" not in ops
+    assert ops.count("CausalConvWithState") == recurrent

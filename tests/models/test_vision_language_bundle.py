@@ -4,87 +4,39 @@ greedy tokens equal transformers' (the image is at the processor's size, so no r
 from __future__ import annotations
 
 import json
-import struct
-import zlib
-from pathlib import Path
+import re
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from mobius_genai.bundle.packager import package
-from tests._vlm import tiny_gemma3
+from mobius_genai.bundle.smoke import smoke_test
+from mobius_genai.bundle.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
+from mobius_genai.ep import get_ep
+from tests._vlm import transformers_tokens
+from tests.models.conftest import SIZE
 
 og = pytest.importorskip("onnxruntime_genai")
 
-IMAGE_SPECIALS = ["<start_of_image>", "<image_soft_token>", "<end_of_image>"]
-TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
-SIZE = 64  # 16 x 16 patches of 4: og's Gemma 3 processor assumes 256 image tokens
 
-
-def _png(pixels: np.ndarray) -> bytes:
-    """An 8-bit RGB PNG of `pixels` [height, width, 3] (no imaging library needed)."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    height, width, _ = pixels.shape
-    rows = b"".join(b"\x00" + row.tobytes() for row in pixels)
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
-    folder = tmp_path_factory.mktemp("gemma3-ckpt")
-    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
-    tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_SPECIALS})
-    boi, image, eoi = tokenizer.convert_tokens_to_ids(IMAGE_SPECIALS)
-    model = tiny_gemma3(
-        image_tokens=256,
-        image_size=SIZE,
-        text={"vocab_size": len(tokenizer) + 4},
-        image_token_index=image,
-        boi_token_index=boi,
-        eoi_token_index=eoi,
-    )
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    # Gemma3ImageProcessor's settings (saving it needs PIL, which tests do not install)
-    preprocessor = {
-        "image_processor_type": "Gemma3ImageProcessor",
-        "size": {"height": SIZE, "width": SIZE},
-        "rescale_factor": 1 / 255,
-        "image_mean": [0.5, 0.5, 0.5],
-        "image_std": [0.5, 0.5, 0.5],
-    }
-    (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    return model, folder
-
-
-def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(checkpoint, tmp_path):
-    model, folder = checkpoint
-    bundle = package(folder, "cpu", tmp_path / "bundle", quiet=True, smoke_test=False)
+def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
+    gemma3_checkpoint, gemma3_bundle, tmp_path
+):
+    model, _ = gemma3_checkpoint
+    bundle = gemma3_bundle
     config = json.loads((bundle / "genai_config.json").read_text())
     assert config["model"]["type"] == "gemma3"
     assert {"vision", "embedding", "decoder"} <= set(config["model"])
     image_path = tmp_path / "image.png"
     pixels = np.random.default_rng(0).integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
-    image_path.write_bytes(_png(pixels))
+    image_path.write_bytes(png_bytes(pixels))
 
     og_model = og.Model(str(bundle))
     processor = og_model.create_multimodal_processor()
     inputs = processor("<start_of_image>", images=og.Images.open(str(image_path)))
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     og_pixels = inputs["pixel_values"].as_numpy()
-    # transformers' processor for an image at its size: rescale, normalize, channels first
     hf_pixels = ((pixels / 255 - 0.5) / 0.5).astype(np.float32).transpose(2, 0, 1)[None]
     np.testing.assert_allclose(og_pixels, hf_pixels, atol=1e-5, rtol=0)
 
@@ -97,15 +49,40 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(checkp
     while not generator.is_done():
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    image_token = model.config.image_token_index
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(hf_pixels),
-            token_type_ids=(input_ids == image_token).long(),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    assert tokens == reference[0, input_ids.shape[1] :].tolist()
+    assert tokens == transformers_tokens(model, input_ids, pixels, new_tokens)
+
+
+def test_smoke_test_generates_with_an_image_at_the_processors_size_like_transformers(
+    gemma3_checkpoint, gemma3_bundle
+):
+    model, _ = gemma3_checkpoint
+    bundle = gemma3_bundle
+    result = smoke_test(bundle, get_ep("cpu"))
+    assert result.ran
+    assert f"with a {SIZE}x{SIZE} image" in result.note
+    assert result.note.endswith("same as a plain onnxruntime loop")
+    # the same prompt and image through og's processor give the ids transformers continues
+    pixels = smoke_pixels(SIZE, SIZE)
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    inputs = processor(
+        f"<start_of_image> {SMOKE_IMAGE_TEXT}", images=og.Images.open_bytes(png_bytes(pixels))
+    )
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    expected = transformers_tokens(model, input_ids, pixels, len(result.tokens))
+    assert list(result.tokens) == expected
+
+
+def test_package_smoke_tests_a_vision_language_bundle_with_an_image(
+    gemma3_checkpoint, tmp_path, capfd
+):
+    package(gemma3_checkpoint[1], "cpu", tmp_path / "bundle", smoke_test=True)
+    err = capfd.readouterr().err
+    assert f"with a {SIZE}x{SIZE} image" in err
+    # each graph's save reports its progress (one line each where stderr is not a terminal)
+    saved = re.findall(r"saving (\S+) \(graph (\d) of 3, (\w+)\): (\d+) of (\d+) tensors", err)
+    assert [(name, index, role) for name, index, role, _, _ in saved] == [
+        ("vision.onnx", "1", "vision"),
+        ("embedding.onnx", "2", "embedding"),
+        ("decoder.onnx", "3", "decoder"),
+    ]
+    assert all(done == total != "0" for *_, done, total in saved)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from mobius_genai.cli import main
+from tests.models.conftest import gemma3_bundle, gemma3_checkpoint  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"

@@ -33,11 +33,11 @@ from onnx_ir.passes.common import RemoveUnusedNodesPass
 from onnxscript.rewriter import pattern
 
 from mobius_genai.build import build_from_module
+from mobius_genai.components.tier1 import register_functions
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.optimize.declines import DeclineRecorder
-from mobius_genai.optimize.functions import register_functions
 
 HEADER = '<ir_version: 10, opset_import: ["" : 24]>'
 DTYPES = {"f32": ir.DataType.FLOAT, "f16": ir.DataType.FLOAT16}

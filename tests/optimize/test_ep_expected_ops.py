@@ -12,8 +12,8 @@ import collections
 
 import onnx_ir as ir
 
+from mobius_genai.components.tier1 import MS_DOMAIN, is_standard_domain
 from mobius_genai.optimize import optimize_model
-from mobius_genai.optimize.functions import MS_DOMAIN, is_standard_domain
 from tests.optimize._graphs import DTYPES, tiny_config, tiny_decoder
 
 LAYERS = 3

@@ -10,8 +10,7 @@ import onnx_ir as ir
 import pytest
 from onnx_ir.passes.common import InlinePass
 
-from mobius_genai.ep import get_ep
-from mobius_genai.optimize.functions import (
+from mobius_genai.components.tier1 import (
     MS_DOMAIN,
     TIER1_OPS,
     DropUnusedOptionalOutputsPass,
@@ -19,6 +18,7 @@ from mobius_genai.optimize.functions import (
     needs_inlining,
     register_functions,
 )
+from mobius_genai.ep import get_ep
 from tests.optimize._graphs import clone, op_counts, parse, random_feeds, run
 
 TOLERANCE = 1e-5  # f32, max abs diff between kernel and body

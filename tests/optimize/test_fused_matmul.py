@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx_ir.passes.common import InlinePass
 
-from mobius_genai.optimize.functions import MS_DOMAIN
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.rules import fused_matmul
 from tests.optimize._graphs import (
     clone,

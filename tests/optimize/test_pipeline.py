@@ -11,10 +11,10 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
+from mobius_genai.components.tier1 import MS_DOMAIN, is_standard_domain
 from mobius_genai.ep import ep_registry, get_ep
 from mobius_genai.errors import ExecutionProviderError
 from mobius_genai.optimize import optimize_model
-from mobius_genai.optimize.functions import MS_DOMAIN, is_standard_domain
 from tests.optimize._graphs import (
     clone,
     max_diff,

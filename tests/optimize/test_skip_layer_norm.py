@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mobius_genai.optimize.functions import MS_DOMAIN
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.rules import skip_layer_norm
 from tests.optimize._graphs import (
     clone,

@@ -17,6 +17,7 @@ import numpy as np
 
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.weights import TensorSource, no_preprocess
 
 # A config value, or a function of the (aliased) config.json dict that computes it.
@@ -71,6 +72,8 @@ class FamilyAdapter:
     # Regex over graph parameter names the hook changes (None: all); the others are read as
     # stored, matrices a block at a time (weights.CheckpointTensor).
     preprocessed_weights: str | None = None
+    # How the checkpoint stores MoE experts (expert_weights.py); None for dense families.
+    experts: ExpertLayout | None = None
 
     def preprocessed(self, name: str) -> bool:
         """Whether `preprocess_weight` may change the graph parameter `name`."""

@@ -3,7 +3,9 @@
 A row holds only what its family changes over the generic llama-style decoder (adapter.py says
 what each field means). The functions and shared fragments rows name live beside this module,
 one module per kind of quirk: readers (one-key switches and numbers), heads, scales, rope,
-layers, preprocess (checkpoint value changes) and gpt2_names. Adding a family is adding a row.
+layers, preprocess (checkpoint value changes) and gpt2_names. The rows of other model kinds
+live in modules of their own (moe_rows, hybrid_rows) and join the table here. Adding a family
+is adding a row.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
+from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
     exaone4_no_rope_layers,
     smollm3_no_rope_layers,
 )
+from mobius_genai.models.families.moe_rows import MOE_FAMILIES
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
     PACKED_QKV,
@@ -49,6 +53,7 @@ _GEMMA2_OVERRIDES = {
     "norm_placement": "sandwich",
     "attention_scale": query_pre_attn_scale,
 }
+
 
 # One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
 # "decoder" (adapter.py).
@@ -489,6 +494,8 @@ _FAMILIES = (
         config_defaults={"tie_word_embeddings": True},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
     ),
+    *MOE_FAMILIES,
+    *HYBRID_FAMILIES,
 )
 
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}

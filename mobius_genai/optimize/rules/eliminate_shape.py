@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.optimize.functions import is_standard_domain
+from mobius_genai.components.tier1 import is_standard_domain
 
 _INTEGER_TYPES = (ir.DataType.INT64, ir.DataType.INT32)
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
-from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules import describe
 
 __all__ = ["TransposeMatMulFusion", "rules"]

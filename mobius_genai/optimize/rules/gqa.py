@@ -45,8 +45,8 @@ from onnxscript.rewriter import MatchContext, pattern
 
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
-from mobius_genai.optimize.functions import MS_DOMAIN
 
 GQA_OP = "GroupQueryAttention"
 # GroupQueryAttention input positions.

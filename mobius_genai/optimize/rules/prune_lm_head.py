@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.optimize.functions import MS_DOMAIN, is_standard_domain
+from mobius_genai.components.tier1 import MS_DOMAIN, is_standard_domain
 
 LOGITS = "logits"
 INPUT_IDS = "input_ids"

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from onnxscript.rewriter import pattern
 
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
-from mobius_genai.optimize.functions import MS_DOMAIN
 from mobius_genai.optimize.rules.skip_norm import check_skip_operands
 
 __all__ = ["SkipLayerNormFusion", "rules"]

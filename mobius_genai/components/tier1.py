@@ -21,14 +21,35 @@ already contained, so the opset is always new enough):
   forms the FusedMatMul rule emits. onnxruntime picks its kernel whatever the overload is.
 - ``BiasGelu(A, B)``: ``Gelu(A + B)`` (erf form; onnxruntime's BiasGelu is the exact GELU).
 - ``FastGelu(X, bias)``: ``Gelu(X + bias, approximate="tanh")``.
+- ``MoE(input, router_probs, fc1_experts_weights, [fc1_experts_bias], fc2_experts_weights,
+  [fc2_experts_bias])`` with SwiGLU experts whose gate and up rows interleave
+  (``activation_type="swiglu"``, ``swiglu_fusion=1``, the only SwiGLU form onnxruntime's CPU kernel
+  takes): ``p = Softmax(router_probs)`` over the experts, the ``k`` largest ``p`` (divided by
+  their sum when ``normalize_routing_weights``), and for each picked expert ``e``
+  ``fc2[e] @ swiglu(fc1[e] @ x + b1[e]) + b2[e]`` weighted and summed, where
+  ``swiglu(g, l) = G * sigmoid(alpha * G) * (L + beta)``, ``G = min(g, limit)``,
+  ``L = clip(l, -limit, limit)`` (measured against onnxruntime 1.32's CPU kernel,
+  tests/optimize/test_moe_function.py). The body runs every expert on every token and weights
+  the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
+  the two biases; ``""`` has none (the node leaves those inputs empty).
 
-The bias inputs of the Skip*Normalization ops are not covered (the rules never emit them), so a
-node that uses one gets no body.
+- ``CausalConvWithState(input, weight, bias, past_state)``: the depthwise causal convolution of
+  ``window = Concat(past_state, input)`` along the last axis, ``output[b, c, t] =
+  sum_j window[b, c, t + j] * weight[c, 0, j]``, then the activation (overload ``""``: none,
+  ``"silu"``: SiLU); ``present_state`` is the last ``k - 1`` columns of ``window``. The taps are
+  gathered as a [L, k] index grid rather than a grouped Conv, whose ``group`` attribute a body
+  could not take from the shapes. onnxruntime 1.32 runs this com.microsoft op on the CPU EP; the
+  standard opset-27 op of the same name has no kernel there, so components emit this one.
+
+The bias inputs of the Skip*Normalization and CausalConvWithState ops are not covered (neither
+rules nor components emit them: a conv bias is added after the op), so a node that uses one gets
+no body.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -76,6 +97,8 @@ class Tier1Op:
     """Overload → body builder (the default body has overload "")."""
     capability: str | None = None
     """EpCapabilities field that says whether the EP has the kernel (besides supports_custom_ops)."""
+    uncovered_inputs: frozenset[int] = frozenset()
+    """Optional input positions the body ignores: a node that fills one gets no body."""
 
     def function(self, overload: str, opset: int) -> ir.Function:
         """The body for `overload` as an ir.Function importing ONNX opset `opset`."""
@@ -93,8 +116,11 @@ class Tier1Op:
 
     def covers(self, node: ir.Node) -> bool:
         """Whether a body exists for this call (its overload and number of inputs)."""
-        return node.overload in self.bodies and self.min_inputs <= len(node.inputs) <= len(
-            self.inputs
+        filled = {i for i, value in enumerate(node.inputs) if value is not None}
+        return (
+            node.overload in self.bodies
+            and self.min_inputs <= len(node.inputs) <= len(self.inputs)
+            and not filled & self.uncovered_inputs
         )
 
 
@@ -104,6 +130,10 @@ def _float_attr(name: str, default: float) -> ir.Attr:
 
 def _int_attr(name: str, default: int) -> ir.Attr:
     return ir.Attr(name, ir.AttributeType.INT, default)
+
+
+def _string_attr(name: str, default: str) -> ir.Attr:
+    return ir.Attr(name, ir.AttributeType.STRING, default)
 
 
 def _epsilon(tape: ir.tape.Tape) -> ir.Value:
@@ -172,6 +202,128 @@ def _fast_gelu_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.V
     return [tape.op("Gelu", [tape.op("Add", [x, bias])], {"approximate": "tanh"})]
 
 
+def _ref_constant(tape: ir.tape.Tape, name: str, kind: ir.AttributeType) -> ir.Value:
+    key = "value_int" if kind == ir.AttributeType.INT else "value_float"
+    return tape.op("Constant", [], {key: ir.RefAttr(key, name, kind)})
+
+
+def _ints(tape: ir.tape.Tape, *values: int) -> ir.Value:
+    return tape.op("Constant", [], {"value_ints": list(values)})
+
+
+def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> ir.Value:
+    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0."""
+    probs = tape.op("Softmax", [router], {"axis": -1})
+    k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
+    top, index = tape.op_multi_out("TopK", [probs, k], {"axis": -1}, num_outputs=2)
+    normalize = tape.op(
+        "CastLike", [_ref_constant(tape, "normalize_routing_weights", ir.AttributeType.INT), top]
+    )
+    one = tape.op("CastLike", [tape.op("Constant", [], {"value_float": 1.0}), top])
+    total = tape.op("ReduceSum", [top, _ints(tape, -1)], {"keepdims": 1})
+    # normalize is 0 or 1, so the divisor is exactly 1 or exactly the sum
+    divisor = tape.op("Add", [tape.op("Mul", [total, normalize]), tape.op("Sub", [one, normalize])])
+    zeros = tape.op("Sub", [probs, probs])
+    return tape.op("ScatterElements", [zeros, index, tape.op("Div", [top, divisor])], {"axis": 1})
+
+
+def _swiglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
+    """[..., 2I] with gate and up interleaved → G * sigmoid(alpha * G) * (L + beta)."""
+    pairs = tape.op(
+        "Reshape",
+        [
+            fused,
+            tape.op(
+                "Concat", [tape.op("Shape", [fused], {"end": -1}), _ints(tape, -1, 2)], {"axis": 0}
+            ),
+        ],
+    )
+    gate, up = tape.op_multi_out("Split", [pairs], {"axis": -1, "num_outputs": 2}, num_outputs=2)
+    last = _ints(tape, -1)
+    gate, up = tape.op("Squeeze", [gate, last]), tape.op("Squeeze", [up, last])
+    limit = tape.op("CastLike", [_ref_constant(tape, "swiglu_limit", ir.AttributeType.FLOAT), gate])
+    gate = tape.op("Min", [gate, limit])
+    up = tape.op("Clip", [up, tape.op("Neg", [limit]), limit])
+    alpha = tape.op(
+        "CastLike", [_ref_constant(tape, "activation_alpha", ir.AttributeType.FLOAT), gate]
+    )
+    beta = tape.op("CastLike", [_ref_constant(tape, "activation_beta", ir.AttributeType.FLOAT), up])
+    swish = tape.op("Mul", [gate, tape.op("Sigmoid", [tape.op("Mul", [alpha, gate])])])
+    return tape.op("Mul", [swish, tape.op("Add", [up, beta])])
+
+
+def _moe(tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool) -> list[ir.Value]:
+    x, router, fc1, fc1_bias, fc2, fc2_bias = params
+    rows = tape.op(
+        "Reshape",
+        [
+            x,
+            tape.op("Concat", [_ints(tape, -1), tape.op("Shape", [x], {"start": -1})], {"axis": 0}),
+        ],
+    )
+    weights = _routing_weights(tape, router)
+    to_in_out = {"perm": [0, 2, 1]}
+    middle = _ints(tape, 1)
+    hidden = tape.op("MatMul", [rows, tape.op("Transpose", [fc1], to_in_out)])  # [E, T, 2I]
+    if biased:
+        hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [fc1_bias, middle])])
+    out = tape.op("MatMul", [_swiglu(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
+    if biased:
+        out = tape.op("Add", [out, tape.op("Unsqueeze", [fc2_bias, middle])])
+    per_expert = tape.op(
+        "Unsqueeze", [tape.op("Transpose", [weights], {"perm": [1, 0]}), _ints(tape, 2)]
+    )
+    total = tape.op(
+        "ReduceSum", [tape.op("Mul", [out, per_expert]), _ints(tape, 0)], {"keepdims": 0}
+    )
+    return [tape.op("Reshape", [total, tape.op("Shape", [x])])]
+
+
+def _moe_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    return _moe(tape, params, biased=False)
+
+
+def _moe_biased_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    return _moe(tape, params, biased=True)
+
+
+def _dim(tape: ir.tape.Tape, value: ir.Value, axis: int) -> ir.Value:
+    """The size of `axis` of `value` as an int64 scalar."""
+    size = tape.op("Shape", [value], {"start": axis, "end": axis + 1})
+    return tape.op("Squeeze", [size, tape.op("Constant", [], {"value_ints": [0]})])
+
+
+def _causal_conv(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    x, weight, _bias, past = params
+    window = tape.op("Concat", [past, x], {"axis": -1})  # [B, C, k - 1 + L]
+    length = _dim(tape, x, 2)
+    zero = tape.op("Constant", [], {"value_int": 0})
+    one = tape.op("Constant", [], {"value_int": 1})
+    positions = tape.op("Range", [zero, length, one])
+    taps = tape.op("Range", [zero, _dim(tape, weight, 2), one])
+    grid = tape.op(
+        "Add",
+        [
+            tape.op("Unsqueeze", [positions, tape.op("Constant", [], {"value_ints": [1]})]),
+            tape.op("Unsqueeze", [taps, tape.op("Constant", [], {"value_ints": [0]})]),
+        ],
+    )  # [L, k]: window column of tap j at step t
+    patches = tape.op("Gather", [window, grid], {"axis": 2})  # [B, C, L, k]
+    output = tape.op(
+        "ReduceSum", [tape.op("Mul", [patches, weight]), _last_axis(tape)], {"keepdims": 0}
+    )
+    end = tape.op("Constant", [], {"value_ints": [2**63 - 1]})
+    starts = tape.op("Unsqueeze", [length, tape.op("Constant", [], {"value_ints": [0]})])
+    axes = tape.op("Constant", [], {"value_ints": [2]})
+    present = tape.op("Slice", [window, starts, end, axes])
+    return [output, present]
+
+
+def _causal_conv_silu(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    output, present = _causal_conv(tape, params)
+    return [tape.op("Mul", [output, tape.op("Sigmoid", [output])]), present]
+
+
 _SKIP_NORM_OUTPUTS = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
 
 TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
@@ -232,6 +384,43 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 attributes=(),
                 bodies={"": _fast_gelu_body},
             ),
+            Tier1Op(
+                "MoE",
+                inputs=(
+                    "input",
+                    "router_probs",
+                    "fc1_experts_weights",
+                    "fc1_experts_bias",
+                    "fc2_experts_weights",
+                    "fc2_experts_bias",
+                ),
+                min_inputs=5,
+                outputs=("output",),
+                optional_outputs=frozenset(),
+                attributes=(
+                    _int_attr("k", 1),
+                    ir.Attr("activation_type", ir.AttributeType.STRING, "relu"),
+                    _int_attr("normalize_routing_weights", 0),
+                    _int_attr("use_sparse_mixer", 0),
+                    _int_attr("swiglu_fusion", 0),
+                    _float_attr("swiglu_limit", math.inf),
+                    _float_attr("activation_alpha", 1.0),
+                    _float_attr("activation_beta", 0.0),
+                ),
+                bodies={"": _moe_body, "bias": _moe_biased_body},
+                capability="supports_fused_moe",
+            ),
+            Tier1Op(
+                "CausalConvWithState",
+                inputs=("input", "weight", "bias", "past_state"),
+                min_inputs=4,
+                outputs=("output", "present_state"),
+                optional_outputs=frozenset(),
+                attributes=(_int_attr("ndim", 1), _string_attr("activation", "none")),
+                bodies={"": _causal_conv, "silu": _causal_conv_silu},
+                capability="supports_causal_conv_with_state",
+                uncovered_inputs=frozenset({2}),
+            ),
         )
     }
 )
@@ -280,6 +469,7 @@ def register_functions(model: ir.Model) -> list[ir.OperatorIdentifier]:
             continue
         if opset is None:
             opset = _default_opset(model)
+            model.opset_imports.setdefault(MS_DOMAIN, 1)
         model.functions[identifier] = spec.function(node.overload, opset)
         added.append(identifier)
     return added

@@ -1,0 +1,148 @@
+"""The smoke test's image run for a vision-language bundle (genai_config with `model.vision`).
+
+onnxruntime-genai's multimodal processor turns a prompt with the model type's image
+placeholder and a generated image at the processor's size into input_ids and pixel_values, and
+the generator runs vision → embedding → decoder. The reference is a plain onnxruntime loop
+over the same three graphs fed the processor's tensors: the vision graph once, the embedding
+graph every step (the image features on the prompt, an empty [0, hidden] tensor after it, as
+onnxruntime-genai does), the decoder with the embedding graph's output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import onnxruntime_genai as og
+
+from mobius_genai._json import read_json
+from mobius_genai.bundle.generate import (
+    greedy_tokens,
+    image_inputs,
+    image_placeholder,
+    load_tokenizer,
+)
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import BundleError
+
+#: The smoke test's prompt after the model type's image placeholder.
+SMOKE_IMAGE_TEXT = "Describe the image."
+#: onnxruntime-genai's default for model.vision.config_filename.
+_PROCESSOR_DEFAULT = "processor_config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ImagePrompt:
+    """What the multimodal processor made of the smoke test's prompt and image."""
+
+    input_ids: list[int]
+    pixel_values: np.ndarray
+    size: tuple[int, int]  # width, height of the generated image
+
+
+def has_vision(config: Mapping[str, Any]) -> bool:
+    """Whether genai_config describes a vision-language pipeline."""
+    return "vision" in config["model"]
+
+
+def image_greedy(
+    model: og.Model, folder: Path, config: Mapping[str, Any], max_new_tokens: int
+) -> tuple[ImagePrompt, list[int], str]:
+    """(prompt, generated ids, generated text) of a greedy run with an image."""
+    text = f"{image_placeholder(folder, config)} {SMOKE_IMAGE_TEXT}"
+    width, height = processor_size(folder, config)
+    image = og.Images.open_bytes(png_bytes(smoke_pixels(height, width)))
+    inputs = image_inputs(model, text, image, f"{folder}: the smoke test's image")
+    prompt = ImagePrompt(
+        [int(token) for token in inputs["input_ids"].as_numpy().reshape(-1)],
+        inputs["pixel_values"].as_numpy(),
+        (width, height),
+    )
+    max_length = min(len(prompt.input_ids) + max_new_tokens, config["model"]["context_length"])
+    tokens = greedy_tokens(model, inputs, max_length)
+    return prompt, tokens, load_tokenizer(model, folder).decode(tokens)
+
+
+def image_note(prompt: ImagePrompt) -> str:
+    """The smoke note's words for the image, e.g. " with a 64x64 image"."""
+    return f" with a {prompt.size[0]}x{prompt.size[1]} image"
+
+
+def processor_size(folder: Path, config: Mapping[str, Any]) -> tuple[int, int]:
+    """(width, height) the image processor resizes to (its Resize transform)."""
+    name = config["model"]["vision"].get("config_filename", _PROCESSOR_DEFAULT)
+    document = read_json(folder / name, BundleError, name)
+    transforms = document.get("processor", {}).get("transforms", [])
+    for transform in transforms:
+        operation = transform.get("operation", {})
+        attrs = operation.get("attrs", {})
+        if operation.get("type") == "Resize" and {"width", "height"} <= set(attrs):
+            return int(attrs["width"]), int(attrs["height"])
+    raise BundleError(
+        f"{folder / name}: no Resize transform with width and height; accepted: the image "
+        "processor config `mobius-genai package` writes"
+    )
+
+
+def smoke_pixels(height: int, width: int) -> np.ndarray:
+    """The smoke test's image: seeded random RGB pixels [height, width, 3] uint8."""
+    return np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def png_bytes(pixels: np.ndarray) -> bytes:
+    """An 8-bit RGB PNG of `pixels` [height, width, 3] uint8 (no imaging library needed)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    height, width, _ = pixels.shape
+    rows = b"".join(b"\x00" + row.tobytes() for row in pixels)
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
+
+
+def image_embedder(
+    folder: Path, config: Mapping[str, Any], prompt: ImagePrompt, entries: Mapping[str, str]
+) -> Callable[[Sequence[int]], dict[str, np.ndarray]]:
+    """The decoder's extra input per step, from the vision and embedding graphs on CPU.
+
+    The vision graph runs once here and is released; the returned function feeds the new
+    tokens to the embedding graph with the image features the first time, an empty
+    [0, hidden] tensor after that, and names its output as the decoder input of that name. `entries` are
+    ORT session config entries.
+    """
+    model = config["model"]
+    vision = _session(folder / model["vision"]["filename"], entries)
+    (features,) = vision.run(None, {vision.get_inputs()[0].name: prompt.pixel_values})
+    del vision
+    embedding = _session(folder / model["embedding"]["filename"], entries)
+    features_name = next(i.name for i in embedding.get_inputs() if i.name != "input_ids")
+    embeds_name = embedding.get_outputs()[0].name
+    pending = [features]
+
+    def embed(new: Sequence[int]) -> dict[str, np.ndarray]:
+        image = pending.pop() if pending else features[:0]
+        feed = {"input_ids": np.asarray([new], np.int64), features_name: image}
+        return {embeds_name: embedding.run([embeds_name], feed)[0]}
+
+    return embed
+
+
+def _session(path: Path, entries: Mapping[str, str]) -> ort.InferenceSession:
+    """A CPU session of the graph at `path` with ORT config `entries`."""
+    options = ort.SessionOptions()
+    for key, value in entries.items():
+        options.add_session_config_entry(key, value)
+    return ort.InferenceSession(str(path), options, providers=[get_ep("cpu").runtime.ort_provider])

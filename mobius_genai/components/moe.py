@@ -1,0 +1,77 @@
+"""The mixture-of-experts block: a router, one com.microsoft::MoE node over the experts, and an
+optional shared expert.
+
+The MoE node is a Tier-1 op (components/tier1.py, whose body the pipeline registers as it
+starts): onnxruntime runs its fused kernel, other runtimes expand the standard-ONNX body, and
+EPs whose capabilities lack `supports_fused_moe` get the body inlined at build time. The expert weights are stacked in the
+op's layout: `experts.gate_up_proj` [experts, 2 * intermediate, hidden] with gate and up rows
+interleaved (gate of row j at 2j, up at 2j + 1), `experts.down_proj` [experts, hidden,
+intermediate] (expert_weights.py reads them from the checkpoint).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.linear import Linear, parameter
+from mobius_genai.components.mlp import GatedMLP
+from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.moe import MOE_ACTIVATION, MoeConfig
+
+
+class Experts(nn.Module):
+    """The stacked expert weights; calling it gives them to the MoE node (fc1, fc2)."""
+
+    def __init__(self, moe: MoeConfig, hidden: int) -> None:
+        super().__init__()
+        inter = moe.intermediate_size
+        self.gate_up_proj = parameter([moe.num_experts, 2 * inter, hidden])
+        self.down_proj = parameter([moe.num_experts, hidden, inter])
+
+    def forward(self, op) -> tuple[ir.Value, ir.Value]:
+        return self.gate_up_proj, self.down_proj
+
+
+class MoEBlock(nn.Module):
+    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]."""
+
+    def __init__(self, config: ArchitectureConfig) -> None:
+        super().__init__()
+        moe = config.moe
+        if moe is None:
+            raise ValueError("MoEBlock needs a config with moe set")
+        self.moe = moe
+        self.gate = Linear(config.hidden_size, moe.num_experts)
+        self.experts = Experts(moe, config.hidden_size)
+        self.shared_expert = (
+            GatedMLP(config.hidden_size, moe.shared_expert_size, MOE_ACTIVATION)
+            if moe.shared_expert_size
+            else None
+        )
+        self.shared_expert_gate = Linear(config.hidden_size, 1) if moe.shared_expert_gate else None
+
+    def forward(self, op, x: ir.Value) -> ir.Value:
+        moe = self.moe
+        logits = op.Reshape(self.gate(op, x), op.Constant(value_ints=[-1, moe.num_experts]))
+        fc1, fc2 = self.experts(op)
+        out = op.MoE(
+            x,
+            logits,
+            fc1,
+            None,
+            fc2,
+            k=moe.top_k,
+            activation_type="swiglu",
+            swiglu_fusion=1,
+            normalize_routing_weights=int(moe.normalize_top_k),
+            _domain=MS_DOMAIN,
+        )
+        out.type, out.shape = x.type, x.shape  # what onnxruntime's schema infers
+        if self.shared_expert is None:
+            return out
+        shared = self.shared_expert(op, x)
+        if self.shared_expert_gate is not None:
+            shared = op.Mul(op.Sigmoid(self.shared_expert_gate(op, x)), shared)
+        return op.Add(out, shared)

@@ -1,0 +1,68 @@
+"""LFM2's short-convolution block: a gated depthwise causal convolution with a carried state.
+
+    B, C, x = split(in_proj(h))          (each [batch, hidden, seq] after a transpose)
+    y = out_proj(C * conv(B * x))        conv: depthwise, causal, `conv_kernel_size` taps
+
+The convolution is the Tier-1 op com.microsoft::CausalConvWithState (components/tier1.py
+holds its standard body), whose state is the last `conv_kernel_size - 1` columns of
+[state | B * x]: onnxruntime-genai's `past.%d.conv` / `present.%d.conv` of [batch, hidden,
+conv_kernel_size - 1]. Left-padding positions are zeroed before the projection, as transformers
+does (their values would otherwise leak into the state).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.linear import Linear, parameter
+from mobius_genai.components.tier1 import TIER1_OPS
+from mobius_genai.config import ArchitectureConfig
+
+
+class _DepthwiseConv(nn.Module):
+    """The kernel [hidden, 1, taps] (and bias) under the checkpoint's name `conv.conv`."""
+
+    def __init__(self, channels: int, taps: int, bias: bool) -> None:
+        super().__init__()
+        self.weight = parameter([channels, 1, taps])
+        self.bias = parameter([channels]) if bias else None
+
+    def forward(self, op, x: ir.Value, past_state: ir.Value) -> tuple[ir.Value, ir.Value]:
+        opset = op.builder.root.graph.opset_imports[""]
+        function = TIER1_OPS["CausalConvWithState"].function("", opset)
+        output, present = op.call(
+            function, x, self.weight, None, past_state, _outputs=2, activation="none", ndim=1
+        )
+        if self.bias is not None:  # with no activation, a bias after the op is the same
+            output = op.Add(output, op.Unsqueeze(self.bias, op.Constant(value_ints=[1])))
+        return output, present
+
+
+class ShortConv(nn.Module):
+    """The operator block of an LFM2 "conv" layer; returns its output and the new state."""
+
+    def __init__(self, config: ArchitectureConfig) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.hidden = hidden
+        self.in_proj = Linear(hidden, 3 * hidden, config.conv_bias)
+        self.conv = _DepthwiseConv(hidden, config.conv_kernel_size, config.conv_bias)
+        self.out_proj = Linear(hidden, hidden, config.conv_bias)
+
+    def forward(
+        self, op, hidden_states: ir.Value, attention_mask: ir.Value, past_state: ir.Value
+    ) -> tuple[ir.Value, ir.Value]:
+        seq = op.Shape(hidden_states, start=1, end=2)
+        current = op.Slice(
+            attention_mask,
+            op.Neg(seq),
+            op.Constant(value_ints=[2**63 - 1]),
+            op.Constant(value_ints=[1]),
+        )
+        keep = op.CastLike(op.Unsqueeze(current, op.Constant(value_ints=[2])), hidden_states)
+        projected = op.Transpose(self.in_proj(op, op.Mul(hidden_states, keep)), perm=[0, 2, 1])
+        b, c, x = op.Split(projected, num_outputs=3, axis=1, _outputs=3)
+        conv_out, present = self.conv(op, op.Mul(b, x), past_state)
+        gated = op.Transpose(op.Mul(c, conv_out), perm=[0, 2, 1])
+        return self.out_proj(op, gated), present

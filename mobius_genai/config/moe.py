@@ -1,0 +1,136 @@
+"""Mixture-of-experts switches: the routing and expert sizes of a MoE decoder, as data.
+
+A MoE layer replaces the MLP with a router (a [hidden, experts] projection), the top-k experts
+of each token (gated SiLU MLPs of `intermediate_size`) and their weighted sum. The families
+read here route the same way (transformers' SparseMoeBlock / TopKRouter): a softmax over every
+expert's logit, the `top_k` largest probabilities, renormalized to sum 1 when `normalize_top_k`
+(mixtral, qwen3_moe; what granitemoe computes as a softmax over the top-k logits). Layers not in
+`sparse_layers` keep a dense MLP (qwen*_moe's `mlp_only_layers` / `decoder_sparse_step`); a
+`shared_expert_size` adds an always-on gated MLP, scaled by sigmoid(x @ gate) when
+`shared_expert_gate` (qwen2_moe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mobius_genai.config import fields
+from mobius_genai.errors import ConfigError
+
+#: The expert MLP activation the MoE op and its body compute (SwiGLU with alpha 1: silu(gate) * up).
+MOE_ACTIVATION = "silu"
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeConfig:
+    """Routing and expert sizes of a MoE decoder (see the module docstring)."""
+
+    num_experts: int
+    top_k: int
+    intermediate_size: int
+    normalize_top_k: bool
+    sparse_layers: tuple[int, ...]
+    shared_expert_size: int = 0
+    shared_expert_gate: bool = False
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether layer `layer` runs the experts (else its dense MLP)."""
+        return layer in self.sparse_layers
+
+
+@dataclasses.dataclass(frozen=True)
+class MoeKeys:
+    """The config.json names a family gives the MoE fields (a row's data).
+
+    `normalize` is the key of the renormalization switch, or a bool the family fixes.
+    `intermediate` falls back to `intermediate_size` when absent. `sparse_step` / `dense_layers`
+    name qwen's `decoder_sparse_step` / `mlp_only_layers` (None: every layer is sparse).
+    `shared_expert` names the shared expert's size (None: no shared expert).
+    """
+
+    num_experts: str
+    intermediate: str = "intermediate_size"
+    normalize: str | bool = "norm_topk_prob"
+    normalize_default: bool = False
+    sparse_step: str | None = None
+    dense_layers: str | None = None
+    shared_expert: str | None = None
+    shared_expert_gate: bool = False
+    top_k: str = "num_experts_per_tok"
+
+
+def moe_reader(keys: MoeKeys) -> Callable[[Mapping[str, Any]], MoeConfig]:
+    """A config override (FamilyAdapter.config_overrides["moe"]) that reads `keys`."""
+    return lambda raw: read_moe(raw, keys)
+
+
+def read_moe(raw: Mapping[str, Any], keys: MoeKeys) -> MoeConfig:
+    """The MoeConfig of config.json `raw`, read through `keys`; errors name the field."""
+    num_layers = fields.require(raw, "num_hidden_layers")
+    num_experts = fields.require(raw, keys.num_experts)
+    top_k = fields.require(raw, keys.top_k)
+    if top_k > num_experts:
+        raise ConfigError(
+            f"config.json: field {keys.top_k!r} is {top_k}, more than the {num_experts} experts "
+            f"({keys.num_experts}); accepted: 1..{num_experts}"
+        )
+    intermediate = raw.get(keys.intermediate)
+    key = keys.intermediate if intermediate is not None else "intermediate_size"
+    normalize = keys.normalize
+    if isinstance(normalize, str):
+        normalize = fields.flag(raw.get(normalize), normalize, keys.normalize_default)
+    shared = 0
+    if keys.shared_expert is not None:
+        shared = fields.integer(raw.get(keys.shared_expert), keys.shared_expert, 0, positive=False)
+    return MoeConfig(
+        num_experts=num_experts,
+        top_k=top_k,
+        intermediate_size=fields.require(raw, key),
+        normalize_top_k=normalize,
+        sparse_layers=_sparse_layers(raw, keys, num_layers),
+        shared_expert_size=shared,
+        shared_expert_gate=keys.shared_expert_gate and shared > 0,
+    )
+
+
+def _sparse_layers(raw: Mapping[str, Any], keys: MoeKeys, num_layers: int) -> tuple[int, ...]:
+    """Layers that run the experts: qwen's rule, (i + 1) % step == 0 and i not MLP-only."""
+    step = 1
+    if keys.sparse_step is not None:
+        step = fields.integer(raw.get(keys.sparse_step), keys.sparse_step, 1)
+    dense: tuple[int, ...] = ()
+    if keys.dense_layers is not None:
+        dense = fields.int_tuple(raw.get(keys.dense_layers), keys.dense_layers)
+        outside = [i for i in dense if not 0 <= i < num_layers]
+        if outside:
+            raise ConfigError(
+                f"config.json: field {keys.dense_layers!r} holds {outside}; accepted: layer "
+                f"indices 0..{num_layers - 1}"
+            )
+    return tuple(i for i in range(num_layers) if (i + 1) % step == 0 and i not in dense)
+
+
+def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
+    """Refuse what the MoE block cannot compute exactly."""
+    if moe is None:
+        return
+    if not isinstance(moe, MoeConfig):
+        raise ConfigError(f"config.json: moe must be a MoeConfig or None, found {moe!r}")
+    for name in ("num_experts", "top_k", "intermediate_size"):
+        value = getattr(moe, name)
+        if not fields.is_int(value) or value <= 0:
+            raise ConfigError(
+                f"config.json: MoE {name} must be a positive integer, found {value!r}"
+            )
+    if moe.top_k > moe.num_experts:
+        raise ConfigError(
+            f"config.json: num_experts_per_tok {moe.top_k} exceeds the {moe.num_experts} experts; "
+            f"accepted: 1..{moe.num_experts}"
+        )
+    if hidden_act != MOE_ACTIVATION:
+        raise ConfigError(
+            f"config.json: hidden_act {hidden_act!r} is not supported in MoE experts; "
+            f"accepted: {MOE_ACTIVATION!r}"
+        )

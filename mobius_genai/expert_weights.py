@@ -1,0 +1,185 @@
+"""MoE expert weights: per-expert (or fused 3-D) checkpoint tensors, stacked lazily into the
+layout of com.microsoft::MoE.
+
+The graph holds one [experts, 2 * inter, hidden] tensor with each expert's gate and up rows
+interleaved and one [experts, hidden, inter] tensor (components/moe.py). Checkpoints store them
+per expert (`experts.{e}.gate_proj.weight`, ... as transformers' save_pretrained writes
+mixtral, qwen*_moe, olmoe) or fused (granitemoe's `input_linear` [E, 2I, H] = [gate | up],
+gpt_oss's `gate_up_proj` [E, H, 2I] interleaved). An `ExpertsTensor` reads one expert at a time:
+saving it writes expert by expert, so a layer's experts are never all in memory at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping
+from typing import BinaryIO
+
+import numpy as np
+import onnx_ir as ir
+
+from mobius_genai.errors import WeightsError
+from mobius_genai.weight_checks import require_finite
+from mobius_genai.weights import Checkpoint, TensorSource
+
+GATE_UP = "gate_up_proj"
+DOWN = "down_proj"
+_FLOAT_STORED = frozenset({"F16", "BF16", "F32", "F64"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertLayout:
+    """Where a family's checkpoint keeps the experts of a MoE layer (a family row's data).
+
+    Names are relative to the experts module's checkpoint path (the graph path through the
+    family's renames). With "{e}" in `gate`, each expert has its own tensors: `gate`, `up` and
+    `down` [out, in] matrices. Without it, `gate` names one fused [E, 2I, H] tensor ([gate | up]
+    rows, or interleaved rows with `interleaved`; `up` is None) and `down` one [E, H, I] tensor;
+    `in_out` says both fused tensors are stored transposed ([E, H, 2I] and [E, I, H]).
+    """
+
+    gate: str = "{e}.gate_proj.weight"
+    up: str | None = "{e}.up_proj.weight"
+    down: str = "{e}.down_proj.weight"
+    interleaved: bool = False
+    in_out: bool = False
+
+    @property
+    def per_expert(self) -> bool:
+        return "{e}" in self.gate
+
+
+class ExpertsTensor(ir.LazyTensor):
+    """A stacked [experts, rows, columns] parameter read one expert at a time (`expert(e)`)."""
+
+    def __init__(
+        self,
+        read: Callable[[int], np.ndarray],
+        dtype: ir.DataType,
+        shape: tuple[int, ...],
+        name: str,
+    ) -> None:
+        super().__init__(self._load, dtype=dtype, shape=ir.Shape(shape), name=name)
+        self._read = read
+
+    def expert(self, index: int) -> np.ndarray:
+        """Expert `index`'s [rows, columns] matrix in the graph's dtype, contiguous."""
+        return np.ascontiguousarray(self._read(index).astype(self.dtype.numpy(), copy=False))
+
+    def experts(self) -> Iterator[np.ndarray]:
+        for index in range(int(self.shape[0])):
+            yield self.expert(index)
+
+    def _load(self) -> ir.TensorProtocol:
+        return ir.Tensor(np.stack(list(self.experts())), dtype=self.dtype, name=self.name)
+
+    def tofile(self, file: BinaryIO) -> None:
+        """Write the tensor's bytes to `file` an expert at a time."""
+        for matrix in self.experts():
+            file.write(matrix.tobytes())
+
+
+def _interleave(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    fused = np.empty((2 * gate.shape[0], *gate.shape[1:]), gate.dtype)
+    fused[0::2], fused[1::2] = gate, up
+    return fused
+
+
+class _Reader:
+    """Checks and reads the experts of one layer whose checkpoint path is `base`."""
+
+    def __init__(self, checkpoint: Checkpoint, layout: ExpertLayout, base: str, graph: str):
+        self.checkpoint, self.layout, self.base, self.graph = checkpoint, layout, base, graph
+
+    def name(self, template: str, expert: int = 0) -> str:
+        return f"{self.base}.{template.format(e=expert)}"
+
+    def check(self, template: str, expected: tuple[int, ...], experts: int) -> list[str]:
+        """The checkpoint tensors `template` names, each checked for its shape and dtype."""
+        names = [self.name(template, e) for e in range(experts if "{e}" in template else 1)]
+        for name in names:
+            if name not in self.checkpoint:
+                raise WeightsError(
+                    f"{self.checkpoint.folder}: checkpoint lacks tensor {name!r} (experts of "
+                    f"graph parameter {self.graph!r})"
+                )
+            stored = self.checkpoint.shape(name)
+            if stored != expected:
+                raise WeightsError(
+                    f"{self.checkpoint.folder}: tensor {name!r} has shape {list(stored)}, the "
+                    f"MoE sizes in config.json need {list(expected)}"
+                )
+            if self.checkpoint.dtype(name) not in _FLOAT_STORED:
+                raise WeightsError(
+                    f"{self.checkpoint.folder}: tensor {name!r} is stored as "
+                    f"{self.checkpoint.dtype(name)}; accepted: {', '.join(sorted(_FLOAT_STORED))}"
+                )
+        return names
+
+    def read(self, template: str, expert: int) -> np.ndarray:
+        """Expert `expert`'s matrix of `template`, refused if it holds NaN or Inf."""
+        if "{e}" in template:
+            source, index = self.name(template, expert), None
+            matrix = self.checkpoint.read(source)
+        else:
+            source, index = self.name(template), (slice(expert, expert + 1),)
+            matrix = self.checkpoint.read(source, index)[0]
+            matrix = matrix.T if self.layout.in_out else matrix
+        require_finite(matrix, self.checkpoint, source, index, self.graph)
+        return matrix
+
+    def gate_up(self, expert: int) -> np.ndarray:
+        layout = self.layout
+        if layout.per_expert:
+            gate = self.read(layout.gate, expert)
+            return _interleave(gate, self.read(layout.up or "", expert))
+        fused = self.read(layout.gate, expert)
+        if layout.interleaved:
+            return fused
+        half = fused.shape[0] // 2
+        return _interleave(fused[:half], fused[half:])
+
+    def down(self, expert: int) -> np.ndarray:
+        return self.read(self.layout.down, expert)
+
+
+def expert_tensors(
+    parameters: Mapping[str, ir.Value],
+    checkpoint: Checkpoint,
+    layout: ExpertLayout,
+    checkpoint_name: Callable[[str], str | TensorSource],
+) -> tuple[dict[str, ExpertsTensor], list[str]]:
+    """An ExpertsTensor read from `checkpoint` for every stacked expert parameter.
+
+    `checkpoint_name` is the family's graph → checkpoint name map, applied to the experts
+    module's path. Missing or misshapen tensors raise a WeightsError naming them, before
+    anything is built. Returns the tensors by parameter name and the checkpoint tensors read.
+    """
+    tensors: dict[str, ExpertsTensor] = {}
+    read: list[str] = []
+    for name, value in parameters.items():
+        base, _, leaf = name.rpartition(".")
+        if leaf not in (GATE_UP, DOWN) or not base.endswith(".experts"):
+            continue
+        source = checkpoint_name(base)
+        reader = _Reader(
+            checkpoint, layout, source if isinstance(source, str) else source.names[0], name
+        )
+        experts, rows, columns = (int(d) for d in value.shape)
+        if leaf == GATE_UP:
+            if layout.per_expert:
+                for template in (layout.gate, layout.up or ""):
+                    read += reader.check(template, (rows // 2, columns), experts)
+            else:
+                stored = (experts, columns, rows) if layout.in_out else (experts, rows, columns)
+                read += reader.check(layout.gate, stored, experts)
+            load = reader.gate_up
+        else:
+            if layout.per_expert:
+                read += reader.check(layout.down, (rows, columns), experts)
+            else:
+                stored = (experts, columns, rows) if layout.in_out else (experts, rows, columns)
+                read += reader.check(layout.down, stored, experts)
+            load = reader.down
+        tensors[name] = ExpertsTensor(load, value.dtype, (experts, rows, columns), name)
+    return tensors, read

@@ -1,0 +1,42 @@
+"""The hybrid rows of the family table: recurrent layers (a state, no KV cache) between
+attention layers."""
+
+from __future__ import annotations
+
+from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.hybrid import (
+    lfm2_conv_kernel_size,
+    lfm2_intermediate_size,
+    lfm2_layer_types,
+)
+from mobius_genai.models.families.readers import switch
+
+HYBRID_FAMILIES = (
+    # Hybrid: short-convolution layers (a recurrent state, no KV cache) between attention
+    # layers with per-head q/k RMSNorms; the final norm is called embedding_norm.
+    FamilyAdapter(
+        model_type="lfm2",
+        genai_type="lfm2",
+        config_aliases={
+            "tie_embedding": "tie_word_embeddings",
+            "block_ff_dim": "intermediate_size",
+        },
+        config_defaults={"tie_word_embeddings": True, "layer_types": lfm2_layer_types},
+        config_overrides={
+            "qk_norm": True,
+            "intermediate_size": lfm2_intermediate_size,
+            "conv_kernel_size": lfm2_conv_kernel_size,
+            "conv_bias": switch("conv_bias", False),
+        },
+        weight_renames=(
+            (r"\.input_layernorm\.", ".operator_norm."),
+            (r"\.post_attention_layernorm\.", ".ffn_norm."),
+            (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
+            (r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),
+            (r"\.mlp\.gate_proj\.", ".feed_forward.w1."),
+            (r"\.mlp\.up_proj\.", ".feed_forward.w3."),
+            (r"\.mlp\.down_proj\.", ".feed_forward.w2."),
+            (r"^model\.norm\.", "model.embedding_norm."),
+        ),
+    ),
+)

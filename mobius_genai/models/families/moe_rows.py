@@ -1,0 +1,82 @@
+"""The mixture-of-experts rows of the family table (config/moe.py, components/moe.py).
+
+onnxruntime-genai runs these on its generic decoder path; `experts` says where each family's
+checkpoint keeps the expert matrices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mobius_genai.config.moe import MoeKeys, moe_reader
+from mobius_genai.expert_weights import ExpertLayout
+from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.readers import positive_number, switch
+
+# qwen2_moe / qwen3_moe: expert size and the dense layers (mlp_only_layers, decoder_sparse_step)
+_QWEN_MOE = MoeKeys(
+    num_experts="num_experts",
+    intermediate="moe_intermediate_size",
+    sparse_step="decoder_sparse_step",
+    dense_layers="mlp_only_layers",
+)
+
+MOE_FAMILIES = (
+    FamilyAdapter(
+        model_type="mixtral",
+        config_overrides={
+            "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True))
+        },
+        weight_renames=((r"\.mlp\.", ".block_sparse_moe."),),
+        experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    ),
+    FamilyAdapter(
+        model_type="qwen3_moe",
+        # transformers 5 writes num_local_experts; hub configs name it num_experts
+        config_aliases={"num_local_experts": "num_experts"},
+        config_overrides={"qk_norm": True, "moe": moe_reader(_QWEN_MOE)},
+        experts=ExpertLayout(),
+    ),
+    FamilyAdapter(
+        model_type="qwen2_moe",
+        config_overrides={
+            "qkv_bias": switch("qkv_bias", True),
+            "o_bias": False,
+            "moe": moe_reader(
+                dataclasses.replace(
+                    _QWEN_MOE,
+                    shared_expert="shared_expert_intermediate_size",
+                    shared_expert_gate=True,
+                )
+            ),
+        },
+        experts=ExpertLayout(),
+    ),
+    FamilyAdapter(
+        model_type="olmoe",
+        # OlmoeAttention clips q/k after their norms, not at the projection as olmo does
+        refused_keys=("clip_qkv",),
+        config_overrides={
+            "qk_norm": True,
+            "qk_norm_per_head": False,
+            "moe": moe_reader(MoeKeys(num_experts="num_experts")),
+        },
+        experts=ExpertLayout(),
+    ),
+    FamilyAdapter(
+        model_type="granitemoe",
+        config_overrides={
+            "embedding_multiplier": positive_number("embedding_multiplier"),
+            "residual_multiplier": positive_number("residual_multiplier"),
+            "logits_scaling": positive_number("logits_scaling"),
+            "attention_scale": positive_number("attention_multiplier"),
+            # a softmax over the top-k logits: the top-k softmax probabilities renormalized
+            "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True)),
+        },
+        weight_renames=(
+            (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
+            (r"\.mlp\.experts$", ".block_sparse_moe"),
+        ),
+        experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
+    ),
+)

@@ -1,0 +1,182 @@
+"""Mixture-of-experts families vs transformers, and what each EP's graph holds.
+
+f32, 2 x 12-token prefill + 4 cached decode steps, <= 1e-4 on the portable graph (MoE kept as
+com.microsoft::MoE, run by onnxruntime's kernel), the cpu graph (the fused kernel beside GQA) and
+onnx-standard (the MoE body inlined into standard ONNX). Tiny checkpoints have 4 experts, 2 per
+token, so the prompt's tokens pick different pairs (checked below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import mobius_genai
+from mobius_genai.errors import ConfigError, UnsupportedModelError, WeightsError
+from mobius_genai.models import FAMILIES
+from tests._hf import hf_reference_logits, load_reference_model, write_tiny_checkpoint
+from tests._ort import max_abs_diff, ort_session, run_like_reference
+
+TOLERANCE = 1e-4
+EPS = ("default", "cpu", "onnx-standard")
+MOE_FAMILIES = tuple(name for name, family in FAMILIES.items() if family.experts is not None)
+
+CASES = {
+    **{family: (family, {}) for family in MOE_FAMILIES},
+    "qwen3_moe_not_renormalized": ("qwen3_moe", {"norm_topk_prob": False}),
+    "qwen2_moe_every_second_layer_sparse": ("qwen2_moe", {"decoder_sparse_step": 2}),
+    "mixtral_top1": ("mixtral", {"num_experts_per_tok": 1}),
+    "olmoe_attention_bias_tied": ("olmoe", {"attention_bias": True, "tie_word_embeddings": True}),
+    "granitemoe_attention_bias": ("granitemoe", {"attention_bias": True}),
+}
+
+
+def _ids(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(3, 128, size=(2, 12))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_moe_graphs_match_transformers(case, tmp_path):
+    family, overrides = CASES[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
+    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
+    diffs = {}
+    for ep in EPS:
+        package = mobius_genai.build(ckpt, ep, "f32", progress=False)
+        ours = run_like_reference(ort_session(package, tmp_path / ep), reference)
+        diffs[ep] = max_abs_diff(ours, reference.logits)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_prompt_routes_tokens_to_different_experts(tmp_path):
+    """The parity prompts exercise routing: the first layer's picks differ between tokens."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral", seed=1)
+    model = load_reference_model(ckpt)
+    picks = []
+    router = model.model.layers[0].mlp.gate
+    hook = router.register_forward_hook(lambda module, args, out: picks.append(out[2]))
+    with torch.no_grad():
+        model(torch.tensor(_ids()))
+    hook.remove()
+    pairs = {tuple(sorted(row)) for row in picks[0].tolist()}
+    assert len(pairs) >= 3, pairs
+
+
+def _mutant_parity(tmp_path, family, mutant, **overrides) -> float:
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
+    reference = hf_reference_logits(ckpt, _ids(), decode_steps=1)
+    package = mobius_genai.build(ckpt, "cpu", "f32", progress=False)
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(FAMILIES, family, mutant(FAMILIES[family]))
+        package = mobius_genai.build(ckpt, "onnx-standard", "f32", progress=False)
+    ours = run_like_reference(ort_session(package, tmp_path / "mutant"), reference)
+    return max_abs_diff(ours, reference.logits)
+
+
+def _with_moe(family, **changes):
+    reader = family.config_overrides["moe"]
+    overrides = {
+        **family.config_overrides,
+        "moe": lambda raw: dataclasses.replace(reader(raw), **changes),
+    }
+    return dataclasses.replace(family, config_overrides=overrides)
+
+
+MUTANTS = {
+    "mixtral_not_renormalized": ("mixtral", lambda f: _with_moe(f, normalize_top_k=False)),
+    "qwen2_moe_renormalized": ("qwen2_moe", lambda f: _with_moe(f, normalize_top_k=True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MUTANTS))
+def test_parity_fails_with_one_routing_detail_wrong(case, tmp_path):
+    family, mutant = MUTANTS[case]
+    assert _mutant_parity(tmp_path, family, mutant) > 10 * TOLERANCE
+
+
+def test_a_shared_expert_read_without_its_gate_is_refused(tmp_path):
+    """An ungated shared expert would drop the checkpoint's gate: named before anything runs."""
+    with pytest.raises(WeightsError, match="shared_expert_gate.weight"):
+        _mutant_parity(tmp_path, "qwen2_moe", lambda f: _with_moe(f, shared_expert_gate=False))
+
+
+@pytest.mark.parametrize(
+    ("ep", "fused"), [("default", True), ("cpu", True), ("cuda", False), ("onnx-standard", False)]
+)
+def test_moe_op_where_the_capability_says(ep, fused, tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "qwen3_moe")
+    graph = mobius_genai.build(ckpt, ep, "f32", load_weights=False)["model"].graph
+    ops = [(node.domain, node.op_type) for node in graph]
+    # mlp_only_layers [1]: layers 0 and 2 run experts
+    assert ops.count(("com.microsoft", "MoE")) == (2 if fused else 0)
+    if ep == "onnx-standard":
+        assert {domain for domain, _ in ops} == {""}
+
+
+def _config(ckpt, **changes) -> None:
+    path = ckpt / "config.json"
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def test_more_experts_per_token_than_experts_is_refused(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral")
+    _config(ckpt, num_experts_per_tok=5)
+    with pytest.raises(ConfigError, match="'num_experts_per_tok' is 5, more than the 4 experts"):
+        mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
+
+
+def test_unknown_dense_layer_index_is_refused(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "qwen3_moe")
+    _config(ckpt, mlp_only_layers=[7])
+    with pytest.raises(ConfigError, match="'mlp_only_layers' holds \\[7\\]"):
+        mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
+
+
+def test_olmoe_clip_qkv_is_refused(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "olmoe")
+    _config(ckpt, clip_qkv=1.0)
+    with pytest.raises(UnsupportedModelError, match="clip_qkv"):
+        mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
+
+
+def test_moe_experts_need_silu(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral")
+    _config(ckpt, hidden_act="gelu")
+    with pytest.raises(ConfigError, match="hidden_act 'gelu' is not supported in MoE experts"):
+        mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
+
+
+def _rewrite_checkpoint(ckpt, change) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    tensors = load_file(ckpt / "model.safetensors")
+    change(tensors)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+
+
+def test_missing_expert_tensor_is_named(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral")
+    name = "model.layers.1.block_sparse_moe.experts.3.w3.weight"
+    _rewrite_checkpoint(ckpt, lambda tensors: tensors.pop(name))
+    with pytest.raises(WeightsError, match=f"lacks tensor '{name}'"):
+        mobius_genai.build(ckpt, "cpu", "f32")
+
+
+def test_misshapen_fused_expert_tensor_is_named(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "granitemoe")
+    name = "model.layers.0.block_sparse_moe.output_linear.weight"
+
+    def change(tensors):
+        tensors[name] = tensors[name][:, :, :50].copy()
+
+    _rewrite_checkpoint(ckpt, change)
+    with pytest.raises(WeightsError, match=f"'{name}' has shape \\[4, 64, 50\\].*\\[4, 64, 96\\]"):
+        mobius_genai.build(ckpt, "cpu", "f32")

@@ -1,0 +1,102 @@
+"""`mobius-genai run BUNDLE --image PATH --prompt ...` and the card of a vision-language bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mobius_genai.bundle.packager import package
+from mobius_genai.bundle.smoke_image import png_bytes
+from mobius_genai.cli import main
+from tests._vlm import transformers_tokens
+from tests.bundle.conftest import TINY_QWEN2
+from tests.models.conftest import SIZE
+
+og = pytest.importorskip("onnxruntime_genai")
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> tuple[Path, np.ndarray]:
+    pixels = np.random.default_rng(1).integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8)
+    path = tmp_path / "photo.png"
+    path.write_bytes(png_bytes(pixels))
+    return path, pixels
+
+
+def test_run_with_an_image_streams_what_transformers_generates(
+    gemma3_checkpoint, gemma3_bundle, image, capsys
+):
+    """The prompt gets the image placeholder in front; greedy, so the text is transformers'."""
+    model, _ = gemma3_checkpoint
+    path, pixels = image
+    command = ["run", str(gemma3_bundle), "--image", str(path), "--prompt", "Describe it."]
+    assert main([*command, "--raw", "--max-new-tokens", "5"]) == 0
+    text = capsys.readouterr().out
+
+    og_model = og.Model(str(gemma3_bundle))
+    processor = og_model.create_multimodal_processor()
+    inputs = processor("<start_of_image> Describe it.", images=og.Images.open(str(path)))
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    expected = transformers_tokens(model, input_ids, pixels, 5)
+    assert text == og.Tokenizer(og_model).decode(expected) + "\n"
+
+
+def test_run_applies_the_chat_template_around_the_image_prompt(gemma3_bundle, image, capsys):
+    command = ["run", str(gemma3_bundle), "--image", str(image[0]), "--prompt", "Describe it."]
+    assert main([*command, "--max-new-tokens", "3"]) == 0
+    assert capsys.readouterr().out.endswith("\n")
+
+
+def test_image_on_a_text_only_bundle_is_one_clear_error(packaged_qwen2, image, capsys):
+    command = ["run", str(packaged_qwen2), "--image", str(image[0]), "--prompt", "Hi"]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "takes no images" in err and "model.type 'qwen2'" in err
+    assert "Traceback" not in err
+
+
+def test_a_missing_image_file_is_one_clear_error(gemma3_bundle, tmp_path, capsys):
+    missing = tmp_path / "nope.png"
+    command = ["run", str(gemma3_bundle), "--image", str(missing), "--prompt", "Hi"]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert f"{missing}: not a file" in err and "Traceback" not in err
+
+
+def test_a_file_that_is_not_png_or_jpeg_is_one_clear_error(gemma3_bundle, tmp_path, capsys):
+    """onnxruntime-extensions' decoder ends the process on such a file: it must not get it."""
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"BM not an image")
+    command = ["run", str(gemma3_bundle), "--image", str(broken), "--prompt", "Hi"]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert f"{broken}: not a PNG or JPEG image (starts with b'BM n')" in err
+    assert "Traceback" not in err
+
+
+def test_the_card_lists_the_graphs_and_an_image_run(gemma3_bundle):
+    card = (gemma3_bundle / "README.md").read_text()
+    graphs = next(line for line in card.splitlines() if line.startswith("| Graphs |"))
+    assert graphs == (
+        "| Graphs | `vision.onnx` (vision: pixel_values → image_features), `embedding.onnx` "
+        "(embedding: input_ids, image_features → inputs_embeds), `decoder.onnx` (decoder) |"
+    )
+    assert f"mobius-genai run {gemma3_bundle.name} --image photo.png --prompt" in card
+    for name in ("vision.onnx", "vision.onnx.data", "processor_config.json"):
+        row = next(line for line in card.splitlines() if line.startswith(f"| `{name}` |"))
+        assert not row.endswith("|  |")  # each file says what it is
+
+
+def test_a_text_bundle_card_lists_its_one_graph(packaged_qwen2):
+    card = (packaged_qwen2 / "README.md").read_text()
+    assert "| Graphs | `model.onnx` (decoder) |" in card
+    assert "--image" not in card
+
+
+@pytest.fixture(scope="module")
+def packaged_qwen2(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("qwen2") / "bundle"
+    return package(TINY_QWEN2, "cpu", out, quiet=True, smoke_test=False)
