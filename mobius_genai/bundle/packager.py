@@ -177,9 +177,15 @@ def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> P
 
 
 def bundle_name(model: str | Path, ep: str, precision: str) -> str:
-    """`<model name>-<ep>-<precision>`: a local folder's name or a hub id's last part."""
+    """`<model name>-<ep>-<precision>`: a local folder's name, a GGUF file's stem or a hub id's
+    last part."""
     local = Path(model).expanduser()
-    name = local.resolve().name if local.is_dir() else str(model).rstrip("/").rsplit("/", 1)[-1]
+    if local.is_dir():
+        name = local.resolve().name
+    elif local.is_file() and local.suffix.lower() == ".gguf":
+        name = local.resolve().stem
+    else:
+        name = str(model).rstrip("/").rsplit("/", 1)[-1]
     return f"{name}-{ep}-{precision}"
 
 
