@@ -111,8 +111,13 @@ class GgufCheckpoint:
         if name not in self._tensors:
             raise WeightsError(f"{self.folder}: tensor {name!r} not found in the GGUF file")
         tensor = self._tensors[name]
-        array = dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32)
-        array = self._unpermute(name, array.reshape(self.shape(name)))
+        data, shape = np.asarray(tensor.data), self.shape(name)
+        if index is not None and len(shape) == 2 and self._permuted_heads(name) is None:
+            # rows (output features) are independent blocks: dequantize only those asked for
+            data, index = data[index[0]], (slice(None), *index[1:])
+            shape = (data.shape[0], shape[1])
+        array = dequantize(data, tensor.tensor_type).astype(np.float32).reshape(shape)
+        array = self._unpermute(name, array)
         return array if index is None else np.ascontiguousarray(array[index])
 
     def blocks(self, name: str) -> StoredBlocks:

@@ -29,8 +29,8 @@ LOGITS_ATOL = 1e-4
 CASES = {
     # tied Q8_0 embedding (lookup and lm_head from one 8-bit copy), permuted Q/K rows
     "llama": {"family": "llama", "tie": True},
-    # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases
-    "qwen2": {"family": "qwen2", "tie": False, "types": {"token_embd": "Q4_0"}},
+    # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases, a dequantized Q5_0
+    "qwen2": {"family": "qwen2", "tie": False, "types": {"token_embd": "Q4_0", "attn_v": "Q5_0"}},
     # per-head q/k norms; head_dim 128 (transformers' Qwen3 default: it reads no key_length)
     "qwen3": {"family": "qwen3", "tie": True, "head_dim": 128},
 }
@@ -100,3 +100,20 @@ def test_lm_head_from_a_table_runs_at_accuracy_level_0(tmp_path: Path):
             found = {a.i for a in node.attribute if a.name == "accuracy_level"}
             levels.setdefault(_bits(node), set()).update(found)
     assert levels == {4: {4}, 8: set()}  # level 0 is the attribute's default
+
+
+def test_a_slice_of_a_dequantized_matrix_dequantizes_only_its_rows(tmp_path: Path, monkeypatch):
+    """Weights stream a block of rows at a time: each read must not dequantize the whole
+    matrix again (a 152k-row Q6_K output would be dequantized once per block)."""
+    from mobius_genai.gguf import checkpoint as module
+
+    gguf = write_tiny_gguf(tmp_path / "q5.gguf", "llama", types={"attn_v": "Q5_0"})
+    ckpt = module.GgufCheckpoint(gguf)
+    name = "model.layers.0.self_attn.v_proj.weight"
+    whole = ckpt.read(name)
+    seen = []
+    real = module.dequantize
+    monkeypatch.setattr(module, "dequantize", lambda d, t: seen.append(d.shape[0]) or real(d, t))
+    part = ckpt.read(name, (slice(8, 24), slice(None)))
+    np.testing.assert_array_equal(part, whole[8:24])
+    assert seen == [16]
