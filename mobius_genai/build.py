@@ -18,12 +18,17 @@ from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError
 from mobius_genai.expert_weights import expert_tensors
+from mobius_genai.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
 from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.optimize import OptimizationReport, optimize_model
-from mobius_genai.prequantized import QuantizationScheme, prequantized_tensors
+from mobius_genai.prequantized import (
+    PrequantizedTensor,
+    QuantizationScheme,
+    prequantized_tensors,
+)
 from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
@@ -210,11 +215,7 @@ def build(
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
     )
-    if load_weights:
-        source = resolve_source(model, revision, progress=progress)
-        raw = read_config_json(source.path)
-    else:
-        source, raw = _config_only_source(model, revision, progress)
+    source, raw, checkpoint = _open(model, revision, progress, load_weights)
     vision_language = vision_language_family(raw.get("model_type", ""))
     if vision_language is not None:
         package = _build_vision_language(raw, vision_language, target, source, load_weights)
@@ -225,8 +226,11 @@ def build(
     if num_layers is not None:
         config = config.first_layers(num_layers)
     scheme = read_quantization_config(raw)
-    checkpoint = Checkpoint(source.path) if load_weights else None
     length = target.context_length or config.max_position_embeddings
+    if load_weights and checkpoint is None:
+        checkpoint = Checkpoint(source.path)
+    described = checkpoint if isinstance(checkpoint, GgufCheckpoint) else scheme
+    prequantized = None if described is None else described.describe()
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         # config vs checkpoint: before the graph is built
@@ -245,29 +249,40 @@ def build(
         context_length=length,
         source=source,
         family=family,
-        prequantized=None if scheme is None else scheme.describe(),
+        prequantized=prequantized,
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package
 
 
+def _open(
+    model: str | Path, revision: str | None, progress: bool, load_weights: bool
+) -> tuple[Source, dict, GgufCheckpoint | None]:
+    """The source, its config.json and, for a GGUF file, its checkpoint (which holds the
+    config and tokenizer too)."""
+    if not load_weights:
+        return (*_config_only_source(model, revision, progress), None)
+    gguf_file = find_gguf(model)
+    if gguf_file is not None:
+        return open_gguf(gguf_file)
+    source = resolve_source(model, revision, progress=progress)
+    return source, read_config_json(source.path), None
+
+
 def _tensors(
     module: CausalLMModel,
-    checkpoint: Checkpoint,
+    checkpoint: Checkpoint | GgufCheckpoint,
     family: FamilyAdapter,
     scheme: QuantizationScheme | None,
     skip_layers_from: int | None = None,
 ) -> dict[str, ir.TensorProtocol]:
-    """A lazy tensor for each parameter of `module`: stacked experts and pre-quantized weights
-    by their own readers, the rest by `checkpoint_tensors`, which checks that every checkpoint
-    tensor is read by one of them, or belongs to a layer from `skip_layers_from` on (a build of
-    the first layers only, the smoke test's twin; a name's first number is its layer)."""
+    """A lazy tensor for each parameter of `module`: stacked experts and weights stored as
+    integers (GGUF blocks, GPTQ/AWQ) by their own readers, the rest by `checkpoint_tensors`,
+    which checks that every checkpoint tensor is read by one of them, or belongs to a layer
+    from `skip_layers_from` on (a build of the first layers only, the smoke test's twin; a
+    name's first number is its layer)."""
     parameters = dict(module.named_parameters())
-    quantized, read = (
-        ({}, [])
-        if scheme is None
-        else prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
-    )
+    quantized, read = _stored_integers(parameters, checkpoint, scheme, family)
     experts, expert_read = (
         ({}, [])
         if family.experts is None
@@ -286,6 +301,21 @@ def _tensors(
         read_elsewhere=[*read, *expert_read, *_layers_from(checkpoint, skip_layers_from)],
     )
     return {**tensors, **special}
+
+
+def _stored_integers(
+    parameters: Mapping[str, ir.Value],
+    checkpoint: Checkpoint | GgufCheckpoint,
+    scheme: QuantizationScheme | None,
+    family: FamilyAdapter,
+) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+    """The weights the source stores as integers MatMulNBits holds (GGUF blocks, GPTQ/AWQ),
+    and the checkpoint tensors they read."""
+    if isinstance(checkpoint, GgufCheckpoint):
+        return gguf_tensors(parameters, checkpoint, family.checkpoint_name)
+    if scheme is None:
+        return {}, []
+    return prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
 
 
 def _layers_from(checkpoint: Checkpoint, first: int | None) -> list[str]:

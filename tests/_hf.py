@@ -453,9 +453,14 @@ class ReferenceRun:
 
 
 def load_reference_model(ckpt_dir: Path) -> PreTrainedModel:
-    """Load a checkpoint with transformers in float32 with eager attention, in eval mode."""
+    """Load a checkpoint with transformers in float32 with eager attention, in eval mode.
+
+    A path to a .gguf file is loaded with transformers' GGUF reader (dequantized to float32).
+    """
+    path = Path(ckpt_dir)
+    gguf = {"gguf_file": path.name} if path.suffix == ".gguf" else {}
     model = AutoModelForCausalLM.from_pretrained(
-        ckpt_dir, dtype=torch.float32, attn_implementation="eager"
+        path.parent if gguf else path, dtype=torch.float32, attn_implementation="eager", **gguf
     )
     return model.eval()
 

@@ -158,6 +158,8 @@ def _prequantized(summary: Mapping[str, Any] | None) -> str:
         f"stored, no second rounding (MatMulNBits {bits}-bit, block size {blocks}, accuracy "
         f"level {summary['accuracy_level']})"
     )
+    if summary.get("lookups"):
+        words += f", {summary['lookups']} embedding lookup(s) from the stored integers"
     if summary["act_order_gathers"]:
         words += f", {summary['act_order_gathers']} act-order input gathers"
     if summary["dequantized"]:

@@ -199,12 +199,15 @@ def _quantize(
     chosen = target.int4.accuracy_level if target.int4 is not None else None
     level = built.ep.default_int4_accuracy_level if chosen is None else chosen
     nbits = built.ep.supports_custom_ops and built.ep.supports_matmul_nbits
-    return None, apply_prequantized(built[built.decoder_key], built.prequantized, level or 0, nbits)
+    gather = built.ep.supports_custom_ops and built.dtype in built.ep.int4_gather_dtypes
+    model = built[built.decoder_key]
+    return None, apply_prequantized(model, built.prequantized, level or 0, nbits, gather)
 
 
 def _precision(target: Target, prequantized: PrequantizedReport | None) -> str:
-    """int4 for a bundle of 4-bit pre-quantized weights, else the target's precision."""
-    if prequantized is not None and prequantized.weights and prequantized.bits == (4,):
+    """int4 for a bundle of 4-bit pre-quantized weights (an 8-bit embedding or lm_head
+    beside them, as int4 recipes keep), else the target's precision."""
+    if prequantized is not None and prequantized.weights and 4 in prequantized.bits:
         return "int4"
     return target.precision
 
@@ -215,9 +218,15 @@ def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> P
 
 
 def bundle_name(model: str | Path, ep: str, precision: str) -> str:
-    """`<model name>-<ep>-<precision>`: a local folder's name or a hub id's last part."""
+    """`<model name>-<ep>-<precision>`: a local folder's name, a GGUF file's stem or a hub id's
+    last part."""
     local = Path(model).expanduser()
-    name = local.resolve().name if local.is_dir() else str(model).rstrip("/").rsplit("/", 1)[-1]
+    if local.is_dir():
+        name = local.resolve().name
+    elif local.is_file() and local.suffix.lower() == ".gguf":
+        name = local.resolve().stem
+    else:
+        name = str(model).rstrip("/").rsplit("/", 1)[-1]
     return f"{name}-{ep}-{precision}"
 
 

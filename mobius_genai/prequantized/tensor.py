@@ -47,7 +47,8 @@ class StoredBlocks:
 
 
 class PrequantizedTensor(ir.LazyTensor):
-    """A Linear weight [K, N] of the graph whose value is a format's stored block integers.
+    """A Linear weight [K, N] of the graph whose value is a format's stored block integers,
+    or with `table` an [N, K] table (a token embedding, also read by a tied lm_head).
 
     Read as a tensor (``numpy()``) it is the float weight the format's formula gives, in the
     graph's dtype, so any pass that does not know it still computes the right thing; the
@@ -70,10 +71,12 @@ class PrequantizedTensor(ir.LazyTensor):
         name: str,
         perm: np.ndarray | None = None,
         sources: tuple[str, ...] = (),
+        table: bool = False,
     ) -> None:
         if zero_form not in ZERO_FORMS:
             raise ValueError(f"zero form {zero_form!r}; accepted: {', '.join(ZERO_FORMS)}")
-        super().__init__(self._dequantized, dtype=dtype, shape=ir.Shape((k, n)), name=name)
+        shape = ir.Shape((n, k) if table else (k, n))
+        super().__init__(self._dequantized, dtype=dtype, shape=shape, name=name)
         self.read_blocks = read_blocks
         self.bits = bits
         self.block_size = block_size
@@ -81,6 +84,7 @@ class PrequantizedTensor(ir.LazyTensor):
         self.scheme = scheme
         self.perm = perm
         self.sources = sources
+        self.table = table
 
     def _dequantized(self) -> ir.TensorProtocol:
         rows = self.read_blocks().dequantize(self.block_size)  # [N, K] in perm order
@@ -88,4 +92,5 @@ class PrequantizedTensor(ir.LazyTensor):
             ordered = np.empty_like(rows)
             ordered[:, self.perm] = rows
             rows = ordered
-        return ir.Tensor(np.ascontiguousarray(rows.T.astype(self.dtype.numpy())), name=self.name)
+        rows = rows if self.table else rows.T
+        return ir.Tensor(np.ascontiguousarray(rows.astype(self.dtype.numpy())), name=self.name)

@@ -8,6 +8,7 @@ packed uint8, or float in the model dtype (4-bit only: onnxruntime's cpu kernel 
 float zero points). A packed q/k/v projection (`ConcatTensor` of three pre-quantized parts)
 concatenates the parts' integers along N when their bits, block size and order agree, else
 gets one MatMulNBits per run of agreeing parts and a Concat of their outputs (exact as well).
+Pre-quantized tables (an embedding and its tied lm_head) go through `stored_tables`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.components.tier1 import MS_DOMAIN
-from mobius_genai.prequantized.tensor import ZERO_FORMS, PrequantizedTensor, StoredBlocks
+from mobius_genai.prequantized.tensor import ZERO_FORMS, PrequantizedTensor
+from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.write import GraphWriter
 from mobius_genai.weights import ConcatTensor
@@ -44,6 +46,8 @@ class PrequantizedReport:
     """Zero-point form → number of MatMulNBits."""
     dequantized: tuple[str, ...]
     """Pre-quantized weights left as float (no MatMulNBits on this EP, or parts that disagree)."""
+    lookups: int = 0
+    """GatherBlockQuantized embedding lookups written from stored integers."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -56,13 +60,16 @@ class PrequantizedReport:
             "act_order_gathers": self.act_order_gathers,
             "zero_points": dict(self.zero_points),
             "dequantized": list(self.dequantized),
+            "lookups": self.lookups,
         }
 
 
 def apply_prequantized(
-    model: ir.Model, scheme: str, accuracy_level: int, matmul_nbits: bool
+    model: ir.Model, scheme: str, accuracy_level: int, matmul_nbits: bool, gather: bool = False
 ) -> PrequantizedReport:
-    """Replace each MatMul reading a `PrequantizedTensor` weight by MatMulNBits, in place.
+    """Replace each MatMul reading a `PrequantizedTensor` weight by MatMulNBits, in place, and
+    the uses of pre-quantized tables by MatMulNBits and (with `gather`: the EP has the kernel
+    for the model dtype) GatherBlockQuantized.
 
     With `matmul_nbits` False (an EP without the kernel) the weights stay float: the tensors
     then read as the format's dequantized values.
@@ -116,6 +123,12 @@ def apply_prequantized(
             new_nodes.append(ir.node("Concat", outputs, {"axis": -1}, name=f"{node.name}_Q"))
         writer.replace(node, new_nodes)
     writer.remove_unused()
+    lookups = 0
+    if matmul_nbits:
+        tables = apply_stored_tables(model, gather, cache)
+        written += tables.matmuls
+        lookups = tables.lookups
+        dequantized += tables.dequantized
     if written:
         model.opset_imports.setdefault(MS_DOMAIN, 1)
     return PrequantizedReport(
@@ -127,6 +140,7 @@ def apply_prequantized(
         bits=tuple(sorted({bits for bits, _, _ in written})),
         zero_points=dict(Counter(form for _, _, form in written)),
         dequantized=tuple(dequantized),
+        lookups=lookups,
     )
 
 
@@ -204,34 +218,8 @@ def _initializers(
 
     def compute() -> list[ir.TensorProtocol]:
         stored = [part.read_blocks() for part in parts]
-        arrays = _nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
+        arrays = nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
         return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]
 
     tensors = lazy_parts(cache, specs, compute)
     return writer.initializers(specs, tensors)
-
-
-def _nbits_arrays(
-    stored: list[StoredBlocks], bits: int, block_size: int, zero_form: str, dtype: ir.DataType
-) -> list[np.ndarray]:
-    values = np.concatenate([s.values for s in stored], axis=0)
-    n, k = values.shape
-    values = values.reshape(n, k // block_size, block_size)
-    arrays = [_pack(values, bits), np.concatenate([s.scales for s in stored], 0)]
-    arrays[1] = arrays[1].astype(dtype.numpy())
-    zeros = np.concatenate([s.zeros for s in stored], axis=0)
-    if zero_form == "uint8":
-        arrays.append(_pack(zeros.astype(np.uint8), bits))
-    elif zero_form == "float":
-        arrays.append(zeros.astype(dtype.numpy()))
-    return arrays
-
-
-def _pack(values: np.ndarray, bits: int) -> np.ndarray:
-    """uint8 values along the last axis, packed 8/bits per byte, first in the low bits."""
-    if bits == 8:
-        return np.ascontiguousarray(values, np.uint8)
-    if values.shape[-1] % 2:
-        pad = np.zeros((*values.shape[:-1], 1), np.uint8)
-        values = np.concatenate([values, pad], axis=-1)
-    return np.ascontiguousarray(values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)

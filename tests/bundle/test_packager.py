@@ -30,6 +30,9 @@ def test_default_output_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     assert packager.default_output(TINY_QWEN2, get_ep("cpu"), "fp32") == (
         tmp_path / "tiny-qwen2-cpu-fp32"
     )
+    gguf = tmp_path / "SmolLM2-135M.Q4_1.gguf"
+    gguf.touch()
+    assert packager.default_output(gguf, get_ep("cpu"), "int4").name == "SmolLM2-135M.Q4_1-cpu-int4"
 
 
 def test_revision_of_a_hub_snapshot(tmp_path: Path):

@@ -1,0 +1,122 @@
+"""GGUF files (llama.cpp) as a source: config, tokenizer and weights from the file itself.
+
+`open_gguf` reads the metadata with the gguf package (llama.cpp's own reader) and writes the
+config.json, tokenizer.json, tokenizer_config.json and generation_config.json a HuggingFace
+checkpoint would have into a private folder (removed at exit); the weights stay in the GGUF:
+block types MatMulNBits holds keep their integers (`gguf_tensors`), others are
+dequantized as they are read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import onnx_ir as ir
+
+from mobius_genai._json import write_json
+from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
+from mobius_genai.errors import ConfigError, WeightsError
+from mobius_genai.gguf.blocks import BLOCK
+from mobius_genai.gguf.checkpoint import GgufCheckpoint
+from mobius_genai.gguf.metadata import config_json, generation_config
+from mobius_genai.gguf.tokenizer import tokenizer_config, tokenizer_json
+from mobius_genai.prequantized.tensor import PrequantizedTensor
+from mobius_genai.source import Source
+from mobius_genai.weights import TensorSource
+
+__all__ = ["GgufCheckpoint", "find_gguf", "gguf_tensors", "open_gguf"]
+
+#: Zero-point form of each GGUF block type MatMulNBits holds.
+_ZERO_FORMS = {"Q4_0": "implicit", "Q8_0": "implicit", "Q4_1": "float", "Q4_K": "float"}
+
+
+def find_gguf(model: str | Path) -> Path | None:
+    """The GGUF file `model` names: a .gguf file, or a folder holding one and no config.json."""
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return path.resolve()
+    if not path.is_dir() or (path / "config.json").is_file():
+        return None
+    found = sorted(path.glob("*.gguf"))
+    if len(found) > 1:
+        raise ConfigError(
+            f"model {str(model)!r}: holds several GGUF files ({', '.join(p.name for p in found)});"
+            " accepted: the path of one of them"
+        )
+    return found[0].resolve() if found else None
+
+
+def open_gguf(path: Path) -> tuple[Source, dict[str, Any], GgufCheckpoint]:
+    """The Source (a folder of HuggingFace metadata files), config.json and checkpoint of a GGUF."""
+    checkpoint = GgufCheckpoint(path)
+    meta = checkpoint.metadata
+    where = str(path)
+    vocab = len(meta.get("tokenizer.ggml.tokens") or []) or int(
+        meta.get(f"{checkpoint.arch}.vocab_size", 0)
+    )
+    config = config_json(meta, "lm_head.weight" not in checkpoint, vocab, where)
+    folder = Path(tempfile.mkdtemp(prefix="mobius-gguf-"))
+    atexit.register(shutil.rmtree, folder, True)
+    write_json(folder / "config.json", config)
+    write_json(folder / "generation_config.json", generation_config(meta))
+    write_json(folder / "tokenizer.json", tokenizer_json(meta, where))
+    write_json(
+        folder / "tokenizer_config.json",
+        tokenizer_config(meta, config.get("max_position_embeddings")),
+    )
+    return Source(path=folder, model_id=path.name), config, checkpoint
+
+
+def gguf_tensors(
+    parameters: Mapping[str, ir.Value],
+    checkpoint: GgufCheckpoint,
+    checkpoint_name: Callable[[str], str | TensorSource],
+) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+    """A `PrequantizedTensor` for each matrix stored in a MatMulNBits block type (Linear
+    weights, and embedding tables as `table`s), by parameter name, and the GGUF tensors they
+    read (the others are left for `weights.checkpoint_tensors`, which dequantizes them)."""
+    tensors: dict[str, PrequantizedTensor] = {}
+    for name, value in parameters.items():
+        if value.const_value is not None:
+            continue
+        source = checkpoint_name(name)
+        if not isinstance(source, str) or source not in checkpoint:
+            continue
+        bits = checkpoint.nbits(source)
+        if bits is None:
+            continue
+        n, k = checkpoint.shape(source)
+        table = not value.meta.get(TRANSPOSED_FROM_CHECKPOINT)
+        needed = [int(d) for d in value.shape or ()]
+        if [n, k] != (needed if table else needed[::-1]):
+            raise WeightsError(
+                f"{checkpoint.folder}: tensor {source!r} has shape [{n}, {k}], the architecture "
+                f"in the GGUF metadata needs {needed if table else needed[::-1]}"
+            )
+        kind = checkpoint.kind(source)
+        tensors[name] = PrequantizedTensor(
+            _reader(checkpoint, source),
+            k=k,
+            n=n,
+            bits=bits,
+            block_size=BLOCK,
+            zero_form=_ZERO_FORMS[kind],
+            scheme=f"gguf {kind}",
+            dtype=value.dtype,
+            name=name,
+            sources=(source,),
+            table=table,
+        )
+    return tensors, [source for tensor in tensors.values() for source in tensor.sources]
+
+
+def _reader(checkpoint: GgufCheckpoint, name: str) -> Callable[[], Any]:
+    def read() -> Any:
+        return checkpoint.blocks(name)
+
+    return read

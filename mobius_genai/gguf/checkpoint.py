@@ -1,0 +1,167 @@
+"""A GGUF file read as a checkpoint: HuggingFace tensor names, float reads, stored blocks.
+
+`GgufCheckpoint` answers what `weights.checkpoint_tensors` asks of a safetensors `Checkpoint`
+(names, shapes, float values: other block types are dequantized with the gguf package's own
+`quants.dequantize`; a type outside `blocks.ACCEPTED_TYPES` is refused when the file is
+opened), and `blocks(name)` gives the stored integers of the block types MatMulNBits holds as
+they are (`blocks.NBITS_TYPES`). llama.cpp's Q/K row permutation is undone on both paths: rows
+of a block-quantized matrix are independent, so moving them is exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from mobius_genai.errors import UnsupportedModelError, WeightsError
+from mobius_genai.gguf.blocks import ACCEPTED_TYPES, BLOCK, NBITS_TYPES
+from mobius_genai.gguf.metadata import architecture
+from mobius_genai.prequantized.tensor import StoredBlocks
+
+__all__ = ["GgufCheckpoint"]
+
+#: llama.cpp tensor names → HuggingFace names (the same for every supported architecture).
+_GLOBAL = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_LAYER = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_NAME = re.compile(r"(?:blk\.(?P<layer>\d+)\.)?(?P<base>\w+?)\.(?P<kind>weight|bias)")
+
+
+def _hf_name(name: str, where: Path) -> str:
+    match = _NAME.fullmatch(name)
+    base = match and (_LAYER if match["layer"] else _GLOBAL).get(match["base"])
+    if not match or base is None:
+        raise UnsupportedModelError(
+            f"{where}: tensor {name!r} has no HuggingFace counterpart here; accepted: "
+            f"{', '.join(_GLOBAL)} and per layer {', '.join(_LAYER)}"
+        )
+    prefix = f"model.layers.{match['layer']}." if match["layer"] else ""
+    return f"{prefix}{base}.{match['kind']}"
+
+
+class GgufCheckpoint:
+    """The tensors and metadata of one GGUF file, by HuggingFace tensor name."""
+
+    def __init__(self, path: Path) -> None:
+        self.folder = path
+        try:
+            reader = GGUFReader(path)
+        except (ValueError, OSError, IndexError, KeyError) as error:
+            raise WeightsError(
+                f"{path}: not a readable GGUF file ({error}); accepted: a complete GGUF v2/v3 file"
+            ) from None
+        self.metadata: dict[str, Any] = {k: f.contents() for k, f in reader.fields.items()}
+        self.arch, self._row = architecture(self.metadata, str(path))
+        for tensor in reader.tensors:
+            if tensor.tensor_type.name not in ACCEPTED_TYPES:
+                raise UnsupportedModelError(
+                    f"{path}: tensor {tensor.name!r} is stored as {tensor.tensor_type.name}; "
+                    f"accepted: {', '.join(sorted(ACCEPTED_TYPES))}"
+                )
+        self._tensors = {_hf_name(t.name, path): t for t in reader.tensors}
+        self.kinds = Counter(t.tensor_type.name for t in reader.tensors)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def files(self) -> list[Path]:
+        return [self.folder]
+
+    def kind(self, name: str) -> str:
+        """The GGUF type of tensor `name` ("Q4_K", "F32", ...)."""
+        return self._tensors[name].tensor_type.name
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """HuggingFace order ([out, in] for a matrix; GGUF lists the innermost dimension first)."""
+        return tuple(int(d) for d in reversed(self._tensors[name].shape))
+
+    def dtype(self, name: str) -> str:
+        return "F32"  # every read is float32 (dequantized when stored in blocks)
+
+    def read(self, name: str, index: tuple[slice, ...] | None = None) -> np.ndarray:
+        """Tensor `name` as float32 in HuggingFace order, dequantized and un-permuted."""
+        if name not in self._tensors:
+            raise WeightsError(f"{self.folder}: tensor {name!r} not found in the GGUF file")
+        tensor = self._tensors[name]
+        data, shape = np.asarray(tensor.data), self.shape(name)
+        if index is not None and len(shape) == 2 and self._permuted_heads(name) is None:
+            # rows (output features) are independent blocks: dequantize only those asked for
+            data, index = data[index[0]], (slice(None), *index[1:])
+            shape = (data.shape[0], shape[1])
+        array = dequantize(data, tensor.tensor_type).astype(np.float32).reshape(shape)
+        array = self._unpermute(name, array)
+        return array if index is None else np.ascontiguousarray(array[index])
+
+    def blocks(self, name: str) -> StoredBlocks:
+        """The stored integers of a matrix of one of `blocks.NBITS_TYPES`, rows un-permuted."""
+        tensor = self._tensors[name]
+        n, k = self.shape(name)
+        _, read = NBITS_TYPES[self.kind(name)]
+        stored = read(np.asarray(tensor.data).reshape(n, -1), n, k)
+        return StoredBlocks(
+            *(self._unpermute(name, part) for part in (stored.values, stored.scales, stored.zeros))
+        )
+
+    def nbits(self, name: str) -> int | None:
+        """MatMulNBits' bits for this tensor's blocks, None when it must be dequantized."""
+        entry = NBITS_TYPES.get(self.kind(name))
+        if entry is None or len(self.shape(name)) != 2 or self.shape(name)[1] % BLOCK:
+            return None
+        return entry[0]
+
+    def _unpermute(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Undo llama.cpp's permute() of the Q and K rows (llama architecture only)."""
+        heads = self._permuted_heads(name)
+        if heads is None:
+            return rows
+        n = rows.shape[0]
+        order = np.arange(n).reshape(heads, 2, n // heads // 2).swapaxes(1, 2).reshape(n)
+        out = np.empty_like(rows)
+        out[order] = rows
+        return out
+
+    def _permuted_heads(self, name: str) -> int | None:
+        if not self._row.permuted_qk or not name.endswith(".weight"):
+            return None
+        if ".q_proj." in name:
+            return int(self.metadata[f"{self.arch}.attention.head_count"])
+        if ".k_proj." in name:
+            meta = self.metadata
+            return int(
+                meta.get(f"{self.arch}.attention.head_count_kv")
+                or meta[f"{self.arch}.attention.head_count"]
+            )
+        return None
+
+    def describe(self) -> str:
+        """The source's quantization in words: GGUF and its tensor types."""
+        kinds = ", ".join(f"{kind} ×{count}" for kind, count in self.kinds.most_common())
+        return f"GGUF ({kinds})"

@@ -1,0 +1,92 @@
+"""GGUF metadata → the config.json and generation_config.json a HuggingFace checkpoint has.
+
+One row per llama.cpp architecture: its model_type and the config keys that differ; the keys
+llama.cpp writes under `<arch>.` map to the same config.json keys for all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.errors import UnsupportedModelError
+
+__all__ = ["ARCHITECTURES", "Architecture", "config_json", "generation_config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+    """How one llama.cpp architecture maps to a transformers family."""
+
+    model_type: str
+    hf_class: str
+    permuted_qk: bool = False
+    """llama.cpp's converter permutes the rows of Q and K for its rotary layout (llama)."""
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+ARCHITECTURES: dict[str, Architecture] = {
+    "llama": Architecture("llama", "LlamaForCausalLM", permuted_qk=True),
+    "qwen2": Architecture("qwen2", "Qwen2ForCausalLM"),
+    "qwen3": Architecture("qwen3", "Qwen3ForCausalLM"),
+}
+
+#: config.json key → GGUF key under `<arch>.`.
+_KEYS = {
+    "hidden_size": "embedding_length",
+    "intermediate_size": "feed_forward_length",
+    "num_hidden_layers": "block_count",
+    "num_attention_heads": "attention.head_count",
+    "num_key_value_heads": "attention.head_count_kv",
+    "max_position_embeddings": "context_length",
+    "rms_norm_eps": "attention.layer_norm_rms_epsilon",
+    "rope_theta": "rope.freq_base",
+    "head_dim": "attention.key_length",
+}
+
+
+def architecture(meta: Mapping[str, Any], where: str) -> tuple[str, Architecture]:
+    arch = meta.get("general.architecture")
+    if arch not in ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"{where}: general.architecture is {arch!r}; accepted: {', '.join(ARCHITECTURES)}"
+        )
+    return arch, ARCHITECTURES[arch]
+
+
+def config_json(meta: Mapping[str, Any], tied: bool, vocab: int, where: str) -> dict[str, Any]:
+    """config.json for the GGUF's architecture (`tied`: the GGUF has no output.weight)."""
+    arch, row = architecture(meta, where)
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raise UnsupportedModelError(
+            f"{where}: {arch}.rope.scaling.type is {scaling!r}; accepted: none"
+        )
+    config: dict[str, Any] = {
+        "model_type": row.model_type,
+        "architectures": [row.hf_class],
+        "hidden_act": "silu",
+        "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+        "torch_dtype": "float32",
+        **row.extra,
+    }
+    for key, gguf_key in _KEYS.items():
+        value = meta.get(f"{arch}.{gguf_key}")
+        if value is not None:
+            config[key] = value
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads"):
+        if key not in config:
+            raise UnsupportedModelError(f"{where}: metadata lacks {arch}.{_KEYS[key]}")
+    config.setdefault("num_key_value_heads", config["num_attention_heads"])
+    config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    config.update(generation_config(meta))
+    return config
+
+
+def generation_config(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """bos / eos / pad token ids as the GGUF's tokenizer metadata gives them."""
+    keys = {"bos_token_id": "bos", "eos_token_id": "eos", "pad_token_id": "padding"}
+    found = {key: meta.get(f"tokenizer.ggml.{name}_token_id") for key, name in keys.items()}
+    return {key: int(value) for key, value in found.items() if value is not None}

@@ -1,0 +1,178 @@
+"""Test-only: tiny GGUF files written with the gguf package's GGUFWriter from a tiny random
+transformers model (tests/_hf.py), laid out as llama.cpp's convert_hf_to_gguf.py writes them.
+
+Written independently of mobius_genai.gguf: llama.cpp's tensor names, its Q/K row permutation
+for llama (`_permute`, convert_hf_to_gguf.py's LlamaModel.permute), metadata keys through
+GGUFWriter's own add_* methods. The tokenizer is tests/data/tiny-qwen2's byte-level BPE
+(384 tokens), so the model's vocabulary is 384.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from gguf.quants import quantize
+from transformers import AutoModelForCausalLM
+
+from tests._hf import randomize_weights, tiny_config
+
+TOKENIZER = Path(__file__).parents[1] / "data" / "tiny-qwen2"
+VOCAB = 384
+BOS, EOS = 381, 383
+
+#: HuggingFace parameter name (after "model.layers.{i}.") → llama.cpp tensor name.
+_LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+_GLOBAL_NAMES = {
+    "model.embed_tokens": "token_embd",
+    "model.norm": "output_norm",
+    "lm_head": "output",
+}
+
+#: Default types: a Q8_0 embedding (and output), 4-bit attention and MLP, float norms and biases.
+DEFAULT_TYPES = {
+    "token_embd": "Q8_0",
+    "output": "Q8_0",
+    "attn_q": "Q4_0",
+    "attn_k": "Q4_1",
+    "attn_v": "Q4_0",
+    "attn_output": "Q4_1",
+    "ffn_gate": "Q4_1",
+    "ffn_up": "Q4_0",
+    "ffn_down": "Q4_1",
+}
+
+
+#: Types written from a numpy dtype (gguf has no quantizer for them).
+_NUMPY_TYPES = {"F64": np.float64, "I32": np.int32}
+
+
+def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's rotary row order for Q (n_head) and K (n_head_kv) of a llama GGUF."""
+    shape = weights.shape
+    return (
+        weights.reshape(n_head, 2, shape[0] // n_head // 2, *shape[1:])
+        .swapaxes(1, 2)
+        .reshape(shape)
+    )
+
+
+def _gguf_name(name: str) -> tuple[str, str]:
+    """(llama.cpp name, its base) of a HuggingFace parameter name."""
+    stem, kind = name.rsplit(".", 1)
+    if stem in _GLOBAL_NAMES:
+        return f"{_GLOBAL_NAMES[stem]}.{kind}", _GLOBAL_NAMES[stem]
+    _, _, layer, rest = stem.split(".", 3)
+    base = _LAYER_NAMES[rest]
+    return f"blk.{layer}.{base}.{kind}", base
+
+
+def tiny_model(family: str, *, tie: bool, seed: int = 0, **overrides) -> torch.nn.Module:
+    config = tiny_config(
+        family,
+        vocab_size=VOCAB,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=BOS,
+        tie_word_embeddings=tie,
+        **overrides,
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    randomize_weights(model, seed)
+    return model
+
+
+def write_tiny_gguf(
+    path: Path,
+    family: str,
+    *,
+    tie: bool = True,
+    types: Mapping[str, str] | None = None,
+    architecture: str | None = None,
+    extra_layers: int = 0,
+    seed: int = 0,
+    **overrides,
+) -> Path:
+    """A GGUF of `family`'s tiny random model at `path`.
+
+    `types`: llama.cpp tensor base name → GGML type (DEFAULT_TYPES for the others, F32 for
+    norms and biases). `architecture` overrides general.architecture. `extra_layers` writes
+    the tensors of that many more layers than block_count says. `overrides` go to the config.
+    """
+    types = {**DEFAULT_TYPES, **(types or {})}
+    layers = 3 + extra_layers
+    model = tiny_model(family, tie=tie, seed=seed, num_hidden_layers=layers, **overrides)
+    config = model.config
+    arch = architecture or family
+    writer = GGUFWriter(str(path), arch)
+    writer.add_block_count(config.num_hidden_layers - extra_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    writer.add_key_length(head_dim)
+    writer.add_value_length(head_dim)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
+    writer.add_vocab_size(VOCAB)
+    _add_tokenizer(writer)
+    for name, tensor in model.state_dict().items():
+        if tie and name == "lm_head.weight":
+            continue
+        array = tensor.numpy().astype(np.float32)
+        if arch == "llama" and name.endswith("q_proj.weight"):
+            array = _permute(array, config.num_attention_heads)
+        elif arch == "llama" and name.endswith("k_proj.weight"):
+            array = _permute(array, config.num_key_value_heads)
+        gguf_name, base = _gguf_name(name)
+        kind = types.get(base, "F32") if array.ndim == 2 else "F32"
+        if kind in _NUMPY_TYPES:  # no gguf quantizer: numpy's dtype says the type
+            writer.add_tensor(gguf_name, array.astype(_NUMPY_TYPES[kind]))
+        else:
+            qtype = GGMLQuantizationType[kind]
+            writer.add_tensor(gguf_name, quantize(array, qtype), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _add_tokenizer(writer: GGUFWriter) -> None:
+    tokenizer = json.loads((TOKENIZER / "tokenizer.json").read_text())
+    added = {token["id"]: token["content"] for token in tokenizer["added_tokens"]}
+    vocab = {index: token for token, index in tokenizer["model"]["vocab"].items()} | added
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list([vocab[index] for index in range(VOCAB)])
+    writer.add_token_types(
+        [TokenType.CONTROL if index in added else TokenType.NORMAL for index in range(VOCAB)]
+    )
+    writer.add_token_merges(
+        [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+    )
+    writer.add_bos_token_id(BOS)
+    writer.add_eos_token_id(EOS)
+    writer.add_pad_token_id(BOS)
+    writer.add_add_bos_token(False)
+    template = json.loads((TOKENIZER / "tokenizer_config.json").read_text())["chat_template"]
+    writer.add_chat_template(template)

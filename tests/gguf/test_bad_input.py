@@ -1,0 +1,59 @@
+"""Bad GGUF input through `mobius-genai package`: one line naming the problem, exit code 1,
+nothing written (no output folder, the GGUF untouched)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mobius_genai.cli import main
+from tests.gguf._tiny import write_tiny_gguf
+
+
+def _truncated(at: Callable[[int], int]) -> Callable[[Path], Path]:
+    def write(path: Path) -> Path:
+        raw = write_tiny_gguf(path, "llama").read_bytes()
+        path.write_bytes(raw[: at(len(raw))])
+        return path
+
+    return write
+
+
+#: case → (writes the GGUF at the path given, words the error must hold)
+BAD_INPUT: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
+    "truncated in the header": (_truncated(lambda size: 200), ["not a readable GGUF file"]),
+    "truncated in the tensor data": (
+        _truncated(lambda size: size - 1000),
+        ["not a readable GGUF file"],
+    ),
+    "unsupported tensor type": (
+        lambda path: write_tiny_gguf(path, "llama", types={"attn_v": "F64"}),
+        ["blk.0.attn_v.weight", "F64", "accepted: ", "Q4_K"],
+    ),
+    "unsupported architecture": (
+        lambda path: write_tiny_gguf(path, "llama", architecture="gemma3"),
+        ["general.architecture is 'gemma3'", "accepted: llama"],
+    ),
+    "tensors of more layers than block_count": (
+        lambda path: write_tiny_gguf(path, "llama", extra_layers=1),
+        ["reads no tensor", "model.layers.3."],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_gguf_fails_cleanly_and_writes_nothing(tmp_path: Path, capsys, case: str):
+    write, named = BAD_INPUT[case]
+    gguf = write(tmp_path / "model.gguf")
+    before = gguf.read_bytes()
+    out = tmp_path / "out"
+    assert main(["package", str(gguf), "--ep", "cpu", "-o", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("mobius-genai: error: ") and err.count("\n") == 1, err
+    assert str(gguf) in err
+    for words in named:
+        assert words in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]
+    assert gguf.read_bytes() == before

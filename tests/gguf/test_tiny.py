@@ -1,0 +1,119 @@
+"""Tiny GGUFs written by the tests (tests/gguf/_tiny.py) packaged for cpu, compared with
+transformers loading the same file (which dequantizes it to float32).
+
+At MatMulNBits accuracy level 0 the kernels dequantize each block exactly as transformers does,
+so the logits agree to float32 summation order. The integers are checked too: the embedding's
+GatherBlockQuantized data is the GGUF's Q8_0 bytes (int8 + 128).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from gguf import GGUFReader
+from onnx import numpy_helper
+
+import mobius_genai
+from mobius_genai.quantize import Int4Options
+from tests._hf import hf_reference_logits
+from tests._ort import run_like_reference
+from tests.gguf._tiny import write_tiny_gguf
+
+PROMPT = np.array([[5, 17, 33, 8, 200, 91, 383]])
+LOGITS_ATOL = 1e-4
+
+CASES = {
+    # tied Q8_0 embedding (lookup and lm_head from one 8-bit copy), permuted Q/K rows
+    "llama": {"family": "llama", "tie": True},
+    # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases, a dequantized Q5_0
+    "qwen2": {"family": "qwen2", "tie": False, "types": {"token_embd": "Q4_0", "attn_v": "Q5_0"}},
+    # per-head q/k norms; head_dim 128 (transformers' Qwen3 default: it reads no key_length)
+    "qwen3": {"family": "qwen3", "tie": True, "head_dim": 128},
+}
+
+
+def _bits(node: onnx.NodeProto) -> int:
+    return next(a.i for a in node.attribute if a.name == "bits")
+
+
+def _package(tmp_path: Path, case: str) -> tuple[Path, Path]:
+    gguf = write_tiny_gguf(tmp_path / f"{case}.gguf", **CASES[case])
+    bundle = mobius_genai.package(
+        gguf,
+        "cpu",
+        tmp_path / "bundle",
+        precision="int4",
+        int4=Int4Options(accuracy_level=0),
+        quiet=True,
+    )
+    return gguf, bundle
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_equal_transformers(tmp_path: Path, case: str):
+    gguf, bundle = _package(tmp_path, case)
+    run = hf_reference_logits(gguf, PROMPT, decode_steps=4)
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    ours = run_like_reference(session, run)
+    for step, (logits, reference) in enumerate(zip(ours, run.steps, strict=True)):
+        diff = np.abs(logits[:, -1] - reference.logits[:, -1]).max()
+        assert diff <= LOGITS_ATOL, (step, diff)
+    ops = {
+        node.op_type
+        for node in onnx.load(bundle / "model.onnx", load_external_data=False).graph.node
+    }
+    assert {"MatMulNBits", "GatherBlockQuantized"} <= ops
+    assert "Gather" not in ops  # the embedding lookup reads the stored integers
+
+
+def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
+    """One 8-bit copy: the lookup's data and the lm_head's B are the Q8_0 int8 values + 128."""
+    gguf, bundle = _package(tmp_path, "llama")
+    tensor = next(t for t in GGUFReader(gguf).tensors if t.name == "token_embd.weight")
+    rows = np.asarray(tensor.data).reshape(-1, 34)  # per block: fp16 scale, 32 int8
+    stored = (rows[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
+    model = onnx.load(bundle / "model.onnx")
+    gather = next(n for n in model.graph.node if n.op_type == "GatherBlockQuantized")
+    lm_head = [n for n in model.graph.node if n.op_type == "MatMulNBits" and _bits(n) == 8]
+    assert len(lm_head) == 1
+    initializers = {t.name: t for t in model.graph.initializer}
+    data = numpy_helper.to_array(initializers[lm_head[0].input[1]])
+    np.testing.assert_array_equal(data.reshape(-1, 32), stored)
+    producer = {out: node for node in model.graph.node for out in node.output}
+    view = producer[gather.input[0]]  # Reshape of the lm_head's B: the same bytes
+    assert view.op_type == "Reshape" and view.input[0] == lm_head[0].input[1]
+
+
+def test_lm_head_from_a_table_runs_at_accuracy_level_0(tmp_path: Path):
+    """At the cpu EP's level 4 the 8-bit lm_head would take int8 activations (see
+    quantize/stored_tables.py); the 4-bit linears keep the target's level."""
+    gguf = write_tiny_gguf(tmp_path / "llama.gguf", "llama")
+    bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", quiet=True)
+    nodes = onnx.load(bundle / "model.onnx", load_external_data=False).graph.node
+    levels: dict[int, set[int]] = {}
+    for node in nodes:
+        if node.op_type == "MatMulNBits":
+            found = {a.i for a in node.attribute if a.name == "accuracy_level"}
+            levels.setdefault(_bits(node), set()).update(found)
+    assert levels == {4: {4}, 8: set()}  # level 0 is the attribute's default
+
+
+def test_a_slice_of_a_dequantized_matrix_dequantizes_only_its_rows(tmp_path: Path, monkeypatch):
+    """Weights stream a block of rows at a time: each read must not dequantize the whole
+    matrix again (a 152k-row Q6_K output would be dequantized once per block)."""
+    from mobius_genai.gguf import checkpoint as module
+
+    gguf = write_tiny_gguf(tmp_path / "q5.gguf", "llama", types={"attn_v": "Q5_0"})
+    ckpt = module.GgufCheckpoint(gguf)
+    name = "model.layers.0.self_attn.v_proj.weight"
+    whole = ckpt.read(name)
+    seen = []
+    real = module.dequantize
+    monkeypatch.setattr(module, "dequantize", lambda d, t: seen.append(d.shape[0]) or real(d, t))
+    part = ckpt.read(name, (slice(8, 24), slice(None)))
+    np.testing.assert_array_equal(part, whole[8:24])
+    assert seen == [16]
