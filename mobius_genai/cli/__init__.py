@@ -79,6 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Turn a HuggingFace LLM checkpoint into an ONNX Runtime GenAI bundle.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module, help_text in commands:
         sub = subparsers.add_parser(name, help=help_text, description=help_text)
@@ -88,6 +89,18 @@ def _parser() -> argparse.ArgumentParser:
         module.add_arguments(sub)
         sub.set_defaults(handler=module.run)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (the package's own when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mobius-genai")
+    except metadata.PackageNotFoundError:
+        from mobius_genai import __version__
+
+        return __version__
 
 
 def _terminate(signum: int, frame: object) -> None:
