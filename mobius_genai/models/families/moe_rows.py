@@ -11,7 +11,8 @@ import dataclasses
 from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.readers import positive_number, switch
+from mobius_genai.models.families.readers import switch
+from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # qwen2_moe / qwen3_moe: expert size and the dense layers (mlp_only_layers, decoder_sparse_step)
 _QWEN_MOE = MoeKeys(
@@ -66,10 +67,7 @@ MOE_FAMILIES = (
     FamilyAdapter(
         model_type="granitemoe",
         config_overrides={
-            "embedding_multiplier": positive_number("embedding_multiplier"),
-            "residual_multiplier": positive_number("residual_multiplier"),
-            "logits_scaling": positive_number("logits_scaling"),
-            "attention_scale": positive_number("attention_multiplier"),
+            **GRANITE_MULTIPLIERS,
             # a softmax over the top-k logits: the top-k softmax probabilities renormalized
             "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True)),
         },

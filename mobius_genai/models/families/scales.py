@@ -8,6 +8,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
+from mobius_genai.models.families.readers import positive_number
+
+#: granite's four multipliers (granite, granitemoe), each from its config.json key.
+GRANITE_MULTIPLIERS = {
+    "embedding_multiplier": positive_number("embedding_multiplier"),
+    "residual_multiplier": positive_number("residual_multiplier"),
+    "logits_scaling": positive_number("logits_scaling"),
+    "attention_scale": positive_number("attention_multiplier"),
+}
 
 
 def query_pre_attn_scale(raw: Mapping[str, Any]) -> float:

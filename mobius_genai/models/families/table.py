@@ -33,12 +33,12 @@ from mobius_genai.models.families.readers import (
     gemma_activation,
     internlm3_bias,
     optional_positive,
-    positive_number,
     switch,
     when_absent,
 )
 from mobius_genai.models.families.rope import gptj_partial_rotary, ntk_alpha_rope, olmo3_rope_local
 from mobius_genai.models.families.scales import (
+    GRANITE_MULTIPLIERS,
     gpt2_scale,
     inverse_logit_scale,
     query_pre_attn_scale,
@@ -178,10 +178,7 @@ _FAMILIES = (
         model_type="granite",
         genai_type="granite",
         config_overrides={
-            "embedding_multiplier": positive_number("embedding_multiplier"),
-            "residual_multiplier": positive_number("residual_multiplier"),
-            "logits_scaling": positive_number("logits_scaling"),
-            "attention_scale": positive_number("attention_multiplier"),
+            **GRANITE_MULTIPLIERS,
         },
     ),
     FamilyAdapter(
