@@ -77,6 +77,12 @@ _SHOWN = reprlib.Repr()
 _SHOWN.maxstring, _SHOWN.maxlong, _SHOWN.maxother, _SHOWN.maxlist = 160, 40, 80, 8
 
 
+def itemsize(dtype: str) -> int:
+    """Bytes per element of safetensors dtype `dtype` ("BF16": 2); 8 for a name not known."""
+    known = _NUMPY.get(dtype)
+    return 8 if known is None else known.itemsize
+
+
 def shown(value: object) -> str:
     """repr(value) cut to a readable length: values from a file may be megabytes long."""
     return _SHOWN.repr(value)

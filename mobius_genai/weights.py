@@ -32,10 +32,10 @@ from mobius_genai.weight_checks import few, require_all_used, require_finite, sl
 _INDEX = "model.safetensors.index.json"
 #: Elements read at a time when a large tensor is streamed (row blocks of the checkpoint).
 STREAM_ELEMENTS = 1 << 24
-#: A transposed matrix of up to this many bytes (in the graph's dtype) is read whole in the
-#: checkpoint's dtype to be saved in blocks (its saved rows are the checkpoint's columns); a
-#: larger one is converted whole first.
-WHOLE_READ_BYTES = 256 << 20
+#: A transposed matrix (its saved rows are the checkpoint's columns) is saved from windows of
+#: the checkpoint's columns of at most this many bytes in the checkpoint's dtype, each filled a
+#: band of stored rows at a time: a 1 GiB LM head never needs more than one window in memory.
+TRANSPOSE_WINDOW_BYTES = 256 << 20
 
 
 #: safetensors dtypes a floating-point parameter may be read from (and cast).
@@ -485,31 +485,56 @@ class CheckpointTensor(ir.LazyTensor):
 
         Each block is a run of whole rows of the graph's layout converted into a buffer taken
         from `pool` (a row larger than the pool's buffers gets a buffer of its own size). A
-        transposed matrix (saved rows = stored columns) is read whole in the checkpoint's dtype
-        when it has at most WHOLE_READ_BYTES in the graph's, else converted whole first.
+        transposed matrix is read a window of stored columns at a time (`_stored_columns`).
         """
         rows, columns = (int(d) for d in self.shape)
         dtype = np.dtype(self.dtype.numpy())
         step = max(1, pool.nbytes // max(1, columns * dtype.itemsize))
-        if not self.transposed:
-            whole = None
-        elif rows * columns * dtype.itemsize <= WHOLE_READ_BYTES:
-            whole = self._read_stored(0, self.stored_shape[0]).T
-        else:
-            whole = self.numpy()
-        for start in range(0, rows, step):
-            stop = min(rows, start + step)
-            stored = self._read_stored(start, stop) if whole is None else whole[start:stop]
-            size = (stop - start) * columns * dtype.itemsize
-            buffer = pool.take(size)
-            block = buffer[:size].view(dtype).reshape(stop - start, columns)
-            _convert_into(stored, block)
-            try:
-                self._check_finite(block)
-            except WeightsError:
-                pool.give(buffer)
-                raise
-            yield buffer[:size], buffer
+        window = rows
+        if self.transposed:
+            stored_bytes = columns * _safetensors.itemsize(self.checkpoint.dtype(self.source))
+            window = max(step, TRANSPOSE_WINDOW_BYTES // stored_bytes // step * step)
+        for first in range(0, rows, window):
+            last = min(rows, first + window)
+            whole = self._stored_columns(first, last).T if self.transposed else None
+            for start in range(first, last, step):
+                stop = min(last, start + step)
+                stored = (
+                    self._read_stored(start, stop)
+                    if whole is None
+                    else whole[start - first : stop - first]
+                )
+                size = (stop - start) * columns * dtype.itemsize
+                buffer = pool.take(size)
+                block = buffer[:size].view(dtype).reshape(stop - start, columns)
+                _convert_into(stored, block)
+                try:
+                    self._check_finite(block)
+                except WeightsError:
+                    pool.give(buffer)
+                    raise
+                yield buffer[:size], buffer
+
+    def _stored_columns(self, start: int, stop: int) -> np.ndarray:
+        """Stored columns [start, stop) of every stored row, in the checkpoint's dtype.
+
+        Read in bands of STREAM_ELEMENTS stored rows, each through a map of its own, so only
+        the window and one band are ever resident, however large the matrix.
+        """
+        rows, columns = self.stored_shape
+        row_slice, column_slice = (slice(None), slice(None)) if self.index is None else self.index
+        first_row, first_column = row_slice.start or 0, column_slice.start or 0
+        wanted = slice(first_column + start, first_column + stop)
+        band = max(1, STREAM_ELEMENTS // columns)
+        out = None
+        for row in range(0, rows, band):
+            end = min(rows, row + band)
+            rows_read = slice(first_row + row, first_row + end)
+            part = self.checkpoint.read(self.source, (rows_read, wanted))
+            if out is None:
+                out = np.empty((rows, stop - start), part.dtype)
+            out[row:end] = part
+        return out
 
     def tofile(self, file: BinaryIO) -> None:
         """Write the tensor's bytes to `file` a block at a time."""

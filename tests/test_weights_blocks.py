@@ -74,11 +74,30 @@ def test_blocks_and_rows_equal_the_whole_read(dtype: str, buffer_bytes: int):
             raise AssertionError(f"{name}: {error}") from error
 
 
-def test_large_transposed_matrices_are_converted_whole_first(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(weights, "WHOLE_READ_BYTES", 0)
+def _recorded(array: np.ndarray, sizes: list[int]) -> np.ndarray:
+    sizes.append(array.nbytes)
+    return array
+
+
+def test_large_transposed_matrices_are_read_in_windows(monkeypatch: pytest.MonkeyPatch):
+    """A transposed matrix larger than TRANSPOSE_WINDOW_BYTES is never read whole: every read
+    of the checkpoint stays within a window of columns and a band of rows (a 7B model's untied
+    LM head is 1 GiB; converting it whole cost `package` 3 GiB)."""
+    tensors = [t for t in _checkpoint_tensors(TINY_QWEN2, "f32").values() if t.transposed]
+    wholes = [t.numpy().tobytes() for t in tensors]
+    checkpoint = tensors[0].checkpoint
+    reads: list[int] = []
+    read = checkpoint.read
+    monkeypatch.setattr(checkpoint, "read", lambda *a: _recorded(read(*a), reads))
+    monkeypatch.setattr(weights, "TRANSPOSE_WINDOW_BYTES", 96)
+    monkeypatch.setattr(weights, "STREAM_ELEMENTS", 64)
     pool = BufferPool(nbytes=512, limit=1)
-    for tensor in _checkpoint_tensors(TINY_QWEN2, "f32").values():
-        assert _saved_bytes(tensor, pool) == tensor.numpy().tobytes()
+    for tensor, whole in zip(tensors, wholes, strict=True):
+        assert tensor.checkpoint is checkpoint
+        reads.clear()
+        assert _saved_bytes(tensor, pool) == whole
+        band = max(64, tensor.stored_shape[1]) * 2  # bf16: a band of rows, or one row
+        assert len(reads) > 2 and max(reads) <= band, (tensor.name, reads)
 
 
 def test_tofile_writes_the_tensor():

@@ -46,7 +46,6 @@ from mobius_genai.bundle.smoke_image import (
     image_greedy,
     image_note,
 )
-from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 
 if TYPE_CHECKING:
@@ -79,10 +78,13 @@ def run_smoke(
     genai_provider: str | None,
     session_options: Mapping[str, str],
     max_new_tokens: int = 8,
+    *,
+    cpu_provider: str,
 ) -> dict[str, Any]:
     """Generate `max_new_tokens` greedily from the bundle in `folder`, made for the EP `ep_name`
     (onnxruntime-genai provider `genai_provider`, None for CPU), with `session_options` (ORT
-    config entries) laid over the bundle's.
+    config entries) laid over the bundle's. `cpu_provider` is onnxruntime's name of its CPU EP
+    (the reference loop's), passed in so that this process need not import the EP tables.
 
     Returns {"ran", "note", "tokens"}; a bundle that fails is a BundleError.
     """
@@ -93,12 +95,11 @@ def run_smoke(
     except BundleError as error:
         if genai_provider is None or not _UNAVAILABLE.search(str(error)):
             raise
-        return _smoke_on_cpu(
-            folder, config, f"the {ep_name} EP ({genai_provider})", max_new_tokens, session_options
-        )
+        missing = f"the {ep_name} EP ({genai_provider})"
+        return _smoke_on_cpu(folder, config, missing, max_new_tokens, session_options, cpu_provider)
     note = f"smoke test: generated {len(tokens)} tokens {text!r}{_with_image(prompt)}"
     if genai_provider is None:
-        note += _compare(folder, config, prompt, tokens, session_options)
+        note += _compare(folder, config, prompt, tokens, session_options, cpu_provider)
     return {"ran": True, "note": note, "tokens": tokens}
 
 
@@ -108,6 +109,7 @@ def _smoke_on_cpu(
     ep: str,
     max_new_tokens: int,
     options: Mapping[str, str],
+    cpu_provider: str,
 ) -> dict[str, Any]:
     """Skipped when the graph does not load on CPU (e.g. ops without CPU kernels); a graph that
     loads must generate, or the error is raised like any other bundle's."""
@@ -122,7 +124,7 @@ def _smoke_on_cpu(
     del model  # released before the reference loop loads the graph again
     note = f"smoke test on CPU ({missing}): generated {len(tokens)} tokens {text!r}"
     note += _with_image(prompt)
-    note += _compare(folder, config, prompt, tokens, options)
+    note += _compare(folder, config, prompt, tokens, options, cpu_provider)
     return {"ran": True, "note": note, "tokens": tokens}
 
 
@@ -171,6 +173,7 @@ def _compare(
     prompt: Sequence[int] | ImagePrompt,
     tokens: list[int],
     options: Mapping[str, str],
+    cpu_provider: str,
 ) -> str:
     """The note's tail when a plain onnxruntime loop agrees; BundleError when it does not."""
     model_path = folder / config["model"]["decoder"]["filename"]
@@ -178,10 +181,12 @@ def _compare(
     eos_ids = eos if isinstance(eos, list) else [eos]
     embed = None
     if isinstance(prompt, ImagePrompt):
-        embed = image_embedder(folder, config, prompt, options)
+        embed = image_embedder(folder, config, prompt, options, cpu_provider)
         prompt = prompt.input_ids
     _phase("running the onnxruntime reference loop")
-    reference = ort_greedy_tokens(model_path, prompt, len(tokens), eos_ids, options, embed=embed)
+    reference = ort_greedy_tokens(
+        model_path, prompt, len(tokens), eos_ids, options, provider=cpu_provider, embed=embed
+    )
     if reference is None:
         return "; no onnxruntime reference loop for this dtype"
     if reference != tokens:
@@ -202,6 +207,7 @@ def ort_greedy_tokens(
     eos_ids: Iterable[int] = (),
     config_entries: Mapping[str, str] | None = None,
     *,
+    provider: str,
     embed: Callable[[Sequence[int]], Mapping[str, np.ndarray]] | None = None,
 ) -> list[int] | None:
     """Greedy tokens of a plain onnxruntime loop on CPU, or None when it cannot feed the graph.
@@ -210,16 +216,15 @@ def ort_greedy_tokens(
     attention_mask, position_ids, logits; past/present pairs matched by layer index and role),
     and each step feeds the new tokens, an all-ones mask, their positions and the previous
     step's present KV as past KV. None when the KV dtype has no numpy type (bfloat16) or the
-    head dims are not static. `config_entries` are ORT session config entries. `embed` gives
+    head dims are not static. `config_entries` are ORT session config entries, `provider` the
+    name of onnxruntime's CPU EP. `embed` gives
     the extra inputs of a step's new tokens (a vision-language decoder's inputs_embeds). Logits
     that are not finite are a BundleError naming the step.
     """
     options = ort.SessionOptions()
     for key, value in (config_entries or {}).items():
         options.add_session_config_entry(key, value)
-    session = ort.InferenceSession(
-        str(model_path), options, providers=[get_ep("cpu").runtime.ort_provider]
-    )
+    session = ort.InferenceSession(str(model_path), options, providers=[provider])
     inputs = {value.name: value for value in session.get_inputs()}
     outputs = [value.name for value in session.get_outputs()]
     cache = _cache_pairs(inputs, outputs)
@@ -310,6 +315,7 @@ def main() -> None:
             request["genai_provider"],
             request["session_options"],
             request["max_new_tokens"],
+            cpu_provider=request["cpu_provider"],
         )
     except BundleError as error:
         answer = {"error": str(error)}

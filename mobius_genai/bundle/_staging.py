@@ -14,12 +14,11 @@ import hashlib
 import os
 import re
 import shutil
-import signal
 import socket
-import threading
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
+
+from mobius_genai._signals import signals_held
 
 #: Characters of OUT's name that start a staging name, for whoever reads a folder listing:
 #: 4 bytes each at most, so the whole name stays far below NAME_MAX.
@@ -30,7 +29,6 @@ _NAME = re.compile(
     r"\.(?P<kind>partial|old)",
     re.DOTALL,
 )
-_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def sibling(out: Path, kind: str) -> Path:
@@ -96,7 +94,7 @@ def remove(path: Path) -> None:
 def swap(staging: Path, out: Path, backup: Path) -> None:
     """Rename `staging` to `out`; an existing `out` is first renamed to `backup`, and renamed
     back when the second rename fails. Raises the OSError of a failed rename."""
-    with _signals_held():
+    with signals_held():
         if not os.path.lexists(out):
             os.replace(staging, out)
             return
@@ -107,27 +105,6 @@ def swap(staging: Path, out: Path, backup: Path) -> None:
             if os.path.lexists(backup) and not os.path.lexists(out):
                 os.replace(backup, out)
             raise
-
-
-@contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back until the block is done, then deliver them (main thread
-    only: other threads cannot set handlers, and signals reach the main thread anyway)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = {}
-    for number in _HELD_SIGNALS:
-        if signal.getsignal(number) is not None:  # None: set outside Python, not restorable
-            previous[number] = signal.signal(number, lambda n, frame: received.append(n))
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-        for number in received:
-            signal.raise_signal(number)
 
 
 def add_note(error: BaseException, note: str) -> None:

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mobius_genai._graph_keys import BUILT_FOR_KEY
 from mobius_genai.errors import BundleError
-from mobius_genai.tasks.causal_lm import BUILT_FOR_KEY
 
 if TYPE_CHECKING:
     import onnx

@@ -25,10 +25,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mobius_genai._signals import signals_held
 from mobius_genai.bundle._smoke_child import PHASE_PREFIX
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.validate import read_genai_config
-from mobius_genai.ep import EpCapabilities
+from mobius_genai.ep import EpCapabilities, get_ep
 from mobius_genai.errors import BundleError
 
 #: Ops whose CPU kernels need prepacked weights to run at a usable speed.
@@ -62,6 +63,7 @@ def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 
         "folder": str(folder),
         "ep": ep.name,
         "genai_provider": ep.runtime.genai_provider,
+        "cpu_provider": get_ep("cpu").runtime.ort_provider,
         "session_options": session_options(folder, read_genai_config(folder)),
         "max_new_tokens": max_new_tokens,
         "parent": os.getpid(),
@@ -86,19 +88,22 @@ def session_options(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:
 
 def _run_child(request: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     """The child's answer to `request`; a child that crashes or dies is a BundleError."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", _CHILD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_child_environment(),
-        start_new_session=os.name == "posix",  # Ctrl-C reaches this process, which kills it
-    )
+    process = None
     try:
+        with signals_held():  # an interrupt inside Popen would leave the child unowned
+            process = subprocess.Popen(
+                [sys.executable, "-m", _CHILD],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=_child_environment(),
+                start_new_session=os.name == "posix",  # Ctrl-C reaches this process only
+            )
         stdout, stderr = process.communicate(json.dumps(request).encode())
     except BaseException:  # Ctrl-C, SIGTERM, anything: the child must not outlive the test
-        process.kill()
-        process.wait()
+        if process is not None:
+            process.kill()
+            process.wait()
         raise
     try:
         return json.loads(stdout)

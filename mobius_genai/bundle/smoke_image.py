@@ -28,7 +28,6 @@ from mobius_genai.bundle.generate import (
     image_placeholder,
     load_tokenizer,
 )
-from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 
 #: The smoke test's prompt after the model type's image placeholder.
@@ -114,20 +113,24 @@ def png_bytes(pixels: np.ndarray) -> bytes:
 
 
 def image_embedder(
-    folder: Path, config: Mapping[str, Any], prompt: ImagePrompt, entries: Mapping[str, str]
+    folder: Path,
+    config: Mapping[str, Any],
+    prompt: ImagePrompt,
+    entries: Mapping[str, str],
+    provider: str,
 ) -> Callable[[Sequence[int]], dict[str, np.ndarray]]:
     """The decoder's extra input per step, from the vision and embedding graphs on CPU.
 
     The vision graph runs once here and is released; the returned function feeds the new
     tokens to the embedding graph with the image features the first time, an empty
     [0, hidden] tensor after that, and names its output as the decoder input of that name. `entries` are
-    ORT session config entries.
+    ORT session config entries, `provider` the name of onnxruntime's CPU EP.
     """
     model = config["model"]
-    vision = _session(folder / model["vision"]["filename"], entries)
+    vision = _session(folder / model["vision"]["filename"], entries, provider)
     (features,) = vision.run(None, {vision.get_inputs()[0].name: prompt.pixel_values})
     del vision
-    embedding = _session(folder / model["embedding"]["filename"], entries)
+    embedding = _session(folder / model["embedding"]["filename"], entries, provider)
     features_name = next(i.name for i in embedding.get_inputs() if i.name != "input_ids")
     embeds_name = embedding.get_outputs()[0].name
     pending = [features]
@@ -140,9 +143,9 @@ def image_embedder(
     return embed
 
 
-def _session(path: Path, entries: Mapping[str, str]) -> ort.InferenceSession:
-    """A CPU session of the graph at `path` with ORT config `entries`."""
+def _session(path: Path, entries: Mapping[str, str], provider: str) -> ort.InferenceSession:
+    """A session of the graph at `path` on `provider` with ORT config `entries`."""
     options = ort.SessionOptions()
     for key, value in entries.items():
         options.add_session_config_entry(key, value)
-    return ort.InferenceSession(str(path), options, providers=[get_ep("cpu").runtime.ort_provider])
+    return ort.InferenceSession(str(path), options, providers=[provider])

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 from onnxscript import GraphBuilder
 
+from mobius_genai._graph_keys import BUILT_FOR_KEY
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import ep_capabilities, get_build_dtype
 
@@ -14,8 +15,6 @@ if TYPE_CHECKING:
     from onnxscript import nn
 
 OPSET = 24
-#: Model metadata key naming the EP the graph was built for (read by `validate`).
-BUILT_FOR_KEY = "mobius_genai.execution_provider"
 BATCH, SEQ, TOTAL, PAST = (
     "batch_size",
     "sequence_length",

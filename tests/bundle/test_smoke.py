@@ -16,6 +16,8 @@ from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 from tests.bundle.conftest import TINY_QWEN2
 
+CPU = get_ep("cpu").runtime.ort_provider
+
 GPU_EPS = ["cuda", "dml", "webgpu", "trt-rtx", "mlx"]
 
 
@@ -57,7 +59,7 @@ def test_ep_not_available_and_graph_not_loadable_on_cpu_is_skipped_with_the_caus
             raise BundleError(f"{folder}: cannot load the bundle on CPU: {error}") from error
 
     monkeypatch.setattr(_smoke_child, "load_model", no_cpu_kernels)
-    result = run_smoke(packaged(ep), ep, get_ep(ep).runtime.genai_provider, {})
+    result = run_smoke(packaged(ep), ep, get_ep(ep).runtime.genai_provider, {}, cpu_provider=CPU)
     assert not result["ran"]
     assert result["note"] == (
         f"smoke test skipped: the {ep} EP ({get_ep(ep).runtime.genai_provider}) is not available here, "
@@ -73,7 +75,9 @@ def test_a_gpu_bundle_that_loads_on_cpu_but_fails_to_generate_is_an_error(
 
     monkeypatch.setattr(_smoke_child, "greedy_tokens", broken)
     with pytest.raises(BundleError, match="failed after 2 generated tokens"):
-        run_smoke(packaged("cuda"), "cuda", get_ep("cuda").runtime.genai_provider, {})
+        run_smoke(
+            packaged("cuda"), "cuda", get_ep("cuda").runtime.genai_provider, {}, cpu_provider=CPU
+        )
 
 
 @pytest.mark.parametrize("ep", GPU_EPS)
@@ -83,7 +87,7 @@ def test_ep_bundle_runs_on_cpu_with_cpu_provider_options(bundle_copy, ep: str):
     model = og.Model(str(folder))
     prompt = [int(token) for token in og.Tokenizer(model).encode("Hello")]
     tokens = greedy_tokens(model, prompt, len(prompt) + 6)
-    assert tokens == ort_greedy_tokens(folder / "model.onnx", prompt, 6)
+    assert tokens == ort_greedy_tokens(folder / "model.onnx", prompt, 6, provider=CPU)
 
 
 def test_config_that_loads_but_miswires_the_graph_fails(bundle_copy):

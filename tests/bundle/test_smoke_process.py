@@ -94,7 +94,9 @@ def test_logits_that_are_not_finite_are_an_error_naming_the_step(bundle_copy):
     with pytest.raises(
         BundleError, match=r"^a plain onnxruntime loop computed logits that are not"
     ):
-        ort_greedy_tokens(folder / "model.onnx", [1, 2, 3], 4)
+        ort_greedy_tokens(
+            folder / "model.onnx", [1, 2, 3], 4, provider=get_ep("cpu").runtime.ort_provider
+        )
 
 
 def test_a_later_step_is_named():
@@ -144,3 +146,17 @@ def test_a_signal_during_the_smoke_test_ends_its_process_and_cleans_up(tmp_path:
     assert "Traceback" not in stderr
     assert not Path(f"/proc/{child}").exists()  # killed and reaped, not orphaned
     assert not (tmp_path / "work").exists() or list((tmp_path / "work").iterdir()) == []
+
+
+def test_the_smoke_process_imports_no_graph_building_stack():
+    """The smoke test's process holds a model of up to a quarter of the memory available; the
+    graph-building stack (onnx, onnx-ir, onnxscript: ~85 MiB resident) has no job there."""
+    code = (
+        "import sys, mobius_genai.bundle._smoke_child; "
+        "print(sorted(m for m in ('onnx', 'onnx_ir', 'onnxscript', 'jsonschema') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == "[]", result.stdout

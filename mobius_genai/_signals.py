@@ -1,0 +1,36 @@
+"""Holding Ctrl-C and SIGTERM back through a step that must not be cut in two.
+
+A step such as swapping the output folder, or starting a child process and taking charge of
+it, leaves something behind if an interrupt lands in its middle; the signal is delivered
+right after the step instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back until the block is done, then deliver them (main thread
+    only: other threads cannot set handlers, and signals reach the main thread anyway)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {}
+    for number in _HELD:
+        if signal.getsignal(number) is not None:  # None: set outside Python, not restorable
+            previous[number] = signal.signal(number, lambda n, frame: received.append(n))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in received:
+            signal.raise_signal(number)
