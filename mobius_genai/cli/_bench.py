@@ -9,11 +9,11 @@ import json
 
 from mobius_genai.bench.runner import BenchRow, bench
 from mobius_genai.cli._args import positive_int
+from mobius_genai.cli._generation import add_ep_argument, on_cpu
 from mobius_genai.cli._table import aligned_table
 from mobius_genai.errors import OptionError
 
 _HEADERS = ("prompt", "batch", "TTFT ms", "prefill tok/s", "decode tok/s", "peak RSS MiB")
-_EPS = {"cpu": "the CPU provider, whatever the bundle's provider_options say"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,11 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=3,
         help="timed runs per configuration, after a warm-up; the table shows medians (default 3)",
     )
-    parser.add_argument(
-        "--ep",
-        help="run on another provider than the bundle's: cpu (its graph on the CPU provider); "
-        "default: the bundle's",
-    )
+    add_ep_argument(parser)
     parser.add_argument(
         "--threads", type=positive_int, help="onnxruntime intra-op threads (default: its own)"
     )
@@ -49,18 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure each configuration in a process of its own, then print the results."""
-    if args.ep is not None and args.ep.lower() not in _EPS:
-        raise OptionError(
-            f"--ep {args.ep}: not accepted here; accepted: "
-            + "; ".join(f"{name} ({what})" for name, what in _EPS.items())
-        )
+    cpu = on_cpu(args)
     rows = bench(
         args.folder,
         prompt_lengths=_integers("--prompt-lengths", args.prompt_lengths),
         batch_sizes=_integers("--batch-sizes", args.batch_sizes),
         new_tokens=args.new_tokens,
         rounds=args.rounds,
-        cpu=args.ep is not None,
+        cpu=cpu,
         threads=args.threads,
     )
     if args.json:

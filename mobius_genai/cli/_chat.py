@@ -12,7 +12,13 @@ import argparse
 import sys
 
 from mobius_genai.bundle.chat import Conversation
-from mobius_genai.cli._sampling import Speed, add_sampling_arguments, search_options
+from mobius_genai.cli._generation import (
+    Speed,
+    add_ep_argument,
+    add_sampling_arguments,
+    on_cpu,
+    search_options,
+)
 from mobius_genai.errors import MobiusError
 
 _EXIT = "/exit"
@@ -23,13 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", help="bundle folder")
     parser.add_argument("--system", help="a system message in front of the conversation")
     add_sampling_arguments(parser, max_new_tokens=256)
+    add_ep_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     """Read messages from stdin until it ends or says /exit; print each reply as it comes."""
     options = search_options(args)
+    cpu = on_cpu(args)
     conversation = Conversation(
         args.folder,
+        cpu=cpu,
         system=args.system,
         max_new_tokens=args.max_new_tokens,
         search_options=options,

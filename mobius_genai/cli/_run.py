@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from mobius_genai.bundle.generate import stream_text
-from mobius_genai.cli._sampling import Speed, add_sampling_arguments, search_options
+from mobius_genai.cli._generation import Speed, add_sampling_arguments, search_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -179,3 +179,19 @@ def test_ctrl_c_ends_the_chat_with_one_line(packaged):
     assert process.returncode == 130
     lines = [line for line in err.splitlines() if "tokens/s" not in line]
     assert lines == ["mobius-genai: interrupted; nothing was written"]
+
+
+def test_ep_cpu_chats_with_a_gpu_bundle_here(packaged, monkeypatch, capsys):
+    folder = packaged("cuda")
+    code, _, err = _chat(monkeypatch, capsys, folder, "Hi\n")
+    assert code == 1 and "onnxruntime-genai cannot load the bundle" in err
+    code, out, _ = _chat(
+        monkeypatch, capsys, folder, "Hi\n", "--ep", "cpu", "--max-new-tokens", "4"
+    )
+    assert code == 0 and out.endswith("\n")
+    code, _, err = _chat(monkeypatch, capsys, folder, "Hi\n", "--ep", "dml")
+    assert code == 1
+    assert err.splitlines() == [
+        "mobius-genai: error: --ep dml: not accepted here; accepted: cpu (the bundle's graph on "
+        "the CPU provider, whatever its provider_options say)"
+    ]

@@ -1,6 +1,7 @@
-"""Options shared by the commands that generate (`run`, `chat`): sampling and the speed line.
+"""Options shared by the commands that run a bundle: sampling and the speed line (`run`,
+`chat`), the provider to run on (`chat`, `bench`).
 
-Given options override the bundle's own search settings (genai_config.json `search`):
+Given sampling options override the bundle's own search settings (genai_config.json `search`):
 `--temperature 0` is greedy decoding; a positive temperature, `--top-p` or `--top-k` turn
 sampling on; `--seed` makes sampling reproducible.
 """
@@ -16,6 +17,30 @@ from typing import Any
 
 from mobius_genai.cli._args import positive_int
 from mobius_genai.errors import OptionError
+
+#: What --ep accepts, with what it does: the bundle itself is never changed.
+EP_OVERRIDES = {"cpu": "the bundle's graph on the CPU provider, whatever its provider_options say"}
+
+
+def add_ep_argument(parser: argparse.ArgumentParser) -> None:
+    """--ep: run on another provider than the bundle's."""
+    parser.add_argument(
+        "--ep",
+        help="run on another provider than the bundle's: cpu (its graph on the CPU "
+        "provider, e.g. a GPU bundle here); default: the bundle's",
+    )
+
+
+def on_cpu(args: argparse.Namespace) -> bool:
+    """Whether --ep asks for the CPU provider; an OptionError for a value it does not accept."""
+    if args.ep is None:
+        return False
+    if args.ep.lower() not in EP_OVERRIDES:
+        raise OptionError(
+            f"--ep {args.ep}: not accepted here; accepted: "
+            + "; ".join(f"{name} ({what})" for name, what in EP_OVERRIDES.items())
+        )
+    return True
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
