@@ -110,7 +110,7 @@ def _table(rows: list[BenchRow], args: argparse.Namespace) -> str:
     provider = "the CPU provider" if args.ep else "the bundle's provider"
     notes = (
         f"{args.folder} on {provider}: {args.new_tokens} new tokens per run, medians of "
-        f"{args.rounds} runs after a warm-up; tokens/s count the whole batch; peak RSS is the "
-        "process of each row (model loading included, GPU memory not counted)"
+        f"{args.rounds} runs after a warm-up; tokens/s count the whole batch.\n"
+        "Peak RSS: the process of each row (model loading included, GPU memory not counted)."
     )
     return aligned_table([_HEADERS, *cells], right=range(len(_HEADERS))) + "\n\n" + notes
