@@ -7,6 +7,7 @@ rendered by transformers' tokenizer from the bundle's files, then fed to `run --
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from mobius_genai.bundle.chat import Conversation
+from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,3 +197,40 @@ def test_ep_cpu_chats_with_a_gpu_bundle_here(packaged, monkeypatch, capsys):
         "mobius-genai: error: --ep dml: not accepted here; accepted: cpu (the bundle's graph on "
         "the CPU provider, whatever its provider_options say)"
     ]
+
+
+def test_a_reply_stops_at_the_models_eos_tokens(bundle_copy):
+    folder = bundle_copy()
+    conversation = Conversation(folder, max_new_tokens=8)
+    free = "".join(conversation.reply("Hi"))
+    prompt = conversation.prompt_ids
+    tokens = greedy_tokens(conversation.model, prompt, len(prompt) + 8)
+    assert _streamed(conversation, tokens) == free
+    # a token that ends the reply once it is an EOS token: one with text, not seen before it
+    stop = next(
+        i
+        for i in range(len(tokens))
+        if tokens[i] not in tokens[:i]
+        and _streamed(conversation, tokens[: i + 1]) != _streamed(conversation, tokens[:i])
+    )
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["eos_token_id"] = [*config["model"]["eos_token_id"], tokens[stop]]
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    stopped = Conversation(folder, max_new_tokens=8)
+    expected = _streamed(stopped, tokens[:stop])
+    assert "".join(stopped.reply("Hi")) == expected != free
+    assert stopped.turns == [("Hi", expected)]
+
+
+def _streamed(conversation: Conversation, tokens: list[int]) -> str:
+    stream = conversation.tokenizer.create_stream()
+    return "".join(stream.decode(token) for token in tokens)
+
+
+def test_run_prints_its_speed_unless_quiet(packaged, capsys):
+    folder = str(packaged("cpu"))
+    assert main(["run", folder, "--prompt", "Hi", "--max-tokens", "5"]) == 0
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("mobius-genai: 5 tokens, decode ") and line.endswith(" tokens/s")
+    assert main(["run", folder, "--prompt", "Hi", "--max-tokens", "5", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
