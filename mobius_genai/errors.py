@@ -29,3 +29,7 @@ class BundleError(MobiusError, ValueError):
 
 class ExecutionProviderError(MobiusError, ValueError):
     """The execution provider named is unknown or cannot do what was asked."""
+
+
+class OptionError(MobiusError, ValueError):
+    """A command-line option has a value outside the range it accepts."""

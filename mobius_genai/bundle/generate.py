@@ -188,8 +188,10 @@ def stream_text(
     max_new_tokens: int = 128,
     use_chat_template: bool = True,
     images: Sequence[str | Path] = (),
+    search_options: Mapping[str, Any] | None = None,
 ) -> Iterator[str]:
-    """Text pieces generated for `prompt` with the bundle's own search settings.
+    """Text pieces generated for `prompt` with the bundle's own search settings, overridden by
+    `search_options` (onnxruntime-genai's: do_sample, temperature, top_p, top_k, random_seed).
 
     With `images` (files), the prompt goes through the multimodal processor with them; it gets
     the model type's image placeholder in front for each image it does not place itself.
@@ -218,7 +220,8 @@ def stream_text(
             length = len(prompt_ids)
         params = og.GeneratorParams(model)
         context = config["model"]["context_length"]
-        params.set_search_options(max_length=min(length + max_new_tokens, context))
+        max_length = min(length + max_new_tokens, context)
+        params.set_search_options(**(search_options or {}), max_length=max_length)
         generator = og.Generator(model, params)
         if images:
             generator.set_inputs(inputs)

@@ -19,13 +19,11 @@ import dataclasses
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mobius_genai._signals import signals_held
+from mobius_genai._child_process import ask_child
 from mobius_genai.bundle._smoke_child import PHASE_PREFIX
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.validate import read_genai_config
@@ -88,35 +86,12 @@ def session_options(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:
 
 def _run_child(request: Mapping[str, Any], folder: Path) -> dict[str, Any]:
     """The child's answer to `request`; a child that crashes or dies is a BundleError."""
-    process = None
-    try:
-        with signals_held():  # an interrupt inside Popen would leave the child unowned
-            process = subprocess.Popen(
-                [sys.executable, "-m", _CHILD],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=_child_environment(),
-                start_new_session=os.name == "posix",  # Ctrl-C reaches this process only
-            )
-        stdout, stderr = process.communicate(json.dumps(request).encode())
-    except BaseException:  # Ctrl-C, SIGTERM, anything: the child must not outlive the test
-        if process is not None:
-            process.kill()
-            process.wait()
-        raise
+    returncode, stdout, stderr = ask_child(_CHILD, request)
     try:
         return json.loads(stdout)
     except ValueError:
-        failure = _failure(folder, process.returncode, stderr.decode(errors="replace"))
+        failure = _failure(folder, returncode, stderr.decode(errors="replace"))
         raise BundleError(failure) from None
-
-
-def _child_environment() -> dict[str, str]:
-    """This environment, with this copy of mobius_genai first on the child's path."""
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, path] if path else [root])}
 
 
 def _failure(folder: Path, returncode: int, stderr: str) -> str:

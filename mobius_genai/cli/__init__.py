@@ -32,6 +32,8 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("package", "mobius_genai.cli._package", "build a runnable onnxruntime-genai bundle"),
     ("validate", "mobius_genai.cli._validate", "check a bundle: schema, files, graph vs config"),
     ("run", "mobius_genai.cli._run", "generate text from a bundle with onnxruntime-genai"),
+    ("chat", "mobius_genai.cli._chat", "chat with a bundle (its chat template, streamed replies)"),
+    ("bench", "mobius_genai.cli._bench", "prefill and decode speed, time to first token, memory"),
     ("eps", "mobius_genai.cli._eps", "list the execution providers and their capabilities"),
     (
         "olive-config",

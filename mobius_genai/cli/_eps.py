@@ -6,6 +6,7 @@ import argparse
 
 import onnx_ir as ir
 
+from mobius_genai.cli._table import aligned_table
 from mobius_genai.ep import EpCapabilities, EpRegistry, ep_registry
 from mobius_genai.target import precision_of
 
@@ -71,13 +72,7 @@ def format_ep_table(registry: EpRegistry | None = None) -> str:
     accepted: aliases, any case, onnxruntime names."""
     registry = ep_registry if registry is None else registry
     rows = [_TABLE_HEADERS, *(_table_row(caps) for caps in registry.entries())]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_TABLE_HEADERS))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    lines.append("")
+    lines = [aligned_table(rows), ""]
     if registry.aliases:
         aliases = ", ".join(
             f"{alias} -> {target}" for alias, target in sorted(registry.aliases.items())

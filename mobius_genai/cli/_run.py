@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from mobius_genai.bundle.generate import stream_text
-from mobius_genai.cli._args import positive_int
+from mobius_genai.cli._generation import Speed, add_sampling_arguments, search_options
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -22,26 +22,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the model's image placeholder for each image it does not place itself",
     )
     parser.add_argument(
-        "--max-new-tokens",
-        type=positive_int,
-        default=128,
-        help="tokens to generate at most (default 128)",
-    )
-    parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
+    add_sampling_arguments(parser, max_new_tokens=128)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the text as it is generated."""
-    for piece in stream_text(
+    """Print the text as it is generated, then the speed on stderr."""
+    speed = Speed()
+    pieces = stream_text(
         args.folder,
         args.prompt,
         max_new_tokens=args.max_new_tokens,
         use_chat_template=not args.raw,
         images=args.image,
-    ):
+        search_options=search_options(args),
+    )
+    for piece in speed.timed(pieces):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
+    speed.report(args.quiet)
     return 0

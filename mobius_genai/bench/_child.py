@@ -1,0 +1,53 @@
+"""One configuration of `mobius-genai bench`, in a process of its own: reads the request (JSON)
+on stdin, prints the measurements (JSON) on stdout.
+
+The process loads the bundle, runs one warm-up generation, then the timed rounds; its peak
+resident memory (the kernel's, so nothing between samples is missed) covers exactly this
+configuration: the model, its sessions and the KV cache of this batch and length.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from mobius_genai.bench.speed import load, random_prompt, time_generation
+from mobius_genai.errors import MobiusError
+
+
+def peak_rss_mib() -> float | None:
+    """This process's peak resident set size in MiB; None where the system does not say."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10  # bytes on macOS, else KiB
+
+
+def measure(request: dict) -> dict:
+    """Load time, the timed rounds and the peak RSS of one configuration."""
+    started = time.perf_counter()
+    model = load(request["folder"], cpu=request["cpu"], threads=request["threads"])
+    load_s = time.perf_counter() - started
+    prompt = random_prompt(request["batch_size"], request["prompt_length"], request["vocab_size"])
+    new_tokens = request["new_tokens"]
+    time_generation(model, prompt, min(new_tokens, 4))  # warm-up
+    rounds = [time_generation(model, prompt, new_tokens) for _ in range(request["rounds"])]
+    return {"load_s": load_s, "rounds": rounds, "peak_rss_mib": peak_rss_mib()}
+
+
+def main() -> None:
+    request = json.loads(sys.stdin.read())
+    try:
+        answer = measure(request)
+    except MobiusError as error:
+        answer = {"error": str(error)}
+    except RuntimeError as error:  # onnxruntime-genai's error type for a failing run
+        answer = {"error": f"{request['folder']}: onnxruntime-genai failed: {error}"}
+    print(json.dumps(answer))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+"""Prefill and decode speed of one onnxruntime-genai generation.
+
+- prefill: the time of `append_tokens(prompt)` (one forward pass over the prompt);
+- time to first token: prefill plus the first generate_next_token() (which only picks a token
+  from the prefill's logits);
+- decode: the time of the generate_next_token() calls after the first (each runs one forward
+  pass and picks a token).
+
+Rates count the tokens of the whole batch. Each is measured in wall-clock time and in CPU time
+of the calling thread (with one intra-op thread, onnxruntime computes on the caller's thread),
+which other processes on the machine disturb much less.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime_genai as og
+
+from mobius_genai.bundle.generate import load_model
+
+
+def load(folder: str | Path, *, cpu: bool = False, threads: int | None = None) -> og.Model:
+    """og.Model of a bundle; `cpu` runs it on the CPU provider, `threads` sets onnxruntime's
+    intra-op threads (one inter-op thread), the bundle itself unchanged."""
+    options = (
+        {} if threads is None else {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
+    )
+    return load_model(folder, cpu=cpu, session_options=options)
+
+
+def random_prompt(batch_size: int, length: int, vocab_size: int, seed: int = 0) -> np.ndarray:
+    """int32 token ids [batch_size, length] drawn below `vocab_size`."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, vocab_size, (batch_size, length)).astype(np.int32)
+
+
+def _clocks() -> tuple[float, float]:
+    return time.perf_counter(), time.thread_time()
+
+
+def time_generation(model: og.Model, prompt: np.ndarray, new_tokens: int) -> dict[str, float]:
+    """Prefill and decode tokens/s (by wall clock and by thread CPU time) and the time to first
+    token in seconds of generating exactly `new_tokens` (>= 2) after `prompt`, a sequence of
+    token ids or a [batch, length] array of them."""
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens {new_tokens}: decode needs 2 or more")
+    prompt = np.atleast_2d(np.asarray(prompt, np.int32))
+    batch_size, length = prompt.shape
+    params = og.GeneratorParams(model)
+    total = length + new_tokens
+    params.set_search_options(
+        max_length=total, min_length=total, do_sample=False, batch_size=batch_size
+    )
+    generator = og.Generator(model, params)
+    started = _clocks()
+    generator.append_tokens(prompt if batch_size > 1 else prompt[0])
+    prefilled = _clocks()
+    generator.generate_next_token()
+    first = _clocks()
+    steps = 0
+    while not generator.is_done():
+        generator.generate_next_token()
+        steps += 1
+    decoded = _clocks()
+    if steps != new_tokens - 1:
+        raise RuntimeError(f"generated {steps + 1} tokens, expected {new_tokens}")
+    return {
+        "prefill": batch_size * length / (prefilled[0] - started[0]),
+        "decode": batch_size * steps / (decoded[0] - first[0]),
+        "prefill_cpu": batch_size * length / (prefilled[1] - started[1]),
+        "decode_cpu": batch_size * steps / (decoded[1] - first[1]),
+        "ttft_s": first[0] - started[0],
+    }

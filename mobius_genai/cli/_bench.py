@@ -1,0 +1,116 @@
+"""`mobius-genai bench DIR`: prefill and decode tokens/s, time to first token and peak memory
+of a bundle for chosen prompt lengths and batch sizes, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from mobius_genai.bench.runner import BenchRow, bench
+from mobius_genai.cli._args import positive_int
+from mobius_genai.cli._generation import add_ep_argument, on_cpu
+from mobius_genai.cli._table import aligned_table
+from mobius_genai.errors import OptionError
+
+_HEADERS = ("prompt", "batch", "TTFT ms", "prefill tok/s", "decode tok/s", "peak RSS MiB")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `bench`."""
+    parser.add_argument("folder", help="bundle folder")
+    parser.add_argument(
+        "--prompt-lengths",
+        default="16,128",
+        help="comma-separated prompt lengths in tokens (default 16,128)",
+    )
+    parser.add_argument(
+        "--batch-sizes", default="1", help="comma-separated batch sizes (default 1)"
+    )
+    parser.add_argument(
+        "--new-tokens", type=positive_int, default=32, help="tokens generated per run (default 32)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_int,
+        default=3,
+        help="timed runs per configuration, after a warm-up; the table shows medians (default 3)",
+    )
+    add_ep_argument(parser)
+    parser.add_argument(
+        "--threads", type=positive_int, help="onnxruntime intra-op threads (default: its own)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure each configuration in a process of its own, then print the results."""
+    cpu = on_cpu(args)
+    rows = bench(
+        args.folder,
+        prompt_lengths=_integers("--prompt-lengths", args.prompt_lengths),
+        batch_sizes=_integers("--batch-sizes", args.batch_sizes),
+        new_tokens=args.new_tokens,
+        rounds=args.rounds,
+        cpu=cpu,
+        threads=args.threads,
+    )
+    if args.json:
+        print(
+            json.dumps({"bundle": args.folder, **_settings(args), "rows": _dicts(rows)}, indent=2)
+        )
+    else:
+        print(_table(rows, args))
+    return 0
+
+
+def _integers(option: str, text: str) -> list[int]:
+    """The distinct positive integers of a comma-separated list, in order."""
+    values = []
+    for item in text.split(","):
+        try:
+            value = int(item)
+        except ValueError:
+            value = 0
+        if value <= 0:
+            raise OptionError(
+                f"{option} {text}: {item.strip()!r} is not a positive integer; accepted: "
+                "positive integers separated by commas, e.g. 16,128"
+            )
+        if value not in values:
+            values.append(value)
+    return values
+
+
+def _settings(args: argparse.Namespace) -> dict[str, object]:
+    return {
+        "ep": args.ep.lower() if args.ep else "bundle",
+        "new_tokens": args.new_tokens,
+        "rounds": args.rounds,
+        "threads": args.threads,
+    }
+
+
+def _dicts(rows: list[BenchRow]) -> list[dict[str, object]]:
+    return [dataclasses.asdict(row) for row in rows]
+
+
+def _table(rows: list[BenchRow], args: argparse.Namespace) -> str:
+    cells = [
+        (
+            str(row.prompt_length),
+            str(row.batch_size),
+            f"{row.ttft_ms:,.1f}",
+            f"{row.prefill_tps:,.1f}",
+            f"{row.decode_tps:,.1f}",
+            "n/a" if row.peak_rss_mib is None else f"{row.peak_rss_mib:,.0f}",
+        )
+        for row in rows
+    ]
+    provider = "the CPU provider" if args.ep else "the bundle's provider"
+    notes = (
+        f"{args.folder} on {provider}: {args.new_tokens} new tokens per run, medians of "
+        f"{args.rounds} runs after a warm-up; tokens/s count the whole batch.\n"
+        "Peak RSS: the process of each row (model loading included, GPU memory not counted)."
+    )
+    return aligned_table([_HEADERS, *cells], right=range(len(_HEADERS))) + "\n\n" + notes
