@@ -73,9 +73,13 @@ class ExpertsTensor(ir.LazyTensor):
     def _load(self) -> ir.TensorProtocol:
         return ir.Tensor(np.stack(list(self.experts())), dtype=self.dtype, name=self.name)
 
+    def chunks(self) -> Iterator[np.ndarray]:
+        """The tensor's bytes an expert at a time (what savers that stream read)."""
+        return self.experts()
+
     def tofile(self, file: BinaryIO) -> None:
         """Write the tensor's bytes to `file` an expert at a time."""
-        for matrix in self.experts():
+        for matrix in self.chunks():
             file.write(matrix.tobytes())
 
 

@@ -53,6 +53,7 @@ from transformers import (
     OlmoeConfig,
     Phi3Config,
     PhiConfig,
+    PhimoeConfig,
     PretrainedConfig,
     PreTrainedModel,
     Qwen2Config,
@@ -106,6 +107,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "qwen2_moe": Qwen2MoeConfig,
     "olmoe": OlmoeConfig,
     "granitemoe": GraniteMoeConfig,
+    "phimoe": PhimoeConfig,
     "lfm2": Lfm2Config,
 }
 
@@ -146,6 +148,7 @@ _ARCHITECTURES = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
     "granitemoe": "GraniteMoeForCausalLM",
+    "phimoe": "PhimoeForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
 }
 
@@ -279,6 +282,16 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "residual_multiplier": 0.5,
         "logits_scaling": 4.0,
         "attention_multiplier": 0.1,
+    },
+    # sparsemixer routing (two picks, each a softmax over the experts within a relative
+    # 2 * router_jitter_noise of the current maximum: 0.1 makes some tokens' picks share their
+    # weight), LayerNorms with biases, attention and lm_head biases
+    "phimoe": {
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "router_jitter_noise": 0.1,
+        "attention_bias": True,
+        "lm_head_bias": True,
     },
     # conv, attention, conv: short-convolution layers with a 3-tap state and biases; the MLP
     # width is 2/3 of 96, times 1.3, rounded up to a multiple of 32 (96)

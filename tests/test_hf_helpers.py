@@ -73,6 +73,7 @@ _LOADED_AS = {
         (r"\.mlp\.c_proj\.", ".mlp.down_proj."),
     ],
     "mixtral": [(r"\.block_sparse_moe\.", ".mlp.")],
+    "phimoe": [(r"\.block_sparse_moe\.gate\.", ".mlp.router."), (r"\.block_sparse_moe\.", ".mlp.")],
     "granitemoe": [
         (r"\.input_linear\.weight$", ".experts.gate_up_proj"),
         (r"\.output_linear\.weight$", ".experts.down_proj"),

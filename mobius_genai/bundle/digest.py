@@ -3,7 +3,8 @@
 The manifest records the sha256 of every bundle file; hashing model.onnx.data after saving
 reads the file again (~1 s per 2 GB). Instead the external data goes through a pipeline of
 three threads: the saving thread reads and converts each tensor (checkpoint matrices a block at
-a time, into reused buffers: `CheckpointTensor.blocks`), a writer thread writes each block at
+a time, into reused buffers: `CheckpointTensor.blocks`; stacked MoE experts an expert at a time:
+`chunks()`), a writer thread writes each block at
 its offset, and a hasher thread hashes the blocks in order. Reading, writing and hashing then
 overlap instead of following each other.
 
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai._buffers import BufferPool
+from mobius_genai._buffers import BLOCK_BYTES, BufferPool
 from mobius_genai.build import EXTERNAL_THRESHOLD, MODEL_FILENAME, ModelPackage
 from mobius_genai.bundle.manifest import remember_sha256
 from mobius_genai.errors import BundleError
@@ -143,11 +144,25 @@ class _PipelinedTensor(ir.LazyTensor):
             for data, buffer in self._tensor.blocks(self._pipeline.pool):
                 self._pipeline.put(file, offset, data, buffer)
                 offset += data.size
+        elif hasattr(self._tensor, "chunks"):  # stacked experts, made one expert at a time
+            for chunk in self._tensor.chunks():
+                offset = self._put_pooled(file, offset, chunk)
         else:
             data = _bytes_of(self._tensor)
             self._pipeline.put(file, offset, data, None)
             offset += data.size
         file.seek(offset)
+
+    def _put_pooled(self, file, offset: int, chunk: np.ndarray) -> int:
+        """Queue `chunk`'s bytes through pooled buffers (the pool bounds what is in flight)."""
+        data = np.ascontiguousarray(chunk).reshape(-1).view(np.uint8)
+        for start in range(0, data.size, BLOCK_BYTES):
+            piece = data[start : start + BLOCK_BYTES]
+            buffer = self._pipeline.pool.take(piece.size)
+            buffer[: piece.size] = piece
+            self._pipeline.put(file, offset, buffer[: piece.size], buffer)
+            offset += piece.size
+        return offset
 
 
 def _bytes_of(tensor: ir.TensorProtocol) -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.components import sparsemixer
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import GatedMLP
 from mobius_genai.components.tier1 import MS_DOMAIN
@@ -35,7 +36,8 @@ class Experts(nn.Module):
 
 
 class MoEBlock(nn.Module):
-    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]."""
+    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a sparsemixer,
+    MoE(x, first pick) + MoE(x, second pick)."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -55,23 +57,35 @@ class MoEBlock(nn.Module):
     def forward(self, op, x: ir.Value) -> ir.Value:
         moe = self.moe
         logits = op.Reshape(self.gate(op, x), op.Constant(value_ints=[-1, moe.num_experts]))
-        fc1, fc2 = self.experts(op)
-        out = op.MoE(
-            x,
-            logits,
-            fc1,
-            None,
-            fc2,
-            k=moe.top_k,
-            activation_type="swiglu",
-            swiglu_fusion=1,
-            normalize_routing_weights=int(moe.normalize_top_k),
-            _domain=MS_DOMAIN,
-        )
-        out.type, out.shape = x.type, x.shape  # what onnxruntime's schema infers
+        if moe.sparse_mixer is None:
+            out = self._experts(op, x, logits, moe.top_k, moe.normalize_top_k)
+        else:  # two k=1 nodes, each weighting its pick by its band's softmax (sparsemixer.py)
+            first = sparsemixer.first_pick(op, logits, moe.sparse_mixer)
+            second = sparsemixer.second_pick(op, logits, moe.sparse_mixer)
+            out = op.Add(
+                self._experts(op, x, first, 1, False), self._experts(op, x, second, 1, False)
+            )
         if self.shared_expert is None:
             return out
         shared = self.shared_expert(op, x)
         if self.shared_expert_gate is not None:
             shared = op.Mul(op.Sigmoid(self.shared_expert_gate(op, x)), shared)
         return op.Add(out, shared)
+
+    def _experts(self, op, x: ir.Value, router: ir.Value, k: int, normalize: bool) -> ir.Value:
+        """One MoE node: the `k` experts of the softmax of `router`, weighted by it."""
+        fc1, fc2 = self.experts(op)
+        out = op.MoE(
+            x,
+            router,
+            fc1,
+            None,
+            fc2,
+            k=k,
+            activation_type="swiglu",
+            swiglu_fusion=1,
+            normalize_routing_weights=int(normalize),
+            _domain=MS_DOMAIN,
+        )
+        out.type, out.shape = x.type, x.shape  # what onnxruntime's schema infers
+        return out

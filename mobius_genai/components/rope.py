@@ -47,13 +47,18 @@ def inverse_frequencies(rope: RopeConfig, rotary_dim: int, long: bool = False) -
     return inv_freq
 
 
-def attention_factor(rope: RopeConfig) -> float:
+def attention_factor(rope: RopeConfig, long: bool = False) -> float:
     """Scale applied to cos and sin (yarn's and longrope's magnitude correction).
 
     As in transformers it depends on the checkpoint (`factor`, which for longrope defaults to
     max_position_embeddings / original_max_position_embeddings at parse time), never on the
-    bundle's context length, and longrope applies it to the short and the long set alike.
+    bundle's context length, and longrope applies it to the short and the long set alike,
+    unless the checkpoint gives each set its own (PhiMoE's `short_mscale` / `long_mscale`,
+    selected by `long`).
     """
+    mscale = rope.long_mscale if long else rope.short_mscale
+    if rope.type == "longrope" and mscale is not None:
+        return float(mscale)
     if rope.attention_factor is not None:
         return float(rope.attention_factor)
     if rope.type == "yarn":
@@ -129,7 +134,7 @@ def _table(
     [context_length, rotary_dim / 2]."""
     inv_freq = inverse_frequencies(rope, rotary_dim, long)
     angles = np.outer(np.arange(context_length, dtype=np.float64), inv_freq)
-    return (function(angles) * attention_factor(rope)).astype(np.float32)
+    return (function(angles) * attention_factor(rope, long)).astype(np.float32)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,7 @@ expert's logit, the `top_k` largest probabilities, renormalized to sum 1 when `n
 (mixtral, qwen3_moe; what granitemoe computes as a softmax over the top-k logits). Layers not in
 `sparse_layers` keep a dense MLP (qwen*_moe's `mlp_only_layers` / `decoder_sparse_step`); a
 `shared_expert_size` adds an always-on gated MLP, scaled by sigmoid(x @ gate) when
-`shared_expert_gate` (qwen2_moe).
+`shared_expert_gate` (qwen2_moe). PhiMoE routes with its `SparseMixer` instead of the softmax.
 """
 
 from __future__ import annotations
@@ -21,6 +21,20 @@ from mobius_genai.errors import ConfigError
 
 #: The expert MLP activation the MoE op and its body compute (SwiGLU with alpha 1: silu(gate) * up).
 MOE_ACTIVATION = "silu"
+_SPARSE_MIXER_PICKS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class SparseMixer:
+    """PhiMoE's sparsemixer routing (transformers' `sparsemixer`, eval mode): always two picks.
+
+    The first is the largest router logit, weighted by the softmax over the experts whose logit
+    lies within a relative `2 * eps` of it (`(max - s) / max(|s|, max) <= 2 * eps`); the second
+    is the largest logit once the first is masked out, weighted the same way among the others
+    (the band measured from the second maximum). `eps` is config.json's `router_jitter_noise`.
+    """
+
+    eps: float
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +48,7 @@ class MoeConfig:
     sparse_layers: tuple[int, ...]
     shared_expert_size: int = 0
     shared_expert_gate: bool = False
+    sparse_mixer: SparseMixer | None = None
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""
@@ -48,6 +63,7 @@ class MoeKeys:
     `intermediate` falls back to `intermediate_size` when absent. `sparse_step` / `dense_layers`
     name qwen's `decoder_sparse_step` / `mlp_only_layers` (None: every layer is sparse).
     `shared_expert` names the shared expert's size (None: no shared expert).
+    `sparse_mixer` names the sparsemixer's eps (None: softmax routing).
     """
 
     num_experts: str
@@ -59,6 +75,7 @@ class MoeKeys:
     shared_expert: str | None = None
     shared_expert_gate: bool = False
     top_k: str = "num_experts_per_tok"
+    sparse_mixer: str | None = None
 
 
 def moe_reader(keys: MoeKeys) -> Callable[[Mapping[str, Any]], MoeConfig]:
@@ -92,7 +109,25 @@ def read_moe(raw: Mapping[str, Any], keys: MoeKeys) -> MoeConfig:
         sparse_layers=_sparse_layers(raw, keys, num_layers),
         shared_expert_size=shared,
         shared_expert_gate=keys.shared_expert_gate and shared > 0,
+        sparse_mixer=_sparse_mixer(raw, keys, top_k),
     )
+
+
+def _sparse_mixer(raw: Mapping[str, Any], keys: MoeKeys, top_k: int) -> SparseMixer | None:
+    """The sparsemixer named by `keys` (its eps, default 0.01 as PhimoeConfig), or None."""
+    if keys.sparse_mixer is None:
+        return None
+    if top_k != _SPARSE_MIXER_PICKS:
+        raise ConfigError(
+            f"config.json: field {keys.top_k!r} is {top_k}; accepted: {_SPARSE_MIXER_PICKS} "
+            "(the sparsemixer routes each token to two experts)"
+        )
+    eps = fields.number(raw.get(keys.sparse_mixer), keys.sparse_mixer, 0.01)
+    if eps < 0:
+        raise ConfigError(
+            f"config.json: field {keys.sparse_mixer!r} is {eps}; accepted: a number >= 0"
+        )
+    return SparseMixer(eps=eps)
 
 
 def _sparse_layers(raw: Mapping[str, Any], keys: MoeKeys, num_layers: int) -> tuple[int, ...]:
@@ -128,6 +163,11 @@ def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
         raise ConfigError(
             f"config.json: num_experts_per_tok {moe.top_k} exceeds the {moe.num_experts} experts; "
             f"accepted: 1..{moe.num_experts}"
+        )
+    if moe.sparse_mixer is not None and moe.top_k != _SPARSE_MIXER_PICKS:
+        raise ConfigError(
+            f"config.json: the sparsemixer routes to {_SPARSE_MIXER_PICKS} experts, found "
+            f"num_experts_per_tok {moe.top_k}; accepted: {_SPARSE_MIXER_PICKS}"
         )
     if hidden_act != MOE_ACTIVATION:
         raise ConfigError(

@@ -45,6 +45,9 @@ class RopeConfig:
     truncate: bool = True
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    # longrope's cos/sin scale per factor set, when the checkpoint gives them (phimoe)
+    short_mscale: float | None = None
+    long_mscale: float | None = None
     partial_rotary_factor: float = 1.0
     interleaved: bool = False
 
@@ -133,6 +136,8 @@ def _rope_from_params(raw: Mapping[str, Any], params: dict[str, Any], source: st
         truncate=fields.flag(params.get("truncate"), f"{source}.truncate", True),
         short_factor=fields.float_tuple(params.get("short_factor"), f"{source}.short_factor"),
         long_factor=fields.float_tuple(params.get("long_factor"), f"{source}.long_factor"),
+        short_mscale=number("short_mscale", positive=True),
+        long_mscale=number("long_mscale", positive=True),
         partial_rotary_factor=number("partial_rotary_factor", 1.0, top_level=True),
     )
 

@@ -9,6 +9,8 @@ To add an EP, add one entry here; nothing else names EPs or their providers.
 `supports_fused_moe` is claimed only where onnxruntime's com.microsoft::MoE kernel was measured
 to compute the routing the MoE block emits (softmax, top-k, renormalization, interleaved SwiGLU;
 tests/optimize/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
+`supports_qmoe` likewise: INT4 experts as com.microsoft::QMoE only where its kernel was measured
+(the CPU EP: tests/quantize/test_qmoe.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         int4_gather_dtypes=frozenset({_F32, _F16}),
         model_dtypes=frozenset({_F32, _F16}),
         runtime=RuntimeInfo(ort_provider="CPUExecutionProvider"),
+        supports_qmoe=True,
     ),
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(

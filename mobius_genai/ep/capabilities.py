@@ -166,6 +166,10 @@ class EpCapabilities:
     """False → com.microsoft::CausalConvWithState (recurrent conv layers: LFM2) is expanded to
     its standard body. onnxruntime 1.32's CPU EP has the kernel; onnxruntime-genai's builder
     emits the op for every EP."""
+    supports_qmoe: bool = False
+    """True → INT4 quantizes MoE experts to com.microsoft::QMoE (block-wise 4-bit, each expert in
+    MatMulNBits' layout; measured on onnxruntime 1.32's CPU EP: tests/quantize/test_qmoe.py).
+    False → the experts stay float in an INT4 bundle."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):

@@ -19,6 +19,7 @@ from mobius_genai.optimize.rules import (
     bias_gelu,
     eliminate_shape,
     fused_matmul,
+    fused_moe,
     gelu,
     gqa,
     pack_qkv,
@@ -122,6 +123,7 @@ FUSIONS: tuple[RuleGroup, ...] = (
     RuleGroup("GeluFusion", gelu.rules, _always),
     RuleGroup("BiasGelu", bias_gelu.rules, _kernel("BiasGelu")),
     RuleGroup("FusedMatMul", fused_matmul.rules, _kernel("FusedMatMul")),
+    RuleGroup("MoE", fused_moe.FusedMoEPass, _kernel(fused_moe.OP_TYPE)),
     # Last: it slices the activations entering the fused, row-wise ops after the last attention.
     RuleGroup("PruneLmHead", prune_lm_head.PruneLmHeadPass, _prune_lm_head),
 )

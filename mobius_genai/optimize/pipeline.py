@@ -59,6 +59,8 @@ def _run_group(model: ir.Model, group: RuleGroup, stage: str) -> RuleStats:
         stats.added, stats.removed = count_difference(before, op_counts(model))
         return stats
     made(model)
+    # A pass may count the ops it keeps for a kernel (e.g. FusedMoEPass.kept_ops).
+    stats.kept = getattr(made, "kept_ops", stats.kept)
     # A pass may list what it left alone and why (e.g. EliminateShapePass.kept).
     stats.declines = [Decline(group.name, "", "", str(text)) for text in getattr(made, "kept", [])]
     stats.added, stats.removed = count_difference(before, op_counts(model))

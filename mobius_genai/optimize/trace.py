@@ -91,6 +91,8 @@ class RuleStats:
     added: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     removed: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     declines: list[Decline] = dataclasses.field(default_factory=list)
+    kept: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """Ops a group keeps as they are for the EP's kernel (FusedMoEPass)."""
 
     @property
     def nodes_added(self) -> int:
@@ -101,7 +103,11 @@ class RuleStats:
         return sum(self.removed.values())
 
     def effect(self) -> str:
-        """'+6 SkipSimplifiedLayerNormalization, -6 Add, ...' or 'no matches (...)'."""
+        """'+6 SkipSimplifiedLayerNormalization, -6 Add, ...', 'kept 2 MoE (...)' or
+        'no matches (...)'."""
+        if self.kept and not self.added and not self.removed:
+            kept = ", ".join(f"{n} {op}" for op, n in _ordered(self.kept))
+            return f"kept {kept} (the EP's fused kernel)"
         if not self.added and not self.removed:
             return "no matches (0 nodes affected)"
         parts = [f"+{n} {op}" for op, n in _ordered(self.added)]

@@ -3,7 +3,8 @@
 Every linear projection and the lm_head become `com.microsoft::MatMulNBits` (or, for an EP
 without that kernel, e.g. portable ONNX, standard DequantizeLinear + MatMul); embedding tables become
 `com.microsoft::GatherBlockQuantized` where the EP has that kernel for the model dtype, sharing
-one quantized copy with a tied lm_head. Only the graph changes here: the quantized tensors are
+one quantized copy with a tied lm_head; MoE experts become `com.microsoft::QMoE` where the EP
+says `supports_qmoe` (qmoe.py), else they stay float. Only the graph changes here: the quantized tensors are
 lazy and computed one weight at a time while the model is saved.
 """
 
@@ -20,6 +21,7 @@ from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
+from mobius_genai.quantize.qmoe import QMoEPass
 from mobius_genai.quantize.recipes import (
     DEFAULT_QUALITY,
     QUALITIES,
@@ -137,7 +139,8 @@ class QuantizedWeight:
 
     name: str
     role: str
-    """'linear', 'lm_head' or 'embedding'."""
+    """'linear', 'lm_head', 'embedding' or 'experts' (a MoE layer's stacked experts: QMoE;
+    k and n are each expert's)."""
     k: int
     n: int
     ops: tuple[str, ...]
@@ -241,8 +244,10 @@ def quantize_int4(
             cache=cache,
         )
         format_ = "DequantizeLinear"
-    if quantizer(model).modified:
-        # A replaced FusedMatMul may leave its function overload unused.
+    experts = QMoEPass(options.block_size, symmetric, search, options.accuracy_level or 0)
+    qmoe = caps.supports_custom_ops and caps.supports_qmoe and experts(model).modified
+    if quantizer(model).modified or qmoe:
+        # A replaced FusedMatMul or MoE may leave its function overload unused.
         common.RemoveUnusedFunctionsPass()(model)
     weights = []
     float_weights = []
@@ -261,13 +266,17 @@ def quantize_int4(
             )
         if group.gathers and "GatherBlockQuantized" not in ops:
             float_weights.append(group.source.name)
+    weights += [
+        QuantizedWeight(name, "experts", k=k, n=n, ops=("QMoE",), block_size=options.block_size)
+        for name, _, n, k in experts.quantized
+    ]
     return Int4Report(
         options=options,
         format=format_,
         weights=tuple(weights),
         float_weights=tuple(float_weights),
         embedding=_embedding_state(groups, formats, quantizer.results),
-        declined=tuple((item.node, item.reason) for item in declined),
+        declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
     )
 
 

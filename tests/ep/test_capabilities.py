@@ -23,6 +23,7 @@ EXPECTED = {
         "default_int4_accuracy_level": 4,
         "model_dtypes": {F32, F16},
         "runtime": RuntimeInfo(ort_provider="CPUExecutionProvider"),
+        "supports_qmoe": True,
     },
     "cuda": {
         "supports_fused_moe": False,
@@ -130,6 +131,7 @@ DEFAULTS = {
     "supports_rms_normalization": True,
     "supports_matmul_nbits": True,
     "model_dtypes": {F32, F16, BF16},
+    "supports_qmoe": False,
 }
 
 
@@ -161,6 +163,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_matmul_nbits",
         "model_dtypes",
         "supports_causal_conv_with_state",
+        "supports_qmoe",
     ]
 
 

@@ -38,7 +38,8 @@ LONGROPE = {
 }
 # family → extra config: phi3 crosses its original length (16) while generating.
 EXTRA = {"phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16}}
-DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2"}  # qwen2_moe: MoE with a shared expert
+# qwen2_moe: MoE with a shared expert; phimoe: sparsemixer routing as two k=1 MoE nodes
+DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2", "phimoe"}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order.
 NEW_FAMILIES = tuple(
     family for family in FAMILIES if family not in ("llama", "mistral", "qwen2", "qwen3")

@@ -41,7 +41,7 @@ def test_trace_lines_follow_the_spec_layout(caplog):
     headers = [line for line in text if line.startswith("Stage")]
     assert headers == [
         "Stage 1: Cleanup (7 passes)",
-        "Stage 2: Fusion (5 rule groups)",
+        "Stage 2: Fusion (6 rule groups)",
         "Stage 2b: InlinePass (expand unsupported custom ops)",
         "Stage 3: Lowering (0 rule groups for default)",
         "Stage 4: Constant folding",
@@ -71,6 +71,7 @@ def test_the_report_counts_what_the_trace_prints():
         "GeluFusion": 0,
         "BiasGelu": 0,
         "FusedMatMul": 1,
+        "MoE": 0,
         "InlinePass": 0,
     }
     assert report.fired == ["SkipNorm", "FusedMatMul"]

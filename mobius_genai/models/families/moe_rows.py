@@ -77,4 +77,23 @@ MOE_FAMILIES = (
         ),
         experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
     ),
+    FamilyAdapter(
+        model_type="phimoe",
+        genai_type="phimoe",
+        config_overrides={
+            "norm_type": "layer",
+            "qkv_bias": switch("attention_bias", False),
+            "o_bias": switch("attention_bias", False),
+            "lm_head_bias": switch("lm_head_bias", False),
+            "moe": moe_reader(
+                MoeKeys(
+                    num_experts="num_local_experts",
+                    normalize=False,
+                    sparse_mixer="router_jitter_noise",
+                )
+            ),
+        },
+        weight_renames=((r"\.mlp\.", ".block_sparse_moe."),),
+        experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    ),
 )

@@ -1,0 +1,180 @@
+"""INT4 MoE experts: com.microsoft::MoE → com.microsoft::QMoE, each expert quantized block-wise.
+
+onnxruntime 1.32's QMoE (`quant_type="int"`, `expert_weight_bits=4`, `block_size` along the
+input features, raw layout `weights_prepacked` unset) reads per expert exactly MatMulNBits'
+arrays of the [N, K] matrix (layout.py): `fc1_experts_weights` [E, 2I, H/2] uint8 (gate and up
+rows interleaved as in the MoE node, two 4-bit values per byte, the first in the low nibble),
+`fc1_scales` [E, 2I, H/bs] in the model dtype, `fc1_zero_points` [E, 2I, ceil(H/bs/2)] uint8
+(absent when symmetric: zero point 8); `fc2_*` alike for the [E, H, I] down projections.
+Measured: the CPU kernel's output equals the MoE of the dequantized experts to fp32 noise
+(tests/quantize/test_qmoe.py). Routing attributes are copied from the MoE node, so a sparsemixer
+layer's two k=1 nodes become two QMoE nodes sharing one quantized copy of the experts.
+
+Streaming: each quantized tensor is a `QuantizedExperts` whose bytes are produced one expert at
+a time when the model is saved (`chunks()`), quantizing that expert's float matrix read from the
+checkpoint (`ExpertsTensor.expert`), so a layer's experts are never all in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+import numpy as np
+import onnx_ir as ir
+
+from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.quantize.layout import NBitsWeight, quantize_matmul_nbits
+
+__all__ = ["QMoEPass", "QuantizedExperts"]
+
+_BITS = 4
+_PARTS = ("packed", "scales", "zero_points")
+# MoE input position → QMoE input position (QMoE puts each projection's scales after it)
+_WEIGHT, _BIAS = {2: 2, 4: 5}, {3: 4, 5: 7}
+_ZERO_POINTS = {2: 11, 4: 12}
+_QMOE_INPUTS = 13
+
+
+@dataclasses.dataclass(frozen=True)
+class _ExpertQuantizer:
+    """Quantizes expert `e` of a stacked [E, N, K] float tensor to MatMulNBits' arrays."""
+
+    source: ir.TensorProtocol
+    block_size: int
+    symmetric: bool
+    search: bool
+
+    def __call__(self, expert: int) -> NBitsWeight:
+        read: Callable[[int], np.ndarray] | None = getattr(self.source, "expert", None)
+        matrix = read(expert) if read is not None else self.source.numpy()[expert]  # [N, K]
+        return quantize_matmul_nbits(matrix.T, self.block_size, self.symmetric, search=self.search)
+
+
+class QuantizedExperts(ir.LazyTensor):
+    """One of the QMoE arrays (`part`: packed, scales or zero_points) of a stacked expert
+    tensor, computed one expert at a time."""
+
+    def __init__(
+        self, quantize: _ExpertQuantizer, part: str, dtype: ir.DataType, name: str
+    ) -> None:
+        experts, n, k = (int(d) for d in quantize.source.shape)
+        blocks = k // quantize.block_size
+        shape = {
+            "packed": (experts, n, k * _BITS // 8),
+            "scales": (experts, n, blocks),
+            "zero_points": (experts, n, -(-blocks * _BITS // 8)),
+        }[part]
+        super().__init__(self._load, dtype=dtype, shape=ir.Shape(shape), name=name)
+        self._quantize, self._part = quantize, part
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        """Each expert's array, in order (the tensor's bytes, an expert at a time)."""
+        rows = tuple(int(d) for d in self.shape[1:])
+        for expert in range(int(self.shape[0])):
+            array = getattr(self._quantize(expert), self._part)
+            yield np.ascontiguousarray(array.reshape(rows), dtype=self.dtype.numpy())
+
+    def _load(self) -> ir.TensorProtocol:
+        return ir.Tensor(np.stack(list(self.chunks())), dtype=self.dtype, name=self.name)
+
+    def tofile(self, file: BinaryIO) -> None:
+        for array in self.chunks():
+            file.write(array.tobytes())
+
+
+class QMoEPass(ir.passes.InPlacePass):
+    """Replace each com.microsoft::MoE node whose experts are initializers by a QMoE node.
+
+    `declined` lists (node, reason) for MoE nodes left float; `quantized` the stacked expert
+    values replaced, each once (name, experts, n, k).
+    """
+
+    def __init__(self, block_size: int, symmetric: bool, search: bool, accuracy_level: int):
+        super().__init__()
+        self.block_size, self.symmetric, self.search = block_size, symmetric, search
+        self.accuracy_level = accuracy_level
+        self.declined: list[tuple[str, str]] = []
+        self.quantized: list[tuple[str, int, int, int]] = []
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        done: dict[ir.Value, list[ir.Value | None]] = {}
+        modified = False
+        for node in list(graph):
+            if node.domain != MS_DOMAIN or node.op_type != "MoE":
+                continue
+            reason = self._refusal(node)
+            if reason is not None:
+                self.declined.append((node.name or "", reason))
+                continue
+            inputs: list[ir.Value | None] = [None] * _QMOE_INPUTS
+            inputs[0], inputs[1] = node.inputs[0], node.inputs[1]
+            for position, target in _WEIGHT.items():
+                weight = node.inputs[position]
+                if weight not in done:
+                    done[weight] = self._initializers(graph, weight)
+                packed, scales, zero_points = done[weight]
+                inputs[target], inputs[target + 1] = packed, scales
+                inputs[_ZERO_POINTS[position]] = zero_points
+            for position, target in _BIAS.items():
+                if position < len(node.inputs):
+                    inputs[target] = node.inputs[position]
+            while inputs[-1] is None:
+                inputs.pop()
+            attributes = [*node.attributes.values(), *self._attributes()]
+            qmoe = ir.Node(MS_DOMAIN, "QMoE", inputs, attributes, name=node.name)
+            qmoe.outputs[0].name = node.outputs[0].name
+            qmoe.outputs[0].type, qmoe.outputs[0].shape = (
+                node.outputs[0].type,
+                node.outputs[0].shape,
+            )
+            graph.insert_before(node, qmoe)
+            node.outputs[0].replace_all_uses_with(qmoe.outputs[0], replace_graph_outputs=True)
+            graph.remove(node, safe=True)
+            modified = True
+        for weight in done:
+            if not weight.uses() and weight.name in graph.initializers:
+                graph.initializers.pop(weight.name)
+        return ir.passes.PassResult(model, modified)
+
+    def _attributes(self) -> list[ir.Attr]:
+        values = {
+            "expert_weight_bits": _BITS,
+            "block_size": self.block_size,
+            "accuracy_level": self.accuracy_level,
+        }
+        return [ir.Attr(key, ir.AttributeType.INT, value) for key, value in values.items()]
+
+    def _refusal(self, node: ir.Node) -> str | None:
+        for position in _WEIGHT:
+            weight = node.inputs[position] if position < len(node.inputs) else None
+            if weight is None or weight.const_value is None or weight.shape is None:
+                return f"input {position} is not a stacked expert initializer"
+            k = weight.shape[2]
+            if not isinstance(k, int) or k % self.block_size:
+                return (
+                    f"{weight.name}: input features {k} are not a multiple of the int4 block "
+                    f"size {self.block_size} (QMoE needs whole blocks)"
+                )
+        return None
+
+    def _initializers(self, graph: ir.Graph, weight: ir.Value) -> list[ir.Value | None]:
+        source = weight.const_value
+        quantize = _ExpertQuantizer(source, self.block_size, self.symmetric, self.search)
+        experts, n, k = (int(d) for d in source.shape)
+        self.quantized.append((weight.name or "", experts, n, k))
+        values: list[ir.Value | None] = []
+        for part in _PARTS:
+            if part == "zero_points" and self.symmetric:
+                values.append(None)
+                continue
+            dtype = source.dtype if part == "scales" else ir.DataType.UINT8
+            name = f"{weight.name}_Q4" if part == "packed" else f"{weight.name}_{part}"
+            tensor = QuantizedExperts(quantize, part, dtype, name)
+            value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(dtype))
+            value.const_value = tensor
+            graph.register_initializer(value)
+            values.append(value)
+        return values
