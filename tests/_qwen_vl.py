@@ -85,9 +85,9 @@ def image_prompt(grid: np.ndarray, before: tuple[int, ...] = (5, 6)) -> torch.Te
     return torch.tensor([[*before, *image, 7, 8, 9]])
 
 
-def token_types(input_ids: torch.Tensor) -> torch.Tensor:
+def token_types(input_ids: torch.Tensor, image_token_id: int = IMAGE_TOKEN) -> torch.Tensor:
     """mm_token_type_ids: 1 for image tokens, 0 for text."""
-    return (input_ids == IMAGE_TOKEN).int()
+    return (input_ids == image_token_id).int()
 
 
 def transformers_tokens(
@@ -101,7 +101,7 @@ def transformers_tokens(
             input_ids=input_ids,
             pixel_values=torch.from_numpy(pixel_values),
             image_grid_thw=torch.from_numpy(grid),
-            mm_token_type_ids=token_types(input_ids),
+            mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
             attention_mask=torch.ones_like(input_ids),
             max_new_tokens=new_tokens,
             min_new_tokens=new_tokens,
