@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -18,6 +19,7 @@ from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 from tests._qwen_vl import MEAN, STD, patches, tiny_qwen2_5_vl, transformers_tokens
@@ -109,16 +111,7 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
 
-    new_tokens = 6
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=input_ids.shape[1] + new_tokens)
-    generator = og.Generator(og_model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    assert tokens == transformers_tokens(model, input_ids, pixels, new_tokens)
+    assert _og_tokens(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
 
 
 def test_smoke_test_generates_with_an_image_like_transformers(checkpoint, bundle):
@@ -173,3 +166,83 @@ def test_validate_names_what_onnxruntime_genai_would_feed_wrong(bundle, tmp_path
     validate_bundle(bundle)
     with pytest.raises(BundleError, match=re.escape(named)):
         validate_bundle(_tampered(bundle, tmp_path, change))
+
+
+def _og_tokens(og_model, inputs, new_tokens: int) -> list[int]:
+    length = inputs["input_ids"].as_numpy().shape[1]
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(do_sample=False, max_length=length + new_tokens)
+    generator = og.Generator(og_model, params)
+    generator.set_inputs(inputs)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens
+
+
+def test_two_images_of_different_sizes_run_image_by_image_like_transformers(
+    checkpoint, bundle, tmp_path
+):
+    """image_grid_thw is [1, 3] in the graph, so og runs it once per image and concatenates."""
+    model, _ = checkpoint
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for size in ((40, 56), (32, 48))]
+    paths = []
+    for index, pixels in enumerate(images):
+        paths.append(tmp_path / f"image{index}.png")
+        paths[-1].write_bytes(png_bytes(pixels))
+    og_model = og.Model(str(bundle))
+    inputs = og_model.create_multimodal_processor()(
+        f"{PLACEHOLDER} and {PLACEHOLDER} Compare.", images=og.Images.open(*map(str, paths))
+    )
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    values, grids = zip(*(patches(pixels) for pixels in images), strict=True)
+    with torch.no_grad():
+        reference = model.generate(
+            input_ids=input_ids,
+            pixel_values=torch.from_numpy(np.concatenate(values)),
+            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
+            mm_token_type_ids=(input_ids == model.config.image_token_id).int(),
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=6,
+            min_new_tokens=6,
+            do_sample=False,
+        )
+    assert _og_tokens(og_model, inputs, 6) == reference[0, input_ids.shape[1] :].tolist()
+
+
+def test_run_with_an_image_streams_what_transformers_generates(
+    checkpoint, bundle, tmp_path, capsys
+):
+    """The prompt gets Qwen's image placeholder in front; greedy, so the text is transformers'."""
+    model, _ = checkpoint
+    pixels = np.random.default_rng(1).integers(0, 256, (32, 40, 3), dtype=np.uint8)
+    path = tmp_path / "photo.png"
+    path.write_bytes(png_bytes(pixels))
+    command = ["run", str(bundle), "--image", str(path), "--prompt", "Describe it."]
+    assert main([*command, "--raw", "--max-new-tokens", "5"]) == 0
+    text = capsys.readouterr().out
+    og_model = og.Model(str(bundle))
+    inputs = og_model.create_multimodal_processor()(
+        f"{PLACEHOLDER} Describe it.", images=og.Images.open(str(path))
+    )
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    stream = og.Tokenizer(og_model).create_stream()  # as `run` streams: whole characters
+    expected = "".join(stream.decode(t) for t in transformers_tokens(model, input_ids, pixels, 5))
+    assert text == expected + "\n"
+
+
+def test_int4_quantizes_the_decoder_and_keeps_the_vision_tower_float(checkpoint, tmp_path, capfd):
+    bundle = package(checkpoint[1], "cpu", tmp_path / "bundle", precision="int4")
+    ops = {
+        name: {
+            (node.domain, node.op_type)
+            for node in onnx.load(str(bundle / name), load_external_data=False).graph.node
+        }
+        for name in ("vision.onnx", "embedding.onnx", "decoder.onnx")
+    }
+    assert ("com.microsoft", "MatMulNBits") in ops["decoder.onnx"]
+    assert ("", "MatMul") not in ops["decoder.onnx"]
+    assert ("com.microsoft", "MatMulNBits") not in ops["vision.onnx"] | ops["embedding.onnx"]
+    assert "with a 32x32 image" in capfd.readouterr().err  # the smoke test ran with an image
