@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from mobius_genai.build import build
+from tests._ort import package_sessions
 from tests._qwen_vl import (
     IMAGE_TOKEN,
     TEXT_HIDDEN,
@@ -28,16 +29,6 @@ def qwen(tmp_path_factory):
     folder = tmp_path_factory.mktemp("qwen2_5_vl")
     model.save_pretrained(folder)
     return model, folder
-
-
-def _sessions(package) -> dict[str, ort.InferenceSession]:
-    return {
-        key: ort.InferenceSession(
-            ir.serde.serialize_model(model).SerializeToString(),
-            providers=["CPUExecutionProvider"],
-        )
-        for key, model in package.items()
-    }
 
 
 def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -68,7 +59,7 @@ def test_vision_graph_matches_transformers_over_several_windows(qwen, size):
     package = build(folder, "cpu", "fp32", progress=False)
     pixel_values, grid = patches(_image(*size))
     features = _run(
-        _sessions(package)["vision"], {"pixel_values": pixel_values, "image_grid_thw": grid}
+        package_sessions(package)["vision"], {"pixel_values": pixel_values, "image_grid_thw": grid}
     )["image_features"]
     reference = _reference_features(model, pixel_values, grid)
     assert features.shape == reference.shape == (int(grid.prod()) // 4, TEXT_HIDDEN)
@@ -78,7 +69,7 @@ def test_vision_graph_matches_transformers_over_several_windows(qwen, size):
 @pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
 def test_graphs_match_transformers_over_prefill_and_decode(qwen, ep):
     model, folder = qwen
-    sessions = _sessions(build(folder, ep, "fp32", progress=False))
+    sessions = package_sessions(build(folder, ep, "fp32", progress=False))
     pixel_values, grid = patches(_image(40, 56))
     ids = image_prompt(grid)
     image = {"pixel_values": pixel_values, "image_grid_thw": grid}
@@ -188,7 +179,7 @@ def test_skipping_the_window_order_is_caught(qwen, monkeypatch):
     monkeypatch.setattr(qwen_vision.WindowLayout, "__init__", unordered)
     model, folder = qwen
     pixel_values, grid = patches(_image(40, 56))
-    session = _sessions(build(folder, "cpu", "fp32", progress=False))["vision"]
+    session = package_sessions(build(folder, "cpu", "fp32", progress=False))["vision"]
     features = _run(session, {"pixel_values": pixel_values, "image_grid_thw": grid})
     error = np.abs(features["image_features"] - _reference_features(model, pixel_values, grid))
     assert error.max() > 100 * TOLERANCE

@@ -22,6 +22,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
+from tests._ort import og_greedy
 from tests._qwen_vl import MEAN, STD, patches, tiny_qwen2_5_vl, transformers_tokens
 from tests.models.conftest import TINY_QWEN2
 
@@ -111,7 +112,7 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
 
-    assert _og_tokens(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
+    assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
 
 
 def test_smoke_test_generates_with_an_image_like_transformers(checkpoint, bundle):
@@ -168,19 +169,6 @@ def test_validate_names_what_onnxruntime_genai_would_feed_wrong(bundle, tmp_path
         validate_bundle(_tampered(bundle, tmp_path, change))
 
 
-def _og_tokens(og_model, inputs, new_tokens: int) -> list[int]:
-    length = inputs["input_ids"].as_numpy().shape[1]
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=length + new_tokens)
-    generator = og.Generator(og_model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens
-
-
 def test_two_images_of_different_sizes_run_image_by_image_like_transformers(
     checkpoint, bundle, tmp_path
 ):
@@ -209,7 +197,7 @@ def test_two_images_of_different_sizes_run_image_by_image_like_transformers(
             min_new_tokens=6,
             do_sample=False,
         )
-    assert _og_tokens(og_model, inputs, 6) == reference[0, input_ids.shape[1] :].tolist()
+    assert og_greedy(og_model, inputs, 6) == reference[0, input_ids.shape[1] :].tolist()
 
 
 def test_run_with_an_image_streams_what_transformers_generates(
