@@ -1,10 +1,12 @@
-"""Test-only helper: run a decoder graph in onnxruntime over the calls of a ReferenceRun."""
+"""Test-only helpers: run a decoder graph in onnxruntime over the calls of a ReferenceRun, open
+a package's graphs, generate greedily with onnxruntime-genai."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import onnx_ir as ir
 import onnxruntime as ort
 
 from mobius_genai import ModelPackage
@@ -68,3 +70,30 @@ def max_abs_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
     return max(
         float(np.abs(a.astype(np.float32) - b).max()) for a, b in zip(ours, reference, strict=True)
     )
+
+
+def package_sessions(package: ModelPackage) -> dict[str, ort.InferenceSession]:
+    """A CPU session of each graph of the package, by package key (serialized in memory)."""
+    return {
+        key: ort.InferenceSession(
+            ir.serde.serialize_model(model).SerializeToString(),
+            providers=["CPUExecutionProvider"],
+        )
+        for key, model in package.items()
+    }
+
+
+def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
+    """onnxruntime-genai's greedy tokens after a multimodal processor's `inputs`."""
+    import onnxruntime_genai as og
+
+    length = inputs["input_ids"].as_numpy().shape[1]
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(do_sample=False, max_length=length + new_tokens)
+    generator = og.Generator(og_model, params)
+    generator.set_inputs(inputs)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens

@@ -217,8 +217,9 @@ def ort_greedy_tokens(
     and each step feeds the new tokens, an all-ones mask, their positions and the previous
     step's present KV as past KV. None when the KV dtype has no numpy type (bfloat16) or the
     head dims are not static. `config_entries` are ORT session config entries, `provider` the
-    name of onnxruntime's CPU EP. `embed` gives
-    the extra inputs of a step's new tokens (a vision-language decoder's inputs_embeds). Logits
+    name of onnxruntime's CPU EP. `embed` gives the extra inputs of a step's new tokens (a
+    vision-language decoder's inputs_embeds, 3-D mrope position_ids); inputs the graph does
+    not declare are left out. Logits
     that are not finite are a BundleError naming the step.
     """
     options = ort.SessionOptions()
@@ -245,13 +246,14 @@ def ort_greedy_tokens(
     new, total, tokens = list(prompt_ids), len(prompt_ids), []
     for step in range(max_new_tokens):
         feed = {"input_ids": _ints(inputs, "input_ids", [new]), **past}
-        if embed is not None:
-            feed.update(embed(new))
         if "attention_mask" in inputs:
             feed["attention_mask"] = _ints(inputs, "attention_mask", np.ones((1, total)))
         if "position_ids" in inputs:
             positions = np.arange(total - len(new), total)[None]
             feed["position_ids"] = _ints(inputs, "position_ids", positions)
+        if embed is not None:  # may give other positions (3-D mrope ones)
+            feed.update(embed(new))
+        feed = {name: value for name, value in feed.items() if name in inputs}
         results = session.run(["logits", *(present for _, present in cache)], feed)
         require_finite(results[0][0, -1], step, "a plain onnxruntime loop")
         token = int(np.argmax(results[0][0, -1]))

@@ -19,7 +19,10 @@ from mobius_genai.errors import BundleError
 
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 #: The text onnxruntime-genai's multimodal processor expands to an image's tokens, per model.type.
-IMAGE_PLACEHOLDERS = {"gemma3": "<start_of_image>"}
+IMAGE_PLACEHOLDERS = {
+    "gemma3": "<start_of_image>",
+    "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
+}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SIGNATURE = b"\xff\xd8\xff"
 

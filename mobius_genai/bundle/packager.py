@@ -267,7 +267,7 @@ def write_bundle(
     )
     if built.vision_language is not None:
         add_vision_language(genai_config, built)
-        processor = processor_config(source.path, built.vision_language.vision.image_size)
+        processor = processor_config(source.path, built)
         write_json(folder / PROCESSOR_FILENAME, processor)
     validate_genai_config(genai_config)
     write_json(folder / CONFIG_FILENAME, genai_config)

@@ -28,12 +28,17 @@ from mobius_genai.bundle.generate import (
     image_placeholder,
     load_tokenizer,
 )
+from mobius_genai.bundle.mrope import mrope_positions
 from mobius_genai.errors import BundleError
 
 #: The smoke test's prompt after the model type's image placeholder.
 SMOKE_IMAGE_TEXT = "Describe the image."
 #: onnxruntime-genai's default for model.vision.config_filename.
 _PROCESSOR_DEFAULT = "processor_config.json"
+#: The multimodal processor's outputs a vision graph may take.
+_IMAGE_TENSORS = ("pixel_values", "image_grid_thw")
+#: onnxruntime-genai's default for model.vision.spatial_merge_size.
+_OG_MERGE_DEFAULT = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +46,7 @@ class ImagePrompt:
     """What the multimodal processor made of the smoke test's prompt and image."""
 
     input_ids: list[int]
-    pixel_values: np.ndarray
+    images: dict[str, np.ndarray]  # the processor's image tensors (pixel_values, image_grid_thw)
     size: tuple[int, int]  # width, height of the generated image
 
 
@@ -58,9 +63,10 @@ def image_greedy(
     width, height = processor_size(folder, config)
     image = og.Images.open_bytes(png_bytes(smoke_pixels(height, width)))
     inputs = image_inputs(model, text, image, f"{folder}: the smoke test's image")
+    given = set(inputs.keys())  # og.NamedTensors has no `in`
     prompt = ImagePrompt(
         [int(token) for token in inputs["input_ids"].as_numpy().reshape(-1)],
-        inputs["pixel_values"].as_numpy(),
+        {name: inputs[name].as_numpy() for name in _IMAGE_TENSORS if name in given},
         (width, height),
     )
     max_length = min(len(prompt.input_ids) + max_new_tokens, config["model"]["context_length"])
@@ -119,28 +125,64 @@ def image_embedder(
     entries: Mapping[str, str],
     provider: str,
 ) -> Callable[[Sequence[int]], dict[str, np.ndarray]]:
-    """The decoder's extra input per step, from the vision and embedding graphs on CPU.
+    """The decoder's extra inputs per step, from the vision and embedding graphs on CPU.
 
     The vision graph runs once here and is released; the returned function feeds the new
     tokens to the embedding graph with the image features the first time, an empty
-    [0, hidden] tensor after that, and names its output as the decoder input of that name. `entries` are
-    ORT session config entries, `provider` the name of onnxruntime's CPU EP.
+    [0, hidden] tensor after that, and names its output as the decoder input of that name;
+    for a model whose positions are 3-D (model.vision_start_token_id: Qwen2.5-VL) it adds
+    the tokens' mrope position_ids. `entries` are ORT session config entries, `provider` the
+    name of onnxruntime's CPU EP.
     """
     model = config["model"]
     vision = _session(folder / model["vision"]["filename"], entries, provider)
-    (features,) = vision.run(None, {vision.get_inputs()[0].name: prompt.pixel_values})
+    feed = {name: prompt.images[name] for name in (i.name for i in vision.get_inputs())}
+    (features,) = vision.run(None, feed)
     del vision
     embedding = _session(folder / model["embedding"]["filename"], entries, provider)
     features_name = next(i.name for i in embedding.get_inputs() if i.name != "input_ids")
     embeds_name = embedding.get_outputs()[0].name
     pending = [features]
 
+    positions = _positions(config, prompt)
+
     def embed(new: Sequence[int]) -> dict[str, np.ndarray]:
         image = pending.pop() if pending else features[:0]
         feed = {"input_ids": np.asarray([new], np.int64), features_name: image}
-        return {embeds_name: embedding.run([embeds_name], feed)[0]}
+        extra = {embeds_name: embedding.run([embeds_name], feed)[0]}
+        if positions is not None:
+            extra["position_ids"] = positions(len(new))
+        return extra
 
     return embed
+
+
+def _positions(
+    config: Mapping[str, Any], prompt: ImagePrompt
+) -> Callable[[int], np.ndarray] | None:
+    """position_ids [3, 1, n] of each step's n new tokens: the prompt's mrope positions, then
+    one past the largest so far; None for 1-D positions."""
+    model = config["model"]
+    if "vision_start_token_id" not in model:
+        return None
+    prompt_positions = mrope_positions(
+        prompt.input_ids,
+        prompt.images["image_grid_thw"],
+        image_token_id=model["image_token_id"],
+        vision_start_token_id=model["vision_start_token_id"],
+        merge=model["vision"].get("spatial_merge_size", _OG_MERGE_DEFAULT),
+    )
+    pending = [prompt_positions]
+    following = [int(prompt_positions.max()) + 1]
+
+    def positions(count: int) -> np.ndarray:
+        if pending:
+            return pending.pop()
+        start = following[0]
+        following[0] += count
+        return np.broadcast_to(np.arange(start, start + count), (3, 1, count)).copy()
+
+    return positions
 
 
 def _session(path: Path, entries: Mapping[str, str], provider: str) -> ort.InferenceSession:

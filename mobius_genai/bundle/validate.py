@@ -46,6 +46,9 @@ PIPELINE_DEFAULTS = {
     ),
 }
 _INPUTS_EMBEDS = "inputs_embeds"
+#: model.type values for which onnxruntime-genai 0.18 feeds 3-D mrope position_ids
+#: [3, batch, seq] (its ModelType::IsQwenVLFamily); every other type gets [batch, seq].
+THREE_D_POSITIONS = frozenset({"fara", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe"})
 _PROCESSOR_DEFAULT = "processor_config.json"
 
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
@@ -159,6 +162,7 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
             f"model.decoder.{side}.{key}", pattern, names, role, layers, source
         )
     problems += check_conv_states(decoder, inputs, outputs, graph)
+    problems += _check_positions(model["type"], graph.inputs.get(inputs["position_ids"]))
     first_past = inputs["past_key_names"].replace("%d", str(layers[0] if layers else 0))
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
@@ -308,6 +312,21 @@ def _check_layers(
             f"{source}: {len(layers)} but the graph has {len(family.indices)} {pattern!r} entries"
         ]
     return []
+
+
+def _check_positions(model_type: str, spec: TensorSpec | None) -> list[str]:
+    """The position_ids input has the rank onnxruntime-genai feeds for `model_type`."""
+    if spec is None or spec.shape is None:
+        return []
+    three_d = len(spec.shape) == 3 and spec.dim(0) == 3
+    if three_d == (model_type in THREE_D_POSITIONS) and len(spec.shape) in (2, 3):
+        return []
+    found = "[3, batch, seq]" if three_d else f"rank {len(spec.shape)}"
+    fed = "[3, batch, seq]" if model_type in THREE_D_POSITIONS else "[batch, seq]"
+    return [
+        f"graph input 'position_ids' is {found} but onnxruntime-genai feeds model.type "
+        f"{model_type!r} positions {fed}"
+    ]
 
 
 def _logits_width(logits: str, graph: GraphInfo) -> int | None:

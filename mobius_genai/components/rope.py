@@ -145,6 +145,9 @@ class Rotation:
     sin: ir.Value
     rotary_dim: int
     interleaved: bool
+    per_token: bool = False
+    """cos/sin are each token's rows [batch, seq, rotary_dim / 2], gathered already (mrope);
+    else tables indexed by position_ids."""
 
     def __call__(self, op, x: ir.Value, position_ids: ir.Value, num_heads: int) -> ir.Value:
         """x: [batch, seq, num_heads * head_dim]; returns the same shape, rotated."""
@@ -152,7 +155,7 @@ class Rotation:
             x,
             self.cos,
             self.sin,
-            position_ids,
+            *(() if self.per_token else (position_ids,)),
             num_heads=num_heads,
             rotary_embedding_dim=self.rotary_dim,
             interleaved=int(self.interleaved),
@@ -193,6 +196,36 @@ class RotaryEmbedding(nn.Module):
             table.dtype = stacked.dtype
             tables.append(table)
         return Rotation(tables[0], tables[1], self.rotary_dim, self.interleaved)
+
+
+class MultimodalRotaryEmbedding(RotaryEmbedding):
+    """Qwen2.5-VL's mrope: position_ids [3, batch, seq] give each token a temporal, a height and
+    a width position; channel pair j of section i rotates by the position of axis i % 3
+    (transformers' Qwen2_5_VLRotaryEmbedding). The rows of the same tables are gathered per
+    axis and cut into the sections, giving each token its own cos/sin rows."""
+
+    def __init__(self, rope: RopeConfig, rotary_dim: int, context_length: int) -> None:
+        super().__init__(rope, rotary_dim, context_length)
+        self.sections = rope.mrope_section
+
+    def forward(self, op, position_ids: ir.Value) -> Rotation:
+        """Per-token tables [batch, seq, rotary_dim / 2] for `position_ids` [3, batch, seq]."""
+        tables = []
+        for table in (self.cos_cache, self.sin_cache):
+            rows = op.Gather(table, position_ids, axis=0)  # [3, batch, seq, rotary_dim / 2]
+            pieces, start = [], 0
+            for index, width in enumerate(self.sections):
+                axis = index % 3
+                piece = op.Slice(
+                    rows,
+                    op.Constant(value_ints=[axis, start]),
+                    op.Constant(value_ints=[axis + 1, start + width]),
+                    op.Constant(value_ints=[0, 3]),
+                )
+                pieces.append(op.Squeeze(piece, op.Constant(value_ints=[0])))
+                start += width
+            tables.append(op.Concat(*pieces, axis=-1))
+        return Rotation(tables[0], tables[1], self.rotary_dim, self.interleaved, per_token=True)
 
 
 def _cache(

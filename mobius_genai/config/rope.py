@@ -50,6 +50,9 @@ class RopeConfig:
     long_mscale: float | None = None
     partial_rotary_factor: float = 1.0
     interleaved: bool = False
+    # Multimodal rope (Qwen2.5-VL): channel pairs per position axis (temporal, height, width),
+    # in order, section i rotating by axis i % 3 of 3-D position_ids; None for 1-D positions.
+    mrope_section: tuple[int, ...] | None = None
 
 
 def rotated_channels(head_dim: int, partial_rotary_factor: float) -> int:
@@ -102,6 +105,8 @@ def _rope_from_params(raw: Mapping[str, Any], params: dict[str, Any], source: st
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type == "su":  # phi3's early name for longrope
         rope_type = "longrope"
+    if rope_type == "mrope":  # Qwen2-VL's name for default frequencies over 3-D positions
+        rope_type = "default"
     if rope_type not in ROPE_TYPES:
         raise ConfigError(
             f"config.json: rope type {rope_type!r} is not supported; accepted: {list(ROPE_TYPES)}"
@@ -139,6 +144,11 @@ def _rope_from_params(raw: Mapping[str, Any], params: dict[str, Any], source: st
         short_mscale=number("short_mscale", positive=True),
         long_mscale=number("long_mscale", positive=True),
         partial_rotary_factor=number("partial_rotary_factor", 1.0, top_level=True),
+        mrope_section=(
+            fields.int_tuple(params["mrope_section"], f"{source}.mrope_section")
+            if params.get("mrope_section") is not None
+            else None
+        ),
     )
 
 
@@ -150,6 +160,18 @@ def validate_rope(rope: RopeConfig, head_dim: int) -> None:
         raise ConfigError(
             f"config.json: partial_rotary_factor {rope.partial_rotary_factor} must be in "
             "(0, 1] and leave at least two rotated channels"
+        )
+    if rope.mrope_section is not None and (
+        sum(rope.mrope_section) != rotary_dim // 2 or min(rope.mrope_section) < 1
+    ):
+        raise ConfigError(
+            f"config.json: mrope_section {list(rope.mrope_section)} must be positive channel "
+            f"pair counts summing to half the rotated channels ({rotary_dim // 2})"
+        )
+    if rope.mrope_section is not None and rope.type == "longrope":
+        raise ConfigError(
+            "config.json: mrope_section with 'longrope' scaling is not supported; accepted: "
+            "mrope with one set of frequencies (default, linear, dynamic, llama3, yarn)"
         )
     if rope.type in ("linear", "dynamic", "llama3", "yarn") and rope.factor <= 0:
         raise ConfigError(

@@ -2,7 +2,8 @@
 
 A vision-language config.json (Gemma 3's `model_type` "gemma3") nests a `text_config` (read
 by the text family's adapter into an ArchitectureConfig) and a `vision_config` (a SigLIP
-tower, read here), plus the image token ids and the number of tokens one image becomes.
+tower, read here; Qwen2.5-VL's tower in qwen_vision.py), plus the image token ids and the
+number of tokens one image becomes.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
+from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.errors import ConfigError
 
 
@@ -85,16 +87,20 @@ class VisionLanguageConfig:
     """The text decoder's config, the vision tower's, and how image features enter the text.
 
     `image_token_id` marks the positions of `image_tokens` features per image in the prompt;
-    the projector average-pools the tower's patches down to that many tokens.
+    the projector average-pools the tower's patches down to that many tokens. Without
+    `image_tokens` (Qwen2.5-VL) an image's grid sets its number of tokens, and
+    `vision_start_token_id` / `video_token_id` let onnxruntime-genai find each image.
     """
 
     model_type: str
     text: ArchitectureConfig
-    vision: VisionConfig
+    vision: VisionConfig | QwenVisionConfig
     image_token_id: int
-    image_tokens: int
+    image_tokens: int | None = None
     boi_token_id: int | None = None
     eoi_token_id: int | None = None
+    video_token_id: int | None = None
+    vision_start_token_id: int | None = None
 
     @property
     def tokens_per_side(self) -> int:
@@ -106,10 +112,38 @@ class VisionLanguageConfig:
         return self.vision.patches_per_side // self.tokens_per_side
 
 
+def parse_qwen_vision_language(
+    raw: Mapping[str, Any], text: ArchitectureConfig
+) -> VisionLanguageConfig:
+    """The VisionLanguageConfig of a Qwen2.5-VL config.json whose text keys gave `text`
+    (transformers' Qwen2_5_VLConfig token-id defaults where absent)."""
+    if text.rope.mrope_section is None:
+        raise ConfigError(
+            "config.json: rope_scaling (rope_parameters) has no 'mrope_section'; Qwen2.5-VL's "
+            "decoder rotates by temporal, height and width positions"
+        )
+    ids = {
+        key: fields.integer(raw.get(key), key, default, positive=False)
+        for key, default in (
+            ("image_token_id", 151_655),
+            ("video_token_id", 151_656),
+            ("vision_start_token_id", 151_652),
+        )
+    }
+    return VisionLanguageConfig(
+        model_type=fields.model_type(raw.get("model_type")),
+        text=text,
+        vision=QwenVisionConfig.from_dict(
+            fields.mapping(raw.get("vision_config"), "vision_config")
+        ),
+        **ids,
+    )
+
+
 def parse_vision_language(
     raw: Mapping[str, Any], text: ArchitectureConfig, *, image_tokens_default: int
 ) -> VisionLanguageConfig:
-    """The VisionLanguageConfig of a config.json whose `text_config` gave `text`."""
+    """The VisionLanguageConfig of a (Gemma 3) config.json whose `text_config` gave `text`."""
     vision = VisionConfig.from_dict(fields.mapping(raw.get("vision_config"), "vision_config"))
     image_tokens = fields.integer(
         raw.get("mm_tokens_per_image"), "mm_tokens_per_image", image_tokens_default

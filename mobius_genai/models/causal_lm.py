@@ -11,7 +11,7 @@ from mobius_genai.components.image_masks import image_block_bias
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import make_norm
-from mobius_genai.components.rope import RotaryEmbedding
+from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import ConfigError
 
@@ -48,10 +48,9 @@ class TextModel(nn.Module):
         )
         self.norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
         ropes = [config.rope_of_layer(i) for i in range(config.num_hidden_layers)]
+        rotary = RotaryEmbedding if config.rope.mrope_section is None else MultimodalRotaryEmbedding
         self.rotary_emb = (
-            RotaryEmbedding(config.rope, config.rotary_dim, context_length)
-            if config.rope in ropes
-            else None
+            rotary(config.rope, config.rotary_dim, context_length) if config.rope in ropes else None
         )
         local = config.rope_local
         if local is not None and local != config.rope and local in ropes:

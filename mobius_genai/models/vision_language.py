@@ -2,15 +2,17 @@
 
 A row of VISION_LANGUAGE says how one model_type differs: the text family its `text_config`
 belongs to, onnxruntime-genai's model.type, transformers' text defaults hub configs leave out,
-and where the checkpoint keeps each graph's tensors. The decoder is the text family's
-CausalLMModel fed `inputs_embeds`; the vision graph is a SigLIP tower and the projector.
+how the vision keys are read, the vision graph's module and where the checkpoint keeps each
+graph's tensors. The decoder is the text family's CausalLMModel fed `inputs_embeds`; the vision
+graph is a SigLIP tower and Gemma 3's projector, or Qwen2.5-VL's windowed tower and merger.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -18,11 +20,17 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.embedding import Embedding
+from mobius_genai.components.qwen_vision import QwenVisionTower
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
 from mobius_genai.config import ArchitectureConfig, fields
-from mobius_genai.config.vision import VisionLanguageConfig, parse_vision_language
+from mobius_genai.config.vision import (
+    VisionLanguageConfig,
+    parse_qwen_vision_language,
+    parse_vision_language,
+)
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.models.families import FamilyAdapter, get_family
+from mobius_genai.tasks.vision_language import IMAGE_GRID_THW, IMAGES, PATCHES, PIXEL_VALUES
 from mobius_genai.weights import TensorSource, no_preprocess
 
 
@@ -37,26 +45,38 @@ class VisionLanguageFamily:
     text_defaults: Mapping[str, Any]
     # ArchitectureConfig fields the multimodal model fixes over its text family's.
     text_overrides: Mapping[str, Any]
-    image_tokens_default: int
+    # The whole config.json and the text decoder's config → the VisionLanguageConfig.
+    parse_vision: Callable[[Mapping[str, Any], ArchitectureConfig], VisionLanguageConfig]
+    # The vision graph's module (pixel inputs → image_features).
+    vision_model: Callable[[VisionLanguageConfig], nn.Module]
     # (graph prefix, checkpoint prefixes tried in order) for each graph's parameters.
     checkpoint_prefixes: tuple[tuple[str, tuple[str, ...]], ...]
-    # Regex over vision graph parameters whose norm scales by 1 + weight.
-    offset_norms: str
+    # Regex over vision graph parameters whose norm scales by 1 + weight (None: no such norm).
+    offset_norms: str | None = None
     # Regex over checkpoint tensors no graph reads (a tower head the model never calls).
-    unused_weights: tuple[str, ...]
+    unused_weights: tuple[str, ...] = ()
+    # Top-level config.json keys that are the text decoder's when `text_config` lacks them.
+    top_level_text_keys: tuple[str, ...] = ()
+    # The tokens of one image attend to each other in both directions (Gemma 3).
+    bidirectional_images: bool = False
 
     @property
     def text(self) -> FamilyAdapter:
         return get_family(self.text_family)
 
     def parse_config(self, raw: Mapping[str, Any]) -> VisionLanguageConfig:
-        text_raw = {
-            **self.text_defaults,
-            **{k: v for k, v in fields.mapping(raw.get("text_config"), "text_config").items()},
-        }
+        """Text keys from `text_config`, or from the top level of a flat hub config.json."""
+        if raw.get("text_config") is None:
+            text_keys = {k: v for k, v in raw.items() if k != "vision_config"}
+        else:
+            text_keys = dict(fields.mapping(raw.get("text_config"), "text_config"))
+            for key in self.top_level_text_keys:
+                if text_keys.get(key) is None and raw.get(key) is not None:
+                    text_keys[key] = raw[key]
+        text_raw = {**self.text_defaults, **text_keys}
         text_raw["model_type"] = self.text_family
         text = dataclasses.replace(self.text.parse_config(text_raw), **self.text_overrides)
-        return parse_vision_language(raw, text, image_tokens_default=self.image_tokens_default)
+        return self.parse_vision(raw, text)
 
     def checkpoint_name(self, graph_name: str) -> str | TensorSource:
         """The checkpoint tensor of a parameter of any of the three graphs."""
@@ -74,66 +94,53 @@ class VisionLanguageFamily:
         """The text family's value changes for decoder names, norm offsets for the rest."""
         if name.startswith("model."):
             return self.text.preprocess_weight(name, array, config)
-        if re.search(self.offset_norms, name):
+        if self.preprocessed(name):
             return array.astype(np.float32) + 1.0
         return no_preprocess(name, array, config)
 
     def preprocessed(self, name: str) -> bool:
         if name.startswith("model."):
             return self.text.preprocessed(name)
-        return re.search(self.offset_norms, name) is not None
-
-
-VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
-    family.model_type: family
-    for family in (
-        VisionLanguageFamily(
-            model_type="gemma3",
-            text_family="gemma3_text",
-            genai_type="gemma3",
-            text_defaults={
-                "vocab_size": 262_208,
-                "num_attention_heads": 8,
-                "num_key_value_heads": 4,
-                "head_dim": 256,
-                "query_pre_attn_scalar": 256,
-                "max_position_embeddings": 131_072,
-                "rms_norm_eps": 1e-6,
-                "sliding_window": 4096,
-                "hidden_activation": "gelu_pytorch_tanh",
-                "rope_theta": 1_000_000.0,
-                "rope_local_base_freq": 10_000.0,
-                "bos_token_id": 2,
-                "eos_token_id": 1,
-                "pad_token_id": 0,
-            },
-            # Gemma3ForConditionalGeneration never applies the text config's logit softcap.
-            text_overrides={"final_logit_softcapping": None},
-            image_tokens_default=256,
-            checkpoint_prefixes=(
-                ("model.", ("language_model.model.",)),
-                ("vision_tower.", ("vision_tower.vision_model.", "vision_tower.")),
-                ("multi_modal_projector.", ("multi_modal_projector.",)),
-            ),
-            offset_norms=r"^multi_modal_projector\.mm_soft_emb_norm\.weight$",
-            unused_weights=(r"^vision_tower\.(vision_model\.)?head\.",),
-        ),
-    )
-}
+        return self.offset_norms is not None and re.search(self.offset_norms, name) is not None
 
 
 class VisionModel(nn.Module):
-    """pixel_values → image_features [images * image_tokens, text hidden]."""
+    """pixel_values → image_features [images * image_tokens, text hidden] (Gemma 3)."""
 
     def __init__(self, config: VisionLanguageConfig) -> None:
         super().__init__()
         self.text_hidden = config.text.hidden_size
-        self.vision_tower = SiglipVisionTower(config.vision)
+        vision = config.vision
+        self.graph_inputs = [
+            (
+                PIXEL_VALUES,
+                None,
+                [IMAGES, vision.num_channels, vision.image_size, vision.image_size],
+            )
+        ]
+        self.vision_tower = SiglipVisionTower(vision)
         self.multi_modal_projector = Gemma3Projector(config)
 
     def forward(self, op, pixel_values: ir.Value) -> ir.Value:
         tokens = self.multi_modal_projector(op, self.vision_tower(op, pixel_values))
         return op.Reshape(tokens, op.Constant(value_ints=[-1, self.text_hidden]))
+
+
+class QwenVisionModel(nn.Module):
+    """pixel_values [patches, C·T·p²] of one image and its image_grid_thw [1, 3] →
+    image_features [patches / merge², text hidden] (Qwen2.5-VL; onnxruntime-genai runs the
+    graph once per image when the input says one image)."""
+
+    def __init__(self, config: VisionLanguageConfig) -> None:
+        super().__init__()
+        self.graph_inputs = [
+            (PIXEL_VALUES, None, [PATCHES, config.vision.patch_dim]),
+            (IMAGE_GRID_THW, ir.DataType.INT64, [1, 3]),
+        ]
+        self.visual = QwenVisionTower(config.vision)
+
+    def forward(self, op, pixel_values: ir.Value, image_grid_thw: ir.Value) -> ir.Value:
+        return self.visual(op, pixel_values, image_grid_thw)
 
 
 class _Tokens(nn.Module):
@@ -178,6 +185,71 @@ class EmbeddingModel(nn.Module):
         features = op.Gather(padded, rows, axis=0)
         mask = op.Unsqueeze(is_image, op.Constant(value_ints=[-1]))
         return op.Where(mask, features, embeds)
+
+
+VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
+    family.model_type: family
+    for family in (
+        VisionLanguageFamily(
+            model_type="gemma3",
+            text_family="gemma3_text",
+            genai_type="gemma3",
+            text_defaults={
+                "vocab_size": 262_208,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "query_pre_attn_scalar": 256,
+                "max_position_embeddings": 131_072,
+                "rms_norm_eps": 1e-6,
+                "sliding_window": 4096,
+                "hidden_activation": "gelu_pytorch_tanh",
+                "rope_theta": 1_000_000.0,
+                "rope_local_base_freq": 10_000.0,
+                "bos_token_id": 2,
+                "eos_token_id": 1,
+                "pad_token_id": 0,
+            },
+            # Gemma3ForConditionalGeneration never applies the text config's logit softcap.
+            text_overrides={"final_logit_softcapping": None},
+            parse_vision=functools.partial(parse_vision_language, image_tokens_default=256),
+            vision_model=VisionModel,
+            checkpoint_prefixes=(
+                ("model.", ("language_model.model.",)),
+                ("vision_tower.", ("vision_tower.vision_model.", "vision_tower.")),
+                ("multi_modal_projector.", ("multi_modal_projector.",)),
+            ),
+            offset_norms=r"^multi_modal_projector\.mm_soft_emb_norm\.weight$",
+            unused_weights=(r"^vision_tower\.(vision_model\.)?head\.",),
+            bidirectional_images=True,
+        ),
+        VisionLanguageFamily(
+            model_type="qwen2_5_vl",
+            text_family="qwen2",
+            genai_type="qwen2_5_vl",
+            # Qwen2_5_VLTextConfig's defaults that differ from Qwen2Config's
+            text_defaults={
+                "vocab_size": 152_064,
+                "hidden_size": 8192,
+                "intermediate_size": 29_568,
+                "num_hidden_layers": 80,
+                "num_attention_heads": 64,
+                "num_key_value_heads": 8,
+                "rope_theta": 1_000_000.0,
+                "rms_norm_eps": 1e-5,
+            },
+            text_overrides={},
+            parse_vision=parse_qwen_vision_language,
+            vision_model=QwenVisionModel,
+            # transformers 5 names (model.language_model., model.visual.) and the hub's
+            checkpoint_prefixes=(
+                ("model.", ("model.language_model.", "model.")),
+                ("visual.", ("model.visual.", "visual.")),
+            ),
+            top_level_text_keys=("tie_word_embeddings",),
+        ),
+    )
+}
 
 
 def vision_language_family(model_type: str) -> VisionLanguageFamily | None:

@@ -6,7 +6,7 @@ import onnx_ir as ir
 
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.models.causal_lm import CausalLMModel
-from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily, VisionModel
+from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
 from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
@@ -19,12 +19,11 @@ def vision_language_graphs(
     checkpoint: Checkpoint | None,
 ) -> dict[str, ir.Model]:
     """{"vision", "embedding", "decoder"} graphs; call inside the build context."""
-    text, vision = config.text, config.vision
-    decoder = CausalLMModel(text, context_length, image_token_id=config.image_token_id)
+    text = config.text
+    blocks = config.image_token_id if family.bidirectional_images else None
+    decoder = CausalLMModel(text, context_length, image_token_id=blocks)
     models = {
-        "vision": VisionTask().build(
-            VisionModel(config), vision.num_channels, vision.image_size, text.hidden_size
-        ),
+        "vision": VisionTask().build(family.vision_model(config), text.hidden_size),
         "embedding": EmbeddingTask().build(EmbeddingModel(config), text.hidden_size),
         "decoder": CausalLMTask(inputs_embeds=True).build(decoder, text),
     }

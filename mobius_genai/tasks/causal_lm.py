@@ -74,7 +74,7 @@ class CausalLMTask:
         )
         input_ids = builder.input("input_ids", int64, [BATCH, SEQ])
         attention_mask = builder.input("attention_mask", int64, [BATCH, TOTAL])
-        position_ids = builder.input("position_ids", int64, [BATCH, SEQ])
+        position_ids = builder.input("position_ids", int64, position_shape(config))
         past = [
             tuple(builder.input(name, dtype, shape) for name, shape in _cache(config, i, True))
             for i in range(config.num_hidden_layers)
@@ -89,6 +89,12 @@ class CausalLMTask:
                 value.shape = ir.Shape(shape)
                 value.dtype = dtype
         return finish_model(graph, builder)
+
+
+def position_shape(config: ArchitectureConfig) -> list[int | str]:
+    """[batch, seq], or [3, batch, seq] for multimodal rope: a temporal, a height and a width
+    position per token, which onnxruntime-genai computes for Qwen2.5-VL."""
+    return [BATCH, SEQ] if config.rope.mrope_section is None else [3, BATCH, SEQ]
 
 
 def finish_model(graph: ir.Graph, builder: GraphBuilder) -> ir.Model:

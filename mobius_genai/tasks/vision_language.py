@@ -1,6 +1,7 @@
 """The vision and embedding graphs of a vision-language package (onnxruntime-genai's contract).
 
     vision     pixel_values [images, channels, size, size] → image_features [tokens, hidden]
+               (Qwen2.5-VL: pixel_values [patches, patch values] and image_grid_thw [1, 3])
     embedding  input_ids [batch, seq], image_features [tokens, hidden] → inputs_embeds
                [batch, seq, hidden]; on decode steps image_features is empty [0, hidden]
 
@@ -22,8 +23,11 @@ if TYPE_CHECKING:
     from onnxscript import nn
 
 PIXEL_VALUES = "pixel_values"
+IMAGE_GRID_THW = "image_grid_thw"
 IMAGE_FEATURES = "image_features"
-IMAGES, IMAGE_TOKENS = "num_images", "num_image_tokens"
+IMAGES, IMAGE_TOKENS, PATCHES = "num_images", "num_image_tokens", "num_patches"
+#: A vision graph input: name, element type (None: the build dtype) and shape.
+InputSpec = tuple[str, "ir.DataType | None", list]
 
 
 def _graph() -> tuple[ir.Graph, GraphBuilder]:
@@ -32,13 +36,16 @@ def _graph() -> tuple[ir.Graph, GraphBuilder]:
 
 
 class VisionTask:
-    """pixel_values → image_features, from ``module(op, pixel_values)``."""
+    """The module's `graph_inputs` (InputSpecs) → image_features, from
+    ``module(op, *inputs)``."""
 
-    def build(self, module: nn.Module, channels: int, image_size: int, hidden: int) -> ir.Model:
+    def build(self, module: nn.Module, hidden: int) -> ir.Model:
         graph, builder = _graph()
-        shape = [IMAGES, channels, image_size, image_size]
-        pixels = builder.input(PIXEL_VALUES, get_build_dtype(), shape)
-        features = module(builder.op, pixels)
+        inputs = [
+            builder.input(name, dtype or get_build_dtype(), shape)
+            for name, dtype, shape in module.graph_inputs
+        ]
+        features = module(builder.op, *inputs)
         builder.add_output(features, IMAGE_FEATURES)
         features.shape = ir.Shape([IMAGE_TOKENS, hidden])
         features.dtype = get_build_dtype()

@@ -6,13 +6,13 @@ import shutil
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 import torch
 from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
 from mobius_genai.errors import WeightsError
+from tests._ort import package_sessions
 from tests._vlm import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, tiny_gemma3
 
 TOLERANCE = 1e-4
@@ -27,16 +27,6 @@ def gemma3(tmp_path_factory):
     return model, folder
 
 
-def _sessions(package) -> dict[str, ort.InferenceSession]:
-    return {
-        key: ort.InferenceSession(
-            ir.serde.serialize_model(model).SerializeToString(),
-            providers=["CPUExecutionProvider"],
-        )
-        for key, model in package.items()
-    }
-
-
 def _empty_past() -> dict[str, np.ndarray]:
     empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
     return {
@@ -49,7 +39,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
     model, folder = gemma3
     package = build(folder, ep, "fp32", progress=False)
     assert sorted(package) == ["decoder", "embedding", "vision"]
-    sessions = _sessions(package)
+    sessions = package_sessions(package)
     pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     ids = image_prompt()
     with torch.no_grad():

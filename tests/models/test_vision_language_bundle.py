@@ -14,6 +14,7 @@ from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from mobius_genai.ep import get_ep
+from tests._ort import og_greedy
 from tests._vlm import transformers_tokens
 from tests.models.conftest import SIZE
 
@@ -40,16 +41,7 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
     hf_pixels = ((pixels / 255 - 0.5) / 0.5).astype(np.float32).transpose(2, 0, 1)[None]
     np.testing.assert_allclose(og_pixels, hf_pixels, atol=1e-5, rtol=0)
 
-    new_tokens = 6
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=input_ids.shape[1] + new_tokens)
-    generator = og.Generator(og_model, params)
-    generator.set_inputs(inputs)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    assert tokens == transformers_tokens(model, input_ids, pixels, new_tokens)
+    assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
 
 
 def test_smoke_test_generates_with_an_image_at_the_processors_size_like_transformers(

@@ -1,0 +1,230 @@
+"""Qwen2.5-VL's vision tower as standard ONNX, for one image (or video clip) per call.
+
+    patches   pixel_values [P, C·T·p²] @ the Conv3d weight as a [hidden, C·T·p²] matrix
+    windows   merged tokens (m x m patches, consecutive rows) sorted by window, row-major
+              windows of `window_tokens`² tokens within each frame (transformers'
+              get_vision_window_index); patches and their 2-D rotary follow that order
+    block     h = x + proj(attn(RMSNorm(x))), out = h + SwiGLU(RMSNorm(h)); attention within
+              a window, or within a frame for `fullatt_block_indexes`, as an additive
+              block-diagonal bias; q and k rotated by (row, column) of each patch
+    merger    RMSNorm, m² patches of a token concatenated, Linear → GELU → Linear, tokens put
+              back in image order (the inverse of the window order)
+
+The window order only changes which rows are neighbours: it makes each window a contiguous
+run, the layout packed (variable-length) attention needs. The bias is built from the sorted
+window ids, so it is right only for patches in that order.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.linear import Linear, parameter
+from mobius_genai.components.mlp import GatedMLP
+from mobius_genai.components.norms import RMSNorm
+from mobius_genai.config.qwen_vision import QwenVisionConfig
+from mobius_genai.ep.context import get_build_dtype
+
+
+def _ints(op, *values: int) -> ir.Value:
+    return op.Constant(value_ints=list(values))
+
+
+def _int(op, value: int) -> ir.Value:
+    return op.Constant(value_int=value)
+
+
+class WindowLayout:
+    """The order of one image's patches and the groups they attend within, computed in the
+    graph from image_grid_thw [1, 3] = (t, h, w) patches."""
+
+    def __init__(self, op, grid: ir.Value, config: QwenVisionConfig) -> None:
+        merge, side = config.spatial_merge_size, config.window_tokens
+        self.merge = merge
+        t, h, w = (
+            op.Squeeze(op.Slice(grid, _ints(op, 0, i), _ints(op, 1, i + 1))) for i in range(3)
+        )
+        rows, cols = op.Div(h, _int(op, merge)), op.Div(w, _int(op, merge))
+        units = op.Range(_int(op, 0), op.Mul(t, op.Mul(rows, cols)), _int(op, 1))
+        frame = op.Div(units, op.Mul(rows, cols))
+        row = op.Mod(op.Div(units, cols), rows)
+        col = op.Mod(units, cols)
+        windows_per_row = op.Add(op.Div(cols, _int(op, side)), _int(op, 1))
+        windows_per_frame = op.Mul(
+            op.Add(op.Div(rows, _int(op, side)), _int(op, 1)), windows_per_row
+        )
+        window = op.Add(
+            op.Mul(frame, windows_per_frame),
+            op.Add(
+                op.Mul(op.Div(row, _int(op, side)), windows_per_row), op.Div(col, _int(op, side))
+            ),
+        )
+        inside = op.Add(
+            op.Mul(op.Mod(row, _int(op, side)), _int(op, side)), op.Mod(col, _int(op, side))
+        )
+        key = op.Add(op.Mul(window, _int(op, side * side)), inside)
+        count = op.Reshape(op.Size(units), _ints(op, 1))
+        _, self.order = op.TopK(key, count, largest=0, sorted=1, _outputs=2)  # window_index
+        _, self.inverse = op.TopK(self.order, count, largest=0, sorted=1, _outputs=2)
+        self.row = self._patches(op, op.Gather(row, self.order), axis=0)
+        self.col = self._patches(op, op.Gather(col, self.order), axis=1)
+        self.window = self._repeat(op, op.Gather(window, self.order))
+        self.frame = self._repeat(op, op.Gather(frame, self.order))
+        self.patch_order = self._patches(op, self.order, axis=None)
+
+    def _repeat(self, op, per_token: ir.Value) -> ir.Value:
+        """[tokens] → [tokens · m²]: each merged token's value for each of its patches."""
+        square = self.merge * self.merge
+        tiled = op.Expand(op.Unsqueeze(per_token, _ints(op, 1)), _ints(op, 1, square))
+        return op.Reshape(tiled, _ints(op, -1))
+
+    def _patches(self, op, per_token: ir.Value, axis: int | None) -> ir.Value:
+        """Patch values from token values: the row (axis 0) or column (axis 1) of each patch
+        in the image, or (None) each patch's row index in pixel_values."""
+        merge = self.merge
+        offsets = np.arange(merge * merge, dtype=np.int64)
+        offsets = {0: offsets // merge, 1: offsets % merge, None: offsets}[axis]
+        scale = merge * merge if axis is None else merge
+        base = op.Unsqueeze(op.Mul(per_token, _int(op, scale)), _ints(op, 1))
+        table = op.Constant(value=ir.tensor(offsets[None]))
+        return op.Reshape(op.Add(base, table), _ints(op, -1))
+
+    def bias(self, op, groups: ir.Value) -> ir.Value:
+        """[1, 1, P, P]: 0 between patches of one group, the dtype's lowest elsewhere."""
+        same = op.Equal(op.Unsqueeze(groups, _ints(op, 1)), op.Unsqueeze(groups, _ints(op, 0)))
+        dtype = get_build_dtype().numpy()
+        lowest = np.array(ml_dtypes.finfo(dtype).min, dtype=dtype)
+        allowed = op.Constant(value=ir.tensor(np.array(0, dtype=dtype)))
+        bias = op.Where(same, allowed, op.Constant(value=ir.tensor(lowest)))
+        return op.Unsqueeze(bias, _ints(op, 0, 1))
+
+
+class _Rotary:
+    """cos/sin rows [1, P, head_dim / 2] of each patch: (row, column) positions times the
+    same frequencies, row half then column half (transformers' axial rope)."""
+
+    def __init__(self, op, layout: WindowLayout, config: QwenVisionConfig) -> None:
+        half = config.head_dim // 2
+        inv_freq = 1.0 / config.rope_theta ** (np.arange(0, half, 2, dtype=np.float64) / half)
+        frequencies = op.Constant(value=ir.tensor(inv_freq.astype(np.float32)[None]))
+        angles = [
+            op.Mul(op.Unsqueeze(op.Cast(axis, to=ir.DataType.FLOAT), _ints(op, 1)), frequencies)
+            for axis in (layout.row, layout.col)
+        ]
+        angle = op.Unsqueeze(op.Concat(*angles, axis=-1), _ints(op, 0))
+        dtype = get_build_dtype()
+        self.cos = op.Cast(op.Cos(angle), to=dtype)
+        self.sin = op.Cast(op.Sin(angle), to=dtype)
+
+
+class QwenVisionAttention(nn.Module):
+    """Packed qkv projection, 2-D rotary on q and k, attention under a group bias, proj."""
+
+    def __init__(self, config: QwenVisionConfig) -> None:
+        super().__init__()
+        hidden = config.hidden_size
+        self.num_heads = config.num_heads
+        self.qkv = Linear(hidden, 3 * hidden, bias=True)
+        self.proj = Linear(hidden, hidden, bias=True)
+
+    def forward(self, op, x: ir.Value, rotary: _Rotary, bias: ir.Value) -> ir.Value:
+        q, k, v = op.Split(self.qkv(op, x), num_outputs=3, axis=-1, _outputs=3)
+        q, k = (
+            op.RotaryEmbedding(t, rotary.cos, rotary.sin, num_heads=self.num_heads) for t in (q, k)
+        )
+        output = op.Attention(
+            q, k, v, bias, q_num_heads=self.num_heads, kv_num_heads=self.num_heads
+        )
+        return self.proj(op, output)
+
+
+class QwenVisionBlock(nn.Module):
+    def __init__(self, config: QwenVisionConfig) -> None:
+        super().__init__()
+        hidden, eps = config.hidden_size, config.norm_eps
+        self.norm1 = RMSNorm(hidden, eps)
+        self.attn = QwenVisionAttention(config)
+        self.norm2 = RMSNorm(hidden, eps)
+        self.mlp = GatedMLP(hidden, config.intermediate_size, config.hidden_act, bias=True)
+
+    def forward(self, op, x: ir.Value, rotary: _Rotary, bias: ir.Value) -> ir.Value:
+        x = op.Add(x, self.attn(op, self.norm1(op, x), rotary, bias))
+        return op.Add(x, self.mlp(op, self.norm2(op, x)))
+
+
+class _PatchEmbed(nn.Module):
+    """Conv3d with kernel = stride = one patch, as a MatMul over flattened patches."""
+
+    def __init__(self, config: QwenVisionConfig) -> None:
+        super().__init__()
+        self.hidden = config.hidden_size
+        size, frames = config.patch_size, config.temporal_patch_size
+        self.weight = parameter([config.hidden_size, config.in_channels, frames, size, size])
+
+    def forward(self, op, pixel_values: ir.Value) -> ir.Value:
+        matrix = op.Reshape(self.weight, _ints(op, self.hidden, -1))
+        return op.MatMul(pixel_values, op.Transpose(matrix, perm=[1, 0]))
+
+
+class _PatchEmbedding(nn.Module):
+    """Holds `proj` so the weight is `patch_embed.proj.weight`, as stored."""
+
+    def __init__(self, config: QwenVisionConfig) -> None:
+        super().__init__()
+        self.proj = _PatchEmbed(config)
+
+    def forward(self, op, pixel_values: ir.Value) -> ir.Value:
+        return self.proj(op, pixel_values)
+
+
+class _Gelu(nn.Module):
+    def forward(self, op, x: ir.Value) -> ir.Value:
+        return op.Gelu(x)
+
+
+class PatchMerger(nn.Module):
+    def __init__(self, config: QwenVisionConfig) -> None:
+        super().__init__()
+        self.merged = config.hidden_size * config.spatial_merge_size**2
+        self.ln_q = RMSNorm(config.hidden_size, config.norm_eps)
+        # Linear → GELU → Linear under transformers' nn.Sequential names (mlp.0, mlp.2)
+        self.mlp = nn.ModuleList(
+            [
+                Linear(self.merged, self.merged, bias=True),
+                _Gelu(),
+                Linear(self.merged, config.out_hidden_size, bias=True),
+            ]
+        )
+
+    def forward(self, op, x: ir.Value) -> ir.Value:
+        x = op.Reshape(self.ln_q(op, x), _ints(op, -1, self.merged))
+        for module in self.mlp:
+            x = module(op, x)
+        return x
+
+
+class QwenVisionTower(nn.Module):
+    """(pixel_values [P, C·T·p²], image_grid_thw [1, 3]) → image tokens [P / m², out_hidden]
+    in image order; module names follow transformers' (`visual.blocks.0.attn.qkv`, ...)."""
+
+    def __init__(self, config: QwenVisionConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.patch_embed = _PatchEmbedding(config)
+        self.blocks = nn.ModuleList([QwenVisionBlock(config) for _ in range(config.depth)])
+        self.merger = PatchMerger(config)
+
+    def forward(self, op, pixel_values: ir.Value, grid: ir.Value) -> ir.Value:
+        layout = WindowLayout(op, grid, self.config)
+        patches = op.Gather(self.patch_embed(op, pixel_values), layout.patch_order, axis=0)
+        x = op.Unsqueeze(patches, _ints(op, 0))
+        rotary = _Rotary(op, layout, self.config)
+        windowed, full = layout.bias(op, layout.window), layout.bias(op, layout.frame)
+        for index, block in enumerate(self.blocks):
+            bias = full if index in self.config.fullatt_block_indexes else windowed
+            x = block(op, x, rotary, bias)
+        merged = self.merger(op, op.Squeeze(x, _ints(op, 0)))
+        return op.Gather(merged, layout.inverse, axis=0)

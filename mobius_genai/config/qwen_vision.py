@@ -1,0 +1,114 @@
+"""Qwen2.5-VL's vision tower: its sizes and how its patches become image tokens.
+
+Images arrive as flattened patches (the processor cuts each frame pair into
+`temporal_patch_size` x `patch_size`² x channels values, merge-block order) with their grid
+(t, h, w) in patches; `spatial_merge_size`² neighbouring patches become one image token.
+Blocks attend within windows of `window_size` pixels, those in `fullatt_block_indexes` within
+the whole frame.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.config import fields
+from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class QwenVisionConfig:
+    """transformers' Qwen2_5_VLVisionConfig, the keys the graph reads."""
+
+    depth: int = 32
+    hidden_size: int = 3584
+    intermediate_size: int = 3420
+    num_heads: int = 16
+    in_channels: int = 3
+    patch_size: int = 14
+    spatial_merge_size: int = 2
+    temporal_patch_size: int = 2
+    window_size: int = 112
+    out_hidden_size: int = 3584
+    tokens_per_second: float = 4.0
+    fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
+    hidden_act: str = "silu"
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6  # transformers fixes it for the blocks' and the merger's RMSNorms
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def patch_dim(self) -> int:
+        """Values of one flattened patch (a pixel_values row)."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size**2
+
+    @property
+    def window_tokens(self) -> int:
+        """Side of a window in merged tokens (transformers' vit_merger_window_size)."""
+        return self.window_size // self.spatial_merge_size // self.patch_size
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> QwenVisionConfig:
+        """Parse `vision_config` (transformers' defaults where absent)."""
+        where = "vision_config."
+        defaults = cls()
+        sizes = {
+            key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
+            for key in (
+                "depth",
+                "hidden_size",
+                "intermediate_size",
+                "num_heads",
+                "in_channels",
+                "patch_size",
+                "spatial_merge_size",
+                "temporal_patch_size",
+                "window_size",
+                "out_hidden_size",
+            )
+        }
+        act = raw.get("hidden_act", defaults.hidden_act)
+        if act not in HIDDEN_ACTS:
+            raise ConfigError(
+                f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
+                f"{sorted(HIDDEN_ACTS)}"
+            )
+        rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
+        full = fields.int_tuple(raw.get("fullatt_block_indexes"), where + "fullatt_block_indexes")
+        config = cls(
+            **sizes,
+            tokens_per_second=fields.number(
+                raw.get("tokens_per_second"), where + "tokens_per_second", 4.0, positive=True
+            ),
+            fullatt_block_indexes=full
+            if "fullatt_block_indexes" in raw
+            else defaults.fullatt_block_indexes,
+            hidden_act=act,
+            rope_theta=fields.number(
+                rope.get("rope_theta", raw.get("rope_theta")),
+                where + "rope_parameters.rope_theta",
+                10000.0,
+                positive=True,
+            ),
+        )
+        _check(config)
+        return config
+
+
+def _check(config: QwenVisionConfig) -> None:
+    if config.hidden_size % config.num_heads or config.head_dim % 4:
+        raise ConfigError(
+            f"config.json: vision_config.hidden_size {config.hidden_size} over num_heads "
+            f"{config.num_heads} must be a whole head size divisible by 4 (2-D rotary halves)"
+        )
+    if config.window_tokens < 1:
+        raise ConfigError(
+            f"config.json: vision_config.window_size {config.window_size} is smaller than one "
+            f"merged token (spatial_merge_size * patch_size = "
+            f"{config.spatial_merge_size * config.patch_size} pixels)"
+        )

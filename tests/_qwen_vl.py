@@ -1,0 +1,110 @@
+"""Tiny random Qwen2.5-VL checkpoints written by transformers (no download), and transformers'
+side of the comparisons: image features, merged embeddings, 3-D mrope positions, greedy tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+from tests._hf import randomize_weights
+
+IMAGE_TOKEN, VIDEO_TOKEN, VISION_START, VISION_END = 150, 151, 152, 153
+TEXT_HIDDEN = 64
+PATCH, MERGE, TEMPORAL = 4, 2, 2
+MEAN = (0.48145466, 0.4578275, 0.40821073)
+STD = (0.26862954, 0.26130258, 0.27577711)
+
+_TEXT = {
+    "hidden_size": TEXT_HIDDEN,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 160,
+    "max_position_embeddings": 512,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4},
+}
+# window_size 16 = 2 merged tokens of 2 x 2 patches of 4 pixels: a 40 x 56 image is a 5 x 7
+# grid of merged tokens in 3 x 4 windows, some of them partial; block 1 attends to everything.
+_VISION = {
+    "depth": 3,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_heads": 2,
+    "patch_size": PATCH,
+    "spatial_merge_size": MERGE,
+    "temporal_patch_size": TEMPORAL,
+    "window_size": 16,
+    "out_hidden_size": TEXT_HIDDEN,
+    "fullatt_block_indexes": [1],
+}
+
+
+def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForConditionalGeneration:
+    """A seeded random Qwen2_5_VLForConditionalGeneration (float32, eval mode).
+
+    `text` overrides text_config keys; `tokens` the top-level token ids."""
+    ids = {
+        "image_token_id": IMAGE_TOKEN,
+        "video_token_id": VIDEO_TOKEN,
+        "vision_start_token_id": VISION_START,
+        "vision_end_token_id": VISION_END,
+        **tokens,
+    }
+    config = Qwen2_5_VLConfig(text_config={**_TEXT, **(text or {})}, vision_config=_VISION, **ids)
+    model = Qwen2_5_VLForConditionalGeneration(config).eval()
+    randomize_weights(model, 0)
+    return model
+
+
+def patches(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' Qwen2VLImageProcessor on uint8 `pixels` [h, w, 3] already at its size:
+    rescale, normalize, the frame repeated to `TEMPORAL`, cut into merge-ordered patches.
+    Returns (pixel_values [patches, 3 * TEMPORAL * PATCH²] float32, image_grid_thw [1, 3])."""
+    height, width, _ = pixels.shape
+    image = ((pixels / 255 - np.array(MEAN)) / np.array(STD)).astype(np.float32)
+    frames = np.repeat(image.transpose(2, 0, 1)[None], TEMPORAL, axis=0)  # [T, C, H, W]
+    grid_h, grid_w = height // PATCH, width // PATCH
+    blocks = frames.reshape(
+        1, TEMPORAL, 3, grid_h // MERGE, MERGE, PATCH, grid_w // MERGE, MERGE, PATCH
+    )
+    ordered = blocks.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
+    flat = ordered.reshape(grid_h * grid_w, 3 * TEMPORAL * PATCH * PATCH)
+    return np.ascontiguousarray(flat), np.array([[1, grid_h, grid_w]], np.int64)
+
+
+def image_prompt(grid: np.ndarray, before: tuple[int, ...] = (5, 6)) -> torch.Tensor:
+    """text, vision_start, one image's pad tokens, vision_end, text: [1, seq] int64."""
+    count = int(np.prod(grid[0])) // MERGE**2
+    image = [VISION_START, *[IMAGE_TOKEN] * count, VISION_END]
+    return torch.tensor([[*before, *image, 7, 8, 9]])
+
+
+def token_types(input_ids: torch.Tensor, image_token_id: int = IMAGE_TOKEN) -> torch.Tensor:
+    """mm_token_type_ids: 1 for image tokens, 0 for text."""
+    return (input_ids == image_token_id).int()
+
+
+def transformers_tokens(
+    model: torch.nn.Module, input_ids: torch.Tensor, pixels: np.ndarray, new_tokens: int
+) -> list[int]:
+    """transformers' greedy tokens for `input_ids` and an image of uint8 `pixels` [h, w, 3]
+    already at the processor's size."""
+    pixel_values, grid = patches(pixels)
+    with torch.no_grad():
+        reference = model.generate(
+            input_ids=input_ids,
+            pixel_values=torch.from_numpy(pixel_values),
+            image_grid_thw=torch.from_numpy(grid),
+            mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+        )
+    return reference[0, input_ids.shape[1] :].tolist()

@@ -1,0 +1,236 @@
+"""A Qwen2.5-VL bundle: genai_config and processor config as onnxruntime-genai 0.18 reads them,
+og's processor gives transformers' patches, and og's greedy tokens with an image (already at
+the processor's size) equal transformers'."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from mobius_genai.bundle.packager import package
+from mobius_genai.bundle.smoke import smoke_test
+from mobius_genai.bundle.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
+from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.cli import main
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import BundleError
+from tests._ort import og_greedy
+from tests._qwen_vl import MEAN, STD, patches, tiny_qwen2_5_vl, transformers_tokens
+from tests.models.conftest import TINY_QWEN2
+
+og = pytest.importorskip("onnxruntime_genai")
+
+SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+MIN_PIXELS = 32 * 32  # the smoke test's image: the smallest square smart_resize keeps
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
+    folder = tmp_path_factory.mktemp("qwen2_5_vl-ckpt")
+    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS})
+    start, end, image, video = tokenizer.convert_tokens_to_ids(SPECIALS)
+    model = tiny_qwen2_5_vl(
+        text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
+        image_token_id=image,
+        video_token_id=video,
+        vision_start_token_id=start,
+        vision_end_token_id=end,
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    # Qwen2VLImageProcessor's settings (saving it needs PIL, which tests do not install)
+    preprocessor = {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "min_pixels": MIN_PIXELS,
+        "max_pixels": 256 * 256,
+        "patch_size": 4,
+        "temporal_patch_size": 2,
+        "merge_size": 2,
+        "rescale_factor": 1 / 255,
+        "image_mean": list(MEAN),
+        "image_std": list(STD),
+    }
+    (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    return model, folder
+
+
+@pytest.fixture(scope="module")
+def bundle(checkpoint, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("qwen2_5_vl-bundle") / "bundle"
+    return package(checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+
+
+def test_genai_config_is_what_onnxruntime_genai_reads_for_qwen2_5_vl(checkpoint, bundle):
+    model, _ = checkpoint
+    config = json.loads((bundle / "genai_config.json").read_text())["model"]
+    assert config["type"] == "qwen2_5_vl"
+    ids = model.config
+    assert (config["image_token_id"], config["video_token_id"]) == (
+        ids.image_token_id,
+        ids.video_token_id,
+    )
+    assert config["vision_start_token_id"] == ids.vision_start_token_id
+    vision = config["vision"]
+    assert vision["inputs"] == {"pixel_values": "pixel_values", "image_grid_thw": "image_grid_thw"}
+    assert (vision["spatial_merge_size"], vision["patch_size"], vision["window_size"]) == (2, 4, 16)
+    assert vision["tokens_per_second"] == 4.0
+    assert config["decoder"]["inputs"]["position_ids"] == "position_ids"
+    processor = json.loads((bundle / vision["config_filename"]).read_text())["processor"]
+    kinds = [t["operation"]["type"] for t in processor["transforms"]]
+    assert kinds == ["DecodeImage", "Resize", "Rescale", "Normalize", "PatchImage"]
+    resize = processor["transforms"][1]["operation"]["attrs"]
+    assert (resize["min_pixels"], resize["max_pixels"], resize["smart_resize"]) == (
+        MIN_PIXELS,
+        256 * 256,
+        1,
+    )
+
+
+def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
+    checkpoint, bundle, tmp_path
+):
+    model, _ = checkpoint
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 56, 3), dtype=np.uint8)
+    image_path = tmp_path / "image.png"
+    image_path.write_bytes(png_bytes(pixels))
+    og_model = og.Model(str(bundle))
+    processor = og_model.create_multimodal_processor()
+    inputs = processor(f"{PLACEHOLDER} Describe.", images=og.Images.open(str(image_path)))
+    expected_values, expected_grid = patches(pixels)
+    np.testing.assert_allclose(inputs["pixel_values"].as_numpy(), expected_values, atol=1e-5)
+    np.testing.assert_array_equal(inputs["image_grid_thw"].as_numpy(), expected_grid)
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
+
+    assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
+
+
+def test_smoke_test_generates_with_an_image_like_transformers(checkpoint, bundle):
+    model, _ = checkpoint
+    result = smoke_test(bundle, get_ep("cpu"))
+    assert result.ran
+    assert "with a 32x32 image" in result.note
+    assert result.note.endswith("same as a plain onnxruntime loop")
+    pixels = smoke_pixels(32, 32)
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    inputs = processor(
+        f"{PLACEHOLDER} {SMOKE_IMAGE_TEXT}", images=og.Images.open_bytes(png_bytes(pixels))
+    )
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    assert list(result.tokens) == transformers_tokens(model, input_ids, pixels, len(result.tokens))
+
+
+def _tampered(bundle: Path, tmp_path: Path, change) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    path = copy / "genai_config.json"
+    config = json.loads(path.read_text())
+    change(config["model"])
+    path.write_text(json.dumps(config))
+    (copy / "mobius_manifest.json").unlink()  # its sizes and hashes are of the original
+    return copy
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        (
+            lambda model: model.update(type="gemma3"),
+            "graph input 'position_ids' is [3, batch, seq] but onnxruntime-genai feeds "
+            "model.type 'gemma3' positions [batch, seq]",
+        ),
+        (
+            lambda model: model.pop("vision_start_token_id"),
+            "model.vision_start_token_id: required field is missing",
+        ),
+        (
+            lambda model: model["vision"].pop("patch_size"),
+            "model.vision.patch_size: required field is missing",
+        ),
+        (
+            lambda model: model["vision"]["inputs"].pop("image_grid_thw"),
+            "graph input 'image_grid_thw' is not fed",
+        ),
+    ],
+)
+def test_validate_names_what_onnxruntime_genai_would_feed_wrong(bundle, tmp_path, change, named):
+    validate_bundle(bundle)
+    with pytest.raises(BundleError, match=re.escape(named)):
+        validate_bundle(_tampered(bundle, tmp_path, change))
+
+
+def test_two_images_of_different_sizes_run_image_by_image_like_transformers(
+    checkpoint, bundle, tmp_path
+):
+    """image_grid_thw is [1, 3] in the graph, so og runs it once per image and concatenates."""
+    model, _ = checkpoint
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for size in ((40, 56), (32, 48))]
+    paths = []
+    for index, pixels in enumerate(images):
+        paths.append(tmp_path / f"image{index}.png")
+        paths[-1].write_bytes(png_bytes(pixels))
+    og_model = og.Model(str(bundle))
+    inputs = og_model.create_multimodal_processor()(
+        f"{PLACEHOLDER} and {PLACEHOLDER} Compare.", images=og.Images.open(*map(str, paths))
+    )
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    values, grids = zip(*(patches(pixels) for pixels in images), strict=True)
+    with torch.no_grad():
+        reference = model.generate(
+            input_ids=input_ids,
+            pixel_values=torch.from_numpy(np.concatenate(values)),
+            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
+            mm_token_type_ids=(input_ids == model.config.image_token_id).int(),
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=6,
+            min_new_tokens=6,
+            do_sample=False,
+        )
+    assert og_greedy(og_model, inputs, 6) == reference[0, input_ids.shape[1] :].tolist()
+
+
+def test_run_with_an_image_streams_what_transformers_generates(
+    checkpoint, bundle, tmp_path, capsys
+):
+    """The prompt gets Qwen's image placeholder in front; greedy, so the text is transformers'."""
+    model, _ = checkpoint
+    pixels = np.random.default_rng(1).integers(0, 256, (32, 40, 3), dtype=np.uint8)
+    path = tmp_path / "photo.png"
+    path.write_bytes(png_bytes(pixels))
+    command = ["run", str(bundle), "--image", str(path), "--prompt", "Describe it."]
+    assert main([*command, "--raw", "--max-new-tokens", "5"]) == 0
+    text = capsys.readouterr().out
+    og_model = og.Model(str(bundle))
+    inputs = og_model.create_multimodal_processor()(
+        f"{PLACEHOLDER} Describe it.", images=og.Images.open(str(path))
+    )
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    stream = og.Tokenizer(og_model).create_stream()  # as `run` streams: whole characters
+    expected = "".join(stream.decode(t) for t in transformers_tokens(model, input_ids, pixels, 5))
+    assert text == expected + "\n"
+
+
+def test_int4_quantizes_the_decoder_and_keeps_the_vision_tower_float(checkpoint, tmp_path, capfd):
+    bundle = package(checkpoint[1], "cpu", tmp_path / "bundle", precision="int4")
+    ops = {
+        name: {
+            (node.domain, node.op_type)
+            for node in onnx.load(str(bundle / name), load_external_data=False).graph.node
+        }
+        for name in ("vision.onnx", "embedding.onnx", "decoder.onnx")
+    }
+    assert ("com.microsoft", "MatMulNBits") in ops["decoder.onnx"]
+    assert ("", "MatMul") not in ops["decoder.onnx"]
+    assert ("com.microsoft", "MatMulNBits") not in ops["vision.onnx"] | ops["embedding.onnx"]
+    assert "with a 32x32 image" in capfd.readouterr().err  # the smoke test ran with an image

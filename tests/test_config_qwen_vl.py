@@ -1,0 +1,82 @@
+"""Qwen2.5-VL config.json: both layouts (transformers 5's nested text_config, the hub's flat
+one with rope_scaling type "mrope"), and one-line errors naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from mobius_genai import ConfigError
+from mobius_genai.models.vision_language import vision_language_family
+
+TEXT = {
+    "vocab_size": 160,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+}
+VISION = {"depth": 2, "hidden_size": 32, "num_heads": 2, "patch_size": 4, "window_size": 16}
+
+
+def _parse(raw: dict):
+    return vision_language_family("qwen2_5_vl").parse_config(raw)
+
+
+def test_nested_and_flat_layouts_give_the_same_config():
+    nested = {
+        "model_type": "qwen2_5_vl",
+        "tie_word_embeddings": True,
+        "text_config": {
+            **TEXT,
+            "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3]},
+        },
+        "vision_config": VISION,
+    }
+    flat = {
+        "model_type": "qwen2_5_vl",
+        "tie_word_embeddings": True,
+        **TEXT,
+        "rope_theta": 1_000_000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "vision_config": VISION,
+    }
+    config = _parse(nested)
+    assert config == _parse(flat)
+    assert config.text.rope.mrope_section == (2, 3, 3)
+    assert config.text.rope.theta == 1_000_000.0  # Qwen2_5_VLTextConfig's default
+    assert config.text.tie_word_embeddings  # the top level's, which text_config lacks
+    assert (config.image_token_id, config.video_token_id, config.vision_start_token_id) == (
+        151_655,
+        151_656,
+        151_652,
+    )
+    assert config.vision.window_tokens == 2 and config.vision.patch_dim == 3 * 2 * 4 * 4
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 4]}},
+            r"mrope_section \[2, 3, 4\] must be positive channel pair counts summing to half "
+            r"the rotated channels \(8\)",
+        ),
+        ({"rope_scaling": None}, "has no 'mrope_section'"),
+        (
+            {"vision_config": {**VISION, "window_size": 4}},
+            "vision_config.window_size 4 is smaller than one merged token",
+        ),
+    ],
+)
+def test_bad_fields_are_named(change, message):
+    raw = {
+        "model_type": "qwen2_5_vl",
+        **TEXT,
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+        "vision_config": VISION,
+        **change,
+    }
+    with pytest.raises(ConfigError, match=message):
+        _parse(raw)
