@@ -7,12 +7,14 @@ expert's logit, the `top_k` largest probabilities, renormalized to sum 1 when `n
 (mixtral, qwen3_moe; what granitemoe computes as a softmax over the top-k logits). Layers not in
 `sparse_layers` keep a dense MLP (qwen*_moe's `mlp_only_layers` / `decoder_sparse_step`); a
 `shared_expert_size` adds an always-on gated MLP, scaled by sigmoid(x @ gate) when
-`shared_expert_gate` (qwen2_moe).
+`shared_expert_gate` (qwen2_moe). gpt_oss adds a bias to the router and to both expert
+projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,6 +23,17 @@ from mobius_genai.errors import ConfigError
 
 #: The expert MLP activation the MoE op and its body compute (SwiGLU with alpha 1: silu(gate) * up).
 MOE_ACTIVATION = "silu"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertActivation:
+    """The experts' SwiGLU as onnxruntime's MoE op computes it (its activation_alpha,
+    activation_beta and swiglu_limit): G * sigmoid(alpha * G) * (L + beta), with the gate
+    G = min(gate, limit) and L = clip(up, -limit, limit). The defaults are silu(gate) * up."""
+
+    alpha: float = 1.0
+    beta: float = 0.0
+    limit: float = math.inf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +47,9 @@ class MoeConfig:
     sparse_layers: tuple[int, ...]
     shared_expert_size: int = 0
     shared_expert_gate: bool = False
+    router_bias: bool = False
+    expert_bias: bool = False
+    activation: ExpertActivation = ExpertActivation()
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""
@@ -128,6 +144,15 @@ def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
         raise ConfigError(
             f"config.json: num_experts_per_tok {moe.top_k} exceeds the {moe.num_experts} experts; "
             f"accepted: 1..{moe.num_experts}"
+        )
+    swiglu = moe.activation
+    if not isinstance(swiglu, ExpertActivation) or not (
+        fields.is_number(swiglu.alpha) and fields.is_number(swiglu.beta)
+    ):
+        raise ConfigError(f"config.json: MoE activation {swiglu!r} needs numbers alpha and beta")
+    if swiglu.limit != math.inf and not (fields.is_number(swiglu.limit) and swiglu.limit > 0):
+        raise ConfigError(
+            f"config.json: MoE swiglu limit must be a positive number, found {swiglu.limit!r}"
         )
     if hidden_act != MOE_ACTIVATION:
         raise ConfigError(
