@@ -166,6 +166,9 @@ class EpCapabilities:
     """False → com.microsoft::CausalConvWithState (recurrent conv layers: LFM2) is expanded to
     its standard body. onnxruntime 1.32's CPU EP has the kernel; onnxruntime-genai's builder
     emits the op for every EP."""
+    supports_gqa_head_sink: bool = True
+    """False → attention with sinks (gpt_oss) stays standard Attention with the sink rescaling
+    (components/sinks.py) instead of GroupQueryAttention with its ``head_sink`` input."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):

@@ -40,6 +40,7 @@ EXPECTED = {
     },
     "dml": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F16},
         "supports_fused_rope": False,
         "provider_options": {"enable_graph_capture": "0"},
@@ -58,6 +59,7 @@ EXPECTED = {
     },
     "webgpu": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F32, F16},
         "default_int4_accuracy_level": 4,
         "provider_options": {"enableGraphCapture": "0"},
@@ -73,6 +75,7 @@ EXPECTED = {
     },
     "mlx": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F32, F16, BF16},
         "runtime": RuntimeInfo(
             ort_provider="MLXExecutionProvider",
@@ -86,6 +89,7 @@ EXPECTED = {
     },
     "trt-rtx": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F16, BF16},
         "supports_skip_layer_norm": False,
         "enable_graph_capture": True,
@@ -130,6 +134,7 @@ DEFAULTS = {
     "supports_rms_normalization": True,
     "supports_matmul_nbits": True,
     "model_dtypes": {F32, F16, BF16},
+    "supports_gqa_head_sink": True,
 }
 
 
@@ -161,6 +166,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_matmul_nbits",
         "model_dtypes",
         "supports_causal_conv_with_state",
+        "supports_gqa_head_sink",
     ]
 
 
