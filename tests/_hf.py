@@ -255,8 +255,9 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "final_logit_softcapping": 3.0,
     },
     # MoE: 4 experts, 2 per token (enough that the tokens of a prompt pick different pairs)
-    # sinks; sliding, full, sliding layers; yarn rope past its original length; SwiGLU clamped
-    # at 1 (the tiny weights cross it often); biased router and experts
+    # sinks; sliding, full, sliding layers; yarn rope whose correction range ends at 1.09 (2 if
+    # it were truncated); SwiGLU clamped at 1 (the tiny weights cross it often); biased router
+    # and experts
     "gpt_oss": {
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
@@ -267,7 +268,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
             "rope_type": "yarn",
             "rope_theta": 150000.0,
             "factor": 4.0,
-            "original_max_position_embeddings": 16,
+            "original_max_position_embeddings": 32,
             "beta_fast": 32.0,
             "beta_slow": 1.0,
             "truncate": False,

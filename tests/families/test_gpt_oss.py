@@ -16,6 +16,7 @@ import torch
 import mobius_genai
 from mobius_genai.components import attention
 from mobius_genai.config.moe import ExpertActivation
+from mobius_genai.config.rope import parse_rope
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from tests._hf import hf_reference_logits, load_reference_model, write_tiny_checkpoint
@@ -61,7 +62,19 @@ def _every_layer_full(patch: pytest.MonkeyPatch) -> None:
     patch.setitem(FAMILIES, "gpt_oss", dataclasses.replace(family, config_overrides=overrides))
 
 
+def _yarn_truncated(patch: pytest.MonkeyPatch) -> None:
+    """gpt_oss's yarn keeps the correction range unrounded (truncate false); rounded, the
+    tiny config's range ends at 2 instead of 1.09."""
+    family = FAMILIES["gpt_oss"]
+    truncated = {
+        **family.config_overrides,
+        "rope": lambda raw: dataclasses.replace(parse_rope(raw)[0], truncate=True),
+    }
+    patch.setitem(FAMILIES, "gpt_oss", dataclasses.replace(family, config_overrides=truncated))
+
+
 MUTANTS = {
+    "yarn_truncated": _yarn_truncated,
     "sinks_dropped": _without_sinks,
     "swiglu_not_clamped": _unclamped,
     "swiglu_without_alpha_and_beta": _plain_swiglu,
