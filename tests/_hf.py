@@ -267,7 +267,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "rope_parameters": {
             "rope_type": "yarn",
             "rope_theta": 150000.0,
-            "factor": 4.0,
+            "factor": 2.0,
             "original_max_position_embeddings": 32,
             "beta_fast": 32.0,
             "beta_slow": 1.0,
