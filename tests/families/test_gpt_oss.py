@@ -159,3 +159,31 @@ def test_hub_config_without_rope_or_layer_types_gets_gpt_oss_defaults(tmp_path):
     assert config.rope.theta == 150000.0 and config.sliding_window == 128
     assert config.layer_types == ("sliding_attention", "full_attention", "sliding_attention")
     assert config.moe.activation == ExpertActivation(alpha=1.702, beta=1.0, limit=7.0)
+
+
+@pytest.mark.parametrize(("ep", "fused"), [("default", True), ("cpu", True), ("cuda", False)])
+def test_experts_are_one_biased_clamped_moe_node_where_the_capability_says(ep, fused, tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_oss")
+    graph = mobius_genai.build(ckpt, ep, load_weights=False)["model"].graph
+    moe = [node for node in graph if node.op_type == "MoE"]
+    assert len(moe) == (3 if fused else 0)
+    for node in moe:
+        attrs = node.attributes
+        assert node.domain == "com.microsoft" and node.overload == "bias"
+        assert [value.name.rsplit(".", 1)[-1] for value in node.inputs[2:]] == [
+            "gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias"
+        ]  # fmt: skip
+        assert attrs.get_string("activation_type") == "swiglu"
+        assert attrs.get_int("swiglu_fusion") == 1 and attrs.get_int("k") == 2
+        assert attrs.get_int("normalize_routing_weights") == 1
+        assert attrs.get_float("activation_alpha") == pytest.approx(1.702)
+        assert attrs.get_float("activation_beta") == 1.0
+        assert attrs.get_float("swiglu_limit") == 1.0
+
+
+def test_onnx_standard_graph_has_only_standard_ops(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_oss")
+    package = mobius_genai.build(ckpt, "onnx-standard", load_weights=False)
+    graph = package["model"].graph
+    assert {node.domain for node in graph} == {""} and not package["model"].functions
+    assert sum(node.op_type == "Attention" for node in graph) == 3  # the sinks stay standard

@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mobius_genai
-from mobius_genai.components.tier1 import MS_DOMAIN, is_standard_domain
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.optimize.rules import gqa
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
@@ -102,13 +102,6 @@ def test_without_head_sink_the_standard_sink_attention_stays(ep, tmp_path):
     assert counts["Attention"] == LAYERS and counts["GroupQueryAttention"] == 0
     (report,) = package.reports.values()
     assert report.skipped["GQASinkFusion"] == "supports_gqa_head_sink=False"
-
-
-def test_onnx_standard_has_no_custom_op(tmp_path):
-    package, counts = _graph(tmp_path, "onnx-standard")
-    assert {node.domain for node in package["model"].graph} <= {"", "ai.onnx"}
-    assert all(is_standard_domain(node.domain) for node in package["model"].graph)
-    assert counts["Attention"] == LAYERS
 
 
 def test_fused_f16_sinks_match_the_standard_f16_graph(tmp_path):
