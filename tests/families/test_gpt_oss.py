@@ -82,6 +82,8 @@ MUTANTS = {
 }
 
 
+# the sinks_dropped mutant's Attention keeps its scores output, which GQA cannot fuse
+@pytest.mark.filterwarnings("ignore:GQA fusion expected")
 @pytest.mark.parametrize("case", sorted(MUTANTS))
 def test_parity_fails_with_one_gpt_oss_detail_wrong(case, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_oss", seed=1)
