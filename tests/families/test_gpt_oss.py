@@ -188,3 +188,13 @@ def test_onnx_standard_graph_has_only_standard_ops(tmp_path):
     graph = package["model"].graph
     assert {node.domain for node in graph} == {""} and not package["model"].functions
     assert sum(node.op_type == "Attention" for node in graph) == 3  # the sinks stay standard
+
+
+def test_hub_layout_config_matches_transformers(tmp_path):
+    """config.json as the hub has it (rope_theta + rope_scaling yarn with truncate false)."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_oss", seed=1, hub_layout=True)
+    assert json.loads((ckpt / "config.json").read_text())["rope_scaling"]["truncate"] is False
+    reference = hf_reference_logits(ckpt, _ids(), decode_steps=2)
+    package = mobius_genai.build(ckpt, "cpu", "f32", progress=False)
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
