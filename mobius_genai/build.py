@@ -16,7 +16,7 @@ from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
-from mobius_genai.errors import MobiusError
+from mobius_genai.errors import MobiusError, UnsupportedModelError
 from mobius_genai.expert_weights import expert_tensors
 from mobius_genai.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
 from mobius_genai.models.causal_lm import CausalLMModel
@@ -30,6 +30,7 @@ from mobius_genai.prequantized import (
     prequantized_tensors,
 )
 from mobius_genai.prequantized.gptq import read_quantization_config
+from mobius_genai.prequantized.mxfp4 import is_mxfp4
 from mobius_genai.progress import Progress
 from mobius_genai.source import Source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
@@ -225,7 +226,8 @@ def build(
     config = family.parse_config(raw)
     if num_layers is not None:
         config = config.first_layers(num_layers)
-    scheme = read_quantization_config(raw)
+    mxfp4_experts = _mxfp4_experts(raw, family)
+    scheme = None if mxfp4_experts else read_quantization_config(raw)
     length = target.context_length or config.max_position_embeddings
     if load_weights and checkpoint is None:
         checkpoint = Checkpoint(source.path)
@@ -237,7 +239,9 @@ def build(
         tensors = (
             {}
             if checkpoint is None
-            else _tensors(module, checkpoint, family, scheme, skip_layers_from=num_layers)
+            else _tensors(
+                module, checkpoint, family, scheme, num_layers, mxfp4_experts=mxfp4_experts
+            )
         )
         graph_model = CausalLMTask().build(module, config)
     attach_weights(graph_model, tensors)
@@ -275,6 +279,8 @@ def _tensors(
     family: FamilyAdapter,
     scheme: QuantizationScheme | None,
     skip_layers_from: int | None = None,
+    *,
+    mxfp4_experts: bool = False,
 ) -> dict[str, ir.TensorProtocol]:
     """A lazy tensor for each parameter of `module`: stacked experts and weights stored as
     integers (GGUF blocks, GPTQ/AWQ) by their own readers, the rest by `checkpoint_tensors`,
@@ -286,7 +292,9 @@ def _tensors(
     experts, expert_read = (
         ({}, [])
         if family.experts is None
-        else expert_tensors(parameters, checkpoint, family.experts, family.checkpoint_name)
+        else expert_tensors(
+            parameters, checkpoint, family.experts, family.checkpoint_name, mxfp4_experts
+        )
     )
     special = {**quantized, **experts}
     tensors = checkpoint_tensors(
@@ -301,6 +309,19 @@ def _tensors(
         read_elsewhere=[*read, *expert_read, *_layers_from(checkpoint, skip_layers_from)],
     )
     return {**tensors, **special}
+
+
+def _mxfp4_experts(raw: dict, family: FamilyAdapter) -> bool:
+    """Whether config.json says the experts are MXFP4 blocks (gpt_oss), which only a MoE
+    family's experts can be."""
+    if not is_mxfp4(raw):
+        return False
+    if family.experts is None:
+        raise UnsupportedModelError(
+            f"config.json: quantization_config.quant_method is 'mxfp4' for model_type "
+            f"{family.model_type!r}; MXFP4 is read for the experts of MoE families only"
+        )
+    return True
 
 
 def _stored_integers(

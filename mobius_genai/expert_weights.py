@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.errors import WeightsError
+from mobius_genai.prequantized import mxfp4
 from mobius_genai.weight_checks import require_finite
 from mobius_genai.weights import Checkpoint, TensorSource
 
@@ -92,8 +93,11 @@ def _interleave(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 class _Reader:
     """Checks and reads the experts of one layer whose checkpoint path is `base`."""
 
-    def __init__(self, checkpoint: Checkpoint, layout: ExpertLayout, base: str, graph: str):
+    def __init__(
+        self, checkpoint: Checkpoint, layout: ExpertLayout, base: str, graph: str, mxfp4: bool
+    ):
         self.checkpoint, self.layout, self.base, self.graph = checkpoint, layout, base, graph
+        self.mxfp4 = mxfp4
 
     def name(self, template: str, expert: int = 0) -> str:
         return f"{self.base}.{template.format(e=expert)}"
@@ -120,11 +124,26 @@ class _Reader:
                 )
         return names
 
+    def _in_mxfp4(self, name: str) -> bool:
+        return self.mxfp4 and mxfp4.stored_as_mxfp4(self.checkpoint, name)
+
+    def check_fused(self, template: str, graph_shape: tuple[int, int, int]) -> list[str]:
+        """The fused tensor `template` (graph shape [E, rows, columns]) as `check` does, or
+        its MXFP4 blocks and scales, which are stored in the graph's orientation."""
+        name = self.name(template)
+        if self._in_mxfp4(name):
+            return mxfp4.check_stored(self.checkpoint, name, graph_shape)
+        experts, rows, columns = graph_shape
+        stored = (experts, columns, rows) if self.layout.in_out else graph_shape
+        return self.check(template, stored, experts)
+
     def read(self, template: str, expert: int) -> np.ndarray:
         """Expert `expert`'s matrix of `template`, refused if it holds NaN or Inf."""
         if "{e}" in template:
             source, index = self.name(template, expert), None
             matrix = self.checkpoint.read(source)
+        elif self._in_mxfp4(self.name(template)):
+            return mxfp4.read_expert(self.checkpoint, self.name(template), expert)
         else:
             source, index = self.name(template), (slice(expert, expert + 1),)
             matrix = self.checkpoint.read(source, index)[0]
@@ -152,8 +171,12 @@ def expert_tensors(
     checkpoint: Checkpoint,
     layout: ExpertLayout,
     checkpoint_name: Callable[[str], str | TensorSource],
+    mxfp4_stored: bool = False,
 ) -> tuple[dict[str, ExpertsTensor], list[str]]:
     """An ExpertsTensor read from `checkpoint` for every stacked expert parameter.
+
+    With `mxfp4_stored` (config.json's quant_method is mxfp4), a fused tensor the checkpoint
+    holds as MXFP4 blocks and scales is dequantized one expert at a time (prequantized/mxfp4.py).
 
     `checkpoint_name` is the family's graph → checkpoint name map, applied to the experts
     module's path. Missing or misshapen tensors raise a WeightsError naming them, before
@@ -167,7 +190,11 @@ def expert_tensors(
             continue
         source = checkpoint_name(base)
         reader = _Reader(
-            checkpoint, layout, source if isinstance(source, str) else source.names[0], name
+            checkpoint,
+            layout,
+            source if isinstance(source, str) else source.names[0],
+            name,
+            mxfp4_stored,
         )
         experts, rows, columns = (int(d) for d in value.shape)
         if leaf == GATE_UP:
@@ -175,15 +202,13 @@ def expert_tensors(
                 for template in (layout.gate, layout.up or ""):
                     read += reader.check(template, (rows // 2, columns), experts)
             else:
-                stored = (experts, columns, rows) if layout.in_out else (experts, rows, columns)
-                read += reader.check(layout.gate, stored, experts)
+                read += reader.check_fused(layout.gate, (experts, rows, columns))
             load = reader.gate_up
         else:
             if layout.per_expert:
                 read += reader.check(layout.down, (rows, columns), experts)
             else:
-                stored = (experts, columns, rows) if layout.in_out else (experts, rows, columns)
-                read += reader.check(layout.down, stored, experts)
+                read += reader.check_fused(layout.down, (experts, rows, columns))
             load = reader.down
         tensors[name] = ExpertsTensor(load, value.dtype, (experts, rows, columns), name)
     return tensors, read

@@ -37,6 +37,7 @@ from transformers import (
     GPT2Config,
     GPTJConfig,
     GPTNeoXConfig,
+    GptOssConfig,
     GraniteConfig,
     GraniteMoeConfig,
     HeliumConfig,
@@ -102,6 +103,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "hunyuan_v1_dense": HunYuanDenseV1Config,
     "internlm3": InternLM3Config,
     "vaultgemma": VaultGemmaConfig,
+    "gpt_oss": GptOssConfig,
     "mixtral": MixtralConfig,
     "qwen3_moe": Qwen3MoeConfig,
     "qwen2_moe": Qwen2MoeConfig,
@@ -143,6 +145,7 @@ _ARCHITECTURES = {
     "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM",
     "internlm3": "LlamaForCausalLM",  # transformers runs internlm3 checkpoints as llama
     "vaultgemma": "VaultGemmaForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
@@ -255,6 +258,25 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "final_logit_softcapping": 3.0,
     },
     # MoE: 4 experts, 2 per token (enough that the tokens of a prompt pick different pairs)
+    # sinks; sliding, full, sliding layers; yarn rope whose correction range ends at 1.09 (2 if
+    # it were truncated); SwiGLU clamped at 1 (the tiny weights cross it often); biased router
+    # and experts
+    "gpt_oss": {
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "head_dim": 16,
+        "sliding_window": 5,
+        "swiglu_limit": 1.0,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 150000.0,
+            "factor": 2.0,
+            "original_max_position_embeddings": 32,
+            "beta_fast": 32.0,
+            "beta_slow": 1.0,
+            "truncate": False,
+        },
+    },
     "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None},
     # renormalized top-k; the middle layer keeps a dense MLP (mlp_only_layers)
     "qwen3_moe": {

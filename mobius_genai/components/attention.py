@@ -3,7 +3,8 @@
 q/k/v projections (or one packed [q | k | v] projection split in three), optional clipping of
 q/k/v, optional q/k normalization (per head, or over the whole projection) before or after the
 rotary embedding (unless the layer has none), then one Attention op that appends the new keys
-and values to the cache and applies the additive mask it is given.
+and values to the cache and applies the additive mask it is given; with attention sinks, its
+output is rescaled as components/sinks.py says.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.components.linear import Linear
+from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.norms import HeadwiseNorm, make_norm
 from mobius_genai.components.rope import Rotation
+from mobius_genai.components.sinks import SCORES_MODE, apply_sinks
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import get_build_dtype
 
@@ -46,6 +48,7 @@ class Attention(nn.Module):
             self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
             self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
+        self.sinks = parameter([self.num_heads]) if config.attention_sinks else None
         self.per_head_norm = config.qk_norm_per_head
         self.norm_after_rope = config.qk_norm_after_rope
         if config.qk_norm and config.qk_norm_head_weights:
@@ -109,9 +112,20 @@ class Attention(nn.Module):
         attributes["scale"] = self.scale
         if self.softcap:
             attributes["softcap"] = float(self.softcap)
-        output, present_key, present_value = op.Attention(
-            q, k, v, attention_bias, past_key, past_value, _outputs=3, **attributes
+        if self.sinks is not None:
+            attributes["qk_matmul_output_mode"] = SCORES_MODE
+        output, present_key, present_value, *scores = op.Attention(
+            q,
+            k,
+            v,
+            attention_bias,
+            past_key,
+            past_value,
+            _outputs=3 if self.sinks is None else 4,
+            **attributes,
         )
         if self.window is not None:
             output.producer().metadata_props[SLIDING_WINDOW_KEY] = str(self.window)
+        if self.sinks is not None:
+            output = apply_sinks(op, output, scores[0], self.sinks, self.num_heads, self.head_dim)
         return self.o_proj(op, output), present_key, present_value

@@ -6,10 +6,14 @@ starts): onnxruntime runs its fused kernel, other runtimes expand the standard-O
 EPs whose capabilities lack `supports_fused_moe` get the body inlined at build time. The expert weights are stacked in the
 op's layout: `experts.gate_up_proj` [experts, 2 * intermediate, hidden] with gate and up rows
 interleaved (gate of row j at 2j, up at 2j + 1), `experts.down_proj` [experts, hidden,
-intermediate] (expert_weights.py reads them from the checkpoint).
+intermediate] (expert_weights.py reads them from the checkpoint), with biases
+`experts.gate_up_proj_bias` [experts, 2 * intermediate] (interleaved alike) and
+`experts.down_proj_bias` [experts, hidden] when the family has them (gpt_oss).
 """
 
 from __future__ import annotations
+
+import math
 
 import onnx_ir as ir
 from onnxscript import nn
@@ -30,9 +34,13 @@ class Experts(nn.Module):
         inter = moe.intermediate_size
         self.gate_up_proj = parameter([moe.num_experts, 2 * inter, hidden])
         self.down_proj = parameter([moe.num_experts, hidden, inter])
+        biased = moe.expert_bias
+        self.gate_up_proj_bias = parameter([moe.num_experts, 2 * inter]) if biased else None
+        self.down_proj_bias = parameter([moe.num_experts, hidden]) if biased else None
 
-    def forward(self, op) -> tuple[ir.Value, ir.Value]:
-        return self.gate_up_proj, self.down_proj
+    def forward(self, op) -> tuple[ir.Value, ...]:
+        """The MoE node's fc1 weights, fc1 bias, fc2 weights and fc2 bias (biases may be None)."""
+        return self.gate_up_proj, self.gate_up_proj_bias, self.down_proj, self.down_proj_bias
 
 
 class MoEBlock(nn.Module):
@@ -45,7 +53,7 @@ class MoEBlock(nn.Module):
         if moe is None:
             raise ValueError("MoEBlock needs a config with moe set")
         self.moe = moe
-        self.gate = Linear(config.hidden_size, moe.num_experts)
+        self.gate = Linear(config.hidden_size, moe.num_experts, moe.router_bias)
         self.experts = Experts(moe, config.hidden_size)
         self.shared_expert = (
             GatedMLP(config.hidden_size, moe.shared_expert_size, MOE_ACTIVATION)
@@ -73,19 +81,31 @@ class MoEBlock(nn.Module):
         return op.Add(out, shared)
 
     def _experts(self, op, x: ir.Value, router: ir.Value, k: int, normalize: bool) -> ir.Value:
-        """One MoE node: the `k` experts of the softmax of `router`, weighted by it."""
-        fc1, fc2 = self.experts(op)
+        """One MoE node: the `k` experts of the softmax of `router`, weighted by it, with the
+        family's expert biases and SwiGLU (alpha, beta, limit)."""
+        fc1, fc1_bias, fc2, fc2_bias = self.experts(op)
+        inputs = [x, router, fc1, fc1_bias, fc2] + ([fc2_bias] if fc2_bias is not None else [])
+        swiglu = self.moe.activation
+        # onnxruntime's defaults (alpha 1, beta 0, no limit) are left unsaid
+        changed = {
+            name: float(value)
+            for name, value, default in (
+                ("activation_alpha", swiglu.alpha, 1.0),
+                ("activation_beta", swiglu.beta, 0.0),
+                ("swiglu_limit", swiglu.limit, math.inf),
+            )
+            if value != default
+        }
         out = op.MoE(
-            x,
-            router,
-            fc1,
-            None,
-            fc2,
+            *inputs,
             k=k,
             activation_type="swiglu",
             swiglu_fusion=1,
             normalize_routing_weights=int(normalize),
+            **changed,
             _domain=MS_DOMAIN,
         )
+        if fc2_bias is not None:
+            out.producer().overload = "bias"  # the Tier-1 body with the expert biases
         out.type, out.shape = x.type, x.shape  # what onnxruntime's schema infers
         return out

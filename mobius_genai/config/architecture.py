@@ -86,6 +86,8 @@ class ArchitectureConfig:
     - `lm_head_bias`: the LM head adds a bias (phi).
     - `attention_scale`: softmax scale when not 1/sqrt(head_dim) (gemma2/3's
       query_pre_attn_scalar**-0.5, granite's attention_multiplier).
+    - `attention_sinks`: every attention layer has a learned logit per head that joins its
+      softmax and is dropped after it (gpt_oss's `sinks`, components/sinks.py).
     - `moe`: the mixture-of-experts routing and sizes (config/moe.py); None for a dense decoder.
     - `conv_kernel_size` / `conv_bias`: taps and bias of the depthwise causal convolution of
       "conv" layers (LFM2's `conv_L_cache`, `conv_bias`); their state keeps
@@ -133,6 +135,7 @@ class ArchitectureConfig:
     conv_kernel_size: int | None = None
     conv_bias: bool = False
     attention_scale: float | None = None
+    attention_sinks: bool = False
     attn_logit_softcapping: float | None = None
     final_logit_softcapping: float | None = None
     bos_token_id: int | None = None

@@ -8,11 +8,14 @@ expert's logit, the `top_k` largest probabilities, renormalized to sum 1 when `n
 `sparse_layers` keep a dense MLP (qwen*_moe's `mlp_only_layers` / `decoder_sparse_step`); a
 `shared_expert_size` adds an always-on gated MLP, scaled by sigmoid(x @ gate) when
 `shared_expert_gate` (qwen2_moe). PhiMoE routes with its `SparseMixer` instead of the softmax.
+gpt_oss adds a bias to the router and to both expert
+projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -38,6 +41,17 @@ class SparseMixer:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExpertActivation:
+    """The experts' SwiGLU as onnxruntime's MoE op computes it (its activation_alpha,
+    activation_beta and swiglu_limit): G * sigmoid(alpha * G) * (L + beta), with the gate
+    G = min(gate, limit) and L = clip(up, -limit, limit). The defaults are silu(gate) * up."""
+
+    alpha: float = 1.0
+    beta: float = 0.0
+    limit: float = math.inf
+
+
+@dataclasses.dataclass(frozen=True)
 class MoeConfig:
     """Routing and expert sizes of a MoE decoder (see the module docstring)."""
 
@@ -49,6 +63,9 @@ class MoeConfig:
     shared_expert_size: int = 0
     shared_expert_gate: bool = False
     sparse_mixer: SparseMixer | None = None
+    router_bias: bool = False
+    expert_bias: bool = False
+    activation: ExpertActivation = ExpertActivation()
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""
@@ -168,6 +185,15 @@ def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
         raise ConfigError(
             f"config.json: the sparsemixer routes to {_SPARSE_MIXER_PICKS} experts, found "
             f"num_experts_per_tok {moe.top_k}; accepted: {_SPARSE_MIXER_PICKS}"
+        )
+    swiglu = moe.activation
+    if not isinstance(swiglu, ExpertActivation) or not (
+        fields.is_number(swiglu.alpha) and fields.is_number(swiglu.beta)
+    ):
+        raise ConfigError(f"config.json: MoE activation {swiglu!r} needs numbers alpha and beta")
+    if swiglu.limit != math.inf and not (fields.is_number(swiglu.limit) and swiglu.limit > 0):
+        raise ConfigError(
+            f"config.json: MoE swiglu limit must be a positive number, found {swiglu.limit!r}"
         )
     if hidden_act != MOE_ACTIVATION:
         raise ConfigError(

@@ -11,6 +11,9 @@ to compute the routing the MoE block emits (softmax, top-k, renormalization, int
 tests/optimize/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
 `supports_qmoe` likewise: INT4 experts as com.microsoft::QMoE only where its kernel was measured
 (the CPU EP: tests/quantize/test_qmoe.py).
+Likewise `supports_gqa_head_sink` (attention sinks inside GroupQueryAttention) stays on only
+where it was measured (the CPU EP, tests/optimize/test_gqa_sinks.py) or is the runtime that
+onnxruntime-genai's own gpt-oss models target (CUDA).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="dml",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
+        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F16}),
         supports_fused_rope=False,
         provider_options={"enable_graph_capture": "0"},
@@ -90,6 +94,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="webgpu",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
+        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F32, _F16}),
         default_int4_accuracy_level=4,
         provider_options={"enableGraphCapture": "0"},
@@ -110,6 +115,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="mlx",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
+        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F32, _F16, _BF16}),
         runtime=RuntimeInfo(
             ort_provider="MLXExecutionProvider",
@@ -126,6 +132,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="trt-rtx",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
+        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F16, _BF16}),
         supports_skip_layer_norm=False,
         enable_graph_capture=True,

@@ -170,6 +170,9 @@ class EpCapabilities:
     """True → INT4 quantizes MoE experts to com.microsoft::QMoE (block-wise 4-bit, each expert in
     MatMulNBits' layout; measured on onnxruntime 1.32's CPU EP: tests/quantize/test_qmoe.py).
     False → the experts stay float in an INT4 bundle."""
+    supports_gqa_head_sink: bool = True
+    """False → attention with sinks (gpt_oss) stays standard Attention with the sink rescaling
+    (components/sinks.py) instead of GroupQueryAttention with its ``head_sink`` input."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):

@@ -22,6 +22,7 @@ from mobius_genai.optimize.rules import (
     fused_moe,
     gelu,
     gqa,
+    gqa_sinks,
     pack_qkv,
     prune_lm_head,
     separate_rope,
@@ -77,6 +78,14 @@ def gqa_gate(target: GateInput) -> str | None:
     return None
 
 
+def _gqa_sinks(target: GateInput) -> str | None:
+    """GQASinkFusion's gate: GQA's, and a GQA kernel that takes head_sink."""
+    reason = gqa_gate(target)
+    if reason is None and not target.caps.supports_gqa_head_sink:
+        return "supports_gqa_head_sink=False"
+    return reason
+
+
 def _pack_qkv(target: GateInput) -> str | None:
     if target.dtype not in target.caps.qkv_pack_dtypes:
         return f"{target.dtype.name} not in qkv_pack_dtypes"
@@ -116,6 +125,7 @@ def _without(capability: str) -> Gate:
 
 
 FUSIONS: tuple[RuleGroup, ...] = (
+    RuleGroup("GQASinkFusion", gqa_sinks.rules, _gqa_sinks),
     RuleGroup("GQAFusion", gqa.rules, gqa_gate),
     RuleGroup("PackQKV", pack_qkv.rules, _pack_qkv),
     RuleGroup("SkipNorm", skip_norm.rules, _kernel("SkipSimplifiedLayerNormalization")),

@@ -79,7 +79,8 @@ def read_quantization_config(raw: Mapping[str, Any]) -> QuantizationScheme | Non
     if method not in _METHODS:
         raise ConfigError(
             f"{where}.quant_method is {qc.get('quant_method')!r}; accepted: "
-            f"{', '.join(_METHODS)} (other pre-quantized formats are not read)"
+            f"{', '.join(_METHODS)}, mxfp4 (MoE experts) (other pre-quantized formats are not "
+            "read)"
         )
     bit_widths, versions = _METHODS[method]
     bits = qc.get("bits", qc.get("w_bit"))

@@ -41,6 +41,7 @@ EXPECTED = {
     },
     "dml": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F16},
         "supports_fused_rope": False,
         "provider_options": {"enable_graph_capture": "0"},
@@ -59,6 +60,7 @@ EXPECTED = {
     },
     "webgpu": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F32, F16},
         "default_int4_accuracy_level": 4,
         "provider_options": {"enableGraphCapture": "0"},
@@ -74,6 +76,7 @@ EXPECTED = {
     },
     "mlx": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F32, F16, BF16},
         "runtime": RuntimeInfo(
             ort_provider="MLXExecutionProvider",
@@ -87,6 +90,7 @@ EXPECTED = {
     },
     "trt-rtx": {
         "supports_fused_moe": False,
+        "supports_gqa_head_sink": False,
         "gqa_dtypes": {F16, BF16},
         "supports_skip_layer_norm": False,
         "enable_graph_capture": True,
@@ -132,6 +136,7 @@ DEFAULTS = {
     "supports_matmul_nbits": True,
     "model_dtypes": {F32, F16, BF16},
     "supports_qmoe": False,
+    "supports_gqa_head_sink": True,
 }
 
 
@@ -164,6 +169,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "model_dtypes",
         "supports_causal_conv_with_state",
         "supports_qmoe",
+        "supports_gqa_head_sink",
     ]
 
 

@@ -26,6 +26,7 @@ NEW_FAMILIES = tuple(
 GENAI_TYPES = {
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
     "granite", "olmo", "smollm3", "nemotron", "decoder", "lfm2", "phimoe",
+    "gptoss",  # onnxruntime-genai 0.18's model_type.h; test_bundles.py loads a gpt_oss bundle
 }  # fmt: skip
 
 

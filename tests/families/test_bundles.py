@@ -3,8 +3,9 @@ greedy tokens equal transformers'.
 
 The tiny checkpoints borrow the committed tiny-qwen2 tokenizer (vocab 384), so packaging copies
 real tokenizer files; prompts are fed as token ids. gpt2 (model.type "decoder", learned
-positions), gemma3_text (two rope tables, sliding layers, q/k norm) and lfm2 (conv layers with a
-recurrent state between attention layers) run by default; the
+positions), gemma3_text (two rope tables, sliding layers, q/k norm), lfm2 (conv layers with a
+recurrent state between attention layers) and gpt_oss (attention sinks, model.type gptoss) run
+by default; the
 other families are marked slow (`pytest -m slow tests/families/test_bundles.py`).
 """
 
@@ -40,6 +41,7 @@ LONGROPE = {
 EXTRA = {"phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16}}
 # qwen2_moe: MoE with a shared expert; phimoe: sparsemixer routing as two k=1 MoE nodes
 DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2", "phimoe"}
+DEFAULT_RUN |= {"gpt_oss"}  # model.type gptoss, attention sinks in GQA
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order.
 NEW_FAMILIES = tuple(
     family for family in FAMILIES if family not in ("llama", "mistral", "qwen2", "qwen3")

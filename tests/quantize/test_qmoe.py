@@ -82,6 +82,19 @@ def test_cpu_int4_experts_are_qmoe(family, moe_nodes, tmp_path):
     assert not any(key[1] == "MoE" for key in package.models["model"].functions)
 
 
+def test_gpt_oss_qmoe_keeps_the_expert_biases_and_the_clamped_swiglu(tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_oss")
+    package, _ = _int4(ckpt, Int4Options())
+    nodes = [node for node in package.models["model"].graph if node.op_type == "QMoE"]
+    assert nodes
+    for node in nodes:
+        assert node.inputs[4] is not None and node.inputs[7] is not None  # fc1 and fc2 biases
+        attributes = node.attributes
+        assert attributes["activation_alpha"].as_float() == pytest.approx(1.702)
+        assert attributes["activation_beta"].as_float() == 1.0
+        assert attributes["swiglu_limit"].as_float() > 0
+
+
 def test_onnx_standard_int4_keeps_float_experts_and_standard_ops(tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral")
     ep = get_ep("onnx-standard")
@@ -120,7 +133,7 @@ def _relative_rms(logits: np.ndarray, reference: np.ndarray) -> float:
     return float(np.sqrt(((logits - reference) ** 2).mean() / (reference**2).mean()))
 
 
-@pytest.mark.parametrize("family", ["mixtral", "phimoe", "qwen2_moe"])
+@pytest.mark.parametrize("family", ["mixtral", "phimoe", "qwen2_moe", "gpt_oss"])
 def test_int4_logits_stay_near_fp32(family, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
     fp32 = _logits(mobius_genai.build(ckpt, "cpu", "f32", progress=False), tmp_path / "fp32")

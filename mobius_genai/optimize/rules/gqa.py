@@ -170,6 +170,7 @@ class GQAFusion(RecordingRuleClassBase):
     """Attention over rotated q/k with the masks.py bias → GroupQueryAttention(do_rotary=1)."""
 
     do_rotary = True
+    scores_mode = 0  # the qk_matmul_output_mode whose scores the matched subgraph reads
 
     def __init__(self, name: str = "GQAFusion") -> None:
         super().__init__(name)
@@ -197,7 +198,7 @@ class GQAFusion(RecordingRuleClassBase):
     def check(self, context, query, mask, past_key, attention, **bindings) -> pattern.MatchResult:
         result = pattern.MatchResult()
         node = attention.producer()
-        attributes = _attention_attributes(node, query, result)
+        attributes = _attention_attributes(node, query, result, self.scores_mode)
         if attributes is None:
             return result
         head_dim = _head_dim(query, past_key, attributes["num_heads"])
@@ -261,7 +262,7 @@ class GQAFusionNoRope(GQAFusion):
 
 
 def _attention_attributes(
-    node: ir.Node, query: ir.Value, result: pattern.MatchResult
+    node: ir.Node, query: ir.Value, result: pattern.MatchResult, scores_mode: int = 0
 ) -> dict[str, Any] | None:
     """GQA attributes equivalent to the Attention node's, or None (with `result` failed)."""
     attrs = node.attributes
@@ -276,8 +277,12 @@ def _attention_attributes(
     if attrs.get_int("is_causal", 0) != 0:
         result.fail("Attention applies its own is_causal on top of the mask", node)
         return None
-    if attrs.get_int("qk_matmul_output_mode", 0) != 0:
-        result.fail("Attention outputs its qk matmul, which GQA cannot", node)
+    if attrs.get_int("qk_matmul_output_mode", 0) != scores_mode:
+        result.fail(
+            "Attention outputs its qk matmul to a subgraph this rule does not fuse (attention "
+            "sinks fuse through GQASinkFusion)",
+            node,
+        )
         return None
     if query.dtype not in _FLOAT_TYPES:
         result.fail(f"query dtype {query.dtype} is not a float type GQA supports", query)
