@@ -166,6 +166,10 @@ class EpCapabilities:
     """False → com.microsoft::CausalConvWithState (recurrent conv layers: LFM2) is expanded to
     its standard body. onnxruntime 1.32's CPU EP has the kernel; onnxruntime-genai's builder
     emits the op for every EP."""
+    supports_linear_attention: bool = True
+    """False → com.microsoft::LinearAttention (gated delta rule layers: Qwen3.5) is expanded to its
+    standard body (a Scan over the tokens). onnxruntime 1.32's CPU EP has the kernel;
+    onnxruntime-genai's builder emits the op for every EP."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):

@@ -161,6 +161,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_matmul_nbits",
         "model_dtypes",
         "supports_causal_conv_with_state",
+        "supports_linear_attention",
     ]
 
 
