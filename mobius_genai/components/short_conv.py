@@ -20,23 +20,49 @@ from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
 
 
-class _DepthwiseConv(nn.Module):
-    """The kernel [hidden, 1, taps] (and bias) under the checkpoint's name `conv.conv`."""
+class DepthwiseCausalConv(nn.Module):
+    """The kernel [channels, 1, taps] (and bias) of a depthwise causal convolution with a carried
+    state (checkpoint names `<module>.weight` / `.bias`), then `activation` ("none" or "silu")."""
 
-    def __init__(self, channels: int, taps: int, bias: bool) -> None:
+    def __init__(self, channels: int, taps: int, bias: bool, activation: str = "none") -> None:
         super().__init__()
+        if bias and activation != "none":
+            raise ValueError("a conv bias is added after the op, so only without an activation")
+        self.activation = activation
         self.weight = parameter([channels, 1, taps])
         self.bias = parameter([channels]) if bias else None
 
     def forward(self, op, x: ir.Value, past_state: ir.Value) -> tuple[ir.Value, ir.Value]:
         opset = op.builder.root.graph.opset_imports[""]
-        function = TIER1_OPS["CausalConvWithState"].function("", opset)
+        overload = "" if self.activation == "none" else self.activation
+        function = TIER1_OPS["CausalConvWithState"].function(overload, opset)
         output, present = op.call(
-            function, x, self.weight, None, past_state, _outputs=2, activation="none", ndim=1
+            function,
+            x,
+            self.weight,
+            None,
+            past_state,
+            _outputs=2,
+            activation=self.activation,
+            ndim=1,
         )
         if self.bias is not None:  # with no activation, a bias after the op is the same
             output = op.Add(output, op.Unsqueeze(self.bias, op.Constant(value_ints=[1])))
         return output, present
+
+
+def zero_padding(op, hidden_states: ir.Value, attention_mask: ir.Value) -> ir.Value:
+    """`hidden_states` [batch, seq, hidden] with the left-padding positions of this call zeroed,
+    as transformers does before a recurrent block (their values would leak into the state)."""
+    seq = op.Shape(hidden_states, start=1, end=2)
+    current = op.Slice(
+        attention_mask,
+        op.Neg(seq),
+        op.Constant(value_ints=[2**63 - 1]),
+        op.Constant(value_ints=[1]),
+    )
+    keep = op.CastLike(op.Unsqueeze(current, op.Constant(value_ints=[2])), hidden_states)
+    return op.Mul(hidden_states, keep)
 
 
 class ShortConv(nn.Module):
@@ -47,21 +73,14 @@ class ShortConv(nn.Module):
         hidden = config.hidden_size
         self.hidden = hidden
         self.in_proj = Linear(hidden, 3 * hidden, config.conv_bias)
-        self.conv = _DepthwiseConv(hidden, config.conv_kernel_size, config.conv_bias)
+        self.conv = DepthwiseCausalConv(hidden, config.conv_kernel_size, config.conv_bias)
         self.out_proj = Linear(hidden, hidden, config.conv_bias)
 
     def forward(
         self, op, hidden_states: ir.Value, attention_mask: ir.Value, past_state: ir.Value
     ) -> tuple[ir.Value, ir.Value]:
-        seq = op.Shape(hidden_states, start=1, end=2)
-        current = op.Slice(
-            attention_mask,
-            op.Neg(seq),
-            op.Constant(value_ints=[2**63 - 1]),
-            op.Constant(value_ints=[1]),
-        )
-        keep = op.CastLike(op.Unsqueeze(current, op.Constant(value_ints=[2])), hidden_states)
-        projected = op.Transpose(self.in_proj(op, op.Mul(hidden_states, keep)), perm=[0, 2, 1])
+        masked = zero_padding(op, hidden_states, attention_mask)
+        projected = op.Transpose(self.in_proj(op, masked), perm=[0, 2, 1])
         b, c, x = op.Split(projected, num_outputs=3, axis=1, _outputs=3)
         conv_out, present = self.conv(op, op.Mul(b, x), past_state)
         gated = op.Transpose(op.Mul(c, conv_out), perm=[0, 2, 1])
