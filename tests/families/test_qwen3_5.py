@@ -1,18 +1,29 @@
 """Qwen3.5 (qwen3_5_text: gated delta nets between gated attention layers) beyond the family
 parity table: a prefill longer than transformers' 64-token chunks then decode steps carrying
 both states, on the portable, cpu and strict-ONNX graphs; a graph with a wrong gate fails it;
-the portable graph on onnx's reference evaluator."""
+the portable graph on onnx's reference evaluator; the states and genai_config as
+onnxruntime-genai 0.18 reads them, and validate's checks of them; int4. (onnxruntime-genai's
+greedy tokens against transformers': tests/families/test_bundles.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
+import onnx
 import onnx_ir as ir
 import pytest
 from onnx.reference import ReferenceEvaluator
 
 import mobius_genai
+from mobius_genai.bundle import packager
+from mobius_genai.bundle.generate import greedy_tokens, load_model
+from mobius_genai.bundle.graph import TensorSpec
+from mobius_genai.bundle.validate import check_graph_against_config, validate_bundle
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
+from tests.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
 PREFILL = 70  # transformers runs the prefill in 64-token chunks, then one token at a time
@@ -93,3 +104,89 @@ def test_portable_graph_runs_on_the_reference_evaluator(qwen3_5):
             feeds[value.name] = np.zeros(sizes, np.float32)
     (logits,) = evaluator.run(["logits"], feeds)
     assert max_abs_diff([logits], reference.logits) <= TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def cpu_bundle(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen3_5_bundle")
+    return packager.package(
+        _checkpoint(folder / "ckpt", "qwen3_5_text"), "cpu", folder / "b", quiet=True
+    )
+
+
+def test_states_and_genai_config_as_onnxruntime_genai_reads_them(cpu_bundle):
+    """onnxruntime-genai 0.18's builder writes no recurrent keys for Qwen3.5: its RecurrentState
+    derives past_key_values.%d.conv_state / .recurrent_state (present.%d.* on the output side)
+    from the KV patterns and finds the layers by the graph's inputs; the KV cache takes the
+    attention layers the graph has."""
+    config = json.loads((cpu_bundle / "genai_config.json").read_text())
+    decoder = config["model"]["decoder"]
+    assert config["model"]["type"] == "qwen3_5_text"
+    assert not {"layer_types", "conv_cache_size"} & decoder.keys()
+    assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
+    graph = validate_bundle(cpu_bundle).graph
+    f32 = onnx.TensorProto.FLOAT
+    for side, prefix in ((graph.inputs, "past_key_values"), (graph.outputs, "present")):
+        assert {name for name in side if name.startswith(prefix)} == {
+            f"{prefix}.1.key",
+            f"{prefix}.1.value",
+            *(
+                f"{prefix}.{i}.{state}"
+                for i in (0, 2)
+                for state in ("conv_state", "recurrent_state")
+            ),
+        }
+        # [batch, q|k|v channels, taps - 1] and [batch, value heads, key dim, value dim], float32
+        assert side[f"{prefix}.0.conv_state"] == TensorSpec(f32, ("batch_size", 96, 3))
+        assert side[f"{prefix}.2.recurrent_state"] == TensorSpec(f32, ("batch_size", 4, 16, 8))
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda g: dataclasses.replace(
+                g, outputs={k: v for k, v in g.outputs.items() if k != "present.2.recurrent_state"}
+            ),
+            "graph outputs lack ['present.2.recurrent_state']",
+        ),
+        (
+            lambda g: dataclasses.replace(
+                g,
+                inputs={
+                    **g.inputs,
+                    "past_key_values.0.conv_state": TensorSpec(1, ("batch_size", "channels", 3)),
+                },
+            ),
+            "shapes differ between layers",
+        ),
+        (
+            lambda g: dataclasses.replace(
+                g,
+                inputs={k: v for k, v in g.inputs.items() if not k.endswith(".0.conv_state")},
+            ),
+            "graph lacks ['past_key_values.0.key']",
+        ),
+    ],
+)
+def test_validate_checks_the_states_against_the_kv_patterns(cpu_bundle, change, problem):
+    config = json.loads((cpu_bundle / "genai_config.json").read_text())
+    graph = validate_bundle(cpu_bundle).graph
+    assert check_graph_against_config(config, graph) == []
+    problems = check_graph_against_config(config, change(graph))
+    assert any(problem in found for found in problems), problems
+
+
+def test_int4_bundle_generates(tmp_path):
+    """Projections of both layer kinds become MatMulNBits; both states stay float32."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "qwen3_5_text")
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
+    model = ir.load(folder / "model.onnx")
+    ops = [node.op_type for node in model.graph.all_nodes()]
+    assert "MatMul" not in ops
+    # per layer: q, k, v, o, 3 MLP (attention) or qkv, z, a, b, out, 3 MLP (delta nets); lm_head
+    assert ops.count("MatMulNBits") == 7 + 2 * 8 + 1
+    assert {"LinearAttention", "CausalConvWithState"} <= set(ops)
+    states = [value for value in model.graph.inputs if value.name.endswith("_state")]
+    assert len(states) == 4 and {value.dtype for value in states} == {ir.DataType.FLOAT}
+    assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
