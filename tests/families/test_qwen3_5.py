@@ -1,7 +1,7 @@
 """Qwen3.5 (qwen3_5_text: gated delta nets between gated attention layers) beyond the family
 parity table: a prefill longer than transformers' 64-token chunks then decode steps carrying
 both states, on the portable, cpu and strict-ONNX graphs; a graph with a wrong gate fails it;
-the portable graph on onnx's reference evaluator; the states and genai_config as
+the portable graph on onnx's reference evaluator; a left-padded batch; the states and genai_config as
 onnxruntime-genai 0.18 reads them, and validate's checks of them; int4. (onnxruntime-genai's
 greedy tokens against transformers': tests/families/test_bundles.py.)"""
 
@@ -15,12 +15,14 @@ import onnx
 import onnx_ir as ir
 import pytest
 from onnx.reference import ReferenceEvaluator
+from transformers import Qwen3_5TextConfig
 
 import mobius_genai
 from mobius_genai.bundle import packager
 from mobius_genai.bundle.generate import greedy_tokens, load_model
 from mobius_genai.bundle.graph import TensorSpec
 from mobius_genai.bundle.validate import check_graph_against_config, validate_bundle
+from mobius_genai.models import get_family
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 from tests.families.test_bundles import PROMPT, _checkpoint
@@ -190,3 +192,27 @@ def test_int4_bundle_generates(tmp_path):
     states = [value for value in model.graph.inputs if value.name.endswith("_state")]
     assert len(states) == 4 and {value.dtype for value in states} == {ir.DataType.FLOAT}
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
+
+
+def test_left_padded_batch_matches_transformers(qwen3_5, tmp_path):
+    """Padding must not leak into either state: transformers zeroes padded inputs, so q, k, v
+    and beta's input are zero there and the states stay zero. (The portable graph, as for
+    lfm2: onnxruntime's GroupQueryAttention reads positions from the mask, not padding.)"""
+    ids = np.random.default_rng(1).integers(3, 128, size=(2, 10))
+    mask = np.ones_like(ids)
+    mask[0, :4] = 0
+    reference = hf_reference_logits(qwen3_5, ids, decode_steps=3, attention_mask=mask)
+    package = mobius_genai.build(qwen3_5, "default", "f32")
+    ours = run_like_reference(ort_session(package, tmp_path), reference)
+    real = mask.astype(bool)  # logits at padding positions are not meaningful
+    assert np.abs(ours[0][real] - reference.logits[0][real]).max() <= TOLERANCE
+    assert max_abs_diff(ours[1:], reference.logits[1:]) <= TOLERANCE
+
+
+def test_layer_types_from_full_attention_interval_as_transformers_derives_them():
+    raw = {**Qwen3_5TextConfig(num_hidden_layers=6).to_dict(), "full_attention_interval": 3}
+    del raw["layer_types"]
+    expected = Qwen3_5TextConfig(num_hidden_layers=6, full_attention_interval=3).layer_types
+    assert expected != Qwen3_5TextConfig(num_hidden_layers=6).layer_types
+    config = get_family("qwen3_5_text").parse_config(raw)
+    assert list(config.layer_types) == expected
