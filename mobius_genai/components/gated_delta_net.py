@@ -6,7 +6,9 @@
     o       = gated delta rule(q, k, v, g, beta)  (key heads repeat-interleaved onto value heads)
     out     = out_proj(rmsnorm_per_value_head(o) * norm.weight * silu(in_proj_z(h)))
 
-The convolution is com.microsoft::CausalConvWithState (SiLU) and the recurrence
+From the convolution's output to the gated norm everything runs in float32 whatever the model
+dtype, as transformers computes it (the decay compounds over the tokens). The convolution is
+com.microsoft::CausalConvWithState (SiLU) and the recurrence
 com.microsoft::LinearAttention (update_rule gated_delta), Tier-1 functions whose bodies are in
 components/recurrent_bodies.py; their states are onnxruntime-genai's
 `past_key_values.%d.conv_state` [batch, conv_dim, taps - 1] and `.recurrent_state`
@@ -24,6 +26,7 @@ from mobius_genai.components.norms import make_norm
 from mobius_genai.components.short_conv import DepthwiseCausalConv, zero_padding
 from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
 
 _L2_EPS = 1e-6  # transformers' l2norm (FLA's)
 
@@ -35,6 +38,11 @@ def _l2_normalized(op, x: ir.Value, heads: int, head_dim: int) -> ir.Value:
     eps = op.CastLike(op.Constant(value_float=_L2_EPS), x)
     normed = op.Div(split, op.Sqrt(op.Add(squares, eps)))
     return op.Reshape(normed, op.Constant(value_ints=[0, 0, heads * head_dim]))
+
+
+def _float32(op, x: ir.Value) -> ir.Value:
+    """`x` in float32 (itself in a float32 build)."""
+    return x if get_build_dtype() == ir.DataType.FLOAT else op.Cast(x, to=ir.DataType.FLOAT)
 
 
 class GatedDeltaNet(nn.Module):
@@ -58,10 +66,11 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = Linear(sizes.value_dim, hidden, False)
 
     def _gates(self, op, hidden_states: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """The log decay g and the update rate beta, [batch, seq, value_heads] each."""
-        softplus = op.Softplus(op.Add(self.in_proj_a(op, hidden_states), self.dt_bias))
-        decay = op.Mul(op.Neg(op.Exp(self.A_log)), softplus)
-        return decay, op.Sigmoid(self.in_proj_b(op, hidden_states))
+        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32)."""
+        a = _float32(op, self.in_proj_a(op, hidden_states))
+        softplus = op.Softplus(op.Add(a, _float32(op, self.dt_bias)))
+        decay = op.Mul(op.Neg(op.Exp(_float32(op, self.A_log))), softplus)
+        return decay, op.Sigmoid(_float32(op, self.in_proj_b(op, hidden_states)))
 
     def _attend(
         self, op, mixed: ir.Value, decay: ir.Value, beta: ir.Value, past: ir.Value
@@ -102,9 +111,9 @@ class GatedDeltaNet(nn.Module):
         mixed = op.Transpose(self.in_proj_qkv(op, hidden_states), perm=[0, 2, 1])
         convolved, present_conv = self.conv1d(op, mixed, past_conv)
         decay, beta = self._gates(op, hidden_states)
-        output, present_recurrent = self._attend(
-            op, op.Transpose(convolved, perm=[0, 2, 1]), decay, beta, past_recurrent
-        )
+        convolved = _float32(op, op.Transpose(convolved, perm=[0, 2, 1]))
+        output, present_recurrent = self._attend(op, convolved, decay, beta, past_recurrent)
+        output = op.CastLike(output, hidden_states)
         heads = [0, 0, sizes.value_heads, sizes.value_head_dim]
         normed = self.norm(op, op.Reshape(output, op.Constant(value_ints=heads)))
         normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, sizes.value_dim]))

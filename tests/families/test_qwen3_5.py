@@ -216,3 +216,18 @@ def test_layer_types_from_full_attention_interval_as_transformers_derives_them()
     assert expected != Qwen3_5TextConfig(num_hidden_layers=6).layer_types
     config = get_family("qwen3_5_text").parse_config(raw)
     assert list(config.layer_types) == expected
+
+
+def test_float16_graph_runs_the_recurrence_and_its_state_in_float32(qwen3_5):
+    """transformers computes g, beta, the L2 norms and the delta rule in float32 in a float16
+    model; the recurrent state input and output stay float32 too."""
+    model = mobius_genai.build(qwen3_5, "cuda", "f16", load_weights=False)["model"]
+    calls = [node for node in model.graph if node.op_type == "LinearAttention"]
+    assert len(calls) == 2
+    for node in calls:
+        assert {value.dtype for value in (*node.inputs, *node.outputs)} == {ir.DataType.FLOAT}
+    states = {v.name: v.dtype for v in model.graph.inputs if v.name.endswith("_state")}
+    assert states == {
+        **{f"past_key_values.{i}.conv_state": ir.DataType.FLOAT16 for i in (0, 2)},
+        **{f"past_key_values.{i}.recurrent_state": ir.DataType.FLOAT for i in (0, 2)},
+    }
