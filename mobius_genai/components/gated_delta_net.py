@@ -3,6 +3,7 @@
     q, k, v = split(silu(conv([q | k | v] = in_proj_qkv(h))))        conv: depthwise, causal
     q, k    = l2norm per head (eps 1e-6); q *= key_head_dim ** -0.5
     g       = -exp(A_log) * softplus(in_proj_a(h) + dt_bias);  beta = sigmoid(in_proj_b(h))
+              (both 0 at padded positions: recurrent_padding.py)
     o       = gated delta rule(q, k, v, g, beta)  (key heads repeat-interleaved onto value heads)
     out     = out_proj(rmsnorm_per_value_head(o) * norm.weight * silu(in_proj_z(h)))
 
@@ -23,7 +24,8 @@ from onnxscript import nn
 
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.norms import make_norm
-from mobius_genai.components.short_conv import DepthwiseCausalConv, zero_padding
+from mobius_genai.components.recurrent_padding import current_mask, zero_padding
+from mobius_genai.components.short_conv import DepthwiseCausalConv
 from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import get_build_dtype
@@ -65,12 +67,15 @@ class GatedDeltaNet(nn.Module):
         self.norm = make_norm("rms", sizes.value_head_dim, config.norm_eps)
         self.out_proj = Linear(sizes.value_dim, hidden, False)
 
-    def _gates(self, op, hidden_states: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32)."""
+    def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32),
+        both 0 at padded positions: the state neither decays nor learns there."""
         a = _float32(op, self.in_proj_a(op, hidden_states))
         softplus = op.Softplus(op.Add(a, _float32(op, self.dt_bias)))
         decay = op.Mul(op.Neg(op.Exp(_float32(op, self.A_log))), softplus)
-        return decay, op.Sigmoid(_float32(op, self.in_proj_b(op, hidden_states)))
+        beta = op.Sigmoid(_float32(op, self.in_proj_b(op, hidden_states)))
+        real = op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
+        return op.Mul(decay, real), op.Mul(beta, real)
 
     def _attend(
         self, op, mixed: ir.Value, decay: ir.Value, beta: ir.Value, past: ir.Value
@@ -107,10 +112,11 @@ class GatedDeltaNet(nn.Module):
         past_recurrent: ir.Value,
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         sizes = self.sizes
-        hidden_states = zero_padding(op, hidden_states, attention_mask)
+        current = current_mask(op, hidden_states, attention_mask)
+        hidden_states = zero_padding(op, hidden_states, current)
         mixed = op.Transpose(self.in_proj_qkv(op, hidden_states), perm=[0, 2, 1])
-        convolved, present_conv = self.conv1d(op, mixed, past_conv)
-        decay, beta = self._gates(op, hidden_states)
+        convolved, present_conv = self.conv1d(op, mixed, past_conv, current)
+        decay, beta = self._gates(op, hidden_states, current)
         convolved = _float32(op, op.Transpose(convolved, perm=[0, 2, 1]))
         output, present_recurrent = self._attend(op, convolved, decay, beta, past_recurrent)
         output = op.CastLike(output, hidden_states)
