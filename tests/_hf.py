@@ -59,6 +59,7 @@ from transformers import (
     PreTrainedModel,
     Qwen2Config,
     Qwen2MoeConfig,
+    Qwen3_5TextConfig,
     Qwen3Config,
     Qwen3MoeConfig,
     SeedOssConfig,
@@ -111,6 +112,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granitemoe": GraniteMoeConfig,
     "phimoe": PhimoeConfig,
     "lfm2": Lfm2Config,
+    "qwen3_5_text": Qwen3_5TextConfig,
 }
 
 _ARCHITECTURES = {
@@ -153,6 +155,7 @@ _ARCHITECTURES = {
     "granitemoe": "GraniteMoeForCausalLM",
     "phimoe": "PhimoeForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
+    "qwen3_5_text": "Qwen3_5ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -323,6 +326,21 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "block_ffn_dim_multiplier": 1.3,
         "block_multiple_of": 32,
         "tie_word_embeddings": UNSET,
+    },
+    # gated delta net, attention, gated delta net: 2 key heads of 16 repeat-interleaved onto 4
+    # value heads of 8, a 4-tap conv; the attention layer has an output gate, q/k norms and
+    # rotary on 0.25 of head_dim 16 (Qwen3_5TextConfig's partial_rotary_factor) and biases;
+    # 128 positions for prefills longer than transformers' 64-token chunks
+    "qwen3_5_text": {
+        "head_dim": 16,
+        "attention_bias": True,
+        "max_position_embeddings": 128,
+        "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
     },
 }
 

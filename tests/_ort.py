@@ -31,10 +31,10 @@ def run_like_reference(session: ort.InferenceSession, run: ReferenceRun) -> list
     cache = {}
     for name, info in inputs.items():
         dtype = np.float16 if info.type == "tensor(float16)" else np.float32
-        if name.startswith("past_key_values."):
+        if name.endswith((".key", ".value")):
             _, heads, _, head_dim = info.shape
             cache[name] = np.zeros((batch, heads, 0, head_dim), dtype)
-        elif name.startswith("past."):  # a recurrent layer's state: zeros of its fixed size
+        elif name.startswith("past"):  # a recurrent layer's state: zeros of its fixed size
             cache[name] = np.zeros((batch, *info.shape[1:]), dtype)
     renames = {o for o in outputs if o.startswith("present.")}
     all_logits = []
@@ -59,8 +59,9 @@ def run_like_reference(session: ort.InferenceSession, run: ReferenceRun) -> list
 
 def past_name(present: str) -> str:
     """The graph input a present output feeds next step: present.i.key → past_key_values.i.key,
-    present.i.conv → past.i.conv (onnxruntime-genai's names)."""
-    if present.endswith((".key", ".value")):
+    present.i.conv_state → past_key_values.i.conv_state, present.i.conv → past.i.conv
+    (onnxruntime-genai's names)."""
+    if present.endswith((".key", ".value", "_state")):
         return present.replace("present.", "past_key_values.", 1)
     return present.replace("present.", "past.", 1)
 

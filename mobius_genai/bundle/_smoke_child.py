@@ -230,14 +230,14 @@ def ort_greedy_tokens(
     outputs = [value.name for value in session.get_outputs()]
     cache = _cache_pairs(inputs, outputs)
     past: dict[str, np.ndarray] = {}
-    for past_name, _ in cache:
+    for past_name, _, role in cache:
         value = inputs[past_name]
         kv_type = _NUMPY_TYPES.get(value.type)
-        # a KV cache starts empty along its sequence axis; a recurrent state (rank 3) as zeros
+        # a KV cache starts empty along its sequence axis; a recurrent state as zeros
         shape = (
-            [1, *value.shape[1:]]
-            if len(value.shape) == 3
-            else [1, *value.shape[1:2], 0, *value.shape[3:]]
+            [1, *value.shape[1:2], 0, *value.shape[3:]]
+            if role in _KV_ROLES
+            else [1, *value.shape[1:]]
         )
         if kv_type is None or not all(isinstance(dim, int) for dim in shape):
             return None
@@ -254,12 +254,12 @@ def ort_greedy_tokens(
         if embed is not None:  # may give other positions (3-D mrope ones)
             feed.update(embed(new))
         feed = {name: value for name, value in feed.items() if name in inputs}
-        results = session.run(["logits", *(present for _, present in cache)], feed)
+        results = session.run(["logits", *(present for _, present, _ in cache)], feed)
         require_finite(results[0][0, -1], step, "a plain onnxruntime loop")
         token = int(np.argmax(results[0][0, -1]))
         tokens.append(token)
         past = {
-            past_name: result for (past_name, _), result in zip(cache, results[1:], strict=True)
+            past_name: result for (past_name, _, _), result in zip(cache, results[1:], strict=True)
         }
         new, total = [token], total + 1
         if token in eos:
@@ -267,18 +267,21 @@ def ort_greedy_tokens(
     return tokens
 
 
-def _cache_pairs(inputs: Mapping[str, Any], outputs: Sequence[str]) -> list[tuple[str, str]]:
-    """(past input, present output) name pairs, matched by role and layer index."""
+_KV_ROLES = ("key", "value")
+
+
+def _cache_pairs(inputs: Mapping[str, Any], outputs: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(past input, present output, role) of each cache tensor, matched by role and layer."""
     pairs = []
     for role in CACHE_ROLES:
         past, present = layer_names(inputs, role), layer_names(outputs, role)
-        if role == "conv" and past is None and present is None:
+        if role not in _KV_ROLES and past is None and present is None:
             continue  # only hybrid decoders have recurrent states
         if past is None or present is None or past.indices != present.indices:
             raise BundleError(
                 f"graph: past/present {role} inputs and outputs do not pair up by layer"
             )
-        pairs += [(past.pattern % i, present.pattern % i) for i in past.indices]
+        pairs += [(past.pattern % i, present.pattern % i, role) for i in past.indices]
     return pairs
 
 

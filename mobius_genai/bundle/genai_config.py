@@ -203,15 +203,16 @@ def _require_input(graph: GraphInfo, name: str) -> str:
 
 
 def recurrent_keys(config: ArchitectureConfig) -> dict[str, Any]:
-    """The decoder keys of a model with recurrent layers, as onnxruntime-genai 0.18 reads them:
+    """The decoder keys of a model with LFM2 conv layers, as onnxruntime-genai 0.18 reads them:
     `layer_types` (which layers have a KV cache) and `conv_cache_size` (columns of each conv
-    state); {} when every layer attends."""
-    if all(config.has_kv_cache(i) for i in range(config.num_hidden_layers)):
+    state); {} otherwise. Gated delta nets need no key: onnxruntime-genai finds their states
+    by the names it derives from the KV patterns, and its builder writes none for Qwen3.5."""
+    if "conv" not in config.layer_types:
         return {}
-    keys: dict[str, Any] = {"layer_types": list(config.layer_types)}
-    if config.conv_kernel_size is not None:
-        keys["conv_cache_size"] = config.conv_kernel_size - 1
-    return keys
+    return {
+        "layer_types": list(config.layer_types),
+        "conv_cache_size": config.conv_kernel_size - 1,
+    }
 
 
 def _layers(

@@ -134,12 +134,12 @@ class GraphInfo:
 
 
 def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
-    """The per-layer family among `names` whose role is `role` ("key", "value" or "conv").
+    """The per-layer family among `names` whose role is `role` (one of CACHE_ROLES).
 
     A name's first run of digits is its layer index: "past_key_values.3.key" belongs to the
-    family "past_key_values.%d.key". The role is whichever of CACHE_ROLES comes last in the
-    pattern ("past_key_values.%d.key" is a key family, "past.%d.conv" a conv family). Returns None when no family has the
-    role; raises BundleError when several do.
+    family "past_key_values.%d.key". The role is whichever of CACHE_ROLES ends last in the
+    pattern ("past_key_values.%d.key" is a key family, "past.%d.conv" a conv family). Returns
+    None when no family has the role; raises BundleError when several do.
     """
     families: dict[str, list[int]] = {}
     for name in names:
@@ -159,13 +159,18 @@ def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
     return LayerNames(found[0], tuple(sorted(families[found[0]])))
 
 
-#: Cache roles a per-layer name family can have; the one named last in a pattern wins.
-CACHE_ROLES = ("key", "value", "conv")
+#: Cache roles a per-layer name family can have; the one whose name ends last in a pattern wins
+#: (the longer one on a tie: "past_key_values.%d.conv_state" is a conv_state family).
+CACHE_ROLES = ("key", "value", "conv", "conv_state", "recurrent_state")
 
 
 def _role(pattern: str) -> str | None:
     lowered = pattern.lower()
-    found = {lowered.rfind(role): role for role in CACHE_ROLES if role in lowered}
+    found = {
+        (lowered.rfind(role) + len(role), len(role)): role
+        for role in CACHE_ROLES
+        if role in lowered
+    }
     return found[max(found)] if found else None
 
 

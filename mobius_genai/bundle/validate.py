@@ -17,7 +17,7 @@ from mobius_genai._json import read_json
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
-from mobius_genai.bundle.recurrent import check_conv_states, kv_layers
+from mobius_genai.bundle.recurrent import check_conv_states, check_delta_states, kv_layers
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
@@ -140,9 +140,13 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     decoder = model["decoder"]
     inputs = {**DEFAULT_INPUTS, **decoder.get("inputs", {})}
     outputs = {**DEFAULT_OUTPUTS, **decoder.get("outputs", {})}
-    layers = kv_layers(decoder)
+    layers = kv_layers(decoder, inputs, graph)
     source = "model.decoder." + (
-        "num_hidden_layers" if "layer_types" not in decoder else "layer_types (attention layers)"
+        "layer_types (attention layers)"
+        if "layer_types" in decoder
+        else "num_hidden_layers (less recurrent layers)"
+        if len(layers) < decoder["num_hidden_layers"]
+        else "num_hidden_layers"
     )
     problems = []
     listed = decoder.get("inputs", {})
@@ -163,6 +167,7 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
         )
     problems += check_conv_states(decoder, inputs, outputs, graph)
     problems += _check_positions(model["type"], graph.inputs.get(inputs["position_ids"]))
+    problems += check_delta_states(inputs, outputs, graph)
     first_past = inputs["past_key_names"].replace("%d", str(layers[0] if layers else 0))
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])

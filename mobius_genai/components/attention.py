@@ -4,7 +4,8 @@ q/k/v projections (or one packed [q | k | v] projection split in three), optiona
 q/k/v, optional q/k normalization (per head, or over the whole projection) before or after the
 rotary embedding (unless the layer has none), then one Attention op that appends the new keys
 and values to the cache and applies the additive mask it is given; with attention sinks, its
-output is rescaled as components/sinks.py says.
+output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
+[q_h | gate_h] per head and the output is multiplied by sigmoid(gate).
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ class Attention(nn.Module):
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
         self.sizes = [q_size, kv_size, kv_size]
+        self.output_gate = config.attention_output_gate
         if config.packed_qkv:
             self.qkv_proj = Linear(config.hidden_size, sum(self.sizes), config.qkv_bias)
             self.q_proj = self.k_proj = self.v_proj = None
         else:
             self.qkv_proj = None
-            self.q_proj = Linear(config.hidden_size, q_size, config.qkv_bias)
+            q_out = 2 * q_size if self.output_gate else q_size
+            self.q_proj = Linear(config.hidden_size, q_out, config.qkv_bias)
             self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
             self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
@@ -72,6 +75,13 @@ class Attention(nn.Module):
         sizes = op.Constant(value_ints=self.sizes)
         return op.Split(self.qkv_proj(op, x), sizes, axis=-1, _outputs=3)
 
+    def _gated_query(self, op, q: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """[q_h | gate_h] for each head h → q and gate, [batch, seq, heads * head_dim] each."""
+        pairs = op.Reshape(q, op.Constant(value_ints=[0, 0, self.num_heads, 2 * self.head_dim]))
+        q, gate = op.Split(pairs, num_outputs=2, axis=-1, _outputs=2)
+        flat = op.Constant(value_ints=[0, 0, -1])
+        return op.Reshape(q, flat), op.Reshape(gate, flat)
+
     def _clip(self, op, *values: ir.Value) -> tuple[ir.Value, ...]:
         """Each value clipped to [-clip_qkv, clip_qkv] (olmo's clip_qkv)."""
         dtype = get_build_dtype().numpy()
@@ -97,6 +107,9 @@ class Attention(nn.Module):
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d])."""
         q, k, v = self._project(op, hidden_states)
+        gate = None
+        if self.output_gate:
+            q, gate = self._gated_query(op, q)
         if self.clip is not None:
             q, k, v = self._clip(op, q, k, v)
         if self.q_norm is not None and not self.norm_after_rope:
@@ -128,4 +141,6 @@ class Attention(nn.Module):
             output.producer().metadata_props[SLIDING_WINDOW_KEY] = str(self.window)
         if self.sinks is not None:
             output = apply_sinks(op, output, scores[0], self.sinks, self.num_heads, self.head_dim)
+        if gate is not None:
+            output = op.Mul(output, op.Sigmoid(gate))
         return self.o_proj(op, output), present_key, present_value

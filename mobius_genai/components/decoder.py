@@ -8,8 +8,9 @@
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
 (granite). Norm modules carry the names transformers gives them for each placement, so
-checkpoints need no renames. A recurrent layer ("conv": LFM2) has a ShortConv block in place of
-attention; its cache is a state tuple of one tensor instead of (key, value).
+checkpoints need no renames. A recurrent layer has a block of its kind in place of attention
+(RECURRENT_BLOCKS: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's GatedDeltaNet);
+its cache is the block's tuple of states instead of (key, value).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
+from mobius_genai.components.gated_delta_net import GatedDeltaNet
 from mobius_genai.components.mlp import make_mlp
 from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
@@ -39,6 +41,13 @@ NORM_SLOTS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
 }
 
 
+#: Recurrent layer kind → (module name as checkpoints have it, block class).
+RECURRENT_BLOCKS: dict[str, tuple[str, type[nn.Module]]] = {
+    "conv": ("conv", ShortConv),
+    "linear_attention": ("linear_attn", GatedDeltaNet),
+}
+
+
 class DecoderLayer(nn.Module):
     """Residual attention + MLP blocks; module names follow the llama checkpoint layout."""
 
@@ -57,9 +66,11 @@ class DecoderLayer(nn.Module):
                     self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                 )
         if config.has_kv_cache(layer_index):
-            self.self_attn, self.conv = Attention(config, layer_index), None
+            self.self_attn, self.recurrent = Attention(config, layer_index), None
         else:
-            self.self_attn, self.conv = None, ShortConv(config)
+            name, block = RECURRENT_BLOCKS[config.layer_types[layer_index]]
+            self.self_attn, self.recurrent = None, name
+            setattr(self, name, block(config))
         sparse = config.moe is not None and config.moe.is_sparse(layer_index)
         self.mlp = MoEBlock(config) if sparse else make_mlp(config)
 
@@ -83,12 +94,12 @@ class DecoderLayer(nn.Module):
         past: tuple[ir.Value, ...],
         attention_mask: ir.Value,
     ) -> tuple[ir.Value, tuple[ir.Value, ...]]:
-        """The layer output and its new cache: (key, value), or (state,) for a conv layer."""
+        """The layer output and its new cache: (key, value), or a recurrent block's states."""
         residual = hidden_states
         normed = self._norm(op, 0, hidden_states)
-        if self.conv is not None:
-            attn_out, present = self.conv(op, normed, attention_mask, *past)
-            presents: tuple[ir.Value, ...] = (present,)
+        if self.recurrent is not None:
+            attn_out, *states = getattr(self, self.recurrent)(op, normed, attention_mask, *past)
+            presents: tuple[ir.Value, ...] = tuple(states)
         else:
             attn_out, present_key, present_value = self.self_attn(
                 op, normed, position_ids, rotary, attention_bias, *past

@@ -6,8 +6,8 @@
 The convolution is the Tier-1 op com.microsoft::CausalConvWithState (components/tier1.py
 holds its standard body), whose state is the last `conv_kernel_size - 1` columns of
 [state | B * x]: onnxruntime-genai's `past.%d.conv` / `present.%d.conv` of [batch, hidden,
-conv_kernel_size - 1]. Left-padding positions are zeroed before the projection, as transformers
-does (their values would otherwise leak into the state).
+conv_kernel_size - 1], taken after each row's last real token (recurrent_padding.py: padding
+on either side stays out of the state).
 """
 
 from __future__ import annotations
@@ -16,27 +16,50 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear, parameter
+from mobius_genai.components.recurrent_padding import (
+    current_mask,
+    state_after_last_token,
+    zero_padding,
+)
 from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
 
 
-class _DepthwiseConv(nn.Module):
-    """The kernel [hidden, 1, taps] (and bias) under the checkpoint's name `conv.conv`."""
+class DepthwiseCausalConv(nn.Module):
+    """The kernel [channels, 1, taps] (and bias) of a depthwise causal convolution with a carried
+    state (checkpoint names `<module>.weight` / `.bias`), then `activation` ("none" or "silu")."""
 
-    def __init__(self, channels: int, taps: int, bias: bool) -> None:
+    def __init__(self, channels: int, taps: int, bias: bool, activation: str = "none") -> None:
         super().__init__()
+        if bias and activation != "none":
+            raise ValueError("a conv bias is added after the op, so only without an activation")
+        self.activation = activation
+        self.taps = taps
         self.weight = parameter([channels, 1, taps])
         self.bias = parameter([channels]) if bias else None
 
-    def forward(self, op, x: ir.Value, past_state: ir.Value) -> tuple[ir.Value, ir.Value]:
+    def forward(
+        self, op, x: ir.Value, past_state: ir.Value, current: ir.Value
+    ) -> tuple[ir.Value, ir.Value]:
+        """Output and the state after each row's last real token (`current`: this call's mask
+        columns; recurrent_padding.py)."""
         opset = op.builder.root.graph.opset_imports[""]
-        function = TIER1_OPS["CausalConvWithState"].function("", opset)
-        output, present = op.call(
-            function, x, self.weight, None, past_state, _outputs=2, activation="none", ndim=1
+        overload = "" if self.activation == "none" else self.activation
+        function = TIER1_OPS["CausalConvWithState"].function(overload, opset)
+        output, _ = op.call(
+            function,
+            x,
+            self.weight,
+            None,
+            past_state,
+            _outputs=2,
+            activation=self.activation,
+            ndim=1,
         )
         if self.bias is not None:  # with no activation, a bias after the op is the same
             output = op.Add(output, op.Unsqueeze(self.bias, op.Constant(value_ints=[1])))
-        return output, present
+        window = op.Concat(past_state, x, axis=-1)
+        return output, state_after_last_token(op, window, current, self.taps - 1)
 
 
 class ShortConv(nn.Module):
@@ -47,22 +70,16 @@ class ShortConv(nn.Module):
         hidden = config.hidden_size
         self.hidden = hidden
         self.in_proj = Linear(hidden, 3 * hidden, config.conv_bias)
-        self.conv = _DepthwiseConv(hidden, config.conv_kernel_size, config.conv_bias)
+        self.conv = DepthwiseCausalConv(hidden, config.conv_kernel_size, config.conv_bias)
         self.out_proj = Linear(hidden, hidden, config.conv_bias)
 
     def forward(
         self, op, hidden_states: ir.Value, attention_mask: ir.Value, past_state: ir.Value
     ) -> tuple[ir.Value, ir.Value]:
-        seq = op.Shape(hidden_states, start=1, end=2)
-        current = op.Slice(
-            attention_mask,
-            op.Neg(seq),
-            op.Constant(value_ints=[2**63 - 1]),
-            op.Constant(value_ints=[1]),
-        )
-        keep = op.CastLike(op.Unsqueeze(current, op.Constant(value_ints=[2])), hidden_states)
-        projected = op.Transpose(self.in_proj(op, op.Mul(hidden_states, keep)), perm=[0, 2, 1])
+        current = current_mask(op, hidden_states, attention_mask)
+        masked = zero_padding(op, hidden_states, current)
+        projected = op.Transpose(self.in_proj(op, masked), perm=[0, 2, 1])
         b, c, x = op.Split(projected, num_outputs=3, axis=1, _outputs=3)
-        conv_out, present = self.conv(op, op.Mul(b, x), past_state)
+        conv_out, present = self.conv(op, op.Mul(b, x), past_state, current)
         gated = op.Transpose(op.Mul(c, conv_out), perm=[0, 2, 1])
         return self.out_proj(op, gated), present

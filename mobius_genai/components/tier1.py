@@ -33,13 +33,8 @@ already contained, so the opset is always new enough):
   the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
   the two biases; ``""`` has none (the node leaves those inputs empty).
 
-- ``CausalConvWithState(input, weight, bias, past_state)``: the depthwise causal convolution of
-  ``window = Concat(past_state, input)`` along the last axis, ``output[b, c, t] =
-  sum_j window[b, c, t + j] * weight[c, 0, j]``, then the activation (overload ``""``: none,
-  ``"silu"``: SiLU); ``present_state`` is the last ``k - 1`` columns of ``window``. The taps are
-  gathered as a [L, k] index grid rather than a grouped Conv, whose ``group`` attribute a body
-  could not take from the shapes. onnxruntime 1.32 runs this com.microsoft op on the CPU EP; the
-  standard opset-27 op of the same name has no kernel there, so components emit this one.
+- ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
+  they compute are in components/recurrent_bodies.py.
 
 The bias inputs of the Skip*Normalization and CausalConvWithState ops are not covered (neither
 rules nor components emit them: a conv bias is added after the op), so a node that uses one gets
@@ -55,6 +50,7 @@ from types import MappingProxyType
 
 import onnx_ir as ir
 
+from mobius_genai.components import recurrent_bodies
 from mobius_genai.ep.capabilities import EpCapabilities
 
 __all__ = [
@@ -99,6 +95,8 @@ class Tier1Op:
     """EpCapabilities field that says whether the EP has the kernel (besides supports_custom_ops)."""
     uncovered_inputs: frozenset[int] = frozenset()
     """Optional input positions the body ignores: a node that fills one gets no body."""
+    covers_attributes: Callable[[ir.Node], bool] | None = None
+    """Whether the body computes a call with these attribute values (None: any)."""
 
     def function(self, overload: str, opset: int) -> ir.Function:
         """The body for `overload` as an ir.Function importing ONNX opset `opset`."""
@@ -121,6 +119,7 @@ class Tier1Op:
             node.overload in self.bodies
             and self.min_inputs <= len(node.inputs) <= len(self.inputs)
             and not filled & self.uncovered_inputs
+            and (self.covers_attributes is None or self.covers_attributes(node))
         )
 
 
@@ -287,41 +286,19 @@ def _moe_biased_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.
     return _moe(tape, params, biased=True)
 
 
-def _dim(tape: ir.tape.Tape, value: ir.Value, axis: int) -> ir.Value:
-    """The size of `axis` of `value` as an int64 scalar."""
-    size = tape.op("Shape", [value], {"start": axis, "end": axis + 1})
-    return tape.op("Squeeze", [size, tape.op("Constant", [], {"value_ints": [0]})])
-
-
-def _causal_conv(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
-    x, weight, _bias, past = params
-    window = tape.op("Concat", [past, x], {"axis": -1})  # [B, C, k - 1 + L]
-    length = _dim(tape, x, 2)
-    zero = tape.op("Constant", [], {"value_int": 0})
-    one = tape.op("Constant", [], {"value_int": 1})
-    positions = tape.op("Range", [zero, length, one])
-    taps = tape.op("Range", [zero, _dim(tape, weight, 2), one])
-    grid = tape.op(
-        "Add",
-        [
-            tape.op("Unsqueeze", [positions, tape.op("Constant", [], {"value_ints": [1]})]),
-            tape.op("Unsqueeze", [taps, tape.op("Constant", [], {"value_ints": [0]})]),
-        ],
-    )  # [L, k]: window column of tap j at step t
-    patches = tape.op("Gather", [window, grid], {"axis": 2})  # [B, C, L, k]
-    output = tape.op(
-        "ReduceSum", [tape.op("Mul", [patches, weight]), _last_axis(tape)], {"keepdims": 0}
+def _gated_delta_call(node: ir.Node) -> bool:
+    """The body's form of LinearAttention: the gated delta rule, no state window, no more query
+    heads than value heads."""
+    attrs = node.attributes
+    return (
+        attrs.get_string("update_rule", "gated_delta") == "gated_delta"
+        and attrs.get_int("state_window", 0) == 0
+        and attrs.get_int("q_num_heads", 0) <= attrs.get_int("kv_num_heads", 0)
     )
-    end = tape.op("Constant", [], {"value_ints": [2**63 - 1]})
-    starts = tape.op("Unsqueeze", [length, tape.op("Constant", [], {"value_ints": [0]})])
-    axes = tape.op("Constant", [], {"value_ints": [2]})
-    present = tape.op("Slice", [window, starts, end, axes])
-    return [output, present]
 
 
-def _causal_conv_silu(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
-    output, present = _causal_conv(tape, params)
-    return [tape.op("Mul", [output, tape.op("Sigmoid", [output])]), present]
+def _required_attr(name: str) -> ir.Attr:
+    return ir.Attr(name, ir.AttributeType.UNDEFINED, None)
 
 
 _SKIP_NORM_OUTPUTS = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
@@ -417,9 +394,30 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 outputs=("output", "present_state"),
                 optional_outputs=frozenset(),
                 attributes=(_int_attr("ndim", 1), _string_attr("activation", "none")),
-                bodies={"": _causal_conv, "silu": _causal_conv_silu},
+                bodies={
+                    "": recurrent_bodies.causal_conv,
+                    "silu": recurrent_bodies.causal_conv_silu,
+                },
                 capability="supports_causal_conv_with_state",
                 uncovered_inputs=frozenset({2}),
+            ),
+            Tier1Op(
+                "LinearAttention",
+                inputs=("query", "key", "value", "past_state", "decay", "beta"),
+                min_inputs=6,
+                outputs=("output", "present_state"),
+                optional_outputs=frozenset(),
+                attributes=(
+                    _required_attr("q_num_heads"),
+                    _required_attr("kv_num_heads"),
+                    _string_attr("update_rule", "gated_delta"),
+                    _float_attr("scale", 0.0),
+                    _int_attr("chunk_size", 64),
+                    _int_attr("state_window", 0),
+                ),
+                bodies={"": recurrent_bodies.gated_delta},
+                capability="supports_linear_attention",
+                covers_attributes=_gated_delta_call,
             ),
         )
     }

@@ -20,6 +20,7 @@ from mobius_genai.config.layers import (
     parse_layer_types,
     validate_layers,
 )
+from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.errors import ConfigError
@@ -92,6 +93,10 @@ class ArchitectureConfig:
     - `conv_kernel_size` / `conv_bias`: taps and bias of the depthwise causal convolution of
       "conv" layers (LFM2's `conv_L_cache`, `conv_bias`); their state keeps
       `conv_kernel_size - 1` columns.
+    - `linear_attention`: head and conv sizes of gated-delta-rule "linear_attention" layers
+      (config/linear_attention.py); None when the model has none.
+    - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
+      h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
 
     model_type: str
@@ -134,6 +139,8 @@ class ArchitectureConfig:
     layer_types: tuple[str, ...] = ()
     conv_kernel_size: int | None = None
     conv_bias: bool = False
+    linear_attention: LinearAttentionConfig | None = None
+    attention_output_gate: bool = False
     attention_scale: float | None = None
     attention_sinks: bool = False
     attn_logit_softcapping: float | None = None

@@ -1,5 +1,6 @@
 """Layer kinds: which layers attend to the whole context, which to a sliding window, and which
-carry a fixed-size recurrent state instead of a KV cache (LFM2's short convolutions)."""
+carry a fixed-size recurrent state instead of a KV cache (LFM2's short convolutions, Qwen3.5's
+gated delta rule)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 #: Layer kinds with a recurrent state (no KV cache), as transformers and onnxruntime-genai name them.
-RECURRENT_LAYER_TYPES = ("conv",)
+RECURRENT_LAYER_TYPES = ("conv", "linear_attention")
 LAYER_TYPES = ATTENTION_LAYER_TYPES + RECURRENT_LAYER_TYPES
 
 
@@ -69,6 +70,11 @@ def validate_layers(config: ArchitectureConfig) -> None:
         raise ConfigError(
             f"config.json: conv layers need a kernel of at least 2 taps (conv_L_cache), found "
             f"{config.conv_kernel_size!r}"
+        )
+    if "linear_attention" in config.layer_types and config.linear_attention is None:
+        raise ConfigError(
+            f"config.json: model_type {config.model_type!r} has linear_attention layers, which "
+            "only the gated-delta-rule families read (qwen3_5_text)"
         )
     outside = [i for i in config.no_rope_layers if not 0 <= i < config.num_hidden_layers]
     if outside:

@@ -173,6 +173,10 @@ class EpCapabilities:
     supports_gqa_head_sink: bool = True
     """False → attention with sinks (gpt_oss) stays standard Attention with the sink rescaling
     (components/sinks.py) instead of GroupQueryAttention with its ``head_sink`` input."""
+    supports_linear_attention: bool = True
+    """False → com.microsoft::LinearAttention (gated delta rule layers: Qwen3.5) is expanded to its
+    standard body (a Scan over the tokens). onnxruntime 1.32's CPU EP has the kernel;
+    onnxruntime-genai's builder emits the op for every EP."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):

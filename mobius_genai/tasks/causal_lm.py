@@ -33,19 +33,44 @@ def present_names(layer: int) -> tuple[str, str]:
     return f"present.{layer}.key", f"present.{layer}.value"
 
 
-#: Per-layer state names of recurrent layers, as onnxruntime-genai 0.18's builder writes them
-#: (genai_config `past_conv_names` / `present_conv_names`).
+#: Per-layer state names of recurrent layers, as onnxruntime-genai 0.18's builder writes them:
+#: LFM2's conv layers (genai_config `past_conv_names` / `present_conv_names`) and Qwen3.5's
+#: gated delta nets (og derives these from the KV patterns: the key pattern's last part replaced).
 PAST_CONV, PRESENT_CONV = "past.%d.conv", "present.%d.conv"
+PAST_CONV_STATE, PRESENT_CONV_STATE = "past_key_values.%d.conv_state", "present.%d.conv_state"
+PAST_RECURRENT_STATE, PRESENT_RECURRENT_STATE = (
+    "past_key_values.%d.recurrent_state",
+    "present.%d.recurrent_state",
+)
 
 
-def _cache(config: ArchitectureConfig, layer: int, past: bool) -> list[tuple[str, list]]:
-    """(name, shape) of each cache tensor of `layer`: key and value, or a conv layer's state."""
-    if not config.has_kv_cache(layer):
+def _states(config: ArchitectureConfig, layer: int) -> list[tuple[str, str, list, bool]]:
+    """(past name, present name, shape, float32) of each state of recurrent layer `layer`
+    (float32: kept in float32 whatever the model dtype, else in the model dtype)."""
+    if config.layer_types[layer] == "conv":
         shape = [BATCH, config.hidden_size, config.conv_kernel_size - 1]
-        return [((PAST_CONV if past else PRESENT_CONV) % layer, shape)]
+        return [(PAST_CONV % layer, PRESENT_CONV % layer, shape, False)]
+    sizes = config.linear_attention
+    conv = [BATCH, sizes.conv_dim, sizes.conv_kernel_size - 1]
+    recurrent = [BATCH, sizes.value_heads, sizes.key_head_dim, sizes.value_head_dim]
+    return [
+        (PAST_CONV_STATE % layer, PRESENT_CONV_STATE % layer, conv, False),
+        (PAST_RECURRENT_STATE % layer, PRESENT_RECURRENT_STATE % layer, recurrent, True),
+    ]
+
+
+def _cache(
+    config: ArchitectureConfig, layer: int, past: bool, dtype: ir.DataType
+) -> list[tuple[str, list, ir.DataType]]:
+    """(name, shape, dtype) of each cache tensor of `layer`: key and value, or its states."""
+    if not config.has_kv_cache(layer):
+        return [
+            (past_name if past else present_name, shape, ir.DataType.FLOAT if f32 else dtype)
+            for past_name, present_name, shape, f32 in _states(config, layer)
+        ]
     length = PAST if past else TOTAL
     shape = [BATCH, config.num_key_value_heads, length, config.head_dim]
-    return [(name, shape) for name in (past_names if past else present_names)(layer)]
+    return [(name, shape, dtype) for name in (past_names if past else present_names)(layer)]
 
 
 class CausalLMTask:
@@ -76,7 +101,10 @@ class CausalLMTask:
         attention_mask = builder.input("attention_mask", int64, [BATCH, TOTAL])
         position_ids = builder.input("position_ids", int64, position_shape(config))
         past = [
-            tuple(builder.input(name, dtype, shape) for name, shape in _cache(config, i, True))
+            tuple(
+                builder.input(name, kind, shape)
+                for name, shape, kind in _cache(config, i, True, dtype)
+            )
             for i in range(config.num_hidden_layers)
         ]
         extra = () if embeds is None else (embeds,)
@@ -84,10 +112,11 @@ class CausalLMTask:
         builder.add_output(logits, "logits")
         logits.shape = ir.Shape([BATCH, SEQ, config.vocab_size])
         for i, values in enumerate(presents):
-            for value, (name, shape) in zip(values, _cache(config, i, False), strict=True):
+            cache = _cache(config, i, False, dtype)
+            for value, (name, shape, kind) in zip(values, cache, strict=True):
                 builder.add_output(value, name)
                 value.shape = ir.Shape(shape)
-                value.dtype = dtype
+                value.dtype = kind
         return finish_model(graph, builder)
 
 

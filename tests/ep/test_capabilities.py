@@ -170,6 +170,7 @@ def test_field_set_is_spec_plus_packager_fields():
         "supports_causal_conv_with_state",
         "supports_qmoe",
         "supports_gqa_head_sink",
+        "supports_linear_attention",
     ]
 
 

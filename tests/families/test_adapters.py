@@ -25,7 +25,7 @@ NEW_FAMILIES = tuple(
 # onnxruntime-genai 0.18's model types that run a standard decoder graph (DESIGN.md).
 GENAI_TYPES = {
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
-    "granite", "olmo", "smollm3", "nemotron", "decoder", "lfm2", "phimoe",
+    "granite", "olmo", "smollm3", "nemotron", "decoder", "lfm2", "phimoe", "qwen3_5_text",
     "gptoss",  # onnxruntime-genai 0.18's model_type.h; test_bundles.py loads a gpt_oss bundle
 }  # fmt: skip
 

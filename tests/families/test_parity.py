@@ -19,6 +19,7 @@ import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
+from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
@@ -218,6 +219,17 @@ CASES = {
     "lfm2_without_conv_bias_untied_4_taps": (
         "lfm2",
         {"conv_bias": False, "tie_word_embeddings": False, "conv_L_cache": 4},
+    ),
+    # gated delta net, attention, gated delta net (tests/_hf.py: 2 key heads onto 4 value heads);
+    # then as many key as value heads, a tied head and the attention layer first
+    "qwen3_5_text": ("qwen3_5_text", {}),
+    "qwen3_5_text_equal_linear_heads_tied_attention_first": (
+        "qwen3_5_text",
+        {
+            "linear_num_value_heads": 2,
+            "tie_word_embeddings": True,
+            "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+        },
     ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
     "olmo3_scaled_full_rope_bias_tied": (
@@ -443,6 +455,15 @@ MUTANTS = {
         "vaultgemma",
         lambda: dataclasses.replace(FAMILIES["vaultgemma"], preprocess_weight=lambda n, a, c: a),
     ),
+    # the gated norm of the delta nets scales by w, the other norms by 1 + w
+    "qwen3_5_text_gated_norm_offset_too": (
+        "qwen3_5_text",
+        lambda: dataclasses.replace(
+            FAMILIES["qwen3_5_text"],
+            preprocess_weight=offset_norm_weights,
+            preprocessed_weights=NORM_WEIGHTS,
+        ),
+    ),
     "olmo3_without_sliding_window": (
         "olmo3",
         lambda: _without("olmo3", layer_types=("full_attention",) * 3),
@@ -485,11 +506,13 @@ def test_a_mutant_that_leaves_checkpoint_tensors_unread_is_refused(case, tmp_pat
 @pytest.mark.parametrize("family", sorted({family for family, _ in CASES.values()}))
 def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
     """The GQA fusion keeps each family's math (parity above) and leaves no Attention op; the
-    recurrent layers of hybrid families (lfm2's conv layers) keep their own op."""
+    recurrent layers of hybrid families (lfm2's conv layers, qwen3.5's gated delta nets) keep
+    their own ops."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
     graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
     ops = [node.op_type for node in graph]
     kinds = json.loads((ckpt / "config.json").read_text()).get("layer_types") or []
-    recurrent = sum(kind == "conv" for kind in kinds)
+    recurrent = sum(kind in ("conv", "linear_attention") for kind in kinds)
     assert ops.count("GroupQueryAttention") == 3 - recurrent and "Attention" not in ops
     assert ops.count("CausalConvWithState") == recurrent
+    assert ops.count("LinearAttention") == kinds.count("linear_attention")

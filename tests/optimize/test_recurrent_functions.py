@@ -103,3 +103,105 @@ def test_capability_field_decides_where_the_conv_body_is_inlined():
         assert ((MS_DOMAIN, "CausalConvWithState") in ops) == fused, caps.name
         if not fused:
             assert {domain for domain, _ in ops} == {""}
+
+
+def _linear_attention_call(
+    length: int, q_heads: int, kv_heads: int, attributes: str = ""
+) -> ir.Model:
+    """q and k with `q_heads` heads of 8, v and the state with `kv_heads` heads of 4 (og's
+    Qwen3.5 layout: key heads repeat-interleaved onto more value heads), a per-head decay."""
+    q, v = q_heads * 8, kv_heads * 4
+    model = parse(
+        f"""agraph (float[2,{length},{q}] q, float[2,{length},{q}] k, float[2,{length},{v}] v,
+                    float[2,{kv_heads},8,4] past, float[2,{length},{kv_heads}] g,
+                    float[2,{length},{kv_heads}] beta)
+                => (float[2,{length},{v}] y, float[2,{kv_heads},8,4] present) {{
+            y, present = com.microsoft.LinearAttention<q_num_heads={q_heads},
+                kv_num_heads={kv_heads}{attributes}>(q, k, v, past, g, beta)
+        }}""",
+        header=HEADER,
+    )
+    return model
+
+
+def _gated_delta_numpy(
+    feeds: dict[str, np.ndarray], q_heads: int, kv_heads: int, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' torch_recurrent_gated_delta_rule in float64, token by token."""
+    q, k, v = (feeds[name].astype(np.float64) for name in ("q", "k", "v"))
+    batch, length, _ = q.shape
+    q = np.repeat(q.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
+    k = np.repeat(k.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
+    v = v.reshape(batch, length, kv_heads, -1)
+    state = feeds["past"].astype(np.float64)
+    out = np.zeros_like(v)
+    for t in range(length):
+        state = state * np.exp(feeds["g"][:, t])[..., None, None]
+        memory = (state * k[:, t, :, :, None]).sum(-2)
+        delta = (v[:, t] - memory) * feeds["beta"][:, t, :, None]
+        state = state + k[:, t, :, :, None] * delta[:, :, None, :]
+        out[:, t] = (state * q[:, t, :, :, None]).sum(-2) * scale
+    return out.reshape(batch, length, -1), state
+
+
+@pytest.mark.parametrize(
+    ("length", "q_heads", "kv_heads", "scale"),
+    [(70, 2, 2, 0.5), (1, 2, 4, 0.5), (3, 2, 4, 0.0)],  # prefill past 64; decode; default scale
+)
+def test_linear_attention_body_agrees_with_kernel_numpy_and_reference_evaluator(
+    length, q_heads, kv_heads, scale
+):
+    model = _linear_attention_call(
+        length, q_heads, kv_heads, f', scale={scale}, update_rule="gated_delta"'
+    )
+    assert register_functions(model) == [(MS_DOMAIN, "LinearAttention", "")]
+    feeds = random_feeds(model)
+    for name in ("q", "k"):  # L2-normalized heads, as the models feed them
+        heads = feeds[name].reshape(2, length, q_heads, 8)
+        feeds[name] = (heads / np.linalg.norm(heads, axis=-1, keepdims=True)).reshape(
+            feeds[name].shape
+        )
+    feeds["g"] = -np.abs(feeds["g"])  # log decay: -exp(A_log) * softplus(...) <= 0
+    feeds["beta"] = 1 / (1 + np.exp(-feeds["beta"]))
+    expected = _gated_delta_numpy(feeds, q_heads, kv_heads, scale or 8**-0.5)
+    kernel_out = run(model, feeds)
+    expanded = clone(model)
+    InlinePass()(expanded)
+    assert all(node.domain == "" for node in expanded.graph)
+    onnx.checker.check_model(ir.to_proto(expanded), full_check=True)
+    body_out = run(expanded, feeds)
+    reference_out = ReferenceEvaluator(ir.to_proto(model)).run(None, feeds)
+    for got in (kernel_out, body_out, reference_out):
+        for value, want in zip(got, expected, strict=True):
+            np.testing.assert_allclose(value, want, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [', update_rule="delta"', ", state_window=2"],
+)
+def test_linear_attention_forms_the_body_does_not_compute_get_no_body(attributes):
+    assert register_functions(_linear_attention_call(3, 2, 2, attributes)) == []
+    assert register_functions(_linear_attention_call(3, 4, 2)) == []  # more query heads
+
+
+def test_capability_field_decides_where_the_linear_attention_body_is_inlined():
+    import dataclasses
+
+    from mobius_genai.ep import get_ep
+    from mobius_genai.optimize import optimize_model
+
+    no_kernel = dataclasses.replace(
+        get_ep("default"), name="no-la", supports_linear_attention=False
+    )
+    for caps, fused in (
+        (get_ep("cpu"), True),
+        (get_ep("onnx-standard"), False),
+        (no_kernel, False),
+    ):
+        model = _linear_attention_call(4, 2, 2)
+        register_functions(model)
+        optimize_model(model, caps)
+        ops = {(node.domain, node.op_type) for node in model.graph}
+        assert ((MS_DOMAIN, "LinearAttention") in ops) == fused, caps.name
+        assert (("", "Scan") in ops) == (not fused)

@@ -3,11 +3,15 @@ attention layers."""
 
 from __future__ import annotations
 
+from mobius_genai.config.linear_attention import read_linear_attention
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.hybrid import (
+    QWEN3_5_OFFSET_NORMS,
     lfm2_conv_kernel_size,
     lfm2_intermediate_size,
     lfm2_layer_types,
+    qwen3_5_layer_types,
+    qwen3_5_norm_weights,
 )
 from mobius_genai.models.families.readers import switch
 
@@ -38,5 +42,20 @@ HYBRID_FAMILIES = (
             (r"\.mlp\.down_proj\.", ".feed_forward.w2."),
             (r"^model\.norm\.", "model.embedding_norm."),
         ),
+    ),
+    # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
+    # attention layers with an output gate, per-head q/k norms and partial rotary; norms scale
+    # by 1 + weight except the delta nets' gated norm.
+    FamilyAdapter(
+        model_type="qwen3_5_text",
+        genai_type="qwen3_5_text",
+        config_defaults={"layer_types": qwen3_5_layer_types},
+        config_overrides={
+            "qk_norm": True,
+            "attention_output_gate": True,
+            "linear_attention": read_linear_attention,
+        },
+        preprocess_weight=qwen3_5_norm_weights,
+        preprocessed_weights=QWEN3_5_OFFSET_NORMS,
     ),
 )

@@ -1,0 +1,128 @@
+"""Qwen3.5's gated delta net: the token mixer of a "linear_attention" layer, with two states.
+
+    q, k, v = split(silu(conv([q | k | v] = in_proj_qkv(h))))        conv: depthwise, causal
+    q, k    = l2norm per head (eps 1e-6); q *= key_head_dim ** -0.5
+    g       = -exp(A_log) * softplus(in_proj_a(h) + dt_bias);  beta = sigmoid(in_proj_b(h))
+              (both 0 at padded positions: recurrent_padding.py)
+    o       = gated delta rule(q, k, v, g, beta)  (key heads repeat-interleaved onto value heads)
+    out     = out_proj(rmsnorm_per_value_head(o) * norm.weight * silu(in_proj_z(h)))
+
+From the convolution's output to the gated norm everything runs in float32 whatever the model
+dtype, as transformers computes it (the decay compounds over the tokens). The convolution is
+com.microsoft::CausalConvWithState (SiLU) and the recurrence
+com.microsoft::LinearAttention (update_rule gated_delta), Tier-1 functions whose bodies are in
+components/recurrent_bodies.py; their states are onnxruntime-genai's
+`past_key_values.%d.conv_state` [batch, conv_dim, taps - 1] and `.recurrent_state`
+[batch, value_heads, key_head_dim, value_head_dim]. The gated norm scales by `weight` where the
+model's other norms use 1 + weight (the family row offsets only those).
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.linear import Linear, parameter
+from mobius_genai.components.norms import make_norm
+from mobius_genai.components.recurrent_padding import current_mask, zero_padding
+from mobius_genai.components.short_conv import DepthwiseCausalConv
+from mobius_genai.components.tier1 import TIER1_OPS
+from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
+
+_L2_EPS = 1e-6  # transformers' l2norm (FLA's)
+
+
+def _l2_normalized(op, x: ir.Value, heads: int, head_dim: int) -> ir.Value:
+    """Each head of [batch, seq, heads * head_dim] divided by sqrt(sum of squares + eps)."""
+    split = op.Reshape(x, op.Constant(value_ints=[0, 0, heads, head_dim]))
+    squares = op.ReduceSum(op.Mul(split, split), op.Constant(value_ints=[-1]), keepdims=1)
+    eps = op.CastLike(op.Constant(value_float=_L2_EPS), x)
+    normed = op.Div(split, op.Sqrt(op.Add(squares, eps)))
+    return op.Reshape(normed, op.Constant(value_ints=[0, 0, heads * head_dim]))
+
+
+def _float32(op, x: ir.Value) -> ir.Value:
+    """`x` in float32 (itself in a float32 build)."""
+    return x if get_build_dtype() == ir.DataType.FLOAT else op.Cast(x, to=ir.DataType.FLOAT)
+
+
+class GatedDeltaNet(nn.Module):
+    """The `linear_attn` block; returns its output and the new conv and recurrent states."""
+
+    def __init__(self, config: ArchitectureConfig) -> None:
+        super().__init__()
+        sizes = config.linear_attention
+        self.sizes = sizes
+        hidden = config.hidden_size
+        self.in_proj_qkv = Linear(hidden, sizes.conv_dim, False)
+        self.in_proj_z = Linear(hidden, sizes.value_dim, False)
+        self.in_proj_b = Linear(hidden, sizes.value_heads, False)
+        self.in_proj_a = Linear(hidden, sizes.value_heads, False)
+        self.conv1d = DepthwiseCausalConv(
+            sizes.conv_dim, sizes.conv_kernel_size, False, activation="silu"
+        )
+        self.dt_bias = parameter([sizes.value_heads])
+        self.A_log = parameter([sizes.value_heads])
+        self.norm = make_norm("rms", sizes.value_head_dim, config.norm_eps)
+        self.out_proj = Linear(sizes.value_dim, hidden, False)
+
+    def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32),
+        both 0 at padded positions: the state neither decays nor learns there."""
+        a = _float32(op, self.in_proj_a(op, hidden_states))
+        softplus = op.Softplus(op.Add(a, _float32(op, self.dt_bias)))
+        decay = op.Mul(op.Neg(op.Exp(_float32(op, self.A_log))), softplus)
+        beta = op.Sigmoid(_float32(op, self.in_proj_b(op, hidden_states)))
+        real = op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
+        return op.Mul(decay, real), op.Mul(beta, real)
+
+    def _attend(
+        self, op, mixed: ir.Value, decay: ir.Value, beta: ir.Value, past: ir.Value
+    ) -> tuple[ir.Value, ir.Value]:
+        sizes = self.sizes
+        split = op.Constant(value_ints=[sizes.key_dim, sizes.key_dim, sizes.value_dim])
+        q, k, v = op.Split(mixed, split, axis=-1, _outputs=3)
+        q = _l2_normalized(op, q, sizes.key_heads, sizes.key_head_dim)
+        q = op.Mul(q, op.CastLike(op.Constant(value_float=sizes.key_head_dim**-0.5), q))
+        k = _l2_normalized(op, k, sizes.key_heads, sizes.key_head_dim)
+        opset = op.builder.root.graph.opset_imports[""]
+        function = TIER1_OPS["LinearAttention"].function("", opset)
+        return op.call(
+            function,
+            q,
+            k,
+            v,
+            past,
+            decay,
+            beta,
+            _outputs=2,
+            q_num_heads=sizes.key_heads,
+            kv_num_heads=sizes.value_heads,
+            update_rule="gated_delta",
+            scale=1.0,  # q is scaled above, as onnxruntime-genai's builder does
+        )
+
+    def forward(
+        self,
+        op,
+        hidden_states: ir.Value,
+        attention_mask: ir.Value,
+        past_conv: ir.Value,
+        past_recurrent: ir.Value,
+    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        sizes = self.sizes
+        current = current_mask(op, hidden_states, attention_mask)
+        hidden_states = zero_padding(op, hidden_states, current)
+        mixed = op.Transpose(self.in_proj_qkv(op, hidden_states), perm=[0, 2, 1])
+        convolved, present_conv = self.conv1d(op, mixed, past_conv, current)
+        decay, beta = self._gates(op, hidden_states, current)
+        convolved = _float32(op, op.Transpose(convolved, perm=[0, 2, 1]))
+        output, present_recurrent = self._attend(op, convolved, decay, beta, past_recurrent)
+        output = op.CastLike(output, hidden_states)
+        heads = [0, 0, sizes.value_heads, sizes.value_head_dim]
+        normed = self.norm(op, op.Reshape(output, op.Constant(value_ints=heads)))
+        normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, sizes.value_dim]))
+        gate = self.in_proj_z(op, hidden_states)
+        gated = op.Mul(normed, op.Mul(gate, op.Sigmoid(gate)))
+        return self.out_proj(op, gated), present_conv, present_recurrent
