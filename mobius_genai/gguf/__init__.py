@@ -21,7 +21,6 @@ import onnx_ir as ir
 from mobius_genai._json import write_json
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.errors import ConfigError, WeightsError
-from mobius_genai.gguf.blocks import BLOCK
 from mobius_genai.gguf.checkpoint import GgufCheckpoint
 from mobius_genai.gguf.metadata import config_json, generation_config
 from mobius_genai.gguf.tokenizer import tokenizer_config, tokenizer_json
@@ -30,9 +29,6 @@ from mobius_genai.source import Source
 from mobius_genai.weights import TensorSource
 
 __all__ = ["GgufCheckpoint", "find_gguf", "gguf_tensors", "open_gguf"]
-
-#: Zero-point form of each GGUF block type MatMulNBits holds.
-_ZERO_FORMS = {"Q4_0": "implicit", "Q8_0": "implicit", "Q4_1": "float", "Q4_K": "float"}
 
 
 def find_gguf(model: str | Path) -> Path | None:
@@ -87,8 +83,8 @@ def gguf_tensors(
         source = checkpoint_name(name)
         if not isinstance(source, str) or source not in checkpoint:
             continue
-        bits = checkpoint.nbits(source)
-        if bits is None:
+        block_type = checkpoint.block_type(source)
+        if block_type is None:
             continue
         n, k = checkpoint.shape(source)
         table = not value.meta.get(TRANSPOSED_FROM_CHECKPOINT)
@@ -103,9 +99,9 @@ def gguf_tensors(
             _reader(checkpoint, source),
             k=k,
             n=n,
-            bits=bits,
-            block_size=BLOCK,
-            zero_form=_ZERO_FORMS[kind],
+            bits=block_type.bits,
+            block_size=block_type.block_size,
+            zero_form=block_type.zero_form,
             scheme=f"gguf {kind}",
             dtype=value.dtype,
             name=name,

@@ -21,7 +21,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from mobius_genai.errors import UnsupportedModelError, WeightsError
-from mobius_genai.gguf.blocks import ACCEPTED_TYPES, BLOCK, NBITS_TYPES
+from mobius_genai.gguf.blocks import ACCEPTED_TYPES, NBITS_TYPES, BlockType
 from mobius_genai.gguf.metadata import architecture
 from mobius_genai.prequantized.tensor import StoredBlocks
 
@@ -124,18 +124,17 @@ class GgufCheckpoint:
         """The stored integers of a matrix of one of `blocks.NBITS_TYPES`, rows un-permuted."""
         tensor = self._tensors[name]
         n, k = self.shape(name)
-        _, read = NBITS_TYPES[self.kind(name)]
-        stored = read(np.asarray(tensor.data).reshape(n, -1), n, k)
+        stored = NBITS_TYPES[self.kind(name)].read(np.asarray(tensor.data).reshape(n, -1), n, k)
         return StoredBlocks(
             *(self._unpermute(name, part) for part in (stored.values, stored.scales, stored.zeros))
         )
 
-    def nbits(self, name: str) -> int | None:
-        """MatMulNBits' bits for this tensor's blocks, None when it must be dequantized."""
+    def block_type(self, name: str) -> BlockType | None:
+        """The MatMulNBits form of this tensor's blocks, None when it must be dequantized."""
         entry = NBITS_TYPES.get(self.kind(name))
-        if entry is None or len(self.shape(name)) != 2 or self.shape(name)[1] % BLOCK:
+        if entry is None or len(self.shape(name)) != 2 or self.shape(name)[1] % entry.block_size:
             return None
-        return entry[0]
+        return entry
 
     def _unpermute(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Undo llama.cpp's permute() of the Q and K rows (llama architecture only)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
 from gguf.quants import quantize
 from transformers import AutoModelForCausalLM
 
@@ -61,6 +61,27 @@ DEFAULT_TYPES = {
 
 #: Types written from a numpy dtype (gguf has no quantizer for them).
 _NUMPY_TYPES = {"F64": np.float64, "I32": np.int32}
+
+#: Block types written as random bytes (gguf has no quantizer for the k-quants): per type its
+#: fp16 fields as (byte offset, low, high), ranges giving weights of about WEIGHT_STD / 2; the
+#: other bytes (integers, packed sub-block scales) are uniform.
+_RANDOM_FIELDS = {
+    "Q4_K": [(0, 5e-4, 1e-3), (2, 5e-4, 1.5e-3)],
+    "Q5_K": [(0, 2.5e-4, 5e-4), (2, 5e-4, 1.5e-3)],
+    "Q6_K": [(208, 5e-5, 1.5e-4)],
+    "Q5_0": [(0, 2.5e-3, 5e-3)],
+}
+
+
+def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """[rows, row bytes] uniform random blocks of `kind` with fp16 scales in a sane range."""
+    qtype = GGMLQuantizationType[kind]
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    for offset, low, high in _RANDOM_FIELDS[kind]:
+        scale = rng.uniform(low, high, size=(rows, cols // block)).astype(np.float16)
+        raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
+    return raw.reshape(rows, -1)
 
 
 def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
@@ -112,7 +133,7 @@ def write_tiny_gguf(
     """A GGUF of `family`'s tiny random model at `path`.
 
     `types`: llama.cpp tensor base name → GGML type (DEFAULT_TYPES for the others, F32 for
-    norms and biases). `architecture` overrides general.architecture. `extra_layers` writes
+    norms and biases; k-quants are random blocks, see `random_blocks`). `architecture` overrides general.architecture. `extra_layers` writes
     the tensors of that many more layers than block_count says. `overrides` go to the config.
     """
     types = {**DEFAULT_TYPES, **(types or {})}
@@ -121,6 +142,7 @@ def write_tiny_gguf(
     config = model.config
     arch = architecture or family
     writer = GGUFWriter(str(path), arch)
+    rng = np.random.default_rng(seed)
     writer.add_block_count(config.num_hidden_layers - extra_layers)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
@@ -147,6 +169,10 @@ def write_tiny_gguf(
         kind = types.get(base, "F32") if array.ndim == 2 else "F32"
         if kind in _NUMPY_TYPES:  # no gguf quantizer: numpy's dtype says the type
             writer.add_tensor(gguf_name, array.astype(_NUMPY_TYPES[kind]))
+        elif kind in _RANDOM_FIELDS and kind != "Q5_0":  # no gguf quantizer: random blocks
+            qtype = GGMLQuantizationType[kind]
+            raw = random_blocks(kind, *array.shape, rng)
+            writer.add_tensor(gguf_name, raw, raw_dtype=qtype)
         else:
             qtype = GGMLQuantizationType[kind]
             writer.add_tensor(gguf_name, quantize(array, qtype), raw_dtype=qtype)

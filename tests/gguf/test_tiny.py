@@ -8,6 +8,7 @@ GatherBlockQuantized data is the GGUF's Q8_0 bytes (int8 + 128).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from gguf import GGUFReader
+from gguf.quants import dequantize
 from onnx import numpy_helper
 
 import mobius_genai
@@ -29,8 +31,24 @@ LOGITS_ATOL = 1e-4
 CASES = {
     # tied Q8_0 embedding (lookup and lm_head from one 8-bit copy), permuted Q/K rows
     "llama": {"family": "llama", "tie": True},
-    # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases, a dequantized Q5_0
+    # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases, an 8-bit Q5_0
     "qwen2": {"family": "qwen2", "tie": False, "types": {"token_embd": "Q4_0", "attn_v": "Q5_0"}},
+    # k-quants (K a multiple of 256): Q6_K 8-bit in blocks of 16 (permuted Q rows, the MLP's
+    # down projection, a tied Q6_K embedding: lookup and lm_head), Q4_K, a dequantized Q5_K
+    "kquants": {
+        "family": "llama",
+        "tie": True,
+        "hidden_size": 256,
+        "intermediate_size": 256,
+        "types": {
+            "token_embd": "Q6_K",
+            "attn_q": "Q6_K",
+            "attn_k": "Q4_K",
+            "attn_v": "Q5_0",
+            "ffn_gate": "Q5_K",
+            "ffn_down": "Q6_K",
+        },
+    },
     # per-head q/k norms; head_dim 128 (transformers' Qwen3 default: it reads no key_length)
     "qwen3": {"family": "qwen3", "tie": True, "head_dim": 128},
 }
@@ -68,6 +86,70 @@ def test_logits_equal_transformers(tmp_path: Path, case: str):
     }
     assert {"MatMulNBits", "GatherBlockQuantized"} <= ops
     assert "Gather" not in ops  # the embedding lookup reads the stored integers
+
+
+def _matmul_nbits_weights(model: onnx.ModelProto) -> list[np.ndarray]:
+    """The [N, K] float weight of each MatMulNBits, dequantized as its kernel defines it."""
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    weights = []
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        attributes = {a.name: a.i for a in node.attribute}
+        bits, size, n = attributes["bits"], attributes["block_size"], attributes["N"]
+        data = initializers[node.input[1]].reshape(n, -1, size * bits // 8)
+        if bits == 4:
+            data = np.stack([data & 0x0F, data >> 4], axis=-1).reshape(n, -1, size)
+        scales = initializers[node.input[2]].reshape(n, -1, 1).astype(np.float32)
+        zeros = np.full(scales.shape, 2 ** (bits - 1), np.float32)
+        if len(node.input) > 3 and node.input[3]:
+            zeros = initializers[node.input[3]].reshape(n, -1)
+            if bits == 4 and zeros.dtype == np.uint8:
+                zeros = np.stack([zeros & 0x0F, zeros >> 4], axis=-1).reshape(n, -1)
+            zeros = zeros[:, : scales.shape[1], None].astype(np.float32)
+        weights.append(((data.astype(np.float32) - zeros) * scales).reshape(n, -1))
+    return weights
+
+
+def test_q5_0_and_q6_k_weights_are_gguf_dequantized_exactly(tmp_path: Path):
+    """The Q5_0 / Q6_K tensors become 8-bit MatMulNBits with uint8 zero points whose weights
+    are gguf.quants.dequantize's values bit for bit (rows in HuggingFace's order: the Q6_K
+    attn_q's rows are un-permuted, so compare with the dequantized tensor un-permuted by the
+    test's own inverse of llama.cpp's permutation)."""
+    gguf, bundle = _package(tmp_path, "kquants")
+    model = onnx.load(bundle / "model.onnx")
+    weights = _matmul_nbits_weights(model)
+    reader = GGUFReader(gguf)
+    checked = 0
+    for tensor in reader.tensors:
+        if tensor.tensor_type.name not in ("Q5_0", "Q6_K"):
+            continue
+        expected = dequantize(np.asarray(tensor.data), tensor.tensor_type)
+        if tensor.name.endswith("attn_q.weight"):
+            expected = _unpermute(expected, 4)
+        assert any(_holds_rows(weight, expected) for weight in weights), tensor.name
+        checked += 1
+    assert checked == 3 * 3 + 1  # q, v, down per layer and the embedding (its tied lm_head)
+    nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits" and _bits(n) == 8]
+    assert all(len(n.input) == 4 for n in nbits)  # uint8 zero points 16 / 32
+    manifest = json.loads((bundle / "mobius_manifest.json").read_text())
+    dequantized = manifest["build"]["prequantized"]["dequantized"]
+    assert dequantized == []  # Q5_K goes through the float reader, not a MatMulNBits
+
+
+def _unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
+    n = rows.shape[0]
+    return rows.reshape(heads, n // heads // 2, 2, -1).swapaxes(1, 2).reshape(rows.shape)
+
+
+def _holds_rows(weight: np.ndarray, expected: np.ndarray) -> bool:
+    """`expected` [n, K] is a run of rows of `weight` [N, K], bit for bit."""
+    if weight.shape[1] != expected.shape[1]:
+        return False
+    for start in range(weight.shape[0] - expected.shape[0] + 1):
+        if np.array_equal(weight[start : start + expected.shape[0]], expected):
+            return True
+    return False
 
 
 def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
