@@ -102,7 +102,7 @@ def gguf_tensors(
             bits=block_type.bits,
             block_size=block_type.block_size,
             zero_form=block_type.zero_form,
-            scheme=f"gguf {kind}",
+            scheme=kind,
             dtype=value.dtype,
             name=name,
             sources=(source,),

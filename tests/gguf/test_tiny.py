@@ -170,18 +170,68 @@ def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
     assert view.op_type == "Reshape" and view.input[0] == lm_head[0].input[1]
 
 
-def test_lm_head_from_a_table_runs_at_accuracy_level_0(tmp_path: Path):
-    """At the cpu EP's level 4 the 8-bit lm_head would take int8 activations (see
-    quantize/stored_tables.py); the 4-bit linears keep the target's level."""
-    gguf = write_tiny_gguf(tmp_path / "llama.gguf", "llama")
-    bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", quiet=True)
-    nodes = onnx.load(bundle / "model.onnx", load_external_data=False).graph.node
+def _levels(bundle: Path) -> dict[int, set[int]]:
+    """bits → the accuracy levels of the bundle's MatMulNBits of those bits (0: no attribute)."""
     levels: dict[int, set[int]] = {}
-    for node in nodes:
+    for node in onnx.load(bundle / "model.onnx", load_external_data=False).graph.node:
         if node.op_type == "MatMulNBits":
-            found = {a.i for a in node.attribute if a.name == "accuracy_level"}
-            levels.setdefault(_bits(node), set()).update(found)
-    assert levels == {4: {4}, 8: set()}  # level 0 is the attribute's default
+            found = [a.i for a in node.attribute if a.name == "accuracy_level"]
+            levels.setdefault(_bits(node), set()).add(found[0] if found else 0)
+    return levels
+
+
+def _summary(bundle: Path) -> dict:
+    return json.loads((bundle / "mobius_manifest.json").read_text())["build"]["prequantized"]
+
+
+def test_one_accuracy_level_for_every_stored_weight(tmp_path: Path):
+    """At the cpu EP's level 4 the kernel quantizes the activations of 8-bit weights to int8
+    (the 8-bit lm_head moved SmolLM2's logits by 0.26): a bundle holding stored 8-bit weights
+    runs every MatMulNBits at level 0 unless a level is asked for, and the manifest's level is
+    the one every node has."""
+    gguf = write_tiny_gguf(tmp_path / "llama.gguf", "llama")
+    default = mobius_genai.package(gguf, "cpu", tmp_path / "default", quiet=True)
+    assert _levels(default) == {4: {0}, 8: {0}}
+    assert _summary(default)["accuracy_level"] == 0
+    asked = mobius_genai.package(
+        gguf,
+        "cpu",
+        tmp_path / "asked",
+        precision="int4",
+        int4=Int4Options(accuracy_level=4),
+        quiet=True,
+    )
+    assert _levels(asked) == {4: {4}, 8: {4}}
+    assert _summary(asked)["accuracy_level"] == 4
+    four = write_tiny_gguf(tmp_path / "q4.gguf", "llama", types={"token_embd": "Q4_0"})
+    only_4_bit = mobius_genai.package(four, "cpu", tmp_path / "four", quiet=True)
+    assert _levels(only_4_bit) == {4: {4}}  # the EP's default level: no 8-bit weight
+    assert _summary(only_4_bit)["accuracy_level"] == 4
+
+
+#: What the packager does with each GGUF type (for a matrix; vectors are read as float).
+_OUTCOME = {
+    "Q4_0": "kept 4-bit",
+    "Q4_1": "kept 4-bit",
+    "Q4_K": "kept 4-bit",
+    "Q5_0": "kept 8-bit",
+    "Q6_K": "kept 8-bit",
+    "Q8_0": "kept 8-bit",
+    "Q5_K": "dequantized to fp32",
+    "F32": "float (fp32)",
+}
+
+
+def test_manifest_says_what_happened_to_each_tensor_kind(tmp_path: Path):
+    gguf, bundle = _package(tmp_path, "kquants")
+    expected: dict[str, dict[str, int]] = {}
+    for tensor in GGUFReader(gguf).tensors:
+        kind = tensor.tensor_type.name
+        outcome = expected.setdefault(kind, {})
+        outcome[_OUTCOME[kind]] = outcome.get(_OUTCOME[kind], 0) + 1
+    assert _summary(bundle)["tensors"] == expected
+    card = (bundle / "README.md").read_text()
+    assert "Q6_K: 7 kept 8-bit" in card and "Q5_K: 3 dequantized to fp32" in card
 
 
 def test_a_slice_of_a_dequantized_matrix_dequantizes_only_its_rows(tmp_path: Path, monkeypatch):
