@@ -55,7 +55,8 @@ def open_gguf(path: Path) -> tuple[Source, dict[str, Any], GgufCheckpoint]:
     vocab = len(meta.get("tokenizer.ggml.tokens") or []) or int(
         meta.get(f"{checkpoint.arch}.vocab_size", 0)
     )
-    config = config_json(meta, "lm_head.weight" not in checkpoint, vocab, where)
+    tied = "lm_head.weight" not in checkpoint
+    config = config_json(meta, tied, vocab, where, checkpoint.rope_factors)
     folder = Path(tempfile.mkdtemp(prefix="mobius-gguf-"))
     atexit.register(shutil.rmtree, folder, True)
     write_json(folder / "config.json", config)

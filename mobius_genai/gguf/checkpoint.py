@@ -46,6 +46,8 @@ _LAYER = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+#: Not a weight: the rope's frequency factors (`GgufCheckpoint.rope_factors`).
+_ROPE_FREQS = "rope_freqs.weight"
 _NAME = re.compile(r"(?:blk\.(?P<layer>\d+)\.)?(?P<base>\w+?)\.(?P<kind>weight|bias)")
 
 
@@ -80,8 +82,18 @@ class GgufCheckpoint:
                     f"{path}: tensor {tensor.name!r} is stored as {tensor.tensor_type.name}; "
                     f"accepted: {', '.join(sorted(ACCEPTED_TYPES))}"
                 )
-        self._tensors = {_hf_name(t.name, path): t for t in reader.tensors}
-        self.kinds = Counter(t.tensor_type.name for t in reader.tensors)
+        weights = [t for t in reader.tensors if t.name != _ROPE_FREQS]
+        self._tensors = {_hf_name(t.name, path): t for t in weights}
+        self.kinds = Counter(t.tensor_type.name for t in weights)
+        self.rope_factors: tuple[float, ...] | None = next(
+            (
+                tuple(float(f) for f in dequantize(t.data, t.tensor_type).ravel())
+                for t in reader.tensors
+                if t.name == _ROPE_FREQS
+            ),
+            None,
+        )
+        """llama.cpp's rope_freqs: a factor dividing each rotary frequency (Llama 3 scaling)."""
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors

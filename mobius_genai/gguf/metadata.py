@@ -55,8 +55,15 @@ def architecture(meta: Mapping[str, Any], where: str) -> tuple[str, Architecture
     return arch, ARCHITECTURES[arch]
 
 
-def config_json(meta: Mapping[str, Any], tied: bool, vocab: int, where: str) -> dict[str, Any]:
-    """config.json for the GGUF's architecture (`tied`: the GGUF has no output.weight)."""
+def config_json(
+    meta: Mapping[str, Any],
+    tied: bool,
+    vocab: int,
+    where: str,
+    rope_factors: tuple[float, ...] | None = None,
+) -> dict[str, Any]:
+    """config.json for the GGUF's architecture (`tied`: the GGUF has no output.weight;
+    `rope_factors`: its rope_freqs tensor, which becomes the rope's `frequency_factors`)."""
     arch, row = architecture(meta, where)
     scaling = meta.get(f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
@@ -81,6 +88,8 @@ def config_json(meta: Mapping[str, Any], tied: bool, vocab: int, where: str) -> 
             raise UnsupportedModelError(f"{where}: metadata lacks {arch}.{_KEYS[key]}")
     config.setdefault("num_key_value_heads", config["num_attention_heads"])
     config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    if rope_factors is not None:
+        config["rope_scaling"] = {"rope_type": "default", "frequency_factors": list(rope_factors)}
     config.update(generation_config(meta))
     return config
 

@@ -10,6 +10,7 @@ GGUFWriter's own add_* methods. The tokenizer is tests/data/tiny-qwen2's byte-le
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -94,6 +95,26 @@ def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
+def _llama3_rope_factors(rope: Mapping, head_dim: int) -> np.ndarray:
+    """llama.cpp's rope_freqs of a llama3-scaled rope (convert_hf_to_gguf.py's LlamaModel:
+    1 for short wavelengths, `factor` for long ones, smoothed in between)."""
+    base, factor = rope["rope_theta"], rope["factor"]
+    low, high = rope["low_freq_factor"], rope["high_freq_factor"]
+    original = rope["original_max_position_embeddings"]
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < original / high:
+            factors.append(1.0)
+        elif wavelen > original / low:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(factors, np.float32)
+
+
 def _gguf_name(name: str) -> tuple[str, str]:
     """(llama.cpp name, its base) of a HuggingFace parameter name."""
     stem, kind = name.rsplit(".", 1)
@@ -157,6 +178,10 @@ def write_tiny_gguf(
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(VOCAB)
     _add_tokenizer(writer)
+    if config.rope_parameters.get("rope_type") == "llama3":  # no metadata: a tensor of factors
+        writer.add_tensor(
+            "rope_freqs.weight", _llama3_rope_factors(config.rope_parameters, head_dim)
+        )
     for name, tensor in model.state_dict().items():
         if tie and name == "lm_head.weight":
             continue

@@ -15,9 +15,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from gguf import GGUFReader
 from gguf.quants import dequantize
 from onnx import numpy_helper
+from transformers import AutoModelForCausalLM
 
 import mobius_genai
 from mobius_genai.quantize import Int4Options
@@ -150,6 +152,48 @@ def _holds_rows(weight: np.ndarray, expected: np.ndarray) -> bool:
         if np.array_equal(weight[start : start + expected.shape[0]], expected):
             return True
     return False
+
+
+def test_llama3_rope_freqs_scale_the_rotation(tmp_path: Path):
+    """llama.cpp stores Llama 3's rope scaling as a rope_freqs.weight tensor (a factor per
+    frequency), no metadata; transformers' GGUF loader ignores it, so the reference is
+    transformers' model loaded from the same GGUF with the llama3 rope_parameters the
+    checkpoint had. Wavelengths of this tiny model (head_dim 16) fall in all three bands."""
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    gguf = write_tiny_gguf(tmp_path / "llama3.gguf", "llama", rope_parameters=rope)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=gguf.name, dtype=torch.float32
+    )
+    config = loaded.config
+    config.rope_parameters = rope
+    reference_model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    reference_model.load_state_dict(loaded.state_dict())
+    reference_model.save_pretrained(tmp_path / "reference")
+    unscaled = hf_reference_logits(gguf, PROMPT, decode_steps=4)
+    run = hf_reference_logits(tmp_path / "reference", PROMPT, decode_steps=4)
+    bundle = mobius_genai.package(
+        gguf,
+        "cpu",
+        tmp_path / "bundle",
+        precision="int4",
+        int4=Int4Options(accuracy_level=0),
+        quiet=True,
+    )
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    ours = run_like_reference(session, run)
+    diffs = [np.abs(o[:, -1] - r.logits[:, -1]).max() for o, r in zip(ours, run.steps, strict=True)]
+    assert max(diffs) <= LOGITS_ATOL, diffs
+    scaling = max(
+        np.abs(u.logits - r.logits).max() for u, r in zip(unscaled.steps, run.steps, strict=True)
+    )
+    assert scaling > 1e-2  # the scaling matters at these positions
 
 
 def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
