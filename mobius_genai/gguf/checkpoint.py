@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +51,16 @@ _ROPE_FREQS = "rope_freqs.weight"
 _NAME = re.compile(r"(?:blk\.(?P<layer>\d+)\.)?(?P<base>\w+?)\.(?P<kind>weight|bias)")
 
 
-def _hf_name(name: str, where: Path) -> str:
+def _hf_name(name: str, where: Path, names: Mapping[str, str]) -> str:
+    """The HuggingFace name of llama.cpp tensor `name`; `names`: the architecture's layer
+    names that differ from llama's."""
+    layer_names = {**_LAYER, **names}
     match = _NAME.fullmatch(name)
-    base = match and (_LAYER if match["layer"] else _GLOBAL).get(match["base"])
+    base = match and (layer_names if match["layer"] else _GLOBAL).get(match["base"])
     if not match or base is None:
         raise UnsupportedModelError(
             f"{where}: tensor {name!r} has no HuggingFace counterpart here; accepted: "
-            f"{', '.join(_GLOBAL)} and per layer {', '.join(_LAYER)}"
+            f"{', '.join(_GLOBAL)} and per layer {', '.join(layer_names)}"
         )
     prefix = f"model.layers.{match['layer']}." if match["layer"] else ""
     return f"{prefix}{base}.{match['kind']}"
@@ -83,7 +86,7 @@ class GgufCheckpoint:
                     f"accepted: {', '.join(sorted(ACCEPTED_TYPES))}"
                 )
         weights = [t for t in reader.tensors if t.name != _ROPE_FREQS]
-        self._tensors = {_hf_name(t.name, path): t for t in weights}
+        self._tensors = {_hf_name(t.name, path, self._row.names): t for t in weights}
         self.kinds = Counter(t.tensor_type.name for t in weights)
         self.rope_factors: tuple[float, ...] | None = next(
             (
@@ -130,6 +133,8 @@ class GgufCheckpoint:
             shape = (data.shape[0], shape[1])
         array = dequantize(data, tensor.tensor_type).astype(np.float32).reshape(shape)
         array = self._unpermute(name, array)
+        if self._row.norm_offset and name.endswith("norm.weight"):
+            array = array - np.float32(self._row.norm_offset)
         return array if index is None else np.ascontiguousarray(array[index])
 
     def blocks(self, name: str) -> StoredBlocks:

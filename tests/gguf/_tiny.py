@@ -40,6 +40,18 @@ _LAYER_NAMES = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
+#: Per llama.cpp architecture: the layer names that differ (gemma's four norms, phi3's fused
+#: projections: attn_qkv [q; k; v] rows, ffn_up [gate; up] rows).
+_ARCH_NAMES = {
+    "gemma3": {
+        "post_attention_layernorm": "post_attention_norm",
+        "pre_feedforward_layernorm": "ffn_norm",
+        "post_feedforward_layernorm": "post_ffw_norm",
+    },
+    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+}
+#: Architectures whose converter stores norm weights as 1 + w (gemma's RMSNorm scale).
+_NORM_PLUS_ONE = {"gemma3"}
 _GLOBAL_NAMES = {
     "model.embed_tokens": "token_embd",
     "model.norm": "output_norm",
@@ -115,13 +127,13 @@ def _llama3_rope_factors(rope: Mapping, head_dim: int) -> np.ndarray:
     return np.asarray(factors, np.float32)
 
 
-def _gguf_name(name: str) -> tuple[str, str]:
+def _gguf_name(name: str, arch: str) -> tuple[str, str]:
     """(llama.cpp name, its base) of a HuggingFace parameter name."""
     stem, kind = name.rsplit(".", 1)
     if stem in _GLOBAL_NAMES:
         return f"{_GLOBAL_NAMES[stem]}.{kind}", _GLOBAL_NAMES[stem]
     _, _, layer, rest = stem.split(".", 3)
-    base = _LAYER_NAMES[rest]
+    base = {**_LAYER_NAMES, **_ARCH_NAMES.get(arch, {})}[rest]
     return f"blk.{layer}.{base}.{kind}", base
 
 
@@ -148,17 +160,19 @@ def write_tiny_gguf(
     types: Mapping[str, str] | None = None,
     architecture: str | None = None,
     extra_layers: int = 0,
+    layers: int = 3,
     seed: int = 0,
     **overrides,
 ) -> Path:
     """A GGUF of `family`'s tiny random model at `path`.
 
     `types`: llama.cpp tensor base name → GGML type (DEFAULT_TYPES for the others, F32 for
-    norms and biases; k-quants are random blocks, see `random_blocks`). `architecture` overrides general.architecture. `extra_layers` writes
-    the tensors of that many more layers than block_count says. `overrides` go to the config.
+    norms and biases; k-quants are random blocks, see `random_blocks`). `architecture`
+    overrides general.architecture. `extra_layers` writes the tensors of that many more
+    layers than block_count (`layers`) says. `overrides` go to the config.
     """
     types = {**DEFAULT_TYPES, **(types or {})}
-    layers = 3 + extra_layers
+    layers += extra_layers
     model = tiny_model(family, tie=tie, seed=seed, num_hidden_layers=layers, **overrides)
     config = model.config
     arch = architecture or family
@@ -174,14 +188,16 @@ def write_tiny_gguf(
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    rope = config.rope_parameters
+    rope = rope.get("full_attention", rope)  # gemma3: per layer type; the local base is fixed
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    if getattr(config, "sliding_window", None):
+        writer.add_sliding_window(config.sliding_window)
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(VOCAB)
     _add_tokenizer(writer)
-    if config.rope_parameters.get("rope_type") == "llama3":  # no metadata: a tensor of factors
-        writer.add_tensor(
-            "rope_freqs.weight", _llama3_rope_factors(config.rope_parameters, head_dim)
-        )
+    if rope.get("rope_type") == "llama3":  # no metadata: a tensor of factors
+        writer.add_tensor("rope_freqs.weight", _llama3_rope_factors(rope, head_dim))
     for name, tensor in model.state_dict().items():
         if tie and name == "lm_head.weight":
             continue
@@ -190,7 +206,9 @@ def write_tiny_gguf(
             array = _permute(array, config.num_attention_heads)
         elif arch == "llama" and name.endswith("k_proj.weight"):
             array = _permute(array, config.num_key_value_heads)
-        gguf_name, base = _gguf_name(name)
+        if arch in _NORM_PLUS_ONE and name.endswith("norm.weight"):
+            array = array + np.float32(1.0)
+        gguf_name, base = _gguf_name(name, arch)
         kind = types.get(base, "F32") if array.ndim == 2 else "F32"
         if kind in _NUMPY_TYPES:  # no gguf quantizer: numpy's dtype says the type
             writer.add_tensor(gguf_name, array.astype(_NUMPY_TYPES[kind]))

@@ -35,6 +35,25 @@ CASES = {
     "llama": {"family": "llama", "tie": True},
     # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases, an 8-bit Q5_0
     "qwen2": {"family": "qwen2", "tie": False, "types": {"token_embd": "Q4_0", "attn_v": "Q5_0"}},
+    # gemma3: four norms per layer stored as 1 + w, q/k norms, sqrt(hidden) embedding scale,
+    # sliding layers (window 4, 1 in 6 global), local rope base 10000 and global 1e6 (the GGUF
+    # stores neither the pattern nor the local base: llama.cpp and transformers' defaults);
+    # query_pre_attn_scalar = head_dim = 256, as in gemma3 1B-12B (the GGUF does not store it)
+    "gemma3": {
+        "family": "gemma3_text",
+        "architecture": "gemma3",
+        "tie": True,
+        "layers": 6,
+        "head_dim": 256,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 4,
+        "sliding_window_pattern": 6,
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 10000.0,
+        "final_logit_softcapping": None,
+    },
+    # phi3: fused attn_qkv and ffn_up ([gate; up]) matrices
+    "phi3": {"family": "phi3", "tie": False},
     # k-quants (K a multiple of 256): Q6_K 8-bit in blocks of 16 (permuted Q rows, the MLP's
     # down projection, a tied Q6_K embedding: lookup and lm_head), Q4_K, a dequantized Q5_K
     "kquants": {
