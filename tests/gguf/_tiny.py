@@ -161,6 +161,7 @@ def write_tiny_gguf(
     architecture: str | None = None,
     extra_layers: int = 0,
     layers: int = 3,
+    tokenizer: str = "gpt2",
     seed: int = 0,
     **overrides,
 ) -> Path:
@@ -169,7 +170,8 @@ def write_tiny_gguf(
     `types`: llama.cpp tensor base name → GGML type (DEFAULT_TYPES for the others, F32 for
     norms and biases; k-quants are random blocks, see `random_blocks`). `architecture`
     overrides general.architecture. `extra_layers` writes the tensors of that many more
-    layers than block_count (`layers`) says. `overrides` go to the config.
+    layers than block_count (`layers`) says. `tokenizer`: "gpt2" (tests/data/tiny-qwen2's) or
+    "llama" (a SentencePiece vocabulary, `_add_spm_tokenizer`). `overrides` go to the config.
     """
     types = {**DEFAULT_TYPES, **(types or {})}
     layers += extra_layers
@@ -195,7 +197,10 @@ def write_tiny_gguf(
         writer.add_sliding_window(config.sliding_window)
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(VOCAB)
-    _add_tokenizer(writer)
+    if tokenizer == "llama":
+        _add_spm_tokenizer(writer, spaces=arch == "gemma3")
+    else:
+        _add_tokenizer(writer)
     if rope.get("rope_type") == "llama3":  # no metadata: a tensor of factors
         writer.add_tensor("rope_freqs.weight", _llama3_rope_factors(rope, head_dim))
     for name, tensor in model.state_dict().items():
@@ -224,6 +229,33 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+#: Words of the SentencePiece test vocabulary: ▁ + each prefix of each, and single letters.
+_SPM_WORDS = ("the", "cat", "sat", "on", "mat", "hello", "world", "two", "spaces", "and")
+
+
+def _add_spm_tokenizer(writer: GGUFWriter, spaces: bool) -> None:
+    """A SentencePiece BPE vocabulary as llama.cpp writes one (tokens, scores, types, no
+    merges): <unk> <s> </s>, the 256 byte pieces, pieces of `_SPM_WORDS` scored by length,
+    and filler pieces up to VOCAB. `spaces`: all-space pieces stored as spaces (gemma)."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
+    pieces = ["\u2581", *"abcdefghijklmnopqrstuvwxyz"]
+    pieces += ["  " if spaces else "\u2581\u2581"]
+    for word in _SPM_WORDS:
+        pieces += [word[:end] for end in range(2, len(word) + 1)]
+        pieces += ["\u2581" + word[:end] for end in range(1, len(word) + 1)]
+    pieces = list(dict.fromkeys(pieces))
+    pieces += [f"<filler{i}>" for i in range(VOCAB - len(tokens) - len(pieces))]
+    scores = [0.0] * len(tokens) + [-float(len(p)) - i / 1000 for i, p in enumerate(pieces)]
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens + pieces)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types + [TokenType.NORMAL] * len(pieces))
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
 
 
 def _add_tokenizer(writer: GGUFWriter) -> None:
