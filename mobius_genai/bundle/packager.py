@@ -336,7 +336,7 @@ def _twin_writer(
         manifest = read_json(staging / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
         remember_source_hashes(manifest, source.path)
         twin = build(
-            source.path,
+            source.weights or source.path,
             target=twin_target,
             progress=False,
             prune_lm_head=prune_lm_head,

@@ -66,7 +66,7 @@ def open_gguf(path: Path) -> tuple[Source, dict[str, Any], GgufCheckpoint]:
         folder / "tokenizer_config.json",
         tokenizer_config(meta, config.get("max_position_embeddings")),
     )
-    return Source(path=folder, model_id=path.name), config, checkpoint
+    return Source(path=folder, model_id=path.name, weights=path), config, checkpoint
 
 
 def gguf_tensors(
