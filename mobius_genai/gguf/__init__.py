@@ -24,7 +24,7 @@ from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.gguf.checkpoint import GgufCheckpoint
 from mobius_genai.gguf.metadata import config_json, generation_config
 from mobius_genai.gguf.tokenizer import tokenizer_config, tokenizer_json
-from mobius_genai.prequantized.tensor import PrequantizedTensor
+from mobius_genai.prequantized.tensor import PrequantizedTensor, StoredBlocks
 from mobius_genai.source import Source
 from mobius_genai.weights import TensorSource
 
@@ -75,14 +75,15 @@ def gguf_tensors(
     checkpoint_name: Callable[[str], str | TensorSource],
 ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
     """A `PrequantizedTensor` for each matrix stored in a MatMulNBits block type (Linear
-    weights, and embedding tables as `table`s), by parameter name, and the GGUF tensors they
-    read (the others are left for `weights.checkpoint_tensors`, which dequantizes them)."""
+    weights, rows of a fused one such as phi3's attn_qkv, and embedding tables as `table`s),
+    by parameter name, and the GGUF tensors they read (the others are left for
+    `weights.checkpoint_tensors`, which dequantizes them)."""
     tensors: dict[str, PrequantizedTensor] = {}
     for name, value in parameters.items():
         if value.const_value is not None:
             continue
-        source = checkpoint_name(name)
-        if not isinstance(source, str) or source not in checkpoint:
+        source, rows = _rows(checkpoint_name(name), parameters, name)
+        if source is None or source not in checkpoint:
             continue
         block_type = checkpoint.block_type(source)
         if block_type is None:
@@ -90,30 +91,48 @@ def gguf_tensors(
         n, k = checkpoint.shape(source)
         table = not value.meta.get(TRANSPOSED_FROM_CHECKPOINT)
         needed = [int(d) for d in value.shape or ()]
+        if rows is not None and rows.stop <= n:
+            n = rows.stop - rows.start
         if [n, k] != (needed if table else needed[::-1]):
             raise WeightsError(
                 f"{checkpoint.folder}: tensor {source!r} has shape [{n}, {k}], the architecture "
                 f"in the GGUF metadata needs {needed if table else needed[::-1]}"
             )
-        kind = checkpoint.kind(source)
         tensors[name] = PrequantizedTensor(
-            _reader(checkpoint, source),
+            _reader(checkpoint, source, rows),
             k=k,
             n=n,
             bits=block_type.bits,
             block_size=block_type.block_size,
             zero_form=block_type.zero_form,
-            scheme=kind,
+            scheme=checkpoint.kind(source),
             dtype=value.dtype,
             name=name,
             sources=(source,),
             table=table,
         )
-    return tensors, [source for tensor in tensors.values() for source in tensor.sources]
+    return tensors, sorted({source for tensor in tensors.values() for source in tensor.sources})
 
 
-def _reader(checkpoint: GgufCheckpoint, name: str) -> Callable[[], Any]:
+def _rows(
+    source: str | TensorSource, parameters: Mapping[str, ir.Value], name: str
+) -> tuple[str | None, slice | None]:
+    """The GGUF tensor parameter `name` reads and, for a part of a tensor fused along its
+    rows (phi3's [q; k; v]), that part's rows; (None, None) for other reads."""
+    if isinstance(source, str):
+        return source, None
+    if len(source.names) != 1 or not source.parts or source.axis != 0 or source.in_out:
+        return None, None
+    sizes = [int((parameters[part].shape or (0, 0))[-1]) for part in source.parts]
+    start = sum(sizes[: source.parts.index(name)])
+    return source.names[0], slice(start, start + sizes[source.parts.index(name)])
+
+
+def _reader(checkpoint: GgufCheckpoint, name: str, rows: slice | None) -> Callable[[], Any]:
     def read() -> Any:
-        return checkpoint.blocks(name)
+        blocks = checkpoint.blocks(name)
+        if rows is None:
+            return blocks
+        return StoredBlocks(blocks.values[rows], blocks.scales[rows], blocks.zeros[rows])
 
     return read

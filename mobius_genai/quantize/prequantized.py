@@ -210,7 +210,7 @@ class _Kinds:
     def __init__(self, precision: str) -> None:
         self.precision = precision
         self.counts: dict[str, dict[str, int]] = {}
-        self._seen: set[int] = set()
+        self._seen: set[object] = set()
 
     def _add(self, kind: str, outcome: str, count: int = 1) -> None:
         outcomes = self.counts.setdefault(kind, {})
@@ -218,15 +218,18 @@ class _Kinds:
 
     def kept(self, tensors: list[PrequantizedTensor]) -> None:
         for tensor in tensors:
-            if id(tensor) not in self._seen:
-                self._seen.add(id(tensor))
-                self._add(tensor.scheme, f"kept {tensor.bits}-bit")
+            self._once(tensor, f"kept {tensor.bits}-bit")
 
     def dequantized(self, tensors: list[PrequantizedTensor]) -> None:
         for tensor in tensors:
-            if id(tensor) not in self._seen:
-                self._seen.add(id(tensor))
-                self._add(tensor.scheme, f"dequantized to {self.precision}")
+            self._once(tensor, f"dequantized to {self.precision}")
+
+    def _once(self, tensor: PrequantizedTensor, outcome: str) -> None:
+        """Count the source tensor once (the parts of a fused one read the same tensor)."""
+        key = tensor.sources or id(tensor)
+        if key not in self._seen:
+            self._seen.add(key)
+            self._add(tensor.scheme, outcome)
 
     def read_as_float(self, float_kinds: Mapping[str, int]) -> None:
         for kind, count in float_kinds.items():

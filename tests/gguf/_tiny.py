@@ -69,6 +69,7 @@ DEFAULT_TYPES = {
     "ffn_gate": "Q4_1",
     "ffn_up": "Q4_0",
     "ffn_down": "Q4_1",
+    "attn_qkv": "Q4_1",  # phi3's fused [q; k; v]
 }
 
 
