@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -63,6 +64,9 @@ class ModelPackage(Mapping[str, ir.Model]):
     prequantized: str | None = None
     """How the source stored its quantized weights (e.g. "GPTQ 4-bit, group size 128"), when
     it did: those weights carry their stored integers (`PrequantizedTensor`)."""
+    float_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    """For a pre-quantized source: the stored kind (GGUF type, safetensors dtype) → number of
+    the checkpoint's tensors read as float (dequantized or cast), for the manifest."""
 
     @property
     def decoder_key(self) -> str:
@@ -236,8 +240,8 @@ def build(
     with build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         # config vs checkpoint: before the graph is built
-        tensors = (
-            {}
+        tensors, float_kinds = (
+            ({}, {})
             if checkpoint is None
             else _tensors(
                 module, checkpoint, family, scheme, num_layers, mxfp4_experts=mxfp4_experts
@@ -254,6 +258,7 @@ def build(
         source=source,
         family=family,
         prequantized=prequantized,
+        float_kinds=float_kinds if prequantized else {},
     )
     _optimize(package, trace_optimization, prune_lm_head)
     return package
@@ -281,8 +286,9 @@ def _tensors(
     skip_layers_from: int | None = None,
     *,
     mxfp4_experts: bool = False,
-) -> dict[str, ir.TensorProtocol]:
-    """A lazy tensor for each parameter of `module`: stacked experts and weights stored as
+) -> tuple[dict[str, ir.TensorProtocol], dict[str, int]]:
+    """A lazy tensor for each parameter of `module`, and the stored kinds of the checkpoint
+    tensors read as float (`ModelPackage.float_kinds`): stacked experts and weights stored as
     integers (GGUF blocks, GPTQ/AWQ) by their own readers, the rest by `checkpoint_tensors`,
     which checks that every checkpoint tensor is read by one of them, or belongs to a layer
     from `skip_layers_from` on (a build of the first layers only, the smoke test's twin; a
@@ -297,6 +303,7 @@ def _tensors(
         )
     )
     special = {**quantized, **experts}
+    elsewhere = {*read, *expert_read, *_layers_from(checkpoint, skip_layers_from)}
     tensors = checkpoint_tensors(
         {name: value for name, value in parameters.items() if name not in special},
         checkpoint,
@@ -306,9 +313,11 @@ def _tensors(
         family.preprocessed,
         unused=family.unused_weights,
         tied=module.tied_weights(),
-        read_elsewhere=[*read, *expert_read, *_layers_from(checkpoint, skip_layers_from)],
+        read_elsewhere=sorted(elsewhere),
     )
-    return {**tensors, **special}
+    kind = checkpoint.kind if isinstance(checkpoint, GgufCheckpoint) else checkpoint.dtype
+    float_kinds = Counter(kind(name) for name in checkpoint if name not in elsewhere)
+    return {**tensors, **special}, dict(sorted(float_kinds.items()))
 
 
 def _mxfp4_experts(raw: dict, family: FamilyAdapter) -> bool:

@@ -43,6 +43,9 @@ class Source:
     path: Path
     model_id: str
     revision: str | None = None
+    weights: Path | None = None
+    """The file the model is built from when it is not `path` (a GGUF, whose metadata
+    files `path` holds): what a rebuild (the smoke test's twin) opens."""
 
 
 def resolve_source(

@@ -130,6 +130,7 @@ def test_from_file_reads_config_json(tmp_path):
         ({"layer_types": ["full_attention", "chunked"]}, ["'chunked'", "sliding_attention"]),
         ({"layer_types": ["sliding_attention"] * 2}, ["sliding_window", "None"]),
         ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0]}}, ["long_factor"]),
+        ({"rope_scaling": {"frequency_factors": [1.0, 2.0]}}, ["frequency_factors", "2 entries"]),
         ({"eos_token_id": "eos"}, ["'eos_token_id'", "'eos'"]),
     ],
 )

@@ -164,6 +164,13 @@ def _prequantized(summary: Mapping[str, Any] | None) -> str:
         words += f", {summary['act_order_gathers']} act-order input gathers"
     if summary["dequantized"]:
         words += f", {len(summary['dequantized'])} dequantized to float"
+    kinds = summary.get("tensors") or {}
+    if kinds:
+        words += "; source tensors: " + ", ".join(
+            f"{kind}: {count} {outcome}"
+            for kind, outcomes in kinds.items()
+            for outcome, count in outcomes.items()
+        )
     return words
 
 

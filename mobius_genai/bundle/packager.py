@@ -190,18 +190,25 @@ def _quantize(
     """Int4 as the target asks; a pre-quantized source keeps its own integers instead.
 
     The weights such a source left in float (lm_head, embeddings) stay float: quantizing them
-    would change the model. The target's int4 accuracy level (else the EP's) applies.
+    would change the model. The target's int4 accuracy level applies, else the EP's (0 beside
+    stored 8-bit weights: see `quantize.prequantized`).
     """
     if built.prequantized is None:
         if target.int4 is None:
             return None, None
         return quantize_int4(built[built.decoder_key], target.int4, built.ep), None
-    chosen = target.int4.accuracy_level if target.int4 is not None else None
-    level = built.ep.default_int4_accuracy_level if chosen is None else chosen
     nbits = built.ep.supports_custom_ops and built.ep.supports_matmul_nbits
     gather = built.ep.supports_custom_ops and built.dtype in built.ep.int4_gather_dtypes
-    model = built[built.decoder_key]
-    return None, apply_prequantized(model, built.prequantized, level or 0, nbits, gather)
+    return None, apply_prequantized(
+        built[built.decoder_key],
+        built.prequantized,
+        target.int4.accuracy_level if target.int4 is not None else None,
+        built.ep.default_int4_accuracy_level or 0,
+        nbits,
+        gather,
+        float_kinds=built.float_kinds,
+        precision=precision_of(built.dtype),
+    )
 
 
 def _precision(target: Target, prequantized: PrequantizedReport | None) -> str:
@@ -329,7 +336,7 @@ def _twin_writer(
         manifest = read_json(staging / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
         remember_source_hashes(manifest, source.path)
         twin = build(
-            source.path,
+            source.weights or source.path,
             target=twin_target,
             progress=False,
             prune_lm_head=prune_lm_head,

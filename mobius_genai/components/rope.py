@@ -31,7 +31,15 @@ def inverse_frequencies(rope: RopeConfig, rotary_dim: int, long: bool = False) -
     """Per-channel-pair rotation frequencies after scaling, float64 [rotary_dim / 2].
 
     `long` selects longrope's `long_factor` (else its `short_factor`); other types ignore it.
+    `frequency_factors` (a GGUF's rope_freqs) divide the result.
     """
+    inv_freq = _scaled(rope, rotary_dim, long)
+    if rope.frequency_factors is not None:
+        return inv_freq / np.asarray(rope.frequency_factors, dtype=np.float64)
+    return inv_freq
+
+
+def _scaled(rope: RopeConfig, rotary_dim: int, long: bool) -> np.ndarray:
     exponents = np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim
     inv_freq = 1.0 / (rope.theta**exponents)
     if rope.type == "linear":

@@ -53,6 +53,9 @@ class RopeConfig:
     # Multimodal rope (Qwen2.5-VL): channel pairs per position axis (temporal, height, width),
     # in order, section i rotating by axis i % 3 of 3-D position_ids; None for 1-D positions.
     mrope_section: tuple[int, ...] | None = None
+    frequency_factors: tuple[float, ...] | None = None
+    """Each frequency divided by its factor after the type's scaling: llama.cpp's rope_freqs
+    (a GGUF's Llama 3 scaling), given as `rope_scaling.frequency_factors`."""
 
 
 def rotated_channels(head_dim: int, partial_rotary_factor: float) -> int:
@@ -149,6 +152,9 @@ def _rope_from_params(raw: Mapping[str, Any], params: dict[str, Any], source: st
             if params.get("mrope_section") is not None
             else None
         ),
+        frequency_factors=fields.float_tuple(
+            params.get("frequency_factors"), f"{source}.frequency_factors"
+        ),
     )
 
 
@@ -178,12 +184,19 @@ def validate_rope(rope: RopeConfig, head_dim: int) -> None:
             f"config.json: rope factor must be positive for {rope.type!r} scaling, "
             f"found {rope.factor}"
         )
+    pairs = (rotary_dim - rotary_dim % 2) // 2
+    factors = rope.frequency_factors
+    if factors is not None and (len(factors) != pairs or min(factors) <= 0):
+        raise ConfigError(
+            f"config.json: rope frequency_factors has {len(factors)} entries, smallest "
+            f"{min(factors, default=0)}; accepted: one positive factor per rotated channel "
+            f"pair ({pairs})"
+        )
     if rope.type == "longrope":
         if rope.short_factor is None or rope.long_factor is None:
             raise ConfigError(
                 "config.json: longrope scaling needs both 'short_factor' and 'long_factor'"
             )
-        pairs = (rotary_dim - rotary_dim % 2) // 2
         for name in ("short_factor", "long_factor"):
             if len(getattr(rope, name)) != pairs:
                 raise ConfigError(

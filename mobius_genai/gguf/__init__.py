@@ -21,18 +21,14 @@ import onnx_ir as ir
 from mobius_genai._json import write_json
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.errors import ConfigError, WeightsError
-from mobius_genai.gguf.blocks import BLOCK
 from mobius_genai.gguf.checkpoint import GgufCheckpoint
 from mobius_genai.gguf.metadata import config_json, generation_config
 from mobius_genai.gguf.tokenizer import tokenizer_config, tokenizer_json
-from mobius_genai.prequantized.tensor import PrequantizedTensor
+from mobius_genai.prequantized.tensor import PrequantizedTensor, StoredBlocks
 from mobius_genai.source import Source
 from mobius_genai.weights import TensorSource
 
 __all__ = ["GgufCheckpoint", "find_gguf", "gguf_tensors", "open_gguf"]
-
-#: Zero-point form of each GGUF block type MatMulNBits holds.
-_ZERO_FORMS = {"Q4_0": "implicit", "Q8_0": "implicit", "Q4_1": "float", "Q4_K": "float"}
 
 
 def find_gguf(model: str | Path) -> Path | None:
@@ -59,7 +55,8 @@ def open_gguf(path: Path) -> tuple[Source, dict[str, Any], GgufCheckpoint]:
     vocab = len(meta.get("tokenizer.ggml.tokens") or []) or int(
         meta.get(f"{checkpoint.arch}.vocab_size", 0)
     )
-    config = config_json(meta, "lm_head.weight" not in checkpoint, vocab, where)
+    tied = "lm_head.weight" not in checkpoint
+    config = config_json(meta, tied, vocab, where, checkpoint.rope_factors)
     folder = Path(tempfile.mkdtemp(prefix="mobius-gguf-"))
     atexit.register(shutil.rmtree, folder, True)
     write_json(folder / "config.json", config)
@@ -69,7 +66,7 @@ def open_gguf(path: Path) -> tuple[Source, dict[str, Any], GgufCheckpoint]:
         folder / "tokenizer_config.json",
         tokenizer_config(meta, config.get("max_position_embeddings")),
     )
-    return Source(path=folder, model_id=path.name), config, checkpoint
+    return Source(path=folder, model_id=path.name, weights=path), config, checkpoint
 
 
 def gguf_tensors(
@@ -78,45 +75,64 @@ def gguf_tensors(
     checkpoint_name: Callable[[str], str | TensorSource],
 ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
     """A `PrequantizedTensor` for each matrix stored in a MatMulNBits block type (Linear
-    weights, and embedding tables as `table`s), by parameter name, and the GGUF tensors they
-    read (the others are left for `weights.checkpoint_tensors`, which dequantizes them)."""
+    weights, rows of a fused one such as phi3's attn_qkv, and embedding tables as `table`s),
+    by parameter name, and the GGUF tensors they read (the others are left for
+    `weights.checkpoint_tensors`, which dequantizes them)."""
     tensors: dict[str, PrequantizedTensor] = {}
     for name, value in parameters.items():
         if value.const_value is not None:
             continue
-        source = checkpoint_name(name)
-        if not isinstance(source, str) or source not in checkpoint:
+        source, rows = _rows(checkpoint_name(name), parameters, name)
+        if source is None or source not in checkpoint:
             continue
-        bits = checkpoint.nbits(source)
-        if bits is None:
+        block_type = checkpoint.block_type(source)
+        if block_type is None:
             continue
         n, k = checkpoint.shape(source)
         table = not value.meta.get(TRANSPOSED_FROM_CHECKPOINT)
         needed = [int(d) for d in value.shape or ()]
+        if rows is not None and rows.stop <= n:
+            n = rows.stop - rows.start
         if [n, k] != (needed if table else needed[::-1]):
             raise WeightsError(
                 f"{checkpoint.folder}: tensor {source!r} has shape [{n}, {k}], the architecture "
                 f"in the GGUF metadata needs {needed if table else needed[::-1]}"
             )
-        kind = checkpoint.kind(source)
         tensors[name] = PrequantizedTensor(
-            _reader(checkpoint, source),
+            _reader(checkpoint, source, rows),
             k=k,
             n=n,
-            bits=bits,
-            block_size=BLOCK,
-            zero_form=_ZERO_FORMS[kind],
-            scheme=f"gguf {kind}",
+            bits=block_type.bits,
+            block_size=block_type.block_size,
+            zero_form=block_type.zero_form,
+            scheme=checkpoint.kind(source),
             dtype=value.dtype,
             name=name,
             sources=(source,),
             table=table,
         )
-    return tensors, [source for tensor in tensors.values() for source in tensor.sources]
+    return tensors, sorted({source for tensor in tensors.values() for source in tensor.sources})
 
 
-def _reader(checkpoint: GgufCheckpoint, name: str) -> Callable[[], Any]:
+def _rows(
+    source: str | TensorSource, parameters: Mapping[str, ir.Value], name: str
+) -> tuple[str | None, slice | None]:
+    """The GGUF tensor parameter `name` reads and, for a part of a tensor fused along its
+    rows (phi3's [q; k; v]), that part's rows; (None, None) for other reads."""
+    if isinstance(source, str):
+        return source, None
+    if len(source.names) != 1 or not source.parts or source.axis != 0 or source.in_out:
+        return None, None
+    sizes = [int((parameters[part].shape or (0, 0))[-1]) for part in source.parts]
+    start = sum(sizes[: source.parts.index(name)])
+    return source.names[0], slice(start, start + sizes[source.parts.index(name)])
+
+
+def _reader(checkpoint: GgufCheckpoint, name: str, rows: slice | None) -> Callable[[], Any]:
     def read() -> Any:
-        return checkpoint.blocks(name)
+        blocks = checkpoint.blocks(name)
+        if rows is None:
+            return blocks
+        return StoredBlocks(blocks.values[rows], blocks.scales[rows], blocks.zeros[rows])
 
     return read

@@ -1,27 +1,38 @@
-"""GGUF block types as MatMulNBits blocks of 32: the integers and scales as llama.cpp stores them.
+"""GGUF block types as MatMulNBits blocks: the integers and scales as llama.cpp stores them.
 
 Each function takes the raw bytes of a matrix, [N, row bytes] (one row per output feature),
-and returns `StoredBlocks` with ``w = (q - zero) * scale`` per block of 32 input features
-(ggml-quants.c's dequantize_row_* in that form):
+and returns `StoredBlocks` with ``w = (q - zero) * scale`` per block of 32 input features (16
+for Q6_K) (ggml-quants.c's dequantize_row_* in that form):
 
 - Q4_0 (18 bytes / 32): fp16 d, 16 bytes of nibbles (element j low, j + 16 high);
   w = d * (q - 8): zero 8, MatMulNBits' implicit one.
-- Q4_1 (20 bytes / 32): fp16 d, fp16 m, nibbles as Q4_0; w = d * q + m: zero -m / d (float).
+- Q4_1 (20 bytes / 32): fp16 d, fp16 m, nibbles as Q4_0; w = d * q + m: zero -m / d (float;
+  a block with d = 0 is all m: integers 0, scale m, zero -1).
 - Q4_K (144 bytes / 256): fp16 d, fp16 dmin, 12 bytes of 6-bit sub-block scales and mins, 128
   bytes of nibbles (64 elements per 32 bytes: low nibbles first, then high); sub-block j:
   w = d * sc_j * q - dmin * m_j: scale d * sc_j, zero dmin * m_j / (d * sc_j) (float).
 - Q8_0 (34 bytes / 32): fp16 d, 32 int8; w = d * q: q + 128 with zero 128 (8-bit, implicit).
+- Q5_0 (22 bytes / 32): fp16 d, 4 bytes of high bits (bit j: element j), nibbles as Q4_0;
+  w = d * (q - 16): 8-bit, uint8 zero 16.
+- Q6_K (210 bytes / 256): 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 sub-block
+  scales, fp16 d; per half of 128: element 64s + j low nibble of byte j (s = 0) or high (s =
+  1), element 32t + j bits 2t of high byte j; sub-block of 16 j: w = d * sc_j * (q - 32):
+  8-bit, block 16, uint8 zero 32.
+
+Q5_1 and Q5_K (w = d * q + m: float zero points) would need 8-bit MatMulNBits with float zero
+points, which onnxruntime's cpu kernel refuses: they are dequantized.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 
 from mobius_genai.prequantized.tensor import StoredBlocks
 
-__all__ = ["ACCEPTED_TYPES", "BLOCK", "DEQUANTIZED_TYPES", "NBITS_TYPES"]
+__all__ = ["ACCEPTED_TYPES", "DEQUANTIZED_TYPES", "NBITS_TYPES", "BlockType"]
 
 BLOCK = 32
 
@@ -35,10 +46,17 @@ def _nibbles(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
 
 
-def _float_zeros(offset: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """-offset / scale, 0 where the scale is 0 (the block is then all `offset`)."""
+def _with_offset(values: np.ndarray, scale: np.ndarray, offset: np.ndarray) -> StoredBlocks:
+    """Blocks of ``w = scale * q + offset`` as ``(q - zero) * scale`` with float zero points
+    -offset / scale. A block whose scale is 0 is all `offset`: its integers (unused by
+    llama.cpp) become 0 with scale `offset` and zero point -1, which is exactly that."""
+    n = values.shape[0]
+    empty = scale == 0
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(scale == 0, 0.0, -offset / scale).astype(np.float32)
+        zeros = np.where(empty, -1.0, -offset / scale).astype(np.float32)
+    blocks = values.reshape(n, scale.shape[1], -1)
+    values = np.where(empty[..., None], 0, blocks).astype(np.uint8).reshape(n, -1)
+    return StoredBlocks(values, np.where(empty, offset, scale).astype(np.float32), zeros)
 
 
 def q4_0(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
@@ -50,7 +68,7 @@ def q4_0(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
 def q4_1(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
     blocks = raw.reshape(n, k // BLOCK, 20)
     d, m = _f16(blocks[..., :2]), _f16(blocks[..., 2:4])
-    return StoredBlocks(_nibbles(blocks[..., 4:]).reshape(n, k), d, _float_zeros(m, d))
+    return _with_offset(_nibbles(blocks[..., 4:]).reshape(n, k), d, m)
 
 
 def q8_0(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
@@ -77,20 +95,57 @@ def q4_k(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
     values = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, k)  # chunk c: 2c low, 2c+1 high
     scale = (d[..., None] * sc).reshape(n, k // BLOCK)
     offset = -(dmin[..., None] * mins).reshape(n, k // BLOCK)
-    return StoredBlocks(values, scale, _float_zeros(offset, scale))
+    return _with_offset(values, scale, offset)
 
 
-#: GGUF type name → (bits, reader of its blocks).
-NBITS_TYPES: dict[str, tuple[int, Callable[[np.ndarray, int, int], StoredBlocks]]] = {
-    "Q4_0": (4, q4_0),
-    "Q4_1": (4, q4_1),
-    "Q4_K": (4, q4_k),
-    "Q8_0": (8, q8_0),
+def _high_bits(packed: np.ndarray) -> np.ndarray:
+    """[..., 4] bytes (a little-endian uint32) → [..., 32] bits, bit j at position j."""
+    return np.unpackbits(packed, axis=-1, bitorder="little")
+
+
+def q5_0(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
+    blocks = raw.reshape(n, k // BLOCK, 22)
+    values = _nibbles(blocks[..., 6:]) | (_high_bits(blocks[..., 2:6]) << 4)
+    zeros = np.full((n, k // BLOCK), 16, np.int16)
+    return StoredBlocks(values.reshape(n, k), _f16(blocks[..., :2]), zeros)
+
+
+def q6_k(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
+    blocks = raw.reshape(n, k // 256, 210)
+    low = blocks[..., :128].reshape(n, k // 256, 2, 1, 64)
+    low = np.concatenate([low & 0x0F, low >> 4], axis=3)  # [.., half, s, 64]
+    high = blocks[..., 128:192].reshape(n, k // 256, 2, 1, 32)
+    high = np.concatenate([(high >> shift) & 3 for shift in (0, 2, 4, 6)], axis=3)
+    values = (low.reshape(n, k) | (high.reshape(n, k) << 4)).astype(np.uint8)
+    sc = np.ascontiguousarray(blocks[..., 192:208]).view(np.int8).astype(np.float32)
+    scale = (_f16(blocks[..., 208:210])[..., None] * sc).reshape(n, k // 16)
+    return StoredBlocks(values, scale, np.full((n, k // 16), 32, np.int16))
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockType:
+    """How one GGUF block type becomes MatMulNBits: bits, block size, zero-point form (see
+    `prequantized.tensor.ZERO_FORMS`) and the reader of its blocks."""
+
+    bits: int
+    block_size: int
+    zero_form: str
+    read: Callable[[np.ndarray, int, int], StoredBlocks]
+
+
+#: GGUF type name → its MatMulNBits form.
+NBITS_TYPES: dict[str, BlockType] = {
+    "Q4_0": BlockType(4, BLOCK, "implicit", q4_0),
+    "Q4_1": BlockType(4, BLOCK, "float", q4_1),
+    "Q4_K": BlockType(4, BLOCK, "float", q4_k),
+    "Q5_0": BlockType(8, BLOCK, "uint8", q5_0),
+    "Q6_K": BlockType(8, 16, "uint8", q6_k),
+    "Q8_0": BlockType(8, BLOCK, "implicit", q8_0),
 }
 
 #: GGUF types read as float through the gguf package's own `quants.dequantize` (exact): the
 #: float types and the block types MatMulNBits cannot hold as they are.
 DEQUANTIZED_TYPES = frozenset(
-    {"F32", "F16", "BF16", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
+    {"F32", "F16", "BF16", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS"}
 )
 ACCEPTED_TYPES = DEQUANTIZED_TYPES | NBITS_TYPES.keys()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from mobius_genai.errors import UnsupportedModelError, WeightsError
-from mobius_genai.gguf.blocks import ACCEPTED_TYPES, BLOCK, NBITS_TYPES
+from mobius_genai.gguf.blocks import ACCEPTED_TYPES, NBITS_TYPES, BlockType
 from mobius_genai.gguf.metadata import architecture
 from mobius_genai.prequantized.tensor import StoredBlocks
 
@@ -46,16 +46,21 @@ _LAYER = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+#: Not a weight: the rope's frequency factors (`GgufCheckpoint.rope_factors`).
+_ROPE_FREQS = "rope_freqs.weight"
 _NAME = re.compile(r"(?:blk\.(?P<layer>\d+)\.)?(?P<base>\w+?)\.(?P<kind>weight|bias)")
 
 
-def _hf_name(name: str, where: Path) -> str:
+def _hf_name(name: str, where: Path, names: Mapping[str, str]) -> str:
+    """The HuggingFace name of llama.cpp tensor `name`; `names`: the architecture's layer
+    names that differ from llama's."""
+    layer_names = {**_LAYER, **names}
     match = _NAME.fullmatch(name)
-    base = match and (_LAYER if match["layer"] else _GLOBAL).get(match["base"])
+    base = match and (layer_names if match["layer"] else _GLOBAL).get(match["base"])
     if not match or base is None:
         raise UnsupportedModelError(
             f"{where}: tensor {name!r} has no HuggingFace counterpart here; accepted: "
-            f"{', '.join(_GLOBAL)} and per layer {', '.join(_LAYER)}"
+            f"{', '.join(_GLOBAL)} and per layer {', '.join(layer_names)}"
         )
     prefix = f"model.layers.{match['layer']}." if match["layer"] else ""
     return f"{prefix}{base}.{match['kind']}"
@@ -80,8 +85,18 @@ class GgufCheckpoint:
                     f"{path}: tensor {tensor.name!r} is stored as {tensor.tensor_type.name}; "
                     f"accepted: {', '.join(sorted(ACCEPTED_TYPES))}"
                 )
-        self._tensors = {_hf_name(t.name, path): t for t in reader.tensors}
-        self.kinds = Counter(t.tensor_type.name for t in reader.tensors)
+        weights = [t for t in reader.tensors if t.name != _ROPE_FREQS]
+        self._tensors = {_hf_name(t.name, path, self._row.names): t for t in weights}
+        self.kinds = Counter(t.tensor_type.name for t in weights)
+        self.rope_factors: tuple[float, ...] | None = next(
+            (
+                tuple(float(f) for f in dequantize(t.data, t.tensor_type).ravel())
+                for t in reader.tensors
+                if t.name == _ROPE_FREQS
+            ),
+            None,
+        )
+        """llama.cpp's rope_freqs: a factor dividing each rotary frequency (Llama 3 scaling)."""
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors
@@ -118,24 +133,25 @@ class GgufCheckpoint:
             shape = (data.shape[0], shape[1])
         array = dequantize(data, tensor.tensor_type).astype(np.float32).reshape(shape)
         array = self._unpermute(name, array)
+        if self._row.norm_offset and name.endswith("norm.weight"):
+            array = array - np.float32(self._row.norm_offset)
         return array if index is None else np.ascontiguousarray(array[index])
 
     def blocks(self, name: str) -> StoredBlocks:
         """The stored integers of a matrix of one of `blocks.NBITS_TYPES`, rows un-permuted."""
         tensor = self._tensors[name]
         n, k = self.shape(name)
-        _, read = NBITS_TYPES[self.kind(name)]
-        stored = read(np.asarray(tensor.data).reshape(n, -1), n, k)
+        stored = NBITS_TYPES[self.kind(name)].read(np.asarray(tensor.data).reshape(n, -1), n, k)
         return StoredBlocks(
             *(self._unpermute(name, part) for part in (stored.values, stored.scales, stored.zeros))
         )
 
-    def nbits(self, name: str) -> int | None:
-        """MatMulNBits' bits for this tensor's blocks, None when it must be dequantized."""
+    def block_type(self, name: str) -> BlockType | None:
+        """The MatMulNBits form of this tensor's blocks, None when it must be dequantized."""
         entry = NBITS_TYPES.get(self.kind(name))
-        if entry is None or len(self.shape(name)) != 2 or self.shape(name)[1] % BLOCK:
+        if entry is None or len(self.shape(name)) != 2 or self.shape(name)[1] % entry.block_size:
             return None
-        return entry[0]
+        return entry
 
     def _unpermute(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Undo llama.cpp's permute() of the Q and K rows (llama architecture only)."""

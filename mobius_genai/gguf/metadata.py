@@ -24,12 +24,45 @@ class Architecture:
     permuted_qk: bool = False
     """llama.cpp's converter permutes the rows of Q and K for its rotary layout (llama)."""
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """config.json keys the GGUF does not store: the values llama.cpp assumes."""
+    names: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Per-layer llama.cpp tensor names whose HuggingFace name differs from llama's."""
+    norm_offset: float = 0.0
+    """The converter stored norm weights plus this (gemma: 1 + w); reads subtract it."""
+    scale_is_head_dim: bool = False
+    """query_pre_attn_scalar is head_dim (llama.cpp's gemma3 below 27B; not stored)."""
 
 
 ARCHITECTURES: dict[str, Architecture] = {
     "llama": Architecture("llama", "LlamaForCausalLM", permuted_qk=True),
     "qwen2": Architecture("qwen2", "Qwen2ForCausalLM"),
     "qwen3": Architecture("qwen3", "Qwen3ForCausalLM"),
+    # llama.cpp (llama-model.cpp) fixes gemma3's local rope base at 10000 and one global
+    # layer in 6 (the family's default layer_types), no logit softcapping
+    "gemma3": Architecture(
+        "gemma3_text",
+        "Gemma3ForCausalLM",
+        extra={
+            "hidden_act": "gelu_pytorch_tanh",
+            "hidden_activation": "gelu_pytorch_tanh",
+            "rope_local_base_freq": 10000.0,
+            "final_logit_softcapping": None,
+            "attn_logit_softcapping": None,
+        },
+        names={
+            "post_attention_norm": "post_attention_layernorm",
+            "ffn_norm": "pre_feedforward_layernorm",
+            "post_ffw_norm": "post_feedforward_layernorm",
+        },
+        norm_offset=1.0,
+        scale_is_head_dim=True,
+    ),
+    # fused [q; k; v] and [gate; up] rows, read as HuggingFace phi3's qkv_proj / gate_up_proj
+    "phi3": Architecture(
+        "phi3",
+        "Phi3ForCausalLM",
+        names={"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"},
+    ),
 }
 
 #: config.json key → GGUF key under `<arch>.`.
@@ -43,6 +76,7 @@ _KEYS = {
     "rms_norm_eps": "attention.layer_norm_rms_epsilon",
     "rope_theta": "rope.freq_base",
     "head_dim": "attention.key_length",
+    "sliding_window": "attention.sliding_window",
 }
 
 
@@ -55,8 +89,15 @@ def architecture(meta: Mapping[str, Any], where: str) -> tuple[str, Architecture
     return arch, ARCHITECTURES[arch]
 
 
-def config_json(meta: Mapping[str, Any], tied: bool, vocab: int, where: str) -> dict[str, Any]:
-    """config.json for the GGUF's architecture (`tied`: the GGUF has no output.weight)."""
+def config_json(
+    meta: Mapping[str, Any],
+    tied: bool,
+    vocab: int,
+    where: str,
+    rope_factors: tuple[float, ...] | None = None,
+) -> dict[str, Any]:
+    """config.json for the GGUF's architecture (`tied`: the GGUF has no output.weight;
+    `rope_factors`: its rope_freqs tensor, which becomes the rope's `frequency_factors`)."""
     arch, row = architecture(meta, where)
     scaling = meta.get(f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
@@ -81,6 +122,10 @@ def config_json(meta: Mapping[str, Any], tied: bool, vocab: int, where: str) -> 
             raise UnsupportedModelError(f"{where}: metadata lacks {arch}.{_KEYS[key]}")
     config.setdefault("num_key_value_heads", config["num_attention_heads"])
     config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
+    if row.scale_is_head_dim:
+        config["query_pre_attn_scalar"] = config["head_dim"]
+    if rope_factors is not None:
+        config["rope_scaling"] = {"rope_type": "default", "frequency_factors": list(rope_factors)}
     config.update(generation_config(meta))
     return config
 

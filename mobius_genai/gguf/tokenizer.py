@@ -1,6 +1,7 @@
 """GGUF tokenizer metadata → tokenizer.json and tokenizer_config.json (HuggingFace layout).
 
-llama.cpp's `gpt2` tokenizer model is a byte-level BPE: `tokenizer.ggml.tokens` is the
+llama.cpp's `llama` tokenizer model (SentencePiece) is written by `sentencepiece`. Its `gpt2`
+tokenizer model is a byte-level BPE: `tokenizer.ggml.tokens` is the
 vocabulary (id = index), `merges` the merge list, `token_type` marks control tokens (3) and
 user-defined ones (4), which become added tokens. `tokenizer.ggml.pre` names the
 pre-tokenizer, one row per name below.
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.gguf.sentencepiece import sentencepiece_json
 
 __all__ = ["tokenizer_config", "tokenizer_json"]
 
@@ -43,21 +45,27 @@ _PRE_TOKENIZERS: dict[str, list[dict[str, Any]]] = {
 _CONTROL, _USER_DEFINED = 3, 4
 
 
-def _tokenizer_model(meta: Mapping[str, Any], where: str) -> None:
+def _tokenizer_model(meta: Mapping[str, Any], where: str) -> str:
     model = meta.get("tokenizer.ggml.model")
-    if model != "gpt2":
+    if model not in ("gpt2", "llama"):
         raise UnsupportedModelError(
-            f"{where}: tokenizer.ggml.model is {model!r}; accepted: gpt2 (byte-level BPE)"
+            f"{where}: tokenizer.ggml.model is {model!r}; accepted: gpt2 (byte-level BPE), "
+            "llama (SentencePiece BPE)"
         )
+    if model == "llama":
+        return model
     pre = meta.get("tokenizer.ggml.pre", "gpt2")
     if pre not in _PRE_TOKENIZERS:
         raise UnsupportedModelError(
             f"{where}: tokenizer.ggml.pre is {pre!r}; accepted: {', '.join(_PRE_TOKENIZERS)}"
         )
+    return model
 
 
 def tokenizer_json(meta: Mapping[str, Any], where: str) -> dict[str, Any]:
-    _tokenizer_model(meta, where)
+    """tokenizer.json of the GGUF's vocabulary (SentencePiece ones: `sentencepiece`)."""
+    if _tokenizer_model(meta, where) == "llama":
+        return sentencepiece_json(meta, str(meta.get("general.architecture")))
     tokens = list(meta["tokenizer.ggml.tokens"])
     types = list(meta.get("tokenizer.ggml.token_type") or [1] * len(tokens))
     added = [
@@ -103,7 +111,10 @@ def tokenizer_config(meta: Mapping[str, Any], context_length: int | None) -> dic
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "clean_up_tokenization_spaces": False,
-        "add_bos_token": bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        # llama.cpp adds BOS to a SentencePiece vocabulary that does not say otherwise
+        "add_bos_token": bool(
+            meta.get("tokenizer.ggml.add_bos_token", meta.get("tokenizer.ggml.model") == "llama")
+        ),
         "add_eos_token": bool(meta.get("tokenizer.ggml.add_eos_token", False)),
     }
     for role, key in (("bos", "bos"), ("eos", "eos"), ("unk", "unknown"), ("pad", "padding")):

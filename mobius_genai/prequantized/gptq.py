@@ -208,7 +208,7 @@ def _tensor(
         bits=scheme.bits,
         block_size=group,
         zero_form=zero_form,
-        scheme=scheme.method,
+        scheme=f"{scheme.method.upper()} {scheme.bits}-bit",
         dtype=dtype,
         name=name,
         perm=perm,

@@ -9,12 +9,19 @@ float zero points). A packed q/k/v projection (`ConcatTensor` of three pre-quant
 concatenates the parts' integers along N when their bits, block size and order agree, else
 gets one MatMulNBits per run of agreeing parts and a Concat of their outputs (exact as well).
 Pre-quantized tables (an embedding and its tied lm_head) go through `stored_tables`.
+
+One accuracy level for every MatMulNBits written: the one asked for, else the EP's default,
+but 0 when stored 8-bit weights are among them: at level 4 onnxruntime's cpu kernel quantizes
+the activations of 8-bit weights to int8 (SmolLM2-135M's 8-bit lm_head moved its logits by
+0.26 and changed a greedy token), a rounding the source did not have. The 4-bit weights with
+float zero points (Q4_1, Q4_K) compute in float at any level.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -48,6 +55,10 @@ class PrequantizedReport:
     """Pre-quantized weights left as float (no MatMulNBits on this EP, or parts that disagree)."""
     lookups: int = 0
     """GatherBlockQuantized embedding lookups written from stored integers."""
+    tensors: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
+    """Stored kind of the source's tensors (GGUF type, "GPTQ 4-bit", safetensors dtype) →
+    what happened to them ("kept 4-bit", "kept 8-bit", "dequantized to fp16", "float
+    (fp16)") → how many."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -61,20 +72,32 @@ class PrequantizedReport:
             "zero_points": dict(self.zero_points),
             "dequantized": list(self.dequantized),
             "lookups": self.lookups,
+            "tensors": {kind: dict(outcomes) for kind, outcomes in self.tensors.items()},
         }
 
 
 def apply_prequantized(
-    model: ir.Model, scheme: str, accuracy_level: int, matmul_nbits: bool, gather: bool = False
+    model: ir.Model,
+    scheme: str,
+    accuracy_level: int | None,
+    default_level: int,
+    matmul_nbits: bool,
+    gather: bool = False,
+    float_kinds: Mapping[str, int] | None = None,
+    precision: str = "fp32",
 ) -> PrequantizedReport:
     """Replace each MatMul reading a `PrequantizedTensor` weight by MatMulNBits, in place, and
     the uses of pre-quantized tables by MatMulNBits and (with `gather`: the EP has the kernel
     for the model dtype) GatherBlockQuantized.
 
     With `matmul_nbits` False (an EP without the kernel) the weights stay float: the tensors
-    then read as the format's dequantized values.
+    then read as the format's dequantized values. `accuracy_level` is the level asked for
+    (None: `default_level`, see the module docstring); `float_kinds` counts the source's
+    tensors read as float by their stored kind, for the report (`precision`: the model's float
+    precision, the words for what they became).
     """
     graph = model.graph
+    kinds = _Kinds(precision)
     writer = GraphWriter(graph)
     cache = OneWeightCache()
     gathers: dict[tuple[int, bytes], ir.Value] = {}
@@ -92,35 +115,10 @@ def apply_prequantized(
             reason = "8-bit float zero points (onnxruntime's cpu MatMulNBits refuses them)"
         if reason:
             dequantized.append(f"{weight.name} ({reason})")
+            kinds.dequantized(parts)
             continue
-        new_nodes = []
-        for run in _runs(parts):
-            first = run[0]
-            a = node.inputs[0]
-            if first.perm is not None:
-                key = (id(a), first.perm.tobytes())
-                if key not in gathers:
-                    gathers[key] = _gather(writer, graph, node, first.perm, len(gathers))
-                a = gathers[key]
-            zero_form = max((p.zero_form for p in run), key=ZERO_FORMS.index)
-            inputs = _initializers(writer, cache, run, weight, zero_form)
-            attributes = {"K": int(first.shape[0]), "N": sum(int(p.shape[1]) for p in run)}
-            attributes |= {"bits": first.bits, "block_size": first.block_size}
-            if accuracy_level:
-                attributes["accuracy_level"] = accuracy_level
-            new_nodes.append(
-                ir.node(
-                    "MatMulNBits",
-                    [a, *inputs],
-                    attributes,
-                    domain=MS_DOMAIN,
-                    name=f"{node.name}_Q{len(new_nodes)}",
-                )
-            )
-            written.append((first.bits, first.block_size, zero_form))
-        if len(new_nodes) > 1:  # packed parts that differ: one MatMulNBits each, joined
-            outputs = [n.outputs[0] for n in new_nodes]
-            new_nodes.append(ir.node("Concat", outputs, {"axis": -1}, name=f"{node.name}_Q"))
+        kinds.kept(parts)
+        new_nodes = _matmul_nbits(writer, cache, node, parts, gathers, written)
         writer.replace(node, new_nodes)
     writer.remove_unused()
     lookups = 0
@@ -129,11 +127,18 @@ def apply_prequantized(
         written += tables.matmuls
         lookups = tables.lookups
         dequantized += tables.dequantized
+        kinds.kept(tables.kept)
+        kinds.dequantized(tables.left_float)
     if written:
         model.opset_imports.setdefault(MS_DOMAIN, 1)
+    level = accuracy_level
+    if level is None:
+        level = 0 if any(bits == 8 for bits, _, _ in written) else default_level
+    _set_accuracy_level(graph, level)
+    kinds.read_as_float(float_kinds or {})
     return PrequantizedReport(
         scheme=scheme,
-        accuracy_level=accuracy_level,
+        accuracy_level=level,
         weights=len(written),
         act_order_gathers=len(gathers),
         block_sizes=tuple(sorted({size for _, size, _ in written})),
@@ -141,7 +146,96 @@ def apply_prequantized(
         zero_points=dict(Counter(form for _, _, form in written)),
         dequantized=tuple(dequantized),
         lookups=lookups,
+        tensors=kinds.counts,
     )
+
+
+def _matmul_nbits(
+    writer: GraphWriter,
+    cache: OneWeightCache,
+    node: ir.Node,
+    parts: list[PrequantizedTensor],
+    gathers: dict[tuple[int, bytes], ir.Value],
+    written: list[tuple[int, int, str]],
+) -> list[ir.Node]:
+    """The nodes replacing MatMul `node` whose weight is `parts`: one MatMulNBits per run of
+    agreeing parts (joined by a Concat), act-order gathers shared through `gathers`; each
+    MatMulNBits' (bits, block size, zero-point form) is appended to `written`."""
+    graph, weight = writer.graph, node.inputs[1]
+    assert weight is not None
+    new_nodes = []
+    for run in _runs(parts):
+        first = run[0]
+        a = node.inputs[0]
+        if first.perm is not None:
+            key = (id(a), first.perm.tobytes())
+            if key not in gathers:
+                gathers[key] = _gather(writer, graph, node, first.perm, len(gathers))
+            a = gathers[key]
+        zero_form = max((p.zero_form for p in run), key=ZERO_FORMS.index)
+        inputs = _initializers(writer, cache, run, weight, zero_form)
+        attributes = {"K": int(first.shape[0]), "N": sum(int(p.shape[1]) for p in run)}
+        attributes |= {"bits": first.bits, "block_size": first.block_size}
+        new_nodes.append(
+            ir.node(
+                "MatMulNBits",
+                [a, *inputs],
+                attributes,
+                domain=MS_DOMAIN,
+                name=f"{node.name}_Q{len(new_nodes)}",
+            )
+        )
+        written.append((first.bits, first.block_size, zero_form))
+    if len(new_nodes) > 1:  # packed parts that differ: one MatMulNBits each, joined
+        outputs = [n.outputs[0] for n in new_nodes]
+        new_nodes.append(ir.node("Concat", outputs, {"axis": -1}, name=f"{node.name}_Q"))
+    return new_nodes
+
+
+def _set_accuracy_level(graph: ir.Graph, level: int) -> None:
+    """`level` on every MatMulNBits of `graph` (0 is the attribute's default: none)."""
+    for node in graph:
+        if node.domain == MS_DOMAIN and node.op_type == "MatMulNBits":
+            node.attributes.pop("accuracy_level", None)
+            if level:
+                node.attributes["accuracy_level"] = ir.AttrInt64("accuracy_level", level)
+
+
+class _Kinds:
+    """What happened to the source's tensors, by stored kind (`PrequantizedReport.tensors`)."""
+
+    #: Stored kinds that are floats already (GGUF and safetensors spell them alike).
+    FLOATS = frozenset({"F64", "F32", "F16", "BF16"})
+
+    def __init__(self, precision: str) -> None:
+        self.precision = precision
+        self.counts: dict[str, dict[str, int]] = {}
+        self._seen: set[object] = set()
+
+    def _add(self, kind: str, outcome: str, count: int = 1) -> None:
+        outcomes = self.counts.setdefault(kind, {})
+        outcomes[outcome] = outcomes.get(outcome, 0) + count
+
+    def kept(self, tensors: list[PrequantizedTensor]) -> None:
+        for tensor in tensors:
+            self._once(tensor, f"kept {tensor.bits}-bit")
+
+    def dequantized(self, tensors: list[PrequantizedTensor]) -> None:
+        for tensor in tensors:
+            self._once(tensor, f"dequantized to {self.precision}")
+
+    def _once(self, tensor: PrequantizedTensor, outcome: str) -> None:
+        """Count the source tensor once (the parts of a fused one read the same tensor)."""
+        key = tensor.sources or id(tensor)
+        if key not in self._seen:
+            self._seen.add(key)
+            self._add(tensor.scheme, outcome)
+
+    def read_as_float(self, float_kinds: Mapping[str, int]) -> None:
+        for kind, count in float_kinds.items():
+            floats = kind in self.FLOATS
+            outcome = f"float ({self.precision})" if floats else f"dequantized to {self.precision}"
+            self._add(kind, outcome, count)
 
 
 def _parts(weight: ir.Value | None) -> list[PrequantizedTensor]:

@@ -6,12 +6,8 @@ is B of ``MatMulNBits`` for the lm_head (``A @ T^T``) and, viewed as [N, K*bits/
 of ``GatherBlockQuantized(B, ids, scales[, zero_points])`` for the lookup: the layouts
 `MatMulNBitsPass` writes from float weights, filled with the stored integers (one copy for both
 ops). GatherBlockQuantized takes no float zero points and onnxruntime's cpu MatMulNBits no
-8-bit float ones: those uses stay float (the table reads as its dequantized values).
-
-The lm_head's MatMulNBits runs at accuracy level 0 whatever the target's level: at level 4 the
-cpu kernel quantizes the final hidden state to int8, which moved SmolLM2-135M's logits by 0.26
-and changed its first greedy token on a chat prompt (the GGUF's 4-bit linears, with float zero
-points, compute in float at any level).
+8-bit float ones: those uses stay float (the table reads as its dequantized values). The
+MatMulNBits are written at accuracy level 0; `apply_prequantized` sets one level for all.
 """
 
 from __future__ import annotations
@@ -42,6 +38,10 @@ class TablesReport:
     """GatherBlockQuantized nodes (embedding lookups)."""
     dequantized: list[str]
     """Tables some of whose uses stay float, and why."""
+    kept: list[PrequantizedTensor]
+    """Tables read by at least one MatMulNBits or GatherBlockQuantized."""
+    left_float: list[PrequantizedTensor]
+    """Tables all of whose uses stay float."""
 
 
 def apply_stored_tables(model: ir.Model, gather: bool, cache: OneWeightCache) -> TablesReport:
@@ -65,17 +65,18 @@ def apply_stored_tables(model: ir.Model, gather: bool, cache: OneWeightCache) ->
         formats=formats,
         symmetric=True,  # unused: the zero points are the stored ones
         search=False,
-        accuracy_level=0,  # see the module docstring
+        accuracy_level=0,  # apply_prequantized sets the bundle's level
         gather=gather,
         cache=cache,
     )
     quantizer(model)
-    matmuls, lookups = [], 0
+    matmuls, lookups, kept, left_float = [], 0, [], []
     for group, format_, ops in zip(groups, formats, quantizer.results, strict=True):
-        zero_form = cast(PrequantizedTensor, group.source.values[0].const_value).zero_form
-        matmuls += [(format_.bits, format_.block_size, zero_form)] * ops.count("MatMulNBits")
+        tensor = cast(PrequantizedTensor, group.source.values[0].const_value)
+        matmuls += [(format_.bits, format_.block_size, tensor.zero_form)] * ops.count("MatMulNBits")
         lookups += ops.count("GatherBlockQuantized")
-    return TablesReport(matmuls, lookups, dequantized)
+        (kept if ops else left_float).append(tensor)
+    return TablesReport(matmuls, lookups, dequantized, kept, left_float)
 
 
 def _tables(graph: ir.Graph) -> list[tuple[WeightGroup, PrequantizedTensor]]:

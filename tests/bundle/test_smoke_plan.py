@@ -23,6 +23,7 @@ from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
 from tests._hf import write_tiny_checkpoint
 from tests.bundle.conftest import TINY_QWEN2
+from tests.gguf._tiny import write_tiny_gguf
 
 GIB = 1 << 30
 #: Qwen2.5-7B's model files as packaged: float16 for CUDA, int4 for CPU (benchmarks/README.md).
@@ -99,12 +100,20 @@ def little_memory(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("model", "ep", "precision", "twin", "of"),
-    [("gemma3", "cpu", None, 2, 3), ("tiny-qwen2", "cuda", "int4", 1, 2)],
+    [
+        ("gemma3", "cpu", None, 2, 3),
+        ("tiny-qwen2", "cuda", "int4", 1, 2),
+        # the twin reads the GGUF file through the same reader (stored integers kept)
+        ("gguf", "cpu", "int4", 1, 3),
+    ],
 )
 def test_where_memory_is_short_a_twin_of_the_first_layers_runs_through_the_same_code(
     tmp_path, capsys, little_memory, model, ep, precision, twin, of
 ):
-    ckpt = _gemma3(tmp_path) if model == "gemma3" else TINY_QWEN2
+    ckpt = {
+        "gemma3": lambda: _gemma3(tmp_path),
+        "gguf": lambda: write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2"),
+    }.get(model, lambda: TINY_QWEN2)()
     out = packager.package(ckpt, ep, tmp_path / "out", precision=precision)
     err = capsys.readouterr().err
     assert f"smoke test on a twin bundle of the first {twin} of {of} layers: the whole" in err

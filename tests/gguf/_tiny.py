@@ -10,12 +10,13 @@ GGUFWriter's own add_* methods. The tokenizer is tests/data/tiny-qwen2's byte-le
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
 from gguf.quants import quantize
 from transformers import AutoModelForCausalLM
 
@@ -39,6 +40,18 @@ _LAYER_NAMES = {
     "mlp.up_proj": "ffn_up",
     "mlp.down_proj": "ffn_down",
 }
+#: Per llama.cpp architecture: the layer names that differ (gemma's four norms, phi3's fused
+#: projections: attn_qkv [q; k; v] rows, ffn_up [gate; up] rows).
+_ARCH_NAMES = {
+    "gemma3": {
+        "post_attention_layernorm": "post_attention_norm",
+        "pre_feedforward_layernorm": "ffn_norm",
+        "post_feedforward_layernorm": "post_ffw_norm",
+    },
+    "phi3": {"self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"},
+}
+#: Architectures whose converter stores norm weights as 1 + w (gemma's RMSNorm scale).
+_NORM_PLUS_ONE = {"gemma3"}
 _GLOBAL_NAMES = {
     "model.embed_tokens": "token_embd",
     "model.norm": "output_norm",
@@ -56,11 +69,33 @@ DEFAULT_TYPES = {
     "ffn_gate": "Q4_1",
     "ffn_up": "Q4_0",
     "ffn_down": "Q4_1",
+    "attn_qkv": "Q4_1",  # phi3's fused [q; k; v]
 }
 
 
 #: Types written from a numpy dtype (gguf has no quantizer for them).
 _NUMPY_TYPES = {"F64": np.float64, "I32": np.int32}
+
+#: Block types written as random bytes (gguf has no quantizer for the k-quants): per type its
+#: fp16 fields as (byte offset, low, high), ranges giving weights of about WEIGHT_STD / 2; the
+#: other bytes (integers, packed sub-block scales) are uniform.
+_RANDOM_FIELDS = {
+    "Q4_K": [(0, 5e-4, 1e-3), (2, 5e-4, 1.5e-3)],
+    "Q5_K": [(0, 2.5e-4, 5e-4), (2, 5e-4, 1.5e-3)],
+    "Q6_K": [(208, 5e-5, 1.5e-4)],
+    "Q5_0": [(0, 2.5e-3, 5e-3)],
+}
+
+
+def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """[rows, row bytes] uniform random blocks of `kind` with fp16 scales in a sane range."""
+    qtype = GGMLQuantizationType[kind]
+    block, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(rows, cols // block, size), dtype=np.uint8)
+    for offset, low, high in _RANDOM_FIELDS[kind]:
+        scale = rng.uniform(low, high, size=(rows, cols // block)).astype(np.float16)
+        raw[..., offset : offset + 2] = scale[..., None].view(np.uint8)
+    return raw.reshape(rows, -1)
 
 
 def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
@@ -73,13 +108,33 @@ def _permute(weights: np.ndarray, n_head: int) -> np.ndarray:
     )
 
 
-def _gguf_name(name: str) -> tuple[str, str]:
+def _llama3_rope_factors(rope: Mapping, head_dim: int) -> np.ndarray:
+    """llama.cpp's rope_freqs of a llama3-scaled rope (convert_hf_to_gguf.py's LlamaModel:
+    1 for short wavelengths, `factor` for long ones, smoothed in between)."""
+    base, factor = rope["rope_theta"], rope["factor"]
+    low, high = rope["low_freq_factor"], rope["high_freq_factor"]
+    original = rope["original_max_position_embeddings"]
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    factors = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < original / high:
+            factors.append(1.0)
+        elif wavelen > original / low:
+            factors.append(factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.asarray(factors, np.float32)
+
+
+def _gguf_name(name: str, arch: str) -> tuple[str, str]:
     """(llama.cpp name, its base) of a HuggingFace parameter name."""
     stem, kind = name.rsplit(".", 1)
     if stem in _GLOBAL_NAMES:
         return f"{_GLOBAL_NAMES[stem]}.{kind}", _GLOBAL_NAMES[stem]
     _, _, layer, rest = stem.split(".", 3)
-    base = _LAYER_NAMES[rest]
+    base = {**_LAYER_NAMES, **_ARCH_NAMES.get(arch, {})}[rest]
     return f"blk.{layer}.{base}.{kind}", base
 
 
@@ -106,21 +161,26 @@ def write_tiny_gguf(
     types: Mapping[str, str] | None = None,
     architecture: str | None = None,
     extra_layers: int = 0,
+    layers: int = 3,
+    tokenizer: str = "gpt2",
     seed: int = 0,
     **overrides,
 ) -> Path:
     """A GGUF of `family`'s tiny random model at `path`.
 
     `types`: llama.cpp tensor base name → GGML type (DEFAULT_TYPES for the others, F32 for
-    norms and biases). `architecture` overrides general.architecture. `extra_layers` writes
-    the tensors of that many more layers than block_count says. `overrides` go to the config.
+    norms and biases; k-quants are random blocks, see `random_blocks`). `architecture`
+    overrides general.architecture. `extra_layers` writes the tensors of that many more
+    layers than block_count (`layers`) says. `tokenizer`: "gpt2" (tests/data/tiny-qwen2's) or
+    "llama" (a SentencePiece vocabulary, `_add_spm_tokenizer`). `overrides` go to the config.
     """
     types = {**DEFAULT_TYPES, **(types or {})}
-    layers = 3 + extra_layers
+    layers += extra_layers
     model = tiny_model(family, tie=tie, seed=seed, num_hidden_layers=layers, **overrides)
     config = model.config
     arch = architecture or family
     writer = GGUFWriter(str(path), arch)
+    rng = np.random.default_rng(seed)
     writer.add_block_count(config.num_hidden_layers - extra_layers)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
@@ -131,10 +191,19 @@ def write_tiny_gguf(
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
     writer.add_rope_dimension_count(head_dim)
-    writer.add_rope_freq_base(float(config.rope_parameters["rope_theta"]))
+    rope = config.rope_parameters
+    rope = rope.get("full_attention", rope)  # gemma3: per layer type; the local base is fixed
+    writer.add_rope_freq_base(float(rope["rope_theta"]))
+    if getattr(config, "sliding_window", None):
+        writer.add_sliding_window(config.sliding_window)
     writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
     writer.add_vocab_size(VOCAB)
-    _add_tokenizer(writer)
+    if tokenizer == "llama":
+        _add_spm_tokenizer(writer, spaces=arch == "gemma3")
+    else:
+        _add_tokenizer(writer)
+    if rope.get("rope_type") == "llama3":  # no metadata: a tensor of factors
+        writer.add_tensor("rope_freqs.weight", _llama3_rope_factors(rope, head_dim))
     for name, tensor in model.state_dict().items():
         if tie and name == "lm_head.weight":
             continue
@@ -143,10 +212,16 @@ def write_tiny_gguf(
             array = _permute(array, config.num_attention_heads)
         elif arch == "llama" and name.endswith("k_proj.weight"):
             array = _permute(array, config.num_key_value_heads)
-        gguf_name, base = _gguf_name(name)
+        if arch in _NORM_PLUS_ONE and name.endswith("norm.weight"):
+            array = array + np.float32(1.0)
+        gguf_name, base = _gguf_name(name, arch)
         kind = types.get(base, "F32") if array.ndim == 2 else "F32"
         if kind in _NUMPY_TYPES:  # no gguf quantizer: numpy's dtype says the type
             writer.add_tensor(gguf_name, array.astype(_NUMPY_TYPES[kind]))
+        elif kind in _RANDOM_FIELDS and kind != "Q5_0":  # no gguf quantizer: random blocks
+            qtype = GGMLQuantizationType[kind]
+            raw = random_blocks(kind, *array.shape, rng)
+            writer.add_tensor(gguf_name, raw, raw_dtype=qtype)
         else:
             qtype = GGMLQuantizationType[kind]
             writer.add_tensor(gguf_name, quantize(array, qtype), raw_dtype=qtype)
@@ -155,6 +230,33 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+#: Words of the SentencePiece test vocabulary: ▁ + each prefix of each, and single letters.
+_SPM_WORDS = ("the", "cat", "sat", "on", "mat", "hello", "world", "two", "spaces", "and")
+
+
+def _add_spm_tokenizer(writer: GGUFWriter, spaces: bool) -> None:
+    """A SentencePiece BPE vocabulary as llama.cpp writes one (tokens, scores, types, no
+    merges): <unk> <s> </s>, the 256 byte pieces, pieces of `_SPM_WORDS` scored by length,
+    and filler pieces up to VOCAB. `spaces`: all-space pieces stored as spaces (gemma)."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
+    pieces = ["\u2581", *"abcdefghijklmnopqrstuvwxyz"]
+    pieces += ["  " if spaces else "\u2581\u2581"]
+    for word in _SPM_WORDS:
+        pieces += [word[:end] for end in range(2, len(word) + 1)]
+        pieces += ["\u2581" + word[:end] for end in range(1, len(word) + 1)]
+    pieces = list(dict.fromkeys(pieces))
+    pieces += [f"<filler{i}>" for i in range(VOCAB - len(tokens) - len(pieces))]
+    scores = [0.0] * len(tokens) + [-float(len(p)) - i / 1000 for i, p in enumerate(pieces)]
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens + pieces)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types + [TokenType.NORMAL] * len(pieces))
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
 
 
 def _add_tokenizer(writer: GGUFWriter) -> None:

@@ -33,8 +33,8 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
         ["blk.0.attn_v.weight", "F64", "accepted: ", "Q4_K"],
     ),
     "unsupported architecture": (
-        lambda path: write_tiny_gguf(path, "llama", architecture="gemma3"),
-        ["general.architecture is 'gemma3'", "accepted: llama"],
+        lambda path: write_tiny_gguf(path, "llama", architecture="falcon"),
+        ["general.architecture is 'falcon'", "accepted: llama"],
     ),
     "tensors of more layers than block_count": (
         lambda path: write_tiny_gguf(path, "llama", extra_layers=1),

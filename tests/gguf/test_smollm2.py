@@ -56,7 +56,8 @@ def bundle(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def default_bundle(tmp_path_factory) -> Path:
-    """As `mobius-genai package model.gguf --ep cpu` makes it: the EP's accuracy level (4)."""
+    """As `mobius-genai package model.gguf --ep cpu` makes it: the cpu EP's default level,
+    which is 0 beside stored 8-bit weights (the Q8_0 lm_head)."""
     return mobius_genai.package(_gguf(), "cpu", tmp_path_factory.mktemp("smol") / "b", quiet=True)
 
 
@@ -94,9 +95,9 @@ def test_logits_equal_transformers(bundle, tokenizer):
 @pytest.mark.parametrize("which", ["bundle", "default_bundle"])
 def test_greedy_tokens_and_eos_equal_transformers(request, which, tokenizer, expected):
     """Each prompt's answer ends with EOS (<|im_end|>, id 2) within 64 tokens in transformers;
-    onnxruntime-genai generates the same tokens, that EOS included, and stops there. Also at
-    the cpu EP's default accuracy level 4: its 4-bit linears (float zero points) compute in
-    float, and the 8-bit lm_head is written at level 0 (int8 activations flipped a token)."""
+    onnxruntime-genai generates the same tokens, that EOS included, and stops there. Also as
+    packaged by default: level 0 for every MatMulNBits (at level 4 the 8-bit lm_head's int8
+    activations flipped a token; the 4-bit linears, float zero points, compute in float)."""
     bundle = request.getfixturevalue(which)
     model = og.Model(str(bundle))
     eos = json.loads((bundle / "genai_config.json").read_text())["model"]["eos_token_id"]

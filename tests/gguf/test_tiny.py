@@ -8,14 +8,18 @@ GatherBlockQuantized data is the GGUF's Q8_0 bytes (int8 + 128).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from gguf import GGUFReader
+from gguf.quants import dequantize
 from onnx import numpy_helper
+from transformers import AutoModelForCausalLM
 
 import mobius_genai
 from mobius_genai.quantize import Int4Options
@@ -29,8 +33,43 @@ LOGITS_ATOL = 1e-4
 CASES = {
     # tied Q8_0 embedding (lookup and lm_head from one 8-bit copy), permuted Q/K rows
     "llama": {"family": "llama", "tie": True},
-    # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases, a dequantized Q5_0
+    # untied Q8_0 output, Q4_0 embedding (4-bit lookup), q/k/v biases, an 8-bit Q5_0
     "qwen2": {"family": "qwen2", "tie": False, "types": {"token_embd": "Q4_0", "attn_v": "Q5_0"}},
+    # gemma3: four norms per layer stored as 1 + w, q/k norms, sqrt(hidden) embedding scale,
+    # sliding layers (window 4, 1 in 6 global), local rope base 10000 and global 1e6 (the GGUF
+    # stores neither the pattern nor the local base: llama.cpp and transformers' defaults);
+    # query_pre_attn_scalar = head_dim = 256, as in gemma3 1B-12B (the GGUF does not store it)
+    "gemma3": {
+        "family": "gemma3_text",
+        "architecture": "gemma3",
+        "tie": True,
+        "layers": 6,
+        "head_dim": 256,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 4,
+        "sliding_window_pattern": 6,
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 10000.0,
+        "final_logit_softcapping": None,
+    },
+    # phi3: fused attn_qkv and ffn_up ([gate; up]) matrices
+    "phi3": {"family": "phi3", "tie": False},
+    # k-quants (K a multiple of 256): Q6_K 8-bit in blocks of 16 (permuted Q rows, the MLP's
+    # down projection, a tied Q6_K embedding: lookup and lm_head), Q4_K, a dequantized Q5_K
+    "kquants": {
+        "family": "llama",
+        "tie": True,
+        "hidden_size": 256,
+        "intermediate_size": 256,
+        "types": {
+            "token_embd": "Q6_K",
+            "attn_q": "Q6_K",
+            "attn_k": "Q4_K",
+            "attn_v": "Q5_0",
+            "ffn_gate": "Q5_K",
+            "ffn_down": "Q6_K",
+        },
+    },
     # per-head q/k norms; head_dim 128 (transformers' Qwen3 default: it reads no key_length)
     "qwen3": {"family": "qwen3", "tie": True, "head_dim": 128},
 }
@@ -70,6 +109,112 @@ def test_logits_equal_transformers(tmp_path: Path, case: str):
     assert "Gather" not in ops  # the embedding lookup reads the stored integers
 
 
+def _matmul_nbits_weights(model: onnx.ModelProto) -> list[np.ndarray]:
+    """The [N, K] float weight of each MatMulNBits, dequantized as its kernel defines it."""
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    weights = []
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        attributes = {a.name: a.i for a in node.attribute}
+        bits, size, n = attributes["bits"], attributes["block_size"], attributes["N"]
+        data = initializers[node.input[1]].reshape(n, -1, size * bits // 8)
+        if bits == 4:
+            data = np.stack([data & 0x0F, data >> 4], axis=-1).reshape(n, -1, size)
+        scales = initializers[node.input[2]].reshape(n, -1, 1).astype(np.float32)
+        zeros = np.full(scales.shape, 2 ** (bits - 1), np.float32)
+        if len(node.input) > 3 and node.input[3]:
+            zeros = initializers[node.input[3]].reshape(n, -1)
+            if bits == 4 and zeros.dtype == np.uint8:
+                zeros = np.stack([zeros & 0x0F, zeros >> 4], axis=-1).reshape(n, -1)
+            zeros = zeros[:, : scales.shape[1], None].astype(np.float32)
+        weights.append(((data.astype(np.float32) - zeros) * scales).reshape(n, -1))
+    return weights
+
+
+def test_q5_0_and_q6_k_weights_are_gguf_dequantized_exactly(tmp_path: Path):
+    """The Q5_0 / Q6_K tensors become 8-bit MatMulNBits with uint8 zero points whose weights
+    are gguf.quants.dequantize's values bit for bit (rows in HuggingFace's order: the Q6_K
+    attn_q's rows are un-permuted, so compare with the dequantized tensor un-permuted by the
+    test's own inverse of llama.cpp's permutation)."""
+    gguf, bundle = _package(tmp_path, "kquants")
+    model = onnx.load(bundle / "model.onnx")
+    weights = _matmul_nbits_weights(model)
+    reader = GGUFReader(gguf)
+    checked = 0
+    for tensor in reader.tensors:
+        if tensor.tensor_type.name not in ("Q5_0", "Q6_K"):
+            continue
+        expected = dequantize(np.asarray(tensor.data), tensor.tensor_type)
+        if tensor.name.endswith("attn_q.weight"):
+            expected = _unpermute(expected, 4)
+        assert any(_holds_rows(weight, expected) for weight in weights), tensor.name
+        checked += 1
+    assert checked == 3 * 3 + 1  # q, v, down per layer and the embedding (its tied lm_head)
+    nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits" and _bits(n) == 8]
+    assert all(len(n.input) == 4 for n in nbits)  # uint8 zero points 16 / 32
+    manifest = json.loads((bundle / "mobius_manifest.json").read_text())
+    dequantized = manifest["build"]["prequantized"]["dequantized"]
+    assert dequantized == []  # Q5_K goes through the float reader, not a MatMulNBits
+
+
+def _unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
+    n = rows.shape[0]
+    return rows.reshape(heads, n // heads // 2, 2, -1).swapaxes(1, 2).reshape(rows.shape)
+
+
+def _holds_rows(weight: np.ndarray, expected: np.ndarray) -> bool:
+    """`expected` [n, K] is a run of rows of `weight` [N, K], bit for bit."""
+    if weight.shape[1] != expected.shape[1]:
+        return False
+    for start in range(weight.shape[0] - expected.shape[0] + 1):
+        if np.array_equal(weight[start : start + expected.shape[0]], expected):
+            return True
+    return False
+
+
+def test_llama3_rope_freqs_scale_the_rotation(tmp_path: Path):
+    """llama.cpp stores Llama 3's rope scaling as a rope_freqs.weight tensor (a factor per
+    frequency), no metadata; transformers' GGUF loader ignores it, so the reference is
+    transformers' model loaded from the same GGUF with the llama3 rope_parameters the
+    checkpoint had. Wavelengths of this tiny model (head_dim 16) fall in all three bands."""
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    gguf = write_tiny_gguf(tmp_path / "llama3.gguf", "llama", rope_parameters=rope)
+    loaded = AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=gguf.name, dtype=torch.float32
+    )
+    config = loaded.config
+    config.rope_parameters = rope
+    reference_model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    reference_model.load_state_dict(loaded.state_dict())
+    reference_model.save_pretrained(tmp_path / "reference")
+    unscaled = hf_reference_logits(gguf, PROMPT, decode_steps=4)
+    run = hf_reference_logits(tmp_path / "reference", PROMPT, decode_steps=4)
+    bundle = mobius_genai.package(
+        gguf,
+        "cpu",
+        tmp_path / "bundle",
+        precision="int4",
+        int4=Int4Options(accuracy_level=0),
+        quiet=True,
+    )
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    ours = run_like_reference(session, run)
+    diffs = [np.abs(o[:, -1] - r.logits[:, -1]).max() for o, r in zip(ours, run.steps, strict=True)]
+    assert max(diffs) <= LOGITS_ATOL, diffs
+    scaling = max(
+        np.abs(u.logits - r.logits).max() for u, r in zip(unscaled.steps, run.steps, strict=True)
+    )
+    assert scaling > 1e-2  # the scaling matters at these positions
+
+
 def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
     """One 8-bit copy: the lookup's data and the lm_head's B are the Q8_0 int8 values + 128."""
     gguf, bundle = _package(tmp_path, "llama")
@@ -88,18 +233,72 @@ def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
     assert view.op_type == "Reshape" and view.input[0] == lm_head[0].input[1]
 
 
-def test_lm_head_from_a_table_runs_at_accuracy_level_0(tmp_path: Path):
-    """At the cpu EP's level 4 the 8-bit lm_head would take int8 activations (see
-    quantize/stored_tables.py); the 4-bit linears keep the target's level."""
-    gguf = write_tiny_gguf(tmp_path / "llama.gguf", "llama")
-    bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", quiet=True)
-    nodes = onnx.load(bundle / "model.onnx", load_external_data=False).graph.node
+def _levels(bundle: Path) -> dict[int, set[int]]:
+    """bits → the accuracy levels of the bundle's MatMulNBits of those bits (0: no attribute)."""
     levels: dict[int, set[int]] = {}
-    for node in nodes:
+    for node in onnx.load(bundle / "model.onnx", load_external_data=False).graph.node:
         if node.op_type == "MatMulNBits":
-            found = {a.i for a in node.attribute if a.name == "accuracy_level"}
-            levels.setdefault(_bits(node), set()).update(found)
-    assert levels == {4: {4}, 8: set()}  # level 0 is the attribute's default
+            found = [a.i for a in node.attribute if a.name == "accuracy_level"]
+            levels.setdefault(_bits(node), set()).add(found[0] if found else 0)
+    return levels
+
+
+def _summary(bundle: Path) -> dict:
+    return json.loads((bundle / "mobius_manifest.json").read_text())["build"]["prequantized"]
+
+
+def test_one_accuracy_level_for_every_stored_weight(tmp_path: Path):
+    """At the cpu EP's level 4 the kernel quantizes the activations of 8-bit weights to int8
+    (the 8-bit lm_head moved SmolLM2's logits by 0.26): a bundle holding stored 8-bit weights
+    runs every MatMulNBits at level 0 unless a level is asked for, and the manifest's level is
+    the one every node has."""
+    gguf = write_tiny_gguf(tmp_path / "llama.gguf", "llama")
+    default = mobius_genai.package(gguf, "cpu", tmp_path / "default", quiet=True)
+    assert _levels(default) == {4: {0}, 8: {0}}
+    assert _summary(default)["accuracy_level"] == 0
+    asked = mobius_genai.package(
+        gguf,
+        "cpu",
+        tmp_path / "asked",
+        precision="int4",
+        int4=Int4Options(accuracy_level=4),
+        quiet=True,
+    )
+    assert _levels(asked) == {4: {4}, 8: {4}}
+    assert _summary(asked)["accuracy_level"] == 4
+    four = write_tiny_gguf(tmp_path / "q4.gguf", "llama", types={"token_embd": "Q4_0"})
+    only_4_bit = mobius_genai.package(four, "cpu", tmp_path / "four", quiet=True)
+    assert _levels(only_4_bit) == {4: {4}}  # the EP's default level: no 8-bit weight
+    assert _summary(only_4_bit)["accuracy_level"] == 4
+
+
+#: What the packager does with each GGUF type (for a matrix; vectors are read as float).
+_OUTCOME = {
+    "Q4_0": "kept 4-bit",
+    "Q4_1": "kept 4-bit",
+    "Q4_K": "kept 4-bit",
+    "Q5_0": "kept 8-bit",
+    "Q6_K": "kept 8-bit",
+    "Q8_0": "kept 8-bit",
+    "Q5_K": "dequantized to fp32",
+    "F32": "float (fp32)",
+}
+
+
+@pytest.mark.parametrize("case", ["kquants", "phi3"])
+def test_manifest_says_what_happened_to_each_tensor_kind(tmp_path: Path, case: str):
+    """Per GGUF type, what became of its tensors; phi3's fused attn_qkv and ffn_up keep
+    their integers too (each part reads its rows of the stored blocks)."""
+    gguf, bundle = _package(tmp_path, case)
+    expected: dict[str, dict[str, int]] = {}
+    for tensor in GGUFReader(gguf).tensors:
+        kind = tensor.tensor_type.name
+        outcome = expected.setdefault(kind, {})
+        outcome[_OUTCOME[kind]] = outcome.get(_OUTCOME[kind], 0) + 1
+    assert _summary(bundle)["tensors"] == expected
+    if case == "kquants":
+        card = (bundle / "README.md").read_text()
+        assert "Q6_K: 7 kept 8-bit" in card and "Q5_K: 3 dequantized to fp32" in card
 
 
 def test_a_slice_of_a_dequantized_matrix_dequantizes_only_its_rows(tmp_path: Path, monkeypatch):

@@ -131,6 +131,9 @@ def test_bundle_equals_dequantized_model_and_keeps_the_integers(tmp_path, name):
     summary = manifest["build"]["prequantized"]
     assert summary["weights"] == len(nodes) and summary["bits"] == [fmt.bits]
     assert (summary["act_order_gathers"] > 0) == fmt.act_order
+    kinds = summary["tensors"]  # 3 layers x q, k, v, o, gate, up, down kept; the rest float
+    assert kinds.pop(f"{fmt.method.upper()} {fmt.bits}-bit") == {f"kept {fmt.bits}-bit": 21}
+    assert all(set(outcomes) == {"float (fp32)"} for outcomes in kinds.values()), kinds
     card = (bundle / "README.md").read_text()
     assert f"pre-quantized source ({fmt.method.upper()} {fmt.bits}-bit" in card
 
