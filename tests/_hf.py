@@ -392,6 +392,12 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
             param.copy_(values.to(param.dtype))
 
 
+def edit_config(folder: Path, **changes: object) -> None:
+    """Set `changes` in the config.json of the checkpoint in `folder`."""
+    path = folder / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
 def write_tiny_checkpoint(
     dest: Path,
     family: str,

@@ -8,7 +8,6 @@ they are family-specific, and so is a tied LM head stored twice, equal.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -19,20 +18,15 @@ from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import WeightsError
-from tests._hf import write_tiny_checkpoint
+from tests._hf import edit_config, write_tiny_checkpoint
 from tests.bundle.conftest import TINY_QWEN2
 
 
 def _copy(tmp_path: Path, **config: object) -> Path:
     folder = tmp_path / "ckpt"
     shutil.copytree(TINY_QWEN2, folder)
-    _edit_config(folder, **config)
+    edit_config(folder, **config)
     return folder
-
-
-def _edit_config(folder: Path, **changes: object) -> None:
-    path = folder / "config.json"
-    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
 
 def _add_tensors(folder: Path, extra: dict[str, np.ndarray]) -> None:

@@ -19,7 +19,7 @@ from mobius_genai.config.moe import ExpertActivation
 from mobius_genai.config.rope import parse_rope
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
-from tests._hf import hf_reference_logits, load_reference_model, write_tiny_checkpoint
+from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4
@@ -127,13 +127,6 @@ def test_tiny_checkpoint_exercises_routing_clamp_and_window(tmp_path):
     assert (gate_up.abs() > config.swiglu_limit).float().mean() > 0.1
 
 
-def _config(ckpt, **changes) -> None:
-    path = ckpt / "config.json"
-    data = json.loads(path.read_text())
-    data.update(changes)
-    path.write_text(json.dumps(data))
-
-
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -144,7 +137,7 @@ def _config(ckpt, **changes) -> None:
 )
 def test_bad_gpt_oss_config_is_a_config_error_naming_the_field(changes, message, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_oss")
-    _config(ckpt, **changes)
+    edit_config(ckpt, **changes)
     with pytest.raises(ConfigError, match=message):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 

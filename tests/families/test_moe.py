@@ -9,7 +9,6 @@ token, so the prompt's tokens pick different pairs (checked below).
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ import torch
 import mobius_genai
 from mobius_genai.errors import ConfigError, UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
-from tests._hf import hf_reference_logits, load_reference_model, write_tiny_checkpoint
+from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4
@@ -119,37 +118,30 @@ def test_moe_op_where_the_capability_says(ep, fused, tmp_path):
         assert {domain for domain, _ in ops} == {""}
 
 
-def _config(ckpt, **changes) -> None:
-    path = ckpt / "config.json"
-    data = json.loads(path.read_text())
-    data.update(changes)
-    path.write_text(json.dumps(data))
-
-
 def test_more_experts_per_token_than_experts_is_refused(tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral")
-    _config(ckpt, num_experts_per_tok=5)
+    edit_config(ckpt, num_experts_per_tok=5)
     with pytest.raises(ConfigError, match="'num_experts_per_tok' is 5, more than the 4 experts"):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 
 
 def test_unknown_dense_layer_index_is_refused(tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "qwen3_moe")
-    _config(ckpt, mlp_only_layers=[7])
+    edit_config(ckpt, mlp_only_layers=[7])
     with pytest.raises(ConfigError, match="'mlp_only_layers' holds \\[7\\]"):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 
 
 def test_olmoe_clip_qkv_is_refused(tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "olmoe")
-    _config(ckpt, clip_qkv=1.0)
+    edit_config(ckpt, clip_qkv=1.0)
     with pytest.raises(UnsupportedModelError, match="clip_qkv"):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 
 
 def test_moe_experts_need_silu(tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral")
-    _config(ckpt, hidden_act="gelu")
+    edit_config(ckpt, hidden_act="gelu")
     with pytest.raises(ConfigError, match="hidden_act 'gelu' is not supported in MoE experts"):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 

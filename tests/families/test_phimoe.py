@@ -9,7 +9,6 @@ phimoe has.
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import numpy as np
 import onnx_ir as ir
@@ -23,7 +22,7 @@ from mobius_genai.components import sparsemixer as components_sparsemixer
 from mobius_genai.config.moe import SparseMixer
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
-from tests._hf import hf_reference_logits, load_reference_model, write_tiny_checkpoint
+from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4
@@ -196,13 +195,6 @@ def test_onnx_standard_graph_holds_only_standard_ops(tmp_path):
     assert isinstance(graph, ir.Graph)
 
 
-def _config(ckpt, **changes) -> None:
-    path = ckpt / "config.json"
-    data = json.loads(path.read_text())
-    data.update(changes)
-    path.write_text(json.dumps(data))
-
-
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -213,7 +205,7 @@ def _config(ckpt, **changes) -> None:
 )
 def test_bad_sparsemixer_config_is_refused(changes, message, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "phimoe")
-    _config(ckpt, **changes)
+    edit_config(ckpt, **changes)
     with pytest.raises(ConfigError, match=message):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 
