@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json, write_json
-from mobius_genai.bundle.card import CARD_FILENAME, render_card
+from mobius_genai.bundle.card import CARD_FILENAME, GRAPH_SECTIONS, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, file_entries
@@ -75,11 +75,16 @@ def available_memory(meminfo: Path = _MEMINFO) -> int | None:
 
 
 def model_bytes(folder: Path) -> int:
-    """Size of the bundle's decoder graph and its external data files."""
-    config = read_json(Path(folder) / CONFIG_FILENAME, BundleError, CONFIG_FILENAME)
-    model = Path(folder) / config["model"]["decoder"]["filename"]
-    data = GraphInfo.from_file(model).external_data
-    return model.stat().st_size + sum((model.parent / name).stat().st_size for name in data)
+    """Size of the bundle's graphs (a vision-language bundle's vision, embedding and decoder,
+    all run by the smoke test) and their external data files."""
+    model = read_json(Path(folder) / CONFIG_FILENAME, BundleError, CONFIG_FILENAME)["model"]
+    graphs = {
+        Path(folder) / model[section]["filename"] for section in GRAPH_SECTIONS if section in model
+    }
+    data = {
+        graph.parent / name for graph in graphs for name in GraphInfo.from_file(graph).external_data
+    }
+    return sum(path.stat().st_size for path in graphs | data)
 
 
 def memory_needed(size: int, precision: str) -> int:
