@@ -86,7 +86,9 @@ def test_the_twin_of_a_vision_language_bundle_cuts_the_decoder_and_the_tower(
     vision_layers, (twin_decoder, twin_vision), (decoder, vision) = FAMILIES[family]
     out = packager.package(checkpoint, "cpu", tmp_path / "out")
     err = capfd.readouterr().err
-    scope = f"the first {twin_decoder} of {decoder} layers"
+    scope = (
+        f"the first {twin_decoder} of {decoder} layers and {twin_vision} of {vision} vision layers"
+    )
     assert f"smoke test on a twin bundle of {scope}: the whole" in err
     [run] = little_memory
     assert run["folder"].name == TWIN_FOLDER
@@ -115,7 +117,11 @@ def test_the_twin_of_a_vision_language_bundle_cuts_the_decoder_and_the_tower(
     assert twin["processor"] == whole["processor"]
     record = json.loads((out / "mobius_manifest.json").read_text())["build"]["smoke_test"]
     assert (record["ran"], record["layers"], record["of"]) == (True, twin_decoder, decoder)
+    assert record["vision_layers"] == {"layers": twin_vision, "of": vision}
     assert re.search(rf"with a \d+x\d+ image.*\(twin of {scope}\)$", record["note"])
+    assert f"| Smoke test | passed on a twin of the bundle with its {scope[4:]}, built" in (
+        (out / "README.md").read_text()
+    )
     assert TWIN_FOLDER not in {path.name for path in out.iterdir()}
 
 
