@@ -215,7 +215,8 @@ def build(
     `prune_lm_head` the decoder computes logits for the last position only (what
     onnxruntime-genai reads; bundles do this). `progress` shows huggingface_hub's download bars
     for a hub id. `num_layers` builds the model's first layers only
-    (`ArchitectureConfig.first_layers`; the smoke test's small twin).
+    (`ArchitectureConfig.first_layers`; the smoke test's small twin), and a vision-language
+    model's vision tower its first layers of every kind too.
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
@@ -223,7 +224,9 @@ def build(
     source, raw, checkpoint = _open(model, revision, progress, load_weights)
     vision_language = vision_language_family(raw.get("model_type", ""))
     if vision_language is not None:
-        package = _build_vision_language(raw, vision_language, target, source, load_weights)
+        package = _build_vision_language(
+            raw, vision_language, target, source, load_weights, num_layers
+        )
         _optimize(package, trace_optimization, prune_lm_head)
         return package
     family = get_family(raw.get("model_type", ""))
@@ -362,12 +365,22 @@ def _build_vision_language(
     target: Target,
     source: Source,
     load_weights: bool,
+    num_layers: int | None,
 ) -> ModelPackage:
+    """The three graphs; with `num_layers`, the decoder's first layers and the vision tower's
+    first layers of every kind (`VisionLanguageConfig.first_layers`)."""
     config = family.parse_config(raw)
+    if num_layers is not None:
+        config = config.first_layers(num_layers)
     checkpoint = Checkpoint(source.path) if load_weights else None
+    dropped = (
+        family.dropped_layers(checkpoint, config)
+        if checkpoint is not None and num_layers is not None
+        else []
+    )
     length = target.context_length or config.text.max_position_embeddings
     with build_context(target.ep, target.dtype):
-        models = vision_language_graphs(config, family, length, checkpoint)
+        models = vision_language_graphs(config, family, length, checkpoint, dropped)
     return ModelPackage(
         models=models,
         config=config.text,

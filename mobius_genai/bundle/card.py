@@ -182,9 +182,13 @@ def _smoke_test(record: Mapping[str, Any] | None) -> str:
         return record["note"].replace("|", "\\|")
     if record["layers"] == record["of"]:
         return "passed: onnxruntime-genai generated from the whole bundle"
+    scope = f"first {record['layers']} of {record['of']} layers"
+    if "vision_layers" in record:
+        scope += f" and {record['vision_layers']['layers']} of {record['vision_layers']['of']} "
+        scope += "vision layers"
     return (
-        f"passed on a twin of the bundle with its first {record['layers']} of {record['of']} "
-        f"layers, built the same way ({record.get('reason', 'the whole bundle was not run')})"
+        f"passed on a twin of the bundle with its {scope}, built the same way "
+        f"({record.get('reason', 'the whole bundle was not run')})"
     )
 
 

@@ -108,7 +108,7 @@ def package(
     out = Path(output) if output is not None else default_output(model, target.ep, target.precision)
     try:
         with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
-            precision, layers, twin_layers, write_twin = _write_staged(
+            precision, layers, twin_layers, write_twin, vision_layers = _write_staged(
                 model,
                 target,
                 staging,
@@ -130,6 +130,7 @@ def package(
                         twin_layers=twin_layers,
                         write_twin=write_twin,
                         say=lambda message: _say(message, quiet),
+                        vision_layers=vision_layers,
                     )
                     _say(record["note"], quiet)
                     record_smoke_test(staging, out.name, record)
@@ -150,10 +151,11 @@ def _write_staged(
     revision: str | None,
     quiet: bool,
     prune_lm_head: bool,
-) -> tuple[str, int, int, Callable[[Path, int], None]]:
+) -> tuple[str, int, int, Callable[[Path, int], None], tuple[int, int] | None]:
     """Build `model` for `target` and write its bundle into `staging`; returns the precision
-    written, the layer count, the layers a smoke-test twin needs and its writer. Nothing of
-    the built graph outlives the call (the smoke test runs the bundle next)."""
+    written, the layer count, the layers a smoke-test twin needs, its writer and, for a
+    vision-language model, the vision layers of the twin and of the model. Nothing of the
+    built graph outlives the call (the smoke test runs the bundle next)."""
     built = build(
         model,
         target=target,
@@ -181,7 +183,15 @@ def _write_staged(
         _say(f"note: {note}", quiet)
     config = built.config
     write_twin = _twin_writer(built, staging, target, precision, prune_lm_head)
-    return precision, config.num_hidden_layers, config.layers_of_every_kind(), write_twin
+    vision = None if built.vision_language is None else built.vision_language.vision
+    vision_layers = None if vision is None else (vision.layers_of_every_kind(), vision.num_layers)
+    return (
+        precision,
+        config.num_hidden_layers,
+        config.layers_of_every_kind(),
+        write_twin,
+        vision_layers,
+    )
 
 
 def _quantize(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json, write_json
-from mobius_genai.bundle.card import CARD_FILENAME, render_card
+from mobius_genai.bundle.card import CARD_FILENAME, GRAPH_SECTIONS, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, file_entries
@@ -52,6 +52,7 @@ class SmokePlan:
     layers: int
     of: int
     reason: str = ""
+    vision_layers: tuple[int, int] | None = None  # a vision-language twin's (layers, of)
 
     @property
     def whole(self) -> bool:
@@ -75,11 +76,16 @@ def available_memory(meminfo: Path = _MEMINFO) -> int | None:
 
 
 def model_bytes(folder: Path) -> int:
-    """Size of the bundle's decoder graph and its external data files."""
-    config = read_json(Path(folder) / CONFIG_FILENAME, BundleError, CONFIG_FILENAME)
-    model = Path(folder) / config["model"]["decoder"]["filename"]
-    data = GraphInfo.from_file(model).external_data
-    return model.stat().st_size + sum((model.parent / name).stat().st_size for name in data)
+    """Size of the bundle's graphs (a vision-language bundle's vision, embedding and decoder,
+    all run by the smoke test) and their external data files."""
+    model = read_json(Path(folder) / CONFIG_FILENAME, BundleError, CONFIG_FILENAME)["model"]
+    graphs = {
+        Path(folder) / model[section]["filename"] for section in GRAPH_SECTIONS if section in model
+    }
+    data = {
+        graph.parent / name for graph in graphs for name in GraphInfo.from_file(graph).external_data
+    }
+    return sum(path.stat().st_size for path in graphs | data)
 
 
 def memory_needed(size: int, precision: str) -> int:
@@ -116,17 +122,22 @@ def run_smoke_phase(
     twin_layers: int,
     write_twin: Callable[[Path, int], None],
     say: Callable[[str], None],
+    vision_layers: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Smoke-test the bundle in `staging`, or its twin; the manifest's record of what ran.
 
     `write_twin(folder, n)` writes the bundle of the same checkpoint cut to its first `n`
-    layers into `folder` (the packager's own functions).
+    layers into `folder` (the packager's own functions); a vision-language twin cuts its vision
+    tower too, to the first of `vision_layers` (twin's, whole's).
     """
     plan = plan_smoke_test(model_bytes(staging), precision, layers, twin_layers, available_memory())
     if plan.whole:
         return _record(plan, smoke_test(staging, ep))
     twin = staging / TWIN_FOLDER
     scope = f"the first {plan.layers} of {plan.of} layers"
+    if vision_layers is not None:
+        plan = dataclasses.replace(plan, vision_layers=vision_layers)
+        scope += f" and {vision_layers[0]} of {vision_layers[1]} vision layers"
     say(f"smoke test on a twin bundle of {scope}: {plan.reason}")
     try:
         write_twin(twin, plan.layers)
@@ -171,6 +182,8 @@ def record_smoke_test(folder: Path, name: str, record: Mapping[str, Any]) -> Non
 
 def _record(plan: SmokePlan, result: SmokeResult) -> dict[str, Any]:
     record = {"ran": result.ran, "layers": plan.layers, "of": plan.of, "note": result.note}
+    if plan.vision_layers is not None:
+        record["vision_layers"] = dict(zip(("layers", "of"), plan.vision_layers, strict=True))
     return {**record, "reason": plan.reason} if plan.reason else record
 
 

@@ -17,6 +17,8 @@ from mobius_genai._json import read_json_object
 from mobius_genai.config import fields
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
+    check_layer_count,
+    first_of_every_kind,
     parse_layer_types,
     validate_layers,
 )
@@ -202,25 +204,12 @@ class ArchitectureConfig:
         return self.layer_types[index], self.rope_of_layer(index) is not None
 
     def layers_of_every_kind(self) -> int:
-        """The fewest first layers that hold every kind of layer the model has (`layer_kind`):
-        a model cut to them builds, and runs, every kind of layer of the whole one."""
-        kinds = [self.layer_kind(index) for index in range(self.num_hidden_layers)]
-        missing = set(kinds)
-        for count, kind in enumerate(kinds, 1):
-            missing.discard(kind)
-            if not missing:
-                return count
-        return self.num_hidden_layers
+        """The fewest first layers that hold every kind of layer the model has (`layer_kind`)."""
+        return first_of_every_kind([self.layer_kind(i) for i in range(self.num_hidden_layers)])
 
     def first_layers(self, count: int) -> ArchitectureConfig:
         """The same architecture with only its first `count` layers (the smoke test's twin)."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ConfigError(f"layer count must be a positive integer, found {count!r}")
-        if count > self.num_hidden_layers:
-            raise ConfigError(
-                f"layer count {count} is above the model's {self.num_hidden_layers} layers; "
-                f"accepted: 1..{self.num_hidden_layers}"
-            )
+        check_layer_count(count, self.num_hidden_layers)
         return dataclasses.replace(
             self,
             num_hidden_layers=count,

@@ -4,7 +4,7 @@ gated delta rule)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mobius_genai.config import fields
@@ -17,6 +17,28 @@ ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
 #: Layer kinds with a recurrent state (no KV cache), as transformers and onnxruntime-genai name them.
 RECURRENT_LAYER_TYPES = ("conv", "linear_attention")
 LAYER_TYPES = ATTENTION_LAYER_TYPES + RECURRENT_LAYER_TYPES
+
+
+def first_of_every_kind(kinds: Sequence[Hashable]) -> int:
+    """The fewest first layers that hold every kind in `kinds` (each layer's kind, in order):
+    a model cut to them builds, and runs, every kind of layer of the whole one."""
+    missing = set(kinds)
+    for count, kind in enumerate(kinds, 1):
+        missing.discard(kind)
+        if not missing:
+            return count
+    return len(kinds)
+
+
+def check_layer_count(count: int, total: int, what: str = "layer count") -> None:
+    """Raise ConfigError unless `count` is a whole number of layers in 1..`total` (a first-layers
+    cut, the smoke test's twin)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ConfigError(f"{what} must be a positive integer, found {count!r}")
+    if count > total:
+        raise ConfigError(
+            f"{what} {count} is above the model's {total} layers; accepted: 1..{total}"
+        )
 
 
 def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.config.layers import check_layer_count, first_of_every_kind
 from mobius_genai.errors import ConfigError
 
 
@@ -51,6 +52,23 @@ class QwenVisionConfig:
     def window_tokens(self) -> int:
         """Side of a window in merged tokens (transformers' vit_merger_window_size)."""
         return self.window_size // self.spatial_merge_size // self.patch_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.depth
+
+    def layers_of_every_kind(self) -> int:
+        """The fewest first blocks with a windowed and a full-attention one, where the tower
+        has both (`fullatt_block_indexes`)."""
+        return first_of_every_kind(
+            [index in self.fullatt_block_indexes for index in range(self.depth)]
+        )
+
+    def first_layers(self, count: int) -> QwenVisionConfig:
+        """The same tower with only its first `count` blocks."""
+        check_layer_count(count, self.depth, "vision layer count")
+        full = tuple(index for index in self.fullatt_block_indexes if index < count)
+        return dataclasses.replace(self, depth=count, fullatt_block_indexes=full)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> QwenVisionConfig:

@@ -14,6 +14,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
+from mobius_genai.config.layers import check_layer_count
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.errors import ConfigError
 
@@ -40,6 +41,19 @@ class VisionConfig:
     @property
     def patches_per_side(self) -> int:
         return self.image_size // self.patch_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.num_hidden_layers
+
+    def layers_of_every_kind(self) -> int:
+        """1: every encoder layer is alike (the smoke test's twin keeps the first)."""
+        return 1
+
+    def first_layers(self, count: int) -> VisionConfig:
+        """The same tower with only its first `count` encoder layers."""
+        check_layer_count(count, self.num_hidden_layers, "vision layer count")
+        return dataclasses.replace(self, num_hidden_layers=count)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> VisionConfig:
@@ -101,6 +115,12 @@ class VisionLanguageConfig:
     eoi_token_id: int | None = None
     video_token_id: int | None = None
     vision_start_token_id: int | None = None
+
+    def first_layers(self, count: int) -> VisionLanguageConfig:
+        """The decoder's first `count` layers and the vision tower's first layers of every kind
+        (the smoke test's twin); token ids and image sizes stay."""
+        vision = self.vision.first_layers(self.vision.layers_of_every_kind())
+        return dataclasses.replace(self, text=self.text.first_layers(count), vision=vision)
 
     @property
     def tokens_per_side(self) -> int:

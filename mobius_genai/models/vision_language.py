@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,8 @@ class VisionLanguageFamily:
     vision_model: Callable[[VisionLanguageConfig], nn.Module]
     # (graph prefix, checkpoint prefixes tried in order) for each graph's parameters.
     checkpoint_prefixes: tuple[tuple[str, tuple[str, ...]], ...]
+    # The vision graph's numbered layers (`<vision_layers>.<index>.` parameter names).
+    vision_layers: str
     # Regex over vision graph parameters whose norm scales by 1 + weight (None: no such norm).
     offset_norms: str | None = None
     # Regex over checkpoint tensors no graph reads (a tower head the model never calls).
@@ -88,6 +90,26 @@ class VisionLanguageFamily:
                 return names[0] if len(names) == 1 else TensorSource(names=names)
         return graph_name
 
+    def dropped_layers(self, names: Iterable[str], config: VisionLanguageConfig) -> list[str]:
+        """Of the checkpoint tensor `names`, those of the decoder's and the vision tower's layers
+        beyond `config`'s (cut to its first layers: the smoke test's twin), which no graph
+        reads."""
+        kept = {
+            prefix: count
+            for graph_layers, count in (
+                ("model.layers.", config.text.num_hidden_layers),
+                (f"{self.vision_layers}.", config.vision.num_layers),
+            )
+            for prefix in _names(self.checkpoint_name(graph_layers))
+        }
+        dropped = []
+        for name in names:
+            for prefix, count in kept.items():
+                match = re.match(rf"{re.escape(prefix)}(\d+)\.", name)
+                if match and int(match.group(1)) >= count:
+                    dropped.append(name)
+        return dropped
+
     def preprocess_weight(
         self, name: str, array: np.ndarray, config: ArchitectureConfig
     ) -> np.ndarray:
@@ -102,6 +124,10 @@ class VisionLanguageFamily:
         if name.startswith("model."):
             return self.text.preprocessed(name)
         return self.offset_norms is not None and re.search(self.offset_norms, name) is not None
+
+
+def _names(source: str | TensorSource) -> tuple[str, ...]:
+    return (source,) if isinstance(source, str) else source.names
 
 
 class VisionModel(nn.Module):
@@ -220,6 +246,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 ("multi_modal_projector.", ("multi_modal_projector.",)),
             ),
             offset_norms=r"^multi_modal_projector\.mm_soft_emb_norm\.weight$",
+            vision_layers="vision_tower.encoder.layers",
             unused_weights=(r"^vision_tower\.(vision_model\.)?head\.",),
             bidirectional_images=True,
         ),
@@ -246,6 +273,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 ("model.", ("model.language_model.", "model.")),
                 ("visual.", ("model.visual.", "visual.")),
             ),
+            vision_layers="visual.blocks",
             top_level_text_keys=("tie_word_embeddings",),
         ),
     )

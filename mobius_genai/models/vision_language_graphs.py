@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import onnx_ir as ir
 
 from mobius_genai.config.vision import VisionLanguageConfig
@@ -17,8 +19,10 @@ def vision_language_graphs(
     family: VisionLanguageFamily,
     context_length: int,
     checkpoint: Checkpoint | None,
+    dropped: Collection[str] = (),
 ) -> dict[str, ir.Model]:
-    """{"vision", "embedding", "decoder"} graphs; call inside the build context."""
+    """{"vision", "embedding", "decoder"} graphs; call inside the build context. `dropped`
+    names the checkpoint tensors of layers `config` leaves out (a twin's), which none reads."""
     text = config.text
     blocks = config.image_token_id if family.bidirectional_images else None
     decoder = CausalLMModel(text, context_length, image_token_id=blocks)
@@ -42,6 +46,7 @@ def vision_language_graphs(
             family.preprocessed,
             unused=family.unused_weights,
             tied=decoder.tied_weights(),
+            read_elsewhere=dropped,
         )
         for model in models.values():
             initializers = model.graph.initializers

@@ -13,7 +13,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.smoke import smoke_test
@@ -23,45 +22,17 @@ from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 from tests._ort import og_greedy
-from tests._qwen_vl import MEAN, STD, patches, tiny_qwen2_5_vl, transformers_tokens
-from tests.models.conftest import TINY_QWEN2
+from tests._qwen_vl import patches, transformers_tokens
+from tests.models.conftest import MIN_PIXELS
 
 og = pytest.importorskip("onnxruntime_genai")
 
-SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
-MIN_PIXELS = 32 * 32  # the smoke test's image: the smallest square smart_resize keeps
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
-    folder = tmp_path_factory.mktemp("qwen2_5_vl-ckpt")
-    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
-    tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS})
-    start, end, image, video = tokenizer.convert_tokens_to_ids(SPECIALS)
-    model = tiny_qwen2_5_vl(
-        text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
-        image_token_id=image,
-        video_token_id=video,
-        vision_start_token_id=start,
-        vision_end_token_id=end,
-    )
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    # Qwen2VLImageProcessor's settings (saving it needs PIL, which tests do not install)
-    preprocessor = {
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "min_pixels": MIN_PIXELS,
-        "max_pixels": 256 * 256,
-        "patch_size": 4,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "rescale_factor": 1 / 255,
-        "image_mean": list(MEAN),
-        "image_std": list(STD),
-    }
-    (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    return model, folder
+def checkpoint(qwen2_5_vl_checkpoint) -> tuple[torch.nn.Module, Path]:
+    return qwen2_5_vl_checkpoint
 
 
 @pytest.fixture(scope="module")
