@@ -24,6 +24,7 @@ from mobius_genai.optimize.rules import (
     gqa,
     gqa_sinks,
     pack_qkv,
+    pack_qkv_split,
     prune_lm_head,
     separate_rope,
     simplified_norm,
@@ -128,6 +129,8 @@ FUSIONS: tuple[RuleGroup, ...] = (
     RuleGroup("GQASinkFusion", gqa_sinks.rules, _gqa_sinks),
     RuleGroup("GQAFusion", gqa.rules, gqa_gate),
     RuleGroup("PackQKV", pack_qkv.rules, _pack_qkv),
+    # After PackQKV: the layers whose q/k/v reach GQA through q/k norms (packed, then split).
+    RuleGroup("PackQKVSplit", pack_qkv_split.PackQKVSplitPass, _pack_qkv),
     RuleGroup("SkipNorm", skip_norm.rules, _kernel("SkipSimplifiedLayerNormalization")),
     RuleGroup("SkipLayerNorm", skip_layer_norm.rules, _kernel("SkipLayerNormalization")),
     RuleGroup("GeluFusion", gelu.rules, _always),

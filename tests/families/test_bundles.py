@@ -11,17 +11,20 @@ slow (`pytest -m slow tests/families/test_bundles.py`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime_genai as og
 import pytest
 
 from mobius_genai.bundle import packager
 from mobius_genai.bundle.generate import greedy_tokens, load_model
 from mobius_genai.cli import main as cli_main
+from mobius_genai.ep import get_ep
 from mobius_genai.models import FAMILIES
 from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 
@@ -119,3 +122,29 @@ def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(fami
     prompts = [PROMPT, PROMPT[:4]]
     rows = _batch_greedy_tokens(folder, prompts, 8)
     assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
+
+
+def _projection_weights(folder: Path) -> list[str]:
+    """The B input names of the bundle's MatMulNBits nodes that read a q/k/v projection."""
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    return [
+        node.input[1]
+        for node in graph.node
+        if node.op_type == "MatMulNBits" and "_proj" in node.input[1] and "attn" in node.input[1]
+    ]
+
+
+def test_gemma3_int4_bundle_packs_q_k_v_behind_the_qk_norms(tmp_path):
+    """One MatMulNBits per layer for q/k/v (split before gemma3's q/k norms), and the same
+    tokens as the bundle with three projections per layer."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "gemma3_text")
+    packed = packager.package(ckpt, "cpu", tmp_path / "packed", precision="int4", quiet=True)
+    names = [name for name in _projection_weights(packed) if "o_proj" not in name]
+    layers = json.loads((ckpt / "config.json").read_text())["num_hidden_layers"]
+    assert len(names) == layers and all("qkv_proj" in name for name in names)
+    caps = dataclasses.replace(get_ep("cpu"), name="cpu-separate", qkv_pack_dtypes=frozenset())
+    separate = packager.package(ckpt, caps, tmp_path / "separate", precision="int4", quiet=True)
+    assert len([n for n in _projection_weights(separate) if "o_proj" not in n]) == 3 * layers
+    ours = greedy_tokens(load_model(packed), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS
+    assert ours == greedy_tokens(load_model(separate), PROMPT, len(PROMPT) + NEW_TOKENS)

@@ -113,10 +113,10 @@ class PackQKV(RecordingRuleClassBase):
         node = attention.producer()
         graph = wq.graph
         dtype = wq.dtype
-        packed_w = _concat_parameter(graph, (wq, wk, wv), axis=1, dtype=dtype, suffix=".weight")
+        packed_w = concat_parameter(graph, (wq, wk, wv), axis=1, dtype=dtype, suffix=".weight")
         packed = op.MatMul(x, packed_w)
         if self.bias:
-            packed_b = _concat_parameter(graph, (bq, bk, bv), axis=0, dtype=dtype, suffix=".bias")
+            packed_b = concat_parameter(graph, (bq, bk, bv), axis=0, dtype=dtype, suffix=".bias")
             packed = op.Add(packed, packed_b)
         packed.type = x.type
         if x.shape is not None:  # [..., q + 2 * kv width], as the three projections had
@@ -135,9 +135,11 @@ class PackQKV(RecordingRuleClassBase):
         )
 
 
-def _concat_parameter(
+def concat_parameter(
     graph: ir.Graph, values: Sequence[ir.Value], axis: int, dtype: ir.DataType, suffix: str
 ) -> ir.Value:
+    """A new initializer concatenating `values` along `axis`, read only when saved (a
+    `ConcatTensor`), named after the first with q_proj → qkv_proj; no value if they have none."""
     shape = [int(d) for d in values[0].shape]
     shape[axis] = sum(int(v.shape[axis]) for v in values)
     tensors = [v.const_value for v in values]
