@@ -439,13 +439,21 @@ def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
     note = f"the checkpoint is pre-quantized ({report.scheme}): {kept}"
     if report.dequantized:
         note += f"; dequantized to {precision_of(target.dtype)}: {len(report.dequantized)}"
+    requantized = sum(
+        count
+        for outcomes in report.tensors.values()
+        for outcome, count in outcomes.items()
+        if outcome.startswith("re-quantized")
+    )
+    if requantized:
+        note += f"; {requantized} source tensors it could not keep quantized again as asked"
     if target.precision != "int4":
         note += (
             f"; precision {target.precision} applies to the activations and to the weights "
             "the checkpoint keeps in float"
         )
     elif target.int4 is not None and _layout(target.int4) != _layout(Int4Options()):
-        note += "; the int4 block size and zero points are the checkpoint's, not the options'"
+        note += "; the kept weights' block size and zero points are the checkpoint's"
     return note
 
 

@@ -168,7 +168,7 @@ def test_onnxruntime_genai_generates_from_the_int4_bundle(bundles):
     assert tokens
 
 
-def test_asked_accuracy_level_applies_to_every_matmul_nbits(tmp_path: Path, bundles):
+def test_asked_accuracy_level_applies_to_every_matmul_nbits(tmp_path: Path, bundles, capsys):
     gguf, _, _ = bundles
     bundle = mobius_genai.package(
         gguf,
@@ -177,8 +177,9 @@ def test_asked_accuracy_level_applies_to_every_matmul_nbits(tmp_path: Path, bund
         int4=Int4Options(accuracy_level=4),
         precision="int4",
         smoke_test=False,
-        quiet=True,
     )
+    note = f"{2 * LAYERS} source tensors it could not keep quantized again as asked"
+    assert note in capsys.readouterr().err
     nodes, _ = _nodes(bundle)
     levels = {
         next((a.i for a in n.attribute if a.name == "accuracy_level"), 0)
@@ -187,3 +188,41 @@ def test_asked_accuracy_level_applies_to_every_matmul_nbits(tmp_path: Path, bund
     }
     assert levels == {4}
     assert _manifest(bundle)["prequantized"]["accuracy_level"] == 4
+
+
+#: An untied lm_head ("output") stored in float or in a block type, per int4 recipe: what the
+#: manifest says became of it.
+LM_HEADS = {
+    "float-builder": ("F16", "builder", "float (fp32)"),
+    "float-balanced": ("F16", "balanced", "re-quantized to int8 (block 128, recipe balanced)"),
+    "q5_k-builder": ("Q5_K", "builder", REQUANTIZED),
+}
+
+
+@pytest.mark.parametrize("case", list(LM_HEADS))
+def test_lm_head_kept_in_float_by_the_source_stays_float_unless_the_recipe_widens_it(
+    tmp_path: Path, case: str
+):
+    """A table the source stored in float is left in float by the 4-bit recipes (quantizing
+    it changes the model more than the source did); `balanced` keeps lm_heads in 8 bits, and
+    a table the source stored quantized is quantized as the recipe says."""
+    kind, quality, outcome = LM_HEADS[case]
+    gguf = write_tiny_gguf(
+        tmp_path / "untied.gguf",
+        "llama",
+        tie=False,
+        hidden_size=256,
+        intermediate_size=256,
+        types={"output": kind},
+    )
+    bundle = mobius_genai.package(
+        gguf,
+        "cpu",
+        tmp_path / "bundle",
+        precision="int4",
+        int4=Int4Options(quality=quality),
+        smoke_test=False,
+        quiet=True,
+    )
+    assert _manifest(bundle)["prequantized"]["tensors"][kind] == {outcome: 1}
+    assert len(_float_matmuls(bundle)) == (1 if outcome.startswith("float") else 0)
