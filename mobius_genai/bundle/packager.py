@@ -446,7 +446,7 @@ def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
         if outcome.startswith("re-quantized")
     )
     if requantized:
-        note += f"; {requantized} source tensors it could not keep quantized again as asked"
+        note += f"; {requantized} it could not keep re-quantized with the int4 options asked"
     if target.precision != "int4":
         note += (
             f"; precision {target.precision} applies to the activations and to the weights "

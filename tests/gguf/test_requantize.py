@@ -178,7 +178,7 @@ def test_asked_accuracy_level_applies_to_every_matmul_nbits(tmp_path: Path, bund
         precision="int4",
         smoke_test=False,
     )
-    note = f"{2 * LAYERS} source tensors it could not keep quantized again as asked"
+    note = f"{2 * LAYERS} it could not keep re-quantized with the int4 options asked"
     assert note in capsys.readouterr().err
     nodes, _ = _nodes(bundle)
     levels = {
