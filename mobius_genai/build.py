@@ -318,8 +318,7 @@ def _tensors(
         tied=module.tied_weights(),
         read_elsewhere=sorted(elsewhere),
     )
-    kind = checkpoint.kind if isinstance(checkpoint, GgufCheckpoint) else checkpoint.dtype
-    float_kinds = Counter(kind(name) for name in checkpoint if name not in elsewhere)
+    float_kinds = Counter(checkpoint.kind(name) for name in checkpoint if name not in elsewhere)
     return {**tensors, **special}, dict(sorted(float_kinds.items()))
 
 

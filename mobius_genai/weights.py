@@ -141,6 +141,10 @@ class Checkpoint:
         """The stored dtype as safetensors names it ("BF16", "F32", ...)."""
         return self._entries[name][1].dtype
 
+    def kind(self, name: str) -> str:
+        """The stored kind of tensor `name` for reports: its safetensors dtype."""
+        return self.dtype(name)
+
     def shape(self, name: str) -> tuple[int, ...]:
         return self._entries[name][1].shape
 

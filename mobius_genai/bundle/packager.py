@@ -62,6 +62,7 @@ from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
 from mobius_genai.quantize.prequantized import PrequantizedReport, apply_prequantized
+from mobius_genai.quantize.requantize import requantize_floats
 from mobius_genai.source import Source
 from mobius_genai.target import Target, precision_of, target_or_choices
 
@@ -199,26 +200,34 @@ def _quantize(
 ) -> tuple[Int4Report | None, PrequantizedReport | None]:
     """Int4 as the target asks; a pre-quantized source keeps its own integers instead.
 
-    The weights such a source left in float (lm_head, embeddings) stay float: quantizing them
-    would change the model. The target's int4 accuracy level applies, else the EP's (0 beside
-    stored 8-bit weights: see `quantize.prequantized`).
+    What such a source leaves in float is dequantized to the model's dtype, unless the target
+    asks for int4 explicitly (`Target.int4`): then its matrices are quantized with the
+    target's options (`quantize.requantize`; a table the source kept in float stays float).
+    One accuracy level for all: the target's, else the EP's (0 beside stored 8-bit weights:
+    see `quantize.prequantized`).
     """
+    model = built[built.decoder_key]
     if built.prequantized is None:
         if target.int4 is None:
             return None, None
-        return quantize_int4(built[built.decoder_key], target.int4, built.ep), None
+        return quantize_int4(model, target.int4, built.ep), None
     nbits = built.ep.supports_custom_ops and built.ep.supports_matmul_nbits
     gather = built.ep.supports_custom_ops and built.dtype in built.ep.int4_gather_dtypes
-    return None, apply_prequantized(
-        built[built.decoder_key],
+    precision = precision_of(built.dtype)
+    report = apply_prequantized(
+        model,
         built.prequantized,
         target.int4.accuracy_level if target.int4 is not None else None,
         built.ep.default_int4_accuracy_level or 0,
         nbits,
         gather,
         float_kinds=built.float_kinds,
-        precision=precision_of(built.dtype),
+        precision=precision,
     )
+    if target.int4 is None:
+        return None, report
+    int4, moved = requantize_floats(model, target.int4, built.ep, report.accuracy_level)
+    return int4, report.with_requantized(moved, precision)
 
 
 def _precision(target: Target, prequantized: PrequantizedReport | None) -> str:
@@ -440,13 +449,21 @@ def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
     note = f"the checkpoint is pre-quantized ({report.scheme}): {kept}"
     if report.dequantized:
         note += f"; dequantized to {precision_of(target.dtype)}: {len(report.dequantized)}"
+    requantized = sum(
+        count
+        for outcomes in report.tensors.values()
+        for outcome, count in outcomes.items()
+        if outcome.startswith("re-quantized")
+    )
+    if requantized:
+        note += f"; {requantized} it could not keep re-quantized with the int4 options asked"
     if target.precision != "int4":
         note += (
             f"; precision {target.precision} applies to the activations and to the weights "
             "the checkpoint keeps in float"
         )
     elif target.int4 is not None and _layout(target.int4) != _layout(Int4Options()):
-        note += "; the int4 block size and zero points are the checkpoint's, not the options'"
+        note += "; the kept weights' block size and zero points are the checkpoint's"
     return note
 
 

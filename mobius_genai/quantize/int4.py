@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import onnx_ir as ir
@@ -205,17 +206,19 @@ def quantize_int4(
     model: ir.Model,
     options: Int4Options,
     caps: EpCapabilities,
+    *,
+    select: Callable[[WeightGroup], bool] | None = None,
 ) -> Int4Report:
     """Quantize the weights of `model` (in place) to INT4 for `caps`' EP.
 
     Run it after the optimization pipeline. Nothing is read from the checkpoint here: the int4
     tensors are lazy and computed, one weight at a time, when the model is saved (the saving
-    progress bar shows that work). Raises
-    ConfigError, before changing anything, when the block size does not divide a weight's input
-    dimension.
+    progress bar shows that work). Raises ConfigError, before changing anything, when the
+    block size does not divide a weight's K. `select`: only the weights it accepts, no experts.
     """
     options = options.resolved(caps)
     groups, declined = find_weights(model.graph)
+    groups = [group for group in groups if select is None or select(group)]
     gather = caps.supports_custom_ops and _model_dtype(groups) in caps.int4_gather_dtypes
     _check_block_size(
         [g for g in groups if g.matmuls or (gather and g.gathers)], options.block_size
@@ -245,7 +248,8 @@ def quantize_int4(
         )
         format_ = "DequantizeLinear"
     experts = QMoEPass(options.block_size, symmetric, search, options.accuracy_level or 0)
-    qmoe = caps.supports_custom_ops and caps.supports_qmoe and experts(model).modified
+    qmoe = select is None and caps.supports_custom_ops and caps.supports_qmoe
+    qmoe = qmoe and experts(model).modified
     if quantizer(model).modified or qmoe:
         # A replaced FusedMatMul or MoE may leave its function overload unused.
         common.RemoveUnusedFunctionsPass()(model)

@@ -34,7 +34,10 @@ from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.write import GraphWriter
 from mobius_genai.weights import ConcatTensor
 
-__all__ = ["PrequantizedReport", "apply_prequantized"]
+__all__ = ["FLOAT_KINDS", "PrequantizedReport", "apply_prequantized"]
+
+#: Stored kinds that are floats already (GGUF and safetensors spell them alike).
+FLOAT_KINDS = frozenset({"F64", "F32", "F16", "BF16"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +61,7 @@ class PrequantizedReport:
     tensors: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     """Stored kind of the source's tensors (GGUF type, "GPTQ 4-bit", safetensors dtype) →
     what happened to them ("kept 4-bit", "kept 8-bit", "dequantized to fp16", "float
-    (fp16)") → how many."""
+    (fp16)", "re-quantized to int4 (block 32, recipe builder)") → how many."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -74,6 +77,16 @@ class PrequantizedReport:
             "lookups": self.lookups,
             "tensors": {kind: dict(outcomes) for kind, outcomes in self.tensors.items()},
         }
+
+    def with_requantized(self, moved: list[tuple[str, str]], precision: str) -> PrequantizedReport:
+        """This report with the source tensors `moved` ((stored kind, outcome) each, from
+        `requantize.requantize_floats`) counted under their outcome instead of as read in
+        float `precision`."""
+        kinds = _Kinds(precision)
+        kinds.counts = {kind: dict(outcomes) for kind, outcomes in self.tensors.items()}
+        for kind, outcome in moved:
+            kinds.move(kind, outcome)
+        return dataclasses.replace(self, tensors=kinds.counts)
 
 
 def apply_prequantized(
@@ -204,9 +217,6 @@ def _set_accuracy_level(graph: ir.Graph, level: int) -> None:
 class _Kinds:
     """What happened to the source's tensors, by stored kind (`PrequantizedReport.tensors`)."""
 
-    #: Stored kinds that are floats already (GGUF and safetensors spell them alike).
-    FLOATS = frozenset({"F64", "F32", "F16", "BF16"})
-
     def __init__(self, precision: str) -> None:
         self.precision = precision
         self.counts: dict[str, dict[str, int]] = {}
@@ -222,7 +232,22 @@ class _Kinds:
 
     def dequantized(self, tensors: list[PrequantizedTensor]) -> None:
         for tensor in tensors:
-            self._once(tensor, f"dequantized to {self.precision}")
+            self._once(tensor, self._as_float(tensor.scheme))
+
+    def _as_float(self, kind: str) -> str:
+        """What reading a tensor of stored `kind` in the model's float precision is called."""
+        if kind in FLOAT_KINDS:
+            return f"float ({self.precision})"
+        return f"dequantized to {self.precision}"
+
+    def move(self, kind: str, outcome: str) -> None:
+        """One tensor of `kind` read as float became `outcome` instead."""
+        outcomes = self.counts[kind]
+        old = self._as_float(kind)
+        outcomes[old] -= 1
+        if not outcomes[old]:
+            del outcomes[old]
+        self._add(kind, outcome)
 
     def _once(self, tensor: PrequantizedTensor, outcome: str) -> None:
         """Count the source tensor once (the parts of a fused one read the same tensor)."""
@@ -233,9 +258,7 @@ class _Kinds:
 
     def read_as_float(self, float_kinds: Mapping[str, int]) -> None:
         for kind, count in float_kinds.items():
-            floats = kind in self.FLOATS
-            outcome = f"float ({self.precision})" if floats else f"dequantized to {self.precision}"
-            self._add(kind, outcome, count)
+            self._add(kind, self._as_float(kind), count)
 
 
 def _parts(weight: ir.Value | None) -> list[PrequantizedTensor]:

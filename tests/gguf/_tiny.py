@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
 from gguf.quants import quantize
+from onnx import numpy_helper
 from transformers import AutoModelForCausalLM
 
 from tests._hf import randomize_weights, tiny_config
@@ -85,6 +87,29 @@ _RANDOM_FIELDS = {
     "Q6_K": [(208, 5e-5, 1.5e-4)],
     "Q5_0": [(0, 2.5e-3, 5e-3)],
 }
+
+
+def matmul_nbits_weights(model: onnx.ModelProto) -> list[np.ndarray]:
+    """The [N, K] float weight of each MatMulNBits, dequantized as its kernel defines it."""
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    weights = []
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits":
+            continue
+        attributes = {a.name: a.i for a in node.attribute}
+        bits, size, n = attributes["bits"], attributes["block_size"], attributes["N"]
+        data = initializers[node.input[1]].reshape(n, -1, size * bits // 8)
+        if bits == 4:
+            data = np.stack([data & 0x0F, data >> 4], axis=-1).reshape(n, -1, size)
+        scales = initializers[node.input[2]].reshape(n, -1, 1).astype(np.float32)
+        zeros = np.full(scales.shape, 2 ** (bits - 1), np.float32)
+        if len(node.input) > 3 and node.input[3]:
+            zeros = initializers[node.input[3]].reshape(n, -1)
+            if bits == 4 and zeros.dtype == np.uint8:
+                zeros = np.stack([zeros & 0x0F, zeros >> 4], axis=-1).reshape(n, -1)
+            zeros = zeros[:, : scales.shape[1], None].astype(np.float32)
+        weights.append(((data.astype(np.float32) - zeros) * scales).reshape(n, -1))
+    return weights
 
 
 def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:

@@ -25,7 +25,7 @@ import mobius_genai
 from mobius_genai.quantize import Int4Options
 from tests._hf import hf_reference_logits
 from tests._ort import run_like_reference
-from tests.gguf._tiny import write_tiny_gguf
+from tests.gguf._tiny import matmul_nbits_weights, write_tiny_gguf
 
 PROMPT = np.array([[5, 17, 33, 8, 200, 91, 383]])
 LOGITS_ATOL = 1e-4
@@ -80,15 +80,11 @@ def _bits(node: onnx.NodeProto) -> int:
 
 
 def _package(tmp_path: Path, case: str) -> tuple[Path, Path]:
+    """The case's GGUF and its default cpu bundle: no int4 request (which would quantize the
+    Q5_K matrices, tests/gguf/test_requantize.py), accuracy level 0 (8-bit weights present)."""
     gguf = write_tiny_gguf(tmp_path / f"{case}.gguf", **CASES[case])
-    bundle = mobius_genai.package(
-        gguf,
-        "cpu",
-        tmp_path / "bundle",
-        precision="int4",
-        int4=Int4Options(accuracy_level=0),
-        quiet=True,
-    )
+    bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", quiet=True)
+    assert _summary(bundle)["accuracy_level"] == 0
     return gguf, bundle
 
 
@@ -109,29 +105,6 @@ def test_logits_equal_transformers(tmp_path: Path, case: str):
     assert "Gather" not in ops  # the embedding lookup reads the stored integers
 
 
-def _matmul_nbits_weights(model: onnx.ModelProto) -> list[np.ndarray]:
-    """The [N, K] float weight of each MatMulNBits, dequantized as its kernel defines it."""
-    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    weights = []
-    for node in model.graph.node:
-        if node.op_type != "MatMulNBits":
-            continue
-        attributes = {a.name: a.i for a in node.attribute}
-        bits, size, n = attributes["bits"], attributes["block_size"], attributes["N"]
-        data = initializers[node.input[1]].reshape(n, -1, size * bits // 8)
-        if bits == 4:
-            data = np.stack([data & 0x0F, data >> 4], axis=-1).reshape(n, -1, size)
-        scales = initializers[node.input[2]].reshape(n, -1, 1).astype(np.float32)
-        zeros = np.full(scales.shape, 2 ** (bits - 1), np.float32)
-        if len(node.input) > 3 and node.input[3]:
-            zeros = initializers[node.input[3]].reshape(n, -1)
-            if bits == 4 and zeros.dtype == np.uint8:
-                zeros = np.stack([zeros & 0x0F, zeros >> 4], axis=-1).reshape(n, -1)
-            zeros = zeros[:, : scales.shape[1], None].astype(np.float32)
-        weights.append(((data.astype(np.float32) - zeros) * scales).reshape(n, -1))
-    return weights
-
-
 def test_q5_0_and_q6_k_weights_are_gguf_dequantized_exactly(tmp_path: Path):
     """The Q5_0 / Q6_K tensors become 8-bit MatMulNBits with uint8 zero points whose weights
     are gguf.quants.dequantize's values bit for bit (rows in HuggingFace's order: the Q6_K
@@ -139,7 +112,7 @@ def test_q5_0_and_q6_k_weights_are_gguf_dequantized_exactly(tmp_path: Path):
     test's own inverse of llama.cpp's permutation)."""
     gguf, bundle = _package(tmp_path, "kquants")
     model = onnx.load(bundle / "model.onnx")
-    weights = _matmul_nbits_weights(model)
+    weights = matmul_nbits_weights(model)
     reader = GGUFReader(gguf)
     checked = 0
     for tensor in reader.tensors:
