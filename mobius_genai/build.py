@@ -31,7 +31,7 @@ from mobius_genai.prequantized import (
 )
 from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.progress import Progress
-from mobius_genai.source import Source, resolve_source
+from mobius_genai.source import Source, local_source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
@@ -356,9 +356,7 @@ def _config_only_source(
     path = Path(model).expanduser()
     if path.is_dir() or path.name == "config.json":
         config_path = path if path.is_file() else path / "config.json"
-        return Source(path=config_path.parent.resolve(), model_id=str(model)), read_config_json(
-            config_path
-        )
+        return local_source(config_path.parent), read_config_json(config_path)
     source = resolve_source(model, revision, progress=progress)
     return source, read_config_json(source.path)
 

@@ -66,7 +66,7 @@ def test_package_options(tmp_path, capsys):
     assert config["model"]["context_length"] == config["search"]["max_length"] == 48
     manifest = json.loads((out / "mobius_manifest.json").read_text())
     assert manifest["build"]["dtype"] == "fp16"
-    assert manifest["source"]["model_id"] == str(TINY_QWEN2)
+    assert manifest["source"]["model_id"] == TINY_QWEN2.name
     assert "model.safetensors" in manifest["source"]["files"]
     assert sorted(manifest["files"]) == sorted(
         p.name for p in out.iterdir() if p.name != "mobius_manifest.json"
