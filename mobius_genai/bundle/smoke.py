@@ -27,6 +27,7 @@ from typing import Any
 
 from mobius_genai.bundle._smoke_child import PHASE_PREFIX
 from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.runnable import cpu_refusal
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
@@ -55,14 +56,21 @@ def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 
 
     On CPU the tokens must equal a plain onnxruntime loop's, and every step's logits must be
     finite. A bundle for an EP missing here runs its graph on CPU instead (genai's providers
-    cleared), where the graph's ops allow; otherwise the test is skipped with a note.
+    cleared), where the graph's ops allow; otherwise the test is skipped with a note, as it is
+    for a graph whose dtype onnxruntime's CPU provider has no kernels for (`cpu_refusal`).
     """
     folder = Path(folder)
+    config = read_genai_config(folder)
+    graph = _graph(folder, config)
+    refusal = None if graph is None else cpu_refusal(graph)
+    if refusal is not None and ep.runtime.genai_provider is None:  # it would run on CPU
+        return SmokeResult(False, f"smoke test skipped: {refusal}")
     request = {
         "folder": str(folder),
         "ep": ep.name,
         "genai_provider": ep.runtime.genai_provider,
-        "session_options": session_options(folder, read_genai_config(folder)),
+        "session_options": session_options(folder, config),
+        "cpu_refusal": refusal,
         "max_new_tokens": max_new_tokens,
         "parent": os.getpid(),
     }
@@ -77,11 +85,17 @@ def session_options(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:
 
     An unreadable graph gets the defaults: loading it then fails with onnxruntime-genai's error.
     """
-    try:
-        graph = GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
-    except BundleError:
+    graph = _graph(folder, config)
+    if graph is None:
         return {}
     return {} if graph.ops & _NEEDS_PREPACKING else dict(_NO_PREPACKING)
+
+
+def _graph(folder: Path, config: Mapping[str, Any]) -> GraphInfo | None:
+    try:
+        return GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
+    except BundleError:
+        return None
 
 
 def _run_child(request: Mapping[str, Any], folder: Path) -> dict[str, Any]:

@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
+    parser.add_argument(
+        "--ep",
+        help="run on this execution provider instead of the one the bundle names (the bundle "
+        "is not changed); e.g. --ep cpu runs a GPU bundle here, on the CPU provider",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=args.max_new_tokens,
         use_chat_template=not args.raw,
         images=args.image,
+        ep=args.ep,
     ):
         sys.stdout.write(piece)
         sys.stdout.flush()
