@@ -32,6 +32,7 @@ import onnxruntime as ort
 
 from mobius_genai._json import read_json
 from mobius_genai.bundle._og_errors import PROVIDER_UNAVAILABLE
+from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.generate import (
     greedy_tokens,
     load_model,
@@ -147,7 +148,7 @@ def _greedy(
         return image_greedy(model, folder, config, max_new_tokens)
     _phase("creating the tokenizer")
     tokenizer = load_tokenizer(model, folder)
-    prompt = [int(token) for token in tokenizer.encode(SMOKE_PROMPT)]
+    prompt = with_bos(tokenizer.encode(SMOKE_PROMPT), required_bos(folder))
     if not prompt:
         prompt = [config["model"].get("bos_token_id", 0)]
     max_length = min(len(prompt) + max_new_tokens, config["model"]["context_length"])

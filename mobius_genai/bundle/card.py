@@ -57,8 +57,11 @@ def render_card(
     build: Mapping[str, Any],
     tool_version: str,
     files: list[str],
+    bos_token_id: int | None = None,
 ) -> str:
-    """The README.md text of a bundle named `folder` holding `files`."""
+    """The README.md text of a bundle named `folder` holding `files`; `bos_token_id` is the
+    token its tokenizer asks to start every encoding with (`bos.required_bos`), which the
+    example adds because onnxruntime-genai's tokenizer does not."""
     model = genai_config["model"]
     decoder = model["decoder"]
     providers = decoder.get("session_options", {}).get("provider_options", [])
@@ -100,9 +103,28 @@ def render_card(
             else ""
         ),
         "requirements": _requirements(_runtime(build["execution_provider"], names)),
+        "encode": _encode(bos_token_id),
+        "bos_note": _bos_note(bos_token_id),
         "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
+
+
+def _encode(bos_token_id: int | None) -> str:
+    encode = 'tokenizer.encode("The capital of France is")'
+    return encode if bos_token_id is None else f"[{bos_token_id}, *{encode}]"
+
+
+def _bos_note(bos_token_id: int | None) -> str:
+    if bos_token_id is None:
+        return ""
+    return (
+        f"\nThe tokenizer asks for token {bos_token_id} (its bos token, tokenizer_config.json's "
+        "`add_bos_token`) at the start of every prompt, and onnxruntime-genai's "
+        "`tokenizer.encode` does not add it: put it in front of the ids yourself, as above, "
+        "unless the text already starts with it (a chat template that writes the bos token). "
+        "`mobius-genai run` does this.\n"
+    )
 
 
 def _graphs(model: Mapping[str, Any]) -> str:

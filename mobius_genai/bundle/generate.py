@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
+from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.placement import provider_hints, provider_of, require_runnable
 from mobius_genai.errors import BundleError
 
@@ -230,7 +231,7 @@ def stream_text(
             inputs = image_inputs(model, text, pictures, ", ".join(map(str, images)))
             length = inputs["input_ids"].as_numpy().size
         else:
-            prompt_ids = list(tokenizer.encode(text))
+            prompt_ids = with_bos(tokenizer.encode(text), required_bos(folder))
             length = len(prompt_ids)
         params = og.GeneratorParams(model)
         context = config["model"]["context_length"]

@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from mobius_genai._json import read_json, write_json
 from mobius_genai.build import MODEL_FILENAME, ModelPackage, build
+from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.bundle import (
     checkpoint_folder,
     copy_tokenizer_files,
@@ -296,6 +297,7 @@ def write_bundle(
         build=build_info,
         tool_version=dependency_versions()["mobius-genai"] or "0+unknown",
         files=sorted({*bundle_files(folder), CARD_FILENAME, MANIFEST_FILENAME}),
+        bos_token_id=required_bos(folder),
     )
     (folder / CARD_FILENAME).write_text(card, encoding="utf-8")
     manifest = make_manifest(

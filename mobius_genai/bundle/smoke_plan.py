@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json, write_json
+from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
@@ -162,6 +163,7 @@ def record_smoke_test(folder: Path, name: str, record: Mapping[str, Any]) -> Non
         build=manifest["build"],
         tool_version=manifest["tool"]["version"],
         files=sorted({*manifest["files"], MANIFEST_FILENAME}),
+        bos_token_id=required_bos(folder),
     )
     (folder / CARD_FILENAME).write_text(card, encoding="utf-8")
     manifest["files"].update(file_entries(folder, [CARD_FILENAME]))
