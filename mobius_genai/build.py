@@ -30,7 +30,7 @@ from mobius_genai.prequantized import (
     prequantized_tensors,
 )
 from mobius_genai.prequantized.gptq import read_quantization_config
-from mobius_genai.progress import Progress
+from mobius_genai.progress import Progress, phase
 from mobius_genai.source import Source, local_source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
@@ -208,18 +208,20 @@ def build(
     `dtype` and `context_length`. With `load_weights=False` only config.json is read and the
     graph carries no weights, which makes even a 70B configuration a matter of seconds. With
     `prune_lm_head` the decoder computes logits for the last position only (what
-    onnxruntime-genai reads; bundles do this). `progress` shows huggingface_hub's download bars
-    for a hub id. `num_layers` builds the model's first layers only
+    onnxruntime-genai reads; bundles do this). `progress` says each phase on stderr
+    (`progress.phase`) and shows huggingface_hub's download bars for a hub id. `num_layers` builds the model's first layers only
     (`ArchitectureConfig.first_layers`; the smoke test's small twin).
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
     )
-    source, raw, checkpoint = _open(model, revision, progress, load_weights)
+    with phase("reading the checkpoint", progress):
+        source, raw, checkpoint = _open(model, revision, progress, load_weights)
     vision_language = vision_language_family(raw.get("model_type", ""))
     if vision_language is not None:
-        package = _build_vision_language(raw, vision_language, target, source, load_weights)
-        _optimize(package, trace_optimization, prune_lm_head)
+        with phase("building the graph", progress):
+            package = _build_vision_language(raw, vision_language, target, source, load_weights)
+        _optimize(package, trace_optimization, prune_lm_head, progress)
         return package
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
@@ -231,7 +233,7 @@ def build(
         checkpoint = Checkpoint(source.path)
     described = checkpoint if isinstance(checkpoint, GgufCheckpoint) else scheme
     prequantized = None if described is None else described.describe()
-    with build_context(target.ep, target.dtype):
+    with phase("building the graph", progress), build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         # config vs checkpoint: before the graph is built
         tensors = (
@@ -240,7 +242,7 @@ def build(
             else _tensors(module, checkpoint, family, scheme, skip_layers_from=num_layers)
         )
         graph_model = CausalLMTask().build(module, config)
-    attach_weights(graph_model, tensors)
+        attach_weights(graph_model, tensors)
     package = ModelPackage(
         models={"model": graph_model},
         config=config,
@@ -251,7 +253,7 @@ def build(
         family=family,
         prequantized=prequantized,
     )
-    _optimize(package, trace_optimization, prune_lm_head)
+    _optimize(package, trace_optimization, prune_lm_head, progress)
     return package
 
 
@@ -361,13 +363,16 @@ def _config_only_source(
     return source, read_config_json(source.path)
 
 
-def _optimize(package: ModelPackage, trace: bool, prune_lm_head: bool = False) -> None:
-    for key, model in package.models.items():
-        package.reports[key] = optimize_model(
-            model,
-            ep=package.ep,
-            dtype=package.dtype,
-            model_role=ROLES[key],
-            trace=trace,
-            prune_lm_head=prune_lm_head,
-        )
+def _optimize(
+    package: ModelPackage, trace: bool, prune_lm_head: bool = False, progress: bool = False
+) -> None:
+    with phase(f"optimizing the graph for {package.ep.name}", progress):
+        for key, model in package.models.items():
+            package.reports[key] = optimize_model(
+                model,
+                ep=package.ep,
+                dtype=package.dtype,
+                model_role=ROLES[key],
+                trace=trace,
+                prune_lm_head=prune_lm_head,
+            )
