@@ -292,6 +292,21 @@ def write_bundle(
         build_info["quantization"] = quantization.summary()
     if prequantized is not None:
         build_info["prequantized"] = prequantized.summary()
+    _write_card_and_manifest(folder, name, genai_config, source, copied, build_info, progress)
+    return genai_config
+
+
+def _write_card_and_manifest(
+    folder: Path,
+    name: str,
+    genai_config: Mapping[str, Any],
+    source: Source,
+    copied: list[str],
+    build_info: Mapping[str, Any],
+    progress: bool,
+) -> None:
+    """README.md and mobius_manifest.json of the bundle in `folder` (the last files written:
+    the manifest hashes every other one)."""
     revision = source_revision(source)
     card = render_card(
         genai_config,
@@ -315,7 +330,6 @@ def write_bundle(
         )
     validate_manifest(manifest)
     write_json(folder / MANIFEST_FILENAME, manifest)
-    return genai_config
 
 
 def _twin_writer(
