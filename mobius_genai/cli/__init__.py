@@ -52,26 +52,33 @@ def _chosen_command(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
-def _command_module(name: str, module_name: str, chosen: str | None) -> object | None:
-    """The module of the command on the command line (imported: it adds the arguments and
-    runs); True for another one that exists (listed, not imported); None when it is absent."""
-    import importlib
-    import importlib.util
+def _imported(module_name: str) -> object | None:
+    """The module of the command on the command line, None when it is absent.
 
-    if name != chosen:
-        return True if importlib.util.find_spec(module_name) is not None else None
+    Ctrl-C or SIGTERM waits until it is imported: a signal inside a C extension's
+    initialization (onnxruntime's) leaves an ImportError and a half-made module.
+    """
+    import importlib
+
+    held = hasattr(signal, "pthread_sigmask")
+    if held:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if error.name != module_name:
             raise
         return None
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
-    """The parser, with the arguments of the command `argv` names only: the other commands'
-    modules (and what they import: onnx, onnxruntime, olive) are not imported."""
+    """The parser, with the arguments of the command `argv` names only: the other commands are
+    listed, and their modules (and what they import: onnx, onnxruntime, olive) not imported."""
     import argparse
+    import importlib.util
 
     from mobius_genai.cli._suggest import SuggestingParser
 
@@ -84,23 +91,15 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module_name, help_text in _COMMANDS:
-        # Ctrl-C or SIGTERM waits until the command's module is imported: a signal inside a C
-        # extension's initialization (onnxruntime's) leaves an ImportError and a half-made module.
-        held = hasattr(signal, "pthread_sigmask")
-        if held:
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
-            module = _command_module(name, module_name, chosen)
-        finally:
-            if held:
-                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        texts = {"help": help_text, "description": help_text}
+        if name != chosen:
+            if importlib.util.find_spec(module_name) is not None:
+                parser.add_command(subparsers, name, False, **texts)
+            continue
+        module = _imported(module_name)
         if module is None:
             continue
-        sub = parser.add_command(
-            subparsers, name, name == chosen, help=help_text, description=help_text
-        )
-        if module is True:
-            continue
+        sub = parser.add_command(subparsers, name, True, **texts)
         sub.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
         )
