@@ -15,15 +15,17 @@ call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from mobius_genai.bundle._smoke_child import PHASE_PREFIX
 from mobius_genai.bundle.graph import GraphInfo
@@ -50,7 +52,13 @@ class SmokeResult:
     tokens: tuple[int, ...] = ()
 
 
-def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 8) -> SmokeResult:
+def smoke_test(
+    folder: str | Path,
+    ep: EpCapabilities,
+    *,
+    max_new_tokens: int = 8,
+    on_step: Callable[[str], None] | None = None,
+) -> SmokeResult:
     """Load the bundle in `folder` with onnxruntime-genai and generate `max_new_tokens` greedily,
     in a process of its own.
 
@@ -58,6 +66,7 @@ def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 
     finite. A bundle for an EP missing here runs its graph on CPU instead (genai's providers
     cleared), where the graph's ops allow; otherwise the test is skipped with a note, as it is
     for a graph whose dtype onnxruntime's CPU provider has no kernels for (`cpu_refusal`).
+    `on_step` is told each step the process takes as it takes it ("generating").
     """
     folder = Path(folder)
     config = read_genai_config(folder)
@@ -74,7 +83,7 @@ def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 
         "max_new_tokens": max_new_tokens,
         "parent": os.getpid(),
     }
-    answer = _run_child(request, folder)
+    answer = _run_child(request, folder, on_step)
     if "error" in answer:
         raise BundleError(answer["error"])
     return SmokeResult(answer["ran"], answer["note"], tuple(answer.get("tokens", ())))
@@ -98,8 +107,11 @@ def _graph(folder: Path, config: Mapping[str, Any]) -> GraphInfo | None:
         return None
 
 
-def _run_child(request: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """The child's answer to `request`; a child that crashes or dies is a BundleError."""
+def _run_child(
+    request: Mapping[str, Any], folder: Path, on_step: Callable[[str], None] | None
+) -> dict[str, Any]:
+    """The child's answer to `request`; a child that crashes or dies is a BundleError. Its
+    stderr is read as it comes, so `on_step` hears of each step when it starts."""
     process = subprocess.Popen(
         [sys.executable, "-m", _CHILD],
         stdin=subprocess.PIPE,
@@ -108,17 +120,36 @@ def _run_child(request: Mapping[str, Any], folder: Path) -> dict[str, Any]:
         env=_child_environment(),
         start_new_session=os.name == "posix",  # Ctrl-C reaches this process, which kills it
     )
+    said: list[str] = []
+    reader = threading.Thread(
+        target=_read_stderr, args=(process.stderr, said, on_step), daemon=True
+    )
+    reader.start()
     try:
-        stdout, stderr = process.communicate(json.dumps(request).encode())
+        with contextlib.suppress(BrokenPipeError), process.stdin:  # a child dead at once
+            process.stdin.write(json.dumps(request).encode())
+        stdout = process.stdout.read()
+        process.wait()
+        reader.join()
     except BaseException:  # Ctrl-C, SIGTERM, anything: the child must not outlive the test
         process.kill()
         process.wait()
         raise
+    finally:
+        process.stdout.close()
     try:
         return json.loads(stdout)
     except ValueError:
-        failure = _failure(folder, process.returncode, stderr.decode(errors="replace"))
-        raise BundleError(failure) from None
+        raise BundleError(_failure(folder, process.returncode, "".join(said))) from None
+
+
+def _read_stderr(stream: IO[bytes], said: list[str], on_step: Callable[[str], None] | None) -> None:
+    with stream:
+        for raw in iter(stream.readline, b""):
+            line = raw.decode(errors="replace")
+            said.append(line)
+            if on_step is not None and line.startswith(PHASE_PREFIX):
+                on_step(line.removeprefix(PHASE_PREFIX).strip())
 
 
 def _child_environment() -> dict[str, str]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,10 @@ def run_smoke_phase(
     layers into `folder` (the packager's own functions).
     """
     plan = plan_smoke_test(model_bytes(staging), precision, layers, twin_layers, available_memory())
+    # on a terminal, each step of the test as it starts (a log gets the phase's time)
+    steps = (lambda step: say(f"smoke test: {step}…")) if sys.stderr.isatty() else None
     if plan.whole:
-        return _record(plan, smoke_test(staging, ep))
+        return _record(plan, smoke_test(staging, ep, on_step=steps))
     twin = staging / TWIN_FOLDER
     scope = f"the first {plan.layers} of {plan.of} layers"
     say(f"smoke test on a twin bundle of {scope}: {plan.reason}")
@@ -139,7 +142,7 @@ def run_smoke_phase(
             )
             return _record(plan, SmokeResult(False, note))
         try:
-            result = smoke_test(twin, ep)
+            result = smoke_test(twin, ep, on_step=steps)
         except BundleError as error:
             raise BundleError(f"smoke test of the twin bundle of {scope}: {error}") from error
         return _record(plan, dataclasses.replace(result, note=f"{result.note} (twin of {scope})"))

@@ -56,3 +56,6 @@ def test_on_a_terminal_each_phase_says_when_it_starts(tmp_path, capsys, monkeypa
     for phase in PHASES:
         assert f"mobius-genai: {phase}" in said, phase
     assert not _timed_lines(said)
+    # the smoke test, the longest phase, says its steps as its process takes them
+    for step in ("loading the bundle", "generating", "running the onnxruntime reference loop"):
+        assert f"mobius-genai: smoke test: {step}…" in said, step
