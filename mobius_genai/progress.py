@@ -61,7 +61,7 @@ class Progress:
             self._bar.close()
         if self._line and exc_info[0] is None:
             print(
-                f"{PREFIX}{self._description} ({self._done} of {self._total} tensors): "
+                f"{PREFIX}{self._description}: {self._done} of {self._total} tensors, "
                 f"{time.monotonic() - self._start:.1f} s",
                 file=sys.stderr,
             )

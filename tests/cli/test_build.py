@@ -72,7 +72,7 @@ def _without_phases(err: str) -> str:
     return "".join(
         line
         for line in err.splitlines(keepends=True)
-        if not re.fullmatch(r"mobius-genai: [^:]+: \d+\.\d s\n", line)
+        if not re.fullmatch(r"mobius-genai: [^:]+: (.+, )?\d+\.\d s\n", line)
     )
 
 
