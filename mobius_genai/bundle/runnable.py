@@ -31,7 +31,11 @@ def graph_dtype(graph: GraphInfo) -> ir.DataType | None:
 
 def cpu_refusal(graph: GraphInfo) -> str | None:
     """Why onnxruntime's CPU provider cannot run `graph` and what can, or None when it can."""
-    dtype = graph_dtype(graph)
+    return dtype_refusal(graph_dtype(graph))
+
+
+def dtype_refusal(dtype: ir.DataType | None) -> str | None:
+    """Why onnxruntime's CPU provider cannot run a bundle of `dtype` and what can, or None."""
     cpu = get_ep(CPU_EP)
     if dtype is None or dtype in cpu.model_dtypes or dtype not in ALL_MODEL_DTYPES:
         return None

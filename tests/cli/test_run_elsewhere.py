@@ -58,6 +58,16 @@ def test_bf16_for_a_cpu_provider_packages_and_says_what_runs_it(ep, tmp_path, ca
     assert "no bf16 kernels" in err and "--ep" in err and "Could not find" not in err
 
 
+def test_the_card_of_a_bf16_cpu_provider_bundle_says_what_runs_it(tmp_path, capsys):
+    out = tmp_path / "b"
+    args = ["package", str(TINY_QWEN2), "--dtype", "bf16", "-o", str(out), "--no-smoke-test"]
+    assert main([*args, "--quiet"]) == 0
+    card = (out / "README.md").read_text()
+    needs = card[card.index("Needs ") :].split("\n")[0]
+    assert "no bf16 kernels" in needs and all(name in needs for name in _bf16_runners())
+    assert "GLIBC_TUNABLES" not in needs  # the CPU tip does not apply
+
+
 def test_run_names_the_package_that_runs_a_gpu_bundle(cuda_bundle, capsys):
     err = _one_line_error(["run", str(cuda_bundle), "--prompt", "hi"], capsys)
     assert get_ep("cuda").runtime.package in err
