@@ -121,11 +121,11 @@ def _run_child(
         start_new_session=os.name == "posix",  # Ctrl-C reaches this process, which kills it
     )
     said: list[str] = []
-    reader = threading.Thread(
-        target=_read_stderr, args=(process.stderr, said, on_step), daemon=True
-    )
-    reader.start()
-    try:
+    try:  # from here on, whatever happens (Ctrl-C included) kills the child
+        reader = threading.Thread(
+            target=_read_stderr, args=(process.stderr, said, on_step), daemon=True
+        )
+        reader.start()
         with contextlib.suppress(BrokenPipeError), process.stdin:  # a child dead at once
             process.stdin.write(json.dumps(request).encode())
         stdout = process.stdout.read()
