@@ -32,8 +32,8 @@ from mobius_genai.prequantized import (
 )
 from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.prequantized.mxfp4 import is_mxfp4
-from mobius_genai.progress import Progress
-from mobius_genai.source import Source, resolve_source
+from mobius_genai.progress import Progress, phase
+from mobius_genai.source import Source, local_source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
@@ -213,21 +213,23 @@ def build(
     `dtype` and `context_length`. With `load_weights=False` only config.json is read and the
     graph carries no weights, which makes even a 70B configuration a matter of seconds. With
     `prune_lm_head` the decoder computes logits for the last position only (what
-    onnxruntime-genai reads; bundles do this). `progress` shows huggingface_hub's download bars
-    for a hub id. `num_layers` builds the model's first layers only
-    (`ArchitectureConfig.first_layers`; the smoke test's small twin), and a vision-language
-    model's vision tower its first layers of every kind too.
+    onnxruntime-genai reads; bundles do this). `progress` says each phase on stderr
+    (`progress.phase`) and shows huggingface_hub's download bars for a hub id. `num_layers`
+    builds the model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's
+    small twin), and a vision-language model's vision tower its first layers of every kind too.
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
     )
-    source, raw, checkpoint = _open(model, revision, progress, load_weights)
+    with phase("reading the checkpoint", progress):
+        source, raw, checkpoint = _open(model, revision, progress, load_weights)
     vision_language = vision_language_family(raw.get("model_type", ""))
     if vision_language is not None:
-        package = _build_vision_language(
-            raw, vision_language, target, source, load_weights, num_layers
-        )
-        _optimize(package, trace_optimization, prune_lm_head)
+        with phase("building the graph", progress):
+            package = _build_vision_language(
+                raw, vision_language, target, source, load_weights, num_layers
+            )
+        _optimize(package, trace_optimization, prune_lm_head, progress)
         return package
     family = get_family(raw.get("model_type", ""))
     config = family.parse_config(raw)
@@ -240,7 +242,7 @@ def build(
         checkpoint = Checkpoint(source.path)
     described = checkpoint if isinstance(checkpoint, GgufCheckpoint) else scheme
     prequantized = None if described is None else described.describe()
-    with build_context(target.ep, target.dtype):
+    with phase("building the graph", progress), build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         # config vs checkpoint: before the graph is built
         tensors, float_kinds = (
@@ -251,7 +253,7 @@ def build(
             )
         )
         graph_model = CausalLMTask().build(module, config)
-    attach_weights(graph_model, tensors)
+        attach_weights(graph_model, tensors)
     package = ModelPackage(
         models={"model": graph_model},
         config=config,
@@ -263,7 +265,7 @@ def build(
         prequantized=prequantized,
         float_kinds=float_kinds if prequantized else {},
     )
-    _optimize(package, trace_optimization, prune_lm_head)
+    _optimize(package, trace_optimization, prune_lm_head, progress)
     return package
 
 
@@ -398,20 +400,21 @@ def _config_only_source(
     path = Path(model).expanduser()
     if path.is_dir() or path.name == "config.json":
         config_path = path if path.is_file() else path / "config.json"
-        return Source(path=config_path.parent.resolve(), model_id=str(model)), read_config_json(
-            config_path
-        )
+        return local_source(config_path.parent), read_config_json(config_path)
     source = resolve_source(model, revision, progress=progress)
     return source, read_config_json(source.path)
 
 
-def _optimize(package: ModelPackage, trace: bool, prune_lm_head: bool = False) -> None:
-    for key, model in package.models.items():
-        package.reports[key] = optimize_model(
-            model,
-            ep=package.ep,
-            dtype=package.dtype,
-            model_role=ROLES[key],
-            trace=trace,
-            prune_lm_head=prune_lm_head,
-        )
+def _optimize(
+    package: ModelPackage, trace: bool, prune_lm_head: bool = False, progress: bool = False
+) -> None:
+    with phase(f"optimizing the graph for {package.ep.name}", progress):
+        for key, model in package.models.items():
+            package.reports[key] = optimize_model(
+                model,
+                ep=package.ep,
+                dtype=package.dtype,
+                model_role=ROLES[key],
+                trace=trace,
+                prune_lm_head=prune_lm_head,
+            )

@@ -10,6 +10,10 @@ from __future__ import annotations
 class MobiusError(Exception):
     """Base of every error mobius-genai raises on purpose."""
 
+    def command_line_message(self) -> str:
+        """The message as the CLI prints it (options named as on the command line)."""
+        return str(self)
+
 
 class ConfigError(MobiusError, ValueError):
     """config.json is missing, unreadable or describes an inconsistent architecture."""
@@ -25,6 +29,23 @@ class WeightsError(MobiusError, ValueError):
 
 class BundleError(MobiusError, ValueError):
     """A bundle could not be written, or an existing one fails validation."""
+
+
+class OutputExistsError(BundleError):
+    """The output folder exists and is not empty, and replacing it was not asked for."""
+
+    def __init__(self, out: object) -> None:
+        self.out = out
+        super().__init__(self._message("force=True"))
+
+    def command_line_message(self) -> str:
+        return self._message("--force")
+
+    def _message(self, replace: str) -> str:
+        return (
+            f"output {self.out}: folder exists and is not empty; accepted: a new or empty "
+            f"folder, or {replace} to replace it"
+        )
 
 
 class ExecutionProviderError(MobiusError, ValueError):

@@ -1,23 +1,52 @@
-"""Progress of long work (saving, which reads, converts and quantizes the weights as it goes):
-a bar on a terminal, one line when the work is done elsewhere (a log)."""
+"""What long work is doing, on stderr: each phase of building and packaging says so, and the
+phases that go tensor by tensor (saving, which reads, converts and quantizes the weights as it
+goes) show how far they are.
+
+On a terminal a phase prints a line as it starts, and a counted one a bar; elsewhere (a log, a
+CI job) each prints one line when it ends, with its time. Disabled, nothing is printed.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
+from collections.abc import Iterator
 
 from tqdm import tqdm
 
+PREFIX = "mobius-genai: "
+
+
+@contextlib.contextmanager
+def phase(description: str, enabled: bool = True) -> Iterator[None]:
+    """Say `description` on a terminal as the phase starts, elsewhere with the phase's time
+    once it ends ("mobius-genai: optimizing the graph: 2.1 s"); a phase that fails says
+    nothing more (its error does)."""
+    if not enabled:
+        yield
+        return
+    terminal = sys.stderr.isatty()
+    if terminal:
+        print(f"{PREFIX}{description}…", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    yield
+    if not terminal:
+        print(f"{PREFIX}{description}: {time.monotonic() - start:.1f} s", file=sys.stderr)
+
 
 class Progress:
-    """A tqdm bar when enabled and stderr is a terminal; when enabled elsewhere, one line
-    saying how much was done once the work ends; silent when disabled."""
+    """A counted phase: a tqdm bar when enabled and stderr is a terminal; when enabled
+    elsewhere, one line saying how much was done and how long it took once the work ends;
+    silent when disabled."""
 
     def __init__(self, description: str, total: int, enabled: bool = True) -> None:
         self._bar = None
         self._line = enabled and not sys.stderr.isatty()
         self._description, self._total, self._done = description, total, 0
+        self._start = time.monotonic()
         if enabled and not self._line:
-            self._bar = tqdm(total=total, desc=description, unit="tensor", leave=False)
+            self._bar = tqdm(total=total, desc=PREFIX + description, unit="tensor", leave=False)
 
     def advance(self, count: int = 1) -> None:
         self._done += count
@@ -32,6 +61,7 @@ class Progress:
             self._bar.close()
         if self._line and exc_info[0] is None:
             print(
-                f"mobius-genai: {self._description}: {self._done} of {self._total} tensors",
+                f"{PREFIX}{self._description}: {self._done} of {self._total} tensors, "
+                f"{time.monotonic() - self._start:.1f} s",
                 file=sys.stderr,
             )

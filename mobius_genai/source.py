@@ -38,7 +38,12 @@ HUB_FILE_PATTERNS = (
 
 @dataclasses.dataclass(frozen=True)
 class Source:
-    """A checkpoint on local disk, and where it came from."""
+    """A checkpoint on local disk, and where it came from.
+
+    `model_id` is what a bundle records as its source: the hub id, or for a local folder its
+    name (a hub cache snapshot's hub id), never the folder's path, which would leak a private
+    path into a published bundle (the manifest's source hashes identify the files).
+    """
 
     path: Path
     model_id: str
@@ -58,7 +63,7 @@ def resolve_source(
     """
     path = Path(model).expanduser()
     if path.is_dir():
-        return Source(path=path.resolve(), model_id=str(model), revision=revision)
+        return local_source(path, revision)
     text = str(model)
     if path.is_file():
         raise ConfigError(
@@ -71,6 +76,16 @@ def resolve_source(
             "folder or a hub id like 'Qwen/Qwen2.5-0.5B'"
         )
     return _download(text, revision, progress)
+
+
+def local_source(path: Path, revision: str | None = None) -> Source:
+    """The Source of the local checkpoint folder `path` (see `Source.model_id`)."""
+    path = path.resolve()
+    repo = path.parent.parent.name if path.parent.name == "snapshots" else ""
+    parts = repo.split("--")
+    if len(parts) == 3 and parts[0] == "models" and all(parts[1:]):
+        return Source(path=path, model_id="/".join(parts[1:]), revision=revision)
+    return Source(path=path, model_id=path.name, revision=revision)
 
 
 def _download(repo_id: str, revision: str | None, progress: bool) -> Source:

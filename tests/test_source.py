@@ -53,7 +53,7 @@ def _offline_cache(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
 def test_local_folder_is_used_in_place():
     source = resolve_source(TINY)
     assert source.path == TINY.resolve()
-    assert source.model_id == str(TINY)
+    assert source.model_id == TINY.name  # never the local path
 
 
 def test_hub_id_resolves_from_the_cache_when_offline(tmp_path, monkeypatch):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sys
 import threading
@@ -32,6 +31,8 @@ import numpy as np
 import onnxruntime as ort
 
 from mobius_genai._json import read_json
+from mobius_genai.bundle._og_errors import PROVIDER_UNAVAILABLE
+from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.generate import (
     greedy_tokens,
     load_model,
@@ -55,13 +56,6 @@ SMOKE_PROMPT = "The capital of France is"
 #: A stderr line starting with this names what the process does next (for crash messages).
 PHASE_PREFIX = "mobius-genai smoke phase: "
 
-# How onnxruntime-genai 0.18 says an EP is missing from this build (og.is_webgpu_available()
-# answers True even where ORT lacks WebGPU, so the load error is the reliable signal).
-_UNAVAILABLE = re.compile(
-    r"not available|not supported in this build|not been built with|Unknown provider name"
-    r"|Failed to load library"
-)
-
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
     "tensor(float16)": np.float16,
@@ -78,13 +72,16 @@ def run_smoke(
     genai_provider: str | None,
     session_options: Mapping[str, str],
     max_new_tokens: int = 8,
+    cpu_refusal: str | None = None,
     *,
     cpu_provider: str,
 ) -> dict[str, Any]:
     """Generate `max_new_tokens` greedily from the bundle in `folder`, made for the EP `ep_name`
     (onnxruntime-genai provider `genai_provider`, None for CPU), with `session_options` (ORT
-    config entries) laid over the bundle's. `cpu_provider` is onnxruntime's name of its CPU EP
-    (the reference loop's), passed in so that this process need not import the EP tables.
+    config entries) laid over the bundle's. `cpu_refusal` says why the graph cannot run on
+    onnxruntime's CPU provider (None: it can); where the EP is missing, the test is then skipped.
+    `cpu_provider` is onnxruntime's name of its CPU EP (the reference loop's), passed in so that
+    this process need not import the EP tables.
 
     Returns {"ran", "note", "tokens"}; a bundle that fails is a BundleError.
     """
@@ -93,9 +90,11 @@ def run_smoke(
     try:
         prompt, tokens, text = _generate(folder, config, max_new_tokens, False, session_options)
     except BundleError as error:
-        if genai_provider is None or not _UNAVAILABLE.search(str(error)):
+        if genai_provider is None or not PROVIDER_UNAVAILABLE.search(str(error)):
             raise
-        missing = f"the {ep_name} EP ({genai_provider})"
+        missing = f"the {ep_name} EP ({genai_provider}) is not available here"
+        if cpu_refusal is not None:
+            return {"ran": False, "note": f"smoke test skipped: {missing}, and {cpu_refusal}"}
         return _smoke_on_cpu(folder, config, missing, max_new_tokens, session_options, cpu_provider)
     note = f"smoke test: generated {len(tokens)} tokens {text!r}{_with_image(prompt)}"
     if genai_provider is None:
@@ -106,14 +105,13 @@ def run_smoke(
 def _smoke_on_cpu(
     folder: Path,
     config: Mapping[str, Any],
-    ep: str,
+    missing: str,
     max_new_tokens: int,
     options: Mapping[str, str],
     cpu_provider: str,
 ) -> dict[str, Any]:
     """Skipped when the graph does not load on CPU (e.g. ops without CPU kernels); a graph that
     loads must generate, or the error is raised like any other bundle's."""
-    missing = f"{ep} is not available here"
     try:
         _phase("loading the bundle on CPU")
         model = load_model(folder, cpu=True, session_options=options)
@@ -154,7 +152,7 @@ def _greedy(
         return image_greedy(model, folder, config, max_new_tokens)
     _phase("creating the tokenizer")
     tokenizer = load_tokenizer(model, folder)
-    prompt = [int(token) for token in tokenizer.encode(SMOKE_PROMPT)]
+    prompt = with_bos(tokenizer.encode(SMOKE_PROMPT), required_bos(folder))
     if not prompt:
         prompt = [config["model"].get("bos_token_id", 0)]
     max_length = min(len(prompt) + max_new_tokens, config["model"]["context_length"])
@@ -320,6 +318,7 @@ def main() -> None:
             request["genai_provider"],
             request["session_options"],
             request["max_new_tokens"],
+            request.get("cpu_refusal"),
             cpu_provider=request["cpu_provider"],
         )
     except BundleError as error:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mobius_genai.bundle import _staging
-from mobius_genai.errors import BundleError
+from mobius_genai.errors import BundleError, OutputExistsError
 from mobius_genai.source import TOKENIZER_FILES
 
 
@@ -96,10 +96,7 @@ def check_output(out: Path, *, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise BundleError(f"output {out}: exists and is not a folder; accepted: a folder path")
     if out.is_dir() and not force and any(out.iterdir()):
-        raise BundleError(
-            f"output {out}: folder exists and is not empty; accepted: a new or empty folder, "
-            "or --force (force=True) to replace it"
-        )
+        raise OutputExistsError(out)
 
 
 def check_not_inside(out: Path, protected: Path, what: str) -> None:

@@ -12,8 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import onnx_ir as ir
+
 from mobius_genai import _resources
+from mobius_genai.bundle.runnable import dtype_refusal
 from mobius_genai.ep import RuntimeInfo, ep_registry
+from mobius_genai.target import FLOAT_PRECISIONS
 
 TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
@@ -57,8 +61,11 @@ def render_card(
     build: Mapping[str, Any],
     tool_version: str,
     files: list[str],
+    bos_token_id: int | None = None,
 ) -> str:
-    """The README.md text of a bundle named `folder` holding `files`."""
+    """The README.md text of a bundle named `folder` holding `files`; `bos_token_id` is the
+    token its tokenizer asks to start every encoding with (`bos.required_bos`), which the
+    example adds because onnxruntime-genai's tokenizer does not."""
     model = genai_config["model"]
     decoder = model["decoder"]
     providers = decoder.get("session_options", {}).get("provider_options", [])
@@ -99,10 +106,31 @@ def render_card(
             if "vision" in model
             else ""
         ),
-        "requirements": _requirements(_runtime(build["execution_provider"], names)),
+        "requirements": _requirements(
+            _runtime(build["execution_provider"], names), FLOAT_PRECISIONS.get(build["dtype"])
+        ),
+        "encode": _encode(bos_token_id),
+        "bos_note": _bos_note(bos_token_id),
         "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
+
+
+def _encode(bos_token_id: int | None) -> str:
+    encode = 'tokenizer.encode("The capital of France is")'
+    return encode if bos_token_id is None else f"[{bos_token_id}, *{encode}]"
+
+
+def _bos_note(bos_token_id: int | None) -> str:
+    if bos_token_id is None:
+        return ""
+    return (
+        f"\nThe tokenizer asks for token {bos_token_id} (its bos token, tokenizer_config.json's "
+        "`add_bos_token`) at the start of every prompt, and onnxruntime-genai's "
+        "`tokenizer.encode` does not add it: put it in front of the ids yourself, as above, "
+        "unless the text already starts with it (a chat template that writes the bos token). "
+        "`mobius-genai run` does this.\n"
+    )
 
 
 def _graphs(model: Mapping[str, Any]) -> str:
@@ -138,11 +166,16 @@ def _runtime(execution_provider: str, providers: list[str]) -> RuntimeInfo:
     return RuntimeInfo(genai_provider=providers[0] if providers else None)
 
 
-def _requirements(runtime: RuntimeInfo) -> str:
+def _requirements(runtime: RuntimeInfo, dtype: ir.DataType | None) -> str:
+    """What runs the bundle; for one that runs on CPU, what runs it instead where onnxruntime's
+    CPU provider has no kernels for its dtype (`runnable.dtype_refusal`)."""
     if runtime.package is not None:
         needs = f"`pip install {runtime.package}`"
     else:
         needs = f"an onnxruntime-genai build with the `{runtime.genai_provider}` execution provider"
+    refusal = dtype_refusal(dtype) if runtime.genai_provider is None else None
+    if refusal is not None:
+        return f"Needs {needs}, but {refusal}."
     tip = HUGE_PAGES_TIP if runtime.genai_provider is None else ""
     return " ".join(part for part in (f"Needs {needs}.", runtime.card_note, tip) if part)
 

@@ -17,6 +17,7 @@ from typing import Any
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
+from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.generate import chat_template, load_model, load_tokenizer
 from mobius_genai.errors import BundleError
 
@@ -47,6 +48,7 @@ class Conversation:
                 "tokenizer_config.json's chat_template); `mobius-genai run --raw` feeds text as is"
             )
         self.tokenizer = load_tokenizer(self.model, folder)
+        self.bos = required_bos(folder)  # onnxruntime-genai's tokenizer does not add it
         config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
         context = config["model"]["context_length"]
         self.context = int(config.get("search", {}).get("max_length", context))
@@ -92,7 +94,7 @@ class Conversation:
         context); a BundleError when `message` alone leaves none."""
         room = min(self.max_new_tokens, self.context // 2)
         while True:
-            ids = list(self.tokenizer.encode(self._rendered(message)))
+            ids = with_bos(self.tokenizer.encode(self._rendered(message)), self.bos)
             if len(ids) + room <= self.context or not self.turns:
                 break
             del self.turns[0]

@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
+from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.errors import BundleError
 
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
@@ -28,18 +29,28 @@ _JPEG_SIGNATURE = b"\xff\xd8\xff"
 
 
 def load_model(
-    folder: str | Path, *, cpu: bool = False, session_options: Mapping[str, str] | None = None
+    folder: str | Path,
+    *,
+    cpu: bool = False,
+    session_options: Mapping[str, str] | None = None,
+    provider: tuple[str | None, Mapping[str, str]] | None = None,
 ) -> og.Model:
-    """og.Model of the bundle in `folder`; `cpu=True` ignores its provider_options.
+    """og.Model of the bundle in `folder`; `cpu=True` ignores its provider_options, and
+    `provider` (an onnxruntime-genai provider name, None for CPU, and its options) replaces them.
 
     `session_options` are laid over the decoder's session_options for this load only (ORT
     config entries such as ``session.disable_prepacking``); the bundle is not changed.
     """
     _require_bundle(folder)
+    cpu = cpu or (provider is not None and provider[0] is None)
     try:
         config = og.Config(str(folder))
-        if cpu:
+        if cpu or provider is not None:
             config.clear_providers()
+        if provider is not None and provider[0] is not None:
+            config.append_provider(provider[0])
+            for key, value in provider[1].items():
+                config.set_provider_option(provider[0], key, value)
         if session_options:
             overlay = {"model": {"decoder": {"session_options": dict(session_options)}}}
             config.overlay(json.dumps(overlay))
@@ -192,21 +203,29 @@ def stream_text(
     use_chat_template: bool = True,
     images: Sequence[str | Path] = (),
     search_options: Mapping[str, Any] | None = None,
+    ep: str | None = None,
 ) -> Iterator[str]:
     """Text pieces generated for `prompt` with the bundle's own search settings, overridden by
     `search_options` (onnxruntime-genai's: do_sample, temperature, top_p, top_k, random_seed).
 
     With `images` (files), the prompt goes through the multimodal processor with them; it gets
-    the model type's image placeholder in front for each image it does not place itself.
+    the model type's image placeholder in front for each image it does not place itself. `ep`
+    runs the bundle on that EP's provider instead of its own (`placement`).
     """
     _require_bundle(folder)
     config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
+    # here, not at the top: the smoke test's process imports this module without the EP tables
+    from mobius_genai.bundle.placement import provider_hints, provider_of, require_runnable
+
+    provider = None if ep is None else provider_of(ep)
+    require_runnable(folder, config, provider)
     text = prompt
     if images:
         placeholder = image_placeholder(folder, config)
         text = " ".join([placeholder] * (len(images) - text.count(placeholder)) + [text])
         pictures = open_images(images)
-    model = load_model(folder)
+    with provider_hints(folder, config):
+        model = load_model(folder, provider=provider)
     tokenizer = load_tokenizer(model, folder)
     template = chat_template(folder) if use_chat_template else None
     try:
@@ -219,7 +238,7 @@ def stream_text(
             inputs = image_inputs(model, text, pictures, ", ".join(map(str, images)))
             length = inputs["input_ids"].as_numpy().size
         else:
-            prompt_ids = list(tokenizer.encode(text))
+            prompt_ids = with_bos(tokenizer.encode(text), required_bos(folder))
             length = len(prompt_ids)
         params = og.GeneratorParams(model)
         context = config["model"]["context_length"]

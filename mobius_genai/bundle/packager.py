@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from mobius_genai._json import read_json, write_json
 from mobius_genai.build import MODEL_FILENAME, ModelPackage, build
+from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.bundle import (
     checkpoint_folder,
     copy_tokenizer_files,
@@ -60,6 +61,7 @@ from mobius_genai.bundle.validate import (
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
+from mobius_genai.progress import phase
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
 from mobius_genai.quantize.prequantized import PrequantizedReport, apply_prequantized
 from mobius_genai.quantize.requantize import requantize_floats
@@ -121,24 +123,25 @@ def package(
             )
             gc.collect()  # the graph and the checkpoint files it mapped, before the bundle runs
             with _errors_name(out, staging):
-                validate_bundle(staging, check_hashes=False)  # the manifest was just made
+                with phase("validating the bundle", not quiet):
+                    validate_bundle(staging, check_hashes=False)  # the manifest was just made
                 if smoke_test:
-                    record = run_smoke_phase(
-                        staging,
-                        target.ep,
-                        precision=precision,
-                        layers=layers,
-                        twin_layers=twin_layers,
-                        write_twin=write_twin,
-                        say=lambda message: _say(message, quiet),
-                        vision_layers=vision_layers,
-                    )
+                    with phase("smoke test", not quiet):
+                        record = run_smoke_phase(
+                            staging,
+                            target.ep,
+                            precision=precision,
+                            layers=layers,
+                            twin_layers=twin_layers,
+                            write_twin=write_twin,
+                            say=lambda message: _say(message, quiet),
+                            vision_layers=vision_layers,
+                        )
                     _say(record["note"], quiet)
                     record_smoke_test(staging, out.name, record)
     except BaseException:
         cancel_background_hashes()  # the manifest will not need them
         raise
-    _say(f"bundle written to {out}", quiet)
     return out
 
 
@@ -169,7 +172,9 @@ def _write_staged(
         _require_tokenizer(built.source.path)  # before the long part: saving weights
         # the manifest hashes the weight files: overlap it with the conversion
         hash_in_background(sorted(built.source.path.glob("*.safetensors")))
-    quantization, prequantized = _quantize(built, target)
+    quantizes = target.int4 is not None or built.prequantized is not None
+    with phase("quantizing to int4", not quiet and quantizes):
+        quantization, prequantized = _quantize(built, target)
     precision = _precision(target, prequantized)
     genai_config = write_bundle(
         built,
@@ -313,6 +318,21 @@ def write_bundle(
         build_info["quantization"] = quantization.summary()
     if prequantized is not None:
         build_info["prequantized"] = prequantized.summary()
+    _write_card_and_manifest(folder, name, genai_config, source, copied, build_info, progress)
+    return genai_config
+
+
+def _write_card_and_manifest(
+    folder: Path,
+    name: str,
+    genai_config: Mapping[str, Any],
+    source: Source,
+    copied: list[str],
+    build_info: Mapping[str, Any],
+    progress: bool,
+) -> None:
+    """README.md and mobius_manifest.json of the bundle in `folder` (the last files written:
+    the manifest hashes every other one)."""
     revision = source_revision(source)
     card = render_card(
         genai_config,
@@ -322,19 +342,20 @@ def write_bundle(
         build=build_info,
         tool_version=dependency_versions()["mobius-genai"] or "0+unknown",
         files=sorted({*bundle_files(folder), CARD_FILENAME, MANIFEST_FILENAME}),
+        bos_token_id=required_bos(folder),
     )
     (folder / CARD_FILENAME).write_text(card, encoding="utf-8")
-    manifest = make_manifest(
-        folder,
-        model_id=source.model_id,
-        revision=revision,
-        source_root=source.path,
-        source_files=_source_files(source.path, copied),
-        build=build_info,
-    )
+    with phase("checksums", progress):
+        manifest = make_manifest(
+            folder,
+            model_id=source.model_id,
+            revision=revision,
+            source_root=source.path,
+            source_files=_source_files(source.path, copied),
+            build=build_info,
+        )
     validate_manifest(manifest)
     write_json(folder / MANIFEST_FILENAME, manifest)
-    return genai_config
 
 
 def _twin_writer(

@@ -19,13 +19,14 @@ import dataclasses
 import json
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mobius_genai._child_process import ask_child
 from mobius_genai.bundle._smoke_child import PHASE_PREFIX
 from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.runnable import cpu_refusal
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import EpCapabilities, get_ep
 from mobius_genai.errors import BundleError
@@ -48,25 +49,39 @@ class SmokeResult:
     tokens: tuple[int, ...] = ()
 
 
-def smoke_test(folder: str | Path, ep: EpCapabilities, *, max_new_tokens: int = 8) -> SmokeResult:
+def smoke_test(
+    folder: str | Path,
+    ep: EpCapabilities,
+    *,
+    max_new_tokens: int = 8,
+    on_step: Callable[[str], None] | None = None,
+) -> SmokeResult:
     """Load the bundle in `folder` with onnxruntime-genai and generate `max_new_tokens` greedily,
     in a process of its own.
 
     On CPU the tokens must equal a plain onnxruntime loop's, and every step's logits must be
     finite. A bundle for an EP missing here runs its graph on CPU instead (genai's providers
-    cleared), where the graph's ops allow; otherwise the test is skipped with a note.
+    cleared), where the graph's ops allow; otherwise the test is skipped with a note, as it is
+    for a graph whose dtype onnxruntime's CPU provider has no kernels for (`cpu_refusal`).
+    `on_step` is told each step the process takes as it takes it ("generating").
     """
     folder = Path(folder)
+    config = read_genai_config(folder)
+    graph = _graph(folder, config)
+    refusal = None if graph is None else cpu_refusal(graph)
+    if refusal is not None and ep.runtime.genai_provider is None:  # it would run on CPU
+        return SmokeResult(False, f"smoke test skipped: {refusal}")
     request = {
         "folder": str(folder),
         "ep": ep.name,
         "genai_provider": ep.runtime.genai_provider,
         "cpu_provider": get_ep("cpu").runtime.ort_provider,
-        "session_options": session_options(folder, read_genai_config(folder)),
+        "session_options": session_options(folder, config),
+        "cpu_refusal": refusal,
         "max_new_tokens": max_new_tokens,
         "parent": os.getpid(),
     }
-    answer = _run_child(request, folder)
+    answer = _run_child(request, folder, on_step)
     if "error" in answer:
         raise BundleError(answer["error"])
     return SmokeResult(answer["ran"], answer["note"], tuple(answer.get("tokens", ())))
@@ -77,16 +92,30 @@ def session_options(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:
 
     An unreadable graph gets the defaults: loading it then fails with onnxruntime-genai's error.
     """
-    try:
-        graph = GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
-    except BundleError:
+    graph = _graph(folder, config)
+    if graph is None:
         return {}
     return {} if graph.ops & _NEEDS_PREPACKING else dict(_NO_PREPACKING)
 
 
-def _run_child(request: Mapping[str, Any], folder: Path) -> dict[str, Any]:
-    """The child's answer to `request`; a child that crashes or dies is a BundleError."""
-    returncode, stdout, stderr = ask_child(_CHILD, request)
+def _graph(folder: Path, config: Mapping[str, Any]) -> GraphInfo | None:
+    try:
+        return GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
+    except BundleError:
+        return None
+
+
+def _run_child(
+    request: Mapping[str, Any], folder: Path, on_step: Callable[[str], None] | None
+) -> dict[str, Any]:
+    """The child's answer to `request`; a child that crashes or dies is a BundleError. Its
+    stderr is read as it comes, so `on_step` hears of each step when it starts."""
+
+    def on_line(line: str) -> None:
+        if on_step is not None and line.startswith(PHASE_PREFIX):
+            on_step(line.removeprefix(PHASE_PREFIX).strip())
+
+    returncode, stdout, stderr = ask_child(_CHILD, request, on_line)
     try:
         return json.loads(stdout)
     except ValueError:

@@ -16,11 +16,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json, write_json
+from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.card import CARD_FILENAME, GRAPH_SECTIONS, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
@@ -131,8 +133,10 @@ def run_smoke_phase(
     tower too, to the first of `vision_layers` (twin's, whole's).
     """
     plan = plan_smoke_test(model_bytes(staging), precision, layers, twin_layers, available_memory())
+    # on a terminal, each step of the test as it starts (a log gets the phase's time)
+    steps = (lambda step: say(f"smoke test: {step}…")) if sys.stderr.isatty() else None
     if plan.whole:
-        return _record(plan, smoke_test(staging, ep))
+        return _record(plan, smoke_test(staging, ep, on_step=steps))
     twin = staging / TWIN_FOLDER
     scope = f"the first {plan.layers} of {plan.of} layers"
     if vision_layers is not None:
@@ -149,7 +153,7 @@ def run_smoke_phase(
             )
             return _record(plan, SmokeResult(False, note))
         try:
-            result = smoke_test(twin, ep)
+            result = smoke_test(twin, ep, on_step=steps)
         except BundleError as error:
             raise BundleError(f"smoke test of the twin bundle of {scope}: {error}") from error
         return _record(plan, dataclasses.replace(result, note=f"{result.note} (twin of {scope})"))
@@ -173,6 +177,7 @@ def record_smoke_test(folder: Path, name: str, record: Mapping[str, Any]) -> Non
         build=manifest["build"],
         tool_version=manifest["tool"]["version"],
         files=sorted({*manifest["files"], MANIFEST_FILENAME}),
+        bos_token_id=required_bos(folder),
     )
     (folder / CARD_FILENAME).write_text(card, encoding="utf-8")
     manifest["files"].update(file_entries(folder, [CARD_FILENAME]))

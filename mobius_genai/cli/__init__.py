@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Sequence
 
-# (name, module, one-line help); a module is imported when the parser is built.
+# (name, module, one-line help); a module is imported when its command is on the command line.
 _COMMANDS: tuple[tuple[str, str, str], ...] = (
     (
         "build",
@@ -48,43 +48,60 @@ class _Terminated(BaseException):
     are removed on the way out); not an Exception, so no `except Exception` swallows it."""
 
 
-def _available_commands() -> list[tuple[str, object, str]]:
+def _chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option (the top level's
+    options take no values)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def _imported(module_name: str) -> object | None:
+    """The module of the command on the command line, None when it is absent.
+
+    Ctrl-C or SIGTERM waits until it is imported: a signal inside a C extension's
+    initialization (onnxruntime's) leaves an ImportError and a half-made module.
+    """
     import importlib
 
-    found = []
-    for name, module_name, help_text in _COMMANDS:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue
-        found.append((name, module, help_text))
-    return found
-
-
-def _parser() -> argparse.ArgumentParser:
-    import argparse
-
-    # Ctrl-C or SIGTERM waits until the subcommands' modules are imported: a signal inside a C
-    # extension's initialization (onnxruntime's) leaves an ImportError and a half-made module.
     held = hasattr(signal, "pthread_sigmask")
     if held:
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
-        commands = _available_commands()
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name != module_name:
+            raise
+        return None
     finally:
         if held:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    parser = argparse.ArgumentParser(
+
+
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser, with the arguments of the command `argv` names only: the other commands are
+    listed, and their modules (and what they import: onnx, onnxruntime, olive) not imported."""
+    import argparse
+    import importlib.util
+
+    from mobius_genai.cli._suggest import SuggestingParser
+
+    chosen = _chosen_command(argv)
+    parser = SuggestingParser(
         prog="mobius-genai",
         description="Turn a HuggingFace LLM checkpoint into an ONNX Runtime GenAI bundle.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module, help_text in commands:
-        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+    for name, module_name, help_text in _COMMANDS:
+        texts = {"help": help_text, "description": help_text}
+        if name != chosen:
+            if importlib.util.find_spec(module_name) is not None:
+                parser.add_command(subparsers, name, False, **texts)
+            continue
+        module = _imported(module_name)
+        if module is None:
+            continue
+        sub = parser.add_command(subparsers, name, True, **texts)
         sub.add_argument(
             "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
         )
@@ -137,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous, handles_signals = None, False
     debug = False
     try:
-        args = _parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = _parser(argv).parse_args(argv)
         debug = args.debug
         return int(args.handler(args) or 0)
     except (KeyboardInterrupt, _Terminated) as error:
@@ -145,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MobiusError as error:
         if debug:
             raise
-        print(f"mobius-genai: error: {error}", file=sys.stderr)
+        print(f"mobius-genai: error: {error.command_line_message()}", file=sys.stderr)
         return 1
     except Exception as error:  # e.g. an ImportError a signal caused inside a C extension
         signalled = _signal_behind(error)

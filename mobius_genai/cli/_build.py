@@ -1,6 +1,8 @@
-"""`mobius-genai build MODEL -o OUT`: the optimized ONNX graph of a checkpoint, nothing more.
+"""`mobius-genai build MODEL [-o OUT]`: the optimized ONNX graph of a checkpoint, nothing more.
 
-Writes OUT/model.onnx and OUT/model.onnx.data (ModelPackage.save). Everything is written into a
+Writes OUT/model.onnx and OUT/model.onnx.data (ModelPackage.save). Unlike `package`, the graph
+keeps the logits of every position: it is for other tools (scoring a prompt, evaluating
+perplexity), while onnxruntime-genai reads only the last position's. Everything is written into a
 temporary folder beside OUT that becomes OUT only when the graph is complete, so a failure
 leaves no OUT behind (and an existing OUT untouched). For a runnable bundle use `package`.
 """
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from mobius_genai.build import build
 from mobius_genai.bundle.bundle import checkpoint_folder, staged_output
+from mobius_genai.bundle.packager import bundle_name
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.optimize import trace_to_stderr
@@ -21,7 +24,17 @@ from mobius_genai.target import resolve_target
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `build`."""
-    add_checkpoint_arguments(parser, "folder for model.onnx (+ .data)", required=True)
+    parser.description = (
+        f"{parser.description}. The graph computes logits for every position, for tools that "
+        "score or evaluate whole prompts; `package` keeps only the last position's (all "
+        "onnxruntime-genai reads; `package --full-logits` keeps them all)."
+    )
+    add_checkpoint_arguments(
+        parser,
+        "folder for model.onnx (+ .data); default ./<model>-<ep>-<precision>-graph, e.g. "
+        "./Qwen2.5-7B-cuda-fp16-graph (package's name for the bundle, marked as a bare graph)",
+        required=False,
+    )
     parser.add_argument(
         "--no-weights",
         dest="load_weights",
@@ -36,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     Every failure becomes one MobiusError (the CLI prints it as one line; --debug shows the
     traceback of the cause) and leaves no OUT behind.
     """
-    out = Path(args.output)
+    target = resolve_target(args.ep, dtype=args.dtype, context_length=args.context_length)
+    name = f"{bundle_name(args.model, target.ep.name, target.precision)}-graph"
+    out = Path(args.output) if args.output else Path.cwd() / name
     with (
         trace_to_stderr() if args.trace else contextlib.nullcontext(),
         reported_as_errors(f"building {args.model} into {out}"),
@@ -44,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     ):
         package = build(
             args.model,
-            target=resolve_target(args.ep, dtype=args.dtype, context_length=args.context_length),
+            target=target,
             load_weights=args.load_weights,
             trace_optimization=args.trace,
             revision=args.revision,

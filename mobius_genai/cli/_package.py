@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
+import time
 
 from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.optimize import trace_to_stderr
+from mobius_genai.progress import PREFIX
 from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options
 from mobius_genai.target import PRECISIONS, resolve_target
 
@@ -67,7 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         help="skip generating a few tokens with onnxruntime-genai after writing",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars or notes")
+    parser.add_argument(
+        "--quiet", action="store_true", help="nothing on stderr but errors (no phases, bars, notes)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     Every failure becomes one MobiusError (the CLI prints it as one line) and leaves no
     bundle behind.
     """
+    start = time.monotonic()
     with (
         trace_to_stderr() if args.trace else contextlib.nullcontext(),
         reported_as_errors(f"packaging {args.model}"),
@@ -104,5 +110,8 @@ def run(args: argparse.Namespace) -> int:
             revision=args.revision,
             prune_lm_head=args.prune_lm_head,
         )
+    if not args.quiet:
+        elapsed = time.monotonic() - start
+        print(f"{PREFIX}bundle written to {folder} in {elapsed:.0f} s", file=sys.stderr)
     print(folder)
     return 0

@@ -25,6 +25,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
     add_sampling_arguments(parser, max_new_tokens=128)
+    parser.add_argument(
+        "--ep",
+        help="run on this execution provider instead of the one the bundle names (the bundle "
+        "is not changed); e.g. --ep cpu runs a GPU bundle here, on the CPU provider",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
         use_chat_template=not args.raw,
         images=args.image,
         search_options=search_options(args),
+        ep=args.ep,
     )
     for piece in speed.timed(pieces):
         sys.stdout.write(piece)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from mobius_genai.bundle.runnable import cpu_refusal
 from mobius_genai.bundle.validate import validate_bundle
 
 
@@ -28,4 +29,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.folder}: valid ({report.genai_config['model']['type']}, "
         f"{decoder['num_hidden_layers']} layers, {manifest})"
     )
+    refusal = cpu_refusal(report.graph)
+    if refusal is not None:
+        print(f"{args.folder}: note: {refusal}")
     return 0

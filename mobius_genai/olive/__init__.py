@@ -12,7 +12,6 @@ import importlib
 from typing import Any
 
 from mobius_genai.olive.package_config import PASSES, olive_package_config, write_package_config
-from mobius_genai.olive.providers import mobius_ep_for, olive_ep_mapping
 
 __all__ = [
     "PASSES",
@@ -24,10 +23,13 @@ __all__ = [
     "write_package_config",
 ]
 
-# Attribute → module holding it; imported on first access (they need olive-ai).
+# Attribute → module holding it; imported on first access (the passes need olive-ai, the
+# mapping the EP registry: `mobius-genai olive-config` needs neither).
 _LAZY = {
     "MobiusExport": "mobius_genai.olive.export",
     "MobiusFinalize": "mobius_genai.olive.finalize",
+    "mobius_ep_for": "mobius_genai.olive.providers",
+    "olive_ep_mapping": "mobius_genai.olive.providers",
 }
 
 

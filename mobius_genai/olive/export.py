@@ -199,6 +199,11 @@ class MobiusExport(Pass):
                 force=True,
                 revision=revision,
             )
+        logger.info(
+            "MobiusExport: bundle built in Olive's cache %s; Olive copies the workflow's final "
+            "model to its output_dir",
+            folder,
+        )
         return bundle_model_handler(folder, model.model_attributes)
 
 

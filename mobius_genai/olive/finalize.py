@@ -27,6 +27,7 @@ from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
 from mobius_genai._json import read_json, write_json
 from mobius_genai.build import MODEL_FILENAME
+from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
@@ -113,6 +114,7 @@ def refresh_manifest(
         build=manifest["build"],
         tool_version=manifest["tool"]["version"],
         files=sorted({*bundle_files(folder), CARD_FILENAME, MANIFEST_FILENAME}),
+        bos_token_id=required_bos(folder),
     )
     (folder / CARD_FILENAME).write_text(card, encoding="utf-8")
     manifest["created_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(

@@ -66,7 +66,7 @@ def test_package_options(tmp_path, capsys):
     assert config["model"]["context_length"] == config["search"]["max_length"] == 48
     manifest = json.loads((out / "mobius_manifest.json").read_text())
     assert manifest["build"]["dtype"] == "fp16"
-    assert manifest["source"]["model_id"] == str(TINY_QWEN2)
+    assert manifest["source"]["model_id"] == TINY_QWEN2.name
     assert "model.safetensors" in manifest["source"]["files"]
     assert sorted(manifest["files"]) == sorted(
         p.name for p in out.iterdir() if p.name != "mobius_manifest.json"
@@ -143,9 +143,12 @@ def test_existing_output_without_force_is_kept(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("precious")
-    assert main(["package", str(TINY_QWEN2), "-o", str(out), "--quiet"]) == 1
-    assert "not empty" in capsys.readouterr().err
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    for command in (["package", str(TINY_QWEN2), "--quiet"], ["build", str(TINY_QWEN2)]):
+        assert main([*command, "-o", str(out)]) == 1
+        err = capsys.readouterr().err
+        # the command line's option, not the Python keyword
+        assert "not empty" in err and "--force" in err and "force=True" not in err
+        assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
 def test_ctrl_c_during_the_build_writes_nothing(tmp_path, capsys, monkeypatch):

@@ -115,7 +115,7 @@ def test_unloadable_cpu_bundle_is_an_error(bundle_copy):
 def test_package_smoke_note_and_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     packager.package(TINY_QWEN2, "cpu", tmp_path / "a")
     err = capsys.readouterr().err
-    assert "smoke test: generated 8 tokens" in err and "bundle written to" in err
+    assert "smoke test: generated 8 tokens" in err
     packager.package(TINY_QWEN2, "cuda", tmp_path / "b")
     assert "smoke test on CPU (the cuda EP (cuda) is not available here)" in capsys.readouterr().err
     packager.package(TINY_QWEN2, "cpu", tmp_path / "c", quiet=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import sys
@@ -66,9 +67,18 @@ def test_trace_goes_to_stderr(tmp_path, capsys):
     assert "[EP Trace]   SkipNorm                  |       4 |" in err  # 2 layers
 
 
+def _without_phases(err: str) -> str:
+    """stderr less the lines of the phases that ended before the failure (`progress.phase`)."""
+    return "".join(
+        line
+        for line in err.splitlines(keepends=True)
+        if not re.fullmatch(r"mobius-genai: [^:]+: (.+, )?\d+\.\d s\n", line)
+    )
+
+
 def _fails(tmp_path, capsys, args: list[str], message: str) -> str:
     assert main(["build", *args]) == 1
-    err = capsys.readouterr().err
+    err = _without_phases(capsys.readouterr().err)
     assert err.count("\n") == 1 and err.startswith("mobius-genai: error: ")
     assert message in err
     return err
@@ -157,8 +167,34 @@ def test_sigterm_unwinds_and_leaves_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(ModelPackage, "save", terminated_while_saving)
     previous = signal.getsignal(signal.SIGTERM)
     assert main(["build", str(TINY_QWEN2), "-o", str(tmp_path / "graph")]) == 128 + signal.SIGTERM
-    err = capsys.readouterr().err
+    err = _without_phases(capsys.readouterr().err)
     assert err.startswith("mobius-genai: terminated; ") and err.endswith("nothing was written\n")
     assert err.count("\n") == 1
     assert _leftovers(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) is previous  # main restores the handler
+
+
+def test_without_output_build_picks_a_name_like_package(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["build", str(TINY_QWEN2), "--ep", "cpu", "--no-weights"]) == 0
+    out = tmp_path / "tiny-qwen2-cpu-fp32-graph"  # package's name, marked as a bare graph
+    assert capsys.readouterr().out.strip() == str(out)
+    assert _leftovers(out) == ["model.onnx", "model.onnx.data"]
+
+
+def test_the_help_says_why_build_keeps_every_positions_logits(capsys):
+    with pytest.raises(SystemExit):
+        main(["build", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "logits for every position" in help_text and "package" in help_text
+
+
+def test_build_keeps_every_positions_logits_and_package_the_last(tmp_path, capsys):
+    graph, bundle = tmp_path / "graph", tmp_path / "bundle"
+    assert main(["build", str(TINY_QWEN2), "-o", str(graph), "--no-weights"]) == 0
+    assert main(["package", str(TINY_QWEN2), "-o", str(bundle), "--quiet", "--no-smoke-test"]) == 0
+    for folder, positions in ((graph, "sequence_length"), (bundle, 1)):
+        model = onnx.load(folder / "model.onnx", load_external_data=False)
+        (logits,) = [value for value in model.graph.output if value.name == "logits"]
+        dim = logits.type.tensor_type.shape.dim[1]
+        assert (dim.dim_param or dim.dim_value) == positions

@@ -148,3 +148,12 @@ def test_an_input_loaded_with_quantization_is_refused(tmp_path):
 def test_an_unmapped_accelerator_ep_is_refused(tmp_path):
     with pytest.raises(ValueError, match="'QNNExecutionProvider' has no mobius-genai counterpart"):
         export_tiny(tmp_path, {}, "QNNExecutionProvider")
+
+
+def test_the_pass_does_not_call_olives_cache_the_bundles_destination(tmp_path, capsys, caplog):
+    caplog.set_level("INFO")
+    handler = export_tiny(tmp_path, {})
+    said = capsys.readouterr().err + caplog.text
+    cache = str(Path(handler.model_path).parent)
+    assert "bundle written to" not in said
+    assert f"built in Olive's cache {cache}" in said and "output_dir" in said

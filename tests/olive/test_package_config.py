@@ -14,6 +14,9 @@ from olive.package_config import OlivePackageConfig
 from mobius_genai.cli import main
 from mobius_genai.olive import PASSES, MobiusExport, MobiusFinalize, olive_ep_mapping
 from mobius_genai.olive.package_config import olive_package_config
+from tests.olive.conftest import RECIPES, ROOT, TINY_QWEN2
+
+README = ROOT / "README.md"
 
 
 def _olive_registry() -> dict:
@@ -48,3 +51,17 @@ def test_mapped_ep_names_are_olives():
     olive_names = {str(ep) for ep in ExecutionProvider}
     # MLX is a plugin EP that Olive's enum does not list yet; every other name must be Olive's.
     assert set(olive_ep_mapping()) - {"MLXExecutionProvider"} <= olive_names
+
+
+def test_without_the_package_config_olive_fails_as_the_readme_says(tmp_path, monkeypatch):
+    """Olive's own error, before any mobius-genai code runs: the README quotes it."""
+    from olive.workflows import run
+
+    monkeypatch.chdir(tmp_path)  # Olive's cache folder
+    config = json.loads((RECIPES / "cpu-fp32.json").read_text())
+    config["input_model"]["model_path"] = str(TINY_QWEN2)
+    config["output_dir"] = str(tmp_path / "out")
+    with pytest.raises(ValueError) as raised:
+        run(config)
+    readme = " ".join(README.read_text(encoding="utf-8").split())
+    assert f"ValueError: {raised.value}" in readme

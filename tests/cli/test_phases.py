@@ -1,0 +1,62 @@
+"""`package` says what it is doing in every phase: without a terminal, one line per phase with
+its time once it ends; on a terminal, a line as each starts; nothing at all with --quiet."""
+
+from __future__ import annotations
+
+import io
+import re
+import sys
+
+from mobius_genai.cli import main
+from tests.bundle.conftest import TINY_QWEN2
+
+PHASES = (
+    "reading the checkpoint",
+    "building the graph",
+    "optimizing the graph for cpu",
+    "saving model.onnx",
+    "checksums",
+    "validating the bundle",
+    "smoke test",
+)
+
+
+def _timed_lines(err: str) -> list[str]:
+    """The phases of the lines saying how long a phase took (a counted one says its count too:
+    "saving model.onnx: 17 of 17 tensors, 0.1 s")."""
+    timed = (
+        re.fullmatch(r"mobius-genai: ([^:]+): (.+, )?\d+\.\d s", line) for line in err.splitlines()
+    )
+    return [match.group(1) for match in timed if match]
+
+
+def test_every_phase_has_a_line_with_its_time(tmp_path, capsys):
+    args = ["package", str(TINY_QWEN2), "-o", str(tmp_path / "b"), "--ep", "cpu"]
+    assert main([*args, "--precision", "int4"]) == 0
+    timed = _timed_lines(capsys.readouterr().err)
+    for phase in (*PHASES, "quantizing to int4"):
+        assert sum(line.startswith(phase) for line in timed) == 1, (phase, timed)
+
+
+def test_quiet_says_nothing(tmp_path, capsys):
+    args = ["package", str(TINY_QWEN2), "-o", str(tmp_path / "b"), "--ep", "cpu", "--quiet"]
+    assert main(args) == 0
+    assert capsys.readouterr().err == ""
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_on_a_terminal_each_phase_says_when_it_starts(tmp_path, capsys, monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(["package", str(TINY_QWEN2), "-o", str(tmp_path / "b"), "--ep", "cpu"]) == 0
+    said = terminal.getvalue()
+    for phase in PHASES:
+        assert f"mobius-genai: {phase}" in said, phase
+    assert not _timed_lines(said)
+    # the smoke test, the longest phase, says its steps as its process takes them
+    for step in ("loading the bundle", "generating", "running the onnxruntime reference loop"):
+        assert f"mobius-genai: smoke test: {step}…" in said, step
