@@ -112,7 +112,7 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
     return tokens
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text"])
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_next"])
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row
     continues as transformers continues that prompt alone."""
