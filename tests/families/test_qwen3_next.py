@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 
 import numpy as np
 import onnx_ir as ir
 import pytest
 import torch
+from safetensors.numpy import load_file, save_file
 
 import mobius_genai
+from mobius_genai import WeightsError
 from mobius_genai.bundle import packager
 from mobius_genai.bundle.generate import greedy_tokens, load_model
 from mobius_genai.models import FAMILIES
@@ -145,3 +148,18 @@ def test_int4_bundle_generates(tmp_path):
     states = [value for value in model.graph.inputs if value.name.endswith("_state")]
     assert len(states) == 4 and {value.dtype for value in states} == {ir.DataType.FLOAT}
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
+
+
+def test_the_multi_token_prediction_head_is_left_unread(qwen3_next, tmp_path):
+    """Hub checkpoints carry an `mtp.*` head that transformers ignores on load; so does the
+    build (any other unread tensor is an error)."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(qwen3_next, ckpt)
+    tensors = load_file(ckpt / "model.safetensors")
+    tensors["mtp.fc.weight"] = np.ones((64, 128), np.float32)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    mobius_genai.build(ckpt, "default", "f32")  # no error: the mtp head is left unread
+    tensors["model.stray.weight"] = np.ones((2, 2), np.float32)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(WeightsError, match="model.stray.weight"):
+        mobius_genai.build(ckpt, "default", "f32")

@@ -90,5 +90,8 @@ HYBRID_FAMILIES = (
         preprocessed_weights=QWEN3_5_OFFSET_NORMS,
         experts=ExpertLayout(),
         grouped_weights=QWEN3_NEXT_PACKED,
+        # the multi-token-prediction head (Qwen3NextPreTrainedModel's
+        # _keys_to_ignore_on_load_unexpected): a decoder bundle does not run it
+        unused_weights=(r"^mtp\.",),
     ),
 )
