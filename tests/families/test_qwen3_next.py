@@ -16,6 +16,7 @@ import onnx_ir as ir
 import pytest
 import torch
 from safetensors.numpy import load_file, save_file
+from transformers import Qwen3NextConfig
 
 import mobius_genai
 from mobius_genai import WeightsError
@@ -27,6 +28,7 @@ from tests._hf import (
     hf_float64_logits,
     hf_reference_logits,
     load_reference_model,
+    tiny_config,
     write_tiny_checkpoint,
 )
 from tests._ort import max_abs_diff, ort_session, run_like_reference
@@ -163,3 +165,19 @@ def test_the_multi_token_prediction_head_is_left_unread(qwen3_next, tmp_path):
     save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(WeightsError, match="model.stray.weight"):
         mobius_genai.build(ckpt, "default", "f32")
+
+
+def test_defaults_of_absent_keys_as_qwen3_next_config_fills_them():
+    """A config.json without norm_topk_prob, partial_rotary_factor or layer_types reads as
+    Qwen3NextConfig fills them: renormalized top-k, rotary on a quarter of head_dim, every
+    fourth layer attention."""
+    raw = tiny_config("qwen3_next", num_hidden_layers=8, layer_types=None).to_dict()
+    for key in ("norm_topk_prob", "layer_types", "rope_parameters"):
+        del raw[key]
+    raw["rope_theta"] = 10000.0
+    expected = Qwen3NextConfig(**raw)
+    assert expected.norm_topk_prob and expected.rope_parameters["partial_rotary_factor"] == 0.25
+    config = FAMILIES["qwen3_next"].parse_config(raw)
+    assert config.moe.normalize_top_k is True
+    assert config.rope.partial_rotary_factor == 0.25
+    assert list(config.layer_types) == expected.layer_types
