@@ -20,6 +20,7 @@ from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError, UnsupportedModelError
 from mobius_genai.expert_weights import expert_tensors
 from mobius_genai.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
+from mobius_genai.grouped_weights import grouped_tensors
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
@@ -307,8 +308,15 @@ def _tensors(
             parameters, checkpoint, family.experts, family.checkpoint_name, mxfp4_experts
         )
     )
-    special = {**quantized, **experts}
-    elsewhere = {*read, *expert_read, *_layers_from(checkpoint, skip_layers_from)}
+    grouped, grouped_read = grouped_tensors(
+        {name: value for name, value in parameters.items() if name not in quantized},
+        checkpoint,
+        module.config,
+        family.grouped_weights,
+        family.checkpoint_name,
+    )
+    special = {**quantized, **experts, **grouped}
+    elsewhere = {*read, *expert_read, *grouped_read, *_layers_from(checkpoint, skip_layers_from)}
     tensors = checkpoint_tensors(
         {name: value for name, value in parameters.items() if name not in special},
         checkpoint,

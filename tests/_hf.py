@@ -62,6 +62,7 @@ from transformers import (
     Qwen3_5TextConfig,
     Qwen3Config,
     Qwen3MoeConfig,
+    Qwen3NextConfig,
     SeedOssConfig,
     SmolLM3Config,
     StableLmConfig,
@@ -113,6 +114,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "phimoe": PhimoeConfig,
     "lfm2": Lfm2Config,
     "qwen3_5_text": Qwen3_5TextConfig,
+    "qwen3_next": Qwen3NextConfig,
 }
 
 _ARCHITECTURES = {
@@ -156,6 +158,7 @@ _ARCHITECTURES = {
     "phimoe": "PhimoeForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
     "qwen3_5_text": "Qwen3_5ForCausalLM",
+    "qwen3_next": "Qwen3NextForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -341,6 +344,26 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "linear_key_head_dim": 16,
         "linear_value_head_dim": 8,
         "linear_conv_kernel_dim": 4,
+    },
+    # qwen3_5_text's hybrid (its sizes) with q|k|v|z and b|a packed per key head, MoE blocks
+    # (4 experts, 2 per token, renormalized, a shared expert with its sigmoid gate) in the
+    # first two layers and a dense MLP in the last (mlp_only_layers)
+    "qwen3_next": {
+        "head_dim": 16,
+        "attention_bias": True,
+        "max_position_embeddings": 128,
+        "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_key_head_dim": 16,
+        "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "norm_topk_prob": True,
+        "mlp_only_layers": [2],
     },
 }
 
@@ -587,6 +610,30 @@ def hf_reference_logits(
             ids = logits[:, -1, :].argmax(axis=-1).astype(np.int64)[:, None]
             mask = np.concatenate([mask, np.ones_like(ids)], axis=1)
     return ReferenceRun(steps)
+
+
+def hf_float64_logits(ckpt_dir: Path, run: ReferenceRun) -> list[np.ndarray]:
+    """transformers' logits in float64 for the same calls as ``run`` (the exact math, where a
+    long recurrence puts float32 runs, transformers' own among them, ~1e-4 apart).
+
+    The experts run eagerly: the default grouped_mm takes no float64.
+    """
+    model = AutoModelForCausalLM.from_pretrained(
+        ckpt_dir, dtype=torch.float64, attn_implementation="eager", experts_implementation="eager"
+    ).eval()
+    logits = []
+    past = None
+    with torch.no_grad():
+        for step in run.steps:
+            out, past = _forward(
+                model,
+                past,
+                input_ids=torch.from_numpy(step.input_ids),
+                attention_mask=torch.from_numpy(step.attention_mask),
+                position_ids=torch.from_numpy(step.position_ids),
+            )
+            logits.append(out.numpy())
+    return logits
 
 
 def eos_token_ids(model: PreTrainedModel) -> set[int]:

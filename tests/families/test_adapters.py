@@ -27,6 +27,7 @@ GENAI_TYPES = {
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
     "granite", "olmo", "smollm3", "nemotron", "decoder", "lfm2", "phimoe", "qwen3_5_text",
     "gptoss",  # onnxruntime-genai 0.18's model_type.h; test_bundles.py loads a gpt_oss bundle
+    "qwen3_5_moe_text",  # 0.18's type for Qwen3.5-MoE's decoder; qwen3_next runs under it
 }  # fmt: skip
 
 

@@ -4,8 +4,9 @@ greedy tokens equal transformers'.
 The tiny checkpoints borrow the committed tiny-qwen2 tokenizer (vocab 384), so packaging copies
 real tokenizer files; prompts are fed as token ids. gpt2 (model.type "decoder", learned
 positions), gemma3_text (two rope tables, sliding layers, q/k norm), lfm2 (conv layers with a
-recurrent state between attention layers), gpt_oss (attention sinks, model.type gptoss) and
-qwen3_5_text (gated delta nets with two states) run by default; the other families are marked
+recurrent state between attention layers), gpt_oss (attention sinks, model.type gptoss),
+qwen3_5_text (gated delta nets with two states) and qwen3_next (the same with MoE blocks, as
+model.type qwen3_5_moe_text) run by default; the other families are marked
 slow (`pytest -m slow tests/families/test_bundles.py`).
 """
 
@@ -49,6 +50,7 @@ EXTRA = {"phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 
 # lfm2, qwen3_5_text: recurrent states
 DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2", "phimoe", "qwen3_5_text"}
 DEFAULT_RUN |= {"gpt_oss"}  # model.type gptoss, attention sinks in GQA
+DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE (7 s)
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order.
@@ -113,7 +115,7 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
     return tokens
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text"])
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_next"])
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row
     continues as transformers continues that prompt alone."""

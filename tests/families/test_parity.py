@@ -231,6 +231,18 @@ CASES = {
             "layer_types": ["full_attention", "linear_attention", "linear_attention"],
         },
     ),
+    # qwen3_5_text's hybrid packed per key head, MoE blocks (tests/_hf.py); then as many key
+    # as value heads, MoE every second layer only (decoder_sparse_step) without renormalizing
+    "qwen3_next": ("qwen3_next", {}),
+    "qwen3_next_equal_linear_heads_sparse_step_2_unnormalized": (
+        "qwen3_next",
+        {
+            "linear_num_value_heads": 2,
+            "decoder_sparse_step": 2,
+            "mlp_only_layers": [],
+            "norm_topk_prob": False,
+        },
+    ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",

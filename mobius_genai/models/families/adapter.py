@@ -18,6 +18,7 @@ import numpy as np
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.expert_weights import ExpertLayout
+from mobius_genai.grouped_weights import GroupedWeight
 from mobius_genai.weights import TensorSource, no_preprocess
 
 # A config value, or a function of the (aliased) config.json dict that computes it.
@@ -74,6 +75,8 @@ class FamilyAdapter:
     preprocessed_weights: str | None = None
     # How the checkpoint stores MoE experts (expert_weights.py); None for dense families.
     experts: ExpertLayout | None = None
+    # Linear weights stored interleaved by group in one tensor (grouped_weights.py).
+    grouped_weights: tuple[GroupedWeight, ...] = ()
 
     def preprocessed(self, name: str) -> bool:
         """Whether `preprocess_weight` may change the graph parameter `name`."""

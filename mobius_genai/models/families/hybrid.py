@@ -1,5 +1,5 @@
 """Config reads and weight changes of hybrid families, whose layers mix attention with
-recurrent blocks (LFM2's short convolutions, Qwen3.5's gated delta nets)."""
+recurrent blocks (LFM2's short convolutions, Qwen3.5's and Qwen3-Next's gated delta nets)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import numpy as np
 
 from mobius_genai.config import ArchitectureConfig, fields
 from mobius_genai.errors import ConfigError
+from mobius_genai.grouped_weights import GroupedWeight
 
 
 def lfm2_layer_types(raw: Mapping[str, Any]) -> list[str]:
@@ -68,3 +69,31 @@ def qwen3_5_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfi
     if re.search(QWEN3_5_OFFSET_NORMS, name):
         return array.astype(np.float32) + 1.0
     return array
+
+
+def _per_key_head(config: ArchitectureConfig) -> tuple[int, dict[str, int]]:
+    """Qwen3-Next's packing: one block per key head, of q, k (key_dim) and v, z (value_dim)
+    rows, and of b, a (one row per value head)."""
+    sizes = config.linear_attention
+    rows = {"q": sizes.key_dim, "k": sizes.key_dim, "v": sizes.value_dim, "z": sizes.value_dim}
+    return sizes.key_heads, {**rows, "b": sizes.value_heads, "a": sizes.value_heads}
+
+
+#: Qwen3-Next's in_proj_qkvz ([q_h | k_h | v_h | z_h] per key head h) and in_proj_ba
+#: ([b_h | a_h]) as qwen3_5_text's in_proj_qkv ([q | k | v]), in_proj_z, in_proj_b, in_proj_a.
+QWEN3_NEXT_PACKED = (
+    GroupedWeight(
+        pattern=r"\.linear_attn\.in_proj_(?P<part>qkv|z)\.weight$",
+        fused=r".linear_attn.in_proj_qkvz.weight",
+        segments=("q", "k", "v", "z"),
+        parts={"qkv": ("q", "k", "v"), "z": ("z",)},
+        sizes=_per_key_head,
+    ),
+    GroupedWeight(
+        pattern=r"\.linear_attn\.in_proj_(?P<part>b|a)\.weight$",
+        fused=r".linear_attn.in_proj_ba.weight",
+        segments=("b", "a"),
+        parts={"b": ("b",), "a": ("a",)},
+        sizes=_per_key_head,
+    ),
+)

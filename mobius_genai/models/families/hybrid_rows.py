@@ -1,12 +1,15 @@
 """The hybrid rows of the family table: recurrent layers (a state, no KV cache) between
-attention layers."""
+attention layers (qwen3_next adds MoE blocks: config/moe.py)."""
 
 from __future__ import annotations
 
 from mobius_genai.config.linear_attention import read_linear_attention
+from mobius_genai.config.moe import MoeKeys, moe_reader
+from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
+    QWEN3_NEXT_PACKED,
     lfm2_conv_kernel_size,
     lfm2_intermediate_size,
     lfm2_layer_types,
@@ -57,5 +60,38 @@ HYBRID_FAMILIES = (
         },
         preprocess_weight=qwen3_5_norm_weights,
         preprocessed_weights=QWEN3_5_OFFSET_NORMS,
+    ),
+    # Qwen3.5's hybrid a generation earlier, with MoE blocks: the delta nets' projections
+    # packed per key head (in_proj_qkvz, in_proj_ba: read back as qwen3_5_text's), routing as
+    # qwen2_moe's (a shared expert with its sigmoid gate; the top-k renormalized by default;
+    # mlp_only_layers / decoder_sparse_step keep dense MLPs). onnxruntime-genai 0.18 has no
+    # qwen3_next type; qwen3_5_moe_text is its type for the same hybrid with MoE blocks.
+    FamilyAdapter(
+        model_type="qwen3_next",
+        genai_type="qwen3_5_moe_text",
+        config_defaults={"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25},
+        config_overrides={
+            "qk_norm": True,
+            "attention_output_gate": True,
+            "linear_attention": read_linear_attention,
+            "moe": moe_reader(
+                MoeKeys(
+                    num_experts="num_experts",
+                    intermediate="moe_intermediate_size",
+                    normalize_default=True,
+                    sparse_step="decoder_sparse_step",
+                    dense_layers="mlp_only_layers",
+                    shared_expert="shared_expert_intermediate_size",
+                    shared_expert_gate=True,
+                )
+            ),
+        },
+        preprocess_weight=qwen3_5_norm_weights,
+        preprocessed_weights=QWEN3_5_OFFSET_NORMS,
+        experts=ExpertLayout(),
+        grouped_weights=QWEN3_NEXT_PACKED,
+        # the multi-token-prediction head (Qwen3NextPreTrainedModel's
+        # _keys_to_ignore_on_load_unexpected): a decoder bundle does not run it
+        unused_weights=(r"^mtp\.",),
     ),
 )
