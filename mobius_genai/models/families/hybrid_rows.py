@@ -52,7 +52,7 @@ HYBRID_FAMILIES = (
     FamilyAdapter(
         model_type="qwen3_5_text",
         genai_type="qwen3_5_text",
-        config_defaults={"layer_types": qwen3_5_layer_types},
+        config_defaults={"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25},
         config_overrides={
             "qk_norm": True,
             "attention_output_gate": True,
