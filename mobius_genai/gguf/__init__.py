@@ -56,7 +56,7 @@ def open_gguf(path: Path) -> tuple[Source, dict[str, Any], GgufCheckpoint]:
         meta.get(f"{checkpoint.arch}.vocab_size", 0)
     )
     tied = "lm_head.weight" not in checkpoint
-    config = config_json(meta, tied, vocab, where, checkpoint.rope_factors)
+    config = config_json(meta, tied, vocab, where, checkpoint.rope_tensors)
     folder = Path(tempfile.mkdtemp(prefix="mobius-gguf-"))
     atexit.register(shutil.rmtree, folder, True)
     write_json(folder / "config.json", config)

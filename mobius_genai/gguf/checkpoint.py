@@ -22,7 +22,7 @@ from gguf.quants import dequantize
 
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.gguf.blocks import ACCEPTED_TYPES, NBITS_TYPES, BlockType
-from mobius_genai.gguf.metadata import architecture
+from mobius_genai.gguf.metadata import ROPE_TENSORS, architecture
 from mobius_genai.prequantized.tensor import StoredBlocks
 
 __all__ = ["GgufCheckpoint"]
@@ -46,8 +46,6 @@ _LAYER = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
-#: Not a weight: the rope's frequency factors (`GgufCheckpoint.rope_factors`).
-_ROPE_FREQS = "rope_freqs.weight"
 _NAME = re.compile(r"(?:blk\.(?P<layer>\d+)\.)?(?P<base>\w+?)\.(?P<kind>weight|bias)")
 
 
@@ -85,18 +83,15 @@ class GgufCheckpoint:
                     f"{path}: tensor {tensor.name!r} is stored as {tensor.tensor_type.name}; "
                     f"accepted: {', '.join(sorted(ACCEPTED_TYPES))}"
                 )
-        weights = [t for t in reader.tensors if t.name != _ROPE_FREQS]
+        weights = [t for t in reader.tensors if t.name not in ROPE_TENSORS]
         self._tensors = {_hf_name(t.name, path, self._row.names): t for t in weights}
         self.kinds = Counter(t.tensor_type.name for t in weights)
-        self.rope_factors: tuple[float, ...] | None = next(
-            (
-                tuple(float(f) for f in dequantize(t.data, t.tensor_type).ravel())
-                for t in reader.tensors
-                if t.name == _ROPE_FREQS
-            ),
-            None,
-        )
-        """llama.cpp's rope_freqs: a factor dividing each rotary frequency (Llama 3 scaling)."""
+        self.rope_tensors: dict[str, tuple[float, ...]] = {
+            t.name: tuple(float(f) for f in dequantize(t.data, t.tensor_type).ravel())
+            for t in reader.tensors
+            if t.name in ROPE_TENSORS
+        }
+        """The rope's factor tensors by name (metadata.ROPE_TENSORS): not weights."""
 
     def __contains__(self, name: str) -> bool:
         return name in self._tensors

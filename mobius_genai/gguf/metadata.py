@@ -10,9 +10,15 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 
-__all__ = ["ARCHITECTURES", "Architecture", "config_json", "generation_config"]
+__all__ = [
+    "ARCHITECTURES",
+    "ROPE_TENSORS",
+    "Architecture",
+    "config_json",
+    "generation_config",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,7 +36,11 @@ class Architecture:
     norm_offset: float = 0.0
     """The converter stored norm weights plus this (gemma: 1 + w); reads subtract it."""
     scale_is_head_dim: bool = False
-    """query_pre_attn_scalar is head_dim (llama.cpp's gemma3 below 27B; not stored)."""
+    """query_pre_attn_scalar is head_dim (llama.cpp's gemma3; not stored)."""
+    scale_per_head_layers: tuple[int, ...] = ()
+    """Block counts at which query_pre_attn_scalar is hidden_size / heads instead: llama.cpp
+    (llama-model.cpp) takes gemma3 with 62 layers for 27B, whose config.json has 5376 / 32 = 168
+    where head_dim is 128."""
 
 
 ARCHITECTURES: dict[str, Architecture] = {
@@ -56,6 +66,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         },
         norm_offset=1.0,
         scale_is_head_dim=True,
+        scale_per_head_layers=(62,),
     ),
     # fused [q; k; v] and [gate; up] rows, read as HuggingFace phi3's qkv_proj / gate_up_proj
     "phi3": Architecture(
@@ -80,6 +91,15 @@ _KEYS = {
 }
 
 
+#: Tensors that are not weights: the rope's factors (llama.cpp's rope_freqs for Llama 3,
+#: rope_factors_long / rope_factors_short for Phi-3's longrope) → the rope_scaling key of each.
+ROPE_TENSORS = {
+    "rope_freqs.weight": "frequency_factors",
+    "rope_factors_long.weight": "long_factor",
+    "rope_factors_short.weight": "short_factor",
+}
+
+
 def architecture(meta: Mapping[str, Any], where: str) -> tuple[str, Architecture]:
     arch = meta.get("general.architecture")
     if arch not in ARCHITECTURES:
@@ -94,16 +114,11 @@ def config_json(
     tied: bool,
     vocab: int,
     where: str,
-    rope_factors: tuple[float, ...] | None = None,
+    rope_tensors: Mapping[str, tuple[float, ...]] | None = None,
 ) -> dict[str, Any]:
     """config.json for the GGUF's architecture (`tied`: the GGUF has no output.weight;
-    `rope_factors`: its rope_freqs tensor, which becomes the rope's `frequency_factors`)."""
+    `rope_tensors`: its `ROPE_TENSORS` by name)."""
     arch, row = architecture(meta, where)
-    scaling = meta.get(f"{arch}.rope.scaling.type")
-    if scaling not in (None, "none"):
-        raise UnsupportedModelError(
-            f"{where}: {arch}.rope.scaling.type is {scaling!r}; accepted: none"
-        )
     config: dict[str, Any] = {
         "model_type": row.model_type,
         "architectures": [row.hf_class],
@@ -124,10 +139,65 @@ def config_json(
     config.setdefault("head_dim", config["hidden_size"] // config["num_attention_heads"])
     if row.scale_is_head_dim:
         config["query_pre_attn_scalar"] = config["head_dim"]
-    if rope_factors is not None:
-        config["rope_scaling"] = {"rope_type": "default", "frequency_factors": list(rope_factors)}
+    if config["num_hidden_layers"] in row.scale_per_head_layers:
+        config["query_pre_attn_scalar"] = config["hidden_size"] // config["num_attention_heads"]
+    config.update(_rope_scaling(meta, arch, rope_tensors or {}, config["head_dim"] // 2, where))
     config.update(generation_config(meta))
     return config
+
+
+def _rope_scaling(
+    meta: Mapping[str, Any],
+    arch: str,
+    tensors: Mapping[str, tuple[float, ...]],
+    pairs: int,
+    where: str,
+) -> dict[str, Any]:
+    """config.json's rope_scaling (and original_max_position_embeddings) from llama.cpp's:
+    rope.scaling.type linear + factor (gemma3 4B-27B: the hub config's rope_scaling, which
+    applies to the global layers only), rope_factors_long / short + original_context_length
+    (Phi-3's longrope; attn_factor is the cos/sin scale), rope_freqs (frequency factors)."""
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none", "linear"):
+        raise UnsupportedModelError(
+            f"{where}: {arch}.rope.scaling.type is {scaling!r}; accepted: none, linear"
+        )
+    for name, factors in tensors.items():
+        if len(factors) != pairs or min(factors) <= 0:
+            raise ConfigError(
+                f"{where}: tensor {name} has {len(factors)} entries, smallest "
+                f"{min(factors, default=0)}; accepted: one positive factor per rotated channel "
+                f"pair ({pairs})"
+            )
+    rope: dict[str, Any] = {ROPE_TENSORS[name]: list(factors) for name, factors in tensors.items()}
+    found: dict[str, Any] = {}
+    if scaling == "linear":
+        rope.update(
+            rope_type="linear", factor=_positive(meta, f"{arch}.rope.scaling.factor", where)
+        )
+    if "long_factor" in rope or "short_factor" in rope:
+        if scaling == "linear" or not {"long_factor", "short_factor"} <= rope.keys():
+            raise ConfigError(
+                f"{where}: rope tensors {', '.join(sorted(tensors))} with rope.scaling.type "
+                f"{scaling!r}; accepted: rope_factors_long and rope_factors_short together, "
+                "without a scaling type"
+            )
+        key = f"{arch}.rope.scaling.original_context_length"
+        found["original_max_position_embeddings"] = int(_positive(meta, key, where))
+        rope["rope_type"] = "longrope"
+        if meta.get(f"{arch}.rope.scaling.attn_factor") is not None:
+            key = f"{arch}.rope.scaling.attn_factor"
+            rope["attention_factor"] = _positive(meta, key, where)
+    if rope:
+        found["rope_scaling"] = {"rope_type": "default", **rope}
+    return found
+
+
+def _positive(meta: Mapping[str, Any], key: str, where: str) -> float:
+    value = meta.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"{where}: {key} is {value!r}; accepted: a positive number")
+    return float(value)
 
 
 def generation_config(meta: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, TokenType
+from gguf import (
+    GGML_QUANT_SIZES,
+    GGMLQuantizationType,
+    GGUFWriter,
+    RopeScalingType,
+    TokenType,
+)
 from gguf.quants import quantize
 from onnx import numpy_helper
 from transformers import AutoModelForCausalLM
@@ -153,6 +159,23 @@ def _llama3_rope_factors(rope: Mapping, head_dim: int) -> np.ndarray:
     return np.asarray(factors, np.float32)
 
 
+def _add_longrope(
+    writer: GGUFWriter, rope: Mapping, context: int, replace: Mapping[str, np.ndarray]
+) -> None:
+    """Phi-3 128k's longrope as convert_hf_to_gguf.py's Phi3MiniModel writes it: no scaling
+    type, the original context length, attn_factor sqrt(1 + ln(s) / ln(original)) for
+    s = context / original, and the factor lists as two float32 tensors."""
+    original = rope["original_max_position_embeddings"]
+    scale = context / original
+    attn = math.sqrt(1 + math.log(scale) / math.log(original)) if scale > 1.0 else 1.0
+    writer.add_rope_scaling_orig_ctx_len(original)
+    writer.add_rope_scaling_attn_factors(attn)
+    for name in ("long", "short"):
+        tensor = f"rope_factors_{name}.weight"
+        factors = replace.get(tensor, rope[f"{name}_factor"])
+        writer.add_tensor(tensor, np.asarray(factors, np.float32))
+
+
 def _gguf_name(name: str, arch: str) -> tuple[str, str]:
     """(llama.cpp name, its base) of a HuggingFace parameter name."""
     stem, kind = name.rsplit(".", 1)
@@ -189,6 +212,8 @@ def write_tiny_gguf(
     layers: int = 3,
     tokenizer: str = "gpt2",
     seed: int = 0,
+    metadata: Mapping[str, float | str] | None = None,
+    rope_tensors: Mapping[str, np.ndarray] | None = None,
     **overrides,
 ) -> Path:
     """A GGUF of `family`'s tiny random model at `path`.
@@ -198,6 +223,8 @@ def write_tiny_gguf(
     overrides general.architecture. `extra_layers` writes the tensors of that many more
     layers than block_count (`layers`) says. `tokenizer`: "gpt2" (tests/data/tiny-qwen2's) or
     "llama" (a SentencePiece vocabulary, `_add_spm_tokenizer`). `overrides` go to the config.
+    `metadata` (full key → float or string) and `rope_tensors` (name → values) replace what the
+    converter would write, for values transformers' config refuses.
     """
     types = {**DEFAULT_TYPES, **(types or {})}
     layers += extra_layers
@@ -229,6 +256,13 @@ def write_tiny_gguf(
         _add_tokenizer(writer)
     if rope.get("rope_type") == "llama3":  # no metadata: a tensor of factors
         writer.add_tensor("rope_freqs.weight", _llama3_rope_factors(rope, head_dim))
+    if rope.get("rope_type") == "linear":  # gemma3 4B-27B: the global layers' scaling
+        writer.add_rope_scaling_type(RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(float(rope["factor"]))
+    if rope.get("rope_type") == "longrope":
+        _add_longrope(writer, rope, config.max_position_embeddings, rope_tensors or {})
+    for key, value in (metadata or {}).items():
+        (writer.add_string if isinstance(value, str) else writer.add_float32)(key, value)
     for name, tensor in model.state_dict().items():
         if tie and name == "lm_head.weight":
             continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mobius_genai.cli import main
@@ -21,6 +22,14 @@ def _truncated(at: Callable[[int], int]) -> Callable[[Path], Path]:
     return write
 
 
+_LONGROPE = {
+    "rope_type": "longrope",
+    "rope_theta": 10000.0,
+    "long_factor": [2.0] * 8,
+    "short_factor": [1.0] * 8,
+    "original_max_position_embeddings": 8,
+}
+
 #: case → (writes the GGUF at the path given, words the error must hold)
 BAD_INPUT: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     "truncated in the header": (_truncated(lambda size: 200), ["not a readable GGUF file"]),
@@ -35,6 +44,33 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     "unsupported architecture": (
         lambda path: write_tiny_gguf(path, "llama", architecture="falcon"),
         ["general.architecture is 'falcon'", "accepted: llama"],
+    ),
+    "non-positive rope scaling factor": (
+        lambda path: write_tiny_gguf(
+            path,
+            "llama",
+            rope_parameters={"rope_type": "linear", "factor": 8.0, "rope_theta": 10000.0},
+            metadata={"llama.rope.scaling.factor": 0.0},
+        ),
+        ["llama.rope.scaling.factor is 0.0", "accepted: a positive number"],
+    ),
+    "unsupported rope scaling type": (
+        lambda path: write_tiny_gguf(path, "llama", metadata={"llama.rope.scaling.type": "yarn"}),
+        ["llama.rope.scaling.type is 'yarn'", "accepted: none, linear"],
+    ),
+    "longrope factors of the wrong length": (
+        lambda path: write_tiny_gguf(
+            path,
+            "phi3",
+            tie=False,
+            max_position_embeddings=64,
+            rope_parameters=_LONGROPE,
+            rope_tensors={"rope_factors_long.weight": np.ones(5)},
+        ),
+        [
+            "rope_factors_long.weight has 5 entries",
+            "one positive factor per rotated channel pair (8)",
+        ],
     ),
     "tensors of more layers than block_count": (
         lambda path: write_tiny_gguf(path, "llama", extra_layers=1),

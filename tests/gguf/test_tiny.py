@@ -146,20 +146,56 @@ def _holds_rows(weight: np.ndarray, expected: np.ndarray) -> bool:
     return False
 
 
-def test_llama3_rope_freqs_scale_the_rotation(tmp_path: Path):
-    """llama.cpp stores Llama 3's rope scaling as a rope_freqs.weight tensor (a factor per
-    frequency), no metadata; transformers' GGUF loader ignores it, so the reference is
-    transformers' model loaded from the same GGUF with the llama3 rope_parameters the
-    checkpoint had. Wavelengths of this tiny model (head_dim 16) fall in all three bands."""
-    rope = {
-        "rope_type": "llama3",
-        "rope_theta": 10000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 64,
-    }
-    gguf = write_tiny_gguf(tmp_path / "llama3.gguf", "llama", rope_parameters=rope)
+_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+_GEMMA3 = {
+    k: v for k, v in CASES["gemma3"].items() if k not in ("rope_theta", "rope_local_base_freq")
+}
+
+#: case → (write_tiny_gguf arguments, the rope_parameters of the checkpoint it came from)
+ROPE_CASES = {
+    # llama.cpp stores Llama 3's scaling as a rope_freqs.weight tensor (a factor per
+    # frequency), no metadata; this tiny model's wavelengths (head_dim 16) fall in all three bands
+    "llama3": ({"family": "llama"}, _LLAMA3_ROPE),
+    # gemma3 4B-27B: rope.scaling.type linear, factor 8, for the global layers only (the
+    # sliding layers' base 10000 is unscaled)
+    "gemma3 linear": (
+        _GEMMA3,
+        {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    ),
+    # Phi-3 128k: rope_factors_long / rope_factors_short tensors and the original context
+    # length; the prompt (7) stays within the original 8 positions, the decode steps go past it
+    # (transformers then switches to the long factors)
+    "phi3 longrope": (
+        {"family": "phi3", "tie": False, "max_position_embeddings": 64},
+        {
+            "rope_type": "longrope",
+            "rope_theta": 10000.0,
+            "long_factor": np.linspace(1.0, 6.0, 8).tolist(),
+            "short_factor": np.linspace(1.0, 2.5, 8).tolist(),
+            "original_max_position_embeddings": 8,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ROPE_CASES))
+def test_rope_scaling_matches_transformers(tmp_path: Path, case: str):
+    """transformers' GGUF loader ignores llama.cpp's rope scaling (metadata and factor
+    tensors alike), so the reference is transformers' model loaded from the same GGUF with the
+    rope_parameters the checkpoint had; the scaling must matter at these positions (a bundle
+    ignoring it fails)."""
+    arguments, rope = ROPE_CASES[case]
+    gguf = write_tiny_gguf(tmp_path / "scaled.gguf", **arguments, rope_parameters=rope)
     loaded = AutoModelForCausalLM.from_pretrained(
         tmp_path, gguf_file=gguf.name, dtype=torch.float32
     )
