@@ -141,9 +141,26 @@ def config_json(
         config["query_pre_attn_scalar"] = config["head_dim"]
     if config["num_hidden_layers"] in row.scale_per_head_layers:
         config["query_pre_attn_scalar"] = config["hidden_size"] // config["num_attention_heads"]
-    config.update(_rope_scaling(meta, arch, rope_tensors or {}, config["head_dim"] // 2, where))
+    rotated = _rotated_channels(meta, arch, config["head_dim"], where)
+    if rotated != config["head_dim"]:  # Phi-4-mini (architecture phi3) rotates 3/4 of a head
+        config["partial_rotary_factor"] = rotated / config["head_dim"]
+    config.update(_rope_scaling(meta, arch, rope_tensors or {}, rotated // 2, where))
     config.update(generation_config(meta))
     return config
+
+
+def _rotated_channels(meta: Mapping[str, Any], arch: str, head_dim: int, where: str) -> int:
+    """The channels of a head the rope rotates: {arch}.rope.dimension_count, else all."""
+    key = f"{arch}.rope.dimension_count"
+    rotated = meta.get(key, head_dim)
+    if not isinstance(rotated, int) or isinstance(rotated, bool) or not 2 <= rotated <= head_dim:
+        raise ConfigError(
+            f"{where}: {key} is {rotated!r}; accepted: an even number of channels, 2 to the "
+            f"head's {head_dim}"
+        )
+    if rotated % 2:
+        raise ConfigError(f"{where}: {key} is {rotated}; accepted: an even number of channels")
+    return rotated
 
 
 def _rope_scaling(

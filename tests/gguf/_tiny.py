@@ -242,9 +242,10 @@ def write_tiny_gguf(
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
-    writer.add_rope_dimension_count(head_dim)
     rope = config.rope_parameters
     rope = rope.get("full_attention", rope)  # gemma3: per layer type; the local base is fixed
+    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0))
+    writer.add_rope_dimension_count(int(head_dim * (partial or 1.0)))  # Phi-4-mini: 0.75
     writer.add_rope_freq_base(float(rope["rope_theta"]))
     if getattr(config, "sliding_window", None):
         writer.add_sliding_window(config.sliding_window)

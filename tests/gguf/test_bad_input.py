@@ -54,6 +54,12 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
         ),
         ["llama.rope.scaling.factor is 0.0", "accepted: a positive number"],
     ),
+    "rotated channels beyond the head": (
+        lambda path: write_tiny_gguf(
+            path, "llama", partial_rotary_factor=2.0, rope_parameters={"rope_theta": 1e4}
+        ),
+        ["llama.rope.dimension_count is 32", "accepted: an even number of channels"],
+    ),
     "unsupported rope scaling type": (
         lambda path: write_tiny_gguf(path, "llama", metadata={"llama.rope.scaling.type": "yarn"}),
         ["llama.rope.scaling.type is 'yarn'", "accepted: none, linear"],

@@ -185,6 +185,11 @@ ROPE_CASES = {
             "original_max_position_embeddings": 8,
         },
     ),
+    # Phi-4-mini: architecture phi3 rotating 3/4 of each head, said only by rope.dimension_count
+    "phi3 partial rotary": (
+        {"family": "phi3", "tie": False},
+        {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.75},
+    ),
 }
 
 
