@@ -48,6 +48,13 @@ def _dtypes(dtypes: frozenset[ir.DataType]) -> str:
     return ", ".join(precision_of(d) for d in sorted(dtypes, key=lambda d: d.value)) or "-"
 
 
+def _moe(caps: EpCapabilities) -> str:
+    """Whether MoE layers keep onnxruntime's fused op, and their int4 experts its QMoE."""
+    if not (caps.supports_fused_moe and caps.supports_custom_ops):
+        return "no"
+    return "yes (int4: QMoE)" if caps.supports_qmoe else "yes"
+
+
 def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
     options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
     nbits = caps.supports_custom_ops and caps.supports_matmul_nbits
@@ -58,7 +65,7 @@ def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
         _yes_no(caps.supports_fused_rope),
         _yes_no(caps.supports_skip_layer_norm),
         _yes_no(caps.supports_fused_matmul),
-        _yes_no(caps.supports_fused_moe and caps.supports_custom_ops),
+        _moe(caps),
         _yes_no(caps.supports_custom_ops),
         f"MatMulNBits, level {caps.default_int4_accuracy_level}" if nbits else "DequantizeLinear",
         options or "-",

@@ -205,7 +205,8 @@ def test_format_ep_table():
     assert rows["default"]["int4"] == rows["onnx-standard"]["int4"] == "DequantizeLinear"
     standard = rows["onnx-standard"]
     assert [standard[c] for c in header[2:8]] == ["-", "no", "no", "no", "no", "no"]
-    assert rows["cpu"]["fused MoE"] == rows["default"]["fused MoE"] == "yes"
+    assert rows["cpu"]["fused MoE"] == "yes (int4: QMoE)"  # experts quantized to QMoE
+    assert rows["default"]["fused MoE"] == "yes"
     assert rows["cuda"]["fused MoE"] == "no"  # its MoE kernel is not measured
     assert lines[-2:] == [
         "aliases: portable -> default",
