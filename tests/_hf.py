@@ -178,6 +178,18 @@ _BASE_CONFIG: dict[str, Any] = {
     "tie_word_embeddings": False,
 }
 
+#: Qwen3.5's tiny hybrid, shared by qwen3_5_text and qwen3_next (below).
+_QWEN3_5_HYBRID: dict[str, Any] = {
+    "head_dim": 16,
+    "attention_bias": True,
+    "max_position_embeddings": 128,
+    "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 8,
+    "linear_conv_kernel_dim": 4,
+}
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {"sliding_window": None},
@@ -334,30 +346,12 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # value heads of 8, a 4-tap conv; the attention layer has an output gate, q/k norms and
     # rotary on 0.25 of head_dim 16 (Qwen3_5TextConfig's partial_rotary_factor) and biases;
     # 128 positions for prefills longer than transformers' 64-token chunks
-    "qwen3_5_text": {
-        "head_dim": 16,
-        "attention_bias": True,
-        "max_position_embeddings": 128,
-        "layer_types": ["linear_attention", "full_attention", "linear_attention"],
-        "linear_num_key_heads": 2,
-        "linear_num_value_heads": 4,
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 8,
-        "linear_conv_kernel_dim": 4,
-    },
+    "qwen3_5_text": _QWEN3_5_HYBRID,
     # qwen3_5_text's hybrid (its sizes) with q|k|v|z and b|a packed per key head, MoE blocks
     # (4 experts, 2 per token, renormalized, a shared expert with its sigmoid gate) in the
     # first two layers and a dense MLP in the last (mlp_only_layers)
     "qwen3_next": {
-        "head_dim": 16,
-        "attention_bias": True,
-        "max_position_embeddings": 128,
-        "layer_types": ["linear_attention", "full_attention", "linear_attention"],
-        "linear_num_key_heads": 2,
-        "linear_num_value_heads": 4,
-        "linear_key_head_dim": 16,
-        "linear_value_head_dim": 8,
-        "linear_conv_kernel_dim": 4,
+        **_QWEN3_5_HYBRID,
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
