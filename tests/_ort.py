@@ -9,8 +9,9 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+import mobius_genai
 from mobius_genai import ModelPackage
-from tests._hf import ReferenceRun
+from tests._hf import ReferenceRun, hf_reference_logits
 
 
 def ort_session(package: ModelPackage, directory: Path) -> ort.InferenceSession:
@@ -64,6 +65,35 @@ def past_name(present: str) -> str:
     if present.endswith((".key", ".value", "_state")):
         return present.replace("present.", "past_key_values.", 1)
     return present.replace("present.", "past.", 1)
+
+
+def graph_diffs(
+    ckpt: Path, reference: ReferenceRun, eps: tuple[str, ...], directory: Path, **build_args
+) -> dict[str, float]:
+    """Per EP in `eps`: the largest logits difference of ckpt's f32 graph for that EP from
+    `reference` (transformers' run), over all its calls."""
+    diffs = {}
+    for ep in eps:
+        package = mobius_genai.build(ckpt, ep, "f32", **build_args)
+        ours = run_like_reference(ort_session(package, directory / ep), reference)
+        diffs[ep] = max_abs_diff(ours, reference.logits)
+    return diffs
+
+
+def left_padded_diffs(ckpt: Path, directory: Path) -> tuple[float, float]:
+    """The portable graph against transformers on a batch of two where the first row is
+    left-padded by 4: (largest logits difference at the first row's real positions, largest
+    over the rest: the second row and the decode steps). Padding positions' logits mean
+    nothing."""
+    ids = np.random.default_rng(1).integers(3, 128, size=(2, 10))
+    mask = np.ones_like(ids)
+    mask[0, :4] = 0
+    reference = hf_reference_logits(ckpt, ids, decode_steps=3, attention_mask=mask)
+    package = mobius_genai.build(ckpt, "default", "f32")
+    ours = run_like_reference(ort_session(package, directory), reference)
+    real = mask.astype(bool)
+    first = float(np.abs(ours[0][real] - reference.logits[0][real]).max())
+    return first, max_abs_diff(ours[1:], reference.logits[1:])
 
 
 def max_abs_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:

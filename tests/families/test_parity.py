@@ -21,7 +21,7 @@ from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
-from tests._ort import max_abs_diff, ort_session, run_like_reference
+from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
 EPS = ("default", "cpu")
@@ -258,11 +258,7 @@ CASES = {
 
 def _parity(tmp_path, ckpt, ids, decode_steps=4, **build_args) -> dict[str, float]:
     reference = hf_reference_logits(ckpt, ids, decode_steps=decode_steps)
-    diffs = {}
-    for ep in EPS:
-        package = mobius_genai.build(ckpt, ep, "f32", **build_args)
-        ours = run_like_reference(ort_session(package, tmp_path / ep), reference)
-        diffs[ep] = max_abs_diff(ours, reference.logits)
+    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, **build_args)
     return diffs
 
 

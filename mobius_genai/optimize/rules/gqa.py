@@ -166,6 +166,30 @@ def _static_dim(value: ir.Value | None, axis: int) -> int | None:
     return dim if isinstance(dim, int) else None
 
 
+def rotated_attention(
+    op, query, key, value, mask, past_key, past_value, cos, sin, position_ids, *, scores=False
+):
+    """The pattern GQA fuses: Attention over rotary-rotated q and k with past key/value and a
+    mask; with `scores`, also the Attention's qk output (sinks read it)."""
+    q_rot = op.RotaryEmbedding(
+        query, cos, sin, position_ids, _allow_other_attributes=True, _outputs=["q_rot"]
+    )
+    k_rot = op.RotaryEmbedding(
+        key, cos, sin, position_ids, _allow_other_attributes=True, _outputs=["k_rot"]
+    )
+    outputs = ["attention", "present_key", "present_value"] + (["scores"] if scores else [])
+    return op.Attention(
+        q_rot,
+        k_rot,
+        value,
+        mask,
+        past_key,
+        past_value,
+        _allow_other_attributes=True,
+        _outputs=outputs,
+    )
+
+
 class GQAFusion(RecordingRuleClassBase):
     """Attention over rotated q/k with the masks.py bias → GroupQueryAttention(do_rotary=1)."""
 
@@ -178,21 +202,8 @@ class GQAFusion(RecordingRuleClassBase):
         self._attention_mask: ir.Value | None = None
 
     def pattern(self, op, query, key, value, mask, past_key, past_value, cos, sin, position_ids):
-        q_rot = op.RotaryEmbedding(
-            query, cos, sin, position_ids, _allow_other_attributes=True, _outputs=["q_rot"]
-        )
-        k_rot = op.RotaryEmbedding(
-            key, cos, sin, position_ids, _allow_other_attributes=True, _outputs=["k_rot"]
-        )
-        return op.Attention(
-            q_rot,
-            k_rot,
-            value,
-            mask,
-            past_key,
-            past_value,
-            _allow_other_attributes=True,
-            _outputs=["attention", "present_key", "present_value"],
+        return rotated_attention(
+            op, query, key, value, mask, past_key, past_value, cos, sin, position_ids
         )
 
     def check(self, context, query, mask, past_key, attention, **bindings) -> pattern.MatchResult:

@@ -26,7 +26,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
 from mobius_genai.components.tier1 import MS_DOMAIN
-from mobius_genai.optimize.rules.gqa import GQAFusion, sequence_lengths
+from mobius_genai.optimize.rules.gqa import GQAFusion, rotated_attention, sequence_lengths
 
 _SHAPES = {"sink_shape": [1, -1, 1, 1], "flat_shape": [0, 0, -1]}
 
@@ -64,21 +64,8 @@ class GQASinkFusion(GQAFusion):
         head_shape,
         flat_shape,
     ):
-        q_rot = op.RotaryEmbedding(
-            query, cos, sin, position_ids, _allow_other_attributes=True, _outputs=["q_rot"]
-        )
-        k_rot = op.RotaryEmbedding(
-            key, cos, sin, position_ids, _allow_other_attributes=True, _outputs=["k_rot"]
-        )
-        attention, present_key, present_value, scores = op.Attention(
-            q_rot,
-            k_rot,
-            value,
-            mask,
-            past_key,
-            past_value,
-            _allow_other_attributes=True,
-            _outputs=["attention", "present_key", "present_value", "scores"],
+        attention, present_key, present_value, scores = rotated_attention(
+            op, query, key, value, mask, past_key, past_value, cos, sin, position_ids, scores=True
         )
         if self.widened:
             scores = op.Cast(scores, to=ir.DataType.FLOAT)
