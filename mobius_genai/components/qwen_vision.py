@@ -1,23 +1,24 @@
-"""Qwen2.5-VL's vision tower as standard ONNX, for one image (or video clip) per call.
+"""Qwen2.5-VL's vision tower, for one image (or video clip) per call.
 
     patches   pixel_values [P, C·T·p²] @ the Conv3d weight as a [hidden, C·T·p²] matrix
     windows   merged tokens (m x m patches, consecutive rows) sorted by window, row-major
               windows of `window_tokens`² tokens within each frame (transformers'
               get_vision_window_index); patches and their 2-D rotary follow that order
     block     h = x + proj(attn(RMSNorm(x))), out = h + SwiGLU(RMSNorm(h)); attention within
-              a window, or within a frame for `fullatt_block_indexes`, as an additive
-              block-diagonal bias; q and k rotated by (row, column) of each patch
+              a window, or within a frame for `fullatt_block_indexes`: each window (frame)
+              one sequence of com.microsoft::PackedMultiHeadAttention, a Tier-1 op whose
+              standard body InlinePass expands for an EP without the kernel; q and k rotated
+              by (row, column) of each patch
     merger    RMSNorm, m² patches of a token concatenated, Linear → GELU → Linear, tokens put
               back in image order (the inverse of the window order)
 
 The window order only changes which rows are neighbours: it makes each window a contiguous
-run, the layout packed (variable-length) attention needs. The bias is built from the sorted
-window ids, so it is right only for patches in that order.
+run, the layout packed (variable-length) attention needs. The sequences are the runs of the
+sorted window ids, so they are right only for patches in that order.
 """
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
@@ -25,8 +26,11 @@ from onnxscript import nn
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import GatedMLP
 from mobius_genai.components.norms import RMSNorm
+from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.ep.context import get_build_dtype
+
+_INT64_MAX = 2**63 - 1
 
 
 def _ints(op, *values: int) -> ir.Value:
@@ -92,14 +96,37 @@ class WindowLayout:
         table = op.Constant(value=ir.tensor(offsets[None]))
         return op.Reshape(op.Add(base, table), _ints(op, -1))
 
-    def bias(self, op, groups: ir.Value) -> ir.Value:
-        """[1, 1, P, P]: 0 between patches of one group, the dtype's lowest elsewhere."""
-        same = op.Equal(op.Unsqueeze(groups, _ints(op, 1)), op.Unsqueeze(groups, _ints(op, 0)))
-        dtype = get_build_dtype().numpy()
-        lowest = np.array(ml_dtypes.finfo(dtype).min, dtype=dtype)
-        allowed = op.Constant(value=ir.tensor(np.array(0, dtype=dtype)))
-        bias = op.Where(same, allowed, op.Constant(value=ir.tensor(lowest)))
-        return op.Unsqueeze(bias, _ints(op, 0, 1))
+    def sequences(self, op, groups: ir.Value) -> PackedSequences:
+        """The runs of equal `groups` ids (patches in window order) as packed sequences."""
+        return PackedSequences(op, groups)
+
+
+def _run_starts(op, groups: ir.Value) -> ir.Value:
+    """[runs] int64: where each run of equal ids starts in `groups` (nondecreasing)."""
+    previous = op.Concat(_ints(op, -1), op.Slice(groups, _ints(op, 0), _ints(op, -1)), axis=0)
+    return op.Reshape(op.NonZero(op.Not(op.Equal(groups, previous))), _ints(op, -1))
+
+
+class PackedSequences:
+    """PackedMultiHeadAttention's cumulative_sequence_length [runs + 1] and token_offset
+    [runs, longest] (int32) for patches grouped into runs of equal ids: each run a sequence
+    (transformers' cu_seqlens, without its empty windows), token_offset the padded position of
+    each patch in packed order, then those of the padding (components/attention_bodies.py)."""
+
+    def __init__(self, op, groups: ir.Value) -> None:
+        total = op.Reshape(op.Size(groups), _ints(op, 1))
+        bounds = op.Concat(_run_starts(op, groups), total, axis=0)
+        ends = op.Slice(bounds, _ints(op, 1), _ints(op, _INT64_MAX))
+        lengths = op.Sub(ends, op.Slice(bounds, _ints(op, 0), _ints(op, -1)))
+        longest = op.ReduceMax(lengths, keepdims=1)
+        runs = op.Shape(lengths)
+        slots = op.Range(_int(op, 0), op.Squeeze(op.Mul(runs, longest)), _int(op, 1))
+        row, column = op.Div(slots, longest), op.Mod(slots, longest)
+        real = op.Less(column, op.Gather(lengths, row))
+        order = op.Concat(op.NonZero(real), op.NonZero(op.Not(real)), axis=1)
+        layout = op.Concat(runs, longest, axis=0)
+        self.token_offset = op.Cast(op.Reshape(order, layout), to=ir.DataType.INT32)
+        self.cumulative = op.Cast(bounds, to=ir.DataType.INT32)
 
 
 class _Rotary:
@@ -121,7 +148,9 @@ class _Rotary:
 
 
 class QwenVisionAttention(nn.Module):
-    """Packed qkv projection, 2-D rotary on q and k, attention under a group bias, proj."""
+    """Packed qkv projection, 2-D rotary on q and k, attention within each packed sequence
+    (com.microsoft::PackedMultiHeadAttention, a Tier-1 op: its standard body is inlined for an
+    EP without the kernel), proj."""
 
     def __init__(self, config: QwenVisionConfig) -> None:
         super().__init__()
@@ -130,15 +159,22 @@ class QwenVisionAttention(nn.Module):
         self.qkv = Linear(hidden, 3 * hidden, bias=True)
         self.proj = Linear(hidden, hidden, bias=True)
 
-    def forward(self, op, x: ir.Value, rotary: _Rotary, bias: ir.Value) -> ir.Value:
+    def forward(self, op, x: ir.Value, rotary: _Rotary, sequences: PackedSequences) -> ir.Value:
         q, k, v = op.Split(self.qkv(op, x), num_outputs=3, axis=-1, _outputs=3)
         q, k = (
             op.RotaryEmbedding(t, rotary.cos, rotary.sin, num_heads=self.num_heads) for t in (q, k)
         )
-        output = op.Attention(
-            q, k, v, bias, q_num_heads=self.num_heads, kv_num_heads=self.num_heads
+        batch = _ints(op, 0)
+        output = op.PackedMultiHeadAttention(
+            *(op.Squeeze(t, batch) for t in (q, k, v)),
+            None,
+            sequences.token_offset,
+            sequences.cumulative,
+            num_heads=self.num_heads,
+            _domain=MS_DOMAIN,
         )
-        return self.proj(op, output)
+        output.type = x.type  # what onnxruntime's schema infers: [patches, hidden]
+        return self.proj(op, op.Unsqueeze(output, batch))
 
 
 class QwenVisionBlock(nn.Module):
@@ -150,8 +186,8 @@ class QwenVisionBlock(nn.Module):
         self.norm2 = RMSNorm(hidden, eps)
         self.mlp = GatedMLP(hidden, config.intermediate_size, config.hidden_act, bias=True)
 
-    def forward(self, op, x: ir.Value, rotary: _Rotary, bias: ir.Value) -> ir.Value:
-        x = op.Add(x, self.attn(op, self.norm1(op, x), rotary, bias))
+    def forward(self, op, x: ir.Value, rotary: _Rotary, sequences: PackedSequences) -> ir.Value:
+        x = op.Add(x, self.attn(op, self.norm1(op, x), rotary, sequences))
         return op.Add(x, self.mlp(op, self.norm2(op, x)))
 
 
@@ -222,9 +258,9 @@ class QwenVisionTower(nn.Module):
         patches = op.Gather(self.patch_embed(op, pixel_values), layout.patch_order, axis=0)
         x = op.Unsqueeze(patches, _ints(op, 0))
         rotary = _Rotary(op, layout, self.config)
-        windowed, full = layout.bias(op, layout.window), layout.bias(op, layout.frame)
+        windows, frames = layout.sequences(op, layout.window), layout.sequences(op, layout.frame)
         for index, block in enumerate(self.blocks):
-            bias = full if index in self.config.fullatt_block_indexes else windowed
-            x = block(op, x, rotary, bias)
+            sequences = frames if index in self.config.fullatt_block_indexes else windows
+            x = block(op, x, rotary, sequences)
         merged = self.merger(op, op.Squeeze(x, _ints(op, 0)))
         return op.Gather(merged, layout.inverse, axis=0)

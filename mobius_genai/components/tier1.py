@@ -35,6 +35,10 @@ already contained, so the opset is always new enough):
 
 - ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
   they compute are in components/recurrent_bodies.py.
+- ``PackedMultiHeadAttention(query, key, value, , token_offset, cumulative_sequence_length)``
+  (a vision tower's windows, each one packed sequence): the body and what it computes are in
+  components/attention_bodies.py. onnxruntime has only a CUDA kernel (float, float16) and does
+  not fall back to the body, so the op is kept only where the EP's capabilities say so.
 
 The bias inputs of the Skip*Normalization and CausalConvWithState ops are not covered (neither
 rules nor components emit them: a conv bias is added after the op), so a node that uses one gets
@@ -50,7 +54,7 @@ from types import MappingProxyType
 
 import onnx_ir as ir
 
-from mobius_genai.components import recurrent_bodies
+from mobius_genai.components import attention_bodies, recurrent_bodies
 from mobius_genai.ep.capabilities import EpCapabilities
 
 __all__ = [
@@ -95,8 +99,11 @@ class Tier1Op:
     """EpCapabilities field that says whether the EP has the kernel (besides supports_custom_ops)."""
     uncovered_inputs: frozenset[int] = frozenset()
     """Optional input positions the body ignores: a node that fills one gets no body."""
-    covers_attributes: Callable[[ir.Node], bool] | None = None
-    """Whether the body computes a call with these attribute values (None: any)."""
+    dtypes: frozenset[ir.DataType] | None = None
+    """Float types the op's schema admits for its tensors (None: any the model has)."""
+    covers_call: Callable[[ir.Node], bool] | None = None
+    """Whether the body computes this call, its attribute values and the optional inputs it
+    fills (None: any)."""
 
     def function(self, overload: str, opset: int) -> ir.Function:
         """The body for `overload` as an ir.Function importing ONNX opset `opset`."""
@@ -119,7 +126,7 @@ class Tier1Op:
             node.overload in self.bodies
             and self.min_inputs <= len(node.inputs) <= len(self.inputs)
             and not filled & self.uncovered_inputs
-            and (self.covers_attributes is None or self.covers_attributes(node))
+            and (self.covers_call is None or self.covers_call(node))
         )
 
 
@@ -298,7 +305,16 @@ def _gated_delta_call(node: ir.Node) -> bool:
 
 
 def _required_attr(name: str) -> ir.Attr:
+    """An attribute the op declares without a default (an omitted one stays omitted)."""
     return ir.Attr(name, ir.AttributeType.UNDEFINED, None)
+
+
+def _separate_qkv_call(node: ir.Node) -> bool:
+    """PackedMultiHeadAttention's body form: query, key and value given apart (not packed into
+    a 4-D query) and no explicit scale of 0 (the op's "default" that Attention would take as
+    zero)."""
+    filled = [len(node.inputs) > i and node.inputs[i] is not None for i in (1, 2)]
+    return all(filled) and node.attributes.get_float("scale", 1.0) != 0.0
 
 
 _SKIP_NORM_OUTPUTS = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
@@ -417,7 +433,32 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 ),
                 bodies={"": recurrent_bodies.gated_delta},
                 capability="supports_linear_attention",
-                covers_attributes=_gated_delta_call,
+                covers_call=_gated_delta_call,
+            ),
+            Tier1Op(
+                "PackedMultiHeadAttention",
+                inputs=(
+                    "query",
+                    "key",
+                    "value",
+                    "bias",
+                    "token_offset",
+                    "cumulative_sequence_length",
+                    "attention_bias",
+                ),
+                min_inputs=6,
+                outputs=("output",),
+                optional_outputs=frozenset(),
+                attributes=(
+                    _required_attr("num_heads"),
+                    _required_attr("scale"),
+                    _float_attr("mask_filter_value", -10000.0),
+                ),
+                bodies={"": attention_bodies.packed_multi_head_attention},
+                capability="supports_packed_multi_head_attention",
+                dtypes=frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16}),
+                uncovered_inputs=frozenset({3, 6}),
+                covers_call=_separate_qkv_call,
             ),
         )
     }

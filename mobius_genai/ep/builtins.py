@@ -54,6 +54,11 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="cuda",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
+        # onnxruntime registers PackedMultiHeadAttention for CUDA only (float and float16:
+        # contrib_ops/cuda/bert/packed_multihead_attention.cc); the CPU wheel's
+        # get_all_opkernel_def() has no kernel for it, DirectML's registration lists only
+        # Attention / MultiHeadAttention, WebGPU's contrib ops have none.
+        supports_packed_multi_head_attention=True,
         gqa_dtypes=frozenset({_F16, _BF16}),
         qkv_pack_dtypes=frozenset({_F16, _BF16}),
         provider_options={"enable_cuda_graph": "0"},

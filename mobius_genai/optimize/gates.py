@@ -25,6 +25,7 @@ from mobius_genai.optimize.rules import (
     gqa_sinks,
     pack_qkv,
     pack_qkv_split,
+    packed_mha,
     prune_lm_head,
     separate_rope,
     simplified_norm,
@@ -62,6 +63,9 @@ class RuleGroup:
     make: Callable[[], pattern.RewriteRuleSet | ir.passes.InPlacePass]
     """The rule module's `rules` (a RewriteRuleSet factory) or its InPlacePass class."""
     gate: Gate
+    keeps: str | None = None
+    """The com.microsoft op this group keeps for the EP's kernel (components emit it); where the
+    gate declines, InlinePass expands its nodes."""
 
 
 def _always(target: GateInput) -> str | None:
@@ -102,14 +106,31 @@ def _prune_lm_head(target: GateInput) -> str | None:
 
 
 def _kernel(op_type: str) -> Gate:
-    """Runs when the EP has a kernel for the com.microsoft op the rule emits (functions.py)."""
+    """Runs when the EP has a kernel for the com.microsoft op the rule emits (tier1.py), for
+    the model's dtype."""
 
     def gate(target: GateInput) -> str | None:
         if not target.caps.supports_custom_ops:
             return "supports_custom_ops=False"
         if not ep_runs(target.caps, op_type):
             return f"{TIER1_OPS[op_type].capability}=False"
+        dtypes = TIER1_OPS[op_type].dtypes
+        if dtypes is not None and target.dtype not in dtypes:
+            return f"{target.dtype.name} not in {op_type}'s types"
         return None
+
+    return gate
+
+
+def _vision_kernel(op_type: str) -> Gate:
+    """`_kernel`, for a vision tower only (the packed attention of its windows)."""
+    kernel = _kernel(op_type)
+
+    def gate(target: GateInput) -> str | None:
+        reason = kernel(target)
+        if reason is None and target.role != "vision":
+            return f"role {target.role!r} ({op_type} is for vision towers)"
+        return reason
 
     return gate
 
@@ -136,7 +157,13 @@ FUSIONS: tuple[RuleGroup, ...] = (
     RuleGroup("GeluFusion", gelu.rules, _always),
     RuleGroup("BiasGelu", bias_gelu.rules, _kernel("BiasGelu")),
     RuleGroup("FusedMatMul", fused_matmul.rules, _kernel("FusedMatMul")),
-    RuleGroup("MoE", fused_moe.FusedMoEPass, _kernel(fused_moe.OP_TYPE)),
+    RuleGroup("MoE", fused_moe.FusedMoEPass, _kernel(fused_moe.OP_TYPE), fused_moe.OP_TYPE),
+    RuleGroup(
+        "PackedMHA",
+        packed_mha.PackedMHAPass,
+        _vision_kernel(packed_mha.OP_TYPE),
+        packed_mha.OP_TYPE,
+    ),
     # Last: it slices the activations entering the fused, row-wise ops after the last attention.
     RuleGroup("PruneLmHead", prune_lm_head.PruneLmHeadPass, _prune_lm_head),
 )

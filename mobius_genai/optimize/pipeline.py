@@ -19,7 +19,12 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnxscript.rewriter import pattern
 
-from mobius_genai.components.tier1 import ep_runs, needs_inlining, register_functions
+from mobius_genai.components.tier1 import (
+    MS_DOMAIN,
+    ep_runs,
+    needs_inlining,
+    register_functions,
+)
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ExecutionProviderError
@@ -99,13 +104,21 @@ def _run_table(
 
 
 def _inline(model: ir.Model, caps: EpCapabilities, tracer: Tracer, report: OptimizationReport):
+    """Expand the functions of ops the EP cannot run, and of those whose keeping group
+    declined for this target (its role or dtype)."""
     tracer.stage_header("Stage 2b: InlinePass (expand unsupported custom ops)")
     stats = RuleStats("InlinePass", "inline")
-    expand = {key for key, function in model.functions.items() if needs_inlining(function, caps)}
+    declined = {group.keeps for group in FUSIONS if group.keeps and group.name in report.skipped}
+
+    def expands(function: ir.Function) -> bool:
+        declined_op = function.domain == MS_DOMAIN and function.name in declined
+        return declined_op or needs_inlining(function, caps)
+
+    expand = {key for key, function in model.functions.items() if expands(function)}
     if expand:
         before = op_counts(model)
         stats.matched = sum(1 for node in model.graph.all_nodes() if node.op_identifier() in expand)
-        common.InlinePass(criteria=lambda function: needs_inlining(function, caps))(model)
+        common.InlinePass(criteria=expands)(model)
         stats.added, stats.removed = count_difference(before, op_counts(model))
     report.rules[stats.name] = stats
     tracer.rule(stats)

@@ -27,6 +27,7 @@ EXPECTED = {
     },
     "cuda": {
         "supports_fused_moe": False,
+        "supports_packed_multi_head_attention": True,  # the only onnxruntime kernel is CUDA's
         "gqa_dtypes": {F16, BF16},
         "qkv_pack_dtypes": {F16, BF16},
         "provider_options": {"enable_cuda_graph": "0"},

@@ -12,28 +12,13 @@ tests/optimize/test_moe_function.py).
 
 from __future__ import annotations
 
-import collections
-
-import onnx_ir as ir
-
-from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.optimize.rules.kept_op import KeptOpPass
 
 OP_TYPE = "MoE"
 
 
-class FusedMoEPass(ir.passes.InPlacePass):
-    """Counts the MoE nodes kept (`matched`, `kept_ops`); changes nothing."""
+class FusedMoEPass(KeptOpPass):
+    """Counts the MoE nodes kept; changes nothing."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.matched = 0
-        self.kept_ops: collections.Counter[str] = collections.Counter()
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        self.matched = sum(
-            1
-            for node in model.graph.all_nodes()
-            if node.domain == MS_DOMAIN and node.op_type == OP_TYPE
-        )
-        self.kept_ops = collections.Counter({OP_TYPE: self.matched} if self.matched else {})
-        return ir.passes.PassResult(model, False)
+        super().__init__(OP_TYPE)
