@@ -85,3 +85,10 @@ def qwen2_5_vl_checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
     }
     (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
     return model, folder
+
+
+@pytest.fixture(scope="session")
+def qwen2_5_vl_bundle(qwen2_5_vl_checkpoint, tmp_path_factory) -> Path:
+    """The checkpoint packaged for cpu without the smoke test (each test runs what it checks)."""
+    out = tmp_path_factory.mktemp("qwen2_5_vl-bundle") / "bundle"
+    return package(qwen2_5_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)

@@ -36,9 +36,8 @@ def checkpoint(qwen2_5_vl_checkpoint) -> tuple[torch.nn.Module, Path]:
 
 
 @pytest.fixture(scope="module")
-def bundle(checkpoint, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("qwen2_5_vl-bundle") / "bundle"
-    return package(checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+def bundle(qwen2_5_vl_bundle) -> Path:
+    return qwen2_5_vl_bundle
 
 
 def test_genai_config_is_what_onnxruntime_genai_reads_for_qwen2_5_vl(checkpoint, bundle):

@@ -14,7 +14,12 @@ from typing import Any
 import pytest
 
 from mobius_genai.cli import main
-from tests.models.conftest import gemma3_bundle, gemma3_checkpoint  # noqa: F401 (fixtures)
+from tests.models.conftest import (  # noqa: F401 (fixtures)
+    gemma3_bundle,
+    gemma3_checkpoint,
+    qwen2_5_vl_bundle,
+    qwen2_5_vl_checkpoint,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"

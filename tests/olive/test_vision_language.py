@@ -1,6 +1,6 @@
-"""MobiusExport of a vision-language checkpoint: the workflow's output is the same multimodal
-bundle `package` writes (vision, embedding and decoder graphs, processor config), valid and
-run by onnxruntime-genai with an image."""
+"""MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL): the workflow's output is
+the same multimodal bundle `package` writes (vision, embedding and decoder graphs, processor
+config), valid and run by onnxruntime-genai with an image."""
 
 from __future__ import annotations
 
@@ -16,15 +16,27 @@ OLIVE_FILES = {"model_config.json", "footprint.json", "output_footprint.json", "
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:opentelemetry.*")
+@pytest.mark.parametrize(
+    ("family", "vision_inputs", "image"),
+    [
+        ("gemma3", {"pixel_values"}, "a 64x64 image"),
+        ("qwen2_5_vl", {"pixel_values", "image_grid_thw"}, "a 32x32 image"),
+    ],
+)
 def test_mobius_export_writes_the_multimodal_bundle(
-    olive_workflow, gemma3_checkpoint, gemma3_bundle, tmp_path
+    olive_workflow, request, family, vision_inputs, image, tmp_path
 ):
-    out = olive_workflow(local_recipe("cpu-fp32", tmp_path, model=gemma3_checkpoint[1]))
+    _, checkpoint = request.getfixturevalue(f"{family}_checkpoint")
+    bundle = request.getfixturevalue(f"{family}_bundle")
+    out = olive_workflow(local_recipe("cpu-fp32", tmp_path, model=checkpoint))
     report = validate_bundle(out)  # schema, every graph against genai_config, checksums
-    assert report.genai_config["model"]["type"] == "gemma3"
+    config = report.genai_config["model"]
+    assert config["type"] == family
+    assert {"vision", "embedding", "decoder"} <= set(config)
+    assert set(config["vision"]["inputs"]) == vision_inputs
     same = {"README.md", "mobius_manifest.json"}  # name the folder / its own files
     written = {path.name for path in out.iterdir()} - OLIVE_FILES
-    assert written == {path.name for path in gemma3_bundle.iterdir()}
+    assert written == {path.name for path in bundle.iterdir()}
     for name in sorted(written - same):
-        assert (out / name).read_bytes() == (gemma3_bundle / name).read_bytes(), name
-    assert "with a 64x64 image" in smoke_test(out, get_ep("cpu")).note
+        assert (out / name).read_bytes() == (bundle / name).read_bytes(), name
+    assert f"with {image}" in smoke_test(out, get_ep("cpu")).note
