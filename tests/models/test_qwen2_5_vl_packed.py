@@ -147,3 +147,17 @@ def test_bfloat16_has_no_kernel_and_is_expanded(qwen):
         "BFLOAT16 not in PackedMultiHeadAttention's types"
     )
     assert reports["vision"].rules["InlinePass"].removed[PACKED[1]] == DEPTH
+
+
+@pytest.mark.parametrize("ep", ["cuda", "dml"])
+def test_float16_vision_graph_matches_transformers_to_float16_rounding(qwen, ep):
+    """Each EP's default fp16 vision graph (cuda's packed attention inlined; dml's inlined by
+    the pipeline) on CPU: og feeds pixel_values in the graph's input type."""
+    model, folder = qwen
+    vision = build(folder, ep, progress=False)["vision"]
+    assert vision.graph.inputs[0].dtype == ir.DataType.FLOAT16
+    InlinePass(criteria=lambda function: function.name == PACKED[1])(vision)
+    pixel_values, grid = patches(_image(40, 56))
+    features = _features(vision, pixel_values.astype(np.float16), grid).astype(np.float32)
+    reference = _reference_features(model, pixel_values, grid)
+    assert np.abs(features - reference).max() <= 3e-3 * np.abs(reference).max()
