@@ -11,6 +11,7 @@ import pytest
 from onnx_ir.passes.common import InlinePass
 
 from mobius_genai.build import build
+from mobius_genai.components import attention_bodies
 from tests._qwen_vl import TEXT_HIDDEN, patches
 from tests.models.test_qwen2_5_vl import TOLERANCE, _image, _reference_features
 
@@ -64,11 +65,15 @@ def _cuda_vision(folder) -> ir.Model:
     return model
 
 
+@pytest.mark.parametrize("chunk", [1024, 7])
 @pytest.mark.parametrize("size", [(40, 56), (32, 32), (16, 48)])
-def test_packed_body_matches_transformers(qwen, size):
+def test_packed_body_matches_transformers(qwen, size, chunk, monkeypatch):
     """The cuda graph with its functions inlined (the body onnxruntime's kernel replaces), run
     by onnxruntime on CPU: 5 x 7 merged tokens in 3 x 4 windows (partial ones at the edges),
-    4 x 4 in 2 x 2 and 2 x 6 in 1 x 3, block 1 attending to the whole frame."""
+    4 x 4 in 2 x 2 and 2 x 6 in 1 x 3, block 1 attending to the whole frame. Also with the
+    body's queries taken 7 at a time (windows of 16 and frames of 140, 64 or 48 patches in
+    uneven chunks)."""
+    monkeypatch.setattr(attention_bodies, "_QUERY_CHUNK", chunk)
     model, folder = qwen
     vision = _cuda_vision(folder)
     InlinePass(criteria=lambda function: function.name == PACKED[1])(vision)

@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 from onnx_ir.passes.common import InlinePass
 
+from mobius_genai.components import attention_bodies
 from mobius_genai.components.tier1 import MS_DOMAIN, register_functions
 from mobius_genai.optimize import optimize_model
 
@@ -92,8 +93,11 @@ def _run(model: ir.Model, feeds: dict[str, np.ndarray]) -> np.ndarray:
     return session.run(None, feeds)[0]
 
 
+@pytest.mark.parametrize("chunk", [1024, 2, 3])
 @pytest.mark.parametrize("scale", [None, 0.3])
-def test_the_body_attends_within_each_sequence(scale):
+def test_the_body_attends_within_each_sequence(scale, chunk, monkeypatch):
+    """Also with the queries taken 2 or 3 at a time (5 padded to 3 x 2 and 2 x 3 rows)."""
+    monkeypatch.setattr(attention_bodies, "_QUERY_CHUNK", chunk)
     attributes = {} if scale is None else {"scale": scale}
     model = _model(**attributes)
     InlinePass()(model)
