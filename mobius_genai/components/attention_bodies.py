@@ -15,9 +15,9 @@ outputs are gathered back into packed order. The queries go through Attention in
 of at most `_QUERY_CHUNK` (a Scan over the chunks; softmax rows are independent, so this is
 exact), so the scores take batch x heads x chunk x max_len, never heads x tokens²: windowed
 attention over W windows of L tokens costs heads·W·L² (one chunk), full attention over P
-tokens heads·`_QUERY_CHUNK`·P, where a block-diagonal bias over all the tokens costs P² for the bias alone
-and heads·P² for the scores. The ``bias`` and ``attention_bias`` inputs are not covered
-(nothing emits them).
+tokens heads·`_QUERY_CHUNK`·P, where a block-diagonal bias over all the tokens costs P² for
+the bias alone and heads·P² for the scores. The ``bias`` and ``attention_bias`` inputs are not
+covered (nothing emits them).
 """
 
 from __future__ import annotations

@@ -96,10 +96,6 @@ class WindowLayout:
         table = op.Constant(value=ir.tensor(offsets[None]))
         return op.Reshape(op.Add(base, table), _ints(op, -1))
 
-    def sequences(self, op, groups: ir.Value) -> PackedSequences:
-        """The runs of equal `groups` ids (patches in window order) as packed sequences."""
-        return PackedSequences(op, groups)
-
 
 def _run_starts(op, groups: ir.Value) -> ir.Value:
     """[runs] int64: where each run of equal ids starts in `groups` (nondecreasing)."""
@@ -258,7 +254,7 @@ class QwenVisionTower(nn.Module):
         patches = op.Gather(self.patch_embed(op, pixel_values), layout.patch_order, axis=0)
         x = op.Unsqueeze(patches, _ints(op, 0))
         rotary = _Rotary(op, layout, self.config)
-        windows, frames = layout.sequences(op, layout.window), layout.sequences(op, layout.frame)
+        windows, frames = PackedSequences(op, layout.window), PackedSequences(op, layout.frame)
         for index, block in enumerate(self.blocks):
             sequences = frames if index in self.config.fullatt_block_indexes else windows
             x = block(op, x, rotary, sequences)

@@ -304,7 +304,7 @@ def _gated_delta_call(node: ir.Node) -> bool:
     )
 
 
-def _required_attr(name: str) -> ir.Attr:
+def _attr_without_default(name: str) -> ir.Attr:
     """An attribute the op declares without a default (an omitted one stays omitted)."""
     return ir.Attr(name, ir.AttributeType.UNDEFINED, None)
 
@@ -424,8 +424,8 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 outputs=("output", "present_state"),
                 optional_outputs=frozenset(),
                 attributes=(
-                    _required_attr("q_num_heads"),
-                    _required_attr("kv_num_heads"),
+                    _attr_without_default("q_num_heads"),
+                    _attr_without_default("kv_num_heads"),
                     _string_attr("update_rule", "gated_delta"),
                     _float_attr("scale", 0.0),
                     _int_attr("chunk_size", 64),
@@ -450,8 +450,8 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 outputs=("output",),
                 optional_outputs=frozenset(),
                 attributes=(
-                    _required_attr("num_heads"),
-                    _required_attr("scale"),
+                    _attr_without_default("num_heads"),
+                    _attr_without_default("scale"),
                     _float_attr("mask_filter_value", -10000.0),
                 ),
                 bodies={"": attention_bodies.packed_multi_head_attention},
