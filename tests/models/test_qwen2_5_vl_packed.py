@@ -166,3 +166,20 @@ def test_float16_vision_graph_matches_transformers_to_float16_rounding(qwen, ep)
     features = _features(vision, pixel_values.astype(np.float16), grid).astype(np.float32)
     reference = _reference_features(model, pixel_values, grid)
     assert np.abs(features - reference).max() <= 3e-3 * np.abs(reference).max()
+
+
+@pytest.mark.parametrize("chunk", [1024, 7])
+def test_packed_body_matches_transformers_over_several_frames(qwen, chunk, monkeypatch):
+    """A clip of 3 frames (grid 3 x 10 x 14): the full-attention block attends within each
+    frame, three sequences of 140 patches, and the windows never cross frames."""
+    monkeypatch.setattr(attention_bodies, "_QUERY_CHUNK", chunk)
+    model, folder = qwen
+    vision = _cuda_vision(folder)
+    InlinePass(criteria=lambda function: function.name == PACKED[1])(vision)
+    grid = np.array([[3, 10, 14]], np.int64)
+    rng = np.random.default_rng(0)
+    pixel_values = rng.standard_normal((int(grid.prod()), 3 * 2 * 4 * 4), np.float32)
+    features = _features(vision, pixel_values, grid)
+    reference = _reference_features(model, pixel_values, grid)
+    assert features.shape == reference.shape == (int(grid.prod()) // 4, TEXT_HIDDEN)
+    np.testing.assert_allclose(features, reference, atol=TOLERANCE, rtol=0)
