@@ -7,6 +7,7 @@ import argparse
 import onnx_ir as ir
 
 from mobius_genai.cli._table import aligned_table
+from mobius_genai.components.tier1 import TIER1_OPS, ep_runs
 from mobius_genai.ep import EpCapabilities, EpRegistry, ep_registry
 from mobius_genai.target import precision_of
 
@@ -29,6 +30,7 @@ _TABLE_HEADERS = (
     "skip-norm",
     "fused matmul",
     "fused MoE",
+    "packed MHA",
     "custom ops",
     "int4",
     "provider options",
@@ -55,6 +57,14 @@ def _moe(caps: EpCapabilities) -> str:
     return "yes (int4: QMoE)" if caps.supports_qmoe else "yes"
 
 
+def _packed_attention(caps: EpCapabilities) -> str:
+    """Whether vision towers keep com.microsoft::PackedMultiHeadAttention, and for which dtypes."""
+    op = "PackedMultiHeadAttention"
+    return (
+        f"yes ({_dtypes(TIER1_OPS[op].dtypes or caps.model_dtypes)})" if ep_runs(caps, op) else "no"
+    )
+
+
 def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
     options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
     nbits = caps.supports_custom_ops and caps.supports_matmul_nbits
@@ -66,6 +76,7 @@ def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
         _yes_no(caps.supports_skip_layer_norm),
         _yes_no(caps.supports_fused_matmul),
         _moe(caps),
+        _packed_attention(caps),
         _yes_no(caps.supports_custom_ops),
         f"MatMulNBits, level {caps.default_int4_accuracy_level}" if nbits else "DequantizeLinear",
         options or "-",

@@ -183,6 +183,7 @@ def test_format_ep_table():
         "skip-norm",
         "fused matmul",
         "fused MoE",
+        "packed MHA",
         "custom ops",
         "int4",
         "provider options",
@@ -204,10 +205,13 @@ def test_format_ep_table():
     assert rows["cpu"]["int4"] == "MatMulNBits, level 4"
     assert rows["default"]["int4"] == rows["onnx-standard"]["int4"] == "DequantizeLinear"
     standard = rows["onnx-standard"]
-    assert [standard[c] for c in header[2:8]] == ["-", "no", "no", "no", "no", "no"]
+    assert [standard[c] for c in header[2:9]] == ["-", "no", "no", "no", "no", "no", "no"]
     assert rows["cpu"]["fused MoE"] == "yes (int4: QMoE)"  # experts quantized to QMoE
     assert rows["default"]["fused MoE"] == "yes"
     assert rows["cuda"]["fused MoE"] == "no"  # its MoE kernel is not measured
+    # PackedMultiHeadAttention (vision towers): onnxruntime's only kernel is CUDA's
+    assert [name for name, row in rows.items() if row["packed MHA"] != "no"] == ["cuda"]
+    assert rows["cuda"]["packed MHA"] == "yes (fp32, fp16)"
     assert lines[-2:] == [
         "aliases: portable -> default",
         "Names are accepted in any case, and an EP's onnxruntime EP name stands for it.",
