@@ -11,6 +11,7 @@ against it and benchmarks/README.md records why `DEFAULT_QUALITY` is the default
 from __future__ import annotations
 
 import dataclasses
+import re
 
 __all__ = [
     "DEFAULT_QUALITY",
@@ -18,8 +19,14 @@ __all__ = [
     "WIDE_BLOCK_SIZE",
     "Int4Recipe",
     "WeightFormat",
+    "WideRule",
+    "layer_index",
+    "more_bits_layer",
     "wide_block_size",
 ]
+
+#: The decoder layer of a weight name (`model.layers.11.mlp.down_proj.weight` -> 11).
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,6 +37,45 @@ class WeightFormat:
     block_size: int
 
 
+def layer_index(name: str) -> int | None:
+    """The decoder layer a weight belongs to, from its name; None outside the layers."""
+    found = _LAYER.search(name)
+    return int(found.group(1)) if found else None
+
+
+def more_bits_layer(index: int, count: int) -> bool:
+    """llama.cpp's `use_more_bits` (its k-quant "medium" mixes): the first and last eighth of
+    the layers and every third layer between them."""
+    return index < count // 8 or index >= 7 * count // 8 or (index - count // 8) % 3 == 2
+
+
+#: `WideRule.layers` choices: which decoder layers (index, layer count) a rule covers.
+_LAYER_SETS = {
+    "all": lambda index, count: True,
+    "more_bits": more_bits_layer,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class WideRule:
+    """Weights a recipe keeps in 8 bits: those of `role`, and (when `suffix` is set) only those
+    whose name ends with `suffix` in the decoder layers `layers` selects ('all' or
+    'more_bits')."""
+
+    role: str
+    suffix: str = ""
+    layers: str = "all"
+
+    def covers(self, name: str, role: str, layer_count: int) -> bool:
+        """Whether the weight `name` of `role` (in a model of `layer_count` layers) is wide."""
+        if role != self.role or not name.endswith(self.suffix):
+            return False
+        if self.layers == "all":
+            return True
+        index = layer_index(name)
+        return index is not None and _LAYER_SETS[self.layers](index, layer_count)
+
+
 @dataclasses.dataclass(frozen=True)
 class Int4Recipe:
     """One `--int4-quality` choice."""
@@ -38,30 +84,51 @@ class Int4Recipe:
     """Without zero points (unless the user asks for them)."""
     search: bool
     """Search each block's scale and zero point (`rounding.search_blocks`) instead of min/max."""
-    wide_roles: frozenset[str]
-    """Roles (`WeightGroup.role`: 'embedding', 'lm_head', 'linear') quantized to 8 bits."""
+    wide: tuple[WideRule, ...]
+    """The weights quantized to 8 bits."""
     summary: str
     """One line for help texts."""
+
+    @property
+    def wide_roles(self) -> frozenset[str]:
+        """Roles (`WeightGroup.role`: 'embedding', 'lm_head', 'linear') with 8-bit weights."""
+        return frozenset(rule.role for rule in self.wide)
+
+    def is_wide(self, name: str, role: str, layer_count: int) -> bool:
+        """Whether the weight `name` of `role` stays in 8 bits."""
+        return any(rule.covers(name, role, layer_count) for rule in self.wide)
 
 
 QUALITIES: dict[str, Int4Recipe] = {
     "builder": Int4Recipe(
         symmetric=True,
         search=False,
-        wide_roles=frozenset(),
+        wide=(),
         summary="onnxruntime-genai builder's recipe: symmetric round-to-nearest, all 4-bit",
     ),
     "search": Int4Recipe(
         symmetric=False,
         search=True,
-        wide_roles=frozenset(),
+        wide=(),
         summary="zero points and a per-block scale search, all 4-bit (smallest)",
     ),
     "balanced": Int4Recipe(
         symmetric=False,
         search=True,
-        wide_roles=frozenset({"embedding", "lm_head"}),
+        wide=(WideRule("embedding"), WideRule("lm_head")),
         summary="as search, with the embedding table and lm_head in 8 bits",
+    ),
+    "mixed": Int4Recipe(
+        symmetric=False,
+        search=True,
+        wide=(
+            WideRule("linear", "self_attn.qkv_proj.weight"),
+            WideRule("linear", "self_attn.v_proj.weight"),
+            WideRule("linear", "self_attn.k_proj.weight"),
+            WideRule("linear", "mlp.down_proj.weight", "more_bits"),
+        ),
+        summary="as search, with the attention k/v (or packed q/k/v) projections and the "
+        "down_proj of llama.cpp's 'more bits' layers in 8 bits",
     ),
 }
 

@@ -111,6 +111,7 @@ def test_int4_graph_reproduces_float_graph_on_grid_weights(
         (None, "search"),
         (None, "balanced"),
         (True, "balanced"),
+        (None, "mixed"),
     ],
 )
 def test_int4_graph_matches_numpy_dequantized_graph(
