@@ -29,7 +29,6 @@ from mobius_genai.quantize.recipes import (
     Int4Recipe,
     WeightFormat,
     layer_index,
-    wide_block_size,
 )
 from mobius_genai.quantize.streaming import OneWeightCache
 from mobius_genai.quantize.targets import WeightGroup, find_weights
@@ -286,14 +285,14 @@ def quantize_int4(
 
 
 def _weight_formats(groups: list[WeightGroup], options: Int4Options) -> list[WeightFormat]:
-    """8 bits for the weights the recipe keeps wide, else 4 bits at the chosen block size. The
-    layer count (for rules on some layers) comes from the weights' names."""
+    """Each weight's format from the recipe's rules; the layer count (for rules on some
+    layers) comes from the weights' names."""
     indices = [layer_index(group.source.name) for group in groups]
     layer_count = max((index + 1 for index in indices if index is not None), default=0)
     return [
-        WeightFormat(8, wide_block_size(group.source.k, options.block_size))
-        if options.recipe.is_wide(group.source.name, group.role, layer_count)
-        else WeightFormat(4, options.block_size)
+        options.recipe.weight_format(
+            group.source.name, group.role, group.source.k, options.block_size, layer_count
+        )
         for group in groups
     ]
 

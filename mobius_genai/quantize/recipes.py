@@ -17,13 +17,16 @@ __all__ = [
     "DEFAULT_QUALITY",
     "QUALITIES",
     "WIDE_BLOCK_SIZE",
+    "FormatRule",
     "Int4Recipe",
     "WeightFormat",
-    "WideRule",
     "layer_index",
     "more_bits_layer",
     "wide_block_size",
 ]
+
+#: Block size of 8-bit weights when it divides K (larger blocks: smaller scales overhead).
+WIDE_BLOCK_SIZE = 128
 
 #: The decoder layer of a weight name (`model.layers.11.mlp.down_proj.weight` -> 11).
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -57,17 +60,20 @@ _LAYER_SETS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class WideRule:
-    """Weights a recipe keeps in 8 bits: those of `role`, and (when `suffix` is set) only those
-    whose name ends with `suffix` in the decoder layers `layers` selects ('all' or
-    'more_bits')."""
+class FormatRule:
+    """Weights a recipe stores other than in 4 bits at the chosen block size: those of `role`,
+    and (when `suffix` is set) only those whose name ends with `suffix` in the decoder layers
+    `layers` selects ('all' or 'more_bits'). They get `bits` and the largest block size up to
+    `max_block` that divides their K (`wide_block_size`)."""
 
     role: str
     suffix: str = ""
     layers: str = "all"
+    bits: int = 8
+    max_block: int = WIDE_BLOCK_SIZE
 
     def covers(self, name: str, role: str, layer_count: int) -> bool:
-        """Whether the weight `name` of `role` (in a model of `layer_count` layers) is wide."""
+        """Whether the weight `name` of `role` (in a model of `layer_count` layers) is covered."""
         if role != self.role or not name.endswith(self.suffix):
             return False
         if self.layers == "all":
@@ -84,48 +90,53 @@ class Int4Recipe:
     """Without zero points (unless the user asks for them)."""
     search: bool
     """Search each block's scale and zero point (`rounding.search_blocks`) instead of min/max."""
-    wide: tuple[WideRule, ...]
-    """The weights quantized to 8 bits."""
+    rules: tuple[FormatRule, ...]
+    """The weights stored otherwise than in 4 bits at the chosen block size (first rule wins)."""
     summary: str
     """One line for help texts."""
 
     @property
     def wide_roles(self) -> frozenset[str]:
         """Roles (`WeightGroup.role`: 'embedding', 'lm_head', 'linear') with 8-bit weights."""
-        return frozenset(rule.role for rule in self.wide)
+        return frozenset(rule.role for rule in self.rules if rule.bits == 8)
 
-    def is_wide(self, name: str, role: str, layer_count: int) -> bool:
-        """Whether the weight `name` of `role` stays in 8 bits."""
-        return any(rule.covers(name, role, layer_count) for rule in self.wide)
+    def weight_format(
+        self, name: str, role: str, k: int, block_size: int, layer_count: int
+    ) -> WeightFormat:
+        """The format of the weight `name` of `role` with input dimension `k`."""
+        for rule in self.rules:
+            if rule.covers(name, role, layer_count):
+                return WeightFormat(rule.bits, wide_block_size(k, block_size, rule.max_block))
+        return WeightFormat(4, block_size)
 
 
 QUALITIES: dict[str, Int4Recipe] = {
     "builder": Int4Recipe(
         symmetric=True,
         search=False,
-        wide=(),
+        rules=(),
         summary="onnxruntime-genai builder's recipe: symmetric round-to-nearest, all 4-bit",
     ),
     "search": Int4Recipe(
         symmetric=False,
         search=True,
-        wide=(),
+        rules=(),
         summary="zero points and a per-block scale search, all 4-bit (smallest)",
     ),
     "balanced": Int4Recipe(
         symmetric=False,
         search=True,
-        wide=(WideRule("embedding"), WideRule("lm_head")),
+        rules=(FormatRule("embedding"), FormatRule("lm_head")),
         summary="as search, with the embedding table and lm_head in 8 bits",
     ),
     "mixed": Int4Recipe(
         symmetric=False,
         search=True,
-        wide=(
-            WideRule("linear", "self_attn.qkv_proj.weight"),
-            WideRule("linear", "self_attn.v_proj.weight"),
-            WideRule("linear", "self_attn.k_proj.weight"),
-            WideRule("linear", "mlp.down_proj.weight", "more_bits"),
+        rules=(
+            FormatRule("linear", "self_attn.qkv_proj.weight"),
+            FormatRule("linear", "self_attn.v_proj.weight"),
+            FormatRule("linear", "self_attn.k_proj.weight"),
+            FormatRule("linear", "mlp.down_proj.weight", "more_bits"),
         ),
         summary="as search, with the attention k/v (or packed q/k/v) projections and the "
         "down_proj of llama.cpp's 'more bits' layers in 8 bits",
@@ -138,14 +149,12 @@ QUALITIES: dict[str, Int4Recipe] = {
 #: quantization time on a 7B model.
 DEFAULT_QUALITY = "builder"
 
-#: Block size of 8-bit weights when it divides K (larger blocks: smaller scales overhead).
-WIDE_BLOCK_SIZE = 128
 
-
-def wide_block_size(k: int, block_size: int) -> int:
-    """The block size of an 8-bit weight with input dimension `k` (a multiple of `block_size`):
-    the largest power of two from `block_size` up to `WIDE_BLOCK_SIZE` that divides `k`."""
+def wide_block_size(k: int, block_size: int, limit: int = WIDE_BLOCK_SIZE) -> int:
+    """The block size of a weight with input dimension `k` (a multiple of `block_size`) that
+    a `FormatRule` covers: the largest power of two from `block_size` up to `limit` that
+    divides `k`."""
     size = block_size
-    while size * 2 <= WIDE_BLOCK_SIZE and k % (size * 2) == 0:
+    while size * 2 <= limit and k % (size * 2) == 0:
         size *= 2
     return size
