@@ -143,10 +143,10 @@ QUALITIES: dict[str, Int4Recipe] = {
     ),
 }
 
-#: The default recipe. `builder` until a recipe meets issue 19's targets (benchmarks/README.md,
-#: "INT4 quality"): `balanced` removes a third of the KL (the target is half) at a cost in
-#: decode speed and size on small models, and the per-block search adds minutes of
-#: quantization time on a 7B model.
+#: The default recipe. `builder` until a recipe meets all of issue 19's targets
+#: (benchmarks/README.md, "INT4 quality"): `mixed` has 0.40x the builder's KL but 1.16x its
+#: size (the target is 1.15x) and reads 17% more bytes per decode step (the target is 0.95x
+#: the speed, and decode on CPU is bound by those bytes).
 DEFAULT_QUALITY = "builder"
 
 
