@@ -52,7 +52,7 @@ def more_bits_layer(index: int, count: int) -> bool:
     return index < count // 8 or index >= 7 * count // 8 or (index - count // 8) % 3 == 2
 
 
-#: `WideRule.layers` choices: which decoder layers (index, layer count) a rule covers.
+#: `FormatRule.layers` choices: which decoder layers (index, layer count) a rule covers.
 _LAYER_SETS = {
     "all": lambda index, count: True,
     "more_bits": more_bits_layer,
