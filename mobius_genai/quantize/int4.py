@@ -28,7 +28,7 @@ from mobius_genai.quantize.recipes import (
     QUALITIES,
     Int4Recipe,
     WeightFormat,
-    wide_block_size,
+    layer_index,
 )
 from mobius_genai.quantize.streaming import OneWeightCache
 from mobius_genai.quantize.targets import WeightGroup, find_weights
@@ -226,7 +226,7 @@ def quantize_int4(
     cache = OneWeightCache()
     symmetric, search = bool(options.symmetric), options.recipe.search
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
-        formats = [_weight_format(group, options) for group in groups]
+        formats = _weight_formats(groups, options)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
             formats=formats,
@@ -284,11 +284,17 @@ def quantize_int4(
     )
 
 
-def _weight_format(group: WeightGroup, options: Int4Options) -> WeightFormat:
-    """8 bits for the roles the recipe keeps wide, else 4 bits at the chosen block size."""
-    if group.role in options.recipe.wide_roles:
-        return WeightFormat(8, wide_block_size(group.source.k, options.block_size))
-    return WeightFormat(4, options.block_size)
+def _weight_formats(groups: list[WeightGroup], options: Int4Options) -> list[WeightFormat]:
+    """Each weight's format from the recipe's rules; the layer count (for rules on some
+    layers) comes from the weights' names."""
+    indices = [layer_index(group.source.name) for group in groups]
+    layer_count = max((index + 1 for index in indices if index is not None), default=0)
+    return [
+        options.recipe.weight_format(
+            group.source.name, group.role, group.source.k, options.block_size, layer_count
+        )
+        for group in groups
+    ]
 
 
 def _model_dtype(groups: list[WeightGroup]) -> ir.DataType | None:

@@ -17,7 +17,8 @@ from tests.quantize.conftest import TINY_QWEN2
 
 
 @pytest.mark.parametrize(
-    ("quality", "embedding"), [("builder", "int4-shared"), ("balanced", "int8-shared")]
+    ("quality", "embedding"),
+    [("builder", "int4-shared"), ("balanced", "int8-shared"), ("mixed", "int4-shared")],
 )
 def test_onnxruntime_genai_generates_with_the_cpu_int4_bundle(quality, embedding, tmp_path):
     caps = get_ep("cpu")

@@ -111,6 +111,7 @@ def test_int4_graph_reproduces_float_graph_on_grid_weights(
         (None, "search"),
         (None, "balanced"),
         (True, "balanced"),
+        (None, "mixed"),
     ],
 )
 def test_int4_graph_matches_numpy_dequantized_graph(
@@ -176,3 +177,18 @@ def test_other_families_int4_graph_matches_numpy_dequantized_graph(family, tmp_p
     reference_path = dequantized_reference(tmp_path / "q" / "model.onnx", tmp_path / "deq")
     dequantized = run_like_reference(_session(reference_path), run)
     assert max_abs_diff(int4, dequantized) <= F32_TOLERANCE
+
+
+def test_recipes_bring_the_logits_closer_to_transformers(mild_ckpt, tmp_path):
+    """CPU defaults (block 32, accuracy level 4): the per-block search brings the int4 logits
+    closer to transformers' float32 logits than the builder's round-to-nearest, and `mixed`'s
+    8-bit weights closer still."""
+    run = _reference_run(mild_ckpt)
+    errors = {
+        quality: _relative_rms(
+            _logits(mild_ckpt, "cpu", tmp_path / quality, run, quality=quality)[0], run.logits
+        )
+        for quality in ("builder", "search", "mixed")
+    }
+    print(f"\nrelative RMS error vs transformers: {errors}")
+    assert errors["mixed"] < errors["search"] < errors["builder"]
