@@ -176,7 +176,8 @@ def _matmul_nbits(
     MatMulNBits' (bits, block size, zero-point form) is appended to `written`."""
     graph, weight = writer.graph, node.inputs[1]
     assert weight is not None
-    new_nodes = []
+    new_nodes: list[ir.Node] = []
+    outputs: list[ir.Value] = []
     for run in _runs(parts):
         first = run[0]
         a = node.inputs[0]
@@ -189,20 +190,44 @@ def _matmul_nbits(
         inputs = _initializers(writer, cache, run, weight, zero_form)
         attributes = {"K": int(first.shape[0]), "N": sum(int(p.shape[1]) for p in run)}
         attributes |= {"bits": first.bits, "block_size": first.block_size}
-        new_nodes.append(
-            ir.node(
-                "MatMulNBits",
-                [a, *inputs],
-                attributes,
-                domain=MS_DOMAIN,
-                name=f"{node.name}_Q{len(new_nodes)}",
-            )
-        )
+        name = f"{node.name}_Q{len(outputs)}"
+        nbits = ir.node("MatMulNBits", [a, *inputs[:3]], attributes, domain=MS_DOMAIN, name=name)
+        new_nodes.append(nbits)
+        if zero_form == "float":
+            new_nodes += _plus_block_mins(writer, a, nbits, inputs[3], first.block_size)
+        outputs.append(new_nodes[-1].outputs[0])
         written.append((first.bits, first.block_size, zero_form))
-    if len(new_nodes) > 1:  # packed parts that differ: one MatMulNBits each, joined
-        outputs = [n.outputs[0] for n in new_nodes]
+    if len(outputs) > 1:  # packed parts that differ: one MatMulNBits each, joined
         new_nodes.append(ir.node("Concat", outputs, {"axis": -1}, name=f"{node.name}_Q"))
     return new_nodes
+
+
+def _plus_block_mins(
+    writer: GraphWriter, a: ir.Value, nbits: ir.Node, mins: ir.Value, block_size: int
+) -> list[ir.Node]:
+    """``nbits + BlockSums(a) @ mins``: the float zero points' term of ``A @ W`` (see
+    `_initializers`), with BlockSums(a) [..., K/bs] the sums of a's features block by block."""
+    name = nbits.name
+    blocks = int(mins.shape[0])
+    split = writer.constant(f"{name}_blocks", np.array([blocks, block_size], np.int64))
+    last = writer.constant(f"{name}_last_axis", np.array([-1], np.int64))
+    lead = ir.node("Shape", [a], {"end": -1}, name=f"{name}_lead")
+    shape = ir.node("Concat", [lead.outputs[0], split], {"axis": 0}, name=f"{name}_shape")
+    grouped = ir.node("Reshape", [a, shape.outputs[0]], name=f"{name}_grouped")
+    sums = ir.node("ReduceSum", [grouped.outputs[0], last], {"keepdims": 0}, name=f"{name}_sums")
+    term = ir.node("MatMul", [sums.outputs[0], mins], name=f"{name}_mins")
+    total = ir.node("Add", [nbits.outputs[0], term.outputs[0]], name=f"{name}_plus_mins")
+    return [lead, shape, grouped, sums, term, total]
+
+
+def _as_block_mins(
+    arrays: list[np.ndarray], zero_points_shape: tuple[int, ...], dtype: ir.DataType
+) -> list[np.ndarray]:
+    """[B, scales, float zero points] → [B, scales, integer zero points 0, block mins]."""
+    packed, scales, zeros = arrays
+    mins = -(zeros.astype(np.float32) * scales.astype(np.float32))
+    integer_zeros = np.zeros(zero_points_shape, np.uint8)
+    return [packed, scales, integer_zeros, np.ascontiguousarray(mins.T).astype(dtype.numpy())]
 
 
 def _set_accuracy_level(graph: ir.Graph, level: int) -> None:
@@ -316,7 +341,12 @@ def _initializers(
     weight: ir.Value,
     zero_form: str,
 ) -> list[ir.Value]:
-    """B, scales[, zero_points], computed from the stored integers when saved."""
+    """B, scales[, zero_points], computed from the stored integers when saved.
+
+    Float zero points z (GGUF's Q4_1 / Q4_K mins, GPTQ v1) become integer zero points 0 and
+    a fifth tensor, the block mins m = -z * scale [K/bs, N], since ``(q - z) * scale = q *
+    scale + m``: onnxruntime's cpu MatMulNBits has fast kernels for integer zero points only
+    (float ones dequantize the whole weight on every call, ~50x slower)."""
     first = parts[0]
     k, n = int(first.shape[0]), sum(int(p.shape[1]) for p in parts)
     blocks = k // first.block_size
@@ -326,16 +356,18 @@ def _initializers(
         PartSpec(base, ir.DataType.UINT8, (n, blocks, first.block_size * first.bits // 8)),
         PartSpec(writer.unique_name(f"{base}_scales"), dtype, (n, blocks)),
     ]
-    if zero_form == "uint8":
+    if zero_form != "implicit":
         per_byte = 8 // first.bits
         shape = (n, (blocks + per_byte - 1) // per_byte)
         specs.append(PartSpec(writer.unique_name(f"{base}_zero_points"), ir.DataType.UINT8, shape))
-    elif zero_form == "float":
-        specs.append(PartSpec(writer.unique_name(f"{base}_zero_points"), dtype, (n, blocks)))
+    if zero_form == "float":
+        specs.append(PartSpec(writer.unique_name(f"{base}_mins"), dtype, (blocks, n)))
 
     def compute() -> list[ir.TensorProtocol]:
         stored = [part.read_blocks() for part in parts]
         arrays = nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
+        if zero_form == "float":
+            arrays = _as_block_mins(arrays, specs[2].shape, dtype)
         return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]
 
     tensors = lazy_parts(cache, specs, compute)

@@ -45,6 +45,8 @@ def requantize_floats(
     wide = options.recipe.wide_roles
 
     def select(group: WeightGroup) -> bool:
+        if not stored[group.source.name]:
+            return False  # not a checkpoint's tensor (the block mins of float zero points)
         quantized = {kind for _, kind in stored[group.source.name]} - FLOAT_KINDS
         return group.role == "linear" or group.role in wide or bool(quantized)
 

@@ -67,9 +67,14 @@ def _nodes(bundle: Path) -> tuple[list[onnx.NodeProto], dict[str, np.ndarray]]:
 
 
 def _float_matmuls(bundle: Path) -> list[str]:
-    """MatMul nodes whose B is a float initializer (a weight left in float)."""
+    """MatMul nodes whose B is a float initializer (a weight left in float; not the block
+    mins that stand for float zero points)."""
     nodes, arrays = _nodes(bundle)
-    return [n.name for n in nodes if n.op_type == "MatMul" and n.input[1] in arrays]
+    return [
+        n.name
+        for n in nodes
+        if n.op_type == "MatMul" and n.input[1] in arrays and not n.name.endswith("_mins")
+    ]
 
 
 def _manifest(bundle: Path) -> dict:

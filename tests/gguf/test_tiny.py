@@ -247,6 +247,22 @@ def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
     assert view.op_type == "Reshape" and view.input[0] == lm_head[0].input[1]
 
 
+def test_float_zero_points_are_integer_zeros_plus_block_mins(tmp_path: Path):
+    """onnxruntime's cpu MatMulNBits dequantizes the whole weight on every call when its zero
+    points are float (Q4_1's and Q4_K's mins): ~50x slower than with integer ones. They are
+    written as zero points 0 and a MatMul of the activations' block sums by the mins (logits
+    equal transformers': test_logits_equal_transformers)."""
+    _, bundle = _package(tmp_path, "llama")
+    model = onnx.load(bundle / "model.onnx", load_external_data=False)
+    dtypes = {t.name: t.data_type for t in model.graph.initializer}
+    nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
+    zero_points = [n.input[3] for n in nbits if len(n.input) > 3 and n.input[3]]
+    assert {dtypes[name] for name in zero_points} == {onnx.TensorProto.UINT8}
+    mins = [n for n in model.graph.node if n.op_type == "MatMul" and n.name.endswith("_mins")]
+    assert len(mins) == _summary(bundle)["zero_points"]["float"] > 0
+    assert all(dtypes[n.input[1]] == onnx.TensorProto.FLOAT for n in mins)
+
+
 def _levels(bundle: Path) -> dict[int, set[int]]:
     """bits → the accuracy levels of the bundle's MatMulNBits of those bits (0: no attribute)."""
     levels: dict[int, set[int]] = {}

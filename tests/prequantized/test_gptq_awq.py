@@ -50,6 +50,13 @@ def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
 def _nbits_nodes(bundle: Path) -> list[dict[str, np.ndarray]]:
     model = onnx.load(str(bundle / "model.onnx"))
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    # float zero points z are written as zero points 0 plus block mins -z * scale [K/bs, N],
+    # added by a MatMul named after the MatMulNBits
+    mins = {
+        n.name: inits[n.input[1]]
+        for n in model.graph.node
+        if n.op_type == "MatMul" and n.name.endswith("_mins")
+    }
     nodes = []
     for node in model.graph.node:
         if node.op_type != "MatMulNBits":
@@ -57,7 +64,10 @@ def _nbits_nodes(bundle: Path) -> list[dict[str, np.ndarray]]:
         attrs = {a.name: a.i for a in node.attribute}
         n, k, bits, bs = attrs["N"], attrs["K"], attrs["bits"], attrs["block_size"]
         found = {"values": _unpack(inits[node.input[1]], bits, k), "scales": inits[node.input[2]]}
-        if len(node.input) > 3 and node.input[3]:
+        if f"{node.name}_mins" in mins:
+            assert not _unpack(inits[node.input[3]], bits, k // bs).any()
+            found["zeros"] = -mins[f"{node.name}_mins"].T / found["scales"].reshape(n, -1)
+        elif len(node.input) > 3 and node.input[3]:
             zp = inits[node.input[3]]
             found["zeros"] = zp if zp.dtype != np.uint8 else _unpack(zp, bits, k // bs)
         else:
@@ -85,9 +95,15 @@ def _expected(integers: dict[str, Quantized]) -> list[dict[str, np.ndarray]]:
 
 
 def _matches(found: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> bool:
+    """Integers and scales equal; zero points equal up to the float rounding of block mins."""
     return all(
         found[key].shape == expected[key].shape
-        and np.array_equal(found[key].astype(np.float32), expected[key].astype(np.float32))
+        and np.allclose(
+            found[key].astype(np.float32),
+            expected[key].astype(np.float32),
+            rtol=1e-6 if key == "zeros" else 0,
+            atol=0,
+        )
         for key in ("values", "scales", "zeros")
     )
 
