@@ -1,5 +1,7 @@
-"""Hybrid decoders on the CPU EP: the fused recurrent kernels against their function bodies and
-against onnxruntime-genai's builder (issue 16).
+"""Hybrid decoders on the CPU EP (issue 16): fused recurrent kernels, their bodies, the builder.
+
+Prefill and decode speed of the fused recurrent kernels against their function bodies and
+against onnxruntime-genai's builder.
 
 Two checkpoints of random bf16 weights in real hub shapes (written by _random_checkpoint.py
 from transformers' own model classes, cached under benchmarks/_work/):
@@ -41,7 +43,6 @@ import argparse
 import dataclasses
 import shutil
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -155,7 +156,6 @@ DEFAULT_LAYERS = {"lfm2-350m": 16, "qwen3.5-0.8b": 8}
 QUICK_LAYERS = {"lfm2-350m": 3, "qwen3.5-0.8b": 4}
 #: The Tier-1 recurrent ops whose kernels are compared with their bodies.
 RECURRENT_OPS = ("CausalConvWithState", "LinearAttention")
-LABELS = ("fused", "bodies", "builder")
 METRICS = {
     "prefill_cpu": "prefill tokens/s (CPU time)",
     "decode_cpu": "decode tokens/s (CPU time)",
@@ -315,4 +315,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
