@@ -1,6 +1,6 @@
 """A bf16 checkpoint with random weights in the real Gemma 3 270M shape, made locally.
 
-Like make_qwen25_05b_shape.py (whose streaming writer and tokenizer files it reuses): the
+Written and cached by _random_checkpoint.py, like make_qwen25_05b_shape.py: the
 architecture of google/gemma-3-270m (18 layers, hidden 640, 4 heads and 1 kv head of 256, per-head
 q/k norms, 5 sliding layers per global one, a tied 262,144-token embedding), ~540 MB of bf16,
 cached in benchmarks/_work/gemma3-270m-shape.
@@ -10,12 +10,9 @@ cached in benchmarks/_work/gemma3-270m-shape.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import shutil
 from pathlib import Path
 
-from make_qwen25_05b_shape import BOS, EOS, TOKENIZER, TOKENIZER_FILES, WORK, write_safetensors
+from _random_checkpoint import BOS, EOS, WORK, Spec, cached_checkpoint
 
 FOLDER = WORK / "gemma3-270m-shape"
 LAYERS = 18
@@ -56,7 +53,7 @@ CONFIG: dict = {
 }
 
 
-def tensor_specs() -> list[tuple[str, tuple[int, ...], str]]:
+def tensor_specs() -> list[Spec]:
     """(name, shape, kind) of every checkpoint tensor; kind is "matrix" or "norm"."""
     hidden, inter, head_dim = CONFIG["hidden_size"], CONFIG["intermediate_size"], CONFIG["head_dim"]
     q, kv = CONFIG["num_attention_heads"] * head_dim, CONFIG["num_key_value_heads"] * head_dim
@@ -82,21 +79,7 @@ def tensor_specs() -> list[tuple[str, tuple[int, ...], str]]:
 
 def make_checkpoint(out: Path | None = None, seed: int = 0) -> Path:
     """The checkpoint folder, generated unless a matching one is already there."""
-    folder = Path(out) if out is not None else FOLDER
-    digest = hashlib.sha256(json.dumps([CONFIG, seed], sort_keys=True).encode()).hexdigest()
-    stamp = {"shape": "gemma3-270m", "seed": seed, "config": digest}
-    stamp_file = folder / "stamp.json"
-    if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
-        return folder
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps(CONFIG, indent=2) + "\n")
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TOKENIZER / name, folder / name)
-    write_safetensors(folder / "model.safetensors", tensor_specs(), seed)
-    stamp_file.write_text(json.dumps(stamp) + "\n")  # last: marks the folder complete
-    return folder
+    return cached_checkpoint(Path(out) if out is not None else FOLDER, CONFIG, tensor_specs(), seed)
 
 
 if __name__ == "__main__":

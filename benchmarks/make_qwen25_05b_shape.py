@@ -2,11 +2,8 @@
 
 The benchmark needs a checkpoint of a real size without downloading one. This writes
 `model.safetensors` (bf16, deterministic for a seed), `config.json`, `generation_config.json`
-and the tokenizer files of tests/data/tiny-qwen2 (384 tokens: speed does not depend on the
-tokenizer, and both builders only need one that loads). Tensors are written one after another
-in chunks of rows, so generating even the 7B shape (~15 GB) needs a few tens of MB of memory.
-
-The result is cached: a folder whose `stamp.json` matches the requested shape and seed is reused.
+and the tokenizer files of tests/data/tiny-qwen2, streaming and cached as _random_checkpoint.py
+does (generating even the 7B shape, ~15 GB, needs a few tens of MB of memory).
 
     python benchmarks/make_qwen25_05b_shape.py                # -> benchmarks/_work/qwen2.5-0.5b-shape
     python benchmarks/make_qwen25_05b_shape.py --shape 7b --out /tmp/qwen7b
@@ -15,28 +12,9 @@ The result is cached: a folder whose `stamp.json` matches the requested shape an
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
-HERE = Path(__file__).resolve().parent
-WORK = HERE / "_work"
-TOKENIZER = HERE.parent / "tests" / "data" / "tiny-qwen2"
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "vocab.json",
-    "merges.txt",
-    "special_tokens_map.json",
-)
-#: Token ids of the tiny tokenizer's <|endoftext|> and <|im_end|>.
-BOS, EOS = 381, 383
-GENERATOR_VERSION = 1
+from _random_checkpoint import BOS, EOS, WORK, Spec, cached_checkpoint
 
 #: The architectures of Qwen/Qwen2.5-0.5B and Qwen/Qwen2.5-7B (their config.json, token ids aside).
 SHAPES: dict[str, dict] = {
@@ -63,9 +41,6 @@ SHAPES: dict[str, dict] = {
 }
 DEFAULT_FOLDERS = {"0.5b": WORK / "qwen2.5-0.5b-shape", "7b": WORK / "qwen2.5-7b-shape"}
 
-#: Elements generated at a time: bounds the generator's own memory.
-_CHUNK_ELEMENTS = 1 << 22
-
 
 def hf_config(shape: str) -> dict:
     """config.json of the shape (Qwen2ForCausalLM, bf16, rope_theta 1e6, 32K positions)."""
@@ -89,7 +64,7 @@ def hf_config(shape: str) -> dict:
     }
 
 
-def tensor_specs(config: dict) -> list[tuple[str, tuple[int, ...], str]]:
+def tensor_specs(config: dict) -> list[Spec]:
     """(name, shape, kind) of every checkpoint tensor; kind is "matrix", "bias" or "norm"."""
     hidden, inter = config["hidden_size"], config["intermediate_size"]
     head_dim = hidden // config["num_attention_heads"]
@@ -117,74 +92,14 @@ def tensor_specs(config: dict) -> list[tuple[str, tuple[int, ...], str]]:
     return specs
 
 
-def _bf16_chunks(
-    shape: tuple[int, ...], kind: str, rng: np.random.Generator
-) -> Iterator[np.ndarray]:
-    """The tensor's bf16 bits (uint16, little-endian), a few million elements at a time.
-
-    Matrices and biases are N(0, 0.02); norm weights are 1 + N(0, 0.02). bf16 is the top half
-    of the float32 (truncation; the weights are random anyway).
-    """
-    total = int(np.prod(shape))
-    for start in range(0, total, _CHUNK_ELEMENTS):
-        count = min(_CHUNK_ELEMENTS, total - start)
-        values = rng.standard_normal(count, dtype=np.float32)
-        values *= np.float32(0.02)
-        if kind == "norm":
-            values += np.float32(1.0)
-        yield (values.view(np.uint32) >> 16).astype("<u2")
-
-
-def write_safetensors(path: Path, specs: list[tuple[str, tuple[int, ...], str]], seed: int) -> None:
-    """Write every tensor of `specs` as BF16 into one safetensors file, streaming."""
-    header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for name, shape, _ in specs:
-        size = int(np.prod(shape)) * 2
-        header[name] = {
-            "dtype": "BF16",
-            "shape": list(shape),
-            "data_offsets": [offset, offset + size],
-        }
-        offset += size
-    encoded = json.dumps(header, separators=(",", ":")).encode()
-    encoded += b" " * (-len(encoded) % 8)
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("wb") as stream:
-        stream.write(len(encoded).to_bytes(8, "little"))
-        stream.write(encoded)
-        for index, (_, shape, kind) in enumerate(specs):
-            rng = np.random.default_rng([seed, index])
-            for chunk in _bf16_chunks(shape, kind, rng):
-                stream.write(chunk.tobytes())
-    os.replace(partial, path)
-
-
-def _stamp(shape: str, seed: int) -> dict:
-    config = hf_config(shape)
-    digest = hashlib.sha256(json.dumps([config, seed], sort_keys=True).encode()).hexdigest()
-    return {"generator_version": GENERATOR_VERSION, "shape": shape, "seed": seed, "config": digest}
-
-
 def make_checkpoint(shape: str = "0.5b", out: Path | None = None, seed: int = 0) -> Path:
     """The checkpoint folder for `shape`, generated unless a matching one is already there."""
     folder = Path(out) if out is not None else DEFAULT_FOLDERS[shape]
-    stamp = _stamp(shape, seed)
-    stamp_file = folder / "stamp.json"
-    if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
-        return folder
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
     config = hf_config(shape)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     generation = {"bos_token_id": BOS, "eos_token_id": EOS, "do_sample": False}
-    (folder / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TOKENIZER / name, folder / name)
-    write_safetensors(folder / "model.safetensors", tensor_specs(config), seed)
-    stamp_file.write_text(json.dumps(stamp) + "\n")  # last: marks the folder complete
-    return folder
+    return cached_checkpoint(
+        folder, config, tensor_specs(config), seed, {"generation_config.json": generation}
+    )
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_qwen25_05b_shape as shapes  # noqa: E402
+from _random_checkpoint import cached_checkpoint  # noqa: E402
 
 CHECKPOINT = shapes.WORK / "qwen2.5-7b-shape-1-layer"
 BUNDLE = shapes.WORK / "qwen2.5-7b-shape-1-layer-cuda"
@@ -94,18 +95,7 @@ print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024))
 def one_layer_checkpoint() -> Path:
     """The Qwen2.5-7B shapes with one layer, random bf16 weights (cached by its stamp)."""
     config = {**shapes.hf_config("7b"), "num_hidden_layers": 1, "max_window_layers": 1}
-    stamp = {"config": config, "generator": shapes.GENERATOR_VERSION}
-    stamp_file = CHECKPOINT / "stamp.json"
-    if stamp_file.is_file() and json.loads(stamp_file.read_text()) == stamp:
-        return CHECKPOINT
-    shutil.rmtree(CHECKPOINT, ignore_errors=True)
-    CHECKPOINT.mkdir(parents=True)
-    shapes.write_safetensors(CHECKPOINT / "model.safetensors", shapes.tensor_specs(config), 0)
-    (CHECKPOINT / "config.json").write_text(json.dumps(config, indent=2))
-    for name in shapes.TOKENIZER_FILES:
-        shutil.copyfile(shapes.TOKENIZER / name, CHECKPOINT / name)
-    stamp_file.write_text(json.dumps(stamp))
-    return CHECKPOINT
+    return cached_checkpoint(CHECKPOINT, config, shapes.tensor_specs(config))
 
 
 def peak_mib(runtime: str, options: dict) -> int:

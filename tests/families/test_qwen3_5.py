@@ -15,7 +15,7 @@ import onnx
 import onnx_ir as ir
 import pytest
 from onnx.reference import ReferenceEvaluator
-from transformers import Qwen3_5TextConfig
+from transformers import Qwen3_5TextConfig, Qwen3NextConfig
 
 import mobius_genai
 from mobius_genai.bundle import packager
@@ -210,6 +210,42 @@ def test_layer_types_from_full_attention_interval_as_transformers_derives_them()
     assert expected != Qwen3_5TextConfig(num_hidden_layers=6).layer_types
     config = get_family("qwen3_5_text").parse_config(raw)
     assert list(config.layer_types) == expected
+
+
+@pytest.mark.parametrize(
+    ("family", "config_class"),
+    [("qwen3_5_text", Qwen3_5TextConfig), ("qwen3_next", Qwen3NextConfig)],
+)
+def test_partial_rotary_defaults_to_a_quarter_as_transformers_fills_it(family, config_class):
+    raw = config_class(num_hidden_layers=4).to_dict()
+    del raw["rope_parameters"]["partial_rotary_factor"]
+    hf = config_class.from_dict(json.loads(json.dumps(raw)))  # it fills dicts in place
+    expected = int(hf.head_dim * hf.rope_parameters["partial_rotary_factor"])
+    assert expected == hf.head_dim // 4
+    assert get_family(family).parse_config(raw).rotary_dim == expected
+
+
+def test_hub_mrope_section_rotates_as_the_one_dimensional_rope(tmp_path):
+    """Qwen3.5's hub configs carry the vision model's `mrope_section`; transformers' text model
+    gives its three axes the same positions (the plain rope), and onnxruntime-genai feeds
+    qwen3_5_text 1-D position_ids."""
+    rope = {
+        "rope_type": "default",
+        "rope_theta": 10000.0,
+        "partial_rotary_factor": 0.25,  # 4 rotated channel pairs of head_dim 32
+        "mrope_section": [2, 1, 1],
+        "mrope_interleaved": True,
+    }
+    ckpt = write_tiny_checkpoint(
+        tmp_path / "ckpt", "qwen3_5_text", rope_parameters=rope, head_dim=32
+    )
+    ids = np.random.default_rng(1).integers(3, 128, size=(1, 9))
+    reference = hf_reference_logits(ckpt, ids, decode_steps=3)
+    package = mobius_genai.build(ckpt, "default", "f32")
+    positions = next(v for v in package["model"].graph.inputs if v.name == "position_ids")
+    assert len(positions.shape) == 2
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
 
 
 def test_float16_graph_runs_the_recurrence_and_its_state_in_float32(qwen3_5):

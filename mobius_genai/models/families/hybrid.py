@@ -3,6 +3,7 @@ recurrent blocks (LFM2's short convolutions, Qwen3.5's and Qwen3-Next's gated de
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from mobius_genai.config import ArchitectureConfig, fields
+from mobius_genai.config.rope import RopeConfig, parse_rope
 from mobius_genai.errors import ConfigError
 from mobius_genai.grouped_weights import GroupedWeight
 
@@ -58,6 +60,14 @@ def qwen3_5_layer_types(raw: Mapping[str, Any]) -> list[str]:
         "full_attention" if (i + 1) % interval == 0 else "linear_attention"
         for i in range(num_layers)
     ]
+
+
+def qwen3_5_text_rope(raw: Mapping[str, Any]) -> RopeConfig:
+    """Qwen3.5's text rope without the vision model's `mrope_section` (hub configs keep it):
+    transformers' text decoder gives the three mrope axes the same positions, which is the
+    plain 1-D rope, and onnxruntime-genai feeds qwen3_5_text 1-D position_ids."""
+    rope, _ = parse_rope(raw)
+    return dataclasses.replace(rope, mrope_section=None)
 
 
 #: Qwen3.5's norms that scale by 1 + weight: all but the gated norm of the gated delta nets.

@@ -15,6 +15,7 @@ from mobius_genai.models.families.hybrid import (
     lfm2_layer_types,
     qwen3_5_layer_types,
     qwen3_5_norm_weights,
+    qwen3_5_text_rope,
 )
 from mobius_genai.models.families.readers import switch
 
@@ -47,7 +48,8 @@ HYBRID_FAMILIES = (
         ),
     ),
     # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
-    # attention layers with an output gate, per-head q/k norms and partial rotary; norms scale
+    # attention layers with an output gate, per-head q/k norms and partial rotary (1-D: the
+    # text decoder's mrope has one position per token); norms scale
     # by 1 + weight except the delta nets' gated norm.
     FamilyAdapter(
         model_type="qwen3_5_text",
@@ -57,6 +59,7 @@ HYBRID_FAMILIES = (
             "qk_norm": True,
             "attention_output_gate": True,
             "linear_attention": read_linear_attention,
+            "rope": qwen3_5_text_rope,
         },
         preprocess_weight=qwen3_5_norm_weights,
         preprocessed_weights=QWEN3_5_OFFSET_NORMS,
