@@ -1,7 +1,8 @@
 """Random bf16 checkpoints in real shapes, written locally and cached under benchmarks/_work/.
 
 Benchmarks need checkpoints of real sizes without downloading any. A checkpoint is a config.json,
-one `model.safetensors` of bf16 tensors (deterministic for a seed), the tokenizer files of
+one `model.safetensors` of bf16 tensors (deterministic for a seed; or several shards with an
+index, and uint8 MXFP4 blocks and scales), the tokenizer files of
 tests/data/tiny-qwen2 (384 tokens: speed does not depend on the tokenizer, and every tool only
 needs one that loads) and any extra JSON files. Tensors are written one after another in chunks,
 so even a 7B shape (~15 GB) needs a few tens of MB of memory.
@@ -38,10 +39,13 @@ BOS, EOS = 381, 383
 GENERATOR_VERSION = 2
 
 Spec = tuple[str, tuple[int, ...], str]
-"""(name, shape, kind): kind "norm" draws 1 + N(0, 0.02), any other kind N(0, 0.02)."""
+"""(name, shape, kind): kind "norm" draws 1 + N(0, 0.02), "fp4" random bytes (MXFP4 blocks, two
+codes a byte) and "e8m0" exponents 2^-5..2^-1 (their scales), both U8; any other kind N(0, 0.02)
+in bf16."""
 
 #: Elements generated at a time: bounds the generator's own memory.
 _CHUNK_ELEMENTS = 1 << 22
+_U8_KINDS = frozenset({"fp4", "e8m0"})
 
 
 def _bf16_chunks(
@@ -54,6 +58,10 @@ def _bf16_chunks(
     total = int(np.prod(shape))
     for start in range(0, total, _CHUNK_ELEMENTS):
         count = min(_CHUNK_ELEMENTS, total - start)
+        if kind in _U8_KINDS:
+            low, high = (0, 255) if kind == "fp4" else (127 - 5, 127 - 1)
+            yield rng.integers(low, high, count, dtype=np.uint8, endpoint=True)
+            continue
         values = rng.standard_normal(count, dtype=np.float32)
         values *= np.float32(0.02)
         if kind == "norm":
@@ -61,14 +69,16 @@ def _bf16_chunks(
         yield (values.view(np.uint32) >> 16).astype("<u2")
 
 
-def write_safetensors(path: Path, specs: list[Spec], seed: int) -> None:
-    """Write every tensor of `specs` as BF16 into one safetensors file, streaming."""
+def write_safetensors(path: Path, specs: list[Spec], seed: int, first_index: int = 0) -> None:
+    """Write every tensor of `specs` into one safetensors file, streaming; tensor i draws from
+    the generator seeded with (seed, first_index + i)."""
     header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
     offset = 0
-    for name, shape, _ in specs:
-        size = int(np.prod(shape)) * 2
+    for name, shape, kind in specs:
+        u8 = kind in _U8_KINDS
+        size = int(np.prod(shape)) * (1 if u8 else 2)
         header[name] = {
-            "dtype": "BF16",
+            "dtype": "U8" if u8 else "BF16",
             "shape": list(shape),
             "data_offsets": [offset, offset + size],
         }
@@ -80,7 +90,7 @@ def write_safetensors(path: Path, specs: list[Spec], seed: int) -> None:
         stream.write(len(encoded).to_bytes(8, "little"))
         stream.write(encoded)
         for index, (_, shape, kind) in enumerate(specs):
-            rng = np.random.default_rng([seed, index])
+            rng = np.random.default_rng([seed, first_index + index])
             for chunk in _bf16_chunks(shape, kind, rng):
                 stream.write(chunk.tobytes())
     os.replace(partial, path)
@@ -110,11 +120,14 @@ def transformers_specs(config: Mapping, auto_class: str = "AutoModelForCausalLM"
 def cached_checkpoint(
     folder: Path,
     config: Mapping,
-    specs: list[Spec],
+    specs: list[Spec] | Mapping[str, list[Spec]],
     seed: int = 0,
     extra_files: Mapping[str, Mapping] | None = None,
 ) -> Path:
-    """`folder` holding the checkpoint, generated unless a matching one is already there."""
+    """`folder` holding the checkpoint, generated unless a matching one is already there.
+
+    `specs` is one file's tensors, or shard file names mapped to theirs (written with an index).
+    """
     extra_files = dict(extra_files or {})
     digest = hashlib.sha256(
         json.dumps([config, specs, extra_files, seed], sort_keys=True).encode()
@@ -131,6 +144,14 @@ def cached_checkpoint(
         (folder / name).write_text(json.dumps(content, indent=2) + "\n")
     for name in TOKENIZER_FILES:
         shutil.copyfile(TOKENIZER / name, folder / name)
-    write_safetensors(folder / "model.safetensors", specs, seed)
+    shards = specs if isinstance(specs, Mapping) else {"model.safetensors": specs}
+    first, weight_map = 0, {}
+    for file, tensors in shards.items():
+        write_safetensors(folder / file, tensors, seed, first)
+        first += len(tensors)
+        weight_map.update(dict.fromkeys((name for name, _, _ in tensors), file))
+    if len(shards) > 1:
+        index = {"metadata": {}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index) + "\n")
     stamp_file.write_text(json.dumps(stamp) + "\n")  # last: marks the folder complete
     return folder

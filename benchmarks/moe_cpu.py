@@ -4,7 +4,7 @@ The checkpoint: random bf16 weights in OLMoE-1B-7B's MoE shapes (hidden 2048, 16
 64 experts of intermediate 1024, 8 per token, q/k norms), `--layers` layers (default 1) and the
 384-token vocabulary of tests/data/tiny-qwen2 (the real 50304-token vocabulary would add an
 embedding and an lm_head that are not what this measures). Written once under
-benchmarks/_work/ a layer per shard (~0.8 GB of bf16 per layer).
+benchmarks/_work/ by _random_checkpoint.py, a layer per shard (~0.8 GB of bf16 per layer).
 
 For each precision, two bundles of it: the cpu EP (fp32: MoE nodes run by onnxruntime's kernel;
 int4: QMoE) and the cpu EP with `supports_fused_moe=False` (the MoE body inlined: every expert
@@ -32,17 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _random_checkpoint import WORK, Spec, cached_checkpoint
 
-HERE = Path(__file__).resolve().parent
-WORK = HERE / "_work"
-TOKENIZER = HERE.parent / "tests" / "data" / "tiny-qwen2"
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-)
 SHAPE = {
     "hidden_size": 2048,
     "num_attention_heads": 16,
@@ -65,69 +56,39 @@ SHAPE = {
 }
 
 
-def _layer_shapes(layer: int) -> dict[str, tuple[int, ...]]:
+def _layer_specs(layer: int) -> list[Spec]:
     h, inter = SHAPE["hidden_size"], SHAPE["intermediate_size"]
-    prefix = f"model.layers.{layer}"
-    shapes: dict[str, tuple[int, ...]] = {
-        f"{prefix}.input_layernorm.weight": (h,),
-        f"{prefix}.post_attention_layernorm.weight": (h,),
-        f"{prefix}.self_attn.q_norm.weight": (h,),
-        f"{prefix}.self_attn.k_norm.weight": (h,),
-        f"{prefix}.mlp.gate.weight": (SHAPE["num_experts"], h),
-    }
-    for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        shapes[f"{prefix}.self_attn.{name}.weight"] = (h, h)
+    p = f"model.layers.{layer}."
+    specs: list[Spec] = [
+        (p + "input_layernorm.weight", (h,), "norm"),
+        (p + "post_attention_layernorm.weight", (h,), "norm"),
+        (p + "self_attn.q_norm.weight", (h,), "norm"),
+        (p + "self_attn.k_norm.weight", (h,), "norm"),
+        (p + "mlp.gate.weight", (SHAPE["num_experts"], h), "matrix"),
+    ]
+    specs += [(f"{p}self_attn.{n}_proj.weight", (h, h), "matrix") for n in "qkvo"]
     for e in range(SHAPE["num_experts"]):
-        shapes[f"{prefix}.mlp.experts.{e}.gate_proj.weight"] = (inter, h)
-        shapes[f"{prefix}.mlp.experts.{e}.up_proj.weight"] = (inter, h)
-        shapes[f"{prefix}.mlp.experts.{e}.down_proj.weight"] = (h, inter)
-    return shapes
-
-
-def _random(shape: tuple[int, ...], rng: np.random.Generator, name: str) -> np.ndarray:
-    import ml_dtypes
-
-    if name.endswith("norm.weight"):
-        values = 1.0 + 0.1 * rng.standard_normal(shape, np.float32)
-    else:
-        values = rng.standard_normal(shape, np.float32) * (1.0 / np.sqrt(shape[-1]))
-    return values.astype(ml_dtypes.bfloat16)
+        specs += [
+            (f"{p}mlp.experts.{e}.gate_proj.weight", (inter, h), "matrix"),
+            (f"{p}mlp.experts.{e}.up_proj.weight", (inter, h), "matrix"),
+            (f"{p}mlp.experts.{e}.down_proj.weight", (h, inter), "matrix"),
+        ]
+    return specs
 
 
 def make_checkpoint(layers: int) -> Path:
     """The OLMoE-shaped checkpoint with `layers` layers (cached while its stamp matches)."""
-    from safetensors.numpy import save_file
-
-    folder = WORK / f"olmoe-shape-{layers}l"
-    stamp = {**SHAPE, "num_hidden_layers": layers, "version": 1}
-    if (folder / "stamp.json").is_file() and json.loads(
-        (folder / "stamp.json").read_text()
-    ) == stamp:
-        return folder
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
     h, vocab = SHAPE["hidden_size"], SHAPE["vocab_size"]
-    shards = {"model-embed.safetensors": {
-        "model.embed_tokens.weight": (vocab, h), "lm_head.weight": (vocab, h),
-        "model.norm.weight": (h,),
-    }}  # fmt: skip
-    shards.update({f"model-layer{i}.safetensors": _layer_shapes(i) for i in range(layers)})
-    weight_map = {}
-    for file, shapes in shards.items():
-        tensors = {name: _random(shape, rng, name) for name, shape in shapes.items()}
-        save_file(tensors, folder / file, metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shapes, file))
-        del tensors
-    index = {"metadata": {}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    config = {k: v for k, v in SHAPE.items()} | {"num_hidden_layers": layers}
-    config["torch_dtype"] = "bfloat16"
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TOKENIZER / name, folder / name)
-    (folder / "stamp.json").write_text(json.dumps(stamp))
-    return folder
+    shards = {
+        "model-embed.safetensors": [
+            ("model.embed_tokens.weight", (vocab, h), "matrix"),
+            ("lm_head.weight", (vocab, h), "matrix"),
+            ("model.norm.weight", (h,), "norm"),
+        ]
+    }
+    shards.update({f"model-layer{i}.safetensors": _layer_specs(i) for i in range(layers)})
+    config = {**SHAPE, "num_hidden_layers": layers, "torch_dtype": "bfloat16"}
+    return cached_checkpoint(WORK / f"olmoe-shape-{layers}l", config, shards)
 
 
 def package_both(checkpoint: Path, precision: str) -> dict[str, Path]:
