@@ -12,7 +12,8 @@ layer's two k=1 nodes become two QMoE nodes sharing one quantized copy of the ex
 
 Streaming: each quantized tensor is a `QuantizedExperts` whose bytes are produced one expert at
 a time when the model is saved (`chunks()`), quantizing that expert's float matrix read from the
-checkpoint (`ExpertsTensor.expert`), so a layer's experts are never all in memory.
+checkpoint (`ExpertsTensor.expert`), so a layer's experts are never all in memory. Each expert
+is quantized once for all its arrays.
 """
 
 from __future__ import annotations
@@ -37,14 +38,32 @@ _ZERO_POINTS = {2: 11, 4: 12}
 _QMOE_INPUTS = 13
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class _ExpertQuantizer:
-    """Quantizes expert `e` of a stacked [E, N, K] float tensor to MatMulNBits' arrays."""
+    """Quantizes expert `e` of a stacked [E, N, K] float tensor to MatMulNBits' arrays.
+
+    Each expert is read and quantized once: the QMoE arrays are separate tensors saved one
+    after another, so the parts of an expert not asked for yet are kept until they are (the
+    scales and zero points of every expert of the tensor while its packed codes are written:
+    a quarter of the codes' bytes with float32 scales of blocks of 32).
+    """
 
     source: ir.TensorProtocol
     block_size: int
     symmetric: bool
     search: bool
+    _pending: dict[tuple[int, str], np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def part(self, expert: int, part: str) -> np.ndarray:
+        """Array `part` (packed, scales or zero_points) of expert `expert`."""
+        kept = self._pending.pop((expert, part), None)
+        if kept is not None:
+            return kept
+        weight = self(expert)
+        for other in _PARTS:
+            if other != part and not (other == "zero_points" and self.symmetric):
+                self._pending[(expert, other)] = getattr(weight, other)
+        return getattr(weight, part)
 
     def __call__(self, expert: int) -> NBitsWeight:
         read: Callable[[int], np.ndarray] | None = getattr(self.source, "expert", None)
@@ -73,7 +92,7 @@ class QuantizedExperts(ir.LazyTensor):
         """Each expert's array, in order (the tensor's bytes, an expert at a time)."""
         rows = tuple(int(d) for d in self.shape[1:])
         for expert in range(int(self.shape[0])):
-            array = getattr(self._quantize(expert), self._part)
+            array = self._quantize.part(expert, self._part)
             yield np.ascontiguousarray(array.reshape(rows), dtype=self.dtype.numpy())
 
     def _load(self) -> ir.TensorProtocol:

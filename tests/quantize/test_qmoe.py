@@ -183,3 +183,32 @@ def test_cpu_bundle_streams_experts_and_generates(precision, tmp_path):
     while not generator.is_done():
         generator.generate_next_token()
     assert len(generator.get_sequence(0)) == 20
+
+
+def test_int4_bundle_reads_and_quantizes_each_expert_once(tmp_path):
+    """Saving the packed codes, the scales and the zero points of a stacked expert tensor
+    quantizes each expert once: each expert's float matrix (an MXFP4 decode for gpt_oss) is read
+    once, not once per QMoE array."""
+    ckpt = _bundle_checkpoint(tmp_path / "ckpt", "mixtral")
+    reads: Counter = Counter()
+    original = ExpertsTensor.expert
+
+    def counted(self, index):
+        reads[(self.name, index)] += 1
+        return original(self, index)
+
+    for symmetric in (True, False):
+        reads.clear()
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(ExpertsTensor, "expert", counted)
+            mobius_genai.package(
+                ckpt,
+                "cpu",
+                tmp_path / f"bundle-{symmetric}",
+                precision="int4",
+                int4=Int4Options(block_size=16, symmetric=symmetric),
+                quiet=True,
+                smoke_test=False,
+            )
+        assert reads, "no expert was read"
+        assert set(reads.values()) == {1}, Counter(reads.values())
