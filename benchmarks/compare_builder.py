@@ -21,6 +21,10 @@ generates a few tokens), which the builder does not do.
 
     python benchmarks/compare_builder.py                      # fp32 and int4, ~15 minutes
     python benchmarks/compare_builder.py --precisions int4 --processes 2 --build-rounds 1
+    python benchmarks/compare_builder.py --shape gpt-oss-20b --layers 2 --precisions int4
+
+`--shape gpt-oss-20b` (issue 15) uses make_moe_shape.py's gpt-oss-20b checkpoint with `--layers`
+layers (MXFP4 experts: the builder's int4 path reads the checkpoint's MXFP4 blocks).
 """
 
 from __future__ import annotations
@@ -34,10 +38,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import make_moe_shape
+import make_qwen25_05b_shape
 from _measure import Measured, folder_mib, run_measured
-from make_qwen25_05b_shape import WORK, make_checkpoint
+from make_qwen25_05b_shape import WORK
 
 PYTHON = sys.executable
+#: --shape: (description for the table, checkpoint maker taking the layer count or None).
+SHAPES = {
+    "qwen2.5-0.5b": ("Qwen2.5-0.5B shapes, random bf16 weights", None),
+    "gpt-oss-20b": (
+        "gpt-oss-20b shapes with {layers} of 24 layers (sliding, full, ...), random weights "
+        "(MXFP4 experts, bf16 otherwise)",
+        lambda layers: make_moe_shape.make_checkpoint("gpt-oss-20b", layers),
+    ),
+}
 #: The console script installed beside this interpreter (what a user runs).
 MOBIUS = str(Path(sys.executable).with_name("mobius-genai"))
 HERE = Path(__file__).resolve().parent
@@ -88,11 +103,15 @@ def builder_command(checkpoint: Path, out: Path, precision: str) -> list[str]:
 
 
 def build(name: str, command: list[str], out: Path) -> Measured:
+    """Run one build; a failed build ends the run, except the builder's (see `refusal`)."""
     if out.exists():
         shutil.rmtree(out)
     measured = run_measured(command, cwd=WORK)
     if measured.returncode != 0:
-        sys.exit(f"{name} failed ({measured.returncode}):\n{measured.output[-4000:]}")
+        print(f"{name} failed ({measured.returncode}):\n{measured.output[-4000:]}", flush=True)
+        if not name.startswith("builder"):
+            sys.exit(1)
+        return measured
     print(
         f"  {name:<24} {measured.wall_s:6.1f} s  {measured.peak_rss_mib:7.0f} MiB peak RSS",
         flush=True,
@@ -154,8 +173,65 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _builds(checkpoint: Path, precision: str, args: argparse.Namespace) -> list[Row] | None:
+    """Both tools' builds of `precision` and their speed rows; None where the builder failed."""
+    ours_out = WORK / f"ours-{precision}"
+    theirs_out = WORK / f"builder-{precision}"
+    print(f"{precision}: building", flush=True)
+    ours_runs: list[Measured] = []
+    theirs_runs: list[Measured] = []
+    default_runs: list[Measured] = []
+    for _ in range(args.warmup):  # unmeasured: page cache and first-run effects
+        build(
+            "mobius-genai (warm-up)", ours_command(checkpoint, ours_out, precision, False), ours_out
+        )
+        build("builder (warm-up)", builder_command(checkpoint, theirs_out, precision), theirs_out)
+    for round_index in range(args.build_rounds):
+        jobs = [
+            ("mobius-genai", ours_command(checkpoint, ours_out, precision, False), ours_out),
+            ("builder", builder_command(checkpoint, theirs_out, precision), theirs_out),
+        ]
+        if round_index % 2:
+            jobs.reverse()
+        for name, command, out in jobs:
+            (ours_runs if name == "mobius-genai" else theirs_runs).append(build(name, command, out))
+    if any(run.returncode != 0 for run in theirs_runs):
+        return None
+    if not args.no_smoke_row:
+        smoke_out = WORK / f"ours-{precision}-smoke"
+        command = ours_command(checkpoint, smoke_out, precision, True)
+        default_runs.append(build("mobius-genai default", command, smoke_out))
+        shutil.rmtree(smoke_out)
+
+    rows: list[Row] = []
+    for metric, field in (("build_s", "wall_s"), ("peak_rss_mib", "peak_rss_mib")):
+        theirs = [getattr(run, field) for run in theirs_runs]
+        rows.append((precision, metric, [getattr(run, field) for run in ours_runs], theirs))
+        if default_runs:
+            default = [getattr(run, field) for run in default_runs]
+            theirs_median = [statistics.median(theirs)] * len(default)
+            rows.append((precision, f"{metric}:{SMOKE_NOTE}", default, theirs_median))
+    rows.append((precision, "bundle_mib", [folder_mib(ours_out)], [folder_mib(theirs_out)]))
+    print(f"{precision}: running ({args.processes} x {args.rounds} rounds)", flush=True)
+    results = speed([ours_out, theirs_out], args)
+    ours_speed, theirs_speed = results[str(ours_out)], results[str(theirs_out)]
+    for metric, key in (
+        ("prefill_tps", "prefill"),
+        ("prefill_tps:CPU time", "prefill_cpu"),
+        ("decode_tps", "decode"),
+        ("decode_tps:CPU time", "decode_cpu"),
+    ):
+        rows.append((precision, metric, ours_speed[key], theirs_speed[key]))
+    if not args.keep:
+        shutil.rmtree(ours_out)
+        shutil.rmtree(theirs_out)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
+    parser.add_argument("--layers", type=int, default=2, help="layers of the gpt-oss-20b shape")
     parser.add_argument("--precisions", default="fp32,int4", help="comma-separated: fp32,int4")
     parser.add_argument("--rounds", type=int, default=3, help="speed rounds per process")
     parser.add_argument(
@@ -172,74 +248,23 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the bundles in benchmarks/_work")
     args = parser.parse_args()
 
-    checkpoint = make_checkpoint("0.5b")
-    print(f"checkpoint: {checkpoint}", flush=True)
+    described, maker = SHAPES[args.shape]
+    checkpoint = (
+        make_qwen25_05b_shape.make_checkpoint("0.5b") if maker is None else maker(args.layers)
+    )
+    print(f"checkpoint: {checkpoint} ({folder_mib(checkpoint):,.0f} MiB)", flush=True)
     rows: list[Row] = []
     for precision in args.precisions.split(","):
-        ours_out = WORK / f"ours-{precision}"
-        theirs_out = WORK / f"builder-{precision}"
-        print(f"{precision}: building", flush=True)
-        ours_runs: list[Measured] = []
-        theirs_runs: list[Measured] = []
-        default_runs: list[Measured] = []
-        for _ in range(args.warmup):  # unmeasured: page cache and first-run effects
-            build(
-                "mobius-genai (warm-up)",
-                ours_command(checkpoint, ours_out, precision, False),
-                ours_out,
-            )
-            build(
-                "builder (warm-up)", builder_command(checkpoint, theirs_out, precision), theirs_out
-            )
-        for round_index in range(args.build_rounds):
-            jobs = [
-                ("mobius-genai", ours_command(checkpoint, ours_out, precision, False), ours_out),
-                ("builder", builder_command(checkpoint, theirs_out, precision), theirs_out),
-            ]
-            if round_index % 2:
-                jobs.reverse()
-            for name, command, out in jobs:
-                (ours_runs if name == "mobius-genai" else theirs_runs).append(
-                    build(name, command, out)
-                )
-        if not args.no_smoke_row:
-            smoke_out = WORK / f"ours-{precision}-smoke"
-            default_runs.append(
-                build(
-                    "mobius-genai default",
-                    ours_command(checkpoint, smoke_out, precision, True),
-                    smoke_out,
-                )
-            )
-            shutil.rmtree(smoke_out)
-
-        for metric, field in (("build_s", "wall_s"), ("peak_rss_mib", "peak_rss_mib")):
-            theirs = [getattr(run, field) for run in theirs_runs]
-            rows.append((precision, metric, [getattr(run, field) for run in ours_runs], theirs))
-            if default_runs:
-                default = [getattr(run, field) for run in default_runs]
-                theirs_median = [statistics.median(theirs)] * len(default)
-                rows.append((precision, f"{metric}:{SMOKE_NOTE}", default, theirs_median))
-        rows.append((precision, "bundle_mib", [folder_mib(ours_out)], [folder_mib(theirs_out)]))
-        print(f"{precision}: running ({args.processes} x {args.rounds} rounds)", flush=True)
-        results = speed([ours_out, theirs_out], args)
-        ours_speed, theirs_speed = results[str(ours_out)], results[str(theirs_out)]
-        for metric, key in (
-            ("prefill_tps", "prefill"),
-            ("prefill_tps:CPU time", "prefill_cpu"),
-            ("decode_tps", "decode"),
-            ("decode_tps:CPU time", "decode_cpu"),
-        ):
-            rows.append((precision, metric, ours_speed[key], theirs_speed[key]))
-        if not args.keep:
-            shutil.rmtree(ours_out)
-            shutil.rmtree(theirs_out)
+        built = _builds(checkpoint, precision, args)
+        if built is None:
+            print(f"{precision}: the builder failed (its output above); no rows", flush=True)
+        rows += built or []
 
     import onnxruntime_genai
 
     print()
     print(
-        f"Qwen2.5-0.5B shapes, random bf16 weights; CPU EP; onnxruntime-genai "
+        f"{described.format(layers=args.layers)}; CPU EP; onnxruntime-genai "
         f"{onnxruntime_genai.__version__}; Python {platform.python_version()}; "
         f"{args.build_rounds} build round(s), {args.processes} x {args.rounds} speed rounds, "
         "medians; "

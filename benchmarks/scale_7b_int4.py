@@ -11,10 +11,16 @@
    whole bundle would need more memory than `package` allows itself.
 2. Builds the graph of a Llama-3-70B config without weights (`build(..., load_weights=False)`):
    target "seconds".
+3. With `--shape qwen3-30b-a3b` (issue 15) instead: checkpoints in Qwen3-30B-A3B's real shapes
+   (make_moe_shape.py; bf16, ~1.2 GiB per layer) with each of `--layers` layer counts (the full
+   48 do not fit this machine's disk next to the others' work), each packaged to cpu int4 with
+   the default smoke test and measured as above, one after the other: the peak must not grow
+   with the layers, since experts are quantized and written one at a time.
 
 Each bundle is deleted after its row, and the checkpoint too unless --keep-checkpoint.
 
     python benchmarks/scale_7b_int4.py [--keep-checkpoint] [--skip-7b]
+    python benchmarks/scale_7b_int4.py --shape qwen3-30b-a3b --layers 6,12
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import make_moe_shape as moe_shape
 from _measure import folder_mib, run_measured
 from graph_only import CONFIGS
 from make_qwen25_05b_shape import DEFAULT_FOLDERS, WORK, make_checkpoint
@@ -33,6 +40,10 @@ from make_qwen25_05b_shape import DEFAULT_FOLDERS, WORK, make_checkpoint
 MOBIUS = str(Path(sys.executable).with_name("mobius-genai"))
 TARGET_RSS_MIB = 4 * 1024
 FREE_DISK_NEEDED = 35 * 2**30
+MOE_SHAPE = "qwen3-30b-a3b"
+#: Disk for the MoE checkpoint (bf16: ~1.2 GiB a layer, 1.2 GiB of embedding and LM head) and
+#: its int4 bundle, with room to spare.
+MOE_DISK_PER_LAYER, MOE_DISK_BASE = 1.7 * 2**30, 6 * 2**30
 #: (EP, precision, extra package arguments) of each 7B row.
 SEVEN_B_ROWS = (
     ("cpu", "int4", ()),
@@ -48,42 +59,71 @@ _GRAPH_ONLY = (
 )
 
 
-def seven_b(keep_checkpoint: bool) -> None:
-    folder = DEFAULT_FOLDERS["7b"]
-    WORK.mkdir(parents=True, exist_ok=True)
-    if not (folder / "stamp.json").is_file():
-        free = shutil.disk_usage(WORK).free
-        if free < FREE_DISK_NEEDED:
-            sys.exit(
-                f"needs {FREE_DISK_NEEDED / 2**30:.0f} GB free in {WORK}, has {free / 2**30:.0f}"
-            )
-        print("generating the 7B-shaped checkpoint (~15 GB) ...", flush=True)
-    checkpoint = make_checkpoint("7b")
-    print(f"checkpoint {folder_mib(checkpoint):,.0f} MiB; target: tree peak <= {TARGET_RSS_MIB:,}")
+def _header() -> None:
     print(
         "| command | wall (s) | peak RSS, tree (MiB) | package process (MiB) | smoke test "
         "process (MiB) | bundle (MiB) | smoke test | target met |"
     )
     print("|---|--:|--:|--:|--:|--:|---|:-:|")
+
+
+def measure_row(checkpoint: Path, label: str, ep: str, precision: str, extra=()) -> None:
+    """Run `mobius-genai package` on `checkpoint`, print its table row, delete the bundle."""
+    out = WORK / f"ours-{checkpoint.name}-{ep}-{precision}"
+    command = [MOBIUS, "package", str(checkpoint), "--ep", ep, "--precision", precision]
+    command += ["-o", str(out), "--force", *extra]
+    measured = run_measured(command, cwd=WORK, interval_s=0.05)
+    if measured.returncode != 0:
+        sys.exit(f"package failed ({measured.returncode}):\n{measured.output[-4000:]}")
+    manifest = json.loads((out / "mobius_manifest.json").read_text())
+    met = "yes" if measured.peak_rss_mib <= TARGET_RSS_MIB else "NO"
+    shown = " ".join([f"package {label}", "--ep", ep, "--precision", precision, *extra])
+    print(
+        f"| `{shown}` | {measured.wall_s:.0f} | {measured.peak_rss_mib:,.0f} | "
+        f"{measured.command_peak_mib:,.0f} | {measured.descendant_peak_mib:,.0f} | "
+        f"{folder_mib(out):,.0f} | {_smoke_test(manifest)} | {met} |",
+        flush=True,
+    )
+    shutil.rmtree(out)
+
+
+def _need_disk(needed: float, what: str) -> None:
+    free = shutil.disk_usage(WORK).free
+    if free < needed:
+        sys.exit(f"{what} needs {needed / 2**30:.0f} GB free in {WORK}, has {free / 2**30:.0f}")
+
+
+def seven_b(keep_checkpoint: bool) -> None:
+    folder = DEFAULT_FOLDERS["7b"]
+    WORK.mkdir(parents=True, exist_ok=True)
+    if not (folder / "stamp.json").is_file():
+        _need_disk(FREE_DISK_NEEDED, "the 7B-shaped checkpoint")
+        print("generating the 7B-shaped checkpoint (~15 GB) ...", flush=True)
+    checkpoint = make_checkpoint("7b")
+    print(f"checkpoint {folder_mib(checkpoint):,.0f} MiB; target: tree peak <= {TARGET_RSS_MIB:,}")
+    _header()
     for ep, precision, extra in SEVEN_B_ROWS:
-        out = WORK / f"ours-7b-{ep}-{precision}"
-        command = [MOBIUS, "package", str(checkpoint), "--ep", ep, "--precision", precision]
-        command += ["-o", str(out), "--force", *extra]
-        measured = run_measured(command, cwd=WORK, interval_s=0.05)
-        if measured.returncode != 0:
-            sys.exit(f"package failed ({measured.returncode}):\n{measured.output[-4000:]}")
-        manifest = json.loads((out / "mobius_manifest.json").read_text())
-        met = "yes" if measured.peak_rss_mib <= TARGET_RSS_MIB else "NO"
-        shown = " ".join(["package 7B", "--ep", ep, "--precision", precision, *extra])
-        print(
-            f"| `{shown}` | {measured.wall_s:.0f} | {measured.peak_rss_mib:,.0f} | "
-            f"{measured.command_peak_mib:,.0f} | {measured.descendant_peak_mib:,.0f} | "
-            f"{folder_mib(out):,.0f} | {_smoke_test(manifest)} | {met} |",
-            flush=True,
-        )
-        shutil.rmtree(out)
+        measure_row(checkpoint, "7B", ep, precision, extra)
     if not keep_checkpoint:
         shutil.rmtree(checkpoint)
+
+
+def moe_30b(layer_counts: list[int], keep_checkpoint: bool) -> None:
+    """Qwen3-30B-A3B's shapes with each of `layer_counts` layers, to cpu int4, one at a time."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    full = moe_shape.FULL_LAYERS[MOE_SHAPE]
+    print(f"target: tree peak <= {TARGET_RSS_MIB:,} MiB")
+    _header()
+    for layers in layer_counts:
+        if not moe_shape.folder_for(MOE_SHAPE, layers).is_dir():
+            _need_disk(MOE_DISK_PER_LAYER * layers + MOE_DISK_BASE, f"{layers} layers")
+        checkpoint = moe_shape.make_checkpoint(MOE_SHAPE, layers)
+        label = (
+            f"Qwen3-30B-A3B shape, {layers} of {full} layers ({folder_mib(checkpoint):,.0f} MiB)"
+        )
+        measure_row(checkpoint, label, "cpu", "int4")
+        if not keep_checkpoint:
+            shutil.rmtree(checkpoint)
 
 
 def _smoke_test(manifest: dict) -> str:
@@ -115,7 +155,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--keep-checkpoint", action="store_true")
     parser.add_argument("--skip-7b", action="store_true", help="only the 70B graph-only build")
+    parser.add_argument(
+        "--shape",
+        choices=("qwen2.5-7b", MOE_SHAPE),
+        default="qwen2.5-7b",
+        help=f"{MOE_SHAPE}: the MoE rows instead of the 7B and 70B ones",
+    )
+    parser.add_argument(
+        "--layers", default="6,12", help=f"layer counts of the {MOE_SHAPE} checkpoints"
+    )
     args = parser.parse_args()
+    if args.shape == MOE_SHAPE:
+        moe_30b([int(n) for n in args.layers.split(",")], args.keep_checkpoint)
+        return
     seventy_b()
     if not args.skip_7b:
         seven_b(args.keep_checkpoint)
