@@ -39,10 +39,13 @@ class TextOnly:
     not_built: str
     # transformers' text-config defaults for keys hub configs omit.
     text_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    # Top-level config.json keys that are the text decoder's when `text_config` lacks them.
-    top_level_text_keys: tuple[str, ...] = ()
+    # Keys transformers' multimodal model reads from the top level of config.json, whatever
+    # `text_config` says (tie_word_embeddings), → the multimodal config class's default.
+    top_level_keys: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def text_keys(self, raw: Mapping[str, Any], model_type: str) -> dict[str, Any]:
         """The decoder's config.json keys, under `model_type`."""
-        text = nested_text_keys(raw, self.text_defaults, self.top_level_text_keys)
+        text = nested_text_keys(raw, self.text_defaults, ())
+        for key, default in self.top_level_keys.items():
+            text[key] = default if raw.get(key) is None else raw[key]
         return {**text, "model_type": model_type}

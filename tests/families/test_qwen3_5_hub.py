@@ -49,13 +49,13 @@ VISION = {
 }
 
 
-def _hub_checkpoint(folder: Path) -> Path:
+def _hub_checkpoint(folder: Path, **top_level: object) -> Path:
     """A tiny random Qwen3_5ForConditionalGeneration saved by transformers, with the tiny
-    qwen2 tokenizer (vocab 384)."""
+    qwen2 tokenizer (vocab 384); `top_level` goes to Qwen3_5Config."""
     text = tiny_config(
         "qwen3_5_text", vocab_size=384, bos_token_id=381, eos_token_id=383, pad_token_id=0
     )
-    config = Qwen3_5Config(text_config=text.to_dict(), vision_config=VISION)
+    config = Qwen3_5Config(text_config=text.to_dict(), vision_config=VISION, **top_level)
     config.architectures = ["Qwen3_5ForConditionalGeneration"]
     model = Qwen3_5ForConditionalGeneration(config).to(torch.float32)
     randomize_weights(model, seed=1)
@@ -102,12 +102,17 @@ def _hf_greedy(ckpt: Path, prompt: list[int], new_tokens: int) -> list[int]:
     return out[0, len(prompt) :].tolist()
 
 
-def test_logits_equal_the_multimodal_models_text_forward(hub_checkpoint, tmp_path):
+@pytest.mark.parametrize("tied", [False, True])
+def test_logits_equal_the_multimodal_models_text_forward(hub_checkpoint, tied, tmp_path):
+    """Tied: the top-level tie_word_embeddings ties the LM head (transformers ignores the
+    saved `text_config`'s false); the checkpoint then has no lm_head.weight."""
+    ckpt = _hub_checkpoint(tmp_path / "tied", tie_word_embeddings=True) if tied else hub_checkpoint
+    assert ("lm_head.weight" in load_file(ckpt / "model.safetensors")) is not tied
     ids = np.random.default_rng(0).integers(3, 380, size=(1, 9))
-    reference = _reference(hub_checkpoint, ids, decode_steps=3)
-    package = mobius_genai.build(hub_checkpoint, "cpu", "f32")
+    reference = _reference(ckpt, ids, decode_steps=3)
+    package = mobius_genai.build(ckpt, "cpu", "f32")
     assert package.config.model_type == "qwen3_5"
-    ours = run_like_reference(ort_session(package, tmp_path), reference)
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
     assert max_abs_diff(ours, reference.logits) <= TOLERANCE
 
 
@@ -146,10 +151,9 @@ def test_an_unrelated_extra_tensor_is_still_refused(hub_checkpoint, tmp_path):
 
 
 def test_text_config_read_as_transformers_reads_it():
-    """Keys `text_config` omits take Qwen3_5TextConfig's defaults; tie_word_embeddings comes
-    from the top level when `text_config` lacks it."""
+    """Keys `text_config` omits take Qwen3_5TextConfig's defaults."""
     text = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4}
-    raw = {"model_type": "qwen3_5", "text_config": text, "tie_word_embeddings": True}
+    raw = {"model_type": "qwen3_5", "text_config": text}
     ours = get_family("qwen3_5").parse_config(raw)
     theirs = Qwen3_5Config(**raw).text_config
     for key in (
@@ -172,4 +176,17 @@ def test_text_config_read_as_transformers_reads_it():
         theirs.linear_conv_kernel_dim,
     )
     assert ours.layer_types == tuple(theirs.layer_types)
-    assert ours.tie_word_embeddings is True
+
+
+@pytest.mark.parametrize(
+    ("text_tie", "top_level"),
+    [(True, {}), (True, {"tie_word_embeddings": False}), (False, {"tie_word_embeddings": True})],
+)
+def test_tie_word_embeddings_is_the_top_level_ones(text_tie, top_level):
+    """Qwen3_5ForConditionalGeneration ties its LM head by the top-level key (default false),
+    whatever `text_config` says."""
+    text = tiny_config("qwen3_5_text", vocab_size=384, tie_word_embeddings=text_tie).to_dict()
+    raw = {"model_type": "qwen3_5", "text_config": text, **top_level}
+    model = Qwen3_5ForConditionalGeneration(Qwen3_5Config(**raw, vision_config=VISION))
+    tied = model.lm_head.weight is model.model.language_model.embed_tokens.weight
+    assert get_family("qwen3_5").parse_config(raw).tie_word_embeddings is tied

@@ -51,7 +51,6 @@ QWEN3_5_TEXT_DEFAULTS = {
     "hidden_act": "silu",
     "max_position_embeddings": 32_768,
     "rms_norm_eps": 1e-6,
-    "tie_word_embeddings": False,
     "attention_bias": False,
     "head_dim": 256,
     "linear_conv_kernel_dim": 4,
@@ -102,7 +101,7 @@ HYBRID_FAMILIES = (
         text_only=TextOnly(
             not_built="the vision tower (model.visual.*): a text-only bundle",
             text_defaults=QWEN3_5_TEXT_DEFAULTS,
-            top_level_text_keys=("tie_word_embeddings",),
+            top_level_keys={"tie_word_embeddings": False},  # Qwen3_5Config's
         ),
     ),
     # Qwen3.5's hybrid a generation earlier, with MoE blocks: the delta nets' projections
