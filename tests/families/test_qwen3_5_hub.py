@@ -140,14 +140,24 @@ def test_quiet_package_prints_no_notice(hub_checkpoint, tmp_path, capsys):
     assert "not built" not in capsys.readouterr().err
 
 
+def _with_tensor(hub_checkpoint: Path, folder: Path, name: str) -> Path:
+    shutil.copytree(hub_checkpoint, folder)
+    tensors = load_file(folder / "model.safetensors")
+    tensors[name] = np.ones([4, 4], np.float32)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
 def test_an_unrelated_extra_tensor_is_still_refused(hub_checkpoint, tmp_path):
-    ckpt = tmp_path / "ckpt"
-    shutil.copytree(hub_checkpoint, ckpt)
-    tensors = load_file(ckpt / "model.safetensors")
-    tensors["model.language_model.layers.0.mlp.extra.weight"] = np.ones([4, 4], np.float32)
-    save_file(tensors, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
-    with pytest.raises(WeightsError, match=r"reads no tensor.*mlp\.extra\.weight"):
+    ckpt = _with_tensor(hub_checkpoint, tmp_path / "ckpt", "model.language_model.extra.weight")
+    with pytest.raises(WeightsError, match=r"reads no tensor.*model\.language_model\.extra"):
         mobius_genai.build(ckpt, "cpu", "f32")
+
+
+def test_the_multi_token_prediction_head_is_not_built(hub_checkpoint, tmp_path):
+    """Hub checkpoints hold an mtp.* head transformers does not load either."""
+    ckpt = _with_tensor(hub_checkpoint, tmp_path / "ckpt", "mtp.fc.weight")
+    assert mobius_genai.build(ckpt, "cpu", "f32").config.model_type == "qwen3_5"
 
 
 def test_text_config_read_as_transformers_reads_it():
