@@ -68,6 +68,8 @@ class ModelPackage(Mapping[str, ir.Model]):
     float_kinds: dict[str, int] = dataclasses.field(default_factory=dict)
     """For a pre-quantized source: the stored kind (GGUF type, safetensors dtype) → number of
     the checkpoint's tensors read as float (dequantized or cast), for the manifest."""
+    not_built: str | None = None
+    """What of a multimodal checkpoint a text-only build left out (`TextOnly.not_built`)."""
 
     @property
     def decoder_key(self) -> str:
@@ -265,6 +267,7 @@ def build(
         family=family,
         prequantized=prequantized,
         float_kinds=float_kinds if prequantized else {},
+        not_built=None if family.text_only is None else family.text_only.not_built,
     )
     _optimize(package, trace_optimization, prune_lm_head, progress)
     return package

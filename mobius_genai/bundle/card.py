@@ -100,7 +100,8 @@ def render_card(
         "smoke_test": _smoke_test(build.get("smoke_test")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
-        "graphs": _graphs(model),
+        "graphs": _graphs(model)
+        + (f"; not built: {build['not_built']}" if build.get("not_built") else ""),
         "image_run": (
             f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
             if "vision" in model

@@ -314,6 +314,8 @@ def write_bundle(
             rule: count for rule, count in sorted(built.optimization_report.items()) if count
         },
     }
+    if built.not_built is not None:
+        build_info["not_built"] = built.not_built
     if quantization is not None:
         build_info["quantization"] = quantization.summary()
     if prequantized is not None:
@@ -434,6 +436,8 @@ def build_notes(
     trained positions, graph capture that could not be turned on, a pre-quantized source whose
     integers were kept whatever the precision asked."""
     notes = []
+    if built.not_built is not None:
+        notes.append(f"{built.config.model_type} checkpoint; not built: {built.not_built}")
     if prequantized is not None and target is not None:
         notes.append(_prequantized_note(prequantized, target))
     if built.source is not None:

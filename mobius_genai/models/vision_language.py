@@ -22,7 +22,8 @@ from onnxscript import nn
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.qwen_vision import QwenVisionTower
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
-from mobius_genai.config import ArchitectureConfig, fields
+from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.text_config import nested_text_keys
 from mobius_genai.config.vision import (
     VisionLanguageConfig,
     parse_qwen_vision_language,
@@ -68,14 +69,7 @@ class VisionLanguageFamily:
 
     def parse_config(self, raw: Mapping[str, Any]) -> VisionLanguageConfig:
         """Text keys from `text_config`, or from the top level of a flat hub config.json."""
-        if raw.get("text_config") is None:
-            text_keys = {k: v for k, v in raw.items() if k != "vision_config"}
-        else:
-            text_keys = dict(fields.mapping(raw.get("text_config"), "text_config"))
-            for key in self.top_level_text_keys:
-                if text_keys.get(key) is None and raw.get(key) is not None:
-                    text_keys[key] = raw[key]
-        text_raw = {**self.text_defaults, **text_keys}
+        text_raw = nested_text_keys(raw, self.text_defaults, self.top_level_text_keys)
         text_raw["model_type"] = self.text_family
         text = dataclasses.replace(self.text.parse_config(text_raw), **self.text_overrides)
         return self.parse_vision(raw, text)

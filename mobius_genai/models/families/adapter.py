@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.grouped_weights import GroupedWeight
@@ -77,6 +78,10 @@ class FamilyAdapter:
     experts: ExpertLayout | None = None
     # Linear weights stored interleaved by group in one tensor (grouped_weights.py).
     grouped_weights: tuple[GroupedWeight, ...] = ()
+    # A multimodal model_type built as a bundle of its text decoder alone: the decoder's keys
+    # are config.json's `text_config` (its weights' prefix is a weight rename, the other
+    # graphs' tensors unused_weights).
+    text_only: TextOnly | None = None
 
     def preprocessed(self, name: str) -> bool:
         """Whether `preprocess_weight` may change the graph parameter `name`."""
@@ -87,7 +92,9 @@ class FamilyAdapter:
 
     def parse_config(self, raw: Mapping[str, Any]) -> ArchitectureConfig:
         """The ArchitectureConfig of a config.json of this family."""
-        raw = dict(raw)
+        raw = (
+            dict(raw) if self.text_only is None else self.text_only.text_keys(raw, self.model_type)
+        )
         for alias, key in self.config_aliases.items():
             if alias in raw and raw.get(key) is None:
                 raw[key] = raw[alias]

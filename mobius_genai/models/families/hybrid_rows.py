@@ -3,8 +3,11 @@ attention layers (qwen3_next adds MoE blocks: config/moe.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from mobius_genai.config.linear_attention import read_linear_attention
 from mobius_genai.config.moe import MoeKeys, moe_reader
+from mobius_genai.config.text_config import TextOnly
 from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.hybrid import (
@@ -18,6 +21,44 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_text_rope,
 )
 from mobius_genai.models.families.readers import switch
+
+# Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
+# attention layers with an output gate, per-head q/k norms and partial rotary (1-D: the
+# text decoder's mrope has one position per token); norms scale
+# by 1 + weight except the delta nets' gated norm.
+QWEN3_5_TEXT = FamilyAdapter(
+    model_type="qwen3_5_text",
+    genai_type="qwen3_5_text",
+    config_defaults={"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25},
+    config_overrides={
+        "qk_norm": True,
+        "attention_output_gate": True,
+        "linear_attention": read_linear_attention,
+        "rope": qwen3_5_text_rope,
+    },
+    preprocess_weight=qwen3_5_norm_weights,
+    preprocessed_weights=QWEN3_5_OFFSET_NORMS,
+)
+
+# Qwen3_5TextConfig's defaults, for keys a hub config's `text_config` omits.
+QWEN3_5_TEXT_DEFAULTS = {
+    "vocab_size": 248_320,
+    "hidden_size": 4096,
+    "intermediate_size": 12_288,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "hidden_act": "silu",
+    "max_position_embeddings": 32_768,
+    "rms_norm_eps": 1e-6,
+    "attention_bias": False,
+    "head_dim": 256,
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32,
+}
 
 HYBRID_FAMILIES = (
     # Hybrid: short-convolution layers (a recurrent state, no KV cache) between attention
@@ -47,22 +88,21 @@ HYBRID_FAMILIES = (
             (r"^model\.norm\.", "model.embedding_norm."),
         ),
     ),
-    # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
-    # attention layers with an output gate, per-head q/k norms and partial rotary (1-D: the
-    # text decoder's mrope has one position per token); norms scale
-    # by 1 + weight except the delta nets' gated norm.
-    FamilyAdapter(
-        model_type="qwen3_5_text",
-        genai_type="qwen3_5_text",
-        config_defaults={"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25},
-        config_overrides={
-            "qk_norm": True,
-            "attention_output_gate": True,
-            "linear_attention": read_linear_attention,
-            "rope": qwen3_5_text_rope,
-        },
-        preprocess_weight=qwen3_5_norm_weights,
-        preprocessed_weights=QWEN3_5_OFFSET_NORMS,
+    QWEN3_5_TEXT,
+    # Qwen3.5's hub checkpoints (Qwen3_5ForConditionalGeneration) built text-only, as
+    # onnxruntime-genai's builder does: the decoder of `text_config` from the
+    # `model.language_model.` weights; the vision tower and the multi-token-prediction head
+    # (its _keys_to_ignore_on_load_unexpected) are not built.
+    dataclasses.replace(
+        QWEN3_5_TEXT,
+        model_type="qwen3_5",
+        weight_renames=((r"^model\.", "model.language_model."),),
+        unused_weights=(r"^model\.visual\.", r"^mtp\."),
+        text_only=TextOnly(
+            not_built="the vision tower (model.visual.*): a text-only bundle",
+            text_defaults=QWEN3_5_TEXT_DEFAULTS,
+            top_level_keys={"tie_word_embeddings": False},  # Qwen3_5Config's
+        ),
     ),
     # Qwen3.5's hybrid a generation earlier, with MoE blocks: the delta nets' projections
     # packed per key head (in_proj_qkvz, in_proj_ba: read back as qwen3_5_text's), routing as
