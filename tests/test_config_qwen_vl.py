@@ -56,6 +56,27 @@ def test_nested_and_flat_layouts_give_the_same_config():
 
 
 @pytest.mark.parametrize(
+    ("top", "text"), [(True, False), (False, True), (None, True), (True, None)]
+)
+def test_tie_word_embeddings_set_at_either_level_ties_as_transformers_does(top, text):
+    """transformers' Qwen2_5_VLConfig forwards a true text_config value to the top level, and
+    the model ties by the top level's."""
+    from transformers import Qwen2_5_VLConfig
+
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3]}
+    text_config = {**TEXT, "rope_parameters": rope}
+    raw = {"model_type": "qwen2_5_vl", "text_config": text_config, "vision_config": VISION}
+    if top is not None:
+        raw["tie_word_embeddings"] = top
+    if text is not None:
+        raw["text_config"]["tie_word_embeddings"] = text
+    keys = {k: v for k, v in raw.items() if k != "model_type"}
+    expected = Qwen2_5_VLConfig(**keys).tie_word_embeddings
+    assert expected is True
+    assert _parse(raw).text.tie_word_embeddings is expected
+
+
+@pytest.mark.parametrize(
     ("change", "message"),
     [
         (

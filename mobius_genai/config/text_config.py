@@ -18,14 +18,16 @@ def nested_text_keys(
     raw: Mapping[str, Any], defaults: Mapping[str, Any], top_level_keys: tuple[str, ...]
 ) -> dict[str, Any]:
     """Text keys from `text_config`, or from the top level of a flat hub config.json, over
-    transformers' text `defaults` for keys hub configs omit; `top_level_keys` are read from
-    the top level where `text_config` lacks them."""
+    transformers' text `defaults` for keys hub configs omit; `top_level_keys` (flags) are read
+    from the top level where `text_config` lacks them or where the top level sets them true
+    (Qwen2_5_VLConfig forwards a true text_config tie_word_embeddings to the top level, and the
+    model ties by the top level's)."""
     if raw.get("text_config") is None:
         text_keys = {k: v for k, v in raw.items() if k != "vision_config"}
     else:
         text_keys = dict(fields.mapping(raw.get("text_config"), "text_config"))
         for key in top_level_keys:
-            if text_keys.get(key) is None and raw.get(key) is not None:
+            if raw.get(key) is not None and (text_keys.get(key) is None or raw[key] is True):
                 text_keys[key] = raw[key]
     return {**defaults, **text_keys}
 
