@@ -59,6 +59,7 @@ from transformers import (
     PreTrainedModel,
     Qwen2Config,
     Qwen2MoeConfig,
+    Qwen3_5MoeTextConfig,
     Qwen3_5TextConfig,
     Qwen3Config,
     Qwen3MoeConfig,
@@ -115,6 +116,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "lfm2": Lfm2Config,
     "qwen3_5_text": Qwen3_5TextConfig,
     "qwen3_next": Qwen3NextConfig,
+    "qwen3_5_moe_text": Qwen3_5MoeTextConfig,
 }
 
 _ARCHITECTURES = {
@@ -159,6 +161,7 @@ _ARCHITECTURES = {
     "lfm2": "Lfm2ForCausalLM",
     "qwen3_5_text": "Qwen3_5ForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
+    "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -358,6 +361,16 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "shared_expert_intermediate_size": 48,
         "norm_topk_prob": True,
         "mlp_only_layers": [2],
+    },
+    # qwen3_5_text's hybrid (its sizes, projections separate) with MoE blocks in every layer
+    # (4 experts, 2 per token, always renormalized, a shared expert with its sigmoid gate)
+    "qwen3_5_moe_text": {
+        **_QWEN3_5_HYBRID,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "intermediate_size": UNSET,
     },
 }
 

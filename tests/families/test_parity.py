@@ -243,6 +243,17 @@ CASES = {
             "norm_topk_prob": False,
         },
     ),
+    # qwen3_5_text's hybrid with MoE blocks in every layer (tests/_hf.py); then as many key as
+    # value heads, a tied head and the attention layer first
+    "qwen3_5_moe_text": ("qwen3_5_moe_text", {}),
+    "qwen3_5_moe_text_equal_linear_heads_tied_attention_first": (
+        "qwen3_5_moe_text",
+        {
+            "linear_num_value_heads": 2,
+            "tie_word_embeddings": True,
+            "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+        },
+    ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
@@ -380,6 +391,12 @@ def _without(family: str, **overrides) -> FamilyAdapter:
     return dataclasses.replace(adapter, config_overrides=changed)
 
 
+def _unnormalized(family: str):
+    """The family's MoE reader with the top-k renormalization turned off."""
+    read = FAMILIES[family].config_overrides["moe"]
+    return lambda raw: dataclasses.replace(read(raw), normalize_top_k=False)
+
+
 # Each adapter difference, undone: the parity check must then fail (so it can fail).
 # case → (family, mutant adapter[, config overrides of the checkpoint]).
 MUTANTS = {
@@ -471,6 +488,11 @@ MUTANTS = {
             preprocess_weight=offset_norm_weights,
             preprocessed_weights=NORM_WEIGHTS,
         ),
+    ),
+    # Qwen3_5MoeTopKRouter always renormalizes the top-k probabilities
+    "qwen3_5_moe_text_unnormalized_top_k": (
+        "qwen3_5_moe_text",
+        lambda: _without("qwen3_5_moe_text", moe=_unnormalized("qwen3_5_moe_text")),
     ),
     "olmo3_without_sliding_window": (
         "olmo3",

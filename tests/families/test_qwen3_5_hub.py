@@ -70,10 +70,12 @@ def hub_checkpoint(tmp_path_factory) -> Path:
     return _hub_checkpoint(tmp_path_factory.mktemp("qwen3_5_hub") / "ckpt")
 
 
-def _reference(ckpt: Path, ids: np.ndarray, decode_steps: int) -> ReferenceRun:
+def _reference(
+    ckpt: Path, ids: np.ndarray, decode_steps: int, model_class=Qwen3_5ForConditionalGeneration
+) -> ReferenceRun:
     """transformers' text-only forward of the multimodal model (its own positions): a
     prefill, then greedy decode steps through its cache."""
-    model = Qwen3_5ForConditionalGeneration.from_pretrained(
+    model = model_class.from_pretrained(
         ckpt, dtype=torch.float32, attn_implementation="eager"
     ).eval()
     steps, cache, mask = [], None, np.ones_like(ids)
@@ -89,8 +91,10 @@ def _reference(ckpt: Path, ids: np.ndarray, decode_steps: int) -> ReferenceRun:
     return ReferenceRun(steps)
 
 
-def _hf_greedy(ckpt: Path, prompt: list[int], new_tokens: int) -> list[int]:
-    model = Qwen3_5ForConditionalGeneration.from_pretrained(ckpt, dtype=torch.float32).eval()
+def _hf_greedy(
+    ckpt: Path, prompt: list[int], new_tokens: int, model_class=Qwen3_5ForConditionalGeneration
+) -> list[int]:
+    model = model_class.from_pretrained(ckpt, dtype=torch.float32).eval()
     ids = torch.tensor([prompt])
     out = model.generate(
         ids,

@@ -40,6 +40,30 @@ QWEN3_5_TEXT = FamilyAdapter(
     preprocessed_weights=QWEN3_5_OFFSET_NORMS,
 )
 
+# Qwen3.5's hybrid with MoE blocks in every layer: qwen3_5_text's layers and rotary, routing
+# as qwen3_next's (a shared expert with its sigmoid gate) with the top-k always renormalized
+# (Qwen3_5MoeTopKRouter); transformers saves the experts per expert (qwen2_moe's layout).
+QWEN3_5_MOE_TEXT = dataclasses.replace(
+    QWEN3_5_TEXT,
+    model_type="qwen3_5_moe_text",
+    genai_type="qwen3_5_moe_text",
+    # no dense MLP and no intermediate_size: the experts' size stands in for it
+    config_aliases={"moe_intermediate_size": "intermediate_size"},
+    config_overrides={
+        **QWEN3_5_TEXT.config_overrides,
+        "moe": moe_reader(
+            MoeKeys(
+                num_experts="num_experts",
+                intermediate="moe_intermediate_size",
+                normalize=True,
+                shared_expert="shared_expert_intermediate_size",
+                shared_expert_gate=True,
+            )
+        ),
+    },
+    experts=ExpertLayout(),
+)
+
 # Qwen3_5TextConfig's defaults, for keys a hub config's `text_config` omits.
 QWEN3_5_TEXT_DEFAULTS = {
     "vocab_size": 248_320,
@@ -58,6 +82,18 @@ QWEN3_5_TEXT_DEFAULTS = {
     "linear_value_head_dim": 128,
     "linear_num_key_heads": 16,
     "linear_num_value_heads": 32,
+}
+
+# Qwen3_5MoeTextConfig's defaults, for keys a hub config's `text_config` omits.
+QWEN3_5_MOE_TEXT_DEFAULTS = {
+    **{key: value for key, value in QWEN3_5_TEXT_DEFAULTS.items() if key != "intermediate_size"},
+    "hidden_size": 2048,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 2,
+    "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512,
+    "num_experts_per_tok": 8,
+    "num_experts": 256,
 }
 
 HYBRID_FAMILIES = (
@@ -89,6 +125,21 @@ HYBRID_FAMILIES = (
         ),
     ),
     QWEN3_5_TEXT,
+    QWEN3_5_MOE_TEXT,
+    # Qwen3.5-MoE's hub checkpoints (Qwen3_5MoeForConditionalGeneration) built text-only as
+    # qwen3_5's are: the decoder of `text_config`, without the vision tower and the
+    # multi-token-prediction head.
+    dataclasses.replace(
+        QWEN3_5_MOE_TEXT,
+        model_type="qwen3_5_moe",
+        weight_renames=((r"^model\.", "model.language_model."),),
+        unused_weights=(r"^model\.visual\.", r"^mtp\."),
+        text_only=TextOnly(
+            not_built="the vision tower (model.visual.*): a text-only bundle",
+            text_defaults=QWEN3_5_MOE_TEXT_DEFAULTS,
+            top_level_keys={"tie_word_embeddings": False},  # Qwen3_5MoeConfig's
+        ),
+    ),
     # Qwen3.5's hub checkpoints (Qwen3_5ForConditionalGeneration) built text-only, as
     # onnxruntime-genai's builder does: the decoder of `text_config` from the
     # `model.language_model.` weights; the vision tower and the multi-token-prediction head
