@@ -541,14 +541,17 @@ class ReferenceRun:
         return np.concatenate([s.input_ids for s in self.decode], axis=1)
 
 
-def load_reference_model(ckpt_dir: Path) -> PreTrainedModel:
-    """Load a checkpoint with transformers in float32 with eager attention, in eval mode.
+def load_reference_model(
+    ckpt_dir: Path, model_class: Any = AutoModelForCausalLM
+) -> PreTrainedModel:
+    """Load a checkpoint with transformers (`model_class`, e.g. a multimodal model's class) in
+    float32 with eager attention, in eval mode.
 
     A path to a .gguf file is loaded with transformers' GGUF reader (dequantized to float32).
     """
     path = Path(ckpt_dir)
     gguf = {"gguf_file": path.name} if path.suffix == ".gguf" else {}
-    model = AutoModelForCausalLM.from_pretrained(
+    model = model_class.from_pretrained(
         path.parent if gguf else path, dtype=torch.float32, attn_implementation="eager", **gguf
     )
     return model.eval()
@@ -654,14 +657,19 @@ def eos_token_ids(model: PreTrainedModel) -> set[int]:
 
 
 def hf_greedy_tokens(
-    ckpt_dir: Path, prompt_ids: Sequence[int], max_new_tokens: int, *, stop_at_eos: bool = True
+    ckpt_dir: Path,
+    prompt_ids: Sequence[int],
+    max_new_tokens: int,
+    *,
+    stop_at_eos: bool = True,
+    model_class: Any = AutoModelForCausalLM,
 ) -> list[int]:
     """Greedy continuation of one prompt with transformers (float32, eager, KV cache).
 
     Returns only the new tokens. With ``stop_at_eos`` generation stops after the first eos
     token (``eos_token_ids``), which is included, as in onnxruntime-genai's sequence.
     """
-    model = load_reference_model(ckpt_dir)
+    model = load_reference_model(ckpt_dir, model_class)
     stop = eos_token_ids(model) if stop_at_eos else set()
     ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
     past = None

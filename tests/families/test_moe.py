@@ -22,7 +22,7 @@ from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_referenc
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
-# rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_moe_hub.py)
+# rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py)
 MOE_FAMILIES = tuple(
     name
     for name, family in FAMILIES.items()

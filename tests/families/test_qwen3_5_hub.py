@@ -1,9 +1,10 @@
-"""Qwen3.5's hub layout (model_type qwen3_5: Qwen3_5ForConditionalGeneration, its decoder's
-keys in `text_config`, its weights under model.language_model., a vision tower under
-model.visual.) packaged as onnxruntime-genai's builder packages it: a text-only qwen3_5_text
-bundle. Its logits and onnxruntime-genai's greedy tokens equal transformers' text-only forward
-of the multimodal model; package, the manifest and the card say the vision tower was not
-built; any other tensor the decoder does not read is still refused."""
+"""The hub layouts of Qwen3.5 and Qwen3.5-MoE (model_type qwen3_5 / qwen3_5_moe:
+Qwen3_5(Moe)ForConditionalGeneration, the decoder's keys in `text_config`, its weights under
+model.language_model., a vision tower under model.visual.) packaged as onnxruntime-genai's
+builder packages them: a text-only qwen3_5_text / qwen3_5_moe_text bundle. Its logits and
+onnxruntime-genai's greedy tokens equal transformers' text-only forward of the multimodal
+model; package, the manifest and the card say the vision tower was not built; any other tensor
+the decoder does not read is still refused."""
 
 from __future__ import annotations
 
@@ -15,7 +16,12 @@ import numpy as np
 import pytest
 import torch
 from safetensors.numpy import load_file, save_file
-from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+from transformers import (
+    Qwen3_5Config,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3_5MoeConfig,
+    Qwen3_5MoeForConditionalGeneration,
+)
 
 import mobius_genai
 from mobius_genai.bundle import packager
@@ -26,6 +32,8 @@ from tests._hf import (
     ReferenceRun,
     ReferenceStep,
     _forward,
+    hf_greedy_tokens,
+    load_reference_model,
     positions_from_mask,
     randomize_weights,
     tiny_config,
@@ -49,15 +57,26 @@ VISION = {
 }
 
 
-def _hub_checkpoint(folder: Path, **top_level: object) -> Path:
-    """A tiny random Qwen3_5ForConditionalGeneration saved by transformers, with the tiny
-    qwen2 tokenizer (vocab 384); `top_level` goes to Qwen3_5Config."""
+NOT_BUILT = "the vision tower (model.visual.*): a text-only bundle"
+# model_type → (its config class, its model class, the text family of its decoder, its bundle's
+# model.type)
+LAYOUTS = {
+    "qwen3_5": (Qwen3_5Config, Qwen3_5ForConditionalGeneration, "qwen3_5_text"),
+    "qwen3_5_moe": (Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration, "qwen3_5_moe_text"),
+}
+
+
+def _hub_checkpoint(folder: Path, layout: str, **top_level: object) -> Path:
+    """A tiny random model of the hub `layout` saved by transformers (the decoder: tests/_hf.py's
+    tiny text family), with the tiny qwen2 tokenizer (vocab 384); `top_level` goes to the
+    config class."""
+    config_class, model_class, text_family = LAYOUTS[layout]
     text = tiny_config(
-        "qwen3_5_text", vocab_size=384, bos_token_id=381, eos_token_id=383, pad_token_id=0
+        text_family, vocab_size=384, bos_token_id=381, eos_token_id=383, pad_token_id=0
     )
-    config = Qwen3_5Config(text_config=text.to_dict(), vision_config=VISION, **top_level)
-    config.architectures = ["Qwen3_5ForConditionalGeneration"]
-    model = Qwen3_5ForConditionalGeneration(config).to(torch.float32)
+    config = config_class(text_config=text.to_dict(), vision_config=VISION, **top_level)
+    config.architectures = [model_class.__name__]
+    model = model_class(config).to(torch.float32)
     randomize_weights(model, seed=1)
     model.save_pretrained(folder)
     for name in TOKENIZER_FILES:
@@ -65,19 +84,16 @@ def _hub_checkpoint(folder: Path, **top_level: object) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def hub_checkpoint(tmp_path_factory) -> Path:
-    return _hub_checkpoint(tmp_path_factory.mktemp("qwen3_5_hub") / "ckpt")
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def hub_checkpoint(request, tmp_path_factory) -> tuple[str, Path]:
+    layout = request.param
+    return layout, _hub_checkpoint(tmp_path_factory.mktemp(layout) / "ckpt", layout)
 
 
-def _reference(
-    ckpt: Path, ids: np.ndarray, decode_steps: int, model_class=Qwen3_5ForConditionalGeneration
-) -> ReferenceRun:
+def _reference(ckpt: Path, ids: np.ndarray, decode_steps: int, layout: str) -> ReferenceRun:
     """transformers' text-only forward of the multimodal model (its own positions): a
     prefill, then greedy decode steps through its cache."""
-    model = model_class.from_pretrained(
-        ckpt, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
+    model = load_reference_model(ckpt, LAYOUTS[layout][1])
     steps, cache, mask = [], None, np.ones_like(ids)
     with torch.no_grad():
         for _ in range(decode_steps + 1):
@@ -91,61 +107,49 @@ def _reference(
     return ReferenceRun(steps)
 
 
-def _hf_greedy(
-    ckpt: Path, prompt: list[int], new_tokens: int, model_class=Qwen3_5ForConditionalGeneration
-) -> list[int]:
-    model = model_class.from_pretrained(ckpt, dtype=torch.float32).eval()
-    ids = torch.tensor([prompt])
-    out = model.generate(
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=new_tokens,
-        do_sample=False,
-        eos_token_id=None,
-    )
-    return out[0, len(prompt) :].tolist()
-
-
-@pytest.mark.parametrize("tied", [False, True])
-def test_logits_equal_the_multimodal_models_text_forward(hub_checkpoint, tied, tmp_path):
+@pytest.mark.parametrize(
+    ("layout", "tied"), [("qwen3_5", False), ("qwen3_5", True), ("qwen3_5_moe", False)]
+)
+def test_logits_equal_the_multimodal_models_text_forward(layout, tied, tmp_path):
     """Tied: the top-level tie_word_embeddings ties the LM head (transformers ignores the
     saved `text_config`'s false); the checkpoint then has no lm_head.weight."""
-    ckpt = _hub_checkpoint(tmp_path / "tied", tie_word_embeddings=True) if tied else hub_checkpoint
+    top_level = {"tie_word_embeddings": True} if tied else {}
+    ckpt = _hub_checkpoint(tmp_path / "ckpt", layout, **top_level)
     assert ("lm_head.weight" in load_file(ckpt / "model.safetensors")) is not tied
     ids = np.random.default_rng(0).integers(3, 380, size=(1, 9))
-    reference = _reference(ckpt, ids, decode_steps=3)
+    reference = _reference(ckpt, ids, 3, layout)
     package = mobius_genai.build(ckpt, "cpu", "f32")
-    assert package.config.model_type == "qwen3_5"
+    assert package.config.model_type == layout
     ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
     assert max_abs_diff(ours, reference.logits) <= TOLERANCE
 
 
 def test_text_only_bundle_generates_and_says_so(hub_checkpoint, tmp_path, capsys):
-    folder = packager.package(hub_checkpoint, "cpu", tmp_path / "bundle")
+    layout, ckpt = hub_checkpoint
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle")
     notice = [line for line in capsys.readouterr().err.splitlines() if "not built" in line]
-    assert notice == [
-        "mobius-genai: note: qwen3_5 checkpoint; not built: the vision tower (model.visual.*): "
-        "a text-only bundle"
-    ]
+    assert notice == [f"mobius-genai: note: {layout} checkpoint; not built: {NOT_BUILT}"]
     config = json.loads((folder / "genai_config.json").read_text())
-    assert config["model"]["type"] == "qwen3_5_text" and "vision" not in config["model"]
+    assert config["model"]["type"] == LAYOUTS[layout][2] and "vision" not in config["model"]
     build = json.loads((folder / "mobius_manifest.json").read_text())["build"]
-    assert build["not_built"] == "the vision tower (model.visual.*): a text-only bundle"
-    assert "not built: the vision tower (model.visual.*): a text-only bundle" in (
-        (folder / "README.md").read_text()
-    )
+    assert build["not_built"] == NOT_BUILT
+    assert f"not built: {NOT_BUILT}" in (folder / "README.md").read_text()
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert len(ours) == NEW_TOKENS
-    assert ours == _hf_greedy(hub_checkpoint, PROMPT, NEW_TOKENS)
+    model_class = LAYOUTS[layout][1]
+    expected = hf_greedy_tokens(
+        ckpt, PROMPT, NEW_TOKENS, stop_at_eos=False, model_class=model_class
+    )
+    assert ours == expected
 
 
 def test_quiet_package_prints_no_notice(hub_checkpoint, tmp_path, capsys):
-    packager.package(hub_checkpoint, "cpu", tmp_path / "bundle", quiet=True)
+    packager.package(hub_checkpoint[1], "cpu", tmp_path / "bundle", quiet=True)
     assert "not built" not in capsys.readouterr().err
 
 
-def _with_tensor(hub_checkpoint: Path, folder: Path, name: str) -> Path:
-    shutil.copytree(hub_checkpoint, folder)
+def _with_tensor(checkpoint: Path, folder: Path, name: str) -> Path:
+    shutil.copytree(checkpoint, folder)
     tensors = load_file(folder / "model.safetensors")
     tensors[name] = np.ones([4, 4], np.float32)
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
@@ -153,15 +157,16 @@ def _with_tensor(hub_checkpoint: Path, folder: Path, name: str) -> Path:
 
 
 def test_an_unrelated_extra_tensor_is_still_refused(hub_checkpoint, tmp_path):
-    ckpt = _with_tensor(hub_checkpoint, tmp_path / "ckpt", "model.language_model.extra.weight")
+    ckpt = _with_tensor(hub_checkpoint[1], tmp_path / "ckpt", "model.language_model.extra.weight")
     with pytest.raises(WeightsError, match=r"reads no tensor.*model\.language_model\.extra"):
         mobius_genai.build(ckpt, "cpu", "f32")
 
 
 def test_the_multi_token_prediction_head_is_not_built(hub_checkpoint, tmp_path):
     """Hub checkpoints hold an mtp.* head transformers does not load either."""
-    ckpt = _with_tensor(hub_checkpoint, tmp_path / "ckpt", "mtp.fc.weight")
-    assert mobius_genai.build(ckpt, "cpu", "f32").config.model_type == "qwen3_5"
+    layout, checkpoint = hub_checkpoint
+    ckpt = _with_tensor(checkpoint, tmp_path / "ckpt", "mtp.fc.weight")
+    assert mobius_genai.build(ckpt, "cpu", "f32").config.model_type == layout
 
 
 def test_text_config_read_as_transformers_reads_it():
@@ -190,6 +195,24 @@ def test_text_config_read_as_transformers_reads_it():
         theirs.linear_conv_kernel_dim,
     )
     assert ours.layer_types == tuple(theirs.layer_types)
+
+
+def test_moe_text_config_read_as_transformers_reads_it():
+    """Keys `text_config` omits take Qwen3_5MoeTextConfig's defaults."""
+    text = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4}
+    raw = {"model_type": "qwen3_5_moe", "text_config": text}
+    ours = get_family("qwen3_5_moe").parse_config(raw)
+    theirs = Qwen3_5MoeConfig(**raw).text_config
+    for key in ("vocab_size", "num_key_value_heads", "head_dim", "max_position_embeddings"):
+        assert getattr(ours, key) == getattr(theirs, key), key
+    moe = ours.moe
+    assert (moe.num_experts, moe.top_k, moe.intermediate_size, moe.shared_expert_size) == (
+        theirs.num_experts,
+        theirs.num_experts_per_tok,
+        theirs.moe_intermediate_size,
+        theirs.shared_expert_intermediate_size,
+    )
+    assert moe.normalize_top_k and moe.shared_expert_gate
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,25 @@ QWEN3_5_MOE_TEXT_DEFAULTS = {
     "num_experts": 256,
 }
 
+
+def _text_only_hub_row(text: FamilyAdapter, model_type: str, defaults: dict) -> FamilyAdapter:
+    """`text`'s row for the multimodal hub layout `model_type` built text-only: the decoder of
+    `text_config` from the `model.language_model.` weights; the vision tower and the
+    multi-token-prediction head (_keys_to_ignore_on_load_unexpected) are not built; the LM
+    head tied by the top-level `tie_word_embeddings` (the config class's default: false)."""
+    return dataclasses.replace(
+        text,
+        model_type=model_type,
+        weight_renames=((r"^model\.", "model.language_model."),),
+        unused_weights=(r"^model\.visual\.", r"^mtp\."),
+        text_only=TextOnly(
+            not_built="the vision tower (model.visual.*): a text-only bundle",
+            text_defaults=defaults,
+            top_level_keys={"tie_word_embeddings": False},
+        ),
+    )
+
+
 HYBRID_FAMILIES = (
     # Hybrid: short-convolution layers (a recurrent state, no KV cache) between attention
     # layers with per-head q/k RMSNorms; the final norm is called embedding_norm.
@@ -127,34 +146,11 @@ HYBRID_FAMILIES = (
     QWEN3_5_TEXT,
     QWEN3_5_MOE_TEXT,
     # Qwen3.5-MoE's hub checkpoints (Qwen3_5MoeForConditionalGeneration) built text-only as
-    # qwen3_5's are: the decoder of `text_config`, without the vision tower and the
-    # multi-token-prediction head.
-    dataclasses.replace(
-        QWEN3_5_MOE_TEXT,
-        model_type="qwen3_5_moe",
-        weight_renames=((r"^model\.", "model.language_model."),),
-        unused_weights=(r"^model\.visual\.", r"^mtp\."),
-        text_only=TextOnly(
-            not_built="the vision tower (model.visual.*): a text-only bundle",
-            text_defaults=QWEN3_5_MOE_TEXT_DEFAULTS,
-            top_level_keys={"tie_word_embeddings": False},  # Qwen3_5MoeConfig's
-        ),
-    ),
+    # qwen3_5's are.
+    _text_only_hub_row(QWEN3_5_MOE_TEXT, "qwen3_5_moe", QWEN3_5_MOE_TEXT_DEFAULTS),
     # Qwen3.5's hub checkpoints (Qwen3_5ForConditionalGeneration) built text-only, as
-    # onnxruntime-genai's builder does: the decoder of `text_config` from the
-    # `model.language_model.` weights; the vision tower and the multi-token-prediction head
-    # (its _keys_to_ignore_on_load_unexpected) are not built.
-    dataclasses.replace(
-        QWEN3_5_TEXT,
-        model_type="qwen3_5",
-        weight_renames=((r"^model\.", "model.language_model."),),
-        unused_weights=(r"^model\.visual\.", r"^mtp\."),
-        text_only=TextOnly(
-            not_built="the vision tower (model.visual.*): a text-only bundle",
-            text_defaults=QWEN3_5_TEXT_DEFAULTS,
-            top_level_keys={"tie_word_embeddings": False},  # Qwen3_5Config's
-        ),
-    ),
+    # onnxruntime-genai's builder does.
+    _text_only_hub_row(QWEN3_5_TEXT, "qwen3_5", QWEN3_5_TEXT_DEFAULTS),
     # Qwen3.5's hybrid a generation earlier, with MoE blocks: the delta nets' projections
     # packed per key head (in_proj_qkvz, in_proj_ba: read back as qwen3_5_text's), routing as
     # qwen2_moe's (a shared expert with its sigmoid gate; the top-k renormalized by default;
