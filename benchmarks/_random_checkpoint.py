@@ -40,12 +40,14 @@ GENERATOR_VERSION = 2
 
 Spec = tuple[str, tuple[int, ...], str]
 """(name, shape, kind): kind "norm" draws 1 + N(0, 0.02), "fp4" random bytes (MXFP4 blocks, two
-codes a byte) and "e8m0" exponents 2^-5..2^-1 (their scales), both U8; any other kind N(0, 0.02)
-in bf16."""
+codes a byte) and "e8m0" exponents 2^-5..2^-1 (their scales), both U8; "hole" zeros in bf16
+left as a hole of the file (sparse: no disk blocks; reads, also through mmap, see zeros in page
+cache pages like any data); any other kind N(0, 0.02) in bf16."""
 
 #: Elements generated at a time: bounds the generator's own memory.
 _CHUNK_ELEMENTS = 1 << 22
 _U8_KINDS = frozenset({"fp4", "e8m0"})
+HOLE = "hole"
 
 
 def _bf16_chunks(
@@ -90,9 +92,13 @@ def write_safetensors(path: Path, specs: list[Spec], seed: int, first_index: int
         stream.write(len(encoded).to_bytes(8, "little"))
         stream.write(encoded)
         for index, (_, shape, kind) in enumerate(specs):
+            if kind == HOLE:
+                stream.seek(int(np.prod(shape)) * 2, os.SEEK_CUR)
+                continue
             rng = np.random.default_rng([seed, first_index + index])
             for chunk in _bf16_chunks(shape, kind, rng):
                 stream.write(chunk.tobytes())
+        stream.truncate()  # the file's length even when it ends in a hole
     os.replace(partial, path)
 
 

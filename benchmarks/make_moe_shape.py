@@ -14,7 +14,14 @@
 (written by _random_checkpoint.py, with tests/data/tiny-qwen2's 384-token tokenizer), cached under
 benchmarks/_work/ while its stamp matches.
 
+`--sparse-experts N` (qwen3-30b-a3b only) draws the first N experts of each layer at random and
+leaves the others' tensors as zeros in file holes (sparse files: ~0.19 GiB of disk per layer for
+N=16 instead of 1.13), so all 48 layers fit a disk that the dense checkpoint does not. Reading a
+hole fills page cache pages with zeros like reading data does (measured: benchmarks/README.md),
+so packaging it costs the same memory; only the zero experts' values differ.
+
     python benchmarks/make_moe_shape.py qwen3-30b-a3b --layers 6
+    python benchmarks/make_moe_shape.py qwen3-30b-a3b --layers 48 --sparse-experts 16
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from _random_checkpoint import BOS, EOS, WORK, Spec, cached_checkpoint
+from _random_checkpoint import BOS, EOS, HOLE, WORK, Spec, cached_checkpoint
 
 #: config.json of each model (token ids aside: the tiny tokenizer's), num_hidden_layers set later.
 CONFIGS: dict[str, dict] = {
@@ -123,7 +130,8 @@ def _attention(config: dict, p: str, bias: bool) -> list[Spec]:
     return specs
 
 
-def _qwen3_moe_layer(config: dict, p: str) -> list[Spec]:
+def _qwen3_moe_layer(config: dict, p: str, random_experts: int | None) -> list[Spec]:
+    """One layer; experts from `random_experts` on (all drawn when None) are holes."""
     hidden, inter, experts = (
         config["hidden_size"],
         config["moe_intermediate_size"],
@@ -137,20 +145,23 @@ def _qwen3_moe_layer(config: dict, p: str) -> list[Spec]:
         (p + "mlp.gate.weight", (experts, hidden), "matrix"),
     ]
     for e in range(experts):
+        kind = HOLE if random_experts is not None and e >= random_experts else "matrix"
         specs += [
-            (f"{p}mlp.experts.{e}.gate_proj.weight", (inter, hidden), "matrix"),
-            (f"{p}mlp.experts.{e}.up_proj.weight", (inter, hidden), "matrix"),
-            (f"{p}mlp.experts.{e}.down_proj.weight", (hidden, inter), "matrix"),
+            (f"{p}mlp.experts.{e}.gate_proj.weight", (inter, hidden), kind),
+            (f"{p}mlp.experts.{e}.up_proj.weight", (inter, hidden), kind),
+            (f"{p}mlp.experts.{e}.down_proj.weight", (hidden, inter), kind),
         ]
     return specs
 
 
-def _gpt_oss_layer(config: dict, p: str) -> list[Spec]:
+def _gpt_oss_layer(config: dict, p: str, random_experts: int | None) -> list[Spec]:
     hidden, inter, experts = (
         config["hidden_size"],
         config["intermediate_size"],
         config["num_local_experts"],
     )
+    if random_experts is not None:
+        raise ValueError("sparse experts: qwen3-30b-a3b only (gpt-oss-20b's are MXFP4 bytes)")
     x = p + "mlp.experts."
     specs: list[Spec] = [(p + "input_layernorm.weight", (hidden,), "norm")]
     specs += _attention(config, p, bias=True)
@@ -172,8 +183,9 @@ def _gpt_oss_layer(config: dict, p: str) -> list[Spec]:
 _LAYERS = {"qwen3-30b-a3b": _qwen3_moe_layer, "gpt-oss-20b": _gpt_oss_layer}
 
 
-def shards(config: dict, shape: str) -> dict[str, list[Spec]]:
-    """The checkpoint's shards: embedding, final norm and LM head, then one per layer."""
+def shards(config: dict, shape: str, sparse_experts: int | None = None) -> dict[str, list[Spec]]:
+    """The checkpoint's shards: embedding, final norm and LM head, then one per layer (only the
+    first `sparse_experts` experts of each drawn, when given; the others are holes)."""
     hidden, vocab = config["hidden_size"], config["vocab_size"]
     result: dict[str, list[Spec]] = {
         "model-embed.safetensors": [
@@ -183,21 +195,30 @@ def shards(config: dict, shape: str) -> dict[str, list[Spec]]:
         ]
     }
     for i in range(config["num_hidden_layers"]):
-        result[f"model-layer{i:02d}.safetensors"] = _LAYERS[shape](config, f"model.layers.{i}.")
+        layer = _LAYERS[shape](config, f"model.layers.{i}.", sparse_experts)
+        result[f"model-layer{i:02d}.safetensors"] = layer
     return result
 
 
-def folder_for(shape: str, layers: int) -> Path:
-    return WORK / f"{shape}-shape-{layers}l"
+def folder_for(shape: str, layers: int, sparse_experts: int | None = None) -> Path:
+    sparse = "" if sparse_experts is None else f"-sparse{sparse_experts}"
+    return WORK / f"{shape}-shape-{layers}l{sparse}"
 
 
-def make_checkpoint(shape: str, layers: int, out: Path | None = None, seed: int = 0) -> Path:
+def make_checkpoint(
+    shape: str,
+    layers: int,
+    out: Path | None = None,
+    seed: int = 0,
+    sparse_experts: int | None = None,
+) -> Path:
     """The checkpoint folder, generated unless a matching one is already there."""
     config = hf_config(shape, layers)
     generation = {"bos_token_id": BOS, "eos_token_id": EOS, "do_sample": False}
-    folder = Path(out) if out is not None else folder_for(shape, layers)
+    folder = Path(out) if out is not None else folder_for(shape, layers, sparse_experts)
     extra = {"generation_config.json": generation}
-    return cached_checkpoint(folder, config, shards(config, shape), seed, extra)
+    specs = shards(config, shape, sparse_experts)
+    return cached_checkpoint(folder, config, specs, seed, extra)
 
 
 def main() -> None:
@@ -206,8 +227,15 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--sparse-experts",
+        type=int,
+        default=None,
+        metavar="N",
+        help="draw only the first N experts of each layer, the rest zeros in file holes",
+    )
     args = parser.parse_args()
-    print(make_checkpoint(args.shape, args.layers, args.out, args.seed))
+    print(make_checkpoint(args.shape, args.layers, args.out, args.seed, args.sparse_experts))
 
 
 if __name__ == "__main__":

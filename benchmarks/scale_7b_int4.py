@@ -15,12 +15,15 @@
    (make_moe_shape.py; bf16, ~1.2 GiB per layer) with each of `--layers` layer counts (the full
    48 do not fit this machine's disk next to the others' work), each packaged to cpu int4 with
    the default smoke test and measured as above, one after the other: the peak must not grow
-   with the layers, since experts are quantized and written one at a time.
+   with the layers, since experts are quantized and written one at a time. `--sparse-experts N`
+   draws only N experts per layer and leaves the rest zeros in file holes (make_moe_shape.py), so
+   the full 48 layers fit (~0.2 GiB of disk per layer for N=16, plus the bundle's ~0.4).
 
 Each bundle is deleted after its row, and the checkpoint too unless --keep-checkpoint.
 
     python benchmarks/scale_7b_int4.py [--keep-checkpoint] [--skip-7b]
     python benchmarks/scale_7b_int4.py --shape qwen3-30b-a3b --layers 6,12
+    python benchmarks/scale_7b_int4.py --shape qwen3-30b-a3b --layers 48 --sparse-experts 16
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ MOE_SHAPE = "qwen3-30b-a3b"
 #: Disk for the MoE checkpoint (bf16: ~1.2 GiB a layer, 1.2 GiB of embedding and LM head) and
 #: its int4 bundle, with room to spare.
 MOE_DISK_PER_LAYER, MOE_DISK_BASE = 1.7 * 2**30, 6 * 2**30
+#: The same with sparse experts: each drawn expert 9 MiB, the layer's other tensors ~38 MiB, the
+#: bundle's ~0.37 GiB a layer; 8 GB left free for others' work.
+MOE_EXPERT_DISK, MOE_SPARSE_LAYER_DISK, MOE_SPARSE_BASE = 9.5 * 2**20, 0.45 * 2**30, 12 * 2**30
 #: (EP, precision, extra package arguments) of each 7B row.
 SEVEN_B_ROWS = (
     ("cpu", "int4", ()),
@@ -108,18 +114,27 @@ def seven_b(keep_checkpoint: bool) -> None:
         shutil.rmtree(checkpoint)
 
 
-def moe_30b(layer_counts: list[int], keep_checkpoint: bool) -> None:
+def _moe_disk(layers: int, sparse_experts: int | None) -> float:
+    if sparse_experts is None:
+        return MOE_DISK_PER_LAYER * layers + MOE_DISK_BASE
+    per_layer = MOE_SPARSE_LAYER_DISK + MOE_EXPERT_DISK * sparse_experts
+    return per_layer * layers + MOE_SPARSE_BASE
+
+
+def moe_30b(layer_counts: list[int], keep_checkpoint: bool, sparse_experts: int | None) -> None:
     """Qwen3-30B-A3B's shapes with each of `layer_counts` layers, to cpu int4, one at a time."""
     WORK.mkdir(parents=True, exist_ok=True)
     full = moe_shape.FULL_LAYERS[MOE_SHAPE]
     print(f"target: tree peak <= {TARGET_RSS_MIB:,} MiB")
     _header()
     for layers in layer_counts:
-        if not moe_shape.folder_for(MOE_SHAPE, layers).is_dir():
-            _need_disk(MOE_DISK_PER_LAYER * layers + MOE_DISK_BASE, f"{layers} layers")
-        checkpoint = moe_shape.make_checkpoint(MOE_SHAPE, layers)
+        if not moe_shape.folder_for(MOE_SHAPE, layers, sparse_experts).is_dir():
+            _need_disk(_moe_disk(layers, sparse_experts), f"{layers} layers")
+        checkpoint = moe_shape.make_checkpoint(MOE_SHAPE, layers, sparse_experts=sparse_experts)
+        sparse = "" if sparse_experts is None else f", {sparse_experts} of 128 experts drawn"
         label = (
-            f"Qwen3-30B-A3B shape, {layers} of {full} layers ({folder_mib(checkpoint):,.0f} MiB)"
+            f"Qwen3-30B-A3B shape, {layers} of {full} layers{sparse} "
+            f"({folder_mib(checkpoint):,.0f} MiB)"
         )
         measure_row(checkpoint, label, "cpu", "int4")
         if not keep_checkpoint:
@@ -164,9 +179,17 @@ def main() -> None:
     parser.add_argument(
         "--layers", default="6,12", help=f"layer counts of the {MOE_SHAPE} checkpoints"
     )
+    parser.add_argument(
+        "--sparse-experts",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"{MOE_SHAPE}: draw N experts per layer, the rest zeros in file holes",
+    )
     args = parser.parse_args()
     if args.shape == MOE_SHAPE:
-        moe_30b([int(n) for n in args.layers.split(",")], args.keep_checkpoint)
+        layers = [int(n) for n in args.layers.split(",")]
+        moe_30b(layers, args.keep_checkpoint, args.sparse_experts)
         return
     seventy_b()
     if not args.skip_7b:
