@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import onnx_ir as ir
@@ -170,3 +172,44 @@ def test_dequantize_linear_reads_our_blocked_layout(symmetric):
     node = ir.node("DequantizeLinear", consts, {"axis": 0, "block_size": 32})
     y = _run([node], [], consts, {}, opsets={"": 21})
     np.testing.assert_array_equal(y, dequantize_blocked_int4(blocked, k, n))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("search", [False, True])
+def test_all_zero_blocks_quantize_to_exact_zeros_without_warnings(dtype, symmetric, search):
+    """A checkpoint's zero rows (or zero experts) give all-zero blocks: scale 0 or any finite
+    scale, never NaN/inf or a numpy warning, and the block dequantizes (numpy and onnxruntime's
+    MatMulNBits) to exactly 0 while the other blocks keep their grid values."""
+    k, n = 128, 48
+    w = grid_weights(n, k, np.random.default_rng(5)).T.astype(dtype)  # [K, N]
+    w[32:96, :7] = 0  # two whole blocks of 32 in columns 0..6
+    w[:, 40:] = 0  # whole columns
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        nbits = quantize_matmul_nbits(w, 32, symmetric, search=search)
+        blocked = quantize_blocked_int4(w, 32, symmetric, search=search)
+        nbits8 = quantize_matmul_nbits(w, 32, symmetric, bits=8, search=search)
+    for scales in (nbits.scales, blocked.scales, nbits8.scales):
+        assert np.isfinite(np.asarray(scales, np.float32)).all()
+    expected = w.astype(np.float32)  # grid values and zeros: exact up to the scale's rounding
+    tolerance = {"rtol": 1e-6 if dtype == np.float32 else 1e-2, "atol": 0}
+    for dequantized in (
+        dequantize_matmul_nbits(nbits, k),
+        dequantize_blocked_int4(blocked, k, n),
+        dequantize_matmul_nbits(nbits8, k),
+    ):
+        np.testing.assert_array_equal(dequantized[expected == 0], 0)
+        np.testing.assert_allclose(dequantized, expected, **tolerance)
+    kernel_dtype = np.float32 if dtype == ml_dtypes.bfloat16 else dtype
+    a = ir.val("a", FLOAT_DTYPES[kernel_dtype], ir.Shape([2, k]))
+    scales = np.asarray(nbits.scales).astype(kernel_dtype)
+    consts = [_const("b", ir.Tensor(nbits.packed)), _const("s", ir.Tensor(scales))]
+    if not symmetric:
+        consts.append(_const("z", ir.Tensor(nbits.zero_points)))
+    attributes = {"K": k, "N": n, "bits": 4, "block_size": 32}
+    node = ir.node("MatMulNBits", [a, *consts], attributes, domain="com.microsoft")
+    x = np.random.default_rng(6).standard_normal((2, k)).astype(kernel_dtype)
+    y = _run([node], [a], consts, {"a": x}).astype(np.float32)
+    assert np.isfinite(y).all()
+    np.testing.assert_array_equal(y[:, 40:], 0)
