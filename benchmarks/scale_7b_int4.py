@@ -13,7 +13,7 @@
    target "seconds".
 3. With `--shape qwen3-30b-a3b` (issue 15) instead: checkpoints in Qwen3-30B-A3B's real shapes
    (make_moe_shape.py; bf16, ~1.2 GiB per layer) with each of `--layers` layer counts (the full
-   48 do not fit this machine's disk next to the others' work), each packaged to cpu int4 with
+   48 fit this machine's disk only sparse, below), each packaged to cpu int4 with
    the default smoke test and measured as above, one after the other: the peak must not grow
    with the layers, since experts are quantized and written one at a time. `--sparse-experts N`
    draws only N experts per layer and leaves the rest zeros in file holes (make_moe_shape.py), so
