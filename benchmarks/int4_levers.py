@@ -25,6 +25,7 @@ from mobius_genai.quantize.recipes import more_bits_layer
 #: (bits, block size, symmetric, search) of a weight.
 BUILDER = (4, 32, True, False)
 SEARCH = (4, 32, False, True)
+SEARCH_64 = (4, 64, False, True)
 WIDE = (8, 64, False, False)
 WIDE_DOWN = (8, 128, False, False)
 LAYERS = {
@@ -33,6 +34,8 @@ LAYERS = {
     "ends": lambda index, count: index < count // 8 or index >= 7 * count // 8,
 }
 QKV = ("q_proj", "k_proj", "v_proj")
+#: `mixed`'s 8-bit rules.
+KV_DOWN = [(("k_proj", "v_proj"), "all", WIDE), (("down_proj",), "more_bits", WIDE_DOWN)]
 #: label -> (default format, [(name parts, layer set, format)]): the first matching rule wins.
 MIXES = {
     "builder": (BUILDER, []),
@@ -41,11 +44,11 @@ MIXES = {
     "+ v 8-bit": (SEARCH, [(("v_proj",), "all", WIDE)]),
     "+ k, v 8-bit": (SEARCH, [(("k_proj", "v_proj"), "all", WIDE)]),
     "+ q, k, v 8-bit": (SEARCH, [(QKV, "all", WIDE)]),
-    "+ q, k, v and more-bits down 8-bit (mixed)": (
+    "+ q, k, v and more-bits down 8-bit": (
         SEARCH,
         [(QKV, "all", WIDE), (("down_proj",), "more_bits", WIDE_DOWN)],
     ),
-    "+ k, v and more-bits down 8-bit": (
+    "+ k, v and more-bits down 8-bit (mixed)": (
         SEARCH,
         [(("k_proj", "v_proj"), "all", WIDE), (("down_proj",), "more_bits", WIDE_DOWN)],
     ),
@@ -61,7 +64,19 @@ MIXES = {
         SEARCH,
         [(QKV, "all", WIDE), (("down_proj",), "all", WIDE_DOWN)],
     ),
-    "mixed, tied table 4-bit block 64": (
+    "+ k, v and more-bits down 8-bit, other linears block 64": (
+        SEARCH,
+        [*KV_DOWN, (("proj",), "all", SEARCH_64)],
+    ),
+    "+ k, v and more-bits down 8-bit, q block 32, other linears block 64": (
+        SEARCH,
+        [*KV_DOWN, (("q_proj",), "all", SEARCH), (("proj",), "all", SEARCH_64)],
+    ),
+    "+ k, v and more-bits down 8-bit, more-bits layers block 32, others block 64": (
+        SEARCH,
+        [*KV_DOWN, (("proj",), "more_bits", SEARCH), (("proj",), "all", SEARCH_64)],
+    ),
+    "+ q, k, v and more-bits down 8-bit, tied table block 64": (
         SEARCH,
         [
             (QKV, "all", WIDE),

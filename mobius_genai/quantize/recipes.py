@@ -138,8 +138,8 @@ QUALITIES: dict[str, Int4Recipe] = {
             FormatRule("linear", "self_attn.k_proj.weight"),
             FormatRule("linear", "mlp.down_proj.weight", "more_bits"),
         ),
-        summary="as search, with the attention k/v (or packed q/k/v) projections and the "
-        "down_proj of llama.cpp's 'more bits' layers in 8 bits",
+        summary="as search, with the attention k/v projections (a checkpoint's own packed "
+        "q/k/v whole) and the down_proj of llama.cpp's 'more bits' layers in 8 bits",
     ),
 }
 

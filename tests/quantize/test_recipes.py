@@ -45,12 +45,12 @@ def _graph_bits(model: ir.Model) -> dict[str, tuple[int, int]]:
 @pytest.mark.parametrize(
     ("ep", "wide"),
     [
-        # cpu f32 packs q/k/v into one projection: the packed weight is 8-bit
+        # cpu f32 packs q/k/v into one projection: it is split into q (4-bit) and k/v (8-bit)
         (
             "cpu",
             {
-                "model.layers.0.self_attn.qkv_proj.weight": 64,
-                "model.layers.1.self_attn.qkv_proj.weight": 64,
+                "model.layers.0.self_attn.k_proj+v_proj.weight": 64,
+                "model.layers.1.self_attn.k_proj+v_proj.weight": 64,
                 "model.layers.1.mlp.down_proj.weight": 128,
             },
         ),
