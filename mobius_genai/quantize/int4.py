@@ -21,7 +21,7 @@ import onnx_ir.passes.common as common
 from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
-from mobius_genai.quantize.format_split import FormatOf, packed_format, split_mixed_formats
+from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
 from mobius_genai.quantize.qmoe import QMoEPass
 from mobius_genai.quantize.recipes import (
@@ -227,10 +227,7 @@ def quantize_int4(
     cache = OneWeightCache()
     symmetric, search = bool(options.symmetric), options.recipe.search
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
-        format_of = _format_of(groups, options)
-        if select is None:  # (a re-quantization's report names its weights as found)
-            groups = split_mixed_formats(model.graph, groups, format_of)
-        formats = [packed_format(group, format_of) for group in groups]
+        groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
             formats=formats,
@@ -288,9 +285,13 @@ def quantize_int4(
     )
 
 
-def _format_of(groups: list[WeightGroup], options: Int4Options) -> FormatOf:
-    """The recipe's format for a weight (or packed part) by name; the layer count (for rules
-    on some layers) comes from the weights' names."""
+def _nbits_formats(
+    graph: ir.Graph, groups: list[WeightGroup], options: Int4Options, split: bool
+) -> tuple[list[WeightGroup], list[WeightFormat]]:
+    """The groups (with `split`, packed weights whose parts the recipe stores differently
+    split: `format_split`; not for a re-quantization, whose report names its weights as
+    found) and each one's format from the recipe's rules; the layer count (for
+    rules on some layers) comes from the weights' names."""
     indices = [layer_index(group.source.name) for group in groups]
     layer_count = max((index + 1 for index in indices if index is not None), default=0)
 
@@ -299,7 +300,9 @@ def _format_of(groups: list[WeightGroup], options: Int4Options) -> FormatOf:
             name, group.role, group.source.k, options.block_size, layer_count
         )
 
-    return format_of
+    if split:
+        groups = split_mixed_formats(graph, groups, format_of)
+    return groups, [packed_format(group, format_of) for group in groups]
 
 
 def _model_dtype(groups: list[WeightGroup]) -> ir.DataType | None:
