@@ -194,7 +194,9 @@ class Int4Report:
             "embedding": self.embedding,
             "op_counts": self.op_counts,
             "quantized_weights": len(self.weights),
-            "weights_8bit": [weight.name for weight in self.weights if weight.bits == 8],
+            "weights_8bit": {
+                weight.name: weight.block_size for weight in self.weights if weight.bits == 8
+            },
             "weights": [
                 dataclasses.asdict(weight) | {"ops": list(weight.ops)} for weight in self.weights
             ],

@@ -42,7 +42,7 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
     assert (quantization["block_size"], quantization["symmetric"]) == (32, False)
     assert (quantization["quality"], quantization["rounding"]) == ("balanced", "search")
     assert quantization["embedding"] == "int8-shared"
-    assert quantization["weights_8bit"] == ["model.embed_tokens.weight"]
+    assert quantization["weights_8bit"] == {"model.embed_tokens.weight": 64}  # K 64
     assert (
         "INT4 MatMulNBits, quality balanced (search rounding), block size 32"
         in (out / "README.md").read_text()
