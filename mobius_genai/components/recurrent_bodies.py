@@ -57,6 +57,9 @@ def causal_conv(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value
     output = tape.op(
         "ReduceSum", [tape.op("Mul", [patches, weight]), _ints(tape, -1)], {"keepdims": 0}
     )
+    # [B, C, L] again, as x: a no-op that lets shape inference (which reads the body) keep
+    # x's symbolic dims, which the Range-built grid loses
+    output = tape.op("Reshape", [output, tape.op("Shape", [x])])
     starts = tape.op("Unsqueeze", [length, _ints(tape, 0)])
     present = tape.op("Slice", [window, starts, _ints(tape, 2**63 - 1), _ints(tape, 2)])
     return [output, present]

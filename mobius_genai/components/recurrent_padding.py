@@ -13,14 +13,16 @@ import onnx_ir as ir
 
 
 def current_mask(op, hidden_states: ir.Value, attention_mask: ir.Value) -> ir.Value:
-    """The mask columns of this call's tokens, [batch, seq] (int64, 1 for a real token)."""
-    seq = op.Shape(hidden_states, start=1, end=2)
-    return op.Slice(
-        attention_mask,
-        op.Neg(seq),
-        op.Constant(value_ints=[2**63 - 1]),
-        op.Constant(value_ints=[1]),
-    )
+    """The mask columns of this call's tokens, [batch, seq] (int64, 1 for a real token).
+
+    A Slice with a computed start has unknown dims for onnx's shape inference, and every
+    broadcast after it would spread them to the block's output; the Reshape to the hidden
+    states' own [batch, seq] (a no-op) gives them back, so the residual Add after the block
+    still fuses with its norm (optimize/rules/skip_norm.py needs provably equal shapes)."""
+    sizes = op.Shape(hidden_states, end=2)  # [batch, seq]
+    # the last `batch` rows (all of them) and the last `seq` columns
+    columns = op.Slice(attention_mask, op.Neg(sizes), op.Constant(value_ints=[2**63 - 1] * 2))
+    return op.Reshape(columns, sizes)
 
 
 def zero_padding(op, hidden_states: ir.Value, current: ir.Value) -> ir.Value:

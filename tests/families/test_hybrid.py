@@ -1,9 +1,11 @@
 """Hybrid decoders (recurrent conv layers between attention layers: lfm2) beyond the family
 parity table: the strict-ONNX graph, a left-padded batch, the portable graph on onnx's reference
-evaluator, the caches and genai_config keys as onnxruntime-genai 0.18 reads them, int4."""
+evaluator, the caches and genai_config keys as onnxruntime-genai 0.18 reads them, int4; and, for
+every hybrid family, the residual norms fused after the recurrent layers too."""
 
 from __future__ import annotations
 
+import collections
 import json
 
 import numpy as np
@@ -103,3 +105,18 @@ def test_int4_bundle_generates(tmp_path):
     conv_weights = [v for v in model.graph.inputs if v.name.startswith("past.")]
     assert {v.dtype for v in conv_weights} == {ir.DataType.FLOAT}
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
+
+
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_5_moe_text", "qwen3_next"])
+def test_every_residual_norm_fuses_after_recurrent_layers_too(family, tmp_path):
+    """Each layer's two residual Add + RMSNorm pairs (the attention or recurrent block's, then
+    the MLP's into the next layer's input norm or the final norm) become
+    SkipSimplifiedLayerNormalization on cpu: a recurrent block's output must keep the symbolic
+    [batch, seq] of its input, or the fusion cannot prove the summands' shapes equal."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
+    layers = json.loads((ckpt / "config.json").read_text())["num_hidden_layers"]
+    package = mobius_genai.build(ckpt, "cpu", load_weights=False)
+    counts = collections.Counter(node.op_type for node in package["model"].graph)
+    (report,) = package.reports.values()
+    assert [decline.reason for decline in report.rules["SkipNorm"].declines] == []
+    assert counts["SkipSimplifiedLayerNormalization"] == 2 * layers

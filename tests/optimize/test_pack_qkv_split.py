@@ -19,10 +19,12 @@ from tests.optimize._graphs import (
     tiny_decoder,
 )
 
-# config overrides → per-head (qwen3, gemma3) or whole-projection (olmo2) q/k norms
+# config overrides → per-head (qwen3, gemma3) or whole-projection (olmo2) q/k norms, or
+# per-head norms after a query split from its output gate (qwen3_5: q_proj yields [q_h | gate_h])
 QK_NORMS = {
     "per_head": {"qk_norm": True, "head_dim": 32},
     "whole_projection": {"qk_norm": True, "qk_norm_per_head": False},
+    "gated_query": {"qk_norm": True, "head_dim": 32, "attention_output_gate": True},
 }
 
 
@@ -48,7 +50,8 @@ def test_projections_become_one_matmul_and_a_split(norms, tmp_path):
     assert split_pass.matched == config.num_hidden_layers and not split_pass.kept
     projections = _projections(packed)
     assert len(projections) == config.num_hidden_layers
-    width = (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim
+    query_heads = config.num_attention_heads * (2 if config.attention_output_gate else 1)
+    width = (query_heads + 2 * config.num_key_value_heads) * config.head_dim
     for layer, node in enumerate(projections):
         weight = node.inputs[1]
         assert weight.name == f"model.layers.{layer}.self_attn.qkv_proj.weight"
@@ -79,9 +82,19 @@ def test_declines_projections_of_different_inputs():
     assert len(_projections(model)) == 3
 
 
-@pytest.mark.parametrize(("family", "layers"), [("gemma3_text", 3), ("qwen3", 3), ("olmo2", 3)])
-def test_cpu_pipeline_packs_projections_behind_qk_norms(family, layers, tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
+# qwen3_5_text: its one attention layer, with heads of 64 (not the tiny 16) so that GQA can
+# rotate its quarter (cos/sin tables 8 wide) and q/k reach GQA through the norms only
+@pytest.mark.parametrize(
+    ("family", "layers", "overrides"),
+    [
+        ("gemma3_text", 3, {}),
+        ("qwen3", 3, {}),
+        ("olmo2", 3, {}),
+        ("qwen3_5_text", 1, {"head_dim": 64}),
+    ],
+)
+def test_cpu_pipeline_packs_projections_behind_qk_norms(family, layers, overrides, tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     package = mobius_genai.build(ckpt, "cpu", "f32")
     model = package["model"]
     assert len(_projections(model)) == layers  # one packed projection per layer

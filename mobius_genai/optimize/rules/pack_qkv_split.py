@@ -14,10 +14,12 @@ parts separately. onnxruntime-genai's builder packs these layers the same way.
 
 A projection is found by walking back from GQA's query, key and value inputs through nodes
 that read one activation (their first input) and constants otherwise, to a MatMul with an
-initializer weight. The pass declines (reasons in ``kept``, for the trace) when the three do
-not read the same input or their weights cannot be concatenated. The packed weight is a
-``ConcatTensor`` as in PackQKV (nothing read at rewrite time; INT4 quantizes the parts one by
-one); the unused q/k/v initializers are left for the pipeline's final cleanup.
+initializer weight. Such a node may have other outputs (Qwen3.5's Split of each head's
+[q_h | gate_h] into the query and the output gate): whatever reads the projection's output
+reads the same columns of the packed one. The pass declines (reasons in ``kept``, for the
+trace) when the three do not read the same input or their weights cannot be concatenated. The
+packed weight is a ``ConcatTensor`` as in PackQKV (nothing read at rewrite time; INT4 quantizes
+the parts one by one); the unused q/k/v initializers are left for the pipeline's final cleanup.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _projection(value: ir.Value | None) -> ir.Node | None:
     """The MatMul(x, W) whose output reaches `value` through per-projection nodes only."""
     for _ in range(MAX_STEPS):
         node = value.producer() if value is not None else None
-        if node is None or len(node.outputs) != 1 or not node.inputs:
+        if node is None or not node.inputs:
             return None
         if node.op_type == "MatMul" and node.domain in ("", "ai.onnx"):
             return node if node.inputs[1] is not None and node.inputs[1].is_initializer() else None
