@@ -8,6 +8,10 @@ int4_quality.py to within 1%. The embedding and lm_head are untied so that each 
 own format. Same checkpoint and text as int4_quality.py (run it once first for the checkpoint).
 
     python benchmarks/int4_levers.py --tokens 1024        # ~10 minutes on one core, ~3 GB
+
+`--calibrate 512` weights each block's scale search by the mean square of the activation each
+weight meets (`search_blocks(importance=)`), measured over 512 random token ids: activation
+statistics a packager could gather without any data.
 """
 
 from __future__ import annotations
@@ -108,6 +112,8 @@ class Emulator:
             if value.ndim == 2
         }
         self.cache: dict[tuple, torch.Tensor] = {}
+        #: Linear module name -> mean square of each input feature (`calibrate`).
+        self.importance: dict[str, np.ndarray] = {}
         self.activation_block: dict[torch.nn.Module, int] = {}
         for module in self.model.modules():
             if isinstance(module, torch.nn.Linear):
@@ -128,11 +134,44 @@ class Emulator:
     def logits(self) -> np.ndarray:
         return self.model(torch.tensor(self.ids[None])).logits[0].float().numpy()
 
+    @torch.no_grad()
+    def calibrate(self, tokens: int) -> None:
+        """Weight the search by each Linear input feature's mean square over `tokens` random
+        token ids (seed 0; no text: what a packager could run without data), fp32 weights."""
+        sums: dict[str, list] = {}
+
+        def record(name: str):
+            def hook(module, args, output) -> None:
+                x = args[0].reshape(-1, args[0].shape[-1]).double()
+                total = sums.setdefault(name, [0.0, 0])
+                total[0], total[1] = total[0] + (x * x).sum(0), total[1] + len(x)
+
+            return hook
+
+        linears = [(n, m) for n, m in self.modules.items() if isinstance(m, torch.nn.Linear)]
+        hooks = [module.register_forward_hook(record(name)) for name, module in linears]
+        self.activation_block.clear()
+        for name, value in self.model.named_parameters():
+            if name in self.original:
+                value.data.copy_(self.original[name])
+        generator = torch.Generator().manual_seed(0)
+        vocab = self.model.config.vocab_size
+        self.model(torch.randint(0, vocab, (1, tokens), generator=generator))
+        for hook in hooks:
+            hook.remove()
+        self.importance = {
+            name: (total[0] / total[1]).numpy().astype(np.float32) for name, total in sums.items()
+        }
+        self.cache.clear()
+
     def _quantized(self, name: str, format_: tuple) -> torch.Tensor:
         if (name, format_) not in self.cache:
             bits, block, symmetric, search = format_
             weight = np.ascontiguousarray(self.original[name].numpy().T)  # [K, N]
-            packed = quantize_matmul_nbits(weight, block, symmetric, bits=bits, search=search)
+            importance = self.importance.get(name.rsplit(".", 1)[0]) if search else None
+            packed = quantize_matmul_nbits(
+                weight, block, symmetric, bits=bits, search=search, importance=importance
+            )
             values = dequantize_matmul_nbits(packed, weight.shape[0]).reshape(weight.shape)
             self.cache[name, format_] = torch.from_numpy(np.ascontiguousarray(values.T))
         return self.cache[name, format_]
@@ -165,10 +204,19 @@ def _format(name: str, count: int, default: tuple, rules: list) -> tuple:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1024)
+    parser.add_argument(
+        "--calibrate",
+        type=int,
+        default=0,
+        help="weight the scale search by activations over this many random token ids",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     emulator = Emulator(args.tokens)
-    print(f"{args.tokens} tokens; accuracy level 4 emulated\n")
+    if args.calibrate:
+        emulator.calibrate(args.calibrate)  # (the builder's row does not search: unchanged)
+    calibration = f"; search weighted by {args.calibrate} random tokens" if args.calibrate else ""
+    print(f"{args.tokens} tokens; accuracy level 4 emulated{calibration}\n")
     print("| mix | mean KL vs fp32 | KL / builder |")
     print("|---|--:|--:|")
     builder = None

@@ -113,6 +113,7 @@ def quantize_matmul_nbits(
     bits: int = 4,
     search: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    importance: np.ndarray | None = None,
 ) -> NBitsWeight:
     """Quantize a [K, N] weight to the MatMulNBits layout (`bits` 4 or 8).
 
@@ -120,7 +121,8 @@ def quantize_matmul_nbits(
     only `chunk_elements` of it are copied at a time. float32 and float16 weights are quantized
     in their own dtype; others (bfloat16) in float32 with the scales cast back, as onnxruntime's
     quantizer does. `search` rounds each block with `rounding.search_blocks` instead of
-    onnxruntime's round-to-nearest kernel.
+    onnxruntime's round-to-nearest kernel, weighting each k's error by `importance` ([K]) if
+    given (`search_blocks`).
     """
     k, n = _check(weight, block_size)
 
@@ -137,6 +139,7 @@ def quantize_matmul_nbits(
         bits=bits,
         search=search,
         chunk_elements=chunk_elements,
+        importance=importance,
     )
 
 
@@ -151,6 +154,7 @@ def quantize_matmul_nbits_columns(
     bits: int = 4,
     search: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    importance: np.ndarray | None = None,
 ) -> NBitsWeight:
     """`quantize_matmul_nbits` of a [K, N] weight of `dtype` given by its columns.
 
@@ -161,6 +165,8 @@ def quantize_matmul_nbits_columns(
         raise ValueError(f"K={k} is not a multiple of block_size={block_size}")
     if bits not in _NEAREST_KERNELS:
         raise ValueError(f"bits={bits} is not supported; accepted: 4, 8")
+    if importance is not None and (not search or np.shape(importance) != (k,)):
+        raise ValueError(f"importance needs search=True and shape ({k},)")
     blocks = k // block_size
     compute = _kernel_dtype(np.dtype(dtype))
     packed = np.zeros((n, blocks, block_size * bits // 8), np.uint8)
@@ -172,7 +178,8 @@ def quantize_matmul_nbits_columns(
         chunk = read(start, stop, compute)
         rows = slice(start, stop)
         if search:
-            _searched_rows(chunk, bits, symmetric, packed[rows], scales[rows], zero_points[rows])
+            outputs = (packed[rows], scales[rows], zero_points[rows])
+            _searched_rows(chunk, bits, symmetric, *outputs, importance)
         else:
             _NEAREST_KERNELS[bits](
                 packed[rows],
@@ -200,8 +207,10 @@ def _searched_rows(
     packed: np.ndarray,
     scales: np.ndarray,
     zero_points: np.ndarray,
+    importance: np.ndarray | None,
 ) -> None:
-    """Fill rows of the MatMulNBits outputs from `search_blocks` on columns `chunk` [K, rows].
+    """Fill rows of the MatMulNBits outputs from `search_blocks` on columns `chunk` [K, rows]
+    (`importance` [K]: the same for every column).
 
     A few rows at a time, so the transposed copy stays small."""
     rows, blocks, _ = packed.shape
@@ -209,7 +218,11 @@ def _searched_rows(
     for start in range(0, rows, step):
         part = slice(start, min(rows, start + step))
         count = part.stop - start
-        rounded = search_blocks(chunk[:, part].T.reshape(count * blocks, -1), bits, symmetric)
+        weight = None
+        if importance is not None:
+            weight = np.tile(np.asarray(importance, np.float32).reshape(blocks, -1), (count, 1))
+        columns = chunk[:, part].T.reshape(count * blocks, -1)
+        rounded = search_blocks(columns, bits, symmetric, weight)
         scales[part] = rounded.scales.reshape(count, blocks)
         q = rounded.q.reshape(count, blocks, -1)
         packed[part] = _pack_nibbles(q) if bits == 4 else q

@@ -19,12 +19,16 @@ from mobius_genai.quantize.layout import (
 from mobius_genai.quantize.rounding import STEPS, search_blocks
 
 
-def _reference_block(x: np.ndarray, bits: int, symmetric: bool) -> tuple[list[int], float, int]:
+def _reference_block(
+    x: np.ndarray, bits: int, symmetric: bool, importance: np.ndarray | None = None
+) -> tuple[list[int], float, int]:
     """(q, scale, zero) of one block, searched candidate by candidate."""
     top = 2**bits - 1
     x = [float(v) for v in x.astype(np.float32)]
     rms = (sum(v * v for v in x) / len(x)) ** 0.5
     weights = [rms + abs(v) for v in x]
+    if importance is not None:
+        weights = [w * float(i) for w, i in zip(weights, importance, strict=True)]
     if symmetric:
         extreme = max(x, key=abs)
         span, levels = -extreme, 2 ** (bits - 1)
@@ -66,6 +70,42 @@ def test_search_matches_the_per_block_reference(bits, symmetric):
         ours_values = (ours.q[index].astype(np.float64) - ours.zero[index]) * ours.scales[index]
         expected = (np.array(q, np.float64) - zero) * scale
         np.testing.assert_allclose(ours_values, expected, rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_importance_weights_each_values_error(symmetric):
+    """With `importance` the search minimizes the error weighted by it: the reference's
+    candidates with those weights, and a different rounding than without."""
+    rng = np.random.default_rng(3)
+    blocks = (rng.standard_t(3, size=(24, 32)) * 0.02).astype(np.float32)
+    importance = rng.lognormal(0.0, 1.5, size=blocks.shape).astype(np.float32)
+    ours = search_blocks(blocks, 4, symmetric, importance)
+    for index, block in enumerate(blocks):
+        q, scale, zero = _reference_block(block, 4, symmetric, importance[index])
+        ours_values = (ours.q[index].astype(np.float64) - ours.zero[index]) * ours.scales[index]
+        expected = (np.array(q, np.float64) - zero) * scale
+        np.testing.assert_allclose(ours_values, expected, rtol=1e-4, atol=1e-7)
+    plain = search_blocks(blocks, 4, symmetric)
+    assert not np.array_equal(plain.q, ours.q)
+
+
+def test_importance_per_input_feature_in_the_column_layout():
+    """`quantize_matmul_nbits(importance=[K])` gives every column's blocks the importance of
+    their k, whatever the slicing."""
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((128, 40)) * 0.02).astype(np.float32)
+    importance = rng.lognormal(0.0, 1.0, size=128).astype(np.float32)
+    blocks = np.ascontiguousarray(w.T).reshape(-1, 32)
+    ours = search_blocks(blocks, 4, False, np.tile(importance.reshape(4, 32), (40, 1)))
+    expected = (
+        ((ours.q.astype(np.float32) - ours.zero[:, None]) * ours.scales[:, None]).reshape(40, 128).T
+    )
+    nbits = quantize_matmul_nbits(
+        w, 32, False, search=True, chunk_elements=300, importance=importance
+    )
+    np.testing.assert_array_equal(dequantize_matmul_nbits(nbits, 128), expected)
+    with pytest.raises(ValueError, match="importance needs search=True"):
+        quantize_matmul_nbits(w, 32, False, importance=importance)
 
 
 @pytest.mark.parametrize("symmetric", [True, False])
