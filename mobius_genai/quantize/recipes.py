@@ -144,9 +144,9 @@ QUALITIES: dict[str, Int4Recipe] = {
 }
 
 #: The default recipe. `builder` until a recipe meets all of issue 19's targets
-#: (benchmarks/README.md, "INT4 quality"): `mixed` has 0.40x the builder's KL but 1.16x its
-#: size (the target is 1.15x) and reads 17% more bytes per decode step (the target is 0.95x
-#: the speed, and decode on CPU is bound by those bytes).
+#: (benchmarks/README.md, "INT4 quality"): `mixed` has 0.44x the builder's KL at 1.11x its
+#: size but reads 11% more bytes per decode step (the target is 0.95x the speed, and decode on
+#: CPU is bound by those bytes).
 DEFAULT_QUALITY = "builder"
 
 
