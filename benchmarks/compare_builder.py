@@ -25,11 +25,11 @@ generates a few tokens), which the builder does not do.
 
 `--shape gpt-oss-20b` (issue 15) uses make_moe_shape.py's gpt-oss-20b checkpoint with `--layers`
 layers (MXFP4 experts: the builder's int4 path reads the checkpoint's MXFP4 blocks); `--vocab N`
-gives it N tokens instead of 201088 (the fp32 comparison, whose builder holds the whole model:
-benchmarks/README.md).
+gives it N tokens instead of 201088 (the same layers with a smaller embedding and LM head: less
+disk, and less memory for the builder, which holds the whole model).
 
-    python benchmarks/compare_builder.py --shape gpt-oss-20b --layers 2 --vocab 32000 \
-        --precisions fp32 --warmup 0 --build-rounds 1 --processes 2 --rounds 3
+    python benchmarks/compare_builder.py --shape gpt-oss-20b --layers 2 --precisions fp32
+    python benchmarks/compare_builder.py --shape gpt-oss-20b --layers 2 --vocab 32000
 """
 
 from __future__ import annotations
