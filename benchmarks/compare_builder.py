@@ -24,7 +24,12 @@ generates a few tokens), which the builder does not do.
     python benchmarks/compare_builder.py --shape gpt-oss-20b --layers 2 --precisions int4
 
 `--shape gpt-oss-20b` (issue 15) uses make_moe_shape.py's gpt-oss-20b checkpoint with `--layers`
-layers (MXFP4 experts: the builder's int4 path reads the checkpoint's MXFP4 blocks).
+layers (MXFP4 experts: the builder's int4 path reads the checkpoint's MXFP4 blocks); `--vocab N`
+gives it N tokens instead of 201088 (the same layers with a smaller embedding and LM head: less
+disk, and less memory for the builder, which holds the whole model).
+
+    python benchmarks/compare_builder.py --shape gpt-oss-20b --layers 2 --precisions fp32
+    python benchmarks/compare_builder.py --shape gpt-oss-20b --layers 2 --vocab 32000
 """
 
 from __future__ import annotations
@@ -44,13 +49,14 @@ from _measure import Measured, folder_mib, run_measured
 from make_qwen25_05b_shape import WORK
 
 PYTHON = sys.executable
-#: --shape: (description for the table, checkpoint maker taking the layer count or None).
+#: --shape: (description for the table, checkpoint maker taking the layer count and the
+#: vocabulary size (None: the model's), or None).
 SHAPES = {
     "qwen2.5-0.5b": ("Qwen2.5-0.5B shapes, random bf16 weights", None),
     "gpt-oss-20b": (
-        "gpt-oss-20b shapes with {layers} of 24 layers (sliding, full, ...), random weights "
-        "(MXFP4 experts, bf16 otherwise)",
-        lambda layers: make_moe_shape.make_checkpoint("gpt-oss-20b", layers),
+        "gpt-oss-20b shapes with {layers} of 24 layers (sliding, full, ...), vocab {vocab}, "
+        "random weights (MXFP4 experts, bf16 otherwise)",
+        lambda layers, vocab: make_moe_shape.make_checkpoint("gpt-oss-20b", layers, vocab=vocab),
     ),
 }
 #: The console script installed beside this interpreter (what a user runs).
@@ -232,6 +238,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
     parser.add_argument("--layers", type=int, default=2, help="layers of the gpt-oss-20b shape")
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        help="vocabulary of the gpt-oss-20b shape (default: the model's, 201088)",
+    )
     parser.add_argument("--precisions", default="fp32,int4", help="comma-separated: fp32,int4")
     parser.add_argument("--rounds", type=int, default=3, help="speed rounds per process")
     parser.add_argument(
@@ -250,7 +262,9 @@ def main() -> None:
 
     described, maker = SHAPES[args.shape]
     checkpoint = (
-        make_qwen25_05b_shape.make_checkpoint("0.5b") if maker is None else maker(args.layers)
+        make_qwen25_05b_shape.make_checkpoint("0.5b")
+        if maker is None
+        else maker(args.layers, args.vocab)
     )
     print(f"checkpoint: {checkpoint} ({folder_mib(checkpoint):,.0f} MiB)", flush=True)
     rows: list[Row] = []
@@ -262,9 +276,10 @@ def main() -> None:
 
     import onnxruntime_genai
 
+    vocab = json.loads((checkpoint / "config.json").read_text())["vocab_size"]
     print()
     print(
-        f"{described.format(layers=args.layers)}; CPU EP; onnxruntime-genai "
+        f"{described.format(layers=args.layers, vocab=vocab)}; CPU EP; onnxruntime-genai "
         f"{onnxruntime_genai.__version__}; Python {platform.python_version()}; "
         f"{args.build_rounds} build round(s), {args.processes} x {args.rounds} speed rounds, "
         "medians; "

@@ -22,6 +22,11 @@ so packaging it costs the same memory; only the zero experts' values differ.
 
     python benchmarks/make_moe_shape.py qwen3-30b-a3b --layers 6
     python benchmarks/make_moe_shape.py qwen3-30b-a3b --layers 48 --sparse-experts 16
+    python benchmarks/make_moe_shape.py gpt-oss-20b --layers 2 --vocab 32000
+
+`--vocab N` writes N tokens of embedding and LM head instead of the model's vocabulary (the
+tokenizer's 384 ids stay valid for N >= 384): the real layer shapes with smaller files, bundles
+and builder memory (gpt-oss-20b's 201088 x 2880 tables are 2.2 GiB each at float32).
 """
 
 from __future__ import annotations
@@ -107,8 +112,11 @@ CONFIGS: dict[str, dict] = {
 FULL_LAYERS = {"qwen3-30b-a3b": 48, "gpt-oss-20b": 24}
 
 
-def hf_config(shape: str, layers: int) -> dict:
+def hf_config(shape: str, layers: int, vocab: int | None = None) -> dict:
+    """The config.json with `layers` layers (and `vocab` tokens when given, else the model's)."""
     config = {**CONFIGS[shape], "num_hidden_layers": layers, "bos_token_id": BOS}
+    if vocab is not None:
+        config["vocab_size"] = vocab
     config |= {"eos_token_id": EOS, "pad_token_id": EOS}
     if shape == "gpt-oss-20b":
         kinds = ("sliding_attention", "full_attention")
@@ -200,9 +208,12 @@ def shards(config: dict, shape: str, sparse_experts: int | None = None) -> dict[
     return result
 
 
-def folder_for(shape: str, layers: int, sparse_experts: int | None = None) -> Path:
+def folder_for(
+    shape: str, layers: int, sparse_experts: int | None = None, vocab: int | None = None
+) -> Path:
     sparse = "" if sparse_experts is None else f"-sparse{sparse_experts}"
-    return WORK / f"{shape}-shape-{layers}l{sparse}"
+    tokens = "" if vocab is None else f"-vocab{vocab}"
+    return WORK / f"{shape}-shape-{layers}l{sparse}{tokens}"
 
 
 def make_checkpoint(
@@ -211,11 +222,12 @@ def make_checkpoint(
     out: Path | None = None,
     seed: int = 0,
     sparse_experts: int | None = None,
+    vocab: int | None = None,
 ) -> Path:
     """The checkpoint folder, generated unless a matching one is already there."""
-    config = hf_config(shape, layers)
+    config = hf_config(shape, layers, vocab)
     generation = {"bos_token_id": BOS, "eos_token_id": EOS, "do_sample": False}
-    folder = Path(out) if out is not None else folder_for(shape, layers, sparse_experts)
+    folder = Path(out) if out is not None else folder_for(shape, layers, sparse_experts, vocab)
     extra = {"generation_config.json": generation}
     specs = shards(config, shape, sparse_experts)
     return cached_checkpoint(folder, config, specs, seed, extra)
@@ -234,8 +246,19 @@ def main() -> None:
         metavar="N",
         help="draw only the first N experts of each layer, the rest zeros in file holes",
     )
+    parser.add_argument(
+        "--vocab",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N tokens in the embedding and LM head instead of the model's (smaller files)",
+    )
     args = parser.parse_args()
-    print(make_checkpoint(args.shape, args.layers, args.out, args.seed, args.sparse_experts))
+    print(
+        make_checkpoint(
+            args.shape, args.layers, args.out, args.seed, args.sparse_experts, args.vocab
+        )
+    )
 
 
 if __name__ == "__main__":
