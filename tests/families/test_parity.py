@@ -231,6 +231,9 @@ CASES = {
             "layer_types": ["full_attention", "linear_attention", "linear_attention"],
         },
     ),
+    # head_dim 64: a rotary width of 16, so the cpu graph rotates inside GroupQueryAttention and
+    # packs q (with its output gate) and k/v into one projection, as real checkpoints do
+    "qwen3_5_text_rotary_in_gqa_packed_qkv": ("qwen3_5_text", {"head_dim": 64}),
     # qwen3_5_text's hybrid packed per key head, MoE blocks (tests/_hf.py); then as many key
     # as value heads, MoE every second layer only (decoder_sparse_step) without renormalizing
     "qwen3_next": ("qwen3_next", {}),
@@ -280,6 +283,19 @@ def test_family_graphs_match_transformers(case, tmp_path):
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
     diffs = _parity(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_qwen3_5_cpu_graph_rotates_in_gqa_from_one_qkv_projection(tmp_path):
+    """The case above reaches the paths real Qwen3.5 checkpoints take on cpu (the tiny default
+    head_dim 16 gives a rotary width of 4, which GQA's rotary declines)."""
+    family, overrides = CASES["qwen3_5_text_rotary_in_gqa_packed_qkv"]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
+    package = mobius_genai.build(ckpt, "cpu", "f32")
+    graph = package["model"].graph
+    gqa = [node for node in graph if node.op_type == "GroupQueryAttention"]
+    assert gqa and all(node.attributes.get_int("do_rotary", 0) == 1 for node in gqa)
+    assert not [node for node in graph if node.op_type == "RotaryEmbedding"]
+    assert package.reports["model"].matches["PackQKVSplit"] == len(gqa)
 
 
 @pytest.mark.parametrize("family", ["gemma3_text", "phi3", "stablelm"])
