@@ -15,11 +15,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
 from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
+from mobius_genai.quantize.calibrate import Calibration, activation_importance
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
@@ -132,6 +134,7 @@ _SUMMARY_KEYS = (
     "op_counts",
     "quantized_weights",
     "weights_8bit",
+    "calibration",
 )
 
 
@@ -169,6 +172,8 @@ class Int4Report:
     weight) or 'mixed' (several tables)."""
     declined: tuple[tuple[str, str], ...] = ()
     """(node, reason) for weight-like uses left alone."""
+    calibration: Calibration | None = None
+    """The random token ids whose activations weighted the search (None: unweighted)."""
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -178,11 +183,16 @@ class Int4Report:
     def summary(self) -> dict[str, Any]:
         """The choices and counts, without the per-tensor list (for the manifest and card)."""
         full = self.to_dict()
-        return {key: full[key] for key in _SUMMARY_KEYS}
+        return {key: full[key] for key in _SUMMARY_KEYS if key in full}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the choices, the counts and every quantized tensor."""
-        return {
+        calibration = (
+            {}
+            if self.calibration is None
+            else {"calibration": dataclasses.asdict(self.calibration)}
+        )
+        return calibration | {
             "bits": 4,
             "format": self.format,
             "quality": self.options.quality,
@@ -211,6 +221,7 @@ def quantize_int4(
     caps: EpCapabilities,
     *,
     select: Callable[[WeightGroup], bool] | None = None,
+    calibration: Calibration | None = None,
 ) -> Int4Report:
     """Quantize the weights of `model` (in place) to INT4 for `caps`' EP.
 
@@ -218,6 +229,9 @@ def quantize_int4(
     tensors are lazy and computed, one weight at a time, when the model is saved (the saving
     progress bar shows that work). Raises ConfigError, before changing anything, when the
     block size does not divide a weight's K. `select`: only the weights it accepts, no experts.
+    A recipe that calibrates runs the float graph over `calibration`'s random token ids first
+    (`calibrate.py`; default `Calibration()`) and weights the search of the MatMulNBits
+    weights by the activations measured.
     """
     options = options.resolved(caps)
     groups, declined = find_weights(model.graph)
@@ -230,11 +244,14 @@ def quantize_int4(
     symmetric, search = bool(options.symmetric), options.recipe.search
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
         groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
+        calibration = (calibration or Calibration()) if options.recipe.calibrate else None
+        importance = _importance(model, groups, calibration)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
             formats=formats,
             symmetric=symmetric,
             search=search,
+            importance=importance,
             accuracy_level=options.accuracy_level or 0,
             gather=gather,
             cache=cache,
@@ -250,15 +267,36 @@ def quantize_int4(
             cache=cache,
         )
         format_ = "DequantizeLinear"
+        calibration = None
     experts = QMoEPass(options.block_size, symmetric, search, options.accuracy_level or 0)
     qmoe = select is None and caps.supports_custom_ops and caps.supports_qmoe
     qmoe = qmoe and experts(model).modified
     if quantizer(model).modified or qmoe:
         # A replaced FusedMatMul or MoE may leave its function overload unused.
         common.RemoveUnusedFunctionsPass()(model)
+    weights, float_weights = _outcomes(groups, formats, quantizer.results)
+    weights += [
+        QuantizedWeight(name, "experts", k=k, n=n, ops=("QMoE",), block_size=options.block_size)
+        for name, _, n, k in experts.quantized
+    ]
+    return Int4Report(
+        options=options,
+        format=format_,
+        weights=tuple(weights),
+        float_weights=tuple(float_weights),
+        embedding=_embedding_state(groups, formats, quantizer.results),
+        declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
+        calibration=calibration,
+    )
+
+
+def _outcomes(
+    groups: list[WeightGroup], formats: list[WeightFormat], results: list[tuple[str, ...]]
+) -> tuple[list[QuantizedWeight], list[str]]:
+    """The weights quantized (and their formats) and those whose lookup stays float."""
     weights = []
     float_weights = []
-    for group, weight_format, ops in zip(groups, formats, quantizer.results, strict=True):
+    for group, weight_format, ops in zip(groups, formats, results, strict=True):
         if ops:
             weights.append(
                 QuantizedWeight(
@@ -273,18 +311,7 @@ def quantize_int4(
             )
         if group.gathers and "GatherBlockQuantized" not in ops:
             float_weights.append(group.source.name)
-    weights += [
-        QuantizedWeight(name, "experts", k=k, n=n, ops=("QMoE",), block_size=options.block_size)
-        for name, _, n, k in experts.quantized
-    ]
-    return Int4Report(
-        options=options,
-        format=format_,
-        weights=tuple(weights),
-        float_weights=tuple(float_weights),
-        embedding=_embedding_state(groups, formats, quantizer.results),
-        declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
-    )
+    return weights, float_weights
 
 
 def _nbits_formats(
@@ -305,6 +332,16 @@ def _nbits_formats(
     if split:
         groups = split_mixed_formats(graph, groups, format_of)
     return groups, [packed_format(group, format_of) for group in groups]
+
+
+def _importance(
+    model: ir.Model, groups: list[WeightGroup], calibration: Calibration | None
+) -> list[np.ndarray | None] | None:
+    """Each group's activation importance ([K], from its MatMuls' A inputs) when calibrating."""
+    if calibration is None:
+        return None
+    inputs = [[use.node.inputs[0] for use in group.matmuls] for group in groups]
+    return activation_importance(model, inputs, calibration)  # type: ignore[arg-type]
 
 
 def _model_dtype(groups: list[WeightGroup]) -> ir.DataType | None:

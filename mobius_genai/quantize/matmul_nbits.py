@@ -32,7 +32,8 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
     per-block search instead of onnxruntime's round-to-nearest kernel. `gather` says whether
     embedding lookups become GatherBlockQuantized (the EP has that kernel for the model dtype);
     otherwise they stay float and a tied lm_head gets its own quantized copy. Parts are lazy
-    tensors computed at save time through `cache`.
+    tensors computed at save time through `cache`. `importance` (per group, [K] or None)
+    weights the search of the 4-bit weights (`rounding.search_blocks`).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         accuracy_level: int,
         gather: bool,
         cache: OneWeightCache,
+        importance: list[np.ndarray | None] | None = None,
     ) -> None:
         super().__init__()
         self.groups = groups
@@ -54,13 +56,16 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         self.accuracy_level = accuracy_level
         self.gather = gather
         self.cache = cache
+        self.importance = importance or [None] * len(groups)
         #: Per group (same order): the op types it now feeds, empty when left in float.
         self.results: list[tuple[str, ...]] = []
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         writer = GraphWriter(model.graph)
-        for group, format_ in zip(self.groups, self.formats, strict=True):
-            self.results.append(self._rewrite(writer, group, format_))
+        for group, format_, importance in zip(
+            self.groups, self.formats, self.importance, strict=True
+        ):
+            self.results.append(self._rewrite(writer, group, format_, importance))
         writer.remove_unused()
         modified = any(self.results)
         if modified:
@@ -68,13 +73,17 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
     def _rewrite(
-        self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat
+        self,
+        writer: GraphWriter,
+        group: WeightGroup,
+        format_: WeightFormat,
+        importance: np.ndarray | None,
     ) -> tuple[str, ...]:
         gathers = group.gathers if self.gather else []
         if not group.matmuls and not gathers:
             return ()
         base = writer.unique_name(f"{group.source.name}_Q{format_.bits}")
-        inputs = self._initializers(writer, group, format_, base)
+        inputs = self._initializers(writer, group, format_, base, importance)
         for use in group.matmuls:
             writer.replace(use.node, [self._matmul(use.node, group, format_, inputs)])
         for use in gathers:
@@ -82,7 +91,12 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         return ("MatMulNBits",) * len(group.matmuls) + ("GatherBlockQuantized",) * len(gathers)
 
     def _initializers(
-        self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat, base: str
+        self,
+        writer: GraphWriter,
+        group: WeightGroup,
+        format_: WeightFormat,
+        base: str,
+        importance: np.ndarray | None,
     ) -> list[ir.Value]:
         """B, scales[, zero_points] of `group`, computed from the weight at save time."""
         source = group.source
@@ -101,6 +115,8 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
             zero_shape = (n, (blocks * bits + 7) // 8)
             specs.append(PartSpec(zero_points_name, ir.DataType.UINT8, zero_shape))
 
+        search = self.search and bits == 4
+
         def compute() -> list[ir.TensorProtocol]:
             weight = quantize_matmul_nbits_columns(
                 source.column_reader(),
@@ -110,7 +126,8 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
                 block_size,
                 self.symmetric,
                 bits=bits,
-                search=self.search and bits == 4,
+                search=search,
+                importance=importance if search else None,
             )
             arrays = [weight.packed.reshape(data_shape), weight.scales]
             if weight.zero_points is not None:
