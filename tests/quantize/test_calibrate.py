@@ -16,6 +16,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
+import torch
 from safetensors.numpy import load_file
 
 import mobius_genai
@@ -30,6 +31,7 @@ from mobius_genai.quantize.calibrate import (
 from mobius_genai.quantize.layout import NBitsWeight, dequantize_matmul_nbits
 from mobius_genai.quantize.rounding import search_blocks
 from mobius_genai.quantize.targets import find_weights
+from tests._hf import load_reference_model
 from tests.quantize.test_streaming import MIB, Loads
 
 TOKENS = 48
@@ -88,7 +90,8 @@ def test_chunked_statistics_equal_one_run_of_the_whole_graph(budget, untied_ckpt
 def test_calibrated_weights_equal_the_search_weighted_by_the_activations(tied_ckpt, tmp_path):
     """Every 4-bit MatMulNBits weight of the `calibrated` recipe is search_blocks' rounding of
     the float weight with the importance of its input features (from the float graph's run),
-    and differs from the unweighted search."""
+    and differs from the unweighted search; that importance is transformers' (the mean square
+    of each input feature of the Linear, measured by a forward hook)."""
     caps = get_ep("cpu")
     mobius_genai.build(tied_ckpt, caps, "f32").save(tmp_path / "f", progress=False)
     package = mobius_genai.build(tied_ckpt, caps, "f32")
@@ -103,6 +106,7 @@ def test_calibrated_weights_equal_the_search_weighted_by_the_activations(tied_ck
     names = [node.inputs[0].name for node in nodes]
     reference = _whole_graph_statistics(tmp_path / "f" / "model.onnx", names, TOKENS, seed=2)
     assert len(nodes) >= 10
+    linear_inputs = _transformers_statistics(tied_ckpt, TOKENS, seed=2)
     for node in nodes:
         k, n = node.attributes.get_int("K"), node.attributes.get_int("N")
         ours = dequantize_matmul_nbits(
@@ -110,6 +114,10 @@ def test_calibrated_weights_equal_the_search_weighted_by_the_activations(tied_ck
         )
         weight = _float_weight(checkpoint, node.inputs[1].name, k, n)
         importance = reference[node.inputs[0].name].astype(np.float32)
+        module = (
+            node.inputs[1].name.removesuffix(".weight_Q4").replace("model.embed_tokens", "lm_head")
+        )
+        np.testing.assert_allclose(importance, linear_inputs[module], rtol=1e-4)
         blocks = np.ascontiguousarray(weight.T).reshape(-1, 32)
         for weights, equal in ((np.tile(importance.reshape(-1, 32), (n, 1)), True), (None, False)):
             rounded = search_blocks(blocks, 4, False, weights)
@@ -118,6 +126,29 @@ def test_calibrated_weights_equal_the_search_weighted_by_the_activations(tied_ck
             ]
             expected = values.reshape(n, k).T
             assert np.allclose(ours, expected, rtol=1e-5, atol=1e-6) == equal, node.name
+
+
+def _transformers_statistics(ckpt, tokens: int, seed: int) -> dict[str, np.ndarray]:
+    """Linear module name -> mean square of each input feature, over transformers' forward of
+    the same random ids."""
+    model = load_reference_model(ckpt)
+    statistics = {}
+
+    def record(name):
+        def hook(module, args, output) -> None:
+            rows = args[0].reshape(-1, args[0].shape[-1]).double()
+            statistics[name] = (rows * rows).mean(0).numpy()
+
+        return hook
+
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(record(name))
+    vocab = model.config.vocab_size
+    ids = np.random.default_rng(seed).integers(0, vocab, size=(1, tokens))
+    with torch.no_grad():
+        model(torch.tensor(ids))
+    return statistics
 
 
 def _float_weight(checkpoint: dict, quantized_name: str, k: int, n: int) -> np.ndarray:
