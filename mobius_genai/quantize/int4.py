@@ -52,17 +52,19 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)
 
 @dataclasses.dataclass(frozen=True)
 class Int4Options:
-    """The user's INT4 choices. None means the default: for `symmetric` the quality recipe's,
-    for `accuracy_level` the EP's."""
+    """The user's INT4 choices. None means the default: for `block_size` and `symmetric` the
+    quality recipe's, for `accuracy_level` the EP's."""
 
-    block_size: int = 32
+    block_size: int | None = None
     symmetric: bool | None = None
     accuracy_level: int | None = None
     quality: str = DEFAULT_QUALITY
 
     def __post_init__(self) -> None:
         size = self.block_size
-        if isinstance(size, bool) or not isinstance(size, int) or size not in BLOCK_SIZES:
+        if size is not None and (
+            isinstance(size, bool) or not isinstance(size, int) or size not in BLOCK_SIZES
+        ):
             raise ConfigError(
                 f"int4 block size {size!r} is not accepted; accepted: "
                 f"{', '.join(map(str, BLOCK_SIZES))} (powers of two from 16 to 256)"
@@ -96,12 +98,12 @@ class Int4Options:
         """The options a user chose (CLI flags, Olive params); None when they chose none."""
         if block_size is None and not asymmetric and accuracy_level is None and quality is None:
             return None
-        chosen = cls(
+        return cls(
+            block_size=block_size,
             symmetric=False if asymmetric else None,
             accuracy_level=accuracy_level,
             quality=DEFAULT_QUALITY if quality is None else quality,
         )
-        return chosen if block_size is None else dataclasses.replace(chosen, block_size=block_size)
 
     @property
     def recipe(self) -> Int4Recipe:
@@ -109,10 +111,11 @@ class Int4Options:
         return QUALITIES[self.quality]
 
     def resolved(self, caps: EpCapabilities) -> Int4Options:
-        """These options with the symmetry (from the recipe) and accuracy level (from the EP)
-        filled in."""
+        """These options with the block size and symmetry (from the recipe) and accuracy level
+        (from the EP) filled in."""
         return dataclasses.replace(
             self,
+            block_size=self.recipe.block_size if self.block_size is None else self.block_size,
             symmetric=self.recipe.symmetric if self.symmetric is None else self.symmetric,
             accuracy_level=(
                 caps.default_int4_accuracy_level

@@ -94,6 +94,8 @@ class Int4Recipe:
     """The weights stored otherwise than in 4 bits at the chosen block size (first rule wins)."""
     summary: str
     """One line for help texts."""
+    block_size: int = 32
+    """Block size of the 4-bit weights, unless the user picks one (`--int4-block-size`)."""
     calibrate: bool = False
     """Weight the search by each MatMul input feature's mean square over random token ids
     pushed through the float graph (`calibrate.py`)."""
