@@ -7,13 +7,14 @@ graph runs a chunk of nodes at a time, in graph order: a chunk's weights (at mos
 `chunk_bytes`, or one larger weight alone) are read from their lazy tensors, fed to the chunk
 as inputs (no copy in a model proto, no prepacked copy) and dropped after it; activations are
 kept only until the last chunk that reads them. Only the nodes the statistics need run (not
-the lm_head's MatMul, whose input is the last one needed).
+the lm_head's MatMul, whose input is the last one needed), and the token embedding lookup
+reads only the rows of the ids (numpy).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import numpy as np
 import onnx
@@ -21,6 +22,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from mobius_genai.errors import ConfigError
+from mobius_genai.weights import CheckpointTensor
 
 __all__ = ["CALIBRATION_CHUNK_BYTES", "Calibration", "activation_importance"]
 
@@ -54,10 +56,11 @@ def activation_importance(
     Raises ConfigError when the graph takes no `input_ids` or cannot run in onnxruntime."""
     graph = model.graph
     store = _decoder_feeds(graph, calibration)
+    store.update(_lookups(store))
     wanted = {value for values in targets for value in values}
     sums: dict[ir.Value, list] = {}
     _accumulate(sums, store, wanted)
-    chunks = _chunks(graph, _needed_nodes(graph, wanted), chunk_bytes)
+    chunks = _chunks(graph, _needed_nodes(graph, wanted, store.keys()), chunk_bytes)
     last_use = _last_uses(graph, chunks)
     for index, nodes in enumerate(chunks):
         produced = {out for node in nodes for out in node.outputs}
@@ -128,12 +131,42 @@ def _reads(graph: ir.Graph, node: ir.Node) -> Iterator[ir.Value]:
                 yield from (v for v in inner.inputs if v is not None and v.graph is graph)
 
 
-def _needed_nodes(graph: ir.Graph, wanted: set[ir.Value]) -> list[ir.Node]:
-    """The nodes that compute `wanted`, in graph order."""
+def _lookups(feeds: dict[ir.Value, np.ndarray]) -> dict[ir.Value, np.ndarray]:
+    """The outputs of the embedding lookups (Gather, axis 0, of an initializer table) of the
+    fed ids, from the rows they pick: a large table is never read whole."""
+    found = {}
+    for value, ids in feeds.items():
+        for use in value.uses():
+            node, table = use.node, use.node.inputs[0]
+            if (
+                (node.domain, node.op_type, use.idx) == ("", "Gather", 1)
+                and table is not None
+                and _initializer(table)
+                and node.attributes.get_int("axis", 0) == 0
+            ):
+                found[node.outputs[0]] = _rows(table.const_value, ids)  # type: ignore[arg-type]
+    return found
+
+
+def _rows(tensor: ir.TensorProtocol, ids: np.ndarray) -> np.ndarray:
+    """table[ids], reading only the rows `ids` picks from a checkpoint's table."""
+    unique, inverse = np.unique(ids, return_inverse=True)
+    if isinstance(tensor, CheckpointTensor) and not tensor.transposed:
+        rows = np.concatenate([tensor.stored_rows(int(i), int(i) + 1) for i in unique])
+    else:
+        rows = tensor.numpy()[unique]
+    return rows[inverse.reshape(ids.shape)]
+
+
+def _needed_nodes(
+    graph: ir.Graph, wanted: set[ir.Value], known: Collection[ir.Value]
+) -> list[ir.Node]:
+    """The nodes that compute `wanted` from the `known` values, in graph order."""
     needed: set[ir.Node] = set()
     stack = list(wanted)
     while stack:
-        producer = stack.pop().producer()
+        value = stack.pop()
+        producer = None if value in known else value.producer()
         if producer is None or producer in needed:
             continue
         needed.add(producer)

@@ -73,7 +73,7 @@ def test_chunked_statistics_equal_one_run_of_the_whole_graph(budget, untied_ckpt
     groups, _ = find_weights(model.graph)
     targets = [[use.node.inputs[0] for use in group.matmuls] for group in groups]
     chunks = _chunks(
-        model.graph, _needed_nodes(model.graph, {v for t in targets for v in t}), budget
+        model.graph, _needed_nodes(model.graph, {v for t in targets for v in t}, ()), budget
     )
     # the budgets cut: nowhere, inside layers (3 layers of 40 KiB+), at every node
     assert len(chunks) == 1 if budget > 1 << 20 else len(chunks) > 6
