@@ -71,6 +71,10 @@ def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
     quantization = json.loads((out / "mobius_manifest.json").read_text())["build"]["quantization"]
     assert (quantization["quality"], quantization["rounding"]) == ("calibrated", "search")
     assert quantization["calibration"] == {"tokens": 128, "seed": 0}
+    assert (
+        "quality calibrated (search rounding weighted by the activations of 128 random tokens, "
+        "seed 0)" in (out / "README.md").read_text()
+    )
     model = og.Model(str(out))
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=20)
