@@ -56,16 +56,15 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         self.accuracy_level = accuracy_level
         self.gather = gather
         self.cache = cache
-        self.importance = importance or [None] * len(groups)
+        #: id(group) -> its importance (a subclass may override `_initializers`).
+        self.importance = dict(zip(map(id, groups), importance, strict=True)) if importance else {}
         #: Per group (same order): the op types it now feeds, empty when left in float.
         self.results: list[tuple[str, ...]] = []
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         writer = GraphWriter(model.graph)
-        for group, format_, importance in zip(
-            self.groups, self.formats, self.importance, strict=True
-        ):
-            self.results.append(self._rewrite(writer, group, format_, importance))
+        for group, format_ in zip(self.groups, self.formats, strict=True):
+            self.results.append(self._rewrite(writer, group, format_))
         writer.remove_unused()
         modified = any(self.results)
         if modified:
@@ -73,17 +72,13 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=modified)
 
     def _rewrite(
-        self,
-        writer: GraphWriter,
-        group: WeightGroup,
-        format_: WeightFormat,
-        importance: np.ndarray | None,
+        self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat
     ) -> tuple[str, ...]:
         gathers = group.gathers if self.gather else []
         if not group.matmuls and not gathers:
             return ()
         base = writer.unique_name(f"{group.source.name}_Q{format_.bits}")
-        inputs = self._initializers(writer, group, format_, base, importance)
+        inputs = self._initializers(writer, group, format_, base)
         for use in group.matmuls:
             writer.replace(use.node, [self._matmul(use.node, group, format_, inputs)])
         for use in gathers:
@@ -91,12 +86,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         return ("MatMulNBits",) * len(group.matmuls) + ("GatherBlockQuantized",) * len(gathers)
 
     def _initializers(
-        self,
-        writer: GraphWriter,
-        group: WeightGroup,
-        format_: WeightFormat,
-        base: str,
-        importance: np.ndarray | None,
+        self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat, base: str
     ) -> list[ir.Value]:
         """B, scales[, zero_points] of `group`, computed from the weight at save time."""
         source = group.source
@@ -116,6 +106,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
             specs.append(PartSpec(zero_points_name, ir.DataType.UINT8, zero_shape))
 
         search = self.search and bits == 4
+        importance = self.importance.get(id(group)) if search else None
 
         def compute() -> list[ir.TensorProtocol]:
             weight = quantize_matmul_nbits_columns(
@@ -127,7 +118,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
                 self.symmetric,
                 bits=bits,
                 search=search,
-                importance=importance if search else None,
+                importance=importance,
             )
             arrays = [weight.packed.reshape(data_shape), weight.scales]
             if weight.zero_points is not None:
