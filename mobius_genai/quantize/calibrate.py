@@ -21,6 +21,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
+from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError
 from mobius_genai.weights import CheckpointTensor
 
@@ -249,7 +250,7 @@ def _run_chunk(
     options.add_session_config_entry("session.disable_prepacking", "1")
     try:
         session = ort.InferenceSession(
-            proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            proto.SerializeToString(), options, providers=[get_ep("cpu").runtime.ort_provider]
         )
         arrays = session.run(
             [value.name for value in outputs], {v.name: a for v, a in feeds.items()}
