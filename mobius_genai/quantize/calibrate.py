@@ -35,6 +35,7 @@ CALIBRATION_CHUNK_BYTES = 256 << 20
 _INLINE_BYTES = 1 << 16
 
 _TOKEN_IDS = "input_ids"
+_LOGITS = "logits"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,16 +87,12 @@ def _decoder_feeds(graph: ir.Graph, calibration: Calibration) -> dict[ir.Value, 
     """Graph inputs for one prefill of the random ids: an empty cache, batch 1 (as
     onnxruntime-genai feeds a decoder)."""
     inputs = {value.name: value for value in graph.inputs}
-    ids = inputs.get(_TOKEN_IDS)
-    vocab = [
-        int(use.node.inputs[0].shape[0])  # type: ignore[index,union-attr]
-        for use in (ids.uses() if ids is not None else ())
-        if use.node.op_type == "Gather" and use.node.inputs[0].const_value is not None
-    ]
-    if not vocab:
+    vocab = _vocabulary(graph)
+    if _TOKEN_IDS not in inputs or vocab is None:
         raise ConfigError(
-            f"calibrated int4 recipes need a decoder whose graph input {_TOKEN_IDS!r} looks up "
-            f"a token embedding; graph inputs: {', '.join(inputs)}"
+            f"calibrated int4 recipes need a decoder with the graph input {_TOKEN_IDS!r} and "
+            f"a fixed vocabulary size (the last dimension of {_LOGITS!r}); graph inputs: "
+            f"{', '.join(inputs)}"
         )
     tokens = calibration.tokens
     rng = np.random.default_rng(calibration.seed)
@@ -103,7 +100,7 @@ def _decoder_feeds(graph: ir.Graph, calibration: Calibration) -> dict[ir.Value, 
     for value in graph.inputs:
         dtype = np.dtype(value.dtype.numpy())  # type: ignore[union-attr]
         if value.name == _TOKEN_IDS:
-            array = rng.integers(0, vocab[0], size=(1, tokens)).astype(dtype)
+            array = rng.integers(0, vocab, size=(1, tokens)).astype(dtype)
         elif value.name == "attention_mask":
             array = np.ones((1, tokens), dtype)
         elif value.name == "position_ids":
@@ -114,6 +111,15 @@ def _decoder_feeds(graph: ir.Graph, calibration: Calibration) -> dict[ir.Value, 
             array = np.zeros(shape, dtype)
         feeds[value] = array
     return feeds
+
+
+def _vocabulary(graph: ir.Graph) -> int | None:
+    """The vocabulary size: the last dimension of the logits output (None where unknown)."""
+    for value in graph.outputs:
+        dims = list(value.shape or ())
+        if value.name == _LOGITS and dims and isinstance(dims[-1], int):
+            return dims[-1]
+    return None
 
 
 def _reads(graph: ir.Graph, node: ir.Node) -> Iterator[ir.Value]:

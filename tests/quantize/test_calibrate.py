@@ -21,6 +21,7 @@ from safetensors.numpy import load_file
 
 import mobius_genai
 from mobius_genai.ep import get_ep
+from mobius_genai.errors import ConfigError
 from mobius_genai.quantize import Int4Options, quantize_int4
 from mobius_genai.quantize.calibrate import (
     Calibration,
@@ -160,13 +161,13 @@ def _float_weight(checkpoint: dict, quantized_name: str, k: int, n: int) -> np.n
 
 
 def _lookup_chain(loads: Loads) -> ir.Model:
-    """h = Gather(table, input_ids) @ W0 @ W1 @ ... (12 lazily generated 8 MiB weights)."""
+    """logits = Gather(table, input_ids) @ W0 @ W1 @ ... (12 lazily generated 8 MiB weights)."""
     ids = ir.val("input_ids", ir.DataType.INT64, ir.Shape(["batch", "sequence"]))
     table = ir.Value(
         name="table",
         type=ir.TensorType(ir.DataType.FLOAT),
-        shape=ir.Shape([16, 1024]),
-        const_value=ir.tensor(np.random.default_rng(0).standard_normal((16, 1024), np.float32)),
+        shape=ir.Shape([1024, 1024]),
+        const_value=ir.tensor(np.random.default_rng(0).standard_normal((1024, 1024), np.float32)),
     )
     nodes = [ir.node("Gather", [table, ids])]
     initializers = [table]
@@ -184,6 +185,8 @@ def _lookup_chain(loads: Loads) -> ir.Model:
         nodes.append(ir.node("MatMul", [nodes[-1].outputs[0], weight]))
     for index, node in enumerate(nodes):
         node.outputs[0].name = f"h{index}"
+    logits = nodes[-1].outputs[0]  # (its last dimension is the vocabulary size)
+    logits.name, logits.shape = "logits", ir.Shape(["batch", "sequence", 1024])
     graph = ir.Graph(
         [ids],
         [nodes[-1].outputs[0]],
@@ -210,8 +213,15 @@ def test_calibration_holds_one_chunk_of_weights_at_a_time():
     assert loads.count == 11  # every weight read once, but the last (its output is not needed)
     assert loads.max_live <= 2
     assert peak < 3 * 8 * MIB
-    ids = np.random.default_rng(0).integers(0, 16, size=8)
+    ids = np.random.default_rng(0).integers(0, 1024, size=8)
     h = model.graph.initializers["table"].const_value.numpy()[ids].astype(np.float64)
     for index, statistics in enumerate(ours):
         np.testing.assert_allclose(statistics, np.mean(h**2, axis=0), rtol=1e-4)
         h = h @ matmuls[index].inputs[1].const_value.numpy()
+
+
+def test_a_graph_without_token_ids_is_refused_in_one_line():
+    model = _lookup_chain(Loads())
+    model.graph.inputs[0].name = "inputs_embeds"
+    with pytest.raises(ConfigError, match="need a decoder with the graph input 'input_ids'"):
+        activation_importance(model, [], Calibration(8))
