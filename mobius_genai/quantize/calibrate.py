@@ -25,7 +25,7 @@ from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError
 from mobius_genai.weights import CheckpointTensor
 
-__all__ = ["CALIBRATION_CHUNK_BYTES", "Calibration", "activation_importance"]
+__all__ = ["CALIBRATION_CHUNK_BYTES", "Calibration", "activation_importance", "calibrates"]
 
 #: Most bytes of weights one chunk of the calibration run reads.
 CALIBRATION_CHUNK_BYTES = 256 << 20
@@ -36,6 +36,8 @@ _INLINE_BYTES = 1 << 16
 
 _TOKEN_IDS = "input_ids"
 _LOGITS = "logits"
+#: A vision-language decoder's input: its embeddings come from another graph.
+_EMBEDDINGS = "inputs_embeds"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,16 +85,22 @@ def activation_importance(
     return results
 
 
+def calibrates(graph: ir.Graph) -> bool:
+    """Whether random token ids can be pushed through `graph`: it looks them up itself (not a
+    vision-language decoder taking `inputs_embeds`) and has a fixed vocabulary size."""
+    names = {value.name for value in graph.inputs}
+    return _TOKEN_IDS in names and _EMBEDDINGS not in names and _vocabulary(graph) is not None
+
+
 def _decoder_feeds(graph: ir.Graph, calibration: Calibration) -> dict[ir.Value, np.ndarray]:
     """Graph inputs for one prefill of the random ids: an empty cache, batch 1 (as
     onnxruntime-genai feeds a decoder)."""
-    inputs = {value.name: value for value in graph.inputs}
     vocab = _vocabulary(graph)
-    if _TOKEN_IDS not in inputs or vocab is None:
+    if not calibrates(graph) or vocab is None:
         raise ConfigError(
-            f"calibrated int4 recipes need a decoder with the graph input {_TOKEN_IDS!r} and "
-            f"a fixed vocabulary size (the last dimension of {_LOGITS!r}); graph inputs: "
-            f"{', '.join(inputs)}"
+            f"calibrated int4 recipes need a decoder with the graph input {_TOKEN_IDS!r} (and "
+            f"no {_EMBEDDINGS!r}) and a fixed vocabulary size (the last dimension of "
+            f"{_LOGITS!r}); graph inputs: {', '.join(str(v.name) for v in graph.inputs)}"
         )
     tokens = calibration.tokens
     rng = np.random.default_rng(calibration.seed)

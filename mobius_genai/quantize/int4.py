@@ -21,7 +21,7 @@ import onnx_ir.passes.common as common
 
 from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
-from mobius_genai.quantize.calibrate import Calibration, activation_importance
+from mobius_genai.quantize.calibrate import Calibration, activation_importance, calibrates
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
@@ -234,7 +234,8 @@ def quantize_int4(
     block size does not divide a weight's K. `select`: only the weights it accepts, no experts.
     A recipe that calibrates runs the float graph over `calibration`'s random token ids first
     (`calibrate.py`; default `Calibration()`) and weights the search of the MatMulNBits
-    weights by the activations measured.
+    weights by the activations measured; a graph that cannot take token ids (a
+    vision-language decoder) gets the unweighted search, and the report no calibration.
     """
     options = options.resolved(caps)
     groups, declined = find_weights(model.graph)
@@ -247,7 +248,8 @@ def quantize_int4(
     symmetric, search = bool(options.symmetric), options.recipe.search
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
         groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
-        calibration = (calibration or Calibration()) if options.recipe.calibrate else None
+        calibrates_here = options.recipe.calibrate and calibrates(model.graph)
+        calibration = (calibration or Calibration()) if calibrates_here else None
         importance = _importance(model, groups, calibration)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,

@@ -225,3 +225,15 @@ def test_a_graph_without_token_ids_is_refused_in_one_line():
     model.graph.inputs[0].name = "inputs_embeds"
     with pytest.raises(ConfigError, match="need a decoder with the graph input 'input_ids'"):
         activation_importance(model, [], Calibration(8))
+
+
+def test_a_decoder_taking_embeddings_gets_the_unweighted_search():
+    """A vision-language decoder (`inputs_embeds` beside `input_ids`) cannot be fed random ids
+    alone: the calibrated recipe quantizes it unweighted, and the report says so."""
+    model = _lookup_chain(Loads())
+    embeddings = ir.val("inputs_embeds", ir.DataType.FLOAT, ir.Shape(["batch", "sequence", 1024]))
+    model.graph.inputs.append(embeddings)
+    options = Int4Options(quality="calibrated")
+    report = quantize_int4(model, options, get_ep("cpu"), calibration=Calibration(8))
+    assert report.calibration is None and "calibration" not in report.summary()
+    assert len(report.weights) == 13
