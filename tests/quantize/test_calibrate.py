@@ -32,6 +32,7 @@ from mobius_genai.quantize.calibrate import (
 from mobius_genai.quantize.layout import NBitsWeight, dequantize_matmul_nbits
 from mobius_genai.quantize.rounding import search_blocks
 from mobius_genai.quantize.targets import find_weights
+from mobius_genai.weights import Checkpoint
 from tests._hf import load_reference_model
 from tests.quantize.test_streaming import MIB, Loads
 
@@ -237,3 +238,23 @@ def test_a_decoder_taking_embeddings_gets_the_unweighted_search():
     report = quantize_int4(model, options, get_ep("cpu"), calibration=Calibration(8))
     assert report.calibration is None and "calibration" not in report.summary()
     assert len(report.weights) == 13
+
+
+def test_the_embedding_table_is_read_only_at_the_rows_of_the_ids(untied_ckpt, monkeypatch):
+    """A 7B's table is ~1 GiB: the lookup of the random ids reads one stored row per id."""
+    caps = get_ep("cpu")
+    model = mobius_genai.build(untied_ckpt, caps, "f32")["model"]
+    groups, _ = find_weights(model.graph)
+    reads = []
+    original = Checkpoint.read
+
+    def recording_read(self, name, index=None):
+        if name == "model.embed_tokens.weight":
+            reads.append(None if index is None else index[0].stop - index[0].start)
+        return original(self, name, index)
+
+    monkeypatch.setattr(Checkpoint, "read", recording_read)
+    targets = [[use.node.inputs[0] for use in group.matmuls] for group in groups]
+    activation_importance(model, targets, Calibration(TOKENS, seed=5))
+    unique = np.unique(np.random.default_rng(5).integers(0, 128, size=TOKENS))
+    assert reads == [1] * len(unique)
