@@ -241,4 +241,10 @@ def _quantization(summary: Mapping[str, Any] | None) -> str:
     ]
     if level is not None:
         parts.insert(4, f"accuracy level {level}")
+    calibration = summary.get("calibration")
+    if calibration:
+        parts[1] = (
+            f"quality {summary['quality']} ({summary['rounding']} rounding weighted by the "
+            f"activations of {calibration['tokens']} random tokens, seed {calibration['seed']})"
+        )
     return ", ".join(parts)

@@ -32,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--int4-block-size",
         type=int,
-        help="int4 quantization block size: 16, 32 (default), 64, 128 or 256",
+        help="int4 quantization block size: 16, 32, 64, 128 or 256; default: the "
+        "--int4-quality recipe's (32 for each recipe today)",
     )
     parser.add_argument(
         "--int4-asymmetric",

@@ -83,7 +83,7 @@ class MobiusExport(Pass):
                 type_=int,
                 default_value=None,
                 description="int4 only: quantization block size 16, 32, 64, 128 or 256 "
-                "(default 32).",
+                "(default: the int4_quality recipe's, 32 for each recipe today).",
             ),
             "int4_asymmetric": PassConfigParam(
                 type_=bool,

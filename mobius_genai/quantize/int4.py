@@ -15,11 +15,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
 from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
+from mobius_genai.quantize.calibrate import Calibration, activation_importance, calibrates
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
@@ -50,17 +52,19 @@ BLOCK_SIZES = (16, 32, 64, 128, 256)
 
 @dataclasses.dataclass(frozen=True)
 class Int4Options:
-    """The user's INT4 choices. None means the default: for `symmetric` the quality recipe's,
-    for `accuracy_level` the EP's."""
+    """The user's INT4 choices. None means the default: for `block_size` and `symmetric` the
+    quality recipe's, for `accuracy_level` the EP's."""
 
-    block_size: int = 32
+    block_size: int | None = None
     symmetric: bool | None = None
     accuracy_level: int | None = None
     quality: str = DEFAULT_QUALITY
 
     def __post_init__(self) -> None:
         size = self.block_size
-        if isinstance(size, bool) or not isinstance(size, int) or size not in BLOCK_SIZES:
+        if size is not None and (
+            isinstance(size, bool) or not isinstance(size, int) or size not in BLOCK_SIZES
+        ):
             raise ConfigError(
                 f"int4 block size {size!r} is not accepted; accepted: "
                 f"{', '.join(map(str, BLOCK_SIZES))} (powers of two from 16 to 256)"
@@ -94,12 +98,12 @@ class Int4Options:
         """The options a user chose (CLI flags, Olive params); None when they chose none."""
         if block_size is None and not asymmetric and accuracy_level is None and quality is None:
             return None
-        chosen = cls(
+        return cls(
+            block_size=block_size,
             symmetric=False if asymmetric else None,
             accuracy_level=accuracy_level,
             quality=DEFAULT_QUALITY if quality is None else quality,
         )
-        return chosen if block_size is None else dataclasses.replace(chosen, block_size=block_size)
 
     @property
     def recipe(self) -> Int4Recipe:
@@ -107,10 +111,11 @@ class Int4Options:
         return QUALITIES[self.quality]
 
     def resolved(self, caps: EpCapabilities) -> Int4Options:
-        """These options with the symmetry (from the recipe) and accuracy level (from the EP)
-        filled in."""
+        """These options with the block size and symmetry (from the recipe) and accuracy level
+        (from the EP) filled in."""
         return dataclasses.replace(
             self,
+            block_size=self.recipe.block_size if self.block_size is None else self.block_size,
             symmetric=self.recipe.symmetric if self.symmetric is None else self.symmetric,
             accuracy_level=(
                 caps.default_int4_accuracy_level
@@ -132,6 +137,7 @@ _SUMMARY_KEYS = (
     "op_counts",
     "quantized_weights",
     "weights_8bit",
+    "calibration",
 )
 
 
@@ -169,6 +175,8 @@ class Int4Report:
     weight) or 'mixed' (several tables)."""
     declined: tuple[tuple[str, str], ...] = ()
     """(node, reason) for weight-like uses left alone."""
+    calibration: Calibration | None = None
+    """The random token ids whose activations weighted the search (None: unweighted)."""
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -178,11 +186,16 @@ class Int4Report:
     def summary(self) -> dict[str, Any]:
         """The choices and counts, without the per-tensor list (for the manifest and card)."""
         full = self.to_dict()
-        return {key: full[key] for key in _SUMMARY_KEYS}
+        return {key: full[key] for key in _SUMMARY_KEYS if key in full}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the choices, the counts and every quantized tensor."""
-        return {
+        calibration = (
+            {}
+            if self.calibration is None
+            else {"calibration": dataclasses.asdict(self.calibration)}
+        )
+        return calibration | {
             "bits": 4,
             "format": self.format,
             "quality": self.options.quality,
@@ -211,6 +224,7 @@ def quantize_int4(
     caps: EpCapabilities,
     *,
     select: Callable[[WeightGroup], bool] | None = None,
+    calibration: Calibration | None = None,
 ) -> Int4Report:
     """Quantize the weights of `model` (in place) to INT4 for `caps`' EP.
 
@@ -218,6 +232,10 @@ def quantize_int4(
     tensors are lazy and computed, one weight at a time, when the model is saved (the saving
     progress bar shows that work). Raises ConfigError, before changing anything, when the
     block size does not divide a weight's K. `select`: only the weights it accepts, no experts.
+    A recipe that calibrates runs the float graph over `calibration`'s random token ids first
+    (`calibrate.py`; default `Calibration()`) and weights the search of the MatMulNBits
+    weights by the activations measured; a graph that cannot take token ids (a
+    vision-language decoder) gets the unweighted search, and the report no calibration.
     """
     options = options.resolved(caps)
     groups, declined = find_weights(model.graph)
@@ -230,11 +248,15 @@ def quantize_int4(
     symmetric, search = bool(options.symmetric), options.recipe.search
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
         groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
+        calibrates_here = options.recipe.calibrate and calibrates(model.graph)
+        calibration = (calibration or Calibration()) if calibrates_here else None
+        importance = _importance(model, groups, calibration)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
             formats=formats,
             symmetric=symmetric,
             search=search,
+            importance=importance,
             accuracy_level=options.accuracy_level or 0,
             gather=gather,
             cache=cache,
@@ -250,15 +272,36 @@ def quantize_int4(
             cache=cache,
         )
         format_ = "DequantizeLinear"
+        calibration = None
     experts = QMoEPass(options.block_size, symmetric, search, options.accuracy_level or 0)
     qmoe = select is None and caps.supports_custom_ops and caps.supports_qmoe
     qmoe = qmoe and experts(model).modified
     if quantizer(model).modified or qmoe:
         # A replaced FusedMatMul or MoE may leave its function overload unused.
         common.RemoveUnusedFunctionsPass()(model)
+    weights, float_weights = _outcomes(groups, formats, quantizer.results)
+    weights += [
+        QuantizedWeight(name, "experts", k=k, n=n, ops=("QMoE",), block_size=options.block_size)
+        for name, _, n, k in experts.quantized
+    ]
+    return Int4Report(
+        options=options,
+        format=format_,
+        weights=tuple(weights),
+        float_weights=tuple(float_weights),
+        embedding=_embedding_state(groups, formats, quantizer.results),
+        declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
+        calibration=calibration,
+    )
+
+
+def _outcomes(
+    groups: list[WeightGroup], formats: list[WeightFormat], results: list[tuple[str, ...]]
+) -> tuple[list[QuantizedWeight], list[str]]:
+    """The weights quantized (and their formats) and those whose lookup stays float."""
     weights = []
     float_weights = []
-    for group, weight_format, ops in zip(groups, formats, quantizer.results, strict=True):
+    for group, weight_format, ops in zip(groups, formats, results, strict=True):
         if ops:
             weights.append(
                 QuantizedWeight(
@@ -273,18 +316,7 @@ def quantize_int4(
             )
         if group.gathers and "GatherBlockQuantized" not in ops:
             float_weights.append(group.source.name)
-    weights += [
-        QuantizedWeight(name, "experts", k=k, n=n, ops=("QMoE",), block_size=options.block_size)
-        for name, _, n, k in experts.quantized
-    ]
-    return Int4Report(
-        options=options,
-        format=format_,
-        weights=tuple(weights),
-        float_weights=tuple(float_weights),
-        embedding=_embedding_state(groups, formats, quantizer.results),
-        declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
-    )
+    return weights, float_weights
 
 
 def _nbits_formats(
@@ -305,6 +337,16 @@ def _nbits_formats(
     if split:
         groups = split_mixed_formats(graph, groups, format_of)
     return groups, [packed_format(group, format_of) for group in groups]
+
+
+def _importance(
+    model: ir.Model, groups: list[WeightGroup], calibration: Calibration | None
+) -> list[np.ndarray | None] | None:
+    """Each group's activation importance ([K], from its MatMuls' A inputs) when calibrating."""
+    if calibration is None:
+        return None
+    inputs = [[use.node.inputs[0] for use in group.matmuls] for group in groups]
+    return activation_importance(model, inputs, calibration)  # type: ignore[arg-type]
 
 
 def _model_dtype(groups: list[WeightGroup]) -> ir.DataType | None:

@@ -32,7 +32,8 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
     per-block search instead of onnxruntime's round-to-nearest kernel. `gather` says whether
     embedding lookups become GatherBlockQuantized (the EP has that kernel for the model dtype);
     otherwise they stay float and a tied lm_head gets its own quantized copy. Parts are lazy
-    tensors computed at save time through `cache`.
+    tensors computed at save time through `cache`. `importance` (per group, [K] or None)
+    weights the search of the 4-bit weights (`rounding.search_blocks`).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         accuracy_level: int,
         gather: bool,
         cache: OneWeightCache,
+        importance: list[np.ndarray | None] | None = None,
     ) -> None:
         super().__init__()
         self.groups = groups
@@ -54,6 +56,8 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         self.accuracy_level = accuracy_level
         self.gather = gather
         self.cache = cache
+        #: id(group) -> its importance (a subclass may override `_initializers`).
+        self.importance = dict(zip(map(id, groups), importance, strict=True)) if importance else {}
         #: Per group (same order): the op types it now feeds, empty when left in float.
         self.results: list[tuple[str, ...]] = []
 
@@ -101,6 +105,9 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
             zero_shape = (n, (blocks * bits + 7) // 8)
             specs.append(PartSpec(zero_points_name, ir.DataType.UINT8, zero_shape))
 
+        search = self.search and bits == 4
+        importance = self.importance.get(id(group)) if search else None
+
         def compute() -> list[ir.TensorProtocol]:
             weight = quantize_matmul_nbits_columns(
                 source.column_reader(),
@@ -110,7 +117,8 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
                 block_size,
                 self.symmetric,
                 bits=bits,
-                search=self.search and bits == 4,
+                search=search,
+                importance=importance,
             )
             arrays = [weight.packed.reshape(data_shape), weight.scales]
             if weight.zero_points is not None:

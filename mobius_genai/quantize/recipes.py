@@ -94,6 +94,11 @@ class Int4Recipe:
     """The weights stored otherwise than in 4 bits at the chosen block size (first rule wins)."""
     summary: str
     """One line for help texts."""
+    block_size: int = 32
+    """Block size of the 4-bit weights, unless the user picks one (`--int4-block-size`)."""
+    calibrate: bool = False
+    """Weight the search by each MatMul input feature's mean square over random token ids
+    pushed through the float graph (`calibrate.py`)."""
 
     @property
     def wide_roles(self) -> frozenset[str]:
@@ -109,6 +114,14 @@ class Int4Recipe:
                 return WeightFormat(rule.bits, wide_block_size(k, block_size, rule.max_block))
         return WeightFormat(4, block_size)
 
+
+#: `mixed`'s 8-bit weights: attention k/v (a packed q/k/v whole) and "more bits" down_proj.
+_MIXED_RULES = (
+    FormatRule("linear", "self_attn.qkv_proj.weight"),
+    FormatRule("linear", "self_attn.v_proj.weight"),
+    FormatRule("linear", "self_attn.k_proj.weight"),
+    FormatRule("linear", "mlp.down_proj.weight", "more_bits"),
+)
 
 QUALITIES: dict[str, Int4Recipe] = {
     "builder": Int4Recipe(
@@ -132,14 +145,25 @@ QUALITIES: dict[str, Int4Recipe] = {
     "mixed": Int4Recipe(
         symmetric=False,
         search=True,
-        rules=(
-            FormatRule("linear", "self_attn.qkv_proj.weight"),
-            FormatRule("linear", "self_attn.v_proj.weight"),
-            FormatRule("linear", "self_attn.k_proj.weight"),
-            FormatRule("linear", "mlp.down_proj.weight", "more_bits"),
-        ),
+        rules=_MIXED_RULES,
         summary="as search, with the attention k/v projections (a checkpoint's own packed "
         "q/k/v whole) and the down_proj of llama.cpp's 'more bits' layers in 8 bits",
+    ),
+    "calibrated": Int4Recipe(
+        symmetric=False,
+        search=True,
+        rules=(FormatRule("linear", "self_attn.v_proj.weight"),),
+        summary="as search, weighted by the activations each weight meets over 512 random "
+        "token ids (no data needed), with the attention v projections in 8 bits",
+        calibrate=True,
+    ),
+    "calibrated-mixed": Int4Recipe(
+        symmetric=False,
+        search=True,
+        rules=_MIXED_RULES,
+        summary="as mixed, with the search weighted by the activations as in calibrated "
+        "(most accurate)",
+        calibrate=True,
     ),
 }
 

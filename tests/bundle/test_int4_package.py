@@ -57,6 +57,34 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
     assert len(generator.get_sequence(0)) == 24
 
 
+def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
+    """The `calibrated` recipe: the manifest says the search was activation-weighted (random
+    token ids: the model's 128 positions, fewer than the default 512; seed 0)."""
+    out = mobius_genai.package(
+        TINY,
+        "cpu",
+        tmp_path / "b",
+        precision="int4",
+        int4=Int4Options(quality="calibrated"),
+        quiet=True,
+    )
+    quantization = json.loads((out / "mobius_manifest.json").read_text())["build"]["quantization"]
+    assert (quantization["quality"], quantization["rounding"]) == ("calibrated", "search")
+    assert quantization["calibration"] == {"tokens": 128, "seed": 0}
+    assert (
+        "quality calibrated (search rounding weighted by the activations of 128 random tokens, "
+        "seed 0)" in (out / "README.md").read_text()
+    )
+    model = og.Model(str(out))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=20)
+    generator = og.Generator(model, params)
+    generator.append_tokens([[1, 2, 3, 4]])
+    while not generator.is_done():
+        generator.generate_next_token()
+    assert len(generator.get_sequence(0)) == 20
+
+
 def test_cli_int4_options_reach_the_graph(tmp_path, capsys):
     out = tmp_path / "b"
     code = main(

@@ -13,17 +13,27 @@ import mobius_genai
 from mobius_genai.bundle import smoke_test, validate_bundle, write_bundle
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import Int4Options, quantize_int4
+from mobius_genai.quantize.calibrate import Calibration
 from tests.quantize.conftest import TINY_QWEN2
 
 
 @pytest.mark.parametrize(
     ("quality", "embedding"),
-    [("builder", "int4-shared"), ("balanced", "int8-shared"), ("mixed", "int4-shared")],
+    [
+        ("builder", "int4-shared"),
+        ("balanced", "int8-shared"),
+        ("mixed", "int4-shared"),
+        ("calibrated", "int4-shared"),
+        ("calibrated-mixed", "int4-shared"),
+    ],
 )
 def test_onnxruntime_genai_generates_with_the_cpu_int4_bundle(quality, embedding, tmp_path):
     caps = get_ep("cpu")
     built = mobius_genai.build(TINY_QWEN2, caps, "f32")
-    report = quantize_int4(built["model"], Int4Options(quality=quality), caps)
+    calibration = Calibration(tokens=128)  # (the model's positions; used by `calibrated`)
+    report = quantize_int4(
+        built["model"], Int4Options(quality=quality), caps, calibration=calibration
+    )
     assert report.embedding == embedding
     folder = tmp_path / "bundle"
     folder.mkdir()

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 
 import pytest
 
 import mobius_genai
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError, MobiusError
-from mobius_genai.quantize import BLOCK_SIZES, Int4Options, quantize_int4
+from mobius_genai.quantize import (
+    BLOCK_SIZES,
+    DEFAULT_QUALITY,
+    QUALITIES,
+    Int4Options,
+    quantize_int4,
+)
 
 
-@pytest.mark.parametrize("size", [0, 8, 48, 100, 512, -32, True, 32.0, "32", None])
+@pytest.mark.parametrize("size", [0, 8, 48, 100, 512, -32, True, 32.0, "32"])
 def test_block_size_outside_the_accepted_powers_of_two_is_refused(size):
     with pytest.raises(ConfigError) as error:
         Int4Options(block_size=size)
@@ -24,6 +31,17 @@ def test_block_size_outside_the_accepted_powers_of_two_is_refused(size):
 @pytest.mark.parametrize("size", BLOCK_SIZES)
 def test_accepted_block_sizes(size):
     assert Int4Options(block_size=size).block_size == size
+
+
+def test_unset_block_size_is_the_recipes_and_a_chosen_one_wins(monkeypatch):
+    """A recipe's base block size applies unless the user picks one (--int4-block-size)."""
+    wide = dataclasses.replace(QUALITIES["calibrated"], block_size=64)
+    monkeypatch.setitem(QUALITIES, "calibrated", wide)
+    caps = get_ep("cpu")
+    assert Int4Options(quality="calibrated").resolved(caps).block_size == 64
+    assert Int4Options(quality="calibrated", block_size=32).resolved(caps).block_size == 32
+    assert Int4Options.from_choices(block_size=16, quality="calibrated").block_size == 16
+    assert Int4Options().resolved(caps).block_size == QUALITIES[DEFAULT_QUALITY].block_size == 32
 
 
 @pytest.mark.parametrize("level", [-1, 5, True, 2.0, "4"])
