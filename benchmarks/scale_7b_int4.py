@@ -99,7 +99,7 @@ def _need_disk(needed: float, what: str) -> None:
         sys.exit(f"{what} needs {needed / 2**30:.0f} GB free in {WORK}, has {free / 2**30:.0f}")
 
 
-def seven_b(keep_checkpoint: bool) -> None:
+def seven_b(keep_checkpoint: bool, quality: str | None) -> None:
     folder = DEFAULT_FOLDERS["7b"]
     WORK.mkdir(parents=True, exist_ok=True)
     if not (folder / "stamp.json").is_file():
@@ -109,6 +109,8 @@ def seven_b(keep_checkpoint: bool) -> None:
     print(f"checkpoint {folder_mib(checkpoint):,.0f} MiB; target: tree peak <= {TARGET_RSS_MIB:,}")
     _header()
     for ep, precision, extra in SEVEN_B_ROWS:
+        if quality and precision == "int4":
+            extra = (*extra, "--int4-quality", quality)
         measure_row(checkpoint, "7B", ep, precision, extra)
     if not keep_checkpoint:
         shutil.rmtree(checkpoint)
@@ -186,6 +188,9 @@ def main() -> None:
         metavar="N",
         help=f"{MOE_SHAPE}: draw N experts per layer, the rest zeros in file holes",
     )
+    parser.add_argument(
+        "--int4-quality", default=None, help="the 7B int4 row's recipe (default: package's)"
+    )
     args = parser.parse_args()
     if args.shape == MOE_SHAPE:
         layers = [int(n) for n in args.layers.split(",")]
@@ -193,7 +198,7 @@ def main() -> None:
         return
     seventy_b()
     if not args.skip_7b:
-        seven_b(args.keep_checkpoint)
+        seven_b(args.keep_checkpoint, args.int4_quality)
 
 
 if __name__ == "__main__":

@@ -167,10 +167,11 @@ QUALITIES: dict[str, Int4Recipe] = {
     ),
 }
 
-#: The default recipe. `builder` until a recipe meets all of issue 19's targets
-#: (benchmarks/README.md, "INT4 quality"): `mixed` has 0.44x the builder's KL at 1.11x its
-#: size but reads 11% more bytes per decode step (the target is 0.95x the speed, and decode on
-#: CPU is bound by those bytes).
+#: The default recipe. `builder` until a recipe meets all of issue 19's targets on every target
+#: it would be the default for (benchmarks/README.md, "INT4 quality"): `calibrated` meets them
+#: on SmolLM2-135M's cpu bundle (and packages a 7B within 1.4 GB), but its calibration pass
+#: refuses bf16 graphs (onnxruntime's CPU provider has no bf16 MatMul) and its time on a 7B
+#: fp16 graph (cuda, dml) is not measured yet.
 DEFAULT_QUALITY = "builder"
 
 
