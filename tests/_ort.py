@@ -128,3 +128,18 @@ def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
     return tokens
+
+
+def og_sequence(bundle, prompt: list[int], max_length: int) -> list[int]:
+    """onnxruntime-genai's whole sequence (prompt and generated tokens) for a bundle folder,
+    with its default search options up to `max_length`."""
+    import onnxruntime_genai as og
+
+    model = og.Model(str(bundle))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=max_length)
+    generator = og.Generator(model, params)
+    generator.append_tokens([prompt])
+    while not generator.is_done():
+        generator.generate_next_token()
+    return list(generator.get_sequence(0))

@@ -6,11 +6,11 @@ import json
 from collections import Counter
 
 import onnx
-import onnxruntime_genai as og
 
 import mobius_genai
 from mobius_genai.cli import main
 from mobius_genai.quantize import Int4Options
+from tests._ort import og_sequence
 from tests.bundle.conftest import TINY_QWEN2 as TINY
 
 
@@ -47,14 +47,7 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
         "INT4 MatMulNBits, quality balanced (search rounding), block size 32"
         in (out / "README.md").read_text()
     )
-    model = og.Model(str(out))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=24)
-    generator = og.Generator(model, params)
-    generator.append_tokens([[1, 2, 3, 4]])
-    while not generator.is_done():
-        generator.generate_next_token()
-    assert len(generator.get_sequence(0)) == 24
+    assert len(og_sequence(out, [1, 2, 3, 4], max_length=24)) == 24
 
 
 def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
@@ -75,14 +68,7 @@ def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
         "quality calibrated (search rounding weighted by the activations of 128 random tokens, "
         "seed 0)" in (out / "README.md").read_text()
     )
-    model = og.Model(str(out))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=20)
-    generator = og.Generator(model, params)
-    generator.append_tokens([[1, 2, 3, 4]])
-    while not generator.is_done():
-        generator.generate_next_token()
-    assert len(generator.get_sequence(0)) == 20
+    assert len(og_sequence(out, [1, 2, 3, 4], max_length=20)) == 20
 
 
 def test_cli_int4_options_reach_the_graph(tmp_path, capsys):

@@ -34,7 +34,7 @@ from mobius_genai.quantize.rounding import search_blocks
 from mobius_genai.quantize.targets import find_weights
 from mobius_genai.weights import Checkpoint
 from tests._hf import load_reference_model
-from tests.quantize.test_streaming import MIB, Loads
+from tests.quantize.test_streaming import MIB, Loads, lazy_weight
 
 TOKENS = 48
 
@@ -177,15 +177,7 @@ def _lookup_chain(loads: Loads) -> ir.Model:
     nodes = [ir.node("Gather", [table, ids])]
     initializers = [table]
     for i, shape in enumerate([(1024, 2048), (2048, 1024)] * 6):
-        tensor = ir.LazyTensor(
-            loads.loader(i, shape), dtype=ir.DataType.FLOAT, shape=ir.Shape(shape), name=f"w{i}"
-        )
-        weight = ir.Value(
-            name=f"w{i}",
-            type=ir.TensorType(ir.DataType.FLOAT),
-            shape=ir.Shape(shape),
-            const_value=tensor,
-        )
+        weight = lazy_weight(loads, i, shape)
         initializers.append(weight)
         nodes.append(ir.node("MatMul", [nodes[-1].outputs[0], weight]))
     for index, node in enumerate(nodes):

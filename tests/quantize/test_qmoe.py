@@ -15,7 +15,6 @@ from collections import Counter
 
 import numpy as np
 import onnx
-import onnxruntime_genai as og
 import pytest
 from safetensors.numpy import load_file, save_file
 
@@ -25,7 +24,7 @@ from mobius_genai.expert_weights import ExpertsTensor
 from mobius_genai.quantize import Int4Options, qmoe, quantize_int4
 from mobius_genai.quantize.layout import dequantize_matmul_nbits, quantize_matmul_nbits
 from tests._hf import write_tiny_checkpoint
-from tests._ort import ort_session
+from tests._ort import og_sequence, ort_session
 from tests.families.test_bundles import TOKENIZER, TOKENIZER_FILES
 
 CPU = get_ep("cpu")
@@ -175,14 +174,7 @@ def test_cpu_bundle_streams_experts_and_generates(precision, tmp_path):
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
     ops = Counter(node.op_type for node in graph.node)
     assert ops["QMoE" if precision == "int4" else "MoE"] == 6
-    model = og.Model(str(out))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=20)
-    generator = og.Generator(model, params)
-    generator.append_tokens([[381, 17, 92, 250]])
-    while not generator.is_done():
-        generator.generate_next_token()
-    assert len(generator.get_sequence(0)) == 20
+    assert len(og_sequence(out, [381, 17, 92, 250], max_length=20)) == 20
 
 
 def test_int4_bundle_reads_and_quantizes_each_expert_once(tmp_path):

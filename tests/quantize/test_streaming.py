@@ -48,20 +48,25 @@ class Loads:
         self.live -= 1
 
 
+def lazy_weight(loads: Loads, index: int, shape: tuple[int, int]) -> ir.Value:
+    """An initializer `w<index>` whose float32 values `loads` generates when read."""
+    tensor = ir.LazyTensor(
+        loads.loader(index, shape), dtype=ir.DataType.FLOAT, shape=ir.Shape(shape), name=f"w{index}"
+    )
+    return ir.Value(
+        name=f"w{index}",
+        type=ir.TensorType(ir.DataType.FLOAT),
+        shape=ir.Shape(shape),
+        const_value=tensor,
+    )
+
+
 def _chain(loads: Loads) -> ir.Model:
     """y = x @ W0 @ W1 @ ... with lazily generated weights."""
     x = ir.val("x", ir.DataType.FLOAT, ir.Shape([1, SHAPES[0][0]]))
     h, nodes, weights = x, [], []
     for i, shape in enumerate(SHAPES):
-        tensor = ir.LazyTensor(
-            loads.loader(i, shape), dtype=ir.DataType.FLOAT, shape=ir.Shape(shape), name=f"w{i}"
-        )
-        weight = ir.Value(
-            name=f"w{i}",
-            type=ir.TensorType(ir.DataType.FLOAT),
-            shape=ir.Shape(shape),
-            const_value=tensor,
-        )
+        weight = lazy_weight(loads, i, shape)
         weights.append(weight)
         nodes.append(ir.node("MatMul", [h, weight]))
         h = nodes[-1].outputs[0]
