@@ -213,8 +213,8 @@ def _quantize(
     see `quantize.prequantized`).
     """
     model = built[built.decoder_key]
-    # a calibrated recipe's random prefill stays within the model's positions
-    tokens = min(Calibration.tokens, built.config.max_position_embeddings)
+    # a calibrated recipe's random prefill stays within the graph's positions (its rope tables)
+    tokens = min(Calibration.tokens, built.context_length)
     calibration = Calibration(tokens=tokens)
     if built.prequantized is None:
         if target.int4 is None:

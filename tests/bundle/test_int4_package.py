@@ -71,6 +71,23 @@ def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
     assert len(og_sequence(out, [1, 2, 3, 4], max_length=20)) == 20
 
 
+def test_calibration_stays_within_a_shorter_context_length(tmp_path):
+    """`--context-length` below max_position_embeddings (128) shortens the rope tables: the
+    random prefill takes that many tokens, not the model's positions."""
+    out = mobius_genai.package(
+        TINY,
+        "cpu",
+        tmp_path / "b",
+        precision="int4",
+        int4=Int4Options(quality="calibrated"),
+        context_length=48,
+        quiet=True,
+        smoke_test=False,
+    )
+    quantization = json.loads((out / "mobius_manifest.json").read_text())["build"]["quantization"]
+    assert quantization["calibration"] == {"tokens": 48, "seed": 0}
+
+
 def test_cli_int4_options_reach_the_graph(tmp_path, capsys):
     out = tmp_path / "b"
     code = main(
