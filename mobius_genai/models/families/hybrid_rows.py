@@ -26,16 +26,20 @@ from mobius_genai.models.families.readers import switch
 # attention layers with an output gate, per-head q/k norms and partial rotary (1-D: the
 # text decoder's mrope has one position per token); norms scale
 # by 1 + weight except the delta nets' gated norm.
+# The layers Qwen3.5 and Qwen3-Next share: which are delta nets, a quarter of each head
+# rotated, gated attention with q/k norms, the delta nets' settings.
+_QWEN3_5_LAYER_DEFAULTS = {"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25}
+_QWEN3_5_LAYERS = {
+    "qk_norm": True,
+    "attention_output_gate": True,
+    "linear_attention": read_linear_attention,
+}
+
 QWEN3_5_TEXT = FamilyAdapter(
     model_type="qwen3_5_text",
     genai_type="qwen3_5_text",
-    config_defaults={"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25},
-    config_overrides={
-        "qk_norm": True,
-        "attention_output_gate": True,
-        "linear_attention": read_linear_attention,
-        "rope": qwen3_5_text_rope,
-    },
+    config_defaults=_QWEN3_5_LAYER_DEFAULTS,
+    config_overrides={**_QWEN3_5_LAYERS, "rope": qwen3_5_text_rope},
     preprocess_weight=qwen3_5_norm_weights,
     preprocessed_weights=QWEN3_5_OFFSET_NORMS,
 )
@@ -159,11 +163,9 @@ HYBRID_FAMILIES = (
     FamilyAdapter(
         model_type="qwen3_next",
         genai_type="qwen3_5_moe_text",
-        config_defaults={"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25},
+        config_defaults=_QWEN3_5_LAYER_DEFAULTS,
         config_overrides={
-            "qk_norm": True,
-            "attention_output_gate": True,
-            "linear_attention": read_linear_attention,
+            **_QWEN3_5_LAYERS,
             "moe": moe_reader(
                 MoeKeys(
                     num_experts="num_experts",
