@@ -6,3 +6,10 @@ process) can name them without importing the graph-building stack.
 
 #: The EP a graph was built for (its capabilities' name).
 BUILT_FOR_KEY = "mobius_genai.execution_provider"
+
+#: The positions a decoder graph was built for (its rotary tables' rows; the bundle's context).
+CONTEXT_LENGTH_KEY = "mobius_genai.context_length"
+
+#: Marks a node that keeps each sequence's last position only (`PruneLmHeadPass`'s gathers):
+#: what follows works row by row, so a pass wanting every position's rows may skip it.
+LAST_TOKEN_KEY = "mobius_genai.last_token"

@@ -247,4 +247,10 @@ def _quantization(summary: Mapping[str, Any] | None) -> str:
             f"quality {summary['quality']} ({summary['rounding']} rounding weighted by the "
             f"activations of {calibration['tokens']} random tokens, seed {calibration['seed']})"
         )
+    skipped = summary.get("calibration_skipped")
+    if skipped:
+        parts[1] = (
+            f"quality {summary['quality']} ({summary['rounding']} rounding, not "
+            f"activation-weighted: {skipped})"
+        )
     return ", ".join(parts)

@@ -63,7 +63,6 @@ from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
 from mobius_genai.progress import phase
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
-from mobius_genai.quantize.calibrate import Calibration
 from mobius_genai.quantize.prequantized import PrequantizedReport, apply_prequantized
 from mobius_genai.quantize.requantize import requantize_floats
 from mobius_genai.source import Source
@@ -213,13 +212,10 @@ def _quantize(
     see `quantize.prequantized`).
     """
     model = built[built.decoder_key]
-    # a calibrated recipe's random prefill stays within the graph's positions (its rope tables)
-    tokens = min(Calibration.tokens, built.context_length)
-    calibration = Calibration(tokens=tokens)
     if built.prequantized is None:
         if target.int4 is None:
             return None, None
-        return quantize_int4(model, target.int4, built.ep, calibration=calibration), None
+        return quantize_int4(model, target.int4, built.ep), None
     nbits = built.ep.supports_custom_ops and built.ep.supports_matmul_nbits
     gather = built.ep.supports_custom_ops and built.dtype in built.ep.int4_gather_dtypes
     precision = precision_of(built.dtype)
@@ -235,9 +231,7 @@ def _quantize(
     )
     if target.int4 is None:
         return None, report
-    int4, moved = requantize_floats(
-        model, target.int4, built.ep, report.accuracy_level, calibration
-    )
+    int4, moved = requantize_floats(model, target.int4, built.ep, report.accuracy_level)
     return int4, report.with_requantized(moved, precision)
 
 

@@ -8,7 +8,10 @@ graph runs a chunk of nodes at a time, in graph order: a chunk's weights (at mos
 as inputs (no copy in a model proto, no prepacked copy) and dropped after it; activations are
 kept only until the last chunk that reads them. Only the nodes the statistics need run (not
 the lm_head's MatMul, whose input is the last one needed), and the token embedding lookup
-reads only the rows of the ids (numpy).
+reads only the rows of the ids (numpy). The run computes in float32 whatever the graph's float
+type: onnxruntime's CPU provider has no bfloat16 MatMul and is slow in float16, and the
+statistics are the same up to rounding. A pruned LM head (`PruneLmHeadPass`) is measured over
+every position, as in the unpruned graph: its last-token gathers pass all rows through.
 """
 
 from __future__ import annotations
@@ -21,11 +24,19 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
+from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY, LAST_TOKEN_KEY
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError
+from mobius_genai.expert_weights import ExpertsTensor
 from mobius_genai.weights import CheckpointTensor
 
-__all__ = ["CALIBRATION_CHUNK_BYTES", "Calibration", "activation_importance", "calibrates"]
+__all__ = [
+    "CALIBRATION_CHUNK_BYTES",
+    "Calibration",
+    "activation_importance",
+    "calibration_refusal",
+    "within_context",
+]
 
 #: Most bytes of weights one chunk of the calibration run reads.
 CALIBRATION_CHUNK_BYTES = 256 << 20
@@ -38,6 +49,9 @@ _TOKEN_IDS = "input_ids"
 _LOGITS = "logits"
 #: A vision-language decoder's input: its embeddings come from another graph.
 _EMBEDDINGS = "inputs_embeds"
+
+#: The float types the run computes in float32 instead (`_as_float32`).
+_NARROW_FLOATS = {onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,22 +99,39 @@ def activation_importance(
     return results
 
 
-def calibrates(graph: ir.Graph) -> bool:
-    """Whether random token ids can be pushed through `graph`: it looks them up itself (not a
-    vision-language decoder taking `inputs_embeds`) and has a fixed vocabulary size."""
+def calibration_refusal(graph: ir.Graph) -> str | None:
+    """Why random token ids cannot be pushed through `graph` (None when they can): it must look
+    them up itself (not a vision-language decoder taking `inputs_embeds`), have a fixed
+    vocabulary size, and hold no stacked MoE experts (the run would read a layer's experts at
+    once, while saving streams them one by one)."""
     names = {value.name for value in graph.inputs}
-    return _TOKEN_IDS in names and _EMBEDDINGS not in names and _vocabulary(graph) is not None
+    if _TOKEN_IDS not in names or _EMBEDDINGS in names:
+        return f"the graph takes {_EMBEDDINGS!r} rather than looking up {_TOKEN_IDS!r}"
+    if _vocabulary(graph) is None:
+        return f"the graph output {_LOGITS!r} has no fixed vocabulary size"
+    if any(isinstance(value.const_value, ExpertsTensor) for value in graph.initializers.values()):
+        return "its MoE experts would be read a whole layer at a time"
+    return None
+
+
+def within_context(model: ir.Model, calibration: Calibration) -> Calibration:
+    """`calibration` with at most as many tokens as the positions `model` was built for (its
+    metadata says; a longer prefill would run past its rotary tables)."""
+    context = model.metadata_props.get(CONTEXT_LENGTH_KEY)
+    if context is None or int(context) >= calibration.tokens:
+        return calibration
+    return dataclasses.replace(calibration, tokens=int(context))
 
 
 def _decoder_feeds(graph: ir.Graph, calibration: Calibration) -> dict[ir.Value, np.ndarray]:
     """Graph inputs for one prefill of the random ids: an empty cache, batch 1 (as
     onnxruntime-genai feeds a decoder)."""
     vocab = _vocabulary(graph)
-    if not calibrates(graph) or vocab is None:
+    refusal = calibration_refusal(graph)
+    if refusal is not None or vocab is None:
         raise ConfigError(
-            f"calibrated int4 recipes need a decoder with the graph input {_TOKEN_IDS!r} (and "
-            f"no {_EMBEDDINGS!r}) and a fixed vocabulary size (the last dimension of "
-            f"{_LOGITS!r}); graph inputs: {', '.join(str(v.name) for v in graph.inputs)}"
+            f"calibrated int4 recipes run random token ids through the decoder graph, but "
+            f"{refusal}; graph inputs: {', '.join(str(v.name) for v in graph.inputs)}"
         )
     tokens = calibration.tokens
     rng = np.random.default_rng(calibration.seed)
@@ -194,8 +225,13 @@ def _initializer(value: ir.Value) -> bool:
 
 
 def _weight(value: ir.Value) -> bool:
-    """An initializer fed to a chunk as an input (read only for that chunk)."""
-    return _initializer(value) and value.const_value.nbytes > _INLINE_BYTES  # type: ignore[union-attr]
+    """An initializer fed to a chunk as an input (read only for that chunk): a large one, or
+    one read lazily (from the checkpoint: its read checks, e.g. for NaN, raise their own
+    errors)."""
+    tensor = value.const_value
+    return _initializer(value) and (
+        tensor.nbytes > _INLINE_BYTES or isinstance(tensor, ir.LazyTensor)  # type: ignore[union-attr]
+    )
 
 
 def _chunks(graph: ir.Graph, nodes: list[ir.Node], budget: int) -> list[list[ir.Node]]:
@@ -206,7 +242,7 @@ def _chunks(graph: ir.Graph, nodes: list[ir.Node], budget: int) -> list[list[ir.
     weights: set[ir.Value] = set()
     for node in nodes:
         new = {value for value in _reads(graph, node) if _initializer(value)} - weights
-        size = sum(value.const_value.nbytes for value in weights | new)  # type: ignore[union-attr]
+        size = sum(_run_bytes(value) for value in weights | new)
         if current and size > budget:
             chunks.append(current)
             current, weights = [], set()
@@ -216,6 +252,14 @@ def _chunks(graph: ir.Graph, nodes: list[ir.Node], budget: int) -> list[list[ir.
     if current:
         chunks.append(current)
     return chunks
+
+
+def _run_bytes(value: ir.Value) -> int:
+    """The bytes of an initializer as the run holds it (float32 for a narrower float)."""
+    tensor = value.const_value
+    assert tensor is not None
+    narrow = tensor.dtype in (ir.DataType.FLOAT16, ir.DataType.BFLOAT16)
+    return tensor.nbytes * (2 if narrow else 1)
 
 
 def _last_uses(graph: ir.Graph, chunks: list[list[ir.Node]]) -> dict[ir.Value, int]:
@@ -252,7 +296,8 @@ def _run_chunk(
     # type in the graph (onnxruntime infers it)
     view = ir.GraphView([], [], nodes=nodes, initializers=inline, opset_imports=graph.opset_imports)
     chunk = ir.Model(view, ir_version=model.ir_version, functions=model.functions.values())  # type: ignore[arg-type]
-    proto = ir.to_proto(chunk)
+    proto = _every_position(_as_float32(ir.to_proto(chunk)))
+    feeds = {value: _float32(array) for value, array in feeds.items()}
     proto.graph.input.extend(
         onnx.helper.make_tensor_value_info(
             value.name, onnx.helper.np_dtype_to_tensor_dtype(array.dtype), array.shape
@@ -262,7 +307,7 @@ def _run_chunk(
     proto.graph.output.extend(onnx.ValueInfoProto(name=value.name) for value in outputs)
     options = ort.SessionOptions()
     options.add_session_config_entry("session.disable_prepacking", "1")
-    options.log_severity_level = 3  # errors only: fp16 graphs warn about constant folding
+    options.log_severity_level = 3  # errors only
     try:
         session = ort.InferenceSession(
             proto.SerializeToString(), options, providers=[get_ep("cpu").runtime.ort_provider]
@@ -277,6 +322,61 @@ def _run_chunk(
             "choose a recipe without calibration (--int4-quality)"
         ) from None
     return dict(zip(outputs, arrays, strict=True))
+
+
+def _every_position(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """`proto` with its last-token gathers (LAST_TOKEN_KEY) passing every position through
+    (Identity), and no value types that would still say one position."""
+    for node in proto.graph.node:
+        if any(entry.key == LAST_TOKEN_KEY for entry in node.metadata_props):
+            node.op_type, node.domain = "Identity", ""
+            del node.input[1:]
+            node.ClearField("attribute")
+    proto.graph.ClearField("value_info")
+    return proto
+
+
+def _float32(array: np.ndarray) -> np.ndarray:
+    """A float16 or bfloat16 array in float32; any other array as it is."""
+    narrow = onnx.helper.np_dtype_to_tensor_dtype(array.dtype) in _NARROW_FLOATS
+    return array.astype(np.float32) if narrow else array
+
+
+def _as_float32(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """`proto` computing in float32 where it names float16 or bfloat16: its initializers, the
+    tensors and target types of its nodes' attributes (Constant, ConstantOfShape, Cast...) and
+    its values' types, in the graph, its subgraphs and its functions."""
+    graphs = [proto.graph]
+    nodes = [node for function in proto.functions for node in function.node]
+    infos = [info for function in proto.functions for info in function.value_info]
+    while graphs:
+        graph = graphs.pop()
+        tensors = list(graph.initializer)
+        graph.ClearField("initializer")
+        graph.initializer.extend(_tensor_float32(tensor) for tensor in tensors)
+        infos.extend([*graph.input, *graph.output, *graph.value_info])
+        nodes.extend(graph.node)
+        for node in graph.node:
+            for attribute in node.attribute:
+                graphs.extend([attribute.g] if attribute.HasField("g") else attribute.graphs)
+    for node in nodes:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.INT and attribute.i in _NARROW_FLOATS:
+                if attribute.name in ("to", "dtype", "output_dtype"):
+                    attribute.i = onnx.TensorProto.FLOAT
+            elif attribute.type == onnx.AttributeProto.TENSOR:
+                attribute.t.CopyFrom(_tensor_float32(attribute.t))
+    for info in infos:
+        if info.type.tensor_type.elem_type in _NARROW_FLOATS:
+            info.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return proto
+
+
+def _tensor_float32(tensor: onnx.TensorProto) -> onnx.TensorProto:
+    if tensor.data_type not in _NARROW_FLOATS:
+        return tensor
+    array = onnx.numpy_helper.to_array(tensor).astype(np.float32)
+    return onnx.numpy_helper.from_array(array, tensor.name)
 
 
 def _accumulate(

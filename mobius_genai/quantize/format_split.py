@@ -130,7 +130,7 @@ def _split_matmul(node: ir.Node, weights: Sequence[ir.Value]) -> list[ir.Node]:
     for index, weight in enumerate(weights):
         matmul = ir.node("MatMul", [x, weight], name=f"{node.name}_part{index}")
         out = matmul.outputs[0]
-        out.type = node.outputs[0].type
+        out.dtype = weight.dtype
         if x.shape is not None:
             out.shape = ir.Shape([*x.shape[:-1], int(weight.shape[1])])  # type: ignore[index]
         nodes.append(matmul)

@@ -21,7 +21,12 @@ import onnx_ir.passes.common as common
 
 from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
 from mobius_genai.errors import ConfigError
-from mobius_genai.quantize.calibrate import Calibration, activation_importance, calibrates
+from mobius_genai.quantize.calibrate import (
+    Calibration,
+    activation_importance,
+    calibration_refusal,
+    within_context,
+)
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
@@ -138,6 +143,7 @@ _SUMMARY_KEYS = (
     "quantized_weights",
     "weights_8bit",
     "calibration",
+    "calibration_skipped",
 )
 
 
@@ -177,6 +183,8 @@ class Int4Report:
     """(node, reason) for weight-like uses left alone."""
     calibration: Calibration | None = None
     """The random token ids whose activations weighted the search (None: unweighted)."""
+    calibration_skipped: str | None = None
+    """Why a recipe that calibrates searched unweighted here (None when it did not)."""
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -190,11 +198,13 @@ class Int4Report:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary: the choices, the counts and every quantized tensor."""
-        calibration = (
+        calibration: dict[str, Any] = (
             {}
             if self.calibration is None
             else {"calibration": dataclasses.asdict(self.calibration)}
         )
+        if self.calibration_skipped is not None:
+            calibration["calibration_skipped"] = self.calibration_skipped
         return calibration | {
             "bits": 4,
             "format": self.format,
@@ -233,9 +243,10 @@ def quantize_int4(
     progress bar shows that work). Raises ConfigError, before changing anything, when the
     block size does not divide a weight's K. `select`: only the weights it accepts, no experts.
     A recipe that calibrates runs the float graph over `calibration`'s random token ids first
-    (`calibrate.py`; default `Calibration()`) and weights the search of the MatMulNBits
-    weights by the activations measured; a graph that cannot take token ids (a
-    vision-language decoder) gets the unweighted search, and the report no calibration.
+    (`calibrate.py`; default `Calibration()`, at most the graph's context length) and weights
+    the search of the MatMulNBits weights by the activations measured; where the graph cannot be calibrated (a
+    vision-language decoder, MoE experts: `calibration_refusal`) or the EP quantizes with
+    DequantizeLinear, the search is unweighted and the report says why.
     """
     options = options.resolved(caps)
     groups, declined = find_weights(model.graph)
@@ -248,8 +259,9 @@ def quantize_int4(
     symmetric, search = bool(options.symmetric), options.recipe.search
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
         groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
-        calibrates_here = options.recipe.calibrate and calibrates(model.graph)
-        calibration = (calibration or Calibration()) if calibrates_here else None
+        refusal = calibration_refusal(model.graph) if options.recipe.calibrate else None
+        calibrates = options.recipe.calibrate and refusal is None
+        calibration = within_context(model, calibration or Calibration()) if calibrates else None
         importance = _importance(model, groups, calibration)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
@@ -273,6 +285,7 @@ def quantize_int4(
         )
         format_ = "DequantizeLinear"
         calibration = None
+        refusal = "the EP's DequantizeLinear int4 takes the search unweighted"
     experts = QMoEPass(options.block_size, symmetric, search, options.accuracy_level or 0)
     qmoe = select is None and caps.supports_custom_ops and caps.supports_qmoe
     qmoe = qmoe and experts(model).modified
@@ -292,6 +305,7 @@ def quantize_int4(
         embedding=_embedding_state(groups, formats, quantizer.results),
         declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
         calibration=calibration,
+        calibration_skipped=refusal if options.recipe.calibrate else None,
     )
 
 

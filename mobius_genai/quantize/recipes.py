@@ -167,12 +167,10 @@ QUALITIES: dict[str, Int4Recipe] = {
     ),
 }
 
-#: The default recipe. `builder` until a recipe meets all of issue 19's targets on every target
-#: it would be the default for (benchmarks/README.md, "INT4 quality"): `calibrated` meets them
-#: on SmolLM2-135M's cpu bundle (and packages a 7B within 1.4 GB), but its calibration pass
-#: refuses bf16 graphs (onnxruntime's CPU provider has no bf16 MatMul) and its time on a 7B
-#: fp16 graph (cuda, dml) is not measured yet.
-DEFAULT_QUALITY = "builder"
+#: The default recipe: the one that meets issue 19's targets (half the builder's KL at most,
+#: at most 1.15x its size, at least 0.95x its decode speed; benchmarks/README.md, "INT4
+#: quality"). Its calibration runs on every float type (in float32) and within a 7B's 3 GB.
+DEFAULT_QUALITY = "calibrated"
 
 
 def wide_block_size(k: int, block_size: int, limit: int = WIDE_BLOCK_SIZE) -> int:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import onnx_ir as ir
 from onnxscript import GraphBuilder
 
-from mobius_genai._graph_keys import BUILT_FOR_KEY
+from mobius_genai._graph_keys import BUILT_FOR_KEY, CONTEXT_LENGTH_KEY
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import ep_capabilities, get_build_dtype
 
@@ -77,7 +77,7 @@ class CausalLMTask:
     """Builds the decoder graph: input_ids, attention_mask, position_ids and the caches in
     (KV for attention layers, a state for recurrent ones); logits and the updated caches out
     (names and layouts as in onnxruntime-genai). The model's metadata names the build
-    context's EP, so a bundle's graph says what it is for.
+    context's EP and the positions the graph covers, so a bundle's graph says what it is for.
 
     With `inputs_embeds` the decoder of a vision-language package: it also takes the embedding
     graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them)."""
@@ -117,7 +117,10 @@ class CausalLMTask:
                 builder.add_output(value, name)
                 value.shape = ir.Shape(shape)
                 value.dtype = kind
-        return finish_model(graph, builder)
+        model = finish_model(graph, builder)
+        context = getattr(module, "context_length", config.max_position_embeddings)
+        model.metadata_props[CONTEXT_LENGTH_KEY] = str(context)
+        return model
 
 
 def position_shape(config: ArchitectureConfig) -> list[int | str]:

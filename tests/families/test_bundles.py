@@ -27,6 +27,7 @@ from mobius_genai.bundle.generate import greedy_tokens, load_model
 from mobius_genai.cli import main as cli_main
 from mobius_genai.ep import get_ep
 from mobius_genai.models import FAMILIES
+from mobius_genai.quantize import Int4Options
 from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 
 TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
@@ -144,12 +145,13 @@ def test_gemma3_int4_bundle_packs_q_k_v_behind_the_qk_norms(tmp_path):
     """One MatMulNBits per layer for q/k/v (split before gemma3's q/k norms), and the same
     tokens as the bundle with three projections per layer."""
     ckpt = _checkpoint(tmp_path / "ckpt", "gemma3_text")
-    packed = packager.package(ckpt, "cpu", tmp_path / "packed", precision="int4", quiet=True)
+    int4 = {"precision": "int4", "int4": Int4Options(quality="builder"), "quiet": True}  # all 4-bit
+    packed = packager.package(ckpt, "cpu", tmp_path / "packed", **int4)
     names = [name for name in _projection_weights(packed) if "o_proj" not in name]
     layers = json.loads((ckpt / "config.json").read_text())["num_hidden_layers"]
     assert len(names) == layers and all("qkv_proj" in name for name in names)
     caps = dataclasses.replace(get_ep("cpu"), name="cpu-separate", qkv_pack_dtypes=frozenset())
-    separate = packager.package(ckpt, caps, tmp_path / "separate", precision="int4", quiet=True)
+    separate = packager.package(ckpt, caps, tmp_path / "separate", **int4)
     assert len([n for n in _projection_weights(separate) if "o_proj" not in n]) == 3 * layers
     ours = greedy_tokens(load_model(packed), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert len(ours) == NEW_TOKENS

@@ -55,6 +55,8 @@ def test_parts_of_different_formats_become_one_matmul_per_run():
         WeightFormat(8, 64),
     ]
     assert [node.op_type for node in model.graph] == ["MatMul", "MatMul", "Concat"]
+    # typed as their weights (a value with a shape and no type cannot be serialized whole)
+    assert [node.outputs[0].dtype for node in model.graph][:2] == [F32, F32]
     assert "model.layers.0.self_attn.qkv_proj.weight" not in model.graph.initializers
     np.testing.assert_array_equal(_run(model, feeds), before)
 

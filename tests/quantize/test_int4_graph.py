@@ -10,7 +10,7 @@ import pytest
 
 import mobius_genai
 from mobius_genai.ep import get_ep
-from mobius_genai.quantize import Int4Options, quantize_int4
+from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options, quantize_int4
 from tests.quantize.conftest import TINY_QWEN2
 
 LAYERS = 3  # tests._hf tiny configs
@@ -222,6 +222,16 @@ def test_a_second_run_finds_nothing_to_do(untied_ckpt):
     again = quantize_int4(package["model"], Int4Options(), caps)
     assert again.weights == () and again.op_counts == {}
     assert collections.Counter(n.op_type for n in package["model"].graph) == before
+
+
+def test_the_default_recipe_says_where_its_search_runs_unweighted(untied_ckpt):
+    """DequantizeLinear int4 takes no activation weighting: the calibrated default searches
+    unweighted there and the report (manifest, card) says why."""
+    _, report = _quantized(untied_ckpt, "default", "f32", quality=DEFAULT_QUALITY)
+    assert QUALITIES[DEFAULT_QUALITY].calibrate and report.calibration is None
+    assert "DequantizeLinear" in report.summary()["calibration_skipped"]
+    _, report = _quantized(untied_ckpt, "cpu", "f32", quality=DEFAULT_QUALITY)
+    assert report.calibration is not None and "calibration_skipped" not in report.summary()
 
 
 @pytest.mark.parametrize(("ep", "dtype"), [("trt-rtx", "f16"), ("default", "f32")])

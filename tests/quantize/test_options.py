@@ -35,12 +35,13 @@ def test_accepted_block_sizes(size):
 
 def test_unset_block_size_is_the_recipes_and_a_chosen_one_wins(monkeypatch):
     """A recipe's base block size applies unless the user picks one (--int4-block-size)."""
-    wide = dataclasses.replace(QUALITIES["calibrated"], block_size=64)
-    monkeypatch.setitem(QUALITIES, "calibrated", wide)
+    wide = dataclasses.replace(QUALITIES["mixed"], block_size=64)
+    monkeypatch.setitem(QUALITIES, "mixed", wide)
     caps = get_ep("cpu")
-    assert Int4Options(quality="calibrated").resolved(caps).block_size == 64
-    assert Int4Options(quality="calibrated", block_size=32).resolved(caps).block_size == 32
-    assert Int4Options.from_choices(block_size=16, quality="calibrated").block_size == 16
+    assert Int4Options(quality="mixed").resolved(caps).block_size == 64
+    assert Int4Options(quality="mixed", block_size=32).resolved(caps).block_size == 32
+    assert Int4Options.from_choices(block_size=16, quality="mixed").block_size == 16
+    assert DEFAULT_QUALITY != "mixed"
     assert Int4Options().resolved(caps).block_size == QUALITIES[DEFAULT_QUALITY].block_size == 32
 
 

@@ -10,6 +10,7 @@ graph's; and the experts stream: no tensor holding a whole layer's experts is ev
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 from collections import Counter
 
@@ -29,7 +30,7 @@ from tests.families.test_bundles import TOKENIZER, TOKENIZER_FILES
 
 CPU = get_ep("cpu")
 #: Relative rms error of int4 logits vs the fp32 graph's (rms(int4 - fp32) / rms(fp32)) over a
-#: 2 x 12-token prefill, block size 16. Tiny random checkpoints quantize badly whatever the op
+#: 2 x 12-token prefill, block size 16, the builder recipe. Tiny random checkpoints quantize badly whatever the op
 #: (the dense layers alone, experts float, measured 0.61 / 0.33 / 0.49 for mixtral / phimoe /
 #: qwen2_moe); with QMoE experts 0.64 / 0.39 / 0.52, i.e. 1.04-1.17 times the dense-only error.
 INT4_RELATIVE_RMS = 0.7
@@ -117,7 +118,7 @@ def _dequantized_checkpoint(ckpt, block_size: int, symmetric: bool) -> None:
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_qmoe_computes_what_its_int4_codes_stand_for(symmetric, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mixtral", seed=1)
-    options = Int4Options(symmetric=symmetric, accuracy_level=0)
+    options = Int4Options(symmetric=symmetric, accuracy_level=0, quality="builder")
     package, _ = _int4(ckpt, options)
     ours = _logits(package, tmp_path / "qmoe")
     _dequantized_checkpoint(ckpt, 32, symmetric)
@@ -136,7 +137,7 @@ def _relative_rms(logits: np.ndarray, reference: np.ndarray) -> float:
 def test_int4_logits_stay_near_fp32(family, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
     fp32 = _logits(mobius_genai.build(ckpt, "cpu", "f32", progress=False), tmp_path / "fp32")
-    options = Int4Options(block_size=16)
+    options = Int4Options(block_size=16, quality="builder")  # (the measurements above)
     errors = {}
     for name, ep in (("qmoe", CPU), ("float", dataclasses.replace(CPU, supports_qmoe=False))):
         package, _ = _int4(ckpt, options, ep)
@@ -174,6 +175,10 @@ def test_cpu_bundle_streams_experts_and_generates(precision, tmp_path):
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
     ops = Counter(node.op_type for node in graph.node)
     assert ops["QMoE" if precision == "int4" else "MoE"] == 6
+    if precision == "int4":  # (calibrating would read a layer's experts at once)
+        manifest = json.loads((out / "mobius_manifest.json").read_text())
+        skipped = manifest["build"]["quantization"]["calibration_skipped"]
+        assert "MoE experts" in skipped and skipped in (out / "README.md").read_text()
     assert len(og_sequence(out, [381, 17, 92, 250], max_length=20)) == 20
 
 

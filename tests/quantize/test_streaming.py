@@ -18,6 +18,7 @@ import pytest
 import mobius_genai
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import Int4Options, quantize_int4
+from mobius_genai.quantize.calibrate import Calibration
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.weights import Checkpoint
 
@@ -97,7 +98,11 @@ def test_saving_quantizes_one_weight_at_a_time(ep, tmp_path):
     assert peak < 2 * largest
 
 
-def test_checkpoint_tensors_are_read_once_and_only_when_saving(untied_ckpt, tmp_path, monkeypatch):
+@pytest.mark.parametrize("quality", ["builder", "calibrated"])
+def test_checkpoint_tensors_are_read_once_when_saving(quality, untied_ckpt, tmp_path, monkeypatch):
+    """Quantizing reads nothing, except a calibrated recipe's one run of the float graph: every
+    matrix it needs once (the lm_head's input is the last value it needs, so not the lm_head)
+    and the embedding table one row per distinct id. Saving reads each matrix once more."""
     reads = collections.Counter()
     original = Checkpoint.read
 
@@ -108,15 +113,25 @@ def test_checkpoint_tensors_are_read_once_and_only_when_saving(untied_ckpt, tmp_
     monkeypatch.setattr(Checkpoint, "read", counting_read)
     caps = get_ep("cpu")
     package = mobius_genai.build(untied_ckpt, caps, "f32")
-    reads.clear()  # (the optimizer may read small tensors such as norms while building)
-    report = quantize_int4(package["model"], Int4Options(), caps)
-    assert not reads
-    package.save(tmp_path, progress=False)
-    quantized = {weight.name for weight in report.weights}
-    assert {"lm_head.weight", "model.embed_tokens.weight"} <= quantized
     checkpoint = Checkpoint(untied_ckpt)
     matrices = {name for name in checkpoint if len(checkpoint.shape(name)) == 2}
     assert "model.layers.0.self_attn.q_proj.weight" in matrices  # (read for the packed q/k/v)
+    layers = matrices - {"lm_head.weight", "model.embed_tokens.weight"}
+    reads.clear()  # (the optimizer may read small tensors such as norms while building)
+    calibration = Calibration(tokens=24, seed=3)
+    options = Int4Options(quality=quality)
+    report = quantize_int4(package["model"], options, caps, calibration=calibration)
+    if quality == "builder":
+        assert not reads
+    else:
+        assert report.calibration == calibration
+        ids = np.random.default_rng(3).integers(0, checkpoint.shape("lm_head.weight")[0], 24)
+        assert reads.pop("model.embed_tokens.weight") == len(set(ids.tolist()))
+        assert {name: reads[name] for name in matrices & reads.keys()} == dict.fromkeys(layers, 1)
+    reads.clear()
+    package.save(tmp_path, progress=False)
+    quantized = {weight.name for weight in report.weights}
+    assert {"lm_head.weight", "model.embed_tokens.weight"} <= quantized
     assert {name: reads[name] for name in matrices} == dict.fromkeys(matrices, 1)
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai._graph_keys import LAST_TOKEN_KEY
 from mobius_genai.components.tier1 import MS_DOMAIN, is_standard_domain
 
 LOGITS = "logits"
@@ -240,6 +241,7 @@ class PruneLmHeadPass(ir.passes.InPlacePass):
                 attributes={"batch_dims": 1},
                 name=f"prune_lm_head/GatherND_{value.name}",
             )
+            node.metadata_props[LAST_TOKEN_KEY] = "1"
             last = node.outputs[0]
             last.name = f"{value.name}_last_token"
             last.dtype = value.dtype
