@@ -17,7 +17,9 @@ ours / builder (a round's two runs are in neighbouring processes, so slow drifts
 mobius-genai's build is `mobius-genai package CKPT --ep cpu --precision P --no-smoke-test`:
 like the builder's, it converts and writes (and validates); the row "mobius-genai default"
 adds the smoke test that `package` runs by default (onnxruntime-genai loads the bundle and
-generates a few tokens), which the builder does not do.
+generates a few tokens), which the builder does not do. int4 is built with `--int4-quality
+builder`, the builder's own recipe, so that both tools do the same work (int4_quality.py
+compares the recipes, the default `calibrated` among them).
 
     python benchmarks/compare_builder.py                      # fp32 and int4, ~15 minutes
     python benchmarks/compare_builder.py --precisions int4 --processes 2 --build-rounds 1
@@ -86,6 +88,8 @@ Row = tuple[str, str, list[float], list[float]]
 def ours_command(checkpoint: Path, out: Path, precision: str, smoke: bool) -> list[str]:
     command = [MOBIUS, "package", str(checkpoint), "--ep", "cpu"]
     command += ["--precision", precision, "-o", str(out), "--force", "--quiet"]
+    if precision == "int4":  # the builder's own recipe: the same work, done by each tool
+        command += ["--int4-quality", "builder"]
     return command if smoke else [*command, "--no-smoke-test"]
 
 

@@ -11,7 +11,8 @@ with full logits, in one run:
 - greedy agreement with the fp32 bundle over 8 chat prompts (onnxruntime-genai, `--new` tokens
   each): first divergence position per prompt;
 - bundle size, and decode tokens/s (benchmarks/_og_speed.py, one thread) of each recipe
-  against the builder's int4 (median of the per-process ratios).
+  against the builder's int4: every int4 bundle in each speed process, run in turn, the median
+  of the ratios within each round.
 
     python benchmarks/int4_quality.py                 # ~10 minutes on 2 cores, ~3 GB memory
 """
@@ -161,17 +162,21 @@ def first_divergence(reference: list[int], other: list[int]) -> int:
     return min(len(reference), len(other))
 
 
-def decode_speed(bundles: list[Path], processes: int) -> dict[str, list[float]]:
-    """Decode tokens/s (thread CPU time) per bundle, pooled over alternating processes."""
+def decode_speed(bundles: list[Path], processes: int, rounds: int) -> dict[str, list[float]]:
+    """Decode tokens/s (thread CPU time) per bundle: every bundle loaded in each of `processes`
+    processes and run in turn, `rounds` times, the order alternating (benchmarks/_og_speed.py),
+    so that the runs compared are minutes apart at most: the ratio of one bundle to another is
+    taken within a round."""
     pooled: dict[str, list[float]] = {}
     for index in range(processes):
-        for folder in bundles if index % 2 == 0 else list(reversed(bundles)):
-            command = [PYTHON, str(HERE / "_og_speed.py"), str(folder)]
-            command += ["--prompt", "128", "--new", "64", "--rounds", "3"]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode != 0:
-                sys.exit(f"speed run failed:\n{done.stderr[-3000:]}")
-            results = json.loads(done.stdout.strip().splitlines()[-1])["results"]
+        order = bundles if index % 2 == 0 else list(reversed(bundles))
+        command = [PYTHON, str(HERE / "_og_speed.py"), *map(str, order)]
+        command += ["--prompt", "128", "--new", "64", "--rounds", str(rounds)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"speed run failed:\n{done.stderr[-3000:]}")
+        results = json.loads(done.stdout.strip().splitlines()[-1])["results"]
+        for folder in bundles:
             pooled.setdefault(folder.name, []).extend(results[str(folder)]["decode_cpu"])
     return pooled
 
@@ -180,7 +185,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--new", type=int, default=32, help="greedy tokens per chat prompt")
-    parser.add_argument("--processes", type=int, default=4, help="speed processes per bundle")
+    parser.add_argument("--processes", type=int, default=4, help="speed processes")
+    parser.add_argument("--rounds", type=int, default=6, help="speed rounds per process")
     parser.add_argument("--fresh", action="store_true", help="rebuild every bundle")
     args = parser.parse_args()
     if args.fresh and WORK.exists():
@@ -219,7 +225,7 @@ def main() -> None:
         }
         print(name, json.dumps(rows[name]), flush=True)
     quantized = [name for name in bundles if name != "fp32"]
-    speed = decode_speed([bundles[name] for name in quantized], args.processes)
+    speed = decode_speed([bundles[name] for name in quantized], args.processes, args.rounds)
     reference = speed[bundles["builder int4"].name]
     for name in quantized:
         pairs = zip(speed[bundles[name].name], reference, strict=True)

@@ -4,7 +4,8 @@
    ~35 GB free disk for it and the largest bundle), then measures the README's commands on it,
    `mobius-genai package CKPT --ep cpu --precision int4` and `mobius-genai package CKPT --ep
    cuda` (float16, on this CPU-only machine), with the default smoke test, and the latter with
-   `--no-smoke-test`: wall time, peak RSS of the process tree, of `package`'s own process and
+   `--no-smoke-test`, and `--ep cuda --precision int4` (a float16 graph: the default int4
+   recipe calibrates it in float32 on the CPU): wall time, peak RSS of the process tree, of `package`'s own process and
    of its smoke test process, the bundle's size and which smoke test ran (the manifest's
    record). Target: peak RSS of the tree <= 4 GiB: weights are read, converted (or quantized)
    and written tensor by tensor, and the smoke test runs a twin with fewer layers when the
@@ -21,7 +22,7 @@
 
 Each bundle is deleted after its row, and the checkpoint too unless --keep-checkpoint.
 
-    python benchmarks/scale_7b_int4.py [--keep-checkpoint] [--skip-7b]
+    python benchmarks/scale_7b_int4.py [--keep-checkpoint] [--skip-7b] [--rows cuda-int4]
     python benchmarks/scale_7b_int4.py --shape qwen3-30b-a3b --layers 6,12
     python benchmarks/scale_7b_int4.py --shape qwen3-30b-a3b --layers 48 --sparse-experts 16
 """
@@ -55,6 +56,7 @@ SEVEN_B_ROWS = (
     ("cpu", "int4", ()),
     ("cuda", "fp16", ()),
     ("cuda", "fp16", ("--no-smoke-test",)),
+    ("cuda", "int4", ()),
 )
 
 
@@ -99,7 +101,7 @@ def _need_disk(needed: float, what: str) -> None:
         sys.exit(f"{what} needs {needed / 2**30:.0f} GB free in {WORK}, has {free / 2**30:.0f}")
 
 
-def seven_b(keep_checkpoint: bool, quality: str | None) -> None:
+def seven_b(keep_checkpoint: bool, quality: str | None, rows: set[str] | None) -> None:
     folder = DEFAULT_FOLDERS["7b"]
     WORK.mkdir(parents=True, exist_ok=True)
     if not (folder / "stamp.json").is_file():
@@ -109,6 +111,8 @@ def seven_b(keep_checkpoint: bool, quality: str | None) -> None:
     print(f"checkpoint {folder_mib(checkpoint):,.0f} MiB; target: tree peak <= {TARGET_RSS_MIB:,}")
     _header()
     for ep, precision, extra in SEVEN_B_ROWS:
+        if rows is not None and f"{ep}-{precision}" not in rows:
+            continue
         if quality and precision == "int4":
             extra = (*extra, "--int4-quality", quality)
         measure_row(checkpoint, "7B", ep, precision, extra)
@@ -189,7 +193,13 @@ def main() -> None:
         help=f"{MOE_SHAPE}: draw N experts per layer, the rest zeros in file holes",
     )
     parser.add_argument(
-        "--int4-quality", default=None, help="the 7B int4 row's recipe (default: package's)"
+        "--int4-quality", default=None, help="the 7B int4 rows' recipe (default: package's)"
+    )
+    parser.add_argument(
+        "--rows",
+        default=None,
+        help="the 7B rows to measure, EP-precision comma-separated (e.g. cpu-int4,cuda-int4; "
+        "default: all)",
     )
     args = parser.parse_args()
     if args.shape == MOE_SHAPE:
@@ -198,7 +208,8 @@ def main() -> None:
         return
     seventy_b()
     if not args.skip_7b:
-        seven_b(args.keep_checkpoint, args.int4_quality)
+        rows = None if args.rows is None else set(args.rows.split(","))
+        seven_b(args.keep_checkpoint, args.int4_quality, rows)
 
 
 if __name__ == "__main__":

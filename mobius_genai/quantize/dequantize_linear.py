@@ -9,6 +9,7 @@ has no onnxruntime kernel), so a tied lm_head gets its own int4 copy of the tabl
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.quantize.layout import quantize_blocked_int4
@@ -24,7 +25,8 @@ MIN_OPSET = 21
 
 class DequantizeLinearPass(ir.passes.InPlacePass):
     """Quantize the MatMul weights of `groups` to DequantizeLinear + MatMul (all 4-bit; `search`
-    rounds with the per-block search instead of onnxruntime's round-to-nearest kernel)."""
+    rounds with the per-block search instead of onnxruntime's round-to-nearest kernel, weighted
+    by `importance`, per group [K] or None, as in `MatMulNBitsPass`)."""
 
     def __init__(
         self,
@@ -34,6 +36,7 @@ class DequantizeLinearPass(ir.passes.InPlacePass):
         symmetric: bool,
         search: bool,
         cache: OneWeightCache,
+        importance: list[np.ndarray | None] | None = None,
     ) -> None:
         super().__init__()
         self.groups = groups
@@ -41,6 +44,7 @@ class DequantizeLinearPass(ir.passes.InPlacePass):
         self.symmetric = symmetric
         self.search = search
         self.cache = cache
+        self.importance = dict(zip(map(id, groups), importance, strict=True)) if importance else {}
         #: Per group (same order): the op types it now feeds, empty when left in float.
         self.results: list[tuple[str, ...]] = []
 
@@ -73,9 +77,15 @@ class DequantizeLinearPass(ir.passes.InPlacePass):
                 PartSpec(writer.unique_name(f"{base}_zero_points"), ir.DataType.UINT4, (blocks, n))
             )
 
+        importance = self.importance.get(id(group)) if self.search else None
+
         def compute() -> list[ir.TensorProtocol]:
             weight = quantize_blocked_int4(
-                source.read(), self.block_size, self.symmetric, search=self.search
+                source.read(),
+                self.block_size,
+                self.symmetric,
+                search=self.search,
+                importance=importance,
             )
             parts: list[ir.TensorProtocol] = [
                 ir.PackedTensor(weight.data, qtype, shape=(k, n), name=specs[0].name),

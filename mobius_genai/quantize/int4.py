@@ -244,9 +244,9 @@ def quantize_int4(
     block size does not divide a weight's K. `select`: only the weights it accepts, no experts.
     A recipe that calibrates runs the float graph over `calibration`'s random token ids first
     (`calibrate.py`; default `Calibration()`, at most the graph's context length) and weights
-    the search of the MatMulNBits weights by the activations measured; where the graph cannot be calibrated (a
-    vision-language decoder, MoE experts: `calibration_refusal`) or the EP quantizes with
-    DequantizeLinear, the search is unweighted and the report says why.
+    the search of the 4-bit weights by the activations measured; where the graph cannot be
+    calibrated (a vision-language decoder, MoE experts: `calibration_refusal`), the search is
+    unweighted and the report says why.
     """
     options = options.resolved(caps)
     groups, declined = find_weights(model.graph)
@@ -257,18 +257,19 @@ def quantize_int4(
     )
     cache = OneWeightCache()
     symmetric, search = bool(options.symmetric), options.recipe.search
+    refusal = calibration_refusal(model.graph) if options.recipe.calibrate else None
+    if options.recipe.calibrate and refusal is None:
+        calibration = within_context(model, calibration or Calibration())
+    else:
+        calibration = None
     if caps.supports_custom_ops and caps.supports_matmul_nbits:
         groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
-        refusal = calibration_refusal(model.graph) if options.recipe.calibrate else None
-        calibrates = options.recipe.calibrate and refusal is None
-        calibration = within_context(model, calibration or Calibration()) if calibrates else None
-        importance = _importance(model, groups, calibration)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
             formats=formats,
             symmetric=symmetric,
             search=search,
-            importance=importance,
+            importance=_importance(model, groups, calibration),
             accuracy_level=options.accuracy_level or 0,
             gather=gather,
             cache=cache,
@@ -282,10 +283,9 @@ def quantize_int4(
             symmetric=symmetric,
             search=search,
             cache=cache,
+            importance=_importance(model, groups, calibration),
         )
         format_ = "DequantizeLinear"
-        calibration = None
-        refusal = "the EP's DequantizeLinear int4 takes the search unweighted"
     experts = QMoEPass(options.block_size, symmetric, search, options.accuracy_level or 0)
     qmoe = select is None and caps.supports_custom_ops and caps.supports_qmoe
     qmoe = qmoe and experts(model).modified
@@ -305,7 +305,7 @@ def quantize_int4(
         embedding=_embedding_state(groups, formats, quantizer.results),
         declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
         calibration=calibration,
-        calibration_skipped=refusal if options.recipe.calibrate else None,
+        calibration_skipped=refusal,
     )
 
 

@@ -238,12 +238,18 @@ def _searched_blocked(
     zero_points: np.ndarray,
     block_size: int,
     symmetric: bool,
+    importance: np.ndarray | None,
 ) -> None:
-    """Fill a slice of the DequantizeLinear outputs from `search_blocks` on rows `chunk`."""
+    """Fill a slice of the DequantizeLinear outputs from `search_blocks` on rows `chunk`
+    (`importance`: those rows' entries, the same for every column)."""
     rows, n = chunk.shape
     blocks = rows // block_size
     along_k = chunk.reshape(blocks, block_size, n).transpose(0, 2, 1)
-    rounded = search_blocks(along_k.reshape(blocks * n, block_size), 4, symmetric)
+    weight = None
+    if importance is not None:
+        per_block = np.asarray(importance, np.float32).reshape(blocks, 1, block_size)
+        weight = np.broadcast_to(per_block, (blocks, n, block_size)).reshape(-1, block_size)
+    rounded = search_blocks(along_k.reshape(blocks * n, block_size), 4, symmetric, weight)
     scales[...] = rounded.scales.reshape(blocks, n)
     q = rounded.q.reshape(blocks, n, block_size).transpose(0, 2, 1).reshape(-1)
     if symmetric:  # signed int4 two's complement: q - 8 in a nibble
@@ -267,14 +273,18 @@ def quantize_blocked_int4(
     *,
     search: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    importance: np.ndarray | None = None,
 ) -> BlockedInt4:
     """Quantize a [K, N] weight to the blocked DequantizeLinear layout (axis 0).
 
     Symmetric gives signed int4 values without zero points; asymmetric gives uint4 values and
     uint4 zero points. Slices along K hold an even number of blocks so every slice starts on a
-    byte of the packed outputs. `search` rounds with `rounding.search_blocks`.
+    byte of the packed outputs. `search` rounds with `rounding.search_blocks`, weighting each
+    k's error by `importance` ([K]) if given.
     """
     k, n = _check(weight, block_size)
+    if importance is not None and (not search or np.shape(importance) != (k,)):
+        raise ValueError(f"importance needs search=True and shape ({k},)")
     blocks = k // block_size
     compute = _kernel_dtype(weight.dtype)
     data = np.zeros((k * n + 1) // 2, np.uint8)
@@ -295,7 +305,8 @@ def quantize_blocked_int4(
             zero_points[block0 * n // 2 : (block1 * n + 1) // 2],
         )
         if search:
-            _searched_blocked(*outputs, block_size, symmetric)
+            part = None if importance is None else importance[start:stop]
+            _searched_blocked(*outputs, block_size, symmetric, part)
         else:
             quantize_qdq_matmul_4bits(*outputs, block_size, n, stop - start, symmetric)
         del chunk

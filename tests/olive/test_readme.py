@@ -11,6 +11,7 @@ pytest.importorskip("olive", reason="the olive extra is not installed: pip insta
 from olive.hardware.accelerator import DEFAULT_CPU_ACCELERATOR
 
 from mobius_genai.olive import MobiusExport, olive_ep_mapping
+from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES
 from tests.olive.conftest import RECIPE_NAMES, RECIPES
 
 README = (RECIPES / "README.md").read_text(encoding="utf-8")
@@ -34,3 +35,9 @@ def test_the_ep_table_is_the_mapping():
 def test_the_recipe_table_lists_every_recipe():
     listed = {cell.removesuffix(".json") for cell in _first_cells() if cell.endswith(".json")}
     assert listed == set(RECIPE_NAMES) == {path.stem for path in RECIPES.glob("*.json")}
+
+
+def test_the_int4_quality_row_names_every_recipe_and_the_default():
+    row = re.search(r"^\| `int4_quality` \| (\w[\w-]*) \| (.*) \|$", README, re.MULTILINE)
+    assert row is not None and row.group(1) == DEFAULT_QUALITY
+    assert set(re.findall(r"`([\w-]+)`", row.group(2))) >= set(QUALITIES)

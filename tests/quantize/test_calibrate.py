@@ -132,6 +132,42 @@ def test_calibrated_weights_equal_the_search_weighted_by_the_activations(tied_ck
             assert np.allclose(ours, expected, rtol=1e-5, atol=1e-6) == equal, node.name
 
 
+def test_dequantize_linear_weights_are_searched_with_the_activations(untied_ckpt, tmp_path):
+    """Portable ONNX takes int4 as DequantizeLinear + MatMul: each uint4 weight there is
+    search_blocks' rounding weighted by the importance of its MatMul's input features (the
+    float graph's statistics), not the unweighted search's."""
+    caps = get_ep("default")
+    mobius_genai.build(untied_ckpt, caps, "f32").save(tmp_path / "f", progress=False)
+    package = mobius_genai.build(untied_ckpt, caps, "f32")
+    options = Int4Options(quality="calibrated")
+    report = quantize_int4(package["model"], options, caps, calibration=Calibration(TOKENS, 3))
+    assert report.format == "DequantizeLinear" and report.calibration == Calibration(TOKENS, 3)
+    package.save(tmp_path / "q", progress=False)
+    checkpoint = load_file(untied_ckpt / "model.safetensors")
+    graph = ir.load(tmp_path / "q" / "model.onnx").graph
+    matmuls = {n.inputs[1]: n for n in graph if n.op_type == "MatMul" and n.inputs[1].producer()}
+    names = [node.inputs[0].name for node in matmuls.values()]
+    reference = _whole_graph_statistics(tmp_path / "f" / "model.onnx", names, TOKENS, seed=3)
+    assert len(matmuls) >= 10
+    for dequantized, matmul in matmuls.items():
+        q, scales, zero = (
+            v.const_value.numpy().astype(np.float32) for v in dequantized.producer().inputs
+        )
+        k, n = q.shape
+        ours = (q.reshape(-1, 32, n) - zero[:, None]) * scales[:, None]
+        weight = _float_weight(checkpoint, dequantized.producer().inputs[0].name, k, n)
+        blocks = np.ascontiguousarray(weight.reshape(-1, 32, n).transpose(0, 2, 1)).reshape(-1, 32)
+        importance = reference[matmul.inputs[0].name].astype(np.float32).reshape(-1, 1, 32)
+        weights = np.broadcast_to(importance, (k // 32, n, 32)).reshape(-1, 32)
+        for block_weights, equal in ((weights, True), (None, False)):
+            rounded = search_blocks(blocks, 4, False, block_weights)
+            values = (rounded.q.astype(np.float32) - rounded.zero[:, None]) * rounded.scales[
+                :, None
+            ]
+            expected = values.reshape(k // 32, n, 32).transpose(0, 2, 1)
+            assert np.allclose(ours, expected, rtol=1e-5, atol=1e-6) == equal, matmul.name
+
+
 def _importance_by_weight(package) -> dict[str, np.ndarray]:
     model = package["model"]
     groups, _ = find_weights(model.graph)

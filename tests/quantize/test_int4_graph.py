@@ -224,14 +224,11 @@ def test_a_second_run_finds_nothing_to_do(untied_ckpt):
     assert collections.Counter(n.op_type for n in package["model"].graph) == before
 
 
-def test_the_default_recipe_says_where_its_search_runs_unweighted(untied_ckpt):
-    """DequantizeLinear int4 takes no activation weighting: the calibrated default searches
-    unweighted there and the report (manifest, card) says why."""
-    _, report = _quantized(untied_ckpt, "default", "f32", quality=DEFAULT_QUALITY)
-    assert QUALITIES[DEFAULT_QUALITY].calibrate and report.calibration is None
-    assert "DequantizeLinear" in report.summary()["calibration_skipped"]
-    _, report = _quantized(untied_ckpt, "cpu", "f32", quality=DEFAULT_QUALITY)
-    assert report.calibration is not None and "calibration_skipped" not in report.summary()
+@pytest.mark.parametrize("ep", ["cpu", "default"])
+def test_the_default_recipe_calibrates_matmul_nbits_and_dequantize_linear(ep, untied_ckpt):
+    _, report = _quantized(untied_ckpt, ep, "f32", quality=DEFAULT_QUALITY)
+    assert QUALITIES[DEFAULT_QUALITY].calibrate and report.calibration is not None
+    assert "calibration_skipped" not in report.summary()
 
 
 @pytest.mark.parametrize(("ep", "dtype"), [("trt-rtx", "f16"), ("default", "f32")])
