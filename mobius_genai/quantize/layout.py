@@ -27,16 +27,13 @@ check the kernels' layout and to build reference graphs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import numpy as np
-from onnxruntime.capi.onnxruntime_pybind11_state import (
-    quantize_matmul_4bits,
-    quantize_matmul_8bits,
-    quantize_qdq_matmul_4bits,
-)
 
 from mobius_genai.quantize.rounding import SEARCH_ELEMENTS, search_blocks
+from mobius_genai.quantize.search_pool import PARALLEL_ELEMENTS, map_chunks
 
 __all__ = [
     "KERNEL_DTYPES",
@@ -58,7 +55,15 @@ DEFAULT_CHUNK_ELEMENTS = 1 << 20
 KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
 
 #: MatMulNBits `bits` values written here, and onnxruntime's round-to-nearest kernel for each.
-_NEAREST_KERNELS = {4: quantize_matmul_4bits, 8: quantize_matmul_8bits}
+_NEAREST_KERNELS = {4: "quantize_matmul_4bits", 8: "quantize_matmul_8bits"}
+
+
+def _ort_kernel(name: str) -> Callable[..., None]:
+    """One of onnxruntime's quantization kernels, imported when first used: the search's
+    worker processes import this module without onnxruntime."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as kernels
+
+    return getattr(kernels, name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +164,8 @@ def quantize_matmul_nbits_columns(
     """`quantize_matmul_nbits` of a [K, N] weight of `dtype` given by its columns.
 
     The weight is never whole in memory: `read` is asked for about `chunk_elements` values at
-    a time, in the dtype the kernel computes in.
+    a time, in the dtype the kernel computes in. The search of a weight of PARALLEL_ELEMENTS
+    or more runs in `search_pool`'s worker processes (the same results).
     """
     if k % block_size:
         raise ValueError(f"K={k} is not a multiple of block_size={block_size}")
@@ -173,31 +179,42 @@ def quantize_matmul_nbits_columns(
     scales = np.zeros((n, blocks), compute)
     zero_points = np.zeros((n, (blocks * bits + 7) // 8), np.uint8)
     step = max(1, chunk_elements // k)
-    for start in range(0, n, step):
-        stop = min(n, start + step)
-        chunk = read(start, stop, compute)
-        rows = slice(start, stop)
-        if search:
-            outputs = (packed[rows], scales[rows], zero_points[rows])
-            _searched_rows(chunk, bits, symmetric, *outputs, importance)
-        else:
-            _NEAREST_KERNELS[bits](
-                packed[rows],
-                chunk,
-                scales[rows],
-                zero_points[rows],
-                block_size,
-                stop - start,
-                k,
-                symmetric,
-            )
-        del chunk
+    ranges = [(start, min(n, start + step)) for start in range(0, n, step)]
+    if search:
+        searched = functools.partial(
+            _searched_chunk, bits=bits, symmetric=symmetric, blocks=blocks, importance=importance
+        )
+        chunks = (read(start, stop, compute) for start, stop in ranges)
+        results = map_chunks(searched, chunks, parallel=k * n >= PARALLEL_ELEMENTS)
+        for (start, stop), outputs in zip(ranges, results, strict=True):
+            packed[start:stop], scales[start:stop], zero_points[start:stop] = outputs
+    else:
+        kernel = _ort_kernel(_NEAREST_KERNELS[bits])
+        for start, stop in ranges:
+            rows = slice(start, stop)
+            chunk = read(start, stop, compute)
+            outputs = (packed[rows], chunk, scales[rows], zero_points[rows])
+            kernel(*outputs, block_size, stop - start, k, symmetric)
+            del chunk, outputs
     return NBitsWeight(
         packed=packed,
         scales=scales.astype(dtype, copy=False),
         zero_points=None if symmetric else zero_points,
         bits=bits,
     )
+
+
+def _searched_chunk(
+    chunk: np.ndarray, *, bits: int, symmetric: bool, blocks: int, importance: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The MatMulNBits rows (packed, scales, zero points) of the columns `chunk` [K, rows],
+    searched (in a worker process of `search_pool`, or here)."""
+    k, rows = chunk.shape
+    packed = np.zeros((rows, blocks, k // blocks * bits // 8), np.uint8)
+    scales = np.zeros((rows, blocks), chunk.dtype)
+    zero_points = np.zeros((rows, (blocks * bits + 7) // 8), np.uint8)
+    _searched_rows(chunk, bits, symmetric, packed, scales, zero_points, importance)
+    return packed, scales, zero_points
 
 
 def _searched_rows(
@@ -308,7 +325,9 @@ def quantize_blocked_int4(
             part = None if importance is None else importance[start:stop]
             _searched_blocked(*outputs, block_size, symmetric, part)
         else:
-            quantize_qdq_matmul_4bits(*outputs, block_size, n, stop - start, symmetric)
+            _ort_kernel("quantize_qdq_matmul_4bits")(
+                *outputs, block_size, n, stop - start, symmetric
+            )
         del chunk
     return BlockedInt4(
         data=data,

@@ -1,0 +1,122 @@
+"""The per-block search of large weights, spread over worker processes.
+
+`rounding.search_blocks` runs in numpy at ~0.1 s per million weights on one core, in steps
+small enough that threads mostly wait for the GIL (two threads: 0.9-1.3x one): a 7B's 7.6
+billion weights take ~13 minutes. Blocks are independent, so the column chunks of a weight go
+to worker processes, one per core this process may use (at most MAX_WORKERS), one chunk each at
+a time; results come back in order, and a chunk is computed as it would be here, so the output
+does not depend on the workers.
+
+A worker is a fresh interpreter (`python -m mobius_genai.quantize._search_worker`) that imports
+numpy and the rounding code only (~40 MB), not the caller's `__main__` (as multiprocessing's
+spawn would: a user's unguarded script would run again) nor a forked copy of the caller's
+memory and threads. Requests and results are pickled over its pipes: they are our own chunks
+and functions, never checkpoint objects. Workers ignore Ctrl-C (the caller handles it) and
+end when the caller does (their stdin closes).
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+__all__ = ["MAX_WORKERS", "PARALLEL_ELEMENTS", "map_chunks", "search_workers"]
+
+#: Weights with fewer elements (two of `layout`'s 1M-element chunks) are searched in the calling
+#: process.
+PARALLEL_ELEMENTS = 1 << 21
+#: Most worker processes (each holds a chunk, its search temporaries and ~40 MB of modules).
+MAX_WORKERS = 8
+
+_WORKER = "mobius_genai.quantize._search_worker"
+_workers: list[subprocess.Popen] = []
+
+
+def search_workers() -> int:
+    """Worker processes for the search: the cores this process may run on, at most
+    MAX_WORKERS; 1 means none (the search runs in the caller)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return min(cores, MAX_WORKERS)
+
+
+def map_chunks(
+    function: Callable[[Any], Any],
+    chunks: Iterable[Any],
+    *,
+    parallel: bool,
+    workers: int | None = None,
+) -> Iterator[Any]:
+    """`map(function, chunks)`, in `workers` (default `search_workers()`) worker processes
+    when `parallel` and there is more than one. `function` must be picklable by reference (a
+    module-level function, or a functools.partial of one with picklable arguments)."""
+    count = search_workers() if workers is None else workers
+    if not parallel or count < 2:
+        yield from map(function, chunks)
+        return
+    idle = collections.deque(_pool(count))
+    busy: collections.deque[subprocess.Popen] = collections.deque()
+    try:
+        for chunk in chunks:
+            if not idle:
+                worker = busy.popleft()
+                yield _receive(worker)
+                idle.append(worker)
+            worker = idle.popleft()
+            pickle.dump((function, chunk), worker.stdin, pickle.HIGHEST_PROTOCOL)  # type: ignore[arg-type]
+            worker.stdin.flush()  # type: ignore[union-attr]
+            busy.append(worker)
+        while busy:
+            yield _receive(busy.popleft())
+    except BaseException:  # (an error, Ctrl-C, the caller stopping early)
+        _close_pool()  # results still on their way would answer the next requests
+        raise
+
+
+def _receive(worker: subprocess.Popen) -> Any:
+    """The next result of `worker` (its exception re-raised here)."""
+    try:
+        failed, value = pickle.load(worker.stdout)  # type: ignore[arg-type]
+    except EOFError:
+        raise RuntimeError(
+            f"a search worker process ended unexpectedly (exit code {worker.wait()})"
+        ) from None
+    if failed:
+        raise value
+    return value
+
+
+def _pool(count: int) -> list[subprocess.Popen]:
+    """`count` workers, started on first use and kept for the process's life."""
+    if len(_workers) < count:
+        if not _workers:
+            atexit.register(_close_pool)
+        command = [sys.executable, "-m", _WORKER]
+        # the workers import this package from where the caller did
+        root = str(Path(__file__).resolve().parents[2])
+        path = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
+        env = {**os.environ, "PYTHONPATH": path}
+        _workers.extend(
+            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            for _ in range(count - len(_workers))
+        )
+    return _workers[:count]
+
+
+def _close_pool() -> None:
+    """End the workers: they stop at the end of their input."""
+    while _workers:
+        worker = _workers.pop()
+        for stream in (worker.stdin, worker.stdout):
+            if stream is not None:
+                stream.close()
+        worker.wait()

@@ -1,0 +1,68 @@
+"""The search's worker processes (`quantize.search_pool`): the same results as in process,
+errors raised in the caller, and workers that import no graph-building stack."""
+
+from __future__ import annotations
+
+import operator
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mobius_genai.quantize import layout, search_pool
+from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
+
+
+def test_chunks_map_in_order_in_two_workers():
+    chunks = [np.arange(i, i + 5) for i in range(7)]
+    results = list(search_pool.map_chunks(operator.neg, chunks, parallel=True, workers=2))
+    assert len(search_pool._workers) >= 2
+    assert [r.tolist() for r in results] == [(-c).tolist() for c in chunks]
+
+
+def test_an_error_in_a_worker_is_raised_here_and_the_pool_recovers():
+    chunks = [np.ones(3), "not an array", np.ones(3), np.ones(3)]
+    with pytest.raises(TypeError):
+        list(search_pool.map_chunks(operator.neg, chunks, parallel=True, workers=2))
+    assert not search_pool._workers  # closed: its pending results would answer later requests
+    again = search_pool.map_chunks(operator.neg, [np.ones(2)] * 3, parallel=True, workers=2)
+    assert [r.tolist() for r in again] == [[-1.0, -1.0]] * 3
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_search_in_workers_equals_the_search_here(weighted, monkeypatch):
+    rng = np.random.default_rng(3)
+    k, n = 256, 96
+    weight = rng.standard_normal((k, n)).astype(np.float32)
+    importance = rng.random(k).astype(np.float32) if weighted else None
+
+    def read(start, stop, dtype):
+        return np.ascontiguousarray(weight[:, start:stop], dtype=dtype)
+
+    def quantized():
+        return quantize_matmul_nbits_columns(
+            read, k, n, weight.dtype, 32, False, search=True, chunk_elements=k * 8,
+            importance=importance,
+        )  # fmt: skip
+
+    here = quantized()
+    monkeypatch.setattr(layout, "PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(search_pool, "search_workers", lambda: 2)
+    workers = quantized()
+    assert search_pool._workers
+    for ours, expected in zip(
+        (workers.packed, workers.scales, workers.zero_points),
+        (here.packed, here.scales, here.zero_points),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(ours, expected)
+
+
+def test_a_worker_loads_numpy_and_the_rounding_code_only():
+    code = (
+        "import sys, mobius_genai.quantize._search_worker, mobius_genai.quantize.layout; "
+        "print(sorted({'onnx', 'onnx_ir', 'onnxruntime', 'onnxscript'} & set(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
