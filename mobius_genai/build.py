@@ -13,6 +13,7 @@ from pathlib import Path
 import onnx_ir as ir
 from onnx_ir.serde import SerdeError
 
+from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY
 from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
@@ -188,7 +189,7 @@ def build_from_module(
         config=config,
         ep=target.ep,
         dtype=target.dtype,
-        context_length=getattr(module, "context_length", config.max_position_embeddings),
+        context_length=int(model.metadata_props[CONTEXT_LENGTH_KEY]),
     )
     if optimize:
         _optimize(package, trace_optimization, prune_lm_head)

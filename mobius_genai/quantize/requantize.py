@@ -24,7 +24,6 @@ import onnx_ir as ir
 
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.prequantized.tensor import PrequantizedTensor
-from mobius_genai.quantize.calibrate import Calibration
 from mobius_genai.quantize.int4 import Int4Options, Int4Report, quantize_int4
 from mobius_genai.quantize.prequantized import FLOAT_KINDS
 from mobius_genai.quantize.targets import WeightGroup, find_weights
@@ -38,12 +37,11 @@ def requantize_floats(
     options: Int4Options,
     caps: EpCapabilities,
     accuracy_level: int,
-    calibration: Calibration | None = None,
 ) -> tuple[Int4Report | None, list[tuple[str, str]]]:
     """Quantize (in place) the float weights of `model` an int4 request covers (see the module
     docstring) at `accuracy_level`. Returns the int4 report (None when there was nothing to
     quantize) and, once per source tensor quantized, its stored kind and what it became
-    (for `PrequantizedReport.with_requantized`). `calibration`: as `quantize_int4`'s."""
+    (for `PrequantizedReport.with_requantized`)."""
     options = dataclasses.replace(options, accuracy_level=accuracy_level)
     groups, _ = find_weights(model.graph)
     stored = {group.source.name: _stored(group) for group in groups}
@@ -55,7 +53,7 @@ def requantize_floats(
         quantized = {kind for _, kind in stored[group.source.name]} - FLOAT_KINDS
         return group.role == "linear" or group.role in wide or bool(quantized)
 
-    report = quantize_int4(model, options, caps, select=select, calibration=calibration)
+    report = quantize_int4(model, options, caps, select=select)
     moved: dict[str, tuple[str, str]] = {}
     for weight in report.weights:
         outcome = (

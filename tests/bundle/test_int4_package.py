@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 
 import onnx
 
@@ -14,15 +15,18 @@ from tests._ort import og_sequence
 from tests.bundle.conftest import TINY_QWEN2 as TINY
 
 
-def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
+def _int4_bundle(folder, quality: str, **options) -> tuple[Path, dict]:
+    """TINY packaged for cpu int4 with `quality`, and its manifest's `build.quantization`."""
     out = mobius_genai.package(
-        TINY,
-        "cpu",
-        tmp_path / "b",
-        precision="int4",
-        int4=Int4Options(quality="balanced"),
-        quiet=True,
-    )
+        TINY, "cpu", folder, precision="int4", int4=Int4Options(quality=quality), quiet=True,
+        **options,
+    )  # fmt: skip
+    manifest = json.loads((out / "mobius_manifest.json").read_text())
+    return out, manifest["build"]["quantization"]
+
+
+def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
+    out, quantization = _int4_bundle(tmp_path / "b", "balanced")
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
     ops = Counter(node.op_type for node in graph.node)
     # 2 layers x (packed q/k/v, o, gate, up, down) + tied lm_head sharing the table
@@ -36,8 +40,6 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
         if attr.name == "accuracy_level"
     }
     assert levels == {4}  # the cpu EP's default accuracy level
-    manifest = json.loads((out / "mobius_manifest.json").read_text())
-    quantization = manifest["build"]["quantization"]
     # the balanced recipe: zero points, searched scales, the tied table in 8 bits
     assert (quantization["block_size"], quantization["symmetric"]) == (32, False)
     assert (quantization["quality"], quantization["rounding"]) == ("balanced", "search")
@@ -53,15 +55,7 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
 def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
     """The `calibrated` recipe: the manifest says the search was activation-weighted (random
     token ids: the model's 128 positions, fewer than the default 512; seed 0)."""
-    out = mobius_genai.package(
-        TINY,
-        "cpu",
-        tmp_path / "b",
-        precision="int4",
-        int4=Int4Options(quality="calibrated"),
-        quiet=True,
-    )
-    quantization = json.loads((out / "mobius_manifest.json").read_text())["build"]["quantization"]
+    out, quantization = _int4_bundle(tmp_path / "b", "calibrated")
     assert (quantization["quality"], quantization["rounding"]) == ("calibrated", "search")
     assert quantization["calibration"] == {"tokens": 128, "seed": 0}
     assert (
@@ -74,17 +68,9 @@ def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
 def test_calibration_stays_within_a_shorter_context_length(tmp_path):
     """`--context-length` below max_position_embeddings (128) shortens the rope tables: the
     random prefill takes that many tokens, not the model's positions."""
-    out = mobius_genai.package(
-        TINY,
-        "cpu",
-        tmp_path / "b",
-        precision="int4",
-        int4=Int4Options(quality="calibrated"),
-        context_length=48,
-        quiet=True,
-        smoke_test=False,
+    _, quantization = _int4_bundle(
+        tmp_path / "b", "calibrated", context_length=48, smoke_test=False
     )
-    quantization = json.loads((out / "mobius_manifest.json").read_text())["build"]["quantization"]
     assert quantization["calibration"] == {"tokens": 48, "seed": 0}
 
 
