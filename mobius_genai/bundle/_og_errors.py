@@ -1,5 +1,5 @@
 """How onnxruntime-genai says things that mobius-genai answers differently (read by the smoke
-test's process, which imports little, and by `run`)."""
+test's process, which imports little, and by `run`, `chat` and `bench`)."""
 
 from __future__ import annotations
 
@@ -11,3 +11,16 @@ PROVIDER_UNAVAILABLE = re.compile(
     r"not available|not supported in this build|not been built with|Unknown provider name"
     r"|Failed to load library"
 )
+#: onnxruntime's internals in a message: a source location, then the C++ signature of the
+#: function (or its bare name) and the condition that failed ("... was false.").
+_INTERNALS = re.compile(
+    r"(?:/[^\s:]*/)?\w+\.(?:cc|cpp|h):\d+\s+(?:(?:[\w:<>,*&~]+ )*[\w:<>~]+\([^()]*\)(?: const)?|\w+)"
+    r"(?:\s.*? was false\.)?\s*"
+)
+
+
+def og_message(error: BaseException) -> str:
+    """onnxruntime-genai's message of `error` on one line, without onnxruntime's source
+    locations, C++ signatures and failed conditions."""
+    text = _INTERNALS.sub(" ", str(error))
+    return " ".join(text.split()).rstrip(" .:") or type(error).__name__

@@ -66,6 +66,16 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     return make
 
 
+@pytest.fixture(scope="session")
+def full_logits(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint packaged for cpu with logits for every position (no smoke test):
+    a bundle onnxruntime-genai's Engine runs."""
+    out = tmp_path_factory.mktemp("bundles") / "tiny-full-logits"
+    return packager.package(
+        TINY_QWEN2, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=False
+    )
+
+
 @pytest.fixture
 def bundle_copy(packaged: Callable[[str], Path], tmp_path: Path) -> Callable[[str], Path]:
     """A private, editable copy of a packaged bundle."""
