@@ -21,6 +21,6 @@ _INTERNALS = re.compile(
 
 def og_message(error: BaseException) -> str:
     """onnxruntime-genai's message of `error` on one line, without onnxruntime's source
-    locations, C++ signatures and failed conditions."""
-    text = _INTERNALS.sub(" ", str(error))
+    locations, C++ signatures and failed conditions, nor a guidance parser's state dump."""
+    text = _INTERNALS.sub(" ", str(error).split("\n<", 1)[0])
     return " ".join(text.split()).rstrip(" .:") or type(error).__name__

@@ -47,6 +47,8 @@ _FINISHES = {
     og.FinishReason.MAX_SESSION_TOKENS: "context",
     og.FinishReason.CANCELLED: "stopped",
 }
+#: A turn's guidance: its kind (og's: "json_schema", "regex", "lark_grammar") and its text.
+Guidance = tuple[str, str]
 _TOKEN = int(og.EngineEventFlags.TOKEN)
 _ENDED = int(og.EngineEventFlags.TURN_FINISHED) | int(og.EngineEventFlags.FAILED)
 _EVENTS = 16
@@ -54,18 +56,26 @@ _EVENTS = 16
 
 class Decoder:
     """Generates the turns of one conversation with `bundle`'s model; `note` hears, once, why
-    the Engine does not run the bundle when og refuses it."""
+    the Engine does not run the bundle when og refuses it; `engine=False` keeps to og.Generator
+    (prompts with images)."""
 
-    def __init__(self, bundle: OpenBundle, note: Callable[[str], None] = lambda text: None):
+    def __init__(
+        self,
+        bundle: OpenBundle,
+        note: Callable[[str], None] = lambda text: None,
+        *,
+        engine: bool = True,
+    ) -> None:
         self.bundle = bundle
         self.finish: str | None = None
         """Why the latest turn ended ("eos", "length", "context", "stopped"), None before."""
         self.fed = 0
         """The prompt tokens the latest turn fed (fewer than its prompt when a request is
         reused)."""
-        self.engine: og.Engine | None = _engine(bundle, note)
+        self.engine: og.Engine | None = _engine(bundle, note) if engine else None
         self._request: og.Request | None = None
         self._held: list[int] = []
+        self._guidance: Guidance | None = None
 
     def tokens(
         self,
@@ -73,10 +83,12 @@ class Decoder:
         *,
         max_new_tokens: int,
         max_length: int,
+        guidance: Guidance | None = None,
     ) -> Iterator[int]:
         """The tokens generated after `prompt` (token ids, or a multimodal processor's inputs),
         as they come: at most `max_new_tokens`, and `max_length` tokens in all; sampled as the
-        bundle's search settings (overridden when it was opened) say."""
+        bundle's search settings (overridden when it was opened) say, within `guidance`."""
+        self._guidance = guidance
         if self.engine is None or isinstance(prompt, og.NamedTensors):
             return self._generator_tokens(prompt, max_new_tokens, max_length)
         return self._engine_tokens(list(prompt), max_new_tokens, max_length)
@@ -98,15 +110,15 @@ class Decoder:
             self._request = self.engine.create_request(options=request_options)
             held = 0
         request, self.finish, self.fed = self._request, None, len(prompt) - held
-        turn_options = og.TurnOptions(request)
-        turn_options.set_max_generated_tokens(max_new_tokens)
         try:
+            turn_options = og.TurnOptions(request)
+            turn_options.set_max_generated_tokens(max_new_tokens)
+            if self._guidance is not None:
+                turn_options.set_guidance(*self._guidance)
             turn = request.begin_turn(np.asarray(prompt[held:], np.int32), turn_options)
-        except RuntimeError as error:  # og's refusal of the request: its input is the problem
+        except RuntimeError as error:
             self.reset()
-            raise BundleError(
-                f"{self.bundle.folder}: onnxruntime-genai refused the request: {error}"
-            ) from error
+            raise self._refused(error) from error
         generated: list[int] = []
         try:
             yield from self._events(turn, generated)
@@ -133,7 +145,7 @@ class Decoder:
             return list(self.engine.run(buffer))
         except RuntimeError as error:  # a failed step; the Engine is no longer healthy
             self._drop_engine()
-            raise self.bundle.failure("generate", error) from error
+            raise self._failure(error) from error
 
     def _ended(self, event: og.EngineEvent) -> None:
         if event.finish_reason in _FINISHES:
@@ -145,7 +157,7 @@ class Decoder:
         except RuntimeError as error:
             cause = error
         self._drop_engine()
-        raise self.bundle.failure("generate", cause) from cause
+        raise self._failure(cause) from cause
 
     def _cancel(self, turn: int) -> None:
         """Cancel `turn` and run the Engine until it says the turn ended; close the request."""
@@ -155,6 +167,21 @@ class Decoder:
             self.engine.run(buffer)
         self.reset()
         self.finish = "stopped"
+
+    def _refused(self, error: RuntimeError) -> BundleError:
+        """og's refusal of a request or its guidance: the input is the problem."""
+        return BundleError(
+            f"{self.bundle.folder}: onnxruntime-genai refused the request: {og_message(error)}"
+        )
+
+    def _failure(self, error: BaseException) -> BundleError:
+        """og's failure while generating: of a guided turn, the guidance; else the bundle."""
+        if self._guidance is None:
+            return self.bundle.failure("generate", error)
+        return BundleError(
+            f"{self.bundle.folder}: onnxruntime-genai stopped the reply guided by "
+            f"{self._guidance[0]}: {og_message(error)}"
+        )
 
     def _drop_engine(self) -> None:
         """After a failure the Engine refuses every call: the next turn gets a new one."""
@@ -174,7 +201,12 @@ class Decoder:
         try:
             params = og.GeneratorParams(self.bundle.model)
             params.set_search_options(max_length=min(length + max_new_tokens, max_length))
+            if self._guidance is not None:
+                params.set_guidance(*self._guidance)
             generator = og.Generator(self.bundle.model, params)
+        except RuntimeError as error:
+            raise self._refused(error) from error
+        try:
             if images:
                 generator.set_inputs(prompt)
             else:
@@ -184,7 +216,7 @@ class Decoder:
                 last, count = int(generator.get_next_tokens()[0]), count + 1
                 yield last
         except RuntimeError as error:
-            raise self.bundle.failure("generate", error) from error
+            raise self._failure(error) from error
         except BaseException:  # stopped midway: Ctrl-C, or the stream was closed
             self.finish = "stopped"
             raise
@@ -226,6 +258,7 @@ def stream_text(
     max_length: int,
     use_chat_template: bool = True,
     images: Sequence[str | Path] = (),
+    guidance: Guidance | None = None,
     note: Callable[[str], None] = lambda text: None,
 ) -> Iterator[str]:
     """Text pieces generated for `prompt` (sampled as the bundle's search settings say,
@@ -233,6 +266,7 @@ def stream_text(
 
     With `images` (files), the prompt goes through the multimodal processor with them; it gets
     the model type's image placeholder in front for each image it does not place itself.
+    `guidance` constrains the reply (a JSON schema, a regular expression, a Lark grammar).
     """
     folder, text = bundle.folder, prompt
     if images:
@@ -256,8 +290,8 @@ def stream_text(
             f"{folder}: onnxruntime-genai cannot encode the prompt: {error}"
         ) from error
     stream = tokenizer.create_stream()
-    tokens = Decoder(bundle, note).tokens(
-        inputs, max_new_tokens=max_new_tokens, max_length=max_length
+    tokens = Decoder(bundle, note, engine=not images).tokens(
+        inputs, max_new_tokens=max_new_tokens, max_length=max_length, guidance=guidance
     )
     with contextlib.closing(tokens):
         for token in tokens:

@@ -7,9 +7,11 @@ Engine where it runs the bundle, from og.Generator where it does not (`bundle.de
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
-from mobius_genai.bundle.decoding import stream_text
+from mobius_genai.bundle.decoding import Guidance, stream_text
 from mobius_genai.bundle.opening import open_bundle
 from mobius_genai.bundle.placement import provider_of
 from mobius_genai.cli._generation import (
@@ -42,6 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
+    guided = parser.add_mutually_exclusive_group()
+    guided.add_argument(
+        "--json-schema",
+        metavar="SCHEMA",
+        help="the reply is JSON matching this JSON schema (its text, or a file holding it)",
+    )
+    guided.add_argument("--regex", metavar="PATTERN", help="the reply matches this regex")
     add_sampling_arguments(parser, max_new_tokens=128)
     add_max_length_argument(parser)
     add_threads_argument(parser)
@@ -56,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the text as it is generated, then the speed on stderr."""
     prompt = _prompt(args)
     options = search_options(args)
+    guidance = _guidance(args)
     bundle = open_bundle(
         args.folder,
         command="run",
@@ -70,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         max_length=max_length(args, bundle),
         use_chat_template=not args.raw,
         images=args.image,
+        guidance=guidance,
         note=say,
     )
     speed = Speed()
@@ -91,3 +102,21 @@ def _prompt(args: argparse.Namespace) -> str:
             "`run DIR --prompt PROMPT`"
         )
     return given[0]
+
+
+def _guidance(args: argparse.Namespace) -> Guidance | None:
+    """onnxruntime-genai's guidance of --json-schema or --regex; None without either."""
+    if args.regex is not None:
+        return "regex", args.regex
+    if args.json_schema is None:
+        return None
+    path = Path(args.json_schema)
+    try:
+        schema = path.read_text(encoding="utf-8") if path.is_file() else args.json_schema
+        json.loads(schema)
+    except (OSError, ValueError) as error:
+        raise OptionError(
+            f"--json-schema {args.json_schema}: not a JSON schema ({error}); accepted: a JSON "
+            "schema's text, or a file holding it"
+        ) from error
+    return "json_schema", schema

@@ -158,14 +158,16 @@ def test_chat_without_a_template_says_so(bundle_copy, monkeypatch, capsys):
     assert "no chat template" in err and "run --raw" in err
 
 
-def test_ctrl_c_while_the_chat_reads_a_pipe_ends_it_with_one_line(packaged):
+def chat_process(folder, *options: str, setup: str = "pass") -> subprocess.Popen[str]:
+    """`mobius-genai chat FOLDER OPTIONS` in a process of its own, SIGINT as Ctrl-C delivers
+    it, after the Python statements `setup`; its stdin, stdout and stderr are pipes."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    script = "import sys; from mobius_genai.cli import main; sys.exit(main())"
-    process = subprocess.Popen(
-        [sys.executable, "-c", script, "chat", str(packaged("cpu")), "--max-new-tokens", "4"],
+    script = f"import sys; from mobius_genai.cli import main; {setup}; sys.exit(main())"
+    return subprocess.Popen(
+        [sys.executable, "-c", script, "chat", str(folder), *options],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -173,6 +175,10 @@ def test_ctrl_c_while_the_chat_reads_a_pipe_ends_it_with_one_line(packaged):
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def test_ctrl_c_while_the_chat_reads_a_pipe_ends_it_with_one_line(packaged):
+    process = chat_process(packaged("cpu"), "--max-new-tokens", "4")
     process.stdin.write("Hi\n")
     process.stdin.flush()
     process.stdout.readline()  # the reply: the chat now waits for the next message

@@ -6,10 +6,7 @@ prompt transformers' tokenizer renders from the bundle's chat template."""
 from __future__ import annotations
 
 import io
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import onnxruntime_genai as og
@@ -18,8 +15,8 @@ from transformers import AutoTokenizer
 
 from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.cli import main
+from tests.bundle.test_chat import chat_process
 
-ROOT = Path(__file__).resolve().parents[2]
 KINDS = ["full_logits", "pruned"]  # og's Engine runs the first, og.Generator the second
 
 
@@ -121,23 +118,9 @@ def test_ctrl_c_stops_the_reply_and_the_chat_goes_on(folder, monkeypatch, capsys
 
 def test_a_real_ctrl_c_during_a_reply_stops_it_only(full_logits):
     # the child writes each piece slowly, so the signal lands while the Engine's turn runs
-    script = (
-        "import sys, time; from mobius_genai.cli import main; write = sys.stdout.write; "
-        "sys.stdout.write = lambda text: (time.sleep(0.1), write(text))[1]; sys.exit(main())"
-    )
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-c", script, "chat", str(full_logits), "--max-new-tokens", "60"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    slow = "import time; write = sys.stdout.write; "
+    slow += "sys.stdout.write = lambda text: (time.sleep(0.1), write(text))[1]"
+    process = chat_process(full_logits, "--max-new-tokens", "60", setup=slow)
     process.stdin.write("Hi\n")
     process.stdin.flush()
     process.stdout.read(1)  # the reply has begun

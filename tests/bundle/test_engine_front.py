@@ -120,3 +120,38 @@ def test_a_failed_engine_turn_is_one_line_with_ogs_cause(packaged):
     assert "Got invalid dimensions for output: logits" in message
     assert "mobius-genai validate" in message
 
+
+@pytest.mark.parametrize("kind", ["full_logits", "pruned"])
+def test_run_guided_by_a_regex_gives_ogs_guided_text(kind, request, packaged, capsys):
+    folder = request.getfixturevalue(kind) if kind == "full_logits" else packaged("cpu")
+    assert main(["run", str(folder), PROMPT, "--raw", "--regex", "[0-9]{3}", "--quiet"]) == 0
+    text = capsys.readouterr().out.removesuffix("\n")
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=64)
+    params.set_guidance("regex", "[0-9]{3}")
+    generator = og.Generator(model, params)
+    tokenizer = og.Tokenizer(model)
+    ids = with_bos(tokenizer.encode(PROMPT), required_bos(folder))
+    generator.append_tokens(ids)
+    while not generator.is_done():
+        generator.generate_next_token()
+    expected = tokenizer.decode(generator.get_sequence(0)[len(ids) :])
+    assert text == expected and len(text) == 3 and text.isdigit()
+
+
+@pytest.mark.parametrize("kind", ["full_logits", "pruned"])
+@pytest.mark.parametrize(
+    ("pattern", "said"),
+    [
+        ("[", "refused the request: Error creating grammar"),  # not a regex
+        ("\u4e00\u4e01+", "stopped the reply guided by regex: "),  # no token can start it
+    ],
+)
+def test_guidance_og_refuses_is_one_line(kind, pattern, said, request, packaged, capfd):
+    folder = request.getfixturevalue(kind) if kind == "full_logits" else packaged("cpu")
+    assert main(["run", str(folder), PROMPT, "--regex", pattern]) == 1
+    errors = [
+        line for line in capfd.readouterr().err.splitlines() if line.startswith("mobius-genai")
+    ]
+    assert len(errors) == 1 and said in errors[0] and "<state>" not in errors[0]
