@@ -220,13 +220,13 @@ class Decoder:
         except BaseException:  # stopped midway: Ctrl-C, or the stream was closed
             self.finish = "stopped"
             raise
-        if last in eos_token_ids(self.bundle.config):
+        if last in _eos_token_ids(self.bundle.config):
             self.finish = "eos"
         else:
             self.finish = "length" if count >= max_new_tokens else "context"
 
 
-def eos_token_ids(config: Mapping[str, Any]) -> set[int]:
+def _eos_token_ids(config: Mapping[str, Any]) -> set[int]:
     """The token ids that end generation (genai_config's model.eos_token_id: one or a list)."""
     ids = config["model"].get("eos_token_id", [])
     return {ids} if isinstance(ids, int) else set(ids)

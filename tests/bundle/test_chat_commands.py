@@ -120,7 +120,7 @@ def test_a_real_ctrl_c_during_a_reply_stops_it_only(full_logits):
     # the child writes each piece slowly, so the signal lands while the Engine's turn runs
     slow = "import time; write = sys.stdout.write; "
     slow += "sys.stdout.write = lambda text: (time.sleep(0.1), write(text))[1]"
-    process = chat_process(full_logits, "--max-new-tokens", "60", setup=slow)
+    process = chat_process(full_logits, "--max-new-tokens", "20", setup=slow)
     process.stdin.write("Hi\n")
     process.stdin.flush()
     process.stdout.read(1)  # the reply has begun
