@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai._signals import signals_held
+from mobius_genai._signals import signals_held, threads_leave_signals_to_main
 from mobius_genai.bundle._og_errors import og_message
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.generate import (
@@ -186,7 +186,8 @@ class Decoder:
     def _drop_engine(self) -> None:
         """After a failure the Engine refuses every call: the next turn gets a new one."""
         self._request, self._held = None, []
-        self.engine = og.Engine(self.bundle.model)
+        with threads_leave_signals_to_main():
+            self.engine = og.Engine(self.bundle.model)
 
     def _generator_tokens(
         self,
@@ -241,7 +242,8 @@ def _engine(bundle: OpenBundle, note: Callable[[str], None]) -> og.Engine | None
     if logits is not None and logits.dim(1) == 1:
         return None
     try:
-        return og.Engine(bundle.model)
+        with threads_leave_signals_to_main():
+            return og.Engine(bundle.model)
     except RuntimeError as error:
         note(
             f"onnxruntime-genai's Engine does not run this bundle ({og_message(error)}); "

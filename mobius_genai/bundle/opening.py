@@ -20,6 +20,7 @@ from typing import Any
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
+from mobius_genai._signals import threads_leave_signals_to_main
 from mobius_genai.bundle._og_errors import og_message
 from mobius_genai.bundle.generate import load_model, require_bundle
 from mobius_genai.bundle.placement import Provider, missing_provider, require_runnable
@@ -82,7 +83,8 @@ def open_bundle(
     og.set_log_options(warning=False)
     options = {**_QUIET_SESSIONS, **thread_options(threads)}
     try:
-        model = load_model(folder, provider=provider, session_options=options, search=search)
+        with threads_leave_signals_to_main():
+            model = load_model(folder, provider=provider, session_options=options, search=search)
     except BundleError as error:
         raise failure(folder, config, command, "load the bundle", error) from error.__cause__
     return OpenBundle(folder, config, model, command)

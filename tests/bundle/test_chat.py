@@ -158,9 +158,12 @@ def test_chat_without_a_template_says_so(bundle_copy, monkeypatch, capsys):
     assert "no chat template" in err and "run --raw" in err
 
 
-def chat_process(folder, *options: str, setup: str = "pass") -> subprocess.Popen[str]:
+def chat_process(
+    folder, *options: str, setup: str = "pass", stdin: int = subprocess.PIPE
+) -> subprocess.Popen[str]:
     """`mobius-genai chat FOLDER OPTIONS` in a process of its own, SIGINT as Ctrl-C delivers
-    it, after the Python statements `setup`; its stdin, stdout and stderr are pipes."""
+    it, after the Python statements `setup`; its stdout and stderr are pipes, its stdin
+    `stdin` (a pipe unless said)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -168,7 +171,7 @@ def chat_process(folder, *options: str, setup: str = "pass") -> subprocess.Popen
     script = f"import sys; from mobius_genai.cli import main; {setup}; sys.exit(main())"
     return subprocess.Popen(
         [sys.executable, "-c", script, "chat", str(folder), *options],
-        stdin=subprocess.PIPE,
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,

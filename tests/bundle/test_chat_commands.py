@@ -6,7 +6,10 @@ prompt transformers' tokenizer renders from the bundle's chat template."""
 from __future__ import annotations
 
 import io
+import os
+import pty
 import signal
+import time
 from pathlib import Path
 
 import onnxruntime_genai as og
@@ -131,3 +134,20 @@ def test_a_real_ctrl_c_during_a_reply_stops_it_only(full_logits):
     assert lines[0] == "[reply stopped]" and "Traceback" not in err
     assert sum(line.startswith("mobius-genai: ") and "tokens/s" in line for line in lines) == 1
     assert out.count("\n") == 2  # the stopped reply, then the next one
+
+
+def test_ctrl_c_at_a_terminals_prompt_keeps_the_chat(packaged):
+    controller, terminal = pty.openpty()  # the chat reads a terminal, as a user's does
+    process = chat_process(packaged("cpu"), "--max-new-tokens", "4", stdin=terminal)
+    os.close(terminal)
+    try:
+        assert process.stdout.read(2) == "> "  # the prompt: it waits for a message
+        time.sleep(1)  # in its read of the terminal (a signal just before it waits for Enter)
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.read(2) == "> "  # a new prompt, the chat goes on
+        os.write(controller, b"/exit\n")
+        _, err = process.communicate(timeout=60)
+    finally:
+        os.close(controller)
+    assert process.returncode == 0
+    assert "(/exit or Ctrl-D ends the chat)" in err.splitlines()
