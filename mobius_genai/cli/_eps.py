@@ -67,7 +67,7 @@ def _packed_attention(caps: EpCapabilities) -> str:
 
 def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
     options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
-    nbits = caps.supports_custom_ops and caps.supports_matmul_nbits
+    nbits = caps.runs_matmul_nbits
     return (
         caps.name,
         _dtypes(caps.model_dtypes),
