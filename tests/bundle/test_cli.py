@@ -46,6 +46,18 @@ def test_package_prints_the_bundle_folder(tmp_path, capsys, monkeypatch):
     assert (manifest["build"]["dtype"], manifest["build"]["precision"]) == ("fp16", "fp16")
 
 
+def test_an_int4_option_implies_int4_and_the_help_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["package", str(TINY_QWEN2), "--ep", "cpu", "--quiet", "--no-smoke-test"]
+    assert main([*args, "--int4-quality", "builder"]) == 0
+    manifest = json.loads((tmp_path / "tiny-qwen2-cpu-int4" / "mobius_manifest.json").read_text())
+    assert manifest["build"]["precision"] == "int4"
+    assert manifest["build"]["quantization"]["quality"] == "builder"
+    with pytest.raises(SystemExit):
+        main(["package", "--help"])
+    assert "implies --precision int4" in " ".join(capsys.readouterr().out.split())
+
+
 def test_package_options(tmp_path, capsys):
     out = tmp_path / "b"
     args = [
@@ -88,10 +100,10 @@ def test_package_trace_goes_to_stderr(tmp_path, capsys):
 
 BAD_INPUT: dict[str, tuple[list[str], Callable[[Path], None] | None, str]] = {
     "unknown EP": (["--ep", "tpu"], None, "Unknown execution provider 'tpu'"),
-    "int4 options without int4": (
-        ["--int4-block-size", "64"],
+    "int4 options with a float precision": (
+        ["--precision", "fp16", "--int4-block-size", "64"],
         None,
-        "int4 options only with precision 'int4'",
+        "int4 options were given for precision 'fp16'",
     ),
     "int4 block size not a power of two": (
         ["--precision", "int4", "--int4-block-size", "48"],
