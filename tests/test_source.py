@@ -151,5 +151,5 @@ def test_quiet_builds_silence_the_hub_download_bars(monkeypatch, tmp_path, progr
 
 def test_a_file_is_named_as_a_file(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(ConfigError, match=r"config.json': is a file; accepted: a local checkpoint"):
+    with pytest.raises(ConfigError, match=r"config.json': is a file; accepted: a .gguf file, a"):
         resolve_source(tmp_path / "config.json")

@@ -103,7 +103,7 @@ def run_smoke(
 
 
 def _ep_words(ep_name: str, genai_provider: str) -> str:
-    """"the cuda EP", with onnxruntime-genai's provider name where it is another word ("the
+    """ "the cuda EP", with onnxruntime-genai's provider name where it is another word ("the
     trt-rtx EP (NvTensorRtRtx)")."""
     if genai_provider.lower() == ep_name.lower():
         return f"{ep_name} EP"

@@ -208,6 +208,28 @@ def test_run_on_a_checkpoint_says_to_package_it(capsys):
     assert f"`mobius-genai package {TINY_QWEN2}` makes a bundle of it" in capsys.readouterr().err
 
 
+def test_the_smoke_note_names_a_missing_ep_once(tmp_path, capsys):
+    assert main(["package", str(TINY_QWEN2), "--ep", "cuda", "-o", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "smoke test on CPU (the cuda EP is not available here)" in err
+    assert "EP (cuda)" not in err
+
+
+def test_validate_on_a_checkpoint_says_to_package_it(capsys):
+    assert main(["validate", str(TINY_QWEN2)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"`mobius-genai package {TINY_QWEN2}` makes a bundle of it" in err
+
+
+def test_a_model_that_is_a_file_says_a_gguf_file_is_accepted(tmp_path, capsys):
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    assert main(["package", str(tmp_path / "model.bin"), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "model.bin': is a file; accepted: a .gguf file, a local checkpoint folder" in err
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_os_error_while_packaging_is_one_line(tmp_path, capsys, monkeypatch):
     def disk_full(built, folder, progress=True):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "model.onnx.data"))
