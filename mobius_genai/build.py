@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import re
 from collections import Counter
@@ -283,12 +284,20 @@ def stored_bits(model: str | Path, revision: str | None = None) -> frozenset[int
     """
     gguf_file = find_gguf(model)
     if gguf_file is not None:
-        return GgufCheckpoint(gguf_file).stored_bits()
+        stat = gguf_file.stat()
+        return _gguf_stored_bits(gguf_file, stat.st_mtime_ns, stat.st_size)
     raw = read_config_json(config_file(model, revision))
     if vision_language_family(raw.get("model_type", "")) is not None or is_mxfp4(raw):
         return frozenset()  # read as float: MXFP4 experts, vision-language weights
     scheme = read_quantization_config(raw)
     return frozenset() if scheme is None else frozenset({scheme.bits})
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_stored_bits(path: Path, mtime_ns: int, size: int) -> frozenset[int]:
+    """`stored_bits` of a GGUF file, read once per version of the file (the CLI and package()
+    both ask): opening one parses every metadata field, seconds for a 49k-token vocabulary."""
+    return GgufCheckpoint(path).stored_bits()
 
 
 def _open(
