@@ -103,8 +103,8 @@ def run_smoke(
 
 
 def _ep_words(ep_name: str, genai_provider: str) -> str:
-    """ "the cuda EP", with onnxruntime-genai's provider name where it is another word ("the
-    trt-rtx EP (NvTensorRtRtx)")."""
+    """The EP's name, with onnxruntime-genai's provider name after it only where that is
+    another word (not "cuda EP (cuda)")."""
     if genai_provider.lower() == ep_name.lower():
         return f"{ep_name} EP"
     return f"{ep_name} EP ({genai_provider})"

@@ -210,10 +210,11 @@ def _quantize(
 
     With `Target.dequantize_stored` (a float precision asked, or an EP without MatMulNBits)
     its integers are dequantized to the model's dtype too. What such a source leaves in float
-    is dequantized to the model's dtype, unless the target asks for int4 explicitly (`Target.int4`): then its matrices are quantized with the
-    target's options (`quantize.requantize`; a table the source kept in float stays float).
-    One accuracy level for all: the target's, else the EP's (0 beside stored 8-bit weights:
-    see `quantize.prequantized`).
+    is dequantized to the model's dtype, unless the target asks for int4 explicitly
+    (`Target.int4`): then its matrices are quantized with the target's options
+    (`quantize.requantize`; a table the source kept in float stays float). One accuracy
+    level for all: the target's, else the EP's (0 beside stored 8-bit weights: see
+    `quantize.prequantized`).
     """
     model = built[built.decoder_key]
     if built.prequantized is None:
@@ -469,11 +470,20 @@ def build_notes(
 
 
 def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
+    requantized = sum(
+        count
+        for outcomes in report.tensors.values()
+        for outcome, count in outcomes.items()
+        if outcome.startswith("re-quantized")
+    )
     if target.dequantize_stored:
-        return (
+        note = (
             f"the checkpoint is pre-quantized ({report.scheme}): its weights are dequantized "
-            f"to {precision_of(target.dtype)} ({_why_float(target)}); the bundle is float"
+            f"to {precision_of(target.dtype)} ({_why_float(target)})"
         )
+        if requantized:
+            return f"{note}; {requantized} re-quantized with the int4 options asked"
+        return f"{note}; the bundle is float"
     kept = (
         f"{report.weights} weights kept as stored in MatMulNBits (no second rounding)"
         if report.weights
@@ -482,12 +492,6 @@ def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
     note = f"the checkpoint is pre-quantized ({report.scheme}): {kept}"
     if report.dequantized:
         note += f"; dequantized to {precision_of(target.dtype)}: {len(report.dequantized)}"
-    requantized = sum(
-        count
-        for outcomes in report.tensors.values()
-        for outcome, count in outcomes.items()
-        if outcome.startswith("re-quantized")
-    )
     if requantized:
         note += f"; {requantized} it could not keep re-quantized with the int4 options asked"
     if target.precision != "int4":
