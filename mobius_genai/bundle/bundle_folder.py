@@ -12,16 +12,17 @@ GENAI_CONFIG = "genai_config.json"
 
 
 def require_bundle(folder: str | Path) -> None:
-    """A BundleError unless `folder` holds genai_config.json; for a checkpoint folder (one
-    holding config.json) the error says to package it."""
-    if (Path(folder) / GENAI_CONFIG).is_file():
-        return
-    hint = (
-        f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
-        if (Path(folder) / "config.json").is_file()
-        else ""
-    )
-    raise BundleError(
-        f"{folder}: not a bundle (no {GENAI_CONFIG}); accepted: a folder written by "
-        f"`mobius-genai package`{hint}"
-    )
+    """A BundleError unless `folder` holds genai_config.json (`checkpoint_hint` added)."""
+    if not (Path(folder) / GENAI_CONFIG).is_file():
+        raise BundleError(
+            f"{folder}: not a bundle (no {GENAI_CONFIG}); accepted: a folder written by "
+            f"`mobius-genai package`{checkpoint_hint(folder)}"
+        )
+
+
+def checkpoint_hint(folder: str | Path) -> str:
+    """For a folder without genai_config.json that holds a checkpoint's config.json: the
+    words that say to package it; else nothing."""
+    if (Path(folder) / "config.json").is_file():
+        return f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
+    return ""
