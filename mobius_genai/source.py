@@ -7,7 +7,9 @@ checkpoint is ever executed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 from mobius_genai.errors import ConfigError
@@ -64,18 +66,37 @@ def resolve_source(
     path = Path(model).expanduser()
     if path.is_dir():
         return local_source(path, revision)
+    return _download(_hub_id(model), revision, progress)
+
+
+def config_file(model: str | Path, revision: str | None = None) -> Path:
+    """config.json of `model`: in its local folder, or of a hub id that one file alone (from
+    the cache when offline): what is known of a checkpoint before its weights are fetched."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path / "config.json"
+    from huggingface_hub import hf_hub_download
+
+    repo_id = _hub_id(model)
+    with _hub_errors(repo_id):
+        return Path(hf_hub_download(repo_id, "config.json", revision=revision))
+
+
+def _hub_id(model: str | Path) -> str:
+    """`model` as a hub id, or a ConfigError saying what a model argument may be."""
+    path = Path(model).expanduser()
     text = str(model)
     if path.is_file():
         raise ConfigError(
-            f"model {text!r}: is a file; accepted: a local checkpoint folder (the one holding "
-            "config.json) or a hub id like 'Qwen/Qwen2.5-0.5B'"
+            f"model {text!r}: is a file; accepted: a .gguf file, a local checkpoint folder (the "
+            "one holding config.json) or a hub id like 'Qwen/Qwen2.5-0.5B'"
         )
     if path.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
         raise ConfigError(
             f"model {text!r}: no such folder, and not a hub id; accepted: a local checkpoint "
-            "folder or a hub id like 'Qwen/Qwen2.5-0.5B'"
+            "folder, a .gguf file or a hub id like 'Qwen/Qwen2.5-0.5B'"
         )
-    return _download(text, revision, progress)
+    return text
 
 
 def local_source(path: Path, revision: str | None = None) -> Source:
@@ -90,7 +111,6 @@ def local_source(path: Path, revision: str | None = None) -> Source:
 
 def _download(repo_id: str, revision: str | None, progress: bool) -> Source:
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     from huggingface_hub.utils import (
         are_progress_bars_disabled,
         disable_progress_bars,
@@ -101,9 +121,23 @@ def _download(repo_id: str, revision: str | None, progress: bool) -> Source:
     if silence:
         disable_progress_bars()
     try:
-        folder = snapshot_download(
-            repo_id, revision=revision, allow_patterns=list(HUB_FILE_PATTERNS)
-        )
+        with _hub_errors(repo_id):
+            folder = snapshot_download(
+                repo_id, revision=revision, allow_patterns=list(HUB_FILE_PATTERNS)
+            )
+    finally:
+        if silence:
+            enable_progress_bars()
+    return Source(path=Path(folder), model_id=repo_id, revision=revision)
+
+
+@contextlib.contextmanager
+def _hub_errors(repo_id: str) -> Iterator[None]:
+    """huggingface_hub's errors as one ConfigError naming the hub id."""
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        yield
     except LocalEntryNotFoundError as error:
         raise ConfigError(
             f"model {repo_id!r}: not in the local cache and the hub cannot be reached "
@@ -113,7 +147,3 @@ def _download(repo_id: str, revision: str | None, progress: bool) -> Source:
         raise ConfigError(
             f"model {repo_id!r}: could not be fetched from the hub: {error}"
         ) from error
-    finally:
-        if silence:
-            enable_progress_bars()
-    return Source(path=Path(folder), model_id=repo_id, revision=revision)

@@ -92,7 +92,7 @@ def run_smoke(
     except BundleError as error:
         if genai_provider is None or not PROVIDER_UNAVAILABLE.search(str(error)):
             raise
-        missing = f"the {ep_name} EP ({genai_provider}) is not available here"
+        missing = f"the {_ep_words(ep_name, genai_provider)} is not available here"
         if cpu_refusal is not None:
             return {"ran": False, "note": f"smoke test skipped: {missing}, and {cpu_refusal}"}
         return _smoke_on_cpu(folder, config, missing, max_new_tokens, session_options, cpu_provider)
@@ -100,6 +100,14 @@ def run_smoke(
     if genai_provider is None:
         note += _compare(folder, config, prompt, tokens, session_options, cpu_provider)
     return {"ran": True, "note": note, "tokens": tokens}
+
+
+def _ep_words(ep_name: str, genai_provider: str) -> str:
+    """The EP's name, with onnxruntime-genai's provider name after it only where that is
+    another word (not "cuda EP (cuda)")."""
+    if genai_provider.lower() == ep_name.lower():
+        return f"{ep_name} EP"
+    return f"{ep_name} EP ({genai_provider})"
 
 
 def _smoke_on_cpu(

@@ -187,11 +187,14 @@ def _prequantized(summary: Mapping[str, Any] | None) -> str:
         return ""
     bits = "/".join(map(str, summary["bits"])) or "no"
     blocks = "/".join(map(str, summary["block_sizes"])) or "none"
-    words = (
-        f"pre-quantized source ({summary['scheme']}): {summary['weights']} weights kept as "
-        f"stored, no second rounding (MatMulNBits {bits}-bit, block size {blocks}, accuracy "
-        f"level {summary['accuracy_level']})"
-    )
+    if summary["weights"] or summary.get("lookups"):
+        words = (
+            f"pre-quantized source ({summary['scheme']}): {summary['weights']} weights kept as "
+            f"stored, no second rounding (MatMulNBits {bits}-bit, block size {blocks}, accuracy "
+            f"level {summary['accuracy_level']})"
+        )
+    else:
+        words = f"pre-quantized source ({summary['scheme']}), dequantized: a float bundle"
     if summary.get("lookups"):
         words += f", {summary['lookups']} embedding lookup(s) from the stored integers"
     if summary["act_order_gathers"]:

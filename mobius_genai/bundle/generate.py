@@ -16,6 +16,7 @@ import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
 from mobius_genai.bundle.bos import required_bos, with_bos
+from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.errors import BundleError
 
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
@@ -41,7 +42,7 @@ def load_model(
     `session_options` are laid over the decoder's session_options for this load only (ORT
     config entries such as ``session.disable_prepacking``); the bundle is not changed.
     """
-    _require_bundle(folder)
+    require_bundle(folder)
     cpu = cpu or (provider is not None and provider[0] is None)
     try:
         config = og.Config(str(folder))
@@ -60,19 +61,6 @@ def load_model(
         raise BundleError(
             f"{folder}: onnxruntime-genai cannot load the bundle{where}: {error}"
         ) from error
-
-
-def _require_bundle(folder: str | Path) -> None:
-    if not (Path(folder) / "genai_config.json").is_file():
-        hint = (
-            f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
-            if (Path(folder) / "config.json").is_file()
-            else ""
-        )
-        raise BundleError(
-            f"{folder}: not a bundle (no genai_config.json); accepted: a folder written by "
-            f"`mobius-genai package`{hint}"
-        )
 
 
 def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:
@@ -212,7 +200,7 @@ def stream_text(
     the model type's image placeholder in front for each image it does not place itself. `ep`
     runs the bundle on that EP's provider instead of its own (`placement`).
     """
-    _require_bundle(folder)
+    require_bundle(folder)
     config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
     # here, not at the top: the smoke test's process imports this module without the EP tables
     from mobius_genai.bundle.placement import provider_hints, provider_of, require_runnable

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json
+from mobius_genai.bundle.bundle_folder import checkpoint_hint
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
@@ -85,7 +86,9 @@ def read_genai_config(folder: Path) -> dict[str, Any]:
     """genai_config.json of `folder`, parsed and checked against the schema."""
     path = folder / CONFIG_FILENAME
     if not path.is_file():
-        raise BundleError(f"{folder}: {CONFIG_FILENAME} is missing; a bundle needs one")
+        raise BundleError(
+            f"{folder}: {CONFIG_FILENAME} is missing; a bundle needs one{checkpoint_hint(folder)}"
+        )
     document = read_json(path, BundleError, path.name)
     validate_genai_config(document, CONFIG_FILENAME)
     return document

@@ -7,6 +7,7 @@ import contextlib
 import sys
 import time
 
+from mobius_genai.build import stored_bits
 from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
@@ -27,13 +28,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISIONS,
         help="weight precision: fp32/fp16/bf16 set the dtype; int4 quantizes the linear weights "
-        "(MatMulNBits) and keeps --dtype (or the EP's) for activations",
+        "(MatMulNBits) and keeps --dtype (or the EP's) for activations. Default: int4 when an "
+        "--int4-* option is given or the source stores 4-bit weights (GGUF, GPTQ, AWQ: kept as "
+        "stored), else --dtype's (or the EP's). A float precision dequantizes a pre-quantized "
+        "source",
     )
     parser.add_argument(
         "--int4-block-size",
         type=int,
         help="int4 quantization block size: 16, 32, 64, 128 or 256; default: the "
-        "--int4-quality recipe's (32 for each recipe today)",
+        "--int4-quality recipe's (32 for each recipe today). Every --int4-* option implies "
+        "--precision int4",
     )
     parser.add_argument(
         "--int4-asymmetric",
@@ -99,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             context_length=args.context_length,
             graph_capture=None if args.graph_capture is None else args.graph_capture == "on",
+            stored=stored_bits(args.model, args.revision),
         )
         folder = package(
             args.model,
