@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from mobius_genai.bundle import _staging
-from mobius_genai.errors import BundleError, OutputExistsError
+from mobius_genai.bundle.chat_template import CHAT_TEMPLATE_FILES, check_template_file
+from mobius_genai.errors import BundleError, ConfigError, OutputExistsError
 from mobius_genai.source import TOKENIZER_FILES
 
 
@@ -27,7 +28,8 @@ def copy_tokenizer_files(source: Path, bundle: Path) -> list[str]:
     special_tokens_map.json), a pipe or a folder under one of these names is refused. The one
     kind of link accepted is a huggingface_hub cache snapshot's link into its own repository's
     blobs/ folder, whose content is copied. A failed copy (disk full, no inodes left) is a
-    BundleError naming the file.
+    BundleError naming the file; a chat template above its size bound
+    (`size_limits.CHAT_TEMPLATE_BYTES`) a ConfigError.
     """
     copied = []
     for name in TOKENIZER_FILES:
@@ -48,6 +50,8 @@ def copy_tokenizer_files(source: Path, bundle: Path) -> list[str]:
                 "a readable file, and an output folder on a disk with free space and inodes"
             ) from error
         copied.append(name)
+        if name in CHAT_TEMPLATE_FILES:
+            check_template_file(bundle / name, str(path), ConfigError)
     return copied
 
 

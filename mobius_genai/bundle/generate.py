@@ -16,9 +16,9 @@ import onnxruntime_genai as og
 
 from mobius_genai._json import read_json
 from mobius_genai.bundle.bos import required_bos, with_bos
+from mobius_genai.bundle.chat_template import checked_chat_template
 from mobius_genai.errors import BundleError
 
-CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 #: The text onnxruntime-genai's multimodal processor expands to an image's tokens, per model.type.
 IMAGE_PLACEHOLDERS = {
     "gemma3": "<start_of_image>",
@@ -181,18 +181,10 @@ def require_finite(logits: np.ndarray, step: int, runner: str) -> None:
 
 
 def chat_template(folder: str | Path) -> str | None:
-    """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config)."""
-    folder = Path(folder)
-    for name in CHAT_TEMPLATE_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        if name.endswith(".jinja"):
-            return path.read_text(encoding="utf-8")
-        template = _template_value(read_json(path, BundleError, path.name))
-        if template:
-            return template
-    return None
+    """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config),
+    checked before this process renders it: within the size bound, and rendered by
+    onnxruntime-genai in a process of its own without crashing (`bundle.chat_template`)."""
+    return checked_chat_template(folder)
 
 
 def stream_text(
@@ -255,11 +247,3 @@ def stream_text(
             yield stream.decode(generator.get_next_tokens()[0])
     except RuntimeError as error:  # og's error type for template, tokenizer and run failures
         raise BundleError(f"{folder}: onnxruntime-genai failed to generate: {error}") from error
-
-
-def _template_value(document: Any) -> str | None:
-    template = document.get("chat_template") if isinstance(document, dict) else None
-    if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
-        named = {entry.get("name"): entry.get("template") for entry in template}
-        template = named.get("default")
-    return template if isinstance(template, str) else None

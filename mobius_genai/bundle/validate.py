@@ -1,7 +1,8 @@
 """Check a bundle folder, ours or another tool's: schema, files, graph I/O against the config.
 
 The graph is read without its weights, so validating a 70B bundle takes seconds (plus the
-checksums of the manifest, when there is one and hashes are checked). Every problem found is
+checksums of the manifest, when there is one and hashes are checked, and a fraction of a second
+for onnxruntime-genai to render the chat template in a process of its own: `chat_template`). Every problem found is
 reported in one BundleError that names the file or field, the value and what is accepted.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json
+from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
@@ -123,7 +125,8 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
         *check_pipeline_graphs(folder, config, graph),
     ]
     vocab, source = _vocabulary(config, graph)
-    problems += check_tokenizer(folder, vocab, source)
+    tokenizer_problems = check_tokenizer(folder, vocab, source)
+    problems += tokenizer_problems or _check_chat_template(folder)
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
         manifest = read_json(folder / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
@@ -448,6 +451,16 @@ def check_tokenizer(folder: Path, vocab: int | None, source: str) -> list[str]:
         if vocab is not None:
             problems += check_token_ids(_added_token_ids(name, document), vocab, source)
     return problems
+
+
+def _check_chat_template(folder: Path) -> list[str]:
+    """The chat template's problems: above its size bound, or crashing (or hanging)
+    onnxruntime-genai's template engine when rendered in a process of its own."""
+    try:
+        check_chat_template(folder)
+    except BundleError as error:
+        return [str(error).removeprefix(f"{folder}: ")]
+    return []
 
 
 def _config_token_ids(model: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:

@@ -14,6 +14,7 @@ import pytest
 
 import mobius_genai
 from mobius_genai.bench.runner import bench
+from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import search_pool
@@ -43,8 +44,7 @@ def planted(
     markers.mkdir()
     for name in PLANTED:
         (plants / f"{name}.py").write_text(
-            f"open({str(markers / name)!r}, 'w').close()\n"
-            f"raise ImportError('planted {name} ran')\n"
+            f"open({str(markers / name)!r}, 'w').close()\nraise ImportError('planted {name} ran')\n"
         )
     if request.param == "working folder":
         monkeypatch.chdir(plants)
@@ -68,6 +68,11 @@ def test_the_smoke_test_process(planted: Path, packaged: Callable[[str], Path]):
 def test_the_bench_processes(planted: Path, packaged: Callable[[str], Path]):
     rows = bench(packaged("cpu"), prompt_lengths=[4], batch_sizes=[1], new_tokens=2, rounds=1)
     assert len(rows) == 1 and rows[0].decode_tps > 0
+    _nothing_ran(planted)
+
+
+def test_the_chat_template_check_process(planted: Path, packaged: Callable[[str], Path]):
+    assert check_chat_template(packaged("cpu")) is None
     _nothing_ran(planted)
 
 
