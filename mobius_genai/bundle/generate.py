@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai._json import read_json
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.chat_template import checked_chat_template
 from mobius_genai.errors import BundleError
@@ -205,9 +204,11 @@ def stream_text(
     runs the bundle on that EP's provider instead of its own (`placement`).
     """
     _require_bundle(folder)
-    config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
     # here, not at the top: the smoke test's process imports this module without the EP tables
     from mobius_genai.bundle.placement import provider_hints, provider_of, require_runnable
+    from mobius_genai.bundle.validate import read_genai_config
+
+    config = read_genai_config(Path(folder))
 
     provider = None if ep is None else provider_of(ep)
     require_runnable(folder, config, provider)

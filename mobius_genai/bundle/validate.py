@@ -20,7 +20,7 @@ from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
 from mobius_genai.bundle.recurrent import check_conv_states, check_delta_states, kv_layers
-from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
+from mobius_genai.bundle.schema import read_bundle_json
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
 
@@ -84,13 +84,12 @@ class BundleReport:
 
 
 def read_genai_config(folder: Path) -> dict[str, Any]:
-    """genai_config.json of `folder`, parsed and checked against the schema."""
+    """genai_config.json of `folder`, parsed and checked against the schema
+    (`schema.read_bundle_json`)."""
     path = folder / CONFIG_FILENAME
     if not path.is_file():
         raise BundleError(f"{folder}: {CONFIG_FILENAME} is missing; a bundle needs one")
-    document = read_json(path, BundleError, path.name)
-    validate_genai_config(document, CONFIG_FILENAME)
-    return document
+    return read_bundle_json(path)
 
 
 def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleReport:
@@ -129,8 +128,7 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
     problems += tokenizer_problems or _check_chat_template(folder)
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
-        manifest = read_json(folder / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
-        validate_manifest(manifest, MANIFEST_FILENAME)
+        manifest = read_bundle_json(folder / MANIFEST_FILENAME)
         problems += _check_manifest_files(folder, manifest, check_hashes)
     if problems:
         raise BundleError(f"bundle {folder}: " + "; ".join(problems))
