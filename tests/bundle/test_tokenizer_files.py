@@ -15,7 +15,7 @@ from huggingface_hub import try_to_load_from_cache
 
 from mobius_genai.bundle import bundle, packager
 from mobius_genai.bundle.bundle import copy_tokenizer_files
-from mobius_genai.errors import BundleError
+from mobius_genai.errors import BundleError, ConfigError
 from tests.bundle.conftest import TINY_QWEN2
 
 SECRET = "root:x:0:0:the secret that must not ship\n"
@@ -54,7 +54,6 @@ def _folder(folder: Path, name: str) -> None:
 NOT_REGULAR = {
     "link outside (absolute)": (_link_outside_absolute, "is a symbolic link"),
     "link outside (relative)": (_link_outside_relative, "is a symbolic link"),
-    "link to a file of the checkpoint": (_link_inside, "is a symbolic link"),
     "named pipe": (_fifo, "not a regular file"),
     "folder": (_folder, "not a regular file"),
 }
@@ -78,9 +77,19 @@ def test_package_refuses_a_symlinked_tokenizer_file_and_writes_nothing(tmp_path:
     source = _checkpoint(tmp_path)
     (source / "special_tokens_map.json").unlink()
     _link_outside_absolute(source, "special_tokens_map.json")
-    with pytest.raises(BundleError, match="special_tokens_map.json: is a symbolic link to"):
+    with pytest.raises(ConfigError, match="special_tokens_map.json: is a symbolic link to"):
         packager.package(source, "cpu", tmp_path / "out", quiet=True, smoke_test=False)
     assert _leftovers(tmp_path) == ["ckpt", "secret"]
+
+
+def test_a_link_to_a_file_of_the_checkpoint_is_copied_as_that_file(tmp_path: Path):
+    source = _checkpoint(tmp_path)
+    (source / "special_tokens_map.json").unlink()
+    _link_inside(source, "special_tokens_map.json")
+    (tmp_path / "bundle").mkdir()
+    assert "special_tokens_map.json" in copy_tokenizer_files(source, tmp_path / "bundle")
+    copied = tmp_path / "bundle" / "special_tokens_map.json"
+    assert not copied.is_symlink() and copied.read_bytes() == (source / "vocab.json").read_bytes()
 
 
 def _hub_snapshot(cache: Path, repo: str = "models--org--tiny") -> Path:
