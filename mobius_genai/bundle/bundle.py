@@ -12,7 +12,7 @@ import contextlib
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from mobius_genai.bundle import _staging
@@ -98,7 +98,11 @@ def checkpoint_folder(model: str | Path) -> tuple[tuple[Path, str], ...]:
 
 @contextlib.contextmanager
 def staged_output(
-    out: Path, *, force: bool = False, protect: Sequence[tuple[Path, str]] = ()
+    out: Path,
+    *,
+    force: bool = False,
+    protect: Sequence[tuple[Path, str]] = (),
+    say: Callable[[str], None] = lambda note: None,
 ) -> Iterator[Path]:
     """Yield an empty temporary folder beside `out` that becomes `out` when the block succeeds.
 
@@ -107,12 +111,14 @@ def staged_output(
     exception, KeyboardInterrupt included, removes the temporary folder (and the parent folders
     this call created) and leaves an existing `out` untouched; once the swap has begun, `out`
     holds the old or the new bundle whatever happens, and a note on the exception says which.
-    Staging folders that killed processes left beside `out` are cleaned up first. Folders that
+    Staging folders that killed processes left beside `out` are cleaned up first, and a swap
+    one was killed in the middle of is finished (`say` hears it said). Folders that
     cannot be created or replaced (read-only, a file in the way, a mount point) are a
     BundleError naming `out`.
     """
     out = Path(out).absolute()
-    _staging.recover_stale(out)
+    for note in _staging.recover_stale(out):
+        say(note)
     check_output(out, force=force)
     for path, what in ((Path.cwd(), "the current folder"), *protect):
         check_not_inside(out, path, what)

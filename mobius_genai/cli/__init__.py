@@ -122,6 +122,20 @@ def _version() -> str:
         return __version__
 
 
+def _finish_swaps(folder: str | None) -> None:
+    """The commands that take a bundle folder (`run`, `chat`, `bench`, `validate`) first finish
+    a swap that a `package --force` killed in its middle left there (`_staging.recover_stale`),
+    and say so in one line."""
+    if folder is None:
+        return
+    from pathlib import Path
+
+    from mobius_genai.bundle._staging import recover_stale
+
+    for note in recover_stale(Path(folder).absolute()):
+        print(f"mobius-genai: {note}", file=sys.stderr)
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
@@ -157,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = sys.argv[1:] if argv is None else list(argv)
         args = _parser(argv).parse_args(argv)
         debug = args.debug
+        _finish_swaps(getattr(args, "folder", None))
         return int(args.handler(args) or 0)
     except (KeyboardInterrupt, _Terminated) as error:
         return _stopped(error)
