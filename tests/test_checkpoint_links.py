@@ -5,7 +5,6 @@ blobs/) are read as the files they name."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import shutil
@@ -18,9 +17,9 @@ from mobius_genai.cli import main
 from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.gguf import find_gguf
 from tests._hf import write_tiny_checkpoint
+from tests.bundle.conftest import hub_snapshot
 
 TINY = Path(__file__).parent / "data" / "tiny-qwen2"
-REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
 @pytest.fixture(scope="module")
@@ -117,27 +116,12 @@ def test_links_inside_the_folder_are_read(tmp_path: Path, sharded: Path):
     assert not copied.is_symlink() and copied.read_bytes() == (TINY / "tokenizer.json").read_bytes()
 
 
-def _hub_snapshot(cache: Path, files: Path, repo: str = "models--org--tiny") -> Path:
-    """A huggingface_hub cache entry of `files`: blobs named by their sha256, and a snapshot
-    of relative links `../../blobs/<sha>`, as snapshot_download makes them."""
-    entry = cache / repo
-    (entry / "blobs").mkdir(parents=True)
-    snapshot = entry / "snapshots" / REVISION
-    snapshot.mkdir(parents=True)
-    for file in sorted(files.iterdir()):
-        data = file.read_bytes()
-        sha = hashlib.sha256(data).hexdigest()
-        (entry / "blobs" / sha).write_bytes(data)
-        (snapshot / file.name).symlink_to(Path("..") / ".." / "blobs" / sha)
-    return snapshot
-
-
 @pytest.mark.parametrize("target", ["another model's blob", "outside the cache"])
 def test_a_hub_snapshot_link_leaving_its_cache_entry_is_refused(
     tmp_path: Path, sharded: Path, no_graph: None, capsys, target: str
 ):
-    snapshot = _hub_snapshot(tmp_path / "hub", sharded)
-    other = _hub_snapshot(tmp_path / "hub", TINY, "models--other--model")
+    snapshot = hub_snapshot(tmp_path / "hub", files=sharded)
+    other = hub_snapshot(tmp_path / "hub", "models--other--model")
     shard = snapshot / _shard(sharded)
     shard.unlink()
     if target == "another model's blob":
@@ -156,7 +140,7 @@ def test_a_hub_snapshot_link_leaving_its_cache_entry_is_refused(
 
 
 def test_a_hub_snapshot_of_links_into_its_blobs_builds(tmp_path: Path, sharded: Path):
-    snapshot = _hub_snapshot(tmp_path / "hub", sharded)
+    snapshot = hub_snapshot(tmp_path / "hub", files=sharded)
     assert mobius_genai.build(snapshot, load_weights=True).source.path == snapshot.resolve()
 
 
@@ -169,5 +153,5 @@ def test_a_gguf_file_linked_out_of_its_folder_is_refused(tmp_path: Path):
     for named in (link, link.parent):
         with pytest.raises(ConfigError, match=r"^model.gguf: is a symbolic link to .*elsewhere"):
             find_gguf(named)
-    snapshot = _hub_snapshot(tmp_path / "hub", tmp_path / "elsewhere")
+    snapshot = hub_snapshot(tmp_path / "hub", files=tmp_path / "elsewhere")
     assert find_gguf(snapshot / "model.gguf").parent.name == "blobs"

@@ -57,10 +57,11 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _interrupted(tmp_path: Path, signum: int, delay: float) -> subprocess.CompletedProcess[str]:
-    out = tmp_path / "out" / "bundle"
-    process = subprocess.Popen(
-        [*_console_script(), "package", str(TINY_QWEN2), "--ep", "cpu", "-o", str(out)],
+def _packaging(tmp_path: Path, script: list[str], *options: str) -> subprocess.Popen[str]:
+    """`script` (the console script, or Python code doing what it does) packaging the tiny
+    checkpoint for cpu with `options`, in `tmp_path`, Ctrl-C not ignored."""
+    return subprocess.Popen(
+        [*script, "package", str(TINY_QWEN2), "--ep", "cpu", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -68,6 +69,11 @@ def _interrupted(tmp_path: Path, signum: int, delay: float) -> subprocess.Comple
         cwd=tmp_path,
         preexec_fn=_default_sigint,
     )
+
+
+def _interrupted(tmp_path: Path, signum: int, delay: float) -> subprocess.CompletedProcess[str]:
+    out = tmp_path / "out" / "bundle"
+    process = _packaging(tmp_path, _console_script(), "-o", str(out))
     _wait_for_the_sigterm_handler(process.pid)
     time.sleep(delay)
     process.send_signal(signum)
@@ -139,15 +145,8 @@ _SLOW_EXIT = (
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_after_the_bundle_is_written_is_one_line(tmp_path: Path, signum: int):
     out = tmp_path / "out"
-    command = ["package", str(TINY_QWEN2), "--ep", "cpu", "-o", str(out), "--no-smoke-test"]
-    process = subprocess.Popen(
-        [sys.executable, "-c", _SLOW_EXIT, *command],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        cwd=tmp_path,
-        preexec_fn=_default_sigint,
+    process = _packaging(
+        tmp_path, [sys.executable, "-c", _SLOW_EXIT], "-o", str(out), "--no-smoke-test"
     )
     said = []
     for line in process.stderr:
