@@ -130,7 +130,7 @@ def said_by(stderr: str) -> tuple[list[str], list[str]]:
 
 
 def signal_words(returncode: int) -> str:
-    """ "signal 11, SIGSEGV" for the exit code of a process a signal ended (negative)."""
+    """How a signal ended a process, from its (negative) exit code: "signal 11, SIGSEGV"."""
     number = -returncode
     try:
         return f"signal {number}, {signal.Signals(number).name}"

@@ -85,23 +85,15 @@ def _file_templates(path: Path, error: type[MobiusError]) -> tuple[str | None, l
     return (default if isinstance(default, str) else None), every
 
 
-def checked_chat_template(folder: str | Path) -> str | None:
-    """`chat_template(folder)`, rendered first by onnxruntime-genai in a process of its own
-    (`check_chat_template`): what `run` and `chat` render in theirs."""
+def check_chat_template(folder: str | Path) -> str | None:
+    """`chat_template(folder)`, first rendered by onnxruntime-genai's tokenizer in a process of
+    its own, as `run` (one user message) and `chat` (turns after a system message) render it in
+    theirs; a BundleError when that crashes or hangs (or the template is above
+    CHAT_TEMPLATE_BYTES). onnxruntime-genai's own errors are `run`'s and `chat`'s to say."""
     template = chat_template(folder)
     if template:
         _render_elsewhere(Path(folder), template)
     return template
-
-
-def check_chat_template(folder: str | Path) -> None:
-    """Render the chat template of the bundle in `folder` (if any) with onnxruntime-genai's
-    tokenizer in a process of its own, as `run` (one user message) and `chat` (turns after a
-    system message) do; a BundleError when that crashes or hangs, or the template is above
-    CHAT_TEMPLATE_BYTES. onnxruntime-genai's own errors are `run`'s and `chat`'s to say."""
-    template = chat_template(folder)
-    if template:
-        _render_elsewhere(Path(folder), template)
 
 
 def _render_elsewhere(folder: Path, template: str) -> None:
@@ -120,9 +112,14 @@ def _render_elsewhere(folder: Path, template: str) -> None:
         pass
     phases, said = said_by(stderr.decode(errors="replace"))
     doing = f" while {phases[-1]}" if phases else ""
-    ended = signal_words(returncode) if returncode < 0 else f"exit code {returncode}"
     last = f"; its last output: {said[-1]}" if said else ""
+    if returncode >= 0:
+        raise BundleError(
+            f"{folder}: the process rendering the chat template failed (exit code "
+            f"{returncode}){doing}{last}"
+        )
     raise BundleError(
         f"{folder}: the chat template crashed onnxruntime-genai's template engine "
-        f"({ended}){doing}{last}; accepted: a template onnxruntime-genai renders"
+        f"({signal_words(returncode)}){doing}{last}; accepted: a template onnxruntime-genai "
+        "renders"
     )

@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime_genai as og
 
 from mobius_genai.bundle.bos import required_bos, with_bos
-from mobius_genai.bundle.chat_template import checked_chat_template
+from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.errors import BundleError
 
 #: The text onnxruntime-genai's multimodal processor expands to an image's tokens, per model.type.
@@ -183,7 +183,7 @@ def chat_template(folder: str | Path) -> str | None:
     """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config),
     checked before this process renders it: within the size bound, and rendered by
     onnxruntime-genai in a process of its own without crashing (`bundle.chat_template`)."""
-    return checked_chat_template(folder)
+    return check_chat_template(folder)
 
 
 def stream_text(

@@ -127,7 +127,7 @@ def test_a_template_that_loops_for_good_is_refused_after_the_time_bound(
 
 
 def test_the_runtime_renders_the_bundles_own_template(packaged: Callable[[str], Path]):
-    check_chat_template(packaged("cpu"))  # no error: the tiny checkpoint's template renders
+    assert check_chat_template(packaged("cpu")) == chat_template(TINY_QWEN2)
 
 
 @pytest.mark.parametrize("where", ["tokenizer_config.json", "a named template", "jinja"])
