@@ -219,8 +219,9 @@ def stream_text(
         pictures = open_images(images)
     with provider_hints(folder, config):
         model = load_model(folder, provider=provider)
+    template = chat_template(folder)  # checked before og's tokenizer here parses it
     tokenizer = load_tokenizer(model, folder)
-    template = chat_template(folder) if use_chat_template else None
+    template = template if use_chat_template else None
     try:
         if template is not None:
             messages = json.dumps([{"role": "user", "content": text}])
