@@ -242,6 +242,7 @@ AFTER_THE_CRASH = {
     "chat": ["chat", "{out}"],
     "bench": ["bench", "{out}", "--prompt-lengths", "4", "--new-tokens", "2", "--rounds", "1"],
     "package": ["package", str(TINY_QWEN2), "-o", "{out}", "--no-smoke-test"],
+    "build": ["build", str(TINY_QWEN2), "-o", "{out}"],
 }
 
 
@@ -254,7 +255,8 @@ def test_a_command_on_out_finishes_a_swap_a_killed_package_left_and_says_so(
     out = _crashed_swap(tmp_path / "work", packaged("cpu"), new)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     argv = [word.format(out=out) for word in AFTER_THE_CRASH[command]]
-    assert main(argv) == (1 if command == "package" else 0)  # package: OUT is not empty
+    writes = command in ("package", "build")
+    assert main(argv) == (1 if writes else 0)  # OUT is not empty: package and build stop there
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (
         f"mobius-genai: output {out}: a mobius-genai process (pid {_pid(err[0])}) was killed while "
