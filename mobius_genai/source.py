@@ -3,16 +3,21 @@
 Only the files a bundle needs are fetched: config, safetensors weights, tokenizer and generation
 files. Pickled `.bin` weights and checkpoint code are never downloaded, so nothing from the
 checkpoint is ever executed.
+
+Nothing is read through a symbolic link that leads out of the checkpoint (`checkpoint_file`):
+such a link would ship another file (a key, another model's weights) inside the bundle. The
+files a build reads are checked when the source is resolved, before any graph is built.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, MobiusError
 
 #: Checkpoint files a bundle carries beside the graph: tokenizer, chat template, generation
 #: defaults. onnxruntime-genai's tokenizer reads tokenizer.json + tokenizer_config.json.
@@ -36,6 +41,10 @@ HUB_FILE_PATTERNS = (
     "model.safetensors.index.json",
     *TOKENIZER_FILES,
 )
+
+
+#: Files of a checkpoint folder that a build or a bundle reads (the links checked).
+READ_PATTERNS = (*HUB_FILE_PATTERNS, "*.gguf", "preprocessor_config.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +109,10 @@ def _hub_id(model: str | Path) -> str:
 
 
 def local_source(path: Path, revision: str | None = None) -> Source:
-    """The Source of the local checkpoint folder `path` (see `Source.model_id`)."""
+    """The Source of the local checkpoint folder `path` (see `Source.model_id`); a ConfigError
+    when a file it reads links out of it (`check_links`)."""
     path = path.resolve()
+    check_links(path)
     repo = path.parent.parent.name if path.parent.name == "snapshots" else ""
     parts = repo.split("--")
     if len(parts) == 3 and parts[0] == "models" and all(parts[1:]):
@@ -128,6 +139,7 @@ def _download(repo_id: str, revision: str | None, progress: bool) -> Source:
     finally:
         if silence:
             enable_progress_bars()
+    check_links(Path(folder))
     return Source(path=Path(folder), model_id=repo_id, revision=revision)
 
 
@@ -147,3 +159,48 @@ def _hub_errors(repo_id: str) -> Iterator[None]:
         raise ConfigError(
             f"model {repo_id!r}: could not be fetched from the hub: {error}"
         ) from error
+
+
+def check_links(folder: Path) -> None:
+    """Refuse the checkpoint in `folder` when one of the files a build reads (READ_PATTERNS)
+    is a symbolic link that leads out of it (`checkpoint_file`)."""
+    for pattern in READ_PATTERNS:
+        for path in sorted(folder.glob(pattern)):
+            checkpoint_file(path, folder)
+
+
+def checkpoint_file(path: Path, folder: Path, error: type[MobiusError] = ConfigError) -> Path:
+    """`path`, a file of the checkpoint in `folder`, with its links followed; `error` when they
+    lead out of the checkpoint: the folder, or for a huggingface_hub cache snapshot
+    (`models--org--name/snapshots/<revision>`, whose files link to `../../blobs/<sha256>`) the
+    model's cache entry `models--org--name`."""
+    resolved = path.resolve()
+    root = _checkpoint_root(folder)
+    if resolved.is_relative_to(root):
+        return resolved
+    name = path.relative_to(folder) if path.is_relative_to(folder) else path
+    how = (
+        f"is a symbolic link to {os.readlink(path)}"
+        if path.is_symlink()
+        else f"leads through a symbolic link to {resolved}"
+    )
+    where = (
+        f"the checkpoint folder {root}"
+        if root == folder.resolve()
+        else f"the model's huggingface_hub cache entry {root}"
+    )
+    raise error(
+        f"{name}: {how}, out of {where}; accepted: regular files in the checkpoint folder, or "
+        "links that stay inside it (a huggingface_hub cache snapshot's links into its "
+        "repository's blobs/)"
+    )
+
+
+def _checkpoint_root(folder: Path) -> Path:
+    """Where the files of the checkpoint in `folder` may lie: a hub cache snapshot's model cache
+    entry, else the folder itself."""
+    folder = folder.resolve()
+    snapshots, entry = folder.parent, folder.parent.parent
+    if snapshots.name == "snapshots" and entry.name.startswith("models--"):
+        return entry
+    return folder

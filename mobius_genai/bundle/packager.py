@@ -113,7 +113,12 @@ def package(
     )
     out = Path(output) if output is not None else default_output(model, target.ep, target.precision)
     try:
-        with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
+        with staged_output(
+            out,
+            force=force,
+            protect=checkpoint_folder(model),
+            say=lambda message: _say(message, quiet),
+        ) as staging:
             precision, layers, twin_layers, write_twin, vision_layers = _write_staged(
                 model,
                 target,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from pathlib import Path
 
 from mobius_genai.build import build
@@ -55,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     with (
         trace_to_stderr() if args.trace else contextlib.nullcontext(),
         reported_as_errors(f"building {args.model} into {out}"),
-        staged_output(out, force=args.force, protect=checkpoint_folder(args.model)) as staging,
+        staged_output(
+            out,
+            force=args.force,
+            protect=checkpoint_folder(args.model),
+            say=lambda note: print(f"mobius-genai: {note}", file=sys.stderr),
+        ) as staging,
     ):
         package = build(
             args.model,

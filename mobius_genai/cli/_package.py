@@ -8,6 +8,7 @@ import sys
 import time
 
 from mobius_genai.build import stored_bits
+from mobius_genai.bundle._staging import add_note
 from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
@@ -117,8 +118,12 @@ def run(args: argparse.Namespace) -> int:
             revision=args.revision,
             prune_lm_head=args.prune_lm_head,
         )
-    if not args.quiet:
-        elapsed = time.monotonic() - start
-        print(f"{PREFIX}bundle written to {folder} in {elapsed:.0f} s", file=sys.stderr)
-    print(folder)
+    try:
+        if not args.quiet:
+            elapsed = time.monotonic() - start
+            print(f"{PREFIX}bundle written to {folder} in {elapsed:.0f} s", file=sys.stderr)
+        print(folder)
+    except BaseException as error:  # Ctrl-C or SIGTERM once the bundle is in place
+        add_note(error, f"output {folder}: the new bundle is complete and in place")
+        raise
     return 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import chat_template
+from mobius_genai.bundle.chat_template import chat_template
 from mobius_genai.cli import main
 from tests.bundle.conftest import TINY_QWEN2
 
