@@ -1,0 +1,282 @@
+"""The GPU check in one command (issue 37): tiny fixtures packaged for `--ep cuda`, run with
+onnxruntime-genai on the GPU, checked against transformers and the cpu bundle, timed against
+onnxruntime-genai's builder.
+
+    python benchmarks/gpu_check.py --install --out $OUT          # on a GPU machine
+    python benchmarks/gpu_check.py --dry-run --lines dense-fp16  # anywhere: every CPU step
+
+Each line (`_gpu_lines.LINES`, most important first) writes a tiny random checkpoint on the
+spot (no download), packages it for cuda in fp16, bf16 or int4 (with the cuda capability
+fields it checks flipped on, e.g. `supports_fused_moe`) and for cpu, and runs the steps of
+`_gpu_run.py` in a process of its own: one line failing, crashing or hanging leaves the others
+running. A line gets at most `--line-s` seconds and the whole run `--budget-s` (lines that no
+longer fit are listed as skipped), so the run ends before the device command's limit. Results
+go to `gpu_check.json` (every step, its numbers and notes) and `gpu_check.md` (the table)
+under `--out` ($OUT when set), rewritten after every line.
+
+`--install` first prints, then runs, what the run needs beside the repository: the CUDA
+wheels of onnxruntime-genai (the version CI tests) and onnxruntime, which replace the CPU ones
+(they share import names), the project's other dependencies, transformers, and torch where the
+installed one has no CUDA; `--wheels DIR ...` installs from wheel files instead (a machine
+without an index; pieces `NAME.whl.part-*` are joined first). The repository itself goes on
+the interpreter's path with a .pth file, so isolated (`python -I`) processes import it.
+
+`--dry-run` runs everything a CPU can: packaging every bundle, the builder, transformers'
+reference, onnxruntime's CPU provider on the cuda graphs where it has their kernels (not bf16;
+the vision graph with PackedMultiHeadAttention's standard body inlined), the comparisons, the
+timing code and the table; tests/benchmarks/test_gpu_check.py runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+#: onnxruntime-genai's CUDA wheel at the version CI tests, and the onnxruntime-gpu it needs:
+#: onnxruntime-genai-cuda 0.18.0 requires onnxruntime-gpu>=1.31.0, and 1.31.1 is the newest
+#: on PyPI (CI's CPU onnxruntime 1.32.0 has no gpu wheel). Both are built for CUDA 13.
+GPU_WHEELS = ("onnxruntime-gpu==1.31.1", "onnxruntime-genai-cuda==0.18.0")
+#: The CPU wheels with the same import names (onnxruntime, onnxruntime_genai).
+CPU_WHEELS = ("onnxruntime", "onnxruntime-genai")
+#: CI's torch; its default Linux wheel on PyPI is built with CUDA.
+TORCH = "torch==2.13.0"
+#: The reference's packages beside the project's own dependencies (pyproject's test extra).
+REFERENCE = ("transformers>=4.57", "tokenizers>=0.22")
+OUTPUTS = ("gpu_check.json", "gpu_check.md")
+MIN_LINE_S = 15
+LOG_TAIL = 3000
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.child:
+        return _child(args)
+    from _gpu_lines import LINES
+
+    names = list(LINES) if args.lines is None else args.lines.split(",")
+    unknown = [name for name in names if name not in LINES]
+    if unknown:
+        print(
+            f"gpu_check: unknown line {', '.join(unknown)}; accepted: {', '.join(LINES)}",
+            file=sys.stderr,
+        )
+        return 2
+    for command in install_commands(args.wheels, dry_run=args.dry_run):
+        print("install:", shlex.join(command), flush=True)
+        if args.install or args.wheels:
+            subprocess.run(command, check=True)
+    if args.install or args.wheels:
+        _add_checkout_to_path()
+    environment = _environment(args.dry_run)
+    if not args.dry_run and not environment.get("cuda"):
+        print(
+            f"gpu_check: no CUDA device here ({environment.get('error', 'torch sees none')}); "
+            "accepted: a machine with an NVIDIA GPU, or --dry-run",
+            file=sys.stderr,
+        )
+        return 2
+    out = Path(args.out or os.environ.get("OUT") or HERE / "_work" / "gpu-check")
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = _run_lines(names, work, out, args, environment)
+    return 0 if all(result["status"] == "pass" for result in results) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="folder for gpu_check.json and .md (default: $OUT)")
+    parser.add_argument("--lines", help="comma-separated line names (default: all)")
+    parser.add_argument("--dry-run", action="store_true", help="every step a CPU can run")
+    parser.add_argument("--install", action="store_true", help="install from the index first")
+    parser.add_argument("--wheels", nargs="+", help="install these folders' wheels first")
+    parser.add_argument("--budget-s", type=float, default=420, help="seconds for all lines")
+    parser.add_argument("--line-s", type=float, default=90, help="seconds for one line")
+    parser.add_argument("--new-tokens", type=int, default=16, help="greedy tokens compared")
+    parser.add_argument("--work", help="scratch folder (default: a new temporary one)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser
+
+
+def install_commands(wheels: list[str] | None, *, dry_run: bool) -> list[list[str]]:
+    """The pip commands that make this interpreter ready for the GPU run."""
+    pip = [sys.executable, "-m", "pip"]
+    commands = [[*pip, "uninstall", "-y", *CPU_WHEELS]]
+    if wheels:
+        files = _join_parts([Path(folder) for folder in wheels])
+        return [*commands, [*pip, "install", "--no-index", "--no-deps", *map(str, files)]]
+    packages = [*GPU_WHEELS, *_project_dependencies(), *REFERENCE]
+    if not dry_run and "+cpu" in _version("torch", "+cpu"):
+        packages.append(TORCH)
+    return [*commands, [*pip, "install", *packages]]
+
+
+def _project_dependencies() -> list[str]:
+    """pyproject's dependencies less the CPU wheels the GPU ones replace."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [
+        requirement
+        for requirement in project["dependencies"]
+        if requirement.split(">")[0].split("=")[0].split("<")[0].strip() not in CPU_WHEELS
+    ]
+
+
+def _join_parts(folders: list[Path]) -> list[Path]:
+    """Every wheel in `folders`, pieces named NAME.whl.part-* joined into NAME.whl (in the first
+    folder) in the order of their names."""
+    wheels = [path for folder in folders for path in sorted(folder.glob("*.whl"))]
+    parts: dict[str, list[Path]] = {}
+    for folder in folders:
+        for path in folder.glob("*.whl.part-*"):
+            parts.setdefault(path.name.split(".part-")[0], []).append(path)
+    for name, pieces in sorted(parts.items()):
+        whole = folders[0] / name
+        with whole.open("wb") as stream:
+            for piece in sorted(pieces, key=lambda path: path.name):
+                stream.write(piece.read_bytes())
+        wheels.append(whole)
+    return wheels
+
+
+def _add_checkout_to_path() -> None:
+    """A .pth file naming the repository, so isolated processes import mobius_genai from it."""
+    try:
+        import mobius_genai  # noqa: F401
+
+        return
+    except ImportError:
+        (Path(sysconfig.get_paths()["purelib"]) / "mobius_genai_checkout.pth").write_text(
+            f"{ROOT}\n"
+        )
+
+
+def _version(package: str, default: str = "") -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return default
+
+
+_PROBE = """
+import json
+info = {}
+try:
+    import torch
+    info["cuda"] = torch.cuda.is_available()
+    if info["cuda"]:
+        info["gpu"] = torch.cuda.get_device_name(0)
+    import onnxruntime
+    info["ort_providers"] = onnxruntime.get_available_providers()
+except Exception as error:
+    info["error"] = f"{type(error).__name__}: {error}"
+print(json.dumps(info))
+"""
+
+
+def _environment(dry_run: bool) -> dict[str, Any]:
+    """Versions of what the run uses and, unless a dry run, what torch and onnxruntime see."""
+    names = ("torch", "transformers", "onnxruntime", "onnxruntime-gpu")
+    names += ("onnxruntime-genai", "onnxruntime-genai-cuda", "onnx-ir", "onnxscript")
+    environment: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "versions": {name: _version(name) for name in names if _version(name)},
+        "dry_run": dry_run,
+    }
+    if dry_run:
+        return environment
+    probe = subprocess.run(
+        [sys.executable, "-I", "-c", _PROBE], capture_output=True, text=True, check=False
+    )
+    try:
+        environment.update(json.loads(probe.stdout))
+    except ValueError:
+        environment["error"] = (probe.stderr.strip().splitlines() or ["no answer"])[-1]
+    return environment
+
+
+def _run_lines(
+    names: list[str], work: Path, out: Path, args: argparse.Namespace, environment: dict
+) -> list[dict[str, Any]]:
+    from _gpu_table import verdict, write_outputs
+
+    results: list[dict[str, Any]] = []
+    deadline = time.monotonic() + args.budget_s
+    for name in names:
+        left = deadline - time.monotonic()
+        if left < MIN_LINE_S:
+            results.append({"line": name, "status": "skipped", "note": "time budget spent"})
+        else:
+            started = time.monotonic()
+            result = _run_child(name, work, args, min(args.line_s, left))
+            result["seconds"] = round(time.monotonic() - started, 1)
+            result["status"] = verdict(result)
+            results.append(result)
+            print(f"{name}: {result['status']} ({result['seconds']} s)", flush=True)
+        write_outputs(out, environment, results)
+    return results
+
+
+def _run_child(name: str, work: Path, args: argparse.Namespace, timeout: float) -> dict:
+    """One line in an isolated process of its own session, killed with everything it started
+    when `timeout` passes."""
+    command = [sys.executable, "-I", str(Path(__file__).resolve()), "--child", name]
+    command += ["--work", str(work), "--new-tokens", str(args.new_tokens)]
+    if args.dry_run:
+        command.append("--dry-run")
+    log = work / f"{name}.log"
+    record = work / f"{name}.json"
+    record.unlink(missing_ok=True)
+    with log.open("wb") as stream:
+        process = subprocess.Popen(
+            command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code = None
+    if record.is_file():
+        return json.loads(record.read_text())
+    tail = log.read_text(errors="replace")[-LOG_TAIL:]
+    why = f"no result within {timeout:.0f} s" if code is None else f"the process ended ({code})"
+    return {"line": name, "error": why, "log_tail": tail}
+
+
+def _child(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(ROOT))
+    if not args.dry_run:
+        import onnxruntime
+        import torch  # noqa: F401  (its CUDA libraries, loaded first, serve onnxruntime too)
+
+        getattr(onnxruntime, "preload_dlls", lambda: None)()
+    from _gpu_lines import LINES
+    from _gpu_run import run_line
+
+    work = Path(args.work)
+    result = run_line(
+        LINES[args.child], work / args.child, dry_run=args.dry_run, new_tokens=args.new_tokens
+    )
+    (work / f"{args.child}.json").write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
