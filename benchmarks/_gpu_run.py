@@ -5,8 +5,9 @@ need its result still run):
 
 - `package`: the tiny checkpoint packaged for cuda (the line's flags flipped on), and `graph`:
   the ops the line is about are in its graphs;
-- `cpu`: the same checkpoint packaged for cpu (fp32, or int4 for int4 lines) and its greedy
-  tokens with onnxruntime-genai;
+- `cpu`: the same checkpoint packaged for cpu (fp32) and its greedy tokens with
+  onnxruntime-genai; for int4 lines the cuda bundle itself on onnxruntime's CPU provider (the
+  same int4 weights: a cpu int4 bundle's differ, its calibration running another graph);
 - `reference`: transformers in float32 on the device (the GPU; CPU in a dry run): greedy tokens
   and the logits of every step;
 - `logits-<capture>`: onnxruntime-genai's logits of the cuda bundle, fed transformers' tokens
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import statistics
 import subprocess
@@ -39,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _gpu_lines import TOLERANCE, Line
+from _gpu_lines import PACKED_MHA, TOLERANCE, Line
 
 PROMPT = (381, 17, 92, 250, 33, 301, 8, 140)  # bos + seven tokens of the tiny tokenizer
 SPEED_PROMPT, SPEED_NEW, SPEED_ROUNDS = 16, 32, 5
 BUILDER_TIMEOUT_S = 120
+#: The line of a traceback that names the exception.
+_RAISED = re.compile(r"\w+(Error|Exception)\b")
 
 
 @dataclasses.dataclass
@@ -90,7 +94,7 @@ def run_line(line: Line, folder: Path, *, dry_run: bool, new_tokens: int) -> dic
         return _result(run)
     builder = _start_builder(line, checkpoint, folder)
     cuda = run.step("package", lambda: _package_cuda(run, checkpoint))
-    cpu = run.step("cpu", lambda: _package_cpu(run, checkpoint))
+    cpu = run.step("cpu", lambda: _package_cpu(run, checkpoint, cuda))
     if line.vision:
         from _gpu_vision import check_vision
 
@@ -135,9 +139,14 @@ def _package_cuda(run: Run, checkpoint: Path) -> Path:
     )
     ops = _graph_ops(out)
     missing = [op for op in line.expects if op not in ops]
+    present = [op for op in line.absent if op in ops]
     windows = sorted(ops.get("local_window_size", set()))
-    note = f"missing {', '.join(missing)}" if missing else "holds " + ", ".join(line.expects)
-    run.record("graph", not missing, note, windows=windows)
+    said = [f"holds {', '.join(line.expects)}"] if line.expects else []
+    said += [f"no {', '.join(line.absent)}"] if line.absent else []
+    if missing or present:
+        said = [f"missing {', '.join(missing)}"] if missing else []
+        said += [f"holds {', '.join(present)}"] if present else []
+    run.record("graph", not (missing or present), "; ".join(said), windows=windows)
     run.record("package", True, out.name)
     return out
 
@@ -157,18 +166,18 @@ def _graph_ops(bundle: Path) -> dict[str, Any]:
     return found
 
 
-def _package_cpu(run: Run, checkpoint: Path) -> Path:
+def _package_cpu(run: Run, checkpoint: Path, cuda: Path | None) -> Path:
     from mobius_genai.bundle.packager import package
 
+    if run.line.precision == "int4":
+        if cuda is None:
+            raise RuntimeError("no cuda bundle to run on CPU")
+        run.record("cpu", True, "the cuda int4 bundle on onnxruntime's CPU provider")
+        return cpu_copy(cuda)
     out = package(
-        checkpoint,
-        "cpu",
-        run.folder / "cpu",
-        precision=run.line.cpu_precision,
-        smoke_test=False,
-        quiet=True,
+        checkpoint, "cpu", run.folder / "cpu", precision="fp32", smoke_test=False, quiet=True
     )
-    run.record("cpu", True, f"cpu {run.line.cpu_precision} bundle")
+    run.record("cpu", True, "cpu fp32 bundle")
     return out
 
 
@@ -177,9 +186,44 @@ def load_on_device(run: Run, bundle: Path, capture: bool, *, cpu: bool = False):
     `cpu`) the CPU provider."""
     from mobius_genai.bundle.generate import load_model
 
-    if run.dry_run or cpu:
+    if cpu:
         return load_model(bundle, cpu=True)
+    if run.dry_run:
+        return load_model(cpu_copy(bundle), cpu=True)
     return load_model(bundle, provider=("cuda", {"enable_cuda_graph": "1" if capture else "0"}))
+
+
+def cpu_copy(bundle: Path) -> Path:
+    """A copy of a cuda bundle that onnxruntime's CPU provider runs (dry run), made once: every
+    graph's provider options cleared (og.Config's clear_providers clears the decoder's only),
+    and PackedMultiHeadAttention, which has no CPU kernel, replaced by its standard body."""
+    import onnx_ir as ir
+    from onnx_ir.passes.common import InlinePass
+
+    copy = bundle.with_name(f"{bundle.name}-on-cpu")
+    if copy.is_dir():
+        return copy
+    shutil.copytree(bundle, copy)
+    config = json.loads((copy / "genai_config.json").read_text())
+    _clear_providers(config)
+    (copy / "genai_config.json").write_text(json.dumps(config, indent=2))
+    for path in copy.glob("*.onnx"):
+        model = ir.load(path)
+        if not any(node.op_type == PACKED_MHA.split("::")[1] for node in model.graph):
+            continue
+        InlinePass(criteria=lambda function: function.name == "PackedMultiHeadAttention")(model)
+        ir.external_data.load_to_model(model)
+        ir.save(model, path, external_data=f"{path.name}.data")
+    return copy
+
+
+def _clear_providers(document: Any) -> None:
+    if isinstance(document, dict):
+        for key, value in document.items():
+            if key == "provider_options":
+                document[key] = []
+            else:
+                _clear_providers(value)
 
 
 def captures(run: Run, bundle: Path) -> dict[str, str | None]:
@@ -209,6 +253,8 @@ def _check_text(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None)
     if cpu is not None:
         expected = run.step("cpu", lambda: cpu_greedy(run, cpu))
     reference = run.step("reference", lambda: _reference(run, checkpoint))
+    if reference is not None and run.line.precision == "int4" and cpu is not None:
+        reference = run.step("reference", lambda: _int4_reference(run, cpu, reference))
     if cuda is None:
         return
     refusal = cpu_refusal(run)
@@ -289,10 +335,19 @@ def _reference(run: Run, checkpoint: Path) -> dict[str, Any]:
 
 
 def _logits(run: Run, model, reference: dict[str, Any], capture: str) -> None:
-    """og's logits fed transformers' tokens one at a time, against transformers' logits."""
+    """og's logits fed the reference's tokens one at a time, against the reference's logits."""
+    ours = forced_logits(model, reference["tokens"])
+    relative = relative_error(ours, reference["logits"])
+    tolerance = TOLERANCE[run.line.precision]
+    note = f"{relative:.2e} of the largest logit (tolerance {tolerance:g}), {len(ours)} steps"
+    run.record(f"logits-{capture}", relative <= tolerance, note, value=relative)
+
+
+def forced_logits(model, tokens: list[int]) -> np.ndarray:
+    """og's last-position logits after PROMPT and after each of `tokens` but the last, fed one
+    at a time (what transformers' greedy steps saw): [len(tokens), vocab] float32."""
     import onnxruntime_genai as og
 
-    tokens = reference["tokens"]
     params = og.GeneratorParams(model)
     params.set_search_options(do_sample=False, max_length=len(PROMPT) + len(tokens))
     generator = og.Generator(model, params)
@@ -301,10 +356,20 @@ def _logits(run: Run, model, reference: dict[str, Any], capture: str) -> None:
     for token in tokens[:-1]:
         generator.append_tokens([token])
         ours.append(np.asarray(generator.get_logits()[0, -1], np.float32))
-    relative = relative_error(np.stack(ours), reference["logits"])
-    tolerance = TOLERANCE[run.line.precision]
-    note = f"{relative:.2e} of the largest logit (tolerance {tolerance:g}), {len(ours)} steps"
-    run.record(f"logits-{capture}", relative <= tolerance, note, value=relative)
+    return np.stack(ours)
+
+
+def _int4_reference(run: Run, cpu: Path, reference: dict[str, Any]) -> dict[str, Any]:
+    """For int4 lines: the int4 graph's logits on onnxruntime's CPU provider, fed transformers'
+    tokens (transformers' float weights are further from the int4 ones than any kernel)."""
+    logits = forced_logits(load_on_device(run, cpu, False, cpu=True), reference["tokens"])
+    float_error = relative_error(logits, reference["logits"])
+    note = (
+        f"the int4 graph on CPU fed transformers' tokens (its logits against transformers' "
+        f"float32: {float_error:.2e} of the largest logit)"
+    )
+    run.record("reference", True, note, tokens=reference["tokens"], int4_vs_float=float_error)
+    return {"tokens": reference["tokens"], "logits": logits}
 
 
 def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
@@ -367,8 +432,9 @@ def _finish_builder(run: Run, process: subprocess.Popen) -> Path | None:
         run.record("builder", False, f"no bundle within {BUILDER_TIMEOUT_S} s")
         return None
     if code != 0:
-        lines = (run.folder / "builder.log").read_text(errors="replace").strip().splitlines()
-        run.record("builder", None, f"the builder failed (exit {code}): {lines[-1][:300]}")
+        said = (run.folder / "builder.log").read_text(errors="replace").strip().splitlines()
+        errors = [line for line in said if _RAISED.match(line)] or said or ["no output"]
+        run.record("builder", None, f"the builder failed (exit {code}): {errors[-1][:300]}")
         return None
     run.record("builder", True, "python -m onnxruntime_genai.models.builder -e cuda")
     return run.folder / "builder"
@@ -387,13 +453,17 @@ def _decode_ratio(run: Run, ours: Path | None, builder: Path | None) -> None:
     if refusal is not None:
         run.record("decode", None, refusal)
         return
-    models = {
-        "ours": load_on_device(run, ours, False),
-        "builder": load_on_device(run, builder, False),
-    }
     prompt = random_prompt(1, SPEED_PROMPT, 384)
-    for model in models.values():
-        time_generation(model, prompt, 4)
+    models = {"ours": load_on_device(run, ours, False)}
+    time_generation(models["ours"], prompt, 4)
+    try:
+        models["builder"] = load_on_device(run, builder, False)
+        time_generation(models["builder"], prompt, 4)
+    except Exception as error:
+        if not run.dry_run:
+            raise
+        run.record("decode", None, f"the builder's bundle does not run on CPU: {error}"[:400])
+        return
     rates: dict[str, list[float]] = {"ours": [], "builder": []}
     for index in range(SPEED_ROUNDS):
         for name in list(models) if index % 2 == 0 else list(reversed(models)):

@@ -13,6 +13,7 @@ from _gpu_lines import IMAGE_SIZE, TOLERANCE
 from _gpu_run import (
     Run,
     captures,
+    cpu_copy,
     cpu_greedy,
     cpu_refusal,
     load_on_device,
@@ -96,21 +97,17 @@ def _features(run: Run, bundle: Path, hf_model, pixels: np.ndarray) -> None:
 
 
 def _vision_session(run: Run, bundle: Path) -> Any:
-    """An onnxruntime session of the vision graph: CUDA, or (dry run) CPU with
-    PackedMultiHeadAttention's standard body inlined (the CPU provider has no kernel for it)."""
-    import onnx_ir as ir
+    """An onnxruntime session of the vision graph: CUDA, or (dry run) CPU on the bundle's CPU
+    copy (PackedMultiHeadAttention's standard body inlined: the CPU provider has no kernel)."""
     import onnxruntime as ort
-    from onnx_ir.passes.common import InlinePass
 
+    if run.dry_run:
+        refusal = cpu_refusal(run)
+        if refusal is not None:
+            run.record("features", None, refusal)
+            return None
+        bundle = cpu_copy(bundle)
     config = json.loads((bundle / "genai_config.json").read_text())
-    path = bundle / config["model"]["vision"]["filename"]
-    if not run.dry_run:
-        return ort.InferenceSession(str(path), providers=["CUDAExecutionProvider"])
-    refusal = cpu_refusal(run)
-    if refusal is not None:
-        run.record("features", None, refusal)
-        return None
-    model = ir.load(path)
-    InlinePass(criteria=lambda function: function.name == "PackedMultiHeadAttention")(model)
-    proto = ir.serde.serialize_model(model).SerializeToString()
-    return ort.InferenceSession(proto, providers=["CPUExecutionProvider"])
+    path = str(bundle / config["model"]["vision"]["filename"])
+    provider = "CPUExecutionProvider" if run.dry_run else "CUDAExecutionProvider"
+    return ort.InferenceSession(path, providers=[provider])

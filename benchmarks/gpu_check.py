@@ -36,10 +36,8 @@ import shlex
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +45,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-#: onnxruntime-genai's CUDA wheel at the version CI tests, and the onnxruntime-gpu it needs:
-#: onnxruntime-genai-cuda 0.18.0 requires onnxruntime-gpu>=1.31.0, and 1.31.1 is the newest
-#: on PyPI (CI's CPU onnxruntime 1.32.0 has no gpu wheel). Both are built for CUDA 13.
-GPU_WHEELS = ("onnxruntime-gpu==1.31.1", "onnxruntime-genai-cuda==0.18.0")
-#: The CPU wheels with the same import names (onnxruntime, onnxruntime_genai).
-CPU_WHEELS = ("onnxruntime", "onnxruntime-genai")
-#: CI's torch; its default Linux wheel on PyPI is built with CUDA.
-TORCH = "torch==2.13.0"
-#: The reference's packages beside the project's own dependencies (pyproject's test extra).
-REFERENCE = ("transformers>=4.57", "tokenizers>=0.22")
-OUTPUTS = ("gpu_check.json", "gpu_check.md")
+from _gpu_install import (  # noqa: E402
+    add_checkout_to_path,
+    download_wheels,
+    install_commands,
+    installed_version,
+)
+
 MIN_LINE_S = 15
 LOG_TAIL = 3000
 
@@ -76,12 +70,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.download_wheels:
+        return _download(Path(args.download_wheels))
     for command in install_commands(args.wheels, dry_run=args.dry_run):
         print("install:", shlex.join(command), flush=True)
-        if args.install or args.wheels:
-            subprocess.run(command, check=True)
+        if (args.install or args.wheels) and subprocess.run(command).returncode != 0:
+            print(f"gpu_check: the install step failed: {shlex.join(command)}", file=sys.stderr)
+            return 2
     if args.install or args.wheels:
-        _add_checkout_to_path()
+        add_checkout_to_path()
     environment = _environment(args.dry_run)
     if not args.dry_run and not environment.get("cuda"):
         print(
@@ -105,73 +102,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dry-run", action="store_true", help="every step a CPU can run")
     parser.add_argument("--install", action="store_true", help="install from the index first")
     parser.add_argument("--wheels", nargs="+", help="install these folders' wheels first")
+    parser.add_argument(
+        "--download-wheels", metavar="PREFIX", help="fetch the GPU machine's wheels and stop"
+    )
     parser.add_argument("--budget-s", type=float, default=420, help="seconds for all lines")
     parser.add_argument("--line-s", type=float, default=90, help="seconds for one line")
     parser.add_argument("--new-tokens", type=int, default=16, help="greedy tokens compared")
     parser.add_argument("--work", help="scratch folder (default: a new temporary one)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser
-
-
-def install_commands(wheels: list[str] | None, *, dry_run: bool) -> list[list[str]]:
-    """The pip commands that make this interpreter ready for the GPU run."""
-    pip = [sys.executable, "-m", "pip"]
-    commands = [[*pip, "uninstall", "-y", *CPU_WHEELS]]
-    if wheels:
-        files = _join_parts([Path(folder) for folder in wheels])
-        return [*commands, [*pip, "install", "--no-index", "--no-deps", *map(str, files)]]
-    packages = [*GPU_WHEELS, *_project_dependencies(), *REFERENCE]
-    if not dry_run and "+cpu" in _version("torch", "+cpu"):
-        packages.append(TORCH)
-    return [*commands, [*pip, "install", *packages]]
-
-
-def _project_dependencies() -> list[str]:
-    """pyproject's dependencies less the CPU wheels the GPU ones replace."""
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    return [
-        requirement
-        for requirement in project["dependencies"]
-        if requirement.split(">")[0].split("=")[0].split("<")[0].strip() not in CPU_WHEELS
-    ]
-
-
-def _join_parts(folders: list[Path]) -> list[Path]:
-    """Every wheel in `folders`, pieces named NAME.whl.part-* joined into NAME.whl (in the first
-    folder) in the order of their names."""
-    wheels = [path for folder in folders for path in sorted(folder.glob("*.whl"))]
-    parts: dict[str, list[Path]] = {}
-    for folder in folders:
-        for path in folder.glob("*.whl.part-*"):
-            parts.setdefault(path.name.split(".part-")[0], []).append(path)
-    for name, pieces in sorted(parts.items()):
-        whole = folders[0] / name
-        with whole.open("wb") as stream:
-            for piece in sorted(pieces, key=lambda path: path.name):
-                stream.write(piece.read_bytes())
-        wheels.append(whole)
-    return wheels
-
-
-def _add_checkout_to_path() -> None:
-    """A .pth file naming the repository, so isolated processes import mobius_genai from it."""
-    try:
-        import mobius_genai  # noqa: F401
-
-        return
-    except ImportError:
-        (Path(sysconfig.get_paths()["purelib"]) / "mobius_genai_checkout.pth").write_text(
-            f"{ROOT}\n"
-        )
-
-
-def _version(package: str, default: str = "") -> str:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return default
 
 
 _PROBE = """
@@ -190,13 +129,27 @@ print(json.dumps(info))
 """
 
 
+def _download(prefix: Path) -> int:
+    """Fetch the wheels for a GPU machine without an index, and say how to carry them."""
+    folders = download_wheels(prefix.resolve())
+    names = [os.path.relpath(folder) for folder in folders]
+    for name in names[:-1]:
+        print(f"call: carry [{name!r}], command: ls {name}")
+    wheels = " ".join(names)
+    print(
+        f"call: carry [{names[-1]!r}], command: python3 benchmarks/gpu_check.py "
+        f"--wheels {wheels} --out $OUT"
+    )
+    return 0
+
+
 def _environment(dry_run: bool) -> dict[str, Any]:
     """Versions of what the run uses and, unless a dry run, what torch and onnxruntime see."""
     names = ("torch", "transformers", "onnxruntime", "onnxruntime-gpu")
     names += ("onnxruntime-genai", "onnxruntime-genai-cuda", "onnx-ir", "onnxscript")
     environment: dict[str, Any] = {
         "python": sys.version.split()[0],
-        "versions": {name: _version(name) for name in names if _version(name)},
+        "versions": {name: installed_version(name) for name in names if installed_version(name)},
         "dry_run": dry_run,
     }
     if dry_run:
