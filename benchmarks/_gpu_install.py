@@ -29,8 +29,10 @@ CPU_WHEELS = ("onnxruntime", "onnxruntime-genai")
 TORCH = "torch==2.13.0"
 #: The reference's packages beside the project's own dependencies (pyproject's test extra).
 REFERENCE = ("transformers>=4.57", "tokenizers>=0.22")
-#: What the GPU machines' Python lacks (or has too old: onnx-ir 1.0) of the project's needs,
-#: carried at the versions installed where the wheels are downloaded (CI's).
+#: What the GPU machines' Python lacks (or has too old: onnx-ir 1.0, transformers 5.17, whose
+#: missing ExaoneConfig and InternLM3Config the fixtures import) of what the run imports, with
+#: transformers' own needs beyond that image (huggingface-hub 2 and what it imports), carried
+#: at the versions installed where the wheels are downloaded (CI's).
 DEVICE_PACKAGES = (
     "onnx-ir",
     "gguf",
@@ -38,6 +40,15 @@ DEVICE_PACKAGES = (
     "jsonschema-specifications",
     "referencing",
     "rpds-py",
+    "transformers",
+    "huggingface-hub",
+    "kernels",
+    "tomlkit",
+    "httpx2",
+    "httpcore2",
+    "truststore",
+    "hf-xet",
+    "click",
 )
 #: The GPU machines' interpreter and platform, for `pip download`.
 DEVICE_PLATFORM = (

@@ -38,10 +38,13 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from _gpu_lines import PACKED_MHA, TOLERANCE, Line
+from _gpu_lines import PACKED_MHA, TOLERANCE, Line, write_checkpoint
+
+if TYPE_CHECKING:
+    from mobius_genai.ep import EpCapabilities
 
 PROMPT = (381, 17, 92, 250, 33, 301, 8, 140)  # bos + seven tokens of the tiny tokenizer
 SPEED_PROMPT, SPEED_NEW, SPEED_ROUNDS = 16, 32, 5
@@ -86,8 +89,6 @@ def run_line(line: Line, folder: Path, *, dry_run: bool, new_tokens: int) -> dic
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     run = Run(line, folder, dry_run, new_tokens)
-    from _gpu_lines import write_checkpoint
-
     checkpoint = folder / "checkpoint"
     hf_model = run.step("checkpoint", lambda: write_checkpoint(line, checkpoint) or True)
     if hf_model is None:
@@ -98,7 +99,7 @@ def run_line(line: Line, folder: Path, *, dry_run: bool, new_tokens: int) -> dic
     if line.vision:
         from _gpu_vision import check_vision
 
-        check_vision(run, checkpoint, cuda, cpu, hf_model)
+        check_vision(run, cuda, cpu, hf_model)
     else:
         _check_text(run, checkpoint, cuda, cpu)
     run.step("decode", lambda: _decode_ratio(run, cuda, _finish_builder(run, builder)))
@@ -118,7 +119,7 @@ def _result(run: Run) -> dict[str, Any]:
     }
 
 
-def cuda_caps(line: Line):
+def cuda_caps(line: Line) -> EpCapabilities:
     """cuda's capabilities with the line's flags flipped on (nothing is registered)."""
     from mobius_genai.ep import get_ep
 
@@ -181,7 +182,7 @@ def _package_cpu(run: Run, checkpoint: Path, cuda: Path | None) -> Path:
     return out
 
 
-def load_on_device(run: Run, bundle: Path, capture: bool, *, cpu: bool = False):
+def load_on_device(run: Run, bundle: Path, capture: bool, *, cpu: bool = False) -> Any:
     """og.Model of `bundle` on the device: cuda with graph capture on or off, or (dry run, or
     `cpu`) the CPU provider."""
     from mobius_genai.bundle.generate import load_model
@@ -275,13 +276,15 @@ def _check_text(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None)
             )
 
 
-def cpu_greedy(run: Run, bundle: Path, inputs_for=None) -> dict[str, Any]:
+def cpu_greedy(
+    run: Run, bundle: Path, inputs_for: Callable[[Any], Any] | None = None
+) -> dict[str, Any]:
     """The cpu bundle's greedy tokens (after `inputs_for(model)` where given)."""
     model = load_on_device(run, bundle, False, cpu=True)
     return greedy(model, run.new_tokens, None if inputs_for is None else inputs_for(model))
 
 
-def greedy(model, new_tokens: int, inputs=None) -> dict[str, Any]:
+def greedy(model: Any, new_tokens: int, inputs: Any = None) -> dict[str, Any]:
     """Greedy tokens (exactly `new_tokens`) after PROMPT, or after a multimodal processor's
     `inputs`, and each step's top-two margin and largest logit."""
     import onnxruntime_genai as og
@@ -313,8 +316,8 @@ def _reference(run: Run, checkpoint: Path) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        checkpoint, dtype=torch.float32, attn_implementation="eager"
+    model = AutoModelForCausalLM.from_pretrained(  # eager experts: grouped_mm wants bf16
+        checkpoint, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
     )
     model = model.to(run.device).eval()
     ids = torch.tensor([PROMPT], device=run.device)
@@ -334,7 +337,7 @@ def _reference(run: Run, checkpoint: Path) -> dict[str, Any]:
     return {"tokens": tokens, "logits": logits}
 
 
-def _logits(run: Run, model, reference: dict[str, Any], capture: str) -> None:
+def _logits(run: Run, model: Any, reference: dict[str, Any], capture: str) -> None:
     """og's logits fed the reference's tokens one at a time, against the reference's logits."""
     ours = forced_logits(model, reference["tokens"])
     relative = relative_error(ours, reference["logits"])
@@ -343,7 +346,7 @@ def _logits(run: Run, model, reference: dict[str, Any], capture: str) -> None:
     run.record(f"logits-{capture}", relative <= tolerance, note, value=relative)
 
 
-def forced_logits(model, tokens: list[int]) -> np.ndarray:
+def forced_logits(model: Any, tokens: list[int]) -> np.ndarray:
     """og's last-position logits after PROMPT and after each of `tokens` but the last, fed one
     at a time (what transformers' greedy steps saw): [len(tokens), vocab] float32."""
     import onnxruntime_genai as og
@@ -379,7 +382,9 @@ def relative_error(ours: np.ndarray, reference: np.ndarray) -> float:
     return float("inf") if not np.isfinite(difference) else float(difference) / scale
 
 
-def tokens_step(run: Run, model, expected: dict[str, Any], capture: str, inputs=None) -> None:
+def tokens_step(
+    run: Run, model: Any, expected: dict[str, Any], capture: str, inputs: Any = None
+) -> None:
     """The cuda bundle's greedy tokens against the cpu bundle's (`expected`)."""
     ours = greedy(model, run.new_tokens, inputs)["tokens"]
     ok, note = compare_tokens(ours, expected, TOLERANCE[run.line.precision])
@@ -403,7 +408,6 @@ def compare_tokens(ours: list[int], expected: dict[str, Any], tolerance: float) 
 def _start_builder(line: Line, checkpoint: Path, folder: Path) -> subprocess.Popen | None:
     """onnxruntime-genai's builder making the cuda bundle of the same checkpoint, started now
     and run beside the other steps (a process of its own, isolated)."""
-    log = (folder / "builder.log").open("wb")
     command = [
         sys.executable,
         "-I",
@@ -420,7 +424,8 @@ def _start_builder(line: Line, checkpoint: Path, folder: Path) -> subprocess.Pop
         "-c",
         str(folder / "builder-cache"),
     ]
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+    with (folder / "builder.log").open("wb") as log:
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=folder)
 
 
 def _finish_builder(run: Run, process: subprocess.Popen) -> Path | None:

@@ -24,7 +24,7 @@ from _gpu_run import (
 _FLOAT16 = "tensor(float16)"
 
 
-def check_vision(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None, hf_model) -> None:
+def check_vision(run: Run, cuda: Path | None, cpu: Path | None, hf_model: Any) -> None:
     """The `features` step and, with graph capture off and on, the `tokens-*` steps."""
     from mobius_genai.bundle.smoke_image import png_bytes, smoke_pixels
 
@@ -53,7 +53,7 @@ def check_vision(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None
             )
 
 
-def _inputs(model, bundle: Path, image: Path):
+def _inputs(model: Any, bundle: Path, image: Path) -> Any:
     """The multimodal processor's inputs for an image and a few words."""
     import onnxruntime_genai as og
 
@@ -65,7 +65,7 @@ def _inputs(model, bundle: Path, image: Path):
     return processor(f"{placeholder} Describe.", images=og.Images.open(str(image)))
 
 
-def _features(run: Run, bundle: Path, hf_model, pixels: np.ndarray) -> None:
+def _features(run: Run, bundle: Path, hf_model: Any, pixels: np.ndarray) -> None:
     """The bundle's vision graph on the device against transformers' vision tower (float32)."""
     import torch
 
@@ -89,7 +89,9 @@ def _features(run: Run, bundle: Path, hf_model, pixels: np.ndarray) -> None:
         output = model.model.get_image_features(
             torch.from_numpy(pixel_values).to(run.device), torch.from_numpy(grid).to(run.device)
         )
-    reference = torch.cat(output.pooler_output).float().cpu().numpy()
+    parts = getattr(output, "pooler_output", output)  # older transformers: the tensors
+    reference = (parts if torch.is_tensor(parts) else torch.cat(list(parts))).float().cpu()
+    reference = reference.numpy()
     relative = relative_error(ours, reference)
     tolerance = TOLERANCE[run.line.precision]
     note = f"{relative:.2e} of the largest feature (tolerance {tolerance:g})"

@@ -51,6 +51,7 @@ from _gpu_install import (  # noqa: E402
     install_commands,
     installed_version,
 )
+from _gpu_table import verdict, write_outputs  # noqa: E402
 
 MIN_LINE_S = 15
 LOG_TAIL = 3000
@@ -79,16 +80,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if args.install or args.wheels:
         add_checkout_to_path()
+    out = Path(args.out or os.environ.get("OUT") or HERE / "_work" / "gpu-check")
+    out.mkdir(parents=True, exist_ok=True)
     environment = _environment(args.dry_run)
-    if not args.dry_run and not environment.get("cuda"):
+    problem = environment.get("error") or (None if environment.get("cuda") else "no CUDA device")
+    if not args.dry_run and problem:
+        write_outputs(out, environment, [])
         print(
-            f"gpu_check: no CUDA device here ({environment.get('error', 'torch sees none')}); "
-            "accepted: a machine with an NVIDIA GPU, or --dry-run",
+            f"gpu_check: this machine is not ready for the GPU run: {problem}; accepted: an "
+            "NVIDIA GPU with the packages --install or --wheels puts in, or --dry-run",
             file=sys.stderr,
         )
         return 2
-    out = Path(args.out or os.environ.get("OUT") or HERE / "_work" / "gpu-check")
-    out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     results = _run_lines(names, work, out, args, environment)
@@ -105,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--download-wheels", metavar="PREFIX", help="fetch the GPU machine's wheels and stop"
     )
-    parser.add_argument("--budget-s", type=float, default=420, help="seconds for all lines")
+    parser.add_argument("--budget-s", type=float, default=390, help="seconds for all lines")
     parser.add_argument("--line-s", type=float, default=90, help="seconds for one line")
     parser.add_argument("--new-tokens", type=int, default=16, help="greedy tokens compared")
     parser.add_argument("--work", help="scratch folder (default: a new temporary one)")
@@ -123,6 +126,7 @@ try:
         info["gpu"] = torch.cuda.get_device_name(0)
     import onnxruntime
     info["ort_providers"] = onnxruntime.get_available_providers()
+    import onnxruntime_genai, transformers, mobius_genai, tests._hf  # what every line imports
 except Exception as error:
     info["error"] = f"{type(error).__name__}: {error}"
 print(json.dumps(info))
@@ -167,8 +171,6 @@ def _environment(dry_run: bool) -> dict[str, Any]:
 def _run_lines(
     names: list[str], work: Path, out: Path, args: argparse.Namespace, environment: dict
 ) -> list[dict[str, Any]]:
-    from _gpu_table import verdict, write_outputs
-
     results: list[dict[str, Any]] = []
     deadline = time.monotonic() + args.budget_s
     for name in names:
@@ -219,7 +221,10 @@ def _child(args: argparse.Namespace) -> int:
         import onnxruntime
         import torch  # noqa: F401  (its CUDA libraries, loaded first, serve onnxruntime too)
 
-        getattr(onnxruntime, "preload_dlls", lambda: None)()
+        try:  # CUDA and cuDNN from the nvidia wheels; torch has loaded most of them already
+            onnxruntime.preload_dlls()
+        except Exception as error:
+            print(f"onnxruntime.preload_dlls: {error}", file=sys.stderr)
     from _gpu_lines import LINES
     from _gpu_run import run_line
 
