@@ -60,7 +60,7 @@ DEVICE_PLATFORM = (
     "--platform=manylinux2014_x86_64",
 )
 #: Bytes of wheels per carried folder: a call carries 64 MiB with the working tree (~3 MiB).
-CARRY_BYTES = 56 << 20
+CARRY_BYTES = 57 << 20
 _PART = ".part-"
 
 
@@ -135,16 +135,17 @@ def download_wheels(prefix: Path) -> list[Path]:
     subprocess.run(command, check=True)
     pieces = [piece for wheel in sorted(download.glob("*.whl")) for piece in _cut(wheel)]
     folders: list[Path] = []
-    room = 0
-    for piece in sorted(pieces, key=lambda path: -path.stat().st_size):
+    room: list[int] = []
+    for piece in sorted(pieces, key=lambda path: -path.stat().st_size):  # first fit
         size = piece.stat().st_size
-        if size > room:
-            folders.append(prefix.with_name(f"{prefix.name}-{len(folders) + 1}"))
+        index = next((i for i, left in enumerate(room) if size <= left), len(folders))
+        if index == len(folders):
+            folders.append(prefix.with_name(f"{prefix.name}-{index + 1}"))
             shutil.rmtree(folders[-1], ignore_errors=True)
             folders[-1].mkdir(parents=True)
-            room = CARRY_BYTES
-        shutil.move(piece, folders[-1] / piece.name)
-        room -= size
+            room.append(CARRY_BYTES)
+        shutil.move(piece, folders[index] / piece.name)
+        room[index] -= size
     shutil.rmtree(download)
     return folders
 

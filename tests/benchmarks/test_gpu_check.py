@@ -190,7 +190,7 @@ def test_downloaded_wheels_are_cut_into_folders_one_call_carries(tmp_path, monke
         name: bytes(range(256)) * (n // 256) + b"x" * (n % 256) for name, n in sizes.items()
     }
     folders = _gpu_install.download_wheels(tmp_path / ".whl")
-    assert [folder.name for folder in folders] == [f".whl-{i}" for i in range(1, 5)]
+    assert [folder.name for folder in folders] == [f".whl-{i}" for i in range(1, 5)]  # 3500 B
     assert all(sum(f.stat().st_size for f in folder.iterdir()) <= 1000 for folder in folders)
     wheels = _gpu_install.join_parts(folders)
     assert {wheel.name: wheel.read_bytes() for wheel in wheels} == originals
