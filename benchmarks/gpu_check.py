@@ -18,8 +18,11 @@ under `--out` ($OUT when set), rewritten after every line.
 wheels of onnxruntime-genai (the version CI tests) and onnxruntime, which replace the CPU ones
 (they share import names), the project's other dependencies, transformers, and torch where the
 installed one has no CUDA; `--wheels DIR ...` installs from wheel files instead (a machine
-without an index; pieces `NAME.whl.part-*` are joined first). The repository itself goes on
-the interpreter's path with a .pth file, so isolated (`python -I`) processes import it.
+without an index; pieces `NAME.whl.part-*` are joined first), which `--download-wheels PREFIX`
+fetches where an index is and cuts into folders one device call carries (`_gpu_install.py`).
+The repository itself goes on the interpreter's path with a .pth file, so isolated
+(`python -I`) processes import it. Before any line, a process of its own checks that torch
+sees a GPU and that everything the lines import imports.
 
 `--dry-run` runs everything a CPU can: packaging every bundle, the builder, transformers'
 reference, onnxruntime's CPU provider on the cuda graphs where it has their kernels (not bf16;
