@@ -69,16 +69,41 @@ class Line:
         return "fp16" if self.precision == "int4" else self.precision
 
 
+#: The kinds of line that run in fp16 and in bf16 alike.
+_PAIRED: Mapping[str, dict[str, Any]] = {
+    "dense": {"family": "qwen2", "checks": "GQA, packed q/k/v, graph capture", "expects": (GQA,)},
+    "moe": {
+        "family": "qwen3_moe",
+        "checks": "fused com.microsoft::MoE (top-k renormalized, a dense layer between)",
+        "expects": (GQA, MOE),
+        "flags": _MOE_FLAGS,
+    },
+    "window": {
+        "family": "gemma3_text",
+        "checks": "GQA local_window_size 5 on sliding layers, softcap, two rope tables",
+        "expects": (GQA,),
+    },
+    "phi3-window": {
+        "family": "phi3",
+        "checks": "Phi-3 style sliding_window 262144 on every attention node",
+        "expects": (GQA,),
+        "config": _PHI3_WINDOW,
+    },
+    "hybrid": {
+        "family": "lfm2",
+        "checks": "LFM2: CausalConvWithState between GQA layers",
+        "expects": (CONV,),
+    },
+}
+
+
+def _paired(kind: str, precision: str) -> Line:
+    return Line(name=f"{kind}-{precision}", precision=precision, **_PAIRED[kind])
+
+
 _FIRST = [
-    Line("dense-fp16", "qwen2", "fp16", "GQA, packed q/k/v, graph capture", (GQA,)),
-    Line(
-        "moe-fp16",
-        "qwen3_moe",
-        "fp16",
-        "fused com.microsoft::MoE (top-k renormalized, a dense layer between)",
-        (GQA, MOE),
-        flags=_MOE_FLAGS,
-    ),
+    _paired("dense", "fp16"),
+    _paired("moe", "fp16"),
     Line(
         "qmoe-int4",
         "qwen3_moe",
@@ -88,21 +113,8 @@ _FIRST = [
         flags=_QMOE_FLAGS,
     ),
     Line("int4", "qwen2", "int4", "MatMulNBits at accuracy level 0, fp16 activations", (NBITS,)),
-    Line(
-        "window-fp16",
-        "gemma3_text",
-        "fp16",
-        "GQA local_window_size 5 on sliding layers, softcap, two rope tables",
-        (GQA,),
-    ),
-    Line(
-        "phi3-window-fp16",
-        "phi3",
-        "fp16",
-        "Phi-3 style sliding_window 262144 on every attention node",
-        (GQA,),
-        config=_PHI3_WINDOW,
-    ),
+    _paired("window", "fp16"),
+    _paired("phi3-window", "fp16"),
     Line(
         "vision-fp16",
         "qwen2_5_vl",
@@ -110,33 +122,10 @@ _FIRST = [
         "Qwen2.5-VL vision tower with com.microsoft::PackedMultiHeadAttention",
         (PACKED_MHA,),
     ),
-    Line("hybrid-fp16", "lfm2", "fp16", "LFM2: CausalConvWithState between GQA layers", (CONV,)),
+    _paired("hybrid", "fp16"),
 ]
 _SECOND = [
-    Line("dense-bf16", "qwen2", "bf16", "GQA, packed q/k/v, graph capture", (GQA,)),
-    Line(
-        "moe-bf16",
-        "qwen3_moe",
-        "bf16",
-        "fused com.microsoft::MoE (top-k renormalized, a dense layer between)",
-        (GQA, MOE),
-        flags=_MOE_FLAGS,
-    ),
-    Line(
-        "window-bf16",
-        "gemma3_text",
-        "bf16",
-        "GQA local_window_size 5 on sliding layers, softcap, two rope tables",
-        (GQA,),
-    ),
-    Line(
-        "phi3-window-bf16",
-        "phi3",
-        "bf16",
-        "Phi-3 style sliding_window 262144 on every attention node",
-        (GQA,),
-        config=_PHI3_WINDOW,
-    ),
+    *(_paired(kind, "bf16") for kind in ("dense", "moe", "window", "phi3-window")),
     Line(
         "vision-bf16",
         "qwen2_5_vl",
@@ -146,7 +135,7 @@ _SECOND = [
         (),
         absent=(PACKED_MHA,),
     ),
-    Line("hybrid-bf16", "lfm2", "bf16", "LFM2: CausalConvWithState between GQA layers", (CONV,)),
+    _paired("hybrid", "bf16"),
     Line(
         "delta-fp16",
         "qwen3_5_text",
