@@ -81,6 +81,10 @@ def test_the_search_workers_import_this_copy_of_mobius_genai(planted: Path):
         pkgutil.resolve_name, ["mobius_genai:__file__"] * 3, parallel=True, workers=2
     )
     assert list(files) == [mobius_genai.__file__] * 3
+    # -I: PYTHON* variables and the user's site-packages (its usercustomize) ignored too
+    names = ["sys:flags.isolated", "sys:flags.ignore_environment", "sys:flags.no_user_site"]
+    flags = search_pool.map_chunks(pkgutil.resolve_name, names, parallel=True, workers=2)
+    assert list(flags) == [1, 1, 1]
     negated = search_pool.map_chunks(operator.neg, [np.ones(2)] * 3, parallel=True, workers=2)
     assert [chunk.tolist() for chunk in negated] == [[-1.0, -1.0]] * 3
     _nothing_ran(planted)
