@@ -22,6 +22,7 @@ from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
 from mobius_genai.bundle.recurrent import check_conv_states, check_delta_states, kv_layers
 from mobius_genai.bundle.schema import read_bundle_json
+from mobius_genai.bundle.tool_tokens import check_tool_token_ids
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
 
@@ -129,6 +130,7 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
     vocab, source = _vocabulary(config, graph)
     tokenizer_problems = check_tokenizer(folder, vocab, source)
     problems += tokenizer_problems or _check_chat_template(folder)
+    problems += check_tool_token_ids(config["model"], folder)
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
         manifest = read_bundle_json(folder / MANIFEST_FILENAME)
