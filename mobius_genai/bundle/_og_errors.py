@@ -56,7 +56,7 @@ ONE_LINE: tuple[tuple[re.Pattern[str], str], ...] = (
         "decoder-only text models on its Engine); og.Generator runs it",
     ),
     (
-        re.compile(r"Engine is no longer healthy\. Cause: (?P<cause>[^\n]*)"),
+        re.compile(r"Engine is no longer healthy\. Cause: (?P<cause>.*?)\s*(?:Please fix|$)", re.S),
         "og.Engine failed and must be created again: {cause}",
     ),
 )

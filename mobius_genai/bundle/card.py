@@ -216,7 +216,7 @@ def _prequantized(summary: Mapping[str, Any] | None) -> str:
 def _og_apis(limits: Mapping[str, str] | None) -> str:
     """The card's line for the manifest's `og_limits`: what og 0.18 runs, and what it refuses
     and why (APIs refused for one reason together)."""
-    runs = "og.Generator (greedy, sampling, batches, guidance, continuous decoding)"
+    runs = "og.Generator (greedy, sampling, batches, guidance, a prompt appended in parts)"
     if limits is None:
         return f"{runs}; not recorded for the others"
     if not limits:

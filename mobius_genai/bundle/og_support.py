@@ -19,8 +19,11 @@ og's own builder writes for the same kind of model (tests/runtime/test_og_limits
 - og's multimodal pipeline fails beam search (its embedding output is bound one token long per
   beam; the builder's vision-language bundle fails too) and, on a concatenated cache, rewind.
 - Gated delta nets (model.type qwen3_5_text, qwen3_5_moe_text) load, but the Engine's
-  static-batch decoder feeds no recurrent state ("Missing Input: ...conv_state"), and their
-  states cannot be rewound without a snapshot (rewind_to, n-gram verification).
+  static-batch decoder feeds no recurrent state ("Missing Input: ...conv_state"), their states
+  cannot be rewound without a snapshot (rewind_to, n-gram verification), and beam search does
+  not reorder them with the beams.
+- og's multimodal pipeline also continues the padded rows of a text batch from the wrong
+  positions.
 
 `og_limits` is recorded in the manifest's build section (`og_limits`) and shown on the card;
 `engine_support(folder)` answers for a bundle on disk (`run` and `chat` read it).
@@ -42,9 +45,10 @@ NGRAM = "n-gram speculative decoding (GeneratorParams.set_speculative_options)"
 ALL_LOGITS = 'Generator.get_output("logits") at every prompt position'
 REWIND = "Generator.rewind_to"
 BEAM = "beam search (num_beams > 1)"
+BATCH = "batches of prompts of different lengths (batch_size > 1)"
 
 #: The limits' order in the card and the manifest: the APIs users meet first.
-APIS = (ENGINE, NGRAM, ALL_LOGITS, REWIND, BEAM)
+APIS = (ENGINE, NGRAM, ALL_LOGITS, REWIND, BEAM, BATCH)
 
 _Check = Callable[[Mapping[str, Any], GraphInfo], bool]
 
@@ -104,6 +108,13 @@ LIMITS: tuple[OgLimit, ...] = (
         _multimodal,
     ),
     OgLimit(
+        (BATCH,),
+        "og 0.18's multimodal pipeline continues a padded row from other positions than the "
+        "row alone (its first token agrees, the next ones differ); og's builder's Qwen2.5-VL "
+        "bundle refuses text batches ('Not enough image_grid_thw data for image tokens')",
+        _multimodal,
+    ),
+    OgLimit(
         (REWIND,),
         "og 0.18's multimodal pipeline does not cut a KV cache that grows by concatenation "
         "when it rewinds (onnxruntime: 'inconsistent total_sequence_length (between attn_mask "
@@ -129,6 +140,13 @@ LIMITS: tuple[OgLimit, ...] = (
         (ENGINE,),
         "og 0.18's Engine feeds no recurrent state to model.type {type} (its gated delta nets' "
         "conv and recurrent states: 'Missing Input: past_key_values.N.conv_state')",
+        _delta_states,
+    ),
+    OgLimit(
+        (BEAM,),
+        "og 0.18 does not reorder recurrent states with the beams (its RecurrentState updates "
+        "without beam indices, unlike the KV cache): beam search gives other sequences than "
+        "transformers' for model.type {type}",
         _delta_states,
     ),
     OgLimit(
