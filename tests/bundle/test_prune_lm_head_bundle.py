@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import onnxruntime_genai as og
 import pytest
 
@@ -73,10 +75,25 @@ def test_pruned_bundle_generates_what_the_full_one_does(tmp_path: Path, ep: str)
 
 
 def test_int4_pruned_bundle_generates_what_the_full_one_does(tmp_path: Path):
+    """Also: calibration measures the pruned graph over every position (its last-token
+    gathers pass all rows through), so both bundles hold the very same int4 weights."""
     pruned = _package(tmp_path, "cpu", True, "int4")
     full = _package(tmp_path, "cpu", False, "int4")
     assert _logits_positions(pruned) == 1
     assert _batched_tokens(pruned) == _batched_tokens(full)
+    weights = [_weights(folder) for folder in (pruned, full)]
+    assert weights[0].keys() == weights[1].keys() and len(weights[0]) >= 10
+    for name, values in weights[0].items():
+        np.testing.assert_array_equal(values, weights[1][name], err_msg=name)
+
+
+def _weights(folder: Path) -> dict[str, np.ndarray]:
+    graph = onnx.load(str(folder / "model.onnx"))
+    return {
+        tensor.name: onnx.numpy_helper.to_array(tensor)
+        for tensor in graph.graph.initializer
+        if tensor.data_type == onnx.TensorProto.UINT8
+    }
 
 
 def test_cli_keeps_every_position_unless_asked_to_prune(tmp_path: Path, capsys):

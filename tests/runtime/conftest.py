@@ -43,6 +43,14 @@ def dense(tmp_path_factory) -> Packaged:
 
 
 @pytest.fixture(scope="session")
+def default_ep(tmp_path_factory) -> Packaged:
+    """The `default` EP: ONNX Attention, a KV cache that grows by concatenation."""
+    out = tmp_path_factory.mktemp("runtime") / "qwen2-default"
+    bundle = packager.package(TINY_QWEN2, "default", out, quiet=True, smoke_test=False)
+    return Packaged(bundle, TINY_QWEN2)
+
+
+@pytest.fixture(scope="session")
 def dense_int4(tmp_path_factory) -> Packaged:
     return _package(tmp_path_factory, TINY_QWEN2, "qwen2-int4", precision="int4")
 
