@@ -36,9 +36,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from mobius_genai._json import read_json
+from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.recurrent import delta_layers
-from mobius_genai.bundle.validate import read_genai_config
+from mobius_genai.bundle.schema import validate_genai_config
+from mobius_genai.errors import BundleError
 
 ENGINE = "og.Engine"
 NGRAM = "n-gram speculative decoding (GeneratorParams.set_speculative_options)"
@@ -173,7 +176,8 @@ def og_limits(config: Mapping[str, Any], graph: GraphInfo) -> dict[str, str]:
 def bundle_og_limits(folder: str | Path) -> dict[str, str]:
     """`og_limits` of the bundle in `folder` (its genai_config and decoder graph)."""
     folder = Path(folder)
-    config = read_genai_config(folder)
+    config = read_json(folder / CONFIG_FILENAME, BundleError, CONFIG_FILENAME)
+    validate_genai_config(config)
     graph = GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
     return og_limits(config, graph)
 

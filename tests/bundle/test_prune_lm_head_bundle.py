@@ -23,6 +23,7 @@ from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.og_support import ALL_LOGITS, ENGINE, NGRAM
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
+from mobius_genai.errors import BundleError
 from tests.bundle.conftest import TINY_QWEN2
 
 PROMPTS = ["The capital of France is", "Hi", "Once upon a time there"]
@@ -120,6 +121,11 @@ def test_pruned_bundle_names_the_apis_it_gives_up(tmp_path: Path):
     full = packager.package(TINY_QWEN2, "cpu", tmp_path / "full", quiet=True, smoke_test=False)
     assert json.loads((full / "mobius_manifest.json").read_text())["build"]["og_limits"] == {}
     assert "every 0.18 API" in (full / "README.md").read_text()
+    manifest = json.loads((full / "mobius_manifest.json").read_text())
+    manifest["build"]["og_limits"] = limits  # a manifest that says what the bundle is not
+    (full / "mobius_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"build\.og_limits names \['Generator"):
+        validate_bundle(full, check_hashes=False)
 
 
 def test_transformers_parity_builds_keep_every_position():
