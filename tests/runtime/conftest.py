@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnxruntime_genai as og
 import pytest
+from transformers import AutoModelForCausalLM, Qwen2_5_VLForConditionalGeneration
 
 from mobius_genai.bundle import packager
 from mobius_genai.quantize import Int4Options
@@ -111,3 +113,16 @@ def pruned(tmp_path_factory) -> Packaged:
 @pytest.fixture(scope="session")
 def builder_lfm2(tmp_path_factory, lfm2) -> Path:
     return _builder(tmp_path_factory, lfm2.checkpoint, "lfm2")
+
+
+def open_kind(request: pytest.FixtureRequest, name: str) -> tuple:
+    """(og.Model, bundle folder, checkpoint folder, transformers class) of the bundle fixture
+    `name` ("vlm": the Qwen2.5-VL bundle of tests/models): the contract tests' `kind`."""
+    if name == "vlm":
+        _, checkpoint = request.getfixturevalue("qwen2_5_vl_checkpoint")
+        bundle = request.getfixturevalue("qwen2_5_vl_bundle")
+        model_class = Qwen2_5_VLForConditionalGeneration
+    else:
+        packaged = request.getfixturevalue(name)
+        bundle, checkpoint, model_class = packaged.bundle, packaged.checkpoint, AutoModelForCausalLM
+    return og.Model(str(bundle)), bundle, checkpoint, model_class

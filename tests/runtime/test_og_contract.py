@@ -19,7 +19,6 @@ import onnxruntime as ort
 import onnxruntime_genai as og
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, Qwen2_5_VLForConditionalGeneration
 
 from mobius_genai.bundle.og_support import (
     ALL_LOGITS,
@@ -33,6 +32,7 @@ from mobius_genai.bundle.og_support import (
 from tests._hf import hf_reference_logits, load_reference_model
 from tests._ort import run_like_reference
 from tests.runtime._og import PROMPTS, alone, engine_tokens, finish, generator
+from tests.runtime.conftest import open_kind
 
 TOLERANCE = 1e-4  # f32 logits vs transformers
 PROMPT = PROMPTS[0]
@@ -49,14 +49,7 @@ KINDS = [
 @pytest.fixture(params=KINDS)
 def kind(request):
     """(og.Model, bundle folder, checkpoint folder, transformers class) of one model kind."""
-    if request.param == "vlm":
-        _, checkpoint = request.getfixturevalue("qwen2_5_vl_checkpoint")
-        bundle = request.getfixturevalue("qwen2_5_vl_bundle")
-        model_class = Qwen2_5_VLForConditionalGeneration
-    else:
-        packaged = request.getfixturevalue(request.param)
-        bundle, checkpoint, model_class = packaged.bundle, packaged.checkpoint, AutoModelForCausalLM
-    return og.Model(str(bundle)), bundle, checkpoint, model_class
+    return open_kind(request, request.param)
 
 
 def _transformers_logits(checkpoint, model_class, ids: list[int]) -> np.ndarray:

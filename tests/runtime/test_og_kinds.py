@@ -8,10 +8,9 @@ The test functions are test_og_contract.py's own, collected here again with this
 
 from __future__ import annotations
 
-import onnxruntime_genai as og
 import pytest
-from transformers import AutoModelForCausalLM, Qwen2_5_VLForConditionalGeneration
 
+from tests.runtime.conftest import open_kind
 from tests.runtime.test_og_contract import (
     test_engine_requests_of_different_lengths_give_their_tokens_alone,
     test_logits_of_every_position_equal_transformers,
@@ -28,11 +27,4 @@ __all__ = [
 @pytest.fixture(params=["default_ep", "dense_int4", "moe", "qmoe", "lfm2", "delta_net", "vlm"])
 def kind(request):
     """(og.Model, bundle folder, checkpoint folder, transformers class) of one model kind."""
-    if request.param == "vlm":
-        _, checkpoint = request.getfixturevalue("qwen2_5_vl_checkpoint")
-        bundle = request.getfixturevalue("qwen2_5_vl_bundle")
-        model_class = Qwen2_5_VLForConditionalGeneration
-    else:
-        packaged = request.getfixturevalue(request.param)
-        bundle, checkpoint, model_class = packaged.bundle, packaged.checkpoint, AutoModelForCausalLM
-    return og.Model(str(bundle)), bundle, checkpoint, model_class
+    return open_kind(request, request.param)
