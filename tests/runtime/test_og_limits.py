@@ -9,7 +9,8 @@ import onnxruntime_genai as og
 import pytest
 import torch
 
-from mobius_genai.bundle.og_support import ENGINE, bundle_og_limits, engine_support
+import mobius_genai
+from mobius_genai.bundle.og_support import ENGINE, bundle_og_limits
 from tests._hf import load_reference_model
 from tests.runtime._og import PROMPTS, alone, engine_tokens, generator
 
@@ -43,8 +44,11 @@ def test_pruned_lm_head_fails_the_same_apis_on_the_builders_bundle(pruned, build
     assert alone(ours, PROMPTS[0], 8) == alone(theirs, PROMPTS[0], 8)
 
 
-def test_lfm2_engine_refusal_is_the_builders_too(lfm2, builder_lfm2):
-    assert engine_support(lfm2.bundle) is not None
+def test_lfm2_engine_refusal_is_the_builders_too(lfm2, builder_lfm2, dense):
+    assert mobius_genai.engine_support(dense.bundle) is None
+    assert mobius_genai.engine_support(lfm2.bundle).startswith(
+        "og.Engine does not run this bundle: og 0.18 runs model.type lfm2"
+    )
     assert bundle_og_limits(lfm2.bundle) == bundle_og_limits(builder_lfm2)
     for folder in (lfm2.bundle, builder_lfm2):
         with pytest.raises(RuntimeError, match="The model type is not supported for decoding"):
