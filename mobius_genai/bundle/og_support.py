@@ -36,12 +36,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mobius_genai._json import read_json
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.recurrent import delta_layers
-from mobius_genai.bundle.schema import validate_genai_config
-from mobius_genai.errors import BundleError
+from mobius_genai.bundle.schema import read_bundle_json
 
 ENGINE = "og.Engine"
 NGRAM = "n-gram speculative decoding (GeneratorParams.set_speculative_options)"
@@ -176,8 +174,7 @@ def og_limits(config: Mapping[str, Any], graph: GraphInfo) -> dict[str, str]:
 def bundle_og_limits(folder: str | Path) -> dict[str, str]:
     """`og_limits` of the bundle in `folder` (its genai_config and decoder graph)."""
     folder = Path(folder)
-    config = read_json(folder / CONFIG_FILENAME, BundleError, CONFIG_FILENAME)
-    validate_genai_config(config)
+    config = read_bundle_json(folder / CONFIG_FILENAME)
     graph = GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
     return og_limits(config, graph)
 
