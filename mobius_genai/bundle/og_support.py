@@ -1,7 +1,9 @@
 """Which onnxruntime-genai 0.18 APIs run a bundle, and why og refuses the others.
 
-Every fact here was checked on onnxruntime-genai 0.18 (tests/runtime/) and on the bundle that
-og's own builder writes for the same kind of model (tests/runtime/test_og_limits.py):
+Every fact here was checked on onnxruntime-genai 0.18 through its public API (tests/runtime/,
+which runs each contract and expects these refusals), and where og's own builder writes the same
+kind of bundle (a pruned LM head, lfm2) on the builder's bundle too (test_og_limits.py); the
+builder writes no CPU bundle of the other kinds that og runs, so those rows quote og:
 
 - A pruned LM head (`package --prune-lm-head`: logits [batch, 1, vocab]) is what og calls
   "Trimmed Prefill Logits". og.Generator samples from it, but og.Engine's static-batch decoder
