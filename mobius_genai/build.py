@@ -218,7 +218,7 @@ def build(
     `dtype` and `context_length`. With `load_weights=False` only config.json is read and the
     graph carries no weights, which makes even a 70B configuration a matter of seconds. With
     `prune_lm_head` the decoder computes logits for the last position only (what
-    onnxruntime-genai reads; bundles do this). `progress` says each phase on stderr
+    og.Generator samples from; `package --prune-lm-head`, see bundle/og_support.py). `progress` says each phase on stderr
     (`progress.phase`) and shows huggingface_hub's download bars for a hub id. `num_layers`
     builds the model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's
     small twin), and a vision-language model's vision tower its first layers of every kind too.

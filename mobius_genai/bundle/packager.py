@@ -50,8 +50,10 @@ from mobius_genai.bundle.multimodal import (
     graph_filename,
     processor_config,
 )
+from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke_plan import record_smoke_test, run_smoke_phase
+from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.bundle.validate import (
     TOKENIZER_CHOICES,
     check_tokenizer,
@@ -87,7 +89,7 @@ def package(
     force: bool = False,
     quiet: bool = False,
     revision: str | None = None,
-    prune_lm_head: bool = True,
+    prune_lm_head: bool = False,
 ) -> Path:
     """Build `model` (local folder or hub id) for an EP and write a runnable bundle folder.
 
@@ -97,9 +99,10 @@ def package(
     precision is asked, which dequantizes them); pass `target` instead when it is resolved
     already, with the same `stored`. `output` defaults to `./<model name>-<ep>-<precision>`;
     an existing non-empty folder is replaced only with `force`, and only once the new bundle is
-    complete, validated and smoke-tested. `prune_lm_head` (default) computes logits for the
-    last position only, all that onnxruntime-genai reads; turn it off to keep every position's
-    logits (e.g. to score prompts). Returns the bundle folder.
+    complete, validated and smoke-tested. `prune_lm_head` computes logits for each sequence's
+    last position only: a faster prefill that og.Generator's sampling accepts, but og.Engine,
+    n-gram speculative decoding and `get_output("logits")` need every position (`og_support`
+    names what a bundle gives up; its card and manifest say so). Returns the bundle folder.
     """
     target = target_or_choices(
         target,
@@ -304,6 +307,7 @@ def write_bundle(
         context_length=built.context_length,
         generation=read_generation_config(source.path),
         filename=filename,
+        tool_tokens=tool_token_ids(folder),
     )
     if built.vision_language is not None:
         add_vision_language(genai_config, built)
@@ -319,6 +323,7 @@ def write_bundle(
         "model_type": built.config.model_type,
         "genai_model_type": genai_config["model"]["type"],
         "past_present_share_buffer": graph.has_gqa,
+        "og_limits": og_limits(genai_config, graph),
         "optimization": {
             rule: count for rule, count in sorted(built.optimization_report.items()) if count
         },

@@ -20,8 +20,10 @@ from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.recurrent import check_conv_states, check_delta_states, kv_layers
 from mobius_genai.bundle.schema import read_bundle_json
+from mobius_genai.bundle.tool_tokens import check_tool_token_ids
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
 
@@ -129,10 +131,12 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
     vocab, source = _vocabulary(config, graph)
     tokenizer_problems = check_tokenizer(folder, vocab, source)
     problems += tokenizer_problems or _check_chat_template(folder)
+    problems += check_tool_token_ids(config["model"], folder)
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
         manifest = read_bundle_json(folder / MANIFEST_FILENAME)
         problems += _check_manifest_files(folder, manifest, check_hashes)
+        problems += _check_og_limits(manifest["build"].get("og_limits"), og_limits(config, graph))
     if problems:
         raise BundleError(f"bundle {folder}: " + "; ".join(problems))
     return BundleReport(folder, config, graph, manifest)
@@ -486,6 +490,16 @@ def _added_token_ids(name: str, document: Any) -> Iterator[tuple[str, Any]]:
         content = entry.get("content") if isinstance(entry, dict) else None
         token_id = int(key) if _INTEGER.fullmatch(key) else key
         yield f"{name}: added token {content!r}", token_id
+
+
+def _check_og_limits(recorded: Mapping[str, str] | None, found: Mapping[str, str]) -> list[str]:
+    """The manifest's (and so the card's) onnxruntime-genai limits must be the bundle's."""
+    if recorded is None or dict(recorded) == dict(found):
+        return []
+    return [
+        f"{MANIFEST_FILENAME}: build.og_limits names {sorted(recorded)}, but the bundle gives "
+        f"up {sorted(found)} (bundle/og_support.py)"
+    ]
 
 
 def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: bool) -> list[str]:

@@ -26,9 +26,8 @@ from mobius_genai.target import resolve_target
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `build`."""
     parser.description = (
-        f"{parser.description}. The graph computes logits for every position, for tools that "
-        "score or evaluate whole prompts; `package` keeps only the last position's (all "
-        "onnxruntime-genai reads; `package --full-logits` keeps them all)."
+        f"{parser.description}. The graph computes logits for every position, as `package` "
+        "does by default (`package --prune-lm-head` keeps the last position's only)."
     )
     add_checkpoint_arguments(
         parser,

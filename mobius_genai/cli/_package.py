@@ -64,12 +64,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "options; default: the EP's (`mobius-genai eps`); needs GroupQueryAttention's shared KV "
         "buffer",
     )
-    parser.add_argument(
+    logits = parser.add_mutually_exclusive_group()
+    logits.add_argument(
+        "--prune-lm-head",
+        dest="prune_lm_head",
+        action="store_true",
+        help="logits for each sequence's last position only: a faster prefill for "
+        "og.Generator, but og.Engine, n-gram speculative decoding and get_output('logits') "
+        "refuse the bundle (its card names them)",
+    )
+    logits.add_argument(
         "--full-logits",
         dest="prune_lm_head",
         action="store_false",
-        help="logits for every position (default: the last position only, all that "
-        "onnxruntime-genai reads; needed e.g. to score prompts)",
+        help="logits for every position, which every onnxruntime-genai API accepts (default)",
     )
     parser.add_argument(
         "--no-smoke-test",
