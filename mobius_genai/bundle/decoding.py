@@ -2,10 +2,10 @@
 (requests and turns, the API 0.18 serves with) wherever it runs the bundle, og.Generator where
 it does not.
 
-The Engine does not run a bundle whose LM head is pruned (logits of the last position only:
-its requests fail) nor a model type it refuses ("not supported for decoding", e.g. lfm2); the
-Generator runs both, the second said once in one line. Prompts with images go through the
-Generator too (a turn takes token ids only).
+Where og's Engine does not run the bundle (`og_support.engine_support`: a pruned LM head, a
+model type it refuses such as lfm2, a KV cache it batches wrongly), the Generator runs it, said
+once in one line. Prompts with images go through the Generator too (a turn takes token ids
+only).
 
 A conversation keeps one Engine request: a turn whose prompt starts with every token the
 request holds (the earlier prompts and replies) feeds only the rest, so the conversation's
@@ -25,7 +25,7 @@ import numpy as np
 import onnxruntime_genai as og
 
 from mobius_genai._signals import signals_held, threads_leave_signals_to_main
-from mobius_genai.bundle._og_errors import og_message
+from mobius_genai.bundle._og_errors import og_error_line
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.generate import (
     chat_template,
@@ -34,7 +34,7 @@ from mobius_genai.bundle.generate import (
     load_tokenizer,
     open_images,
 )
-from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.og_support import engine_support
 from mobius_genai.bundle.opening import OpenBundle
 from mobius_genai.errors import BundleError
 
@@ -170,17 +170,15 @@ class Decoder:
 
     def _refused(self, error: RuntimeError) -> BundleError:
         """og's refusal of a request or its guidance: the input is the problem."""
-        return BundleError(
-            f"{self.bundle.folder}: onnxruntime-genai refused the request: {og_message(error)}"
-        )
+        return BundleError(f"{self.bundle.folder}: the request was refused: {og_error_line(error)}")
 
     def _failure(self, error: BaseException) -> BundleError:
         """og's failure while generating: of a guided turn, the guidance; else the bundle."""
         if self._guidance is None:
             return self.bundle.failure("generate", error)
         return BundleError(
-            f"{self.bundle.folder}: onnxruntime-genai stopped the reply guided by "
-            f"{self._guidance[0]}: {og_message(error)}"
+            f"{self.bundle.folder}: the reply guided by {self._guidance[0]} stopped: "
+            f"{og_error_line(error)}"
         )
 
     def _drop_engine(self) -> None:
@@ -234,22 +232,18 @@ def _eos_token_ids(config: Mapping[str, Any]) -> set[int]:
 
 
 def _engine(bundle: OpenBundle, note: Callable[[str], None]) -> og.Engine | None:
-    """og.Engine of the bundle's model, None where it cannot run the bundle: a pruned LM head
-    (said by the card), a model type og refuses (said to `note`)."""
-    decoder = bundle.config["model"]["decoder"]
-    graph = GraphInfo.from_file(bundle.folder / decoder["filename"])
-    logits = graph.outputs.get(decoder.get("outputs", {}).get("logits", "logits"))
-    if logits is not None and logits.dim(1) == 1:
-        return None
-    try:
-        with threads_leave_signals_to_main():
-            return og.Engine(bundle.model)
-    except RuntimeError as error:
-        note(
-            f"onnxruntime-genai's Engine does not run this bundle ({og_message(error)}); "
-            "generating with og.Generator"
-        )
-        return None
+    """og.Engine of the bundle's model; None, said to `note` in one line, where og's Engine
+    does not run the bundle (`og_support.engine_support`: a pruned LM head, a model type it
+    refuses, a cache it batches wrongly) or refuses to start."""
+    refusal = engine_support(bundle.folder)
+    if refusal is None:
+        try:
+            with threads_leave_signals_to_main():
+                return og.Engine(bundle.model)
+        except RuntimeError as error:
+            refusal = f"og.Engine does not run this bundle: {og_error_line(error)}"
+    note(f"{refusal}; generating with og.Generator")
+    return None
 
 
 def stream_text(
@@ -275,8 +269,9 @@ def stream_text(
         placeholder = image_placeholder(folder, bundle.config)
         text = " ".join([placeholder] * (len(images) - text.count(placeholder)) + [text])
         pictures = open_images(images)
+    template = chat_template(folder)  # checked before og's tokenizer here parses it
     tokenizer = load_tokenizer(bundle.model, folder)
-    template = chat_template(folder) if use_chat_template else None
+    template = template if use_chat_template else None
     try:
         if template is not None:
             messages = json.dumps([{"role": "user", "content": text}])

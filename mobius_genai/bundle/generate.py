@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai._json import read_json
+from mobius_genai.bundle.bundle_folder import require_bundle
+from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.errors import BundleError
 
-CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 #: The text onnxruntime-genai's multimodal processor expands to an image's tokens, per model.type.
 IMAGE_PLACEHOLDERS = {
     "gemma3": "<start_of_image>",
@@ -66,25 +66,6 @@ def load_model(
         raise BundleError(
             f"{folder}: onnxruntime-genai cannot load the bundle{where}: {error}"
         ) from error
-
-
-def require_bundle(folder: str | Path) -> None:
-    """BundleError unless `folder` holds a genai_config.json, saying what `folder` is instead."""
-    if not Path(folder).exists():
-        raise BundleError(
-            f"{folder}: no such file or folder; accepted: a bundle folder written by "
-            "`mobius-genai package`"
-        )
-    if not (Path(folder) / "genai_config.json").is_file():
-        hint = (
-            f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
-            if (Path(folder) / "config.json").is_file()
-            else ""
-        )
-        raise BundleError(
-            f"{folder}: not a bundle (no genai_config.json); accepted: a folder written by "
-            f"`mobius-genai package`{hint}"
-        )
 
 
 def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:
@@ -193,23 +174,7 @@ def require_finite(logits: np.ndarray, step: int, runner: str) -> None:
 
 
 def chat_template(folder: str | Path) -> str | None:
-    """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config)."""
-    folder = Path(folder)
-    for name in CHAT_TEMPLATE_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        if name.endswith(".jinja"):
-            return path.read_text(encoding="utf-8")
-        template = _template_value(read_json(path, BundleError, path.name))
-        if template:
-            return template
-    return None
-
-
-def _template_value(document: Any) -> str | None:
-    template = document.get("chat_template") if isinstance(document, dict) else None
-    if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
-        named = {entry.get("name"): entry.get("template") for entry in template}
-        template = named.get("default")
-    return template if isinstance(template, str) else None
+    """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config),
+    checked before this process renders it: within the size bound, and rendered by
+    onnxruntime-genai in a process of its own without crashing (`bundle.chat_template`)."""
+    return check_chat_template(folder)

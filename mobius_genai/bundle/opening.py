@@ -19,11 +19,12 @@ from typing import Any
 
 import onnxruntime_genai as og
 
-from mobius_genai._json import read_json
 from mobius_genai._signals import threads_leave_signals_to_main
-from mobius_genai.bundle._og_errors import og_message
-from mobius_genai.bundle.generate import load_model, require_bundle
+from mobius_genai.bundle._og_errors import og_error_line
+from mobius_genai.bundle.bundle_folder import require_bundle
+from mobius_genai.bundle.generate import load_model
 from mobius_genai.bundle.placement import Provider, missing_provider, require_runnable
+from mobius_genai.bundle.validate import read_genai_config, validate_bundle
 from mobius_genai.errors import BundleError
 
 #: What `--ep cpu` asks for: the bundle's graph on onnxruntime's CPU provider.
@@ -78,7 +79,7 @@ def open_bundle(
     random_seed) overrides the bundle's search settings for every request and generator."""
     require_bundle(folder)
     folder = Path(folder)
-    config = read_json(folder / "genai_config.json", BundleError, "genai_config.json")
+    config = read_genai_config(folder)  # its shape checked before og parses it
     require_runnable(folder, config, provider)
     og.set_log_options(warning=False)
     options = {**_QUIET_SESSIONS, **thread_options(threads)}
@@ -108,15 +109,12 @@ def failure(
             f"({check} checks it all)"
         )
     return BundleError(
-        f"{folder}: onnxruntime-genai cannot {doing}: {og_message(cause)}; {check} checks the "
-        "bundle"
+        f"{folder}: cannot {doing}: {og_error_line(cause)}; {check} checks the bundle"
     )
 
 
 def _validation_finding(folder: Path) -> str | None:
     """What `validate` finds wrong with the bundle (checksums not computed), None if nothing."""
-    from mobius_genai.bundle.validate import validate_bundle  # the schema's imports: on failure
-
     try:
         validate_bundle(folder, check_hashes=False)
     except BundleError as problem:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,25 @@ def toy_graph(
     return GraphInfo(inputs=inputs, outputs=outputs, ops=frozenset(ops))
 
 
+def hub_snapshot(cache: Path, repo: str = "models--org--tiny", files: Path = TINY_QWEN2) -> Path:
+    """A huggingface_hub cache entry `repo` in `cache` holding `files` (a folder's files):
+    blobs named by their sha256 and a snapshot folder of relative links `../../blobs/<sha>`,
+    exactly as snapshot_download makes them."""
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    root = cache / repo
+    (root / "blobs").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(revision)
+    snapshot = root / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    for file in sorted(files.iterdir()):
+        data = file.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        (root / "blobs" / sha).write_bytes(data)
+        (snapshot / file.name).symlink_to(Path("..") / ".." / "blobs" / sha)
+    return snapshot
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint() -> Path:
     return TINY_QWEN2
@@ -67,12 +87,12 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 
 
 @pytest.fixture(scope="session")
-def full_logits(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny checkpoint packaged for cpu with logits for every position (no smoke test):
-    a bundle onnxruntime-genai's Engine runs."""
-    out = tmp_path_factory.mktemp("bundles") / "tiny-full-logits"
+def pruned_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint packaged for cpu with its LM head pruned to the last position (no
+    smoke test): a bundle og.Generator runs and og.Engine does not."""
+    out = tmp_path_factory.mktemp("bundles") / "tiny-pruned-head"
     return packager.package(
-        TINY_QWEN2, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=False
+        TINY_QWEN2, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=True
     )
 
 
