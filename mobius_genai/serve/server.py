@@ -22,6 +22,8 @@ from mobius_genai.serve.engine_loop import STATIC_BATCH, EngineLoop
 from mobius_genai.serve.prompt import PromptRules
 from mobius_genai.serve.tools import tool_tokens
 
+_BACKLOG = 2048  # uvicorn's default
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -117,6 +119,7 @@ def _listen(host: str, port: int) -> socket.socket:
         listener = socket.socket(family, kind, proto)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(address)
+        listener.listen(_BACKLOG)  # connections wait from now on, while uvicorn starts
     except OSError as error:
         raise OptionError(
             f"--host {host} --port {port}: cannot listen there ({error.strerror or error}); "
