@@ -38,6 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="requests generating at once, batched by onnxruntime-genai's Engine (default 4)",
     )
     parser.add_argument(
+        "--batch-window-ms",
+        type=_milliseconds,
+        default=25,
+        help="when nothing runs, how long a request waits for others to share its batch "
+        "(onnxruntime-genai's static batches take no one in once they run; default 25)",
+    )
+    parser.add_argument(
         "--max-queue",
         type=positive_int,
         default=64,
@@ -75,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     limits = Limits(
         max_batch=args.max_batch,
+        batch_window=args.batch_window_ms / 1000,
         max_queue=args.max_queue,
         max_tokens=args.max_tokens,
         max_body_bytes=args.max_body_mib << 20,
@@ -99,4 +107,10 @@ def run(args: argparse.Namespace) -> int:
 def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
         raise argparse.ArgumentTypeError(f"must be a port number from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def _milliseconds(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number of milliseconds, got {text!r}")
     return int(text)

@@ -37,6 +37,7 @@ from mobius_genai.serve.protocol import (
 from mobius_genai.serve.responses import Reply, error_body, usage
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_DONE = "data: [DONE]\n\n"
 #: The status logged for a request whose client left (nginx's "client closed request").
 _CLIENT_GONE = 499
 _STOPPED = RequestError("the server stopped generating this reply", status=500, kind="server_error")
@@ -179,32 +180,49 @@ async def _stream(
     job: Job, reply: Reply, record: _Record, include_usage: bool
 ) -> AsyncIterator[str]:
     """Server-sent events of the reply, ending in [DONE]; stopped by Starlette when the client
-    disconnects, which cancels the job."""
+    disconnects, which cancels the job. The events ready together go out in one write."""
     try:
         opening = reply.opening()
         if opening is not None:
             yield _event(opening)
-        calls = 0
-        while True:
-            event = await job.events.get()
-            if isinstance(event, Delta):
-                record.token()
-                yield _event(reply.delta(event, calls))
-                calls += len(event.tool_calls)
-                continue
-            record.close(event if isinstance(event, Finished) else None)
-            if isinstance(event, Failed) or event.reason is None:
-                yield _event(error_body(event.error if isinstance(event, Failed) else _STOPPED))
-                break
-            yield _event(reply.closing(event.reason))
-            if include_usage:
-                yield _event(
-                    reply.usage_chunk(usage(record.prompt_tokens, event.completion_tokens))
-                )
-            break
-        yield "data: [DONE]\n\n"
+        sent = _Sent(reply, record, include_usage)
+        while not sent.done:
+            ready = [await job.events.get()]
+            while not job.events.empty():
+                ready.append(job.events.get_nowait())
+            yield "".join(sent.event(event) for event in ready)
     finally:
         await record.leave()
+
+
+class _Sent:
+    """The server-sent events of one stream's engine events, in order."""
+
+    def __init__(self, reply: Reply, record: _Record, include_usage: bool) -> None:
+        self.reply = reply
+        self.record = record
+        self.include_usage = include_usage
+        self.calls = 0
+        self.done = False
+
+    def event(self, event: Delta | Finished | Failed) -> str:
+        if self.done:
+            return ""
+        if isinstance(event, Delta):
+            self.record.token()
+            text = _event(self.reply.delta(event, self.calls))
+            self.calls += len(event.tool_calls)
+            return text
+        self.done = True
+        self.record.close(event if isinstance(event, Finished) else None)
+        if isinstance(event, Failed) or event.reason is None:
+            error = event.error if isinstance(event, Failed) else _STOPPED
+            return _event(error_body(error)) + _DONE
+        text = _event(self.reply.closing(event.reason))
+        if self.include_usage:
+            counts = usage(self.record.prompt_tokens, event.completion_tokens)
+            text += _event(self.reply.usage_chunk(counts))
+        return text + _DONE
 
 
 class _Record:
@@ -257,12 +275,15 @@ class _Record:
     async def _stopped(self) -> None:
         while not isinstance(event := await self.job.events.get(), (Finished, Failed)):
             pass
-        tokens = event.completion_tokens if isinstance(event, Finished) else 0
         self.close()
-        self.service.log(
-            f"{self.path}: the client left after {time.perf_counter() - self.start:.2f} s; "
-            f"cancelled after {tokens} tokens"
-        )
+        seconds = time.perf_counter() - self.start
+        if isinstance(event, Finished) and event.reason is None:
+            outcome = f"cancelled after {event.completion_tokens} tokens"
+        elif isinstance(event, Finished):  # the engine finished first
+            outcome = f"its reply had ended ({event.completion_tokens} tokens, {event.reason})"
+        else:
+            outcome = f"its request failed: {event.error.message}"
+        self.service.log(f"{self.path}: the client left after {seconds:.2f} s; {outcome}")
 
 
 async def _next_event(job: Job, request: Request) -> Any:

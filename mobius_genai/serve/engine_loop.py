@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -119,7 +120,8 @@ class EngineLoop:
 
     `make_model` loads the og.Model (on the engine thread); `rules` bound every prompt;
     `sampled` is the bundle's own choice between sampling and greedy (its search.do_sample);
-    `max_batch` turns run on the Engine at once, the others wait in order.
+    `max_batch` turns run on the Engine at once, the others wait in order; an idle Engine
+    waits up to `batch_window` seconds for a batch to fill before it runs the first request.
     """
 
     def __init__(
@@ -130,12 +132,14 @@ class EngineLoop:
         *,
         sampled: bool,
         max_batch: int,
+        batch_window: float = 0.0,
     ) -> None:
         self._make_model = make_model
         self._rules = rules
         self._tool_tokens = tool_tokens
         self._sampled = sampled
         self._max_batch = max_batch
+        self._batch_window = batch_window
         self._inbox: queue.SimpleQueue[tuple[str, Job | None]] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._load_error: BaseException | None = None
@@ -210,20 +214,28 @@ class EngineLoop:
         return not (self._seeded or can_begin or self._engine.has_pending_requests())
 
     def _take_messages(self) -> bool:
-        """Handle what the app sent, waiting for it when there is nothing to run; False on stop."""
-        block = self.failure is None and self._idle()
+        """Handle what the app sent, waiting for it when there is nothing to run; False on stop.
+
+        When the Engine was idle, the first request waits up to `batch_window` seconds for
+        others to fill its batch: a static batch takes no one in once it runs.
+        """
+        idle = self.failure is None and self._idle()
+        block, deadline = idle, None
         while True:
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
             try:
-                kind, job = self._inbox.get(block=block)
+                kind, job = self._inbox.get(block=block, timeout=timeout)
             except queue.Empty:
                 return True
-            block = False
             if kind == "stop":
                 return False
             if kind == "submit":
                 self._accept(job)
             elif job in self._lanes:
                 self._finish(self._lanes[job], None)
+            if idle and deadline is None:
+                deadline = time.monotonic() + self._batch_window
+            block = idle and len(self._waiting) < self._max_batch
 
     def _accept(self, job: Job) -> None:
         if self.failure is not None:

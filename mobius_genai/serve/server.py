@@ -31,6 +31,8 @@ class Limits:
 
     max_batch: int = STATIC_BATCH
     """Requests generating on the Engine at once; more wait in order."""
+    batch_window: float = 0.025
+    """Seconds a request waits for others to batch with when the Engine is idle."""
     max_queue: int = 64
     """Requests in progress or waiting; beyond it a request gets a 429."""
     max_tokens: int | None = None
@@ -106,6 +108,7 @@ def _engine(
         tool_tokens(config),
         sampled=bool(search.get("do_sample", False)),
         max_batch=limits.max_batch,
+        batch_window=limits.batch_window,
     )
     return engine, model_id or Path(folder).resolve().name
 

@@ -54,10 +54,10 @@ def chat_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def long_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny checkpoint with a context of 2048: replies long enough to be caught in flight."""
-    checkpoint = tmp_path_factory.mktemp("serve") / "tiny-2048"
+    """The tiny checkpoint with a context of 8192: replies long enough to be caught in flight."""
+    checkpoint = tmp_path_factory.mktemp("serve") / "tiny-8192"
     shutil.copytree(TINY_QWEN2, checkpoint)
-    edit_config(checkpoint, max_position_embeddings=2048)
+    edit_config(checkpoint, max_position_embeddings=8192)
     return _package(checkpoint, checkpoint.parent / "bundle")
 
 
