@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
+from mobius_genai.errors import BundleError
 from mobius_genai.serve.output import Delta, Output
 from mobius_genai.serve.prompt import PromptRules, prompt_ids, reply_budget
 from mobius_genai.serve.protocol import Generation, RequestError
@@ -118,7 +119,8 @@ class _Seeded(_Lane):
 class EngineLoop:
     """Runs a bundle's Engine on a thread of its own; `submit` and `cancel` from any thread.
 
-    `make_model` loads the og.Model (on the engine thread); `rules` bound every prompt;
+    `make_model` loads the og.Model of the bundle `name` (on the engine thread; a bundle the
+    Engine cannot run is a BundleError from `start`); `rules` bound every prompt;
     `sampled` is the bundle's own choice between sampling and greedy (its search.do_sample);
     `max_batch` turns run on the Engine at once, the others wait in order; an idle Engine
     waits up to `batch_window` seconds for a batch to fill before it runs the first request.
@@ -126,6 +128,7 @@ class EngineLoop:
 
     def __init__(
         self,
+        name: str,
         make_model: Callable[[], og.Model],
         rules: PromptRules,
         tool_tokens: ToolTokens | None,
@@ -134,6 +137,7 @@ class EngineLoop:
         max_batch: int,
         batch_window: float = 0.0,
     ) -> None:
+        self._name = name
         self._make_model = make_model
         self._rules = rules
         self._tool_tokens = tool_tokens
@@ -191,6 +195,7 @@ class EngineLoop:
             self._eos = {int(token) for token in self._tokenizer.eos_token_ids}
             self._engine = og.Engine(self._model)
             self._buffer = self._engine.create_event_buffer(_EVENT_CAPACITY)
+            self._probe()
         except BaseException as error:  # raised again by start() on the caller's thread
             self._load_error = error
             self._ready.set()
@@ -207,6 +212,26 @@ class EngineLoop:
                 lane.request.close()
             self._turns.clear()
             self._buffer = self._engine = None
+
+    def _probe(self) -> None:
+        """One token through the Engine before serving: a bundle it cannot run fails here, once,
+        instead of failing every request (og 0.18's Engine fails on a pruned LM head)."""
+        request = self._engine.create_request()
+        options = og.TurnOptions(request)
+        options.set_max_generated_tokens(1)
+        request.begin_turn(np.asarray(self._tokenizer.encode("Hi"), np.int32), options)
+        failed = None
+        while self._engine.has_pending_requests():
+            for event in self._engine.run(self._buffer):
+                if int(event.flags) & int(_FLAGS.FAILED):
+                    failed = event.error_code.name
+        request.close()
+        if failed is not None:
+            raise BundleError(
+                f"{self._name}: onnxruntime-genai's Engine cannot run this bundle ({failed}); "
+                "accepted: a bundle whose graph computes every position's logits (`mobius-genai "
+                "package --full-logits`)"
+            )
 
     def _idle(self) -> bool:
         """Nothing to run until the app sends something."""

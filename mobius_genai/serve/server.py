@@ -103,6 +103,7 @@ def _engine(
         max_tokens=min(limits.max_tokens or context, context),
     )
     engine = EngineLoop(
+        str(folder),
         lambda: load_model(folder, cpu=cpu),
         rules,
         tool_tokens(config),

@@ -39,10 +39,10 @@ TOOL_TEMPLATE = (
 )
 
 
-def _package(checkpoint: Path, out: Path) -> Path:
+def _package(checkpoint: Path, out: Path, prune_lm_head: bool = False) -> Path:
     # Every position's logits: onnxruntime-genai 0.18's Engine cannot run a pruned LM head.
     return packager.package(
-        checkpoint, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=False
+        checkpoint, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=prune_lm_head
     )
 
 
@@ -50,6 +50,12 @@ def _package(checkpoint: Path, out: Path) -> Path:
 def chat_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny checkpoint as a cpu bundle (context 128, the Qwen chat template)."""
     return _package(TINY_QWEN2, tmp_path_factory.mktemp("serve") / "tiny")
+
+
+@pytest.fixture(scope="session")
+def pruned_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint as a bundle whose graph computes the last position's logits only."""
+    return _package(TINY_QWEN2, tmp_path_factory.mktemp("serve") / "pruned", prune_lm_head=True)
 
 
 @pytest.fixture(scope="session")
