@@ -268,7 +268,8 @@ class EngineLoop:
             return
         generation = job.generation
         stream = self._tokenizer.create_stream()
-        output = Output(generation.stop, self._tool_tokens)
+        calls = generation.tools and generation.tool_choice.mode != "none"
+        output = Output(generation.stop, self._tool_tokens if calls else None)
         try:
             ids = prompt_ids(generation, self._tokenizer, self._rules)
             budget = reply_budget(generation, len(ids), self._rules)

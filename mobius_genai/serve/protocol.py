@@ -98,6 +98,8 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise RequestError(
             f"the request body is not valid JSON ({error}); accepted: a JSON object"
         ) from None
+    except RecursionError:
+        raise RequestError("the request body is JSON nested too deeply") from None
     if not isinstance(body, dict):
         raise RequestError(
             f"the request body is a JSON {type(body).__name__}; accepted: a JSON object"

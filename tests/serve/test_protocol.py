@@ -114,7 +114,7 @@ def test_completion_request_defaults_and_refusals():
             completion_request(body)
 
 
-@pytest.mark.parametrize("raw", [b"{", b"[]", b"\xff", b'"text"'])
+@pytest.mark.parametrize("raw", [b"{", b"[]", b"\xff", b'"text"', b"[" * 100_000])
 def test_body_must_be_a_json_object(raw):
     with pytest.raises(RequestError, match="JSON"):
         parse_body(raw)
