@@ -9,7 +9,9 @@ onnxruntime-genai object.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import onnxruntime_genai as og
 
@@ -40,18 +42,29 @@ def prompt_ids(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRul
             )
         tools = generation.tools if generation.tool_choice.mode != "none" else ()
         try:
-            text = tokenizer.apply_chat_template(
-                json.dumps(list(generation.messages)),
-                template_str=rules.template,
-                tools=json.dumps(list(tools)) if tools else None,
-                add_generation_prompt=True,
-            )
+            text = rendered(tokenizer, rules.template, generation.messages, tools)
         except RuntimeError as error:  # og's error for a template that raises on the messages
             raise RequestError(
                 f"the bundle's chat template cannot render these messages: {error}",
                 param="messages",
             ) from None
     return with_bos(tokenizer.encode(text), rules.bos)
+
+
+def rendered(
+    tokenizer: og.Tokenizer,
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """The text of `messages` (OpenAI's role/content dicts) and `tools` through the chat
+    `template` with onnxruntime-genai's tokenizer, ending with the assistant's turn opened."""
+    return tokenizer.apply_chat_template(
+        json.dumps(list(messages)),
+        template_str=template,
+        tools=json.dumps(list(tools)) if tools else None,
+        add_generation_prompt=True,
+    )
 
 
 def reply_budget(generation: Generation, prompt_tokens: int, rules: PromptRules) -> int:
