@@ -12,6 +12,7 @@ import pytest
 from tests.serve.conftest import Server
 
 GOOD = {"model": "tiny", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+_BAD_SCHEMA = {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "nonsense"}}}
 
 
 def _post(server, path: str, body: bytes, headers: dict[str, str] | None = None):
@@ -46,6 +47,8 @@ def _good_request_works(server) -> None:
         ({**GOOD, "messages": [{"role": "robot", "content": "Hi"}]}, 400, "messages[0]"),
         ({**GOOD, "unknown_option": True}, 400, "unknown_option"),
         ({**GOOD, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+        ({**GOOD, "response_format": _BAD_SCHEMA}, 400, None),  # llguidance refuses it
+        ({**GOOD, "response_format": _BAD_SCHEMA, "seed": 1, "temperature": 1}, 400, None),
     ],
 )
 def test_bad_request_is_refused_and_the_next_one_works(server, body, status, param):
