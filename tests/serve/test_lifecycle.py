@@ -27,10 +27,19 @@ def _health(server) -> dict:
         return json.load(answer)
 
 
-def _send(server) -> http.client.HTTPConnection:
-    """A streaming chat request of LONG tokens, sent; its answer not read yet."""
+def _settled(server) -> dict[str, int]:
+    """The server's request counts once nothing runs (the engine stops a cancelled turn at its
+    next step), or after 30 s."""
+    deadline = time.monotonic() + 30
+    while _health(server)["requests"]["running"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _health(server)["requests"]
+
+
+def _send(server, stream: bool = True) -> http.client.HTTPConnection:
+    """A chat request of LONG tokens, sent; its answer not read yet."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    body = {"messages": MESSAGES, "max_tokens": LONG, "temperature": 0, "stream": True}
+    body = {"messages": MESSAGES, "max_tokens": LONG, "temperature": 0, "stream": stream}
     connection.request("POST", "/v1/chat/completions", json.dumps(body))
     return connection
 
@@ -66,14 +75,24 @@ def test_concurrent_streams_share_a_batch_and_leaving_clients_are_cancelled(long
         for _ in connections:  # cancelled, not run to the end
             line = server.wait_for(r"client left")
             assert re.search(r"cancelled after \d+ tokens", line), line
-        deadline = time.monotonic() + 30
-        while _health(server)["requests"]["running"] and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _health(server)["requests"] == {"running": 0, "waiting": 0}
+        assert _settled(server) == {"running": 0, "waiting": 0}
         reply = server.client().chat.completions.create(
             model="bundle", messages=MESSAGES, max_tokens=5
         )  # the places are free again
         assert reply.usage.completion_tokens == 5
+
+
+def test_a_client_leaving_before_its_whole_reply_cancels_it(long_bundle):
+    with Server(long_bundle, "--batch-window-ms", "0") as server:
+        connection = _send(server, stream=False)
+        deadline = time.monotonic() + 30
+        while _health(server)["requests"]["running"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _health(server)["requests"]["running"] == 1  # being generated
+        connection.close()
+        line = server.wait_for(r"client left")
+        assert re.search(r"cancelled after \d+ tokens", line), line
+        assert _settled(server) == {"running": 0, "waiting": 0}
 
 
 def test_ctrl_c_lets_the_reply_in_flight_finish(long_bundle):
