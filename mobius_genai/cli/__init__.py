@@ -35,6 +35,7 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("run", "mobius_genai.cli._run", "generate text from a bundle with onnxruntime-genai"),
     ("chat", "mobius_genai.cli._chat", "chat with a bundle (its chat template, streamed replies)"),
     ("bench", "mobius_genai.cli._bench", "prefill and decode speed, time to first token, memory"),
+    ("serve", "mobius_genai.cli._serve", "an OpenAI-compatible HTTP server over a bundle"),
     ("eps", "mobius_genai.cli._eps", "list the execution providers and their capabilities"),
     (
         "olive-config",

@@ -1,0 +1,91 @@
+"""A request's prompt tokens and its reply budget, checked against the bundle's context.
+
+Chat messages go through the bundle's chat template with onnxruntime-genai's tokenizer, as
+`mobius-genai chat` renders them (`bundle.generate.chat_template`, the bos token og leaves out);
+a raw completion prompt is encoded as it is. Runs on the engine thread, which owns every
+onnxruntime-genai object.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import onnxruntime_genai as og
+
+from mobius_genai.bundle.bos import with_bos
+from mobius_genai.serve.protocol import Generation, RequestError
+
+
+@dataclass(frozen=True)
+class PromptRules:
+    """What a prompt is rendered with and the limits it must keep."""
+
+    template: str | None
+    bos: int | None
+    context: int
+    """Tokens of prompt and reply together (genai_config search.max_length)."""
+    max_tokens: int
+    """The most tokens a reply may ask for (the server's --max-tokens)."""
+
+
+def prompt_ids(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRules) -> list[int]:
+    """The prompt's token ids; a RequestError when the template refuses the messages."""
+    text = generation.prompt
+    if generation.messages is not None:
+        if rules.template is None:
+            raise RequestError(
+                "this bundle has no chat template; accepted: POST /v1/completions with a prompt",
+                param="messages",
+            )
+        tools = generation.tools if generation.tool_choice.mode != "none" else ()
+        try:
+            text = rendered(tokenizer, rules.template, generation.messages, tools)
+        except RuntimeError as error:  # og's error for a template that raises on the messages
+            raise RequestError(
+                f"the bundle's chat template cannot render these messages: {error}",
+                param="messages",
+            ) from None
+    return with_bos(tokenizer.encode(text), rules.bos)
+
+
+def rendered(
+    tokenizer: og.Tokenizer,
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> str:
+    """The text of `messages` (OpenAI's role/content dicts) and `tools` through the chat
+    `template` with onnxruntime-genai's tokenizer, ending with the assistant's turn opened."""
+    return tokenizer.apply_chat_template(
+        json.dumps(list(messages)),
+        template_str=template,
+        tools=json.dumps(list(tools)) if tools else None,
+        add_generation_prompt=True,
+    )
+
+
+def reply_budget(generation: Generation, prompt_tokens: int, rules: PromptRules) -> int:
+    """Tokens the reply may take: max_tokens if given, else all the context leaves (up to the
+    server's limit); a RequestError when the prompt and the reply do not fit."""
+    asked = generation.max_tokens
+    if asked is not None and asked > rules.max_tokens:
+        raise RequestError(
+            f"max_tokens {asked} is above this server's limit of {rules.max_tokens}",
+            param="max_tokens",
+        )
+    room = rules.context - prompt_tokens
+    budget = min(rules.max_tokens, room) if asked is None else asked
+    if room < 1 or budget > room:
+        what = "messages" if generation.messages is not None else "prompt"
+        raise RequestError(
+            f"This model's maximum context length is {rules.context} tokens. However, you "
+            f"requested {prompt_tokens + max(budget, 1)} tokens ({prompt_tokens} in the {what}, "
+            f"{max(budget, 1)} in the completion). Please reduce the length of the {what} or "
+            "completion.",
+            param=what,
+            code="context_length_exceeded",
+        )
+    return budget

@@ -1,0 +1,167 @@
+"""`serve`: load a bundle on the engine thread, listen, and run the app on uvicorn until Ctrl-C.
+
+The socket is bound here, before uvicorn starts, so an address in use is one clear line, and
+``--port 0`` serves on a free port that the startup line names. uvicorn's graceful shutdown is
+the drain: on Ctrl-C (or SIGTERM) it stops accepting, lets the requests in flight finish (a
+second Ctrl-C cuts them), and returns; then the engine thread is stopped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from mobius_genai._json import read_json
+from mobius_genai.bundle.bos import required_bos
+from mobius_genai.bundle.bundle_folder import require_bundle
+from mobius_genai.bundle.generate import chat_template, load_model
+from mobius_genai.bundle.og_support import engine_support
+from mobius_genai.errors import BundleError, OptionError
+from mobius_genai.serve.engine_loop import STATIC_BATCH, EngineLoop
+from mobius_genai.serve.prompt import PromptRules
+from mobius_genai.serve.tools import tool_tokens
+
+_BACKLOG = 2048  # uvicorn's default
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request, and all of them together, may take."""
+
+    max_batch: int = STATIC_BATCH
+    """Requests generating on the Engine at once; more wait in order."""
+    batch_window: float = 0.025
+    """Seconds a request waits for others to batch with when the Engine is idle."""
+    max_queue: int = 64
+    """Requests in progress or waiting; beyond it a request gets a 429."""
+    max_tokens: int | None = None
+    """The most tokens a reply may ask for (None: the bundle's context)."""
+    max_body_bytes: int = 4 << 20
+
+
+def serve(
+    folder: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: Limits = Limits(),
+    cpu: bool = False,
+    api_key: str | None = None,
+    model_id: str | None = None,
+    quiet: bool = False,
+) -> None:
+    """Serve the bundle in `folder` until interrupted (the interrupt is raised again after the
+    requests in flight are answered)."""
+    import uvicorn  # the [serve] extra; imported here so `--help` works without it
+
+    from mobius_genai.serve.app import Service, create_app
+
+    engine, model_id = _engine(folder, limits, cpu, model_id)
+    engine.start()
+    try:
+        listener = _listen(host, port)
+        bound_host, bound_port = listener.getsockname()[:2]
+        service = Service(
+            engine=engine,
+            model_id=model_id,
+            created=int((Path(folder) / "genai_config.json").stat().st_mtime),
+            max_body_bytes=limits.max_body_bytes,
+            max_queue=limits.max_queue,
+            api_key=api_key,
+            quiet=quiet,
+        )
+        config = uvicorn.Config(
+            create_app(service),
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
+        _say_where(folder, model_id, bound_host, bound_port, limits, api_key)
+        uvicorn.Server(config).run(sockets=[listener])
+    finally:
+        engine.stop()
+
+
+def _engine(
+    folder: str | Path, limits: Limits, cpu: bool, model_id: str | None
+) -> tuple[EngineLoop, str]:
+    """The engine loop of the bundle (not started) and the model name it answers to."""
+    require_bundle(folder)
+    refused = engine_support(folder)
+    if refused is not None:
+        raise BundleError(f"{folder}: {refused}; `serve` runs bundles on og.Engine")
+    config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
+    search = config.get("search", {})
+    context = int(search.get("max_length", config["model"]["context_length"]))
+    rules = PromptRules(
+        template=chat_template(folder),
+        bos=required_bos(folder),
+        context=context,
+        max_tokens=min(limits.max_tokens or context, context),
+    )
+    engine = EngineLoop(
+        str(folder),
+        lambda: load_model(folder, cpu=cpu),
+        rules,
+        tool_tokens(config),
+        sampled=bool(search.get("do_sample", False)),
+        max_batch=limits.max_batch,
+        batch_window=limits.batch_window,
+    )
+    return engine, model_id or Path(folder).resolve().name
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port; an OptionError when it cannot be."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        listener = socket.socket(family, kind, proto)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(_BACKLOG)  # connections wait from now on, while uvicorn starts
+    except OSError as error:
+        raise OptionError(
+            f"--host {host} --port {port}: cannot listen there ({error.strerror or error}); "
+            "accepted: a local address and a free port (--port 0 picks one)"
+        ) from None
+    return listener
+
+
+def _say_where(
+    folder: str | Path, model_id: str, host: str, port: int, limits: Limits, api_key: str | None
+) -> None:
+    """The startup line (always: it names the port), and the warnings that go with it."""
+    shown = f"[{host}]" if ":" in host else host
+    print(
+        f"mobius-genai: serving {folder} as {model_id!r} at http://{shown}:{port}/v1 "
+        "(OpenAI API; Ctrl-C stops after the requests in flight)",
+        file=sys.stderr,
+        flush=True,
+    )
+    if not _loopback(host):
+        guard = "requests need the API key" if api_key else "anyone who reaches it can use it"
+        print(
+            f"mobius-genai: warning: listening on {host}, reachable from other machines; "
+            f"{guard} (--host 127.0.0.1 keeps it local)",
+            file=sys.stderr,
+        )
+    if limits.max_batch > STATIC_BATCH:
+        print(
+            f"mobius-genai: note: onnxruntime-genai 0.18 batches at most {STATIC_BATCH} requests "
+            f"at once on this bundle (static batching); --max-batch {limits.max_batch} lets "
+            f"{limits.max_batch} in, {STATIC_BATCH} at a time",
+            file=sys.stderr,
+        )
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
