@@ -34,3 +34,20 @@ def signals_held() -> Iterator[None]:
             signal.signal(number, handler)
         for number in received:
             signal.raise_signal(number)
+
+
+@contextlib.contextmanager
+def threads_leave_signals_to_main() -> Iterator[None]:
+    """Threads started in the block (onnxruntime's thread pools, started as a model loads) leave
+    Ctrl-C and SIGTERM to the main thread: a thread starts with its creator's signal mask, and
+    both are blocked here until the block ends (then delivered). Otherwise the kernel may hand
+    Ctrl-C to a pool thread while the main thread waits in a read (chat's prompt), which then
+    never sees it."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no per-thread masks
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from mobius_genai.bench.speed import load, random_prompt, time_generation
+from mobius_genai.bench.speed import open_for_bench, random_prompt, time_generation
 from mobius_genai.errors import MobiusError
 
 
@@ -29,12 +29,17 @@ def peak_rss_mib() -> float | None:
 def measure(request: dict) -> dict:
     """Load time, the timed rounds and the peak RSS of one configuration."""
     started = time.perf_counter()
-    model = load(request["folder"], cpu=request["cpu"], threads=request["threads"])
+    bundle = open_for_bench(request["folder"], cpu=request["cpu"], threads=request["threads"])
     load_s = time.perf_counter() - started
     prompt = random_prompt(request["batch_size"], request["prompt_length"], request["vocab_size"])
     new_tokens = request["new_tokens"]
-    time_generation(model, prompt, min(new_tokens, 4))  # warm-up
-    rounds = [time_generation(model, prompt, new_tokens) for _ in range(request["rounds"])]
+    try:
+        time_generation(bundle.model, prompt, min(new_tokens, 4))  # warm-up
+        rounds = [
+            time_generation(bundle.model, prompt, new_tokens) for _ in range(request["rounds"])
+        ]
+    except RuntimeError as error:  # onnxruntime-genai's error type for a failing run
+        raise bundle.failure("generate", error) from error
     return {"load_s": load_s, "rounds": rounds, "peak_rss_mib": peak_rss_mib()}
 
 
@@ -44,8 +49,6 @@ def main() -> None:
         answer = measure(request)
     except MobiusError as error:
         answer = {"error": str(error)}
-    except RuntimeError as error:  # onnxruntime-genai's error type for a failing run
-        answer = {"error": f"{request['folder']}: onnxruntime-genai failed: {error}"}
     print(json.dumps(answer))
 
 

@@ -19,16 +19,18 @@ from pathlib import Path
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai.bundle.generate import load_model
+from mobius_genai.bundle.opening import ON_CPU, OpenBundle, open_bundle
 
 
 def load(folder: str | Path, *, cpu: bool = False, threads: int | None = None) -> og.Model:
     """og.Model of a bundle; `cpu` runs it on the CPU provider, `threads` sets onnxruntime's
     intra-op threads (one inter-op thread), the bundle itself unchanged."""
-    options = (
-        {} if threads is None else {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
-    )
-    return load_model(folder, cpu=cpu, session_options=options)
+    return open_for_bench(folder, cpu=cpu, threads=threads).model
+
+
+def open_for_bench(folder: str | Path, *, cpu: bool, threads: int | None) -> OpenBundle:
+    """The bundle opened as `run` and `chat` open it (their errors and advice), for bench."""
+    return open_bundle(folder, command="bench", provider=ON_CPU if cpu else None, threads=threads)
 
 
 def random_prompt(batch_size: int, length: int, vocab_size: int, seed: int = 0) -> np.ndarray:

@@ -1,5 +1,5 @@
 """How onnxruntime-genai says things that mobius-genai answers differently (read by the smoke
-test's process, which imports little, by `run` and by `chat`)."""
+test's process, which imports little, and by `run`, `chat` and `bench`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,13 @@ PROVIDER_UNAVAILABLE = re.compile(
     r"not available|not supported in this build|not been built with|Unknown provider name"
     r"|Failed to load library"
 )
+#: onnxruntime's internals in a message: a source location, then the C++ signature of the
+#: function (or its bare name) and the condition that failed ("... was false.").
+_INTERNALS = re.compile(
+    r"(?:/[^\s:]*/)?\w+\.(?:cc|cpp|h):\d+\s+(?:(?:[\w:<>,*&~]+ )*[\w:<>~]+\([^()]*\)(?: const)?|\w+)"
+    r"(?:\s.*? was false\.)?\s*"
+)
+
 
 _LENGTH = (
     "the request is too long: {tokens} new tokens after {current} leave no room to generate "
@@ -64,7 +71,8 @@ ONE_LINE: tuple[tuple[re.Pattern[str], str], ...] = (
 
 def og_error_line(error: BaseException) -> str:
     """One line for an onnxruntime-genai exception: a known message rewritten to say what
-    was wrong and what is accepted, else og's first line with its whitespace collapsed."""
+    was wrong and what is accepted, else og's first line with its whitespace collapsed and
+    without onnxruntime's internals (source locations, C++ signatures, failed conditions)."""
     text = str(error)
     for pattern, message in ONE_LINE:
         match = pattern.search(text)
@@ -72,4 +80,4 @@ def og_error_line(error: BaseException) -> str:
             groups = {key: value.strip() for key, value in match.groupdict().items()}
             return " ".join(message.format(**groups).split())
     first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
-    return "onnxruntime-genai: " + " ".join(first.split())
+    return "onnxruntime-genai: " + " ".join(_INTERNALS.sub(" ", first).split())

@@ -12,7 +12,13 @@ GENAI_CONFIG = "genai_config.json"
 
 
 def require_bundle(folder: str | Path) -> None:
-    """A BundleError unless `folder` holds genai_config.json (`checkpoint_hint` added)."""
+    """A BundleError unless `folder` holds genai_config.json (`checkpoint_hint` added); a
+    path that does not exist is said as such."""
+    if not Path(folder).exists():
+        raise BundleError(
+            f"{folder}: no such file or folder; accepted: a bundle folder written by "
+            "`mobius-genai package`"
+        )
     if not (Path(folder) / GENAI_CONFIG).is_file():
         raise BundleError(
             f"{folder}: not a bundle (no {GENAI_CONFIG}); accepted: a folder written by "

@@ -1,20 +1,19 @@
-"""Run a bundle with onnxruntime-genai: load it, generate greedily, stream text.
+"""Run a bundle with onnxruntime-genai: load it, generate greedily; its chat template, images.
 
-Shared by the smoke test (greedy tokens) and `mobius-genai run` (streamed text with the
-bundle's chat template). onnxruntime-genai errors become BundleErrors naming the bundle.
+Shared by the smoke test (greedy tokens) and the commands that run a bundle (`decoding`).
+onnxruntime-genai errors become BundleErrors naming the bundle.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.errors import BundleError
@@ -34,12 +33,15 @@ def load_model(
     cpu: bool = False,
     session_options: Mapping[str, str] | None = None,
     provider: tuple[str | None, Mapping[str, str]] | None = None,
+    search: Mapping[str, Any] | None = None,
 ) -> og.Model:
     """og.Model of the bundle in `folder`; `cpu=True` ignores its provider_options, and
     `provider` (an onnxruntime-genai provider name, None for CPU, and its options) replaces them.
 
     `session_options` are laid over the decoder's session_options for this load only (ORT
-    config entries such as ``session.disable_prepacking``); the bundle is not changed.
+    config entries such as ``session.disable_prepacking``), and `search` over its search
+    settings (do_sample, temperature, top_p, top_k, random_seed: what og.Generator and og.Engine
+    both read); the bundle is not changed.
     """
     require_bundle(folder)
     cpu = cpu or (provider is not None and provider[0] is None)
@@ -51,8 +53,12 @@ def load_model(
             config.append_provider(provider[0])
             for key, value in provider[1].items():
                 config.set_provider_option(provider[0], key, value)
+        overlay = {}
         if session_options:
-            overlay = {"model": {"decoder": {"session_options": dict(session_options)}}}
+            overlay["model"] = {"decoder": {"session_options": dict(session_options)}}
+        if search:
+            overlay["search"] = dict(search)
+        if overlay:
             config.overlay(json.dumps(overlay))
         return og.Model(config)
     except Exception as error:  # og raises RuntimeError for every load failure
@@ -172,68 +178,3 @@ def chat_template(folder: str | Path) -> str | None:
     checked before this process renders it: within the size bound, and rendered by
     onnxruntime-genai in a process of its own without crashing (`bundle.chat_template`)."""
     return check_chat_template(folder)
-
-
-def stream_text(
-    folder: str | Path,
-    prompt: str,
-    *,
-    max_new_tokens: int = 128,
-    use_chat_template: bool = True,
-    images: Sequence[str | Path] = (),
-    search_options: Mapping[str, Any] | None = None,
-    ep: str | None = None,
-) -> Iterator[str]:
-    """Text pieces generated for `prompt` with the bundle's own search settings, overridden by
-    `search_options` (onnxruntime-genai's: do_sample, temperature, top_p, top_k, random_seed).
-
-    With `images` (files), the prompt goes through the multimodal processor with them; it gets
-    the model type's image placeholder in front for each image it does not place itself. `ep`
-    runs the bundle on that EP's provider instead of its own (`placement`).
-    """
-    require_bundle(folder)
-    # here, not at the top: the smoke test's process imports this module without the EP tables
-    from mobius_genai.bundle.placement import provider_hints, provider_of, require_runnable
-    from mobius_genai.bundle.validate import read_genai_config
-
-    config = read_genai_config(Path(folder))
-
-    provider = None if ep is None else provider_of(ep)
-    require_runnable(folder, config, provider)
-    text = prompt
-    if images:
-        placeholder = image_placeholder(folder, config)
-        text = " ".join([placeholder] * (len(images) - text.count(placeholder)) + [text])
-        pictures = open_images(images)
-    with provider_hints(folder, config):
-        model = load_model(folder, provider=provider)
-    template = chat_template(folder)  # checked before og's tokenizer here parses it
-    tokenizer = load_tokenizer(model, folder)
-    template = template if use_chat_template else None
-    try:
-        if template is not None:
-            messages = json.dumps([{"role": "user", "content": text}])
-            text = tokenizer.apply_chat_template(
-                messages, template_str=template, add_generation_prompt=True
-            )
-        if images:
-            inputs = image_inputs(model, text, pictures, ", ".join(map(str, images)))
-            length = inputs["input_ids"].as_numpy().size
-        else:
-            prompt_ids = with_bos(tokenizer.encode(text), required_bos(folder))
-            length = len(prompt_ids)
-        params = og.GeneratorParams(model)
-        context = config["model"]["context_length"]
-        max_length = min(length + max_new_tokens, context)
-        params.set_search_options(**(search_options or {}), max_length=max_length)
-        generator = og.Generator(model, params)
-        if images:
-            generator.set_inputs(inputs)
-        else:
-            generator.append_tokens(prompt_ids)
-        stream = tokenizer.create_stream()
-        while not generator.is_done():
-            generator.generate_next_token()
-            yield stream.decode(generator.get_next_tokens()[0])
-    except RuntimeError as error:  # og's error type for template, tokenizer and run failures
-        raise BundleError(f"{folder}: onnxruntime-genai failed to generate: {error}") from error

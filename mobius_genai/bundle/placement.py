@@ -1,6 +1,7 @@
-"""Which provider `run` uses for a bundle, and what to tell the user when it cannot run here.
+"""Which provider `run`, `chat` and `bench` use for a bundle, and what to tell the user when it
+cannot run here.
 
-A bundle runs on the providers its genai_config names, or on those of the EP `run --ep` names
+A bundle runs on the providers its genai_config names, or on those of the EP `--ep` names
 (`provider_of`, laid over the bundle's config in memory: the files are not changed). A graph
 whose dtype onnxruntime's CPU provider has no kernels for is refused before loading
 (`runnable.cpu_refusal`); a provider this onnxruntime-genai lacks becomes one line naming the
@@ -9,8 +10,7 @@ wheel that runs the bundle (from its EP's `RuntimeInfo`) and offering `--ep cpu`
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,27 +50,25 @@ def require_runnable(
         raise BundleError(f"{folder}: {refusal}")
 
 
-@contextlib.contextmanager
-def provider_hints(folder: str | Path, config: Mapping[str, Any]) -> Iterator[None]:
-    """A load error saying the bundle's provider is missing becomes one naming the wheel that
-    runs it and offering `--ep cpu` (or saying what runs the graph where CPU cannot)."""
-    try:
-        yield
-    except BundleError as error:
-        cause = str(error.__cause__ or error)
-        names = bundle_providers(config)
-        if not names or not PROVIDER_UNAVAILABLE.search(cause):
-            raise
-        caps = ep_registry.by_genai_provider(names[0])
-        ep = caps.name if caps is not None else names[0]
-        wheel = runs_with(caps.runtime) if caps is not None else runs_with(names[0])
-        instead = _refusal(folder, config) or (
-            f"to run it on CPU here: `mobius-genai run {folder} --ep {CPU_EP}`"
-        )
-        raise BundleError(
-            f"{folder}: a bundle for the {ep} execution provider, which this onnxruntime-genai "
-            f"cannot run; it runs with {wheel}; {instead}"
-        ) from error
+def missing_provider(
+    folder: str | Path, config: Mapping[str, Any], cause: str, command: str
+) -> str | None:
+    """When og's error `cause` says the bundle's provider is missing: one line naming the wheel
+    that runs the bundle and offering `mobius-genai COMMAND FOLDER --ep cpu` (or saying what
+    runs the graph where CPU cannot); None for any other error."""
+    names = bundle_providers(config)
+    if not names or not PROVIDER_UNAVAILABLE.search(cause):
+        return None
+    caps = ep_registry.by_genai_provider(names[0])
+    ep = caps.name if caps is not None else names[0]
+    wheel = runs_with(caps.runtime) if caps is not None else runs_with(names[0])
+    instead = _refusal(folder, config) or (
+        f"to run it on CPU here: `mobius-genai {command} {folder} --ep {CPU_EP}`"
+    )
+    return (
+        f"{folder}: a bundle for the {ep} execution provider, which this onnxruntime-genai "
+        f"cannot run; it runs with {wheel}; {instead}"
+    )
 
 
 def _refusal(folder: str | Path, config: Mapping[str, Any]) -> str | None:

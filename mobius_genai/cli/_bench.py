@@ -9,7 +9,7 @@ import json
 
 from mobius_genai.bench.runner import BenchRow, bench
 from mobius_genai.cli._args import positive_int
-from mobius_genai.cli._generation import add_ep_argument, on_cpu
+from mobius_genai.cli._generation import add_ep_argument, add_threads_argument, on_cpu
 from mobius_genai.cli._table import aligned_table
 from mobius_genai.errors import OptionError
 
@@ -37,9 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="timed runs per configuration, after a warm-up; the table shows medians (default 3)",
     )
     add_ep_argument(parser)
-    parser.add_argument(
-        "--threads", type=positive_int, help="onnxruntime intra-op threads (default: its own)"
-    )
+    add_threads_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 

@@ -1,5 +1,5 @@
-"""Options shared by the commands that run a bundle: sampling and the speed line (`run`,
-`chat`), the provider to run on (`chat`, `bench`).
+"""Options shared by the commands that run a bundle: sampling, the context and the speed line
+(`run`, `chat`), the provider to run on and onnxruntime's threads (`run`, `chat`, `bench`).
 
 Given sampling options override the bundle's own search settings (genai_config.json `search`):
 `--temperature 0` is greedy decoding; a positive temperature, `--top-p` or `--top-k` turn
@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from mobius_genai.bundle.opening import ON_CPU, OpenBundle
+from mobius_genai.bundle.placement import Provider
 from mobius_genai.cli._args import positive_int
 from mobius_genai.errors import OptionError
 
@@ -41,6 +43,48 @@ def on_cpu(args: argparse.Namespace) -> bool:
             + "; ".join(f"{name} ({what})" for name, what in EP_OVERRIDES.items())
         )
     return True
+
+
+def provider(args: argparse.Namespace) -> Provider | None:
+    """The provider --ep asks for (the CPU's), None for the bundle's own."""
+    return ON_CPU if on_cpu(args) else None
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """--threads: onnxruntime's intra-op threads."""
+    parser.add_argument(
+        "--threads", type=positive_int, help="onnxruntime intra-op threads (default: its own)"
+    )
+
+
+def add_max_length_argument(parser: argparse.ArgumentParser) -> None:
+    """--max-length: the tokens of prompt and reply together."""
+    parser.add_argument(
+        "--max-length",
+        type=positive_int,
+        help="tokens of the prompt and the reply together (the conversation, for chat), at most "
+        "the bundle's context length; default: the bundle's search.max_length",
+    )
+
+
+def max_length(args: argparse.Namespace, bundle: OpenBundle) -> int:
+    """--max-length, or the bundle's search.max_length; beyond the bundle's context length it is
+    capped there, and said on stderr."""
+    if args.max_length is None:
+        return bundle.default_max_length
+    if args.max_length > bundle.context_length:
+        say(
+            f"--max-length {args.max_length}: beyond {bundle.folder}'s context length "
+            f"({bundle.context_length} tokens, model.context_length); using "
+            f"{bundle.context_length}"
+        )
+        return bundle.context_length
+    return args.max_length
+
+
+def say(text: str) -> None:
+    """A note on stderr."""
+    print(f"mobius-genai: {text}", file=sys.stderr)
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:

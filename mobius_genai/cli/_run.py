@@ -1,18 +1,38 @@
-"""`mobius-genai run DIR [--image PATH] --prompt TEXT`: stream generated text from a bundle."""
+"""`mobius-genai run DIR [PROMPT] [--image PATH]`: stream generated text from a bundle.
+
+The prompt is the positional PROMPT or `--prompt TEXT`. Text comes from onnxruntime-genai's
+Engine where it runs the bundle, from og.Generator where it does not (`bundle.decoding`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
-from mobius_genai.bundle.generate import stream_text
-from mobius_genai.cli._generation import Speed, add_sampling_arguments, search_options
+from mobius_genai.bundle.decoding import Guidance, stream_text
+from mobius_genai.bundle.opening import open_bundle
+from mobius_genai.bundle.placement import provider_of
+from mobius_genai.cli._generation import (
+    Speed,
+    add_max_length_argument,
+    add_sampling_arguments,
+    add_threads_argument,
+    max_length,
+    say,
+    search_options,
+)
+from mobius_genai.errors import OptionError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `run`."""
     parser.add_argument("folder", help="bundle folder")
-    parser.add_argument("--prompt", required=True, help="the user message (or raw text with --raw)")
+    parser.add_argument(
+        "prompt", nargs="?", help="the user message (or raw text with --raw); or --prompt"
+    )
+    parser.add_argument("--prompt", dest="prompt_option", metavar="PROMPT", help="as PROMPT")
     parser.add_argument(
         "--image",
         action="append",
@@ -24,7 +44,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
+    guided = parser.add_mutually_exclusive_group()
+    guided.add_argument(
+        "--json-schema",
+        metavar="SCHEMA",
+        help="the reply is JSON matching this JSON schema (its text, or a file holding it)",
+    )
+    guided.add_argument("--regex", metavar="PATTERN", help="the reply matches this regex")
     add_sampling_arguments(parser, max_new_tokens=128)
+    add_max_length_argument(parser)
+    add_threads_argument(parser)
     parser.add_argument(
         "--ep",
         help="run on this execution provider instead of the one the bundle names (the bundle "
@@ -34,19 +63,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the text as it is generated, then the speed on stderr."""
-    speed = Speed()
-    pieces = stream_text(
+    prompt = _prompt(args)
+    options = search_options(args)
+    guidance = _guidance(args)
+    bundle = open_bundle(
         args.folder,
-        args.prompt,
+        command="run",
+        provider=None if args.ep is None else provider_of(args.ep),
+        threads=args.threads,
+        search=options,
+    )
+    pieces = stream_text(
+        bundle,
+        prompt,
         max_new_tokens=args.max_new_tokens,
+        max_length=max_length(args, bundle),
         use_chat_template=not args.raw,
         images=args.image,
-        search_options=search_options(args),
-        ep=args.ep,
+        guidance=guidance,
+        note=say,
     )
+    speed = Speed()
     for piece in speed.timed(pieces):
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
     speed.report(args.quiet)
     return 0
+
+
+def _prompt(args: argparse.Namespace) -> str:
+    """The prompt, given once: as PROMPT or as --prompt."""
+    given = [text for text in (args.prompt, args.prompt_option) if text is not None]
+    if len(given) != 1:
+        what = "given twice" if given else "missing"
+        raise OptionError(
+            f"the prompt is {what}; accepted: one prompt, as `run DIR PROMPT` or "
+            "`run DIR --prompt PROMPT`"
+        )
+    return given[0]
+
+
+def _guidance(args: argparse.Namespace) -> Guidance | None:
+    """onnxruntime-genai's guidance of --json-schema or --regex; None without either."""
+    if args.regex is not None:
+        return "regex", args.regex
+    if args.json_schema is None:
+        return None
+    path = Path(args.json_schema)
+    try:
+        schema = path.read_text(encoding="utf-8") if path.is_file() else args.json_schema
+        json.loads(schema)
+    except (OSError, ValueError) as error:
+        raise OptionError(
+            f"--json-schema {args.json_schema}: not a JSON schema ({error}); accepted: a JSON "
+            "schema's text, or a file holding it"
+        ) from error
+    return "json_schema", schema

@@ -86,6 +86,16 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     return make
 
 
+@pytest.fixture(scope="session")
+def pruned_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint packaged for cpu with its LM head pruned to the last position (no
+    smoke test): a bundle og.Generator runs and og.Engine does not."""
+    out = tmp_path_factory.mktemp("bundles") / "tiny-pruned-head"
+    return packager.package(
+        TINY_QWEN2, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=True
+    )
+
+
 @pytest.fixture
 def bundle_copy(packaged: Callable[[str], Path], tmp_path: Path) -> Callable[[str], Path]:
     """A private, editable copy of a packaged bundle."""

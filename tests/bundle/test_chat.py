@@ -66,7 +66,7 @@ def test_exit_command_ends_the_chat(packaged, monkeypatch, capsys):
     )
     assert code == 0
     assert out == _run(capsys, folder, "Hi", "--max-new-tokens", "4")
-    assert err == ""
+    assert err == "[… reply cut at 4 tokens; raise --max-new-tokens]\n"
 
 
 def test_seed_makes_sampling_reproducible(packaged, monkeypatch, capsys):
@@ -158,35 +158,44 @@ def test_chat_without_a_template_says_so(bundle_copy, monkeypatch, capsys):
     assert "no chat template" in err and "run --raw" in err
 
 
-def test_ctrl_c_ends_the_chat_with_one_line(packaged):
+def chat_process(
+    folder, *options: str, setup: str = "pass", stdin: int = subprocess.PIPE
+) -> subprocess.Popen[str]:
+    """`mobius-genai chat FOLDER OPTIONS` in a process of its own, SIGINT as Ctrl-C delivers
+    it, after the Python statements `setup`; its stdout and stderr are pipes, its stdin
+    `stdin` (a pipe unless said)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    script = "import sys; from mobius_genai.cli import main; sys.exit(main())"
-    process = subprocess.Popen(
-        [sys.executable, "-c", script, "chat", str(packaged("cpu")), "--max-new-tokens", "4"],
-        stdin=subprocess.PIPE,
+    script = f"import sys; from mobius_genai.cli import main; {setup}; sys.exit(main())"
+    return subprocess.Popen(
+        [sys.executable, "-c", script, "chat", str(folder), *options],
+        stdin=stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
         text=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def test_ctrl_c_while_the_chat_reads_a_pipe_ends_it_with_one_line(packaged):
+    process = chat_process(packaged("cpu"), "--max-new-tokens", "4")
     process.stdin.write("Hi\n")
     process.stdin.flush()
     process.stdout.readline()  # the reply: the chat now waits for the next message
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130
-    lines = [line for line in err.splitlines() if "tokens/s" not in line]
-    assert lines == ["mobius-genai: interrupted; nothing was written"]
+    lines = [line for line in err.splitlines() if "tokens/s" not in line and "[…" not in line]
+    assert lines == ["mobius-genai: interrupted; chat ended"]
 
 
 def test_ep_cpu_chats_with_a_gpu_bundle_here(packaged, monkeypatch, capsys):
     folder = packaged("cuda")
     code, _, err = _chat(monkeypatch, capsys, folder, "Hi\n")
-    assert code == 1 and "onnxruntime-genai cannot load the bundle" in err
+    assert code == 1 and f"`mobius-genai chat {folder} --ep cpu`" in err
     code, out, _ = _chat(
         monkeypatch, capsys, folder, "Hi\n", "--ep", "cpu", "--max-new-tokens", "4"
     )

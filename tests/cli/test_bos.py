@@ -61,9 +61,16 @@ def gemma_bundle(request, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
 
 @pytest.fixture
 def fed(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
-    """The token ids every onnxruntime-genai generator is given."""
+    """The token ids every onnxruntime-genai generator, and every og.Engine turn, is given."""
     calls: list[list[int]] = []
     real = og.Generator
+    begin_turn = og.Request.begin_turn
+
+    def recorded_turn(request, tokens, options=None):
+        calls.append([int(token) for token in tokens])
+        return begin_turn(request, tokens, options)
+
+    monkeypatch.setattr(og.Request, "begin_turn", recorded_turn)
 
     class Recording:
         def __init__(self, model, params):
