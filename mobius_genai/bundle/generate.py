@@ -53,11 +53,15 @@ def load_model(
             config.append_provider(provider[0])
             for key, value in provider[1].items():
                 config.set_provider_option(provider[0], key, value)
-        overlay = {}
+        overlay: dict[str, Any] = {"model": {}}
+        if cpu or provider is not None:
+            overlay["model"] = _other_graphs_providers(folder, provider)
         if session_options:
-            overlay["model"] = {"decoder": {"session_options": dict(session_options)}}
+            overlay["model"]["decoder"] = {"session_options": dict(session_options)}
         if search:
             overlay["search"] = dict(search)
+        if not overlay["model"]:
+            del overlay["model"]
         if overlay:
             config.overlay(json.dumps(overlay))
         return og.Model(config)
@@ -66,6 +70,23 @@ def load_model(
         raise BundleError(
             f"{folder}: onnxruntime-genai cannot load the bundle{where}: {error}"
         ) from error
+
+
+def _other_graphs_providers(
+    folder: str | Path, provider: tuple[str | None, Mapping[str, str]] | None
+) -> dict[str, Any]:
+    """The overlay that gives every graph besides the decoder (a vision-language bundle's
+    vision and embedding sessions) the provider `provider` names, or the CPU's (None):
+    og.Config.clear_providers and append_provider change the decoder's alone."""
+    from mobius_genai.bundle.validate import read_genai_config
+
+    name, options = provider if provider is not None else (None, {})
+    entries = [] if name is None else [{name: dict(options)}]
+    return {
+        key: {"session_options": {"provider_options": entries}}
+        for key, section in read_genai_config(Path(folder))["model"].items()
+        if key != "decoder" and isinstance(section, dict) and "session_options" in section
+    }
 
 
 def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:

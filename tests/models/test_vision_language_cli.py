@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +102,35 @@ def test_a_text_bundle_card_lists_its_one_graph(packaged_qwen2):
 def packaged_qwen2(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("qwen2") / "bundle"
     return package(TINY_QWEN2, "cpu", out, quiet=True, smoke_test=False)
+
+
+def test_a_gpu_vision_language_bundle_loads_on_cpu_with_every_graph_moved(
+    gemma3_bundle, image, tmp_path
+):
+    """`load_model(cpu=True)` clears the providers of the vision and embedding sessions too:
+    og.Config.clear_providers changes the decoder's alone, and a cuda bundle's other graphs
+    then asked this CPU-only wheel for CUDA."""
+    from mobius_genai.bundle.generate import load_model
+
+    folder = tmp_path / "cuda-bundle"
+    shutil.copytree(gemma3_bundle, folder)
+    config_path = folder / "genai_config.json"
+    config = json.loads(config_path.read_text())
+    sections = [
+        s for s in config["model"].values() if isinstance(s, dict) and "session_options" in s
+    ]
+    assert len(sections) >= 2  # the decoder and at least the vision graph
+    for section in sections:
+        section["session_options"]["provider_options"] = [{"cuda": {}}]
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(Exception, match="(?i)cuda"):
+        og.Model(str(folder))
+
+    model = load_model(folder, cpu=True)
+    processor = model.create_multimodal_processor()
+    inputs = processor("<start_of_image> Describe it.", images=og.Images.open(str(image[0])))
+    params = og.GeneratorParams(model)
+    generator = og.Generator(model, params)
+    generator.set_inputs(inputs)
+    generator.generate_next_token()
+    assert generator.get_next_tokens()[0] >= 0
