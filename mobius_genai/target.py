@@ -45,6 +45,8 @@ class Target:
     `dtype` is the model's float dtype (for int4: of activations and scales); `precision`
     names the weights (a float precision, or int4 with `int4` holding its options);
     `context_length` None means the checkpoint's max_position_embeddings.
+    `int4_accuracy_level` is the MatMulNBits accuracy level of every int4 weight and of the
+    integers a pre-quantized source keeps: the one asked for, else the EP's default.
     """
 
     ep: EpCapabilities
@@ -52,6 +54,7 @@ class Target:
     precision: str
     int4: Int4Options | None = None
     context_length: int | None = None
+    int4_accuracy_level: int = 0
 
 
 def resolve_target(
@@ -84,9 +87,13 @@ def resolve_target(
         model_dtype = chosen or ep.default_dtype
         precision = precision_of(model_dtype)
     check_int4_precision(int4 is not None, precision)
+    level = ep.default_int4_accuracy_level
+    if int4 is not None and int4.accuracy_level is not None:
+        level = int4.accuracy_level
     if precision in QUANTIZED_PRECISIONS:
-        int4 = int4 or Int4Options()
-    return Target(ep, model_dtype, precision, int4, check_context_length(context_length))
+        int4 = dataclasses.replace(int4 or Int4Options(), accuracy_level=level)
+    context_length = check_context_length(context_length)
+    return Target(ep, model_dtype, precision, int4, context_length, int4_accuracy_level=level)
 
 
 def target_or_choices(
