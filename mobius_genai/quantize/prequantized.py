@@ -15,8 +15,8 @@ EP's default, as for any int4 bundle). At the cpu EP's level 4 onnxruntime's ker
 activations of 4- and 8-bit weights with integer zero points to int8, as llama.cpp computes
 its own Q8_0 / Q4_0 dot products (the 4-bit weights with float zero points, Q4_1 and Q4_K,
 compute in float at any level); level 0 keeps them float, exact to the stored integers, but
-onnxruntime has no fast 8-bit kernel there (SmolLM2-135M's 8-bit lm_head alone made decode
-several times slower: benchmarks/README.md, "Packaging a GGUF").
+onnxruntime has no fast 8-bit kernel there (SmolLM2-135M's Q4_1 bundle decoded 12x slower:
+benchmarks/README.md, "Packaging a GGUF").
 """
 
 from __future__ import annotations
