@@ -22,6 +22,8 @@ _EXPORTS = {
     "build": "mobius_genai.build",
     "build_from_module": "mobius_genai.build",
     "package": "mobius_genai.bundle.packager",
+    "bundle_og_limits": "mobius_genai.bundle.og_support",
+    "engine_support": "mobius_genai.bundle.og_support",
     "ArchitectureConfig": "mobius_genai.config",
     "RopeConfig": "mobius_genai.config",
     "EpCapabilities": "mobius_genai.ep",

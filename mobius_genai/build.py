@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import re
 from collections import Counter
@@ -35,7 +36,7 @@ from mobius_genai.prequantized import (
 from mobius_genai.prequantized.gptq import read_quantization_config
 from mobius_genai.prequantized.mxfp4 import is_mxfp4
 from mobius_genai.progress import Progress, phase
-from mobius_genai.source import Source, local_source, resolve_source
+from mobius_genai.source import Source, config_file, local_source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
@@ -221,7 +222,7 @@ def build(
     `dtype` and `context_length`. With `load_weights=False` only config.json is read and the
     graph carries no weights, which makes even a 70B configuration a matter of seconds. With
     `prune_lm_head` the decoder computes logits for the last position only (what
-    onnxruntime-genai reads; bundles do this). `progress` says each phase on stderr
+    og.Generator samples from; `package --prune-lm-head`, see bundle/og_support.py). `progress` says each phase on stderr
     (`progress.phase`) and shows huggingface_hub's download bars for a hub id. `num_layers`
     builds the model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's
     small twin), and a vision-language model's vision tower its first layers of every kind too.
@@ -276,6 +277,31 @@ def build(
     )
     _optimize(package, trace_optimization, prune_lm_head, progress)
     return package
+
+
+def stored_bits(model: str | Path, revision: str | None = None) -> frozenset[int]:
+    """The bit widths of the integers `model` stores that the bundle can keep as they are (a
+    GGUF's block types, config.json's GPTQ / AWQ quantization_config); empty for float weights.
+
+    Read before the build (a GGUF's tensor list, or config.json alone), for `resolve_target`:
+    what the source stores decides the precision that names the bundle.
+    """
+    gguf_file = find_gguf(model)
+    if gguf_file is not None:
+        stat = gguf_file.stat()
+        return _gguf_stored_bits(gguf_file, stat.st_mtime_ns, stat.st_size)
+    raw = read_config_json(config_file(model, revision))
+    if vision_language_family(raw.get("model_type", "")) is not None or is_mxfp4(raw):
+        return frozenset()  # read as float: MXFP4 experts, vision-language weights
+    scheme = read_quantization_config(raw)
+    return frozenset() if scheme is None else frozenset({scheme.bits})
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_stored_bits(path: Path, mtime_ns: int, size: int) -> frozenset[int]:
+    """`stored_bits` of a GGUF file, read once per version of the file (the CLI and package()
+    both ask): opening one parses every metadata field, seconds for a 49k-token vocabulary."""
+    return GgufCheckpoint(path).stored_bits()
 
 
 def _open(

@@ -1,11 +1,12 @@
 """Upper bounds of model sizes: a config.json asking for more is refused before anything is
 sized by it (per-layer lists, rotary tables, the graph), instead of hanging or allocating
-gigabytes. The one place these bounds live; config.py applies them to config.json fields and
-build.py to the context length a build asks for."""
+gigabytes. The one place these bounds live; config.py applies them to config.json fields,
+build.py to the context length a build asks for, and bundle/chat_template.py to the chat
+templates of checkpoints and bundles."""
 
 from __future__ import annotations
 
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, MobiusError
 
 #: Field → bound, each well above every released model (the largest known in the comment).
 #: `context_length` is the bundle's context (--context-length), bounded like the positions.
@@ -29,4 +30,23 @@ def check_size(field: str, value: int, source: str = "config.json: field") -> No
         raise ConfigError(
             f"{source} {field!r} is {value}, above {limit}, more than any released model "
             f"has; accepted: 1 to {limit}"
+        )
+
+
+#: Bytes (UTF-8) of a chat template; the largest known are ~16 KB (MiroThinker-v1: 15,569;
+#: Gemma 4: 12,133). onnxruntime-genai 0.18's template engine takes time quadratic in a
+#: template's statements: 60 KB of them took ~4 s to load and ~4 s to render (one loaded core),
+#: 100 KB ~12 s each, 1 MB beyond two minutes (a 200 MB template hung `run`).
+CHAT_TEMPLATE_BYTES = 65_536
+
+
+def check_chat_template_size(
+    template: str, source: str, error: type[MobiusError] = ConfigError
+) -> None:
+    """Refuse a chat `template` (read from `source`, a file) above CHAT_TEMPLATE_BYTES."""
+    size = len(template.encode("utf-8", errors="surrogatepass"))
+    if size > CHAT_TEMPLATE_BYTES:
+        raise error(
+            f"{source}: the chat template is {size} bytes, above {CHAT_TEMPLATE_BYTES}, more "
+            f"than any released model's; accepted: up to {CHAT_TEMPLATE_BYTES} bytes"
         )

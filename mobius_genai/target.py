@@ -4,11 +4,16 @@ The user's words for these (CLI flags, Olive pass options, `build()` / `package(
 are parsed here, once, into a frozen `Target` that is passed down; nothing below parses an EP
 name, a dtype or a precision again. One vocabulary: precisions are fp32, fp16, bf16 and int4;
 a dtype is a float precision (f32 / float32, f16 / float16 and bfloat16 are accepted spellings).
+
+The precision is resolved with what the source stores (`resolve_target`'s `stored`: the bit
+widths of a GGUF's or a GPTQ/AWQ checkpoint's integers), so that the one precision that names
+the bundle folder is the one the bundle holds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 import onnx_ir as ir
 
@@ -43,8 +48,11 @@ class Target:
     """What one build is for.
 
     `dtype` is the model's float dtype (for int4: of activations and scales); `precision`
-    names the weights (a float precision, or int4 with `int4` holding its options);
-    `context_length` None means the checkpoint's max_position_embeddings.
+    names the weights (a float precision, or int4 with `int4` holding the options of the int4
+    asked for; None for a source's stored int4 kept as it is); `context_length` None means the
+    checkpoint's max_position_embeddings. `stored` is the bit widths of the integers the source
+    stores (empty: float weights), kept as they are (MatMulNBits) unless `dequantize_stored`
+    (a float precision asked of such a source, or an EP without MatMulNBits) makes them float.
     `int4_accuracy_level` is the MatMulNBits accuracy level of every int4 weight and of the
     integers a pre-quantized source keeps: the one asked for, else the EP's default.
     """
@@ -54,6 +62,8 @@ class Target:
     precision: str
     int4: Int4Options | None = None
     context_length: int | None = None
+    stored: frozenset[int] = frozenset()
+    dequantize_stored: bool = False
     int4_accuracy_level: int = 0
 
 
@@ -65,52 +75,81 @@ def resolve_target(
     int4: Int4Options | None = None,
     context_length: int | None = None,
     graph_capture: bool | None = None,
+    stored: Collection[int] = (),
 ) -> Target:
-    """The target for the user's choices; the EP's default dtype when neither dtype nor
-    precision is given, and its graph capture default when `graph_capture` is None. Errors
-    name the argument, the value and what is accepted."""
+    """The target for the user's choices and the source's stored integers.
+
+    Without a precision: int4 when int4 options are given or the source stores 4-bit integers
+    the EP keeps, else the dtype's (the EP's default dtype when no dtype is given). A float
+    precision asked of a source that stores integers dequantizes them. `graph_capture` None
+    is the EP's default. Errors name the argument, the value and what is accepted."""
     ep = resolve_ep(execution_provider)
     if graph_capture is not None:
         ep = _with_graph_capture(ep, graph_capture)
     chosen = None if dtype is None else require_model_dtype(ep, parse_dtype(dtype))
-    precision = precision_name(precision)
-    if precision in QUANTIZED_PRECISIONS:
+    stored = frozenset(stored)
+    asked = precision_name(precision)
+    check_int4_precision(int4 is not None, asked)
+    if asked is None and int4 is not None:
+        asked = "int4"  # the int4 options say it
+    if asked in QUANTIZED_PRECISIONS:
         model_dtype = chosen or ep.default_dtype
-    elif precision is not None:
-        model_dtype = require_model_dtype(ep, FLOAT_PRECISIONS[precision])
+    elif asked is not None:
+        model_dtype = require_model_dtype(ep, FLOAT_PRECISIONS[asked])
         if chosen is not None and chosen != model_dtype:
             raise ConfigError(
-                f"dtype {dtype!r} contradicts precision {precision!r}; accepted: one of them, "
+                f"dtype {dtype!r} contradicts precision {asked!r}; accepted: one of them, "
                 "or a matching pair"
             )
     else:
         model_dtype = chosen or ep.default_dtype
-        precision = precision_of(model_dtype)
-    check_int4_precision(int4 is not None, precision)
+    dequantize = bool(stored) and (asked in FLOAT_PRECISIONS or not ep.runs_matmul_nbits)
+    resolved = asked or ("int4" if 4 in stored and not dequantize else precision_of(model_dtype))
     level = ep.default_int4_accuracy_level
     if int4 is not None and int4.accuracy_level is not None:
         level = int4.accuracy_level
-    if precision in QUANTIZED_PRECISIONS:
+    if asked in QUANTIZED_PRECISIONS:
         int4 = dataclasses.replace(int4 or Int4Options(), accuracy_level=level)
-    context_length = check_context_length(context_length)
-    return Target(ep, model_dtype, precision, int4, context_length, int4_accuracy_level=level)
+    return Target(
+        ep,
+        model_dtype,
+        resolved,
+        int4,
+        check_context_length(context_length),
+        stored=stored,
+        dequantize_stored=dequantize,
+        int4_accuracy_level=level,
+    )
 
 
 def target_or_choices(
     target: Target | None,
     execution_provider: str | EpCapabilities,
     caller: str,
+    stored: Collection[int] | None = None,
     **choices: object,
 ) -> Target:
-    """`target` as given, or the one `execution_provider` and `choices` name; never both."""
+    """`target` as given, or the one `execution_provider`, `choices` and the source's `stored`
+    integers name; never both. With `stored` (a caller whose output its precision names), a
+    given target must have been resolved with the same."""
     if target is None:
-        return resolve_target(execution_provider, **choices)
+        return resolve_target(execution_provider, stored=stored or (), **choices)
     if execution_provider != "default" or any(value is not None for value in choices.values()):
         raise ConfigError(
             f"{caller}() was given a target and also execution_provider or "
             f"{', '.join(choices)}; accepted: a target, or those arguments"
         )
+    if stored is not None and target.stored != frozenset(stored):
+        raise ConfigError(
+            f"{caller}() was given a target resolved for a source storing "
+            f"{_bits(target.stored)}, but the source stores {_bits(stored)}; accepted: "
+            f"resolve_target(..., stored={sorted(stored)}), or {caller}()'s own arguments"
+        )
     return target
+
+
+def _bits(stored: Collection[int]) -> str:
+    return " and ".join(f"{bits}-bit integers" for bits in sorted(stored)) or "float weights"
 
 
 def resolve_ep(execution_provider: str | EpCapabilities) -> EpCapabilities:
@@ -166,11 +205,11 @@ def _with_graph_capture(ep: EpCapabilities, enabled: bool) -> EpCapabilities:
 
 
 def check_int4_precision(int4_given: bool, precision: str | None) -> None:
-    """Int4 options belong with precision int4 only."""
-    if int4_given and precision not in QUANTIZED_PRECISIONS:
+    """Int4 options belong with precision int4, or with no precision (they imply int4)."""
+    if int4_given and precision is not None and precision not in QUANTIZED_PRECISIONS:
         raise ConfigError(
-            f"int4 options were given for precision {precision!r}; accepted: int4 options only "
-            "with precision 'int4'"
+            f"int4 options were given for precision {precision!r}; accepted: int4 options with "
+            "precision 'int4' or without a precision (they imply int4)"
         )
 
 

@@ -27,6 +27,7 @@ from mobius_genai._safetensors import TensorEntry, shown
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
+from mobius_genai.source import checkpoint_file
 from mobius_genai.weight_checks import few, require_all_used, require_finite, sliced_shape
 
 _INDEX = "model.safetensors.index.json"
@@ -78,6 +79,8 @@ class Checkpoint:
                 "accepted: file names in the folder"
             )
         files = {shard: self.folder / shard for shard in shards}
+        for file in files.values():
+            checkpoint_file(file, self.folder, WeightsError)  # no link out of the checkpoint
         missing = [shard for shard, file in files.items() if not file.is_file()]
         if missing:
             raise WeightsError(f"{index}: names shards that are missing: {shown(missing)}")
@@ -104,6 +107,7 @@ class Checkpoint:
                 )
             raise WeightsError(f"{self.folder}: no *.safetensors weight files found")
         for file in files:
+            checkpoint_file(file, self.folder, WeightsError)  # no link out of the checkpoint
             for name, entry in _safetensors.read_header(file).items():
                 if name in self._entries:
                     raise WeightsError(

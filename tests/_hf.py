@@ -13,8 +13,10 @@ checkpoints written by transformers 4 have it.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from huggingface_hub.file_download import (
+    _cache_commit_hash_for_specific_revision,
+    _create_symlink,
+    _get_pointer_path,
+    repo_folder_name,
+)
 from transformers import (
     ArceeConfig,
     AutoConfig,
@@ -683,3 +691,26 @@ def hf_greedy_tokens(
                 break
             ids = torch.tensor([[token]], dtype=torch.long)
     return new
+
+
+#: The commit `hub_cache` files its snapshots under.
+HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def hub_cache(cache: Path, repo_id: str, files: Path) -> Path:
+    """Put the files of folder `files` into `cache` the way huggingface_hub downloads them.
+
+    Made with huggingface_hub's own cache functions: each file is a blob named by its sha256
+    under blobs/, and the snapshot holds relative symlinks to the blobs (``../../blobs/<sha>``);
+    refs/main names the snapshot.
+    """
+    storage = cache / repo_folder_name(repo_id=repo_id, repo_type="model")
+    for file in sorted(files.iterdir()):
+        blob = storage / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, blob)
+        pointer = Path(_get_pointer_path(str(storage), HUB_COMMIT, file.name))
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        _create_symlink(str(blob), str(pointer), new_blob=True)
+    _cache_commit_hash_for_specific_revision(str(storage), "main", HUB_COMMIT)
+    return storage / "snapshots" / HUB_COMMIT

@@ -3,11 +3,13 @@ side of the comparisons: image features, merged embeddings, 3-D mrope positions,
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from tests._hf import randomize_weights
 
@@ -16,6 +18,9 @@ TEXT_HIDDEN = 64
 PATCH, MERGE, TEMPORAL = 4, 2, 2
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)
+TINY_QWEN2 = Path(__file__).resolve().parent / "data" / "tiny-qwen2"
+QWEN_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+MIN_PIXELS = 32 * 32  # the smoke test's image: the smallest square smart_resize keeps
 
 _TEXT = {
     "hidden_size": TEXT_HIDDEN,
@@ -59,6 +64,38 @@ def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForCon
     config = Qwen2_5_VLConfig(text_config={**_TEXT, **(text or {})}, vision_config=_VISION, **ids)
     model = Qwen2_5_VLForConditionalGeneration(config).eval()
     randomize_weights(model, 0)
+    return model
+
+
+def write_qwen2_5_vl_checkpoint(folder: Path) -> Qwen2_5_VLForConditionalGeneration:
+    """Write a packageable tiny Qwen2.5-VL checkpoint into `folder`: the model, tiny-qwen2's
+    tokenizer with the vision special tokens, and the image processor's settings. Returns the
+    model (float32, eval mode)."""
+    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
+    tokenizer.add_special_tokens({"additional_special_tokens": QWEN_SPECIALS})
+    start, end, image, video = tokenizer.convert_tokens_to_ids(QWEN_SPECIALS)
+    model = tiny_qwen2_5_vl(
+        text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
+        image_token_id=image,
+        video_token_id=video,
+        vision_start_token_id=start,
+        vision_end_token_id=end,
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    # Qwen2VLImageProcessor's settings (saving it needs PIL, which tests do not install)
+    preprocessor = {
+        "image_processor_type": "Qwen2VLImageProcessor",
+        "min_pixels": MIN_PIXELS,
+        "max_pixels": 256 * 256,
+        "patch_size": PATCH,
+        "temporal_patch_size": TEMPORAL,
+        "merge_size": MERGE,
+        "rescale_factor": 1 / 255,
+        "image_mean": list(MEAN),
+        "image_std": list(STD),
+    }
+    (Path(folder) / "preprocessor_config.json").write_text(json.dumps(preprocessor))
     return model
 
 

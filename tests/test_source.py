@@ -2,46 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 from huggingface_hub import scan_cache_dir, try_to_load_from_cache
-from huggingface_hub.file_download import (
-    _cache_commit_hash_for_specific_revision,
-    _create_symlink,
-    _get_pointer_path,
-    repo_folder_name,
-)
 
 import mobius_genai
 from mobius_genai import ConfigError
+from mobius_genai.build import stored_bits
 from mobius_genai.source import HUB_FILE_PATTERNS, resolve_source
-from tests._hf import write_tiny_checkpoint
+from tests._hf import hub_cache, write_tiny_checkpoint
 
 TINY = Path(__file__).parent / "data" / "tiny-qwen2"
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
-
-
-def _hub_cache(cache: Path, repo_id: str, files: Path = TINY) -> Path:
-    """Put the files of folder `files` into `cache` the way huggingface_hub downloads them.
-
-    Made with huggingface_hub's own cache functions: each file is a blob named by its sha256
-    under blobs/, and the snapshot holds relative symlinks to the blobs (``../../blobs/<sha>``);
-    refs/main names the snapshot.
-    """
-    storage = cache / repo_folder_name(repo_id=repo_id, repo_type="model")
-    for file in sorted(files.iterdir()):
-        blob = storage / "blobs" / hashlib.sha256(file.read_bytes()).hexdigest()
-        blob.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, blob)
-        pointer = Path(_get_pointer_path(str(storage), COMMIT, file.name))
-        pointer.parent.mkdir(parents=True, exist_ok=True)
-        _create_symlink(str(blob), str(pointer), new_blob=True)
-    _cache_commit_hash_for_specific_revision(str(storage), "main", COMMIT)
-    return storage / "snapshots" / COMMIT
 
 
 def _offline_cache(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
@@ -58,12 +31,13 @@ def test_local_folder_is_used_in_place():
 
 def test_hub_id_resolves_from_the_cache_when_offline(tmp_path, monkeypatch):
     _offline_cache(monkeypatch, tmp_path)
-    snapshot = _hub_cache(tmp_path, "tiny-org/tiny-qwen2")
+    snapshot = hub_cache(tmp_path, "tiny-org/tiny-qwen2", TINY)
     source = resolve_source("tiny-org/tiny-qwen2")
     assert source.path.resolve() == snapshot.resolve()
     assert source.model_id == "tiny-org/tiny-qwen2"
     package = mobius_genai.build("tiny-org/tiny-qwen2")
     assert package.source.model_id == "tiny-org/tiny-qwen2"
+    assert stored_bits("tiny-org/tiny-qwen2") == frozenset()  # config.json from the cache
 
 
 def test_a_sharded_hub_checkpoint_builds_from_the_cache(tmp_path, monkeypatch):
@@ -72,7 +46,7 @@ def test_a_sharded_hub_checkpoint_builds_from_the_cache(tmp_path, monkeypatch):
     sharded = write_tiny_checkpoint(tmp_path / "sharded", "qwen2", max_shard_size="50KB")
     single = write_tiny_checkpoint(tmp_path / "single", "qwen2")
     _offline_cache(monkeypatch, tmp_path / "cache")
-    snapshot = _hub_cache(tmp_path / "cache", "tiny-org/sharded", sharded)
+    snapshot = hub_cache(tmp_path / "cache", "tiny-org/sharded", sharded)
     [repo] = scan_cache_dir(tmp_path / "cache").repos
     [revision] = repo.revisions
     shards = [f for f in revision.files if f.file_name.endswith(".safetensors")]
@@ -96,6 +70,8 @@ def test_hub_id_missing_offline_is_a_clear_error(tmp_path, monkeypatch):
     _offline_cache(monkeypatch, tmp_path)
     with pytest.raises(ConfigError, match=r"'nobody/nothing': not in the local cache"):
         resolve_source("nobody/nothing")
+    with pytest.raises(ConfigError, match=r"'nobody/nothing': not in the local cache"):
+        stored_bits("nobody/nothing")
 
 
 def test_only_safe_files_are_requested_from_the_hub():
@@ -151,5 +127,5 @@ def test_quiet_builds_silence_the_hub_download_bars(monkeypatch, tmp_path, progr
 
 def test_a_file_is_named_as_a_file(tmp_path):
     (tmp_path / "config.json").write_text("{}")
-    with pytest.raises(ConfigError, match=r"config.json': is a file; accepted: a local checkpoint"):
+    with pytest.raises(ConfigError, match=r"config.json': is a file; accepted: a .gguf file, a"):
         resolve_source(tmp_path / "config.json")

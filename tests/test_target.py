@@ -13,6 +13,7 @@ from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError, ExecutionProviderError
 from mobius_genai.quantize import Int4Options
 from tests.bundle.conftest import TINY_QWEN2
+from tests.gguf._tiny import write_tiny_gguf
 
 F32, F16, BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
 
@@ -79,8 +80,37 @@ def test_int4_options_belong_to_int4():
     assert resolve_target("cpu").int4 is None
     chosen = Int4Options(block_size=64, accuracy_level=1)
     assert resolve_target("cpu", precision="int4", int4=chosen).int4 == chosen
-    with pytest.raises(ConfigError, match="int4 options only with precision 'int4'"):
-        resolve_target("cpu", int4=chosen)
+    implied = resolve_target("cpu", int4=chosen)  # int4 options imply int4
+    assert (implied.precision, implied.int4) == ("int4", chosen)
+    with pytest.raises(ConfigError, match="int4 options were given for precision 'fp16'"):
+        resolve_target("cpu", precision="fp16", int4=chosen)
+
+
+@pytest.mark.parametrize(
+    ("ep", "choices", "stored", "precision", "dequantize"),
+    [
+        ("cpu", {}, {4, 8}, "int4", False),  # a Q4 GGUF: its integers kept
+        ("cpu", {"precision": "fp32"}, {4}, "fp32", True),  # a float precision asked
+        ("cpu", {"dtype": "fp16"}, {4}, "int4", False),  # dtype: the activations'
+        ("cpu", {}, {8}, "fp32", False),  # 8-bit kept; no int8 precision to name it
+        ("cpu", {}, set(), "fp32", False),  # float weights
+        ("onnx-standard", {}, {4}, "fp32", True),  # no MatMulNBits: dequantized
+    ],
+)
+def test_the_precision_is_resolved_with_what_the_source_stores(
+    ep, choices, stored, precision, dequantize
+):
+    target = resolve_target(ep, stored=stored, **choices)
+    assert (target.precision, target.dequantize_stored) == (precision, dequantize)
+
+
+def test_a_target_must_know_what_the_source_stores(tmp_path):
+    """package() names its output with the target's precision: a target resolved for float
+    weights cannot name the bundle of a source storing 4-bit integers."""
+    gguf = write_tiny_gguf(tmp_path / "model.gguf", "llama")
+    with pytest.raises(ConfigError, match="resolved for a source storing float weights, but"):
+        package(gguf, output=tmp_path / "b", target=resolve_target("cpu"))
+    assert not (tmp_path / "b").exists()
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The smoke test's own process: onnxruntime-genai generates a few tokens from a bundle.
 
-`smoke.smoke_test` runs this module as ``python -m mobius_genai.bundle._smoke_child``, writes
+`smoke.smoke_test` runs this module in a process of its own (`_child_process`), writes
 one JSON request to its stdin and reads one JSON answer from its stdout, so a native crash in
 onnxruntime-genai (it segfaults, for one, on a chat template with a long Jinja comment) ends
 this process, not `package`. Only onnxruntime-genai, onnxruntime and numpy are imported here,
@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnxruntime as ort
 
+from mobius_genai._child_process import PHASE_PREFIX, exit_with_parent
 from mobius_genai._json import read_json
 from mobius_genai.bundle._og_errors import PROVIDER_UNAVAILABLE
 from mobius_genai.bundle.bos import required_bos, with_bos
@@ -53,8 +51,6 @@ if TYPE_CHECKING:
     import onnxruntime_genai as og
 
 SMOKE_PROMPT = "The capital of France is"
-#: A stderr line starting with this names what the process does next (for crash messages).
-PHASE_PREFIX = "mobius-genai smoke phase: "
 
 _NUMPY_TYPES = {
     "tensor(float)": np.float32,
@@ -92,7 +88,7 @@ def run_smoke(
     except BundleError as error:
         if genai_provider is None or not PROVIDER_UNAVAILABLE.search(str(error)):
             raise
-        missing = f"the {ep_name} EP ({genai_provider}) is not available here"
+        missing = f"the {_ep_words(ep_name, genai_provider)} is not available here"
         if cpu_refusal is not None:
             return {"ran": False, "note": f"smoke test skipped: {missing}, and {cpu_refusal}"}
         return _smoke_on_cpu(folder, config, missing, max_new_tokens, session_options, cpu_provider)
@@ -100,6 +96,14 @@ def run_smoke(
     if genai_provider is None:
         note += _compare(folder, config, prompt, tokens, session_options, cpu_provider)
     return {"ran": True, "note": note, "tokens": tokens}
+
+
+def _ep_words(ep_name: str, genai_provider: str) -> str:
+    """The EP's name, with onnxruntime-genai's provider name after it only where that is
+    another word (not "cuda EP (cuda)")."""
+    if genai_provider.lower() == ep_name.lower():
+        return f"{ep_name} EP"
+    return f"{ep_name} EP ({genai_provider})"
 
 
 def _smoke_on_cpu(
@@ -292,24 +296,13 @@ def _phase(text: str) -> None:
         print(f"{PHASE_PREFIX}{text}", file=sys.stderr, flush=True)
 
 
-def _exit_with_parent(parent: int) -> None:
-    """End this process when `parent` (the one that started it) is gone."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def main() -> None:
     """Answer one request read from stdin (`smoke._run_child` writes it) on stdout."""
     global _report_phases
     request = json.loads(sys.stdin.read())
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # native output must not mix in
-    _exit_with_parent(request["parent"])
+    exit_with_parent(request["parent"])
     _report_phases = True
     try:
         answer = run_smoke(

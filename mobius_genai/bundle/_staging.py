@@ -2,14 +2,15 @@
 
 A staging folder's name records the process that made it (a hash of the host name and the
 pid), so a later run for the same OUT tells the leftovers of a killed process (SIGKILL, power
-loss) from the folder of a build still running, and removes only the former. The name stays
+loss) from the folder of a build still running, and removes only the former, or finishes the
+swap such a process was killed in the middle of (`recover_stale`: `package`, and `run`, `chat`,
+`bench` and `validate` of OUT, do so first). The name stays
 short whatever OUT's name (NAME_MAX is 255 bytes). The swap's renames run with SIGINT and
 SIGTERM held back, so OUT always holds the old or the new bundle.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
@@ -43,31 +44,51 @@ def _key(out: Path) -> str:
     return hashlib.sha256(os.fsencode(out.name)).hexdigest()[:12]
 
 
-def recover_stale(out: Path) -> None:
-    """Clean up what dead processes of this host left beside `out`.
+def recover_stale(out: Path) -> list[str]:
+    """Clean up what dead processes of this host left beside `out`; returns a sentence for each
+    swap of theirs it completed, for the user.
 
-    Their staging folders are removed. A previous bundle that a swap moved aside is removed
-    when `out` exists (the swap finished), and put back when it does not (the process died
-    between the two renames). Folders of live processes, of other hosts and of other OUTs are
-    left alone.
+    A process killed between the two renames of a swap (SIGKILL, power loss) left `out` absent,
+    the previous bundle moved aside (`.old`) and the new one complete beside it (`.partial`: a
+    swap begins only once the bundle is written, validated and smoke-tested): the swap is
+    finished, the new bundle renamed into place. A previous bundle moved aside without its
+    successor is put back. Other staging folders of dead processes are removed, as is a
+    previous bundle beside an `out` that exists (the swap finished). Folders of live processes,
+    of other hosts and of other OUTs are left alone.
     """
     key = _key(out)
     try:
         names = os.listdir(out.parent)
     except OSError:
-        return
-    for name in sorted(names, key=lambda name: not name.endswith(".old")):
+        return []
+    dead: dict[int, dict[str, Path]] = {}
+    for name in names:
         match = _NAME.fullmatch(name)
         if match is None or (match["out"], match["host"]) != (key, _HOST):
             continue
-        if _alive(int(match["pid"])):
-            continue
-        path = out.parent / name
-        if match["kind"] == "old" and not os.path.lexists(out):
-            with contextlib.suppress(OSError):  # another run may be recovering it too
-                os.replace(path, out)
-        else:
-            remove(path)
+        pid = int(match["pid"])
+        if not _alive(pid):
+            dead.setdefault(pid, {})[match["kind"]] = out.parent / name
+    notes = []
+    for pid, left in sorted(dead.items()):
+        old, new = left.get("old"), left.get("partial")
+        if old is not None and not os.path.lexists(out):
+            try:
+                os.replace(new if new is not None else old, out)
+            except OSError:  # another run may be recovering it too: leave it whole
+                continue
+            notes.append(
+                f"output {out}: a mobius-genai process (pid {pid}) was killed while replacing "
+                + (
+                    "it; finished the replacement: the new bundle it had made is in place"
+                    if new is not None
+                    else f"it; put back the previous bundle it had moved aside to {old.name}"
+                )
+            )
+        for path in (old, new):
+            if path is not None and os.path.lexists(path):
+                remove(path)
+    return notes
 
 
 def _alive(pid: int) -> bool:

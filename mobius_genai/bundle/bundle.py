@@ -12,29 +12,31 @@ import contextlib
 import os
 import shutil
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from mobius_genai.bundle import _staging
-from mobius_genai.errors import BundleError, OutputExistsError
-from mobius_genai.source import TOKENIZER_FILES
+from mobius_genai.bundle.chat_template import CHAT_TEMPLATE_FILES, check_template_file
+from mobius_genai.errors import BundleError, ConfigError, OutputExistsError
+from mobius_genai.source import TOKENIZER_FILES, checkpoint_file
 
 
 def copy_tokenizer_files(source: Path, bundle: Path) -> list[str]:
     """Copy the TOKENIZER_FILES that `source` has into `bundle`; returns the names copied.
 
-    Only regular files are copied: a symbolic link (which could ship /etc/passwd or a key as
-    special_tokens_map.json), a pipe or a folder under one of these names is refused. The one
-    kind of link accepted is a huggingface_hub cache snapshot's link into its own repository's
-    blobs/ folder, whose content is copied. A failed copy (disk full, no inodes left) is a
-    BundleError naming the file.
+    Only regular files are copied: a symbolic link that leads out of the checkpoint (which could
+    ship /etc/passwd or a key as special_tokens_map.json; `source.checkpoint_file`), a pipe or a
+    folder under one of these names is refused. A link that stays inside it (a huggingface_hub
+    cache snapshot's link into its repository's blobs/ folder) is copied as the file it names.
+    A failed copy (disk full, no inodes left) is a BundleError naming the file; a chat template
+    above its size bound (`size_limits.CHAT_TEMPLATE_BYTES`) a ConfigError.
     """
     copied = []
     for name in TOKENIZER_FILES:
         path = source / name
         if not os.path.lexists(path):
             continue
-        origin = _hub_blob(path, source) if path.is_symlink() else path
+        origin = checkpoint_file(path, source, BundleError)
         try:
             _copy_regular(origin, bundle / name)
         except _NotRegular as error:
@@ -48,33 +50,13 @@ def copy_tokenizer_files(source: Path, bundle: Path) -> list[str]:
                 "a readable file, and an output folder on a disk with free space and inodes"
             ) from error
         copied.append(name)
+        if name in CHAT_TEMPLATE_FILES:
+            check_template_file(bundle / name, str(path), ConfigError)
     return copied
 
 
 class _NotRegular(Exception):
     """A tokenizer file that is not a regular file (its kind is the message)."""
-
-
-def _hub_blob(link: Path, source: Path) -> Path:
-    """The blob a huggingface_hub cache snapshot's `link` points to, else a BundleError.
-
-    The cache holds `models--org--name/snapshots/<revision>/<file>` → `../../blobs/<sha>`:
-    the link must end in the blobs/ folder of the same `models--*` repository.
-    """
-    target = link.resolve()
-    snapshots = source.parent
-    repo = snapshots.parent
-    if (
-        snapshots.name == "snapshots"
-        and repo.name.startswith("models--")
-        and target.parent == (repo / "blobs").resolve()
-    ):
-        return target
-    raise BundleError(
-        f"{link.name}: is a symbolic link to {os.readlink(link)} in {source}; accepted: regular "
-        "files in the checkpoint folder, or a huggingface_hub cache snapshot's links into its "
-        "repository's blobs/ folder"
-    )
 
 
 def _copy_regular(origin: Path, destination: Path) -> None:
@@ -116,7 +98,11 @@ def checkpoint_folder(model: str | Path) -> tuple[tuple[Path, str], ...]:
 
 @contextlib.contextmanager
 def staged_output(
-    out: Path, *, force: bool = False, protect: Sequence[tuple[Path, str]] = ()
+    out: Path,
+    *,
+    force: bool = False,
+    protect: Sequence[tuple[Path, str]] = (),
+    say: Callable[[str], None] = lambda note: None,
 ) -> Iterator[Path]:
     """Yield an empty temporary folder beside `out` that becomes `out` when the block succeeds.
 
@@ -125,12 +111,14 @@ def staged_output(
     exception, KeyboardInterrupt included, removes the temporary folder (and the parent folders
     this call created) and leaves an existing `out` untouched; once the swap has begun, `out`
     holds the old or the new bundle whatever happens, and a note on the exception says which.
-    Staging folders that killed processes left beside `out` are cleaned up first. Folders that
+    Staging folders that killed processes left beside `out` are cleaned up first, and a swap
+    one was killed in the middle of is finished (`say` hears it said). Folders that
     cannot be created or replaced (read-only, a file in the way, a mount point) are a
     BundleError naming `out`.
     """
     out = Path(out).absolute()
-    _staging.recover_stale(out)
+    for note in _staging.recover_stale(out):
+        say(note)
     check_output(out, force=force)
     for path, what in ((Path.cwd(), "the current folder"), *protect):
         check_not_inside(out, path, what)

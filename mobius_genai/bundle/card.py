@@ -15,6 +15,7 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai import _resources
+from mobius_genai.bundle.og_support import APIS
 from mobius_genai.bundle.runnable import dtype_refusal
 from mobius_genai.ep import RuntimeInfo, ep_registry
 from mobius_genai.target import FLOAT_PRECISIONS
@@ -98,6 +99,7 @@ def render_card(
         "quantization": _prequantized(build.get("prequantized"))
         or _quantization(build.get("quantization")),
         "smoke_test": _smoke_test(build.get("smoke_test")),
+        "og_apis": _og_apis(build.get("og_limits")),
         "rules": ", ".join(f"{name} ×{count}" for name, count in sorted(rules.items())) or "none",
         "folder": folder,
         "graphs": _graphs(model)
@@ -207,11 +209,14 @@ def _prequantized(summary: Mapping[str, Any] | None) -> str:
     bits = "/".join(map(str, summary["bits"])) or "no"
     blocks = "/".join(map(str, summary["block_sizes"])) or "none"
     level = summary["accuracy_level"]
-    words = (
-        f"pre-quantized source ({summary['scheme']}): {summary['weights']} weights kept as "
-        f"stored, no second rounding (MatMulNBits {bits}-bit, block size {blocks}, accuracy "
-        f"level {level}: {_LEVELS.get(level, _LEVELS[1])})"
-    )
+    if summary["weights"] or summary.get("lookups"):
+        words = (
+            f"pre-quantized source ({summary['scheme']}): {summary['weights']} weights kept as "
+            f"stored, no second rounding (MatMulNBits {bits}-bit, block size {blocks}, accuracy "
+            f"level {level}: {_LEVELS.get(level, _LEVELS[1])})"
+        )
+    else:
+        words = f"pre-quantized source ({summary['scheme']}), dequantized: a float bundle"
     if summary.get("lookups"):
         words += f", {summary['lookups']} embedding lookup(s) from the stored integers"
     if summary["act_order_gathers"]:
@@ -226,6 +231,22 @@ def _prequantized(summary: Mapping[str, Any] | None) -> str:
             for outcome, count in outcomes.items()
         )
     return words
+
+
+def _og_apis(limits: Mapping[str, str] | None) -> str:
+    """The card's line for the manifest's `og_limits`: what og 0.18 runs, and what it refuses
+    and why (APIs refused for one reason together)."""
+    runs = "og.Generator (greedy, sampling, batches, guidance, a prompt appended in parts)"
+    if limits is None:
+        return f"{runs}; not recorded for the others"
+    if not limits:
+        return f"{runs}, {', '.join(APIS)}: every 0.18 API"
+    by_reason: dict[str, list[str]] = {}
+    for api, reason in limits.items():
+        by_reason.setdefault(reason, []).append(api)
+    others = [api for api in APIS if api not in limits]
+    refused = "; ".join(f"{', '.join(apis)}: {reason}" for reason, apis in by_reason.items())
+    return f"{', '.join([runs, *others])}. **Not**: {refused}".replace("|", "\\|")
 
 
 def _smoke_test(record: Mapping[str, Any] | None) -> str:

@@ -16,9 +16,9 @@ from typing import Any
 
 import onnxruntime_genai as og
 
-from mobius_genai._json import read_json
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.generate import chat_template, load_model, load_tokenizer
+from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.errors import BundleError
 
 
@@ -40,6 +40,7 @@ class Conversation:
         note: Callable[[str], None] = lambda text: None,
         cpu: bool = False,
     ) -> None:
+        config = read_genai_config(Path(folder))  # its shape checked before og parses it
         self.model = load_model(folder, cpu=cpu)
         self.template = chat_template(folder)
         if self.template is None:
@@ -49,7 +50,6 @@ class Conversation:
             )
         self.tokenizer = load_tokenizer(self.model, folder)
         self.bos = required_bos(folder)  # onnxruntime-genai's tokenizer does not add it
-        config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
         context = config["model"]["context_length"]
         self.context = int(config.get("search", {}).get("max_length", context))
         self.folder = folder

@@ -53,11 +53,13 @@ def make_genai_config(
     context_length: int | None = None,
     generation: Mapping[str, Any] | None = None,
     filename: str = "model.onnx",
+    tool_tokens: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """The genai_config.json document for `graph` (the decoder file `filename`) on `ep`.
 
     `context_length` defaults to max_position_embeddings; `generation` is generation_config.json
-    (token ids and search defaults; it wins over config.json).
+    (token ids and search defaults; it wins over config.json); `tool_tokens` are the tool-call
+    and reasoning ids of the tokenizer (`tool_tokens.tool_token_ids`).
     """
     generation = generation or {}
     context_length = context_length or config.max_position_embeddings
@@ -67,6 +69,7 @@ def make_genai_config(
         "context_length": context_length,
         "vocab_size": config.vocab_size,
         **token_ids(config, generation),
+        **(tool_tokens or {}),
         "decoder": {
             "filename": filename,
             "head_size": config.head_dim,

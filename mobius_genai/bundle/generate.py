@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai._json import read_json
 from mobius_genai.bundle.bos import required_bos, with_bos
+from mobius_genai.bundle.bundle_folder import require_bundle
+from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.errors import BundleError
 
-CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")
 #: The text onnxruntime-genai's multimodal processor expands to an image's tokens, per model.type.
 IMAGE_PLACEHOLDERS = {
     "gemma3": "<start_of_image>",
@@ -41,7 +41,7 @@ def load_model(
     `session_options` are laid over the decoder's session_options for this load only (ORT
     config entries such as ``session.disable_prepacking``); the bundle is not changed.
     """
-    _require_bundle(folder)
+    require_bundle(folder)
     cpu = cpu or (provider is not None and provider[0] is None)
     try:
         config = og.Config(str(folder))
@@ -60,19 +60,6 @@ def load_model(
         raise BundleError(
             f"{folder}: onnxruntime-genai cannot load the bundle{where}: {error}"
         ) from error
-
-
-def _require_bundle(folder: str | Path) -> None:
-    if not (Path(folder) / "genai_config.json").is_file():
-        hint = (
-            f"; it looks like a checkpoint: `mobius-genai package {folder}` makes a bundle of it"
-            if (Path(folder) / "config.json").is_file()
-            else ""
-        )
-        raise BundleError(
-            f"{folder}: not a bundle (no genai_config.json); accepted: a folder written by "
-            f"`mobius-genai package`{hint}"
-        )
 
 
 def load_tokenizer(model: og.Model, folder: str | Path) -> og.Tokenizer:
@@ -181,18 +168,10 @@ def require_finite(logits: np.ndarray, step: int, runner: str) -> None:
 
 
 def chat_template(folder: str | Path) -> str | None:
-    """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config)."""
-    folder = Path(folder)
-    for name in CHAT_TEMPLATE_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
-        if name.endswith(".jinja"):
-            return path.read_text(encoding="utf-8")
-        template = _template_value(read_json(path, BundleError, path.name))
-        if template:
-            return template
-    return None
+    """The bundle's chat template (chat_template.jinja, chat_template.json or tokenizer_config),
+    checked before this process renders it: within the size bound, and rendered by
+    onnxruntime-genai in a process of its own without crashing (`bundle.chat_template`)."""
+    return check_chat_template(folder)
 
 
 def stream_text(
@@ -212,10 +191,12 @@ def stream_text(
     the model type's image placeholder in front for each image it does not place itself. `ep`
     runs the bundle on that EP's provider instead of its own (`placement`).
     """
-    _require_bundle(folder)
-    config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
+    require_bundle(folder)
     # here, not at the top: the smoke test's process imports this module without the EP tables
     from mobius_genai.bundle.placement import provider_hints, provider_of, require_runnable
+    from mobius_genai.bundle.validate import read_genai_config
+
+    config = read_genai_config(Path(folder))
 
     provider = None if ep is None else provider_of(ep)
     require_runnable(folder, config, provider)
@@ -226,8 +207,9 @@ def stream_text(
         pictures = open_images(images)
     with provider_hints(folder, config):
         model = load_model(folder, provider=provider)
+    template = chat_template(folder)  # checked before og's tokenizer here parses it
     tokenizer = load_tokenizer(model, folder)
-    template = chat_template(folder) if use_chat_template else None
+    template = template if use_chat_template else None
     try:
         if template is not None:
             messages = json.dumps([{"role": "user", "content": text}])
@@ -255,11 +237,3 @@ def stream_text(
             yield stream.decode(generator.get_next_tokens()[0])
     except RuntimeError as error:  # og's error type for template, tokenizer and run failures
         raise BundleError(f"{folder}: onnxruntime-genai failed to generate: {error}") from error
-
-
-def _template_value(document: Any) -> str | None:
-    template = document.get("chat_template") if isinstance(document, dict) else None
-    if isinstance(template, list):  # [{"name": "default", "template": "..."}, ...]
-        named = {entry.get("name"): entry.get("template") for entry in template}
-        template = named.get("default")
-    return template if isinstance(template, str) else None

@@ -20,7 +20,7 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai._json import read_json, write_json
-from mobius_genai.build import MODEL_FILENAME, ModelPackage, build
+from mobius_genai.build import MODEL_FILENAME, ModelPackage, build, stored_bits
 from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.bundle import (
     checkpoint_folder,
@@ -50,8 +50,10 @@ from mobius_genai.bundle.multimodal import (
     graph_filename,
     processor_config,
 )
+from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.smoke_plan import record_smoke_test, run_smoke_phase
+from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.bundle.validate import (
     TOKENIZER_CHOICES,
     check_tokenizer,
@@ -87,22 +89,26 @@ def package(
     force: bool = False,
     quiet: bool = False,
     revision: str | None = None,
-    prune_lm_head: bool = True,
+    prune_lm_head: bool = False,
 ) -> Path:
     """Build `model` (local folder or hub id) for an EP and write a runnable bundle folder.
 
     `execution_provider`, `dtype`, `precision` (fp32, fp16, bf16 or int4), `int4` (its options)
-    and `context_length` are resolved into one `Target` (`resolve_target`); pass `target`
-    instead when it is resolved already. `output` defaults to `./<model name>-<ep>-<precision>`;
+    and `context_length` are resolved into one `Target` with what the source stores
+    (`resolve_target`; a GGUF or GPTQ/AWQ source's 4-bit integers make it int4 unless a float
+    precision is asked, which dequantizes them); pass `target` instead when it is resolved
+    already, with the same `stored`. `output` defaults to `./<model name>-<ep>-<precision>`;
     an existing non-empty folder is replaced only with `force`, and only once the new bundle is
-    complete, validated and smoke-tested. `prune_lm_head` (default) computes logits for the
-    last position only, all that onnxruntime-genai reads; turn it off to keep every position's
-    logits (e.g. to score prompts). Returns the bundle folder.
+    complete, validated and smoke-tested. `prune_lm_head` computes logits for each sequence's
+    last position only: a faster prefill that og.Generator's sampling accepts, but og.Engine,
+    n-gram speculative decoding and `get_output("logits")` need every position (`og_support`
+    names what a bundle gives up; its card and manifest say so). Returns the bundle folder.
     """
     target = target_or_choices(
         target,
         execution_provider,
         "package",
+        stored=stored_bits(model, revision),
         dtype=dtype,
         precision=precision,
         int4=int4,
@@ -110,7 +116,12 @@ def package(
     )
     out = Path(output) if output is not None else default_output(model, target.ep, target.precision)
     try:
-        with staged_output(out, force=force, protect=checkpoint_folder(model)) as staging:
+        with staged_output(
+            out,
+            force=force,
+            protect=checkpoint_folder(model),
+            say=lambda message: _say(message, quiet),
+        ) as staging:
             precision, layers, twin_layers, write_twin, vision_layers = _write_staged(
                 model,
                 target,
@@ -175,7 +186,7 @@ def _write_staged(
     quantizes = target.int4 is not None or built.prequantized is not None
     with phase(_int4_phase(target, built), not quiet and quantizes):
         quantization, prequantized = _quantize(built, target)
-    precision = _precision(target, prequantized)
+    precision = target.precision
     genai_config = write_bundle(
         built,
         staging,
@@ -214,27 +225,29 @@ def _quantize(
 ) -> tuple[Int4Report | None, PrequantizedReport | None]:
     """Int4 as the target asks; a pre-quantized source keeps its own integers instead.
 
-    What such a source leaves in float is dequantized to the model's dtype, unless the target
-    asks for int4 explicitly (`Target.int4`): then its matrices are quantized with the
-    target's options (`quantize.requantize`; a table the source kept in float stays float).
-    One accuracy level for all: the target's (`Target.int4_accuracy_level`).
+    With `Target.dequantize_stored` (a float precision asked, or an EP without MatMulNBits)
+    its integers are dequantized to the model's dtype too. What such a source leaves in float
+    is dequantized to the model's dtype, unless the target asks for int4 explicitly
+    (`Target.int4`): then its matrices are quantized with the target's options
+    (`quantize.requantize`; a table the source kept in float stays float). One accuracy
+    level for all: the target's (`Target.int4_accuracy_level`).
     """
     model = built[built.decoder_key]
     if built.prequantized is None:
         if target.int4 is None:
             return None, None
         return quantize_int4(model, target.int4, built.ep), None
-    nbits = built.ep.supports_custom_ops and built.ep.supports_matmul_nbits
     gather = built.ep.supports_custom_ops and built.dtype in built.ep.int4_gather_dtypes
     precision = precision_of(built.dtype)
     report = apply_prequantized(
         model,
         built.prequantized,
         target.int4_accuracy_level,
-        nbits,
+        not target.dequantize_stored,
         gather,
         float_kinds=built.float_kinds,
         precision=precision,
+        why_float=_why_float(target),
     )
     if target.int4 is None:
         return None, report
@@ -242,12 +255,11 @@ def _quantize(
     return int4, report.with_requantized(moved, precision)
 
 
-def _precision(target: Target, prequantized: PrequantizedReport | None) -> str:
-    """int4 for a bundle of 4-bit pre-quantized weights (an 8-bit embedding or lm_head
-    beside them, as int4 recipes keep), else the target's precision."""
-    if prequantized is not None and prequantized.weights and 4 in prequantized.bits:
-        return "int4"
-    return target.precision
+def _why_float(target: Target) -> str:
+    """Why a pre-quantized source's integers become float weights (`dequantize_stored`)."""
+    if not target.ep.runs_matmul_nbits:
+        return f"{target.ep.name} has no MatMulNBits"
+    return f"precision {target.precision} asked"
 
 
 def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> Path:
@@ -304,6 +316,7 @@ def write_bundle(
         context_length=built.context_length,
         generation=read_generation_config(source.path),
         filename=filename,
+        tool_tokens=tool_token_ids(folder),
     )
     if built.vision_language is not None:
         add_vision_language(genai_config, built)
@@ -319,6 +332,7 @@ def write_bundle(
         "model_type": built.config.model_type,
         "genai_model_type": genai_config["model"]["type"],
         "past_present_share_buffer": graph.has_gqa,
+        "og_limits": og_limits(genai_config, graph),
         "optimization": {
             rule: count for rule, count in sorted(built.optimization_report.items()) if count
         },
@@ -475,6 +489,20 @@ def build_notes(
 
 
 def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
+    requantized = sum(
+        count
+        for outcomes in report.tensors.values()
+        for outcome, count in outcomes.items()
+        if outcome.startswith("re-quantized")
+    )
+    if target.dequantize_stored:
+        note = (
+            f"the checkpoint is pre-quantized ({report.scheme}): its weights are dequantized "
+            f"to {precision_of(target.dtype)} ({_why_float(target)})"
+        )
+        if requantized:
+            return f"{note}; {requantized} re-quantized with the int4 options asked"
+        return f"{note}; the bundle is float"
     kept = (
         f"{report.weights} weights kept as stored in MatMulNBits (no second rounding)"
         if report.weights
@@ -483,18 +511,12 @@ def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
     note = f"the checkpoint is pre-quantized ({report.scheme}): {kept}"
     if report.dequantized:
         note += f"; dequantized to {precision_of(target.dtype)}: {len(report.dequantized)}"
-    requantized = sum(
-        count
-        for outcomes in report.tensors.values()
-        for outcome, count in outcomes.items()
-        if outcome.startswith("re-quantized")
-    )
     if requantized:
         note += f"; {requantized} it could not keep re-quantized with the int4 options asked"
     if target.precision != "int4":
         note += (
             f"; precision {target.precision} applies to the activations and to the weights "
-            "the checkpoint keeps in float"
+            "the checkpoint keeps in float (its integers are not 4-bit)"
         )
     elif target.int4 is not None and _layout(target.int4) != _layout(Int4Options()):
         note += "; the kept weights' block size and zero points are the checkpoint's"

@@ -2,20 +2,31 @@
 
 Errors become one BundleError whose message names the file and the dotted path of each bad
 field ("genai_config.json: model.decoder.head_size: 'eight' is not of type 'integer'").
+`read_bundle_json` is the one way a bundle's JSON files are read: every command that reads one
+(run, chat, bench, validate, the smoke test, Olive's MobiusFinalize) gets a document of the
+shape its schema describes, or that one-line error, before it reads a field.
 """
 
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 
 from mobius_genai import _resources
+from mobius_genai._json import read_json
+from mobius_genai._safetensors import shown
 from mobius_genai.errors import BundleError
 
 GENAI_CONFIG_SCHEMA = "schemas/genai_config.schema.json"
 MANIFEST_SCHEMA = "schemas/manifest.schema.json"
+#: A bundle's JSON files, and the schema of each.
+BUNDLE_SCHEMAS = {
+    "genai_config.json": GENAI_CONFIG_SCHEMA,
+    "mobius_manifest.json": MANIFEST_SCHEMA,
+}
 
 _MAX_REPORTED = 5
 
@@ -28,6 +39,16 @@ def validate_genai_config(document: Any, filename: str = "genai_config.json") ->
 def validate_manifest(document: Any, filename: str = "mobius_manifest.json") -> None:
     """Raise BundleError unless `document` is a valid mobius-genai manifest."""
     validate_document(document, MANIFEST_SCHEMA, filename)
+
+
+def read_bundle_json(path: Path, label: str | None = None) -> dict[str, Any]:
+    """The bundle file `path` (one of BUNDLE_SCHEMAS), read and checked against its schema; a
+    BundleError naming it (`label`, default its name) when it is unreadable or of another shape
+    (`[]`, a string, a `model` that is a list, ...)."""
+    label = label or path.name
+    document = read_json(path, BundleError, label)
+    validate_document(document, BUNDLE_SCHEMAS[path.name], label)
+    return document
 
 
 def validate_document(document: Any, schema: str, filename: str) -> None:
@@ -68,4 +89,8 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return ", ".join(
             f"{_field([*path, key])}: unknown field; accepted: {known}" for key in extra
         )
+    if error.validator == "type":  # the value may be megabytes long
+        expected = error.validator_value
+        types = expected if isinstance(expected, list) else [expected]
+        return f"{_field(path)}: {shown(instance)} is not of type {', '.join(map(repr, types))}"
     return f"{_field(path)}: {error.message}"

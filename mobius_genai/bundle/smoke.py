@@ -23,8 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from mobius_genai._child_process import ask_child
-from mobius_genai.bundle._smoke_child import PHASE_PREFIX
+from mobius_genai._child_process import PHASE_PREFIX, ask_child, said_by, signal_words
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.runnable import cpu_refusal
 from mobius_genai.bundle.validate import read_genai_config
@@ -125,13 +124,11 @@ def _run_child(
 
 def _failure(folder: Path, returncode: int, stderr: str) -> str:
     """What to tell the user about a smoke test process that gave no answer."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    phases = [line.removeprefix(PHASE_PREFIX) for line in lines if line.startswith(PHASE_PREFIX)]
-    said = [line for line in lines if not line.startswith(PHASE_PREFIX)][-_QUOTED_LINES:]
+    phases, said = said_by(stderr)
+    said = said[-_QUOTED_LINES:]
     doing = f" while {phases[-1]}" if phases else ""
     if returncode < 0:
-        name = signal.Signals(-returncode).name
-        what = f"the smoke test crashed onnxruntime-genai (signal {-returncode}, {name}){doing}"
+        what = f"the smoke test crashed onnxruntime-genai ({signal_words(returncode)}){doing}"
         if -returncode == signal.SIGKILL:
             what += "; the system kills a process this way when memory runs out"
     else:

@@ -21,7 +21,7 @@ import numpy as np
 import onnxruntime as ort
 import onnxruntime_genai as og
 
-from mobius_genai._json import read_json
+from mobius_genai._json import read_json_object
 from mobius_genai.bundle.generate import (
     greedy_tokens,
     image_inputs,
@@ -82,7 +82,7 @@ def image_note(prompt: ImagePrompt) -> str:
 def processor_size(folder: Path, config: Mapping[str, Any]) -> tuple[int, int]:
     """(width, height) the image processor resizes to (its Resize transform)."""
     name = config["model"]["vision"].get("config_filename", _PROCESSOR_DEFAULT)
-    document = read_json(folder / name, BundleError, name)
+    document = read_json_object(folder / name, BundleError, name)
     transforms = document.get("processor", {}).get("transforms", [])
     for transform in transforms:
         operation = transform.get("operation", {})

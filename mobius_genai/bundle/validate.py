@@ -1,7 +1,8 @@
 """Check a bundle folder, ours or another tool's: schema, files, graph I/O against the config.
 
 The graph is read without its weights, so validating a 70B bundle takes seconds (plus the
-checksums of the manifest, when there is one and hashes are checked). Every problem found is
+checksums of the manifest, when there is one and hashes are checked, and a fraction of a second
+for onnxruntime-genai to render the chat template in a process of its own: `chat_template`). Every problem found is
 reported in one BundleError that names the file or field, the value and what is accepted.
 """
 
@@ -14,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json
+from mobius_genai.bundle.bundle_folder import checkpoint_hint
+from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.recurrent import check_conv_states, check_delta_states, kv_layers
-from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
+from mobius_genai.bundle.schema import read_bundle_json
+from mobius_genai.bundle.tool_tokens import check_tool_token_ids
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
 
@@ -82,13 +87,14 @@ class BundleReport:
 
 
 def read_genai_config(folder: Path) -> dict[str, Any]:
-    """genai_config.json of `folder`, parsed and checked against the schema."""
+    """genai_config.json of `folder`, parsed and checked against the schema
+    (`schema.read_bundle_json`)."""
     path = folder / CONFIG_FILENAME
     if not path.is_file():
-        raise BundleError(f"{folder}: {CONFIG_FILENAME} is missing; a bundle needs one")
-    document = read_json(path, BundleError, path.name)
-    validate_genai_config(document, CONFIG_FILENAME)
-    return document
+        raise BundleError(
+            f"{folder}: {CONFIG_FILENAME} is missing; a bundle needs one{checkpoint_hint(folder)}"
+        )
+    return read_bundle_json(path)
 
 
 def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleReport:
@@ -123,12 +129,14 @@ def validate_bundle(folder: str | Path, *, check_hashes: bool = True) -> BundleR
         *check_pipeline_graphs(folder, config, graph),
     ]
     vocab, source = _vocabulary(config, graph)
-    problems += check_tokenizer(folder, vocab, source)
+    tokenizer_problems = check_tokenizer(folder, vocab, source)
+    problems += tokenizer_problems or _check_chat_template(folder)
+    problems += check_tool_token_ids(config["model"], folder)
     manifest = None
     if (folder / MANIFEST_FILENAME).is_file():
-        manifest = read_json(folder / MANIFEST_FILENAME, BundleError, MANIFEST_FILENAME)
-        validate_manifest(manifest, MANIFEST_FILENAME)
+        manifest = read_bundle_json(folder / MANIFEST_FILENAME)
         problems += _check_manifest_files(folder, manifest, check_hashes)
+        problems += _check_og_limits(manifest["build"].get("og_limits"), og_limits(config, graph))
     if problems:
         raise BundleError(f"bundle {folder}: " + "; ".join(problems))
     return BundleReport(folder, config, graph, manifest)
@@ -450,6 +458,16 @@ def check_tokenizer(folder: Path, vocab: int | None, source: str) -> list[str]:
     return problems
 
 
+def _check_chat_template(folder: Path) -> list[str]:
+    """The chat template's problems: above its size bound, or crashing (or hanging)
+    onnxruntime-genai's template engine when rendered in a process of its own."""
+    try:
+        check_chat_template(folder)
+    except BundleError as error:
+        return [str(error).removeprefix(f"{folder}: ")]
+    return []
+
+
 def _config_token_ids(model: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
     """genai_config's bos / eos / pad ids (eos may be a list)."""
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -472,6 +490,16 @@ def _added_token_ids(name: str, document: Any) -> Iterator[tuple[str, Any]]:
         content = entry.get("content") if isinstance(entry, dict) else None
         token_id = int(key) if _INTEGER.fullmatch(key) else key
         yield f"{name}: added token {content!r}", token_id
+
+
+def _check_og_limits(recorded: Mapping[str, str] | None, found: Mapping[str, str]) -> list[str]:
+    """The manifest's (and so the card's) onnxruntime-genai limits must be the bundle's."""
+    if recorded is None or dict(recorded) == dict(found):
+        return []
+    return [
+        f"{MANIFEST_FILENAME}: build.og_limits names {sorted(recorded)}, but the bundle gives "
+        f"up {sorted(found)} (bundle/og_support.py)"
+    ]
 
 
 def _check_manifest_files(folder: Path, manifest: Mapping[str, Any], hashes: bool) -> list[str]:

@@ -12,6 +12,7 @@ subcommands' modules import onnx, onnxscript and onnxruntime, which take seconds
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 
@@ -122,6 +123,41 @@ def _version() -> str:
         return __version__
 
 
+def _finish_swaps(folder: str | None) -> None:
+    """The commands that take a bundle folder (`run`, `chat`, `bench`, `validate`) first finish
+    a swap that a `package --force` killed in its middle left there (`_staging.recover_stale`),
+    and say so in one line."""
+    if folder is None:
+        return
+    from pathlib import Path
+
+    from mobius_genai.bundle._staging import recover_stale
+
+    for note in recover_stale(Path(folder).absolute()):
+        print(f"mobius-genai: {note}", file=sys.stderr)
+
+
+def _after_the_command_ends_on_signals() -> None:
+    """From now until the process exits (atexit handlers, threads joined, modules freed), Ctrl-C
+    and SIGTERM end it at once with one line and 130/143, instead of a traceback or death by
+    the signal. Ctrl-C that the process ignores (a background job) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _after_the_command)
+    signal.signal(signal.SIGTERM, _after_the_command)
+
+
+def _after_the_command(signum: int, frame: object) -> None:
+    import os
+
+    with contextlib.suppress(Exception):  # stdout may be mid-write: this runs between bytecodes
+        sys.stdout.flush()
+    word = "interrupted" if signum == signal.SIGINT else "terminated"
+    os.write(
+        2, f"mobius-genai: {word} after the command finished; what it wrote is complete\n".encode()
+    )
+    os._exit(128 + signum)
+
+
 def _terminate(signum: int, frame: object) -> None:
     raise _Terminated
 
@@ -146,7 +182,13 @@ def _stopped(signalled: BaseException) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the process exit code."""
+    """Entry point of the console script; returns the process exit code.
+
+    Called without `argv` (the console script, `python -m mobius_genai.cli`), it owns the
+    process: Ctrl-C or SIGTERM after the command has finished, while the process exits, ends
+    it with one line and 130/143 as at any other moment (`_after_the_command`).
+    """
+    owns_process = argv is None
     try:
         previous = signal.signal(signal.SIGTERM, _terminate)
         handles_signals = True
@@ -157,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = sys.argv[1:] if argv is None else list(argv)
         args = _parser(argv).parse_args(argv)
         debug = args.debug
+        _finish_swaps(getattr(args, "folder", None))
         return int(args.handler(args) or 0)
     except (KeyboardInterrupt, _Terminated) as error:
         return _stopped(error)
@@ -171,7 +214,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return _stopped(signalled)
     finally:
-        if handles_signals:
+        if handles_signals and owns_process:
+            _after_the_command_ends_on_signals()
+        elif handles_signals:
             signal.signal(signal.SIGTERM, previous)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from pathlib import Path
 
 from mobius_genai.build import build
@@ -25,9 +26,8 @@ from mobius_genai.target import resolve_target
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `build`."""
     parser.description = (
-        f"{parser.description}. The graph computes logits for every position, for tools that "
-        "score or evaluate whole prompts; `package` keeps only the last position's (all "
-        "onnxruntime-genai reads; `package --full-logits` keeps them all)."
+        f"{parser.description}. The graph computes logits for every position, as `package` "
+        "does by default (`package --prune-lm-head` keeps the last position's only)."
     )
     add_checkpoint_arguments(
         parser,
@@ -55,7 +55,12 @@ def run(args: argparse.Namespace) -> int:
     with (
         trace_to_stderr() if args.trace else contextlib.nullcontext(),
         reported_as_errors(f"building {args.model} into {out}"),
-        staged_output(out, force=args.force, protect=checkpoint_folder(args.model)) as staging,
+        staged_output(
+            out,
+            force=args.force,
+            protect=checkpoint_folder(args.model),
+            say=lambda note: print(f"mobius-genai: {note}", file=sys.stderr),
+        ) as staging,
     ):
         package = build(
             args.model,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 import onnx_ir as ir
 
@@ -13,12 +14,18 @@ from mobius_genai.target import precision_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`eps` takes no arguments."""
+    """`eps [--wide]`."""
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column (fusions, provider options, onnxruntime EP names); the default "
+        "table fits 100 columns",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the registry table on stdout."""
-    print(format_ep_table())
+    print(format_ep_table(wide=args.wide))
     return 0
 
 
@@ -39,7 +46,13 @@ _TABLE_HEADERS = (
 )
 
 
+#: The default table's width, and its columns: what a user choosing an EP and a precision
+#: reads first.
+_WIDTH = 100
+_NARROW_HEADERS = ("name", "dtypes", "GQA dtypes", "custom ops", "int4", "graph capture")
+
 _ALSO_ACCEPTED = "Names are accepted in any case, and an EP's onnxruntime EP name stands for it."
+_WIDER = "`mobius-genai eps --wide` adds: "
 
 
 def _yes_no(flag: bool) -> str:
@@ -67,7 +80,7 @@ def _packed_attention(caps: EpCapabilities) -> str:
 
 def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
     options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
-    nbits = caps.supports_custom_ops and caps.supports_matmul_nbits
+    nbits = caps.runs_matmul_nbits
     return (
         caps.name,
         _dtypes(caps.model_dtypes),
@@ -85,11 +98,15 @@ def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
     )
 
 
-def format_ep_table(registry: EpRegistry | None = None) -> str:
-    """The registry as an aligned text table (for `mobius-genai eps`), then the other names
-    accepted: aliases, any case, onnxruntime names."""
+def format_ep_table(registry: EpRegistry | None = None, *, wide: bool = False) -> str:
+    """The registry as an aligned text table (for `mobius-genai eps`): the columns that fit
+    100 characters, or with `wide` every column; then the other names accepted: aliases, any
+    case, onnxruntime names."""
     registry = ep_registry if registry is None else registry
     rows = [_TABLE_HEADERS, *(_table_row(caps) for caps in registry.entries())]
+    if not wide:
+        kept = [_TABLE_HEADERS.index(header) for header in _NARROW_HEADERS]
+        rows = [tuple(row[i] for i in kept) for row in rows]
     lines = [aligned_table(rows), ""]
     if registry.aliases:
         aliases = ", ".join(
@@ -97,4 +114,7 @@ def format_ep_table(registry: EpRegistry | None = None) -> str:
         )
         lines.append(f"aliases: {aliases}")
     lines.append(_ALSO_ACCEPTED)
+    if not wide:
+        more = ", ".join(h for h in _TABLE_HEADERS if h not in _NARROW_HEADERS)
+        lines.append(textwrap.fill(f"{_WIDER}{more}.", _WIDTH))
     return "\n".join(lines)

@@ -7,6 +7,8 @@ import contextlib
 import sys
 import time
 
+from mobius_genai.build import stored_bits
+from mobius_genai.bundle._staging import add_note
 from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
@@ -27,13 +29,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISIONS,
         help="weight precision: fp32/fp16/bf16 set the dtype; int4 quantizes the linear weights "
-        "(MatMulNBits) and keeps --dtype (or the EP's) for activations",
+        "(MatMulNBits) and keeps --dtype (or the EP's) for activations. Default: int4 when an "
+        "--int4-* option is given or the source stores 4-bit weights (GGUF, GPTQ, AWQ: kept as "
+        "stored), else --dtype's (or the EP's). A float precision dequantizes a pre-quantized "
+        "source",
     )
     parser.add_argument(
         "--int4-block-size",
         type=int,
         help="int4 quantization block size: 16, 32, 64, 128 or 256; default: the "
-        "--int4-quality recipe's (32 for each recipe today)",
+        "--int4-quality recipe's (32 for each recipe today). Every --int4-* option implies "
+        "--precision int4",
     )
     parser.add_argument(
         "--int4-asymmetric",
@@ -58,12 +64,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "options; default: the EP's (`mobius-genai eps`); needs GroupQueryAttention's shared KV "
         "buffer",
     )
-    parser.add_argument(
+    logits = parser.add_mutually_exclusive_group()
+    logits.add_argument(
+        "--prune-lm-head",
+        dest="prune_lm_head",
+        action="store_true",
+        help="logits for each sequence's last position only: a faster prefill for "
+        "og.Generator, but og.Engine, n-gram speculative decoding and get_output('logits') "
+        "refuse the bundle (its card names them)",
+    )
+    logits.add_argument(
         "--full-logits",
         dest="prune_lm_head",
         action="store_false",
-        help="logits for every position (default: the last position only, all that "
-        "onnxruntime-genai reads; needed e.g. to score prompts)",
+        help="logits for every position, which every onnxruntime-genai API accepts (default)",
     )
     parser.add_argument(
         "--no-smoke-test",
@@ -99,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             context_length=args.context_length,
             graph_capture=None if args.graph_capture is None else args.graph_capture == "on",
+            stored=stored_bits(args.model, args.revision),
         )
         folder = package(
             args.model,
@@ -111,8 +126,12 @@ def run(args: argparse.Namespace) -> int:
             revision=args.revision,
             prune_lm_head=args.prune_lm_head,
         )
-    if not args.quiet:
-        elapsed = time.monotonic() - start
-        print(f"{PREFIX}bundle written to {folder} in {elapsed:.0f} s", file=sys.stderr)
-    print(folder)
+    try:
+        if not args.quiet:
+            elapsed = time.monotonic() - start
+            print(f"{PREFIX}bundle written to {folder} in {elapsed:.0f} s", file=sys.stderr)
+        print(folder)
+    except BaseException as error:  # Ctrl-C or SIGTERM once the bundle is in place
+        add_note(error, f"output {folder}: the new bundle is complete and in place")
+        raise
     return 0

@@ -247,6 +247,13 @@ class EpCapabilities:
                     f"{self.enable_graph_capture} (expected {expected!r})"
                 )
 
+    @property
+    def runs_matmul_nbits(self) -> bool:
+        """Whether int4 weights reach this EP as com.microsoft::MatMulNBits (custom ops kept and
+        the kernel present); else as standard DequantizeLinear + MatMul, and a source's stored
+        integers are dequantized."""
+        return self.supports_custom_ops and self.supports_matmul_nbits
+
     def with_graph_capture(self, enabled: bool) -> EpCapabilities:
         """A copy with graph capture switched on or off, flag and provider option together."""
         if self.graph_capture_option is None:

@@ -25,17 +25,18 @@ from mobius_genai.gguf.checkpoint import GgufCheckpoint
 from mobius_genai.gguf.metadata import config_json, generation_config
 from mobius_genai.gguf.tokenizer import tokenizer_config, tokenizer_json
 from mobius_genai.prequantized.tensor import PrequantizedTensor, StoredBlocks
-from mobius_genai.source import Source
+from mobius_genai.source import Source, checkpoint_file
 from mobius_genai.weights import TensorSource
 
 __all__ = ["GgufCheckpoint", "find_gguf", "gguf_tensors", "open_gguf"]
 
 
 def find_gguf(model: str | Path) -> Path | None:
-    """The GGUF file `model` names: a .gguf file, or a folder holding one and no config.json."""
+    """The GGUF file `model` names: a .gguf file, or a folder holding one and no config.json;
+    a ConfigError when it is a link leading out of its folder (`source.checkpoint_file`)."""
     path = Path(model).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return path.resolve()
+        return checkpoint_file(path, path.parent)
     if not path.is_dir() or (path / "config.json").is_file():
         return None
     found = sorted(path.glob("*.gguf"))
@@ -44,7 +45,7 @@ def find_gguf(model: str | Path) -> Path | None:
             f"model {str(model)!r}: holds several GGUF files ({', '.join(p.name for p in found)});"
             " accepted: the path of one of them"
         )
-    return found[0].resolve() if found else None
+    return checkpoint_file(found[0], path) if found else None
 
 
 def open_gguf(path: Path) -> tuple[Source, dict[str, Any], GgufCheckpoint]:

@@ -148,6 +148,10 @@ class GgufCheckpoint:
             return None
         return entry
 
+    def stored_bits(self) -> frozenset[int]:
+        """The bit widths of the matrices whose integers MatMulNBits holds as they are."""
+        return frozenset(entry.bits for entry in map(self.block_type, self) if entry is not None)
+
     def _unpermute(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Undo llama.cpp's permute() of the Q and K rows (llama architecture only)."""
         heads = self._permuted_heads(name)

@@ -22,7 +22,7 @@ from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from mobius_genai.build import MODEL_FILENAME
+from mobius_genai.build import MODEL_FILENAME, stored_bits
 from mobius_genai.bundle.card import GRAPH_SECTIONS
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.packager import default_output, package
@@ -70,7 +70,9 @@ class MobiusExport(Pass):
                 default_value=None,
                 description=(
                     f"{', '.join(PRECISIONS)} (int4: MatMulNBits weights, `dtype` activations). "
-                    "Default: the EP's default dtype, unquantized."
+                    "Default: int4 when an int4_* option is set or the source stores 4-bit "
+                    "weights (GPTQ, AWQ: kept as stored), else the EP's default dtype, "
+                    "unquantized. A float precision dequantizes a pre-quantized source."
                 ),
             ),
             "dtype": PassConfigParam(
@@ -169,6 +171,9 @@ class MobiusExport(Pass):
                 f"({load_kwargs.quantization_method!r}), which MobiusExport does not apply; "
                 "accepted: no quantization_method (use the pass's precision 'int4' instead)"
             )
+        source = str(model.model_name_or_path)
+        extra = (load_kwargs.extra_args if load_kwargs is not None else None) or {}
+        revision = config.revision or extra.get("revision")
         target = resolve_target(
             config.ep or mobius_ep_for(self.accelerator_spec.execution_provider),
             dtype=config.dtype,
@@ -176,10 +181,8 @@ class MobiusExport(Pass):
             int4=int4_options(config),
             context_length=config.context_length,
             graph_capture=config.graph_capture if _plain(config.graph_capture, bool) else None,
+            stored=stored_bits(source, revision),
         )
-        source = str(model.model_name_or_path)
-        extra = (load_kwargs.extra_args if load_kwargs is not None else None) or {}
-        revision = config.revision or extra.get("revision")
         # The folder name shows in the card's run instructions: <model>-<ep>-<precision>.
         out = Path(output_model_path) / default_output(source, target.ep, target.precision).name
         logger.info(

@@ -25,7 +25,7 @@ from olive.model import ONNXModelHandler
 from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 
-from mobius_genai._json import read_json, write_json
+from mobius_genai._json import write_json
 from mobius_genai.build import MODEL_FILENAME
 from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
@@ -33,7 +33,7 @@ from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, bundle_files, file_entries
 from mobius_genai.bundle.packager import bundle_name
-from mobius_genai.bundle.schema import validate_manifest
+from mobius_genai.bundle.schema import read_bundle_json, validate_manifest
 from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.ep import EpCapabilities, ep_registry
@@ -185,5 +185,5 @@ def _bundle_ep(
     return resolve_ep("cpu")
 
 
-def _read_json(path: Path) -> Any:
-    return read_json(path, BundleError, f"MobiusFinalize: {path.name}")
+def _read_json(path: Path) -> dict[str, Any]:
+    return read_bundle_json(path, f"MobiusFinalize: {path.name}")

@@ -262,7 +262,7 @@ def quantize_int4(
         calibration = within_context(model, calibration or Calibration())
     else:
         calibration = None
-    if caps.supports_custom_ops and caps.supports_matmul_nbits:
+    if caps.runs_matmul_nbits:
         groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,

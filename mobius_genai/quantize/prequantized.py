@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.prequantized.tensor import ZERO_FORMS, PrequantizedTensor
-from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays
+from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays, table_uses
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.write import GraphWriter
 from mobius_genai.weights import ConcatTensor
@@ -99,14 +99,16 @@ def apply_prequantized(
     gather: bool = False,
     float_kinds: Mapping[str, int] | None = None,
     precision: str = "fp32",
+    why_float: str = "the EP has no MatMulNBits",
 ) -> PrequantizedReport:
     """Replace each MatMul reading a `PrequantizedTensor` weight by MatMulNBits, in place, and
     the uses of pre-quantized tables by MatMulNBits and (with `gather`: the EP has the kernel
     for the model dtype) GatherBlockQuantized.
 
-    With `matmul_nbits` False (an EP without the kernel) the weights stay float: the tensors
-    then read as the format's dequantized values. `accuracy_level` is the level of every
-    MatMulNBits (see the module docstring); `float_kinds` counts the source's
+    With `matmul_nbits` False (an EP without the kernel, or a float precision asked:
+    `why_float` says which) every weight and table stays float: the tensors then read as the
+    format's dequantized values. `accuracy_level` is the level of every MatMulNBits (see the
+    module docstring); `float_kinds` counts the source's
     tensors read as float by their stored kind, for the report (`precision`: the model's float
     precision, the words for what they became).
     """
@@ -124,7 +126,7 @@ def apply_prequantized(
         parts = _parts(weight)
         if not parts:
             continue
-        reason = None if matmul_nbits else "the EP has no MatMulNBits"
+        reason = None if matmul_nbits else why_float
         if reason is None and any(p.bits == 8 and p.zero_form == "float" for p in parts):
             reason = "8-bit float zero points (onnxruntime's cpu MatMulNBits refuses them)"
         if reason:
@@ -143,6 +145,10 @@ def apply_prequantized(
         dequantized += tables.dequantized
         kinds.kept(tables.kept)
         kinds.dequantized(tables.left_float)
+    else:
+        tables = [tensor for _, tensor in table_uses(graph)]
+        dequantized += [f"{tensor.name} ({why_float})" for tensor in tables]
+        kinds.dequantized(tables)
     if written:
         model.opset_imports.setdefault(MS_DOMAIN, 1)
     _set_accuracy_level(graph, accuracy_level)

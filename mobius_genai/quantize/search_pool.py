@@ -7,8 +7,9 @@ to worker processes, one per core this process may use (at most MAX_WORKERS), on
 a time; results come back in order, and a chunk is computed as it would be here, so the output
 does not depend on the workers.
 
-A worker is a fresh interpreter (`python -m mobius_genai.quantize._search_worker`) that imports
-numpy and the rounding code only (~40 MB), not the caller's `__main__` (as multiprocessing's
+A worker is a fresh interpreter started isolated (`_child_process.python_command`: nothing from
+the working folder, PYTHONPATH or the user's site-packages runs in it) that imports numpy and
+the rounding code only (~40 MB), not the caller's `__main__` (as multiprocessing's
 spawn would: a user's unguarded script would run again) nor a forked copy of the caller's
 memory and threads. Requests and results are pickled over its pipes: they are our own chunks
 and functions, never checkpoint objects. Workers ignore Ctrl-C (the caller handles it) and
@@ -22,10 +23,10 @@ import collections
 import os
 import pickle
 import subprocess
-import sys
 from collections.abc import Callable, Iterable, Iterator
-from pathlib import Path
 from typing import Any
+
+from mobius_genai._child_process import python_command
 
 __all__ = ["MAX_WORKERS", "PARALLEL_ELEMENTS", "map_chunks", "search_workers"]
 
@@ -100,13 +101,9 @@ def _pool(count: int) -> list[subprocess.Popen]:
     if len(_workers) < count:
         if not _workers:
             atexit.register(_close_pool)
-        command = [sys.executable, "-m", _WORKER]
-        # the workers import this package from where the caller did
-        root = str(Path(__file__).resolve().parents[2])
-        path = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
-        env = {**os.environ, "PYTHONPATH": path}
+        command = python_command(_WORKER)
         _workers.extend(
-            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             for _ in range(count - len(_workers))
         )
     return _workers[:count]

@@ -25,7 +25,7 @@ from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.targets import WeightGroup, find_weights
 from mobius_genai.quantize.write import GraphWriter
 
-__all__ = ["TablesReport", "apply_stored_tables", "nbits_arrays"]
+__all__ = ["TablesReport", "apply_stored_tables", "nbits_arrays", "table_uses"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +50,7 @@ def apply_stored_tables(model: ir.Model, gather: bool, cache: OneWeightCache) ->
     `gather`: the EP has GatherBlockQuantized for the model dtype (else lookups stay float).
     """
     groups, formats, dequantized = [], [], []
-    for group, tensor in _tables(model.graph):
+    for group, tensor in table_uses(model.graph):
         if tensor.zero_form == "float" and (tensor.bits == 8 or group.gathers):
             reason = "float zero points: no GatherBlockQuantized"
             if tensor.bits == 8:
@@ -79,7 +79,7 @@ def apply_stored_tables(model: ir.Model, gather: bool, cache: OneWeightCache) ->
     return TablesReport(matmuls, lookups, dequantized, kept, left_float)
 
 
-def _tables(graph: ir.Graph) -> list[tuple[WeightGroup, PrequantizedTensor]]:
+def table_uses(graph: ir.Graph) -> list[tuple[WeightGroup, PrequantizedTensor]]:
     """Each pre-quantized table of `graph` with its uses."""
     found = []
     for group in find_weights(graph)[0]:

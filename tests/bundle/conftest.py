@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +46,25 @@ def toy_graph(
             )
     ops = {"ai.onnx::MatMul", GQA_OP if gqa else "ai.onnx::Attention"}
     return GraphInfo(inputs=inputs, outputs=outputs, ops=frozenset(ops))
+
+
+def hub_snapshot(cache: Path, repo: str = "models--org--tiny", files: Path = TINY_QWEN2) -> Path:
+    """A huggingface_hub cache entry `repo` in `cache` holding `files` (a folder's files):
+    blobs named by their sha256 and a snapshot folder of relative links `../../blobs/<sha>`,
+    exactly as snapshot_download makes them."""
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    root = cache / repo
+    (root / "blobs").mkdir(parents=True)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(revision)
+    snapshot = root / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    for file in sorted(files.iterdir()):
+        data = file.read_bytes()
+        sha = hashlib.sha256(data).hexdigest()
+        (root / "blobs" / sha).write_bytes(data)
+        (snapshot / file.name).symlink_to(Path("..") / ".." / "blobs" / sha)
+    return snapshot
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import chat_template
+from mobius_genai.bundle.chat_template import chat_template
 from mobius_genai.cli import main
 from tests.bundle.conftest import TINY_QWEN2
 
@@ -44,6 +44,18 @@ def test_package_prints_the_bundle_folder(tmp_path, capsys, monkeypatch):
     assert out == str(tmp_path / "tiny-qwen2-cuda-fp16")
     manifest = json.loads((Path(out) / "mobius_manifest.json").read_text())
     assert (manifest["build"]["dtype"], manifest["build"]["precision"]) == ("fp16", "fp16")
+
+
+def test_an_int4_option_implies_int4_and_the_help_says_so(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["package", str(TINY_QWEN2), "--ep", "cpu", "--quiet", "--no-smoke-test"]
+    assert main([*args, "--int4-quality", "builder"]) == 0
+    manifest = json.loads((tmp_path / "tiny-qwen2-cpu-int4" / "mobius_manifest.json").read_text())
+    assert manifest["build"]["precision"] == "int4"
+    assert manifest["build"]["quantization"]["quality"] == "builder"
+    with pytest.raises(SystemExit):
+        main(["package", "--help"])
+    assert "implies --precision int4" in " ".join(capsys.readouterr().out.split())
 
 
 def test_package_options(tmp_path, capsys):
@@ -88,10 +100,10 @@ def test_package_trace_goes_to_stderr(tmp_path, capsys):
 
 BAD_INPUT: dict[str, tuple[list[str], Callable[[Path], None] | None, str]] = {
     "unknown EP": (["--ep", "tpu"], None, "Unknown execution provider 'tpu'"),
-    "int4 options without int4": (
-        ["--int4-block-size", "64"],
+    "int4 options with a float precision": (
+        ["--precision", "fp16", "--int4-block-size", "64"],
         None,
-        "int4 options only with precision 'int4'",
+        "int4 options were given for precision 'fp16'",
     ),
     "int4 block size not a power of two": (
         ["--precision", "int4", "--int4-block-size", "48"],
@@ -194,6 +206,28 @@ def test_run_on_a_missing_bundle_fails(tmp_path, capsys):
 def test_run_on_a_checkpoint_says_to_package_it(capsys):
     assert main(["run", str(TINY_QWEN2), "--prompt", "Hi"]) == 1
     assert f"`mobius-genai package {TINY_QWEN2}` makes a bundle of it" in capsys.readouterr().err
+
+
+def test_the_smoke_note_names_a_missing_ep_once(tmp_path, capsys):
+    assert main(["package", str(TINY_QWEN2), "--ep", "cuda", "-o", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert "smoke test on CPU (the cuda EP is not available here)" in err
+    assert "EP (cuda)" not in err
+
+
+def test_validate_on_a_checkpoint_says_to_package_it(capsys):
+    assert main(["validate", str(TINY_QWEN2)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"`mobius-genai package {TINY_QWEN2}` makes a bundle of it" in err
+
+
+def test_a_model_that_is_a_file_says_a_gguf_file_is_accepted(tmp_path, capsys):
+    (tmp_path / "model.bin").write_bytes(b"weights")
+    assert main(["package", str(tmp_path / "model.bin"), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "model.bin': is a file; accepted: a .gguf file, a local checkpoint folder" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_os_error_while_packaging_is_one_line(tmp_path, capsys, monkeypatch):

@@ -1,8 +1,9 @@
-"""Bundles compute logits for each sequence's last token only (prune-lm-head, on by default).
+"""`package --prune-lm-head`: logits for each sequence's last token only (off by default).
 
-onnxruntime-genai reads one row of logits per sequence; the pruned bundle must give the same
+og.Generator reads one row of logits per sequence; the pruned bundle must give the same
 greedy tokens as a bundle with every position's logits, for one prompt and for a batch of
-prompts of different lengths (which onnxruntime-genai pads on the right), fp32 and int4.
+prompts of different lengths (which onnxruntime-genai pads on the right), fp32 and int4, and
+its manifest and card must name the onnxruntime-genai APIs it gives up.
 """
 
 from __future__ import annotations
@@ -11,14 +12,18 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import onnxruntime_genai as og
 import pytest
 
 from mobius_genai.bundle import packager
 from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.og_support import ALL_LOGITS, ENGINE, NGRAM
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
+from mobius_genai.errors import BundleError
 from tests.bundle.conftest import TINY_QWEN2
 
 PROMPTS = ["The capital of France is", "Hi", "Once upon a time there"]
@@ -71,20 +76,56 @@ def test_pruned_bundle_generates_what_the_full_one_does(tmp_path: Path, ep: str)
 
 
 def test_int4_pruned_bundle_generates_what_the_full_one_does(tmp_path: Path):
+    """Also: calibration measures the pruned graph over every position (its last-token
+    gathers pass all rows through), so both bundles hold the very same int4 weights."""
     pruned = _package(tmp_path, "cpu", True, "int4")
     full = _package(tmp_path, "cpu", False, "int4")
     assert _logits_positions(pruned) == 1
     assert _batched_tokens(pruned) == _batched_tokens(full)
+    weights = [_weights(folder) for folder in (pruned, full)]
+    assert weights[0].keys() == weights[1].keys() and len(weights[0]) >= 10
+    for name, values in weights[0].items():
+        np.testing.assert_array_equal(values, weights[1][name], err_msg=name)
 
 
-def test_cli_full_logits_keeps_every_position(tmp_path: Path, capsys):
-    out = tmp_path / "full"
+def _weights(folder: Path) -> dict[str, np.ndarray]:
+    graph = onnx.load(str(folder / "model.onnx"))
+    return {
+        tensor.name: onnx.numpy_helper.to_array(tensor)
+        for tensor in graph.graph.initializer
+        if tensor.data_type == onnx.TensorProto.UINT8
+    }
+
+
+def test_cli_keeps_every_position_unless_asked_to_prune(tmp_path: Path, capsys):
     args = ["package", str(TINY_QWEN2), "--ep", "cpu", "--quiet", "--no-smoke-test"]
-    assert main([*args, "-o", str(out), "--full-logits"]) == 0
-    assert _logits_positions(out) == "sequence_length"
-    assert main([*args, "-o", str(tmp_path / "pruned")]) == 0
+    assert main([*args, "-o", str(tmp_path / "default")]) == 0
+    assert _logits_positions(tmp_path / "default") == "sequence_length"
+    assert main([*args, "-o", str(tmp_path / "full"), "--full-logits"]) == 0
+    assert _logits_positions(tmp_path / "full") == "sequence_length"
+    assert main([*args, "-o", str(tmp_path / "pruned"), "--prune-lm-head"]) == 0
     assert _logits_positions(tmp_path / "pruned") == 1
     capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main([*args, "-o", str(tmp_path / "both"), "--prune-lm-head", "--full-logits"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_pruned_bundle_names_the_apis_it_gives_up(tmp_path: Path):
+    """The manifest records og_limits and the card shows them; a full bundle gives up none."""
+    pruned = _package(tmp_path, "cpu", True)
+    limits = json.loads((pruned / "mobius_manifest.json").read_text())["build"]["og_limits"]
+    assert set(limits) == {ENGINE, NGRAM, ALL_LOGITS}
+    card = (pruned / "README.md").read_text()
+    assert "**Not**: og.Engine, n-gram speculative decoding" in card and "prune-lm-head" in card
+    full = packager.package(TINY_QWEN2, "cpu", tmp_path / "full", quiet=True, smoke_test=False)
+    assert json.loads((full / "mobius_manifest.json").read_text())["build"]["og_limits"] == {}
+    assert "every 0.18 API" in (full / "README.md").read_text()
+    manifest = json.loads((full / "mobius_manifest.json").read_text())
+    manifest["build"]["og_limits"] = limits  # a manifest that says what the bundle is not
+    (full / "mobius_manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match=r"build\.og_limits names \['Generator"):
+        validate_bundle(full, check_hashes=False)
 
 
 def test_transformers_parity_builds_keep_every_position():

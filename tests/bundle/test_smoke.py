@@ -19,6 +19,14 @@ from tests.bundle.conftest import TINY_QWEN2
 CPU = get_ep("cpu").runtime.ort_provider
 
 GPU_EPS = ["cuda", "dml", "webgpu", "trt-rtx", "mlx"]
+#: How a note names each: onnxruntime-genai's provider name only where it is another word.
+EP_WORDS = {
+    "cuda": "the cuda EP",
+    "dml": "the dml EP",
+    "webgpu": "the webgpu EP",
+    "trt-rtx": "the trt-rtx EP (NvTensorRtRtx)",
+    "mlx": "the mlx EP (MLXExecutionProvider)",
+}
 
 
 def _run_on_cpu(folder: Path) -> None:
@@ -62,7 +70,7 @@ def test_ep_not_available_and_graph_not_loadable_on_cpu_is_skipped_with_the_caus
     result = run_smoke(packaged(ep), ep, get_ep(ep).runtime.genai_provider, {}, cpu_provider=CPU)
     assert not result["ran"]
     assert result["note"] == (
-        f"smoke test skipped: the {ep} EP ({get_ep(ep).runtime.genai_provider}) is not available here, "
+        f"smoke test skipped: {EP_WORDS[ep]} is not available here, "
         "and on CPU: Could not find an implementation for GroupQueryAttention(1)"
     )
 
@@ -117,7 +125,7 @@ def test_package_smoke_note_and_quiet(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err
     assert "smoke test: generated 8 tokens" in err
     packager.package(TINY_QWEN2, "cuda", tmp_path / "b")
-    assert "smoke test on CPU (the cuda EP (cuda) is not available here)" in capsys.readouterr().err
+    assert "smoke test on CPU (the cuda EP is not available here)" in capsys.readouterr().err
     packager.package(TINY_QWEN2, "cpu", tmp_path / "c", quiet=True)
     assert capsys.readouterr().err == ""
 

@@ -3,6 +3,7 @@ the next run for the same OUT; staging names fit NAME_MAX whatever OUT's name.""
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -153,7 +154,7 @@ def _run_and_kill(out: Path, body: str, *, force: bool = False) -> subprocess.Po
     """A process that stages `out` and runs `body` inside the block (with `staging` and `os`)."""
     script = textwrap.dedent(
         f"""
-        import os, signal, sys, time
+        import os, shutil, signal, sys, time
         from pathlib import Path
         from mobius_genai.bundle import _staging
         from mobius_genai.bundle.bundle import staged_output
@@ -193,22 +194,93 @@ def test_leftovers_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Path)
     assert _leftovers(out) == ["again.txt"]
 
 
-def test_a_run_killed_between_the_renames_gets_its_old_bundle_back(tmp_path: Path):
+_KILLED_BETWEEN_THE_RENAMES = """
+real = os.replace
+def replace(source, target):
+    real(source, target)
+    os.kill(os.getpid(), signal.SIGKILL)
+_staging.os.replace = replace
+"""
+
+
+def test_a_run_killed_between_the_renames_is_finished_by_the_next(tmp_path: Path):
     out = _old_bundle(tmp_path / "out")
-    body = """
-    real = os.replace
-    def replace(source, target):
-        real(source, target)
-        os.kill(os.getpid(), signal.SIGKILL)
-    _staging.os.replace = replace
-    """
-    killed = _run_and_kill(out, body, force=True)
+    killed = _run_and_kill(out, _KILLED_BETWEEN_THE_RENAMES, force=True)
     assert killed.wait(60) == -signal.SIGKILL
     assert not out.exists()  # the old bundle was moved aside, the new one not yet in place
     assert sorted(name.rsplit(".", 1)[1] for name in _leftovers(tmp_path)) == ["old", "partial"]
-    with pytest.raises(BundleError, match="not empty"), staged_output(out):
+    said = []
+    with pytest.raises(BundleError, match="not empty"), staged_output(out, say=said.append):
         pass
-    assert _leftovers(out) == ["old.txt"]
+    assert said == [
+        f"output {out}: a mobius-genai process (pid {killed.pid}) was killed while replacing it; "
+        "finished the replacement: the new bundle it had made is in place"
+    ]
+    assert _leftovers(out) == ["new.txt"]
+    assert _leftovers(tmp_path) == ["out"]
+
+
+def _crashed_swap(tmp_path: Path, old: Path, new: Path) -> Path:
+    """The folder `tmp_path/out` as a `package --force` SIGKILLed between the two renames of
+    its swap leaves it: absent, `old` moved aside beside it and `new` complete beside it."""
+    out = shutil.copytree(old, tmp_path / "out")
+    (out / "old.txt").write_text("old")
+    body = f"""
+    shutil.copytree({str(new)!r}, staging, dirs_exist_ok=True)
+    """ + textwrap.indent(_KILLED_BETWEEN_THE_RENAMES, "    ")
+    killed = _run_and_kill(out, body, force=True)
+    assert killed.wait(60) == -signal.SIGKILL
+    assert not out.exists()
+    assert sorted(name.rsplit(".", 1)[1] for name in _leftovers(tmp_path)) == ["old", "partial"]
+    return out
+
+
+#: Commands that take OUT after the crash → their arguments after it.
+AFTER_THE_CRASH = {
+    "validate": ["validate", "{out}"],
+    "run": ["run", "{out}", "--prompt", "Hi", "--max-new-tokens", "2", "--quiet"],
+    "chat": ["chat", "{out}"],
+    "bench": ["bench", "{out}", "--prompt-lengths", "4", "--new-tokens", "2", "--rounds", "1"],
+    "package": ["package", str(TINY_QWEN2), "-o", "{out}", "--no-smoke-test"],
+    "build": ["build", str(TINY_QWEN2), "-o", "{out}"],
+}
+
+
+@pytest.mark.parametrize("command", list(AFTER_THE_CRASH))
+def test_a_command_on_out_finishes_a_swap_a_killed_package_left_and_says_so(
+    tmp_path: Path, packaged, monkeypatch: pytest.MonkeyPatch, capsys, command: str
+):
+    new = shutil.copytree(packaged("cpu"), tmp_path / "new")
+    (new / "new.txt").write_text("new")
+    out = _crashed_swap(tmp_path / "work", packaged("cpu"), new)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    argv = [word.format(out=out) for word in AFTER_THE_CRASH[command]]
+    writes = command in ("package", "build")
+    assert main(argv) == (1 if writes else 0)  # OUT is not empty: package and build stop there
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"mobius-genai: output {out}: a mobius-genai process (pid {_pid(err[0])}) was killed while "
+        "replacing it; finished the replacement: the new bundle it had made is in place"
+    )
+    assert (out / "new.txt").is_file() and not (out / "old.txt").exists()
+    assert _leftovers(tmp_path / "work") == ["out"]
+
+
+def _pid(line: str) -> str:
+    return line.split("(pid ", 1)[1].split(")", 1)[0]
+
+
+def test_validate_puts_back_a_previous_bundle_left_without_its_successor(
+    tmp_path: Path, packaged, capsys
+):
+    out = _crashed_swap(tmp_path, packaged("cpu"), packaged("cpu"))
+    [partial] = [path for path in tmp_path.iterdir() if path.name.endswith(".partial")]
+    shutil.rmtree(partial)
+    [old] = [path.name for path in tmp_path.iterdir() if path.name.endswith(".old")]
+    assert main(["validate", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.endswith(f"put back the previous bundle it had moved aside to {old}\n")
+    assert (out / "old.txt").is_file()
     assert _leftovers(tmp_path) == ["out"]
 
 

@@ -4,7 +4,6 @@ huggingface_hub cache snapshot), and a failed copy is one BundleError that leave
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -15,8 +14,8 @@ from huggingface_hub import try_to_load_from_cache
 
 from mobius_genai.bundle import bundle, packager
 from mobius_genai.bundle.bundle import copy_tokenizer_files
-from mobius_genai.errors import BundleError
-from tests.bundle.conftest import TINY_QWEN2
+from mobius_genai.errors import BundleError, ConfigError
+from tests.bundle.conftest import TINY_QWEN2, hub_snapshot
 
 SECRET = "root:x:0:0:the secret that must not ship\n"
 
@@ -54,7 +53,6 @@ def _folder(folder: Path, name: str) -> None:
 NOT_REGULAR = {
     "link outside (absolute)": (_link_outside_absolute, "is a symbolic link"),
     "link outside (relative)": (_link_outside_relative, "is a symbolic link"),
-    "link to a file of the checkpoint": (_link_inside, "is a symbolic link"),
     "named pipe": (_fifo, "not a regular file"),
     "folder": (_folder, "not a regular file"),
 }
@@ -78,31 +76,23 @@ def test_package_refuses_a_symlinked_tokenizer_file_and_writes_nothing(tmp_path:
     source = _checkpoint(tmp_path)
     (source / "special_tokens_map.json").unlink()
     _link_outside_absolute(source, "special_tokens_map.json")
-    with pytest.raises(BundleError, match="special_tokens_map.json: is a symbolic link to"):
+    with pytest.raises(ConfigError, match="special_tokens_map.json: is a symbolic link to"):
         packager.package(source, "cpu", tmp_path / "out", quiet=True, smoke_test=False)
     assert _leftovers(tmp_path) == ["ckpt", "secret"]
 
 
-def _hub_snapshot(cache: Path, repo: str = "models--org--tiny") -> Path:
-    """A huggingface_hub cache repo with the tiny checkpoint: blobs named by their sha256 and a
-    snapshot folder of relative links `../../blobs/<sha>`, exactly as snapshot_download makes."""
-    revision = "0123456789abcdef0123456789abcdef01234567"
-    root = cache / repo
-    (root / "blobs").mkdir(parents=True)
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(revision)
-    snapshot = root / "snapshots" / revision
-    snapshot.mkdir(parents=True)
-    for file in sorted(TINY_QWEN2.iterdir()):
-        data = file.read_bytes()
-        sha = hashlib.sha256(data).hexdigest()
-        (root / "blobs" / sha).write_bytes(data)
-        (snapshot / file.name).symlink_to(Path("..") / ".." / "blobs" / sha)
-    return snapshot
+def test_a_link_to_a_file_of_the_checkpoint_is_copied_as_that_file(tmp_path: Path):
+    source = _checkpoint(tmp_path)
+    (source / "special_tokens_map.json").unlink()
+    _link_inside(source, "special_tokens_map.json")
+    (tmp_path / "bundle").mkdir()
+    assert "special_tokens_map.json" in copy_tokenizer_files(source, tmp_path / "bundle")
+    copied = tmp_path / "bundle" / "special_tokens_map.json"
+    assert not copied.is_symlink() and copied.read_bytes() == (source / "vocab.json").read_bytes()
 
 
 def test_hub_cache_snapshot_files_are_copied_as_files(tmp_path: Path):
-    snapshot = _hub_snapshot(tmp_path / "hub")
+    snapshot = hub_snapshot(tmp_path / "hub")
     assert os.readlink(snapshot / "tokenizer.json").startswith("../../blobs/")
     # huggingface_hub itself finds the files in this cache
     found = try_to_load_from_cache("org/tiny", "tokenizer.json", cache_dir=tmp_path / "hub")
@@ -118,8 +108,8 @@ def test_hub_cache_snapshot_files_are_copied_as_files(tmp_path: Path):
 
 @pytest.mark.parametrize("target", ["other repo's blob", "blob linking outside", "outside"])
 def test_hub_cache_links_must_stay_in_their_repos_blobs(tmp_path: Path, target: str):
-    snapshot = _hub_snapshot(tmp_path / "hub")
-    other = _hub_snapshot(tmp_path / "hub", "models--other--repo")
+    snapshot = hub_snapshot(tmp_path / "hub")
+    other = hub_snapshot(tmp_path / "hub", "models--other--repo")
     (tmp_path / "secret").write_text(SECRET)
     link = snapshot / "special_tokens_map.json"
     blob = link.resolve()

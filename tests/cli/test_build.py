@@ -189,11 +189,14 @@ def test_the_help_says_why_build_keeps_every_positions_logits(capsys):
     assert "logits for every position" in help_text and "package" in help_text
 
 
-def test_build_keeps_every_positions_logits_and_package_the_last(tmp_path, capsys):
-    graph, bundle = tmp_path / "graph", tmp_path / "bundle"
+def test_build_and_package_keep_every_positions_logits(tmp_path, capsys):
+    """`package --prune-lm-head` alone keeps the last position's only."""
+    graph, bundle, pruned = tmp_path / "graph", tmp_path / "bundle", tmp_path / "pruned"
     assert main(["build", str(TINY_QWEN2), "-o", str(graph), "--no-weights"]) == 0
-    assert main(["package", str(TINY_QWEN2), "-o", str(bundle), "--quiet", "--no-smoke-test"]) == 0
-    for folder, positions in ((graph, "sequence_length"), (bundle, 1)):
+    args = ["package", str(TINY_QWEN2), "--quiet", "--no-smoke-test"]
+    assert main([*args, "-o", str(bundle)]) == 0
+    assert main([*args, "-o", str(pruned), "--prune-lm-head"]) == 0
+    for folder, positions in ((graph, "sequence_length"), (bundle, "sequence_length"), (pruned, 1)):
         model = onnx.load(folder / "model.onnx", load_external_data=False)
         (logits,) = [value for value in model.graph.output if value.name == "logits"]
         dim = logits.type.tensor_type.shape.dim[1]

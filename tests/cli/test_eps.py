@@ -19,8 +19,18 @@ def test_eps_prints_the_registry_table(capsys):
     assert {caps.name for caps in BUILTIN_EPS} <= rows
 
 
+def test_eps_fits_100_columns_and_wide_shows_every_column(capsys):
+    assert main(["eps"]) == 0
+    narrow = capsys.readouterr().out
+    assert max(map(len, narrow.splitlines())) <= 100
+    assert "int4" in narrow.splitlines()[0] and "skip-norm" not in narrow.splitlines()[0]
+    assert "`mobius-genai eps --wide` adds: fused rope, skip-norm" in narrow
+    assert main(["eps", "--wide"]) == 0
+    assert capsys.readouterr().out == format_ep_table(wide=True) + "\n"
+
+
 def test_eps_rows_show_the_capabilities_that_steer_the_pipeline(capsys):
-    main(["eps"])
+    main(["eps", "--wide"])
     lines = capsys.readouterr().out.splitlines()
     header = lines[0].split("  ")
     assert "GQA dtypes" in lines[0] and "skip-norm" in lines[0]
@@ -33,4 +43,4 @@ def test_eps_rows_show_the_capabilities_that_steer_the_pipeline(capsys):
 
 def test_the_readme_shows_the_table_the_command_prints():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert "```\n" + format_ep_table() + "\n```" in readme
+    assert "```\n" + format_ep_table(wide=True) + "\n```" in readme

@@ -29,3 +29,9 @@ def test_the_olive_extra_leaves_torch_to_olive_ai_and_the_readme_says_how_to_kee
     assert re.search(
         r"pip install torch --index-url https://download\.pytorch\.org/whl/cpu", README
     )
+
+
+def test_the_test_command_says_how_long_it_takes():
+    command = README.index("python -m pytest -q")
+    before = README[README.rindex("Install what the tests need", 0, command) : command]
+    assert re.search(r"about \d+ minutes on \d+ cores, installs included", before)

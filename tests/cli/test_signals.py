@@ -57,10 +57,11 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _interrupted(tmp_path: Path, signum: int, delay: float) -> subprocess.CompletedProcess[str]:
-    out = tmp_path / "out" / "bundle"
-    process = subprocess.Popen(
-        [*_console_script(), "package", str(TINY_QWEN2), "--ep", "cpu", "-o", str(out)],
+def _packaging(tmp_path: Path, script: list[str], *options: str) -> subprocess.Popen[str]:
+    """`script` (the console script, or Python code doing what it does) packaging the tiny
+    checkpoint for cpu with `options`, in `tmp_path`, Ctrl-C not ignored."""
+    return subprocess.Popen(
+        [*script, "package", str(TINY_QWEN2), "--ep", "cpu", *options],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -68,6 +69,11 @@ def _interrupted(tmp_path: Path, signum: int, delay: float) -> subprocess.Comple
         cwd=tmp_path,
         preexec_fn=_default_sigint,
     )
+
+
+def _interrupted(tmp_path: Path, signum: int, delay: float) -> subprocess.CompletedProcess[str]:
+    out = tmp_path / "out" / "bundle"
+    process = _packaging(tmp_path, _console_script(), "-o", str(out))
     _wait_for_the_sigterm_handler(process.pid)
     time.sleep(delay)
     process.send_signal(signum)
@@ -125,3 +131,65 @@ def test_a_signal_while_the_cli_starts_is_one_line(tmp_path: Path, signum: int):
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_at_any_moment_of_package_is_one_line(tmp_path: Path, signum: int, delay: float):
     _check(_interrupted(tmp_path, signum, delay), signum)
+
+
+#: The console script's two lines, after an exit handler that says when the process is exiting
+#: and keeps it exiting for a while (as closing worker processes or freeing a model can).
+_SLOW_EXIT = (
+    "import atexit, sys, time; "
+    "atexit.register(lambda: print('exiting', file=sys.stderr, flush=True) or time.sleep(60)); "
+    "from mobius_genai.cli import main; sys.exit(main())"
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_after_the_bundle_is_written_is_one_line(tmp_path: Path, signum: int):
+    out = tmp_path / "out"
+    process = _packaging(
+        tmp_path, [sys.executable, "-c", _SLOW_EXIT], "-o", str(out), "--no-smoke-test"
+    )
+    said = []
+    for line in process.stderr:
+        said.append(line)
+        if line == "exiting\n":  # main has returned, "bundle written" said: the process exits
+            break
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=30)
+    word = "interrupted" if signum == signal.SIGINT else "terminated"
+    assert process.returncode == 128 + signum, stderr
+    assert "bundle written to" in said[-2] and stdout == f"{out}\n"
+    assert stderr == f"mobius-genai: {word} after the command finished; what it wrote is complete\n"
+    assert (out / "genai_config.json").is_file()
+
+
+class _Interrupting:
+    """A stdout whose writing is interrupted by Ctrl-C."""
+
+    def write(self, text: str) -> int:
+        raise KeyboardInterrupt
+
+    def flush(self) -> None:
+        pass
+
+
+def test_ctrl_c_while_saying_where_the_bundle_is_says_it_is_complete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+):
+    from mobius_genai.cli import _package, main
+
+    real = _package.package
+
+    def package(*args, **kwargs):
+        folder = real(*args, **kwargs)
+        monkeypatch.setattr(sys, "stdout", _Interrupting())
+        return folder
+
+    monkeypatch.setattr(_package, "package", package)
+    out = tmp_path / "out"
+    argv = ["package", str(TINY_QWEN2), "-o", str(out), "--quiet", "--no-smoke-test"]
+    assert main(argv) == 130
+    monkeypatch.undo()
+    assert capsys.readouterr().err == (
+        f"mobius-genai: interrupted; output {out}: the new bundle is complete and in place\n"
+    )
+    assert (out / "genai_config.json").is_file()

@@ -41,7 +41,7 @@ def my_ep(monkeypatch: pytest.MonkeyPatch) -> EpCapabilities:
 
 
 def _eps_row(capsys: pytest.CaptureFixture[str], name: str) -> dict[str, str]:
-    assert main(["eps"]) == 0
+    assert main(["eps", "--wide"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = re.split(r"\s{2,}", lines[0])
     (row,) = [line for line in lines if line.startswith(f"{name} ")]

@@ -172,7 +172,7 @@ def test_builtins_module_is_pure_data_without_the_registry():
 
 
 def test_format_ep_table():
-    table = format_ep_table()
+    table = format_ep_table(wide=True)
     lines = table.splitlines()
     header = re.split(r"\s{2,}", lines[0])
     assert header == [
@@ -220,7 +220,7 @@ def test_format_ep_table():
 
 def test_format_ep_table_of_custom_registry(registry: EpRegistry):
     registry.register(_caps("zz-ep"))
-    assert format_ep_table(registry).splitlines()[-4].startswith("zz-ep ")
+    assert format_ep_table(registry, wide=True).splitlines()[-4].startswith("zz-ep ")
 
 
 def test_by_genai_provider_finds_the_ep_a_genai_config_names():

@@ -21,7 +21,6 @@ from onnx import numpy_helper
 
 import mobius_genai
 from mobius_genai.bundle.generate import greedy_tokens
-from mobius_genai.cli import main
 from mobius_genai.quantize import DEFAULT_QUALITY, Int4Options
 from tests.gguf._tiny import matmul_nbits_weights, write_tiny_gguf
 
@@ -234,16 +233,3 @@ def test_lm_head_kept_in_float_by_the_source_stays_float_unless_the_recipe_widen
     )
     assert _manifest(bundle)["prequantized"]["tensors"][kind] == {outcome: 1}
     assert len(_float_matmuls(bundle)) == (1 if outcome.startswith("float") else 0)
-
-
-def test_a_float_precision_on_a_gguf_keeps_the_integers_and_says_so(tmp_path: Path, capsys):
-    """--precision fp16 contradicts a 4-bit source: the stored integers stay, and the note says
-    that the precision applies to the activations and the weights kept in float."""
-    gguf = write_tiny_gguf(tmp_path / "model.gguf", "llama")
-    out = tmp_path / "bundle"
-    assert main(["package", str(gguf), "--ep", "cpu", "--precision", "fp16", "-o", str(out)]) == 0
-    err = capsys.readouterr().err
-    assert "kept as stored in MatMulNBits (no second rounding)" in err
-    assert "precision fp16 applies to the activations and to the weights" in err
-    model = onnx.load(out / "model.onnx", load_external_data=False)
-    assert any(node.op_type == "MatMulNBits" for node in model.graph.node)

@@ -84,7 +84,7 @@ def test_chat_template_token_ids_equal_transformers(bundle, tokenizer):
 
 
 def test_logits_equal_transformers(bundle, tokenizer):
-    """Prefill and 8 cached decode steps per prompt; the bundle computes the last position."""
+    """Prefill and 8 cached decode steps per prompt, compared at the last position."""
     session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
     for prompt in PROMPTS:
         run = hf_reference_logits(_gguf(), np.array([_chat_ids(tokenizer, prompt)]), 8)

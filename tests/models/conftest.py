@@ -11,14 +11,11 @@ import torch
 from transformers import AutoTokenizer
 
 from mobius_genai.bundle.packager import package
-from tests._qwen_vl import MEAN, STD, tiny_qwen2_5_vl
+from tests._qwen_vl import TINY_QWEN2, write_qwen2_5_vl_checkpoint
 from tests._vlm import tiny_gemma3
 
 IMAGE_SPECIALS = ["<start_of_image>", "<image_soft_token>", "<end_of_image>"]
-TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
 SIZE = 64  # 16 x 16 patches of 4: og's Gemma 3 processor assumes 256 image tokens
-QWEN_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
-MIN_PIXELS = 32 * 32  # the smoke test's image: the smallest square smart_resize keeps
 
 
 @pytest.fixture(scope="session")
@@ -59,32 +56,7 @@ def gemma3_bundle(gemma3_checkpoint, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def qwen2_5_vl_checkpoint(tmp_path_factory) -> tuple[torch.nn.Module, Path]:
     folder = tmp_path_factory.mktemp("qwen2_5_vl-ckpt")
-    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
-    tokenizer.add_special_tokens({"additional_special_tokens": QWEN_SPECIALS})
-    start, end, image, video = tokenizer.convert_tokens_to_ids(QWEN_SPECIALS)
-    model = tiny_qwen2_5_vl(
-        text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
-        image_token_id=image,
-        video_token_id=video,
-        vision_start_token_id=start,
-        vision_end_token_id=end,
-    )
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    # Qwen2VLImageProcessor's settings (saving it needs PIL, which tests do not install)
-    preprocessor = {
-        "image_processor_type": "Qwen2VLImageProcessor",
-        "min_pixels": MIN_PIXELS,
-        "max_pixels": 256 * 256,
-        "patch_size": 4,
-        "temporal_patch_size": 2,
-        "merge_size": 2,
-        "rescale_factor": 1 / 255,
-        "image_mean": list(MEAN),
-        "image_std": list(STD),
-    }
-    (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    return model, folder
+    return write_qwen2_5_vl_checkpoint(folder), folder
 
 
 @pytest.fixture(scope="session")

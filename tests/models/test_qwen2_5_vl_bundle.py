@@ -22,8 +22,7 @@ from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
 from tests._ort import og_greedy
-from tests._qwen_vl import patches, transformers_tokens
-from tests.models.conftest import MIN_PIXELS
+from tests._qwen_vl import MIN_PIXELS, patches, transformers_tokens
 
 og = pytest.importorskip("onnxruntime_genai")
 

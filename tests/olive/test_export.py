@@ -36,7 +36,6 @@ def _build(handler: ONNXModelHandler) -> dict:
         ({"precision": "int4", "int4_block_size": 48}, "block size 48"),
         ({"precision": "int4", "int4_accuracy_level": 7}, "accuracy level 7"),
         ({"precision": "fp16", "int4_asymmetric": True}, "int4 options .* precision 'fp16'"),
-        ({"int4_block_size": 64}, "int4 options .* precision None"),
         ({"context_length": 0}, "context length 0"),
     ],
 )
@@ -68,14 +67,17 @@ def test_the_ep_is_the_pass_option_else_the_accelerators_else_cpu(
     assert (build["execution_provider"], build["precision"]) == built_for
 
 
-def test_int4_options_reach_the_quantizer(tmp_path):
+@pytest.mark.parametrize("precision", [{"precision": "int4"}, {}])  # int4 options imply int4
+def test_int4_options_reach_the_quantizer(tmp_path, precision):
     config = {
-        "precision": "int4",
+        **precision,
         "int4_block_size": 16,
         "int4_asymmetric": True,
         "int4_accuracy_level": 2,
     }
-    quantization = _build(export_tiny(tmp_path, config))["quantization"]
+    handler = export_tiny(tmp_path, config)
+    assert Path(handler.model_path).parent.name == "tiny-qwen2-cpu-int4"
+    quantization = _build(handler)["quantization"]
     assert quantization["block_size"] == 16
     assert quantization["symmetric"] is False
     assert quantization["accuracy_level"] == 2

@@ -95,3 +95,15 @@ def test_a_model_without_genai_config_is_refused(tmp_path):
     bare = ONNXModelHandler(model_path=exported.model_path)
     with pytest.raises(ConfigError, match="no genai_config.json among its additional_files"):
         _finalize(bare, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["genai_config.json", MANIFEST_FILENAME])
+def test_a_sidecar_of_another_shape_is_one_error(tmp_path, name):
+    exported = export_tiny(tmp_path, {})
+    sidecar = next(
+        Path(path) for path in exported.model_attributes["additional_files"] if path.endswith(name)
+    )
+    sidecar.write_text("[]")
+    with pytest.raises(BundleError) as info:
+        _finalize(exported, tmp_path, smoke_test=False)
+    assert str(info.value) == f"MobiusFinalize: {name}: (top level): [] is not of type 'object'"

@@ -19,6 +19,7 @@ import pytest
 from onnx import numpy_helper
 
 import mobius_genai
+from mobius_genai.cli import main
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize import Int4Options
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
@@ -193,3 +194,22 @@ def test_unhandled_quantization_config_is_named_and_nothing_written(tmp_path, ch
     with pytest.raises(ConfigError, match=named):
         mobius_genai.package(tmp_path / "q", "cpu", tmp_path / "out", quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "name"), [((), "q-cpu-int4"), (("--precision", "fp16"), "q-cpu-fp16")]
+)
+def test_without_precision_a_4_bit_checkpoint_is_named_int4_and_a_float_one_dequantizes(
+    tmp_path, monkeypatch, options, name
+):
+    """The folder name, the manifest and the bundle say one precision: the checkpoint's int4
+    when none is asked (its integers kept), else the one asked (its integers dequantized)."""
+    float_ckpt = _float_checkpoint(tmp_path / "float")
+    write_quantized_pair(float_ckpt, tmp_path / "q", tmp_path / "ref", FORMATS["gptq-asym"])
+    monkeypatch.chdir(tmp_path)
+    args = ["package", str(tmp_path / "q"), "--ep", "cpu", "--no-smoke-test", "--quiet"]
+    assert main([*args, *options]) == 0
+    bundle = tmp_path / name
+    manifest = json.loads((bundle / "mobius_manifest.json").read_text())
+    assert manifest["build"]["precision"] == name.rsplit("-", 1)[1]
+    assert bool(_nbits_nodes(bundle)) == (name.endswith("int4"))

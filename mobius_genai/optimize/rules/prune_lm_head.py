@@ -27,8 +27,10 @@ op is in ROW_WISE with the conditions below and every reader of its outputs is i
 pass declines (and says why in ``kept``) when nothing would be saved or the graph does not look
 like a decoder with [batch, sequence, ...] activations and input_ids / attention_mask inputs.
 
-Whether to prune is the caller's choice (the pipeline's ``prune_lm_head`` option): transformers
-parity checks and users who score prompts need every position's logits.
+Whether to prune is the caller's choice (the pipeline's ``prune_lm_head`` option, off by
+default and in bundles: `package --prune-lm-head`): transformers parity checks, users who score
+prompts, and onnxruntime-genai 0.18's og.Engine, n-gram speculative decoding and
+``get_output("logits")`` need every position's logits (bundle/og_support.py says why).
 """
 
 from __future__ import annotations

@@ -1,0 +1,184 @@
+"""The lines of gpu_check.py, as data: the tiny checkpoint each one writes, its precision, the
+cuda capability fields it flips on, and the ops its cuda graph must hold.
+
+Each line's checkpoint is one of the test fixtures (tests/_hf.py's `write_tiny_checkpoint` with
+the tokenizer of tests/data/tiny-qwen2, as tests/families/test_bundles.py packages them, or
+tests/_qwen_vl.py's Qwen2.5-VL), written on the spot: nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from _random_checkpoint import BOS, EOS, TOKENIZER, TOKENIZER_FILES
+
+GQA = "com.microsoft::GroupQueryAttention"
+MOE = "com.microsoft::MoE"
+QMOE = "com.microsoft::QMoE"
+NBITS = "com.microsoft::MatMulNBits"
+PACKED_MHA = "com.microsoft::PackedMultiHeadAttention"
+CONV = "com.microsoft::CausalConvWithState"
+LINEAR = "com.microsoft::LinearAttention"
+
+#: Logits may differ from the reference's by this much, relative to its largest logit, per
+#: precision: float16 / bfloat16 rounding of the activations through three layers against
+#: transformers' float32 logits on the same device; int4 (float16 activations) against the
+#: same int4 graph run by onnxruntime's CPU provider (transformers' float weights are 40-75%
+#: of the largest logit away from any int4 rounding of these tiny random weights).
+TOLERANCE: Mapping[str, float] = MappingProxyType({"fp16": 0.02, "bf16": 0.06, "int4": 0.02})
+#: An image for the vision lines: 5 x 7 merged tokens in windows of 2 x 2, partial at the edges.
+IMAGE_SIZE = (40, 56)
+_PHI3_WINDOW = {"sliding_window": 262144, "original_max_position_embeddings": 64}
+#: Only the fields a line is about are flipped; the rest of cuda's capabilities stay as they are.
+_MOE_FLAGS = {"supports_fused_moe": True}
+_QMOE_FLAGS = {"supports_fused_moe": True, "supports_qmoe": True}
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One line of the check: a tiny checkpoint packaged for cuda in one precision."""
+
+    name: str
+    family: str
+    """tests/_hf.py's family name, or "qwen2_5_vl" (tests/_qwen_vl.py)."""
+    precision: str
+    checks: str
+    """What the line exercises on the GPU, for the table and the README."""
+    expects: tuple[str, ...]
+    """Ops (domain::op) the cuda graphs must hold, else the line does not check what it says."""
+    absent: tuple[str, ...] = ()
+    """Ops the cuda graphs must not hold (an op the EP's gate declines for this dtype)."""
+    flags: Mapping[str, bool] = dataclasses.field(default_factory=dict)
+    """cuda capability fields set for this line's build (the ones still False until checked)."""
+    config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Config overrides of the tiny checkpoint."""
+    seed: int = 3
+
+    @property
+    def vision(self) -> bool:
+        return self.family == "qwen2_5_vl"
+
+    @property
+    def dtype(self) -> str:
+        """The float dtype of activations (int4 lines: cuda's default, fp16)."""
+        return "fp16" if self.precision == "int4" else self.precision
+
+
+#: The kinds of line that run in fp16 and in bf16 alike.
+_PAIRED: Mapping[str, dict[str, Any]] = {
+    "dense": {"family": "qwen2", "checks": "GQA, packed q/k/v, graph capture", "expects": (GQA,)},
+    "moe": {
+        "family": "qwen3_moe",
+        "checks": "fused com.microsoft::MoE (top-k renormalized, a dense layer between)",
+        "expects": (GQA, MOE),
+        "flags": _MOE_FLAGS,
+    },
+    "window": {
+        "family": "gemma3_text",
+        "checks": "GQA local_window_size 5 on sliding layers, softcap, two rope tables",
+        "expects": (GQA,),
+    },
+    "phi3-window": {
+        "family": "phi3",
+        "checks": "Phi-3 style sliding_window 262144 on every attention node",
+        "expects": (GQA,),
+        "config": _PHI3_WINDOW,
+    },
+    "hybrid": {
+        "family": "lfm2",
+        "checks": "LFM2: CausalConvWithState between GQA layers",
+        "expects": (CONV,),
+    },
+}
+
+
+def _paired(kind: str, precision: str) -> Line:
+    return Line(name=f"{kind}-{precision}", precision=precision, **_PAIRED[kind])
+
+
+_FIRST = [
+    _paired("dense", "fp16"),
+    _paired("moe", "fp16"),
+    Line(
+        "qmoe-int4",
+        "qwen3_moe",
+        "int4",
+        "com.microsoft::QMoE (int4 experts), MatMulNBits elsewhere",
+        (QMOE, NBITS),
+        flags=_QMOE_FLAGS,
+    ),
+    Line("int4", "qwen2", "int4", "MatMulNBits at accuracy level 0, fp16 activations", (NBITS,)),
+    _paired("window", "fp16"),
+    _paired("phi3-window", "fp16"),
+    Line(
+        "vision-fp16",
+        "qwen2_5_vl",
+        "fp16",
+        "Qwen2.5-VL vision tower with com.microsoft::PackedMultiHeadAttention",
+        (PACKED_MHA,),
+    ),
+    _paired("hybrid", "fp16"),
+]
+_SECOND = [
+    *(_paired(kind, "bf16") for kind in ("dense", "moe", "window", "phi3-window")),
+    Line(
+        "vision-bf16",
+        "qwen2_5_vl",
+        "bf16",
+        "Qwen2.5-VL vision tower in bf16: PackedMultiHeadAttention's standard body (its "
+        "kernels are float and float16)",
+        (),
+        absent=(PACKED_MHA,),
+    ),
+    _paired("hybrid", "bf16"),
+    Line(
+        "delta-fp16",
+        "qwen3_5_text",
+        "fp16",
+        "Qwen3.5: LinearAttention (gated delta rule) between attention layers",
+        (LINEAR,),
+        seed=1,
+    ),
+    Line(
+        "gpt-oss-fp16",
+        "gpt_oss",
+        "fp16",
+        "gpt-oss: GQA with head_sink, fused MoE with clamped SwiGLU",
+        (GQA, MOE),
+        flags=_MOE_FLAGS,
+    ),
+]
+#: Every line, most important first: a run cut short by its time budget has those.
+LINES: Mapping[str, Line] = MappingProxyType({line.name: line for line in _FIRST + _SECOND})
+
+
+def write_checkpoint(line: Line, folder: Path) -> Any:
+    """Write the line's tiny checkpoint into `folder`; returns the Qwen2.5-VL model for vision
+    lines (its tower is the reference), else None."""
+    import sys
+
+    sys.path.insert(0, str(TOKENIZER.parents[2]))  # the repository root: tests/ is a package
+    if line.vision:
+        from tests._qwen_vl import write_qwen2_5_vl_checkpoint
+
+        return write_qwen2_5_vl_checkpoint(folder)
+    from tests._hf import write_tiny_checkpoint
+
+    write_tiny_checkpoint(
+        folder,
+        line.family,
+        seed=line.seed,
+        vocab_size=384,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        pad_token_id=0,
+        **line.config,
+    )
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(TOKENIZER / name, folder / name)
+    return None

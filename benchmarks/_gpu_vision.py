@@ -1,0 +1,115 @@
+"""The vision lines of gpu_check.py: Qwen2.5-VL's vision graph (PackedMultiHeadAttention on cuda)
+against transformers' vision tower, and onnxruntime-genai's greedy tokens with an image against
+the cpu bundle's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _gpu_lines import IMAGE_SIZE, TOLERANCE
+from _gpu_run import (
+    Run,
+    captures,
+    cpu_copy,
+    cpu_greedy,
+    cpu_refusal,
+    load_on_device,
+    relative_error,
+    tokens_step,
+)
+
+_FLOAT16 = "tensor(float16)"
+
+
+def check_vision(run: Run, cuda: Path | None, cpu: Path | None, hf_model: Any) -> None:
+    """The `features` step and, with graph capture off and on, the `tokens-*` steps."""
+    from mobius_genai.bundle.smoke_image import png_bytes, smoke_pixels
+
+    pixels = smoke_pixels(*IMAGE_SIZE)
+    image = run.folder / "image.png"
+    image.write_bytes(png_bytes(pixels))
+    expected = None
+    if cpu is not None:
+        expected = run.step("cpu", lambda: cpu_greedy(run, cpu, lambda m: _inputs(m, cpu, image)))
+    if cuda is None:
+        return
+    refusal = cpu_refusal(run)
+    run.step("features", lambda: _features(run, cuda, hf_model, pixels))
+    for capture, why_not in captures(run, cuda).items():
+        why_not = why_not or refusal
+        if why_not is not None:
+            run.record(f"tokens-{capture}", None, why_not)
+            continue
+        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
+        if model is not None and expected is not None:
+            run.step(
+                f"tokens-{capture}",
+                lambda m=model, c=capture: tokens_step(
+                    run, m, expected, c, _inputs(m, cuda, image)
+                ),
+            )
+
+
+def _inputs(model: Any, bundle: Path, image: Path) -> Any:
+    """The multimodal processor's inputs for an image and a few words."""
+    import onnxruntime_genai as og
+
+    from mobius_genai.bundle.generate import IMAGE_PLACEHOLDERS
+
+    config = json.loads((bundle / "genai_config.json").read_text())
+    placeholder = IMAGE_PLACEHOLDERS[config["model"]["type"]]
+    processor = model.create_multimodal_processor()
+    return processor(f"{placeholder} Describe.", images=og.Images.open(str(image)))
+
+
+def _features(run: Run, bundle: Path, hf_model: Any, pixels: np.ndarray) -> None:
+    """The bundle's vision graph on the device against transformers' vision tower (float32)."""
+    import torch
+
+    from tests._qwen_vl import patches
+
+    pixel_values, grid = patches(pixels)
+    session = _vision_session(run, bundle)
+    if session is None:
+        return
+    kind = session.get_inputs()[0].type
+    if kind not in (_FLOAT16, "tensor(float)"):
+        run.record("features", None, f"pixel_values is {kind}: numpy has no such array for it")
+        return
+    feeds = {
+        "pixel_values": pixel_values.astype(np.float16 if kind == _FLOAT16 else np.float32),
+        "image_grid_thw": grid,
+    }
+    ours = session.run(["image_features"], feeds)[0].astype(np.float32)
+    model = hf_model.to(run.device)
+    with torch.no_grad():
+        output = model.model.get_image_features(
+            torch.from_numpy(pixel_values).to(run.device), torch.from_numpy(grid).to(run.device)
+        )
+    parts = getattr(output, "pooler_output", output)  # older transformers: the tensors
+    reference = (parts if torch.is_tensor(parts) else torch.cat(list(parts))).float().cpu()
+    reference = reference.numpy()
+    relative = relative_error(ours, reference)
+    tolerance = TOLERANCE[run.line.precision]
+    note = f"{relative:.2e} of the largest feature (tolerance {tolerance:g})"
+    run.record("features", relative <= tolerance, note, value=relative)
+
+
+def _vision_session(run: Run, bundle: Path) -> Any:
+    """An onnxruntime session of the vision graph: CUDA, or (dry run) CPU on the bundle's CPU
+    copy (PackedMultiHeadAttention's standard body inlined: the CPU provider has no kernel)."""
+    import onnxruntime as ort
+
+    if run.dry_run:
+        refusal = cpu_refusal(run)
+        if refusal is not None:
+            run.record("features", None, refusal)
+            return None
+        bundle = cpu_copy(bundle)
+    config = json.loads((bundle / "genai_config.json").read_text())
+    path = str(bundle / config["model"]["vision"]["filename"])
+    provider = "CPUExecutionProvider" if run.dry_run else "CUDAExecutionProvider"
+    return ort.InferenceSession(path, providers=[provider])

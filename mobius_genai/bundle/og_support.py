@@ -1,0 +1,187 @@
+"""Which onnxruntime-genai 0.18 APIs run a bundle, and why og refuses the others.
+
+Every fact here was checked on onnxruntime-genai 0.18 through its public API (tests/runtime/,
+which runs each contract and expects these refusals), and where og's own builder writes the same
+kind of bundle (a pruned LM head, lfm2) on the builder's bundle too (test_og_limits.py); the
+builder writes no CPU bundle of the other kinds that og runs, so those rows quote og:
+
+- A pruned LM head (`package --prune-lm-head`: logits [batch, 1, vocab]) is what og calls
+  "Trimmed Prefill Logits". og.Generator samples from it, but og.Engine's static-batch decoder
+  binds a logits buffer [batch, sequence, vocab] ("Got invalid dimensions for output: logits"),
+  n-gram decoding needs the logits of every verified token, and `get_output("logits")` holds
+  the last position only. The only position-selecting input og feeds (`logits_indices`) belongs
+  to its paged-attention graphs (the builder's `use_paged_attention`: PagedAttention, CUDA or
+  WebGPU, fp16/bf16, a flat token axis), not to the portable graphs mobius-genai writes.
+- og.Engine runs the models og loads as plain decoders: a vision-language model.type (og's
+  multimodal pipeline) and lfm2 are refused ("The model type is not supported for decoding").
+- og.Engine batches requests of different lengths in one KV cache and masks each row as if
+  its tokens were contiguous, which holds for GroupQueryAttention's shared past/present buffer
+  only: on a cache that grows by concatenation (ONNX Attention, the `default` and
+  `onnx-standard` EPs) the shorter requests get other tokens than alone, with no error.
+- og's multimodal pipeline fails beam search (its embedding output is bound one token long per
+  beam; the builder's vision-language bundle fails too) and, on a concatenated cache, rewind.
+- Gated delta nets (model.type qwen3_5_text, qwen3_5_moe_text) load, but the Engine's
+  static-batch decoder feeds no recurrent state ("Missing Input: ...conv_state"), their states
+  cannot be rewound without a snapshot (rewind_to, n-gram verification), and beam search does
+  not reorder them with the beams.
+- og's multimodal pipeline also continues the padded rows of a text batch from the wrong
+  positions.
+
+`og_limits` is recorded in the manifest's build section (`og_limits`) and shown on the card;
+`engine_support(folder)` answers for a bundle on disk (`run` and `chat` read it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from mobius_genai.bundle.genai_config import CONFIG_FILENAME
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.recurrent import delta_layers
+from mobius_genai.bundle.schema import read_bundle_json
+
+ENGINE = "og.Engine"
+NGRAM = "n-gram speculative decoding (GeneratorParams.set_speculative_options)"
+ALL_LOGITS = 'Generator.get_output("logits") at every prompt position'
+REWIND = "Generator.rewind_to"
+BEAM = "beam search (num_beams > 1)"
+BATCH = "batches of prompts of different lengths (batch_size > 1)"
+
+#: The limits' order in the card and the manifest: the APIs users meet first.
+APIS = (ENGINE, NGRAM, ALL_LOGITS, REWIND, BEAM, BATCH)
+
+_Check = Callable[[Mapping[str, Any], GraphInfo], bool]
+
+
+@dataclasses.dataclass(frozen=True)
+class OgLimit:
+    """APIs og 0.18 refuses for bundles where `applies`; `reason` says why, in og's terms
+    (``{type}`` stands for the bundle's model.type)."""
+
+    apis: tuple[str, ...]
+    reason: str
+    applies: _Check
+
+
+def _pruned(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    name = config["model"]["decoder"].get("outputs", {}).get("logits", "logits")
+    logits = graph.outputs.get(name)
+    return logits is not None and logits.dim(1) == 1
+
+
+def _multimodal(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    return "vision" in config["model"] or "embedding" in config["model"]
+
+
+def _concatenated_cache(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    return not config.get("search", {}).get("past_present_share_buffer", False)
+
+
+def _lfm2(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    return config["model"]["type"] == "lfm2"
+
+
+def _delta_states(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    inputs = config["model"]["decoder"].get("inputs", {})
+    return "past_key_names" in inputs and bool(delta_layers(inputs, graph))
+
+
+LIMITS: tuple[OgLimit, ...] = (
+    OgLimit(
+        (ENGINE, NGRAM, ALL_LOGITS),
+        "the LM head is pruned to each sequence's last position (package --prune-lm-head; "
+        "og: 'Using Trimmed Prefill Logits'), and these need every position's logits",
+        _pruned,
+    ),
+    OgLimit(
+        (ENGINE, NGRAM),
+        "model.type {type} is a vision-language model; og 0.18 runs these two on plain "
+        "decoder-only text models only ('The model type is not supported for decoding')",
+        _multimodal,
+    ),
+    OgLimit(
+        (BEAM,),
+        "og 0.18's multimodal pipeline binds an embedding output one prompt long per beam "
+        "('The output OrtValue provided for output 'inputs_embeds' ... has shape {{2,2,64}} but "
+        "the computed output shape for this run is {{2,5,64}}'); og's builder's "
+        "vision-language bundle fails beam search too",
+        _multimodal,
+    ),
+    OgLimit(
+        (BATCH,),
+        "og 0.18's multimodal pipeline continues a padded row from other positions than the "
+        "row alone (its first token agrees, the next ones differ); og's builder's Qwen2.5-VL "
+        "bundle refuses text batches ('Not enough image_grid_thw data for image tokens')",
+        _multimodal,
+    ),
+    OgLimit(
+        (REWIND,),
+        "og 0.18's multimodal pipeline does not cut a KV cache that grows by concatenation "
+        "when it rewinds (onnxruntime: 'inconsistent total_sequence_length (between attn_mask "
+        "and past_key ...)'); the same graph kind rewinds as a text-only bundle",
+        lambda config, graph: _multimodal(config, graph) and _concatenated_cache(config, graph),
+    ),
+    OgLimit(
+        (ENGINE,),
+        "the KV cache grows by concatenation (no GroupQueryAttention shared buffer: "
+        "past_present_share_buffer false), and og 0.18's Engine batches requests as if each "
+        "request's cache were contiguous: requests shorter than the longest one get other "
+        "tokens than alone",
+        _concatenated_cache,
+    ),
+    OgLimit(
+        (ENGINE, NGRAM, REWIND),
+        "og 0.18 runs model.type lfm2 with a model class of its own, which these do not "
+        "support ('The model type is not supported for decoding'; 'RewindTo is currently not "
+        "supported for lfm2')",
+        _lfm2,
+    ),
+    OgLimit(
+        (ENGINE,),
+        "og 0.18's Engine feeds no recurrent state to model.type {type} (its gated delta nets' "
+        "conv and recurrent states: 'Missing Input: past_key_values.N.conv_state')",
+        _delta_states,
+    ),
+    OgLimit(
+        (BEAM,),
+        "og 0.18 does not reorder recurrent states with the beams (its RecurrentState updates "
+        "without beam indices, unlike the KV cache): beam search gives other sequences than "
+        "transformers' for model.type {type}",
+        _delta_states,
+    ),
+    OgLimit(
+        (NGRAM, REWIND),
+        "og 0.18 cannot rewind the recurrent states of model.type {type} without a snapshot "
+        "('RecurrentState::RewindTo ... is not supported without a snapshot')",
+        _delta_states,
+    ),
+)
+
+
+def og_limits(config: Mapping[str, Any], graph: GraphInfo) -> dict[str, str]:
+    """The og 0.18 APIs that do not run the bundle of genai_config `config` and decoder
+    `graph`, each with the first reason that applies; {} when every API runs it."""
+    found: dict[str, str] = {}
+    for limit in LIMITS:
+        if limit.applies(config, graph):
+            reason = limit.reason.format(type=config["model"]["type"])
+            for api in limit.apis:
+                found.setdefault(api, reason)
+    return {api: found[api] for api in APIS if api in found}
+
+
+def bundle_og_limits(folder: str | Path) -> dict[str, str]:
+    """`og_limits` of the bundle in `folder` (its genai_config and decoder graph)."""
+    folder = Path(folder)
+    config = read_bundle_json(folder / CONFIG_FILENAME)
+    graph = GraphInfo.from_file(folder / config["model"]["decoder"]["filename"])
+    return og_limits(config, graph)
+
+
+def engine_support(folder: str | Path) -> str | None:
+    """None when og.Engine runs the bundle in `folder`, else why not (one line)."""
+    reason = bundle_og_limits(folder).get(ENGINE)
+    return None if reason is None else f"{ENGINE} does not run this bundle: {reason}"

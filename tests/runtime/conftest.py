@@ -1,0 +1,128 @@
+"""Bundles of each model kind, packaged once per session for the onnxruntime-genai contract
+tests (default options, no smoke test: each test runs what it checks)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnxruntime_genai as og
+import pytest
+from transformers import AutoModelForCausalLM, Qwen2_5_VLForConditionalGeneration
+
+from mobius_genai.bundle import packager
+from mobius_genai.quantize import Int4Options
+from tests.families.test_bundles import _checkpoint
+from tests.models.conftest import qwen2_5_vl_bundle, qwen2_5_vl_checkpoint
+
+TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
+
+__all__ = ["qwen2_5_vl_bundle", "qwen2_5_vl_checkpoint"]  # fixtures shared with tests/models
+
+
+@dataclasses.dataclass(frozen=True)
+class Packaged:
+    bundle: Path
+    checkpoint: Path
+
+
+def _package(factory: pytest.TempPathFactory, checkpoint: Path, name: str, **options) -> Packaged:
+    out = factory.mktemp("runtime") / name
+    bundle = packager.package(checkpoint, "cpu", out, quiet=True, smoke_test=False, **options)
+    return Packaged(bundle, checkpoint)
+
+
+def _family(factory: pytest.TempPathFactory, family: str) -> Path:
+    return _checkpoint(factory.mktemp("runtime-ckpt") / family, family)
+
+
+@pytest.fixture(scope="session")
+def dense(tmp_path_factory) -> Packaged:
+    return _package(tmp_path_factory, TINY_QWEN2, "qwen2")
+
+
+@pytest.fixture(scope="session")
+def default_ep(tmp_path_factory) -> Packaged:
+    """The `default` EP: ONNX Attention, a KV cache that grows by concatenation."""
+    out = tmp_path_factory.mktemp("runtime") / "qwen2-default"
+    bundle = packager.package(TINY_QWEN2, "default", out, quiet=True, smoke_test=False)
+    return Packaged(bundle, TINY_QWEN2)
+
+
+@pytest.fixture(scope="session")
+def dense_int4(tmp_path_factory) -> Packaged:
+    return _package(tmp_path_factory, TINY_QWEN2, "qwen2-int4", precision="int4")
+
+
+@pytest.fixture(scope="session")
+def moe_checkpoint(tmp_path_factory) -> Path:
+    return _family(tmp_path_factory, "qwen2_moe")
+
+
+@pytest.fixture(scope="session")
+def moe(tmp_path_factory, moe_checkpoint) -> Packaged:
+    return _package(tmp_path_factory, moe_checkpoint, "qwen2_moe")
+
+
+@pytest.fixture(scope="session")
+def qmoe(tmp_path_factory, moe_checkpoint) -> Packaged:
+    """int4 experts as QMoE (block size 16: the shared expert's 48 rows)."""
+    int4 = Int4Options(block_size=16)
+    return _package(tmp_path_factory, moe_checkpoint, "qmoe", precision="int4", int4=int4)
+
+
+@pytest.fixture(scope="session")
+def lfm2(tmp_path_factory) -> Packaged:
+    return _package(tmp_path_factory, _family(tmp_path_factory, "lfm2"), "lfm2")
+
+
+@pytest.fixture(scope="session")
+def delta_net(tmp_path_factory) -> Packaged:
+    """qwen3_5_text: gated delta nets between attention layers."""
+    return _package(tmp_path_factory, _family(tmp_path_factory, "qwen3_5_text"), "qwen3_5")
+
+
+def _builder(factory: pytest.TempPathFactory, checkpoint: Path, name: str, *extra: str) -> Path:
+    """onnxruntime-genai's own builder's fp32 cpu bundle of `checkpoint` (offline)."""
+    out = factory.mktemp("builder") / name
+    command = [sys.executable, "-I", "-m", "onnxruntime_genai.models.builder"]
+    command += ["-i", str(checkpoint), "-o", str(out), "-p", "fp32", "-e", "cpu"]
+    command += ["-c", str(factory.mktemp("builder-cache"))]
+    if extra:
+        command += ["--extra_options", *extra]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+@pytest.fixture(scope="session")
+def builder_pruned(tmp_path_factory) -> Path:
+    """The builder's tiny-qwen2 bundle with its prune_lm_head option."""
+    return _builder(tmp_path_factory, TINY_QWEN2, "qwen2-pruned", "prune_lm_head=true")
+
+
+@pytest.fixture(scope="session")
+def pruned(tmp_path_factory) -> Packaged:
+    return _package(tmp_path_factory, TINY_QWEN2, "qwen2-pruned", prune_lm_head=True)
+
+
+@pytest.fixture(scope="session")
+def builder_lfm2(tmp_path_factory, lfm2) -> Path:
+    return _builder(tmp_path_factory, lfm2.checkpoint, "lfm2")
+
+
+def open_kind(request: pytest.FixtureRequest, name: str) -> tuple:
+    """(og.Model, bundle folder, checkpoint folder, transformers class) of the bundle fixture
+    `name` ("vlm": the Qwen2.5-VL bundle of tests/models): the contract tests' `kind`."""
+    if name == "vlm":
+        _, checkpoint = request.getfixturevalue("qwen2_5_vl_checkpoint")
+        bundle = request.getfixturevalue("qwen2_5_vl_bundle")
+        model_class = Qwen2_5_VLForConditionalGeneration
+    else:
+        packaged = request.getfixturevalue(name)
+        bundle, checkpoint, model_class = packaged.bundle, packaged.checkpoint, AutoModelForCausalLM
+    return og.Model(str(bundle)), bundle, checkpoint, model_class

@@ -1,0 +1,100 @@
+"""onnxruntime-genai 0.18's limits that bundle/og_support.py names, shown identical on the
+bundle og's own builder writes for the same checkpoint: what og refuses (or gets wrong) for
+our bundles, it refuses for the builder's too, with the same words."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime_genai as og
+import pytest
+import torch
+
+import mobius_genai
+from mobius_genai.bundle.og_support import ENGINE, bundle_og_limits
+from tests._hf import load_reference_model
+from tests.runtime._og import PROMPTS, alone, engine_tokens, generator
+
+
+def _engine_cause(model: og.Model) -> str:
+    """og's cause for a failed Engine turn (the next begin_turn raises with it)."""
+    tokens, failures = engine_tokens(model, PROMPTS[:1], 4)
+    assert tokens == [[]] and failures == ["EngineErrorCode.ENGINE_EXECUTION_FAILURE"]
+    engine = og.Engine(model)
+    request = engine.create_request()
+    request.begin_turn(np.asarray(PROMPTS[0], np.int32), og.TurnOptions(request))
+    for _ in engine.run(engine.create_event_buffer(4)):
+        pass
+    with pytest.raises(RuntimeError) as error:
+        request.begin_turn(np.asarray(PROMPTS[0], np.int32), og.TurnOptions(request))
+    return str(error.value)
+
+
+def test_pruned_lm_head_fails_the_same_apis_on_the_builders_bundle(pruned, builder_pruned):
+    ours, theirs = og.Model(str(pruned.bundle)), og.Model(str(builder_pruned))
+    assert bundle_og_limits(pruned.bundle) == bundle_og_limits(builder_pruned)
+    assert ENGINE in bundle_og_limits(pruned.bundle)
+    for model in (ours, theirs):
+        assert "Got invalid dimensions for output: logits" in _engine_cause(model)
+        assert generator(model, PROMPTS[0], 2).get_output("logits").shape[1] == 1
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=20)
+        params.set_speculative_options(ngram_size=2)
+        with pytest.raises(RuntimeError, match="pruned last-token-only logits are not supported"):
+            og.Generator(model, params).append_tokens(np.asarray([PROMPTS[0]], np.int32))
+    assert alone(ours, PROMPTS[0], 8) == alone(theirs, PROMPTS[0], 8)
+
+
+def test_lfm2_engine_refusal_is_the_builders_too(lfm2, builder_lfm2, dense):
+    assert mobius_genai.engine_support(dense.bundle) is None
+    assert mobius_genai.engine_support(lfm2.bundle).startswith(
+        "og.Engine does not run this bundle: og 0.18 runs model.type lfm2"
+    )
+    assert bundle_og_limits(lfm2.bundle) == bundle_og_limits(builder_lfm2)
+    for folder in (lfm2.bundle, builder_lfm2):
+        with pytest.raises(RuntimeError, match="The model type is not supported for decoding"):
+            og.Engine(og.Model(str(folder)))
+
+
+def test_left_padding_gives_the_builders_tokens_not_transformers(dense, builder_pruned):
+    """og gives left-padded rows absolute positions (it expects right padding): the row's
+    tokens differ from transformers', identically for the builder's bundle."""
+    pad = 381
+    short = [17, 92, 250, 33, 7]
+    batch = [[17, 92, 250, 33, 301, 8, 140, 5], [pad] * 3 + short]
+    results = []
+    for folder in (dense.bundle, builder_pruned):
+        model = og.Model(str(folder))
+        params = og.GeneratorParams(model)
+        params.set_search_options(do_sample=False, max_length=14, batch_size=2)
+        made = og.Generator(model, params)
+        made.append_tokens(np.asarray(batch, np.int32))
+        while not made.is_done():
+            made.generate_next_token()
+        results.append([[int(t) for t in made.get_sequence(i)][8:] for i in range(2)])
+    assert results[0] == results[1]
+    ids = torch.tensor(batch)
+    reference = load_reference_model(dense.checkpoint).generate(
+        ids, attention_mask=(ids != pad).long(), max_new_tokens=6, do_sample=False
+    )
+    assert results[0][0] == reference[0, 8:].tolist()
+    assert results[0][1] != reference[1, 8:].tolist()
+
+
+def test_append_after_generating_differs_alike_on_the_builders_bundle(dense, builder_pruned):
+    """og 0.18 continues an append made after generate_next_token differently from the same
+    sequence prefilled at once, on both bundles (appends before generating agree:
+    test_og_contract.py)."""
+    continued = []
+    for folder in (dense.bundle, builder_pruned):
+        model = og.Model(str(folder))
+        made = generator(model, PROMPTS[0], 20)
+        for _ in range(4):
+            made.generate_next_token()
+        so_far = [int(t) for t in made.get_sequence(0)]
+        made.append_tokens(np.asarray([[17, 92, 250]], np.int32))
+        for _ in range(5):
+            made.generate_next_token()
+        continued.append([int(t) for t in made.get_sequence(0)][len(so_far) + 3 :])
+        fresh = alone(model, [*so_far, 17, 92, 250], 5)
+        assert continued[-1] != fresh
+    assert continued[0] == continued[1]
