@@ -12,9 +12,9 @@ Pre-quantized tables (an embedding and its tied lm_head) go through `stored_tabl
 
 One accuracy level for every MatMulNBits written, the target's (the one asked for, else the
 EP's default, as for any int4 bundle). At the cpu EP's level 4 onnxruntime's kernel rounds the
-activations of 4- and 8-bit weights with integer zero points to int8, as llama.cpp computes
-its own Q8_0 / Q4_0 dot products (the 4-bit weights with float zero points, Q4_1 and Q4_K,
-compute in float at any level); level 0 keeps them float, exact to the stored integers, but
+activations to int8 (every MatMulNBits written here has integer zero points: Q4_1 and Q4_K's
+float offsets become zero point 0 plus block mins, `_initializers`), as llama.cpp computes its
+own Q8_0 / Q4_0 dot products; level 0 keeps them float, exact to the stored integers, but
 onnxruntime has no fast 8-bit kernel there (SmolLM2-135M's Q4_1 bundle decoded 12x slower:
 benchmarks/README.md, "Packaging a GGUF").
 """
