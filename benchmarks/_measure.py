@@ -32,6 +32,9 @@ class Measured:
     """Sampled peak RSS of the command's own process."""
     descendant_peak_mib: float = 0.0
     """Largest sampled peak RSS of any one process the command started."""
+    cpu_s: float = 0.0
+    """User + system CPU time of the command and the descendants it waited for (on a loaded
+    machine, steadier than the wall time)."""
 
 
 def _children() -> dict[int, list[int]]:
@@ -131,6 +134,7 @@ def run_measured(
         output,
         command_peak_mib=own / 2**20,
         descendant_peak_mib=max(peaks.values(), default=0) / 2**20,
+        cpu_s=usage.ru_utime + usage.ru_stime,
     )
 
 

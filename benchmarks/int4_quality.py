@@ -14,7 +14,12 @@ with full logits, in one run:
   against the builder's int4: every int4 bundle in each speed process, run in turn, the median
   of the ratios within each round.
 
+With `--gguf`, the GGUF file itself packaged as `mobius-genai package MODEL.gguf` does (its
+integers kept, the EP's accuracy level 4) and with `--precision int4 --int4-accuracy-level 0`
+(exact dot products) joins the rows: "fp32" is then the GGUF's own dequantized weights.
+
     python benchmarks/int4_quality.py                 # ~10 minutes on 2 cores, ~3 GB memory
+    python benchmarks/int4_quality.py --recipes calibrated --gguf
 """
 
 from __future__ import annotations
@@ -51,6 +56,16 @@ PROMPTS = (
 )
 #: Issue 19's targets: default vs builder int4.
 TARGETS = {"kl": ("<=", 0.5), "size": ("<=", 1.15), "decode": (">=", 0.95)}
+#: The GGUF bundles (`--gguf`): row name → folder name, extra package arguments.
+GGUF_BUNDLES = {
+    "ours GGUF, level 4 (default)": ("ours-gguf", []),
+    "ours GGUF, level 0": (
+        "ours-gguf-level0",
+        ["--precision", "int4", "--int4-accuracy-level", "0"],
+    ),
+}
+#: Issue 29's target for the default GGUF bundle: decode vs builder int4.
+GGUF_DECODE_TARGET = 0.9
 
 
 def package_dir() -> Path:
@@ -86,6 +101,7 @@ def make_checkpoint() -> Path:
 
 
 def build(checkpoint: Path, name: str, extra: list[str]) -> Path:
+    """The bundle `name` of `checkpoint` (a folder or a GGUF file), built once."""
     out = WORK / name
     if not (out / "genai_config.json").exists():
         if name == "builder-int4":
@@ -188,6 +204,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4, help="speed processes")
     parser.add_argument("--rounds", type=int, default=6, help="speed rounds per process")
     parser.add_argument("--fresh", action="store_true", help="rebuild every bundle")
+    parser.add_argument("--recipes", nargs="+", help="int4 recipes to build (default: all)")
+    parser.add_argument("--gguf", action="store_true", help="the GGUF file's own bundles too")
     args = parser.parse_args()
     if args.fresh and WORK.exists():
         for child in WORK.iterdir():
@@ -198,10 +216,13 @@ def main() -> None:
     from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES
 
     bundles = {"fp32": build(checkpoint, "ours-fp32", ["--precision", "fp32"])}
-    for quality in QUALITIES:
+    for quality in args.recipes or QUALITIES:
         extra = ["--precision", "int4", "--int4-quality", quality]
         bundles[f"ours int4 {quality}"] = build(checkpoint, f"ours-int4-{quality}", extra)
     bundles["builder int4"] = build(checkpoint, "builder-int4", [])
+    if args.gguf:
+        for name, (folder, extra) in GGUF_BUNDLES.items():
+            bundles[name] = build(package_dir() / GGUF_NAME, folder, extra)
 
     from transformers import AutoTokenizer
 
@@ -231,6 +252,8 @@ def main() -> None:
         pairs = zip(speed[bundles[name].name], reference, strict=True)
         rows[name]["decode"] = statistics.median(a / b for a, b in pairs)
     print(table(rows, f"ours int4 {DEFAULT_QUALITY}", len(ids), args.new))
+    if args.gguf:
+        print(gguf_table(rows))
 
 
 def table(rows: dict[str, dict], default: str, tokens: int, new: int) -> str:
@@ -271,6 +294,26 @@ def table(rows: dict[str, dict], default: str, tokens: int, new: int) -> str:
             cells.append((f"{value:.3f}" if met else f"**{value:.3f}**", met))
         verdict = "yes" if all(met for _, met in cells) else "no"
         lines.append(f"| {name} | " + " | ".join(cell for cell, _ in cells) + f" | {verdict} |")
+    return "\n".join(lines)
+
+
+def gguf_table(rows: dict[str, dict]) -> str:
+    """The GGUF bundles against the builder's int4 of the same (dequantized) weights."""
+    builder = rows["builder int4"]
+    lines = [
+        f"| GGUF bundle vs builder int4 | decode (>= {GGUF_DECODE_TARGET}) | KL vs the GGUF's "
+        "dequantized weights | KL / builder | size / builder |",
+        "|---|--:|--:|--:|--:|",
+    ]
+    for name in GGUF_BUNDLES:
+        row = rows[name]
+        decode = f"{row['decode']:.3f}"
+        if row["decode"] < GGUF_DECODE_TARGET:
+            decode = f"**{decode}**"
+        lines.append(
+            f"| {name} | {decode} | {row['kl']:.4f} | {row['kl'] / builder['kl']:.3f} "
+            f"| {row['mib'] / builder['mib']:.3f} |"
+        )
     return "\n".join(lines)
 
 

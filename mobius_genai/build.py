@@ -96,10 +96,14 @@ class ModelPackage(Mapping[str, ir.Model]):
                 totals[rule] = totals.get(rule, 0) + count
         return totals
 
-    def save(self, directory: str | Path, progress: bool = True) -> list[Path]:
+    def save(
+        self, directory: str | Path, progress: bool = True, action: str = "saving"
+    ) -> list[Path]:
         """Write each model as `<key>.onnx` (the decoder as model.onnx) with external data.
 
-        Weights are read from the checkpoint one tensor at a time while writing.
+        Weights are read from the checkpoint one tensor at a time while writing (and quantized
+        then, if a quantization pass left them lazy: `action` names the phase, e.g.
+        "quantizing and saving").
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -113,7 +117,7 @@ class ModelPackage(Mapping[str, ir.Model]):
                 for value in graph.initializers.values()
                 if value.const_value is not None and value.const_value.nbytes > EXTERNAL_THRESHOLD
             ]
-            label = f"saving {filename}"
+            label = f"{action} {filename}"
             if len(self.models) > 1:
                 label += f" (graph {index} of {len(self.models)}, {ROLES[key]})"
             with (

@@ -35,15 +35,21 @@ def phase(description: str, enabled: bool = True) -> Iterator[None]:
         print(f"{PREFIX}{description}: {time.monotonic() - start:.1f} s", file=sys.stderr)
 
 
+#: The counted phases running now, innermost last: work deep below one (in any thread: a
+#: weight may be quantized ahead of its turn) reports parts of its current item to it.
+_ACTIVE: list[Progress] = []
+
+
 class Progress:
     """A counted phase: a tqdm bar when enabled and stderr is a terminal; when enabled
     elsewhere, one line saying how much was done and how long it took once the work ends;
-    silent when disabled."""
+    silent when disabled. While it runs, `item_part` moves its bar within the current item."""
 
     def __init__(self, description: str, total: int, enabled: bool = True) -> None:
         self._bar = None
         self._line = enabled and not sys.stderr.isatty()
         self._description, self._total, self._done = description, total, 0
+        self._part = 0.0  # of the current item, shown on the bar before the item is done
         self._start = time.monotonic()
         if enabled and not self._line:
             self._bar = tqdm(total=total, desc=PREFIX + description, unit="tensor", leave=False)
@@ -51,12 +57,27 @@ class Progress:
     def advance(self, count: int = 1) -> None:
         self._done += count
         if self._bar is not None:
-            self._bar.update(count)
+            self._bar.update(count - self._part)
+        self._part = 0.0
+
+    @property
+    def position(self) -> float:
+        """Items done, plus the part of the current one."""
+        return self._done + self._part
+
+    def part(self, fraction: float) -> None:
+        """`fraction` (0 to 1) of the current item is done: the bar moves that far into it."""
+        fraction = min(max(fraction, self._part), 1.0)
+        if self._bar is not None:
+            self._bar.update(fraction - self._part)
+        self._part = fraction
 
     def __enter__(self) -> Progress:
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        _ACTIVE.remove(self)
         if self._bar is not None:
             self._bar.close()
         if self._line and exc_info[0] is None:
@@ -65,3 +86,11 @@ class Progress:
                 f"{time.monotonic() - self._start:.1f} s",
                 file=sys.stderr,
             )
+
+
+def item_part(done: int, total: int) -> None:
+    """`done` of the `total` parts of the item the running counted phase is on are done (a
+    weight quantized a chunk at a time while it is saved): its bar moves within the item.
+    Nothing happens outside a counted phase."""
+    if _ACTIVE and total > 0:
+        _ACTIVE[-1].part(done / total)

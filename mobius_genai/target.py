@@ -53,6 +53,8 @@ class Target:
     checkpoint's max_position_embeddings. `stored` is the bit widths of the integers the source
     stores (empty: float weights), kept as they are (MatMulNBits) unless `dequantize_stored`
     (a float precision asked of such a source, or an EP without MatMulNBits) makes them float.
+    `int4_accuracy_level` is the MatMulNBits accuracy level of every int4 weight and of the
+    integers a pre-quantized source keeps: the one asked for, else the EP's default.
     """
 
     ep: EpCapabilities
@@ -62,6 +64,7 @@ class Target:
     context_length: int | None = None
     stored: frozenset[int] = frozenset()
     dequantize_stored: bool = False
+    int4_accuracy_level: int = 0
 
 
 def resolve_target(
@@ -102,8 +105,11 @@ def resolve_target(
         model_dtype = chosen or ep.default_dtype
     dequantize = bool(stored) and (asked in FLOAT_PRECISIONS or not ep.runs_matmul_nbits)
     resolved = asked or ("int4" if 4 in stored and not dequantize else precision_of(model_dtype))
+    level = ep.default_int4_accuracy_level
+    if int4 is not None and int4.accuracy_level is not None:
+        level = int4.accuracy_level
     if asked in QUANTIZED_PRECISIONS:
-        int4 = int4 or Int4Options()
+        int4 = dataclasses.replace(int4 or Int4Options(), accuracy_level=level)
     return Target(
         ep,
         model_dtype,
@@ -112,6 +118,7 @@ def resolve_target(
         check_context_length(context_length),
         stored=stored,
         dequantize_stored=dequantize,
+        int4_accuracy_level=level,
     )
 
 

@@ -76,10 +76,10 @@ def test_eps_without_bf16_kernels_refuse_bf16(ep: str, dtype, precision):
 
 
 def test_int4_options_belong_to_int4():
-    assert resolve_target("cpu", precision="int4").int4 == Int4Options()
+    assert resolve_target("cpu", precision="int4").int4 == Int4Options(accuracy_level=4)
     assert resolve_target("cpu").int4 is None
-    chosen = Int4Options(block_size=64)
-    assert resolve_target("cpu", precision="int4", int4=chosen).int4 is chosen
+    chosen = Int4Options(block_size=64, accuracy_level=1)
+    assert resolve_target("cpu", precision="int4", int4=chosen).int4 == chosen
     implied = resolve_target("cpu", int4=chosen)  # int4 options imply int4
     assert (implied.precision, implied.int4) == ("int4", chosen)
     with pytest.raises(ConfigError, match="int4 options were given for precision 'fp16'"):
@@ -111,6 +111,24 @@ def test_a_target_must_know_what_the_source_stores(tmp_path):
     with pytest.raises(ConfigError, match="resolved for a source storing float weights, but"):
         package(gguf, output=tmp_path / "b", target=resolve_target("cpu"))
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("ep", "precision", "int4", "level"),
+    [
+        ("cpu", None, None, 4),  # a pre-quantized source's kept integers: the EP's level
+        ("cpu", "int4", None, 4),
+        ("cpu", "int4", Int4Options(accuracy_level=0), 0),
+        ("cuda", None, None, 0),
+        ("webgpu", "int4", Int4Options(accuracy_level=2), 2),
+    ],
+)
+def test_int4_accuracy_level_is_resolved_once(ep, precision, int4, level):
+    """The level asked for, else the EP's, for every MatMulNBits: the int4 options carry it."""
+    target = resolve_target(ep, precision=precision, int4=int4)
+    assert target.int4_accuracy_level == level
+    if target.int4 is not None:
+        assert target.int4.accuracy_level == level
 
 
 @pytest.mark.parametrize("value", [0, -1, True, 2.5, "48"])

@@ -183,17 +183,37 @@ def _requirements(runtime: RuntimeInfo, dtype: ir.DataType | None) -> str:
     return " ".join(part for part in (f"Needs {needs}.", runtime.card_note, tip) if part)
 
 
+#: What the dot products of a pre-quantized source's MatMulNBits compute in at an accuracy level
+#: and what the other choice costs (onnxruntime 1.32's cpu kernels; benchmarks/README.md,
+#: "Packaging a GGUF": SmolLM2-135M's Q4_1 GGUF with its Q8_0 lm_head). Levels 1-3 round
+#: the activations to a float type.
+_LEVELS = {
+    0: (
+        "dot products in float, exact to the stored integers; on cpu, level 4 (the EP's "
+        "default: activations rounded to int8) decoded SmolLM2-135M's GGUF bundle ~12x as fast"
+    ),
+    1: "activations in a float type in the dot products",
+    4: (
+        "activations rounded to int8 in the dot products, as llama.cpp computes them; "
+        "`--int4-accuracy-level 0` keeps them float, exact to the stored integers, but "
+        "onnxruntime has no fast 8-bit kernel there: SmolLM2-135M's GGUF bundle decoded "
+        "~12x slower on cpu"
+    ),
+}
+
+
 def _prequantized(summary: Mapping[str, Any] | None) -> str:
     """The card's words for a pre-quantized source, empty when the source was float."""
     if not summary:
         return ""
     bits = "/".join(map(str, summary["bits"])) or "no"
     blocks = "/".join(map(str, summary["block_sizes"])) or "none"
+    level = summary["accuracy_level"]
     if summary["weights"] or summary.get("lookups"):
         words = (
             f"pre-quantized source ({summary['scheme']}): {summary['weights']} weights kept as "
             f"stored, no second rounding (MatMulNBits {bits}-bit, block size {blocks}, accuracy "
-            f"level {summary['accuracy_level']})"
+            f"level {level}: {_LEVELS.get(level, _LEVELS[1])})"
         )
     else:
         words = f"pre-quantized source ({summary['scheme']}), dequantized: a float bundle"

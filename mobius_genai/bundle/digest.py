@@ -192,11 +192,14 @@ def _restore(originals: dict[ir.Value, ir.TensorProtocol]) -> None:
         value.const_value = tensor
 
 
-def save_with_digest(built: ModelPackage, folder: Path, progress: bool = True) -> None:
-    """`built.save(folder)`, the decoder's external data written and hashed in the background."""
+def save_with_digest(
+    built: ModelPackage, folder: Path, progress: bool = True, action: str = "saving"
+) -> None:
+    """`built.save(folder)`, the decoder's external data written and hashed in the background
+    (`action`: the phase's name, see `ModelPackage.save`)."""
     model = built.models.get("model")
     if model is None:
-        built.save(folder, progress=progress)
+        built.save(folder, progress=progress, action=action)
         return
     pipeline = _Pipeline(BufferPool(limit=_BUFFERS))
     originals = {value: value.const_value for value in _external_values(model, EXTERNAL_THRESHOLD)}
@@ -204,7 +207,7 @@ def save_with_digest(built: ModelPackage, folder: Path, progress: bool = True) -
         value.const_value = _PipelinedTensor(tensor, pipeline)  # type: ignore[arg-type]
     data = folder / f"{MODEL_FILENAME}.data"
     try:
-        built.save(folder, progress=progress)
+        built.save(folder, progress=progress, action=action)
     except BaseException as error:
         _restore(originals)
         pipeline.close(raise_error=False)

@@ -184,7 +184,7 @@ def _write_staged(
         # the manifest hashes the weight files: overlap it with the conversion
         hash_in_background(sorted(built.source.path.glob("*.safetensors")))
     quantizes = target.int4 is not None or built.prequantized is not None
-    with phase("quantizing to int4", not quiet and quantizes):
+    with phase(_int4_phase(target, built), not quiet and quantizes):
         quantization, prequantized = _quantize(built, target)
     precision = target.precision
     genai_config = write_bundle(
@@ -211,6 +211,15 @@ def _write_staged(
     )
 
 
+def _int4_phase(target: Target, built: ModelPackage) -> str:
+    """What `_quantize` does before saving, which quantizes the weights as it writes them."""
+    if target.int4 is not None and target.int4.recipe.calibrate:
+        return "calibrating int4 (activations of random token ids)"
+    if target.int4 is None and built.prequantized is not None:
+        return "placing the stored integers"
+    return "planning int4"
+
+
 def _quantize(
     built: ModelPackage, target: Target
 ) -> tuple[Int4Report | None, PrequantizedReport | None]:
@@ -221,8 +230,7 @@ def _quantize(
     is dequantized to the model's dtype, unless the target asks for int4 explicitly
     (`Target.int4`): then its matrices are quantized with the target's options
     (`quantize.requantize`; a table the source kept in float stays float). One accuracy
-    level for all: the target's, else the EP's (0 beside stored 8-bit weights: see
-    `quantize.prequantized`).
+    level for all: the target's (`Target.int4_accuracy_level`).
     """
     model = built[built.decoder_key]
     if built.prequantized is None:
@@ -234,8 +242,7 @@ def _quantize(
     report = apply_prequantized(
         model,
         built.prequantized,
-        target.int4.accuracy_level if target.int4 is not None else None,
-        built.ep.default_int4_accuracy_level or 0,
+        target.int4_accuracy_level,
         not target.dequantize_stored,
         gather,
         float_kinds=built.float_kinds,
@@ -297,7 +304,9 @@ def write_bundle(
         )
     copied = copy_tokenizer_files(source.path, folder)
     _require_token_ids(folder, built.config.vocab_size)  # before the long part: saving weights
-    save_with_digest(built, folder, progress=progress)  # hashes model.onnx.data as it writes
+    # hashes model.onnx.data as it writes; int4 weights are quantized then, as they are written
+    action = "saving" if quantization is None else "quantizing and saving"
+    save_with_digest(built, folder, progress=progress, action=action)
     filename = MODEL_FILENAME if built.decoder_key == "model" else graph_filename("decoder")
     graph = GraphInfo.from_file(folder / filename)
     genai_config = make_genai_config(

@@ -165,8 +165,11 @@ def quantize_matmul_nbits_columns(
 
     The weight is never whole in memory: `read` is asked for about `chunk_elements` values at
     a time, in the dtype the kernel computes in. The search of a weight of PARALLEL_ELEMENTS
-    or more runs in `search_pool`'s worker processes (the same results).
+    or more runs in `search_pool`'s worker processes (the same results). Each chunk done moves
+    the bar of the running counted phase (`progress.item_part`).
     """
+    from mobius_genai.progress import item_part  # not in the search's worker processes
+
     if k % block_size:
         raise ValueError(f"K={k} is not a multiple of block_size={block_size}")
     if bits not in _NEAREST_KERNELS:
@@ -186,16 +189,18 @@ def quantize_matmul_nbits_columns(
         )
         chunks = (read(start, stop, compute) for start, stop in ranges)
         results = map_chunks(searched, chunks, parallel=k * n >= PARALLEL_ELEMENTS)
-        for (start, stop), outputs in zip(ranges, results, strict=True):
+        for done, ((start, stop), outputs) in enumerate(zip(ranges, results, strict=True), 1):
             packed[start:stop], scales[start:stop], zero_points[start:stop] = outputs
+            item_part(done, len(ranges))
     else:
         kernel = _ort_kernel(_NEAREST_KERNELS[bits])
-        for start, stop in ranges:
+        for done, (start, stop) in enumerate(ranges, 1):
             rows = slice(start, stop)
             chunk = read(start, stop, compute)
             outputs = (packed[rows], chunk, scales[rows], zero_points[rows])
             kernel(*outputs, block_size, stop - start, k, symmetric)
             del chunk, outputs
+            item_part(done, len(ranges))
     return NBitsWeight(
         packed=packed,
         scales=scales.astype(dtype, copy=False),
@@ -297,8 +302,11 @@ def quantize_blocked_int4(
     Symmetric gives signed int4 values without zero points; asymmetric gives uint4 values and
     uint4 zero points. Slices along K hold an even number of blocks so every slice starts on a
     byte of the packed outputs. `search` rounds with `rounding.search_blocks`, weighting each
-    k's error by `importance` ([K]) if given.
+    k's error by `importance` ([K]) if given. Each slice done moves the bar of the running
+    counted phase (`progress.item_part`).
     """
+    from mobius_genai.progress import item_part
+
     k, n = _check(weight, block_size)
     if importance is not None and (not search or np.shape(importance) != (k,)):
         raise ValueError(f"importance needs search=True and shape ({k},)")
@@ -311,7 +319,8 @@ def quantize_blocked_int4(
     if search:  # the search transposes its slice and keeps several copies of it
         chunk_elements = min(chunk_elements, SEARCH_ELEMENTS)
     rows = max(pair, (chunk_elements // max(n, 1)) // pair * pair)
-    for start in range(0, k, rows):
+    starts = range(0, k, rows)
+    for done, start in enumerate(starts, 1):
         stop = min(k, start + rows)
         block0, block1 = start // block_size, stop // block_size
         chunk = np.ascontiguousarray(weight[start:stop], dtype=compute)
@@ -329,6 +338,7 @@ def quantize_blocked_int4(
                 *outputs, block_size, n, stop - start, symmetric
             )
         del chunk
+        item_part(done, len(starts))
     return BlockedInt4(
         data=data,
         scales=scales.astype(weight.dtype, copy=False),

@@ -10,11 +10,13 @@ concatenates the parts' integers along N when their bits, block size and order a
 gets one MatMulNBits per run of agreeing parts and a Concat of their outputs (exact as well).
 Pre-quantized tables (an embedding and its tied lm_head) go through `stored_tables`.
 
-One accuracy level for every MatMulNBits written: the one asked for, else the EP's default,
-but 0 when stored 8-bit weights are among them: at level 4 onnxruntime's cpu kernel quantizes
-the activations of 8-bit weights to int8 (SmolLM2-135M's 8-bit lm_head moved its logits by
-0.26 and changed a greedy token), a rounding the source did not have. The 4-bit weights with
-float zero points (Q4_1, Q4_K) compute in float at any level.
+One accuracy level for every MatMulNBits written, the target's (the one asked for, else the
+EP's default, as for any int4 bundle). At the cpu EP's level 4 onnxruntime's kernel rounds the
+activations to int8 (every MatMulNBits written here has integer zero points: Q4_1 and Q4_K's
+float offsets become zero point 0 plus block mins, `_initializers`), as llama.cpp computes its
+own Q8_0 / Q4_0 dot products; level 0 keeps them float, exact to the stored integers, but
+onnxruntime has no fast 8-bit kernel there (SmolLM2-135M's Q4_1 bundle decoded 12x slower:
+benchmarks/README.md, "Packaging a GGUF").
 """
 
 from __future__ import annotations
@@ -92,8 +94,7 @@ class PrequantizedReport:
 def apply_prequantized(
     model: ir.Model,
     scheme: str,
-    accuracy_level: int | None,
-    default_level: int,
+    accuracy_level: int,
     matmul_nbits: bool,
     gather: bool = False,
     float_kinds: Mapping[str, int] | None = None,
@@ -106,8 +107,8 @@ def apply_prequantized(
 
     With `matmul_nbits` False (an EP without the kernel, or a float precision asked:
     `why_float` says which) every weight and table stays float: the tensors then read as the
-    format's dequantized values. `accuracy_level` is the level asked for
-    (None: `default_level`, see the module docstring); `float_kinds` counts the source's
+    format's dequantized values. `accuracy_level` is the level of every MatMulNBits (see the
+    module docstring); `float_kinds` counts the source's
     tensors read as float by their stored kind, for the report (`precision`: the model's float
     precision, the words for what they became).
     """
@@ -150,14 +151,11 @@ def apply_prequantized(
         kinds.dequantized(tables)
     if written:
         model.opset_imports.setdefault(MS_DOMAIN, 1)
-    level = accuracy_level
-    if level is None:
-        level = 0 if any(bits == 8 for bits, _, _ in written) else default_level
-    _set_accuracy_level(graph, level)
+    _set_accuracy_level(graph, accuracy_level)
     kinds.read_as_float(float_kinds or {})
     return PrequantizedReport(
         scheme=scheme,
-        accuracy_level=level,
+        accuracy_level=accuracy_level,
         weights=len(written),
         act_order_gathers=len(gathers),
         block_sizes=tuple(sorted({size for _, size, _ in written})),

@@ -3,18 +3,22 @@
 onnxruntime's kernels round to nearest on a grid spanned by the block's min and max (or
 absolute max, symmetric). A few outliers then waste most of the 16 levels. `search_blocks`
 does what llama.cpp's k-quants do without an importance matrix (`make_qkx2_quants`, the
-candidate grid and weights of onnxruntime's own `quant_tensor_k_quant_cpu`): for each of
-`STEPS` candidate scales around the min/max one it rounds the block, refits the scale by
-weighted least squares for those integers, rounds again and keeps the candidate with the
-smallest weighted squared error, with weights rms(block) + |w| (large weights matter more).
-Unlike onnxruntime's k-quant, the zero point is an integer from the start of each candidate,
-so the error minimized is the error of what MatMulNBits computes, not of a continuous offset
-rounded afterwards. Candidate 10 starts from onnxruntime's min/max (absolute max) grid.
+candidate grid and weights of onnxruntime's own `quant_tensor_k_quant_cpu`): candidate scales
+around the min/max one (factors `levels - 1 + i / 10`, i < STEPS; i = 10 is the min/max grid),
+each rounding the block and refitting the scale by weighted least squares for those integers,
+with weights rms(block) + |w| (large weights matter more). Unlike onnxruntime's k-quant, the
+zero point is an integer from the start of each candidate, so the error minimized is the error
+of what MatMulNBits computes, not of a continuous offset rounded afterwards.
+
+Each candidate's integers are rounded again on its refit scale, and the error of that second
+rounding at the refit scale is the candidate's (scoring the first rounding at its own refit
+scale instead, which needs no second rounding, measured worse on SmolLM2's KL:
+benchmarks/README.md, "The int4 search's speed"). The error is nearly convex in the scale, so
+not every candidate is tried: every third (`_COARSE`), then the two beside each block's best
+(`_FINE`); no candidate's integers are kept, the winner's are rounded once more at the end.
 
 Everything is vectorized over blocks: a block is one row of a [blocks, block_size] array, and
-the arithmetic runs in place on reused buffers with row sums as matrix products (~0.1 s per
-million weights on one core, 1.5x the plain numpy expressions; their float sums differ in the
-last bits, which flips a near tie in about one block in 30,000).
+the arithmetic runs in place on reused buffers, `SEARCH_ELEMENTS` values at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ __all__ = ["SEARCH_ELEMENTS", "STEPS", "RoundedBlocks", "search_blocks"]
 #: Candidate scales per block: factors `levels - 1 + i / 10` for i in range(STEPS) (llama.cpp).
 STEPS = 20
 _FIRST, _STEP = -1.0, 0.1
+#: The candidates tried first, then the ones at these offsets from each block's best.
+_COARSE = tuple(range(1, STEPS, 3))
+_FINE = (-1, 1)
 #: Values searched together (bounds the temporaries: 256 KiB of float32 each).
 SEARCH_ELEMENTS = 1 << 16
 
@@ -72,78 +79,100 @@ def _search(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = np.asarray(blocks, np.float32)
     top = 2**bits - 1
-    weights = np.sqrt(np.mean(x * x, axis=1, keepdims=True)) + np.abs(x)
+    weights = np.abs(x)
+    weights += np.sqrt(_row_dot(x, x) / x.shape[1])[:, None]
     if importance is not None:
         weights *= importance
     if symmetric:
         middle = 2 ** (bits - 1)
         # the signed value of largest magnitude goes to -middle, as onnxruntime's kernel does
         extreme = np.take_along_axis(x, np.argmax(np.abs(x), axis=1)[:, None], axis=1)
-        span, zero = -extreme, np.full((len(x), 1), middle, np.float32)
+        grid = _Grid(-extreme[:, 0], None, middle, top)
     else:
-        low = np.minimum(x.min(axis=1, keepdims=True), 0)
-        span, zero = np.maximum(x.max(axis=1, keepdims=True), 0) - low, None
-    best_error = np.full((len(x), 1), np.inf, np.float32)
-    best_q = np.zeros(x.shape, np.float32)
-    best_scale = np.zeros((len(x), 1), np.float32)
-    best_zero = np.zeros((len(x), 1), np.float32)
-    levels = 2 ** (bits - 1) if symmetric else top
+        low = np.minimum(x.min(axis=1), 0)
+        grid = _Grid(np.maximum(x.max(axis=1), 0) - low, low, top, top)
     work = _Scratch(x, weights, top)
-    for step in range(STEPS):
-        factor = levels + _FIRST + _STEP * step
-        scale = np.where(span != 0, span / factor, 1).astype(np.float32)
-        candidate_zero = zero if symmetric else np.clip(np.round(-low / scale), 0, top)
-        q, scale = work.round_and_refit(scale, candidate_zero)
-        error = work.error(q, scale, candidate_zero)
-        better = (error < best_error)[:, 0]
-        best_error[better] = error[better]
-        best_q[better] = q[better]
-        best_scale[better] = scale[better]
-        best_zero[better] = np.broadcast_to(candidate_zero, best_zero.shape)[better]
-    return best_q.astype(np.uint8), best_scale[:, 0], best_zero[:, 0].astype(np.uint8)
+    best = _Best(len(x))
+    for step in _COARSE:
+        best.offer(step, *work.fit(*grid.candidate(step)))
+    coarse = best.step.copy()
+    for offset in _FINE:
+        step = np.clip(coarse + offset, 0, STEPS - 1)
+        best.offer(step, *work.fit(*grid.candidate(step)))
+    _, zero = grid.candidate(best.step)
+    q = work.round(best.scale, zero)
+    return q.astype(np.uint8), best.scale, zero.astype(np.uint8)
+
+
+def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ a * b per row, without the product's temporary (numpy 2's vecdot, else einsum)."""
+    if hasattr(np, "vecdot"):
+        return np.vecdot(a, b)
+    return np.einsum("ij,ij->i", a, b)
+
+
+class _Grid:
+    """The candidate scales (and zero points) of each block: `span / factor(step)`."""
+
+    def __init__(self, span: np.ndarray, low: np.ndarray | None, levels: int, top: int) -> None:
+        self.span, self.low, self.levels, self.top = span, low, levels, top
+
+    def candidate(self, step: int | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Scale and zero point per block for candidate `step` (one, or one per block)."""
+        factor = self.levels + _FIRST + _STEP * np.asarray(step, np.float32)
+        scale = np.where(self.span != 0, self.span / factor, 1).astype(np.float32)
+        if self.low is None:
+            return scale, np.full(scale.shape, (self.top + 1) // 2, np.float32)
+        return scale, np.clip(np.round(-self.low / scale), 0, self.top).astype(np.float32)
+
+
+class _Best:
+    """The best candidate of each block so far: its step, error and refit scale."""
+
+    def __init__(self, count: int) -> None:
+        self.step = np.zeros(count, np.int64)
+        self.error = np.full(count, np.inf, np.float32)
+        self.scale = np.zeros(count, np.float32)
+
+    def offer(self, step: int | np.ndarray, error: np.ndarray, refit: np.ndarray) -> None:
+        better = error < self.error
+        self.step = np.where(better, step, self.step)
+        self.error = np.where(better, error, self.error)
+        self.scale = np.where(better, refit, self.scale)
 
 
 class _Scratch:
-    """The per-candidate arithmetic of `_search` on reused [blocks, block_size] buffers (the
-    same operations in the same order as plain numpy expressions, without their temporaries)."""
+    """The per-candidate arithmetic of `_search` on reused [blocks, block_size] buffers."""
 
     def __init__(self, x: np.ndarray, weights: np.ndarray, top: int) -> None:
         self.x, self.weights, self.top = x, weights, top
         self.q = np.empty_like(x)
-        self.shifted = np.empty_like(x)
         self.product = np.empty_like(x)
-        # a row sum as a matrix product: numpy's sum along a short last axis is ten times slower
-        self.ones = np.ones((x.shape[1], 1), np.float32)
 
-    def _round(self, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
-        """clip(round(x / scale) + zero, 0, top) into `self.q`."""
-        np.divide(self.x, scale, out=self.q)
-        np.round(self.q, out=self.q)
-        np.add(self.q, zero, out=self.q)
+    def round(self, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+        """clip(round(x / scale) + zero, 0, top) per block, into a reused buffer."""
+        np.divide(self.x, scale[:, None], out=self.q)
+        np.rint(self.q, out=self.q)
+        np.add(self.q, zero[:, None], out=self.q)
         return np.clip(self.q, 0, self.top, out=self.q)
 
-    def _weighted_sum(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """sum(weights * a * b) per block."""
-        np.multiply(self.weights, a, out=self.product)
-        np.multiply(self.product, b, out=self.product)
-        return self.product @ self.ones
+    def _shifted(self, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+        """The integers rounded on `scale`, minus the zero point."""
+        return np.subtract(self.round(scale, zero), zero[:, None], out=self.q)
 
-    def round_and_refit(self, scale: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Round on `scale`, refit the scale by weighted least squares, round again on it."""
-        q = self._round(scale, zero)
-        np.subtract(q, zero, out=self.shifted)
-        denominator = self._weighted_sum(self.shifted, self.shifted)
-        numerator = self._weighted_sum(self.shifted, self.x)
-        positive = denominator > 0
-        refit = np.where(positive, numerator / np.where(positive, denominator, 1), scale)
-        refit = np.where(refit != 0, refit, scale).astype(np.float32)
-        return self._round(refit, zero), refit
-
-    def error(self, q: np.ndarray, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
-        """sum(weights * (scale * (q - zero) - x) ** 2) per block."""
-        np.subtract(q, zero, out=self.product)
-        np.multiply(scale, self.product, out=self.product)
-        np.subtract(self.product, self.x, out=self.product)
-        np.square(self.product, out=self.product)
-        np.multiply(self.weights, self.product, out=self.product)
-        return self.product @ self.ones
+    def fit(self, scale: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Round on `scale`, refit the scale by weighted least squares (`scale` where there
+        is nothing to fit: a block rounded to its zero point), round again on it: the
+        weighted error of that rounding at the refit scale, and the refit scale."""
+        shifted = self._shifted(scale, zero)
+        np.multiply(self.weights, shifted, out=self.product)
+        denominator = _row_dot(self.product, shifted)
+        numerator = _row_dot(self.product, self.x)
+        fitted = (denominator > 0) & (numerator != 0)
+        refit = np.where(fitted, numerator / np.where(fitted, denominator, 1), scale)
+        refit = refit.astype(np.float32)
+        residual = self._shifted(refit, zero)
+        np.multiply(residual, refit[:, None], out=residual)
+        np.subtract(residual, self.x, out=residual)
+        np.multiply(self.weights, residual, out=self.product)
+        return _row_dot(self.product, residual), refit

@@ -231,7 +231,7 @@ def test_a_model_that_is_a_file_says_a_gguf_file_is_accepted(tmp_path, capsys):
 
 
 def test_an_os_error_while_packaging_is_one_line(tmp_path, capsys, monkeypatch):
-    def disk_full(built, folder, progress=True):
+    def disk_full(built, folder, progress=True, action="saving"):
         raise OSError(errno.ENOSPC, "No space left on device", str(folder / "model.onnx.data"))
 
     monkeypatch.setattr(packager, "save_with_digest", disk_full)

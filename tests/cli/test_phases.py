@@ -7,7 +7,11 @@ import io
 import re
 import sys
 
+import numpy as np
+
 from mobius_genai.cli import main
+from mobius_genai.progress import Progress
+from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
 from tests.bundle.conftest import TINY_QWEN2
 
 PHASES = (
@@ -31,11 +35,42 @@ def _timed_lines(err: str) -> list[str]:
 
 
 def test_every_phase_has_a_line_with_its_time(tmp_path, capsys):
+    """int4 weights are quantized as they are written: the saving phase says so, and the phase
+    before it says what it does (the calibration run of the default recipe)."""
     args = ["package", str(TINY_QWEN2), "-o", str(tmp_path / "b"), "--ep", "cpu"]
     assert main([*args, "--precision", "int4"]) == 0
     timed = _timed_lines(capsys.readouterr().err)
-    for phase in (*PHASES, "quantizing to int4"):
+    int4 = (
+        "calibrating int4 (activations of random token ids)",
+        "quantizing and saving model.onnx",
+    )
+    for phase in (*(p for p in PHASES if p != "saving model.onnx"), *int4):
         assert sum(line.startswith(phase) for line in timed) == 1, (phase, timed)
+    assert not any(line.startswith("saving") for line in timed), timed
+    assert main([*args, "--precision", "int4", "--int4-quality", "builder", "--force"]) == 0
+    timed = _timed_lines(capsys.readouterr().err)
+    assert "planning int4" in timed and "quantizing and saving model.onnx" in timed, timed
+
+
+def test_the_bar_moves_while_a_weight_is_quantized(monkeypatch):
+    """A weight quantized chunk by chunk as it is saved moves the bar within its tensor (a
+    large weight's search used to leave the bar still until the weight was written)."""
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    weight = np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)
+    seen = []
+    with Progress("quantizing and saving model.onnx", total=2) as bar:
+
+        def read(start: int, stop: int, dtype: np.dtype) -> np.ndarray:
+            seen.append(bar.position)
+            return np.ascontiguousarray(weight[:, start:stop], dtype)
+
+        for search in (True, False):
+            quantize_matmul_nbits_columns(
+                read, 64, 96, weight.dtype, 32, False, search=search, chunk_elements=64 * 16
+            )
+            bar.advance()
+        assert bar.position == 2
+    assert seen == [done + part / 6 for done in (0, 1) for part in range(6)]
 
 
 def test_quiet_says_nothing(tmp_path, capsys):

@@ -2,7 +2,8 @@
 transformers loading the same file (which dequantizes it to float32).
 
 At MatMulNBits accuracy level 0 the kernels dequantize each block exactly as transformers does,
-so the logits agree to float32 summation order. The integers are checked too: the embedding's
+so the logits agree to float32 summation order: the bundles are packaged as `package` does by
+default (the cpu EP's level 4) and their graph is run at level 0 (`_exact_session`). The integers are checked too: the embedding's
 GatherBlockQuantized data is the GGUF's Q8_0 bytes (int8 + 128).
 """
 
@@ -81,18 +82,30 @@ def _bits(node: onnx.NodeProto) -> int:
 
 def _package(tmp_path: Path, case: str) -> tuple[Path, Path]:
     """The case's GGUF and its default cpu bundle: no int4 request (which would quantize the
-    Q5_K matrices, tests/gguf/test_requantize.py), accuracy level 0 (8-bit weights present)."""
+    Q5_K matrices, tests/gguf/test_requantize.py), the EP's accuracy level 4."""
     gguf = write_tiny_gguf(tmp_path / f"{case}.gguf", **CASES[case])
     bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", quiet=True)
-    assert _summary(bundle)["accuracy_level"] == 0
+    assert _summary(bundle)["accuracy_level"] == 4
     return gguf, bundle
+
+
+def _exact_session(bundle: Path) -> ort.InferenceSession:
+    """The bundle's graph with every MatMulNBits at accuracy level 0 (float dot products:
+    `package --precision int4 --int4-accuracy-level 0` without re-quantizing Q5_K)."""
+    model = onnx.load(bundle / "model.onnx")
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits":
+            kept = [a for a in node.attribute if a.name != "accuracy_level"]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_equal_transformers(tmp_path: Path, case: str):
     gguf, bundle = _package(tmp_path, case)
     run = hf_reference_logits(gguf, PROMPT, decode_steps=4)
-    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    session = _exact_session(bundle)
     ours = run_like_reference(session, run)
     for step, (logits, reference) in enumerate(zip(ours, run.steps, strict=True)):
         diff = np.abs(logits[:, -1] - reference.logits[:, -1]).max()
@@ -277,29 +290,30 @@ def _summary(bundle: Path) -> dict:
     return json.loads((bundle / "mobius_manifest.json").read_text())["build"]["prequantized"]
 
 
-def test_one_accuracy_level_for_every_stored_weight(tmp_path: Path):
-    """At the cpu EP's level 4 the kernel quantizes the activations of 8-bit weights to int8
-    (the 8-bit lm_head moved SmolLM2's logits by 0.26): a bundle holding stored 8-bit weights
-    runs every MatMulNBits at level 0 unless a level is asked for, and the manifest's level is
-    the one every node has."""
+def test_stored_weights_take_the_eps_accuracy_level(tmp_path: Path):
+    """Like any int4 bundle, a GGUF's takes the EP's accuracy level (cpu: 4, int8 activations,
+    as llama.cpp computes its dot products), its 8-bit weights too: at level 0 onnxruntime has
+    no fast 8-bit kernel. `--int4-accuracy-level 0` (with `--precision int4`) gives exact dot
+    products. Every node has the manifest's level, and the card says it and what the other
+    level would cost."""
     gguf = write_tiny_gguf(tmp_path / "llama.gguf", "llama")
     default = mobius_genai.package(gguf, "cpu", tmp_path / "default", quiet=True)
-    assert _levels(default) == {4: {0}, 8: {0}}
-    assert _summary(default)["accuracy_level"] == 0
-    asked = mobius_genai.package(
+    assert _levels(default) == {4: {4}, 8: {4}}
+    assert _summary(default)["accuracy_level"] == 4
+    card = (default / "README.md").read_text()
+    assert "accuracy level 4: activations rounded to int8" in card
+    assert "`--int4-accuracy-level 0`" in card
+    exact = mobius_genai.package(
         gguf,
         "cpu",
-        tmp_path / "asked",
+        tmp_path / "exact",
         precision="int4",
-        int4=Int4Options(accuracy_level=4),
+        int4=Int4Options(accuracy_level=0),
         quiet=True,
     )
-    assert _levels(asked) == {4: {4}, 8: {4}}
-    assert _summary(asked)["accuracy_level"] == 4
-    four = write_tiny_gguf(tmp_path / "q4.gguf", "llama", types={"token_embd": "Q4_0"})
-    only_4_bit = mobius_genai.package(four, "cpu", tmp_path / "four", quiet=True)
-    assert _levels(only_4_bit) == {4: {4}}  # the EP's default level: no 8-bit weight
-    assert _summary(only_4_bit)["accuracy_level"] == 4
+    assert _levels(exact) == {4: {0}, 8: {0}}
+    assert _summary(exact)["accuracy_level"] == 0
+    assert "accuracy level 0: dot products in float" in (exact / "README.md").read_text()
 
 
 #: What the packager does with each GGUF type (for a matrix; vectors are read as float).

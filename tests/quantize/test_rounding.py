@@ -1,8 +1,8 @@
 """The per-block scale search (`rounding.search_blocks`) against a plain per-block reference.
 
 The reference is the recipe written one block and one candidate at a time with Python scalars
-(llama.cpp's make_qkx2_quants candidates, integer zero point, weighted least-squares refit), so
-a vectorization slip (wrong axis, broadcast, candidate grid, tie-breaking) shows up.
+(llama.cpp's make_qkx2_quants candidates, integer zero point, weighted least-squares refit,
+rounded again; every third candidate, then the two beside the best), so a vectorization slip (wrong axis, broadcast, candidate grid, tie-breaking) shows up.
 """
 
 from __future__ import annotations
@@ -35,13 +35,17 @@ def _reference_block(
     else:
         low = min(min(x), 0.0)
         span, levels = max(max(x), 0.0) - low, top
-    best = (float("inf"), [], 0.0, 0)
-    for step in range(STEPS):
+
+    def candidate(step: int) -> tuple[float, int]:
         factor = np.float32(levels - 1.0 + 0.1 * step)
         scale = float(np.float32(span) / factor) if span != 0 else 1.0
         zero = 2 ** (bits - 1) if symmetric else min(max(round(-low / scale), 0), top)
+        return scale, zero
 
-        def rounded(s: float, zero: int = zero) -> list[int]:
+    def fitted(scale: float, zero: int) -> tuple[float, list[int], float]:
+        """Round on `scale`, refit, round again: (error, q, refit scale) of that rounding."""
+
+        def rounded(s: float) -> list[int]:
             return [min(max(round(v / s) + zero, 0), top) for v in x]
 
         q = rounded(scale)
@@ -52,8 +56,17 @@ def _reference_block(
         error = sum(
             w * (refit * (k - zero) - v) ** 2 for w, k, v in zip(weights, q, x, strict=True)
         )
-        if error < best[0] * (1 - 1e-6):
-            best = (error, q, refit, zero)
+        return error, q, refit
+
+    best = (float("inf"), [], 0.0, 0, 0)
+    for steps in (range(1, STEPS, 3), "fine"):
+        if steps == "fine":
+            steps = [min(max(best[4] + offset, 0), STEPS - 1) for offset in (-1, 1)]
+        for step in steps:
+            scale, zero = candidate(step)
+            error, q, refit = fitted(scale, zero)
+            if error < best[0] * (1 - 1e-6):
+                best = (error, q, refit, zero, step)
     return best[1], best[2], best[3]
 
 
