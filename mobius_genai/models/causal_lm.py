@@ -8,6 +8,7 @@ from onnxscript import nn
 from mobius_genai.components.decoder import DecoderLayer
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.image_masks import image_block_bias
+from mobius_genai.components.kv_slots import kv_slots
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import make_norm
@@ -80,13 +81,24 @@ class TextModel(nn.Module):
         biases = {
             window: self._bias(op, input_ids, attention_mask, window) for window in self.windows
         }
+        # where og.Engine's rows put their keys; it runs no multimodal-rope (3-D position) model
+        slots = None
+        if config.rope.mrope_section is None:
+            slots = kv_slots(op, input_ids, attention_mask, position_ids)
         presents = []
         for i, layer in enumerate(self.layers):
             bias = biases[config.window_of_layer(i) or 0]
             rope = config.rope_of_layer(i)
             rotation = rotations[rope] if rope is not None else None
             hidden_states, present = layer(
-                op, hidden_states, position_ids, rotation, bias, past_key_values[i], attention_mask
+                op,
+                hidden_states,
+                position_ids,
+                rotation,
+                bias,
+                past_key_values[i],
+                attention_mask,
+                slots,
             )
             presents.append(present)
         return self.norm(op, hidden_states), presents

@@ -1,0 +1,72 @@
+"""Where each new token's key and value land in a KV cache that grows by concatenation.
+
+onnxruntime-genai 0.18 feeds such a cache (ONNX Attention, `past_present_share_buffer: false`)
+in two ways, measured by echoing its inputs (tests/runtime/test_og_feeds.py):
+
+- og.Generator: each row's new tokens follow the whole past (slot past + j); padding stays in
+  the cache, hidden by zeros in `attention_mask`.
+- og.Engine (a static batch of requests of different lengths in one cache): row b's
+  `attention_mask` is ones over its own length L_b and zeros after it, `position_ids` number
+  its tokens from its processed length (padding: 0), and the present cache is bound
+  [batch, kv, T, head] with T = the mask's length, the longest row's. Each row is kept
+  contiguous, as in GroupQueryAttention's shared buffer: a shorter row's new token belongs at
+  slot position_ids, not after the longest row's past.
+
+`kv_slots` picks one slot per new token, S of them after a past cut to K = T - S slots (the
+Attention op appends the new tokens after it): the token's concatenated slot K + j when the mask
+shows it, else its position p when 0 < p < K (og.Engine's shorter rows), else K + j (padding,
+which the mask hides). og.Generator's feeds always give K + j, so its cache is the
+concatenation, unchanged. `place` writes the tokens whose slot is below K into the past
+Attention reads; a static batch whose longest request has finished (T stops growing) is cut to
+T slots, the length og binds.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+#: Metadata on the node that yields a placed past: GroupQueryAttention, whose shared buffer
+#: places tokens by itself, reads the past before placement (`unplaced`).
+PLACED_PAST_KEY = "mobius.placed_past"
+
+
+def kv_slots(
+    op, input_ids: ir.Value, attention_mask: ir.Value, position_ids: ir.Value
+) -> tuple[ir.Value, ir.Value]:
+    """(slots [batch, seq] int64, kept past length K [1]) of the new tokens, as above."""
+    seq = op.Shape(input_ids, start=1, end=2)
+    kept = op.Sub(op.Shape(attention_mask, start=1, end=2), seq)
+    zero = op.Constant(value_int=0)
+    concatenated = op.Add(
+        op.Range(zero, op.Squeeze(seq), op.Constant(value_int=1)), op.Squeeze(kept)
+    )
+    shown = op.Cast(op.Gather(attention_mask, concatenated, axis=1), to=ir.DataType.BOOL)
+    inside = op.And(op.Greater(position_ids, zero), op.Less(position_ids, kept))
+    moved = op.And(op.Not(shown), inside)
+    return op.Where(moved, position_ids, op.Unsqueeze(concatenated, zero)), kept
+
+
+def place(
+    op, past: ir.Value, new: ir.Value, slots: ir.Value, kept: ir.Value, heads: int, head_dim: int
+) -> ir.Value:
+    """`past` [batch, heads, P, head_dim] cut to K slots, with each token of `new` [batch, seq,
+    heads * head_dim] whose slot is below K written there."""
+    two = op.Constant(value_ints=[2])
+    new = op.Transpose(
+        op.Reshape(new, op.Constant(value_ints=[0, 0, heads, head_dim])), perm=[0, 2, 1, 3]
+    )
+    cut = op.Slice(past, op.Constant(value_ints=[0]), kept, two)
+    indices = op.Expand(op.Unsqueeze(slots, op.Constant(value_ints=[1, 3])), op.Shape(new))
+    written = op.ScatterElements(op.Concat(cut, new, axis=2), indices, new, axis=2)
+    placed = op.Slice(written, op.Constant(value_ints=[0]), kept, two)
+    placed.producer().metadata_props[PLACED_PAST_KEY] = "1"
+    return placed
+
+
+def unplaced(value: ir.Value) -> ir.Value:
+    """The past `place` read when `value` is its output, else `value` itself."""
+    node = value.producer()
+    if node is None or PLACED_PAST_KEY not in node.metadata_props:
+        return value
+    concat = node.inputs[0].producer().inputs[0].producer()  # Slice ← ScatterElements ← Concat
+    return concat.inputs[0].producer().inputs[0]  # Concat ← Slice(past)
