@@ -45,6 +45,7 @@ from onnxscript.rewriter import MatchContext, pattern
 
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
+from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
 
@@ -195,9 +196,10 @@ class GQAFusion(RecordingRuleClassBase):
 
     do_rotary = True
     scores_mode = 0  # the qk_matmul_output_mode whose scores the matched subgraph reads
-
     def __init__(self, name: str = "GQAFusion") -> None:
-        super().__init__(name)
+        # The portable graph's key placement (components/kv_slots.py) also reads the rotated
+        # key: the matched nodes stay until the rule set removes what nothing reads any more.
+        super().__init__(name, remove_nodes=False)
         self._attributes: dict[str, Any] = {}
         self._attention_mask: ir.Value | None = None
 
@@ -209,6 +211,8 @@ class GQAFusion(RecordingRuleClassBase):
     def check(self, context, query, mask, past_key, attention, **bindings) -> pattern.MatchResult:
         result = pattern.MatchResult()
         node = attention.producer()
+        if not (attention.uses() or attention.is_graph_output()):
+            return result.fail("Attention already rewritten (nothing reads its output)", node)
         attributes = _attention_attributes(node, query, result, self.scores_mode)
         if attributes is None:
             return result
@@ -245,7 +249,8 @@ class GQAFusion(RecordingRuleClassBase):
     def rewrite(self, op, query, key, value, past_key, past_value, attention, **bindings):
         graph = attention.producer().graph
         seqlens_k, total = sequence_lengths(op, graph, self._attention_mask)
-        inputs = [query, key, value, past_key, past_value, seqlens_k, total]
+        # GQA's shared buffer places each row's tokens itself: it reads the past unplaced
+        inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
         if self.do_rotary:
             inputs += [bindings["cos"], bindings["sin"]]
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)
