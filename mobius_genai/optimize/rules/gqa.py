@@ -196,6 +196,7 @@ class GQAFusion(RecordingRuleClassBase):
 
     do_rotary = True
     scores_mode = 0  # the qk_matmul_output_mode whose scores the matched subgraph reads
+
     def __init__(self, name: str = "GQAFusion") -> None:
         # The portable graph's key placement (components/kv_slots.py) also reads the rotated
         # key: the matched nodes stay until the rule set removes what nothing reads any more.
