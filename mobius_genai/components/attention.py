@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.components.kv_slots import place
+from mobius_genai.components.kv_slots import Slots, place
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.norms import HeadwiseNorm, make_norm
 from mobius_genai.components.rope import Rotation
@@ -106,7 +106,7 @@ class Attention(nn.Module):
         attention_bias: ir.Value,
         past_key: ir.Value,
         past_value: ir.Value,
-        slots: tuple[ir.Value, ir.Value] | None = None,
+        slots: Slots | None = None,
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d]);
         with `slots` (components/kv_slots.py) the new keys and values land there."""
@@ -133,8 +133,8 @@ class Attention(nn.Module):
             attributes["qk_matmul_output_mode"] = SCORES_MODE
         if slots is not None:
             shape = (self.num_kv_heads, self.head_dim)
-            past_key = place(op, past_key, k, *slots, *shape)
-            past_value = place(op, past_value, v, *slots, *shape)
+            past_key = place(op, past_key, k, slots, *shape)
+            past_value = place(op, past_value, v, slots, *shape)
         output, present_key, present_value, *scores = op.Attention(
             q,
             k,

@@ -20,6 +20,7 @@ from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
 from mobius_genai.components.gated_delta_net import GatedDeltaNet
+from mobius_genai.components.kv_slots import Slots
 from mobius_genai.components.mlp import make_mlp
 from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
@@ -93,7 +94,7 @@ class DecoderLayer(nn.Module):
         attention_bias: ir.Value,
         past: tuple[ir.Value, ...],
         attention_mask: ir.Value,
-        slots: tuple[ir.Value, ir.Value] | None = None,
+        slots: Slots | None = None,
     ) -> tuple[ir.Value, tuple[ir.Value, ...]]:
         """The layer output and its new cache: (key, value), or a recurrent block's states
         (`slots`: where new keys and values land, components/kv_slots.py)."""

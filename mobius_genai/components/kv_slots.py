@@ -23,6 +23,8 @@ T slots, the length og binds.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import onnx_ir as ir
 
 #: Metadata on the node that yields a placed past: GroupQueryAttention, whose shared buffer
@@ -30,10 +32,18 @@ import onnx_ir as ir
 PLACED_PAST_KEY = "mobius.placed_past"
 
 
-def kv_slots(
-    op, input_ids: ir.Value, attention_mask: ir.Value, position_ids: ir.Value
-) -> tuple[ir.Value, ir.Value]:
-    """(slots [batch, seq] int64, kept past length K [1]) of the new tokens, as above."""
+class Slots(NamedTuple):
+    """The new tokens' slots [batch, seq] (int64), the kept past length K [1], and the batch
+    and seq sizes [1] (read from input_ids: EliminateShapePass counts a 2-D input's dims)."""
+
+    slots: ir.Value
+    kept: ir.Value
+    batch: ir.Value
+    seq: ir.Value
+
+
+def kv_slots(op, input_ids: ir.Value, attention_mask: ir.Value, position_ids: ir.Value) -> Slots:
+    """Where each new token's key and value land, as above."""
     seq = op.Shape(input_ids, start=1, end=2)
     kept = op.Sub(op.Shape(attention_mask, start=1, end=2), seq)
     zero = op.Constant(value_int=0)
@@ -43,22 +53,23 @@ def kv_slots(
     shown = op.Cast(op.Gather(attention_mask, concatenated, axis=1), to=ir.DataType.BOOL)
     inside = op.And(op.Greater(position_ids, zero), op.Less(position_ids, kept))
     moved = op.And(op.Not(shown), inside)
-    return op.Where(moved, position_ids, op.Unsqueeze(concatenated, zero)), kept
+    slots = op.Where(moved, position_ids, op.Unsqueeze(concatenated, zero))
+    return Slots(slots, kept, op.Shape(input_ids, start=0, end=1), seq)
 
 
-def place(
-    op, past: ir.Value, new: ir.Value, slots: ir.Value, kept: ir.Value, heads: int, head_dim: int
-) -> ir.Value:
+def place(op, past: ir.Value, new: ir.Value, slots: Slots, heads: int, head_dim: int) -> ir.Value:
     """`past` [batch, heads, P, head_dim] cut to K slots, with each token of `new` [batch, seq,
     heads * head_dim] whose slot is below K written there."""
     two = op.Constant(value_ints=[2])
     new = op.Transpose(
         op.Reshape(new, op.Constant(value_ints=[0, 0, heads, head_dim])), perm=[0, 2, 1, 3]
     )
-    cut = op.Slice(past, op.Constant(value_ints=[0]), kept, two)
-    indices = op.Expand(op.Unsqueeze(slots, op.Constant(value_ints=[1, 3])), op.Shape(new))
+    cut = op.Slice(past, op.Constant(value_ints=[0]), slots.kept, two)
+    sizes = [slots.batch, op.Constant(value_ints=[heads]), slots.seq]
+    sizes = op.Concat(*sizes, op.Constant(value_ints=[head_dim]), axis=0)
+    indices = op.Expand(op.Unsqueeze(slots.slots, op.Constant(value_ints=[1, 3])), sizes)
     written = op.ScatterElements(op.Concat(cut, new, axis=2), indices, new, axis=2)
-    placed = op.Slice(written, op.Constant(value_ints=[0]), kept, two)
+    placed = op.Slice(written, op.Constant(value_ints=[0]), slots.kept, two)
     placed.producer().metadata_props[PLACED_PAST_KEY] = "1"
     return placed
 
