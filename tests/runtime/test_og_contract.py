@@ -37,6 +37,7 @@ from tests.runtime.conftest import open_kind
 TOLERANCE = 1e-4  # f32 logits vs transformers
 PROMPT = PROMPTS[0]
 NEW = 12
+ENGINE_NEW = (6, 4, 2)  # new tokens of each of PROMPTS under og.Engine
 
 KINDS = [
     pytest.param("dense", id="dense"),
@@ -90,20 +91,23 @@ def test_logits_of_every_position_equal_transformers(kind):
 
 
 def test_engine_requests_of_different_lengths_give_their_tokens_alone(kind):
+    """Requests of different lengths and token counts, the longest finishing first (the
+    batch's mask then stops growing while the others run: tests/runtime/test_og_feeds.py)."""
     model, bundle, *_ = kind
+    expected = [alone(model, prompt, new) for prompt, new in zip(PROMPTS, ENGINE_NEW, strict=True)]
     refusal = bundle_og_limits(bundle).get(ENGINE)
     if refusal is not None:  # og refuses the model, fails its turns, or gives other tokens
         try:
-            tokens, failures = engine_tokens(model, PROMPTS, 6)
+            tokens, failures = engine_tokens(model, PROMPTS, ENGINE_NEW)
         except RuntimeError as error:
             assert "not supported for decoding" in str(error)
         else:
-            assert failures or tokens != [alone(model, prompt, 6) for prompt in PROMPTS]
+            assert failures or tokens != expected
         return
-    tokens, failures = engine_tokens(model, PROMPTS, 6)
+    tokens, failures = engine_tokens(model, PROMPTS, ENGINE_NEW)
     assert failures == []
-    assert tokens == [alone(model, prompt, 6) for prompt in PROMPTS]
-    assert all(len(request) == 6 for request in tokens)
+    assert tokens == expected
+    assert [len(request) for request in tokens] == list(ENGINE_NEW)
 
 
 def test_ngram_speculative_decoding_gives_the_greedy_tokens(kind):
