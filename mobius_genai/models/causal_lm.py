@@ -78,13 +78,15 @@ class TextModel(nn.Module):
             if rope is not None and rope not in rotations:
                 module = self.rotary_emb if rope == config.rope else self.rotary_emb_local
                 rotations[rope] = module(op, position_ids)
-        biases = {
-            window: self._bias(op, input_ids, attention_mask, window) for window in self.windows
-        }
         # where og.Engine's rows put their keys; it runs no multimodal-rope (3-D position) model
         slots = None
         if config.rope.mrope_section is None:
             slots = kv_slots(op, input_ids, attention_mask, position_ids)
+        query_slots = None if slots is None else slots.slots
+        biases = {
+            window: self._bias(op, input_ids, attention_mask, window, query_slots)
+            for window in self.windows
+        }
         presents = []
         for i, layer in enumerate(self.layers):
             bias = biases[config.window_of_layer(i) or 0]
@@ -103,9 +105,9 @@ class TextModel(nn.Module):
             presents.append(present)
         return self.norm(op, hidden_states), presents
 
-    def _bias(self, op, input_ids, attention_mask, window: int) -> ir.Value:
+    def _bias(self, op, input_ids, attention_mask, window: int, slots) -> ir.Value:
         if self.image_token_id is None:
-            return attention_bias(op, input_ids, attention_mask, window or None)
+            return attention_bias(op, input_ids, attention_mask, window or None, slots)
         return image_block_bias(op, input_ids, attention_mask, window or None, self.image_token_id)
 
 
