@@ -59,16 +59,16 @@ def kv_slots(op, input_ids: ir.Value, attention_mask: ir.Value, position_ids: ir
 
 def place(op, past: ir.Value, new: ir.Value, slots: Slots, heads: int, head_dim: int) -> ir.Value:
     """`past` [batch, heads, P, head_dim] cut to K slots, with each token of `new` [batch, seq,
-    heads * head_dim] whose slot is below K written there."""
+    heads * head_dim] whose slot is below K written there (the others land in slots K + j of
+    the past and new keys concatenated, which the cut drops: K <= P)."""
     two = op.Constant(value_ints=[2])
     new = op.Transpose(
         op.Reshape(new, op.Constant(value_ints=[0, 0, heads, head_dim])), perm=[0, 2, 1, 3]
     )
-    cut = op.Slice(past, op.Constant(value_ints=[0]), slots.kept, two)
     sizes = [slots.batch, op.Constant(value_ints=[heads]), slots.seq]
     sizes = op.Concat(*sizes, op.Constant(value_ints=[head_dim]), axis=0)
     indices = op.Expand(op.Unsqueeze(slots.slots, op.Constant(value_ints=[1, 3])), sizes)
-    written = op.ScatterElements(op.Concat(cut, new, axis=2), indices, new, axis=2)
+    written = op.ScatterElements(op.Concat(past, new, axis=2), indices, new, axis=2)
     placed = op.Slice(written, op.Constant(value_ints=[0]), slots.kept, two)
     placed.producer().metadata_props[PLACED_PAST_KEY] = "1"
     return placed
@@ -80,4 +80,4 @@ def unplaced(value: ir.Value) -> ir.Value:
     if node is None or PLACED_PAST_KEY not in node.metadata_props:
         return value
     concat = node.inputs[0].producer().inputs[0].producer()  # Slice ← ScatterElements ← Concat
-    return concat.inputs[0].producer().inputs[0]  # Concat ← Slice(past)
+    return concat.inputs[0]

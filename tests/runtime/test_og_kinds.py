@@ -1,7 +1,8 @@
 """The contracts every model kind must keep in the default run (og.Engine with concurrent
 requests, the logits of every position, n-gram speculative decoding), on the kinds
 test_og_contract.py runs only when slow tests are asked for, on int4 and QMoE bundles, and on
-a `default` EP bundle (ONNX Attention, a KV cache that grows by concatenation).
+`default` EP bundles (ONNX Attention, a KV cache that grows by concatenation; one with
+sliding-window layers).
 
 The test functions are test_og_contract.py's own, collected here again with this module's
 `kind` fixture, so that both files check exactly the same things."""
@@ -24,7 +25,19 @@ __all__ = [
 ]
 
 
-@pytest.fixture(params=["default_ep", "dense_int4", "moe", "qmoe", "lfm2", "delta_net", "vlm"])
+KINDS = [
+    "default_ep",
+    "windowed_default_ep",
+    "dense_int4",
+    "moe",
+    "qmoe",
+    "lfm2",
+    "delta_net",
+    "vlm",
+]
+
+
+@pytest.fixture(params=KINDS)
 def kind(request):
     """(og.Model, bundle folder, checkpoint folder, transformers class) of one model kind."""
     return open_kind(request, request.param)
