@@ -15,12 +15,21 @@ builder writes no CPU bundle of the other kinds that og runs, so those rows quot
 - og.Engine runs the models og loads as plain decoders: a vision-language model.type (og's
   multimodal pipeline) and lfm2 are refused ("The model type is not supported for decoding").
 - og.Engine's static batch (measured on 0.18 by echoing its feeds, tests/runtime/
-  test_og_feeds.py) keeps requests of different lengths in one cache bound as long as the
-  longest: right-padded input_ids, each row's attention_mask ones over its own length only,
-  position_ids from its own length. It masks each row as if its tokens were contiguous, which
-  GroupQueryAttention's shared buffer makes true; the portable graph's ONNX Attention cache,
-  which grows by concatenation, puts each row's new keys where that mask says
-  (components/kv_slots.py), so og.Engine runs `default` and `onnx-standard` bundles too.
+  test_og_feeds.py) keeps requests of different lengths in one cache: input_ids right-padded
+  to the most new tokens, each row's attention_mask ones over its own length and zeros after
+  it, as long as the longest row's (a finished row's included), position_ids from the row's
+  own length, past and present as long as the previous and the current mask. That is
+  GroupQueryAttention's shared buffer, where each row's keys are contiguous. A graph that
+  appends the new keys after the whole past (ONNX Attention's concatenation) puts a shorter
+  row's key where its mask says 0 and reads padding where it says 1: other tokens than alone,
+  with no error, and a failed batch once the longest request has finished (the mask stops
+  growing, the concatenation does not: "The output OrtValue provided for output
+  'present.0.key' ... has shape"). The information is in what og feeds, though: the portable
+  graph now writes each token whose own concatenated slot the mask hides at its position,
+  cuts the past to the mask's length, and counts sliding windows back from that slot
+  (components/kv_slots.py, masks.py), which leaves og.Generator's feeds exactly as before; so
+  og.Engine runs `default` and `onnx-standard` bundles too. Bundles written before keep the
+  limit (`_unplaced_cache`: no ScatterElements in the graph).
 - og's multimodal pipeline fails beam search (its embedding output is bound one token long per
   beam; the builder's vision-language bundle fails too) and, on a concatenated cache, rewind.
 - Gated delta nets (model.type qwen3_5_text, qwen3_5_moe_text) load, but the Engine's

@@ -1,14 +1,16 @@
 """Where each new token's key and value land in a KV cache that grows by concatenation.
 
 onnxruntime-genai 0.18 feeds such a cache (ONNX Attention, `past_present_share_buffer: false`)
-in two ways, measured by echoing its inputs (tests/runtime/test_og_feeds.py):
+in two ways (og.Engine's measured by echoing its inputs, tests/runtime/test_og_feeds.py;
+og.Generator's as its source builds them, kept by tests/runtime/test_og_contract.py's batches):
 
 - og.Generator: each row's new tokens follow the whole past (slot past + j); padding stays in
   the cache, hidden by zeros in `attention_mask`.
 - og.Engine (a static batch of requests of different lengths in one cache): row b's
   `attention_mask` is ones over its own length L_b and zeros after it, `position_ids` number
   its tokens from its processed length (padding: 0), and the present cache is bound
-  [batch, kv, T, head] with T = the mask's length, the longest row's. Each row is kept
+  [batch, kv, T, head] with T = the mask's length, the longest row's (which stops growing once
+  that request has finished, while the past is still T long). Each row is kept
   contiguous, as in GroupQueryAttention's shared buffer: a shorter row's new token belongs at
   slot position_ids, not after the longest row's past.
 
@@ -17,8 +19,7 @@ Attention op appends the new tokens after it): the token's concatenated slot K +
 shows it, else its position p when 0 < p < K (og.Engine's shorter rows), else K + j (padding,
 which the mask hides). og.Generator's feeds always give K + j, so its cache is the
 concatenation, unchanged. `place` writes the tokens whose slot is below K into the past
-Attention reads; a static batch whose longest request has finished (T stops growing) is cut to
-T slots, the length og binds.
+Attention reads, cut to K slots so that the present is T long, the length og binds.
 """
 
 from __future__ import annotations
