@@ -1,8 +1,8 @@
 """The contracts every model kind must keep in the default run (og.Engine with concurrent
 requests, the logits of every position, n-gram speculative decoding), on the kinds
 test_og_contract.py runs only when slow tests are asked for, on int4 and QMoE bundles, and on
-`default` EP bundles (ONNX Attention, a KV cache that grows by concatenation; one with
-sliding-window layers).
+a `default` EP bundle with sliding-window layers (ONNX Attention, a KV cache that grows by
+concatenation; test_og_contract.py runs every contract on tiny-qwen2's).
 
 The test functions are test_og_contract.py's own, collected here again with this module's
 `kind` fixture, so that both files check exactly the same things."""
