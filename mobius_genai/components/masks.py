@@ -1,10 +1,12 @@
 """The additive attention bias [batch, 1, seq, total_seq] from the 2-D attention_mask.
 
 Key j is visible to query i (absolute position past + i) when it is not padding, not in the
-future, and, for sliding-window layers, fewer than `window` slots back from the query's own
-slot (the convention transformers uses: i - j < window). The query's slot is where its key
-lands (components/kv_slots.py): past + i for og.Generator, the row's own position for a shorter
-row of og.Engine's batch, whose later slots the padding mask hides but whose window it does not.
+future, and, for sliding-window layers, fewer than `window` positions back (the convention
+transformers uses: i - j < window). With `position_ids` the distance is counted in positions:
+the query's own and the key's (ones of the mask up to it, minus one), which is the slot
+distance for a row without holes, and the prompt's own distance for a row with them: a
+right-padded row of og.Generator's batch continues after its padding, and og.Engine's shorter
+rows (components/kv_slots.py) keep their keys below later slots.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ def attention_bias(
     input_ids: ir.Value,
     attention_mask: ir.Value,
     window: int | None,
-    slots: ir.Value | None = None,
+    position_ids: ir.Value | None = None,
 ) -> ir.Value:
-    """0 where attention is allowed, the dtype's lowest value where it is not (`slots`
-    [batch, seq]: the queries' slots, kv_slots.py; None: past + i)."""
+    """0 where attention is allowed, the dtype's lowest value where it is not (windows in
+    `position_ids` [batch, seq] when given, else in slots)."""
     seq = op.Shape(input_ids, start=1, end=2)
     total = op.Shape(attention_mask, start=1, end=2)
     zero = op.Constant(value_ints=[0])
@@ -38,10 +40,14 @@ def attention_bias(
     )
     allowed = op.And(op.Unsqueeze(op.LessOrEqual(key_pos, query_pos), zero), not_padding)
     if window is not None:
-        latest = query_pos if slots is None else op.Unsqueeze(slots, op.Constant(value_ints=[1, 3]))
-        allowed = op.And(
-            allowed, op.Greater(key_pos, op.Sub(latest, op.Constant(value_int=window)))
-        )
+        latest, keys = query_pos, key_pos
+        if position_ids is not None:
+            latest = op.Unsqueeze(position_ids, op.Constant(value_ints=[1, 3]))
+            counted = op.CumSum(attention_mask, op.Constant(value_int=1))
+            keys = op.Unsqueeze(
+                op.Sub(counted, op.Constant(value_int=1)), op.Constant(value_ints=[1, 2])
+            )
+        allowed = op.And(allowed, op.Greater(keys, op.Sub(latest, op.Constant(value_int=window))))
     dtype = get_build_dtype()
     lowest = ml_dtypes.finfo(dtype.numpy()).min
     return op.Where(

@@ -79,12 +79,12 @@ class TextModel(nn.Module):
                 module = self.rotary_emb if rope == config.rope else self.rotary_emb_local
                 rotations[rope] = module(op, position_ids)
         # where og.Engine's rows put their keys; it runs no multimodal-rope (3-D position) model
-        slots = None
-        if config.rope.mrope_section is None:
-            slots = kv_slots(op, input_ids, attention_mask, position_ids)
-        query_slots = None if slots is None else slots.slots
+        flat = config.rope.mrope_section is None
+        slots = kv_slots(op, input_ids, attention_mask, position_ids) if flat else None
         biases = {
-            window: self._bias(op, input_ids, attention_mask, window, query_slots)
+            window: self._bias(
+                op, input_ids, attention_mask, window, position_ids if flat else None
+            )
             for window in self.windows
         }
         presents = []
@@ -105,9 +105,9 @@ class TextModel(nn.Module):
             presents.append(present)
         return self.norm(op, hidden_states), presents
 
-    def _bias(self, op, input_ids, attention_mask, window: int, slots) -> ir.Value:
+    def _bias(self, op, input_ids, attention_mask, window: int, position_ids) -> ir.Value:
         if self.image_token_id is None:
-            return attention_bias(op, input_ids, attention_mask, window or None, slots)
+            return attention_bias(op, input_ids, attention_mask, window or None, position_ids)
         return image_block_bias(op, input_ids, attention_mask, window or None, self.image_token_id)
 
 

@@ -4,10 +4,10 @@ The portable decoder computes, per layer (components/attention.py, components/ma
 
     q_rot = RotaryEmbedding(q, cos, sin, position_ids)        # and k_rot alike
     out, present_k, present_v = Attention(q_rot, k_rot, v, bias, past_k, past_v)
-    bias[b, 0, i, j] = 0 if j <= past + i and slot[b, i] - j < window and attention_mask[b, j]
+    bias[b, 0, i, j] = 0 if j <= past + i and q[b, i] - k[b, j] < window and attention_mask[b, j]
                        else lowest
-    (slot[b, i]: where query i's key lands, components/kv_slots.py; past + i but in og.Engine's
-    shorter rows, where GQA's shared buffer puts it there too)
+    (q, k: the query's and the key's positions, position_ids and the mask's ones up to j; for
+    rows without padding holes past + i and j)
 
 GroupQueryAttention computes the same thing from two lengths instead of the bias:
 ``seqlens_k = int32(ReduceSum(attention_mask, 1) - 1)`` and
@@ -69,7 +69,7 @@ class _CausalMask(pattern.PatternBase):
         super().__init__("CausalMask" + ("Windowed" if windowed else ""))
         self.windowed = windowed
 
-    def pattern(self, op, input_ids, attention_mask, lowest, window, latest):
+    def pattern(self, op, input_ids, attention_mask, lowest, window, latest, keys):
         seq = op.Shape(input_ids, start=1, end=2)
         total = op.Shape(attention_mask, start=1, end=2)
         start = op.Squeeze(op.Sub(total, seq), [0])
@@ -78,8 +78,8 @@ class _CausalMask(pattern.PatternBase):
         key_pos = op.Unsqueeze(op.Range(0, end, 1), [0])
         not_padding = op.Cast(op.Unsqueeze(attention_mask, [1, 2]), to=ir.DataType.BOOL)
         allowed = op.And(op.Unsqueeze(op.LessOrEqual(key_pos, query_pos), [0]), not_padding)
-        if self.windowed:  # `latest`: the queries' slots (GQA's own, from seqlens_k)
-            allowed = op.And(allowed, op.Greater(key_pos, op.Sub(latest, window)))
+        if self.windowed:  # in slots or positions (masks.py): GQA counts in its own
+            allowed = op.And(allowed, op.Greater(keys, op.Sub(latest, window)))
         return op.Where(allowed, 0.0, lowest)
 
     def check(self, context, attention_mask, lowest, window=None, **_) -> pattern.MatchResult:
