@@ -5,9 +5,9 @@ continuous decoding, beam search, batches, guidance, several generators in one p
 
 Each contract reads the bundle's `og_limits` (bundle/og_support.py, what its card says): an API
 the bundle gives up must fail as the card says, every other one must hold. The dense bundle
-and tiny-qwen2's `default` EP bundle (ONNX Attention, a KV cache that grows by concatenation)
-run every contract by default; the MoE, hybrid, vision-language and windowed `default` EP
-bundles are slow-marked
+and two `default` EP bundles (ONNX Attention, a KV cache that grows by concatenation;
+tiny-qwen2 and a gemma2 with sliding windows) run every contract by default; the MoE, hybrid
+and vision-language bundles are slow-marked
 here (tests/runtime/test_og_kinds.py runs their Engine, logits and n-gram checks by default).
 """
 
@@ -44,7 +44,7 @@ ENGINE_NEW = (6, 4, 2)  # new tokens of each of PROMPTS under og.Engine
 KINDS = [
     pytest.param("dense", id="dense"),
     pytest.param("default_ep", id="default-ep"),  # a cache that grows by concatenation
-    pytest.param("windowed_default_ep", id="windowed-default-ep", marks=pytest.mark.slow),
+    pytest.param("windowed_default_ep", id="windowed-default-ep"),  # gemma2: 5-key windows
     pytest.param("moe", id="moe", marks=pytest.mark.slow),
     pytest.param("delta_net", id="hybrid", marks=pytest.mark.slow),
     pytest.param("vlm", id="vlm", marks=pytest.mark.slow),
