@@ -7,7 +7,9 @@ The portable decoder computes, per layer (components/attention.py, components/ma
     bias[b, 0, i, j] = 0 if j <= past + i and q[b, i] - k[b, j] < window and attention_mask[b, j]
                        else lowest
     (q, k: the query's and the key's positions, position_ids and the mask's ones up to j; for
-    rows without padding holes past + i and j)
+    rows without padding holes past + i and j; past_k, past_v: the past with the new keys of
+    og.Engine's shorter rows placed, components/kv_slots.py. GQA reads the past before that:
+    its shared buffer places each row's keys itself)
 
 GroupQueryAttention computes the same thing from two lengths instead of the bias:
 ``seqlens_k = int32(ReduceSum(attention_mask, 1) - 1)`` and
