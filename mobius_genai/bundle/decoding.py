@@ -3,7 +3,7 @@
 it does not.
 
 Where og's Engine does not run the bundle (`og_support.engine_support`: a pruned LM head, a
-model type it refuses such as lfm2, a KV cache it batches wrongly), the Generator runs it, said
+model type it refuses such as lfm2, an older bundle's concatenated KV cache), the Generator runs it, said
 once in one line. Prompts with images go through the Generator too (a turn takes token ids
 only).
 
@@ -234,7 +234,7 @@ def _eos_token_ids(config: Mapping[str, Any]) -> set[int]:
 def _engine(bundle: OpenBundle, note: Callable[[str], None]) -> og.Engine | None:
     """og.Engine of the bundle's model; None, said to `note` in one line, where og's Engine
     does not run the bundle (`og_support.engine_support`: a pruned LM head, a model type it
-    refuses, a cache it batches wrongly) or refuses to start."""
+    refuses, an older bundle's concatenated cache) or refuses to start."""
     refusal = engine_support(bundle.folder)
     if refusal is None:
         try:

@@ -14,10 +14,22 @@ builder writes no CPU bundle of the other kinds that og runs, so those rows quot
   WebGPU, fp16/bf16, a flat token axis), not to the portable graphs mobius-genai writes.
 - og.Engine runs the models og loads as plain decoders: a vision-language model.type (og's
   multimodal pipeline) and lfm2 are refused ("The model type is not supported for decoding").
-- og.Engine batches requests of different lengths in one KV cache and masks each row as if
-  its tokens were contiguous, which holds for GroupQueryAttention's shared past/present buffer
-  only: on a cache that grows by concatenation (ONNX Attention, the `default` and
-  `onnx-standard` EPs) the shorter requests get other tokens than alone, with no error.
+- og.Engine's static batch (measured on 0.18 by echoing its feeds, tests/runtime/
+  test_og_feeds.py) keeps requests of different lengths in one cache: input_ids right-padded
+  to the most new tokens, each row's attention_mask ones over its own length and zeros after
+  it, as long as the longest row's (a finished row's included), position_ids from the row's
+  own length, past and present as long as the previous and the current mask. That is
+  GroupQueryAttention's shared buffer, where each row's keys are contiguous. A graph that
+  appends the new keys after the whole past (ONNX Attention's concatenation) puts a shorter
+  row's key where its mask says 0 and reads padding where it says 1: other tokens than alone,
+  with no error, and a failed batch once the longest request has finished (the mask stops
+  growing, the concatenation does not: "The output OrtValue provided for output
+  'present.0.key' ... has shape"). The information is in what og feeds, though: the portable
+  graph now writes each token whose own concatenated slot the mask hides at its position,
+  cuts the past to the mask's length, and counts sliding windows back from that slot
+  (components/kv_slots.py, masks.py), which leaves og.Generator's feeds exactly as before; so
+  og.Engine runs `default` and `onnx-standard` bundles too. Bundles written before keep the
+  limit (`_unplaced_cache`: no ScatterElements in the graph).
 - og's multimodal pipeline fails beam search (its embedding output is bound one token long per
   beam; the builder's vision-language bundle fails too) and, on a concatenated cache, rewind.
 - Gated delta nets (model.type qwen3_5_text, qwen3_5_moe_text) load, but the Engine's
@@ -80,6 +92,12 @@ def _concatenated_cache(config: Mapping[str, Any], graph: GraphInfo) -> bool:
     return not config.get("search", {}).get("past_present_share_buffer", False)
 
 
+def _unplaced_cache(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    """A concatenated cache without components/kv_slots.py's placement (its ScatterElements):
+    a bundle written before mobius-genai placed each row's keys."""
+    return _concatenated_cache(config, graph) and "ai.onnx::ScatterElements" not in graph.ops
+
+
 def _lfm2(config: Mapping[str, Any], graph: GraphInfo) -> bool:
     return config["model"]["type"] == "lfm2"
 
@@ -126,11 +144,11 @@ LIMITS: tuple[OgLimit, ...] = (
     ),
     OgLimit(
         (ENGINE,),
-        "the KV cache grows by concatenation (no GroupQueryAttention shared buffer: "
-        "past_present_share_buffer false), and og 0.18's Engine batches requests as if each "
-        "request's cache were contiguous: requests shorter than the longest one get other "
-        "tokens than alone",
-        _concatenated_cache,
+        "the KV cache grows by concatenation and this graph appends each request's keys after "
+        "the longest request's past, where og 0.18's Engine does not look for them: shorter "
+        "requests get other tokens than alone, and a batch fails once its longest request has "
+        "finished; package the bundle again (mobius-genai now places them as og's mask says)",
+        _unplaced_cache,
     ),
     OgLimit(
         (ENGINE, NGRAM, REWIND),

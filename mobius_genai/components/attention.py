@@ -3,7 +3,8 @@
 q/k/v projections (or one packed [q | k | v] projection split in three), optional clipping of
 q/k/v, optional q/k normalization (per head, or over the whole projection) before or after the
 rotary embedding (unless the layer has none), then one Attention op that appends the new keys
-and values to the cache and applies the additive mask it is given; with attention sinks, its
+and values to the cache (each row's tokens placed as components/kv_slots.py says) and applies
+the additive mask it is given; with attention sinks, its
 output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
 [q_h | gate_h] per head and the output is multiplied by sigmoid(gate).
 """
@@ -14,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.components.kv_slots import Slots, place
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.norms import HeadwiseNorm, make_norm
 from mobius_genai.components.rope import Rotation
@@ -104,8 +106,10 @@ class Attention(nn.Module):
         attention_bias: ir.Value,
         past_key: ir.Value,
         past_value: ir.Value,
+        slots: Slots | None = None,
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
-        """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d])."""
+        """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d]);
+        with `slots` (components/kv_slots.py) the new keys and values land there."""
         q, k, v = self._project(op, hidden_states)
         gate = None
         if self.output_gate:
@@ -127,6 +131,10 @@ class Attention(nn.Module):
             attributes["softcap"] = float(self.softcap)
         if self.sinks is not None:
             attributes["qk_matmul_output_mode"] = SCORES_MODE
+        if slots is not None:
+            shape = (self.num_kv_heads, self.head_dim)
+            past_key = place(op, past_key, k, slots, *shape)
+            past_value = place(op, past_value, v, slots, *shape)
         output, present_key, present_value, *scores = op.Attention(
             q,
             k,

@@ -20,6 +20,7 @@ from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
 from mobius_genai.components.gated_delta_net import GatedDeltaNet
+from mobius_genai.components.kv_slots import Slots
 from mobius_genai.components.mlp import make_mlp
 from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
@@ -93,8 +94,10 @@ class DecoderLayer(nn.Module):
         attention_bias: ir.Value,
         past: tuple[ir.Value, ...],
         attention_mask: ir.Value,
+        slots: Slots | None = None,
     ) -> tuple[ir.Value, tuple[ir.Value, ...]]:
-        """The layer output and its new cache: (key, value), or a recurrent block's states."""
+        """The layer output and its new cache: (key, value), or a recurrent block's states
+        (`slots`: where new keys and values land, components/kv_slots.py)."""
         residual = hidden_states
         normed = self._norm(op, 0, hidden_states)
         if self.recurrent is not None:
@@ -102,7 +105,7 @@ class DecoderLayer(nn.Module):
             presents: tuple[ir.Value, ...] = tuple(states)
         else:
             attn_out, present_key, present_value = self.self_attn(
-                op, normed, position_ids, rotary, attention_bias, *past
+                op, normed, position_ids, rotary, attention_bias, *past, slots
             )
             presents = (present_key, present_value)
         attn_out = self._scaled(op, self._norm(op, 1, attn_out))

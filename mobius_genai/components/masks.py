@@ -2,7 +2,11 @@
 
 Key j is visible to query i (absolute position past + i) when it is not padding, not in the
 future, and, for sliding-window layers, fewer than `window` positions back (the convention
-transformers uses: i - j < window).
+transformers uses: i - j < window). With `position_ids` the distance is counted in positions:
+the query's own and the key's (ones of the mask up to it, minus one), which is the slot
+distance for a row without holes, and the prompt's own distance for a row with them: a
+right-padded row of og.Generator's batch continues after its padding, and og.Engine's shorter
+rows (components/kv_slots.py) keep their keys below later slots.
 """
 
 from __future__ import annotations
@@ -15,9 +19,14 @@ from mobius_genai.ep.context import get_build_dtype
 
 
 def attention_bias(
-    op, input_ids: ir.Value, attention_mask: ir.Value, window: int | None
+    op,
+    input_ids: ir.Value,
+    attention_mask: ir.Value,
+    window: int | None,
+    position_ids: ir.Value | None = None,
 ) -> ir.Value:
-    """0 where attention is allowed, the dtype's lowest value where it is not."""
+    """0 where attention is allowed, the dtype's lowest value where it is not (windows in
+    `position_ids` [batch, seq] when given, else in slots)."""
     seq = op.Shape(input_ids, start=1, end=2)
     total = op.Shape(attention_mask, start=1, end=2)
     zero = op.Constant(value_ints=[0])
@@ -26,15 +35,19 @@ def attention_bias(
     step = op.Constant(value_int=1)
     query_pos = op.Unsqueeze(op.Range(start, end, step), op.Constant(value_ints=[1]))
     key_pos = op.Unsqueeze(op.Range(op.Constant(value_int=0), end, step), zero)
-    allowed = op.LessOrEqual(key_pos, query_pos)
-    if window is not None:
-        allowed = op.And(
-            allowed, op.Greater(key_pos, op.Sub(query_pos, op.Constant(value_int=window)))
-        )
     not_padding = op.Cast(
         op.Unsqueeze(attention_mask, op.Constant(value_ints=[1, 2])), to=ir.DataType.BOOL
     )
-    allowed = op.And(op.Unsqueeze(allowed, zero), not_padding)
+    allowed = op.And(op.Unsqueeze(op.LessOrEqual(key_pos, query_pos), zero), not_padding)
+    if window is not None:
+        latest, keys = query_pos, key_pos
+        if position_ids is not None:
+            latest = op.Unsqueeze(position_ids, op.Constant(value_ints=[1, 3]))
+            counted = op.CumSum(attention_mask, op.Constant(value_int=1))
+            keys = op.Unsqueeze(
+                op.Sub(counted, op.Constant(value_int=1)), op.Constant(value_ints=[1, 2])
+            )
+        allowed = op.And(allowed, op.Greater(keys, op.Sub(latest, op.Constant(value_int=window))))
     dtype = get_build_dtype()
     lowest = ml_dtypes.finfo(dtype.numpy()).min
     return op.Where(

@@ -8,6 +8,7 @@ from onnxscript import nn
 from mobius_genai.components.decoder import DecoderLayer
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.image_masks import image_block_bias
+from mobius_genai.components.kv_slots import kv_slots
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import make_norm
@@ -77,8 +78,14 @@ class TextModel(nn.Module):
             if rope is not None and rope not in rotations:
                 module = self.rotary_emb if rope == config.rope else self.rotary_emb_local
                 rotations[rope] = module(op, position_ids)
+        # where og.Engine's rows put their keys; it runs no multimodal-rope (3-D position) model
+        flat = config.rope.mrope_section is None
+        slots = kv_slots(op, input_ids, attention_mask, position_ids) if flat else None
         biases = {
-            window: self._bias(op, input_ids, attention_mask, window) for window in self.windows
+            window: self._bias(
+                op, input_ids, attention_mask, window, position_ids if flat else None
+            )
+            for window in self.windows
         }
         presents = []
         for i, layer in enumerate(self.layers):
@@ -86,14 +93,21 @@ class TextModel(nn.Module):
             rope = config.rope_of_layer(i)
             rotation = rotations[rope] if rope is not None else None
             hidden_states, present = layer(
-                op, hidden_states, position_ids, rotation, bias, past_key_values[i], attention_mask
+                op,
+                hidden_states,
+                position_ids,
+                rotation,
+                bias,
+                past_key_values[i],
+                attention_mask,
+                slots,
             )
             presents.append(present)
         return self.norm(op, hidden_states), presents
 
-    def _bias(self, op, input_ids, attention_mask, window: int) -> ir.Value:
+    def _bias(self, op, input_ids, attention_mask, window: int, position_ids) -> ir.Value:
         if self.image_token_id is None:
-            return attention_bias(op, input_ids, attention_mask, window or None)
+            return attention_bias(op, input_ids, attention_mask, window or None, position_ids)
         return image_block_bias(op, input_ids, attention_mask, window or None, self.image_token_id)
 
 

@@ -19,17 +19,20 @@ MAX_STEPS = 1000
 
 
 def engine_tokens(
-    model: og.Model, prompts: Sequence[Sequence[int]], new_tokens: int
+    model: og.Model, prompts: Sequence[Sequence[int]], new_tokens: int | Sequence[int]
 ) -> tuple[list[list[int]], list[str]]:
-    """Greedy tokens of every prompt, all requests begun before the first engine.run(), and
-    the finish reasons of turns that failed (og.Engine's public API only)."""
+    """Greedy tokens of every prompt (`new_tokens` each, or per prompt), all requests begun
+    before the first engine.run(), and the finish reasons of turns that failed (og.Engine's
+    public API only)."""
     engine = og.Engine(model)
     requests = []
-    for prompt in prompts:
+    if isinstance(new_tokens, int):
+        new_tokens = [new_tokens] * len(prompts)
+    for prompt, new in zip(prompts, new_tokens, strict=True):
         request = engine.create_request()
         options = og.TurnOptions(request)
         options.set_do_sample(False)
-        options.set_max_generated_tokens(new_tokens)
+        options.set_max_generated_tokens(new)
         request.begin_turn(np.asarray(prompt, dtype=np.int32), options)
         requests.append((request, []))
     buffer = engine.create_event_buffer(16)

@@ -53,6 +53,15 @@ def default_ep(tmp_path_factory) -> Packaged:
 
 
 @pytest.fixture(scope="session")
+def windowed_default_ep(tmp_path_factory) -> Packaged:
+    """A `default` EP gemma2 bundle: sliding-window layers (5 keys) on a concatenated cache."""
+    out = tmp_path_factory.mktemp("runtime") / "gemma2-default"
+    checkpoint = _family(tmp_path_factory, "gemma2")
+    bundle = packager.package(checkpoint, "default", out, quiet=True, smoke_test=False)
+    return Packaged(bundle, checkpoint)
+
+
+@pytest.fixture(scope="session")
 def dense_int4(tmp_path_factory) -> Packaged:
     return _package(tmp_path_factory, TINY_QWEN2, "qwen2-int4", precision="int4")
 

@@ -5,7 +5,9 @@ continuous decoding, beam search, batches, guidance, several generators in one p
 
 Each contract reads the bundle's `og_limits` (bundle/og_support.py, what its card says): an API
 the bundle gives up must fail as the card says, every other one must hold. The dense bundle
-runs every contract by default; the MoE, hybrid and vision-language bundles are slow-marked
+and two `default` EP bundles (ONNX Attention, a KV cache that grows by concatenation;
+tiny-qwen2 and a gemma2 with sliding windows) run every contract by default; the MoE, hybrid
+and vision-language bundles are slow-marked
 here (tests/runtime/test_og_kinds.py runs their Engine, logits and n-gram checks by default).
 """
 
@@ -37,9 +39,12 @@ from tests.runtime.conftest import open_kind
 TOLERANCE = 1e-4  # f32 logits vs transformers
 PROMPT = PROMPTS[0]
 NEW = 12
+ENGINE_NEW = (6, 4, 2)  # new tokens of each of PROMPTS under og.Engine
 
 KINDS = [
     pytest.param("dense", id="dense"),
+    pytest.param("default_ep", id="default-ep"),  # a cache that grows by concatenation
+    pytest.param("windowed_default_ep", id="windowed-default-ep"),  # gemma2: 5-key windows
     pytest.param("moe", id="moe", marks=pytest.mark.slow),
     pytest.param("delta_net", id="hybrid", marks=pytest.mark.slow),
     pytest.param("vlm", id="vlm", marks=pytest.mark.slow),
@@ -90,20 +95,23 @@ def test_logits_of_every_position_equal_transformers(kind):
 
 
 def test_engine_requests_of_different_lengths_give_their_tokens_alone(kind):
+    """Requests of different lengths and token counts, the longest finishing first (the
+    batch's mask then stops growing while the others run: tests/runtime/test_og_feeds.py)."""
     model, bundle, *_ = kind
+    expected = [alone(model, prompt, new) for prompt, new in zip(PROMPTS, ENGINE_NEW, strict=True)]
     refusal = bundle_og_limits(bundle).get(ENGINE)
     if refusal is not None:  # og refuses the model, fails its turns, or gives other tokens
         try:
-            tokens, failures = engine_tokens(model, PROMPTS, 6)
+            tokens, failures = engine_tokens(model, PROMPTS, ENGINE_NEW)
         except RuntimeError as error:
             assert "not supported for decoding" in str(error)
         else:
-            assert failures or tokens != [alone(model, prompt, 6) for prompt in PROMPTS]
+            assert failures or tokens != expected
         return
-    tokens, failures = engine_tokens(model, PROMPTS, 6)
+    tokens, failures = engine_tokens(model, PROMPTS, ENGINE_NEW)
     assert failures == []
-    assert tokens == [alone(model, prompt, 6) for prompt in PROMPTS]
-    assert all(len(request) == 6 for request in tokens)
+    assert tokens == expected
+    assert [len(request) for request in tokens] == list(ENGINE_NEW)
 
 
 def test_ngram_speculative_decoding_gives_the_greedy_tokens(kind):

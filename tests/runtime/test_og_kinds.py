@@ -1,7 +1,7 @@
 """The contracts every model kind must keep in the default run (og.Engine with concurrent
 requests, the logits of every position, n-gram speculative decoding), on the kinds
-test_og_contract.py runs only when slow tests are asked for, on int4 and QMoE bundles, and on
-a `default` EP bundle (ONNX Attention, a KV cache that grows by concatenation).
+test_og_contract.py runs only when slow tests are asked for, and on int4 and QMoE bundles
+(test_og_contract.py runs every contract on `default` EP bundles).
 
 The test functions are test_og_contract.py's own, collected here again with this module's
 `kind` fixture, so that both files check exactly the same things."""
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 
-@pytest.fixture(params=["default_ep", "dense_int4", "moe", "qmoe", "lfm2", "delta_net", "vlm"])
+@pytest.fixture(params=["dense_int4", "moe", "qmoe", "lfm2", "delta_net", "vlm"])
 def kind(request):
     """(og.Model, bundle folder, checkpoint folder, transformers class) of one model kind."""
     return open_kind(request, request.param)

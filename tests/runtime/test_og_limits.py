@@ -4,13 +4,18 @@ our bundles, it refuses for the builder's too, with the same words."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnxruntime_genai as og
 import pytest
 import torch
 
 import mobius_genai
-from mobius_genai.bundle.og_support import ENGINE, bundle_og_limits
+from mobius_genai.bundle.genai_config import CONFIG_FILENAME
+from mobius_genai.bundle.graph import GraphInfo
+from mobius_genai.bundle.og_support import ENGINE, bundle_og_limits, og_limits
+from mobius_genai.bundle.schema import read_bundle_json
 from tests._hf import load_reference_model
 from tests.runtime._og import PROMPTS, alone, engine_tokens, generator
 
@@ -98,3 +103,16 @@ def test_append_after_generating_differs_alike_on_the_builders_bundle(dense, bui
         fresh = alone(model, [*so_far, 17, 92, 250], 5)
         assert continued[-1] != fresh
     assert continued[0] == continued[1]
+
+
+def test_engine_limit_names_only_concatenated_caches_without_placement(default_ep):
+    """A `default` bundle places each row's keys (components/kv_slots.py): og.Engine runs it
+    (test_og_kinds.py). A concatenated cache whose graph appends them after the longest past
+    (the graph before kv_slots.py) keeps the limit."""
+    assert ENGINE not in bundle_og_limits(default_ep.bundle)
+    config = read_bundle_json(default_ep.bundle / CONFIG_FILENAME)
+    graph = GraphInfo.from_file(default_ep.bundle / "model.onnx")
+    appended = dataclasses.replace(graph, ops=graph.ops - {"ai.onnx::ScatterElements"})
+    assert "package the bundle again" in og_limits(config, appended)[ENGINE]
+    shared = {**config, "search": {**config["search"], "past_present_share_buffer": True}}
+    assert ENGINE not in og_limits(shared, appended)

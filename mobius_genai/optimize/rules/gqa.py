@@ -4,8 +4,12 @@ The portable decoder computes, per layer (components/attention.py, components/ma
 
     q_rot = RotaryEmbedding(q, cos, sin, position_ids)        # and k_rot alike
     out, present_k, present_v = Attention(q_rot, k_rot, v, bias, past_k, past_v)
-    bias[b, 0, i, j] = 0 if j <= past + i and past + i - j < window and attention_mask[b, j]
+    bias[b, 0, i, j] = 0 if j <= past + i and q[b, i] - k[b, j] < window and attention_mask[b, j]
                        else lowest
+    (q, k: the query's and the key's positions, position_ids and the mask's ones up to j; for
+    rows without padding holes past + i and j; past_k, past_v: the past with the new keys of
+    og.Engine's shorter rows placed, components/kv_slots.py. GQA reads the past before that:
+    its shared buffer places each row's keys itself)
 
 GroupQueryAttention computes the same thing from two lengths instead of the bias:
 ``seqlens_k = int32(ReduceSum(attention_mask, 1) - 1)`` and
@@ -45,6 +49,7 @@ from onnxscript.rewriter import MatchContext, pattern
 
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
+from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
 
@@ -66,18 +71,17 @@ class _CausalMask(pattern.PatternBase):
         super().__init__("CausalMask" + ("Windowed" if windowed else ""))
         self.windowed = windowed
 
-    def pattern(self, op, input_ids, attention_mask, lowest, window):
+    def pattern(self, op, input_ids, attention_mask, lowest, window, latest, keys):
         seq = op.Shape(input_ids, start=1, end=2)
         total = op.Shape(attention_mask, start=1, end=2)
         start = op.Squeeze(op.Sub(total, seq), [0])
         end = op.Squeeze(total, [0])
         query_pos = op.Unsqueeze(op.Range(start, end, 1), [1])
         key_pos = op.Unsqueeze(op.Range(0, end, 1), [0])
-        allowed = op.LessOrEqual(key_pos, query_pos)
-        if self.windowed:
-            allowed = op.And(allowed, op.Greater(key_pos, op.Sub(query_pos, window)))
         not_padding = op.Cast(op.Unsqueeze(attention_mask, [1, 2]), to=ir.DataType.BOOL)
-        allowed = op.And(op.Unsqueeze(allowed, [0]), not_padding)
+        allowed = op.And(op.Unsqueeze(op.LessOrEqual(key_pos, query_pos), [0]), not_padding)
+        if self.windowed:  # in slots or positions (masks.py): GQA counts in its own
+            allowed = op.And(allowed, op.Greater(keys, op.Sub(latest, window)))
         return op.Where(allowed, 0.0, lowest)
 
     def check(self, context, attention_mask, lowest, window=None, **_) -> pattern.MatchResult:
@@ -197,7 +201,9 @@ class GQAFusion(RecordingRuleClassBase):
     scores_mode = 0  # the qk_matmul_output_mode whose scores the matched subgraph reads
 
     def __init__(self, name: str = "GQAFusion") -> None:
-        super().__init__(name)
+        # The portable graph's key placement (components/kv_slots.py) also reads the rotated
+        # key: the matched nodes stay until the rule set removes what nothing reads any more.
+        super().__init__(name, remove_nodes=False)
         self._attributes: dict[str, Any] = {}
         self._attention_mask: ir.Value | None = None
 
@@ -209,6 +215,8 @@ class GQAFusion(RecordingRuleClassBase):
     def check(self, context, query, mask, past_key, attention, **bindings) -> pattern.MatchResult:
         result = pattern.MatchResult()
         node = attention.producer()
+        if not (attention.uses() or attention.is_graph_output()):
+            return result.fail("Attention already rewritten (nothing reads its output)", node)
         attributes = _attention_attributes(node, query, result, self.scores_mode)
         if attributes is None:
             return result
@@ -245,7 +253,8 @@ class GQAFusion(RecordingRuleClassBase):
     def rewrite(self, op, query, key, value, past_key, past_value, attention, **bindings):
         graph = attention.producer().graph
         seqlens_k, total = sequence_lengths(op, graph, self._attention_mask)
-        inputs = [query, key, value, past_key, past_value, seqlens_k, total]
+        # GQA's shared buffer places each row's tokens itself: it reads the past unplaced
+        inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
         if self.do_rotary:
             inputs += [bindings["cos"], bindings["sin"]]
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)

@@ -25,6 +25,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.rules.gqa import GQAFusion, rotated_attention, sequence_lengths
 
@@ -102,7 +103,8 @@ class GQASinkFusion(GQAFusion):
     def rewrite(self, op, query, key, value, past_key, past_value, attention, cos, sin, **_):
         graph = attention.producer().graph
         seqlens_k, total = sequence_lengths(op, graph, self._attention_mask)
-        inputs = [query, key, value, past_key, past_value, seqlens_k, total, cos, sin]
+        inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
+        inputs += [cos, sin]
         inputs += [None, None, self._sinks]  # position_ids, attention_bias, head_sink
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)
 
