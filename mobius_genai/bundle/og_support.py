@@ -2,8 +2,9 @@
 
 Every fact here was checked on onnxruntime-genai 0.18 through its public API (tests/runtime/,
 which runs each contract and expects these refusals), and where og's own builder writes the same
-kind of bundle (a pruned LM head, lfm2) on the builder's bundle too (test_og_limits.py); the
-builder writes no CPU bundle of the other kinds that og runs, so those rows quote og:
+kind of bundle (a pruned LM head, lfm2, gated delta nets) on the builder's bundle too
+(test_og_limits.py); the builder writes no CPU bundle of the other kinds that og runs, so those
+rows quote og:
 
 - A pruned LM head (`package --prune-lm-head`: logits [batch, 1, vocab]) is what og calls
   "Trimmed Prefill Logits". og.Generator samples from it, but og.Engine's static-batch decoder
@@ -14,6 +15,14 @@ builder writes no CPU bundle of the other kinds that og runs, so those rows quot
   WebGPU, fp16/bf16, a flat token axis), not to the portable graphs mobius-genai writes.
 - og.Engine runs the models og loads as plain decoders: a vision-language model.type (og's
   multimodal pipeline) and lfm2 are refused ("The model type is not supported for decoding").
+  og's 0.18 builder writes no multimodal pipeline: of a Qwen2.5-VL checkpoint it writes the text
+  decoder alone (model.type qwen2_5_vl_text, input_ids in, no images), or with exclude_embeds a
+  lone inputs_embeds decoder (model.type qwen2_5_vl) that og.Model does not load ("Loading a
+  model package from a directory path is not supported"). og.Engine takes the text decoder's
+  model type but fails every turn of it: the Engine feeds 2-D position_ids, and the builder's
+  vision-language and Qwen3.5 decoders take mrope's 3-D ones ("Invalid rank for input:
+  position_ids Got: 2 Expected: 3"; beam search fails on them too). So og.Engine runs no
+  bundle of a vision-language checkpoint, ours or the builder's, with other words for each.
 - og.Engine's static batch (measured on 0.18 by echoing its feeds, tests/runtime/
   test_og_feeds.py) keeps requests of different lengths in one cache: input_ids right-padded
   to the most new tokens, each row's attention_mask ones over its own length and zeros after
@@ -35,7 +44,11 @@ builder writes no CPU bundle of the other kinds that og runs, so those rows quot
 - Gated delta nets (model.type qwen3_5_text, qwen3_5_moe_text) load, but the Engine's
   static-batch decoder feeds no recurrent state ("Missing Input: ...conv_state"), their states
   cannot be rewound without a snapshot (rewind_to, n-gram verification), and beam search does
-  not reorder them with the beams.
+  not reorder them with the beams. og's builder's bundle of the same decoder (it reads the
+  hub's Qwen3_5ForConditionalGeneration layout; its states named in genai_config, 3-D mrope
+  position_ids) gives og.Generator the same greedy tokens, is refused rewind and n-gram
+  decoding with the same words, and fails every og.Engine turn too, on its position_ids first
+  ("Invalid rank for input: position_ids Got: 2 Expected: 3"), as it fails beam search.
 - og's multimodal pipeline also continues the padded rows of a text batch from the wrong
   positions.
 
@@ -103,8 +116,18 @@ def _lfm2(config: Mapping[str, Any], graph: GraphInfo) -> bool:
 
 
 def _delta_states(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    """Gated delta nets' states: named in genai_config (og's builder) or, as mobius-genai writes
+    them, found by og from the KV names (bundle/recurrent.py)."""
     inputs = config["model"]["decoder"].get("inputs", {})
+    if "past_recurrent_names" in inputs:
+        return True
     return "past_key_names" in inputs and bool(delta_layers(inputs, graph))
+
+
+def _mrope_positions(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    name = config["model"]["decoder"].get("inputs", {}).get("position_ids", "position_ids")
+    positions = graph.inputs.get(name)
+    return positions is not None and positions.shape is not None and len(positions.shape) == 3
 
 
 LIMITS: tuple[OgLimit, ...] = (
@@ -117,7 +140,8 @@ LIMITS: tuple[OgLimit, ...] = (
     OgLimit(
         (ENGINE, NGRAM),
         "model.type {type} is a vision-language model; og 0.18 runs these two on plain "
-        "decoder-only text models only ('The model type is not supported for decoding')",
+        "decoder-only text models only ('The model type is not supported for decoding'; og's "
+        "builder writes no such pipeline, only the text decoder alone, without images)",
         _multimodal,
     ),
     OgLimit(
@@ -160,20 +184,31 @@ LIMITS: tuple[OgLimit, ...] = (
     OgLimit(
         (ENGINE,),
         "og 0.18's Engine feeds no recurrent state to model.type {type} (its gated delta nets' "
-        "conv and recurrent states: 'Missing Input: past_key_values.N.conv_state')",
+        "conv and recurrent states: 'Missing Input: past_key_values.N.conv_state'); og's "
+        "builder's bundle fails every turn too ('Invalid rank for input: position_ids')",
         _delta_states,
     ),
     OgLimit(
         (BEAM,),
         "og 0.18 does not reorder recurrent states with the beams (its RecurrentState updates "
         "without beam indices, unlike the KV cache): beam search gives other sequences than "
-        "transformers' for model.type {type}",
+        "transformers' for model.type {type} (og's builder's bundle fails beam search: 'Got "
+        "invalid dimensions for input: position_ids')",
         _delta_states,
+    ),
+    OgLimit(
+        (ENGINE, BEAM),
+        "the decoder takes mrope's 3-D position_ids (og's builder's vision-language and Qwen3.5 "
+        "decoders), and og 0.18's Engine and beam search feed 2-D ones ('Invalid rank for "
+        "input: position_ids Got: 2 Expected: 3'; 'Got invalid dimensions for input: "
+        "position_ids')",
+        _mrope_positions,
     ),
     OgLimit(
         (NGRAM, REWIND),
         "og 0.18 cannot rewind the recurrent states of model.type {type} without a snapshot "
-        "('RecurrentState::RewindTo ... is not supported without a snapshot')",
+        "('RecurrentState::RewindTo ... is not supported without a snapshot'; og's builder's "
+        "bundle alike)",
         _delta_states,
     ),
 )

@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import onnxruntime_genai as og
 import pytest
-from transformers import AutoModelForCausalLM, Qwen2_5_VLForConditionalGeneration
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen3_5Config,
+    Qwen3_5ForConditionalGeneration,
+)
 
 from mobius_genai.bundle import packager
 from mobius_genai.quantize import Int4Options
-from tests.families.test_bundles import _checkpoint
+from tests.families.test_bundles import TOKENIZER_FILES, _checkpoint
 from tests.models.conftest import qwen2_5_vl_bundle, qwen2_5_vl_checkpoint
 
 TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
@@ -122,6 +129,59 @@ def pruned(tmp_path_factory) -> Packaged:
 @pytest.fixture(scope="session")
 def builder_lfm2(tmp_path_factory, lfm2) -> Path:
     return _builder(tmp_path_factory, lfm2.checkpoint, "lfm2")
+
+
+@pytest.fixture(scope="session")
+def builder_qwen2_5_vl(tmp_path_factory, qwen2_5_vl_checkpoint) -> Path:
+    """The builder's bundle of the tiny Qwen2.5-VL checkpoint: its text component only."""
+    return _builder(tmp_path_factory, qwen2_5_vl_checkpoint[1], "qwen2_5_vl")
+
+
+@pytest.fixture(scope="session")
+def builder_qwen2_5_vl_decoder(tmp_path_factory, qwen2_5_vl_checkpoint) -> Path:
+    """The builder's pipeline decoder of the same checkpoint (exclude_embeds: inputs_embeds in,
+    model.type qwen2_5_vl), which it writes without the vision and embedding models."""
+    checkpoint = qwen2_5_vl_checkpoint[1]
+    return _builder(tmp_path_factory, checkpoint, "qwen2_5_vl-decoder", "exclude_embeds=true")
+
+
+#: A tiny Qwen3.5 vision tower: og's builder reads Qwen3.5 only in its vision-language layout.
+_QWEN3_5_VISION = {
+    "depth": 1,
+    "hidden_size": 32,
+    "num_heads": 2,
+    "intermediate_size": 48,
+    "out_hidden_size": 64,
+    "num_position_embeddings": 16,
+    "patch_size": 4,
+}
+
+
+def _qwen3_5_hub_layout(text_checkpoint: Path, folder: Path) -> Path:
+    """`text_checkpoint`'s Qwen3_5ForCausalLM as the decoder of a Qwen3_5ForConditionalGeneration
+    (the hub's layout of Qwen3.5, the only one og's builder reads: it refuses
+    Qwen3_5ForCausalLM) in `folder`, with its tokenizer; the vision tower random."""
+    text_model = AutoModelForCausalLM.from_pretrained(text_checkpoint, dtype=torch.float32)
+    text = text_model.config.to_dict()
+    # the vision-language decoder's mrope: 3 sections of the rotary half (4 dims rotate)
+    text["rope_parameters"] = {**text["rope_parameters"], "mrope_section": [1, 1, 0]}
+    config = Qwen3_5Config(
+        text_config=text, vision_config=_QWEN3_5_VISION, tie_word_embeddings=False
+    )
+    model = Qwen3_5ForConditionalGeneration(config).eval()
+    model.model.language_model.load_state_dict(text_model.model.state_dict())
+    model.lm_head.load_state_dict(text_model.lm_head.state_dict())
+    model.save_pretrained(folder)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(text_checkpoint / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def builder_delta_net(tmp_path_factory, delta_net) -> Path:
+    """The builder's bundle of delta_net's decoder (written in the hub's Qwen3.5 layout)."""
+    folder = tmp_path_factory.mktemp("builder-ckpt") / "qwen3_5"
+    return _builder(tmp_path_factory, _qwen3_5_hub_layout(delta_net.checkpoint, folder), "qwen3_5")
 
 
 def open_kind(request: pytest.FixtureRequest, name: str) -> tuple:

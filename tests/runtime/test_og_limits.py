@@ -1,10 +1,14 @@
-"""onnxruntime-genai 0.18's limits that bundle/og_support.py names, shown identical on the
-bundle og's own builder writes for the same checkpoint: what og refuses (or gets wrong) for
-our bundles, it refuses for the builder's too, with the same words."""
+"""onnxruntime-genai 0.18's limits that bundle/og_support.py names, shown on the bundle og's
+own builder writes for the same checkpoint: what og refuses (or gets wrong) for our bundles, it
+refuses for the builder's too, with the same words where the builder writes the same kind (a
+pruned LM head, lfm2), with og's other words where it writes another (vision-language:
+a text decoder alone; Qwen3.5: mrope's 3-D position_ids)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import onnxruntime_genai as og
@@ -14,16 +18,18 @@ import torch
 import mobius_genai
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.og_support import ENGINE, bundle_og_limits, og_limits
+from mobius_genai.bundle.og_support import BEAM, ENGINE, bundle_og_limits, og_limits
 from mobius_genai.bundle.schema import read_bundle_json
 from tests._hf import load_reference_model
 from tests.runtime._og import PROMPTS, alone, engine_tokens, generator
+
+FAILED = "EngineErrorCode.ENGINE_EXECUTION_FAILURE"
 
 
 def _engine_cause(model: og.Model) -> str:
     """og's cause for a failed Engine turn (the next begin_turn raises with it)."""
     tokens, failures = engine_tokens(model, PROMPTS[:1], 4)
-    assert tokens == [[]] and failures == ["EngineErrorCode.ENGINE_EXECUTION_FAILURE"]
+    assert tokens == [[]] and failures == [FAILED]
     engine = og.Engine(model)
     request = engine.create_request()
     request.begin_turn(np.asarray(PROMPTS[0], np.int32), og.TurnOptions(request))
@@ -32,6 +38,12 @@ def _engine_cause(model: og.Model) -> str:
     with pytest.raises(RuntimeError) as error:
         request.begin_turn(np.asarray(PROMPTS[0], np.int32), og.TurnOptions(request))
     return str(error.value)
+
+
+def _builder_config(folder: Path) -> dict:
+    """The builder's genai_config as written (our schema lists neither its qwen2_5_vl_text nor
+    a qwen2_5_vl without vision and embedding sections, which og reads)."""
+    return json.loads((folder / CONFIG_FILENAME).read_text())
 
 
 def test_pruned_lm_head_fails_the_same_apis_on_the_builders_bundle(pruned, builder_pruned):
@@ -58,6 +70,57 @@ def test_lfm2_engine_refusal_is_the_builders_too(lfm2, builder_lfm2, dense):
     for folder in (lfm2.bundle, builder_lfm2):
         with pytest.raises(RuntimeError, match="The model type is not supported for decoding"):
             og.Engine(og.Model(str(folder)))
+
+
+def test_og_engine_runs_no_vision_language_bundle_ours_or_the_builders(
+    qwen2_5_vl_bundle, builder_qwen2_5_vl, builder_qwen2_5_vl_decoder
+):
+    """og's builder writes no multimodal pipeline: of a Qwen2.5-VL checkpoint, the text decoder
+    alone (og.Generator gives our tokens) or, with exclude_embeds, a lone decoder og.Model does
+    not load. og.Engine refuses our pipeline's model.type, and fails every turn of the
+    builder's decoder (its mrope 3-D position_ids), as og_limits says of each."""
+    ours, theirs = og.Model(str(qwen2_5_vl_bundle)), og.Model(str(builder_qwen2_5_vl))
+    assert (ours.type, theirs.type) == ("qwen2_5_vl", "qwen2_5_vl_text")
+    with pytest.raises(RuntimeError, match="The model type is not supported for decoding"):
+        og.Engine(ours)
+    assert "vision-language" in bundle_og_limits(qwen2_5_vl_bundle)[ENGINE]
+    assert "Invalid rank for input: position_ids Got: 2 Expected: 3" in _engine_cause(theirs)
+    config = _builder_config(builder_qwen2_5_vl)
+    limits = og_limits(config, GraphInfo.from_file(builder_qwen2_5_vl / "model.onnx"))
+    assert "3-D position_ids" in limits[ENGINE] and "3-D position_ids" in limits[BEAM]
+    # without bos 381, which the builder's genai_config names its pad token (og masks it)
+    prompts = [prompt[1:] for prompt in PROMPTS]
+    expected = [alone(ours, prompt, 4) for prompt in prompts]
+    assert [alone(theirs, prompt, 4) for prompt in prompts] == expected
+    assert engine_tokens(theirs, prompts, 4) == ([[], [], []], [FAILED] * 3)
+    with pytest.raises(RuntimeError, match="Got invalid dimensions for input: position_ids"):
+        generator(theirs, prompts[0], 6, num_beams=3)
+    config = _builder_config(builder_qwen2_5_vl_decoder)["model"]
+    assert config["type"] == "qwen2_5_vl" and "inputs_embeds" in config["decoder"]["inputs"]
+    with pytest.raises(RuntimeError, match="Loading a model package from a directory path"):
+        og.Model(str(builder_qwen2_5_vl_decoder))
+
+
+def test_delta_net_engine_failure_is_the_builders_too(delta_net, builder_delta_net):
+    """The builder's bundle of the same gated-delta-net decoder: og.Generator gives both the
+    same tokens; og.Engine fails every turn of both (og's cause for the builder's is its 3-D
+    position_ids, met before the states); rewind and n-gram decoding are refused alike."""
+    ours, theirs = og.Model(str(delta_net.bundle)), og.Model(str(builder_delta_net))
+    assert ours.type == theirs.type == "qwen3_5_text"
+    assert [alone(ours, prompt, 4) for prompt in PROMPTS] == [
+        alone(theirs, prompt, 4) for prompt in PROMPTS
+    ]
+    assert bundle_og_limits(delta_net.bundle) == bundle_og_limits(builder_delta_net)
+    assert "Missing Input: past_key_values.0.conv_state" in _engine_cause(ours)
+    assert "Invalid rank for input: position_ids Got: 2 Expected: 3" in _engine_cause(theirs)
+    assert engine_tokens(theirs, PROMPTS, 4) == ([[], [], []], [FAILED] * 3)
+    for model in (ours, theirs):
+        made = generator(model, PROMPTS[0], 6)
+        made.generate_next_token()
+        with pytest.raises(RuntimeError, match="RewindTo.*not supported without a snapshot"):
+            made.rewind_to(len(PROMPTS[0]))
+    with pytest.raises(RuntimeError, match="Got invalid dimensions for input: position_ids"):
+        generator(theirs, PROMPTS[0], 6, num_beams=3)
 
 
 def test_left_padding_gives_the_builders_tokens_not_transformers(dense, builder_pruned):
