@@ -42,9 +42,17 @@ rows quote og:
 - og's multimodal pipeline fails beam search (its embedding output is bound one token long per
   beam; the builder's vision-language bundle fails too) and, on a concatenated cache, rewind.
 - Gated delta nets (model.type qwen3_5_text, qwen3_5_moe_text) load, but the Engine's
-  static-batch decoder feeds no recurrent state ("Missing Input: ...conv_state"), their states
-  cannot be rewound without a snapshot (rewind_to, n-gram verification), and beam search does
-  not reorder them with the beams. og's builder's bundle of the same decoder (it reads the
+  static-batch decoder feeds no recurrent state ("Missing Input: ...conv_state"), whether og
+  derives their names from the KV names (as mobius-genai leaves it) or genai_config declares
+  them as og's builder does (`past_conv_names` / `past_recurrent_names` and their present_
+  pair: the same "Missing Input", with the declared name). og 0.18 feeds them only through
+  the builder's `state_groups` (`fixed_conv` / `fixed_recurrent`), which "require
+  engine.dynamic_batching", whose packed execution takes paged attention's flat token axis
+  ("Packed hybrid execution requires position_ids with dynamic int64 [num_tokens] or [3,
+  num_tokens] geometry": the builder's CUDA/WebGPU paged graphs, not a portable one; checked
+  on our qwen3_5_text bundle, test_og_limits.py). Their states cannot be rewound without a
+  snapshot (rewind_to, n-gram verification), and beam search does not reorder them with the
+  beams. og's builder's bundle of the same decoder (it reads the
   hub's Qwen3_5ForConditionalGeneration layout; its states named in genai_config, 3-D mrope
   position_ids) gives og.Generator the same greedy tokens, is refused rewind and n-gram
   decoding with the same words, and fails every og.Engine turn too, on its position_ids first
@@ -183,9 +191,12 @@ LIMITS: tuple[OgLimit, ...] = (
     ),
     OgLimit(
         (ENGINE,),
-        "og 0.18's Engine feeds no recurrent state to model.type {type} (its gated delta nets' "
-        "conv and recurrent states: 'Missing Input: past_key_values.N.conv_state'); og's "
-        "builder's bundle fails every turn too ('Invalid rank for input: position_ids')",
+        "og 0.18's static-batch Engine feeds no recurrent state to model.type {type} (its "
+        "gated delta nets' conv and recurrent states: 'Missing Input: "
+        "past_key_values.N.conv_state', also where genai_config declares them as og's builder "
+        "does); it feeds them only in dynamic batching over paged attention's packed tokens, "
+        "and og's builder's CPU bundle fails every turn too ('Invalid rank for input: "
+        "position_ids')",
         _delta_states,
     ),
     OgLimit(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ import mobius_genai
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.og_support import BEAM, ENGINE, bundle_og_limits, og_limits
+from mobius_genai.bundle.recurrent import delta_layers, kv_layers
 from mobius_genai.bundle.schema import read_bundle_json
 from tests._hf import load_reference_model
 from tests.runtime._og import PROMPTS, alone, engine_tokens, generator
@@ -121,6 +123,62 @@ def test_delta_net_engine_failure_is_the_builders_too(delta_net, builder_delta_n
             made.rewind_to(len(PROMPTS[0]))
     with pytest.raises(RuntimeError, match="Got invalid dimensions for input: position_ids"):
         generator(theirs, PROMPTS[0], 6, num_beams=3)
+
+
+def _declared(folder: Path, out: Path, **sections) -> og.Model:
+    """A copy of the bundle in `folder` whose genai_config's decoder section has `sections`
+    merged in (the graph unchanged)."""
+    shutil.copytree(folder, out)
+    config = json.loads((out / CONFIG_FILENAME).read_text())
+    decoder = config["model"]["decoder"]
+    for key in ("inputs", "outputs"):
+        decoder[key] = {**decoder[key], **sections.pop(key, {})}
+    if "engine" in sections:
+        config["engine"] = sections.pop("engine")
+    decoder.update(sections)
+    (out / CONFIG_FILENAME).write_text(json.dumps(config))
+    return og.Model(str(out))
+
+
+def test_delta_net_engine_fails_with_the_builders_state_declaration(delta_net, tmp_path):
+    """Declaring the gated delta nets' states as og's builder does (past_conv_names /
+    past_recurrent_names, or its fixed_conv / fixed_recurrent state groups) does not make og
+    0.18's Engine feed them: its static batch still leaves them out, and it runs the groups
+    only in its dynamic batching, which needs paged attention's packed position_ids. So the
+    Engine limit stands however genai_config names the states; og.Generator reads each."""
+    folder = delta_net.bundle
+    names = {
+        "inputs": {
+            "past_conv_names": "past_key_values.%d.conv_state",
+            "past_recurrent_names": "past_key_values.%d.recurrent_state",
+        },
+        "outputs": {
+            "present_conv_names": "present.%d.conv_state",
+            "present_recurrent_names": "present.%d.recurrent_state",
+        },
+    }
+    config = read_bundle_json(folder / CONFIG_FILENAME)
+    graph = GraphInfo.from_file(folder / "model.onnx")
+    decoder = config["model"]["decoder"]
+    layers = list(delta_layers(decoder["inputs"], graph))
+    fixed = [{"kind": f"fixed_{kind}", "layer_ids": layers} for kind in ("conv", "recurrent")]
+    paged = [{"kind": "paged_kv", "layer_ids": list(kv_layers(decoder, decoder["inputs"], graph))}]
+    paged += fixed
+    dynamic = {"dynamic_batching": {"block_size": 16, "max_batch_size": 4, "num_blocks": 8}}
+    expected = [alone(og.Model(str(folder)), prompt, 4) for prompt in PROMPTS]
+    declared = _declared(folder, tmp_path / "named", **names)
+    assert [alone(declared, prompt, 4) for prompt in PROMPTS] == expected
+    assert "Missing Input: past_key_values.0.conv_state" in _engine_cause(declared)
+    written = _builder_config(tmp_path / "named")
+    assert "Missing Input" in og_limits(written, graph)[ENGINE]
+    grouped = _declared(folder, tmp_path / "grouped", state_groups=fixed, **names)
+    assert alone(grouped, PROMPTS[0], 4) == expected[0]
+    with pytest.raises(RuntimeError, match="Fixed decoder state groups require engine.dynamic_"):
+        engine_tokens(grouped, PROMPTS, 4)
+    packed = r"Packed hybrid execution requires position_ids .* \[num_tokens\]"
+    batched = _declared(folder, tmp_path / "batched", state_groups=paged, engine=dynamic, **names)
+    with pytest.raises(RuntimeError, match=packed):
+        engine_tokens(batched, PROMPTS, 4)
 
 
 def test_left_padding_gives_the_builders_tokens_not_transformers(dense, builder_pruned):
