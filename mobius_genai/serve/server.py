@@ -14,11 +14,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mobius_genai._json import read_json
 from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.bundle_folder import require_bundle
-from mobius_genai.bundle.generate import chat_template, load_model
+from mobius_genai.bundle.generate import chat_template
 from mobius_genai.bundle.og_support import engine_support
+from mobius_genai.bundle.opening import ON_CPU, open_bundle
+from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.serve.engine_loop import STATIC_BATCH, EngineLoop
 from mobius_genai.serve.prompt import PromptRules
@@ -94,7 +95,7 @@ def _engine(
     refused = engine_support(folder)
     if refused is not None:
         raise BundleError(f"{folder}: {refused}; `serve` runs bundles on og.Engine")
-    config = read_json(Path(folder) / "genai_config.json", BundleError, "genai_config.json")
+    config = read_genai_config(Path(folder))
     search = config.get("search", {})
     context = int(search.get("max_length", config["model"]["context_length"]))
     rules = PromptRules(
@@ -105,7 +106,7 @@ def _engine(
     )
     engine = EngineLoop(
         str(folder),
-        lambda: load_model(folder, cpu=cpu),
+        lambda: open_bundle(folder, command="serve", provider=ON_CPU if cpu else None).model,
         rules,
         tool_tokens(config),
         sampled=bool(search.get("do_sample", False)),
