@@ -127,7 +127,7 @@ def cuda_caps(line: Line) -> EpCapabilities:
 
 
 def _package_cuda(run: Run, checkpoint: Path) -> Path:
-    from mobius_genai.bundle.packager import package
+    from mobius_genai.packager import package
 
     line = run.line
     out = package(
@@ -168,7 +168,7 @@ def _graph_ops(bundle: Path) -> dict[str, Any]:
 
 
 def _package_cpu(run: Run, checkpoint: Path, cuda: Path | None) -> Path:
-    from mobius_genai.bundle.packager import package
+    from mobius_genai.packager import package
 
     if run.line.precision == "int4":
         if cuda is None:
@@ -185,7 +185,7 @@ def _package_cpu(run: Run, checkpoint: Path, cuda: Path | None) -> Path:
 def load_on_device(run: Run, bundle: Path, capture: bool, *, cpu: bool = False) -> Any:
     """og.Model of `bundle` on the device: cuda with graph capture on or off, or (dry run, or
     `cpu`) the CPU provider."""
-    from mobius_genai.bundle.generate import load_model
+    from mobius_genai.runtime.generate import load_model
 
     if cpu:
         return load_model(bundle, cpu=True)

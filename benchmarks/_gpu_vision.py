@@ -26,7 +26,7 @@ _FLOAT16 = "tensor(float16)"
 
 def check_vision(run: Run, cuda: Path | None, cpu: Path | None, hf_model: Any) -> None:
     """The `features` step and, with graph capture off and on, the `tokens-*` steps."""
-    from mobius_genai.bundle.smoke_image import png_bytes, smoke_pixels
+    from mobius_genai.runtime.smoke_image import png_bytes, smoke_pixels
 
     pixels = smoke_pixels(*IMAGE_SIZE)
     image = run.folder / "image.png"
@@ -57,7 +57,7 @@ def _inputs(model: Any, bundle: Path, image: Path) -> Any:
     """The multimodal processor's inputs for an image and a few words."""
     import onnxruntime_genai as og
 
-    from mobius_genai.bundle.generate import IMAGE_PLACEHOLDERS
+    from mobius_genai.runtime.generate import IMAGE_PLACEHOLDERS
 
     config = json.loads((bundle / "genai_config.json").read_text())
     placeholder = IMAGE_PLACEHOLDERS[config["model"]["type"]]

@@ -65,7 +65,7 @@ def _reference(bundle: Path, new: int) -> list[dict[str, float]]:
     """Each request through og.Generator, one after another."""
     import onnxruntime_genai as og
 
-    from mobius_genai.bundle.generate import chat_template
+    from mobius_genai.runtime.generate import chat_template
 
     model = og.Model(str(bundle))
     tokenizer = og.Tokenizer(model)

@@ -1,6 +1,6 @@
 """Peak memory of the smoke test's process per byte of a bundle's model files.
 
-These are the factors `mobius_genai/bundle/smoke_plan.py` holds (MEMORY_PER_BYTE): `package`
+These are the factors `mobius_genai/runtime/smoke_plan.py` holds (MEMORY_PER_BYTE): `package`
 runs the whole bundle only where `base + factor x model bytes` fits the memory it allows.
 
 Each bundle is packaged without a smoke test, then smoke-tested (`smoke_test`, as `package` runs
@@ -28,8 +28,8 @@ MOBIUS = str(Path(sys.executable).with_name("mobius-genai"))
 VARIANTS = (("cpu", "fp32"), ("cpu", "fp16"), ("cuda", "fp16"), ("cpu", "int4"), ("cuda", "int4"))
 
 _SMOKE = (
-    "import json, resource, sys; from mobius_genai.bundle.smoke import smoke_test; "
-    "from mobius_genai.bundle.smoke_plan import model_bytes; from mobius_genai.ep import get_ep; "
+    "import json, resource, sys; from mobius_genai.runtime.smoke import smoke_test; "
+    "from mobius_genai.runtime.smoke_plan import model_bytes; from mobius_genai.ep import get_ep; "
     "note = smoke_test(sys.argv[1], get_ep(sys.argv[2])).note; "
     "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024; "
     "print(json.dumps({'peak': peak, 'bytes': model_bytes(sys.argv[1]), 'note': note}))"

@@ -21,7 +21,7 @@ _EXPORTS = {
     "ModelPackage": "mobius_genai.build",
     "build": "mobius_genai.build",
     "build_from_module": "mobius_genai.build",
-    "package": "mobius_genai.bundle.packager",
+    "package": "mobius_genai.packager",
     "bundle_og_limits": "mobius_genai.bundle.og_support",
     "engine_support": "mobius_genai.bundle.og_support",
     "ArchitectureConfig": "mobius_genai.config",

@@ -15,31 +15,31 @@ import onnx_ir as ir
 from onnx_ir.serde import SerdeError
 
 from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY
+from mobius_genai.checkpoint.experts import expert_tensors
+from mobius_genai.checkpoint.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
+from mobius_genai.checkpoint.grouped import grouped_tensors
+from mobius_genai.checkpoint.prequantized import (
+    PrequantizedTensor,
+    QuantizationScheme,
+    prequantized_tensors,
+)
+from mobius_genai.checkpoint.prequantized.gptq import read_quantization_config
+from mobius_genai.checkpoint.prequantized.mxfp4 import is_mxfp4
+from mobius_genai.checkpoint.source import Source, config_file, local_source, resolve_source
+from mobius_genai.checkpoint.weights import Checkpoint, attach_weights, checkpoint_tensors
 from mobius_genai.config import ArchitectureConfig, read_config_json
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError, UnsupportedModelError
-from mobius_genai.expert_weights import expert_tensors
-from mobius_genai.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
-from mobius_genai.grouped_weights import grouped_tensors
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
 from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.optimize import OptimizationReport, optimize_model
-from mobius_genai.prequantized import (
-    PrequantizedTensor,
-    QuantizationScheme,
-    prequantized_tensors,
-)
-from mobius_genai.prequantized.gptq import read_quantization_config
-from mobius_genai.prequantized.mxfp4 import is_mxfp4
 from mobius_genai.progress import Progress, phase
-from mobius_genai.source import Source, config_file, local_source, resolve_source
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
-from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 
 # Package key → model role (the role gates fusions such as GQA): "model" for the one graph
 # of a text model; "vision", "embedding" and "decoder" for a vision-language package.

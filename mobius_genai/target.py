@@ -17,11 +17,11 @@ from collections.abc import Collection
 
 import onnx_ir as ir
 
+from mobius_genai.config.limits import check_size
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ConfigError, ExecutionProviderError
 from mobius_genai.quantize import Int4Options
-from mobius_genai.size_limits import check_size
 
 #: Float precision → model dtype.
 FLOAT_PRECISIONS: dict[str, ir.DataType] = {

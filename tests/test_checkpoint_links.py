@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import mobius_genai
+from mobius_genai.checkpoint.gguf import find_gguf
 from mobius_genai.cli import main
 from mobius_genai.errors import ConfigError, WeightsError
-from mobius_genai.gguf import find_gguf
 from tests._hf import write_tiny_checkpoint
 from tests.bundle.conftest import hub_snapshot
 

@@ -17,8 +17,8 @@ import mobius_genai
 from mobius_genai import ArchitectureConfig, ConfigError, WeightsError
 from mobius_genai.cli import main
 from mobius_genai.components import rope
+from mobius_genai.config.limits import SIZE_LIMITS
 from mobius_genai.models import get_family
-from mobius_genai.size_limits import SIZE_LIMITS
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from tests.bundle.conftest import TINY_QWEN2
 from tests.test_config import BASE

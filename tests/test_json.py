@@ -11,9 +11,9 @@ import pytest
 
 from mobius_genai._json import read_json, read_json_object
 from mobius_genai.bundle.genai_config import read_generation_config
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.config import read_config_json
 from mobius_genai.errors import BundleError, ConfigError, WeightsError
-from mobius_genai.weights import Checkpoint
 from tests.bundle.conftest import TINY_QWEN2
 
 #: The documents Python's json cannot read: ValueError for the first, RecursionError for the other.

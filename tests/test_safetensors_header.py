@@ -17,8 +17,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import mobius_genai
-from mobius_genai import WeightsError, _safetensors
-from mobius_genai.weights import Checkpoint
+from mobius_genai import WeightsError
+from mobius_genai.checkpoint import _safetensors
+from mobius_genai.checkpoint.weights import Checkpoint
 from tests._hf import write_tiny_checkpoint
 
 F32_2 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
@@ -129,7 +130,7 @@ def test_a_header_is_read_once_per_file_and_tensors_from_their_offsets(
     monkeypatch.setattr(
         _safetensors, "read_header", lambda file: parsed.update([file]) or original(file)
     )
-    monkeypatch.setattr("mobius_genai.weights.STREAM_ELEMENTS", 1000)  # many block reads
+    monkeypatch.setattr("mobius_genai.checkpoint.weights.STREAM_ELEMENTS", 1000)  # many block reads
     package = mobius_genai.build(folder, "cpu", "f32")
     package.save(tmp_path / "bundle", progress=False)
     shards = sorted(folder.glob("*.safetensors"))

@@ -13,7 +13,7 @@ from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import WeightsError
-from mobius_genai.weights import Checkpoint
+from mobius_genai.checkpoint.weights import Checkpoint
 
 TINY = Path(__file__).parent / "data" / "tiny-qwen2"
 

@@ -17,9 +17,9 @@ import pytest
 import safetensors.numpy
 
 import mobius_genai
-from mobius_genai import weights
 from mobius_genai._buffers import BufferPool
-from mobius_genai.weights import CheckpointTensor
+from mobius_genai.checkpoint import weights
+from mobius_genai.checkpoint.weights import CheckpointTensor
 from tests._hf import write_tiny_checkpoint
 from tests.bundle.conftest import TINY_QWEN2
 

@@ -17,8 +17,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import mobius_genai
-from mobius_genai import WeightsError, weights
-from mobius_genai.bundle.packager import package
+from mobius_genai import WeightsError
+from mobius_genai.checkpoint import weights
+from mobius_genai.packager import package
 from tests._hf import write_tiny_checkpoint
 from tests.bundle.conftest import TINY_QWEN2
 

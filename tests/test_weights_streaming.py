@@ -8,7 +8,7 @@ import onnx_ir as ir
 import pytest
 
 import mobius_genai
-from mobius_genai import weights
+from mobius_genai.checkpoint import weights
 from tests.bundle.conftest import TINY_QWEN2
 
 

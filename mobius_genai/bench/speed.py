@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai.bundle.opening import ON_CPU, OpenBundle, open_bundle
+from mobius_genai.runtime.opening import ON_CPU, OpenBundle, open_bundle
 
 
 def load(folder: str | Path, *, cpu: bool = False, threads: int | None = None) -> og.Model:

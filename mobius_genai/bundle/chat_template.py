@@ -20,8 +20,8 @@ from pathlib import Path
 
 from mobius_genai._child_process import ask_child, said_by, signal_words
 from mobius_genai._json import read_json
+from mobius_genai.config.limits import check_chat_template_size
 from mobius_genai.errors import BundleError, MobiusError
-from mobius_genai.size_limits import check_chat_template_size
 
 #: Where a chat template may be, in the order `run` and `chat` look.
 CHAT_TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")

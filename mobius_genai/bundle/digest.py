@@ -29,8 +29,8 @@ import onnx_ir as ir
 from mobius_genai._buffers import BLOCK_BYTES, BufferPool
 from mobius_genai.build import EXTERNAL_THRESHOLD, MODEL_FILENAME, ModelPackage
 from mobius_genai.bundle.manifest import remember_sha256
+from mobius_genai.checkpoint.weights import CheckpointTensor
 from mobius_genai.errors import BundleError
-from mobius_genai.weights import CheckpointTensor
 
 #: Blocks queued between two threads at most (tensors not in pooled buffers are bounded by it).
 _QUEUE = 4

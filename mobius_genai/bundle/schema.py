@@ -17,7 +17,7 @@ import jsonschema
 
 from mobius_genai import _resources
 from mobius_genai._json import read_json
-from mobius_genai._safetensors import shown
+from mobius_genai.checkpoint._safetensors import shown
 from mobius_genai.errors import BundleError
 
 GENAI_CONFIG_SCHEMA = "schemas/genai_config.schema.json"

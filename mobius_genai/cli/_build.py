@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 from mobius_genai.build import build
-from mobius_genai.bundle.bundle import checkpoint_folder, staged_output
-from mobius_genai.bundle.packager import bundle_name
+from mobius_genai.bundle.output_folder import checkpoint_folder, staged_output
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.optimize import trace_to_stderr
+from mobius_genai.packager import bundle_name
 from mobius_genai.target import resolve_target
 
 

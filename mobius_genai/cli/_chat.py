@@ -15,8 +15,6 @@ import contextlib
 import sys
 from collections.abc import Callable
 
-from mobius_genai.bundle.chat import Conversation
-from mobius_genai.bundle.opening import open_bundle
 from mobius_genai.cli._generation import (
     Speed,
     add_ep_argument,
@@ -29,6 +27,8 @@ from mobius_genai.cli._generation import (
     search_options,
 )
 from mobius_genai.errors import MobiusError
+from mobius_genai.runtime.chat import Conversation
+from mobius_genai.runtime.opening import open_bundle
 
 _END = "end"
 

@@ -9,10 +9,10 @@ import time
 
 from mobius_genai.build import stored_bits
 from mobius_genai.bundle._staging import add_note
-from mobius_genai.bundle.packager import package
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.optimize import trace_to_stderr
+from mobius_genai.packager import package
 from mobius_genai.progress import PREFIX
 from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options
 from mobius_genai.target import PRECISIONS, resolve_target

@@ -11,9 +11,6 @@ import json
 import sys
 from pathlib import Path
 
-from mobius_genai.bundle.decoding import Guidance, stream_text
-from mobius_genai.bundle.opening import open_bundle
-from mobius_genai.bundle.placement import provider_of
 from mobius_genai.cli._generation import (
     Speed,
     add_max_length_argument,
@@ -24,6 +21,9 @@ from mobius_genai.cli._generation import (
     search_options,
 )
 from mobius_genai.errors import OptionError
+from mobius_genai.runtime.decoding import Guidance, stream_text
+from mobius_genai.runtime.opening import open_bundle
+from mobius_genai.runtime.placement import provider_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -22,11 +22,11 @@ from mobius_genai.config.layers import (
     parse_layer_types,
     validate_layers,
 )
+from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.errors import ConfigError
-from mobius_genai.size_limits import check_size
 
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")

@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from mobius_genai.config.limits import SIZE_LIMITS, check_size
 from mobius_genai.errors import ConfigError
-from mobius_genai.size_limits import SIZE_LIMITS, check_size
 
 
 def is_int(value: Any) -> bool:

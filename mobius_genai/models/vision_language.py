@@ -19,6 +19,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.checkpoint.weights import TensorSource, no_preprocess
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.qwen_vision import QwenVisionTower
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
@@ -32,7 +33,6 @@ from mobius_genai.config.vision import (
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.tasks.vision_language import IMAGE_GRID_THW, IMAGES, PATCHES, PIXEL_VALUES
-from mobius_genai.weights import TensorSource, no_preprocess
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,12 +6,12 @@ from collections.abc import Collection
 
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.weights import Checkpoint, attach_weights, checkpoint_tensors
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
-from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors
 
 
 def vision_language_graphs(

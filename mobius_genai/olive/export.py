@@ -25,12 +25,12 @@ from pydantic import ValidationInfo, field_validator, model_validator
 from mobius_genai.build import MODEL_FILENAME, stored_bits
 from mobius_genai.bundle.card import GRAPH_SECTIONS
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.packager import default_output, package
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import ConfigError
 from mobius_genai.olive.providers import NO_PROVIDER_EP, mobius_ep_for
 from mobius_genai.optimize import trace_to_stderr
+from mobius_genai.packager import default_output, package
 from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options
 from mobius_genai.target import (
     FLOAT_PRECISIONS,

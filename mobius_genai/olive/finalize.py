@@ -32,13 +32,13 @@ from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, bundle_files, file_entries
-from mobius_genai.bundle.packager import bundle_name
 from mobius_genai.bundle.schema import read_bundle_json, validate_manifest
-from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.ep import EpCapabilities, ep_registry
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.olive.export import bundle_model_handler
+from mobius_genai.packager import bundle_name
+from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.target import resolve_ep
 
 logger = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY, LAST_TOKEN_KEY
+from mobius_genai.checkpoint.experts import ExpertsTensor
+from mobius_genai.checkpoint.weights import CheckpointTensor
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError
-from mobius_genai.expert_weights import ExpertsTensor
-from mobius_genai.weights import CheckpointTensor
 
 __all__ = [
     "CALIBRATION_CHUNK_BYTES",

@@ -22,12 +22,12 @@ import dataclasses
 
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
+from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
 from mobius_genai.ep.capabilities import EpCapabilities
-from mobius_genai.prequantized.tensor import PrequantizedTensor
 from mobius_genai.quantize.int4 import Int4Options, Int4Report, quantize_int4
 from mobius_genai.quantize.prequantized import FLOAT_KINDS
 from mobius_genai.quantize.targets import WeightGroup, find_weights
-from mobius_genai.weights import CheckpointTensor, ConcatTensor
 
 __all__ = ["requantize_floats"]
 

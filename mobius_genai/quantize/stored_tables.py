@@ -18,7 +18,7 @@ from typing import cast
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
 from mobius_genai.quantize.recipes import WeightFormat
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts

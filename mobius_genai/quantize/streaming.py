@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
 from mobius_genai.quantize.layout import KERNEL_DTYPES, ColumnReader
-from mobius_genai.weights import CheckpointTensor, ConcatTensor
 
 __all__ = ["OneWeightCache", "PartSpec", "WeightSource", "lazy_parts"]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.bundle_folder import require_bundle
-from mobius_genai.bundle.generate import chat_template
 from mobius_genai.bundle.og_support import engine_support
-from mobius_genai.bundle.opening import ON_CPU, open_bundle
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.errors import BundleError, OptionError
+from mobius_genai.runtime.generate import chat_template
+from mobius_genai.runtime.opening import ON_CPU, open_bundle
 from mobius_genai.serve.engine_loop import STATIC_BATCH, EngineLoop
 from mobius_genai.serve.prompt import PromptRules
 from mobius_genai.serve.tools import tool_tokens

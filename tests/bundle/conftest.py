@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mobius_genai.bundle import packager
+from mobius_genai import packager
 from mobius_genai.bundle.graph import GQA_OP, GraphInfo, TensorSpec
 
 TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.bundle import TOKENIZER_FILES, copy_tokenizer_files, staged_output
+from mobius_genai import packager
+from mobius_genai.bundle.output_folder import staged_output
+from mobius_genai.bundle.tokenizer_files import TOKENIZER_FILES, copy_tokenizer_files
 from mobius_genai.errors import BundleError
 from tests.bundle.conftest import TINY_QWEN2
 
@@ -163,7 +164,7 @@ def test_an_output_that_cannot_be_replaced_is_a_bundle_error(tmp_path: Path, mon
     def busy(source, target):
         raise OSError(16, "Device or resource busy")
 
-    monkeypatch.setattr("mobius_genai.bundle.bundle.os.replace", busy)
+    monkeypatch.setattr("mobius_genai.bundle.output_folder.os.replace", busy)
     with (
         pytest.raises(BundleError, match="cannot replace it .Device or resource busy"),
         staged_output(out, force=True) as staging,

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from mobius_genai.bundle.chat import Conversation
-from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.cli import main
+from mobius_genai.runtime.chat import Conversation
+from mobius_genai.runtime.generate import greedy_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 

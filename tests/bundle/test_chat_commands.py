@@ -16,8 +16,8 @@ import onnxruntime_genai as og
 import pytest
 from transformers import AutoTokenizer
 
-from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.cli import main
+from mobius_genai.runtime.generate import greedy_tokens
 from tests.bundle.test_chat import chat_process
 
 KINDS = ["full_logits", "pruned"]  # og's Engine runs the first, og.Generator the second

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from mobius_genai import packager
 from mobius_genai.bundle import chat_template as template_module
-from mobius_genai.bundle import packager
 from mobius_genai.bundle.chat_template import chat_template, check_chat_template
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
+from mobius_genai.config.limits import CHAT_TEMPLATE_BYTES
 from mobius_genai.errors import BundleError, ConfigError
-from mobius_genai.size_limits import CHAT_TEMPLATE_BYTES
 from tests.bundle.conftest import TINY_QWEN2
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ import pytest
 import mobius_genai
 from mobius_genai.bench.runner import bench
 from mobius_genai.bundle.chat_template import check_chat_template
-from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import search_pool
+from mobius_genai.runtime.smoke import smoke_test
 
 #: Modules a child imports early (or Python's start-up imports), each planted as a file that
 #: leaves a marker when it runs.

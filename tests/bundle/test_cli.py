@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mobius_genai.bundle import packager
+from mobius_genai import packager
 from mobius_genai.bundle.chat_template import chat_template
 from mobius_genai.cli import main
 from tests.bundle.conftest import TINY_QWEN2

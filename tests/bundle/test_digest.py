@@ -20,11 +20,12 @@ import pytest
 import safetensors.numpy
 
 import mobius_genai
-from mobius_genai import _buffers, weights
+from mobius_genai import _buffers
 from mobius_genai.bundle import manifest
 from mobius_genai.bundle.digest import save_with_digest
-from mobius_genai.bundle.packager import package
+from mobius_genai.checkpoint import weights
 from mobius_genai.errors import BundleError, WeightsError
+from mobius_genai.packager import package
 from tests.bundle.conftest import TINY_QWEN2
 
 
@@ -223,7 +224,7 @@ def test_a_failed_package_cancels_the_checkpoint_hashes(tmp_path: Path, monkeypa
         started.wait(5)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mobius_genai.bundle.packager, "build", failing_build)
+    monkeypatch.setattr(mobius_genai.packager, "build", failing_build)
     with pytest.raises(KeyboardInterrupt):
         package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True)
     futures = [manifest._pending.get(manifest._key(path)) for path in (big, queued)]

@@ -7,9 +7,9 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import greedy_tokens
+from mobius_genai import packager
 from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.runtime.generate import greedy_tokens
 from tests._hf import hf_greedy_tokens
 from tests.bundle.conftest import TINY_QWEN2
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.bundle import packager
+from mobius_genai import packager
 from mobius_genai.bundle.bos import required_bos, with_bos
-from mobius_genai.bundle.chat import Conversation
-from mobius_genai.bundle.decoding import Decoder
-from mobius_genai.bundle.generate import greedy_tokens
-from mobius_genai.bundle.opening import open_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.chat import Conversation
+from mobius_genai.runtime.decoding import Decoder
+from mobius_genai.runtime.generate import greedy_tokens
+from mobius_genai.runtime.opening import open_bundle
 from tests.families.test_bundles import _checkpoint
 
 PROMPT = "Hello there, how are you"

@@ -16,12 +16,12 @@ from mobius_genai.bundle.genai_config import (
     search_defaults,
     token_ids,
 )
-from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.bundle.schema import validate_genai_config
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError, ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
+from mobius_genai.runtime.generate import greedy_tokens
 from tests.bundle.conftest import toy_graph
 
 CONFIG = ArchitectureConfig(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mobius_genai.bundle.mrope import mrope_positions
+from mobius_genai.runtime.mrope import mrope_positions
 from tests._qwen_vl import IMAGE_TOKEN, VISION_END, VISION_START, tiny_qwen2_5_vl, token_types
 
 

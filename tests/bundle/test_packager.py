@@ -10,12 +10,11 @@ from pathlib import Path
 import onnx_ir as ir
 import pytest
 
-from mobius_genai import _resources
-from mobius_genai.bundle import packager
+from mobius_genai import _resources, packager
 from mobius_genai.bundle.graph import GQA_OP, GraphInfo
+from mobius_genai.checkpoint.source import Source
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError, ExecutionProviderError
-from mobius_genai.source import Source
 from tests.bundle.conftest import TINY_QWEN2
 
 F32, F16, BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16

@@ -17,13 +17,13 @@ import onnx.numpy_helper
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import greedy_tokens
+from mobius_genai import packager
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.og_support import ALL_LOGITS, ENGINE, NGRAM
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.generate import greedy_tokens
 from tests.bundle.conftest import TINY_QWEN2
 
 PROMPTS = ["The capital of France is", "Hi", "Once upon a time there"]

@@ -11,10 +11,10 @@ import json
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.bundle import opening
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
+from mobius_genai.runtime import opening
 
 COMMANDS = {
     "run": ["--prompt", "Hi", "--max-new-tokens", "4"],

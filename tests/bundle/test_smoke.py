@@ -8,12 +8,13 @@ from pathlib import Path
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.bundle import _smoke_child, packager
-from mobius_genai.bundle._smoke_child import ort_greedy_tokens, run_smoke
-from mobius_genai.bundle.generate import greedy_tokens
-from mobius_genai.bundle.smoke import smoke_test
+from mobius_genai import packager
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime import _smoke_child
+from mobius_genai.runtime._smoke_child import ort_greedy_tokens, run_smoke
+from mobius_genai.runtime.generate import greedy_tokens
+from mobius_genai.runtime.smoke import smoke_test
 from tests.bundle.conftest import TINY_QWEN2
 
 CPU = get_ep("cpu").runtime.ort_provider

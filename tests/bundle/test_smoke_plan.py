@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from mobius_genai.bundle import packager, smoke_plan
+from mobius_genai import packager
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.smoke_plan import (
+from mobius_genai.cli import main
+from mobius_genai.errors import BundleError
+from mobius_genai.runtime import smoke_plan
+from mobius_genai.runtime.smoke_plan import (
     FULL_SHARE,
     TWIN_FOLDER,
     available_memory,
@@ -19,8 +22,6 @@ from mobius_genai.bundle.smoke_plan import (
     model_bytes,
     plan_smoke_test,
 )
-from mobius_genai.cli import main
-from mobius_genai.errors import BundleError
 from tests._hf import write_tiny_checkpoint
 from tests.bundle.conftest import TINY_QWEN2
 from tests.gguf._tiny import write_tiny_gguf

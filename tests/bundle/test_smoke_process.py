@@ -14,11 +14,11 @@ import numpy as np
 import onnx
 import pytest
 
-from mobius_genai.bundle._smoke_child import ort_greedy_tokens
-from mobius_genai.bundle.generate import require_finite
-from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime._smoke_child import ort_greedy_tokens
+from mobius_genai.runtime.generate import require_finite
+from mobius_genai.runtime.smoke import smoke_test
 from tests.bundle.conftest import TINY_QWEN2
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,7 +104,7 @@ def _smoke_process_of(parent: int, deadline: float) -> int:
             except OSError:
                 continue
             ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            if ppid == parent and b"mobius_genai.bundle._smoke_child" in command:
+            if ppid == parent and b"mobius_genai.runtime._smoke_child" in command:
                 return int(entry.name)
         time.sleep(0.01)
     pytest.fail("package never started its smoke test process")
@@ -139,7 +139,7 @@ def test_the_smoke_process_imports_no_graph_building_stack():
     """The smoke test's process holds a model of up to a quarter of the memory available; the
     graph-building stack (onnx, onnx-ir, onnxscript: ~85 MiB resident) has no job there."""
     code = (
-        "import sys, mobius_genai.bundle._smoke_child; "
+        "import sys, mobius_genai.runtime._smoke_child; "
         "print(sorted(m for m in ('onnx', 'onnx_ir', 'onnxscript', 'jsonschema') "
         "if m in sys.modules))"
     )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.smoke import session_options, smoke_test
+from mobius_genai import packager
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import get_ep
+from mobius_genai.runtime.smoke import session_options, smoke_test
 from tests.bundle.conftest import TINY_QWEN2
 
 

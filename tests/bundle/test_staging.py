@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mobius_genai.bundle import bundle
-from mobius_genai.bundle.bundle import staged_output
+from mobius_genai.bundle import output_folder as staged_module
+from mobius_genai.bundle.output_folder import staged_output
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
 from tests.bundle.conftest import TINY_QWEN2
@@ -73,9 +73,11 @@ def test_an_interrupted_swap_leaves_the_old_or_the_new_bundle_and_says_which(
     with pytest.raises(KeyboardInterrupt) as caught, staged_output(out, force=True) as staging:
         (staging / "new.txt").write_text("new")
         if function == "replace":
-            monkeypatch.setattr(bundle.os, "replace", _Interrupt(os.replace, at, after))
+            monkeypatch.setattr(staged_module.os, "replace", _Interrupt(os.replace, at, after))
         else:
-            monkeypatch.setattr(bundle.shutil, "rmtree", _Interrupt(shutil.rmtree, at, after))
+            monkeypatch.setattr(
+                staged_module.shutil, "rmtree", _Interrupt(shutil.rmtree, at, after)
+            )
     monkeypatch.undo()
     assert _leftovers(out) == [f"{holds}.txt"]
     if holds == "new":
@@ -111,7 +113,7 @@ def test_a_signal_between_the_renames_waits_until_the_new_bundle_is_in_place(
     try:
         with pytest.raises(expected) as caught, staged_output(out, force=True) as staging:
             (staging / "new.txt").write_text("new")
-            monkeypatch.setattr(bundle.os, "replace", signalled)
+            monkeypatch.setattr(staged_module.os, "replace", signalled)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert len(calls) == 2  # the second rename ran although the signal came after the first
@@ -128,18 +130,18 @@ def test_the_cli_says_the_new_bundle_is_in_place_when_interrupted_after_the_swap
     real_rmtree = shutil.rmtree
 
     def interrupted(path, *args, **kwargs):  # the first removal after the swap: the old bundle
-        monkeypatch.setattr(bundle.shutil, "rmtree", real_rmtree)
+        monkeypatch.setattr(staged_module.shutil, "rmtree", real_rmtree)
         if how == "ctrl-c":
             raise KeyboardInterrupt
         os.kill(os.getpid(), signal.SIGTERM)
 
-    real_swap = bundle._staging.swap
+    real_swap = staged_module._staging.swap
 
     def swap(*args):
         real_swap(*args)
-        monkeypatch.setattr(bundle.shutil, "rmtree", interrupted)
+        monkeypatch.setattr(staged_module.shutil, "rmtree", interrupted)
 
-    monkeypatch.setattr(bundle._staging, "swap", swap)
+    monkeypatch.setattr(staged_module._staging, "swap", swap)
     argv = ["package", str(TINY_QWEN2), "-o", str(out), "--force", "--quiet", "--no-smoke-test"]
     assert main(argv) == 128 + (signal.SIGINT if how == "ctrl-c" else signal.SIGTERM)
     word = "interrupted" if how == "ctrl-c" else "terminated"
@@ -157,7 +159,7 @@ def _run_and_kill(out: Path, body: str, *, force: bool = False) -> subprocess.Po
         import os, shutil, signal, sys, time
         from pathlib import Path
         from mobius_genai.bundle import _staging
-        from mobius_genai.bundle.bundle import staged_output
+        from mobius_genai.bundle.output_folder import staged_output
         with staged_output(Path({str(out)!r}), force={force}) as staging:
             (staging / "new.txt").write_text("new")
         """

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import try_to_load_from_cache
 
-from mobius_genai.bundle import bundle, packager
-from mobius_genai.bundle.bundle import copy_tokenizer_files
+from mobius_genai import packager
+from mobius_genai.bundle import tokenizer_files
 from mobius_genai.errors import BundleError, ConfigError
 from tests.bundle.conftest import TINY_QWEN2, hub_snapshot
 
@@ -66,7 +66,7 @@ def test_only_regular_files_are_copied(tmp_path: Path, kind: str):
     make(source, "special_tokens_map.json")
     (tmp_path / "bundle").mkdir()
     with pytest.raises(BundleError, match=f"special_tokens_map.json: {words}") as caught:
-        copy_tokenizer_files(source, tmp_path / "bundle")
+        tokenizer_files.copy_tokenizer_files(source, tmp_path / "bundle")
     assert "accepted: regular files" in str(caught.value)
     assert "\n" not in str(caught.value)
     assert "special_tokens_map.json" not in _leftovers(tmp_path / "bundle")
@@ -86,7 +86,9 @@ def test_a_link_to_a_file_of_the_checkpoint_is_copied_as_that_file(tmp_path: Pat
     (source / "special_tokens_map.json").unlink()
     _link_inside(source, "special_tokens_map.json")
     (tmp_path / "bundle").mkdir()
-    assert "special_tokens_map.json" in copy_tokenizer_files(source, tmp_path / "bundle")
+    assert "special_tokens_map.json" in tokenizer_files.copy_tokenizer_files(
+        source, tmp_path / "bundle"
+    )
     copied = tmp_path / "bundle" / "special_tokens_map.json"
     assert not copied.is_symlink() and copied.read_bytes() == (source / "vocab.json").read_bytes()
 
@@ -99,7 +101,7 @@ def test_hub_cache_snapshot_files_are_copied_as_files(tmp_path: Path):
     assert Path(found) == snapshot / "tokenizer.json"
     out = tmp_path / "bundle"
     out.mkdir()
-    copied = copy_tokenizer_files(snapshot, out)
+    copied = tokenizer_files.copy_tokenizer_files(snapshot, out)
     assert "tokenizer.json" in copied and "special_tokens_map.json" in copied
     for name in copied:
         assert not (out / name).is_symlink()
@@ -125,7 +127,7 @@ def test_hub_cache_links_must_stay_in_their_repos_blobs(tmp_path: Path, target: 
         link.symlink_to(Path("../../../..") / "secret")
     (tmp_path / "bundle").mkdir()
     with pytest.raises(BundleError, match="special_tokens_map.json: is a symbolic link to"):
-        copy_tokenizer_files(snapshot, tmp_path / "bundle")
+        tokenizer_files.copy_tokenizer_files(snapshot, tmp_path / "bundle")
 
 
 def _disk_full(*args, **kwargs):
@@ -140,7 +142,7 @@ def test_a_full_disk_while_copying_is_a_bundle_error_that_keeps_the_old_bundle(
     out = packager.package(TINY_QWEN2, "cpu", tmp_path / "b", quiet=True, smoke_test=False)
     before = {path.name: path.read_bytes() for path in out.iterdir()}
     if where == "writing":
-        monkeypatch.setattr(bundle.shutil, "copyfileobj", _disk_full)
+        monkeypatch.setattr(tokenizer_files.shutil, "copyfileobj", _disk_full)
     else:
         real_open = os.open
 
@@ -149,7 +151,7 @@ def test_a_full_disk_while_copying_is_a_bundle_error_that_keeps_the_old_bundle(
                 _disk_full()
             return real_open(path, flags, *args, **kwargs)
 
-        monkeypatch.setattr(bundle.os, "open", no_inodes)
+        monkeypatch.setattr(tokenizer_files.os, "open", no_inodes)
     with pytest.raises(BundleError) as caught:
         packager.package(TINY_QWEN2, "cpu", out, quiet=True, smoke_test=False, force=True)
     message = str(caught.value)

@@ -11,7 +11,7 @@ import onnxruntime_genai as og
 import pytest
 from transformers import AutoTokenizer
 
-from mobius_genai.bundle import packager
+from mobius_genai import packager
 from mobius_genai.bundle.tool_tokens import TOOL_TOKENS, tool_token_ids, vocabulary
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError

@@ -10,10 +10,10 @@ import onnx
 import pytest
 
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.packager import package
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
+from mobius_genai.packager import package
 from tests.bundle.conftest import TINY_QWEN2
 from tests.test_json import HOSTILE
 

@@ -12,9 +12,9 @@ import onnxruntime_genai as og
 import pytest
 from transformers import AutoTokenizer
 
-from mobius_genai.bundle import _smoke_child
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
+from mobius_genai.runtime import _smoke_child
 from tests._hf import write_tiny_checkpoint
 from tests.bundle.conftest import TINY_QWEN2
 

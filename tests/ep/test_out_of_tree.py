@@ -11,11 +11,11 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai import EpCapabilities, RuntimeInfo, build, get_ep, package, register_ep
-from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.ep import ep_registry
 from mobius_genai.olive import mobius_ep_for, olive_ep_mapping
+from mobius_genai.runtime.smoke import smoke_test
 from tests.bundle.conftest import TINY_QWEN2
 
 #: Only what an EP needs: its graph capabilities and how the runtimes name and ship it.

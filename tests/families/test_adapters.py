@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from mobius_genai import ArchitectureConfig, ConfigError, RopeConfig, UnsupportedModelError
+from mobius_genai.checkpoint.weights import TensorSource
 from mobius_genai.models import FAMILIES, FamilyAdapter, get_family
-from mobius_genai.weights import TensorSource
 from tests._hf import FAMILIES as HF_FAMILIES
 from tests._hf import tiny_config
 

@@ -22,12 +22,12 @@ import onnx
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import greedy_tokens, load_model
+from mobius_genai import packager
 from mobius_genai.cli import main as cli_main
 from mobius_genai.ep import get_ep
 from mobius_genai.models import FAMILIES
 from mobius_genai.quantize import Int4Options
+from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 
 TOKENIZER = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"

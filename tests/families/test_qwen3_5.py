@@ -18,11 +18,11 @@ from onnx.reference import ReferenceEvaluator
 from transformers import Qwen3_5TextConfig, Qwen3NextConfig
 
 import mobius_genai
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import greedy_tokens, load_model
+from mobius_genai import packager
 from mobius_genai.bundle.graph import TensorSpec
 from mobius_genai.bundle.validate import check_graph_against_config, validate_bundle
 from mobius_genai.models import get_family
+from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import left_padded_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.families.test_bundles import PROMPT, _checkpoint

@@ -24,10 +24,10 @@ from transformers import (
 )
 
 import mobius_genai
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import greedy_tokens, load_model
+from mobius_genai import packager
 from mobius_genai.errors import WeightsError
 from mobius_genai.models import get_family
+from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import (
     ReferenceRun,
     ReferenceStep,

@@ -19,11 +19,10 @@ from safetensors.numpy import load_file, save_file
 from transformers import Qwen3NextConfig
 
 import mobius_genai
-from mobius_genai import WeightsError
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import greedy_tokens, load_model
+from mobius_genai import WeightsError, packager
 from mobius_genai.models import FAMILIES
 from mobius_genai.quantize import Int4Options
+from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import (
     hf_float64_logits,
     hf_reference_logits,

@@ -1,7 +1,7 @@
 """Test-only: tiny GGUF files written with the gguf package's GGUFWriter from a tiny random
 transformers model (tests/_hf.py), laid out as llama.cpp's convert_hf_to_gguf.py writes them.
 
-Written independently of mobius_genai.gguf: llama.cpp's tensor names, its Q/K row permutation
+Written independently of mobius_genai.checkpoint.gguf: llama.cpp's tensor names, its Q/K row permutation
 for llama (`_permute`, convert_hf_to_gguf.py's LlamaModel.permute), metadata keys through
 GGUFWriter's own add_* methods. The tokenizer is tests/data/tiny-qwen2's byte-level BPE
 (384 tokens), so the model's vocabulary is 384.

@@ -7,7 +7,7 @@ import pytest
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from mobius_genai.gguf.blocks import NBITS_TYPES
+from mobius_genai.checkpoint.gguf.blocks import NBITS_TYPES
 from tests.gguf._tiny import random_blocks
 
 

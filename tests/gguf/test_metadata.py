@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mobius_genai.gguf.metadata import config_json
+from mobius_genai.checkpoint.gguf.metadata import config_json
 
 #: Gemma 3 sizes and the query_pre_attn_scalar of each one's config.json on the hub: head_dim,
 #: except 27B's hidden_size / heads (llama.cpp takes 62 layers for 27B, llama-model.cpp).

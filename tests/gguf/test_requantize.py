@@ -20,8 +20,8 @@ from gguf.quants import dequantize
 from onnx import numpy_helper
 
 import mobius_genai
-from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.quantize import DEFAULT_QUALITY, Int4Options
+from mobius_genai.runtime.generate import greedy_tokens
 from tests.gguf._tiny import matmul_nbits_weights, write_tiny_gguf
 
 #: k-quants need K a multiple of 256. Q4_K and a Q8_0 embedding are kept as stored; the

@@ -14,8 +14,8 @@ from tokenizers import Tokenizer
 from transformers import AutoTokenizer
 
 import mobius_genai
-from mobius_genai.gguf import GgufCheckpoint
-from mobius_genai.gguf.tokenizer import tokenizer_json
+from mobius_genai.checkpoint.gguf import GgufCheckpoint
+from mobius_genai.checkpoint.gguf.tokenizer import tokenizer_json
 from tests.gguf._tiny import write_tiny_gguf
 
 TEXTS = [

@@ -21,8 +21,8 @@ import pytest
 from transformers import AutoConfig, AutoTokenizer
 
 import mobius_genai
-from mobius_genai.bundle.generate import greedy_tokens
 from mobius_genai.quantize import Int4Options
+from mobius_genai.runtime.generate import greedy_tokens
 from tests._hf import hf_greedy_tokens, hf_reference_logits
 from tests._ort import run_like_reference
 

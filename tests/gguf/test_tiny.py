@@ -348,7 +348,7 @@ def test_manifest_says_what_happened_to_each_tensor_kind(tmp_path: Path, case: s
 def test_a_slice_of_a_dequantized_matrix_dequantizes_only_its_rows(tmp_path: Path, monkeypatch):
     """Weights stream a block of rows at a time: each read must not dequantize the whole
     matrix again (a 152k-row Q6_K output would be dequantized once per block)."""
-    from mobius_genai.gguf import checkpoint as module
+    from mobius_genai.checkpoint.gguf import checkpoint as module
 
     gguf = write_tiny_gguf(tmp_path / "q5.gguf", "llama", types={"attn_v": "Q5_0"})
     ckpt = module.GgufCheckpoint(gguf)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from mobius_genai.bundle.packager import package
+from mobius_genai.packager import package
 from tests._qwen_vl import TINY_QWEN2, write_qwen2_5_vl_checkpoint
 from tests._vlm import tiny_gemma3
 

@@ -14,13 +14,13 @@ import onnx
 import pytest
 import torch
 
-from mobius_genai.bundle.packager import package
-from mobius_genai.bundle.smoke import smoke_test
-from mobius_genai.bundle.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
+from mobius_genai.packager import package
+from mobius_genai.runtime.smoke import smoke_test
+from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from tests._ort import og_greedy
 from tests._qwen_vl import MIN_PIXELS, patches, transformers_tokens
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from mobius_genai.bundle.packager import package
-from mobius_genai.bundle.smoke import smoke_test
-from mobius_genai.bundle.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from mobius_genai.ep import get_ep
+from mobius_genai.packager import package
+from mobius_genai.runtime.smoke import smoke_test
+from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from tests._ort import og_greedy
 from tests._vlm import transformers_tokens
 from tests.models.conftest import SIZE

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from mobius_genai.bundle.packager import package
-from mobius_genai.bundle.smoke_image import png_bytes
 from mobius_genai.cli import main
+from mobius_genai.packager import package
+from mobius_genai.runtime.smoke_image import png_bytes
 from tests._vlm import transformers_tokens
 from tests.bundle.conftest import TINY_QWEN2
 from tests.models.conftest import SIZE
@@ -110,7 +110,7 @@ def test_a_gpu_vision_language_bundle_loads_on_cpu_with_every_graph_moved(
     """`load_model(cpu=True)` clears the providers of the vision and embedding sessions too:
     og.Config.clear_providers changes the decoder's alone, and a cuda bundle's other graphs
     then asked this CPU-only wheel for CUDA."""
-    from mobius_genai.bundle.generate import load_model
+    from mobius_genai.runtime.generate import load_model
 
     folder = tmp_path / "cuda-bundle"
     shutil.copytree(gemma3_bundle, folder)

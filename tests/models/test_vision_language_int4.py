@@ -8,7 +8,7 @@ from pathlib import Path
 
 import onnx
 
-from mobius_genai.bundle.packager import package
+from mobius_genai.packager import package
 
 MATMUL_NBITS = ("com.microsoft", "MatMulNBits")
 FLOAT_TYPES = {onnx.TensorProto.FLOAT}

@@ -11,13 +11,14 @@ from pathlib import Path
 import onnx
 import pytest
 
-from mobius_genai.bundle import packager, smoke_plan
+from mobius_genai import packager
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.smoke_plan import TWIN_FOLDER, model_bytes
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.config.vision import VisionConfig
 from mobius_genai.models.vision_language import vision_language_family
-from mobius_genai.weights import Checkpoint
+from mobius_genai.runtime import smoke_plan
+from mobius_genai.runtime.smoke_plan import TWIN_FOLDER, model_bytes
 
 pytest.importorskip("onnxruntime_genai")
 

@@ -14,13 +14,13 @@ pytest.importorskip("olive", reason="the olive extra is not installed: pip insta
 from olive.hardware.accelerator import AcceleratorSpec
 from olive.workflows.run.config import RunConfig
 
-from mobius_genai.bundle import packager
-from mobius_genai.bundle.generate import greedy_tokens
+from mobius_genai import packager
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.validate import check_graph_against_config, validate_bundle
 from mobius_genai.errors import BundleError
 from mobius_genai.olive import MobiusExport, mobius_ep_for
 from mobius_genai.quantize import Int4Options
+from mobius_genai.runtime.generate import greedy_tokens
 from tests.olive.conftest import (
     RECIPE_NAMES,
     RECIPES,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mobius_genai.bundle.smoke import smoke_test
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.ep import get_ep
+from mobius_genai.runtime.smoke import smoke_test
 from tests.olive.conftest import local_recipe
 
 #: What Olive writes beside every workflow's output model.

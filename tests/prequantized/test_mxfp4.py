@@ -14,9 +14,9 @@ from safetensors.numpy import load_file, save_file
 from transformers.integrations.mxfp4 import FP4_VALUES, convert_moe_packed_tensors
 
 import mobius_genai
+from mobius_genai.checkpoint.prequantized import mxfp4
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.errors import ConfigError, UnsupportedModelError, WeightsError
-from mobius_genai.prequantized import mxfp4
-from mobius_genai.weights import Checkpoint
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 

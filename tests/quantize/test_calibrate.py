@@ -21,6 +21,7 @@ import torch
 from safetensors.numpy import load_file
 
 import mobius_genai
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize import Int4Options, quantize_int4
@@ -33,7 +34,6 @@ from mobius_genai.quantize.calibrate import (
 from mobius_genai.quantize.layout import NBitsWeight, dequantize_matmul_nbits
 from mobius_genai.quantize.rounding import search_blocks
 from mobius_genai.quantize.targets import find_weights
-from mobius_genai.weights import Checkpoint
 from tests._hf import load_reference_model
 from tests.quantize.test_streaming import MIB, Loads, lazy_weight
 

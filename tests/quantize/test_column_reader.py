@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import mobius_genai
+from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
 from mobius_genai.quantize import layout
 from mobius_genai.quantize.targets import find_weights
-from mobius_genai.weights import CheckpointTensor, ConcatTensor
 from tests.bundle.conftest import TINY_QWEN2
 
 

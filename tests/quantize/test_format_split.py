@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.recipes import WeightFormat
 from mobius_genai.quantize.targets import find_weights
-from mobius_genai.weights import ConcatTensor
 from tests.quantize.test_targets import F32, MS, _model, _run
 
 NAMES = tuple(f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv")

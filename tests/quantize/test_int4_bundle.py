@@ -10,10 +10,12 @@ from __future__ import annotations
 import pytest
 
 import mobius_genai
-from mobius_genai.bundle import smoke_test, validate_bundle, write_bundle
+from mobius_genai.bundle import validate_bundle
 from mobius_genai.ep import get_ep
+from mobius_genai.packager import write_bundle
 from mobius_genai.quantize import Int4Options, quantize_int4
 from mobius_genai.quantize.calibrate import Calibration
+from mobius_genai.runtime.smoke import smoke_test
 from tests.quantize.conftest import TINY_QWEN2
 
 

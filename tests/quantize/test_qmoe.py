@@ -20,8 +20,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import mobius_genai
+from mobius_genai.checkpoint.experts import ExpertsTensor
 from mobius_genai.ep import get_ep
-from mobius_genai.expert_weights import ExpertsTensor
 from mobius_genai.quantize import Int4Options, qmoe, quantize_int4
 from mobius_genai.quantize.layout import dequantize_matmul_nbits, quantize_matmul_nbits
 from tests._hf import write_tiny_checkpoint

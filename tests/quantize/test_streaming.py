@@ -16,12 +16,12 @@ import onnx_ir as ir
 import pytest
 
 import mobius_genai
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import Int4Options, quantize_int4, search_pool
 from mobius_genai.quantize.calibrate import Calibration
 from mobius_genai.quantize.layout import DEFAULT_CHUNK_ELEMENTS
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
-from mobius_genai.weights import Checkpoint
 
 MIB = 1 << 20
 SHAPES = [(1024, 2048), (2048, 1024)] * 6  # 12 float32 weights of 8 MiB

@@ -20,7 +20,7 @@ from transformers import (
     Qwen3_5ForConditionalGeneration,
 )
 
-from mobius_genai.bundle import packager
+from mobius_genai import packager
 from mobius_genai.quantize import Int4Options
 from tests.families.test_bundles import TOKENIZER_FILES, _checkpoint
 from tests.models.conftest import qwen2_5_vl_bundle, qwen2_5_vl_checkpoint

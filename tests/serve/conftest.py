@@ -18,7 +18,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from mobius_genai.bundle import packager
+from mobius_genai import packager
 from tests._hf import edit_config
 from tests.bundle.conftest import TINY_QWEN2
 

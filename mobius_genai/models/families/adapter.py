@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from mobius_genai.checkpoint.experts import ExpertLayout
+from mobius_genai.checkpoint.grouped import GroupedWeight
+from mobius_genai.checkpoint.weights import TensorSource, no_preprocess
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import UnsupportedModelError
-from mobius_genai.expert_weights import ExpertLayout
-from mobius_genai.grouped_weights import GroupedWeight
-from mobius_genai.weights import TensorSource, no_preprocess
 
 # A config value, or a function of the (aliased) config.json dict that computes it.
 ConfigValue = Any | Callable[[Mapping[str, Any]], Any]

@@ -21,9 +21,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config import fields
 from mobius_genai.config.moe import ExpertActivation, MoeConfig, MoeKeys, read_moe
-from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.layers import alternating_layer_types
 

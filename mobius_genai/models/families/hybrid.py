@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
+from mobius_genai.checkpoint.grouped import GroupedWeight
 from mobius_genai.config import ArchitectureConfig, fields
 from mobius_genai.config.rope import RopeConfig, parse_rope
 from mobius_genai.errors import ConfigError
-from mobius_genai.grouped_weights import GroupedWeight
 
 
 def lfm2_layer_types(raw: Mapping[str, Any]) -> list[str]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.linear_attention import read_linear_attention
 from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.config.text_config import TextOnly
-from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.moe import MoeKeys, moe_reader
-from mobius_genai.expert_weights import ExpertLayout
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.readers import switch
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS

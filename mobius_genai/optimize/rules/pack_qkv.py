@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.optimize.declines import RecordingRuleClassBase
 from mobius_genai.optimize.rules.gqa import GQA_OP, MS_DOMAIN, PAST_KEY
-from mobius_genai.weights import ConcatTensor
 
 
 def new_parameter(

@@ -22,10 +22,10 @@ import onnxruntime_genai as og
 from mobius_genai._signals import threads_leave_signals_to_main
 from mobius_genai.bundle._og_errors import og_error_line
 from mobius_genai.bundle.bundle_folder import require_bundle
-from mobius_genai.bundle.generate import load_model
-from mobius_genai.bundle.placement import Provider, missing_provider, require_runnable
 from mobius_genai.bundle.validate import read_genai_config, validate_bundle
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.generate import load_model
+from mobius_genai.runtime.placement import Provider, missing_provider, require_runnable
 
 #: What `--ep cpu` asks for: the bundle's graph on onnxruntime's CPU provider.
 ON_CPU: Provider = (None, {})

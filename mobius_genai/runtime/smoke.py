@@ -34,7 +34,7 @@ from mobius_genai.errors import BundleError
 _NEEDS_PREPACKING = frozenset({"com.microsoft::MatMulNBits"})
 _NO_PREPACKING = {"session.disable_prepacking": "1"}
 
-_CHILD = "mobius_genai.bundle._smoke_child"
+_CHILD = "mobius_genai.runtime._smoke_child"
 #: Lines of the process's stderr a crash message quotes, at most.
 _QUOTED_LINES = 3
 

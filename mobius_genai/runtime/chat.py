@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai.bundle.bos import required_bos, with_bos
-from mobius_genai.bundle.decoding import Decoder
-from mobius_genai.bundle.generate import chat_template, load_tokenizer
-from mobius_genai.bundle.opening import ON_CPU, OpenBundle, open_bundle
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.decoding import Decoder
+from mobius_genai.runtime.generate import chat_template, load_tokenizer
+from mobius_genai.runtime.opening import ON_CPU, OpenBundle, open_bundle
 
 
 class Conversation:

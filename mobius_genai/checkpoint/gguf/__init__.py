@@ -19,14 +19,14 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai._json import write_json
+from mobius_genai.checkpoint.gguf.checkpoint import GgufCheckpoint
+from mobius_genai.checkpoint.gguf.metadata import config_json, generation_config
+from mobius_genai.checkpoint.gguf.tokenizer import tokenizer_config, tokenizer_json
+from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.source import Source, checkpoint_file
+from mobius_genai.checkpoint.weights import TensorSource
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.errors import ConfigError, WeightsError
-from mobius_genai.gguf.checkpoint import GgufCheckpoint
-from mobius_genai.gguf.metadata import config_json, generation_config
-from mobius_genai.gguf.tokenizer import tokenizer_config, tokenizer_json
-from mobius_genai.prequantized.tensor import PrequantizedTensor, StoredBlocks
-from mobius_genai.source import Source, checkpoint_file
-from mobius_genai.weights import TensorSource
 
 __all__ = ["GgufCheckpoint", "find_gguf", "gguf_tensors", "open_gguf"]
 

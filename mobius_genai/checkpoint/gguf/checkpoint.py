@@ -20,10 +20,10 @@ import numpy as np
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
+from mobius_genai.checkpoint.gguf.blocks import ACCEPTED_TYPES, NBITS_TYPES, BlockType
+from mobius_genai.checkpoint.gguf.metadata import ROPE_TENSORS, architecture
+from mobius_genai.checkpoint.prequantized.tensor import StoredBlocks
 from mobius_genai.errors import UnsupportedModelError, WeightsError
-from mobius_genai.gguf.blocks import ACCEPTED_TYPES, NBITS_TYPES, BlockType
-from mobius_genai.gguf.metadata import ROPE_TENSORS, architecture
-from mobius_genai.prequantized.tensor import StoredBlocks
 
 __all__ = ["GgufCheckpoint"]
 

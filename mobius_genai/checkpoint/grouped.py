@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.weights import Checkpoint, CheckpointTensor, ConcatTensor, TensorSource
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
-from mobius_genai.weights import Checkpoint, CheckpointTensor, ConcatTensor, TensorSource
 
 # (groups, rows of each segment in all groups together) for a config.
 GroupSizes = Callable[[ArchitectureConfig], tuple[int, Mapping[str, int]]]

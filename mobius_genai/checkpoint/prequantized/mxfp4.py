@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.errors import ConfigError, WeightsError
-from mobius_genai.weights import Checkpoint
 
 __all__ = ["FP4_VALUES", "dequantize", "is_mxfp4", "read_expert", "stored_as_mxfp4"]
 

@@ -20,7 +20,7 @@ import numpy as np
 from mobius_genai.errors import WeightsError
 
 if TYPE_CHECKING:
-    from mobius_genai.weights import Checkpoint
+    from mobius_genai.checkpoint.weights import Checkpoint
 
 #: Elements checked (and, for an error, counted or compared) at a time.
 BLOCK_ELEMENTS = 1 << 24

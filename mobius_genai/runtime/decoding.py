@@ -27,16 +27,16 @@ import onnxruntime_genai as og
 from mobius_genai._signals import signals_held, threads_leave_signals_to_main
 from mobius_genai.bundle._og_errors import og_error_line
 from mobius_genai.bundle.bos import required_bos, with_bos
-from mobius_genai.bundle.generate import (
+from mobius_genai.bundle.og_support import engine_support
+from mobius_genai.errors import BundleError
+from mobius_genai.runtime.generate import (
     chat_template,
     image_inputs,
     image_placeholder,
     load_tokenizer,
     open_images,
 )
-from mobius_genai.bundle.og_support import engine_support
-from mobius_genai.bundle.opening import OpenBundle
-from mobius_genai.errors import BundleError
+from mobius_genai.runtime.opening import OpenBundle
 
 #: Why a turn ended, from the Engine's finish reason: "eos" (the model ended it), "length"
 #: (max new tokens), "context" (the request's tokens filled the context), "stopped" (cancelled).

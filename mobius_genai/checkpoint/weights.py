@@ -20,15 +20,15 @@ import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai import _safetensors
 from mobius_genai._buffers import BufferPool
 from mobius_genai._json import read_json_object
-from mobius_genai._safetensors import TensorEntry, shown
+from mobius_genai.checkpoint import _safetensors
+from mobius_genai.checkpoint._safetensors import TensorEntry, shown
+from mobius_genai.checkpoint.checks import few, require_all_used, require_finite, sliced_shape
+from mobius_genai.checkpoint.source import checkpoint_file
 from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
-from mobius_genai.source import checkpoint_file
-from mobius_genai.weight_checks import few, require_all_used, require_finite, sliced_shape
 
 _INDEX = "model.safetensors.index.json"
 #: Elements read at a time when a large tensor is streamed (row blocks of the checkpoint).

@@ -28,9 +28,9 @@ from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, file_entries
 from mobius_genai.bundle.schema import validate_manifest
-from mobius_genai.bundle.smoke import SmokeResult, smoke_test
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.smoke import SmokeResult, smoke_test
 
 #: Peak memory of the smoke test's process per byte of the bundle's model files, by precision,
 #: on CPU, and its peak for a bundle of almost no weights (Python, onnxruntime, genai): measured

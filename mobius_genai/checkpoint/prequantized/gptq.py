@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.weights import Checkpoint, TensorSource
 from mobius_genai.errors import ConfigError, WeightsError
-from mobius_genai.prequantized.tensor import PrequantizedTensor, StoredBlocks
-from mobius_genai.weights import Checkpoint, TensorSource
 
 __all__ = ["QuantizationScheme", "prequantized_tensors", "read_quantization_config"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from mobius_genai.checkpoint.gguf.sentencepiece import sentencepiece_json
 from mobius_genai.errors import UnsupportedModelError
-from mobius_genai.gguf.sentencepiece import sentencepiece_json
 
 __all__ = ["tokenizer_config", "tokenizer_json"]
 

@@ -22,14 +22,14 @@ import onnxruntime as ort
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json_object
-from mobius_genai.bundle.generate import (
+from mobius_genai.errors import BundleError
+from mobius_genai.runtime.generate import (
     greedy_tokens,
     image_inputs,
     image_placeholder,
     load_tokenizer,
 )
-from mobius_genai.bundle.mrope import mrope_positions
-from mobius_genai.errors import BundleError
+from mobius_genai.runtime.mrope import mrope_positions
 
 #: The smoke test's prompt after the model type's image placeholder.
 SMOKE_IMAGE_TEXT = "Describe the image."

@@ -22,11 +22,6 @@ import onnx_ir as ir
 from mobius_genai._json import read_json, write_json
 from mobius_genai.build import MODEL_FILENAME, ModelPackage, build, stored_bits
 from mobius_genai.bundle.bos import required_bos
-from mobius_genai.bundle.bundle import (
-    checkpoint_folder,
-    copy_tokenizer_files,
-    staged_output,
-)
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.digest import save_with_digest
 from mobius_genai.bundle.genai_config import (
@@ -51,8 +46,9 @@ from mobius_genai.bundle.multimodal import (
     processor_config,
 )
 from mobius_genai.bundle.og_support import og_limits
+from mobius_genai.bundle.output_folder import checkpoint_folder, staged_output
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
-from mobius_genai.bundle.smoke_plan import record_smoke_test, run_smoke_phase
+from mobius_genai.bundle.tokenizer_files import copy_tokenizer_files
 from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.bundle.validate import (
     TOKENIZER_CHOICES,
@@ -60,6 +56,7 @@ from mobius_genai.bundle.validate import (
     has_tokenizer,
     validate_bundle,
 )
+from mobius_genai.checkpoint.source import Source
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
@@ -67,7 +64,7 @@ from mobius_genai.progress import phase
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
 from mobius_genai.quantize.prequantized import PrequantizedReport, apply_prequantized
 from mobius_genai.quantize.requantize import requantize_floats
-from mobius_genai.source import Source
+from mobius_genai.runtime.smoke_plan import record_smoke_test, run_smoke_phase
 from mobius_genai.target import Target, precision_of, target_or_choices
 
 _SOURCE_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json")

@@ -18,10 +18,10 @@ from typing import BinaryIO
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.checks import require_finite
+from mobius_genai.checkpoint.prequantized import mxfp4
+from mobius_genai.checkpoint.weights import Checkpoint, TensorSource
 from mobius_genai.errors import WeightsError
-from mobius_genai.prequantized import mxfp4
-from mobius_genai.weight_checks import require_finite
-from mobius_genai.weights import Checkpoint, TensorSource
 
 GATE_UP = "gate_up_proj"
 DOWN = "down_proj"

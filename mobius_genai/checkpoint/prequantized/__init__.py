@@ -5,7 +5,7 @@ Their integers and scales are taken as stored: `PrequantizedTensor` carries them
 rounding); read as a float tensor it is the weight the format's own formula gives.
 """
 
-from mobius_genai.prequantized.gptq import QuantizationScheme, prequantized_tensors
-from mobius_genai.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, prequantized_tensors
+from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
 
 __all__ = ["PrequantizedTensor", "QuantizationScheme", "StoredBlocks", "prequantized_tensors"]

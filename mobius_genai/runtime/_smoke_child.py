@@ -31,21 +31,21 @@ from mobius_genai._child_process import PHASE_PREFIX, exit_with_parent
 from mobius_genai._json import read_json
 from mobius_genai.bundle._og_errors import PROVIDER_UNAVAILABLE
 from mobius_genai.bundle.bos import required_bos, with_bos
-from mobius_genai.bundle.generate import (
+from mobius_genai.bundle.graph import CACHE_ROLES, layer_names
+from mobius_genai.errors import BundleError
+from mobius_genai.runtime.generate import (
     greedy_tokens,
     load_model,
     load_tokenizer,
     require_finite,
 )
-from mobius_genai.bundle.graph import CACHE_ROLES, layer_names
-from mobius_genai.bundle.smoke_image import (
+from mobius_genai.runtime.smoke_image import (
     ImagePrompt,
     has_vision,
     image_embedder,
     image_greedy,
     image_note,
 )
-from mobius_genai.errors import BundleError
 
 if TYPE_CHECKING:
     import onnxruntime_genai as og

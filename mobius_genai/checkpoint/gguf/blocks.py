@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mobius_genai.prequantized.tensor import StoredBlocks
+from mobius_genai.checkpoint.prequantized.tensor import StoredBlocks
 
 __all__ = ["ACCEPTED_TYPES", "DEQUANTIZED_TYPES", "NBITS_TYPES", "BlockType"]
 
