@@ -1,0 +1,132 @@
+"""Test-only helpers for Whisper: tiny random checkpoints written by transformers, our graphs
+saved and opened in onnxruntime, and transformers' logits for the same calls."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import torch
+from transformers import WhisperConfig as HFWhisperConfig
+from transformers import WhisperForConditionalGeneration
+
+from mobius_genai.config.whisper import WhisperConfig
+from mobius_genai.ep.context import build_context
+from mobius_genai.models.whisper import WHISPER_ROLES, whisper_graphs
+from mobius_genai.optimize.pipeline import optimize_model
+from mobius_genai.weights import Checkpoint
+from tests._hf import randomize_weights
+
+#: The vocabulary and mel bins of each released layout (English-only lacks the language tokens;
+#: large-v3 and turbo have 128 mel bins and one more token).
+LAYOUTS = {
+    "multilingual": {"vocab_size": 51_865, "num_mel_bins": 80},
+    "english": {"vocab_size": 51_864, "num_mel_bins": 80},
+    "large-v3": {"vocab_size": 51_866, "num_mel_bins": 128},
+}
+TINY = {
+    "d_model": 64,
+    "encoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "encoder_ffn_dim": 96,
+    "decoder_layers": 2,
+    "decoder_attention_heads": 4,
+    "decoder_ffn_dim": 96,
+    "max_source_positions": 1500,
+    "max_target_positions": 448,
+}
+#: A decoder prompt (start, language, task, no timestamps in the multilingual vocabulary; ids
+#: of any layout's vocabulary) and the tokens of three cached steps after it.
+PROMPT = [[50258, 50259, 50359, 50363], [50258, 50260, 50358, 50363]]
+STEPS = [[11], [262]], [[50257], [1000]], [[4], [51863]]
+
+
+def write_whisper_checkpoint(
+    dest: Path, layout: str = "multilingual", seed: int = 0
+) -> WhisperForConditionalGeneration:
+    """A tiny random float32 Whisper checkpoint of `layout` in `dest` (biases and norms random,
+    tests/_hf.randomize_weights); returns transformers' model of it."""
+    config = HFWhisperConfig(**TINY, **LAYOUTS[layout])
+    torch.manual_seed(seed)
+    model = WhisperForConditionalGeneration(config).eval()
+    randomize_weights(model, seed)
+    model.save_pretrained(dest)
+    return model
+
+
+def read_config(folder: Path) -> WhisperConfig:
+    return WhisperConfig.from_dict(json.loads((folder / "config.json").read_text()))
+
+
+def build_sessions(
+    ckpt: Path, directory: Path, ep: str = "default", *, optimize: bool = False
+) -> dict[str, ort.InferenceSession]:
+    """Our f32 encoder and decoder graphs of `ckpt` for `ep` (optimized for it when asked),
+    saved under `directory` and opened on onnxruntime's CPU EP."""
+    with build_context(ep, ir.DataType.FLOAT):
+        models = whisper_graphs(read_config(ckpt), Checkpoint(ckpt))
+    directory.mkdir(parents=True, exist_ok=True)
+    sessions = {}
+    for key, model in models.items():
+        if optimize:
+            optimize_model(model, ep, ir.DataType.FLOAT, WHISPER_ROLES[key])
+        path = directory / f"{key}.onnx"
+        ir.save(model, path, external_data=f"{key}.onnx.data")
+        sessions[key] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sessions
+
+
+def mel_features(num_mel_bins: int, batch: int = 2, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((batch, num_mel_bins, 3000), np.float32)
+
+
+def run_encoder(session: ort.InferenceSession, mel: np.ndarray) -> dict[str, np.ndarray]:
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, {"audio_features": mel}), strict=True))
+
+
+def run_decoder(
+    session: ort.InferenceSession, encoded: dict[str, np.ndarray], steps
+) -> list[np.ndarray]:
+    """The decoder's logits for each call of `steps` (token ids per row), threading the self
+    cache and feeding the encoder's cross cache to every call, as onnxruntime-genai does."""
+    feeds = {}
+    for info in session.get_inputs():
+        if info.name.startswith("past_key_cross") or info.name.startswith("past_value_cross"):
+            feeds[info.name] = encoded[info.name.replace("past_", "present_", 1)]
+        elif info.name.startswith("past_"):
+            batch = len(steps[0])
+            feeds[info.name] = np.zeros((batch, info.shape[1], 0, info.shape[3]), np.float32)
+    names = [o.name for o in session.get_outputs()]
+    all_logits = []
+    for ids in steps:
+        feeds["input_ids"] = np.array(ids, np.int32)
+        results = dict(zip(names, session.run(names, feeds), strict=True))
+        all_logits.append(results["logits"])
+        for name, value in results.items():
+            if name.startswith("present_"):
+                feeds[name.replace("present_", "past_", 1)] = value
+    return all_logits
+
+
+def hf_decoder_logits(
+    model: WhisperForConditionalGeneration, mel: np.ndarray, steps
+) -> list[np.ndarray]:
+    """transformers' logits of the same calls, each from the whole sequence so far without a
+    cache (the new positions' rows), so the graph's cache is checked against a cacheless run."""
+    sequence = np.zeros((len(steps[0]), 0), np.int64)
+    features = torch.from_numpy(mel)
+    logits = []
+    with torch.no_grad():
+        for ids in steps:
+            sequence = np.concatenate([sequence, np.array(ids, np.int64)], axis=1)
+            out = model(input_features=features, decoder_input_ids=torch.from_numpy(sequence))
+            logits.append(out.logits[:, -len(ids[0]) :].numpy())
+    return logits
+
+
+def max_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
+    return max(float(np.abs(a - b).max()) for a, b in zip(ours, reference, strict=True))
