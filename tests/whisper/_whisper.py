@@ -130,3 +130,42 @@ def hf_decoder_logits(
 
 def max_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
     return max(float(np.abs(a - b).max()) for a, b in zip(ours, reference, strict=True))
+
+
+#: The decoder prompt transformers' generate() forces for English transcription without
+#: timestamps, per layout (English-only checkpoints have no language or task token).
+FORCED_PROMPT = {
+    "multilingual": [50258, 50259, 50359, 50363],
+    "english": [50257, 50362],
+    "large-v3": [50258, 50259, 50360, 50364],
+}
+
+
+def tone(seconds: float = 2.0, frequency: float = 440.0, rate: int = 16_000) -> np.ndarray:
+    """A generated test signal: a tone with a little seeded noise, float32 in [-1, 1]."""
+    time = np.arange(int(seconds * rate)) / rate
+    noise = np.random.default_rng(0).standard_normal(time.size)
+    return (0.5 * np.sin(2 * np.pi * frequency * time) + 0.01 * noise).astype(np.float32)
+
+
+def write_bundle(ckpt: Path, dest: Path, ep: str = "cpu") -> Path:
+    """A Whisper bundle folder written by hand (graphs, genai_config.json,
+    audio_processor_config.json), until the packager takes Whisper as a kind."""
+    from mobius_genai.bundle.whisper_config import (
+        AUDIO_PROCESSOR_CONFIG,
+        audio_processor_config,
+        whisper_genai_config,
+    )
+    from mobius_genai.ep.registry import get_ep
+
+    config = read_config(ckpt)
+    with build_context(ep, ir.DataType.FLOAT):
+        models = whisper_graphs(config, Checkpoint(ckpt))
+    dest.mkdir(parents=True, exist_ok=True)
+    for key, model in models.items():
+        optimize_model(model, ep, ir.DataType.FLOAT, WHISPER_ROLES[key])
+        ir.save(model, dest / f"{key}.onnx", external_data=f"{key}.onnx.data")
+    document = whisper_genai_config(config, get_ep(ep))
+    (dest / "genai_config.json").write_text(json.dumps(document, indent=2))
+    (dest / AUDIO_PROCESSOR_CONFIG).write_text(json.dumps(audio_processor_config(config)))
+    return dest
