@@ -4,12 +4,14 @@ saved and opened in onnxruntime, and transformers' logits for the same calls."""
 from __future__ import annotations
 
 import json
+import wave
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import WhisperConfig as HFWhisperConfig
 from transformers import WhisperForConditionalGeneration
 
@@ -169,3 +171,50 @@ def write_bundle(ckpt: Path, dest: Path, ep: str = "cpu") -> Path:
     (dest / "genai_config.json").write_text(json.dumps(document, indent=2))
     (dest / AUDIO_PROCESSOR_CONFIG).write_text(json.dumps(audio_processor_config(config)))
     return dest
+
+
+def write_wav(path: Path, signal: np.ndarray, rate: int = 16_000) -> Path:
+    """`signal` (float in [-1, 1]) as a 16-bit mono WAV file."""
+    with wave.open(str(path), "wb") as file:
+        file.setnchannels(1)
+        file.setsampwidth(2)
+        file.setframerate(rate)
+        file.writeframes(pcm16(signal).tobytes())
+    return path
+
+
+def pcm16(signal: np.ndarray) -> np.ndarray:
+    return (np.clip(signal, -1, 1) * 32767).astype("<i2")
+
+
+def write_multilingual_tokenizer(dest: Path) -> None:
+    """tokenizer.json and tokenizer_config.json with the multilingual layout's special tokens at
+    their ids (<|endoftext|> 50257, <|startoftranscript|> 50258, <|en|> 50259, <|transcribe|>
+    50359, <|notimestamps|> 50363, timestamps up to 51864) over a byte-level BPE without merges;
+    the other ids below 50257 are placeholders the BPE never emits."""
+    vocab = {char: i for i, char in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+    vocab |= {f"<|unused_{i}|>": i for i in range(len(vocab), 50_257)}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    languages = ["<|en|>", *(f"<|lang_{i}|>" for i in range(98))]
+    tasks = ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>"]
+    timestamps = [f"<|{i * 0.02:.2f}|>" for i in range(1501)]
+    specials = [
+        "<|endoftext|>",
+        "<|startoftranscript|>",
+        *languages,
+        *tasks,
+        "<|nospeech|>",
+        "<|notimestamps|>",
+        *timestamps,
+    ]
+    tokenizer.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
+    tokenizer.save(str(dest / "tokenizer.json"))
+    end = "<|endoftext|>"
+    config = {
+        "tokenizer_class": "WhisperTokenizer",
+        **{f"{kind}_token": end for kind in ("bos", "eos", "unk", "pad")},
+        "model_max_length": 448,
+    }
+    (dest / "tokenizer_config.json").write_text(json.dumps(config))
