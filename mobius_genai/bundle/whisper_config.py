@@ -143,7 +143,13 @@ def audio_processor_config(config: WhisperConfig) -> dict[str, Any]:
             "sequence": [
                 {"operation": {"name": "audio_decoder", "type": "AudioDecoder"}},
                 {"operation": {"name": "STFT", "type": "STFTNorm", "attrs": stft}},
-                {"operation": {"name": "log_mel_spectrogram", "type": "LogMelSpectrum", "attrs": mel}},
+                {
+                    "operation": {
+                        "name": "log_mel_spectrogram",
+                        "type": "LogMelSpectrum",
+                        "attrs": mel,
+                    }
+                },
             ]
         }
     }

@@ -120,12 +120,12 @@ def hf_decoder_logits(
     """transformers' logits of the same calls, each from the whole sequence so far without a
     cache (the new positions' rows), so the graph's cache is checked against a cacheless run."""
     sequence = np.zeros((len(steps[0]), 0), np.int64)
-    features = torch.from_numpy(mel)
     logits = []
     with torch.no_grad():
+        encoded = model.model.encoder(torch.from_numpy(mel))  # once: it does not change
         for ids in steps:
             sequence = np.concatenate([sequence, np.array(ids, np.int64)], axis=1)
-            out = model(input_features=features, decoder_input_ids=torch.from_numpy(sequence))
+            out = model(encoder_outputs=encoded, decoder_input_ids=torch.from_numpy(sequence))
             logits.append(out.logits[:, -len(ids[0]) :].numpy())
     return logits
 

@@ -8,7 +8,6 @@ from transformers import WhisperConfig as HFWhisperConfig
 from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.errors import ConfigError
 
-_BASE_SIZES = {"d_model": 512, "encoder_layers": 6, "decoder_layers": 6, "heads": 8, "ffn": 2048}
 #: The released shapes (openai/whisper-*): d_model, layers, heads, ffn, mel bins, vocabulary.
 SIZES = {
     "tiny": (384, 4, 4, 6, 1536, 80, 51_865),
@@ -42,6 +41,7 @@ def _raw(size: str) -> dict:
 def test_every_released_size_parses(size):
     d_model, encoder, decoder, heads, ffn, mels, vocab = SIZES[size]
     config = WhisperConfig.from_dict(_raw(size))
+    assert config.encoder_attention_heads == config.decoder_attention_heads == heads
     assert (config.d_model, config.encoder_layers, config.decoder_layers) == (
         d_model,
         encoder,
@@ -58,7 +58,10 @@ def test_every_released_size_parses(size):
     ("change", "message"),
     [
         ({"model_type": "llama"}, "'model_type' is 'llama'; accepted: 'whisper'"),
-        ({"decoder_attention_heads": 7}, "d_model 384 is not a multiple of decoder_attention_heads 7"),
+        (
+            {"decoder_attention_heads": 7},
+            "d_model 384 is not a multiple of decoder_attention_heads 7",
+        ),
         ({"encoder_layers": 5000}, "field 'encoder_layers' is 5000, above 1024"),
         ({"d_model": 0}, "field 'd_model' must be a positive integer, found 0"),
         ({"scale_embedding": True}, "'scale_embedding' is true; accepted: false"),

@@ -65,7 +65,9 @@ def test_cuda_sections_carry_the_provider():
 
 
 def test_onnxruntime_genai_parses_the_document(tmp_path):
-    (tmp_path / "genai_config.json").write_text(json.dumps(whisper_genai_config(CONFIG, get_ep("cpu"))))
+    (tmp_path / "genai_config.json").write_text(
+        json.dumps(whisper_genai_config(CONFIG, get_ep("cpu")))
+    )
     config = og.Config(str(tmp_path))  # strict parser: an unknown key fails here
     assert config is not None
 

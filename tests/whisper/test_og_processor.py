@@ -59,7 +59,9 @@ def test_processor_gives_transformers_log_mel_and_the_forced_ids(bundle, tmp_pat
     assert np.abs(mel - expected).max() > 1e-2  # the edge frames do differ: the check is live
 
 
-def test_og_greedy_from_the_processor_equals_transformers(bundle, multilingual_checkpoint, tmp_path):
+def test_og_greedy_from_the_processor_equals_transformers(
+    bundle, multilingual_checkpoint, tmp_path
+):
     model_hf, _ = multilingual_checkpoint
     model, inputs = _processed(bundle, write_wav(tmp_path / "tone.wav", tone(seconds=3.0)))
     mel = inputs["audio_features"].as_numpy().copy()  # set_inputs takes the tensors

@@ -58,7 +58,7 @@ def test_cpu_fuses_norms_and_gelu_but_no_gqa(multilingual_checkpoint):
     assert ops["decoder"][("", "Attention")] == 4
 
 
-@pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
+@pytest.mark.parametrize("ep", ["cpu", "onnx-standard", "webgpu"])
 def test_optimized_graphs_match_transformers(multilingual_checkpoint, tmp_path, ep):
     model, folder = multilingual_checkpoint
     sessions = build_sessions(folder, tmp_path, ep, optimize=True)

@@ -35,10 +35,17 @@ def _cross_reference(model, hidden: np.ndarray, layer: int, proj: str) -> np.nda
     return projected.reshape(batch, positions, heads, -1).transpose(0, 2, 1, 3)
 
 
-def test_encoder_and_cross_cache_match_transformers(whisper_checkpoint, tmp_path):
-    layout, model, folder = whisper_checkpoint
+@pytest.fixture(scope="module")
+def sessions(whisper_checkpoint, tmp_path_factory):
+    """Our graphs of each layout's checkpoint, opened in onnxruntime."""
+    layout, _, folder = whisper_checkpoint
+    return build_sessions(folder, tmp_path_factory.mktemp(f"graphs-{layout}"))
+
+
+def test_encoder_and_cross_cache_match_transformers(whisper_checkpoint, sessions):
+    layout, model, _ = whisper_checkpoint
     mel = mel_features(model.config.num_mel_bins)
-    encoded = run_encoder(build_sessions(folder, tmp_path)["encoder"], mel)
+    encoded = run_encoder(sessions["encoder"], mel)
     with torch.no_grad():
         hidden = model.model.encoder(torch.from_numpy(mel)).last_hidden_state.numpy()
     assert encoded["hidden_states"].shape == (2, 1500, 64)
@@ -50,9 +57,8 @@ def test_encoder_and_cross_cache_match_transformers(whisper_checkpoint, tmp_path
             assert np.abs(ours - expected).max() < TOLERANCE, (layout, layer, kind)
 
 
-def test_decoder_logits_match_transformers_with_cache(whisper_checkpoint, tmp_path):
-    layout, model, folder = whisper_checkpoint
-    sessions = build_sessions(folder, tmp_path)
+def test_decoder_logits_match_transformers_with_cache(whisper_checkpoint, sessions):
+    layout, model, _ = whisper_checkpoint
     mel = mel_features(model.config.num_mel_bins)
     ours = run_decoder(sessions["decoder"], run_encoder(sessions["encoder"], mel), CALLS)
     reference = hf_decoder_logits(model, mel, CALLS)
