@@ -29,15 +29,22 @@ def _session_options(ep: EpCapabilities) -> dict[str, Any]:
     return {"provider_options": provider_options(ep, share_buffer=False)}
 
 
+def _sizes(config: WhisperConfig, heads: int, layers: int, filename: str) -> dict[str, Any]:
+    """The keys og reads to size a graph's caches and heads."""
+    return {
+        "filename": filename,
+        "head_size": config.d_model // heads,
+        "hidden_size": config.d_model,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "num_hidden_layers": layers,
+    }
+
+
 def encoder_section(config: WhisperConfig, ep: EpCapabilities, filename: str) -> dict[str, Any]:
     """`model.encoder`: the encoder graph `filename` and its names."""
     return {
-        "filename": filename,
-        "head_size": config.encoder_head_dim,
-        "hidden_size": config.d_model,
-        "num_attention_heads": config.encoder_attention_heads,
-        "num_key_value_heads": config.encoder_attention_heads,
-        "num_hidden_layers": config.encoder_layers,
+        **_sizes(config, config.encoder_attention_heads, config.encoder_layers, filename),
         "inputs": {"audio_features": io.AUDIO_FEATURES},
         "outputs": {
             "encoder_hidden_states": io.HIDDEN_STATES,
@@ -51,12 +58,7 @@ def encoder_section(config: WhisperConfig, ep: EpCapabilities, filename: str) ->
 def decoder_section(config: WhisperConfig, ep: EpCapabilities, filename: str) -> dict[str, Any]:
     """`model.decoder`: the decoder graph `filename` and its self and cross cache names."""
     return {
-        "filename": filename,
-        "head_size": config.decoder_head_dim,
-        "hidden_size": config.d_model,
-        "num_attention_heads": config.decoder_attention_heads,
-        "num_key_value_heads": config.decoder_attention_heads,
-        "num_hidden_layers": config.decoder_layers,
+        **_sizes(config, config.decoder_attention_heads, config.decoder_layers, filename),
         "inputs": {
             "input_ids": io.INPUT_IDS,
             "past_key_names": io.PAST_KEY_SELF,

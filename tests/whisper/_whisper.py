@@ -130,8 +130,22 @@ def hf_decoder_logits(
     return logits
 
 
-def max_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
-    return max(float(np.abs(a - b).max()) for a, b in zip(ours, reference, strict=True))
+def hf_new_tokens(
+    model: WhisperForConditionalGeneration, mel: np.ndarray, prompt: list[int], count: int
+) -> list[int]:
+    """transformers' greedy generate() after the forced `prompt`: the `count` new tokens
+    (without suppressed tokens, which onnxruntime-genai does not apply)."""
+    model.generation_config.suppress_tokens = None
+    model.generation_config.begin_suppress_tokens = None
+    with torch.no_grad():
+        generated = model.generate(
+            input_features=torch.from_numpy(mel),
+            decoder_input_ids=torch.tensor([prompt]),
+            max_new_tokens=count,
+            do_sample=False,
+            num_beams=1,
+        )[0].tolist()
+    return generated[len(prompt) :] if generated[: len(prompt)] == prompt else generated
 
 
 #: The decoder prompt transformers' generate() forces for English transcription without

@@ -8,11 +8,12 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime_genai as og
 import pytest
-import torch
 from transformers import WhisperFeatureExtractor
 
+from tests._ort import og_greedy
 from tests.whisper._whisper import (
     FORCED_PROMPT,
+    hf_new_tokens,
     pcm16,
     tone,
     write_bundle,
@@ -21,7 +22,7 @@ from tests.whisper._whisper import (
 )
 
 PROMPT_TEXT = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
-MAX_LENGTH = 24
+NEW_TOKENS = 20
 RATE = 16_000
 HOP = 160
 
@@ -65,23 +66,6 @@ def test_og_greedy_from_the_processor_equals_transformers(
     model_hf, _ = multilingual_checkpoint
     model, inputs = _processed(bundle, write_wav(tmp_path / "tone.wav", tone(seconds=3.0)))
     mel = inputs["audio_features"].as_numpy().copy()  # set_inputs takes the tensors
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=MAX_LENGTH, do_sample=False)
-    generator = og.Generator(model, params)
-    generator.set_inputs(inputs)
-    while not generator.is_done():
-        generator.generate_next_token()
-    ours = [int(token) for token in generator.get_sequence(0)]
-    prompt = FORCED_PROMPT["multilingual"]
-    model_hf.generation_config.suppress_tokens = None  # og suppresses nothing
-    model_hf.generation_config.begin_suppress_tokens = None
-    with torch.no_grad():
-        generated = model_hf.generate(
-            input_features=torch.from_numpy(mel),
-            decoder_input_ids=torch.tensor([prompt]),
-            max_new_tokens=MAX_LENGTH - len(prompt),
-            do_sample=False,
-            num_beams=1,
-        )[0].tolist()
-    expected = generated if generated[: len(prompt)] == prompt else prompt + generated
-    assert ours == expected[:MAX_LENGTH]
+    ours = og_greedy(model, inputs, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS
+    assert ours == hf_new_tokens(model_hf, mel, FORCED_PROMPT["multilingual"], NEW_TOKENS)

@@ -11,12 +11,12 @@ import pytest
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.whisper import WHISPER_ROLES, whisper_graphs
 from mobius_genai.optimize.pipeline import optimize_model
+from tests._ort import max_abs_diff
 from tests.whisper._whisper import (
     PROMPT,
     STEPS,
     build_sessions,
     hf_decoder_logits,
-    max_diff,
     mel_features,
     read_config,
     run_decoder,
@@ -65,4 +65,4 @@ def test_optimized_graphs_match_transformers(multilingual_checkpoint, tmp_path, 
     mel = mel_features(model.config.num_mel_bins)
     calls = [PROMPT, *STEPS]
     ours = run_decoder(sessions["decoder"], run_encoder(sessions["encoder"], mel), calls)
-    assert max_diff(ours, hf_decoder_logits(model, mel, calls)) < 1e-4
+    assert max_abs_diff(ours, hf_decoder_logits(model, mel, calls)) < 1e-4
