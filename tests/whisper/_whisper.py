@@ -64,17 +64,22 @@ def read_config(folder: Path) -> WhisperConfig:
 
 
 def build_sessions(
-    ckpt: Path, directory: Path, ep: str = "default", *, optimize: bool = False
+    ckpt: Path,
+    directory: Path,
+    ep: str = "default",
+    *,
+    optimize: bool = False,
+    dtype: ir.DataType = ir.DataType.FLOAT,
 ) -> dict[str, ort.InferenceSession]:
-    """Our f32 encoder and decoder graphs of `ckpt` for `ep` (optimized for it when asked),
-    saved under `directory` and opened on onnxruntime's CPU EP."""
-    with build_context(ep, ir.DataType.FLOAT):
+    """Our encoder and decoder graphs of `ckpt` for `ep` and `dtype` (optimized for them when
+    asked), saved under `directory` and opened on onnxruntime's CPU EP."""
+    with build_context(ep, dtype):
         models = whisper_graphs(read_config(ckpt), Checkpoint(ckpt))
     directory.mkdir(parents=True, exist_ok=True)
     sessions = {}
     for key, model in models.items():
         if optimize:
-            optimize_model(model, ep, ir.DataType.FLOAT, WHISPER_ROLES[key])
+            optimize_model(model, ep, dtype, WHISPER_ROLES[key])
         path = directory / f"{key}.onnx"
         ir.save(model, path, external_data=f"{key}.onnx.data")
         sessions[key] = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -100,8 +105,9 @@ def run_decoder(
         if info.name.startswith("past_key_cross") or info.name.startswith("past_value_cross"):
             feeds[info.name] = encoded[info.name.replace("past_", "present_", 1)]
         elif info.name.startswith("past_"):
-            batch = len(steps[0])
-            feeds[info.name] = np.zeros((batch, info.shape[1], 0, info.shape[3]), np.float32)
+            dtype = np.float16 if info.type == "tensor(float16)" else np.float32
+            shape = (len(steps[0]), info.shape[1], 0, info.shape[3])
+            feeds[info.name] = np.zeros(shape, dtype)
     names = [o.name for o in session.get_outputs()]
     all_logits = []
     for ids in steps:
