@@ -14,8 +14,8 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.config.limits import SIZE_LIMITS
 from mobius_genai.errors import ConfigError
-from mobius_genai.size_limits import SIZE_LIMITS
 
 #: The smallest multilingual vocabulary: English-only checkpoints lack the language tokens
 #: (transformers' WhisperTokenizer and generate() decide "multilingual" the same way).

@@ -11,10 +11,15 @@ import re
 
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.weights import (
+    Checkpoint,
+    attach_weights,
+    checkpoint_tensors,
+    no_preprocess,
+)
 from mobius_genai.components.whisper import WhisperDecoderModel, WhisperEncoderModel
 from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.tasks.whisper import WhisperDecoderTask, WhisperEncoderTask
-from mobius_genai.weights import Checkpoint, attach_weights, checkpoint_tensors, no_preprocess
 
 #: Graph key → the role optimize_model gates this graph's fusions by.
 WHISPER_ROLES = {"encoder": "encoder", "decoder": "decoder"}

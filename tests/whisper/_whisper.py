@@ -15,11 +15,11 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from transformers import WhisperConfig as HFWhisperConfig
 from transformers import WhisperForConditionalGeneration
 
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.whisper import WHISPER_ROLES, whisper_graphs
 from mobius_genai.optimize.pipeline import optimize_model
-from mobius_genai.weights import Checkpoint
 from tests._hf import randomize_weights
 
 #: The vocabulary and mel bins of each released layout (English-only lacks the language tokens;

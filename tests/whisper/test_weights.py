@@ -11,10 +11,10 @@ import onnx_ir as ir
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import WeightsError
 from mobius_genai.models.whisper import whisper_graphs
-from mobius_genai.weights import Checkpoint
 from tests._hf import edit_config
 from tests.whisper._whisper import read_config
 
