@@ -14,13 +14,15 @@ if TYPE_CHECKING:
     from mobius_genai.config.architecture import ArchitectureConfig
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
-#: The built-in layer kinds: attention, and those with a recurrent state (config/recurrent.py).
-LAYER_TYPES = ATTENTION_LAYER_TYPES + tuple(RECURRENT_BLOCKS)
 
 
 def known_layer_types() -> tuple[str, ...]:
     """Every layer kind a decoder can build: attention and each registered recurrent block."""
     return ATTENTION_LAYER_TYPES + tuple(RECURRENT_BLOCKS)
+
+
+#: The built-in layer kinds: attention, and those with a recurrent state (config/recurrent.py).
+LAYER_TYPES = known_layer_types()
 
 
 def first_of_every_kind(kinds: Sequence[Hashable]) -> int:
