@@ -65,8 +65,8 @@ from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
 from mobius_genai.progress import phase
 from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
-from mobius_genai.quantize.prequantized import PrequantizedReport, apply_prequantized
 from mobius_genai.quantize.requantize import requantize_floats
+from mobius_genai.quantize.stored_weights import PrequantizedReport, apply_prequantized
 from mobius_genai.source import Source
 from mobius_genai.target import Target, precision_of, target_or_choices
 

@@ -39,7 +39,7 @@ from mobius_genai.quantize.recipes import (
     layer_index,
 )
 from mobius_genai.quantize.streaming import OneWeightCache
-from mobius_genai.quantize.targets import WeightGroup, find_weights
+from mobius_genai.quantize.weight_uses import WeightGroup, find_weights
 
 __all__ = [
     "BLOCK_SIZES",

@@ -25,8 +25,8 @@ import onnx_ir as ir
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.prequantized.tensor import PrequantizedTensor
 from mobius_genai.quantize.int4 import Int4Options, Int4Report, quantize_int4
-from mobius_genai.quantize.prequantized import FLOAT_KINDS
-from mobius_genai.quantize.targets import WeightGroup, find_weights
+from mobius_genai.quantize.stored_weights import FLOAT_KINDS
+from mobius_genai.quantize.weight_uses import WeightGroup, find_weights
 from mobius_genai.weights import CheckpointTensor, ConcatTensor
 
 __all__ = ["requantize_floats"]

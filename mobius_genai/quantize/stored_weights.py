@@ -31,9 +31,9 @@ import onnx_ir as ir
 
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.prequantized.tensor import ZERO_FORMS, PrequantizedTensor
+from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays, table_uses
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
-from mobius_genai.quantize.write import GraphWriter
 from mobius_genai.weights import ConcatTensor
 
 __all__ = ["FLOAT_KINDS", "PrequantizedReport", "apply_prequantized"]
