@@ -183,7 +183,7 @@ def _write_staged(
         _require_tokenizer(built.source.path)  # before the long part: saving weights
         # the manifest hashes the weight files: overlap it with the conversion
         hash_in_background(sorted(built.source.path.glob("*.safetensors")))
-    quantizes = target.int4 is not None or built.prequantized is not None
+    quantizes = target.int4_plan.options is not None or built.prequantized is not None
     with phase(_int4_phase(target, built), not quiet and quantizes):
         weights = quantize_package(built, target)
     precision = weights.precision
