@@ -31,7 +31,13 @@ from mobius_genai.quantize.calibrate import (
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
-from mobius_genai.quantize.plan import BLOCK_SIZES, Int4Options, Int4Plan, int4_plan
+from mobius_genai.quantize.plan import (
+    BLOCK_SIZES,
+    MATMUL_NBITS,
+    Int4Options,
+    Int4Plan,
+    int4_plan,
+)
 from mobius_genai.quantize.qmoe import QMoEPass
 from mobius_genai.quantize.recipes import (
     DEFAULT_QUALITY,
@@ -134,7 +140,7 @@ class Int4Report:
             "block_size": self.options.block_size,
             "symmetric": self.options.symmetric,
             # DequantizeLinear + MatMul has no accuracy level (the runtime decides)
-            "accuracy_level": self.options.accuracy_level if self.format == "MatMulNBits" else None,
+            "accuracy_level": self.options.accuracy_level if self.format == MATMUL_NBITS else None,
             "embedding": self.embedding,
             "op_counts": self.op_counts,
             "quantized_weights": len(self.weights),
