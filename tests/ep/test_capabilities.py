@@ -160,18 +160,11 @@ def test_field_set_is_spec_plus_packager_fields():
         "enable_graph_capture",
         "runtime",
         "default_dtype",
-        "supports_shape_op",
         "supports_custom_ops",
         "graph_capture_option",
         "graph_capture_unless_disabled",
-        "int4_gather_dtypes",
-        "supports_rms_normalization",
-        "supports_matmul_nbits",
         "model_dtypes",
-        "supports_causal_conv_with_state",
-        "supports_qmoe",
-        "supports_gqa_head_sink",
-        "supports_linear_attention",
+        "kernels",
     ]
 
 
