@@ -59,9 +59,7 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
     {
         kernel.name: kernel
         for kernel in (
-            Kernel(
-                "GroupQueryAttention", MS_DOMAIN, "standard Attention", field="gqa_dtypes"
-            ),
+            Kernel("GroupQueryAttention", MS_DOMAIN, "standard Attention", field="gqa_dtypes"),
             Kernel(
                 "GroupQueryAttention.do_rotary",
                 MS_DOMAIN,
@@ -172,6 +170,7 @@ def missing(caps: EpCapabilities, name: str, dtype: ir.DataType | None = None) -
     if not dtypes:
         return f"{kernel.flag}=False" if kernel.flag else f"no {name} kernel"
     return reason if wrong_dtype else None
+
 
 def ep_runs(caps: EpCapabilities, op_type: str, domain: str = MS_DOMAIN) -> bool:
     """Whether `caps` says the EP has a kernel for `domain::op_type` (in some dtype).

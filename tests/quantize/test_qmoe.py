@@ -9,7 +9,6 @@ graph's; and the experts stream: no tensor holding a whole layer's experts is ev
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from collections import Counter
