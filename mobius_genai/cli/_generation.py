@@ -18,10 +18,13 @@ from typing import Any
 from mobius_genai.bundle.opening import ON_CPU, OpenBundle
 from mobius_genai.bundle.placement import Provider
 from mobius_genai.cli._args import positive_int
+from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
 
 #: What --ep accepts, with what it does: the bundle itself is never changed.
-EP_OVERRIDES = {"cpu": "the bundle's graph on the CPU provider, whatever its provider_options say"}
+EP_OVERRIDES = {
+    HOST_EP: "the bundle's graph on the CPU provider, whatever its provider_options say"
+}
 
 
 def add_ep_argument(parser: argparse.ArgumentParser) -> None:

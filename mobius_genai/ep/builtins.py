@@ -26,11 +26,15 @@ import onnx_ir as ir
 
 from mobius_genai.ep.capabilities import EpCapabilities, RuntimeInfo
 
-__all__ = ["BUILTIN_ALIASES", "BUILTIN_EPS"]
+__all__ = ["BUILTIN_ALIASES", "BUILTIN_EPS", "HOST_EP"]
 
 _F32 = ir.DataType.FLOAT
 _F16 = ir.DataType.FLOAT16
 _BF16 = ir.DataType.BFLOAT16
+
+#: The EP of onnxruntime's CPU provider, the host every machine has: where a bundle runs without
+#: its accelerator, and what smoke tests, calibration and an Olive accelerator naming no EP use.
+HOST_EP = "cpu"
 
 _NOT_ON_CPU_WHEEL = "The CPU-only wheel cannot load this bundle."
 _NO_HEAD_SINK = {"GroupQueryAttention.head_sink": False}  # GQA's head_sink not measured (above)
@@ -43,7 +47,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # and int4 alike (benchmarks/qkv_packing.py). No bf16: onnxruntime's CPU EP lacks bf16
     # kernels for ops every decoder uses (MatMul, Where).
     EpCapabilities(
-        name="cpu",
+        name=HOST_EP,
         gqa_dtypes=frozenset({_F32}),
         qkv_pack_dtypes=frozenset({_F32}),
         default_int4_accuracy_level=4,

@@ -25,7 +25,7 @@ import onnx_ir as ir
 import onnxruntime as ort
 
 from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY, LAST_TOKEN_KEY
-from mobius_genai.ep import get_ep
+from mobius_genai.ep import HOST_EP, get_ep
 from mobius_genai.errors import ConfigError
 from mobius_genai.expert_weights import ExpertsTensor
 from mobius_genai.weights import CheckpointTensor
@@ -311,7 +311,7 @@ def _run_chunk(
     options.log_severity_level = 3  # errors only
     try:
         session = ort.InferenceSession(
-            proto.SerializeToString(), options, providers=[get_ep("cpu").runtime.ort_provider]
+            proto.SerializeToString(), options, providers=[get_ep(HOST_EP).runtime.ort_provider]
         )
         arrays = session.run(
             [value.name for value in outputs], {v.name: a for v, a in feeds.items()}
