@@ -47,8 +47,7 @@ __all__ = ["optimize_model"]
 
 def _run_passes(model: ir.Model, passes: list[ir.passes.InPlacePass], name: str) -> StageStats:
     before = len(model.graph)
-    for each in passes:
-        each(model)
+    ir.passes.Sequential(*passes)(model)
     return StageStats(name, before, len(model.graph))
 
 
