@@ -163,7 +163,7 @@ def missing(caps: EpCapabilities, name: str, dtype: ir.DataType | None = None) -
     wrong_dtype = dtyped and dtype is not None and dtype not in dtypes
     reason = f"{dtype.name if dtype else ''} not in "
     reason += kernel.field if kernel.dtyped_field else f"kernels[{name!r}]"
-    if wrong_dtype and kernel.flag is None:  # a kernel stated by dtypes only: those come first
+    if wrong_dtype and kernel.dtyped_field:  # a spec dtype field (gqa_dtypes) answers first
         return reason
     if not is_standard_domain(kernel.domain) and not caps.supports_custom_ops:
         return "supports_custom_ops=False"
