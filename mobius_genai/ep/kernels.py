@@ -159,17 +159,16 @@ def missing(caps: EpCapabilities, name: str, dtype: ir.DataType | None = None) -
     when it does. A kernel stated as a bool runs in any dtype; one stated with dtypes, in those."""
     kernel = KERNELS[name]
     dtypes = caps.kernel_dtypes(name)
-    dtyped = kernel.dtyped_field or name in caps.kernels
-    wrong_dtype = dtyped and dtype is not None and dtype not in dtypes
-    reason = f"{dtype.name if dtype else ''} not in "
-    reason += kernel.field if kernel.dtyped_field else f"kernels[{name!r}]"
+    stated = kernel.field if kernel.dtyped_field else f"kernels[{name!r}]"
+    checked = dtype is not None and (kernel.dtyped_field or name in caps.kernels)
+    wrong_dtype = f"{dtype.name} not in {stated}" if checked and dtype not in dtypes else None
     if wrong_dtype and kernel.dtyped_field:  # a spec dtype field (gqa_dtypes) answers first
-        return reason
+        return wrong_dtype
     if not is_standard_domain(kernel.domain) and not caps.supports_custom_ops:
         return "supports_custom_ops=False"
     if not dtypes:
         return f"{kernel.flag}=False" if kernel.flag else f"no {name} kernel"
-    return reason if wrong_dtype else None
+    return wrong_dtype
 
 
 def ep_runs(caps: EpCapabilities, op_type: str, domain: str = MS_DOMAIN) -> bool:
