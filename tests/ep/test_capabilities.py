@@ -339,3 +339,11 @@ def test_runtime_card_note_must_be_a_string():
 def test_runtime_field_must_be_runtime_info():
     with pytest.raises(ValueError, match=r"EpCapabilities\.runtime of 'x' must be a RuntimeInfo"):
         EpCapabilities(name="x", gqa_dtypes=frozenset(), runtime={"genai_provider": "x"})  # type: ignore[arg-type]
+
+
+def test_graph_capture_needs_the_shared_buffer_and_the_ep_enabling_it():
+    cuda = get_ep("cuda")
+    on = cuda.with_graph_capture(True)
+    assert on.captures_graph(share_buffer=True)
+    assert not on.captures_graph(share_buffer=False)
+    assert not cuda.captures_graph(share_buffer=True)
