@@ -4,8 +4,9 @@ A row of VISION_LANGUAGE says how one model_type differs: the text family its `t
 belongs to, onnxruntime-genai's model.type (its facts: `kinds/og_types.py`), transformers' text
 defaults hub configs leave out, how the vision keys are read, the vision graph's module, where
 the checkpoint keeps each graph's tensors, and the tower's image processor and vision-section
-keys (`image_processors`). The kind that builds and writes them is `kinds/vision_language.py`. The decoder is the text family's CausalLMModel fed `inputs_embeds`; the vision
-graph is a SigLIP tower and Gemma 3's projector, or Qwen2.5-VL's windowed tower and merger.
+keys (`image_processors`); `kinds/vision_language.py` builds and writes them. The decoder is
+the text family's CausalLMModel fed `inputs_embeds`; the vision graph is a SigLIP tower and
+Gemma 3's projector, or Qwen2.5-VL's windowed tower and merger.
 """
 
 from __future__ import annotations

@@ -7,11 +7,13 @@ import dataclasses
 import json
 import shutil
 
+import onnx_ir as ir
 import onnxruntime_genai as og
 import pytest
 
 from mobius_genai.build import build
 from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.ep import get_ep
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.kinds import table
 from mobius_genai.kinds.base import KindGraphs, KindInput
@@ -21,6 +23,7 @@ from mobius_genai.kinds.vision_language import VisionLanguageKind
 from mobius_genai.models.families import FAMILIES
 from mobius_genai.models.vision_language import VISION_LANGUAGE
 from mobius_genai.packager import package
+from mobius_genai.target import resolve_target
 from tests._qwen_vl import TINY_QWEN2
 
 _FAKE_TYPE = "fake_lm"
@@ -101,3 +104,11 @@ def test_every_row_of_a_kind_table_finds_its_kind():
 def test_a_vision_language_row_names_an_og_type_with_an_image_placeholder():
     for row in VISION_LANGUAGE.values():
         assert OG_TYPES[row.genai_type].image_placeholder, row.model_type
+
+
+def test_the_package_carries_the_target_it_was_built_for():
+    target = resolve_target("cuda", dtype="fp16", context_length=64)
+    built = build(TINY_QWEN2, target=target, load_weights=False, progress=False)
+    assert built.target is target
+    assert (built.ep, built.dtype) == (get_ep("cuda"), ir.DataType.FLOAT16)
+    assert built.context_length == 64 and built.roles == {"model": "decoder"}
