@@ -70,6 +70,10 @@ def test_no_module_outside_the_kinds_names_the_vision_language_kind():
     assert kind_branches(Path(mobius_genai.__file__).parent) == {}
 
 
+def test_no_benchmark_names_the_vision_language_kind():
+    assert kind_branches(Path(__file__).parents[2] / "benchmarks") == {}
+
+
 def test_the_check_finds_a_branch(tmp_path):
     """The scan sees the forms the old code took (a lookup, an attribute, an isinstance)."""
     (tmp_path / "packager.py").write_text(
