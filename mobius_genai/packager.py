@@ -26,7 +26,6 @@ from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.digest import save_with_digest
 from mobius_genai.bundle.genai_config import (
     CONFIG_FILENAME,
-    make_genai_config,
     read_generation_config,
 )
 from mobius_genai.bundle.graph import GraphInfo
@@ -43,7 +42,6 @@ from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.output_folder import checkpoint_folder, staged_output
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.tokenizer_files import copy_tokenizer_files
-from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.bundle.validate import (
     TOKENIZER_CHOICES,
     check_tokenizer,
@@ -54,6 +52,7 @@ from mobius_genai.checkpoint.source import Source
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
+from mobius_genai.kinds.base import WrittenGraphs
 from mobius_genai.progress import phase
 from mobius_genai.quantize import Int4Options, Int4Report
 from mobius_genai.quantize.package_weights import quantize_package, why_float
@@ -258,17 +257,8 @@ def write_bundle(
     save_with_digest(built, folder, progress=progress, action=action)
     filename = built.filename(built.decoder_key)
     graph = GraphInfo.from_file(folder / filename)
-    genai_config = make_genai_config(
-        built.config,
-        built.ep,
-        graph,
-        context_length=built.context_length,
-        generation=read_generation_config(source.path),
-        filename=filename,
-        tool_tokens=tool_token_ids(folder),
-        genai_type=built.kind.genai_type(built),
-    )
-    built.kind.add_sections(genai_config, built)
+    written = WrittenGraphs(folder, graph, read_generation_config(source.path))
+    genai_config = built.kind.genai_config(built, written)
     for file_name, document in built.kind.bundle_files(source.path, built).items():
         write_json(folder / file_name, document)
     validate_genai_config(genai_config)

@@ -1,9 +1,10 @@
 """The interface every model kind implements, and what `build()` hands one.
 
 parse → graphs: `ModelKind.build` turns config.json and the opened checkpoint into
-`KindGraphs` (`{key: (role, model)}` and what the bundle needs of them); bundle: `genai_type`,
-`add_sections` (genai_config sections beside the decoder's) and `bundle_files` (processor
-configs); smoke test: `twin_layers` (how a small twin cuts the graphs beside the decoder) and
+`KindGraphs` (`{key: (role, model)}` and what the bundle needs of them); bundle:
+`genai_config` (the whole document: a decoder's, a decoder's with the sections beside it, or
+another layout such as Whisper's encoder and decoder) and `bundle_files` (processor configs);
+smoke test: `twin_layers` (how a small twin cuts the graphs beside the decoder) and
 the og type's row (`og_types`: the prompt's image placeholder). `build()`, the packager and
 validate call these and nothing else of a kind.
 """
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import onnx_ir as ir
 
+from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.checkpoint.gguf import GgufCheckpoint
 from mobius_genai.checkpoint.source import Source
 from mobius_genai.checkpoint.weights import Checkpoint
@@ -67,6 +69,16 @@ class KindGraphs:
     not_built: str | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class WrittenGraphs:
+    """The bundle folder as the packager saved the graphs into it, and what else of the
+    checkpoint genai_config takes."""
+
+    folder: Path
+    decoder: GraphInfo  # the decoder graph's inputs, outputs and ops, read back
+    generation: Mapping[str, Any]  # generation_config.json ({} without one)
+
+
 class ModelKind(Protocol):
     """One kind of model: a text decoder, a vision-language model, ..."""
 
@@ -82,12 +94,9 @@ class ModelKind(Protocol):
         """Parse config.json and build the graphs; call inside the target's build context."""
         ...
 
-    def genai_type(self, package: ModelPackage) -> str:
-        """genai_config's model.type (a row of `og_types` where og treats it specially)."""
-        ...
-
-    def add_sections(self, genai_config: dict[str, Any], package: ModelPackage) -> None:
-        """Add the sections beside the decoder's to genai_config, in place."""
+    def genai_config(self, package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:
+        """genai_config.json of the bundle whose graphs are `written`; its model.type is the
+        kind's row's og type (`og_types` holds what og does with it)."""
         ...
 
     def bundle_files(self, checkpoint: Path, package: ModelPackage) -> dict[str, Any]:

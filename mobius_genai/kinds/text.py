@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mobius_genai.bundle.genai_config import make_genai_config
+from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.checkpoint.weights import attach_weights
-from mobius_genai.kinds.base import KindGraphs, KindInput
+from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import get_family
 from mobius_genai.tasks.causal_lm import CausalLMTask
@@ -45,14 +47,25 @@ class TextDecoderKind:
             not_built=None if family.text_only is None else family.text_only.not_built,
         )
 
-    def genai_type(self, package: ModelPackage) -> str:
-        return package.family.genai_type
-
-    def add_sections(self, genai_config: dict[str, Any], package: ModelPackage) -> None:
-        return None
+    def genai_config(self, package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:
+        return decoder_genai_config(package, written)
 
     def bundle_files(self, checkpoint: Path, package: ModelPackage) -> dict[str, Any]:
         return {}
 
     def twin_layers(self, package: ModelPackage) -> tuple[int, int] | None:
         return None
+
+
+def decoder_genai_config(package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:
+    """genai_config of the package's text decoder, its model.type its row's og type."""
+    return make_genai_config(
+        package.config,
+        package.ep,
+        written.decoder,
+        context_length=package.context_length,
+        generation=written.generation,
+        filename=package.filename(package.decoder_key),
+        tool_tokens=tool_token_ids(written.folder),
+        genai_type=package.family.genai_type,
+    )

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 from mobius_genai._json import read_json_object
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.errors import ConfigError
-from mobius_genai.kinds.base import KindGraphs, KindInput
+from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
+from mobius_genai.kinds.text import decoder_genai_config
 from mobius_genai.models.vision_language import VISION_LANGUAGE, vision_language_family
 from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.tasks.causal_lm import INPUTS_EMBEDS
@@ -61,11 +62,10 @@ class VisionLanguageKind:
             kind_config=config,
         )
 
-    def genai_type(self, package: ModelPackage) -> str:
-        return package.family.genai_type
-
-    def add_sections(self, genai_config: dict[str, Any], package: ModelPackage) -> None:
-        """Turn the decoder's genai_config into the vision-language pipeline's, in place."""
+    def genai_config(self, package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:
+        """The decoder's genai_config (fed inputs_embeds) with the vision and embedding
+        sections of og's multimodal pipeline beside it."""
+        genai_config = decoder_genai_config(package, written)
         config: VisionLanguageConfig = package.kind_config
         model = genai_config["model"]
         decoder = model["decoder"]
@@ -87,6 +87,7 @@ class VisionLanguageKind:
             "outputs": {"inputs_embeds": INPUTS_EMBEDS},
             **session,
         }
+        return genai_config
 
     def bundle_files(self, checkpoint: Path, package: ModelPackage) -> dict[str, Any]:
         """processor_config.json: onnxruntime-extensions' image pipeline equal to the

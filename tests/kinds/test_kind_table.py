@@ -12,6 +12,7 @@ import onnxruntime_genai as og
 import pytest
 
 from mobius_genai.build import build
+from mobius_genai.bundle.genai_config import make_genai_config
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import UnsupportedModelError
@@ -46,11 +47,16 @@ class _FakeKind:
         built.graphs = {"decoder": ("decoder", built.graphs["model"][1])}
         return built
 
-    def genai_type(self, package) -> str:
-        return "decoder"  # og's generic decoder, where the qwen2 row says "qwen2"
-
-    def add_sections(self, genai_config, package) -> None:
-        genai_config["search"]["top_k"] = 7
+    def genai_config(self, package, written) -> dict:
+        document = make_genai_config(
+            package.config,
+            package.ep,
+            written.decoder,
+            filename="decoder.onnx",
+            genai_type="decoder",  # og's generic decoder, where the qwen2 row says "qwen2"
+        )
+        document["search"]["top_k"] = 7
+        return document
 
     def bundle_files(self, checkpoint, package) -> dict:
         return {_FAKE_FILE: {"kind": self.name, "layers": package.config.num_hidden_layers}}
