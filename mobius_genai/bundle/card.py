@@ -18,13 +18,14 @@ from mobius_genai import _resources
 from mobius_genai.bundle.og_support import APIS
 from mobius_genai.bundle.runnable import dtype_refusal
 from mobius_genai.ep import RuntimeInfo, ep_registry
+from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE, og_type
 from mobius_genai.target import FLOAT_PRECISIONS
 
 TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
 
 #: The graphs of a bundle in the order onnxruntime-genai runs them (genai_config sections).
-GRAPH_SECTIONS = ("vision", "embedding", "decoder")
+GRAPH_SECTIONS = ("encoder", "vision", "embedding", "decoder")
 
 #: What each well-known bundle file is, for the card's file table.
 FILE_ROLES: Mapping[str, str] = {
@@ -49,6 +50,9 @@ FILE_ROLES: Mapping[str, str] = {
     "decoder.onnx": "the decoder graph",
     "decoder.onnx.data": "the decoder's weights (ONNX external data)",
     "processor_config.json": "the image processor's transforms (onnxruntime-extensions)",
+    "encoder.onnx": "the audio encoder graph (log-mel → cross-attention keys and values)",
+    "encoder.onnx.data": "the encoder's weights (ONNX external data)",
+    AUDIO_PROCESSOR_FILE: "the audio processor's feature extraction (onnxruntime-extensions)",
     CARD_FILENAME: "this card",
 }
 
@@ -104,11 +108,7 @@ def render_card(
         "folder": folder,
         "graphs": _graphs(model)
         + (f"; not built: {build['not_built']}" if build.get("not_built") else ""),
-        "image_run": (
-            f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
-            if "vision" in model
-            else ""
-        ),
+        "image_run": _media_run(folder, model),
         "requirements": _requirements(
             _runtime(build["execution_provider"], names), FLOAT_PRECISIONS.get(build["dtype"])
         ),
@@ -117,6 +117,15 @@ def render_card(
         "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
+
+
+def _media_run(folder: str, model: Mapping[str, Any]) -> str:
+    """The command line that gives a multimodal bundle its image or audio."""
+    if "vision" in model:
+        return f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
+    if og_type(model["type"]).audio:
+        return f"\nmobius-genai run {folder} --audio speech.wav --language en"
+    return ""
 
 
 def _encode(bos_token_id: int | None) -> str:

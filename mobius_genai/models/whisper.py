@@ -8,6 +8,7 @@ table (transformers ties them), so a checkpoint that stores it must store the sa
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 import onnx_ir as ir
 
@@ -22,7 +23,7 @@ from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.tasks.whisper import WhisperDecoderTask, WhisperEncoderTask
 
 #: Graph key → the role optimize_model gates this graph's fusions by.
-WHISPER_ROLES = {"encoder": "encoder", "decoder": "decoder"}
+WHISPER_ROLES = {"encoder": "encoder", "decoder": "cross_decoder"}
 _TIED = {"proj_out.weight": "decoder.embed_tokens.weight"}
 _MLP = re.compile(r"\.mlp\.")
 
@@ -34,9 +35,12 @@ def checkpoint_name(parameter: str) -> str:
     return "model." + _MLP.sub(".", parameter)
 
 
-def whisper_graphs(config: WhisperConfig, checkpoint: Checkpoint | None) -> dict[str, ir.Model]:
+def whisper_graphs(
+    config: WhisperConfig, checkpoint: Checkpoint | None, read_elsewhere: Collection[str] = ()
+) -> dict[str, ir.Model]:
     """{"encoder", "decoder"} graphs; call inside the build context. Every checkpoint tensor is
-    checked (present, shaped, used) before any is read."""
+    checked (present, shaped, used) before any is read, except `read_elsewhere` (the layers a
+    first-layers build leaves out)."""
     models = {
         "encoder": WhisperEncoderTask().build(WhisperEncoderModel(config), config),
         "decoder": WhisperDecoderTask().build(WhisperDecoderModel(config), config),
@@ -48,7 +52,13 @@ def whisper_graphs(config: WhisperConfig, checkpoint: Checkpoint | None) -> dict
             for name, value in model.graph.initializers.items()
         }
         tensors = checkpoint_tensors(
-            parameters, checkpoint, config, checkpoint_name, no_preprocess, tied=_TIED
+            parameters,
+            checkpoint,
+            config,
+            checkpoint_name,
+            no_preprocess,
+            tied=_TIED,
+            read_elsewhere=read_elsewhere,
         )
         for model in models.values():
             initializers = model.graph.initializers
