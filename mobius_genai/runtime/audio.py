@@ -12,7 +12,7 @@ from __future__ import annotations
 import wave
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnxruntime_genai as og
@@ -20,7 +20,9 @@ import onnxruntime_genai as og
 from mobius_genai._json import read_json_object
 from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE, audio_types, og_type
-from mobius_genai.runtime.opening import OpenBundle
+
+if TYPE_CHECKING:  # the smoke test's process imports this module, not the bundle checks
+    from mobius_genai.runtime.opening import OpenBundle
 
 #: The rate the encoder's log-mel is computed at; og resamples down to it, never up.
 SAMPLE_RATE = 16_000

@@ -28,14 +28,6 @@ EOS = 50_257
 
 
 @pytest.fixture(scope="module")
-def speech_bundle(multilingual_checkpoint, tmp_path_factory) -> Path:
-    _, folder = multilingual_checkpoint
-    write_whisper_tokenizer(folder, "multilingual")
-    out = tmp_path_factory.mktemp("speech") / "bundle"
-    return package(folder, "cpu", out, quiet=True, smoke_test=False)
-
-
-@pytest.fixture(scope="module")
 def wav(tmp_path_factory) -> Path:
     return write_wav(tmp_path_factory.mktemp("audio") / "tone.wav", tone(3.0))
 
