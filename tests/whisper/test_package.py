@@ -69,6 +69,9 @@ def test_bundle_files_and_manifest(fp32_bundle):
     manifest = json.loads((fp32_bundle / "mobius_manifest.json").read_text())
     assert manifest["build"]["genai_model_type"] == "whisper"
     assert "from 2 s of generated audio" in manifest["build"]["smoke_test"]["note"]
+    assert "speech model" in manifest["build"]["og_limits"]["og.Engine"]
+    with pytest.raises(RuntimeError, match="The model type is not supported for decoding"):
+        og.Engine(og.Model(str(fp32_bundle)))
     card = (fp32_bundle / "README.md").read_text()
     assert "| Graphs | `encoder.onnx` (encoder: audio_features → " in card
     assert f"mobius-genai run {fp32_bundle.name} --audio speech.wav" in card
