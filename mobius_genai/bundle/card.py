@@ -18,7 +18,7 @@ from mobius_genai import _resources
 from mobius_genai.bundle.og_support import APIS
 from mobius_genai.bundle.runnable import dtype_refusal
 from mobius_genai.ep import RuntimeInfo, ep_registry
-from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE, og_type
+from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE, og_type, whisper_prompt
 from mobius_genai.target import FLOAT_PRECISIONS
 
 TEMPLATE = "templates/bundle_README.md"
@@ -108,24 +108,37 @@ def render_card(
         "folder": folder,
         "graphs": _graphs(model)
         + (f"; not built: {build['not_built']}" if build.get("not_built") else ""),
-        "image_run": _media_run(folder, model),
+        "cli_run": _cli_run(folder, model),
         "requirements": _requirements(
             _runtime(build["execution_provider"], names), FLOAT_PRECISIONS.get(build["dtype"])
         ),
-        "encode": _encode(bos_token_id),
+        "feed": _feed(model, bos_token_id),
         "bos_note": _bos_note(bos_token_id),
         "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
 
 
-def _media_run(folder: str, model: Mapping[str, Any]) -> str:
-    """The command line that gives a multimodal bundle its image or audio."""
-    if "vision" in model:
-        return f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
+def _cli_run(folder: str, model: Mapping[str, Any]) -> str:
+    """The command line that runs the bundle: with an image, or audio for a speech bundle."""
     if og_type(model["type"]).audio:
-        return f"\nmobius-genai run {folder} --audio speech.wav --language en"
-    return ""
+        return f"mobius-genai run {folder} --audio speech.wav --language en"
+    run = f'mobius-genai run {folder} --prompt "The capital of France is"'
+    if "vision" in model:
+        run += f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
+    return run
+
+
+def _feed(model: Mapping[str, Any], bos_token_id: int | None) -> str:
+    """The example's prompt into the generator: token ids, or a speech bundle's audio through
+    og's processor."""
+    if og_type(model["type"]).audio:
+        prompt = whisper_prompt(model.get("vocab_size", 0))
+        return (
+            "processor = model.create_multimodal_processor()\n"
+            f'generator.set_inputs(processor("{prompt}", audios=og.Audios.open("speech.wav")))'
+        )
+    return f"generator.append_tokens({_encode(bos_token_id)})"
 
 
 def _encode(bos_token_id: int | None) -> str:

@@ -69,6 +69,18 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
 OG_PROCESSOR_FILES: dict[str, str] = {"vision": "processor_config.json"}
 
 
+#: Whisper vocabularies this large have language tokens (English-only ones are one smaller).
+MULTILINGUAL_VOCAB = 51_865
+
+
+def whisper_prompt(vocab_size: int, language: str = "en", task: str = "transcribe") -> str:
+    """The decoder prompt og's processor turns into Whisper's forced ids: start, language,
+    task, no timestamps; an English-only vocabulary has no language or task token."""
+    if vocab_size < MULTILINGUAL_VOCAB:
+        return "<|startoftranscript|><|notimestamps|>"
+    return f"<|startoftranscript|><|{language}|><|{task}|><|notimestamps|>"
+
+
 def og_type(name: str) -> OgType:
     """The row of model.type `name`; a type without one is a plain decoder to og."""
     return OG_TYPES.get(name) or OgType(name)

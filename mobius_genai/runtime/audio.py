@@ -19,15 +19,19 @@ import onnxruntime_genai as og
 
 from mobius_genai._json import read_json_object
 from mobius_genai.errors import BundleError, OptionError
-from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE, audio_types, og_type
+from mobius_genai.kinds.og_types import (
+    AUDIO_PROCESSOR_FILE,
+    MULTILINGUAL_VOCAB,
+    audio_types,
+    og_type,
+    whisper_prompt,
+)
 
 if TYPE_CHECKING:  # the smoke test's process imports this module, not the bundle checks
     from mobius_genai.runtime.opening import OpenBundle
 
 #: The rate the encoder's log-mel is computed at; og resamples down to it, never up.
 SAMPLE_RATE = 16_000
-#: English-only Whisper vocabularies are smaller (no language tokens in the prompt).
-_MULTILINGUAL_VOCAB = 51_865
 TASKS = ("transcribe", "translate")
 #: onnxruntime-extensions' AudioDecoder messages → what was wrong, what is accepted.
 _DECODER_ERRORS = {
@@ -101,14 +105,15 @@ def prompt_text(
 ) -> str:
     """The decoder prompt og's processor turns into the forced ids: multilingual vocabularies
     name the language and task; English-only ones transcribe English and nothing else."""
-    if config["model"]["vocab_size"] < _MULTILINGUAL_VOCAB:
+    vocab_size = config["model"]["vocab_size"]
+    if vocab_size < MULTILINGUAL_VOCAB:
         if language not in (None, "en") or task != "transcribe":
             raise OptionError(
                 f"{folder}: an English-only model (vocab_size {config['model']['vocab_size']}) "
                 f"cannot --language {language} --task {task}; accepted: --language en "
                 "--task transcribe"
             )
-        return "<|startoftranscript|><|notimestamps|>"
+        return whisper_prompt(vocab_size)
     language = language or "en"
     languages = _language_tokens(folder)
     if f"<|{language}|>" not in languages:
@@ -116,7 +121,7 @@ def prompt_text(
             f"--language {language}: not a language of this tokenizer; accepted: "
             + ", ".join(sorted(token[2:-2] for token in languages))
         )
-    return f"<|startoftranscript|><|{language}|><|{task}|><|notimestamps|>"
+    return whisper_prompt(vocab_size, language, task)
 
 
 def _language_tokens(folder: str | Path) -> set[str]:

@@ -6,12 +6,15 @@ cpu and int4 cpu (its decoder's linear weights in MatMulNBits)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
 import onnx
 import onnxruntime_genai as og
 import pytest
+from tokenizers import Tokenizer
 
 from mobius_genai.packager import package
 from mobius_genai.runtime.audio import prompt_text
@@ -92,3 +95,23 @@ def test_int4_bundle_runs_in_og_with_4_bit_decoder_weights(multilingual_checkpoi
     # package's smoke test: og's tokens equal a plain onnxruntime loop over the int4 graphs
     manifest = json.loads((bundle / "mobius_manifest.json").read_text())
     assert manifest["build"]["smoke_test"]["note"].endswith("same as a plain onnxruntime loop")
+
+
+def test_the_cards_python_example_transcribes_audio(checkpoint, fp32_bundle):
+    """The card's example, run as a user would beside the bundle with a speech.wav, prints
+    what og.Generator transcribes (og's processor from the card's prompt)."""
+    card = (fp32_bundle / "README.md").read_text()
+    code = card.split("```python\n", 1)[1].split("```", 1)[0]
+    write_wav(fp32_bundle.parent / "speech.wav", tone(3.0))
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", code],
+        cwd=fp32_bundle.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 0, ran.stderr
+    left = 448 - len(FORCED_PROMPT[checkpoint[0]])  # the card's max_length, the whole context
+    _, _, tokens = _transcribe(fp32_bundle, fp32_bundle.parent / "speech.wav", tokens=left)
+    tokenizer = Tokenizer.from_file(str(fp32_bundle / "tokenizer.json"))
+    assert ran.stdout == tokenizer.decode(tokens, skip_special_tokens=False)
