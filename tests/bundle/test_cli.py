@@ -13,7 +13,7 @@ import pytest
 from mobius_genai import packager
 from mobius_genai.bundle.chat_template import chat_template
 from mobius_genai.cli import main
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def _checkpoint(tmp_path: Path, edit: Callable[[Path], None] | None = None) -> Path:

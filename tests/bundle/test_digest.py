@@ -26,7 +26,7 @@ from mobius_genai.bundle.digest import save_with_digest
 from mobius_genai.checkpoint import weights
 from mobius_genai.errors import BundleError, WeightsError
 from mobius_genai.packager import package
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 @pytest.fixture(params=[True, False], ids=["background-writes", "writes-in-saving-thread"])

@@ -24,7 +24,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
 from mobius_genai.runtime.generate import greedy_tokens
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 PROMPTS = ["The capital of France is", "Hi", "Once upon a time there"]
 

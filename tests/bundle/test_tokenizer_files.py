@@ -15,7 +15,7 @@ from huggingface_hub import try_to_load_from_cache
 from mobius_genai import packager
 from mobius_genai.bundle import tokenizer_files
 from mobius_genai.errors import BundleError, ConfigError
-from tests.bundle.conftest import TINY_QWEN2, hub_snapshot
+from tests.conftest import TINY_QWEN2, hub_snapshot
 
 SECRET = "root:x:0:0:the secret that must not ship\n"
 

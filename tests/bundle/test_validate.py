@@ -14,7 +14,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
 from mobius_genai.packager import package
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 from tests.test_json import HOSTILE
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from mobius_genai.cli import main
 from mobius_genai.ep import ep_registry, get_ep
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def _bf16_runners() -> list[str]:

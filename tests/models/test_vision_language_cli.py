@@ -13,9 +13,8 @@ import torch
 from mobius_genai.cli import main
 from mobius_genai.packager import package
 from mobius_genai.runtime.smoke_image import png_bytes
-from tests._vlm import transformers_tokens
-from tests.bundle.conftest import TINY_QWEN2
-from tests.models.conftest import SIZE
+from tests._vlm import SIZE, transformers_tokens
+from tests.conftest import TINY_QWEN2
 
 og = pytest.importorskip("onnxruntime_genai")
 
