@@ -11,10 +11,8 @@ import pytest
 import torch
 
 from mobius_genai.cli import main
-from mobius_genai.packager import package
 from mobius_genai.runtime.smoke_image import png_bytes
 from tests._vlm import SIZE, transformers_tokens
-from tests.conftest import TINY_QWEN2
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -98,9 +96,8 @@ def test_a_text_bundle_card_lists_its_one_graph(packaged_qwen2):
 
 
 @pytest.fixture(scope="module")
-def packaged_qwen2(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("qwen2") / "bundle"
-    return package(TINY_QWEN2, "cpu", out, quiet=True, smoke_test=False)
+def packaged_qwen2(packaged) -> Path:
+    return packaged("cpu")
 
 
 def test_a_gpu_vision_language_bundle_loads_on_cpu_with_every_graph_moved(

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from mobius_genai import packager
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import get_ep
 from mobius_genai.runtime.smoke import session_options, smoke_test
-from tests.conftest import TINY_QWEN2
 
 
 def test_float_bundle_is_smoke_tested_without_prepacking(packaged):
@@ -16,10 +12,8 @@ def test_float_bundle_is_smoke_tested_without_prepacking(packaged):
     assert session_options(folder, read_genai_config(folder)) == {"session.disable_prepacking": "1"}
 
 
-def test_int4_bundle_keeps_prepacking_and_still_matches_onnxruntime(tmp_path: Path):
-    folder = packager.package(
-        TINY_QWEN2, "cpu", tmp_path / "int4", precision="int4", smoke_test=False, quiet=True
-    )
+def test_int4_bundle_keeps_prepacking_and_still_matches_onnxruntime(tiny_int4):
+    folder = tiny_int4
     assert session_options(folder, read_genai_config(folder)) == {}
     result = smoke_test(folder, get_ep("cpu"))
     assert "same as a plain onnxruntime loop" in result.note
