@@ -8,7 +8,6 @@ from __future__ import annotations
 import onnxruntime_genai as og
 import pytest
 
-from mobius_genai import packager
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
@@ -16,7 +15,6 @@ from mobius_genai.runtime.chat import Conversation
 from mobius_genai.runtime.decoding import Decoder
 from mobius_genai.runtime.generate import greedy_tokens
 from mobius_genai.runtime.opening import open_bundle
-from tests.models.families.test_bundles import _checkpoint
 
 PROMPT = "Hello there, how are you"
 
@@ -92,13 +90,8 @@ def test_a_chat_turn_feeds_only_what_follows_the_requests_tokens(packaged):
     assert conversation.turns == [("ok", first), ("Again", second)]
 
 
-def test_og_refusing_the_model_type_is_said_once_and_the_generator_runs_it(
-    tmp_path, engines, capsys
-):
-    ckpt = _checkpoint(tmp_path / "ckpt", "lfm2")
-    folder = packager.package(
-        ckpt, "cpu", tmp_path / "lfm2", smoke_test=False, quiet=True, prune_lm_head=False
-    )
+def test_og_refusing_the_model_type_is_said_once_and_the_generator_runs_it(lfm2, engines, capsys):
+    folder = lfm2.bundle  # every position's logits (prune_lm_head=False), as og.Engine needs
     with pytest.raises(RuntimeError, match="not supported for decoding"):  # og's own limit
         og.Engine(og.Model(str(folder)))
     assert main(["run", str(folder), PROMPT, "--raw", "--max-new-tokens", "8", "--quiet"]) == 0

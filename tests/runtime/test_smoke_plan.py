@@ -146,8 +146,8 @@ def test_the_whole_bundle_is_recorded_too(tmp_path: Path):
     )
 
 
-def test_no_smoke_test_is_said_on_the_card(tmp_path: Path):
-    out = packager.package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True, smoke_test=False)
+def test_no_smoke_test_is_said_on_the_card(packaged):
+    out = packaged("cpu")
     assert "smoke_test" not in json.loads((out / "mobius_manifest.json").read_text())["build"]
     assert "| Smoke test | not run |" in (out / "README.md").read_text()
 
