@@ -10,6 +10,7 @@ GatherBlockQuantized data is the GGUF's Q8_0 bytes (int8 + 128).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -80,13 +81,24 @@ def _bits(node: onnx.NodeProto) -> int:
     return next(a.i for a in node.attribute if a.name == "bits")
 
 
-def _package(tmp_path: Path, case: str) -> tuple[Path, Path]:
-    """The case's GGUF and its default cpu bundle: no int4 request (which would quantize the
-    Q5_K matrices, tests/checkpoint/gguf/test_requantize.py), the EP's accuracy level 4."""
-    gguf = write_tiny_gguf(tmp_path / f"{case}.gguf", **CASES[case])
-    bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", quiet=True)
-    assert _summary(bundle)["accuracy_level"] == 4
-    return gguf, bundle
+@pytest.fixture(scope="module")
+def packaged_gguf(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path]]:
+    """The case's GGUF and its default cpu bundle, packaged once for this module (the tests
+    only read them): no int4 request (which would quantize the Q5_K matrices,
+    tests/checkpoint/gguf/test_requantize.py), the EP's accuracy level 4."""
+    cache: dict[str, tuple[Path, Path]] = {}
+
+    def make(case: str) -> tuple[Path, Path]:
+        if case not in cache:
+            folder = tmp_path_factory.mktemp(case)
+            gguf = write_tiny_gguf(folder / f"{case}.gguf", **CASES[case])
+            bundle = mobius_genai.package(gguf, "cpu", folder / "bundle", quiet=True)
+            cache[case] = gguf, bundle
+        gguf, bundle = cache[case]
+        assert _summary(bundle)["accuracy_level"] == 4
+        return gguf, bundle
+
+    return make
 
 
 def _exact_session(bundle: Path) -> ort.InferenceSession:
@@ -102,8 +114,8 @@ def _exact_session(bundle: Path) -> ort.InferenceSession:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_logits_equal_transformers(tmp_path: Path, case: str):
-    gguf, bundle = _package(tmp_path, case)
+def test_logits_equal_transformers(packaged_gguf, case: str):
+    gguf, bundle = packaged_gguf(case)
     run = hf_reference_logits(gguf, PROMPT, decode_steps=4)
     session = _exact_session(bundle)
     ours = run_like_reference(session, run)
@@ -118,12 +130,12 @@ def test_logits_equal_transformers(tmp_path: Path, case: str):
     assert "Gather" not in ops  # the embedding lookup reads the stored integers
 
 
-def test_q5_0_and_q6_k_weights_are_gguf_dequantized_exactly(tmp_path: Path):
+def test_q5_0_and_q6_k_weights_are_gguf_dequantized_exactly(packaged_gguf):
     """The Q5_0 / Q6_K tensors become 8-bit MatMulNBits with uint8 zero points whose weights
     are gguf.quants.dequantize's values bit for bit (rows in HuggingFace's order: the Q6_K
     attn_q's rows are un-permuted, so compare with the dequantized tensor un-permuted by the
     test's own inverse of llama.cpp's permutation)."""
-    gguf, bundle = _package(tmp_path, "kquants")
+    gguf, bundle = packaged_gguf("kquants")
     model = onnx.load(bundle / "model.onnx")
     weights = matmul_nbits_weights(model)
     reader = GGUFReader(gguf)
@@ -242,9 +254,9 @@ def test_rope_scaling_matches_transformers(tmp_path: Path, case: str):
     assert scaling > 1e-2  # the scaling matters at these positions
 
 
-def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
+def test_tied_q8_0_embedding_keeps_its_bytes(packaged_gguf):
     """One 8-bit copy: the lookup's data and the lm_head's B are the Q8_0 int8 values + 128."""
-    gguf, bundle = _package(tmp_path, "llama")
+    gguf, bundle = packaged_gguf("llama")
     tensor = next(t for t in GGUFReader(gguf).tensors if t.name == "token_embd.weight")
     rows = np.asarray(tensor.data).reshape(-1, 34)  # per block: fp16 scale, 32 int8
     stored = (rows[:, 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8)
@@ -260,12 +272,12 @@ def test_tied_q8_0_embedding_keeps_its_bytes(tmp_path: Path):
     assert view.op_type == "Reshape" and view.input[0] == lm_head[0].input[1]
 
 
-def test_float_zero_points_are_integer_zeros_plus_block_mins(tmp_path: Path):
+def test_float_zero_points_are_integer_zeros_plus_block_mins(packaged_gguf):
     """onnxruntime's cpu MatMulNBits dequantizes the whole weight on every call when its zero
     points are float (Q4_1's and Q4_K's mins): ~50x slower than with integer ones. They are
     written as zero points 0 and a MatMul of the activations' block sums by the mins (logits
     equal transformers': test_logits_equal_transformers)."""
-    _, bundle = _package(tmp_path, "llama")
+    _, bundle = packaged_gguf("llama")
     model = onnx.load(bundle / "model.onnx", load_external_data=False)
     dtypes = {t.name: t.data_type for t in model.graph.initializer}
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
@@ -330,10 +342,10 @@ _OUTCOME = {
 
 
 @pytest.mark.parametrize("case", ["kquants", "phi3"])
-def test_manifest_says_what_happened_to_each_tensor_kind(tmp_path: Path, case: str):
+def test_manifest_says_what_happened_to_each_tensor_kind(packaged_gguf, case: str):
     """Per GGUF type, what became of its tensors; phi3's fused attn_qkv and ffn_up keep
     their integers too (each part reads its rows of the stored blocks)."""
-    gguf, bundle = _package(tmp_path, case)
+    gguf, bundle = packaged_gguf(case)
     expected: dict[str, dict[str, int]] = {}
     for tensor in GGUFReader(gguf).tensors:
         kind = tensor.tensor_type.name
