@@ -38,11 +38,6 @@ def hub_snapshot(cache: Path, repo: str = "models--org--tiny", files: Path = TIN
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint() -> Path:
-    return TINY_QWEN2
-
-
-@pytest.fixture(scope="session")
 def packaged(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """The tiny checkpoint packaged once per EP, precision and head (no smoke test): the folder
     of `packaged(ep, precision=None, prune_lm_head=False)`, shared: never change it."""

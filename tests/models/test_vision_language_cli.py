@@ -49,8 +49,8 @@ def test_run_applies_the_chat_template_around_the_image_prompt(gemma3_bundle, im
     assert capsys.readouterr().out.endswith("\n")
 
 
-def test_image_on_a_text_only_bundle_is_one_clear_error(packaged_qwen2, image, capsys):
-    command = ["run", str(packaged_qwen2), "--image", str(image[0]), "--prompt", "Hi"]
+def test_image_on_a_text_only_bundle_is_one_clear_error(packaged, image, capsys):
+    command = ["run", str(packaged("cpu")), "--image", str(image[0]), "--prompt", "Hi"]
     assert main(command) == 1
     err = capsys.readouterr().err
     assert "takes no images" in err and "model.type 'qwen2'" in err
@@ -89,15 +89,10 @@ def test_the_card_lists_the_graphs_and_an_image_run(gemma3_bundle):
         assert not row.endswith("|  |")  # each file says what it is
 
 
-def test_a_text_bundle_card_lists_its_one_graph(packaged_qwen2):
-    card = (packaged_qwen2 / "README.md").read_text()
+def test_a_text_bundle_card_lists_its_one_graph(packaged):
+    card = (packaged("cpu") / "README.md").read_text()
     assert "| Graphs | `model.onnx` (decoder) |" in card
     assert "--image" not in card
-
-
-@pytest.fixture(scope="module")
-def packaged_qwen2(packaged) -> Path:
-    return packaged("cpu")
 
 
 def test_a_gpu_vision_language_bundle_loads_on_cpu_with_every_graph_moved(
