@@ -40,14 +40,15 @@ def hub_snapshot(cache: Path, repo: str = "models--org--tiny", files: Path = TIN
 @pytest.fixture(scope="session")
 def packaged(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
     """The tiny checkpoint packaged once per EP, precision and head (no smoke test): the folder
-    of `packaged(ep, precision=None, prune_lm_head=False)`, shared: never change it."""
+    of `packaged(ep, precision=None, prune_lm_head=False)`, shared: never change it. Each is
+    named `tiny` (`serve` names the model after its folder)."""
     cache: dict[tuple[str, str | None, bool], Path] = {}
 
     def make(ep: str, precision: str | None = None, prune_lm_head: bool = False) -> Path:
         key = (ep, precision, prune_lm_head)
         if key not in cache:
-            name = "-".join(["tiny", ep, *([precision] if precision else [])])
-            out = tmp_path_factory.mktemp("bundles") / (name + ("-pruned" if prune_lm_head else ""))
+            kind = "-".join([ep, precision or "float", "pruned" if prune_lm_head else "full"])
+            out = tmp_path_factory.mktemp(kind) / "tiny"
             cache[key] = packager.package(
                 TINY_QWEN2,
                 ep,
