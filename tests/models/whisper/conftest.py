@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.whisper._whisper import LAYOUTS, write_whisper_checkpoint
+from tests.models.whisper._whisper import LAYOUTS, write_whisper_checkpoint
 
 
 @pytest.fixture(scope="module", params=sorted(LAYOUTS))

@@ -11,7 +11,7 @@ import pytest
 from transformers import WhisperFeatureExtractor
 
 from tests._ort import og_greedy
-from tests.whisper._whisper import (
+from tests.models.whisper._whisper import (
     FORCED_PROMPT,
     hf_new_tokens,
     pcm16,

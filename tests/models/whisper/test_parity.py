@@ -11,7 +11,7 @@ import torch
 
 from mobius_genai.components import whisper as components
 from tests._ort import max_abs_diff
-from tests.whisper._whisper import (
+from tests.models.whisper._whisper import (
     PROMPT,
     STEPS,
     build_sessions,

@@ -1,6 +1,6 @@
 """onnxruntime-genai 0.18 runs our Whisper graphs end to end on CPU: og.Model loads a bundle
-folder written by hand (tests/whisper/_whisper.write_bundle), og.Generator encodes the log-mel
-of generated audio once and decodes greedily from the forced prompt; its tokens equal
+folder written by hand (tests/models/whisper/_whisper.write_bundle), og.Generator encodes the
+log-mel of generated audio once and decodes greedily from the forced prompt; its tokens equal
 transformers' generate() with the same prompt on the same features."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from transformers import WhisperFeatureExtractor
 
 from tests._ort import og_greedy
-from tests.whisper._whisper import FORCED_PROMPT, hf_new_tokens, tone, write_bundle
+from tests.models.whisper._whisper import FORCED_PROMPT, hf_new_tokens, tone, write_bundle
 
 NEW_TOKENS = 20
 

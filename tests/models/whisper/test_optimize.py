@@ -13,7 +13,7 @@ from mobius_genai.ep.context import build_context
 from mobius_genai.models.whisper import WHISPER_ROLES, whisper_graphs
 from mobius_genai.optimize.pipeline import optimize_model
 from tests._ort import max_abs_diff
-from tests.whisper._whisper import (
+from tests.models.whisper._whisper import (
     PROMPT,
     STEPS,
     build_sessions,

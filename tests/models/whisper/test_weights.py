@@ -16,7 +16,7 @@ from mobius_genai.ep.context import build_context
 from mobius_genai.errors import WeightsError
 from mobius_genai.models.whisper import whisper_graphs
 from tests._hf import edit_config
-from tests.whisper._whisper import read_config
+from tests.models.whisper._whisper import read_config
 
 
 def _graphs(folder):

@@ -20,7 +20,7 @@ from mobius_genai.ep.context import build_context
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.whisper import whisper_graphs
-from tests.whisper._whisper import LAYOUTS, TINY
+from tests.models.whisper._whisper import LAYOUTS, TINY
 
 CONFIG = WhisperConfig.from_dict({"model_type": "whisper", **TINY, **LAYOUTS["large-v3"]})
 
