@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mobius_genai import packager
+import mobius_genai  # its package() loads the graph-building stack on the first call
 
 #: The committed tiny Qwen2: tied embeddings, vocab 384, hidden 64, 2 layers, bf16 weights.
 TINY_QWEN2 = Path(__file__).resolve().parent / "data" / "tiny-qwen2"
@@ -49,7 +49,7 @@ def packaged(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
         if key not in cache:
             kind = "-".join([ep, precision or "float", "pruned" if prune_lm_head else "full"])
             out = tmp_path_factory.mktemp(kind) / "tiny"
-            cache[key] = packager.package(
+            cache[key] = mobius_genai.package(
                 TINY_QWEN2,
                 ep,
                 out,
@@ -105,7 +105,7 @@ def gemma3_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 def gemma3_bundle(gemma3_checkpoint: tuple, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Gemma 3 checkpoint packaged for cpu without the smoke test."""
     out = tmp_path_factory.mktemp("gemma3-bundle") / "bundle"
-    return packager.package(gemma3_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return mobius_genai.package(gemma3_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
 
 
 @pytest.fixture(scope="session")
@@ -121,4 +121,4 @@ def qwen2_5_vl_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 def qwen2_5_vl_bundle(qwen2_5_vl_checkpoint: tuple, tmp_path_factory) -> Path:
     """The Qwen2.5-VL checkpoint packaged for cpu without the smoke test."""
     out = tmp_path_factory.mktemp("qwen2_5_vl-bundle") / "bundle"
-    return packager.package(qwen2_5_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return mobius_genai.package(qwen2_5_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
