@@ -16,7 +16,7 @@ them): the state-carrying convolution of LFM2 / Qwen3.5 and the gated delta rule
   Inputs are cast to the state's type and the output back to the value's.
 
 onnxruntime 1.32 runs both com.microsoft ops on the CPU EP (measured against these bodies in
-tests/optimize/test_recurrent_functions.py); the standard opset-27 ops of the same names have no
+tests/components/test_recurrent_functions.py); the standard opset-27 ops of the same names have no
 kernel there, so components emit the com.microsoft ones.
 """
 
