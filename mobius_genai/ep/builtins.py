@@ -12,7 +12,7 @@ tests/components/test_moe_function.py on the CPU EP); elsewhere the op's standar
 The "QMoE" kernel likewise: INT4 experts as com.microsoft::QMoE only where its kernel was measured
 (the CPU EP: tests/quantize/test_qmoe.py).
 Likewise "GroupQueryAttention.head_sink" (attention sinks inside GroupQueryAttention) stays on only
-where it was measured (the CPU EP, tests/components/test_gqa_sinks.py) or is the runtime that
+where it was measured (the CPU EP, tests/optimize/test_gqa_sinks.py) or is the runtime that
 onnxruntime-genai's own gpt-oss models target (CUDA). `kernels` names only the kernels where an
 EP differs from the row's default (ep/kernels.py).
 """
