@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai._json import read_json_object
 from mobius_genai.config import fields
+from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
     check_layer_count,
@@ -22,7 +23,6 @@ from mobius_genai.config.layers import (
     parse_layer_types,
     validate_layers,
 )
-from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.moe import MoeConfig, validate_moe
