@@ -417,11 +417,15 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # low-rank q, sigmoid routing corrected by e_score_correction_bias (random here, so it
     # changes picks), groups scored by their best two, renormalized and scaled by 2.5
     "deepseek_v3": {**_DEEPSEEK, "q_lora_rank": 32, "routed_scaling_factor": 2.5},
-    # one q_proj, softmax routing limited to the groups of the best experts, not renormalized
+    # one q_proj, softmax routing limited to the group of the best expert (of 2 groups: a group
+    # scored by its best expert changes picks only where fewer groups are kept than experts
+    # picked), not renormalized
     "deepseek_v2": {
         **_DEEPSEEK,
         "q_lora_rank": None,
         "topk_method": "group_limited_greedy",
+        "n_group": 2,
+        "topk_group": 1,
         "routed_scaling_factor": 1.5,
     },
 }

@@ -49,9 +49,7 @@ class GroupRouter(nn.Module):
             op.MatMul(x, self.weight), op.Constant(value_ints=[-1, self.num_experts])
         )
         scores = op.Sigmoid(logits) if routing.scoring == "sigmoid" else op.Softmax(logits, axis=-1)
-        choice = scores
-        if self.e_score_correction_bias is not None:
-            choice = op.Add(choice, self.e_score_correction_bias)
+        choice = self._choice(op, scores)
         if routing.top_groups < routing.groups:
             choice = self._kept_groups(op, choice)
         top_k = op.Constant(value_ints=[self.top_k])
@@ -68,6 +66,12 @@ class GroupRouter(nn.Module):
             scaling = _constant(op, routing.scaling, scores)
             factor = scaling if factor is None else op.Mul(factor, scaling)
         return router, factor
+
+    def _choice(self, op, scores: ir.Value) -> ir.Value:
+        """The scores experts are chosen by: corrected by e_score_correction_bias (V3)."""
+        if self.e_score_correction_bias is None:
+            return scores
+        return op.Add(scores, self.e_score_correction_bias)
 
     def _kept_groups(self, op, choice: ir.Value) -> ir.Value:
         """`choice` with -inf outside each token's `top_groups` best groups."""

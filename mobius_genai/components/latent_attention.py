@@ -75,6 +75,12 @@ class LatentAttention(nn.Module):
             return self.q_proj(op, x)
         return self.q_b_proj(op, self.q_a_layernorm(op, self.q_a_proj(op, x)))
 
+    def _query_slices(self, op, q: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Each head's query [batch, seq, heads, qk_head_dim] → its unrotated channels and the
+        rope slice after them."""
+        sizes = [self.mla.qk_nope_head_dim, self.mla.qk_rope_head_dim]
+        return op.Split(q, op.Constant(value_ints=sizes), axis=-1, _outputs=2)
+
     def forward(
         self,
         op,
@@ -92,7 +98,7 @@ class LatentAttention(nn.Module):
         mla, heads, dim = self.mla, self.num_heads, self.head_dim
         nope, rope = mla.qk_nope_head_dim, mla.qk_rope_head_dim
         q = _heads(op, self._query(op, hidden_states), heads, mla.qk_head_dim)
-        q_nope, q_rope = op.Split(q, op.Constant(value_ints=[nope, rope]), axis=-1, _outputs=2)
+        q_nope, q_rope = self._query_slices(op, q)
         q_rope = _heads(op, rotary(op, _flat(op, q_rope), position_ids, heads), heads, rope)
         latent, k_rope = op.Split(
             self.kv_a_proj_with_mqa(op, hidden_states),
