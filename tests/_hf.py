@@ -207,16 +207,16 @@ _QWEN3_5_HYBRID: dict[str, Any] = {
     "linear_value_head_dim": 8,
     "linear_conv_kernel_dim": 4,
 }
-#: DeepSeek's multi-head latent attention, small: a 24-channel latent, 16 unrotated and 8 rotated
-#: q/k channels per head, 12 value channels (padded to 24 in the cache); 8 experts in 4 groups,
+#: DeepSeek's multi-head latent attention, small: a 32-channel latent, 16 unrotated and 8 rotated
+#: q/k channels per head, 8 value channels (padded to 24 in the cache); 8 experts in 4 groups,
 #: 2 per token, a shared expert, the first layer dense; yarn rope with DeepSeek's mscales
 #: (the softmax scale grows by mscale_all_dim's correction squared).
 _DEEPSEEK: dict[str, Any] = {
     "num_key_value_heads": 4,
-    "kv_lora_rank": 24,
+    "kv_lora_rank": 32,
     "qk_nope_head_dim": 16,
     "qk_rope_head_dim": 8,
-    "v_head_dim": 12,
+    "v_head_dim": 8,
     "n_routed_experts": 8,
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 32,

@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
 import mobius_genai
+from mobius_genai import packager
 from mobius_genai.components import decoder, moe
 from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
+from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
+from tests.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -224,3 +229,17 @@ REFUSALS = {
 def test_what_the_rows_cannot_build_is_refused_in_one_line(case, tmp_path):
     family, error, match, changes = REFUSALS[case]
     _refused(tmp_path, family, error, match, **changes)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2"])
+def test_cpu_int4_bundle_runs_its_experts_as_qmoe(family, tmp_path):
+    """int4 for cpu: the routed experts of both MoE layers in QMoE (behind the group-limited
+    router's standard ops), and onnxruntime-genai generates every token asked for."""
+    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    ops = Counter(node.op_type for node in graph.node)
+    assert (ops["QMoE"], ops["MoE"]) == (2, 0)
+    assert ops["MatMulNBits"] > 0
+    tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert len(tokens) == NEW_TOKENS
