@@ -207,8 +207,8 @@ _QWEN3_5_HYBRID: dict[str, Any] = {
     "linear_value_head_dim": 8,
     "linear_conv_kernel_dim": 4,
 }
-#: DeepSeek's multi-head latent attention, small: a 32-channel latent, 16 unrotated and 8 rotated
-#: q/k channels per head, 8 value channels (padded to 24 in the cache); 8 experts in 4 groups,
+#: DeepSeek's multi-head latent attention, small: a 32-channel latent (cached with the 8-channel
+#: rotary key), 16 unrotated and 8 rotated q/k channels per head, 8 value channels; 8 experts in 4 groups,
 #: 2 per token, a shared expert, the first layer dense; yarn rope with DeepSeek's mscales
 #: (the softmax scale grows by mscale_all_dim's correction squared).
 _DEEPSEEK: dict[str, Any] = {

@@ -1,16 +1,18 @@
-"""Multi-head latent attention (config/latent_attention.py) as one ONNX `Attention` op.
+"""Multi-head latent attention (config/latent_attention.py) over a latent KV cache, as one ONNX
+`Attention` op with one key/value head.
 
-    q        = q_b_proj(norm(q_a_proj(x)))  (or q_proj(x)), per head [q_nope | q_rope]
-    latent   = kv_a_proj_with_mqa(x) = [c | k_rope]  (k_rope: one rotary key for every head)
-    [k_nope | v] per head = kv_b_proj(norm(c))
-    key      = [k_nope | rope(k_rope)],  query = [q_nope | rope(q_rope)]
+    q          = q_b_proj(norm(q_a_proj(x)))  (or q_proj(x)), per head [q_nope | q_rope]
+    [c | k_r]  = kv_a_proj_with_mqa(x), c = norm(c)   (k_r: one rotary key for every head)
+    kv_b_proj  = per head [W_uk (qk_nope rows) ; W_uv (v rows)] over c's channels
 
-The rotary embedding turns only the rope slices. Keys and values are cached expanded per head,
-the shorter padded with zeros to `cache_head_dim` so that one head size serves both caches
-(onnxruntime-genai's KV contract, and GroupQueryAttention's equal head sizes): zero key and
-query channels add nothing to q·k, and zero value channels are cut from the output before
-o_proj. The softmax scale is the config's (qk_head_dim**-0.5 with yarn's mscale, set by the
-family row).
+transformers expands per head key = [W_uk c | rope(k_r)] and value = W_uv c. Since
+q_nope · W_uk c = (W_uk^T q_nope) · c and sum_t a_t W_uv c_t = W_uv sum_t a_t c_t, the same
+attention runs on the latent itself: query [W_uk^T q_nope | rope(q_rope)] per head, one key head
+[c | rope(k_r)] shared by every query head, the same tensor as value, and W_uv applied to each
+head's first kv_lora_rank output channels. The cache is that one head (kv_lora_rank +
+qk_rope_head_dim channels per token) as key and as value: onnxruntime-genai's decoder contract
+with num_key_value_heads 1, instead of every head's expanded key and value. The softmax scale is
+the config's (qk_head_dim**-0.5 with yarn's mscale, set by the family row).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.kv_slots import Slots, place
-from mobius_genai.components.linear import Linear
+from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.norms import RMSNorm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.latent_attention import LatentAttentionConfig
 
 #: The low-rank norms' epsilon: transformers builds them with RMSNorm's default, not the config's.
 LATENT_NORM_EPS = 1e-6
@@ -36,11 +39,38 @@ def _flat(op, x: ir.Value) -> ir.Value:
     return op.Reshape(x, op.Constant(value_ints=[0, 0, -1]))
 
 
-def _padded(op, x: ir.Value, width: int, dim: int) -> ir.Value:
-    """x [batch, seq, heads, width] with zero channels up to `dim`, flattened per token."""
-    if width < dim:
-        x = op.Pad(x, op.Constant(value_ints=[0, 0, 0, 0, 0, 0, 0, dim - width]))
-    return _flat(op, x)
+def _per_head(op, x: ir.Value, matrices: ir.Value) -> ir.Value:
+    """x [batch, seq, heads, m] times each head's matrix [heads, m, n] → [batch, seq, heads, n]."""
+    product = op.MatMul(op.Transpose(x, perm=[0, 2, 1, 3]), matrices)
+    return op.Transpose(product, perm=[0, 2, 1, 3])
+
+
+class LatentUpProjection(nn.Module):
+    """kv_b_proj's weight (checkpoint [heads * (qk_nope + v), kv_lora_rank]) as each head's
+    W_uk^T [heads, qk_nope, kv_lora_rank] and W_uv^T [heads, kv_lora_rank, v]."""
+
+    def __init__(self, mla: LatentAttentionConfig, heads: int) -> None:
+        super().__init__()
+        self.mla, self.heads = mla, heads
+        rows = heads * (mla.qk_nope_head_dim + mla.v_head_dim)
+        self.weight = parameter([mla.kv_lora_rank, rows], transposed=True)
+
+    def forward(self, op) -> tuple[ir.Value, ir.Value]:
+        mla = self.mla
+        per_head = op.Reshape(
+            self.weight,
+            op.Constant(
+                value_ints=[mla.kv_lora_rank, self.heads, mla.qk_nope_head_dim + mla.v_head_dim]
+            ),
+        )
+        per_head = op.Transpose(per_head, perm=[1, 0, 2])  # [heads, kv_lora_rank, nope + v]
+        key, value = op.Split(
+            per_head,
+            op.Constant(value_ints=[mla.qk_nope_head_dim, mla.v_head_dim]),
+            axis=-1,
+            _outputs=2,
+        )
+        return op.Transpose(key, perm=[0, 2, 1]), value
 
 
 class LatentAttention(nn.Module):
@@ -67,7 +97,7 @@ class LatentAttention(nn.Module):
             self.q_b_proj = Linear(mla.q_lora_rank, q_size)
         self.kv_a_proj_with_mqa = Linear(hidden, mla.kv_lora_rank + mla.qk_rope_head_dim, bias)
         self.kv_a_layernorm = RMSNorm(mla.kv_lora_rank, LATENT_NORM_EPS)
-        self.kv_b_proj = Linear(mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + mla.v_head_dim))
+        self.kv_b_proj = LatentUpProjection(mla, heads)
         self.o_proj = Linear(heads * mla.v_head_dim, hidden, config.o_bias)
 
     def _query(self, op, x: ir.Value) -> ir.Value:
@@ -92,53 +122,45 @@ class LatentAttention(nn.Module):
         past_value: ir.Value,
         slots: Slots | None = None,
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
-        """Returns (output [b, s, hidden], present_key, present_value [b, heads, total, d])."""
+        """Returns (output [b, s, hidden], present_key, present_value [b, 1, total, d]), d =
+        kv_lora_rank + qk_rope_head_dim."""
         if rotary is None:
             raise ValueError("multi-head latent attention rotates its rope slice; no rope given")
         mla, heads, dim = self.mla, self.num_heads, self.head_dim
-        nope, rope = mla.qk_nope_head_dim, mla.qk_rope_head_dim
+        rank, rope = mla.kv_lora_rank, mla.qk_rope_head_dim
+        key_up, value_up = self.kv_b_proj(op)
         q = _heads(op, self._query(op, hidden_states), heads, mla.qk_head_dim)
         q_nope, q_rope = self._query_slices(op, q)
         q_rope = _heads(op, rotary(op, _flat(op, q_rope), position_ids, heads), heads, rope)
+        q = _flat(op, op.Concat(_per_head(op, q_nope, key_up), q_rope, axis=-1))
         latent, k_rope = op.Split(
             self.kv_a_proj_with_mqa(op, hidden_states),
-            op.Constant(value_ints=[mla.kv_lora_rank, rope]),
+            op.Constant(value_ints=[rank, rope]),
             axis=-1,
             _outputs=2,
         )
-        kv = self.kv_b_proj(op, self.kv_a_layernorm(op, latent))
-        k_nope, v = op.Split(
-            _heads(op, kv, heads, nope + mla.v_head_dim),
-            op.Constant(value_ints=[nope, mla.v_head_dim]),
-            axis=-1,
-            _outputs=2,
-        )
-        k_rope = _heads(op, rotary(op, k_rope, position_ids, 1), 1, rope)
-        k_rope = op.Expand(k_rope, op.Constant(value_ints=[1, 1, heads, 1]))
-        q = _padded(op, op.Concat(q_nope, q_rope, axis=-1), mla.qk_head_dim, dim)
-        k = _padded(op, op.Concat(k_nope, k_rope, axis=-1), mla.qk_head_dim, dim)
-        v = _padded(op, v, mla.v_head_dim, dim)
+        latent = self.kv_a_layernorm(op, latent)
+        kv = op.Concat(latent, rotary(op, k_rope, position_ids, 1), axis=-1)  # [b, s, dim]
         if slots is not None:
-            past_key = place(op, past_key, k, slots, heads, dim)
-            past_value = place(op, past_value, v, slots, heads, dim)
+            past_key = place(op, past_key, kv, slots, 1, dim)
+            past_value = place(op, past_value, kv, slots, 1, dim)
         output, present_key, present_value = op.Attention(
             q,
-            k,
-            v,
+            kv,
+            kv,
             attention_bias,
             past_key,
             past_value,
             _outputs=3,
             q_num_heads=heads,
-            kv_num_heads=heads,
+            kv_num_heads=1,
             scale=self.scale,
         )
-        if mla.v_head_dim < dim:
-            output = op.Slice(
-                _heads(op, output, heads, dim),
-                op.Constant(value_ints=[0]),
-                op.Constant(value_ints=[mla.v_head_dim]),
-                op.Constant(value_ints=[-1]),
-            )
-            output = _flat(op, output)
+        attended = op.Slice(
+            _heads(op, output, heads, dim),
+            op.Constant(value_ints=[0]),
+            op.Constant(value_ints=[rank]),
+            op.Constant(value_ints=[-1]),
+        )
+        output = _flat(op, _per_head(op, attended, value_up))
         return self.o_proj(op, output), present_key, present_value

@@ -316,12 +316,7 @@ def _validate(config: ArchitectureConfig) -> None:
     _validate_attention_switches(config)
     _validate_multipliers(config)
     validate_moe(config.moe, config.hidden_act)
-    validate_latent_attention(
-        config.latent_attention,
-        config.head_dim,
-        config.num_attention_heads,
-        config.num_key_value_heads,
-    )
+    validate_latent_attention(config.latent_attention, config.head_dim, config.num_key_value_heads)
     for rope in (config.rope, config.rope_local):
         if rope is not None:
             validate_rope(rope, config.head_dim)

@@ -6,10 +6,12 @@ channels (kv_a_proj_with_mqa, whose last `qk_rope_head_dim` channels are one rot
 by every head, → RMSNorm → kv_b_proj giving each head's `qk_nope_head_dim` key channels and
 `v_head_dim` value channels). Each head's key is [nope | rope]; only the rope slice rotates.
 
-onnxruntime-genai 0.18 caches keys and values of one head size ([batch, kv_heads, seq,
-head_size] for both), so the graph caches the expanded per-head keys and values, the shorter
-of the two padded with zeros to `cache_head_dim` (zeros add nothing to q·k, and padded value
-channels are cut from the attention output).
+The graph attends over the latent itself (components/latent_attention.py: kv_b_proj folded
+into the query and the output), so the cache is one head of `cache_head_dim` = kv_lora_rank +
+qk_rope_head_dim channels per token, as key and as value: onnxruntime-genai 0.18's decoder
+contract with num_key_value_heads 1 (its greedy tokens equal transformers',
+tests/families/test_bundles.py), 2 * 576 numbers per token and layer for DeepSeek-V2-Lite and V3
+where caching every head's expanded key and value would take 16 and 128 times 2 * 192.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ class LatentAttentionConfig:
 
     @property
     def cache_head_dim(self) -> int:
-        """The head size of the cached keys and values (the longer of q·k's and v's)."""
-        return max(self.qk_head_dim, self.v_head_dim)
+        """The channels of the one cached head: the normed latent, then the rotated key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
 
 
 def read_latent_attention(raw: Mapping[str, Any]) -> LatentAttentionConfig:
@@ -58,20 +60,19 @@ def read_latent_attention(raw: Mapping[str, Any]) -> LatentAttentionConfig:
 
 
 def validate_latent_attention(
-    mla: LatentAttentionConfig | None, head_dim: int, heads: int, kv_heads: int
+    mla: LatentAttentionConfig | None, head_dim: int, kv_heads: int
 ) -> None:
     """The cache the decoder declares (head_dim, kv heads) is the one latent attention fills:
-    every head's expanded key and value, `cache_head_dim` channels each."""
+    one head of `cache_head_dim` channels."""
     if mla is None:
         return
     if not isinstance(mla, LatentAttentionConfig):
         raise ConfigError(
             f"config.json: latent_attention must be a LatentAttentionConfig, found {mla!r}"
         )
-    if head_dim != mla.cache_head_dim or kv_heads != heads:
+    if head_dim != mla.cache_head_dim or kv_heads != 1:
         raise ConfigError(
-            f"config.json: latent attention caches {heads} heads of {mla.cache_head_dim} "
-            f"channels, found head_dim {head_dim} and num_key_value_heads {kv_heads}; accepted: "
-            "head_dim = max(qk_nope_head_dim + qk_rope_head_dim, v_head_dim), "
-            "num_key_value_heads = num_attention_heads"
+            f"config.json: latent attention caches one head of {mla.cache_head_dim} channels, "
+            f"found head_dim {head_dim} and num_key_value_heads {kv_heads}; accepted: head_dim = "
+            "kv_lora_rank + qk_rope_head_dim, num_key_value_heads = 1"
         )

@@ -1,7 +1,7 @@
 """DeepSeek-V2/V3: multi-head latent attention and group-limited MoE routing vs transformers.
 
 Each row's defaults (tests/_hf.py: low-rank or plain q, yarn rope with DeepSeek's mscales,
-v_head_dim below the q/k head size, 8 experts in 4 groups, a dense first layer) are compared
+v_head_dim below the q/k head size, a latent cache, 8 experts in groups, a dense first layer) are compared
 in test_moe.py with every MoE row; here the switches the rows read, and mutants: each wrong
 detail must move the logits well past the tolerance. f32, 2 x 12-token prefill + 4 cached
 decode steps, on the portable, cpu (GroupQueryAttention, the MoE kernel) and onnx-standard
@@ -46,8 +46,8 @@ CASES = {
         "deepseek_v3",
         {"norm_topk_prob": False, "topk_group": 4, "attention_bias": True},
     ),
-    # values wider than q/k heads: queries and keys are the ones padded
-    "deepseek_v3_values_wider_than_keys": ("deepseek_v3", {"v_head_dim": 32}),
+    # values wider than the q/k heads and than the latent cache's head
+    "deepseek_v3_values_wider_than_keys": ("deepseek_v3", {"v_head_dim": 48}),
     # softmax top-k over every expert, low-rank q, plain rope (no mscale in the softmax scale)
     "deepseek_v2_greedy_low_rank_q": (
         "deepseek_v2",
@@ -174,10 +174,10 @@ def test_parity_fails_with_one_detail_wrong(case, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2"])
-def test_every_ep_caches_expanded_heads_of_one_size(family, tmp_path):
-    """og 0.18's KV contract: every head's key and value, one head size (the q/k head, values
-    padded); cpu attends with GroupQueryAttention in every layer, onnx-standard with standard
-    ops only."""
+def test_every_ep_caches_one_latent_head(family, tmp_path):
+    """The cache is the latent: one key/value head of kv_lora_rank + qk_rope_head_dim (32 + 8)
+    channels, og 0.18's decoder contract (genai_config says so); cpu attends with
+    GroupQueryAttention in every layer, onnx-standard with standard ops only."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
     for ep, attention in (("cpu", "GroupQueryAttention"), ("onnx-standard", "Attention")):
         graph = mobius_genai.build(ckpt, ep, "f32", load_weights=False)["model"].graph
@@ -186,7 +186,12 @@ def test_every_ep_caches_expanded_heads_of_one_size(family, tmp_path):
             assert {node.domain for node in graph} == {""}
         caches = [value for value in graph.inputs if value.name.startswith("past_key_values")]
         assert len(caches) == 6
-        assert {tuple(value.shape)[1:2] + tuple(value.shape)[3:] for value in caches} == {(4, 24)}
+        assert {(value.shape[1], value.shape[3]) for value in caches} == {(1, 40)}
+    folder = packager.package(
+        _checkpoint(tmp_path / "og", family), "cpu", tmp_path / "bundle", quiet=True
+    )
+    decoder_config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
+    assert (decoder_config["num_key_value_heads"], decoder_config["head_size"]) == (1, 40)
 
 
 def _refused(tmp_path, family: str, error: type[Exception], match: str, **changes) -> None:

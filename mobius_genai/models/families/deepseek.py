@@ -2,7 +2,7 @@
 with shared experts and group-limited routing (config/moe_routing.py) after dense first layers.
 
 transformers writes `head_dim` as the rope slice (qk_rope_head_dim), hub configs leave it out;
-the graph's head_dim is the cached head size either way. Keys the config classes fill when
+the graph's head_dim is the latent cache's head size either way, with one key/value head. Keys the config classes fill when
 absent are the rows' defaults, as transformers' DeepseekV2Config / DeepseekV3Config set them.
 """
 
@@ -38,11 +38,6 @@ def _latent_defaults(q_lora_rank: int) -> dict[str, Any]:
 
 def _cache_head_dim(raw: Mapping[str, Any]) -> int:
     return read_latent_attention(raw).cache_head_dim
-
-
-def _heads(raw: Mapping[str, Any]) -> int:
-    """Every head caches its own expanded key and value."""
-    return fields.require(raw, "num_attention_heads")
 
 
 def _scale(raw: Mapping[str, Any]) -> float:
@@ -115,7 +110,7 @@ def _overrides(moe: Callable[[Mapping[str, Any]], MoeConfig]) -> dict[str, Any]:
     return {
         "latent_attention": read_latent_attention,
         "head_dim": _cache_head_dim,
-        "num_key_value_heads": _heads,
+        "num_key_value_heads": 1,  # the latent cache: one head every query head reads
         "attention_scale": _scale,
         "moe": moe,
     }
