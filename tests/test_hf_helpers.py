@@ -50,6 +50,8 @@ _BIAS = {
         "qwen3_moe",
         "olmoe",
         "granitemoe",
+        "deepseek_v3",
+        "deepseek_v2",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}

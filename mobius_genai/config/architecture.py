@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai._json import read_json_object
 from mobius_genai.config import fields
+from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
     check_layer_count,
@@ -98,6 +99,9 @@ class ArchitectureConfig:
     - `linear_attention`: head and conv sizes of gated-delta-rule "linear_attention" layers
       (config/linear_attention.py); None when the model has none. Each recurrent layer kind
       names its section in config/recurrent.py, which declares its states.
+    - `latent_attention`: attention layers are DeepSeek's multi-head latent attention
+      (config/latent_attention.py); `head_dim` is then the cached head size and the rotary
+      embedding turns its `qk_rope_head_dim` channels.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -152,6 +156,7 @@ class ArchitectureConfig:
     pad_token_id: int | None = None
     torch_dtype: str | None = None
     moe: MoeConfig | None = None
+    latent_attention: LatentAttentionConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -170,6 +175,8 @@ class ArchitectureConfig:
 
     def rotary_dim_of(self, rope: RopeConfig) -> int:
         """Number of channels of each head that `rope` rotates (even)."""
+        if self.latent_attention is not None:
+            return self.latent_attention.qk_rope_head_dim
         dim = rotated_channels(self.head_dim, rope.partial_rotary_factor)
         return dim - dim % 2
 
@@ -309,6 +316,7 @@ def _validate(config: ArchitectureConfig) -> None:
     _validate_attention_switches(config)
     _validate_multipliers(config)
     validate_moe(config.moe, config.hidden_act)
+    validate_latent_attention(config.latent_attention, config.head_dim, config.num_key_value_heads)
     for rope in (config.rope, config.rope_local):
         if rope is not None:
             validate_rope(rope, config.head_dim)

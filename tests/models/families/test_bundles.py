@@ -6,8 +6,9 @@ real tokenizer files; prompts are fed as token ids. gpt2 (model.type "decoder", 
 positions), gemma3_text (two rope tables, sliding layers, q/k norm), lfm2 (conv layers with a
 recurrent state between attention layers), gpt_oss (attention sinks, model.type gptoss),
 qwen3_5_text (gated delta nets with two states), qwen3_next and qwen3_5_moe_text (the same
-with MoE blocks, as model.type qwen3_5_moe_text) run by default; the other families are marked
-slow (`pytest -m slow tests/models/families/test_bundles.py`).
+with MoE blocks, as model.type qwen3_5_moe_text), deepseek_v3 and deepseek_v2 (multi-head
+latent attention with a latent cache, group-limited MoE routing) run by default; the other
+families are marked slow (`pytest -m slow tests/models/families/test_bundles.py`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2", "phimoe", "qwen3_5_te
 DEFAULT_RUN |= {"gpt_oss"}  # model.type gptoss, attention sinks in GQA
 DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE (7 s)
 DEFAULT_RUN |= {"qwen3_5_moe_text"}  # the same, projections separate, every layer MoE
+DEFAULT_RUN |= {"deepseek_v3", "deepseek_v2"}  # latent attention, group-limited routing
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
