@@ -10,7 +10,7 @@ The graph attends over the latent itself (components/latent_attention.py: kv_b_p
 into the query and the output), so the cache is one head of `cache_head_dim` = kv_lora_rank +
 qk_rope_head_dim channels per token, as key and as value: onnxruntime-genai 0.18's decoder
 contract with num_key_value_heads 1 (its greedy tokens equal transformers',
-tests/families/test_bundles.py), 2 * 576 numbers per token and layer for DeepSeek-V2-Lite and V3
+tests/models/families/test_bundles.py), 2 * 576 numbers per token and layer for DeepSeek-V2-Lite and V3
 where caching every head's expanded key and value would take 16 and 128 times 2 * 192.
 """
 
