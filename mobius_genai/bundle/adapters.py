@@ -15,13 +15,15 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mobius_genai.checkpoint.peft import PeftAdapter, read_peft_adapter
-from mobius_genai.components.lora import LORA_A, LORA_B, LORA_RANK
+from mobius_genai._graph_keys import LORA_A, LORA_B, LORA_RANK
 from mobius_genai.errors import BundleError, OptionError
+
+if TYPE_CHECKING:
+    from mobius_genai.checkpoint.peft import PeftAdapter
 
 ADAPTERS_DIR = "adapters"
 ADAPTER_SUFFIX = ".onnx_adapter"
@@ -46,6 +48,8 @@ def check_adapter_names(names: Mapping[str, object] | list[str]) -> None:
 
 def read_adapters(adapters: Mapping[str, str | Path]) -> dict[str, PeftAdapter]:
     """Each named PEFT folder read and checked (before a build: nothing is written yet)."""
+    from mobius_genai.checkpoint.peft import read_peft_adapter
+
     check_adapter_names(list(adapters))
     return {name: read_peft_adapter(folder) for name, folder in adapters.items()}
 
@@ -79,6 +83,39 @@ def write_adapters(
         entry = write_adapter(adapter, inputs, modules, adapter_path(graph_file.parent, name))
         record["adapters"][name] = {"file": f"{ADAPTERS_DIR}/{name}{ADAPTER_SUFFIX}", **entry}
     return record
+
+
+def convert_for_bundle(
+    peft_folder: str | Path, bundle: str | Path, out: str | Path, *, force: bool = False
+) -> Path:
+    """`mobius-genai adapter`: the PEFT adapter in `peft_folder` as an .onnx_adapter file `out`
+    for `bundle`, a bundle packaged with LoRA inputs (its manifest's `build.lora`). Nothing is
+    written when anything does not fit; an existing `out` is replaced only with `force`."""
+    from mobius_genai.bundle.bundle_folder import require_bundle
+    from mobius_genai.bundle.manifest import MANIFEST_FILENAME
+    from mobius_genai.bundle.schema import read_bundle_json
+    from mobius_genai.checkpoint.peft import read_peft_adapter
+    from mobius_genai.models.families import get_family
+
+    bundle, out = Path(bundle), Path(out)
+    require_bundle(bundle)
+    manifest_path = bundle / MANIFEST_FILENAME
+    build = read_bundle_json(manifest_path)["build"] if manifest_path.is_file() else {}
+    if "lora" not in build:
+        raise BundleError(
+            f"bundle {bundle}: its graph takes no LoRA inputs; accepted: a bundle packaged "
+            "with `--adapter NAME=PEFT_DIR`"
+        )
+    if out.exists() and not force:
+        raise OptionError(f"output {out} exists; accepted: a new file, or --force to replace it")
+    if out.suffix != ADAPTER_SUFFIX:
+        raise OptionError(f"output {out}: accepted: a file name ending in {ADAPTER_SUFFIX}")
+    adapter = read_peft_adapter(peft_folder)
+    config = read_bundle_json(bundle / "genai_config.json")
+    graph_file = bundle / config["model"]["decoder"]["filename"]
+    family = get_family(build["model_type"])
+    write_adapter(adapter, lora_inputs(graph_file), checkpoint_modules(family), out)
+    return out
 
 
 def adapter_path(bundle: Path, name: str) -> Path:

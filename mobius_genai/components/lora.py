@@ -18,13 +18,10 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai._graph_keys import LORA_A, LORA_B, LORA_RANK
 from mobius_genai.components.linear import Linear
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
-
-#: The symbolic rank axis of every LoRA input.
-LORA_RANK = "lora_rank"
-LORA_A, LORA_B = "lora_A", "lora_B"
 
 
 def lora_input_names(module_name: str) -> tuple[str, str]:
