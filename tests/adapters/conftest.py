@@ -41,7 +41,9 @@ def make_adapter(checkpoint: Path, out: Path, rank: int, seed: int, **config) ->
     return out
 
 
-def peft_greedy(checkpoint: Path, adapter: Path | None, prompt: Sequence[int], new: int) -> list[int]:
+def peft_greedy(
+    checkpoint: Path, adapter: Path | None, prompt: Sequence[int], new: int
+) -> list[int]:
     """Greedy tokens of transformers' model with the PEFT adapter applied (PeftModel), cached,
     stopping after eos like onnxruntime-genai."""
     from peft import PeftModel

@@ -132,6 +132,7 @@ def test_int4_base_keeps_float_adapters(lora_bundles):
         hf_plain = reference(torch.tensor(ids)).logits.numpy()
         peft = PeftModel.from_pretrained(reference, base.adapters["r4"])
         hf_adapted = peft(torch.tensor(ids)).logits.numpy()
+
     def gap(x, y):
         return float(np.abs(x - y).mean())
 
