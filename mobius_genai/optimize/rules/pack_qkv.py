@@ -87,19 +87,7 @@ class PackQKV(RecordingRuleClassBase):
         )
 
     def check(
-        self,
-        context,
-        wq,
-        wk,
-        wv,
-        attention,
-        bq=None,
-        bk=None,
-        bv=None,
-        dq=None,
-        dk=None,
-        dv=None,
-        **_,
+        self, context, wq, wk, wv, attention, bq=None, bk=None, bv=None, **parts
     ) -> pattern.MatchResult:
         result = pattern.MatchResult()
         weights = (wq, wk, wv)
@@ -129,27 +117,13 @@ class PackQKV(RecordingRuleClassBase):
                 if b.dtype != w.dtype or (b.const_value is None) != (w.const_value is None):
                     return result.fail("projection bias and weight disagree", b)
         if self.lora:
-            for d, w in zip((dq, dk, dv), weights, strict=True):
+            deltas = (parts["dq"], parts["dk"], parts["dv"])
+            for d, w in zip(deltas, weights, strict=True):
                 if not _is_lora_delta(d, int(w.shape[1])):
                     return result.fail("q/k/v addend is not a LoRA branch of its width", d)
         return result
 
-    def rewrite(
-        self,
-        op,
-        x,
-        wq,
-        wk,
-        wv,
-        attention,
-        bq=None,
-        bk=None,
-        bv=None,
-        dq=None,
-        dk=None,
-        dv=None,
-        **_,
-    ):
+    def rewrite(self, op, x, wq, wk, wv, attention, bq=None, bk=None, bv=None, **parts):
         node = attention.producer()
         graph = wq.graph
         dtype = wq.dtype
@@ -159,7 +133,8 @@ class PackQKV(RecordingRuleClassBase):
             packed_b = concat_parameter(graph, (bq, bk, bv), axis=0, dtype=dtype, suffix=".bias")
             packed = op.Add(packed, packed_b)
         if self.lora:
-            packed = op.Add(packed, op.Concat(dq, dk, dv, axis=-1))
+            deltas = (parts["dq"], parts["dk"], parts["dv"])
+            packed = op.Add(packed, op.Concat(*deltas, axis=-1))
         packed.type = x.type
         if x.shape is not None:  # [..., q + 2 * kv width], as the three projections had
             packed.shape = ir.Shape([*x.shape[:-1], int(packed_w.shape[1])])
