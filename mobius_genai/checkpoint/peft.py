@@ -29,6 +29,9 @@ _REFUSED = {
     "modules_to_save": (None, []),
     "alpha_pattern": ({}, None),
     "lora_bias": (False, None),
+    "layer_replication": (None, []),
+    "target_parameters": (None, []),
+    "trainable_token_indices": (None, []),
 }
 
 
