@@ -8,7 +8,7 @@ import functools
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +226,7 @@ def build(
     prune_lm_head: bool = False,
     target: Target | None = None,
     num_layers: int | None = None,
+    lora_targets: Collection[str] = (),
 ) -> ModelPackage:
     """Build the ONNX models of a checkpoint (local folder or hub id) for one EP.
 
@@ -238,6 +239,8 @@ def build(
     (`progress.phase`) and shows huggingface_hub's download bars for a hub id. `num_layers`
     builds the model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's
     small twin), and a vision-language model's vision tower its first layers of every kind too.
+    `lora_targets` (PEFT target_modules names) gives those projections of a text decoder LoRA
+    inputs that og's adapters feed (components/lora.py).
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
@@ -254,6 +257,7 @@ def build(
         target=target,
         num_layers=num_layers,
         read_decoder=functools.partial(_decoder_weights, raw, checkpoint, num_layers),
+        lora_targets=tuple(lora_targets),
     )
     with phase("building the graph", progress), build_context(target.ep, target.dtype):
         built = kind.build(given)

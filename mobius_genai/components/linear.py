@@ -20,7 +20,7 @@ def parameter(shape: list[int], *, transposed: bool = False) -> nn.Parameter:
 
 
 class Linear(nn.Module):
-    """y = x @ W.T + b, with W kept as the checkpoint's [out, in] read transposed at load."""
+    """y = x @ W.T + b (+ a LoRA branch), with W kept as the checkpoint's [out, in] read transposed at load."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
@@ -28,9 +28,13 @@ class Linear(nn.Module):
         self.out_features = out_features
         self.weight = parameter([in_features, out_features], transposed=True)
         self.bias = parameter([out_features]) if bias else None
+        self.lora: nn.Module | None = None
+        """A LoRA branch (components/lora.py) whose output is added, when the build asks."""
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         y = op.MatMul(x, self.weight)
         if self.bias is not None:
             y = op.Add(y, self.bias)
+        if self.lora is not None:
+            y = op.Add(y, self.lora(op, x))
         return y

@@ -52,6 +52,8 @@ class KindInput:
     # A decoder module's tensors through every reader of stored formats (GGUF, GPTQ/AWQ,
     # MXFP4 experts, grouped projections), checked against the checkpoint.
     read_decoder: Callable[[CausalLMModel, FamilyAdapter], DecoderWeights]
+    # PEFT target module names whose projections take LoRA inputs (components/lora.py)
+    lora_targets: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mobius_genai._json import read_json_object
 from mobius_genai.config.vision import VisionLanguageConfig
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
 from mobius_genai.kinds.text import decoder_genai_config
@@ -42,6 +42,10 @@ class VisionLanguageKind:
     def build(self, given: KindInput) -> KindGraphs:
         """The three graphs; with `num_layers`, the decoder's first layers and the vision
         tower's first layers of every kind (`VisionLanguageConfig.first_layers`)."""
+        if given.lora_targets:
+            raise UnsupportedModelError(
+                f"LoRA adapters on {given.raw.get('model_type')!r}: accepted for text decoders only"
+            )
         family = vision_language_family(given.raw.get("model_type", ""))
         config = family.parse_config(given.raw)  # type: ignore[union-attr]
         if given.num_layers is not None:
