@@ -48,6 +48,7 @@ from transformers import (
     GptOssConfig,
     GraniteConfig,
     GraniteMoeConfig,
+    GraniteMoeHybridConfig,
     HeliumConfig,
     HunYuanDenseV1Config,
     InternLM3Config,
@@ -125,6 +126,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "qwen3_5_text": Qwen3_5TextConfig,
     "qwen3_next": Qwen3NextConfig,
     "qwen3_5_moe_text": Qwen3_5MoeTextConfig,
+    "granitemoehybrid": GraniteMoeHybridConfig,
 }
 
 _ARCHITECTURES = {
@@ -170,6 +172,7 @@ _ARCHITECTURES = {
     "qwen3_5_text": "Qwen3_5ForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -379,6 +382,28 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 48,
         "intermediate_size": UNSET,
+    },
+    # Granite-4.0-H's hybrid: Mamba2, attention (no rotary), Mamba2; 4 Mamba2 heads of 16 over 2
+    # groups of an 8-wide state, a 4-tap conv with bias, transformers' scan in 16-token chunks;
+    # MoE (4 experts, 2 per token, of 32) beside a shared MLP of 48; granite's multipliers; 128
+    # positions for long prefills
+    "granitemoehybrid": {
+        "layer_types": ["mamba", "attention", "mamba"],
+        "max_position_embeddings": 128,
+        "intermediate_size": 32,
+        "shared_intermediate_size": 48,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "mamba_n_heads": 4,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 16,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
     },
 }
 

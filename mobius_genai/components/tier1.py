@@ -293,12 +293,20 @@ def _moe_biased_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.
     return _moe(tape, params, biased=True)
 
 
-def _gated_delta_call(node: ir.Node) -> bool:
-    """The body's form of LinearAttention: the gated delta rule, no state window, no more query
-    heads than value heads."""
+#: LinearAttention's overload → the update rule its body computes.
+_LINEAR_ATTENTION_RULES = {"": "gated_delta", "gated": "gated"}
+
+
+def _linear_attention_call(node: ir.Node) -> bool:
+    """The bodies' form of LinearAttention: the overload's update rule (the gated delta rule
+    with beta, or the gated one without it), no state window, no more query heads than value
+    heads."""
     attrs = node.attributes
+    rule = _LINEAR_ATTENTION_RULES[node.overload]
+    beta_given = len(node.inputs) > 5 and node.inputs[5] is not None
     return (
-        attrs.get_string("update_rule", "gated_delta") == "gated_delta"
+        attrs.get_string("update_rule", "gated_delta") == rule
+        and beta_given == (rule == "gated_delta")
         and attrs.get_int("state_window", 0) == 0
         and attrs.get_int("q_num_heads", 0) <= attrs.get_int("kv_num_heads", 0)
     )
@@ -420,7 +428,7 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
             Tier1Op(
                 "LinearAttention",
                 inputs=("query", "key", "value", "past_state", "decay", "beta"),
-                min_inputs=6,
+                min_inputs=5,
                 outputs=("output", "present_state"),
                 optional_outputs=frozenset(),
                 attributes=(
@@ -431,9 +439,9 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     _int_attr("chunk_size", 64),
                     _int_attr("state_window", 0),
                 ),
-                bodies={"": recurrent_bodies.gated_delta},
+                bodies={"": recurrent_bodies.gated_delta, "gated": recurrent_bodies.gated},
                 capability="supports_linear_attention",
-                covers_call=_gated_delta_call,
+                covers_call=_linear_attention_call,
             ),
             Tier1Op(
                 "PackedMultiHeadAttention",

@@ -24,6 +24,7 @@ from mobius_genai.config.layers import (
 )
 from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
+from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.config.short_conv import ShortConvConfig
@@ -98,6 +99,8 @@ class ArchitectureConfig:
     - `linear_attention`: head and conv sizes of gated-delta-rule "linear_attention" layers
       (config/linear_attention.py); None when the model has none. Each recurrent layer kind
       names its section in config/recurrent.py, which declares its states.
+    - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
+      None when the model has none.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -142,6 +145,7 @@ class ArchitectureConfig:
     layer_types: tuple[str, ...] = ()
     short_conv: ShortConvConfig | None = None
     linear_attention: LinearAttentionConfig | None = None
+    mamba2: Mamba2Config | None = None
     attention_output_gate: bool = False
     attention_scale: float | None = None
     attention_sinks: bool = False
