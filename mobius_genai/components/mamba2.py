@@ -43,9 +43,7 @@ class GatedGroupRMSNorm(nn.Module):
         gate = in_float32(op, gate)
         gated = op.Mul(y, op.Mul(gate, op.Sigmoid(gate)))
         split = op.Reshape(gated, op.Constant(value_ints=[0, 0, self.groups, -1]))
-        mean_square = op.ReduceMean(
-            op.Mul(split, split), op.Constant(value_ints=[-1]), keepdims=1
-        )
+        mean_square = op.ReduceMean(op.Mul(split, split), op.Constant(value_ints=[-1]), keepdims=1)
         eps = op.Constant(value_float=self.eps)
         normed = op.Div(split, op.Sqrt(op.Add(mean_square, eps)))
         normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, self.channels]))

@@ -143,9 +143,13 @@ def _gated_step() -> ir.Graph:
     """Scan body: state [B, H, dk, dv] and one token's q, k [B, H, dk], v [B, H, dv], g [B, H]
     → the new state and o [B, H, dv]."""
     tape = ir.tape.Tape()
-    state, q, k, v, g = inputs = [ir.Value(name=n) for n in ("state_in", "q_t", "k_t", "v_t", "g_t")]
+    state, q, k, v, g = inputs = [
+        ir.Value(name=n) for n in ("state_in", "q_t", "k_t", "v_t", "g_t")
+    ]
     second = _ints(tape, 2)
-    decayed = tape.op("Mul", [state, tape.op("Exp", [tape.op("Unsqueeze", [g, _ints(tape, 2, 3)])])])
+    decayed = tape.op(
+        "Mul", [state, tape.op("Exp", [tape.op("Unsqueeze", [g, _ints(tape, 2, 3)])])]
+    )
     k_column = tape.op("Unsqueeze", [k, _ints(tape, 3)])  # [B, H, dk, 1]
     outer = tape.op("MatMul", [k_column, tape.op("Unsqueeze", [v, second])])  # k ⊗ v
     updated = tape.op("Add", [decayed, outer])

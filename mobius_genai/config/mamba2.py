@@ -127,9 +127,7 @@ def read_mamba2(raw: Mapping[str, Any], keys: Mamba2Keys) -> Mamba2Config:
         head_dim=head_dim,
         state_size=fields.integer(raw.get(keys.state_size[0]), *keys.state_size),
         groups=fields.integer(raw.get(keys.groups[0]), *keys.groups),
-        conv_kernel_size=fields.integer(
-            raw.get(keys.conv_kernel_size[0]), *keys.conv_kernel_size
-        ),
+        conv_kernel_size=fields.integer(raw.get(keys.conv_kernel_size[0]), *keys.conv_kernel_size),
         conv_bias=fields.flag(raw.get(keys.conv_bias[0]), *keys.conv_bias),
         proj_bias=fields.flag(raw.get(keys.proj_bias[0]), *keys.proj_bias),
     )

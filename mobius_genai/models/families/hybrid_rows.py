@@ -12,7 +12,6 @@ from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
-from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
@@ -26,6 +25,7 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
 )
+from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
 # attention layers with an output gate, per-head q/k norms and partial rotary (1-D: the
