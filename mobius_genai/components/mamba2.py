@@ -89,6 +89,7 @@ class Mamba2Mixer(nn.Module):
             value,
             past,
             decay,
+            None,  # no beta: the gated rule adds k ⊗ v whole
             _outputs=2,
             q_num_heads=sizes.groups,
             kv_num_heads=sizes.heads,
