@@ -385,13 +385,13 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     },
     # Granite-4.0-H's hybrid: Mamba2, attention (no rotary), Mamba2; 4 Mamba2 heads of 16 over 2
     # groups of an 8-wide state, a 4-tap conv with bias, transformers' scan in 16-token chunks;
-    # MoE (4 experts, 2 per token, of 32) beside a shared MLP of 48; granite's multipliers; 128
+    # MoE (4 experts, 2 per token, of 32) beside a shared MLP of 64; granite's multipliers; 128
     # positions for long prefills
     "granitemoehybrid": {
         "layer_types": ["mamba", "attention", "mamba"],
         "max_position_embeddings": 128,
         "intermediate_size": 32,
-        "shared_intermediate_size": 48,
+        "shared_intermediate_size": 64,
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
         "mamba_n_heads": 4,
