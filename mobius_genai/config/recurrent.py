@@ -4,7 +4,7 @@ Each block's row declares its states once (name suffix, sizes from the config, d
 onnxruntime-genai 0.18 names them and learns which layers have them (`Naming`). The decoder task
 makes its graph inputs and outputs from the rows, genai_config writes what og reads of them,
 bundle validation checks a graph against them, graph reading knows their names, and the decoder
-layer builds the row's component. A new block (Mamba2: a conv state and an SSM state per layer)
+layer builds the row's component. A block (Mamba2's: a conv state and a scan state per layer)
 is one row here, its config section (an ArchitectureConfig field its family rows read) and its
 component; nothing else branches on a block.
 """
