@@ -258,10 +258,11 @@ CASES = {
         },
     ),
     # Mamba2, attention, Mamba2 with MoE beside the shared MLP (tests/_hf.py); then the dense
-    # layout (the shared MLP alone) with rotary, one group, projection biases, no conv bias and
-    # a tied head; then Granite-4.0-Micro's layout: attention only, dense, rotary
+    # layout (the shared MLP alone) with rotary, one group, Mamba2 and attention projection
+    # biases, no conv bias and a tied head; then Granite-4.0-Micro's layout: attention only,
+    # dense, rotary
     "granitemoehybrid": ("granitemoehybrid", {}),
-    "granitemoehybrid_dense_rope_one_group_proj_bias_tied": (
+    "granitemoehybrid_dense_rope_one_group_biases_tied": (
         "granitemoehybrid",
         {
             "num_local_experts": 0,
@@ -269,6 +270,7 @@ CASES = {
             "mamba_n_groups": 1,
             "mamba_proj_bias": True,
             "mamba_conv_bias": False,
+            "attention_bias": True,
             "tie_word_embeddings": True,
         },
     ),
