@@ -31,8 +31,8 @@ from mobius_genai.config import ArchitectureConfig
 
 
 class GatedGroupRMSNorm(nn.Module):
-    """y * silu(gate), RMS-normalized over each of `groups` equal groups of channels (float32),
-    then scaled by `weight` [channels] in the model dtype."""
+    """y * silu(gate), RMS-normalized over each of `groups` equal groups of channels and scaled
+    by `weight` [channels], in float32 as transformers computes it, then in the model dtype."""
 
     def __init__(self, channels: int, groups: int, eps: float) -> None:
         super().__init__()
@@ -47,7 +47,7 @@ class GatedGroupRMSNorm(nn.Module):
         eps = op.Constant(value_float=self.eps)
         normed = op.Div(split, op.Sqrt(op.Add(mean_square, eps)))
         normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, self.channels]))
-        return op.Mul(op.CastLike(normed, like), self.weight)
+        return op.CastLike(op.Mul(normed, in_float32(op, self.weight)), like)
 
 
 class Mamba2Mixer(nn.Module):

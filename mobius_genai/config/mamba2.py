@@ -45,8 +45,9 @@ class Mamba2Config:
 
 @dataclasses.dataclass(frozen=True)
 class Mamba2Keys:
-    """The config.json names a family gives the Mamba2 sizes (and transformers' defaults);
-    `head_dim` may be "auto" there: the intermediate size over the heads."""
+    """The config.json names a family gives the Mamba2 sizes and the conv's activation (and
+    transformers' defaults); `head_dim` may be "auto" there: the intermediate size over the
+    heads."""
 
     heads: tuple[str, int]
     head_dim: tuple[str, int | str]
@@ -56,6 +57,7 @@ class Mamba2Keys:
     expand: tuple[str, int]
     conv_bias: tuple[str, bool]
     proj_bias: tuple[str, bool]
+    activation: tuple[str, str] = ("hidden_act", "silu")
 
 
 #: GraniteMoeHybridConfig's keys and defaults.
@@ -140,6 +142,12 @@ def read_mamba2(raw: Mapping[str, Any], keys: Mamba2Keys) -> Mamba2Config:
         raise ConfigError(
             f"config.json: {keys.conv_kernel_size[0]} is {config.conv_kernel_size}; accepted: 2 "
             "or more"
+        )
+    activation = raw.get(keys.activation[0]) or keys.activation[1]
+    if activation != "silu":
+        raise ConfigError(
+            f"config.json: {keys.activation[0]} is {activation!r}; accepted for Mamba2 layers: "
+            "'silu' (their conv's activation)"
         )
     _time_step_limit(raw)
     return config

@@ -124,6 +124,7 @@ def test_hub_config_spellings_match_transformers(tmp_path):
         ({"layer_types": ["mamba", "conv", "mamba"]}, "layer_types"),
         ({"mamba_n_heads": 3}, "mamba_n_heads"),
         ({"mamba_n_groups": 3, "mamba_n_heads": 4}, "mamba_n_groups"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
     ],
 )
 def test_a_config_the_block_cannot_build_is_refused_in_one_line(granite, changes, field):

@@ -144,6 +144,23 @@ def _gated_delta_numpy(
     return out.reshape(batch, length, -1), state
 
 
+def _assert_kernel_body_and_reference_give(
+    model: ir.Model, feeds: dict[str, np.ndarray], expected: tuple[np.ndarray, ...]
+) -> None:
+    """onnxruntime's kernel, the body inlined (standard ops only) and onnx's reference
+    evaluator each give `expected`."""
+    kernel_out = run(model, feeds)
+    expanded = clone(model)
+    InlinePass()(expanded)
+    assert all(node.domain == "" for node in expanded.graph)
+    onnx.checker.check_model(ir.to_proto(expanded), full_check=True)
+    body_out = run(expanded, feeds)
+    reference_out = ReferenceEvaluator(ir.to_proto(model)).run(None, feeds)
+    for got in (kernel_out, body_out, reference_out):
+        for value, want in zip(got, expected, strict=True):
+            np.testing.assert_allclose(value, want, atol=TOLERANCE, rtol=0)
+
+
 @pytest.mark.parametrize(
     ("length", "q_heads", "kv_heads", "scale"),
     [(70, 2, 2, 0.5), (1, 2, 4, 0.5), (3, 2, 4, 0.0)],  # prefill past 64; decode; default scale
@@ -164,16 +181,7 @@ def test_linear_attention_body_agrees_with_kernel_numpy_and_reference_evaluator(
     feeds["g"] = -np.abs(feeds["g"])  # log decay: -exp(A_log) * softplus(...) <= 0
     feeds["beta"] = 1 / (1 + np.exp(-feeds["beta"]))
     expected = _gated_delta_numpy(feeds, q_heads, kv_heads, scale or 8**-0.5)
-    kernel_out = run(model, feeds)
-    expanded = clone(model)
-    InlinePass()(expanded)
-    assert all(node.domain == "" for node in expanded.graph)
-    onnx.checker.check_model(ir.to_proto(expanded), full_check=True)
-    body_out = run(expanded, feeds)
-    reference_out = ReferenceEvaluator(ir.to_proto(model)).run(None, feeds)
-    for got in (kernel_out, body_out, reference_out):
-        for value, want in zip(got, expected, strict=True):
-            np.testing.assert_allclose(value, want, atol=TOLERANCE, rtol=0)
+    _assert_kernel_body_and_reference_give(model, feeds, expected)
 
 
 @pytest.mark.parametrize(
@@ -257,16 +265,7 @@ def test_gated_linear_attention_body_agrees_with_kernel_numpy_and_reference_eval
     feeds = random_feeds(model)
     feeds["g"] = -np.abs(feeds["g"])  # dt * A <= 0
     expected = _gated_numpy(feeds, q_heads, kv_heads)
-    kernel_out = run(model, feeds)
-    expanded = clone(model)
-    InlinePass()(expanded)
-    assert all(node.domain == "" for node in expanded.graph)
-    onnx.checker.check_model(ir.to_proto(expanded), full_check=True)
-    body_out = run(expanded, feeds)
-    reference_out = ReferenceEvaluator(ir.to_proto(model)).run(None, feeds)
-    for got in (kernel_out, body_out, reference_out):
-        for value, want in zip(got, expected, strict=True):
-            np.testing.assert_allclose(value, want, atol=TOLERANCE, rtol=0)
+    _assert_kernel_body_and_reference_give(model, feeds, expected)
 
 
 def test_linear_attention_bodies_follow_the_update_rule_and_beta():
