@@ -434,7 +434,7 @@ def build_notes(
             f"{trained}: positions past it are outside what the model was trained on"
         )
     sharing = genai_config.get("search", {}).get("past_present_share_buffer", False)
-    if built.ep.enable_graph_capture and not sharing:
+    if built.ep.enable_graph_capture and not built.ep.captures_graph(share_buffer=sharing):
         notes.append(
             f"graph capture is off: it needs GroupQueryAttention's shared KV buffer, which "
             f"{built.ep.name} uses for "

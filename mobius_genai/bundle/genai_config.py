@@ -106,7 +106,7 @@ def provider_options(ep: EpCapabilities, *, share_buffer: bool) -> list[dict[str
         return []
     options = dict(ep.provider_options)
     if ep.graph_capture_option is not None:
-        capture = ep.enable_graph_capture and share_buffer
+        capture = ep.captures_graph(share_buffer=share_buffer)
         options[ep.graph_capture_option] = "1" if capture else "0"
     return [{provider: options}]
 
