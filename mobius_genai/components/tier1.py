@@ -57,7 +57,7 @@ import onnx_ir as ir
 
 from mobius_genai.components import attention_bodies, recurrent_bodies
 from mobius_genai.ep.capabilities import EpCapabilities
-from mobius_genai.ep.kernels import MS_DOMAIN, ep_runs, is_standard_domain
+from mobius_genai.ep.kernels import KERNELS, MS_DOMAIN, ep_runs, is_standard_domain
 
 __all__ = [
     "MS_DOMAIN",
@@ -460,8 +460,12 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
 
 
 def needs_inlining(function: ir.Function, caps: EpCapabilities) -> bool:
-    """Stage 2b criterion: expand a custom-domain function whose op the EP cannot run."""
-    return not ep_runs(caps, function.name, function.domain)
+    """Stage 2b criterion: expand a custom-domain function whose op the EP cannot run, or whose
+    overload is a kernel of its own (ep/kernels.py's "Op.overload" rows) that the EP lacks."""
+    overload = f"{function.name}.{function.overload}"
+    lacks_overload = bool(function.overload) and overload in KERNELS
+    lacks_overload = lacks_overload and not caps.kernel_dtypes(overload)
+    return lacks_overload or not ep_runs(caps, function.name, function.domain)
 
 
 def _default_opset(model: ir.Model) -> int:

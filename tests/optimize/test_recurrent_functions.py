@@ -275,3 +275,29 @@ def test_linear_attention_bodies_follow_the_update_rule_and_beta():
     with_beta = _linear_attention_call(3, 2, 2, ', update_rule="gated"')
     next(iter(with_beta.graph)).overload = "gated"
     assert register_functions(with_beta) == []
+
+
+def test_kernel_table_decides_where_the_gated_body_is_inlined():
+    """The gated rule is a kernel of its own ("LinearAttention.gated"): kept where onnxruntime's
+    kernel was measured (cpu, and default's onnxruntime), inlined elsewhere (cuda), while the
+    gated delta rule stays LinearAttention there."""
+    from mobius_genai.ep import get_ep
+    from mobius_genai.optimize import optimize_model
+
+    cpu = get_ep("cpu")
+    for caps, fused in (
+        (cpu, True),
+        (get_ep("default"), True),
+        (get_ep("cuda"), False),
+        (cpu.with_kernels({"LinearAttention.gated": False}), False),
+    ):
+        model = _gated_call(4, 2, 4)
+        register_functions(model)
+        optimize_model(model, caps)
+        ops = {(node.domain, node.op_type) for node in model.graph}
+        assert ((MS_DOMAIN, "LinearAttention") in ops) == fused, caps.name
+        assert (("", "Scan") in ops) == (not fused)
+    delta = _linear_attention_call(4, 2, 2)
+    register_functions(delta)
+    optimize_model(delta, get_ep("cuda"))
+    assert (MS_DOMAIN, "LinearAttention") in {(node.domain, node.op_type) for node in delta.graph}
