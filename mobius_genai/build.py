@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import onnx_ir as ir
 from onnx_ir.serde import SerdeError
@@ -26,24 +27,20 @@ from mobius_genai.checkpoint.prequantized import (
 from mobius_genai.checkpoint.prequantized.gptq import read_quantization_config
 from mobius_genai.checkpoint.prequantized.mxfp4 import is_mxfp4
 from mobius_genai.checkpoint.source import Source, config_file, local_source, resolve_source
-from mobius_genai.checkpoint.weights import Checkpoint, attach_weights, checkpoint_tensors
+from mobius_genai.checkpoint.weights import Checkpoint, checkpoint_tensors
 from mobius_genai.config import ArchitectureConfig, read_config_json
-from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError, UnsupportedModelError
+from mobius_genai.kinds.base import DecoderWeights, KindInput, ModelKind
+from mobius_genai.kinds.table import TEXT_DECODER, kind_of
 from mobius_genai.models.causal_lm import CausalLMModel
-from mobius_genai.models.families import FamilyAdapter, get_family
-from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
-from mobius_genai.models.vision_language_graphs import vision_language_graphs
+from mobius_genai.models.families import FamilyAdapter
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress, phase
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 
-# Package key → model role (the role gates fusions such as GQA): "model" for the one graph
-# of a text model; "vision", "embedding" and "decoder" for a vision-language package.
-ROLES = {"model": "decoder", "decoder": "decoder", "vision": "vision", "embedding": "embedding"}
 MODEL_FILENAME = "model.onnx"
 #: Initializers above this many bytes are saved to the external data file (onnx-ir's default).
 EXTERNAL_THRESHOLD = 256
@@ -51,19 +48,22 @@ EXTERNAL_THRESHOLD = 256
 
 @dataclasses.dataclass
 class ModelPackage(Mapping[str, ir.Model]):
-    """The ONNX models built from one checkpoint, by package key ("model" for a decoder;
-    "vision", "embedding", "decoder" for a vision-language model, whose `config` is the text
-    decoder's and `vision_language` the whole checkpoint's)."""
+    """The ONNX models built from one checkpoint for one `Target`, by package key ("model" for
+    a text decoder; each kind names its graphs and their roles: `kinds/`). `config` is the text
+    decoder's, `kind_config` the kind's config of the whole checkpoint (None for a decoder)."""
 
     models: dict[str, ir.Model]
+    roles: dict[str, str]
+    """Package key → the model's role (`optimize.gates.ROLES`: the role gates fusions)."""
     config: ArchitectureConfig
-    ep: EpCapabilities
-    dtype: ir.DataType
+    target: Target
     context_length: int
     source: Source | None = None
-    family: FamilyAdapter | VisionLanguageFamily | None = None
+    family: Any = None
+    """The kind's row (a `FamilyAdapter`, a `VisionLanguageFamily`, ...)."""
     reports: dict[str, OptimizationReport] = dataclasses.field(default_factory=dict)
-    vision_language: VisionLanguageConfig | None = None
+    kind: ModelKind = TEXT_DECODER
+    kind_config: Any = None
     prequantized: str | None = None
     """How the source stored its quantized weights (e.g. "GPTQ 4-bit, group size 128"), when
     it did: those weights carry their stored integers (`PrequantizedTensor`)."""
@@ -74,9 +74,21 @@ class ModelPackage(Mapping[str, ir.Model]):
     """What of a multimodal checkpoint a text-only build left out (`TextOnly.not_built`)."""
 
     @property
+    def ep(self) -> EpCapabilities:
+        return self.target.ep
+
+    @property
+    def dtype(self) -> ir.DataType:
+        return self.target.dtype
+
+    @property
     def decoder_key(self) -> str:
         """The package key of the text decoder ("model", or "decoder" beside other graphs)."""
         return "model" if "model" in self.models else "decoder"
+
+    def filename(self, key: str) -> str:
+        """The file the graph of package key `key` is saved as (model.onnx for "model")."""
+        return MODEL_FILENAME if key == "model" else f"{key}.onnx"
 
     def __getitem__(self, key: str) -> ir.Model:
         return self.models[key]
@@ -109,7 +121,7 @@ class ModelPackage(Mapping[str, ir.Model]):
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for index, (key, model) in enumerate(self.models.items(), 1):
-            filename = MODEL_FILENAME if key == "model" else f"{key}.onnx"
+            filename = self.filename(key)
             path = directory / filename
             tensors = [
                 value
@@ -119,7 +131,7 @@ class ModelPackage(Mapping[str, ir.Model]):
             ]
             label = f"{action} {filename}"
             if len(self.models) > 1:
-                label += f" (graph {index} of {len(self.models)}, {ROLES[key]})"
+                label += f" (graph {index} of {len(self.models)}, {self.roles[key]})"
             with (
                 Progress(label, total=len(tensors), enabled=progress) as bar,
                 _quiet_weightless_save(),
@@ -191,9 +203,9 @@ def build_from_module(
         model = (task or CausalLMTask()).build(module, config)
     package = ModelPackage(
         models={"model": model},
+        roles={"model": "decoder"},
         config=config,
-        ep=target.ep,
-        dtype=target.dtype,
+        target=target,
         context_length=int(model.metadata_props[CONTEXT_LENGTH_KEY]),
     )
     if optimize:
@@ -232,51 +244,56 @@ def build(
     )
     with phase("reading the checkpoint", progress):
         source, raw, checkpoint = _open(model, revision, progress, load_weights)
-    vision_language = vision_language_family(raw.get("model_type", ""))
-    if vision_language is not None:
-        with phase("building the graph", progress):
-            package = _build_vision_language(
-                raw, vision_language, target, source, load_weights, num_layers
-            )
-        _optimize(package, trace_optimization, prune_lm_head, progress)
-        return package
-    family = get_family(raw.get("model_type", ""))
-    config = family.parse_config(raw)
-    if num_layers is not None:
-        config = config.first_layers(num_layers)
-    mxfp4_experts = _mxfp4_experts(raw, family)
-    scheme = None if mxfp4_experts else read_quantization_config(raw)
-    length = target.context_length or config.max_position_embeddings
     if load_weights and checkpoint is None:
         checkpoint = Checkpoint(source.path)
-    described = checkpoint if isinstance(checkpoint, GgufCheckpoint) else scheme
-    prequantized = None if described is None else described.describe()
-    with phase("building the graph", progress), build_context(target.ep, target.dtype):
-        module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
-        # config vs checkpoint: before the graph is built
-        tensors, float_kinds = (
-            ({}, {})
-            if checkpoint is None
-            else _tensors(
-                module, checkpoint, family, scheme, num_layers, mxfp4_experts=mxfp4_experts
-            )
-        )
-        graph_model = CausalLMTask().build(module, config)
-        attach_weights(graph_model, tensors)
-    package = ModelPackage(
-        models={"model": graph_model},
-        config=config,
-        ep=target.ep,
-        dtype=target.dtype,
-        context_length=length,
+    kind = kind_of(raw.get("model_type", ""))
+    given = KindInput(
+        raw=raw,
         source=source,
-        family=family,
-        prequantized=prequantized,
-        float_kinds=float_kinds if prequantized else {},
-        not_built=None if family.text_only is None else family.text_only.not_built,
+        checkpoint=checkpoint,
+        target=target,
+        num_layers=num_layers,
+        read_decoder=functools.partial(_decoder_weights, raw, checkpoint, num_layers),
+    )
+    with phase("building the graph", progress), build_context(target.ep, target.dtype):
+        built = kind.build(given)
+    package = ModelPackage(
+        models={key: model for key, (_, model) in built.graphs.items()},
+        roles={key: role for key, (role, _) in built.graphs.items()},
+        config=built.config,
+        target=target,
+        context_length=built.context_length,
+        source=source,
+        family=built.family,
+        kind=kind,
+        kind_config=built.kind_config,
+        prequantized=built.prequantized,
+        float_kinds=built.float_kinds if built.prequantized else {},
+        not_built=built.not_built,
     )
     _optimize(package, trace_optimization, prune_lm_head, progress)
     return package
+
+
+def _decoder_weights(
+    raw: dict,
+    checkpoint: Checkpoint | GgufCheckpoint | None,
+    num_layers: int | None,
+    module: CausalLMModel,
+    family: FamilyAdapter,
+) -> DecoderWeights:
+    """`KindInput.read_decoder`: the tensors of a decoder module, and how the source stored
+    them (GGUF blocks, GPTQ/AWQ, MXFP4 experts); none for a graph-only build."""
+    mxfp4_experts = _mxfp4_experts(raw, family)
+    scheme = None if mxfp4_experts else read_quantization_config(raw)
+    described = checkpoint if isinstance(checkpoint, GgufCheckpoint) else scheme
+    prequantized = None if described is None else described.describe()
+    if checkpoint is None:
+        return DecoderWeights({}, {}, prequantized)
+    tensors, float_kinds = _tensors(
+        module, checkpoint, family, scheme, num_layers, mxfp4_experts=mxfp4_experts
+    )
+    return DecoderWeights(tensors, float_kinds, prequantized)
 
 
 def stored_bits(model: str | Path, revision: str | None = None) -> frozenset[int]:
@@ -291,7 +308,7 @@ def stored_bits(model: str | Path, revision: str | None = None) -> frozenset[int
         stat = gguf_file.stat()
         return _gguf_stored_bits(gguf_file, stat.st_mtime_ns, stat.st_size)
     raw = read_config_json(config_file(model, revision))
-    if vision_language_family(raw.get("model_type", "")) is not None or is_mxfp4(raw):
+    if not kind_of(raw.get("model_type", "")).keeps_stored_integers or is_mxfp4(raw):
         return frozenset()  # read as float: MXFP4 experts, vision-language weights
     scheme = read_quantization_config(raw)
     return frozenset() if scheme is None else frozenset({scheme.bits})
@@ -402,40 +419,6 @@ def _layers_from(checkpoint: Checkpoint, first: int | None) -> list[str]:
     return [name for name, match in numbered if match and int(match.group(1)) >= first]
 
 
-def _build_vision_language(
-    raw: dict,
-    family: VisionLanguageFamily,
-    target: Target,
-    source: Source,
-    load_weights: bool,
-    num_layers: int | None,
-) -> ModelPackage:
-    """The three graphs; with `num_layers`, the decoder's first layers and the vision tower's
-    first layers of every kind (`VisionLanguageConfig.first_layers`)."""
-    config = family.parse_config(raw)
-    if num_layers is not None:
-        config = config.first_layers(num_layers)
-    checkpoint = Checkpoint(source.path) if load_weights else None
-    dropped = (
-        family.dropped_layers(checkpoint, config)
-        if checkpoint is not None and num_layers is not None
-        else []
-    )
-    length = target.context_length or config.text.max_position_embeddings
-    with build_context(target.ep, target.dtype):
-        models = vision_language_graphs(config, family, length, checkpoint, dropped)
-    return ModelPackage(
-        models=models,
-        config=config.text,
-        ep=target.ep,
-        dtype=target.dtype,
-        context_length=length,
-        source=source,
-        family=family,
-        vision_language=config,
-    )
-
-
 def _config_only_source(
     model: str | Path, revision: str | None, progress: bool
 ) -> tuple[Source, dict]:
@@ -456,7 +439,7 @@ def _optimize(
                 model,
                 ep=package.ep,
                 dtype=package.dtype,
-                model_role=ROLES[key],
+                model_role=package.roles[key],
                 trace=trace,
                 prune_lm_head=prune_lm_head,
             )

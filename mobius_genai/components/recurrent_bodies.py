@@ -20,7 +20,7 @@ Qwen3.5 and the gated linear recurrence of Mamba2.
   decay per head [B, T, H]; beta is not read (onnxruntime's CPU kernel ignores it too).
 
 onnxruntime 1.32 runs both com.microsoft ops on the CPU EP (measured against these bodies in
-tests/optimize/test_recurrent_functions.py); the standard opset-27 ops of the same names have no
+tests/components/test_recurrent_functions.py); the standard opset-27 ops of the same names have no
 kernel there, so components emit the com.microsoft ones.
 """
 

@@ -30,7 +30,7 @@ already contained, so the opset is always new enough):
   ``fc2[e] @ swiglu(fc1[e] @ x + b1[e]) + b2[e]`` weighted and summed, where
   ``swiglu(g, l) = G * sigmoid(alpha * G) * (L + beta)``, ``G = min(g, limit)``,
   ``L = clip(l, -limit, limit)`` (measured against onnxruntime 1.32's CPU kernel,
-  tests/optimize/test_moe_function.py). The body runs every expert on every token and weights
+  tests/components/test_moe_function.py). The body runs every expert on every token and weights
   the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
   the two biases; ``""`` has none (the node leaves those inputs empty).
 

@@ -8,11 +8,11 @@ To add an EP, add one entry here; nothing else names EPs or their providers.
 
 `supports_fused_moe` is claimed only where onnxruntime's com.microsoft::MoE kernel was measured
 to compute the routing the MoE block emits (softmax, top-k, renormalization, interleaved SwiGLU;
-tests/optimize/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
+tests/components/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
 The "QMoE" kernel likewise: INT4 experts as com.microsoft::QMoE only where its kernel was measured
 (the CPU EP: tests/quantize/test_qmoe.py).
 "LinearAttention.gated" (Mamba2's scan) likewise: onnxruntime's CPU kernel was measured against
-its body (tests/optimize/test_recurrent_functions.py); other EPs get the body inlined.
+its body (tests/components/test_recurrent_functions.py); other EPs get the body inlined.
 Likewise "GroupQueryAttention.head_sink" (attention sinks inside GroupQueryAttention) stays on only
 where it was measured (the CPU EP, tests/optimize/test_gqa_sinks.py) or is the runtime that
 onnxruntime-genai's own gpt-oss models target (CUDA). `kernels` names only the kernels where an

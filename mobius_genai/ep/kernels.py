@@ -132,7 +132,7 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 flag="supports_linear_attention",
             ),
             # Mamba2's scan (update_rule "gated", the function overload "gated"): measured
-            # against its body on the CPU EP only (tests/optimize/test_recurrent_functions.py)
+            # against its body on the CPU EP only (tests/components/test_recurrent_functions.py)
             Kernel(
                 "LinearAttention.gated",
                 MS_DOMAIN,

@@ -23,12 +23,8 @@ from transformers import (
 from mobius_genai import packager
 from mobius_genai.quantize import Int4Options
 from tests._hf import write_tiny_checkpoint
-from tests.families.test_bundles import TOKENIZER, TOKENIZER_FILES, _checkpoint
-from tests.models.conftest import qwen2_5_vl_bundle, qwen2_5_vl_checkpoint
-
-TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
-
-__all__ = ["qwen2_5_vl_bundle", "qwen2_5_vl_checkpoint"]  # fixtures shared with tests/models
+from tests.conftest import TINY_QWEN2
+from tests.models.families.test_bundles import TOKENIZER_FILES, _checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,16 +44,14 @@ def _family(factory: pytest.TempPathFactory, family: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def dense(tmp_path_factory) -> Packaged:
-    return _package(tmp_path_factory, TINY_QWEN2, "qwen2")
+def dense(packaged) -> Packaged:
+    return Packaged(packaged("cpu"), TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")
-def default_ep(tmp_path_factory) -> Packaged:
+def default_ep(packaged) -> Packaged:
     """The `default` EP: ONNX Attention, a KV cache that grows by concatenation."""
-    out = tmp_path_factory.mktemp("runtime") / "qwen2-default"
-    bundle = packager.package(TINY_QWEN2, "default", out, quiet=True, smoke_test=False)
-    return Packaged(bundle, TINY_QWEN2)
+    return Packaged(packaged("default"), TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")
@@ -70,8 +64,8 @@ def windowed_default_ep(tmp_path_factory) -> Packaged:
 
 
 @pytest.fixture(scope="session")
-def dense_int4(tmp_path_factory) -> Packaged:
-    return _package(tmp_path_factory, TINY_QWEN2, "qwen2-int4", precision="int4")
+def dense_int4(tiny_int4) -> Packaged:
+    return Packaged(tiny_int4, TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")
@@ -148,7 +142,7 @@ def granite_micro(tmp_path_factory) -> Packaged:
         position_embedding_type="rope",
     )
     for name in TOKENIZER_FILES:
-        shutil.copyfile(TOKENIZER / name, checkpoint / name)
+        shutil.copyfile(TINY_QWEN2 / name, checkpoint / name)
     return _package(tmp_path_factory, checkpoint, "granite-micro")
 
 
@@ -159,8 +153,8 @@ def builder_pruned(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def pruned(tmp_path_factory) -> Packaged:
-    return _package(tmp_path_factory, TINY_QWEN2, "qwen2-pruned", prune_lm_head=True)
+def pruned(pruned_head) -> Packaged:
+    return Packaged(pruned_head, TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")

@@ -251,7 +251,7 @@ def test_engine_limit_names_only_concatenated_caches_without_placement(default_e
 def test_mamba2_hybrid_the_builder_cannot_build_runs_as_delta_nets_run(mamba2, tmp_path_factory):
     """og's builder crashes on Granite-4.0-H's Mamba2 layers (it reads every layer as attention);
     our bundle (model.type decoder: og finds the conv and scan states by their names) runs
-    og.Generator with transformers' tokens (tests/families/test_bundles.py), and og refuses it
+    og.Generator with transformers' tokens (tests/models/families/test_bundles.py), and og refuses it
     what it refuses gated delta nets, for the same cause."""
     _, done = run_builder(tmp_path_factory, mamba2.checkpoint, "granitemoehybrid")
     assert done.returncode != 0

@@ -1,0 +1,137 @@
+"""Each tower's image processor as onnxruntime-extensions' transforms, and the vision-section
+keys og reads of a tower: facts of a vision-language row (`VisionLanguageFamily`).
+
+og's multimodal processor is configured by `processor_config.json`:
+{"processor": {"transforms": [...]}}, derived from the checkpoint's preprocessor_config.json
+(transformers' image processor settings) by the row's `image_transforms`.
+
+Qwen2.5-VL (og's QwenImageProcessor): images keep their aspect ratio (smart_resize to a
+multiple of patch_size * merge_size pixels within [min_pixels, max_pixels]) and PatchImage cuts
+them into transformers' flattened patches and their image_grid_thw; og computes the decoder's
+3-D mrope position_ids from the model-level token ids and the vision section's sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from mobius_genai.config.qwen_vision import QwenVisionConfig
+from mobius_genai.config.vision import VisionConfig
+from mobius_genai.errors import ConfigError
+
+#: One transform: (name, onnxruntime-extensions operation type, attributes).
+Transform = tuple[str, str, dict]
+
+#: transformers' Gemma3ImageProcessor defaults (IMAGENET_STANDARD_MEAN / _STD, 1 / 255).
+_DEFAULT_MEAN = (0.5, 0.5, 0.5)
+_DEFAULT_STD = (0.5, 0.5, 0.5)
+_DEFAULT_RESCALE = 1 / 255
+#: transformers' Qwen2VLImageProcessor defaults (OPENAI_CLIP_MEAN / _STD, 56² to 28² · 16384).
+_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+_QWEN_MIN_PIXELS, _QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 16384
+
+
+def no_vision_keys(vision: VisionConfig | QwenVisionConfig) -> dict[str, Any]:
+    """A tower og needs no size keys of (SigLIP)."""
+    return {}
+
+
+def qwen_vision_keys(vision: QwenVisionConfig) -> dict[str, Any]:
+    """The vision section's size keys og reads for Qwen2.5-VL."""
+    return {
+        "spatial_merge_size": vision.spatial_merge_size,
+        "patch_size": vision.patch_size,
+        "tokens_per_second": float(vision.tokens_per_second),
+        "window_size": vision.window_size,
+    }
+
+
+def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[Transform]:
+    return [
+        (
+            "rescale",
+            "Rescale",
+            {"rescale_factor": float(settings.get("rescale_factor", _DEFAULT_RESCALE))},
+        ),
+        (
+            "normalize",
+            "Normalize",
+            {
+                "mean": _floats(settings.get("image_mean", mean)),
+                "std": _floats(settings.get("image_std", std)),
+            },
+        ),
+    ]
+
+
+def qwen_patch_transforms(
+    settings: dict[str, Any], vision: QwenVisionConfig, path: Path
+) -> list[Transform]:
+    """Qwen2VLImageProcessor: decode as RGB, smart_resize (bicubic), rescale, normalize, cut
+    into patches. Resize's width and height are an image smart_resize keeps as it is: the
+    smallest square of whole merged tokens holding min_pixels (og reads them only without
+    smart_resize; the smoke test makes its image at that size)."""
+    size = settings.get("size") or {}
+    low = _positive(
+        settings.get("min_pixels", size.get("shortest_edge", _QWEN_MIN_PIXELS)), path, "min_pixels"
+    )
+    high = _positive(
+        settings.get("max_pixels", size.get("longest_edge", _QWEN_MAX_PIXELS)), path, "max_pixels"
+    )
+    factor = vision.patch_size * vision.spatial_merge_size
+    side = max(factor, math.ceil(math.sqrt(low) / factor) * factor)
+    resize = {
+        "width": side,
+        "height": side,
+        "smart_resize": 1,
+        "min_pixels": low,
+        "max_pixels": high,
+        "patch_size": vision.patch_size,
+        "merge_size": vision.spatial_merge_size,
+        "interpolation": "CUBIC",
+    }
+    patch = {
+        "patch_size": vision.patch_size,
+        "temporal_patch_size": vision.temporal_patch_size,
+        "merge_size": vision.spatial_merge_size,
+    }
+    return [
+        ("decode_image", "DecodeImage", {"color_space": "RGB"}),
+        ("resize", "Resize", resize),
+        *_normalization(settings, _CLIP_MEAN, _CLIP_STD),
+        ("patch_image", "PatchImage", patch),
+    ]
+
+
+def square_transforms(
+    settings: dict[str, Any], vision: VisionConfig, path: Path
+) -> list[Transform]:
+    """Decode as RGB, resize to the tower's size, rescale, normalize, HWC → CHW (SigLIP)."""
+    size = settings.get("size") or {}
+    height = _positive(size.get("height", vision.image_size), path, "size.height")
+    width = _positive(size.get("width", vision.image_size), path, "size.width")
+    return [
+        ("decode_image", "DecodeImage", {"color_space": "RGB"}),
+        (
+            "resize",
+            "Resize",
+            {"width": width, "height": height, "interpolation": "LINEAR", "keep_aspect_ratio": 0},
+        ),
+        *_normalization(settings, _DEFAULT_MEAN, _DEFAULT_STD),
+        ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
+    ]
+
+
+def _positive(value: Any, path: Path, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{path}: {key} must be a positive integer, found {value!r}")
+    return value
+
+
+def _floats(values: Any) -> list[float]:
+    if isinstance(values, int | float):
+        return [float(values)] * 3
+    return [float(value) for value in values]
