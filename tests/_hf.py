@@ -50,6 +50,7 @@ from transformers import (
     GptOssConfig,
     GraniteConfig,
     GraniteMoeConfig,
+    GraniteMoeHybridConfig,
     HeliumConfig,
     HunYuanDenseV1Config,
     InternLM3Config,
@@ -129,6 +130,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "qwen3_5_moe_text": Qwen3_5MoeTextConfig,
     "deepseek_v3": DeepseekV3Config,
     "deepseek_v2": DeepseekV2Config,
+    "granitemoehybrid": GraniteMoeHybridConfig,
 }
 
 _ARCHITECTURES = {
@@ -176,6 +178,7 @@ _ARCHITECTURES = {
     "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -427,6 +430,28 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "n_group": 2,
         "topk_group": 1,
         "routed_scaling_factor": 1.5,
+    },
+    # Granite-4.0-H's hybrid: Mamba2, attention (no rotary), Mamba2; 4 Mamba2 heads of 16 over 2
+    # groups of an 8-wide state, a 4-tap conv with bias, transformers' scan in 16-token chunks;
+    # MoE (4 experts, 2 per token, of 32) beside a shared MLP of 64; granite's multipliers; 128
+    # positions for long prefills
+    "granitemoehybrid": {
+        "layer_types": ["mamba", "attention", "mamba"],
+        "max_position_embeddings": 128,
+        "intermediate_size": 32,
+        "shared_intermediate_size": 64,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "mamba_n_heads": 4,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 16,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
     },
 }
 

@@ -10,8 +10,9 @@ Each block output is multiplied by `residual_multiplier` before its add when tha
 (granite). Norm modules carry the names transformers gives them for each placement, so
 checkpoints need no renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
-GatedDeltaNet); its cache is the block's tuple of states instead of (key, value). A config with
-`latent_attention` attends with DeepSeek's multi-head latent attention.
+GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
+states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
+multi-head latent attention.
 """
 
 from __future__ import annotations

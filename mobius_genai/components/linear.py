@@ -19,6 +19,12 @@ def parameter(shape: list[int], *, transposed: bool = False) -> nn.Parameter:
     return param
 
 
+def in_float32(op, x: ir.Value) -> ir.Value:
+    """`x` in float32 (itself in a float32 build): what recurrent blocks compute their decays
+    and states in, whatever the model dtype."""
+    return x if get_build_dtype() == ir.DataType.FLOAT else op.Cast(x, to=ir.DataType.FLOAT)
+
+
 class Linear(nn.Module):
     """y = x @ W.T + b (+ a LoRA branch), with W kept as the checkpoint's [out, in] read transposed at load."""
 

@@ -25,6 +25,7 @@ from mobius_genai.config.layers import (
 )
 from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
+from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.config.short_conv import ShortConvConfig
@@ -102,6 +103,8 @@ class ArchitectureConfig:
     - `latent_attention`: attention layers are DeepSeek's multi-head latent attention
       (config/latent_attention.py); `head_dim` is then the cached head size and the rotary
       embedding turns its `qk_rope_head_dim` channels.
+    - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
+      None when the model has none.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -146,6 +149,7 @@ class ArchitectureConfig:
     layer_types: tuple[str, ...] = ()
     short_conv: ShortConvConfig | None = None
     linear_attention: LinearAttentionConfig | None = None
+    mamba2: Mamba2Config | None = None
     attention_output_gate: bool = False
     attention_scale: float | None = None
     attention_sinks: bool = False

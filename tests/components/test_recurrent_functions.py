@@ -144,6 +144,23 @@ def _gated_delta_numpy(
     return out.reshape(batch, length, -1), state
 
 
+def _assert_kernel_body_and_reference_give(
+    model: ir.Model, feeds: dict[str, np.ndarray], expected: tuple[np.ndarray, ...]
+) -> None:
+    """onnxruntime's kernel, the body inlined (standard ops only) and onnx's reference
+    evaluator each give `expected`."""
+    kernel_out = run(model, feeds)
+    expanded = clone(model)
+    InlinePass()(expanded)
+    assert all(node.domain == "" for node in expanded.graph)
+    onnx.checker.check_model(ir.to_proto(expanded), full_check=True)
+    body_out = run(expanded, feeds)
+    reference_out = ReferenceEvaluator(ir.to_proto(model)).run(None, feeds)
+    for got in (kernel_out, body_out, reference_out):
+        for value, want in zip(got, expected, strict=True):
+            np.testing.assert_allclose(value, want, atol=TOLERANCE, rtol=0)
+
+
 @pytest.mark.parametrize(
     ("length", "q_heads", "kv_heads", "scale"),
     [(70, 2, 2, 0.5), (1, 2, 4, 0.5), (3, 2, 4, 0.0)],  # prefill past 64; decode; default scale
@@ -164,16 +181,7 @@ def test_linear_attention_body_agrees_with_kernel_numpy_and_reference_evaluator(
     feeds["g"] = -np.abs(feeds["g"])  # log decay: -exp(A_log) * softplus(...) <= 0
     feeds["beta"] = 1 / (1 + np.exp(-feeds["beta"]))
     expected = _gated_delta_numpy(feeds, q_heads, kv_heads, scale or 8**-0.5)
-    kernel_out = run(model, feeds)
-    expanded = clone(model)
-    InlinePass()(expanded)
-    assert all(node.domain == "" for node in expanded.graph)
-    onnx.checker.check_model(ir.to_proto(expanded), full_check=True)
-    body_out = run(expanded, feeds)
-    reference_out = ReferenceEvaluator(ir.to_proto(model)).run(None, feeds)
-    for got in (kernel_out, body_out, reference_out):
-        for value, want in zip(got, expected, strict=True):
-            np.testing.assert_allclose(value, want, atol=TOLERANCE, rtol=0)
+    _assert_kernel_body_and_reference_give(model, feeds, expected)
 
 
 @pytest.mark.parametrize(
@@ -205,3 +213,91 @@ def test_capability_field_decides_where_the_linear_attention_body_is_inlined():
         ops = {(node.domain, node.op_type) for node in model.graph}
         assert ((MS_DOMAIN, "LinearAttention") in ops) == fused, caps.name
         assert (("", "Scan") in ops) == (not fused)
+
+
+def _gated_call(length: int, q_heads: int, kv_heads: int, overload: str = "gated") -> ir.Model:
+    """Mamba2's scan as its mixer calls LinearAttention: C and B with `q_heads` groups of 8,
+    dt * x and the state with `kv_heads` heads of 4, a per-head decay, no beta."""
+    q, v = q_heads * 8, kv_heads * 4
+    model = parse(
+        f"""agraph (float[2,{length},{q}] q, float[2,{length},{q}] k, float[2,{length},{v}] v,
+                    float[2,{kv_heads},8,4] past, float[2,{length},{kv_heads}] g)
+                => (float[2,{length},{v}] y, float[2,{kv_heads},8,4] present) {{
+            y, present = com.microsoft.LinearAttention<q_num_heads={q_heads},
+                kv_num_heads={kv_heads}, update_rule="gated", scale=1.0>(q, k, v, past, g)
+        }}""",
+        header=HEADER,
+    )
+    node = next(iter(model.graph))
+    node.overload = overload
+    node.resize_inputs(6)  # beta left empty, as the mixer leaves it
+    return model
+
+
+def _gated_numpy(
+    feeds: dict[str, np.ndarray], q_heads: int, kv_heads: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' mamba2_selective_state_update in float64, token by token: each head reads
+    the B (k) and C (q) of its group, the groups repeat-interleaved onto the heads."""
+    q, k, v = (feeds[name].astype(np.float64) for name in ("q", "k", "v"))
+    batch, length, _ = q.shape
+    q = np.repeat(q.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
+    k = np.repeat(k.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
+    v = v.reshape(batch, length, kv_heads, -1)
+    state = feeds["past"].astype(np.float64)
+    out = np.zeros_like(v)
+    for t in range(length):
+        decay = np.exp(feeds["g"][:, t])[..., None, None]
+        state = state * decay + k[:, t, :, :, None] * v[:, t, :, None, :]
+        out[:, t] = (state * q[:, t, :, :, None]).sum(-2)
+    return out.reshape(batch, length, -1), state
+
+
+@pytest.mark.parametrize(
+    ("length", "q_heads", "kv_heads"),
+    [(70, 2, 4), (1, 2, 4), (3, 1, 2), (5, 2, 2)],  # prefill; decode; one group; a group a head
+)
+def test_gated_linear_attention_body_agrees_with_kernel_numpy_and_reference_evaluator(
+    length, q_heads, kv_heads
+):
+    model = _gated_call(length, q_heads, kv_heads)
+    assert register_functions(model) == [(MS_DOMAIN, "LinearAttention", "gated")]
+    feeds = random_feeds(model)
+    feeds["g"] = -np.abs(feeds["g"])  # dt * A <= 0
+    expected = _gated_numpy(feeds, q_heads, kv_heads)
+    _assert_kernel_body_and_reference_give(model, feeds, expected)
+
+
+def test_linear_attention_bodies_follow_the_update_rule_and_beta():
+    """The gated body is only for update_rule "gated" without beta, the delta body only for
+    "gated_delta" with it."""
+    assert register_functions(_gated_call(3, 2, 4, overload="")) == []
+    with_beta = _linear_attention_call(3, 2, 2, ', update_rule="gated"')
+    next(iter(with_beta.graph)).overload = "gated"
+    assert register_functions(with_beta) == []
+
+
+def test_kernel_table_decides_where_the_gated_body_is_inlined():
+    """The gated rule is a kernel of its own ("LinearAttention.gated"): kept where onnxruntime's
+    kernel was measured (cpu, and default's onnxruntime), inlined elsewhere (cuda), while the
+    gated delta rule stays LinearAttention there."""
+    from mobius_genai.ep import get_ep
+    from mobius_genai.optimize import optimize_model
+
+    cpu = get_ep("cpu")
+    for caps, fused in (
+        (cpu, True),
+        (get_ep("default"), True),
+        (get_ep("cuda"), False),
+        (cpu.with_kernels({"LinearAttention.gated": False}), False),
+    ):
+        model = _gated_call(4, 2, 4)
+        register_functions(model)
+        optimize_model(model, caps)
+        ops = {(node.domain, node.op_type) for node in model.graph}
+        assert ((MS_DOMAIN, "LinearAttention") in ops) == fused, caps.name
+        assert (("", "Scan") in ops) == (not fused)
+    delta = _linear_attention_call(4, 2, 2)
+    register_functions(delta)
+    optimize_model(delta, get_ep("cuda"))
+    assert (MS_DOMAIN, "LinearAttention") in {(node.domain, node.op_type) for node in delta.graph}

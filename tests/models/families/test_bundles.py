@@ -7,8 +7,9 @@ positions), gemma3_text (two rope tables, sliding layers, q/k norm), lfm2 (conv 
 recurrent state between attention layers), gpt_oss (attention sinks, model.type gptoss),
 qwen3_5_text (gated delta nets with two states), qwen3_next and qwen3_5_moe_text (the same
 with MoE blocks, as model.type qwen3_5_moe_text), deepseek_v3 and deepseek_v2 (multi-head
-latent attention with a latent cache, group-limited MoE routing) run by default; the other
-families are marked slow (`pytest -m slow tests/models/families/test_bundles.py`).
+latent attention with a latent cache, group-limited MoE routing), granitemoehybrid (Mamba2
+layers with two states, as model.type decoder) run by default; the other families are marked
+slow (`pytest -m slow tests/models/families/test_bundles.py`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ DEFAULT_RUN |= {"gpt_oss"}  # model.type gptoss, attention sinks in GQA
 DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE (7 s)
 DEFAULT_RUN |= {"qwen3_5_moe_text"}  # the same, projections separate, every layer MoE
 DEFAULT_RUN |= {"deepseek_v3", "deepseek_v2"}  # latent attention, group-limited routing
+DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found by their names
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
@@ -122,7 +124,7 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
     return tokens
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_next"])
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid"])
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row
     continues as transformers continues that prompt alone."""

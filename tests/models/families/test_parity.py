@@ -257,6 +257,31 @@ CASES = {
             "layer_types": ["full_attention", "linear_attention", "linear_attention"],
         },
     ),
+    # Mamba2, attention, Mamba2 with MoE beside the shared MLP (tests/_hf.py); then the dense
+    # layout (the shared MLP alone) with rotary, one group, Mamba2 and attention projection
+    # biases, no conv bias and a tied head; then Granite-4.0-Micro's layout: attention only,
+    # dense, rotary
+    "granitemoehybrid": ("granitemoehybrid", {}),
+    "granitemoehybrid_dense_rope_one_group_biases_tied": (
+        "granitemoehybrid",
+        {
+            "num_local_experts": 0,
+            "position_embedding_type": "rope",
+            "mamba_n_groups": 1,
+            "mamba_proj_bias": True,
+            "mamba_conv_bias": False,
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
+    "granitemoehybrid_micro_attention_only": (
+        "granitemoehybrid",
+        {
+            "layer_types": ["attention"] * 3,
+            "num_local_experts": 0,
+            "position_embedding_type": "rope",
+        },
+    ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
