@@ -12,21 +12,44 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Protocol
 
+import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.checkpoint.checks import few, require_all_used
-from mobius_genai.checkpoint.experts import expert_tensors
-from mobius_genai.checkpoint.grouped import grouped_tensors
-from mobius_genai.checkpoint.reader import (
-    CheckpointReader,
-    ModelConfig,
-    TensorSource,
-    WeightNaming,
-)
+from mobius_genai.checkpoint.experts import ExpertLayout, expert_tensors
+from mobius_genai.checkpoint.grouped import GroupedWeight, grouped_tensors
+from mobius_genai.checkpoint.reader import CheckpointReader, ModelConfig, TensorSource
 from mobius_genai.checkpoint.weights import lazy_tensor, no_preprocess
 from mobius_genai.errors import UnsupportedModelError, WeightsError
+
+
+class WeightNaming(Protocol):
+    """How a model's parameters are found in its checkpoint (a family row provides it)."""
+
+    model_type: str
+    unused_weights: Sequence[str]
+    """Regexes over checkpoint tensors no parameter reads (buffers, an unused head)."""
+
+    @property
+    def experts(self) -> ExpertLayout | None:
+        """Where MoE experts lie, None without a MoE block."""
+        ...
+
+    @property
+    def grouped_weights(self) -> tuple[GroupedWeight, ...]:
+        """Projections the checkpoint interleaves by group."""
+        ...
+
+    def checkpoint_name(self, name: str) -> str | TensorSource: ...
+
+    def preprocess_weight(self, name: str, array: np.ndarray, config: ModelConfig) -> np.ndarray:
+        """The value change a parameter needs as it is read (for those `preprocessed` takes)."""
+        ...
+
+    def preprocessed(self, name: str) -> bool: ...
 
 
 def parameter_tensors(

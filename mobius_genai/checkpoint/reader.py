@@ -3,7 +3,7 @@ implements, and the words the layers above use to say where their parameters lie
 
 checkpoint/ is the bottom of the data flow: it imports nothing from config/, models/,
 components/ or later rooms. What it needs of them is passed in as the types below: a model
-names its parameters' tensors (`TensorSource`, `WeightNaming`), marks the matrices it holds
+names its parameters' tensors (`TensorSource`; `parameters.WeightNaming`), marks the matrices it holds
 transposed (`TRANSPOSED_FROM_CHECKPOINT`) and hands its configuration through unread
 (`ModelConfig`: the family's own callbacks read it).
 """
@@ -11,7 +11,7 @@ transposed (`TRANSPOSED_FROM_CHECKPOINT`) and hands its configuration through un
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -19,8 +19,6 @@ import numpy as np
 import onnx_ir as ir
 
 if TYPE_CHECKING:
-    from mobius_genai.checkpoint.experts import ExpertLayout
-    from mobius_genai.checkpoint.grouped import GroupedWeight
     from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
 
 #: Value metadata key of a graph parameter holding the transpose of the checkpoint's matrix
@@ -107,29 +105,3 @@ class CheckpointReader(Protocol):
         """A `PrequantizedTensor` for each parameter stored as integers MatMulNBits holds,
         and the checkpoint tensors they read."""
         ...
-
-
-class WeightNaming(Protocol):
-    """How a model's parameters are found in its checkpoint (a family row provides it)."""
-
-    model_type: str
-    unused_weights: Sequence[str]
-    """Regexes over checkpoint tensors no parameter reads (buffers, an unused head)."""
-
-    @property
-    def experts(self) -> ExpertLayout | None:
-        """Where MoE experts lie, None without a MoE block."""
-        ...
-
-    @property
-    def grouped_weights(self) -> tuple[GroupedWeight, ...]:
-        """Projections the checkpoint interleaves by group."""
-        ...
-
-    def checkpoint_name(self, name: str) -> str | TensorSource: ...
-
-    def preprocess_weight(self, name: str, array: np.ndarray, config: ModelConfig) -> np.ndarray:
-        """The value change a parameter needs as it is read (for those `preprocessed` takes)."""
-        ...
-
-    def preprocessed(self, name: str) -> bool: ...
