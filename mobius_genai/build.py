@@ -245,18 +245,7 @@ def build(
     with phase("building the graph", progress), build_context(target.ep, target.dtype):
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         # config vs checkpoint: before the graph is built
-        tensors, float_kinds = (
-            ({}, {})
-            if checkpoint is None
-            else parameter_tensors(
-                dict(module.named_parameters()),
-                checkpoint,
-                family,
-                config,
-                tied=module.tied_weights(),
-                dropped=layers_from(checkpoint, num_layers),
-            )
-        )
+        tensors, float_kinds = _read_weights(module, checkpoint, family, num_layers)
         graph_model = CausalLMTask().build(module, config)
         attach_weights(graph_model, tensors)
     package = ModelPackage(
@@ -273,6 +262,26 @@ def build(
     )
     _optimize(package, trace_optimization, prune_lm_head, progress)
     return package
+
+
+def _read_weights(
+    module: CausalLMModel,
+    checkpoint: CheckpointReader | None,
+    family: FamilyAdapter,
+    num_layers: int | None,
+) -> tuple[dict[str, ir.TensorProtocol], dict[str, int]]:
+    """`parameter_tensors` of the module (none without a checkpoint); with `num_layers`, the
+    checkpoint's later layers are left unread."""
+    if checkpoint is None:
+        return {}, {}
+    return parameter_tensors(
+        dict(module.named_parameters()),
+        checkpoint,
+        family,
+        module.config,
+        tied=module.tied_weights(),
+        dropped=layers_from(checkpoint, num_layers),
+    )
 
 
 def _build_vision_language(
