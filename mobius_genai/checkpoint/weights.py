@@ -1,4 +1,5 @@
-"""Checkpoint weights: safetensors read lazily, cast, and attached to the graph without a copy.
+"""Checkpoint weights: a safetensors `Checkpoint` (a `reader.CheckpointReader`), and the lazy
+value of one graph parameter read from any reader (`lazy_tensor`), cast without a copy.
 
 Each graph parameter becomes an `ir.LazyTensor` that reads its one tensor from the memory-mapped
 safetensors file only when it is saved (or folded), so a build holds at most a few tensors in
