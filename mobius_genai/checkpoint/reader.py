@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import onnx_ir as ir
@@ -53,6 +53,7 @@ class TensorSource:
 CheckpointName = Callable[[str], "str | TensorSource"]
 
 
+@runtime_checkable
 class CheckpointReader(Protocol):
     """The tensors of one checkpoint by HuggingFace name, whatever stores them (safetensors
     files: `weights.Checkpoint`; a GGUF file: `gguf.GgufCheckpoint`).
