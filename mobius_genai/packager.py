@@ -62,9 +62,9 @@ from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
 from mobius_genai.progress import phase
-from mobius_genai.quantize import Int4Options, Int4Report, quantize_int4
-from mobius_genai.quantize.prequantized import PrequantizedReport, apply_prequantized
-from mobius_genai.quantize.requantize import requantize_floats
+from mobius_genai.quantize import Int4Options, Int4Report
+from mobius_genai.quantize.package_weights import quantize_package, why_float
+from mobius_genai.quantize.stored_weights import PrequantizedReport
 from mobius_genai.runtime.smoke_plan import record_smoke_test, run_smoke_phase
 from mobius_genai.target import Target, precision_of, target_or_choices
 
@@ -181,23 +181,23 @@ def _write_staged(
         _require_tokenizer(built.source.path)  # before the long part: saving weights
         # the manifest hashes the weight files: overlap it with the conversion
         hash_in_background(sorted(built.source.path.glob("*.safetensors")))
-    quantizes = target.int4 is not None or built.prequantized is not None
+    quantizes = target.int4_plan.options is not None or built.prequantized is not None
     with phase(_int4_phase(target, built), not quiet and quantizes):
-        quantization, prequantized = _quantize(built, target)
-    precision = target.precision
+        weights = quantize_package(built, target)
+    precision = weights.precision
     genai_config = write_bundle(
         built,
         staging,
         name=name,
         precision=precision,
         progress=not quiet,
-        quantization=quantization,
-        prequantized=prequantized,
+        quantization=weights.int4,
+        prequantized=weights.prequantized,
     )
-    for note in build_notes(built, genai_config, target, prequantized):
+    for note in build_notes(built, genai_config, target, weights.prequantized):
         _say(f"note: {note}", quiet)
     config = built.config
-    write_twin = _twin_writer(built, staging, target, precision, prune_lm_head)
+    write_twin = _twin_writer(built, staging, target, prune_lm_head)
     vision = None if built.vision_language is None else built.vision_language.vision
     vision_layers = None if vision is None else (vision.layers_of_every_kind(), vision.num_layers)
     return (
@@ -210,54 +210,14 @@ def _write_staged(
 
 
 def _int4_phase(target: Target, built: ModelPackage) -> str:
-    """What `_quantize` does before saving, which quantizes the weights as it writes them."""
-    if target.int4 is not None and target.int4.recipe.calibrate:
+    """What `quantize_package` does before saving, which quantizes the weights as it writes
+    them."""
+    options = target.int4_plan.options
+    if options is not None and options.recipe.calibrate:
         return "calibrating int4 (activations of random token ids)"
-    if target.int4 is None and built.prequantized is not None:
+    if options is None and built.prequantized is not None:
         return "placing the stored integers"
     return "planning int4"
-
-
-def _quantize(
-    built: ModelPackage, target: Target
-) -> tuple[Int4Report | None, PrequantizedReport | None]:
-    """Int4 as the target asks; a pre-quantized source keeps its own integers instead.
-
-    With `Target.dequantize_stored` (a float precision asked, or an EP without MatMulNBits)
-    its integers are dequantized to the model's dtype too. What such a source leaves in float
-    is dequantized to the model's dtype, unless the target asks for int4 explicitly
-    (`Target.int4`): then its matrices are quantized with the target's options
-    (`quantize.requantize`; a table the source kept in float stays float). One accuracy
-    level for all: the target's (`Target.int4_accuracy_level`).
-    """
-    model = built[built.decoder_key]
-    if built.prequantized is None:
-        if target.int4 is None:
-            return None, None
-        return quantize_int4(model, target.int4, built.ep), None
-    gather = built.ep.supports_custom_ops and built.dtype in built.ep.int4_gather_dtypes
-    precision = precision_of(built.dtype)
-    report = apply_prequantized(
-        model,
-        built.prequantized,
-        target.int4_accuracy_level,
-        not target.dequantize_stored,
-        gather,
-        float_kinds=built.float_kinds,
-        precision=precision,
-        why_float=_why_float(target),
-    )
-    if target.int4 is None:
-        return None, report
-    int4, moved = requantize_floats(model, target.int4, built.ep, report.accuracy_level)
-    return int4, report.with_requantized(moved, precision)
-
-
-def _why_float(target: Target) -> str:
-    """Why a pre-quantized source's integers become float weights (`dequantize_stored`)."""
-    if not target.ep.runs_matmul_nbits:
-        return f"{target.ep.name} has no MatMulNBits"
-    return f"precision {target.precision} asked"
 
 
 def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> Path:
@@ -378,7 +338,6 @@ def _twin_writer(
     built: ModelPackage,
     staging: Path,
     target: Target,
-    precision: str,
     prune_lm_head: bool,
 ) -> Callable[[Path, int], None]:
     """`write_twin(folder, layers)` for the smoke test: the bundle of `built`'s checkpoint for
@@ -398,18 +357,18 @@ def _twin_writer(
             prune_lm_head=prune_lm_head,
             num_layers=layers,
         )
-        quantization, prequantized = _quantize(twin, target)
+        weights = quantize_package(twin, target)
         folder.mkdir()
         write_bundle(
             twin,
             folder,
             name=folder.name,
-            precision=precision,
+            precision=weights.precision,
             progress=False,
-            quantization=quantization,
-            prequantized=prequantized,
+            quantization=weights.int4,
+            prequantized=weights.prequantized,
         )
-        del twin, quantization, prequantized
+        del twin, weights
         gc.collect()
         validate_bundle(folder, check_hashes=False)
 
@@ -489,7 +448,7 @@ def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
     if target.dequantize_stored:
         note = (
             f"the checkpoint is pre-quantized ({report.scheme}): its weights are dequantized "
-            f"to {precision_of(target.dtype)} ({_why_float(target)})"
+            f"to {precision_of(target.dtype)} ({why_float(target)})"
         )
         if requantized:
             return f"{note}; {requantized} re-quantized with the int4 options asked"

@@ -21,7 +21,7 @@ from mobius_genai.config.limits import check_size
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.registry import get_ep
 from mobius_genai.errors import ConfigError, ExecutionProviderError
-from mobius_genai.quantize import Int4Options
+from mobius_genai.quantize.plan import Int4Options, Int4Plan, int4_plan
 
 #: Float precision → model dtype.
 FLOAT_PRECISIONS: dict[str, ir.DataType] = {
@@ -49,12 +49,13 @@ class Target:
 
     `dtype` is the model's float dtype (for int4: of activations and scales); `precision`
     names the weights (a float precision, or int4 with `int4` holding the options of the int4
-    asked for; None for a source's stored int4 kept as it is); `context_length` None means the
-    checkpoint's max_position_embeddings. `stored` is the bit widths of the integers the source
-    stores (empty: float weights), kept as they are (MatMulNBits) unless `dequantize_stored`
-    (a float precision asked of such a source, or an EP without MatMulNBits) makes them float.
-    `int4_accuracy_level` is the MatMulNBits accuracy level of every int4 weight and of the
-    integers a pre-quantized source keeps: the one asked for, else the EP's default.
+    asked for, as asked but for the accuracy level; None for a source's stored int4 kept as it
+    is); `context_length` None means the checkpoint's max_position_embeddings. `stored` is the
+    bit widths of the integers the source stores (empty: float weights), kept as they are
+    (MatMulNBits) unless `dequantize_stored` (a float precision asked of such a source, or an
+    EP without MatMulNBits) makes them float.
+    `int4_plan` holds every int4 decision (the ops, the accuracy level, the options resolved):
+    what the int4 passes and the packager follow, for int4 asked and for stored integers alike.
     """
 
     ep: EpCapabilities
@@ -64,7 +65,14 @@ class Target:
     context_length: int | None = None
     stored: frozenset[int] = frozenset()
     dequantize_stored: bool = False
-    int4_accuracy_level: int = 0
+    _: dataclasses.KW_ONLY
+    int4_plan: Int4Plan
+
+    @property
+    def int4_accuracy_level(self) -> int:
+        """The MatMulNBits accuracy level of every int4 weight and of the integers a
+        pre-quantized source keeps: the one asked for, else the EP's default."""
+        return self.int4_plan.accuracy_level
 
 
 def resolve_target(
@@ -103,13 +111,13 @@ def resolve_target(
             )
     else:
         model_dtype = chosen or ep.default_dtype
-    dequantize = bool(stored) and (asked in FLOAT_PRECISIONS or not ep.runs_matmul_nbits)
-    resolved = asked or ("int4" if 4 in stored and not dequantize else precision_of(model_dtype))
-    level = ep.default_int4_accuracy_level
-    if int4 is not None and int4.accuracy_level is not None:
-        level = int4.accuracy_level
     if asked in QUANTIZED_PRECISIONS:
-        int4 = dataclasses.replace(int4 or Int4Options(), accuracy_level=level)
+        int4 = int4 or Int4Options()
+    plan = int4_plan(ep, model_dtype, int4)
+    if int4 is not None:
+        int4 = dataclasses.replace(int4, accuracy_level=plan.accuracy_level)
+    dequantize = bool(stored) and (asked in FLOAT_PRECISIONS or not plan.matmul_nbits)
+    resolved = asked or ("int4" if 4 in stored and not dequantize else precision_of(model_dtype))
     return Target(
         ep,
         model_dtype,
@@ -118,7 +126,7 @@ def resolve_target(
         check_context_length(context_length),
         stored=stored,
         dequantize_stored=dequantize,
-        int4_accuracy_level=level,
+        int4_plan=plan,
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from mobius_genai._json import read_json_object
 from mobius_genai.bundle.graph import GraphInfo, LayerNames, layer_names
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.recurrent import declared_blocks, layers_of
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.models.families import get_family
@@ -206,16 +207,18 @@ def _require_input(graph: GraphInfo, name: str) -> str:
 
 
 def recurrent_keys(config: ArchitectureConfig) -> dict[str, Any]:
-    """The decoder keys of a model with LFM2 conv layers, as onnxruntime-genai 0.18 reads them:
-    `layer_types` (which layers have a KV cache) and `conv_cache_size` (columns of each conv
-    state); {} otherwise. Gated delta nets need no key: onnxruntime-genai finds their states
-    by the names it derives from the KV patterns, and its builder writes none for Qwen3.5."""
-    if "conv" not in config.layer_types:
-        return {}
-    return {
-        "layer_types": list(config.layer_types),
-        "conv_cache_size": config.conv_kernel_size - 1,
-    }
+    """The decoder keys of a model whose recurrent blocks genai_config declares (LFM2's conv
+    layers), as onnxruntime-genai 0.18 reads them: `layer_types` (which layers have a KV cache)
+    and the sizes of each state under its axis names (`conv_cache_size`); {} otherwise. States
+    named from the KV patterns (gated delta nets) need no key: og finds them by name, and its
+    builder writes none for Qwen3.5."""
+    keys: dict[str, Any] = {}
+    for block in declared_blocks():
+        if block.layer_type in config.layer_types:
+            keys["layer_types"] = list(config.layer_types)
+            for state in block.states:
+                keys.update(zip(state.axes, state.dims(config), strict=True))
+    return keys
 
 
 def _layers(
@@ -232,13 +235,15 @@ def _layers(
 
 
 def _cache_layers(config: ArchitectureConfig) -> dict[str, tuple[int, ...]]:
-    """Cache role → the layers that have it ("key"/"value": attention, "conv": conv layers)."""
+    """Cache role → the layers that have it: "key"/"value" the attention layers, and each
+    state genai_config names (LFM2's "conv") the layers of its block."""
     layers = range(config.num_hidden_layers)
     attention = tuple(i for i in layers if config.has_kv_cache(i))
     roles = {"key": attention, "value": attention}
-    conv = tuple(i for i in layers if config.layer_types[i] == "conv")
-    if conv:
-        roles["conv"] = conv
+    for block in declared_blocks():
+        found = layers_of(config.layer_types, block.layer_type)
+        if found:
+            roles.update((state.suffix, found) for state in block.states)
     return roles
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mobius_genai._graph_keys import BUILT_FOR_KEY
+from mobius_genai.config.recurrent import state_suffixes
 from mobius_genai.errors import BundleError
 
 if TYPE_CHECKING:
@@ -134,10 +135,10 @@ class GraphInfo:
 
 
 def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
-    """The per-layer family among `names` whose role is `role` (one of CACHE_ROLES).
+    """The per-layer family among `names` whose role is `role` (one of `cache_roles()`).
 
     A name's first run of digits is its layer index: "past_key_values.3.key" belongs to the
-    family "past_key_values.%d.key". The role is whichever of CACHE_ROLES ends last in the
+    family "past_key_values.%d.key". The role is whichever of the roles ends last in the
     pattern ("past_key_values.%d.key" is a key family, "past.%d.conv" a conv family). Returns
     None when no family has the role; raises BundleError when several do.
     """
@@ -159,16 +160,23 @@ def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
     return LayerNames(found[0], tuple(sorted(families[found[0]])))
 
 
-#: Cache roles a per-layer name family can have; the one whose name ends last in a pattern wins
-#: (the longer one on a tie: "past_key_values.%d.conv_state" is a conv_state family).
-CACHE_ROLES = ("key", "value", "conv", "conv_state", "recurrent_state")
+#: The roles of an attention layer's cache.
+KV_ROLES = ("key", "value")
+
+
+def cache_roles() -> tuple[str, ...]:
+    """Cache roles a per-layer name family can have: key and value, and the suffix of every
+    state a recurrent block declares (config/recurrent.py); the one whose name ends last in a
+    pattern wins (the longer one on a tie: "past_key_values.%d.conv_state" is a conv_state
+    family, not a conv one)."""
+    return KV_ROLES + state_suffixes()
 
 
 def _role(pattern: str) -> str | None:
     lowered = pattern.lower()
     found = {
         (lowered.rfind(role) + len(role), len(role)): role
-        for role in CACHE_ROLES
+        for role in cache_roles()
         if role in lowered
     }
     return found[max(found)] if found else None

@@ -1,13 +1,15 @@
 """Validation of the caches of hybrid decoders: which layers have a KV cache, and the states
-of recurrent layers, as onnxruntime-genai 0.18 reads them.
+of recurrent layers as their blocks declare them (config/recurrent.py) and onnxruntime-genai 0.18
+reads them.
 
-- LFM2's conv states: against genai_config's `layer_types`, `conv_cache_size` and
-  `past_conv_names` / `present_conv_names`.
-- Gated delta nets (Qwen3.5): genai_config names nothing; onnxruntime-genai's RecurrentState
-  derives `<past key pattern up to its last '.'>.conv_state` / `.recurrent_state` (and the same
-  from the present key pattern), takes every graph input matching the conv one as a recurrent
-  layer, allocates one shape for all of them (only the batch dim may be dynamic), and its KV
-  cache takes the layers whose key inputs the graph has.
+- States genai_config declares (LFM2's conv states): against `layer_types`, the sizes under the
+  states' axis names (`conv_cache_size`) and the patterns `past_<suffix>_names` /
+  `present_<suffix>_names`.
+- States named from the KV patterns (gated delta nets): genai_config names nothing;
+  onnxruntime-genai's RecurrentState derives `<past key pattern up to its last '.'>.conv_state`
+  / `.recurrent_state` (and the same from the present key pattern), takes every graph input
+  matching the first as a recurrent layer, allocates one shape for all of them (only the batch
+  dim may be dynamic), and its KV cache takes the layers whose key inputs the graph has.
 """
 
 from __future__ import annotations
@@ -17,9 +19,16 @@ from typing import Any
 
 from mobius_genai.bundle.graph import GraphInfo, layer_names
 from mobius_genai.config.layers import ATTENTION_LAYER_TYPES
+from mobius_genai.config.recurrent import (
+    DERIVED_SUFFIXES,
+    RecurrentBlock,
+    State,
+    declared_blocks,
+    derived_ranks,
+    layers_of,
+)
 
-#: The states of a gated delta net layer (name suffix) and their ranks.
-_DELTA_STATES = (("conv_state", 3), ("recurrent_state", 4))
+_SIDES = (("inputs", "past_key_names", "past"), ("outputs", "present_key_names", "present"))
 
 
 def kv_layers(
@@ -41,8 +50,9 @@ def _derived(kv_pattern: str, suffix: str) -> str:
 
 
 def delta_layers(inputs: Mapping[str, str], graph: GraphInfo) -> tuple[int, ...]:
-    """The layers whose conv_state input the graph has, found as onnxruntime-genai does."""
-    prefix, _, suffix = _derived(inputs["past_key_names"], "conv_state").partition("%d")
+    """The layers whose conv_state input the graph has: the recurrent layers onnxruntime-genai's
+    RecurrentState finds (gated delta nets)."""
+    prefix, _, suffix = _derived(inputs["past_key_names"], DERIVED_SUFFIXES[0]).partition("%d")
     found = []
     for name in graph.inputs:
         middle = name[len(prefix) : len(name) - len(suffix)]
@@ -51,26 +61,25 @@ def delta_layers(inputs: Mapping[str, str], graph: GraphInfo) -> tuple[int, ...]
     return tuple(sorted(found))
 
 
-def check_delta_states(
+def check_derived_states(
     inputs: Mapping[str, str], outputs: Mapping[str, str], graph: GraphInfo
 ) -> list[str]:
-    """Each layer with a conv_state input has both states in and out, one fixed shape each."""
+    """Each layer with a conv_state input has every state named from the KV patterns in and
+    out, one fixed shape each of the rank its blocks declare."""
     layers = delta_layers(inputs, graph)
+    anchor = _derived(inputs["past_key_names"], DERIVED_SUFFIXES[0])
     if not layers:
-        stray = layer_names(graph.inputs, "recurrent_state")
-        if stray is None:
-            return []
-        conv = _derived(inputs["past_key_names"], "conv_state")
+        strays = (layer_names(graph.inputs, suffix) for suffix in DERIVED_SUFFIXES[1:])
         return [
             f"graph inputs {stray.pattern!r} for layers {list(stray.indices)} lack the conv "
-            f"states {conv!r} that onnxruntime-genai finds recurrent layers by"
+            f"states {anchor!r} that onnxruntime-genai finds recurrent layers by"
+            for stray in strays
+            if stray is not None
         ]
     problems = []
-    for suffix, rank in _DELTA_STATES:
-        for side, names, key in (
-            ("inputs", graph.inputs, "past_key_names"),
-            ("outputs", graph.outputs, "present_key_names"),
-        ):
+    for suffix, rank in derived_ranks().items():
+        for side, key, _ in _SIDES:
+            names = getattr(graph, side)
             pattern = _derived((inputs if side == "inputs" else outputs)[key], suffix)
             missing = [pattern % i for i in layers if pattern % i not in names]
             if missing:
@@ -105,14 +114,15 @@ def _check_fixed_shape(pattern: str, shapes: set[Any], rank: int) -> list[str]:
     return []
 
 
-def check_conv_states(
+def check_declared_states(
     decoder: Mapping[str, Any],
     inputs: Mapping[str, str],
     outputs: Mapping[str, str],
     graph: GraphInfo,
 ) -> list[str]:
-    """Conv state inputs/outputs exist for exactly the conv layers, sized [batch, hidden_size,
-    conv_cache_size]; a graph with conv states needs `layer_types` that list them."""
+    """The states genai_config declares exist in and out for exactly the layers of their
+    block's kind, sized as the decoder keys of their axes say; a graph with such states needs
+    `layer_types` that list their layers."""
     layer_types = decoder.get("layer_types") or []
     layers = decoder["num_hidden_layers"]
     if layer_types and len(layer_types) != layers:
@@ -120,45 +130,65 @@ def check_conv_states(
             f"model.decoder.layer_types: {len(layer_types)} entries for "
             f"model.decoder.num_hidden_layers={layers}; accepted: one per layer"
         ]
-    conv = [i for i, kind in enumerate(layer_types) if kind == "conv"]
-    in_graph = layer_names(graph.inputs, "conv")
-    if not conv:
+    problems = []
+    for block in declared_blocks():
+        for state in block.states:
+            problems += _check_declared(decoder, inputs, outputs, graph, block, state)
+    return problems
+
+
+def _check_declared(
+    decoder: Mapping[str, Any],
+    inputs: Mapping[str, str],
+    outputs: Mapping[str, str],
+    graph: GraphInfo,
+    block: RecurrentBlock,
+    state: State,
+) -> list[str]:
+    layers = list(layers_of(decoder.get("layer_types") or [], block.layer_type))
+    if not layers:
+        in_graph = layer_names(graph.inputs, state.suffix)
         if in_graph is None:
             return []
         return [
-            f"graph inputs {in_graph.pattern!r} for layers {list(in_graph.indices)} are conv "
-            "states but model.decoder.layer_types lists no 'conv' layer"
+            f"graph inputs {in_graph.pattern!r} for layers {list(in_graph.indices)} are "
+            f"{state.suffix} states but model.decoder.layer_types lists no "
+            f"{block.layer_type!r} layer"
         ]
     problems = []
-    for side, names, key in (
-        ("inputs", graph.inputs, "past_conv_names"),
-        ("outputs", graph.outputs, "present_conv_names"),
-    ):
+    for (side, _, prefix), example in zip(_SIDES, block.naming.names(state.suffix), strict=True):
+        names, key = getattr(graph, side), f"{prefix}_{state.suffix}_names"
         pattern = (inputs if side == "inputs" else outputs).get(key)
         if pattern is None:
             problems.append(
                 f"model.decoder.{side}.{key}: missing; accepted: the pattern of the "
-                "conv state names, e.g. 'past.%d.conv'"
+                f"{state.suffix} state names, e.g. {example!r}"
             )
             continue
-        missing = [pattern % i for i in conv if pattern % i not in names]
+        missing = [pattern % i for i in layers if pattern % i not in names]
         if missing:
             problems.append(
-                f"model.decoder.{side}.{key}: graph lacks {missing[:3]} for the conv layers "
-                f"{conv} of model.decoder.layer_types"
+                f"model.decoder.{side}.{key}: graph lacks {missing[:3]} for the "
+                f"{block.layer_type} layers {layers} of model.decoder.layer_types"
             )
             continue
-        problems += _check_state_shape(decoder, pattern % conv[0], names[pattern % conv[0]])
+        problems += _check_state_shape(decoder, state, pattern % layers[0], names)
     return problems
 
 
-def _check_state_shape(decoder: Mapping[str, Any], name: str, spec: Any) -> list[str]:
+def _check_state_shape(
+    decoder: Mapping[str, Any], state: State, name: str, names: Mapping[str, Any]
+) -> list[str]:
+    spec = names[name]
     if spec.shape is None:
         return []
-    if len(spec.shape) != 3:
-        return [f"graph {name!r}: rank {len(spec.shape)}; accepted: 3 (batch, hidden, columns)"]
+    if len(spec.shape) != 1 + len(state.axes):
+        return [
+            f"graph {name!r}: rank {len(spec.shape)}; accepted: {1 + len(state.axes)} "
+            f"(batch, {', '.join(state.axes)})"
+        ]
     problems = []
-    for field, axis in (("hidden_size", 1), ("conv_cache_size", 2)):
+    for axis, field in enumerate(state.axes, 1):
         found, expected = spec.dim(axis), decoder.get(field)
         if found is not None and found != expected:
             problems.append(

@@ -21,7 +21,11 @@ from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
 from mobius_genai.bundle.og_support import og_limits
-from mobius_genai.bundle.recurrent import check_conv_states, check_delta_states, kv_layers
+from mobius_genai.bundle.recurrent import (
+    check_declared_states,
+    check_derived_states,
+    kv_layers,
+)
 from mobius_genai.bundle.schema import read_bundle_json
 from mobius_genai.bundle.tool_tokens import check_tool_token_ids
 from mobius_genai.ep import ep_registry
@@ -173,9 +177,9 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
         problems += _check_layers(
             f"model.decoder.{side}.{key}", pattern, names, role, layers, source
         )
-    problems += check_conv_states(decoder, inputs, outputs, graph)
+    problems += check_declared_states(decoder, inputs, outputs, graph)
     problems += _check_positions(model["type"], graph.inputs.get(inputs["position_ids"]))
-    problems += check_delta_states(inputs, outputs, graph)
+    problems += check_derived_states(inputs, outputs, graph)
     first_past = inputs["past_key_names"].replace("%d", str(layers[0] if layers else 0))
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])

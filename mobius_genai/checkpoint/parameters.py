@@ -10,6 +10,7 @@ tensor of a layer the build leaves out (`checks.require_all_used`).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -21,7 +22,12 @@ import onnx_ir as ir
 from mobius_genai.checkpoint.checks import few, require_all_used
 from mobius_genai.checkpoint.experts import ExpertLayout, expert_tensors
 from mobius_genai.checkpoint.grouped import GroupedWeight, grouped_tensors
-from mobius_genai.checkpoint.reader import CheckpointReader, ModelConfig, TensorSource
+from mobius_genai.checkpoint.reader import (
+    CheckpointName,
+    CheckpointReader,
+    ModelConfig,
+    TensorSource,
+)
 from mobius_genai.checkpoint.weights import lazy_tensor, no_preprocess
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 
@@ -50,6 +56,27 @@ class WeightNaming(Protocol):
         ...
 
     def preprocessed(self, name: str) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class NameMap:
+    """The `WeightNaming` of a model kind whose checkpoint needs a name map alone: no value
+    changes, experts or grouped projections (Whisper)."""
+
+    model_type: str
+    names: CheckpointName
+    unused_weights: tuple[str, ...] = ()
+    experts: ExpertLayout | None = None
+    grouped_weights: tuple[GroupedWeight, ...] = ()
+
+    def checkpoint_name(self, name: str) -> str | TensorSource:
+        return self.names(name)
+
+    def preprocess_weight(self, name: str, array: np.ndarray, config: ModelConfig) -> np.ndarray:
+        return array
+
+    def preprocessed(self, name: str) -> bool:
+        return False
 
 
 def parameter_tensors(

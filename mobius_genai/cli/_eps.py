@@ -10,6 +10,7 @@ import onnx_ir as ir
 from mobius_genai.cli._table import aligned_table
 from mobius_genai.components.tier1 import TIER1_OPS, ep_runs
 from mobius_genai.ep import EpCapabilities, EpRegistry, ep_registry
+from mobius_genai.quantize.plan import Int4Plan, int4_plan
 from mobius_genai.target import precision_of
 
 
@@ -63,11 +64,11 @@ def _dtypes(dtypes: frozenset[ir.DataType]) -> str:
     return ", ".join(precision_of(d) for d in sorted(dtypes, key=lambda d: d.value)) or "-"
 
 
-def _moe(caps: EpCapabilities) -> str:
+def _moe(caps: EpCapabilities, plan: Int4Plan) -> str:
     """Whether MoE layers keep onnxruntime's fused op, and their int4 experts its QMoE."""
     if not (caps.supports_fused_moe and caps.supports_custom_ops):
         return "no"
-    return "yes (int4: QMoE)" if caps.supports_qmoe else "yes"
+    return "yes (int4: QMoE)" if plan.qmoe else "yes"
 
 
 def _packed_attention(caps: EpCapabilities) -> str:
@@ -80,7 +81,7 @@ def _packed_attention(caps: EpCapabilities) -> str:
 
 def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
     options = ", ".join(f"{key}={value}" for key, value in caps.provider_options.items())
-    nbits = caps.runs_matmul_nbits
+    plan = int4_plan(caps, caps.default_dtype)
     return (
         caps.name,
         _dtypes(caps.model_dtypes),
@@ -88,10 +89,10 @@ def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
         _yes_no(caps.supports_fused_rope),
         _yes_no(caps.supports_skip_layer_norm),
         _yes_no(caps.supports_fused_matmul),
-        _moe(caps),
+        _moe(caps, plan),
         _packed_attention(caps),
         _yes_no(caps.supports_custom_ops),
-        f"MatMulNBits, level {caps.default_int4_accuracy_level}" if nbits else "DequantizeLinear",
+        f"{plan.matmul}, level {plan.accuracy_level}" if plan.matmul_nbits else plan.matmul,
         options or "-",
         "on" if caps.enable_graph_capture else ("off" if caps.graph_capture_option else "-"),
         caps.runtime.ort_provider or "-",

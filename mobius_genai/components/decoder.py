@@ -8,9 +8,9 @@
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
 (granite). Norm modules carry the names transformers gives them for each placement, so
-checkpoints need no renames. A recurrent layer has a block of its kind in place of attention
-(RECURRENT_BLOCKS: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's GatedDeltaNet);
-its cache is the block's tuple of states instead of (key, value).
+checkpoints need no renames. A recurrent layer has the component its kind's row names in place
+of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
+GatedDeltaNet); its cache is the block's tuple of states instead of (key, value).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
-from mobius_genai.components.gated_delta_net import GatedDeltaNet
 from mobius_genai.components.kv_slots import Slots
 from mobius_genai.components.mlp import make_mlp
 from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import Rotation
-from mobius_genai.components.short_conv import ShortConv
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 
 # placement → module names of the norms (attention input, attention output, MLP input,
 # MLP output); None where that placement has no norm.
@@ -39,13 +38,6 @@ NORM_SLOTS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
         "post_feedforward_layernorm",
     ),
     "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
-}
-
-
-#: Recurrent layer kind → (module name as checkpoints have it, block class).
-RECURRENT_BLOCKS: dict[str, tuple[str, type[nn.Module]]] = {
-    "conv": ("conv", ShortConv),
-    "linear_attention": ("linear_attn", GatedDeltaNet),
 }
 
 
@@ -69,9 +61,9 @@ class DecoderLayer(nn.Module):
         if config.has_kv_cache(layer_index):
             self.self_attn, self.recurrent = Attention(config, layer_index), None
         else:
-            name, block = RECURRENT_BLOCKS[config.layer_types[layer_index]]
-            self.self_attn, self.recurrent = None, name
-            setattr(self, name, block(config))
+            block = RECURRENT_BLOCKS[config.layer_types[layer_index]]
+            self.self_attn, self.recurrent = None, block.module
+            setattr(self, block.module, block.block_class()(config))
         sparse = config.moe is not None and config.moe.is_sparse(layer_index)
         self.mlp = MoEBlock(config) if sparse else make_mlp(config)
 

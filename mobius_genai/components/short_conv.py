@@ -69,9 +69,10 @@ class ShortConv(nn.Module):
         super().__init__()
         hidden = config.hidden_size
         self.hidden = hidden
-        self.in_proj = Linear(hidden, 3 * hidden, config.conv_bias)
-        self.conv = DepthwiseCausalConv(hidden, config.conv_kernel_size, config.conv_bias)
-        self.out_proj = Linear(hidden, hidden, config.conv_bias)
+        conv = config.short_conv
+        self.in_proj = Linear(hidden, 3 * hidden, conv.bias)
+        self.conv = DepthwiseCausalConv(hidden, conv.kernel_size, conv.bias)
+        self.out_proj = Linear(hidden, hidden, conv.bias)
 
     def forward(
         self, op, hidden_states: ir.Value, attention_mask: ir.Value, past_state: ir.Value

@@ -26,6 +26,7 @@ from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
+from mobius_genai.config.short_conv import ShortConvConfig
 from mobius_genai.errors import ConfigError
 
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
@@ -92,11 +93,11 @@ class ArchitectureConfig:
     - `attention_sinks`: every attention layer has a learned logit per head that joins its
       softmax and is dropped after it (gpt_oss's `sinks`, components/sinks.py).
     - `moe`: the mixture-of-experts routing and sizes (config/moe.py); None for a dense decoder.
-    - `conv_kernel_size` / `conv_bias`: taps and bias of the depthwise causal convolution of
-      "conv" layers (LFM2's `conv_L_cache`, `conv_bias`); their state keeps
-      `conv_kernel_size - 1` columns.
+    - `short_conv`: taps and bias of the depthwise causal convolution of "conv" layers
+      (config/short_conv.py: LFM2's `conv_L_cache`, `conv_bias`); None when the family reads none.
     - `linear_attention`: head and conv sizes of gated-delta-rule "linear_attention" layers
-      (config/linear_attention.py); None when the model has none.
+      (config/linear_attention.py); None when the model has none. Each recurrent layer kind
+      names its section in config/recurrent.py, which declares its states.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -139,8 +140,7 @@ class ArchitectureConfig:
     rope_interleaved: bool = False
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()
-    conv_kernel_size: int | None = None
-    conv_bias: bool = False
+    short_conv: ShortConvConfig | None = None
     linear_attention: LinearAttentionConfig | None = None
     attention_output_gate: bool = False
     attention_scale: float | None = None

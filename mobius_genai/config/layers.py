@@ -1,6 +1,5 @@
 """Layer kinds: which layers attend to the whole context, which to a sliding window, and which
-carry a fixed-size recurrent state instead of a KV cache (LFM2's short convolutions, Qwen3.5's
-gated delta rule)."""
+carry a fixed-size recurrent state instead of a KV cache (the blocks of config/recurrent.py)."""
 
 from __future__ import annotations
 
@@ -8,15 +7,22 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mobius_genai.config import fields
+from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 from mobius_genai.errors import ConfigError
 
 if TYPE_CHECKING:
     from mobius_genai.config.architecture import ArchitectureConfig
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
-#: Layer kinds with a recurrent state (no KV cache), as transformers and onnxruntime-genai name them.
-RECURRENT_LAYER_TYPES = ("conv", "linear_attention")
-LAYER_TYPES = ATTENTION_LAYER_TYPES + RECURRENT_LAYER_TYPES
+
+
+def known_layer_types() -> tuple[str, ...]:
+    """Every layer kind a decoder can build: attention and each registered recurrent block."""
+    return ATTENTION_LAYER_TYPES + tuple(RECURRENT_BLOCKS)
+
+
+#: The built-in layer kinds: attention, and those with a recurrent state (config/recurrent.py).
+LAYER_TYPES = known_layer_types()
 
 
 def first_of_every_kind(kinds: Sequence[Hashable]) -> int:
@@ -51,7 +57,7 @@ def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...
     if layer_types is not None and not isinstance(layer_types, list | tuple):
         raise ConfigError(
             f"config.json: field 'layer_types' must be a list, found {layer_types!r}; accepted: "
-            f"one of {list(LAYER_TYPES)} per layer"
+            f"one of {list(known_layer_types())} per layer"
         )
     if layer_types:
         return tuple(layer_types)
@@ -74,10 +80,10 @@ def validate_layers(config: ArchitectureConfig) -> None:
             f"config.json: layer_types has {len(config.layer_types)} entries for "
             f"{config.num_hidden_layers} layers; accepted: one entry per layer"
         )
-    unknown = [kind for kind in config.layer_types if kind not in LAYER_TYPES]
+    unknown = [kind for kind in config.layer_types if kind not in known_layer_types()]
     if unknown:
         raise ConfigError(
-            f"config.json: layer_types holds {unknown}; accepted: {list(LAYER_TYPES)}"
+            f"config.json: layer_types holds {unknown}; accepted: {list(known_layer_types())}"
         )
     if "sliding_attention" in config.layer_types and (
         not fields.is_int(config.sliding_window) or config.sliding_window <= 0
@@ -86,18 +92,13 @@ def validate_layers(config: ArchitectureConfig) -> None:
             f"config.json: sliding_window must be a positive integer for sliding layers, "
             f"found {config.sliding_window!r}"
         )
-    if "conv" in config.layer_types and (
-        not fields.is_int(config.conv_kernel_size) or config.conv_kernel_size < 2
-    ):
-        raise ConfigError(
-            f"config.json: conv layers need a kernel of at least 2 taps (conv_L_cache), found "
-            f"{config.conv_kernel_size!r}"
-        )
-    if "linear_attention" in config.layer_types and config.linear_attention is None:
-        raise ConfigError(
-            f"config.json: model_type {config.model_type!r} has linear_attention layers, which "
-            "only the gated-delta-rule families read (qwen3_5_text)"
-        )
+    for kind in dict.fromkeys(config.layer_types):
+        block = RECURRENT_BLOCKS.get(kind)
+        if block is not None and getattr(config, block.section, None) is None:
+            raise ConfigError(
+                f"config.json: model_type {config.model_type!r} has {kind} layers, which only "
+                f"the families that read their {block.section} settings build"
+            )
     outside = [i for i in config.no_rope_layers if not 0 <= i < config.num_hidden_layers]
     if outside:
         raise ConfigError(

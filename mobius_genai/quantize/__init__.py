@@ -8,16 +8,17 @@ from mobius_genai._lazy import export_lazily
 
 #: Public name → the module that defines it.
 _EXPORTS = {
-    name: "mobius_genai.quantize.int4"
-    for name in (
-        "BLOCK_SIZES",
-        "DEFAULT_QUALITY",
-        "QUALITIES",
-        "Int4Options",
-        "Int4Report",
-        "QuantizedWeight",
-        "quantize_int4",
-    )
+    **{name: "mobius_genai.quantize.plan" for name in ("BLOCK_SIZES", "Int4Options")},
+    **{
+        name: "mobius_genai.quantize.int4"
+        for name in (
+            "DEFAULT_QUALITY",
+            "QUALITIES",
+            "Int4Report",
+            "QuantizedWeight",
+            "quantize_int4",
+        )
+    },
 }
 
 __all__ = sorted(_EXPORTS)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.layout import quantize_blocked_int4
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
-from mobius_genai.quantize.targets import WeightGroup
-from mobius_genai.quantize.write import GraphWriter
+from mobius_genai.quantize.weight_uses import WeightGroup
 
 __all__ = ["MIN_OPSET", "DequantizeLinearPass"]
 

@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 import onnx_ir as ir
 
 from mobius_genai.checkpoint.weights import ConcatTensor
+from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.recipes import WeightFormat
 from mobius_genai.quantize.streaming import PartSpec, WeightSource
-from mobius_genai.quantize.targets import MatMulUse, WeightGroup
-from mobius_genai.quantize.write import GraphWriter
+from mobius_genai.quantize.weight_uses import MatMulUse, WeightGroup
 
 __all__ = ["FormatOf", "packed_format", "packed_parts", "split_mixed_formats"]
 

@@ -4,7 +4,8 @@ Every linear projection and the lm_head become `com.microsoft::MatMulNBits` (or,
 without that kernel, e.g. portable ONNX, standard DequantizeLinear + MatMul); embedding tables become
 `com.microsoft::GatherBlockQuantized` where the EP has that kernel for the model dtype, sharing
 one quantized copy with a tied lm_head; MoE experts become `com.microsoft::QMoE` where the EP
-says `supports_qmoe` (qmoe.py), else they stay float. Only the graph changes here: the quantized tensors are
+has it (qmoe.py), else they stay float. Which of these an EP takes is the int4 plan's answer
+(`plan.py`), made once for the target. Only the graph changes here: the quantized tensors are
 lazy and computed one weight at a time while the model is saved.
 """
 
@@ -19,7 +20,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from mobius_genai.ep.capabilities import MAX_INT4_ACCURACY_LEVEL, EpCapabilities
+from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize.calibrate import (
     Calibration,
@@ -30,105 +31,31 @@ from mobius_genai.quantize.calibrate import (
 from mobius_genai.quantize.dequantize_linear import DequantizeLinearPass
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
+from mobius_genai.quantize.plan import (
+    BLOCK_SIZES,
+    MATMUL_NBITS,
+    Int4Options,
+    Int4Plan,
+    int4_plan,
+)
 from mobius_genai.quantize.qmoe import QMoEPass
 from mobius_genai.quantize.recipes import (
     DEFAULT_QUALITY,
     QUALITIES,
-    Int4Recipe,
     WeightFormat,
     layer_index,
 )
 from mobius_genai.quantize.streaming import OneWeightCache
-from mobius_genai.quantize.targets import WeightGroup, find_weights
+from mobius_genai.quantize.weight_uses import WeightGroup, find_weights
 
 __all__ = [
-    "BLOCK_SIZES",
     "DEFAULT_QUALITY",
     "QUALITIES",
-    "Int4Options",
     "Int4Report",
     "QuantizedWeight",
     "quantize_int4",
+    "quantize_planned",
 ]
-
-#: Accepted `block_size` values: powers of two that both MatMulNBits and GatherBlockQuantized take.
-BLOCK_SIZES = (16, 32, 64, 128, 256)
-
-
-@dataclasses.dataclass(frozen=True)
-class Int4Options:
-    """The user's INT4 choices. None means the default: for `block_size` and `symmetric` the
-    quality recipe's, for `accuracy_level` the EP's."""
-
-    block_size: int | None = None
-    symmetric: bool | None = None
-    accuracy_level: int | None = None
-    quality: str = DEFAULT_QUALITY
-
-    def __post_init__(self) -> None:
-        size = self.block_size
-        if size is not None and (
-            isinstance(size, bool) or not isinstance(size, int) or size not in BLOCK_SIZES
-        ):
-            raise ConfigError(
-                f"int4 block size {size!r} is not accepted; accepted: "
-                f"{', '.join(map(str, BLOCK_SIZES))} (powers of two from 16 to 256)"
-            )
-        if self.symmetric is not None and not isinstance(self.symmetric, bool):
-            raise ConfigError(f"int4 symmetric must be true or false, got {self.symmetric!r}")
-        if self.quality not in QUALITIES:
-            raise ConfigError(
-                f"int4 quality {self.quality!r} is not accepted; accepted: "
-                f"{', '.join(QUALITIES)} (default {DEFAULT_QUALITY})"
-            )
-        level = self.accuracy_level
-        if level is not None and (
-            isinstance(level, bool)
-            or not isinstance(level, int)
-            or not 0 <= level <= MAX_INT4_ACCURACY_LEVEL
-        ):
-            raise ConfigError(
-                f"int4 accuracy level {level!r} is not accepted; accepted: 0 (most accurate) to "
-                f"{MAX_INT4_ACCURACY_LEVEL} (int8 compute, fastest), or unset for the EP default"
-            )
-
-    @classmethod
-    def from_choices(
-        cls,
-        block_size: int | None = None,
-        asymmetric: bool = False,
-        accuracy_level: int | None = None,
-        quality: str | None = None,
-    ) -> Int4Options | None:
-        """The options a user chose (CLI flags, Olive params); None when they chose none."""
-        if block_size is None and not asymmetric and accuracy_level is None and quality is None:
-            return None
-        return cls(
-            block_size=block_size,
-            symmetric=False if asymmetric else None,
-            accuracy_level=accuracy_level,
-            quality=DEFAULT_QUALITY if quality is None else quality,
-        )
-
-    @property
-    def recipe(self) -> Int4Recipe:
-        """The quality recipe (rounding, 8-bit roles)."""
-        return QUALITIES[self.quality]
-
-    def resolved(self, caps: EpCapabilities) -> Int4Options:
-        """These options with the block size and symmetry (from the recipe) and accuracy level
-        (from the EP) filled in."""
-        return dataclasses.replace(
-            self,
-            block_size=self.recipe.block_size if self.block_size is None else self.block_size,
-            symmetric=self.recipe.symmetric if self.symmetric is None else self.symmetric,
-            accuracy_level=(
-                caps.default_int4_accuracy_level
-                if self.accuracy_level is None
-                else self.accuracy_level
-            ),
-        )
-
 
 _SUMMARY_KEYS = (
     "bits",
@@ -213,7 +140,7 @@ class Int4Report:
             "block_size": self.options.block_size,
             "symmetric": self.options.symmetric,
             # DequantizeLinear + MatMul has no accuracy level (the runtime decides)
-            "accuracy_level": self.options.accuracy_level if self.format == "MatMulNBits" else None,
+            "accuracy_level": self.options.accuracy_level if self.format == MATMUL_NBITS else None,
             "embedding": self.embedding,
             "op_counts": self.op_counts,
             "quantized_weights": len(self.weights),
@@ -236,7 +163,23 @@ def quantize_int4(
     select: Callable[[WeightGroup], bool] | None = None,
     calibration: Calibration | None = None,
 ) -> Int4Report:
-    """Quantize the weights of `model` (in place) to INT4 for `caps`' EP.
+    """Quantize the weights of `model` (in place) to INT4 for `caps`' EP, with `options`
+    resolved for it and the weights' dtype (`int4_plan`); a package follows its target's plan
+    instead (`quantize_planned`)."""
+    groups, _ = find_weights(model.graph)
+    plan = int4_plan(caps, _model_dtype(groups), options)
+    return quantize_planned(model, plan, select=select, calibration=calibration)
+
+
+def quantize_planned(
+    model: ir.Model,
+    plan: Int4Plan,
+    *,
+    select: Callable[[WeightGroup], bool] | None = None,
+    calibration: Calibration | None = None,
+) -> Int4Report:
+    """Quantize the weights of `model` (in place) to INT4 as `plan` says (`plan.options`: the
+    int4 asked for, resolved).
 
     Run it after the optimization pipeline. Nothing is read from the checkpoint here: the int4
     tensors are lazy and computed, one weight at a time, when the model is saved (the saving
@@ -248,12 +191,13 @@ def quantize_int4(
     calibrated (a vision-language decoder, MoE experts: `calibration_refusal`), the search is
     unweighted and the report says why.
     """
-    options = options.resolved(caps)
+    options = plan.options
+    if options is None:
+        raise ConfigError("no int4 was asked; accepted: a plan made with int4 options")
     groups, declined = find_weights(model.graph)
     groups = [group for group in groups if select is None or select(group)]
-    gather = caps.supports_custom_ops and _model_dtype(groups) in caps.int4_gather_dtypes
     _check_block_size(
-        [g for g in groups if g.matmuls or (gather and g.gathers)], options.block_size
+        [g for g in groups if g.matmuls or (plan.gather and g.gathers)], options.block_size
     )
     cache = OneWeightCache()
     symmetric, search = bool(options.symmetric), options.recipe.search
@@ -262,7 +206,7 @@ def quantize_int4(
         calibration = within_context(model, calibration or Calibration())
     else:
         calibration = None
-    if caps.runs_matmul_nbits:
+    if plan.matmul_nbits:
         groups, formats = _nbits_formats(model.graph, groups, options, split=select is None)
         quantizer: MatMulNBitsPass | DequantizeLinearPass = MatMulNBitsPass(
             groups,
@@ -270,11 +214,10 @@ def quantize_int4(
             symmetric=symmetric,
             search=search,
             importance=_importance(model, groups, calibration),
-            accuracy_level=options.accuracy_level or 0,
-            gather=gather,
+            accuracy_level=plan.accuracy_level,
+            gather=plan.gather,
             cache=cache,
         )
-        format_ = "MatMulNBits"
     else:
         formats = [WeightFormat(4, options.block_size)] * len(groups)
         quantizer = DequantizeLinearPass(
@@ -285,10 +228,8 @@ def quantize_int4(
             cache=cache,
             importance=_importance(model, groups, calibration),
         )
-        format_ = "DequantizeLinear"
-    experts = QMoEPass(options.block_size, symmetric, search, options.accuracy_level or 0)
-    qmoe = select is None and caps.supports_custom_ops and caps.supports_qmoe
-    qmoe = qmoe and experts(model).modified
+    experts = QMoEPass(options.block_size, symmetric, search, plan.accuracy_level)
+    qmoe = select is None and plan.qmoe and experts(model).modified
     if quantizer(model).modified or qmoe:
         # A replaced FusedMatMul or MoE may leave its function overload unused.
         common.RemoveUnusedFunctionsPass()(model)
@@ -299,7 +240,7 @@ def quantize_int4(
     ]
     return Int4Report(
         options=options,
-        format=format_,
+        format=plan.matmul,
         weights=tuple(weights),
         float_weights=tuple(float_weights),
         embedding=_embedding_state(groups, formats, quantizer.results),

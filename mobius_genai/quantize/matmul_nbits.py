@@ -16,11 +16,11 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
 from mobius_genai.quantize.recipes import WeightFormat
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
-from mobius_genai.quantize.targets import WeightGroup
-from mobius_genai.quantize.write import GraphWriter
+from mobius_genai.quantize.weight_uses import WeightGroup
 
 __all__ = ["MatMulNBitsPass"]
 

@@ -2,9 +2,9 @@
 
 `apply_prequantized` keeps the stored integers MatMulNBits holds exactly and reads the rest as
 float (a GGUF's Q5_1 / Q5_K / F16 / BF16 / F32 matrices, a GPTQ or AWQ checkpoint's float
-layers). With an explicit int4 request (`Target.int4`), `requantize_floats` hands these to
-`quantize_int4` with the user's options (block size, symmetry, quality recipe) at the bundle's
-one accuracy level:
+layers). With an explicit int4 request (`Int4Plan.options`), `requantize_floats` hands these
+to `quantize_planned` with the user's options (block size, symmetry, quality recipe) at the
+bundle's one accuracy level:
 
 - linear projections: always;
 - the lm_head and embedding tables: when the source stored them quantized (it meant them to be
@@ -18,31 +18,27 @@ MoE experts are left as they are. The weights kept exactly are MatMulNBits alrea
 
 from __future__ import annotations
 
-import dataclasses
-
 import onnx_ir as ir
 
 from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
 from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
-from mobius_genai.ep.capabilities import EpCapabilities
-from mobius_genai.quantize.int4 import Int4Options, Int4Report, quantize_int4
-from mobius_genai.quantize.prequantized import FLOAT_KINDS
-from mobius_genai.quantize.targets import WeightGroup, find_weights
+from mobius_genai.quantize.int4 import Int4Report, quantize_planned
+from mobius_genai.quantize.plan import Int4Plan
+from mobius_genai.quantize.stored_weights import FLOAT_KINDS
+from mobius_genai.quantize.weight_uses import WeightGroup, find_weights
 
 __all__ = ["requantize_floats"]
 
 
 def requantize_floats(
-    model: ir.Model,
-    options: Int4Options,
-    caps: EpCapabilities,
-    accuracy_level: int,
+    model: ir.Model, plan: Int4Plan
 ) -> tuple[Int4Report | None, list[tuple[str, str]]]:
     """Quantize (in place) the float weights of `model` an int4 request covers (see the module
-    docstring) at `accuracy_level`. Returns the int4 report (None when there was nothing to
+    docstring) as `plan` says. Returns the int4 report (None when there was nothing to
     quantize) and, once per source tensor quantized, its stored kind and what it became
     (for `PrequantizedReport.with_requantized`)."""
-    options = dataclasses.replace(options, accuracy_level=accuracy_level)
+    options = plan.options
+    assert options is not None, "requantize_floats is for an int4 request"
     groups, _ = find_weights(model.graph)
     stored = {group.source.name: _stored(group) for group in groups}
     wide = options.recipe.wide_roles
@@ -53,7 +49,7 @@ def requantize_floats(
         quantized = {kind for _, kind in stored[group.source.name]} - FLOAT_KINDS
         return group.role == "linear" or group.role in wide or bool(quantized)
 
-    report = quantize_int4(model, options, caps, select=select)
+    report = quantize_planned(model, plan, select=select)
     moved: dict[str, tuple[str, str]] = {}
     for weight in report.weights:
         outcome = (

@@ -19,11 +19,11 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
 from mobius_genai.quantize.recipes import WeightFormat
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
-from mobius_genai.quantize.targets import WeightGroup, find_weights
-from mobius_genai.quantize.write import GraphWriter
+from mobius_genai.quantize.weight_uses import WeightGroup, find_weights
 
 __all__ = ["TablesReport", "apply_stored_tables", "nbits_arrays", "table_uses"]
 

@@ -31,7 +31,7 @@ from mobius_genai._child_process import PHASE_PREFIX, exit_with_parent
 from mobius_genai._json import read_json
 from mobius_genai.bundle._og_errors import PROVIDER_UNAVAILABLE
 from mobius_genai.bundle.bos import required_bos, with_bos
-from mobius_genai.bundle.graph import CACHE_ROLES, layer_names
+from mobius_genai.bundle.graph import KV_ROLES, cache_roles, layer_names
 from mobius_genai.errors import BundleError
 from mobius_genai.runtime.generate import (
     greedy_tokens,
@@ -238,7 +238,7 @@ def ort_greedy_tokens(
         # a KV cache starts empty along its sequence axis; a recurrent state as zeros
         shape = (
             [1, *value.shape[1:2], 0, *value.shape[3:]]
-            if role in _KV_ROLES
+            if role in KV_ROLES
             else [1, *value.shape[1:]]
         )
         if kv_type is None or not all(isinstance(dim, int) for dim in shape):
@@ -269,15 +269,12 @@ def ort_greedy_tokens(
     return tokens
 
 
-_KV_ROLES = ("key", "value")
-
-
 def _cache_pairs(inputs: Mapping[str, Any], outputs: Sequence[str]) -> list[tuple[str, str, str]]:
     """(past input, present output, role) of each cache tensor, matched by role and layer."""
     pairs = []
-    for role in CACHE_ROLES:
+    for role in cache_roles():
         past, present = layer_names(inputs, role), layer_names(outputs, role)
-        if role not in _KV_ROLES and past is None and present is None:
+        if role not in KV_ROLES and past is None and present is None:
             continue  # only hybrid decoders have recurrent states
         if past is None or present is None or past.indices != present.indices:
             raise BundleError(

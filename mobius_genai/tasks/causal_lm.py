@@ -9,6 +9,7 @@ from onnxscript import GraphBuilder
 
 from mobius_genai._graph_keys import BUILT_FOR_KEY, CONTEXT_LENGTH_KEY
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 from mobius_genai.ep.context import ep_capabilities, get_build_dtype
 
 if TYPE_CHECKING:
@@ -33,40 +34,20 @@ def present_names(layer: int) -> tuple[str, str]:
     return f"present.{layer}.key", f"present.{layer}.value"
 
 
-#: Per-layer state names of recurrent layers, as onnxruntime-genai 0.18's builder writes them:
-#: LFM2's conv layers (genai_config `past_conv_names` / `present_conv_names`) and Qwen3.5's
-#: gated delta nets (og derives these from the KV patterns: the key pattern's last part replaced).
-PAST_CONV, PRESENT_CONV = "past.%d.conv", "present.%d.conv"
-PAST_CONV_STATE, PRESENT_CONV_STATE = "past_key_values.%d.conv_state", "present.%d.conv_state"
-PAST_RECURRENT_STATE, PRESENT_RECURRENT_STATE = (
-    "past_key_values.%d.recurrent_state",
-    "present.%d.recurrent_state",
-)
-
-
-def _states(config: ArchitectureConfig, layer: int) -> list[tuple[str, str, list, bool]]:
-    """(past name, present name, shape, float32) of each state of recurrent layer `layer`
-    (float32: kept in float32 whatever the model dtype, else in the model dtype)."""
-    if config.layer_types[layer] == "conv":
-        shape = [BATCH, config.hidden_size, config.conv_kernel_size - 1]
-        return [(PAST_CONV % layer, PRESENT_CONV % layer, shape, False)]
-    sizes = config.linear_attention
-    conv = [BATCH, sizes.conv_dim, sizes.conv_kernel_size - 1]
-    recurrent = [BATCH, sizes.value_heads, sizes.key_head_dim, sizes.value_head_dim]
-    return [
-        (PAST_CONV_STATE % layer, PRESENT_CONV_STATE % layer, conv, False),
-        (PAST_RECURRENT_STATE % layer, PRESENT_RECURRENT_STATE % layer, recurrent, True),
-    ]
-
-
 def _cache(
     config: ArchitectureConfig, layer: int, past: bool, dtype: ir.DataType
 ) -> list[tuple[str, list, ir.DataType]]:
-    """(name, shape, dtype) of each cache tensor of `layer`: key and value, or its states."""
+    """(name, shape, dtype) of each cache tensor of `layer`: key and value, or the states its
+    recurrent block declares (config/recurrent.py)."""
     if not config.has_kv_cache(layer):
+        block = RECURRENT_BLOCKS[config.layer_types[layer]]
         return [
-            (past_name if past else present_name, shape, ir.DataType.FLOAT if f32 else dtype)
-            for past_name, present_name, shape, f32 in _states(config, layer)
+            (
+                block.naming.names(state.suffix)[0 if past else 1] % layer,
+                state.shape(config, BATCH),
+                ir.DataType.FLOAT if state.float32 else dtype,
+            )
+            for state in block.states
         ]
     length = PAST if past else TOTAL
     shape = [BATCH, config.num_key_value_heads, length, config.head_dim]

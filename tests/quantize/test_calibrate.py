@@ -33,7 +33,7 @@ from mobius_genai.quantize.calibrate import (
 )
 from mobius_genai.quantize.layout import NBitsWeight, dequantize_matmul_nbits
 from mobius_genai.quantize.rounding import search_blocks
-from mobius_genai.quantize.targets import find_weights
+from mobius_genai.quantize.weight_uses import find_weights
 from tests._hf import load_reference_model
 from tests.quantize.test_streaming import MIB, Loads, lazy_weight
 

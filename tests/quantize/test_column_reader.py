@@ -15,7 +15,7 @@ import pytest
 import mobius_genai
 from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
 from mobius_genai.quantize import layout
-from mobius_genai.quantize.targets import find_weights
+from mobius_genai.quantize.weight_uses import find_weights
 from tests.bundle.conftest import TINY_QWEN2
 
 

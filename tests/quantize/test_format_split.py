@@ -8,8 +8,8 @@ import onnx_ir as ir
 from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.quantize.format_split import packed_format, split_mixed_formats
 from mobius_genai.quantize.recipes import WeightFormat
-from mobius_genai.quantize.targets import find_weights
-from tests.quantize.test_targets import F32, MS, _model, _run
+from mobius_genai.quantize.weight_uses import find_weights
+from tests.quantize.test_weight_uses import F32, MS, _model, _run
 
 NAMES = tuple(f"model.layers.0.self_attn.{p}_proj.weight" for p in "qkv")
 WIDTHS = (32, 16, 16)

@@ -1,7 +1,7 @@
 """Checkpoints whose linear weights are quantized already (GPTQ, AWQ, GGUF).
 
 Their integers and scales are taken as stored: `PrequantizedTensor` carries them to the
-`quantize.prequantized` pass, which writes MatMulNBits with the same integers (no second
+`quantize.stored_weights` pass, which writes MatMulNBits with the same integers (no second
 rounding); read as a float tensor it is the weight the format's own formula gives.
 """
 

@@ -52,7 +52,7 @@ class PrequantizedTensor(ir.LazyTensor):
 
     Read as a tensor (``numpy()``) it is the float weight the format's formula gives, in the
     graph's dtype, so any pass that does not know it still computes the right thing; the
-    `quantize.prequantized` pass writes `read_blocks()` into MatMulNBits as they are.
+    `quantize.stored_weights` pass writes `read_blocks()` into MatMulNBits as they are.
     `scheme` names its stored kind for reports (e.g. "GPTQ 4-bit", "Q4_K" for a GGUF);
     `sources` are the checkpoint tensors it reads.
     """

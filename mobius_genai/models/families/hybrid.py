@@ -46,11 +46,6 @@ def lfm2_intermediate_size(raw: Mapping[str, Any]) -> int:
     return multiple * ((size + multiple - 1) // multiple)
 
 
-def lfm2_conv_kernel_size(raw: Mapping[str, Any]) -> int:
-    """Taps of the short convolution (`conv_L_cache`, 3 when absent)."""
-    return fields.integer(raw.get("conv_L_cache"), "conv_L_cache", 3)
-
-
 def qwen3_5_layer_types(raw: Mapping[str, Any]) -> list[str]:
     """Qwen3_5TextConfig without `layer_types`: every `full_attention_interval`-th layer (4 when
     absent) attends, the others are gated delta nets."""

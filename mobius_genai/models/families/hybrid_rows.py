@@ -8,19 +8,18 @@ import dataclasses
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.linear_attention import read_linear_attention
 from mobius_genai.config.moe import MoeKeys, moe_reader
+from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
-    lfm2_conv_kernel_size,
     lfm2_intermediate_size,
     lfm2_layer_types,
     qwen3_5_layer_types,
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
 )
-from mobius_genai.models.families.readers import switch
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
 # attention layers with an output gate, per-head q/k norms and partial rotary (1-D: the
@@ -133,8 +132,7 @@ HYBRID_FAMILIES = (
         config_overrides={
             "qk_norm": True,
             "intermediate_size": lfm2_intermediate_size,
-            "conv_kernel_size": lfm2_conv_kernel_size,
-            "conv_bias": switch("conv_bias", False),
+            "short_conv": read_short_conv,
         },
         weight_renames=(
             (r"\.input_layernorm\.", ".operator_norm."),

@@ -10,7 +10,7 @@ import pytest
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import Int4Options, quantize_int4
 from mobius_genai.quantize.layout import dequantize_matmul_nbits, quantize_matmul_nbits
-from mobius_genai.quantize.targets import find_weights
+from mobius_genai.quantize.weight_uses import find_weights
 
 F32 = ir.DataType.FLOAT
 MS = "com.microsoft"

@@ -32,9 +32,10 @@ import onnx_ir as ir
 from mobius_genai.checkpoint.prequantized.tensor import ZERO_FORMS, PrequantizedTensor
 from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.quantize.graph_writer import GraphWriter
+from mobius_genai.quantize.plan import Int4Plan
 from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays, table_uses
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
-from mobius_genai.quantize.write import GraphWriter
 
 __all__ = ["FLOAT_KINDS", "PrequantizedReport", "apply_prequantized"]
 
@@ -94,23 +95,21 @@ class PrequantizedReport:
 def apply_prequantized(
     model: ir.Model,
     scheme: str,
-    accuracy_level: int,
-    matmul_nbits: bool,
-    gather: bool = False,
+    plan: Int4Plan,
+    keep: bool,
     float_kinds: Mapping[str, int] | None = None,
     precision: str = "fp32",
     why_float: str = "the EP has no MatMulNBits",
 ) -> PrequantizedReport:
     """Replace each MatMul reading a `PrequantizedTensor` weight by MatMulNBits, in place, and
-    the uses of pre-quantized tables by MatMulNBits and (with `gather`: the EP has the kernel
-    for the model dtype) GatherBlockQuantized.
+    the uses of pre-quantized tables by MatMulNBits and (where `plan.gather`)
+    GatherBlockQuantized, at `plan.accuracy_level` (see the module docstring).
 
-    With `matmul_nbits` False (an EP without the kernel, or a float precision asked:
-    `why_float` says which) every weight and table stays float: the tensors then read as the
-    format's dequantized values. `accuracy_level` is the level of every MatMulNBits (see the
-    module docstring); `float_kinds` counts the source's
-    tensors read as float by their stored kind, for the report (`precision`: the model's float
-    precision, the words for what they became).
+    With `keep` False (an EP without MatMulNBits, or a float precision asked: `why_float`
+    says which) every weight and table stays float: the tensors then read as the format's
+    dequantized values. `float_kinds` counts the source's tensors read as float by their
+    stored kind, for the report (`precision`: the model's float precision, the words for what
+    they became).
     """
     graph = model.graph
     kinds = _Kinds(precision)
@@ -126,7 +125,7 @@ def apply_prequantized(
         parts = _parts(weight)
         if not parts:
             continue
-        reason = None if matmul_nbits else why_float
+        reason = None if keep else why_float
         if reason is None and any(p.bits == 8 and p.zero_form == "float" for p in parts):
             reason = "8-bit float zero points (onnxruntime's cpu MatMulNBits refuses them)"
         if reason:
@@ -138,8 +137,8 @@ def apply_prequantized(
         writer.replace(node, new_nodes)
     writer.remove_unused()
     lookups = 0
-    if matmul_nbits:
-        tables = apply_stored_tables(model, gather, cache)
+    if keep:
+        tables = apply_stored_tables(model, plan.gather, cache)
         written += tables.matmuls
         lookups = tables.lookups
         dequantized += tables.dequantized
@@ -151,11 +150,11 @@ def apply_prequantized(
         kinds.dequantized(tables)
     if written:
         model.opset_imports.setdefault(MS_DOMAIN, 1)
-    _set_accuracy_level(graph, accuracy_level)
+    _set_accuracy_level(graph, plan.accuracy_level)
     kinds.read_as_float(float_kinds or {})
     return PrequantizedReport(
         scheme=scheme,
-        accuracy_level=accuracy_level,
+        accuracy_level=plan.accuracy_level,
         weights=len(written),
         act_order_gathers=len(gathers),
         block_sizes=tuple(sorted({size for _, size, _ in written})),
