@@ -34,9 +34,10 @@ TOLERANCE: Mapping[str, float] = MappingProxyType({"fp16": 0.02, "bf16": 0.06, "
 #: An image for the vision lines: 5 x 7 merged tokens in windows of 2 x 2, partial at the edges.
 IMAGE_SIZE = (40, 56)
 _PHI3_WINDOW = {"sliding_window": 262144, "original_max_position_embeddings": 64}
-#: Only the fields a line is about are flipped; the rest of cuda's capabilities stay as they are.
-_MOE_FLAGS = {"supports_fused_moe": True}
-_QMOE_FLAGS = {"supports_fused_moe": True, "supports_qmoe": True}
+#: Only the kernels a line is about are flipped on (ep/kernels.py names); the rest of cuda's
+#: capabilities stay as they are.
+_MOE_FLAGS = {"MoE": True}
+_QMOE_FLAGS = {"MoE": True, "QMoE": True}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Line:
     absent: tuple[str, ...] = ()
     """Ops the cuda graphs must not hold (an op the EP's gate declines for this dtype)."""
     flags: Mapping[str, bool] = dataclasses.field(default_factory=dict)
-    """cuda capability fields set for this line's build (the ones still False until checked)."""
+    """cuda kernels turned on for this line's build (the ones still off until checked)."""
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Config overrides of the tiny checkpoint."""
     seed: int = 3

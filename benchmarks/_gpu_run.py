@@ -3,7 +3,7 @@
 Steps, each recorded on its own (a failing step says why, and the steps after it that do not
 need its result still run):
 
-- `package`: the tiny checkpoint packaged for cuda (the line's flags flipped on), and `graph`:
+- `package`: the tiny checkpoint packaged for cuda (the line's kernels turned on), and `graph`:
   the ops the line is about are in its graphs;
 - `cpu`: the same checkpoint packaged for cpu (fp32) and its greedy tokens with
   onnxruntime-genai; for int4 lines the cuda bundle itself on onnxruntime's CPU provider (the
@@ -120,10 +120,10 @@ def _result(run: Run) -> dict[str, Any]:
 
 
 def cuda_caps(line: Line) -> EpCapabilities:
-    """cuda's capabilities with the line's flags flipped on (nothing is registered)."""
+    """cuda's capabilities with the line's kernels turned on (nothing is registered)."""
     from mobius_genai.ep import get_ep
 
-    return dataclasses.replace(get_ep("cuda"), **line.flags)
+    return get_ep("cuda").with_kernels(line.flags)
 
 
 def _package_cuda(run: Run, checkpoint: Path) -> Path:

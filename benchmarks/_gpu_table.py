@@ -67,7 +67,7 @@ def markdown(environment: Mapping[str, Any], results: Sequence[Mapping[str, Any]
     ]
     if failed:
         lines += ["", "Other failed steps:", "", *failed]
-    lines += ["", "Capability fields the passing lines back (see benchmarks/README.md):", ""]
+    lines += ["", "Kernels the passing lines back (see benchmarks/README.md):", ""]
     backed = [
         f"- {result['line']}: cuda `{field}=True`"
         for result in results

@@ -57,10 +57,10 @@ def _inputs(model: Any, bundle: Path, image: Path) -> Any:
     """The multimodal processor's inputs for an image and a few words."""
     import onnxruntime_genai as og
 
-    from mobius_genai.runtime.generate import IMAGE_PLACEHOLDERS
+    from mobius_genai.runtime.generate import image_placeholder
 
     config = json.loads((bundle / "genai_config.json").read_text())
-    placeholder = IMAGE_PLACEHOLDERS[config["model"]["type"]]
+    placeholder = image_placeholder(bundle, config)
     processor = model.create_multimodal_processor()
     return processor(f"{placeholder} Describe.", images=og.Images.open(str(image)))
 

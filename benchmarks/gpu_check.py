@@ -6,8 +6,8 @@ onnxruntime-genai's builder.
     python benchmarks/gpu_check.py --dry-run --lines dense-fp16  # anywhere: every CPU step
 
 Each line (`_gpu_lines.LINES`, most important first) writes a tiny random checkpoint on the
-spot (no download), packages it for cuda in fp16, bf16 or int4 (with the cuda capability
-fields it checks flipped on, e.g. `supports_fused_moe`) and for cpu, and runs the steps of
+spot (no download), packages it for cuda in fp16, bf16 or int4 (with the cuda kernels
+it checks turned on, e.g. MoE) and for cpu, and runs the steps of
 `_gpu_run.py` in a process of its own: one line failing, crashing or hanging leaves the others
 running. A line gets at most `--line-s` seconds and the whole run `--budget-s` (lines that no
 longer fit are listed as skipped), so the run ends before the device command's limit. Results

@@ -18,8 +18,8 @@ For each precision (fp32, int4), three bundles of the same checkpoint, built in 
 
 - `fused`: `mobius-genai package --ep cpu` (com.microsoft CausalConvWithState and
   LinearAttention run by onnxruntime's kernels);
-- `bodies`: the same EP with `supports_causal_conv_with_state` and `supports_linear_attention`
-  off, so the two Tier-1 functions are inlined into their standard-ONNX bodies (a Scan over the
+- `bodies`: the same EP with the CausalConvWithState and LinearAttention kernels off
+  (`with_kernels`), so the two Tier-1 functions are inlined into their standard-ONNX bodies (a Scan over the
   tokens for the delta rule) and nothing else changes: the same math (tests/families/
   test_qwen3_5.py and test_hybrid.py check both graphs against transformers);
 - `builder`: `python -m onnxruntime_genai.models.builder -i CKPT -o OUT -p P -e cpu -c CACHE`.
@@ -194,10 +194,8 @@ def build_ours(checkpoint: Path, precision: str, prefix: str) -> dict[str, Path]
 
     fused = mobius_genai.get_ep("cpu")
     bodies = dataclasses.replace(
-        fused,
+        fused.with_kernels({"CausalConvWithState": False, "LinearAttention": False}),
         name="cpu-recurrent-bodies",
-        supports_causal_conv_with_state=False,
-        supports_linear_attention=False,
     )
     bundles = {}
     for label, caps in (("fused", fused), ("bodies", bodies)):

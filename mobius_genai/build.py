@@ -4,35 +4,33 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import onnx_ir as ir
 from onnx_ir.serde import SerdeError
 
 from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY
 from mobius_genai.checkpoint.opening import open_checkpoint
-from mobius_genai.checkpoint.parameters import attach_weights, layers_from, parameter_tensors
+from mobius_genai.checkpoint.parameters import layers_from, parameter_tensors
 from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.checkpoint.source import Source
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
 from mobius_genai.errors import MobiusError
+from mobius_genai.kinds.base import DecoderWeights, KindInput, ModelKind
+from mobius_genai.kinds.table import TEXT_DECODER, kind_of
 from mobius_genai.models.causal_lm import CausalLMModel
-from mobius_genai.models.families import FamilyAdapter, get_family
-from mobius_genai.models.vision_language import VisionLanguageFamily, vision_language_family
-from mobius_genai.models.vision_language_graphs import vision_language_graphs
+from mobius_genai.models.families import FamilyAdapter
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress, phase
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 
-# Package key → model role (the role gates fusions such as GQA): "model" for the one graph
-# of a text model; "vision", "embedding" and "decoder" for a vision-language package.
-ROLES = {"model": "decoder", "decoder": "decoder", "vision": "vision", "embedding": "embedding"}
 MODEL_FILENAME = "model.onnx"
 #: Initializers above this many bytes are saved to the external data file (onnx-ir's default).
 EXTERNAL_THRESHOLD = 256
@@ -40,19 +38,22 @@ EXTERNAL_THRESHOLD = 256
 
 @dataclasses.dataclass
 class ModelPackage(Mapping[str, ir.Model]):
-    """The ONNX models built from one checkpoint, by package key ("model" for a decoder;
-    "vision", "embedding", "decoder" for a vision-language model, whose `config` is the text
-    decoder's and `vision_language` the whole checkpoint's)."""
+    """The ONNX models built from one checkpoint for one `Target`, by package key ("model" for
+    a text decoder; each kind names its graphs and their roles: `kinds/`). `config` is the text
+    decoder's, `kind_config` the kind's config of the whole checkpoint (None for a decoder)."""
 
     models: dict[str, ir.Model]
+    roles: dict[str, str]
+    """Package key → the model's role (`optimize.gates.ROLES`: the role gates fusions)."""
     config: ArchitectureConfig
-    ep: EpCapabilities
-    dtype: ir.DataType
+    target: Target
     context_length: int
     source: Source | None = None
-    family: FamilyAdapter | VisionLanguageFamily | None = None
+    family: Any = None
+    """The kind's row (a `FamilyAdapter`, a `VisionLanguageFamily`, ...)."""
     reports: dict[str, OptimizationReport] = dataclasses.field(default_factory=dict)
-    vision_language: VisionLanguageConfig | None = None
+    kind: ModelKind = TEXT_DECODER
+    kind_config: Any = None
     prequantized: str | None = None
     """How the source stored its quantized weights (e.g. "GPTQ 4-bit, group size 128"), when
     it did: those weights carry their stored integers (`PrequantizedTensor`)."""
@@ -63,9 +64,21 @@ class ModelPackage(Mapping[str, ir.Model]):
     """What of a multimodal checkpoint a text-only build left out (`TextOnly.not_built`)."""
 
     @property
+    def ep(self) -> EpCapabilities:
+        return self.target.ep
+
+    @property
+    def dtype(self) -> ir.DataType:
+        return self.target.dtype
+
+    @property
     def decoder_key(self) -> str:
         """The package key of the text decoder ("model", or "decoder" beside other graphs)."""
         return "model" if "model" in self.models else "decoder"
+
+    def filename(self, key: str) -> str:
+        """The file the graph of package key `key` is saved as (model.onnx for "model")."""
+        return MODEL_FILENAME if key == "model" else f"{key}.onnx"
 
     def __getitem__(self, key: str) -> ir.Model:
         return self.models[key]
@@ -98,7 +111,7 @@ class ModelPackage(Mapping[str, ir.Model]):
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for index, (key, model) in enumerate(self.models.items(), 1):
-            filename = MODEL_FILENAME if key == "model" else f"{key}.onnx"
+            filename = self.filename(key)
             path = directory / filename
             tensors = [
                 value
@@ -108,7 +121,7 @@ class ModelPackage(Mapping[str, ir.Model]):
             ]
             label = f"{action} {filename}"
             if len(self.models) > 1:
-                label += f" (graph {index} of {len(self.models)}, {ROLES[key]})"
+                label += f" (graph {index} of {len(self.models)}, {self.roles[key]})"
             with (
                 Progress(label, total=len(tensors), enabled=progress) as bar,
                 _quiet_weightless_save(),
@@ -180,9 +193,9 @@ def build_from_module(
         model = (task or CausalLMTask()).build(module, config)
     package = ModelPackage(
         models={"model": model},
+        roles={"model": "decoder"},
         config=config,
-        ep=target.ep,
-        dtype=target.dtype,
+        target=target,
         context_length=int(model.metadata_props[CONTEXT_LENGTH_KEY]),
     )
     if optimize:
@@ -222,59 +235,48 @@ def build(
     with phase("reading the checkpoint", progress):
         opened = open_checkpoint(model, revision, progress=progress, weights=load_weights)
     source, raw = opened.source, opened.config
-    vision_language = vision_language_family(raw.get("model_type", ""))
-    if vision_language is not None:
-        with phase("building the graph", progress):
-            package = _build_vision_language(
-                raw,
-                vision_language,
-                target,
-                source,
-                opened.reader if load_weights else None,
-                num_layers,
-            )
-        _optimize(package, trace_optimization, prune_lm_head, progress)
-        return package
-    family = get_family(raw.get("model_type", ""))
-    config = family.parse_config(raw)
-    if num_layers is not None:
-        config = config.first_layers(num_layers)
-    length = target.context_length or config.max_position_embeddings
     checkpoint = opened.reader() if load_weights else None
-    prequantized = None if checkpoint is None else checkpoint.describe()
-    with phase("building the graph", progress), build_context(target.ep, target.dtype):
-        module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
-        # config vs checkpoint: before the graph is built
-        tensors, float_kinds = _read_weights(module, checkpoint, family, num_layers)
-        graph_model = CausalLMTask().build(module, config)
-        attach_weights(graph_model, tensors)
-    package = ModelPackage(
-        models={"model": graph_model},
-        config=config,
-        ep=target.ep,
-        dtype=target.dtype,
-        context_length=length,
+    kind = kind_of(raw.get("model_type", ""))
+    given = KindInput(
+        raw=raw,
         source=source,
-        family=family,
-        prequantized=prequantized,
-        float_kinds=float_kinds if prequantized else {},
-        not_built=None if family.text_only is None else family.text_only.not_built,
+        checkpoint=checkpoint,
+        target=target,
+        num_layers=num_layers,
+        read_decoder=functools.partial(_decoder_weights, checkpoint, num_layers),
+    )
+    with phase("building the graph", progress), build_context(target.ep, target.dtype):
+        built = kind.build(given)
+    package = ModelPackage(
+        models={key: model for key, (_, model) in built.graphs.items()},
+        roles={key: role for key, (role, _) in built.graphs.items()},
+        config=built.config,
+        target=target,
+        context_length=built.context_length,
+        source=source,
+        family=built.family,
+        kind=kind,
+        kind_config=built.kind_config,
+        prequantized=built.prequantized,
+        float_kinds=built.float_kinds if built.prequantized else {},
+        not_built=built.not_built,
     )
     _optimize(package, trace_optimization, prune_lm_head, progress)
     return package
 
 
-def _read_weights(
-    module: CausalLMModel,
+def _decoder_weights(
     checkpoint: CheckpointReader | None,
-    family: FamilyAdapter,
     num_layers: int | None,
-) -> tuple[dict[str, ir.TensorProtocol], dict[str, int]]:
-    """`parameter_tensors` of the module (none without a checkpoint); with `num_layers`, the
-    checkpoint's later layers are left unread."""
+    module: CausalLMModel,
+    family: FamilyAdapter,
+) -> DecoderWeights:
+    """`KindInput.read_decoder`: the tensors of a decoder module (`parameter_tensors`: every
+    reader of stored formats), and how the source stored them; none for a graph-only build.
+    With `num_layers`, the checkpoint's later layers are left unread."""
     if checkpoint is None:
-        return {}, {}
-    return parameter_tensors(
+        return DecoderWeights({}, {}, None)
+    tensors, float_kinds = parameter_tensors(
         dict(module.named_parameters()),
         checkpoint,
         family,
@@ -282,44 +284,7 @@ def _read_weights(
         tied=module.tied_weights(),
         dropped=layers_from(checkpoint, num_layers),
     )
-
-
-def _build_vision_language(
-    raw: dict,
-    family: VisionLanguageFamily,
-    target: Target,
-    source: Source,
-    reader: Callable[[], CheckpointReader] | None,
-    num_layers: int | None,
-) -> ModelPackage:
-    """The three graphs; with `num_layers`, the decoder's first layers and the vision tower's
-    first layers of every kind (`VisionLanguageConfig.first_layers`). `reader` opens the
-    checkpoint once the config is parsed (None: a graph without weights)."""
-    config = family.parse_config(raw)
-    if num_layers is not None:
-        config = config.first_layers(num_layers)
-    checkpoint = None if reader is None else reader()
-    dropped = (
-        family.dropped_layers(checkpoint, config)
-        if checkpoint is not None and num_layers is not None
-        else []
-    )
-    length = target.context_length or config.text.max_position_embeddings
-    with build_context(target.ep, target.dtype):
-        models, float_kinds = vision_language_graphs(config, family, length, checkpoint, dropped)
-    prequantized = None if checkpoint is None else checkpoint.describe()
-    return ModelPackage(
-        models=models,
-        config=config.text,
-        ep=target.ep,
-        dtype=target.dtype,
-        context_length=length,
-        source=source,
-        family=family,
-        vision_language=config,
-        prequantized=prequantized,
-        float_kinds=float_kinds if prequantized else {},
-    )
+    return DecoderWeights(tensors, float_kinds, checkpoint.describe())
 
 
 def _optimize(
@@ -331,7 +296,7 @@ def _optimize(
                 model,
                 ep=package.ep,
                 dtype=package.dtype,
-                model_role=ROLES[key],
+                model_role=package.roles[key],
                 trace=trace,
                 prune_lm_head=prune_lm_head,
             )

@@ -20,13 +20,12 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai._json import read_json, write_json
-from mobius_genai.build import MODEL_FILENAME, ModelPackage, build
+from mobius_genai.build import ModelPackage, build
 from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.digest import save_with_digest
 from mobius_genai.bundle.genai_config import (
     CONFIG_FILENAME,
-    make_genai_config,
     read_generation_config,
 )
 from mobius_genai.bundle.graph import GraphInfo
@@ -39,17 +38,10 @@ from mobius_genai.bundle.manifest import (
     make_manifest,
     remember_source_hashes,
 )
-from mobius_genai.bundle.multimodal import (
-    PROCESSOR_FILENAME,
-    add_vision_language,
-    graph_filename,
-    processor_config,
-)
 from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.output_folder import checkpoint_folder, staged_output
 from mobius_genai.bundle.schema import validate_genai_config, validate_manifest
 from mobius_genai.bundle.tokenizer_files import copy_tokenizer_files
-from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.bundle.validate import (
     TOKENIZER_CHOICES,
     check_tokenizer,
@@ -61,6 +53,7 @@ from mobius_genai.checkpoint.source import Source, model_name
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
+from mobius_genai.kinds.base import WrittenGraphs
 from mobius_genai.progress import phase
 from mobius_genai.quantize import Int4Options, Int4Report
 from mobius_genai.quantize.package_weights import quantize_package, why_float
@@ -198,14 +191,12 @@ def _write_staged(
         _say(f"note: {note}", quiet)
     config = built.config
     write_twin = _twin_writer(built, staging, target, prune_lm_head)
-    vision = None if built.vision_language is None else built.vision_language.vision
-    vision_layers = None if vision is None else (vision.layers_of_every_kind(), vision.num_layers)
     return (
         precision,
         config.num_hidden_layers,
         config.layers_of_every_kind(),
         write_twin,
-        vision_layers,
+        built.kind.twin_layers(built),
     )
 
 
@@ -258,21 +249,12 @@ def write_bundle(
     # hashes model.onnx.data as it writes; int4 weights are quantized then, as they are written
     action = "saving" if quantization is None else "quantizing and saving"
     save_with_digest(built, folder, progress=progress, action=action)
-    filename = MODEL_FILENAME if built.decoder_key == "model" else graph_filename("decoder")
+    filename = built.filename(built.decoder_key)
     graph = GraphInfo.from_file(folder / filename)
-    genai_config = make_genai_config(
-        built.config,
-        built.ep,
-        graph,
-        context_length=built.context_length,
-        generation=read_generation_config(source.path),
-        filename=filename,
-        tool_tokens=tool_token_ids(folder),
-    )
-    if built.vision_language is not None:
-        add_vision_language(genai_config, built)
-        processor = processor_config(source.path, built)
-        write_json(folder / PROCESSOR_FILENAME, processor)
+    written = WrittenGraphs(folder, graph, read_generation_config(source.path))
+    genai_config = built.kind.genai_config(built, written)
+    for file_name, document in built.kind.bundle_files(source.path, built).items():
+        write_json(folder / file_name, document)
     validate_genai_config(genai_config)
     write_json(folder / CONFIG_FILENAME, genai_config)
     build_info = {
@@ -428,7 +410,7 @@ def build_notes(
             f"{trained}: positions past it are outside what the model was trained on"
         )
     sharing = genai_config.get("search", {}).get("past_present_share_buffer", False)
-    if built.ep.enable_graph_capture and not sharing:
+    if built.ep.enable_graph_capture and not built.ep.captures_graph(share_buffer=sharing):
         notes.append(
             f"graph capture is off: it needs GroupQueryAttention's shared KV buffer, which "
             f"{built.ep.name} uses for "

@@ -19,7 +19,7 @@ import onnx_ir as ir
 
 from mobius_genai.config.limits import check_size
 from mobius_genai.ep.capabilities import EpCapabilities
-from mobius_genai.ep.registry import get_ep
+from mobius_genai.ep.registry import resolve_ep
 from mobius_genai.errors import ConfigError, ExecutionProviderError
 from mobius_genai.quantize.plan import Int4Options, Int4Plan, int4_plan
 
@@ -158,16 +158,6 @@ def target_or_choices(
 
 def _bits(stored: Collection[int]) -> str:
     return " and ".join(f"{bits}-bit integers" for bits in sorted(stored)) or "float weights"
-
-
-def resolve_ep(execution_provider: str | EpCapabilities) -> EpCapabilities:
-    """EpCapabilities for a registered name or alias (capabilities pass through)."""
-    if isinstance(execution_provider, EpCapabilities):
-        return execution_provider
-    try:
-        return get_ep(execution_provider)
-    except ValueError as error:
-        raise ExecutionProviderError(str(error)) from None
 
 
 def parse_dtype(dtype: str | ir.DataType) -> ir.DataType:

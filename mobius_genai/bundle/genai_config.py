@@ -55,18 +55,20 @@ def make_genai_config(
     generation: Mapping[str, Any] | None = None,
     filename: str = "model.onnx",
     tool_tokens: Mapping[str, int] | None = None,
+    genai_type: str | None = None,
 ) -> dict[str, Any]:
     """The genai_config.json document for `graph` (the decoder file `filename`) on `ep`.
 
     `context_length` defaults to max_position_embeddings; `generation` is generation_config.json
     (token ids and search defaults; it wins over config.json); `tool_tokens` are the tool-call
-    and reasoning ids of the tokenizer (`tool_tokens.tool_token_ids`).
+    and reasoning ids of the tokenizer (`tool_tokens.tool_token_ids`); `genai_type` is
+    model.type as the model's kind names it (`ModelKind.genai_type`), by default its family's.
     """
     generation = generation or {}
     context_length = context_length or config.max_position_embeddings
     share_buffer = graph.has_gqa
     model: dict[str, Any] = {
-        "type": get_family(config.model_type).genai_type,
+        "type": genai_type or get_family(config.model_type).genai_type,
         "context_length": context_length,
         "vocab_size": config.vocab_size,
         **token_ids(config, generation),
@@ -106,7 +108,7 @@ def provider_options(ep: EpCapabilities, *, share_buffer: bool) -> list[dict[str
         return []
     options = dict(ep.provider_options)
     if ep.graph_capture_option is not None:
-        capture = ep.enable_graph_capture and share_buffer
+        capture = ep.captures_graph(share_buffer=share_buffer)
         options[ep.graph_capture_option] = "1" if capture else "0"
     return [{provider: options}]
 

@@ -10,12 +10,9 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from mobius_genai.bundle.graph import GraphInfo, layer_names
-from mobius_genai.ep import EpCapabilities, RuntimeInfo, ep_registry, get_ep
+from mobius_genai.ep import HOST_EP, EpCapabilities, RuntimeInfo, ep_registry, get_ep
 from mobius_genai.ep.capabilities import ALL_MODEL_DTYPES
 from mobius_genai.target import precision_of
-
-#: The EP that runs a bundle on onnxruntime's CPU provider (its kernels decide the dtypes).
-CPU_EP = "cpu"
 
 
 def graph_dtype(graph: GraphInfo) -> ir.DataType | None:
@@ -36,7 +33,7 @@ def cpu_refusal(graph: GraphInfo) -> str | None:
 
 def dtype_refusal(dtype: ir.DataType | None) -> str | None:
     """Why onnxruntime's CPU provider cannot run a bundle of `dtype` and what can, or None."""
-    cpu = get_ep(CPU_EP)
+    cpu = get_ep(HOST_EP)
     if dtype is None or dtype in cpu.model_dtypes or dtype not in ALL_MODEL_DTYPES:
         return None
     name = precision_of(dtype)

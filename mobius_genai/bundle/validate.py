@@ -30,6 +30,7 @@ from mobius_genai.bundle.schema import read_bundle_json
 from mobius_genai.bundle.tool_tokens import check_tool_token_ids
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
+from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES, OG_SECTIONS, og_type
 
 #: genai's defaults for the decoder I/O names a config may leave out.
 DEFAULT_INPUTS = {
@@ -45,20 +46,8 @@ DEFAULT_OUTPUTS = {
     "present_value_names": "present.%d.value",
 }
 
-#: genai's default I/O names of the graphs beside a multimodal decoder (model.vision and
-#: model.embedding), and the decoder input the embedding graph feeds.
-PIPELINE_DEFAULTS = {
-    "vision": ({"pixel_values": "pixel_values"}, {"image_features": "image_features"}),
-    "embedding": (
-        {"input_ids": "input_ids", "image_features": "image_features"},
-        {"inputs_embeds": "inputs_embeds"},
-    ),
-}
+#: The decoder input the embedding graph feeds (og's default name).
 _INPUTS_EMBEDS = "inputs_embeds"
-#: model.type values for which onnxruntime-genai 0.18 feeds 3-D mrope position_ids
-#: [3, batch, seq] (its ModelType::IsQwenVLFamily); every other type gets [batch, seq].
-THREE_D_POSITIONS = frozenset({"fara", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "qwen3_5_moe"})
-_PROCESSOR_DEFAULT = "processor_config.json"
 
 TOKENIZER_CHOICES = ("tokenizer.json", "tokenizer.model")
 
@@ -248,7 +237,7 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
     decoder takes the embedding graph's output."""
     model = config["model"]
     problems = []
-    for section, (default_inputs, default_outputs) in PIPELINE_DEFAULTS.items():
+    for section, (default_inputs, default_outputs) in OG_SECTIONS.items():
         entry = model.get(section)
         if entry is None or "pipeline" in entry:  # no such graph, or several (not checked)
             continue
@@ -277,12 +266,13 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
             for name in graph.inputs
             if name not in inputs.values()
         ]
-    processor = model.get("vision", {}).get("config_filename", _PROCESSOR_DEFAULT)
-    if "vision" in model and not (folder / processor).is_file():
-        problems.append(
-            f"model.vision.config_filename: {processor!r} is not a file in {folder}; the "
-            "multimodal processor reads its image transforms from it"
-        )
+    for section, default in OG_PROCESSOR_FILES.items():
+        processor = model.get(section, {}).get("config_filename", default)
+        if section in model and not (folder / processor).is_file():
+            problems.append(
+                f"model.{section}.config_filename: {processor!r} is not a file in {folder}; "
+                "the multimodal processor reads its transforms from it"
+            )
     embeds = model["decoder"].get("inputs", {}).get(_INPUTS_EMBEDS, _INPUTS_EMBEDS)
     if "embedding" in model and embeds not in decoder.inputs:
         problems.append(_missing("inputs", _INPUTS_EMBEDS, embeds, "input", decoder.inputs))
@@ -336,10 +326,11 @@ def _check_positions(model_type: str, spec: TensorSpec | None) -> list[str]:
     if spec is None or spec.shape is None:
         return []
     three_d = len(spec.shape) == 3 and spec.dim(0) == 3
-    if three_d == (model_type in THREE_D_POSITIONS) and len(spec.shape) in (2, 3):
+    fed_three_d = og_type(model_type).three_d_positions
+    if three_d == fed_three_d and len(spec.shape) in (2, 3):
         return []
     found = "[3, batch, seq]" if three_d else f"rank {len(spec.shape)}"
-    fed = "[3, batch, seq]" if model_type in THREE_D_POSITIONS else "[batch, seq]"
+    fed = "[3, batch, seq]" if fed_three_d else "[batch, seq]"
     return [
         f"graph input 'position_ids' is {found} but onnxruntime-genai feeds model.type "
         f"{model_type!r} positions {fed}"

@@ -1,4 +1,5 @@
-"""`mobius-genai eps`: the registered execution providers and their capabilities, as a table."""
+"""`mobius-genai eps`: the registered execution providers and their capabilities, as a table;
+with ``--kernels``, every kernel of ep/kernels.py's table and the dtypes each EP runs it in."""
 
 from __future__ import annotations
 
@@ -8,25 +9,33 @@ import textwrap
 import onnx_ir as ir
 
 from mobius_genai.cli._table import aligned_table
-from mobius_genai.components.tier1 import TIER1_OPS, ep_runs
+from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.ep import EpCapabilities, EpRegistry, ep_registry
+from mobius_genai.ep.kernels import KERNELS, missing
 from mobius_genai.quantize.plan import Int4Plan, int4_plan
 from mobius_genai.target import precision_of
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """`eps [--wide]`."""
-    parser.add_argument(
+    """`eps [--wide | --kernels]`."""
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
         "--wide",
         action="store_true",
         help="every column (fusions, provider options, onnxruntime EP names); the default "
         "table fits 100 columns",
     )
+    shown.add_argument(
+        "--kernels",
+        action="store_true",
+        help="every kernel an EP may lack, the dtypes each EP runs it in, and what an EP "
+        "without it gets",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the registry table on stdout."""
-    print(format_ep_table(wide=args.wide))
+    """Print the registry table (or the kernel table) on stdout."""
+    print(format_kernel_table() if args.kernels else format_ep_table(wide=args.wide))
     return 0
 
 
@@ -54,6 +63,8 @@ _NARROW_HEADERS = ("name", "dtypes", "GQA dtypes", "custom ops", "int4", "graph 
 
 _ALSO_ACCEPTED = "Names are accepted in any case, and an EP's onnxruntime EP name stands for it."
 _WIDER = "`mobius-genai eps --wide` adds: "
+_KERNELS = "`mobius-genai eps --kernels`: every kernel, and the dtypes each EP runs it in."
+_CELLS = "all: every model dtype the EP runs (`mobius-genai eps`, dtypes column); -: none."
 
 
 def _yes_no(flag: bool) -> str:
@@ -73,10 +84,34 @@ def _moe(caps: EpCapabilities, plan: Int4Plan) -> str:
 
 def _packed_attention(caps: EpCapabilities) -> str:
     """Whether vision towers keep com.microsoft::PackedMultiHeadAttention, and for which dtypes."""
-    op = "PackedMultiHeadAttention"
-    return (
-        f"yes ({_dtypes(TIER1_OPS[op].dtypes or caps.model_dtypes)})" if ep_runs(caps, op) else "no"
-    )
+    dtypes = _kernel_dtypes(caps, "PackedMultiHeadAttention")
+    return f"yes ({_dtypes(dtypes)})" if dtypes else "no"
+
+
+def _kernel_dtypes(caps: EpCapabilities, name: str) -> frozenset[ir.DataType]:
+    """The dtypes `caps` runs kernel `name` in, within the op schema's (none if it lacks it)."""
+    if missing(caps, name) is not None:
+        return frozenset()
+    schema = TIER1_OPS[name].dtypes if name in TIER1_OPS else None
+    return caps.kernel_dtypes(name) & (caps.model_dtypes if schema is None else schema)
+
+
+def _kernel_cell(caps: EpCapabilities, name: str) -> str:
+    dtypes = _kernel_dtypes(caps, name)
+    return "all" if dtypes == caps.model_dtypes else _dtypes(dtypes)
+
+
+def format_kernel_table(registry: EpRegistry | None = None) -> str:
+    """Every row of the kernel table (ep/kernels.py) against every registered EP: the model
+    dtypes it runs the kernel in, and what an EP without it gets."""
+    registry = ep_registry if registry is None else registry
+    entries = registry.entries()
+    header = ("kernel", *(caps.name for caps in entries), "without it")
+    rows = [
+        (name, *(_kernel_cell(caps, name) for caps in entries), kernel.without)
+        for name, kernel in KERNELS.items()
+    ]
+    return "\n".join([aligned_table([header, *rows]), "", _CELLS])
 
 
 def _table_row(caps: EpCapabilities) -> tuple[str, ...]:
@@ -118,4 +153,5 @@ def format_ep_table(registry: EpRegistry | None = None, *, wide: bool = False) -
     if not wide:
         more = ", ".join(h for h in _TABLE_HEADERS if h not in _NARROW_HEADERS)
         lines.append(textwrap.fill(f"{_WIDER}{more}.", _WIDTH))
+        lines.append(_KERNELS)
     return "\n".join(lines)

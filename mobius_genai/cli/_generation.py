@@ -16,12 +16,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from mobius_genai.cli._args import positive_int
+from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
 from mobius_genai.runtime.opening import ON_CPU, OpenBundle
 from mobius_genai.runtime.placement import Provider
 
 #: What --ep accepts, with what it does: the bundle itself is never changed.
-EP_OVERRIDES = {"cpu": "the bundle's graph on the CPU provider, whatever its provider_options say"}
+EP_OVERRIDES = {
+    HOST_EP: "the bundle's graph on the CPU provider, whatever its provider_options say"
+}
 
 
 def add_ep_argument(parser: argparse.ArgumentParser) -> None:

@@ -127,14 +127,6 @@ def _yarn(inv_freq: np.ndarray, rope: RopeConfig, rotary_dim: int) -> np.ndarray
     return interpolation * (1 - extrapolation) + inv_freq * extrapolation
 
 
-def cos_sin_tables(
-    rope: RopeConfig, rotary_dim: int, context_length: int, long: bool = False
-) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin tables [context_length, rotary_dim / 2] in float32."""
-    cos, sin = (_table(rope, rotary_dim, context_length, f, long) for f in (np.cos, np.sin))
-    return cos, sin
-
-
 def _table(
     rope: RopeConfig, rotary_dim: int, context_length: int, function: np.ufunc, long: bool
 ) -> np.ndarray:

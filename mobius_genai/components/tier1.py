@@ -4,7 +4,8 @@ A fusion that emits one of these ops also registers its body in ``model.function
 `register_functions`). onnxruntime then runs its fused kernel, and a runtime without the
 kernel expands the body (onnxruntime itself does so for an op it has no kernel for), so the
 "default" EP stays portable. For an EP that cannot run an op, Stage 2b inlines the body
-(`needs_inlining`), which leaves only standard ONNX.
+(`needs_inlining`), which leaves only standard ONNX. Which EP runs which of these ops is
+data: the KERNELS table of ep/kernels.py and each EP's entry.
 
 Each body reproduces the op as onnxruntime 1.32 defines it (contrib-op schemas and CPU kernels),
 in the ONNX opset of the model it is registered in (bodies use only ops the matched pattern
@@ -56,6 +57,7 @@ import onnx_ir as ir
 
 from mobius_genai.components import attention_bodies, recurrent_bodies
 from mobius_genai.ep.capabilities import EpCapabilities
+from mobius_genai.ep.kernels import MS_DOMAIN, ep_runs, is_standard_domain
 
 __all__ = [
     "MS_DOMAIN",
@@ -68,16 +70,9 @@ __all__ = [
     "register_functions",
 ]
 
-MS_DOMAIN = "com.microsoft"
-_STANDARD_DOMAINS = ("", "ai.onnx")
 _DEFAULT_EPSILON = 1e-12  # onnxruntime's default for the Skip*Normalization ops
 
 Body = Callable[[ir.tape.Tape, Sequence[ir.Value]], Sequence[ir.Value]]
-
-
-def is_standard_domain(domain: str) -> bool:
-    """True for the ONNX standard domain ("" or "ai.onnx")."""
-    return domain in _STANDARD_DOMAINS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,8 +90,6 @@ class Tier1Op:
     """Attributes the op declares, with onnxruntime's defaults."""
     bodies: Mapping[str, Body]
     """Overload → body builder (the default body has overload "")."""
-    capability: str | None = None
-    """EpCapabilities field that says whether the EP has the kernel (besides supports_custom_ops)."""
     uncovered_inputs: frozenset[int] = frozenset()
     """Optional input positions the body ignores: a node that fills one gets no body."""
     dtypes: frozenset[ir.DataType] | None = None
@@ -331,7 +324,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 optional_outputs=frozenset({1, 2, 3}),
                 attributes=(_float_attr("epsilon", _DEFAULT_EPSILON),),
                 bodies={"": _skip_simplified_body},
-                capability="supports_skip_layer_norm",
             ),
             Tier1Op(
                 "SkipLayerNormalization",
@@ -341,7 +333,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 optional_outputs=frozenset({1, 2, 3}),
                 attributes=(_float_attr("epsilon", _DEFAULT_EPSILON),),
                 bodies={"": _skip_layer_norm_body},
-                capability="supports_skip_layer_norm",
             ),
             Tier1Op(
                 "FusedMatMul",
@@ -357,7 +348,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     _int_attr("transBatchB", 0),
                 ),
                 bodies={"transA": _fused_matmul_trans_a, "transB": _fused_matmul_trans_b},
-                capability="supports_fused_matmul",
             ),
             Tier1Op(
                 "BiasGelu",
@@ -401,7 +391,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     _float_attr("activation_beta", 0.0),
                 ),
                 bodies={"": _moe_body, "bias": _moe_biased_body},
-                capability="supports_fused_moe",
             ),
             Tier1Op(
                 "CausalConvWithState",
@@ -414,7 +403,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     "": recurrent_bodies.causal_conv,
                     "silu": recurrent_bodies.causal_conv_silu,
                 },
-                capability="supports_causal_conv_with_state",
                 uncovered_inputs=frozenset({2}),
             ),
             Tier1Op(
@@ -432,7 +420,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     _int_attr("state_window", 0),
                 ),
                 bodies={"": recurrent_bodies.gated_delta},
-                capability="supports_linear_attention",
                 covers_call=_gated_delta_call,
             ),
             Tier1Op(
@@ -455,7 +442,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     _float_attr("mask_filter_value", -10000.0),
                 ),
                 bodies={"": attention_bodies.packed_multi_head_attention},
-                capability="supports_packed_multi_head_attention",
                 dtypes=frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16}),
                 uncovered_inputs=frozenset({3, 6}),
                 covers_call=_separate_qkv_call,
@@ -463,20 +449,6 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
         )
     }
 )
-
-
-def ep_runs(caps: EpCapabilities, op_type: str, domain: str = MS_DOMAIN) -> bool:
-    """Whether `caps` says the EP has a kernel for `domain::op_type`.
-
-    Standard ops always run; custom-domain ops need ``supports_custom_ops``, and a Tier-1 op
-    also the capability field it names (e.g. ``supports_skip_layer_norm``).
-    """
-    if is_standard_domain(domain):
-        return True
-    if not caps.supports_custom_ops:
-        return False
-    spec = TIER1_OPS.get(op_type) if domain == MS_DOMAIN else None
-    return spec is None or spec.capability is None or bool(getattr(caps, spec.capability))
 
 
 def needs_inlining(function: ir.Function, caps: EpCapabilities) -> bool:

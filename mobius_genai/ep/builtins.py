@@ -9,11 +9,12 @@ To add an EP, add one entry here; nothing else names EPs or their providers.
 `supports_fused_moe` is claimed only where onnxruntime's com.microsoft::MoE kernel was measured
 to compute the routing the MoE block emits (softmax, top-k, renormalization, interleaved SwiGLU;
 tests/optimize/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
-`supports_qmoe` likewise: INT4 experts as com.microsoft::QMoE only where its kernel was measured
+The "QMoE" kernel likewise: INT4 experts as com.microsoft::QMoE only where its kernel was measured
 (the CPU EP: tests/quantize/test_qmoe.py).
-Likewise `supports_gqa_head_sink` (attention sinks inside GroupQueryAttention) stays on only
+Likewise "GroupQueryAttention.head_sink" (attention sinks inside GroupQueryAttention) stays on only
 where it was measured (the CPU EP, tests/optimize/test_gqa_sinks.py) or is the runtime that
-onnxruntime-genai's own gpt-oss models target (CUDA).
+onnxruntime-genai's own gpt-oss models target (CUDA). `kernels` names only the kernels where an
+EP differs from the row's default (ep/kernels.py).
 """
 
 from __future__ import annotations
@@ -25,30 +26,34 @@ import onnx_ir as ir
 
 from mobius_genai.ep.capabilities import EpCapabilities, RuntimeInfo
 
-__all__ = ["BUILTIN_ALIASES", "BUILTIN_EPS"]
+__all__ = ["BUILTIN_ALIASES", "BUILTIN_EPS", "HOST_EP"]
 
 _F32 = ir.DataType.FLOAT
 _F16 = ir.DataType.FLOAT16
 _BF16 = ir.DataType.BFLOAT16
 
+#: The EP of onnxruntime's CPU provider, the host every machine has: where a bundle runs without
+#: its accelerator, and what smoke tests, calibration and an Olive accelerator naming no EP use.
+HOST_EP = "cpu"
+
 _NOT_ON_CPU_WHEEL = "The CPU-only wheel cannot load this bundle."
+_NO_HEAD_SINK = {"GroupQueryAttention.head_sink": False}  # GQA's head_sink not measured (above)
 
 BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # Portable ONNX: no EP-specific fusions; custom ops keep their function bodies. INT4 is
     # standard DequantizeLinear + MatMul (MatMulNBits has no function body).
-    EpCapabilities(name="default", gqa_dtypes=frozenset(), supports_matmul_nbits=False),
+    EpCapabilities(name="default", gqa_dtypes=frozenset(), kernels={"MatMulNBits": False}),
     # ORT CPU EP. Packed q/k/v: one projection per layer decodes ~2.5% faster on CPU, fp32
     # and int4 alike (benchmarks/qkv_packing.py). No bf16: onnxruntime's CPU EP lacks bf16
     # kernels for ops every decoder uses (MatMul, Where).
     EpCapabilities(
-        name="cpu",
+        name=HOST_EP,
         gqa_dtypes=frozenset({_F32}),
         qkv_pack_dtypes=frozenset({_F32}),
         default_int4_accuracy_level=4,
-        int4_gather_dtypes=frozenset({_F32, _F16}),
         model_dtypes=frozenset({_F32, _F16}),
         runtime=RuntimeInfo(ort_provider="CPUExecutionProvider"),
-        supports_qmoe=True,
+        kernels={"GatherBlockQuantized": {_F32, _F16}, "QMoE": True},
     ),
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(
@@ -70,7 +75,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         ),
         default_dtype=_F16,
         graph_capture_option="enable_cuda_graph",
-        int4_gather_dtypes=frozenset({_F32, _F16, _BF16}),
+        kernels={"GatherBlockQuantized": {_F32, _F16, _BF16}},
     ),
     # DirectML: no fused RoPE inside GQA. genai turns DML graph capture on unless told "0",
     # so the option is written out to match enable_graph_capture=False. DirectML has no bf16
@@ -79,7 +84,6 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="dml",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
-        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F16}),
         supports_fused_rope=False,
         provider_options={"enable_graph_capture": "0"},
@@ -92,14 +96,13 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         default_dtype=_F16,
         graph_capture_option="enable_graph_capture",
         graph_capture_unless_disabled=True,
-        supports_rms_normalization=False,
         model_dtypes=frozenset({_F32, _F16}),
+        kernels={**_NO_HEAD_SINK, "RMSNormalization": False},
     ),
     # ORT WebGPU EP: Shape ops are eliminated. WebGPU has no bf16.
     EpCapabilities(
         name="webgpu",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
-        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F32, _F16}),
         default_int4_accuracy_level=4,
         provider_options={"enableGraphCapture": "0"},
@@ -109,10 +112,9 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
             card_note=_NOT_ON_CPU_WHEEL,
         ),
         default_dtype=_F16,
-        supports_shape_op=False,
         graph_capture_option="enableGraphCapture",
-        int4_gather_dtypes=frozenset({_F32, _F16}),
         model_dtypes=frozenset({_F32, _F16}),
+        kernels={**_NO_HEAD_SINK, "Shape": False, "GatherBlockQuantized": {_F32, _F16}},
     ),
     # Apple-silicon MLX plugin EP: GQA with unpacked Q/K/V. genai 0.18 passes names it does not
     # know through to ORT's plugin-EP lookup (AppendExecutionProvider_V2 by EP name), and the MLX
@@ -120,7 +122,6 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     EpCapabilities(
         name="mlx",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
-        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F32, _F16, _BF16}),
         runtime=RuntimeInfo(
             ort_provider="MLXExecutionProvider",
@@ -131,13 +132,13 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
             '"/path/to/the/MLX/plugin/library")`.',
         ),
         default_dtype=_F16,
+        kernels=_NO_HEAD_SINK,
     ),
     # NVIDIA TensorRT-RTX: TRT handles the primitives of SkipLayerNorm itself, and takes int4 as
     # DequantizeLinear + MatMul (onnxruntime-genai's builder emits that for it too, "use_qdq").
     EpCapabilities(
         name="trt-rtx",
         supports_fused_moe=False,  # MoE kernel not measured (see above)
-        supports_gqa_head_sink=False,  # GQA's head_sink not measured (see above)
         gqa_dtypes=frozenset({_F16, _BF16}),
         supports_skip_layer_norm=False,
         enable_graph_capture=True,
@@ -149,7 +150,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         ),
         default_dtype=_F16,
         graph_capture_option="enable_cuda_graph",
-        supports_matmul_nbits=False,
+        kernels={**_NO_HEAD_SINK, "MatMulNBits": False},
     ),
     # Strict ONNX for non-ORT runtimes: zero custom-domain ops in the output.
     EpCapabilities(
@@ -162,7 +163,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         supports_fused_moe=False,
         supports_packed_multi_head_attention=False,
         supports_custom_ops=False,
-        supports_matmul_nbits=False,
+        kernels={"MatMulNBits": False},
     ),
 )
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Generic, TypeVar
 
 import onnx_ir as ir
+
+from mobius_genai.ep.kernels import KERNELS
 
 __all__ = [
     "ALL_MODEL_DTYPES",
@@ -29,24 +32,26 @@ _WORD_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 #: The onnxruntime-genai wheel that runs bundles naming no provider (onnxruntime-genai's CPU).
 _STOCK_PACKAGE = "onnxruntime-genai"
 
+_V = TypeVar("_V")
+
 #: The model dtypes mobius-genai builds.
 ALL_MODEL_DTYPES = frozenset({ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
 
 
-class FrozenOptions(Mapping[str, str]):
-    """An immutable, hashable str→str mapping.
+class FrozenOptions(Mapping[str, _V], Generic[_V]):
+    """An immutable, hashable mapping with str keys (provider options, kernels).
 
-    A frozen dataclass hashes its fields, so provider options cannot be a dict (mutable,
-    unhashable) or a MappingProxyType (unhashable). Compares equal to a dict with the same items.
+    A frozen dataclass hashes its fields, so these cannot be a dict (mutable, unhashable) or a
+    MappingProxyType (unhashable). Compares equal to a dict with the same items.
     """
 
     __slots__ = ("_items",)
 
-    def __init__(self, items: Mapping[str, str] | Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(self, items: Mapping[str, _V] | Iterable[tuple[str, _V]] = ()) -> None:
         pairs = items.items() if isinstance(items, Mapping) else items
-        self._items: dict[str, str] = dict(pairs)
+        self._items: dict[str, _V] = dict(pairs)
 
-    def __getitem__(self, key: str) -> str:
+    def __getitem__(self, key: str) -> _V:
         return self._items[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -110,7 +115,9 @@ class EpCapabilities:
 
     The first eleven fields are the spec's (same names, order and defaults; provider_options,
     which the spec leaves without one, defaults to empty); the keyword-only
-    fields after them are what the packager and the lowering passes need beyond the spec.
+    fields after them are what the packager and the lowering passes need beyond the spec. The
+    kernels the spec has no field for are data (`kernels`, rows of ep/kernels.py); the
+    ``supports_*`` properties below read the ones that had a field before.
     Set-like and mapping fields accept any iterable / mapping and are stored frozen.
     """
 
@@ -143,40 +150,18 @@ class EpCapabilities:
     """Provider names in onnxruntime / onnxruntime-genai / Olive, and the wheel that runs it."""
     default_dtype: ir.DataType = ir.DataType.FLOAT
     """Model dtype used when the user does not choose one."""
-    supports_shape_op: bool = True
-    """False → the pipeline eliminates Shape ops (static shapes or computed sizes instead)."""
     supports_custom_ops: bool = True
     """False → every com.microsoft op is inlined into standard ONNX (no custom domains remain)."""
     graph_capture_option: str | None = None
     """Provider-option key that toggles graph capture; None → this EP has no graph capture."""
     graph_capture_unless_disabled: bool = False
     """True → onnxruntime-genai captures the graph when the option is absent (it must say "0")."""
-    int4_gather_dtypes: frozenset[ir.DataType] = frozenset()
-    """Model dtypes for which INT4 stores the token embedding as com.microsoft::GatherBlockQuantized
-    (shared with a tied lm_head); for other dtypes the embedding stays float."""
-    supports_rms_normalization: bool = True
-    """False → ONNX RMSNormalization (opset 23) becomes onnxruntime's SimplifiedLayerNormalization
-    (the EP has a kernel for that one only)."""
-    supports_matmul_nbits: bool = True
-    """False → INT4 is standard blocked DequantizeLinear + MatMul (no custom op; onnxruntime
-    fuses the pair back into MatMulNBits when it loads the graph)."""
     model_dtypes: frozenset[ir.DataType] = ALL_MODEL_DTYPES
     """Model dtypes this EP's runtime executes; building for another one is refused."""
-    supports_causal_conv_with_state: bool = True
-    """False → com.microsoft::CausalConvWithState (recurrent conv layers: LFM2) is expanded to
-    its standard body. onnxruntime 1.32's CPU EP has the kernel; onnxruntime-genai's builder
-    emits the op for every EP."""
-    supports_qmoe: bool = False
-    """True → INT4 quantizes MoE experts to com.microsoft::QMoE (block-wise 4-bit, each expert in
-    MatMulNBits' layout; measured on onnxruntime 1.32's CPU EP: tests/quantize/test_qmoe.py).
-    False → the experts stay float in an INT4 bundle."""
-    supports_gqa_head_sink: bool = True
-    """False → attention with sinks (gpt_oss) stays standard Attention with the sink rescaling
-    (components/sinks.py) instead of GroupQueryAttention with its ``head_sink`` input."""
-    supports_linear_attention: bool = True
-    """False → com.microsoft::LinearAttention (gated delta rule layers: Qwen3.5) is expanded to its
-    standard body (a Scan over the tokens). onnxruntime 1.32's CPU EP has the kernel;
-    onnxruntime-genai's builder emits the op for every EP."""
+    kernels: Mapping[str, frozenset[ir.DataType]] = FrozenOptions()
+    """Kernel (a row of ep/kernels.py's KERNELS that no spec field states) → the model dtypes
+    the EP runs it in (empty or False: not at all; True: all its model dtypes). A kernel not
+    named has its row's default. Read them with `kernel_dtypes`, never field by field."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.fullmatch(self.name):
@@ -187,9 +172,6 @@ class EpCapabilities:
         object.__setattr__(self, "gqa_dtypes", _dtype_set("gqa_dtypes", self.gqa_dtypes))
         object.__setattr__(
             self, "qkv_pack_dtypes", _dtype_set("qkv_pack_dtypes", self.qkv_pack_dtypes)
-        )
-        object.__setattr__(
-            self, "int4_gather_dtypes", _dtype_set("int4_gather_dtypes", self.int4_gather_dtypes)
         )
         object.__setattr__(self, "model_dtypes", _dtype_set("model_dtypes", self.model_dtypes))
         level = self.default_int4_accuracy_level
@@ -227,6 +209,7 @@ class EpCapabilities:
                 f"one of its model_dtypes ({sorted(str(d) for d in self.model_dtypes)})"
             )
         self._check_graph_capture()
+        self._check_kernels()
 
     def _check_graph_capture(self) -> None:
         """The flag and the provider option must not say different things to the packager."""
@@ -246,6 +229,107 @@ class EpCapabilities:
                     f"{self.provider_options[key]!r} but enable_graph_capture is "
                     f"{self.enable_graph_capture} (expected {expected!r})"
                 )
+
+    def _check_kernels(self) -> None:
+        """Kernels are rows of KERNELS that no spec field states, each with a dtype set."""
+        if not isinstance(self.kernels, Mapping):
+            raise ValueError(
+                f"EpCapabilities.kernels of {self.name!r} must map kernel names to dtype sets, "
+                f"got {self.kernels!r}"
+            )
+        kernels = {}
+        for name, dtypes in self.kernels.items():
+            kernel = KERNELS.get(name)
+            if kernel is None or kernel.field is not None:
+                stated = sorted(k.name for k in KERNELS.values() if k.field is None)
+                hint = "" if kernel is None else f" (say it with the spec's field {kernel.field})"
+                raise ValueError(
+                    f"EpCapabilities.kernels of {self.name!r} names {name!r}{hint}; accepted: "
+                    + ", ".join(stated)
+                )
+            if isinstance(dtypes, bool):
+                dtypes = self.model_dtypes if dtypes else ()
+            kernels[name] = _dtype_set(f"kernels[{name!r}]", dtypes)
+        object.__setattr__(self, "kernels", FrozenOptions(kernels))
+
+    def kernel_dtypes(self, name: str) -> frozenset[ir.DataType]:
+        """The model dtypes this entry says the EP runs kernel `name` in (ep/kernels.py), as
+        stated: a kernel stated as a bool runs in all `model_dtypes` or none."""
+        kernel = KERNELS[name]
+        if kernel.dtyped_field:
+            return getattr(self, kernel.field)
+        if kernel.field is not None:
+            has = getattr(self, kernel.field)
+        elif name in self.kernels:
+            return self.kernels[name]
+        else:
+            has = kernel.default
+        return self.model_dtypes if has else frozenset()
+
+    def with_kernels(self, changes: Mapping[str, bool | Iterable[ir.DataType]]) -> EpCapabilities:
+        """A copy where each kernel named runs in the dtypes given (True: every model dtype,
+        False: none); a kernel the spec states with a bool takes only True or False."""
+        fields: dict[str, object] = {}
+        kernels = dict(self.kernels)
+        for name, value in changes.items():
+            dtypes = value if not isinstance(value, bool) else self.model_dtypes if value else ()
+            kernel = KERNELS.get(name)
+            if kernel is not None and kernel.field is not None:
+                if not (kernel.dtyped_field or isinstance(value, bool)):
+                    raise ValueError(f"Kernel {name!r} is stated by {kernel.field}: True or False")
+                fields[kernel.field] = dtypes if kernel.dtyped_field else value
+            else:
+                kernels[name] = dtypes
+        return dataclasses.replace(self, kernels=kernels, **fields)
+
+    @property
+    def supports_gqa_head_sink(self) -> bool:
+        """False → attention with sinks (gpt_oss) stays standard Attention with the sink
+        rescaling (components/sinks.py) instead of GroupQueryAttention's ``head_sink`` input."""
+        return bool(self.kernel_dtypes("GroupQueryAttention.head_sink"))
+
+    @property
+    def supports_qmoe(self) -> bool:
+        """True → INT4 quantizes MoE experts to com.microsoft::QMoE (block-wise 4-bit); False →
+        the experts stay float in an INT4 bundle."""
+        return bool(self.kernel_dtypes("QMoE"))
+
+    @property
+    def supports_causal_conv_with_state(self) -> bool:
+        """False → com.microsoft::CausalConvWithState (LFM2's conv layers) gets its body."""
+        return bool(self.kernel_dtypes("CausalConvWithState"))
+
+    @property
+    def supports_linear_attention(self) -> bool:
+        """False → com.microsoft::LinearAttention (Qwen3.5's gated delta rule) gets its body."""
+        return bool(self.kernel_dtypes("LinearAttention"))
+
+    @property
+    def supports_matmul_nbits(self) -> bool:
+        """False → INT4 is standard blocked DequantizeLinear + MatMul (onnxruntime fuses the
+        pair back into MatMulNBits when it loads the graph)."""
+        return bool(self.kernel_dtypes("MatMulNBits"))
+
+    @property
+    def supports_rms_normalization(self) -> bool:
+        """False → ONNX RMSNormalization (opset 23) becomes SimplifiedLayerNormalization."""
+        return bool(self.kernel_dtypes("RMSNormalization"))
+
+    @property
+    def supports_shape_op(self) -> bool:
+        """False → the pipeline eliminates Shape ops (static shapes or computed sizes instead)."""
+        return bool(self.kernel_dtypes("Shape"))
+
+    @property
+    def int4_gather_dtypes(self) -> frozenset[ir.DataType]:
+        """Model dtypes for which INT4 stores the token embedding as
+        com.microsoft::GatherBlockQuantized (shared with a tied lm_head)."""
+        return self.kernel_dtypes("GatherBlockQuantized")
+
+    def captures_graph(self, *, share_buffer: bool) -> bool:
+        """Whether a bundle captures the graph: the EP enables capture, and the graph shares
+        the past/present buffer (GroupQueryAttention's), which capture needs."""
+        return self.enable_graph_capture and share_buffer
 
     @property
     def runs_matmul_nbits(self) -> bool:

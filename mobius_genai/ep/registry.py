@@ -16,7 +16,7 @@ from mobius_genai.ep.builtins import BUILTIN_ALIASES, BUILTIN_EPS
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.errors import ExecutionProviderError
 
-__all__ = ["EpRegistry", "ep_registry", "get_ep", "register_ep"]
+__all__ = ["EpRegistry", "ep_registry", "get_ep", "register_ep", "resolve_ep"]
 
 
 class EpRegistry:
@@ -154,3 +154,9 @@ def get_ep(name: str) -> EpCapabilities:
     """Capabilities of a registered EP, in any case, or of an alias or onnxruntime name for one;
     ValueError naming the supported ones if unknown."""
     return ep_registry.require(name)
+
+
+def resolve_ep(ep: str | EpCapabilities) -> EpCapabilities:
+    """The capabilities `ep` names (see `get_ep`), or `ep` itself when it is capabilities: the
+    one place an ``ep`` argument becomes an entry. Raises ExecutionProviderError when unknown."""
+    return ep if isinstance(ep, EpCapabilities) else ep_registry.require(ep)

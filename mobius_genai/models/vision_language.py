@@ -1,10 +1,12 @@
 """Vision-language checkpoints as three graphs: vision, embedding and the text decoder.
 
 A row of VISION_LANGUAGE says how one model_type differs: the text family its `text_config`
-belongs to, onnxruntime-genai's model.type, transformers' text defaults hub configs leave out,
-how the vision keys are read, the vision graph's module and where the checkpoint keeps each
-graph's tensors. The decoder is the text family's CausalLMModel fed `inputs_embeds`; the vision
-graph is a SigLIP tower and Gemma 3's projector, or Qwen2.5-VL's windowed tower and merger.
+belongs to, onnxruntime-genai's model.type (its facts: `kinds/og_types.py`), transformers' text
+defaults hub configs leave out, how the vision keys are read, the vision graph's module, where
+the checkpoint keeps each graph's tensors, and the tower's image processor and vision-section
+keys (`image_processors`); `kinds/vision_language.py` builds and writes them. The decoder is
+the text family's CausalLMModel fed `inputs_embeds`; the vision graph is a SigLIP tower and
+Gemma 3's projector, or Qwen2.5-VL's windowed tower and merger.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,13 @@ from mobius_genai.config.vision import (
 )
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.models.families import FamilyAdapter, get_family
+from mobius_genai.models.image_processors import (
+    Transform,
+    no_vision_keys,
+    qwen_patch_transforms,
+    qwen_vision_keys,
+    square_transforms,
+)
 from mobius_genai.tasks.vision_language import IMAGE_GRID_THW, IMAGES, PATCHES, PIXEL_VALUES
 
 
@@ -65,6 +75,11 @@ class VisionLanguageFamily:
     top_level_text_keys: tuple[str, ...] = ()
     # The tokens of one image attend to each other in both directions (Gemma 3).
     bidirectional_images: bool = False
+    # preprocessor_config.json's settings, the tower's config and the file's path → the
+    # transforms of og's image processor (processor_config.json).
+    image_transforms: Callable[[dict[str, Any], Any, Path], list[Transform]] = square_transforms
+    # The tower's config → the size keys og reads in genai_config's vision section.
+    vision_keys: Callable[[Any], dict[str, Any]] = no_vision_keys
 
     @property
     def text(self) -> FamilyAdapter:
@@ -281,6 +296,8 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             ),
             vision_layers="visual.blocks",
             top_level_text_keys=("tie_word_embeddings",),
+            image_transforms=qwen_patch_transforms,
+            vision_keys=qwen_vision_keys,
         ),
     )
 }

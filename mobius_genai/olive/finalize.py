@@ -34,12 +34,11 @@ from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, bundle_files, file_entries
 from mobius_genai.bundle.schema import read_bundle_json, validate_manifest
 from mobius_genai.bundle.validate import validate_bundle
-from mobius_genai.ep import EpCapabilities, ep_registry
+from mobius_genai.ep import HOST_EP, EpCapabilities, ep_registry, resolve_ep
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.olive.export import bundle_model_handler
 from mobius_genai.packager import bundle_name
 from mobius_genai.runtime.smoke import smoke_test
-from mobius_genai.target import resolve_ep
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +181,7 @@ def _bundle_ep(
             caps = ep_registry.by_genai_provider(provider)
             if caps is not None:
                 return caps
-    return resolve_ep("cpu")
+    return resolve_ep(HOST_EP)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

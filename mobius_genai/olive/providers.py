@@ -7,11 +7,11 @@ imports so the mapping can be read and tested without olive-ai installed.
 
 from __future__ import annotations
 
-from mobius_genai.ep import ep_registry
+from mobius_genai.ep import HOST_EP, ep_registry
 from mobius_genai.errors import ExecutionProviderError
 
 #: The EP built for when the workflow's accelerator names no execution provider.
-NO_PROVIDER_EP = "cpu"
+NO_PROVIDER_EP = HOST_EP
 
 
 def olive_ep_mapping() -> dict[str, str]:

@@ -5,12 +5,15 @@ declines, each with its ``MatchResult`` reason) to a `MatchingTracer`, but a rul
 tracer only looks and no longer rewrites. So our rules are `RecordingRule`s: a rule hands the
 tracer the pipeline attached to it (a `DeclineRecorder`) to its own `try_rewrite`, and the rule
 set rewrites as usual. Rule classes derive from `RecordingRuleClassBase`, whose ``rule()`` makes
-a `RecordingRule`. Build the operand orders of a commutative op as rules of their own (or
-``OrValue`` alternatives) rather than with ``RewriteRuleSet(commute=True)``: onnxscript's
-commuted copies are plain RewriteRules, which `DeclineRecorder.attach` refuses.
+a `RecordingRule` (with the class's `matcher`); ``RewriteRuleSet(commute=True)`` works, each
+commuted copy a `RecordingRule` too. What onnxscript would need for this module to shrink to the
+recorder is proposed in docs/ARCHITECTURE.md (optimize row).
 """
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
 
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
@@ -40,6 +43,16 @@ class RecordingRule(pattern.RewriteRule):
             verbose=verbose,
             tracer=self.recorder if tracer is None else tracer,
         )
+
+    def commute(self) -> Sequence[RecordingRule]:
+        """RewriteRule.commute() (one rule per operand order of the commutative ops), each
+        copy a RecordingRule: onnxscript's copies are plain RewriteRules, which record nothing."""
+        commuted = []
+        for plain in super().commute():
+            rule = copy.copy(plain)
+            rule.__class__ = RecordingRule
+            commuted.append(rule)
+        return commuted
 
 
 class RecordingRuleClassBase(pattern.RewriteRuleClassBase):

@@ -1,8 +1,8 @@
 """Which rule groups run for which target: the FUSIONS and LOWERINGS tables and their gates.
 
-Every decision reads `EpCapabilities` fields (and the model dtype and role), never an EP name;
-each gate sits in its table next to the rule group it admits, and says why it keeps a group out
-(the trace prints the reason).
+Every decision reads the EP's kernels (ep/kernels.py: `missing`) and `EpCapabilities` (and the
+model dtype and role), never an EP name; each gate sits in its table next to the rule group it
+admits, and says why it keeps a group out (the trace prints the reason).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from mobius_genai.components.tier1 import TIER1_OPS, ep_runs
+from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.ep.capabilities import EpCapabilities
+from mobius_genai.ep.kernels import KERNELS, missing
 from mobius_genai.optimize.rules import (
     bias_gelu,
     eliminate_shape,
@@ -76,19 +77,12 @@ def gqa_gate(target: GateInput) -> str | None:
     """GQAFusion's gate; the pipeline also warns when it admits a model that gets no GQA."""
     if target.role != "decoder":
         return f"role {target.role!r} (GQA is for decoders)"
-    if target.dtype not in target.caps.gqa_dtypes:
-        return f"{target.dtype.name} not in gqa_dtypes"
-    if not target.caps.supports_custom_ops:
-        return "supports_custom_ops=False"
-    return None
+    return missing(target.caps, "GroupQueryAttention", target.dtype)
 
 
 def _gqa_sinks(target: GateInput) -> str | None:
     """GQASinkFusion's gate: GQA's, and a GQA kernel that takes head_sink."""
-    reason = gqa_gate(target)
-    if reason is None and not target.caps.supports_gqa_head_sink:
-        return "supports_gqa_head_sink=False"
-    return reason
+    return gqa_gate(target) or missing(target.caps, "GroupQueryAttention.head_sink")
 
 
 def _pack_qkv(target: GateInput) -> str | None:
@@ -107,13 +101,12 @@ def _prune_lm_head(target: GateInput) -> str | None:
 
 def _kernel(op_type: str) -> Gate:
     """Runs when the EP has a kernel for the com.microsoft op the rule emits (tier1.py), for
-    the model's dtype."""
+    the model's dtype (the EP's and the op schema's)."""
 
     def gate(target: GateInput) -> str | None:
-        if not target.caps.supports_custom_ops:
-            return "supports_custom_ops=False"
-        if not ep_runs(target.caps, op_type):
-            return f"{TIER1_OPS[op_type].capability}=False"
+        reason = missing(target.caps, op_type, target.dtype)
+        if reason is not None:
+            return reason
         dtypes = TIER1_OPS[op_type].dtypes
         if dtypes is not None and target.dtype not in dtypes:
             return f"{target.dtype.name} not in {op_type}'s types"
@@ -135,13 +128,12 @@ def _vision_kernel(op_type: str) -> Gate:
     return gate
 
 
-def _without(capability: str) -> Gate:
-    """Runs when the EP lacks `capability` (a lowering)."""
+def _without(kernel: str) -> Gate:
+    """Runs when the EP's entry says it lacks `kernel` (a lowering)."""
+    says = KERNELS[kernel].flag or f"kernels[{kernel!r}]"
 
     def gate(target: GateInput) -> str | None:
-        if getattr(target.caps, capability):
-            return f"{capability}=True"
-        return None
+        return f"{says}=True" if target.caps.kernel_dtypes(kernel) else None
 
     return gate
 
@@ -169,8 +161,8 @@ FUSIONS: tuple[RuleGroup, ...] = (
 )
 
 LOWERINGS: tuple[RuleGroup, ...] = (
-    RuleGroup("UnpackQKV", unpack_qkv.rules, _without("supports_fused_rope")),
-    RuleGroup("SeparateRoPE", separate_rope.rules, _without("supports_fused_rope")),
-    RuleGroup("SimplifiedNorm", simplified_norm.rules, _without("supports_rms_normalization")),
-    RuleGroup("EliminateShape", eliminate_shape.EliminateShapePass, _without("supports_shape_op")),
+    RuleGroup("UnpackQKV", unpack_qkv.rules, _without("GroupQueryAttention.do_rotary")),
+    RuleGroup("SeparateRoPE", separate_rope.rules, _without("GroupQueryAttention.do_rotary")),
+    RuleGroup("SimplifiedNorm", simplified_norm.rules, _without("RMSNormalization")),
+    RuleGroup("EliminateShape", eliminate_shape.EliminateShapePass, _without("Shape")),
 )

@@ -26,7 +26,7 @@ from mobius_genai.components.tier1 import (
     register_functions,
 )
 from mobius_genai.ep.capabilities import EpCapabilities
-from mobius_genai.ep.registry import get_ep
+from mobius_genai.ep.registry import resolve_ep
 from mobius_genai.errors import ExecutionProviderError
 from mobius_genai.optimize.declines import DeclineRecorder
 from mobius_genai.optimize.gates import FUSIONS, LOWERINGS, ROLES, GateInput, RuleGroup, gqa_gate
@@ -47,8 +47,7 @@ __all__ = ["optimize_model"]
 
 def _run_passes(model: ir.Model, passes: list[ir.passes.InPlacePass], name: str) -> StageStats:
     before = len(model.graph)
-    for each in passes:
-        each(model)
+    ir.passes.Sequential(*passes)(model)
     return StageStats(name, before, len(model.graph))
 
 
@@ -180,9 +179,9 @@ def optimize_model(
     compute logits for the last position only (rules/prune_lm_head.py), what onnxruntime-genai
     reads; parity checks against transformers need it off. With `trace=True` every step is
     logged at INFO on the ``mobius_genai.optimize`` logger; the resulting graph is the same.
-    Raises ValueError (ExecutionProviderError) for an unknown EP name.
+    Raises ExecutionProviderError (a ValueError) for an unknown EP name.
     """
-    caps = ep if isinstance(ep, EpCapabilities) else get_ep(ep)
+    caps = resolve_ep(ep)
     if not isinstance(dtype, ir.DataType):
         raise TypeError(f"optimize_model() expects an ir.DataType dtype, got {dtype!r}")
     if model_role not in ROLES:

@@ -27,7 +27,7 @@ import onnxruntime as ort
 from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY, LAST_TOKEN_KEY
 from mobius_genai.checkpoint.experts import ExpertsTensor
 from mobius_genai.checkpoint.weights import CheckpointTensor
-from mobius_genai.ep import get_ep
+from mobius_genai.ep import HOST_EP, get_ep
 from mobius_genai.errors import ConfigError
 
 __all__ = [
@@ -311,7 +311,7 @@ def _run_chunk(
     options.log_severity_level = 3  # errors only
     try:
         session = ort.InferenceSession(
-            proto.SerializeToString(), options, providers=[get_ep("cpu").runtime.ort_provider]
+            proto.SerializeToString(), options, providers=[get_ep(HOST_EP).runtime.ort_provider]
         )
         arrays = session.run(
             [value.name for value in outputs], {v.name: a for v, a in feeds.items()}

@@ -17,12 +17,8 @@ import onnxruntime_genai as og
 from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.errors import BundleError
+from mobius_genai.kinds.og_types import image_types, og_type
 
-#: The text onnxruntime-genai's multimodal processor expands to an image's tokens, per model.type.
-IMAGE_PLACEHOLDERS = {
-    "gemma3": "<start_of_image>",
-    "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
-}
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SIGNATURE = b"\xff\xd8\xff"
 
@@ -139,14 +135,15 @@ def image_placeholder(folder: str | Path, config: Mapping[str, Any]) -> str:
         raise BundleError(
             f"{folder}: a text-only bundle (model.type {model_type!r}, no model.vision in "
             f"genai_config.json) takes no images; accepted: a vision-language bundle "
-            f"(model.type {', '.join(sorted(IMAGE_PLACEHOLDERS))})"
+            f"(model.type {', '.join(image_types())})"
         )
-    if model_type not in IMAGE_PLACEHOLDERS:
+    placeholder = og_type(model_type).image_placeholder
+    if placeholder is None:
         raise BundleError(
             f"{folder}: no image placeholder known for model.type {model_type!r}; accepted: "
-            f"{', '.join(sorted(IMAGE_PLACEHOLDERS))}"
+            f"{', '.join(image_types())}"
         )
-    return IMAGE_PLACEHOLDERS[model_type]
+    return placeholder
 
 
 def open_images(paths: Sequence[str | Path]) -> og.Images:

@@ -16,8 +16,8 @@ from typing import Any
 
 from mobius_genai.bundle._og_errors import PROVIDER_UNAVAILABLE
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.runnable import CPU_EP, cpu_refusal, runs_with
-from mobius_genai.ep import ep_registry, get_ep
+from mobius_genai.bundle.runnable import cpu_refusal, runs_with
+from mobius_genai.ep import HOST_EP, ep_registry, get_ep
 from mobius_genai.errors import BundleError
 
 #: onnxruntime-genai's provider name (None: CPU) and its options, replacing a bundle's.
@@ -63,7 +63,7 @@ def missing_provider(
     ep = caps.name if caps is not None else names[0]
     wheel = runs_with(caps.runtime) if caps is not None else runs_with(names[0])
     instead = _refusal(folder, config) or (
-        f"to run it on CPU here: `mobius-genai {command} {folder} --ep {CPU_EP}`"
+        f"to run it on CPU here: `mobius-genai {command} {folder} --ep {HOST_EP}`"
     )
     return (
         f"{folder}: a bundle for the {ep} execution provider, which this onnxruntime-genai "

@@ -27,7 +27,7 @@ from mobius_genai._child_process import PHASE_PREFIX, ask_child, said_by, signal
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.runnable import cpu_refusal
 from mobius_genai.bundle.validate import read_genai_config
-from mobius_genai.ep import EpCapabilities, get_ep
+from mobius_genai.ep import HOST_EP, EpCapabilities, get_ep
 from mobius_genai.errors import BundleError
 
 #: Ops whose CPU kernels need prepacked weights to run at a usable speed.
@@ -74,7 +74,7 @@ def smoke_test(
         "folder": str(folder),
         "ep": ep.name,
         "genai_provider": ep.runtime.genai_provider,
-        "cpu_provider": get_ep("cpu").runtime.ort_provider,
+        "cpu_provider": get_ep(HOST_EP).runtime.ort_provider,
         "session_options": session_options(folder, config),
         "cpu_refusal": refusal,
         "max_new_tokens": max_new_tokens,

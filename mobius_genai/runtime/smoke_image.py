@@ -23,6 +23,7 @@ import onnxruntime_genai as og
 
 from mobius_genai._json import read_json_object
 from mobius_genai.errors import BundleError
+from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
 from mobius_genai.runtime.generate import (
     greedy_tokens,
     image_inputs,
@@ -33,8 +34,6 @@ from mobius_genai.runtime.mrope import mrope_positions
 
 #: The smoke test's prompt after the model type's image placeholder.
 SMOKE_IMAGE_TEXT = "Describe the image."
-#: onnxruntime-genai's default for model.vision.config_filename.
-_PROCESSOR_DEFAULT = "processor_config.json"
 #: The multimodal processor's outputs a vision graph may take.
 _IMAGE_TENSORS = ("pixel_values", "image_grid_thw")
 #: onnxruntime-genai's default for model.vision.spatial_merge_size.
@@ -81,7 +80,7 @@ def image_note(prompt: ImagePrompt) -> str:
 
 def processor_size(folder: Path, config: Mapping[str, Any]) -> tuple[int, int]:
     """(width, height) the image processor resizes to (its Resize transform)."""
-    name = config["model"]["vision"].get("config_filename", _PROCESSOR_DEFAULT)
+    name = config["model"]["vision"].get("config_filename", OG_PROCESSOR_FILES["vision"])
     document = read_json_object(folder / name, BundleError, name)
     transforms = document.get("processor", {}).get("transforms", [])
     for transform in transforms:

@@ -26,8 +26,6 @@ PIXEL_VALUES = "pixel_values"
 IMAGE_GRID_THW = "image_grid_thw"
 IMAGE_FEATURES = "image_features"
 IMAGES, IMAGE_TOKENS, PATCHES = "num_images", "num_image_tokens", "num_patches"
-#: A vision graph input: name, element type (None: the build dtype) and shape.
-InputSpec = tuple[str, "ir.DataType | None", list]
 
 
 def _graph() -> tuple[ir.Graph, GraphBuilder]:
@@ -36,8 +34,8 @@ def _graph() -> tuple[ir.Graph, GraphBuilder]:
 
 
 class VisionTask:
-    """The module's `graph_inputs` (InputSpecs) → image_features, from
-    ``module(op, *inputs)``."""
+    """The module's `graph_inputs` (name, element type or None for the build dtype, shape)
+    → image_features, from ``module(op, *inputs)``."""
 
     def build(self, module: nn.Module, hidden: int) -> ir.Model:
         graph, builder = _graph()

@@ -11,6 +11,7 @@ import pytest
 from mobius_genai import packager
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
+from mobius_genai.kinds import text as text_kind
 from mobius_genai.runtime import _smoke_child
 from mobius_genai.runtime._smoke_child import ort_greedy_tokens, run_smoke
 from mobius_genai.runtime.generate import greedy_tokens
@@ -132,7 +133,7 @@ def test_package_smoke_note_and_quiet(tmp_path: Path, capsys: pytest.CaptureFixt
 
 
 def test_failing_smoke_test_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    real = packager.make_genai_config
+    real = text_kind.make_genai_config
 
     def miswired(*args, **kwargs):
         document = real(*args, **kwargs)
@@ -143,7 +144,7 @@ def test_failing_smoke_test_writes_nothing(tmp_path: Path, monkeypatch: pytest.M
         )
         return document
 
-    monkeypatch.setattr(packager, "make_genai_config", miswired)
+    monkeypatch.setattr(text_kind, "make_genai_config", miswired)
     with pytest.raises(BundleError, match="smoke test") as caught:
         packager.package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True)
     assert list(tmp_path.iterdir()) == []
@@ -151,14 +152,14 @@ def test_failing_smoke_test_writes_nothing(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_a_bundle_that_fails_validation_is_named_as_asked(tmp_path: Path, monkeypatch):
-    real = packager.make_genai_config
+    real = text_kind.make_genai_config
 
     def wrong_vocab(*args, **kwargs):
         document = real(*args, **kwargs)
         document["model"]["vocab_size"] = 100
         return document
 
-    monkeypatch.setattr(packager, "make_genai_config", wrong_vocab)
+    monkeypatch.setattr(text_kind, "make_genai_config", wrong_vocab)
     with pytest.raises(BundleError, match=rf"^bundle {tmp_path / 'out'}: model.vocab_size: 100"):
         packager.package(TINY_QWEN2, "cpu", tmp_path / "out", quiet=True)
     assert list(tmp_path.iterdir()) == []

@@ -160,18 +160,11 @@ def test_field_set_is_spec_plus_packager_fields():
         "enable_graph_capture",
         "runtime",
         "default_dtype",
-        "supports_shape_op",
         "supports_custom_ops",
         "graph_capture_option",
         "graph_capture_unless_disabled",
-        "int4_gather_dtypes",
-        "supports_rms_normalization",
-        "supports_matmul_nbits",
         "model_dtypes",
-        "supports_causal_conv_with_state",
-        "supports_qmoe",
-        "supports_gqa_head_sink",
-        "supports_linear_attention",
+        "kernels",
     ]
 
 
@@ -346,3 +339,11 @@ def test_runtime_card_note_must_be_a_string():
 def test_runtime_field_must_be_runtime_info():
     with pytest.raises(ValueError, match=r"EpCapabilities\.runtime of 'x' must be a RuntimeInfo"):
         EpCapabilities(name="x", gqa_dtypes=frozenset(), runtime={"genai_provider": "x"})  # type: ignore[arg-type]
+
+
+def test_graph_capture_needs_the_shared_buffer_and_the_ep_enabling_it():
+    cuda = get_ep("cuda")
+    on = cuda.with_graph_capture(True)
+    assert on.captures_graph(share_buffer=True)
+    assert not on.captures_graph(share_buffer=False)
+    assert not cuda.captures_graph(share_buffer=True)

@@ -299,3 +299,15 @@ def test_replacing_an_ep_may_keep_its_onnxruntime_name(registry: EpRegistry):
 def test_aliases_are_case_insensitive(registry: EpRegistry):
     registry.register_alias("GPU", "cuda")
     assert registry.get("gpu") is registry.get("Gpu") is registry.get("cuda")
+
+
+def test_resolve_ep_is_the_one_place_an_ep_argument_becomes_an_entry():
+    import mobius_genai.optimize.pipeline as pipeline
+    import mobius_genai.target as target
+    from mobius_genai.ep import resolve_ep
+
+    cuda = get_ep("cuda")
+    assert resolve_ep(cuda) is cuda and resolve_ep("CUDAExecutionProvider") is cuda
+    with pytest.raises(ExecutionProviderError, match="Unknown execution provider 'rocm'"):
+        resolve_ep("rocm")
+    assert target.resolve_ep is resolve_ep and pipeline.resolve_ep is resolve_ep

@@ -14,8 +14,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
 from mobius_genai import ArchitectureConfig
 from mobius_genai.components.rope import (
+    RotaryEmbedding,
     attention_factor,
-    cos_sin_tables,
     inverse_frequencies,
     uses_long_factors,
 )
@@ -144,8 +144,9 @@ def test_longrope_attention_factor_does_not_depend_on_the_bundle_length():
     """transformers scales by max_position_embeddings / original whatever the run's length."""
     _, ours = _configs("longrope")
     assert ours.rope.factor == 256 / 64
-    short_cos, _ = cos_sin_tables(ours.rope, ours.rotary_dim, 32)
-    full_cos, _ = cos_sin_tables(ours.rope, ours.rotary_dim, 256)
+    short_cos = RotaryEmbedding(ours.rope, ours.rotary_dim, 32).cos_cache.const_value.numpy()
+    stacked = RotaryEmbedding(ours.rope, ours.rotary_dim, 256).cos_cache.const_value.numpy()
+    full_cos = stacked[0]  # the short factors' table (the long one follows)
     np.testing.assert_array_equal(short_cos, full_cos[:32])
     assert short_cos[0, 0] == pytest.approx(attention_factor(ours.rope)) != 1.0
     assert not uses_long_factors(ours.rope, 64)

@@ -124,7 +124,7 @@ def test_text_only_checkpoint_keeps_one_model(tmp_path):
 
     write_tiny_checkpoint(tmp_path, "gemma3_text")
     package = build(tmp_path, "cpu", "fp32", load_weights=False, progress=False)
-    assert list(package) == ["model"] and package.vision_language is None
+    assert list(package) == ["model"] and package.kind_config is None
 
 
 def test_a_tensor_no_graph_reads_is_named(gemma3, tmp_path):

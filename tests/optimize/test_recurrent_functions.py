@@ -89,7 +89,7 @@ def test_capability_field_decides_where_the_conv_body_is_inlined():
     from mobius_genai.optimize import optimize_model
 
     no_kernel = dataclasses.replace(
-        get_ep("default"), name="no-conv", supports_causal_conv_with_state=False
+        get_ep("default").with_kernels({"CausalConvWithState": False}), name="no-conv"
     )
     for caps, fused in (
         (get_ep("cpu"), True),
@@ -192,7 +192,7 @@ def test_capability_field_decides_where_the_linear_attention_body_is_inlined():
     from mobius_genai.optimize import optimize_model
 
     no_kernel = dataclasses.replace(
-        get_ep("default"), name="no-la", supports_linear_attention=False
+        get_ep("default").with_kernels({"LinearAttention": False}), name="no-la"
     )
     for caps, fused in (
         (get_ep("cpu"), True),

@@ -177,6 +177,38 @@ def test_refusals_from_rewrite_and_raised_in_check_are_recorded_too():
     ]
 
 
+class _AddNeg(RecordingRuleClassBase):
+    """x + (-y) → x - y in the written order; ``commute=True`` makes the swapped order."""
+
+    def pattern(self, op, x, y):
+        return op.Add(x, op.Neg(y))
+
+    def check(self, context, x, y):
+        return pattern.MatchResult().fail("keep is kept") if y.name == "keep" else True
+
+    def rewrite(self, op, x, y):
+        return op.Sub(x, y)
+
+
+def test_commuted_copies_rewrite_the_swapped_order_and_record_its_refusals():
+    model = parse(
+        """agraph (float[4] x, float[4] y, float[4] keep) => (float[4] a, float[4] b, float[4] c) {
+            n1 = Neg(y)
+            a = Add(x, n1)
+            n2 = Neg(y)
+            b = Add(n2, x)
+            n3 = Neg(keep)
+            c = Add(n3, x)
+        }"""
+    )
+    recorder = DeclineRecorder("Test")
+    rules = pattern.RewriteRuleSet([_AddNeg.rule()], commute=True)
+    assert all(isinstance(rule, RecordingRule) for rule in rules.rules) and len(rules.rules) == 2
+    assert recorder.attach(rules).apply_to_model(model) == 2
+    assert sorted(node.op_type for node in model.graph) == ["Add", "Neg", "Sub", "Sub"]
+    assert [(d.op_type, d.reason) for d in recorder.declines()] == [("Add", "keep is kept")]
+
+
 class _Plain(pattern.RewriteRuleClassBase):
     def pattern(self, op, x):
         return op.Relu(x)

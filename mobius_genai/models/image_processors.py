@@ -1,10 +1,9 @@
-"""genai_config's vision and embedding sections and the image processor config of a
-vision-language bundle (onnxruntime-genai 0.18's multimodal pipeline).
+"""Each tower's image processor as onnxruntime-extensions' transforms, and the vision-section
+keys og reads of a tower: facts of a vision-language row (`VisionLanguageFamily`).
 
-og runs vision (pixel_values → image_features) → embedding (input_ids + image_features →
-inputs_embeds) → decoder, with the image processor of onnxruntime-extensions configured by
-`processor_config.json`: {"processor": {"transforms": [...]}}, derived here from the
-checkpoint's preprocessor_config.json (transformers' image processor settings).
+og's multimodal processor is configured by `processor_config.json`:
+{"processor": {"transforms": [...]}}, derived from the checkpoint's preprocessor_config.json
+(transformers' image processor settings) by the row's `image_transforms`.
 
 Qwen2.5-VL (og's QwenImageProcessor): images keep their aspect ratio (smart_resize to a
 multiple of patch_size * merge_size pixels within [min_pixels, max_pixels]) and PatchImage cuts
@@ -18,15 +17,13 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mobius_genai._json import read_json_object
-from mobius_genai.build import ModelPackage
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.config.vision import VisionConfig
 from mobius_genai.errors import ConfigError
-from mobius_genai.tasks.causal_lm import INPUTS_EMBEDS
-from mobius_genai.tasks.vision_language import IMAGE_FEATURES
 
-PROCESSOR_FILENAME = "processor_config.json"
+#: One transform: (name, onnxruntime-extensions operation type, attributes).
+Transform = tuple[str, str, dict]
+
 #: transformers' Gemma3ImageProcessor defaults (IMAGENET_STANDARD_MEAN / _STD, 1 / 255).
 _DEFAULT_MEAN = (0.5, 0.5, 0.5)
 _DEFAULT_STD = (0.5, 0.5, 0.5)
@@ -37,41 +34,13 @@ _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 _QWEN_MIN_PIXELS, _QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 16384
 
 
-def graph_filename(key: str) -> str:
-    """The file a package key's graph is saved as (ModelPackage.save)."""
-    return f"{key}.onnx"
+def no_vision_keys(vision: VisionConfig | QwenVisionConfig) -> dict[str, Any]:
+    """A tower og needs no size keys of (SigLIP)."""
+    return {}
 
 
-def add_vision_language(genai_config: dict[str, Any], built: ModelPackage) -> None:
-    """Turn the decoder's genai_config into the vision-language pipeline's, in place."""
-    family = built.family
-    model = genai_config["model"]
-    model["type"] = family.genai_type  # type: ignore[union-attr]
-    decoder = model["decoder"]
-    decoder["inputs"] = {INPUTS_EMBEDS: INPUTS_EMBEDS, **decoder["inputs"]}
-    session = {"session_options": dict(decoder["session_options"])}
-    vision_inputs = {value.name: value.name for value in built["vision"].graph.inputs}
-    model["vision"] = {
-        "filename": graph_filename("vision"),
-        "config_filename": PROCESSOR_FILENAME,
-        **_vision_sizes(built.vision_language.vision),  # type: ignore[union-attr]
-        "inputs": vision_inputs,
-        "outputs": {"image_features": IMAGE_FEATURES},
-        **session,
-    }
-    model.update(_position_token_ids(built.vision_language))
-    model["embedding"] = {
-        "filename": graph_filename("embedding"),
-        "inputs": {"input_ids": "input_ids", "image_features": IMAGE_FEATURES},
-        "outputs": {"inputs_embeds": INPUTS_EMBEDS},
-        **session,
-    }
-
-
-def _vision_sizes(vision: VisionConfig | QwenVisionConfig) -> dict[str, Any]:
-    """The vision section's size keys og reads for Qwen2.5-VL (none for a SigLIP tower)."""
-    if not isinstance(vision, QwenVisionConfig):
-        return {}
+def qwen_vision_keys(vision: QwenVisionConfig) -> dict[str, Any]:
+    """The vision section's size keys og reads for Qwen2.5-VL."""
     return {
         "spatial_merge_size": vision.spatial_merge_size,
         "patch_size": vision.patch_size,
@@ -80,34 +49,7 @@ def _vision_sizes(vision: VisionConfig | QwenVisionConfig) -> dict[str, Any]:
     }
 
 
-def _position_token_ids(config: Any) -> dict[str, int]:
-    """The model-level token ids og's 3-D mrope positions read (Qwen2.5-VL), else none."""
-    if config.vision_start_token_id is None:
-        return {}
-    return {
-        "image_token_id": config.image_token_id,
-        "video_token_id": config.video_token_id,
-        "vision_start_token_id": config.vision_start_token_id,
-    }
-
-
-def processor_config(checkpoint: Path, built: ModelPackage) -> dict[str, Any]:
-    """onnxruntime-extensions' image pipeline equal to the checkpoint's image processor."""
-    path = checkpoint / "preprocessor_config.json"
-    settings = read_json_object(path, ConfigError) if path.is_file() else {}
-    vision = built.vision_language.vision  # type: ignore[union-attr]
-    if isinstance(vision, QwenVisionConfig):
-        operations = _patch_operations(settings, vision, path)
-    else:
-        operations = _square_operations(settings, vision.image_size, path)
-    transforms = [
-        {"operation": {"name": name, "type": kind, "attrs": attrs}}
-        for name, kind, attrs in operations
-    ]
-    return {"processor": {"name": "image_processing", "transforms": transforms}}
-
-
-def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[tuple[str, str, dict]]:
+def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[Transform]:
     return [
         (
             "rescale",
@@ -125,9 +67,9 @@ def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[tuple[
     ]
 
 
-def _patch_operations(
+def qwen_patch_transforms(
     settings: dict[str, Any], vision: QwenVisionConfig, path: Path
-) -> list[tuple[str, str, dict]]:
+) -> list[Transform]:
     """Qwen2VLImageProcessor: decode as RGB, smart_resize (bicubic), rescale, normalize, cut
     into patches. Resize's width and height are an image smart_resize keeps as it is: the
     smallest square of whole merged tokens holding min_pixels (og reads them only without
@@ -164,13 +106,13 @@ def _patch_operations(
     ]
 
 
-def _square_operations(
-    settings: dict[str, Any], image_size: int, path: Path
-) -> list[tuple[str, str, dict]]:
-    """Decode as RGB, resize to the tower's size, rescale, normalize, HWC → CHW."""
+def square_transforms(
+    settings: dict[str, Any], vision: VisionConfig, path: Path
+) -> list[Transform]:
+    """Decode as RGB, resize to the tower's size, rescale, normalize, HWC → CHW (SigLIP)."""
     size = settings.get("size") or {}
-    height = _positive(size.get("height", image_size), path, "size.height")
-    width = _positive(size.get("width", image_size), path, "size.width")
+    height = _positive(size.get("height", vision.image_size), path, "size.height")
+    width = _positive(size.get("width", vision.image_size), path, "size.width")
     return [
         ("decode_image", "DecodeImage", {"color_space": "RGB"}),
         (

@@ -1,0 +1,62 @@
+"""What onnxruntime-genai 0.18 does with each model.type a bundle names, one row per type.
+
+A kind's row names its og type (`VisionLanguageFamily.genai_type`, `FamilyAdapter.genai_type`);
+the facts about that type live here, on its row, for every reader: the packager (through the
+kind), validate (any bundle, ours or another tool's), `run --image` and the smoke test (the
+prompt's image placeholder). Pure data: imported by processes that load no graph-building stack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class OgType:
+    """One onnxruntime-genai model.type."""
+
+    name: str
+    # og feeds position_ids [3, batch, seq] (its ModelType::IsQwenVLFamily), else [batch, seq].
+    three_d_positions: bool = False
+    # The text og's multimodal processor expands to one image's tokens (None: takes no images).
+    image_placeholder: str | None = None
+
+
+OG_TYPES: dict[str, OgType] = {
+    row.name: row
+    for row in (
+        OgType("gemma3", image_placeholder="<start_of_image>"),
+        OgType(
+            "qwen2_5_vl",
+            three_d_positions=True,
+            image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+        ),
+        # types og positions in 3-D that mobius-genai does not write (other tools' bundles)
+        OgType("fara", three_d_positions=True),
+        OgType("qwen3_vl", three_d_positions=True),
+        OgType("qwen3_5", three_d_positions=True),
+        OgType("qwen3_5_moe", three_d_positions=True),
+    )
+}
+
+#: og's defaults for the graphs beside a decoder: section → (input names, output names).
+OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "vision": ({"pixel_values": "pixel_values"}, {"image_features": "image_features"}),
+    "embedding": (
+        {"input_ids": "input_ids", "image_features": "image_features"},
+        {"inputs_embeds": "inputs_embeds"},
+    ),
+}
+
+#: Sections whose processor reads a config file: section → og's default config_filename.
+OG_PROCESSOR_FILES: dict[str, str] = {"vision": "processor_config.json"}
+
+
+def og_type(name: str) -> OgType:
+    """The row of model.type `name`; a type without one is a plain decoder to og."""
+    return OG_TYPES.get(name) or OgType(name)
+
+
+def image_types() -> list[str]:
+    """The model.type values that take images, sorted (for error messages)."""
+    return sorted(name for name, row in OG_TYPES.items() if row.image_placeholder is not None)

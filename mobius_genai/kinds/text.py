@@ -1,0 +1,70 @@
+"""The text decoder kind: one graph, "model", from a row of the family table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mobius_genai.bundle.genai_config import make_genai_config
+from mobius_genai.bundle.tool_tokens import tool_token_ids
+from mobius_genai.checkpoint.parameters import attach_weights
+from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
+from mobius_genai.models.causal_lm import CausalLMModel
+from mobius_genai.models.families import get_family
+from mobius_genai.tasks.causal_lm import CausalLMTask
+
+if TYPE_CHECKING:
+    from mobius_genai.build import ModelPackage
+
+
+class TextDecoderKind:
+    """A decoder like the others (`models/families/`): every model_type no other kind claims;
+    one the family table lacks is refused there, with the supported ones listed."""
+
+    name = "text decoder"
+
+    def claims(self, model_type: str) -> bool:
+        return True
+
+    def build(self, given: KindInput) -> KindGraphs:
+        family = get_family(given.raw.get("model_type", ""))
+        config = family.parse_config(given.raw)
+        if given.num_layers is not None:
+            config = config.first_layers(given.num_layers)
+        length = given.target.context_length or config.max_position_embeddings
+        module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
+        weights = given.read_decoder(module, family)  # config vs checkpoint: before the graph
+        graph_model = CausalLMTask().build(module, config)
+        attach_weights(graph_model, weights.tensors)
+        return KindGraphs(
+            graphs={"model": ("decoder", graph_model)},
+            config=config,
+            context_length=length,
+            family=family,
+            prequantized=weights.prequantized,
+            float_kinds=weights.float_kinds,
+            not_built=None if family.text_only is None else family.text_only.not_built,
+        )
+
+    def genai_config(self, package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:
+        return decoder_genai_config(package, written)
+
+    def bundle_files(self, checkpoint: Path, package: ModelPackage) -> dict[str, Any]:
+        return {}
+
+    def twin_layers(self, package: ModelPackage) -> tuple[int, int] | None:
+        return None
+
+
+def decoder_genai_config(package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:
+    """genai_config of the package's text decoder, its model.type its row's og type."""
+    return make_genai_config(
+        package.config,
+        package.ep,
+        written.decoder,
+        context_length=package.context_length,
+        generation=written.generation,
+        filename=package.filename(package.decoder_key),
+        tool_tokens=tool_token_ids(written.folder),
+        genai_type=package.family.genai_type,
+    )
