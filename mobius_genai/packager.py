@@ -20,7 +20,7 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai._json import read_json, write_json
-from mobius_genai.build import ModelPackage, build, stored_bits
+from mobius_genai.build import ModelPackage, build
 from mobius_genai.bundle.adapters import read_adapters, write_adapters
 from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
@@ -49,8 +49,9 @@ from mobius_genai.bundle.validate import (
     has_tokenizer,
     validate_bundle,
 )
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.checkpoint.peft import PeftAdapter
-from mobius_genai.checkpoint.source import Source
+from mobius_genai.checkpoint.source import Source, model_name
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
@@ -229,14 +230,7 @@ def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> P
 def bundle_name(model: str | Path, ep: str, precision: str) -> str:
     """`<model name>-<ep>-<precision>`: a local folder's name, a GGUF file's stem or a hub id's
     last part."""
-    local = Path(model).expanduser()
-    if local.is_dir():
-        name = local.resolve().name
-    elif local.is_file() and local.suffix.lower() == ".gguf":
-        name = local.resolve().stem
-    else:
-        name = str(model).rstrip("/").rsplit("/", 1)[-1]
-    return f"{name}-{ep}-{precision}"
+    return f"{model_name(model)}-{ep}-{precision}"
 
 
 def write_bundle(

@@ -7,8 +7,8 @@ import contextlib
 import sys
 import time
 
-from mobius_genai.build import stored_bits
 from mobius_genai.bundle._staging import add_note
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.errors import OptionError

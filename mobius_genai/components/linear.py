@@ -5,10 +5,8 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.checkpoint.reader import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.ep.context import get_build_dtype
-
-# Parameters carrying this meta key hold the transpose of the checkpoint tensor.
-TRANSPOSED_FROM_CHECKPOINT = "mobius.transposed"
 
 
 def parameter(shape: list[int], *, transposed: bool = False) -> nn.Parameter:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mobius_genai._json import read_json_object
+from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
@@ -246,16 +246,6 @@ class ArchitectureConfig:
     def from_file(cls, path: str | Path, **overrides: Any) -> ArchitectureConfig:
         """Read and parse a config.json file."""
         return cls.from_dict(read_config_json(path), **overrides)
-
-
-def read_config_json(path: str | Path) -> dict[str, Any]:
-    """Load config.json as a dict with errors that name the file."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ConfigError(f"{path}: config.json not found; a checkpoint folder must hold one")
-    return read_json_object(path, ConfigError)
 
 
 def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from mobius_genai.bundle.genai_config import make_genai_config
 from mobius_genai.bundle.tool_tokens import tool_token_ids
-from mobius_genai.checkpoint.weights import attach_weights
+from mobius_genai.checkpoint.parameters import attach_weights
 from mobius_genai.components.lora import add_lora
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.models.causal_lm import CausalLMModel
@@ -23,7 +23,6 @@ class TextDecoderKind:
     one the family table lacks is refused there, with the supported ones listed."""
 
     name = "text decoder"
-    keeps_stored_integers = True
 
     def claims(self, model_type: str) -> bool:
         return True

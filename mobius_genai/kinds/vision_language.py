@@ -34,7 +34,6 @@ class VisionLanguageKind:
     """A vision tower and projector beside a text decoder of the family table."""
 
     name = "vision-language"
-    keeps_stored_integers = False  # read as float
 
     def claims(self, model_type: str) -> bool:
         return model_type in VISION_LANGUAGE
@@ -50,20 +49,22 @@ class VisionLanguageKind:
         config = family.parse_config(given.raw)  # type: ignore[union-attr]
         if given.num_layers is not None:
             config = config.first_layers(given.num_layers)
-        checkpoint = given.checkpoint  # safetensors: GGUF files name text model types only
+        checkpoint = given.checkpoint
         dropped = (
             family.dropped_layers(checkpoint, config)  # type: ignore[union-attr]
             if checkpoint is not None and given.num_layers is not None
             else []
         )
         length = given.target.context_length or config.text.max_position_embeddings
-        models = vision_language_graphs(config, family, length, checkpoint, dropped)  # type: ignore[arg-type]
+        models, float_kinds = vision_language_graphs(config, family, length, checkpoint, dropped)  # type: ignore[arg-type]
         return KindGraphs(
             graphs={key: (_ROLES[key], model) for key, model in models.items()},
             config=config.text,
             context_length=length,
             family=family,
             kind_config=config,
+            prequantized=None if checkpoint is None else checkpoint.describe(),
+            float_kinds=float_kinds,
         )
 
     def genai_config(self, package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:

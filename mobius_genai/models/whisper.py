@@ -11,12 +11,8 @@ import re
 
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.weights import (
-    Checkpoint,
-    attach_weights,
-    checkpoint_tensors,
-    no_preprocess,
-)
+from mobius_genai.checkpoint.parameters import NameMap, attach_weights, parameter_tensors
+from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.components.whisper import WhisperDecoderModel, WhisperEncoderModel
 from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.tasks.whisper import WhisperDecoderTask, WhisperEncoderTask
@@ -34,7 +30,12 @@ def checkpoint_name(parameter: str) -> str:
     return "model." + _MLP.sub(".", parameter)
 
 
-def whisper_graphs(config: WhisperConfig, checkpoint: Checkpoint | None) -> dict[str, ir.Model]:
+_NAMES = NameMap("whisper", checkpoint_name)
+
+
+def whisper_graphs(
+    config: WhisperConfig, checkpoint: CheckpointReader | None
+) -> dict[str, ir.Model]:
     """{"encoder", "decoder"} graphs; call inside the build context. Every checkpoint tensor is
     checked (present, shaped, used) before any is read."""
     models = {
@@ -47,9 +48,7 @@ def whisper_graphs(config: WhisperConfig, checkpoint: Checkpoint | None) -> dict
             for model in models.values()
             for name, value in model.graph.initializers.items()
         }
-        tensors = checkpoint_tensors(
-            parameters, checkpoint, config, checkpoint_name, no_preprocess, tied=_TIED
-        )
+        tensors, _ = parameter_tensors(parameters, checkpoint, _NAMES, config, tied=_TIED)
         for model in models.values():
             initializers = model.graph.initializers
             attach_weights(model, {k: v for k, v in tensors.items() if k in initializers})

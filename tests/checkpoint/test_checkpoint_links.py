@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import mobius_genai
-from mobius_genai.checkpoint.gguf import find_gguf
+from mobius_genai.checkpoint.source import classify
 from mobius_genai.cli import main
 from mobius_genai.errors import ConfigError, WeightsError
 from tests._hf import write_tiny_checkpoint
@@ -153,6 +153,6 @@ def test_a_gguf_file_linked_out_of_its_folder_is_refused(tmp_path: Path):
     link.symlink_to(tmp_path / "elsewhere" / "model.gguf")
     for named in (link, link.parent):
         with pytest.raises(ConfigError, match=r"^model.gguf: is a symbolic link to .*elsewhere"):
-            find_gguf(named)
+            classify(named)
     snapshot = hub_snapshot(tmp_path / "hub", files=tmp_path / "elsewhere")
-    assert find_gguf(snapshot / "model.gguf").parent.name == "blobs"
+    assert classify(snapshot / "model.gguf").path.parent.name == "blobs"

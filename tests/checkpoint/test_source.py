@@ -10,7 +10,7 @@ from huggingface_hub import scan_cache_dir, try_to_load_from_cache
 
 import mobius_genai
 from mobius_genai import ConfigError
-from mobius_genai.build import stored_bits
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.checkpoint.source import HUB_FILE_PATTERNS, resolve_source
 from tests._hf import hub_cache, write_tiny_checkpoint
 from tests.conftest import TINY_QWEN2

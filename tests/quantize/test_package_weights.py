@@ -12,7 +12,7 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai import build, resolve_target
-from mobius_genai.build import stored_bits
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.cli import main
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.packager import bundle_name

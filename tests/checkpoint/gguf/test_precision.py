@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from mobius_genai.build import stored_bits
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.cli import main
 from mobius_genai.target import resolve_target
 from tests._hf import hf_reference_logits
