@@ -13,8 +13,8 @@ from mobius_genai.checkpoint.opening import open_checkpoint, stored_bits
 from mobius_genai.checkpoint.source import ArgumentKind, classify, model_name
 from mobius_genai.errors import ConfigError
 from mobius_genai.packager import bundle_name
-from tests.bundle.conftest import TINY_QWEN2
-from tests.gguf._tiny import write_tiny_gguf
+from tests.checkpoint.gguf._tiny import write_tiny_gguf
+from tests.conftest import TINY_QWEN2
 
 
 def test_a_checkpoint_folder(tmp_path: Path):

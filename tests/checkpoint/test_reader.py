@@ -8,8 +8,8 @@ from mobius_genai.checkpoint.gguf import GgufCheckpoint
 from mobius_genai.checkpoint.opening import open_checkpoint
 from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.checkpoint.weights import Checkpoint
-from tests.bundle.conftest import TINY_QWEN2
-from tests.gguf._tiny import write_tiny_gguf
+from tests.checkpoint.gguf._tiny import write_tiny_gguf
+from tests.conftest import TINY_QWEN2
 
 
 def test_safetensors_and_gguf_checkpoints_are_readers(tmp_path: Path):
