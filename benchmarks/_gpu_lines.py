@@ -2,7 +2,7 @@
 cuda capability fields it flips on, and the ops its cuda graph must hold.
 
 Each line's checkpoint is one of the test fixtures (tests/_hf.py's `write_tiny_checkpoint` with
-the tokenizer of tests/data/tiny-qwen2, as tests/families/test_bundles.py packages them, or
+the tokenizer of tests/data/tiny-qwen2, as tests/models/families/test_bundles.py packages them, or
 tests/_qwen_vl.py's Qwen2.5-VL), written on the spot: nothing is downloaded.
 """
 

@@ -20,7 +20,7 @@ For each precision (fp32, int4), three bundles of the same checkpoint, built in 
   LinearAttention run by onnxruntime's kernels);
 - `bodies`: the same EP with the CausalConvWithState and LinearAttention kernels off
   (`with_kernels`), so the two Tier-1 functions are inlined into their standard-ONNX bodies (a Scan over the
-  tokens for the delta rule) and nothing else changes: the same math (tests/families/
+  tokens for the delta rule) and nothing else changes: the same math (tests/models/families/
   test_qwen3_5.py and test_hybrid.py check both graphs against transformers);
 - `builder`: `python -m onnxruntime_genai.models.builder -i CKPT -o OUT -p P -e cpu -c CACHE`.
   Where it fails, its error goes into the table. It refuses a Qwen3.5 text checkpoint

@@ -6,9 +6,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import re
-from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,22 +14,14 @@ import onnx_ir as ir
 from onnx_ir.serde import SerdeError
 
 from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY
-from mobius_genai.checkpoint.experts import expert_tensors
-from mobius_genai.checkpoint.gguf import GgufCheckpoint, find_gguf, gguf_tensors, open_gguf
-from mobius_genai.checkpoint.grouped import grouped_tensors
-from mobius_genai.checkpoint.prequantized import (
-    PrequantizedTensor,
-    QuantizationScheme,
-    prequantized_tensors,
-)
-from mobius_genai.checkpoint.prequantized.gptq import read_quantization_config
-from mobius_genai.checkpoint.prequantized.mxfp4 import is_mxfp4
-from mobius_genai.checkpoint.source import Source, config_file, local_source, resolve_source
-from mobius_genai.checkpoint.weights import Checkpoint, checkpoint_tensors
-from mobius_genai.config import ArchitectureConfig, read_config_json
+from mobius_genai.checkpoint.opening import open_checkpoint
+from mobius_genai.checkpoint.parameters import layers_from, parameter_tensors
+from mobius_genai.checkpoint.reader import CheckpointReader
+from mobius_genai.checkpoint.source import Source
+from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
-from mobius_genai.errors import MobiusError, UnsupportedModelError
+from mobius_genai.errors import MobiusError
 from mobius_genai.kinds.base import DecoderWeights, KindInput, ModelKind
 from mobius_genai.kinds.table import TEXT_DECODER, kind_of
 from mobius_genai.models.causal_lm import CausalLMModel
@@ -226,6 +216,7 @@ def build(
     prune_lm_head: bool = False,
     target: Target | None = None,
     num_layers: int | None = None,
+    lora_targets: Collection[str] = (),
 ) -> ModelPackage:
     """Build the ONNX models of a checkpoint (local folder or hub id) for one EP.
 
@@ -238,14 +229,16 @@ def build(
     (`progress.phase`) and shows huggingface_hub's download bars for a hub id. `num_layers`
     builds the model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's
     small twin), and a vision-language model's vision tower its first layers of every kind too.
+    `lora_targets` (PEFT target_modules names) gives those projections of a text decoder LoRA
+    inputs that og's adapters feed (components/lora.py).
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
     )
     with phase("reading the checkpoint", progress):
-        source, raw, checkpoint = _open(model, revision, progress, load_weights)
-    if load_weights and checkpoint is None:
-        checkpoint = Checkpoint(source.path)
+        opened = open_checkpoint(model, revision, progress=progress, weights=load_weights)
+    source, raw = opened.source, opened.config
+    checkpoint = opened.reader() if load_weights else None
     kind = kind_of(raw.get("model_type", ""))
     given = KindInput(
         raw=raw,
@@ -253,7 +246,8 @@ def build(
         checkpoint=checkpoint,
         target=target,
         num_layers=num_layers,
-        read_decoder=functools.partial(_decoder_weights, raw, checkpoint, num_layers),
+        read_decoder=functools.partial(_decoder_weights, checkpoint, num_layers),
+        lora_targets=tuple(lora_targets),
     )
     with phase("building the graph", progress), build_context(target.ep, target.dtype):
         built = kind.build(given)
@@ -276,158 +270,25 @@ def build(
 
 
 def _decoder_weights(
-    raw: dict,
-    checkpoint: Checkpoint | GgufCheckpoint | None,
+    checkpoint: CheckpointReader | None,
     num_layers: int | None,
     module: CausalLMModel,
     family: FamilyAdapter,
 ) -> DecoderWeights:
-    """`KindInput.read_decoder`: the tensors of a decoder module, and how the source stored
-    them (GGUF blocks, GPTQ/AWQ, MXFP4 experts); none for a graph-only build."""
-    mxfp4_experts = _mxfp4_experts(raw, family)
-    scheme = None if mxfp4_experts else read_quantization_config(raw)
-    described = checkpoint if isinstance(checkpoint, GgufCheckpoint) else scheme
-    prequantized = None if described is None else described.describe()
+    """`KindInput.read_decoder`: the tensors of a decoder module (`parameter_tensors`: every
+    reader of stored formats), and how the source stored them; none for a graph-only build.
+    With `num_layers`, the checkpoint's later layers are left unread."""
     if checkpoint is None:
-        return DecoderWeights({}, {}, prequantized)
-    tensors, float_kinds = _tensors(
-        module, checkpoint, family, scheme, num_layers, mxfp4_experts=mxfp4_experts
-    )
-    return DecoderWeights(tensors, float_kinds, prequantized)
-
-
-def stored_bits(model: str | Path, revision: str | None = None) -> frozenset[int]:
-    """The bit widths of the integers `model` stores that the bundle can keep as they are (a
-    GGUF's block types, config.json's GPTQ / AWQ quantization_config); empty for float weights.
-
-    Read before the build (a GGUF's tensor list, or config.json alone), for `resolve_target`:
-    what the source stores decides the precision that names the bundle.
-    """
-    gguf_file = find_gguf(model)
-    if gguf_file is not None:
-        stat = gguf_file.stat()
-        return _gguf_stored_bits(gguf_file, stat.st_mtime_ns, stat.st_size)
-    raw = read_config_json(config_file(model, revision))
-    if not kind_of(raw.get("model_type", "")).keeps_stored_integers or is_mxfp4(raw):
-        return frozenset()  # read as float: MXFP4 experts, vision-language weights
-    scheme = read_quantization_config(raw)
-    return frozenset() if scheme is None else frozenset({scheme.bits})
-
-
-@functools.lru_cache(maxsize=8)
-def _gguf_stored_bits(path: Path, mtime_ns: int, size: int) -> frozenset[int]:
-    """`stored_bits` of a GGUF file, read once per version of the file (the CLI and package()
-    both ask): opening one parses every metadata field, seconds for a 49k-token vocabulary."""
-    return GgufCheckpoint(path).stored_bits()
-
-
-def _open(
-    model: str | Path, revision: str | None, progress: bool, load_weights: bool
-) -> tuple[Source, dict, GgufCheckpoint | None]:
-    """The source, its config.json and, for a GGUF file, its checkpoint (which holds the
-    config and tokenizer too)."""
-    if not load_weights:
-        return (*_config_only_source(model, revision, progress), None)
-    gguf_file = find_gguf(model)
-    if gguf_file is not None:
-        return open_gguf(gguf_file)
-    source = resolve_source(model, revision, progress=progress)
-    return source, read_config_json(source.path), None
-
-
-def _tensors(
-    module: CausalLMModel,
-    checkpoint: Checkpoint | GgufCheckpoint,
-    family: FamilyAdapter,
-    scheme: QuantizationScheme | None,
-    skip_layers_from: int | None = None,
-    *,
-    mxfp4_experts: bool = False,
-) -> tuple[dict[str, ir.TensorProtocol], dict[str, int]]:
-    """A lazy tensor for each parameter of `module`, and the stored kinds of the checkpoint
-    tensors read as float (`ModelPackage.float_kinds`): stacked experts and weights stored as
-    integers (GGUF blocks, GPTQ/AWQ) by their own readers, the rest by `checkpoint_tensors`,
-    which checks that every checkpoint tensor is read by one of them, or belongs to a layer
-    from `skip_layers_from` on (a build of the first layers only, the smoke test's twin; a
-    name's first number is its layer)."""
-    parameters = dict(module.named_parameters())
-    quantized, read = _stored_integers(parameters, checkpoint, scheme, family)
-    experts, expert_read = (
-        ({}, [])
-        if family.experts is None
-        else expert_tensors(
-            parameters, checkpoint, family.experts, family.checkpoint_name, mxfp4_experts
-        )
-    )
-    grouped, grouped_read = grouped_tensors(
-        {name: value for name, value in parameters.items() if name not in quantized},
+        return DecoderWeights({}, {}, None)
+    tensors, float_kinds = parameter_tensors(
+        dict(module.named_parameters()),
         checkpoint,
+        family,
         module.config,
-        family.grouped_weights,
-        family.checkpoint_name,
-    )
-    special = {**quantized, **experts, **grouped}
-    elsewhere = {*read, *expert_read, *grouped_read, *_layers_from(checkpoint, skip_layers_from)}
-    tensors = checkpoint_tensors(
-        {name: value for name, value in parameters.items() if name not in special},
-        checkpoint,
-        module.config,
-        family.checkpoint_name,
-        family.preprocess_weight,
-        family.preprocessed,
-        unused=family.unused_weights,
         tied=module.tied_weights(),
-        read_elsewhere=sorted(elsewhere),
+        dropped=layers_from(checkpoint, num_layers),
     )
-    float_kinds = Counter(checkpoint.kind(name) for name in checkpoint if name not in elsewhere)
-    return {**tensors, **special}, dict(sorted(float_kinds.items()))
-
-
-def _mxfp4_experts(raw: dict, family: FamilyAdapter) -> bool:
-    """Whether config.json says the experts are MXFP4 blocks (gpt_oss), which only a MoE
-    family's experts can be."""
-    if not is_mxfp4(raw):
-        return False
-    if family.experts is None:
-        raise UnsupportedModelError(
-            f"config.json: quantization_config.quant_method is 'mxfp4' for model_type "
-            f"{family.model_type!r}; MXFP4 is read for the experts of MoE families only"
-        )
-    return True
-
-
-def _stored_integers(
-    parameters: Mapping[str, ir.Value],
-    checkpoint: Checkpoint | GgufCheckpoint,
-    scheme: QuantizationScheme | None,
-    family: FamilyAdapter,
-) -> tuple[dict[str, PrequantizedTensor], list[str]]:
-    """The weights the source stores as integers MatMulNBits holds (GGUF blocks, GPTQ/AWQ),
-    and the checkpoint tensors they read."""
-    if isinstance(checkpoint, GgufCheckpoint):
-        return gguf_tensors(parameters, checkpoint, family.checkpoint_name)
-    if scheme is None:
-        return {}, []
-    return prequantized_tensors(parameters, checkpoint, scheme, family.checkpoint_name)
-
-
-def _layers_from(checkpoint: Checkpoint, first: int | None) -> list[str]:
-    """The checkpoint tensors of layers `first` and later (none when `first` is None)."""
-    if first is None:
-        return []
-    numbered = ((name, re.search(r"\.(\d+)\.", name)) for name in checkpoint)
-    return [name for name, match in numbered if match and int(match.group(1)) >= first]
-
-
-def _config_only_source(
-    model: str | Path, revision: str | None, progress: bool
-) -> tuple[Source, dict]:
-    path = Path(model).expanduser()
-    if path.is_dir() or path.name == "config.json":
-        config_path = path if path.is_file() else path / "config.json"
-        return local_source(config_path.parent), read_config_json(config_path)
-    source = resolve_source(model, revision, progress=progress)
-    return source, read_config_json(source.path)
+    return DecoderWeights(tensors, float_kinds, checkpoint.describe())
 
 
 def _optimize(

@@ -20,7 +20,8 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai._json import read_json, write_json
-from mobius_genai.build import ModelPackage, build, stored_bits
+from mobius_genai.build import ModelPackage, build
+from mobius_genai.bundle.adapters import read_adapters, write_adapters
 from mobius_genai.bundle.bos import required_bos
 from mobius_genai.bundle.card import CARD_FILENAME, render_card
 from mobius_genai.bundle.digest import save_with_digest
@@ -48,7 +49,9 @@ from mobius_genai.bundle.validate import (
     has_tokenizer,
     validate_bundle,
 )
-from mobius_genai.checkpoint.source import Source
+from mobius_genai.checkpoint.opening import stored_bits
+from mobius_genai.checkpoint.peft import PeftAdapter
+from mobius_genai.checkpoint.source import Source, model_name
 from mobius_genai.config import read_config_json
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError
@@ -80,6 +83,7 @@ def package(
     quiet: bool = False,
     revision: str | None = None,
     prune_lm_head: bool = False,
+    adapters: Mapping[str, str | Path] | None = None,
 ) -> Path:
     """Build `model` (local folder or hub id) for an EP and write a runnable bundle folder.
 
@@ -92,8 +96,12 @@ def package(
     complete, validated and smoke-tested. `prune_lm_head` computes logits for each sequence's
     last position only: a faster prefill that og.Generator's sampling accepts, but og.Engine,
     n-gram speculative decoding and `get_output("logits")` need every position (`og_support`
-    names what a bundle gives up; its card and manifest say so). Returns the bundle folder.
+    names what a bundle gives up; its card and manifest say so). `adapters` (name → PEFT LoRA
+    folder) gives the graph LoRA inputs for their target modules and writes each as
+    `adapters/<name>.onnx_adapter` (bundle/adapters.py), checked before the build. Returns the
+    bundle folder.
     """
+    peft = read_adapters(adapters or {})
     target = target_or_choices(
         target,
         execution_provider,
@@ -121,6 +129,7 @@ def package(
                 revision=revision,
                 quiet=quiet,
                 prune_lm_head=prune_lm_head,
+                adapters=peft,
             )
             gc.collect()  # the graph and the checkpoint files it mapped, before the bundle runs
             with _errors_name(out, staging):
@@ -156,6 +165,7 @@ def _write_staged(
     revision: str | None,
     quiet: bool,
     prune_lm_head: bool,
+    adapters: Mapping[str, PeftAdapter],
 ) -> tuple[str, int, int, Callable[[Path, int], None], tuple[int, int] | None]:
     """Build `model` for `target` and write its bundle into `staging`; returns the precision
     written, the layer count, the layers a smoke-test twin needs, its writer and, for a
@@ -168,6 +178,7 @@ def _write_staged(
         revision=revision,
         progress=not quiet,
         prune_lm_head=prune_lm_head,
+        lora_targets=sorted({t for adapter in adapters.values() for t in adapter.targets}),
     )
     if built.source is not None:
         _require_tokenizer(built.source.path)  # before the long part: saving weights
@@ -185,6 +196,7 @@ def _write_staged(
         progress=not quiet,
         quantization=weights.int4,
         prequantized=weights.prequantized,
+        adapters=adapters,
     )
     for note in build_notes(built, genai_config, target, weights.prequantized):
         _say(f"note: {note}", quiet)
@@ -218,14 +230,7 @@ def default_output(model: str | Path, caps: EpCapabilities, precision: str) -> P
 def bundle_name(model: str | Path, ep: str, precision: str) -> str:
     """`<model name>-<ep>-<precision>`: a local folder's name, a GGUF file's stem or a hub id's
     last part."""
-    local = Path(model).expanduser()
-    if local.is_dir():
-        name = local.resolve().name
-    elif local.is_file() and local.suffix.lower() == ".gguf":
-        name = local.resolve().stem
-    else:
-        name = str(model).rstrip("/").rsplit("/", 1)[-1]
-    return f"{name}-{ep}-{precision}"
+    return f"{model_name(model)}-{ep}-{precision}"
 
 
 def write_bundle(
@@ -237,12 +242,14 @@ def write_bundle(
     progress: bool = True,
     quantization: Int4Report | None = None,
     prequantized: PrequantizedReport | None = None,
+    adapters: Mapping[str, PeftAdapter] | None = None,
 ) -> dict[str, Any]:
     """Write every file of the bundle of `built` into `folder`; returns the genai_config.
 
     `name` is the bundle's final folder name (the card's run instructions use it);
     `quantization` is the report of the INT4 stage, `prequantized` that of a pre-quantized
-    source's weights, both recorded in the manifest and the card.
+    source's weights, both recorded in the manifest and the card; `adapters` are written beside
+    the graph (`adapters/<name>.onnx_adapter`) when it has LoRA inputs.
     """
     source = built.source
     if source is None:
@@ -282,6 +289,9 @@ def write_bundle(
         build_info["quantization"] = quantization.summary()
     if prequantized is not None:
         build_info["prequantized"] = prequantized.summary()
+    lora = write_adapters(folder / filename, adapters or {}, built.family)
+    if lora is not None:
+        build_info["lora"] = lora
     _write_card_and_manifest(folder, name, genai_config, source, copied, build_info, progress)
     return genai_config
 

@@ -35,6 +35,8 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     CohereConfig,
+    DeepseekV2Config,
+    DeepseekV3Config,
     Ernie4_5Config,
     Exaone4Config,
     ExaoneConfig,
@@ -48,6 +50,7 @@ from transformers import (
     GptOssConfig,
     GraniteConfig,
     GraniteMoeConfig,
+    GraniteMoeHybridConfig,
     HeliumConfig,
     HunYuanDenseV1Config,
     InternLM3Config,
@@ -125,6 +128,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "qwen3_5_text": Qwen3_5TextConfig,
     "qwen3_next": Qwen3NextConfig,
     "qwen3_5_moe_text": Qwen3_5MoeTextConfig,
+    "deepseek_v3": DeepseekV3Config,
+    "deepseek_v2": DeepseekV2Config,
+    "granitemoehybrid": GraniteMoeHybridConfig,
 }
 
 _ARCHITECTURES = {
@@ -170,6 +176,9 @@ _ARCHITECTURES = {
     "qwen3_5_text": "Qwen3_5ForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+    "deepseek_v2": "DeepseekV2ForCausalLM",
+    "granitemoehybrid": "GraniteMoeHybridForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -200,6 +209,34 @@ _QWEN3_5_HYBRID: dict[str, Any] = {
     "linear_key_head_dim": 16,
     "linear_value_head_dim": 8,
     "linear_conv_kernel_dim": 4,
+}
+#: DeepSeek's multi-head latent attention, small: a 32-channel latent (cached with the 8-channel
+#: rotary key), 16 unrotated and 8 rotated q/k channels per head, 8 value channels; 8 experts in 4 groups,
+#: 2 per token, a shared expert, the first layer dense; yarn rope with DeepSeek's mscales
+#: (the softmax scale grows by mscale_all_dim's correction squared).
+_DEEPSEEK: dict[str, Any] = {
+    "num_key_value_heads": 4,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 8,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "n_group": 4,
+    "topk_group": 2,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 4.0,
+        "original_max_position_embeddings": 16,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 0.8,
+    },
 }
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
@@ -380,11 +417,50 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "shared_expert_intermediate_size": 48,
         "intermediate_size": UNSET,
     },
+    # low-rank q, sigmoid routing corrected by e_score_correction_bias (random here, so it
+    # changes picks), groups scored by their best two, renormalized and scaled by 2.5
+    "deepseek_v3": {**_DEEPSEEK, "q_lora_rank": 32, "routed_scaling_factor": 2.5},
+    # one q_proj, softmax routing limited to the group of the best expert (of 2 groups: a group
+    # scored by its best expert changes picks only where fewer groups are kept than experts
+    # picked), not renormalized
+    "deepseek_v2": {
+        **_DEEPSEEK,
+        "q_lora_rank": None,
+        "topk_method": "group_limited_greedy",
+        "n_group": 2,
+        "topk_group": 1,
+        "routed_scaling_factor": 1.5,
+    },
+    # Granite-4.0-H's hybrid: Mamba2, attention (no rotary), Mamba2; 4 Mamba2 heads of 16 over 2
+    # groups of an 8-wide state, a 4-tap conv with bias, transformers' scan in 16-token chunks;
+    # MoE (4 experts, 2 per token, of 32) beside a shared MLP of 64; granite's multipliers; 128
+    # positions for long prefills
+    "granitemoehybrid": {
+        "layer_types": ["mamba", "attention", "mamba"],
+        "max_position_embeddings": 128,
+        "intermediate_size": 32,
+        "shared_intermediate_size": 64,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "mamba_n_heads": 4,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 16,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
+    },
 }
 
 WEIGHT_STD = 0.2
 BIAS_STD = 0.2
 NORM_STD = 0.1
+#: Buffers a checkpoint stores as learned values (transformers initializes them to zeros):
+#: DeepSeek-V3's per-expert routing correction.
+LEARNED_BUFFERS = ("e_score_correction_bias",)
 
 
 def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
@@ -409,7 +485,8 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
 
     Matrices and embeddings get N(0, WEIGHT_STD), biases N(0, BIAS_STD) and norm weights
     N(1, NORM_STD): transformers' own init (zero biases, unit norms, std 0.02) hides bugs.
-    Tied parameters are visited once, so tying is preserved.
+    Tied parameters are visited once, so tying is preserved. `LEARNED_BUFFERS` get N(0,
+    BIAS_STD) after the parameters.
     """
     gen = torch.Generator().manual_seed(seed)
     norm_params = {
@@ -428,6 +505,10 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
             else:
                 values = WEIGHT_STD * noise
             param.copy_(values.to(param.dtype))
+        for name, buffer in model.named_buffers():
+            if name.rsplit(".", 1)[-1] in LEARNED_BUFFERS:
+                noise = torch.randn(buffer.shape, generator=gen, dtype=torch.float32)
+                buffer.copy_((BIAS_STD * noise).to(buffer.dtype))
 
 
 def edit_config(folder: Path, **changes: object) -> None:

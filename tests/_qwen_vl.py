@@ -12,13 +12,13 @@ import torch
 from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
 from tests._hf import randomize_weights
+from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, VIDEO_TOKEN, VISION_START, VISION_END = 150, 151, 152, 153
 TEXT_HIDDEN = 64
 PATCH, MERGE, TEMPORAL = 4, 2, 2
 MEAN = (0.48145466, 0.4578275, 0.40821073)
 STD = (0.26862954, 0.26130258, 0.27577711)
-TINY_QWEN2 = Path(__file__).resolve().parent / "data" / "tiny-qwen2"
 QWEN_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 MIN_PIXELS = 32 * 32  # the smoke test's image: the smallest square smart_resize keeps
 

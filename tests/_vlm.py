@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
 
 from tests._hf import randomize_weights
+from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, BOI_TOKEN, EOI_TOKEN = 100, 101, 102
 TEXT_HIDDEN = 64
@@ -68,6 +70,39 @@ def tiny_gemma3(
 def write_tiny_gemma3(dest: Path, **kwargs: Any) -> Path:
     tiny_gemma3(**kwargs).save_pretrained(dest)
     return dest
+
+
+IMAGE_SPECIALS = ["<start_of_image>", "<image_soft_token>", "<end_of_image>"]
+SIZE = 64  # 16 x 16 patches of 4: og's Gemma 3 processor assumes 256 image tokens
+
+
+def write_gemma3_checkpoint(folder: Path) -> Gemma3ForConditionalGeneration:
+    """Write a packageable tiny Gemma 3 checkpoint into `folder`: the model (SIZE x SIZE images,
+    256 image tokens), tiny-qwen2's tokenizer with the image special tokens, and the image
+    processor's settings. Returns the model (float32, eval mode)."""
+    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
+    tokenizer.add_special_tokens({"additional_special_tokens": IMAGE_SPECIALS})
+    boi, image, eoi = tokenizer.convert_tokens_to_ids(IMAGE_SPECIALS)
+    model = tiny_gemma3(
+        image_tokens=256,
+        image_size=SIZE,
+        text={"vocab_size": len(tokenizer) + 4},
+        image_token_index=image,
+        boi_token_index=boi,
+        eoi_token_index=eoi,
+    )
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    # Gemma3ImageProcessor's settings (saving it needs PIL, which tests do not install)
+    preprocessor = {
+        "image_processor_type": "Gemma3ImageProcessor",
+        "size": {"height": SIZE, "width": SIZE},
+        "rescale_factor": 1 / 255,
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+    }
+    (folder / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    return model
 
 
 def image_prompt(image_tokens: int = 16) -> torch.Tensor:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from pathlib import Path
 
 import onnx
 import onnx_ir as ir
@@ -20,8 +19,7 @@ from mobius_genai import (
     build_context,
 )
 from mobius_genai.models import CausalLMModel
-
-TINY = Path(__file__).parent / "data" / "tiny-qwen2"
+from tests.conftest import TINY_QWEN2
 
 LLAMA_70B = {
     "model_type": "llama",
@@ -38,7 +36,7 @@ LLAMA_70B = {
 
 
 def test_package_is_a_mapping_and_saves_model_and_external_data(tmp_path):
-    package = mobius_genai.build(TINY)
+    package = mobius_genai.build(TINY_QWEN2)
     assert list(package) == ["model"]
     assert isinstance(package["model"], ir.Model)
     package.save(tmp_path, progress=False)
@@ -53,7 +51,7 @@ def test_package_is_a_mapping_and_saves_model_and_external_data(tmp_path):
 
 
 def test_portable_graph_uses_standard_attention_ops():
-    graph = mobius_genai.build(TINY)["model"].graph
+    graph = mobius_genai.build(TINY_QWEN2)["model"].graph
     ops = {(n.domain, n.op_type) for n in graph}
     assert ("", "Attention") in ops and ("", "RotaryEmbedding") in ops
     assert ("", "RMSNormalization") in ops or (
@@ -64,7 +62,7 @@ def test_portable_graph_uses_standard_attention_ops():
 
 
 def test_tied_embeddings_share_one_weight():
-    graph = mobius_genai.build(TINY)["model"].graph
+    graph = mobius_genai.build(TINY_QWEN2)["model"].graph
     assert "lm_head.weight" not in graph.initializers
     table = graph.initializers["model.embed_tokens.weight"]
     assert len(table.uses()) >= 2  # the Gather and the LM head read the same table
@@ -104,7 +102,7 @@ def test_build_from_module_with_explicit_config():
 
 
 def test_context_length_sizes_rotary_tables():
-    package = mobius_genai.build(TINY, context_length=48)
+    package = mobius_genai.build(TINY_QWEN2, context_length=48)
     assert package.context_length == 48
     tables = [
         v for v in package["model"].graph.initializers.values() if v.name.endswith("cos_cache")
@@ -119,7 +117,7 @@ def test_unknown_model_type_lists_supported(tmp_path):
 
 
 def test_missing_config_json(tmp_path):
-    shutil.copy(TINY / "model.safetensors", tmp_path)
+    shutil.copy(TINY_QWEN2 / "model.safetensors", tmp_path)
     with pytest.raises(ConfigError, match="config.json not found"):
         mobius_genai.build(tmp_path)
 
@@ -128,9 +126,9 @@ def test_unknown_ep_and_dtype():
     with pytest.raises(
         ExecutionProviderError, match=r"Unknown execution provider 'rocm'. Supported: \["
     ):
-        mobius_genai.build(TINY, "rocm")
+        mobius_genai.build(TINY_QWEN2, "rocm")
     with pytest.raises(ConfigError, match="dtype 'f8'.*fp32, fp16, bf16"):
-        mobius_genai.build(TINY, "default", "f8")
+        mobius_genai.build(TINY_QWEN2, "default", "f8")
 
 
 def test_not_a_folder_nor_hub_id():

@@ -23,8 +23,8 @@ from tests._hf import (
     positions_from_mask,
     write_tiny_checkpoint,
 )
+from tests.conftest import TINY_QWEN2
 
-TINY_QWEN2 = Path(__file__).parent / "data" / "tiny-qwen2"
 ATOL = 1e-5  # float32 eager, cached vs uncached
 
 # attention_bias exercises the bias paths where the family has the switch.
@@ -50,6 +50,8 @@ _BIAS = {
         "qwen3_moe",
         "olmoe",
         "granitemoe",
+        "deepseek_v3",
+        "deepseek_v2",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}

@@ -9,6 +9,8 @@ import sysconfig
 import venv
 from pathlib import Path
 
+from tests.conftest import TINY_QWEN2
+
 ROOT = Path(__file__).resolve().parents[1]
 # The fresh venv must import mobius_genai from the wheel, not from a PYTHONPATH checkout.
 ENV = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
@@ -60,7 +62,7 @@ def test_wheel_installs_a_working_cli(tmp_path):
         [
             str(cli),
             "package",
-            str(ROOT / "tests" / "data" / "tiny-qwen2"),
+            str(TINY_QWEN2),
             "--ep",
             "cpu",
             "-o",

@@ -14,7 +14,7 @@ from mobius_genai.bundle.genai_config import read_generation_config
 from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.config import read_config_json
 from mobius_genai.errors import BundleError, ConfigError, WeightsError
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 #: The documents Python's json cannot read: ValueError for the first, RecursionError for the other.
 HOSTILE = {

@@ -12,8 +12,8 @@ from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError, ExecutionProviderError
 from mobius_genai.quantize import Int4Options
-from tests.bundle.conftest import TINY_QWEN2
-from tests.gguf._tiny import write_tiny_gguf
+from tests.checkpoint.gguf._tiny import write_tiny_gguf
+from tests.conftest import TINY_QWEN2
 
 F32, F16, BF16 = ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16
 

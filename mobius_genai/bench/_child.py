@@ -29,14 +29,20 @@ def peak_rss_mib() -> float | None:
 def measure(request: dict) -> dict:
     """Load time, the timed rounds and the peak RSS of one configuration."""
     started = time.perf_counter()
-    bundle = open_for_bench(request["folder"], cpu=request["cpu"], threads=request["threads"])
+    bundle = open_for_bench(
+        request["folder"],
+        cpu=request["cpu"],
+        threads=request["threads"],
+        adapter=request.get("adapter"),
+    )
     load_s = time.perf_counter() - started
     prompt = random_prompt(request["batch_size"], request["prompt_length"], request["vocab_size"])
     new_tokens = request["new_tokens"]
     try:
-        time_generation(bundle.model, prompt, min(new_tokens, 4))  # warm-up
+        time_generation(bundle.model, prompt, min(new_tokens, 4), bundle.adapter)  # warm-up
         rounds = [
-            time_generation(bundle.model, prompt, new_tokens) for _ in range(request["rounds"])
+            time_generation(bundle.model, prompt, new_tokens, bundle.adapter)
+            for _ in range(request["rounds"])
         ]
     except RuntimeError as error:  # onnxruntime-genai's error type for a failing run
         raise bundle.failure("generate", error) from error

@@ -45,9 +45,11 @@ def bench(
     rounds: int = 3,
     cpu: bool = False,
     threads: int | None = None,
+    adapter: str | None = None,
 ) -> list[BenchRow]:
     """One BenchRow per (prompt length, batch size), prompt lengths first; `cpu` runs the
-    bundle's graph on the CPU provider, `threads` sets onnxruntime's intra-op threads."""
+    bundle's graph on the CPU provider, `threads` sets onnxruntime's intra-op threads, `adapter`
+    names the LoRA adapter the generations run with."""
     config = read_genai_config(Path(folder))
     if "vocab_size" not in config["model"]:
         raise BundleError(
@@ -68,6 +70,7 @@ def bench(
         "folder": str(folder),
         "cpu": cpu,
         "threads": threads,
+        "adapter": adapter,
         "vocab_size": config["model"]["vocab_size"],
         "new_tokens": new_tokens,
         "rounds": rounds,

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime_genai as og
 
+from mobius_genai.runtime.adapters import ActiveAdapter
 from mobius_genai.runtime.opening import ON_CPU, OpenBundle, open_bundle
 
 
@@ -28,9 +29,18 @@ def load(folder: str | Path, *, cpu: bool = False, threads: int | None = None) -
     return open_for_bench(folder, cpu=cpu, threads=threads).model
 
 
-def open_for_bench(folder: str | Path, *, cpu: bool, threads: int | None) -> OpenBundle:
-    """The bundle opened as `run` and `chat` open it (their errors and advice), for bench."""
-    return open_bundle(folder, command="bench", provider=ON_CPU if cpu else None, threads=threads)
+def open_for_bench(
+    folder: str | Path, *, cpu: bool, threads: int | None, adapter: str | None = None
+) -> OpenBundle:
+    """The bundle opened as `run` and `chat` open it (their errors and advice), for bench;
+    `adapter` names the LoRA adapter its generations run with."""
+    return open_bundle(
+        folder,
+        command="bench",
+        provider=ON_CPU if cpu else None,
+        threads=threads,
+        adapter=adapter,
+    )
 
 
 def random_prompt(batch_size: int, length: int, vocab_size: int, seed: int = 0) -> np.ndarray:
@@ -43,10 +53,12 @@ def _clocks() -> tuple[float, float]:
     return time.perf_counter(), time.thread_time()
 
 
-def time_generation(model: og.Model, prompt: np.ndarray, new_tokens: int) -> dict[str, float]:
+def time_generation(
+    model: og.Model, prompt: np.ndarray, new_tokens: int, adapter: ActiveAdapter | None = None
+) -> dict[str, float]:
     """Prefill and decode tokens/s (by wall clock and by thread CPU time) and the time to first
     token in seconds of generating exactly `new_tokens` (>= 2) after `prompt`, a sequence of
-    token ids or a [batch, length] array of them."""
+    token ids or a [batch, length] array of them; with `adapter` active."""
     if new_tokens < 2:
         raise ValueError(f"new_tokens {new_tokens}: decode needs 2 or more")
     prompt = np.atleast_2d(np.asarray(prompt, np.int32))
@@ -57,6 +69,8 @@ def time_generation(model: og.Model, prompt: np.ndarray, new_tokens: int) -> dic
         max_length=total, min_length=total, do_sample=False, batch_size=batch_size
     )
     generator = og.Generator(model, params)
+    if adapter is not None:
+        adapter.activate(generator)
     started = _clocks()
     generator.append_tokens(prompt if batch_size > 1 else prompt[0])
     prefilled = _clocks()

@@ -114,7 +114,8 @@ def render_card(
         ),
         "feed": _feed(model, bos_token_id),
         "bos_note": _bos_note(bos_token_id),
-        "files": "\n".join(f"| `{name}` | {FILE_ROLES.get(name, '')} |" for name in files),
+        "adapters": _adapters(build.get("lora"), folder),
+        "files": "\n".join(f"| `{name}` | {_file_role(name)} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
 
@@ -139,6 +140,36 @@ def _feed(model: Mapping[str, Any], bos_token_id: int | None) -> str:
             f'generator.set_inputs(processor("{prompt}", audios=og.Audios.open("speech.wav")))'
         )
     return f"generator.append_tokens({_encode(bos_token_id)})"
+
+
+def _file_role(name: str) -> str:
+    if name.startswith("adapters/"):
+        return "a LoRA adapter (onnxruntime adapter format, for og.Adapters)"
+    return FILE_ROLES.get(name, "")
+
+
+def _adapters(lora: Mapping[str, Any] | None, folder: str) -> str:
+    """The card's LoRA section: what the graph accepts, each adapter and how to activate it."""
+    if not lora:
+        return ""
+    listed = "\n".join(
+        f"| `{name}` | `{entry['file']}` | {entry['rank']} | {', '.join(entry['targets'])} |"
+        for name, entry in sorted(lora["adapters"].items())
+    )
+    table = "| Adapter | File | Rank | Target modules |\n|---|---|---|---|\n" + listed
+    example = next(iter(sorted(lora["adapters"])), "NAME")
+    return (
+        "\n## LoRA adapters\n\n"
+        f"The decoder takes LoRA weights as inputs for {', '.join(lora['targets'])} "
+        f"({lora['modules']} projections, {lora['dtype']}, any rank); with no adapter active it "
+        "is the base model.\n\n"
+        + (table + "\n\n" if lora["adapters"] else "")
+        + "```python\nadapters = og.Adapters(model)\n"
+        f'adapters.load("{folder}/adapters/{example}.onnx_adapter", "{example}")\n'
+        f'generator.set_active_adapter(adapters, "{example}")  # after og.Generator(...)\n```\n\n'
+        f"`mobius-genai run {folder} --adapter {example}`; `mobius-genai adapter PEFT_DIR "
+        f"--bundle {folder} -o FILE` converts another adapter for this bundle.\n"
+    )
 
 
 def _encode(bos_token_id: int | None) -> str:

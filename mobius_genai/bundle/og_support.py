@@ -203,8 +203,8 @@ LIMITS: tuple[OgLimit, ...] = (
     ),
     OgLimit(
         (ENGINE,),
-        "og 0.18's static-batch Engine feeds no recurrent state to model.type {type} (its "
-        "gated delta nets' conv and recurrent states: 'Missing Input: "
+        "og 0.18's static-batch Engine feeds no recurrent state to model.type {type} (the conv "
+        "and recurrent states of its gated delta nets or Mamba2 layers: 'Missing Input: "
         "past_key_values.N.conv_state', also where genai_config declares them as og's builder "
         "does); it feeds them only in dynamic batching over paged attention's packed tokens, "
         "and og's builder's CPU bundle fails every turn too ('Invalid rank for input: "

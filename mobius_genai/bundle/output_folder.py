@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from mobius_genai.bundle import _staging
+from mobius_genai.checkpoint.source import classify
 from mobius_genai.errors import BundleError, OutputExistsError
 
 
@@ -36,9 +37,9 @@ def check_not_inside(out: Path, protected: Path, what: str) -> None:
 
 
 def checkpoint_folder(model: str | Path) -> tuple[tuple[Path, str], ...]:
-    """`protect` for staged_output: the checkpoint's folder when `model` is a local one."""
-    local = Path(model).expanduser()
-    return ((local, "the checkpoint"),) if local.is_dir() else ()
+    """`protect` for staged_output: the checkpoint's folder when `model` names a local one."""
+    folder = classify(model).folder
+    return () if folder is None else ((folder, "the checkpoint"),)
 
 
 @contextlib.contextmanager

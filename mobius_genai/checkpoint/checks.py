@@ -12,15 +12,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
 
 import ml_dtypes
 import numpy as np
 
+from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.errors import WeightsError
-
-if TYPE_CHECKING:
-    from mobius_genai.checkpoint.weights import Checkpoint
 
 #: Elements checked (and, for an error, counted or compared) at a time.
 BLOCK_ELEMENTS = 1 << 24
@@ -46,7 +43,7 @@ def sliced_shape(shape: tuple[int, ...], index: tuple[slice, ...] | None) -> tup
 
 
 def require_all_used(
-    checkpoint: Checkpoint, used: set[str], unused: Sequence[str], tied: Mapping[str, str]
+    checkpoint: CheckpointReader, used: set[str], unused: Sequence[str], tied: Mapping[str, str]
 ) -> None:
     """Refuse checkpoint tensors outside `used`: a config.json with fewer layers than the
     checkpoint, or a model_type without the q/k/v biases it holds, would silently drop them.
@@ -68,7 +65,7 @@ def require_all_used(
         )
 
 
-def _require_equal(checkpoint: Checkpoint, copy: str, original: str) -> None:
+def _require_equal(checkpoint: CheckpointReader, copy: str, original: str) -> None:
     """Refuse a tied copy that differs from the tensor it stands for (compared block by block,
     bit for bit, without holding either tensor)."""
     same = (
@@ -113,7 +110,7 @@ def _all_finite(values: np.ndarray) -> bool:
 
 def require_finite(
     values: np.ndarray,
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     source: str,
     index: tuple[slice, ...] | None,
     name: str,
@@ -125,7 +122,7 @@ def require_finite(
 
 
 def _non_finite_error(
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     source: str,
     index: tuple[slice, ...] | None,
     name: str,
@@ -158,7 +155,7 @@ def _non_finite_error(
 
 
 def _stored_blocks(
-    checkpoint: Checkpoint, source: str, index: tuple[slice, ...] | None
+    checkpoint: CheckpointReader, source: str, index: tuple[slice, ...] | None
 ) -> Iterator[np.ndarray]:
     """(Part `index` of) checkpoint tensor `source`, a block of rows at a time."""
     shape = checkpoint.shape(source)

@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from mobius_genai.checkpoint.checks import require_finite
 from mobius_genai.checkpoint.prequantized import mxfp4
-from mobius_genai.checkpoint.weights import Checkpoint, TensorSource
+from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader
 from mobius_genai.errors import WeightsError
 
 GATE_UP = "gate_up_proj"
@@ -94,7 +94,7 @@ class _Reader:
     """Checks and reads the experts of one layer whose checkpoint path is `base`."""
 
     def __init__(
-        self, checkpoint: Checkpoint, layout: ExpertLayout, base: str, graph: str, mxfp4: bool
+        self, checkpoint: CheckpointReader, layout: ExpertLayout, base: str, graph: str, mxfp4: bool
     ):
         self.checkpoint, self.layout, self.base, self.graph = checkpoint, layout, base, graph
         self.mxfp4 = mxfp4
@@ -168,9 +168,9 @@ class _Reader:
 
 def expert_tensors(
     parameters: Mapping[str, ir.Value],
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     layout: ExpertLayout,
-    checkpoint_name: Callable[[str], str | TensorSource],
+    checkpoint_name: CheckpointName,
     mxfp4_stored: bool = False,
 ) -> tuple[dict[str, ExpertsTensor], list[str]]:
     """An ExpertsTensor read from `checkpoint` for every stacked expert parameter.

@@ -19,12 +19,16 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.weights import Checkpoint, CheckpointTensor, ConcatTensor, TensorSource
-from mobius_genai.config import ArchitectureConfig
+from mobius_genai.checkpoint.reader import (
+    CheckpointName,
+    CheckpointReader,
+    ModelConfig,
+)
+from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
 from mobius_genai.errors import WeightsError
 
 # (groups, rows of each segment in all groups together) for a config.
-GroupSizes = Callable[[ArchitectureConfig], tuple[int, Mapping[str, int]]]
+GroupSizes = Callable[[ModelConfig], tuple[int, Mapping[str, int]]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +49,7 @@ class GroupedWeight:
     parts: Mapping[str, tuple[str, ...]]
     sizes: GroupSizes
 
-    def rows(self, part: str, config: ArchitectureConfig) -> list[tuple[int, int]]:
+    def rows(self, part: str, config: ModelConfig) -> list[tuple[int, int]]:
         """The stored row ranges [start, stop) whose concatenation is parameter `part`,
         adjacent ranges merged."""
         groups, sizes = self.sizes(config)
@@ -73,10 +77,10 @@ class GroupedWeight:
 
 def grouped_tensors(
     parameters: Mapping[str, ir.Value],
-    checkpoint: Checkpoint,
-    config: ArchitectureConfig,
+    checkpoint: CheckpointReader,
+    config: ModelConfig,
     grouped: tuple[GroupedWeight, ...],
-    checkpoint_name: Callable[[str], str | TensorSource],
+    checkpoint_name: CheckpointName,
 ) -> tuple[dict[str, ConcatTensor], list[str]]:
     """A lazy tensor for each Linear weight of `parameters` that `grouped` describes, and the
     checkpoint tensors they read; missing or misshapen tensors raise a WeightsError naming them
@@ -103,12 +107,12 @@ def grouped_tensors(
 
 
 def _gathered(
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     stored: str,
     ranges: list[tuple[int, int]],
     value: ir.Value,
     name: str,
-    config: ArchitectureConfig,
+    config: ModelConfig,
     weight: GroupedWeight,
 ) -> ConcatTensor:
     """Parameter `name` ([in, out], a Linear weight) from stored rows `ranges` of `stored`."""
@@ -127,7 +131,7 @@ def _gathered(
 
 
 def _rows(
-    checkpoint: Checkpoint, stored: str, start: int, stop: int, dtype: ir.DataType, name: str
+    checkpoint: CheckpointReader, stored: str, start: int, stop: int, dtype: ir.DataType, name: str
 ) -> CheckpointTensor:
     """Stored rows [start, stop) of matrix `stored`, held transposed ([in, rows])."""
     columns = checkpoint.shape(stored)[1]

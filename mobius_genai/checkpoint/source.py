@@ -1,4 +1,5 @@
-"""Resolve a model argument (local folder or hub id) to a local folder of checkpoint files.
+"""What a model argument is (`classify`: the one place that decides), and a local folder or
+hub id resolved to a local folder of checkpoint files.
 
 Only the files a bundle needs are fetched: config, safetensors weights, tokenizer and generation
 files. Pickled `.bin` weights and checkpoint code are never downloaded, so nothing from the
@@ -13,10 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import enum
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+from mobius_genai._json import read_json_object
 from mobius_genai.errors import ConfigError, MobiusError
 
 #: Checkpoint files a bundle carries beside the graph: tokenizer, chat template, generation
@@ -64,48 +68,138 @@ class Source:
     files `path` holds): what a rebuild (the smoke test's twin) opens."""
 
 
+class ArgumentKind(enum.Enum):
+    """What a model argument names."""
+
+    HUB_ID = "hub id"
+    FOLDER = "checkpoint folder"
+    GGUF = "GGUF file"
+    CONFIG_JSON = "config.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelArgument:
+    """A model argument, classified (`classify`).
+
+    `path` is what is read: the folder, the GGUF file (its links followed and checked) or the
+    config.json file; None for a hub id. `folder` is the local folder the argument names, when
+    it names one (a checkpoint folder, or a folder holding one GGUF file): what an output
+    folder may not replace.
+    """
+
+    kind: ArgumentKind
+    given: str
+    path: Path | None = None
+    folder: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """The model's name: a local folder's, a GGUF file's stem or a hub id's last part."""
+        if self.folder is not None:
+            return self.folder.resolve().name
+        if self.kind is ArgumentKind.GGUF and self.path is not None:
+            return self.path.stem
+        if self.kind is ArgumentKind.CONFIG_JSON and self.path is not None:
+            return self.path.resolve().parent.name
+        return self.given.rstrip("/").rsplit("/", 1)[-1]
+
+
+def model_name(model: str | Path) -> str:
+    """The name of the model `model` names (`ModelArgument.name`); a text that names no local
+    path, such as a hub id or the model_id a manifest records, by its last part."""
+    if Path(model).expanduser().exists():
+        return classify(model).name
+    return ModelArgument(ArgumentKind.HUB_ID, str(model)).name
+
+
+_ACCEPTED = (
+    "accepted: a .gguf file, a local checkpoint folder (the one holding config.json) or a hub "
+    "id like 'Qwen/Qwen2.5-0.5B'"
+)
+
+
+def classify(model: str | Path) -> ModelArgument:
+    """What `model` names: a local folder holding config.json (or, without one, a single GGUF
+    file), a .gguf file, a config.json file, or a hub id ("org/name").
+
+    A ConfigError for anything else: another file, a folder of several GGUF files, a path that
+    does not exist, a GGUF file that is a link leading out of its folder (`checkpoint_file`).
+    """
+    text = str(model)
+    path = Path(model).expanduser()
+    if path.is_dir():
+        if (path / "config.json").is_file():
+            return ModelArgument(ArgumentKind.FOLDER, text, path, folder=path)
+        found = sorted(path.glob("*.gguf"))
+        if len(found) > 1:
+            raise ConfigError(
+                f"model {text!r}: holds several GGUF files ({', '.join(p.name for p in found)});"
+                " accepted: the path of one of them"
+            )
+        if found:
+            return ModelArgument(ArgumentKind.GGUF, text, checkpoint_file(found[0], path), path)
+        return ModelArgument(ArgumentKind.FOLDER, text, path, folder=path)
+    if path.is_file():
+        if path.suffix.lower() == ".gguf":
+            return ModelArgument(ArgumentKind.GGUF, text, checkpoint_file(path, path.parent))
+        if path.name == "config.json":
+            return ModelArgument(ArgumentKind.CONFIG_JSON, text, path)
+        raise file_refused(text)
+    if path.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
+        raise ConfigError(
+            f"model {text!r}: no such folder, and not a hub id; accepted: a local checkpoint "
+            "folder, a .gguf file or a hub id like 'Qwen/Qwen2.5-0.5B'"
+        )
+    return ModelArgument(ArgumentKind.HUB_ID, text)
+
+
+def file_refused(given: str) -> ConfigError:
+    """The error for a file argument where a checkpoint is needed."""
+    return ConfigError(f"model {given!r}: is a file; {_ACCEPTED}")
+
+
 def resolve_source(
     model: str | Path, revision: str | None = None, *, progress: bool = True
 ) -> Source:
     """Return the local folder for `model`, downloading from the hub when it is a hub id.
 
     A hub id is fetched with huggingface_hub, which honours HF_HUB_OFFLINE and the local cache;
-    `progress=False` silences its download bars.
+    `progress=False` silences its download bars. A file (GGUF, config.json) is refused: it has
+    no folder of checkpoint files (`opening.open_checkpoint` opens every kind).
     """
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return local_source(path, revision)
-    return _download(_hub_id(model), revision, progress)
+    argument = classify(model)
+    if argument.kind is ArgumentKind.HUB_ID:
+        return _download(argument.given, revision, progress)
+    if argument.kind is ArgumentKind.FOLDER and argument.path is not None:
+        return local_source(argument.path, revision)
+    raise file_refused(argument.given)
 
 
 def config_file(model: str | Path, revision: str | None = None) -> Path:
-    """config.json of `model`: in its local folder, or of a hub id that one file alone (from
-    the cache when offline): what is known of a checkpoint before its weights are fetched."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path / "config.json"
+    """config.json of `model`: in its local folder, the file itself, or of a hub id that one
+    file alone (from the cache when offline): what is known of a checkpoint before its weights
+    are fetched."""
+    argument = classify(model)
+    if argument.kind is ArgumentKind.FOLDER and argument.path is not None:
+        return argument.path / "config.json"
+    if argument.kind is ArgumentKind.CONFIG_JSON and argument.path is not None:
+        return argument.path
+    if argument.kind is not ArgumentKind.HUB_ID:
+        raise file_refused(argument.given)
     from huggingface_hub import hf_hub_download
 
-    repo_id = _hub_id(model)
-    with _hub_errors(repo_id):
-        return Path(hf_hub_download(repo_id, "config.json", revision=revision))
+    with _hub_errors(argument.given):
+        return Path(hf_hub_download(argument.given, "config.json", revision=revision))
 
 
-def _hub_id(model: str | Path) -> str:
-    """`model` as a hub id, or a ConfigError saying what a model argument may be."""
-    path = Path(model).expanduser()
-    text = str(model)
-    if path.is_file():
-        raise ConfigError(
-            f"model {text!r}: is a file; accepted: a .gguf file, a local checkpoint folder (the "
-            "one holding config.json) or a hub id like 'Qwen/Qwen2.5-0.5B'"
-        )
-    if path.exists() or text.startswith((".", "/", "~")) or text.count("/") != 1:
-        raise ConfigError(
-            f"model {text!r}: no such folder, and not a hub id; accepted: a local checkpoint "
-            "folder, a .gguf file or a hub id like 'Qwen/Qwen2.5-0.5B'"
-        )
-    return text
+def read_config_json(path: str | Path) -> dict[str, Any]:
+    """Load config.json (or the one in folder `path`) as a dict with errors that name the file."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise ConfigError(f"{path}: config.json not found; a checkpoint folder must hold one")
+    return read_json_object(path, ConfigError)
 
 
 def local_source(path: Path, revision: str | None = None) -> Source:

@@ -1,4 +1,5 @@
-"""Checkpoint weights: safetensors read lazily, cast, and attached to the graph without a copy.
+"""Checkpoint weights: a safetensors `Checkpoint` (a `reader.CheckpointReader`), and the lazy
+value of one graph parameter read from any reader (`lazy_tensor`), cast without a copy.
 
 Each graph parameter becomes an `ir.LazyTensor` that reads its one tensor from the memory-mapped
 safetensors file only when it is saved (or folded), so a build holds at most a few tensors in
@@ -10,9 +11,8 @@ are refused: loading them would execute code from the checkpoint.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PureWindowsPath
 from typing import BinaryIO
 
@@ -24,10 +24,17 @@ from mobius_genai._buffers import BufferPool
 from mobius_genai._json import read_json_object
 from mobius_genai.checkpoint import _safetensors
 from mobius_genai.checkpoint._safetensors import TensorEntry, shown
-from mobius_genai.checkpoint.checks import few, require_all_used, require_finite, sliced_shape
+from mobius_genai.checkpoint.checks import require_finite, sliced_shape
+from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, prequantized_tensors
+from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
+from mobius_genai.checkpoint.reader import (
+    TRANSPOSED_FROM_CHECKPOINT,
+    CheckpointName,
+    CheckpointReader,
+    ModelConfig,
+    TensorSource,
+)
 from mobius_genai.checkpoint.source import checkpoint_file
-from mobius_genai.components.linear import TRANSPOSED_FROM_CHECKPOINT
-from mobius_genai.config import ArchitectureConfig
 from mobius_genai.errors import WeightsError
 
 _INDEX = "model.safetensors.index.json"
@@ -53,8 +60,17 @@ class Checkpoint:
     without an index, a tensor found in two files is refused, as nothing says which to read.
     """
 
-    def __init__(self, folder: str | Path) -> None:
+    def __init__(
+        self,
+        folder: str | Path,
+        scheme: QuantizationScheme | None = None,
+        *,
+        mxfp4_experts: bool = False,
+    ) -> None:
         self.folder = Path(folder)
+        self.scheme = scheme
+        """How config.json says the linear weights are stored as integers (GPTQ, AWQ)."""
+        self.mxfp4_experts = mxfp4_experts
         self._entries: dict[str, tuple[Path, TensorEntry]] = {}
         index = self.folder / _INDEX
         self._files = self._read_index(index) if index.is_file() else self._read_files()
@@ -152,6 +168,22 @@ class Checkpoint:
     def shape(self, name: str) -> tuple[int, ...]:
         return self._entries[name][1].shape
 
+    def describe(self) -> str | None:
+        """The GPTQ / AWQ scheme in words; None for float weights (MXFP4 experts included:
+        they are read as float)."""
+        return None if self.scheme is None else self.scheme.describe()
+
+    def stored_bits(self) -> frozenset[int]:
+        return frozenset() if self.scheme is None else frozenset({self.scheme.bits})
+
+    def stored_integers(
+        self, parameters: Mapping[str, ir.Value], checkpoint_name: CheckpointName
+    ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+        """The GPTQ / AWQ weights as their stored integers (`prequantized_tensors`)."""
+        if self.scheme is None:
+            return {}, []
+        return prequantized_tensors(parameters, self, self.scheme, checkpoint_name)
+
 
 def _inside_folder(shard: str) -> bool:
     """Whether the shard an index names lies in the checkpoint folder, judged on the name.
@@ -171,10 +203,10 @@ def _inside_folder(shard: str) -> bool:
     return True
 
 
-Preprocess = Callable[[str, np.ndarray, ArchitectureConfig], np.ndarray]
+Preprocess = Callable[[str, np.ndarray, ModelConfig], np.ndarray]
 
 
-def no_preprocess(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
+def no_preprocess(name: str, array: np.ndarray, config: ModelConfig) -> np.ndarray:
     """The preprocess of families that take checkpoint tensors as they are.
 
     With it, large tensors are read and cast in row blocks (never whole in the checkpoint's
@@ -183,96 +215,9 @@ def no_preprocess(name: str, array: np.ndarray, config: ArchitectureConfig) -> n
     return array
 
 
-@dataclasses.dataclass(frozen=True)
-class TensorSource:
-    """Where one graph parameter's value lies in the checkpoint.
-
-    `names`: candidate tensor names, the first one the checkpoint holds is read (checkpoints
-    saved from the base model drop the task prefix, e.g. gpt2's "transformer.").
-    `in_out`: the checkpoint stores this matrix [in, out] (GPT-2's Conv1D) where the graph
-    expects the usual [out, in] of a Linear layer, so it is read without transposing.
-    `parts`: when non-empty, the tensor concatenates these graph parameters (this one among
-    them) along checkpoint axis `axis`, in this order (phi3's qkv_proj, gpt2's c_attn); each
-    part's extent is the size of that parameter, so the split needs no sizes from the config.
-    """
-
-    names: tuple[str, ...]
-    in_out: bool = False
-    parts: tuple[str, ...] = ()
-    axis: int = 0
-
-
-def checkpoint_tensors(
-    parameters: Mapping[str, ir.Value],
-    checkpoint: Checkpoint,
-    config: ArchitectureConfig,
-    checkpoint_name: Callable[[str], str | TensorSource],
-    preprocess: Preprocess,
-    preprocessed: Callable[[str], bool] | None = None,
-    *,
-    unused: Sequence[str] = (),
-    tied: Mapping[str, str] | None = None,
-    read_elsewhere: Collection[str] = (),
-) -> dict[str, ir.TensorProtocol]:
-    """A lazy tensor read from `checkpoint` for each parameter of `parameters` without a value.
-
-    `checkpoint_name` maps a graph parameter name to its checkpoint tensor name, or to a
-    TensorSource for parameters stored in another layout or as a slice of a fused tensor.
-    `preprocess` changes values as they are read, for the parameters `preprocessed` accepts
-    (all when None); the others are taken as stored, matrices as `CheckpointTensor`s.
-    Everything is checked here, from the safetensors headers, before a value is read or a graph
-    is built, with errors naming the parameter and the checkpoint tensor: missing tensors,
-    shape mismatches, and checkpoint tensors that no parameter reads. Those may only be buffers
-    (`IGNORED_TENSORS` and the regexes `unused`) or the tied copies `tied` maps to the
-    parameter they must equal (graph names: "lm_head.weight" → "model.embed_tokens.weight").
-    `read_elsewhere` names checkpoint tensors another reader took (e.g. GPTQ's qweight).
-    """
-    tensors: dict[str, ir.TensorProtocol] = {}
-    missing = []
-    read_from: dict[str, str] = {}  # graph parameter → checkpoint tensor
-    for name, value in parameters.items():
-        if value.const_value is not None:
-            continue
-        source = checkpoint_name(name)
-        if isinstance(source, str):
-            source = TensorSource((source,))
-        found = _first_held(checkpoint, source)
-        if found is None:
-            missing.append(source.names[0])
-            continue
-        read_from[name] = found
-        changes = preprocess if preprocessed is None or preprocessed(name) else no_preprocess
-        tensors[name] = _lazy_tensor(checkpoint, config, parameters, name, source, found, changes)
-    if missing:
-        raise WeightsError(
-            f"{checkpoint.folder}: checkpoint lacks tensors {few(missing)} that the architecture "
-            "in config.json reads; accepted: a config.json that matches the checkpoint (check "
-            "num_hidden_layers and model_type)"
-        )
-    ties = {}
-    for copy, original in (tied or {}).items():
-        stored = _first_held(checkpoint, checkpoint_name(copy))
-        if stored is not None and original in read_from:
-            ties[stored] = read_from[original]
-    require_all_used(checkpoint, {*read_from.values(), *read_elsewhere}, unused, ties)
-    return tensors
-
-
-def attach_weights(model: ir.Model, tensors: Mapping[str, ir.TensorProtocol]) -> None:
-    """Give the graph parameters named in `tensors` (from `checkpoint_tensors`) their values."""
-    for name, tensor in tensors.items():
-        model.graph.initializers[name].const_value = tensor
-
-
-def _first_held(checkpoint: Checkpoint, source: str | TensorSource) -> str | None:
-    """The first name of `source` the checkpoint holds, or None."""
-    names = (source,) if isinstance(source, str) else source.names
-    return next((name for name in names if name in checkpoint), None)
-
-
-def _lazy_tensor(
-    checkpoint: Checkpoint,
-    config: ArchitectureConfig,
+def lazy_tensor(
+    checkpoint: CheckpointReader,
+    config: ModelConfig,
     parameters: Mapping[str, ir.Value],
     name: str,
     source: TensorSource,
@@ -314,7 +259,7 @@ def _part_index(
     parameters: Mapping[str, ir.Value],
     transposed: bool,
     stored: tuple[int, ...],
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     found: str,
 ) -> tuple[slice, ...] | None:
     """The slice of the stored tensor that holds parameter `name`, or None for all of it."""
@@ -349,13 +294,13 @@ def _part_index(
 
 
 def _loader(
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     source: str,
     index: tuple[slice, ...] | None,
     name: str,
     dtype: ir.DataType,
     transposed: bool,
-    config: ArchitectureConfig,
+    config: ModelConfig,
     preprocess: Preprocess,
 ) -> Callable[[], ir.TensorProtocol]:
     def load() -> ir.TensorProtocol:
@@ -403,7 +348,11 @@ def _cast(array: np.ndarray, dtype: np.dtype, transposed: bool) -> np.ndarray:
 
 
 def _stream_bf16_to_f32(
-    checkpoint: Checkpoint, name: str, shape: tuple[int, ...], transposed: bool, parameter: str
+    checkpoint: CheckpointReader,
+    name: str,
+    shape: tuple[int, ...],
+    transposed: bool,
+    parameter: str,
 ) -> np.ndarray:
     """A 2-D bf16 tensor as float32 (transposed if asked), read in row blocks.
 
@@ -448,7 +397,7 @@ class CheckpointTensor(ir.LazyTensor):
     def __init__(
         self,
         load: Callable[[], ir.TensorProtocol],
-        checkpoint: Checkpoint,
+        checkpoint: CheckpointReader,
         source: str,
         index: tuple[slice, ...] | None,
         dtype: ir.DataType,

@@ -31,6 +31,11 @@ _COMMANDS: tuple[tuple[str, str, str], ...] = (
         "build the ONNX graph (model.onnx + data) of a checkpoint",
     ),
     ("package", "mobius_genai.cli._package", "build a runnable onnxruntime-genai bundle"),
+    (
+        "adapter",
+        "mobius_genai.cli._adapter",
+        "convert a PEFT LoRA adapter for a bundle packaged with --adapter",
+    ),
     ("validate", "mobius_genai.cli._validate", "check a bundle: schema, files, graph vs config"),
     ("run", "mobius_genai.cli._run", "generate text from a bundle with onnxruntime-genai"),
     ("chat", "mobius_genai.cli._chat", "chat with a bundle (its chat template, streamed replies)"),

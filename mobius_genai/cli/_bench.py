@@ -11,7 +11,12 @@ import json
 from mobius_genai.bench.audio import bench_audio
 from mobius_genai.bench.runner import BenchRow, bench
 from mobius_genai.cli._args import positive_int
-from mobius_genai.cli._generation import add_ep_argument, add_threads_argument, on_cpu
+from mobius_genai.cli._generation import (
+    add_adapter_argument,
+    add_ep_argument,
+    add_threads_argument,
+    on_cpu,
+)
 from mobius_genai.cli._table import aligned_table
 from mobius_genai.errors import OptionError
 
@@ -45,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_ep_argument(parser)
     add_threads_argument(parser)
+    add_adapter_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -61,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         cpu=cpu,
         threads=args.threads,
+        adapter=args.adapter,
     )
     if args.json:
         print(

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from mobius_genai.cli._generation import (
     Speed,
+    add_adapter_argument,
     add_ep_argument,
     add_max_length_argument,
     add_sampling_arguments,
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sampling_arguments(parser, max_new_tokens=256)
     add_max_length_argument(parser)
     add_threads_argument(parser)
+    add_adapter_argument(parser)
     add_ep_argument(parser)
 
 
@@ -68,7 +70,12 @@ def run(args: argparse.Namespace) -> int:
     """Read messages from stdin until it ends or says /exit; print each reply as it comes."""
     options = search_options(args)
     bundle = open_bundle(
-        args.folder, command="chat", provider=provider(args), threads=args.threads, search=options
+        args.folder,
+        command="chat",
+        provider=provider(args),
+        threads=args.threads,
+        search=options,
+        adapter=args.adapter,
     )
     conversation = Conversation(
         bundle,

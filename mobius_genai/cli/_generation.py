@@ -60,6 +60,16 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_adapter_argument(parser: argparse.ArgumentParser) -> None:
+    """--adapter: a LoRA adapter of the bundle (or an .onnx_adapter file) made active."""
+    parser.add_argument(
+        "--adapter",
+        metavar="NAME",
+        help="run with the bundle's LoRA adapter NAME (adapters/NAME.onnx_adapter) or an "
+        ".onnx_adapter file; default: the base model",
+    )
+
+
 def add_max_length_argument(parser: argparse.ArgumentParser) -> None:
     """--max-length: the tokens of prompt and reply together."""
     parser.add_argument(

@@ -7,10 +7,11 @@ import contextlib
 import sys
 import time
 
-from mobius_genai.build import stored_bits
 from mobius_genai.bundle._staging import add_note
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
+from mobius_genai.errors import OptionError
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.packager import package
 from mobius_genai.progress import PREFIX
@@ -80,6 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="logits for every position, which every onnxruntime-genai API accepts (default)",
     )
     parser.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=PEFT_DIR",
+        help="a PEFT LoRA adapter to ship as adapters/NAME.onnx_adapter (repeatable); the "
+        "graph takes LoRA inputs for the adapters' target modules",
+    )
+    parser.add_argument(
         "--no-smoke-test",
         dest="smoke_test",
         action="store_false",
@@ -88,6 +97,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quiet", action="store_true", help="nothing on stderr but errors (no phases, bars, notes)"
     )
+
+
+def named_folders(values: list[str]) -> dict[str, str]:
+    """`--adapter NAME=DIR` values as {NAME: DIR}; a repeated name is an OptionError."""
+    named: dict[str, str] = {}
+    for value in values:
+        name, sep, folder = value.partition("=")
+        if not sep or not name or not folder:
+            raise OptionError(f"--adapter {value!r}; accepted: NAME=PEFT_DIR")
+        if name in named:
+            raise OptionError(f"--adapter name {name!r} given twice; accepted: one name each")
+        named[name] = folder
+    return named
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             quiet=args.quiet,
             revision=args.revision,
             prune_lm_head=args.prune_lm_head,
+            adapters=named_folders(args.adapter),
         )
     try:
         if not args.quiet:

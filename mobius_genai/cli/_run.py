@@ -17,6 +17,7 @@ from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.cli._generation import (
     Speed,
+    add_adapter_argument,
     add_max_length_argument,
     add_sampling_arguments,
     add_threads_argument,
@@ -76,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_sampling_arguments(parser, max_new_tokens=128)
     add_max_length_argument(parser)
     add_threads_argument(parser)
+    add_adapter_argument(parser)
     parser.add_argument(
         "--ep",
         help="run on this execution provider instead of the one the bundle names (the bundle "
@@ -99,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
         command="run",
         provider=None if args.ep is None else provider_of(args.ep),
         threads=args.threads,
+        adapter=args.adapter,
         search=options,
     )
     if prompt is None:

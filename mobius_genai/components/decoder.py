@@ -10,7 +10,9 @@ Each block output is multiplied by `residual_multiplier` before its add when tha
 (granite). Norm modules carry the names transformers gives them for each placement, so
 checkpoints need no renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
-GatedDeltaNet); its cache is the block's tuple of states instead of (key, value).
+GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
+states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
+multi-head latent attention.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
 from mobius_genai.components.kv_slots import Slots
+from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.components.mlp import make_mlp
 from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
@@ -59,7 +62,8 @@ class DecoderLayer(nn.Module):
                     self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                 )
         if config.has_kv_cache(layer_index):
-            self.self_attn, self.recurrent = Attention(config, layer_index), None
+            attention = Attention if config.latent_attention is None else LatentAttention
+            self.self_attn, self.recurrent = attention(config, layer_index), None
         else:
             block = RECURRENT_BLOCKS[config.layer_types[layer_index]]
             self.self_attn, self.recurrent = None, block.module

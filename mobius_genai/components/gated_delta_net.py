@@ -22,13 +22,12 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.components.linear import Linear, parameter
+from mobius_genai.components.linear import Linear, in_float32, parameter
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.recurrent_padding import current_mask, zero_padding
 from mobius_genai.components.short_conv import DepthwiseCausalConv
 from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.ep.context import get_build_dtype
 
 _L2_EPS = 1e-6  # transformers' l2norm (FLA's)
 
@@ -40,11 +39,6 @@ def _l2_normalized(op, x: ir.Value, heads: int, head_dim: int) -> ir.Value:
     eps = op.CastLike(op.Constant(value_float=_L2_EPS), x)
     normed = op.Div(split, op.Sqrt(op.Add(squares, eps)))
     return op.Reshape(normed, op.Constant(value_ints=[0, 0, heads * head_dim]))
-
-
-def _float32(op, x: ir.Value) -> ir.Value:
-    """`x` in float32 (itself in a float32 build)."""
-    return x if get_build_dtype() == ir.DataType.FLOAT else op.Cast(x, to=ir.DataType.FLOAT)
 
 
 class GatedDeltaNet(nn.Module):
@@ -70,10 +64,10 @@ class GatedDeltaNet(nn.Module):
     def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
         """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32),
         both 0 at padded positions: the state neither decays nor learns there."""
-        a = _float32(op, self.in_proj_a(op, hidden_states))
-        softplus = op.Softplus(op.Add(a, _float32(op, self.dt_bias)))
-        decay = op.Mul(op.Neg(op.Exp(_float32(op, self.A_log))), softplus)
-        beta = op.Sigmoid(_float32(op, self.in_proj_b(op, hidden_states)))
+        a = in_float32(op, self.in_proj_a(op, hidden_states))
+        softplus = op.Softplus(op.Add(a, in_float32(op, self.dt_bias)))
+        decay = op.Mul(op.Neg(op.Exp(in_float32(op, self.A_log))), softplus)
+        beta = op.Sigmoid(in_float32(op, self.in_proj_b(op, hidden_states)))
         real = op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
         return op.Mul(decay, real), op.Mul(beta, real)
 
@@ -117,7 +111,7 @@ class GatedDeltaNet(nn.Module):
         mixed = op.Transpose(self.in_proj_qkv(op, hidden_states), perm=[0, 2, 1])
         convolved, present_conv = self.conv1d(op, mixed, past_conv, current)
         decay, beta = self._gates(op, hidden_states, current)
-        convolved = _float32(op, op.Transpose(convolved, perm=[0, 2, 1]))
+        convolved = in_float32(op, op.Transpose(convolved, perm=[0, 2, 1]))
         output, present_recurrent = self._attend(op, convolved, decay, beta, past_recurrent)
         output = op.CastLike(output, hidden_states)
         heads = [0, 0, sizes.value_heads, sizes.value_head_dim]

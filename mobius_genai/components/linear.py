@@ -5,10 +5,8 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.checkpoint.reader import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.ep.context import get_build_dtype
-
-# Parameters carrying this meta key hold the transpose of the checkpoint tensor.
-TRANSPOSED_FROM_CHECKPOINT = "mobius.transposed"
 
 
 def parameter(shape: list[int], *, transposed: bool = False) -> nn.Parameter:
@@ -19,8 +17,14 @@ def parameter(shape: list[int], *, transposed: bool = False) -> nn.Parameter:
     return param
 
 
+def in_float32(op, x: ir.Value) -> ir.Value:
+    """`x` in float32 (itself in a float32 build): what recurrent blocks compute their decays
+    and states in, whatever the model dtype."""
+    return x if get_build_dtype() == ir.DataType.FLOAT else op.Cast(x, to=ir.DataType.FLOAT)
+
+
 class Linear(nn.Module):
-    """y = x @ W.T + b, with W kept as the checkpoint's [out, in] read transposed at load."""
+    """y = x @ W.T + b (+ a LoRA branch), with W kept as the checkpoint's [out, in] read transposed at load."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
@@ -28,9 +32,13 @@ class Linear(nn.Module):
         self.out_features = out_features
         self.weight = parameter([in_features, out_features], transposed=True)
         self.bias = parameter([out_features]) if bias else None
+        self.lora: nn.Module | None = None
+        """A LoRA branch (components/lora.py) whose output is added, when the build asks."""
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         y = op.MatMul(x, self.weight)
         if self.bias is not None:
             y = op.Add(y, self.bias)
+        if self.lora is not None:
+            y = op.Add(y, self.lora(op, x))
         return y

@@ -19,6 +19,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components import sparsemixer
+from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import GatedMLP
 from mobius_genai.components.tier1 import MS_DOMAIN
@@ -45,7 +46,8 @@ class Experts(nn.Module):
 
 class MoEBlock(nn.Module):
     """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a sparsemixer,
-    MoE(x, first pick) + MoE(x, second pick)."""
+    MoE(x, first pick) + MoE(x, second pick); with group-limited routing, MoE(x, picks) times
+    the router's factor (components/group_router.py)."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -53,7 +55,10 @@ class MoEBlock(nn.Module):
         if moe is None:
             raise ValueError("MoEBlock needs a config with moe set")
         self.moe = moe
-        self.gate = Linear(config.hidden_size, moe.num_experts, moe.router_bias)
+        if moe.group_routing is None:
+            self.gate = Linear(config.hidden_size, moe.num_experts, moe.router_bias)
+        else:
+            self.gate = GroupRouter(moe, config.hidden_size)
         self.experts = Experts(moe, config.hidden_size)
         self.shared_expert = (
             GatedMLP(config.hidden_size, moe.shared_expert_size, MOE_ACTIVATION)
@@ -64,6 +69,11 @@ class MoEBlock(nn.Module):
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         moe = self.moe
+        if moe.group_routing is not None:
+            router, factor = self.gate(op, x)
+            out = self._experts(op, x, router, moe.top_k, True)
+            out = out if factor is None else op.Mul(out, factor)
+            return self._with_shared_expert(op, x, out)
         logits = op.Reshape(self.gate(op, x), op.Constant(value_ints=[-1, moe.num_experts]))
         if moe.sparse_mixer is None:
             out = self._experts(op, x, logits, moe.top_k, moe.normalize_top_k)
@@ -73,6 +83,9 @@ class MoEBlock(nn.Module):
             out = op.Add(
                 self._experts(op, x, first, 1, False), self._experts(op, x, second, 1, False)
             )
+        return self._with_shared_expert(op, x, out)
+
+    def _with_shared_expert(self, op, x: ir.Value, out: ir.Value) -> ir.Value:
         if self.shared_expert is None:
             return out
         shared = self.shared_expert(op, x)

@@ -1,5 +1,6 @@
 """Standard-ONNX bodies of the Tier-1 ops of recurrent layers (components/tier1.py registers
-them): the state-carrying convolution of LFM2 / Qwen3.5 and the gated delta rule of Qwen3.5.
+them): the state-carrying convolution of LFM2 / Qwen3.5 / Mamba2, the gated delta rule of
+Qwen3.5 and the gated linear recurrence of Mamba2.
 
 - ``CausalConvWithState(input, weight, bias, past_state)``: the depthwise causal convolution of
   ``window = Concat(past_state, input)`` along the last axis, ``output[b, c, t] =
@@ -14,9 +15,12 @@ them): the state-carrying convolution of LFM2 / Qwen3.5 and the gated delta rule
   ``S = exp(g_t) * S``, ``S = S + k_t ⊗ (beta_t * (v_t - S^T k_t))``, ``o_t = q_t^T S``. The
   decay may be per head [B, T, H] or per key dim [B, T, H * d_k]; beta per head or [B, T, 1].
   Inputs are cast to the state's type and the output back to the value's.
+- ``LinearAttention`` with ``update_rule="gated"`` (overload ``"gated"``: Mamba2's selective
+  scan): the same heads, then ``S = exp(g_t) * S + k_t ⊗ v_t``, ``o_t = q_t^T S`` with the
+  decay per head [B, T, H]; beta is not read (onnxruntime's CPU kernel ignores it too).
 
 onnxruntime 1.32 runs both com.microsoft ops on the CPU EP (measured against these bodies in
-tests/optimize/test_recurrent_functions.py); the standard opset-27 ops of the same names have no
+tests/components/test_recurrent_functions.py); the standard opset-27 ops of the same names have no
 kernel there, so components emit the com.microsoft ones.
 """
 
@@ -26,7 +30,7 @@ from collections.abc import Sequence
 
 import onnx_ir as ir
 
-__all__ = ["causal_conv", "causal_conv_silu", "gated_delta"]
+__all__ = ["causal_conv", "causal_conv_silu", "gated", "gated_delta"]
 
 
 def _ints(tape: ir.tape.Tape, *values: int) -> ir.Value:
@@ -135,7 +139,31 @@ def _delta_step() -> ir.Graph:
     return ir.Graph(inputs, [updated, output], nodes=tape.nodes, name="gated_delta_step")
 
 
-def gated_delta(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+def _gated_step() -> ir.Graph:
+    """Scan body: state [B, H, dk, dv] and one token's q, k [B, H, dk], v [B, H, dv], g [B, H]
+    → the new state and o [B, H, dv]."""
+    tape = ir.tape.Tape()
+    state, q, k, v, g = inputs = [
+        ir.Value(name=n) for n in ("state_in", "q_t", "k_t", "v_t", "g_t")
+    ]
+    second = _ints(tape, 2)
+    decayed = tape.op(
+        "Mul", [state, tape.op("Exp", [tape.op("Unsqueeze", [g, _ints(tape, 2, 3)])])]
+    )
+    k_column = tape.op("Unsqueeze", [k, _ints(tape, 3)])  # [B, H, dk, 1]
+    outer = tape.op("MatMul", [k_column, tape.op("Unsqueeze", [v, second])])  # k ⊗ v
+    updated = tape.op("Add", [decayed, outer])
+    output = tape.op(
+        "Squeeze", [tape.op("MatMul", [tape.op("Unsqueeze", [q, second]), updated]), second]
+    )
+    updated.name, output.name = "state_out", "o_t"
+    return ir.Graph(inputs, [updated, output], nodes=tape.nodes, name="gated_step")
+
+
+def _linear_attention(
+    tape: ir.tape.Tape, params: Sequence[ir.Value], step: ir.Graph, with_beta: bool
+) -> list[ir.Value]:
+    """The heads of LinearAttention's packed inputs scanned token by token through `step`."""
     query, key, value, past, decay, beta = params
     kv_heads = _ref_int(tape, "kv_num_heads")
     key_dim = tape.op(
@@ -147,19 +175,30 @@ def gated_delta(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value
     q = tape.op("Mul", [q, _scale(tape, key_dim, q)])
     k = _repeat_heads(tape, _heads(tape, key, _ints(tape, -1), key_dim), kv_heads)
     v = _heads(tape, value, kv_heads, _ints(tape, -1))
-    g = _heads(tape, decay, kv_heads, _ints(tape, -1))
-    b = tape.op("Reshape", [beta, _ints(tape, 0, 0, -1)])
+    if with_beta:
+        g = _heads(tape, decay, kv_heads, _ints(tape, -1))
+        gates = [(g, 4), (tape.op("Reshape", [beta, _ints(tape, 0, 0, -1)]), 3)]
+    else:
+        gates = [(decay, 3)]
     # time-major (the scan axis 0: onnx's reference evaluator scans no other axis)
     scanned = [
         tape.op("Transpose", [tape.op("CastLike", [x, past])], {"perm": [1, 0, 2, 3][:rank]})
-        for x, rank in ((q, 4), (k, 4), (v, 4), (g, 4), (b, 3))
+        for x, rank in ((q, 4), (k, 4), (v, 4), *gates)
     ]
     present, output = tape.op_multi_out(
         "Scan",
         [past, *scanned],
-        {"body": ir.Attr("body", ir.AttributeType.GRAPH, _delta_step()), "num_scan_inputs": 5},
+        {"body": ir.Attr("body", ir.AttributeType.GRAPH, step), "num_scan_inputs": len(scanned)},
         num_outputs=2,
     )
     output = tape.op("Transpose", [output], {"perm": [1, 0, 2, 3]})
     packed = tape.op("Reshape", [output, _ints(tape, 0, 0, -1)])
     return [tape.op("CastLike", [packed, value]), present]
+
+
+def gated_delta(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    return _linear_attention(tape, params, _delta_step(), with_beta=True)
+
+
+def gated(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    return _linear_attention(tape, params, _gated_step(), with_beta=False)

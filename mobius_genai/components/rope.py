@@ -24,6 +24,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.config import RopeConfig
+from mobius_genai.config.rope import yarn_mscale
 from mobius_genai.ep.context import get_build_dtype
 
 
@@ -71,20 +72,16 @@ def attention_factor(rope: RopeConfig, long: bool = False) -> float:
         return float(rope.attention_factor)
     if rope.type == "yarn":
         if rope.mscale and rope.mscale_all_dim:
-            return _yarn_mscale(rope.factor, rope.mscale) / _yarn_mscale(
+            return yarn_mscale(rope.factor, rope.mscale) / yarn_mscale(
                 rope.factor, rope.mscale_all_dim
             )
-        return _yarn_mscale(rope.factor)
+        return yarn_mscale(rope.factor)
     if rope.type == "longrope":
         original = rope.original_max_position_embeddings
         if rope.factor <= 1.0 or not original:
             return 1.0
         return math.sqrt(1 + math.log(rope.factor) / math.log(original))
     return 1.0
-
-
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    return 0.1 * mscale * math.log(scale) + 1.0 if scale > 1 else 1.0
 
 
 def uses_long_factors(rope: RopeConfig, context_length: int) -> bool:

@@ -1,7 +1,7 @@
 """PhiMoE's sparsemixer routing (config/moe.py `SparseMixer`) as router inputs of two MoE nodes.
 
 onnxruntime 1.32's CPU MoE kernel ignores `use_sparse_mixer` (measured:
-tests/families/test_phimoe.py), so the routing is computed in standard ops and handed to two
+tests/models/families/test_phimoe.py), so the routing is computed in standard ops and handed to two
 com.microsoft::MoE nodes with k=1 and no renormalization. Each node takes a softmax of its
 router input and weights its top-1 expert by that probability, so a router input that holds a
 pick's logits inside its band and -inf elsewhere makes the node compute exactly

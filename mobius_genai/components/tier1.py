@@ -30,7 +30,7 @@ already contained, so the opset is always new enough):
   ``fc2[e] @ swiglu(fc1[e] @ x + b1[e]) + b2[e]`` weighted and summed, where
   ``swiglu(g, l) = G * sigmoid(alpha * G) * (L + beta)``, ``G = min(g, limit)``,
   ``L = clip(l, -limit, limit)`` (measured against onnxruntime 1.32's CPU kernel,
-  tests/optimize/test_moe_function.py). The body runs every expert on every token and weights
+  tests/components/test_moe_function.py). The body runs every expert on every token and weights
   the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
   the two biases; ``""`` has none (the node leaves those inputs empty).
 
@@ -57,7 +57,7 @@ import onnx_ir as ir
 
 from mobius_genai.components import attention_bodies, recurrent_bodies
 from mobius_genai.ep.capabilities import EpCapabilities
-from mobius_genai.ep.kernels import MS_DOMAIN, ep_runs, is_standard_domain
+from mobius_genai.ep.kernels import KERNELS, MS_DOMAIN, ep_runs, is_standard_domain
 
 __all__ = [
     "MS_DOMAIN",
@@ -286,12 +286,20 @@ def _moe_biased_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.
     return _moe(tape, params, biased=True)
 
 
-def _gated_delta_call(node: ir.Node) -> bool:
-    """The body's form of LinearAttention: the gated delta rule, no state window, no more query
-    heads than value heads."""
+#: LinearAttention's overload → the update rule its body computes.
+_LINEAR_ATTENTION_RULES = {"": "gated_delta", "gated": "gated"}
+
+
+def _linear_attention_call(node: ir.Node) -> bool:
+    """The bodies' form of LinearAttention: the overload's update rule (the gated delta rule
+    with beta, or the gated one without it), no state window, no more query heads than value
+    heads."""
     attrs = node.attributes
+    rule = _LINEAR_ATTENTION_RULES[node.overload]
+    beta_given = len(node.inputs) > 5 and node.inputs[5] is not None
     return (
-        attrs.get_string("update_rule", "gated_delta") == "gated_delta"
+        attrs.get_string("update_rule", "gated_delta") == rule
+        and beta_given == (rule == "gated_delta")
         and attrs.get_int("state_window", 0) == 0
         and attrs.get_int("q_num_heads", 0) <= attrs.get_int("kv_num_heads", 0)
     )
@@ -408,7 +416,7 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
             Tier1Op(
                 "LinearAttention",
                 inputs=("query", "key", "value", "past_state", "decay", "beta"),
-                min_inputs=6,
+                min_inputs=5,
                 outputs=("output", "present_state"),
                 optional_outputs=frozenset(),
                 attributes=(
@@ -419,8 +427,8 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     _int_attr("chunk_size", 64),
                     _int_attr("state_window", 0),
                 ),
-                bodies={"": recurrent_bodies.gated_delta},
-                covers_call=_gated_delta_call,
+                bodies={"": recurrent_bodies.gated_delta, "gated": recurrent_bodies.gated},
+                covers_call=_linear_attention_call,
             ),
             Tier1Op(
                 "PackedMultiHeadAttention",
@@ -452,8 +460,12 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
 
 
 def needs_inlining(function: ir.Function, caps: EpCapabilities) -> bool:
-    """Stage 2b criterion: expand a custom-domain function whose op the EP cannot run."""
-    return not ep_runs(caps, function.name, function.domain)
+    """Stage 2b criterion: expand a custom-domain function whose op the EP cannot run, or whose
+    overload is a kernel of its own (ep/kernels.py's "Op.overload" rows) that the EP lacks."""
+    overload = f"{function.name}.{function.overload}"
+    lacks_overload = bool(function.overload) and overload in KERNELS
+    lacks_overload = lacks_overload and not caps.kernel_dtypes(overload)
+    return lacks_overload or not ep_runs(caps, function.name, function.domain)
 
 
 def _default_opset(model: ir.Model) -> int:

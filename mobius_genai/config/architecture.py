@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mobius_genai._json import read_json_object
+from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
+from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
     check_layer_count,
@@ -24,6 +25,7 @@ from mobius_genai.config.layers import (
 )
 from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
+from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.config.short_conv import ShortConvConfig
@@ -98,6 +100,11 @@ class ArchitectureConfig:
     - `linear_attention`: head and conv sizes of gated-delta-rule "linear_attention" layers
       (config/linear_attention.py); None when the model has none. Each recurrent layer kind
       names its section in config/recurrent.py, which declares its states.
+    - `latent_attention`: attention layers are DeepSeek's multi-head latent attention
+      (config/latent_attention.py); `head_dim` is then the cached head size and the rotary
+      embedding turns its `qk_rope_head_dim` channels.
+    - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
+      None when the model has none.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -142,6 +149,7 @@ class ArchitectureConfig:
     layer_types: tuple[str, ...] = ()
     short_conv: ShortConvConfig | None = None
     linear_attention: LinearAttentionConfig | None = None
+    mamba2: Mamba2Config | None = None
     attention_output_gate: bool = False
     attention_scale: float | None = None
     attention_sinks: bool = False
@@ -152,6 +160,7 @@ class ArchitectureConfig:
     pad_token_id: int | None = None
     torch_dtype: str | None = None
     moe: MoeConfig | None = None
+    latent_attention: LatentAttentionConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -170,6 +179,8 @@ class ArchitectureConfig:
 
     def rotary_dim_of(self, rope: RopeConfig) -> int:
         """Number of channels of each head that `rope` rotates (even)."""
+        if self.latent_attention is not None:
+            return self.latent_attention.qk_rope_head_dim
         dim = rotated_channels(self.head_dim, rope.partial_rotary_factor)
         return dim - dim % 2
 
@@ -237,16 +248,6 @@ class ArchitectureConfig:
         return cls.from_dict(read_config_json(path), **overrides)
 
 
-def read_config_json(path: str | Path) -> dict[str, Any]:
-    """Load config.json as a dict with errors that name the file."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise ConfigError(f"{path}: config.json not found; a checkpoint folder must hold one")
-    return read_json_object(path, ConfigError)
-
-
 def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
     model_type = fields.model_type(raw.get("model_type"))
     hidden = fields.require(raw, "hidden_size")
@@ -309,6 +310,7 @@ def _validate(config: ArchitectureConfig) -> None:
     _validate_attention_switches(config)
     _validate_multipliers(config)
     validate_moe(config.moe, config.hidden_act)
+    validate_latent_attention(config.latent_attention, config.head_dim, config.num_key_value_heads)
     for rope in (config.rope, config.rope_local):
         if rope is not None:
             validate_rope(rope, config.head_dim)

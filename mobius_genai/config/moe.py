@@ -7,7 +7,8 @@ expert's logit, the `top_k` largest probabilities, renormalized to sum 1 when `n
 (mixtral, qwen3_moe; what granitemoe computes as a softmax over the top-k logits). Layers not in
 `sparse_layers` keep a dense MLP (qwen*_moe's `mlp_only_layers` / `decoder_sparse_step`); a
 `shared_expert_size` adds an always-on gated MLP, scaled by sigmoid(x @ gate) when
-`shared_expert_gate` (qwen2_moe). PhiMoE routes with its `SparseMixer` instead of the softmax.
+`shared_expert_gate` (qwen2_moe). PhiMoE routes with its `SparseMixer` instead of the softmax;
+DeepSeek-V2/V3 with group-limited routing (config/moe_routing.py).
 gpt_oss adds a bias to the router and to both expert
 projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`).
 """
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mobius_genai.config import fields
+from mobius_genai.config.moe_routing import GroupRouting, validate_routing
 from mobius_genai.errors import ConfigError
 
 #: The expert MLP activation the MoE op and its body compute (SwiGLU with alpha 1: silu(gate) * up).
@@ -66,6 +68,7 @@ class MoeConfig:
     router_bias: bool = False
     expert_bias: bool = False
     activation: ExpertActivation = ExpertActivation()
+    group_routing: GroupRouting | None = None
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""
@@ -186,6 +189,8 @@ def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
             f"config.json: the sparsemixer routes to {_SPARSE_MIXER_PICKS} experts, found "
             f"num_experts_per_tok {moe.top_k}; accepted: {_SPARSE_MIXER_PICKS}"
         )
+    if moe.group_routing is not None:
+        validate_routing(moe.group_routing, moe.num_experts, moe.top_k)
     swiglu = moe.activation
     if not isinstance(swiglu, ExpertActivation) or not (
         fields.is_number(swiglu.alpha) and fields.is_number(swiglu.beta)

@@ -4,7 +4,7 @@ Each block's row declares its states once (name suffix, sizes from the config, d
 onnxruntime-genai 0.18 names them and learns which layers have them (`Naming`). The decoder task
 makes its graph inputs and outputs from the rows, genai_config writes what og reads of them,
 bundle validation checks a graph against them, graph reading knows their names, and the decoder
-layer builds the row's component. A new block (Mamba2: a conv state and an SSM state per layer)
+layer builds the row's component. A block (Mamba2's: a conv state and a scan state per layer)
 is one row here, its config section (an ArchitectureConfig field its family rows read) and its
 component; nothing else branches on a block.
 """
@@ -108,9 +108,20 @@ def _delta_recurrent_dims(config: ArchitectureConfig) -> tuple[int, ...]:
     return sizes.value_heads, sizes.key_head_dim, sizes.value_head_dim
 
 
+def _mamba2_conv_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    sizes = config.mamba2
+    return sizes.conv_dim, sizes.conv_kernel_size - 1
+
+
+def _mamba2_ssm_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    sizes = config.mamba2
+    return sizes.heads, sizes.state_size, sizes.head_dim
+
+
 #: Layer kind → its block. LFM2's short conv (config/short_conv.py): the conv's last columns.
 #: Qwen3.5's gated delta net (config/linear_attention.py): its conv's last columns and the
-#: delta rule's state, in float32.
+#: delta rule's state, in float32. Mamba2 (config/mamba2.py): its conv's last columns and the
+#: selective scan's state, in float32, named as the gated delta net's.
 RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
     block.layer_type: block
     for block in (
@@ -133,6 +144,22 @@ RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
                     "recurrent_state",
                     ("value_heads", "key_head_dim", "value_head_dim"),
                     _delta_recurrent_dims,
+                    float32=True,
+                ),
+            ),
+            naming=FROM_KV_NAMES,
+        ),
+        RecurrentBlock(
+            layer_type="mamba2",
+            section="mamba2",
+            module="mamba",
+            component="mobius_genai.components.mamba2:Mamba2Mixer",
+            states=(
+                State("conv_state", ("conv_dim", "conv_cache_size"), _mamba2_conv_dims),
+                State(
+                    "recurrent_state",
+                    ("mamba_heads", "state_size", "mamba_head_dim"),
+                    _mamba2_ssm_dims,
                     float32=True,
                 ),
             ),

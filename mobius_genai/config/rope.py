@@ -7,6 +7,7 @@ config.json gives the rope as `rope_theta` + `rope_scaling` (hub checkpoints) or
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,11 @@ class RopeConfig:
     frequency_factors: tuple[float, ...] | None = None
     """Each frequency divided by its factor after the type's scaling: llama.cpp's rope_freqs
     (a GGUF's Llama 3 scaling), given as `rope_scaling.frequency_factors`."""
+
+
+def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction for a context stretched `scale` times (1 when not stretched)."""
+    return 0.1 * mscale * math.log(scale) + 1.0 if scale > 1 else 1.0
 
 
 def rotated_channels(head_dim: int, partial_rotary_factor: float) -> int:

@@ -8,9 +8,11 @@ To add an EP, add one entry here; nothing else names EPs or their providers.
 
 `supports_fused_moe` is claimed only where onnxruntime's com.microsoft::MoE kernel was measured
 to compute the routing the MoE block emits (softmax, top-k, renormalization, interleaved SwiGLU;
-tests/optimize/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
+tests/components/test_moe_function.py on the CPU EP); elsewhere the op's standard body is inlined.
 The "QMoE" kernel likewise: INT4 experts as com.microsoft::QMoE only where its kernel was measured
 (the CPU EP: tests/quantize/test_qmoe.py).
+"LinearAttention.gated" (Mamba2's scan) likewise: onnxruntime's CPU kernel was measured against
+its body (tests/components/test_recurrent_functions.py); other EPs get the body inlined.
 Likewise "GroupQueryAttention.head_sink" (attention sinks inside GroupQueryAttention) stays on only
 where it was measured (the CPU EP, tests/optimize/test_gqa_sinks.py) or is the runtime that
 onnxruntime-genai's own gpt-oss models target (CUDA). `kernels` names only the kernels where an
@@ -42,7 +44,11 @@ _NO_HEAD_SINK = {"GroupQueryAttention.head_sink": False}  # GQA's head_sink not 
 BUILTIN_EPS: tuple[EpCapabilities, ...] = (
     # Portable ONNX: no EP-specific fusions; custom ops keep their function bodies. INT4 is
     # standard DequantizeLinear + MatMul (MatMulNBits has no function body).
-    EpCapabilities(name="default", gqa_dtypes=frozenset(), kernels={"MatMulNBits": False}),
+    EpCapabilities(
+        name="default",
+        gqa_dtypes=frozenset(),
+        kernels={"MatMulNBits": False, "LinearAttention.gated": True},
+    ),
     # ORT CPU EP. Packed q/k/v: one projection per layer decodes ~2.5% faster on CPU, fp32
     # and int4 alike (benchmarks/qkv_packing.py). No bf16: onnxruntime's CPU EP lacks bf16
     # kernels for ops every decoder uses (MatMul, Where).
@@ -53,7 +59,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         default_int4_accuracy_level=4,
         model_dtypes=frozenset({_F32, _F16}),
         runtime=RuntimeInfo(ort_provider="CPUExecutionProvider"),
-        kernels={"GatherBlockQuantized": {_F32, _F16}, "QMoE": True},
+        kernels={"GatherBlockQuantized": {_F32, _F16}, "QMoE": True, "LinearAttention.gated": True},
     ),
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(

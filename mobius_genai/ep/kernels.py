@@ -36,7 +36,8 @@ class Kernel:
     """One row: a kernel, how an EP entry states it, and what the pipeline does without it."""
 
     name: str
-    """Key in `EpCapabilities.kernels`: the op type, or "Op.feature" for one input or attribute."""
+    """Key in `EpCapabilities.kernels`: the op type, or "Op.feature" for one input or attribute
+    (or one overload of the op's function: components/tier1.py's `needs_inlining`)."""
     domain: str
     without: str
     """What an EP without the kernel gets instead (for ``mobius-genai eps --kernels``)."""
@@ -129,6 +130,14 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 MS_DOMAIN,
                 "its standard body (a Scan over the tokens)",
                 flag="supports_linear_attention",
+            ),
+            # Mamba2's scan (update_rule "gated", the function overload "gated"): measured
+            # against its body on the CPU EP only (tests/components/test_recurrent_functions.py)
+            Kernel(
+                "LinearAttention.gated",
+                MS_DOMAIN,
+                "its standard body (a Scan over the tokens)",
+                default=False,
             ),
             Kernel(
                 "MatMulNBits",

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import onnx_ir as ir
 
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.checkpoint.gguf import GgufCheckpoint
+from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.checkpoint.source import Source
-from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter
@@ -46,12 +45,14 @@ class KindInput:
 
     raw: Mapping[str, Any]  # config.json (a GGUF's, derived from its metadata)
     source: Source
-    checkpoint: Checkpoint | GgufCheckpoint | None  # None: a graph-only build
+    checkpoint: CheckpointReader | None  # None: a graph-only build
     target: Target
     num_layers: int | None  # the first layers only (the smoke test's twin)
     # A decoder module's tensors through every reader of stored formats (GGUF, GPTQ/AWQ,
     # MXFP4 experts, grouped projections), checked against the checkpoint.
     read_decoder: Callable[[CausalLMModel, FamilyAdapter], DecoderWeights]
+    # PEFT target module names whose projections take LoRA inputs (components/lora.py)
+    lora_targets: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -83,8 +84,6 @@ class ModelKind(Protocol):
     """One kind of model: a text decoder, a vision-language model, ..."""
 
     name: str
-    #: Whether the source's stored integers (GGUF, GPTQ/AWQ) can stay as they are.
-    keeps_stored_integers: bool
 
     def claims(self, model_type: str) -> bool:
         """Whether config.json's `model_type` is this kind's (a row of its table)."""

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from mobius_genai.bundle.genai_config import make_genai_config
 from mobius_genai.bundle.tool_tokens import tool_token_ids
-from mobius_genai.checkpoint.weights import attach_weights
+from mobius_genai.checkpoint.parameters import attach_weights
+from mobius_genai.components.lora import add_lora
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import get_family
@@ -22,7 +23,6 @@ class TextDecoderKind:
     one the family table lacks is refused there, with the supported ones listed."""
 
     name = "text decoder"
-    keeps_stored_integers = True
 
     def claims(self, model_type: str) -> bool:
         return True
@@ -34,6 +34,7 @@ class TextDecoderKind:
             config = config.first_layers(given.num_layers)
         length = given.target.context_length or config.max_position_embeddings
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
+        add_lora(module, given.lora_targets)
         weights = given.read_decoder(module, family)  # config vs checkpoint: before the graph
         graph_model = CausalLMTask().build(module, config)
         attach_weights(graph_model, weights.tensors)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from mobius_genai._json import read_json_object
 from mobius_genai.config.vision import VisionLanguageConfig
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
 from mobius_genai.kinds.text import decoder_genai_config
@@ -34,7 +34,6 @@ class VisionLanguageKind:
     """A vision tower and projector beside a text decoder of the family table."""
 
     name = "vision-language"
-    keeps_stored_integers = False  # read as float
 
     def claims(self, model_type: str) -> bool:
         return model_type in VISION_LANGUAGE
@@ -42,24 +41,30 @@ class VisionLanguageKind:
     def build(self, given: KindInput) -> KindGraphs:
         """The three graphs; with `num_layers`, the decoder's first layers and the vision
         tower's first layers of every kind (`VisionLanguageConfig.first_layers`)."""
+        if given.lora_targets:
+            raise UnsupportedModelError(
+                f"LoRA adapters on {given.raw.get('model_type')!r}: accepted for text decoders only"
+            )
         family = vision_language_family(given.raw.get("model_type", ""))
         config = family.parse_config(given.raw)  # type: ignore[union-attr]
         if given.num_layers is not None:
             config = config.first_layers(given.num_layers)
-        checkpoint = given.checkpoint  # safetensors: GGUF files name text model types only
+        checkpoint = given.checkpoint
         dropped = (
             family.dropped_layers(checkpoint, config)  # type: ignore[union-attr]
             if checkpoint is not None and given.num_layers is not None
             else []
         )
         length = given.target.context_length or config.text.max_position_embeddings
-        models = vision_language_graphs(config, family, length, checkpoint, dropped)  # type: ignore[arg-type]
+        models, float_kinds = vision_language_graphs(config, family, length, checkpoint, dropped)  # type: ignore[arg-type]
         return KindGraphs(
             graphs={key: (_ROLES[key], model) for key, model in models.items()},
             config=config.text,
             context_length=length,
             family=family,
             kind_config=config,
+            prequantized=None if checkpoint is None else checkpoint.describe(),
+            float_kinds=float_kinds,
         )
 
     def genai_config(self, package: ModelPackage, written: WrittenGraphs) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from mobius_genai.bundle.whisper_config import (
     audio_processor_config,
     whisper_genai_config,
 )
+from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
@@ -45,7 +46,7 @@ class WhisperKind:
             config = config.first_layers(given.num_layers)
         checkpoint = given.checkpoint  # safetensors: no GGUF file names model_type "whisper"
         left_out = [] if checkpoint is None else _decoder_layers_from(checkpoint, config)
-        models = whisper_graphs(config, checkpoint, left_out)  # type: ignore[arg-type]
+        models = whisper_graphs(config, checkpoint, left_out)
         return KindGraphs(
             graphs={key: (WHISPER_ROLES[key], model) for key, model in models.items()},
             config=decoder_architecture(config),
@@ -91,7 +92,7 @@ def decoder_architecture(config: WhisperConfig) -> ArchitectureConfig:
     )
 
 
-def _decoder_layers_from(checkpoint, config: WhisperConfig) -> list[str]:
+def _decoder_layers_from(checkpoint: CheckpointReader, config: WhisperConfig) -> list[str]:
     """The checkpoint's decoder tensors of the layers a first-layers build leaves out."""
     numbered = ((name, _DECODER_LAYER.match(name)) for name in checkpoint)
     return [name for name, match in numbered if match and int(match[1]) >= config.decoder_layers]

@@ -22,7 +22,10 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.checkpoint.weights import TensorSource, no_preprocess
+from mobius_genai.checkpoint.experts import ExpertLayout
+from mobius_genai.checkpoint.grouped import GroupedWeight
+from mobius_genai.checkpoint.reader import TensorSource
+from mobius_genai.checkpoint.weights import no_preprocess
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.qwen_vision import QwenVisionTower
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
@@ -81,6 +84,15 @@ class VisionLanguageFamily:
     @property
     def text(self) -> FamilyAdapter:
         return get_family(self.text_family)
+
+    @property
+    def experts(self) -> ExpertLayout | None:
+        """The text decoder's MoE experts (named through `checkpoint_name`, as its weights)."""
+        return self.text.experts
+
+    @property
+    def grouped_weights(self) -> tuple[GroupedWeight, ...]:
+        return self.text.grouped_weights
 
     def parse_config(self, raw: Mapping[str, Any]) -> VisionLanguageConfig:
         """Text keys from `text_config`, or from the top level of a flat hub config.json."""

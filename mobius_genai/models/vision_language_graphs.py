@@ -6,7 +6,8 @@ from collections.abc import Collection
 
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.weights import Checkpoint, attach_weights, checkpoint_tensors
+from mobius_genai.checkpoint.parameters import attach_weights, parameter_tensors
+from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily
@@ -18,11 +19,13 @@ def vision_language_graphs(
     config: VisionLanguageConfig,
     family: VisionLanguageFamily,
     context_length: int,
-    checkpoint: Checkpoint | None,
+    checkpoint: CheckpointReader | None,
     dropped: Collection[str] = (),
-) -> dict[str, ir.Model]:
-    """{"vision", "embedding", "decoder"} graphs; call inside the build context. `dropped`
-    names the checkpoint tensors of layers `config` leaves out (a twin's), which none reads."""
+) -> tuple[dict[str, ir.Model], dict[str, int]]:
+    """{"vision", "embedding", "decoder"} graphs, and the stored kinds of the checkpoint
+    tensors read as float (`parameter_tensors`: the read path of every model kind); call
+    inside the build context. `dropped` names the checkpoint tensors of layers `config` leaves
+    out (a twin's), which none reads."""
     text = config.text
     blocks = config.image_token_id if family.bidirectional_images else None
     decoder = CausalLMModel(text, context_length, image_token_id=blocks)
@@ -31,24 +34,15 @@ def vision_language_graphs(
         "embedding": EmbeddingTask().build(EmbeddingModel(config), text.hidden_size),
         "decoder": CausalLMTask(inputs_embeds=True).build(decoder, text),
     }
-    if checkpoint is not None:  # one check over the three graphs: every tensor read once
-        parameters = {
-            name: value
-            for model in models.values()
-            for name, value in model.graph.initializers.items()
-        }
-        tensors = checkpoint_tensors(
-            parameters,
-            checkpoint,
-            text,
-            family.checkpoint_name,
-            family.preprocess_weight,
-            family.preprocessed,
-            unused=family.unused_weights,
-            tied=decoder.tied_weights(),
-            read_elsewhere=dropped,
-        )
-        for model in models.values():
-            initializers = model.graph.initializers
-            attach_weights(model, {k: v for k, v in tensors.items() if k in initializers})
-    return models
+    if checkpoint is None:
+        return models, {}
+    parameters = {  # one check over the three graphs: every tensor read once
+        name: value for model in models.values() for name, value in model.graph.initializers.items()
+    }
+    tensors, float_kinds = parameter_tensors(
+        parameters, checkpoint, family, text, tied=decoder.tied_weights(), dropped=dropped
+    )
+    for model in models.values():
+        initializers = model.graph.initializers
+        attach_weights(model, {k: v for k, v in tensors.items() if k in initializers})
+    return models, float_kinds

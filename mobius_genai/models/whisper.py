@@ -12,12 +12,8 @@ from collections.abc import Collection
 
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.weights import (
-    Checkpoint,
-    attach_weights,
-    checkpoint_tensors,
-    no_preprocess,
-)
+from mobius_genai.checkpoint.parameters import NameMap, attach_weights, parameter_tensors
+from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.components.whisper import WhisperDecoderModel, WhisperEncoderModel
 from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.tasks.whisper import WhisperDecoderTask, WhisperEncoderTask
@@ -35,12 +31,15 @@ def checkpoint_name(parameter: str) -> str:
     return "model." + _MLP.sub(".", parameter)
 
 
+_NAMES = NameMap("whisper", checkpoint_name)
+
+
 def whisper_graphs(
-    config: WhisperConfig, checkpoint: Checkpoint | None, read_elsewhere: Collection[str] = ()
+    config: WhisperConfig, checkpoint: CheckpointReader | None, dropped: Collection[str] = ()
 ) -> dict[str, ir.Model]:
     """{"encoder", "decoder"} graphs; call inside the build context. Every checkpoint tensor is
-    checked (present, shaped, used) before any is read, except `read_elsewhere` (the layers a
-    first-layers build leaves out)."""
+    checked (present, shaped, used) before any is read, except those `dropped` (the decoder
+    layers a first-layers build leaves out)."""
     models = {
         "encoder": WhisperEncoderTask().build(WhisperEncoderModel(config), config),
         "decoder": WhisperDecoderTask().build(WhisperDecoderModel(config), config),
@@ -51,14 +50,8 @@ def whisper_graphs(
             for model in models.values()
             for name, value in model.graph.initializers.items()
         }
-        tensors = checkpoint_tensors(
-            parameters,
-            checkpoint,
-            config,
-            checkpoint_name,
-            no_preprocess,
-            tied=_TIED,
-            read_elsewhere=read_elsewhere,
+        tensors, _ = parameter_tensors(
+            parameters, checkpoint, _NAMES, config, tied=_TIED, dropped=dropped
         )
         for model in models.values():
             initializers = model.graph.initializers

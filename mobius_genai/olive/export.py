@@ -22,10 +22,11 @@ from olive.passes import Pass
 from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from mobius_genai.build import MODEL_FILENAME, stored_bits
+from mobius_genai.build import MODEL_FILENAME
 from mobius_genai.bundle.card import GRAPH_SECTIONS
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.validate import read_genai_config
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import ConfigError
 from mobius_genai.olive.providers import NO_PROVIDER_EP, mobius_ep_for

@@ -145,6 +145,8 @@ def _decoder_feeds(graph: ir.Graph, calibration: Calibration) -> dict[ir.Value, 
             array = np.ones((1, tokens), dtype)
         elif value.name == "position_ids":
             array = np.arange(tokens, dtype=dtype)[None]
+        elif value.const_value is not None:  # an input with a default (LoRA's, empty): as is
+            array = value.const_value.numpy()
         else:  # past state: batch 1, nothing cached
             dims = list(value.shape or ())
             shape = [d if isinstance(d, int) else (1 if i == 0 else 0) for i, d in enumerate(dims)]

@@ -72,6 +72,8 @@ class Decoder:
         self.fed = 0
         """The prompt tokens the latest turn fed (fewer than its prompt when a request is
         reused)."""
+        # og 0.18's Engine has no adapters: a LoRA adapter runs on og.Generator
+        engine = engine and bundle.adapter is None
         self.engine: og.Engine | None = _engine(bundle, note) if engine else None
         self._request: og.Request | None = None
         self._held: list[int] = []
@@ -203,6 +205,8 @@ class Decoder:
             if self._guidance is not None:
                 params.set_guidance(*self._guidance)
             generator = og.Generator(self.bundle.model, params)
+            if self.bundle.adapter is not None:
+                self.bundle.adapter.activate(generator)
         except RuntimeError as error:
             raise self._refused(error) from error
         try:

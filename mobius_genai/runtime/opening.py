@@ -24,6 +24,7 @@ from mobius_genai.bundle._og_errors import og_error_line
 from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.bundle.validate import read_genai_config, validate_bundle
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.adapters import ActiveAdapter, load_adapter
 from mobius_genai.runtime.generate import load_model
 from mobius_genai.runtime.placement import Provider, missing_provider, require_runnable
 
@@ -49,6 +50,8 @@ class OpenBundle:
     config: Mapping[str, Any]
     model: og.Model
     command: str
+    adapter: ActiveAdapter | None = None
+    """The LoRA adapter every generation runs with (`--adapter`), None for the base model."""
 
     @property
     def context_length(self) -> int:
@@ -72,11 +75,13 @@ def open_bundle(
     provider: Provider | None = None,
     threads: int | None = None,
     search: Mapping[str, Any] | None = None,
+    adapter: str | None = None,
 ) -> OpenBundle:
     """The bundle in `folder`, loaded for `command` (`run`, `chat`, `bench`) on its own
     providers, or on `provider` instead; `threads` sets onnxruntime's intra-op threads, and
     `search` (onnxruntime-genai's search options: do_sample, temperature, top_p, top_k,
-    random_seed) overrides the bundle's search settings for every request and generator."""
+    random_seed) overrides the bundle's search settings for every request and generator;
+    `adapter` names the LoRA adapter every generation runs with (runtime/adapters.py)."""
     require_bundle(folder)
     folder = Path(folder)
     config = read_genai_config(folder)  # its shape checked before og parses it
@@ -88,7 +93,8 @@ def open_bundle(
             model = load_model(folder, provider=provider, session_options=options, search=search)
     except BundleError as error:
         raise failure(folder, config, command, "load the bundle", error) from error.__cause__
-    return OpenBundle(folder, config, model, command)
+    active = None if adapter is None else load_adapter(folder, model, adapter)
+    return OpenBundle(folder, config, model, command, active)
 
 
 def failure(

@@ -1,19 +1,9 @@
-"""Fixtures for packaging tests: the committed tiny checkpoint and bundles packaged from it."""
+"""A graph description for the bundle tests that need no ONNX file (the shared bundles and the
+tiny checkpoint: tests/conftest.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-from collections.abc import Callable
-from pathlib import Path
-
-import pytest
-
-from mobius_genai import packager
 from mobius_genai.bundle.graph import GQA_OP, GraphInfo, TensorSpec
-
-TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
-
 
 _FLOAT = 1
 _INT64 = 7
@@ -46,63 +36,3 @@ def toy_graph(
             )
     ops = {"ai.onnx::MatMul", GQA_OP if gqa else "ai.onnx::Attention"}
     return GraphInfo(inputs=inputs, outputs=outputs, ops=frozenset(ops))
-
-
-def hub_snapshot(cache: Path, repo: str = "models--org--tiny", files: Path = TINY_QWEN2) -> Path:
-    """A huggingface_hub cache entry `repo` in `cache` holding `files` (a folder's files):
-    blobs named by their sha256 and a snapshot folder of relative links `../../blobs/<sha>`,
-    exactly as snapshot_download makes them."""
-    revision = "0123456789abcdef0123456789abcdef01234567"
-    root = cache / repo
-    (root / "blobs").mkdir(parents=True)
-    (root / "refs").mkdir()
-    (root / "refs" / "main").write_text(revision)
-    snapshot = root / "snapshots" / revision
-    snapshot.mkdir(parents=True)
-    for file in sorted(files.iterdir()):
-        data = file.read_bytes()
-        sha = hashlib.sha256(data).hexdigest()
-        (root / "blobs" / sha).write_bytes(data)
-        (snapshot / file.name).symlink_to(Path("..") / ".." / "blobs" / sha)
-    return snapshot
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint() -> Path:
-    return TINY_QWEN2
-
-
-@pytest.fixture(scope="session")
-def packaged(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """Package the tiny checkpoint once per EP (no smoke test); returns the bundle folder."""
-    cache: dict[str, Path] = {}
-
-    def make(ep: str) -> Path:
-        if ep not in cache:
-            out = tmp_path_factory.mktemp("bundles") / f"tiny-{ep}"
-            cache[ep] = packager.package(TINY_QWEN2, ep, out, smoke_test=False, quiet=True)
-        return cache[ep]
-
-    return make
-
-
-@pytest.fixture(scope="session")
-def pruned_head(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny checkpoint packaged for cpu with its LM head pruned to the last position (no
-    smoke test): a bundle og.Generator runs and og.Engine does not."""
-    out = tmp_path_factory.mktemp("bundles") / "tiny-pruned-head"
-    return packager.package(
-        TINY_QWEN2, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=True
-    )
-
-
-@pytest.fixture
-def bundle_copy(packaged: Callable[[str], Path], tmp_path: Path) -> Callable[[str], Path]:
-    """A private, editable copy of a packaged bundle."""
-
-    def make(ep: str = "cpu") -> Path:
-        dest = tmp_path / f"copy-{ep}"
-        shutil.copytree(packaged(ep), dest)
-        return dest
-
-    return make

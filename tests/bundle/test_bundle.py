@@ -11,7 +11,7 @@ from mobius_genai import packager
 from mobius_genai.bundle.output_folder import staged_output
 from mobius_genai.bundle.tokenizer_files import TOKENIZER_FILES, copy_tokenizer_files
 from mobius_genai.errors import BundleError
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def _leftovers(parent: Path) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mobius_genai.cli import main
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def _model_is(value: Any) -> Callable[[dict], Any]:

@@ -23,7 +23,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.config.limits import CHAT_TEMPLATE_BYTES
 from mobius_genai.errors import BundleError, ConfigError
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 ROOT = Path(__file__).resolve().parents[2]
 RECURSIVE = "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"

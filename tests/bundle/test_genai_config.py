@@ -23,6 +23,7 @@ from mobius_genai.errors import BundleError, ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens
 from tests.bundle.conftest import toy_graph
+from tests.conftest import TINY_QWEN2
 
 CONFIG = ArchitectureConfig(
     model_type="qwen2",
@@ -198,8 +199,8 @@ def test_search_defaults_from_generation_config():
     assert search_defaults({"top_k": "many", "temperature": None})["top_k"] == 50
 
 
-def test_tiny_checkpoint_generation_config(tiny_checkpoint: Path):
-    generation = read_generation_config(tiny_checkpoint)
+def test_tiny_checkpoint_generation_config():
+    generation = read_generation_config(TINY_QWEN2)
     ids = token_ids(CONFIG, generation)
     assert ids["eos_token_id"] == [383, 381]
     assert ids["pad_token_id"] == 381

@@ -12,13 +12,13 @@ import mobius_genai
 from mobius_genai.cli import main
 from mobius_genai.quantize import Int4Options
 from tests._ort import og_sequence
-from tests.bundle.conftest import TINY_QWEN2 as TINY
+from tests.conftest import TINY_QWEN2
 
 
 def _int4_bundle(folder, quality: str, **options) -> tuple[Path, dict]:
-    """TINY packaged for cpu int4 with `quality`, and its manifest's `build.quantization`."""
+    """TINY_QWEN2 packaged for cpu int4 with `quality`, and its manifest's `build.quantization`."""
     out = mobius_genai.package(
-        TINY, "cpu", folder, precision="int4", int4=Int4Options(quality=quality), quiet=True,
+        TINY_QWEN2, "cpu", folder, precision="int4", int4=Int4Options(quality=quality), quiet=True,
         **options,
     )  # fmt: skip
     manifest = json.loads((out / "mobius_manifest.json").read_text())
@@ -79,7 +79,7 @@ def test_cli_int4_options_reach_the_graph(tmp_path, capsys):
     code = main(
         [
             "package",
-            str(TINY),
+            str(TINY_QWEN2),
             "--ep",
             "cpu",
             "-o",

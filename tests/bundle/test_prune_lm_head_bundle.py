@@ -24,7 +24,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
 from mobius_genai.runtime.generate import greedy_tokens
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 PROMPTS = ["The capital of France is", "Hi", "Once upon a time there"]
 
@@ -111,14 +111,14 @@ def test_cli_keeps_every_position_unless_asked_to_prune(tmp_path: Path, capsys):
     assert "not allowed with argument" in capsys.readouterr().err
 
 
-def test_pruned_bundle_names_the_apis_it_gives_up(tmp_path: Path):
+def test_pruned_bundle_names_the_apis_it_gives_up(tmp_path: Path, bundle_copy):
     """The manifest records og_limits and the card shows them; a full bundle gives up none."""
     pruned = _package(tmp_path, "cpu", True)
     limits = json.loads((pruned / "mobius_manifest.json").read_text())["build"]["og_limits"]
     assert set(limits) == {ENGINE, NGRAM, ALL_LOGITS}
     card = (pruned / "README.md").read_text()
     assert "**Not**: og.Engine, n-gram speculative decoding" in card and "prune-lm-head" in card
-    full = packager.package(TINY_QWEN2, "cpu", tmp_path / "full", quiet=True, smoke_test=False)
+    full = bundle_copy("cpu")
     assert json.loads((full / "mobius_manifest.json").read_text())["build"]["og_limits"] == {}
     assert "every 0.18 API" in (full / "README.md").read_text()
     manifest = json.loads((full / "mobius_manifest.json").read_text())

@@ -18,7 +18,7 @@ from mobius_genai.bundle import output_folder as staged_module
 from mobius_genai.bundle.output_folder import staged_output
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 REPO = Path(__file__).resolve().parents[2]
 

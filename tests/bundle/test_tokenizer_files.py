@@ -15,7 +15,7 @@ from huggingface_hub import try_to_load_from_cache
 from mobius_genai import packager
 from mobius_genai.bundle import tokenizer_files
 from mobius_genai.errors import BundleError, ConfigError
-from tests.bundle.conftest import TINY_QWEN2, hub_snapshot
+from tests.conftest import TINY_QWEN2, hub_snapshot
 
 SECRET = "root:x:0:0:the secret that must not ship\n"
 
@@ -136,10 +136,10 @@ def _disk_full(*args, **kwargs):
 
 @pytest.mark.parametrize("where", ["writing", "creating"])
 def test_a_full_disk_while_copying_is_a_bundle_error_that_keeps_the_old_bundle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, packaged
 ):
     """Full disk (ENOSPC while writing) and no inodes left (ENOSPC while creating the file)."""
-    out = packager.package(TINY_QWEN2, "cpu", tmp_path / "b", quiet=True, smoke_test=False)
+    out = shutil.copytree(packaged("cpu"), tmp_path / "b")  # the bundle a failed force keeps
     before = {path.name: path.read_bytes() for path in out.iterdir()}
     if where == "writing":
         monkeypatch.setattr(tokenizer_files.shutil, "copyfileobj", _disk_full)

@@ -16,7 +16,7 @@ from mobius_genai.bundle.tool_tokens import TOOL_TOKENS, tool_token_ids, vocabul
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError
 from tests._hf import write_tiny_checkpoint
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 PLAIN = ["<tool_call>", "</tool_call>"]  # plain added tokens: the builder reads them too
 SPECIAL = ["<think>", "</think>"]

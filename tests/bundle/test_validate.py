@@ -13,8 +13,6 @@ from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.errors import BundleError
-from mobius_genai.packager import package
-from tests.bundle.conftest import TINY_QWEN2
 from tests.test_json import HOSTILE
 
 
@@ -303,12 +301,9 @@ def test_gqa_graph_heads_are_compared(bundle_copy):
         validate_bundle(folder)
 
 
-def test_graph_facts_of_each_kind_of_graph(packaged, tmp_path: Path):
+def test_graph_facts_of_each_kind_of_graph(packaged, tiny_int4):
     """The sizes of tiny-qwen2's config.json, read from the portable, GQA and INT4 graphs."""
-    int4 = package(
-        TINY_QWEN2, "cpu", tmp_path / "int4", precision="int4", quiet=True, smoke_test=False
-    )
-    for folder in (packaged("default"), packaged("cpu"), int4):
+    for folder in (packaged("default"), packaged("cpu"), tiny_int4):
         graph = GraphInfo.from_file(folder / "model.onnx")
         assert (graph.attention_heads, graph.attention_kv_heads) == ({4}, {2})
         assert graph.embedding_widths == {"input_ids": 64}

@@ -16,7 +16,7 @@ from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.runtime import _smoke_child
 from tests._hf import write_tiny_checkpoint
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 BOS = "<|endoftext|>"  # id 381 in the committed tiny tokenizer
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt")

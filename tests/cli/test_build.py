@@ -16,8 +16,7 @@ import pytest
 
 from mobius_genai import ModelPackage
 from mobius_genai.cli import main
-
-TINY_QWEN2 = Path(__file__).parents[1] / "data" / "tiny-qwen2"
+from tests.conftest import TINY_QWEN2
 
 
 def _leftovers(folder: Path) -> list[str]:

@@ -7,7 +7,7 @@ import json
 import shutil
 
 from mobius_genai.cli import main
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def test_no_absolute_path_in_any_file_of_the_bundle(tmp_path, capsys):

@@ -12,7 +12,7 @@ import numpy as np
 from mobius_genai.cli import main
 from mobius_genai.progress import Progress
 from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 PHASES = (
     "reading the checkpoint",

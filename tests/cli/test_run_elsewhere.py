@@ -13,7 +13,7 @@ import pytest
 
 from mobius_genai.cli import main
 from mobius_genai.ep import ep_registry, get_ep
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def _bf16_runners() -> list[str]:
@@ -33,10 +33,8 @@ def _one_line_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def cuda_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "tiny-cuda"
-    assert main(["package", str(TINY_QWEN2), "--ep", "cuda", "-o", str(out), "--quiet"]) == 0
-    return out
+def cuda_bundle(packaged) -> Path:
+    return packaged("cuda")
 
 
 @pytest.mark.parametrize("ep", ["default", "onnx-standard"])

@@ -4,7 +4,7 @@ The signal is sent to a real `mobius-genai package` process a delay after `main`
 SIGTERM handler (seen in /proc), so it lands in the imports or the build, wherever the process
 is then, whatever the machine's load. Before that is Python's own start (~30 ms) and the import
 of the CLI, which imports almost nothing (checked here), so `main` starts within ~50 ms;
-tests/bundle/test_smoke_process.py sends signals during the smoke test.
+tests/runtime/test_smoke_process.py sends signals during the smoke test.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 ROOT = Path(__file__).resolve().parents[2]
 

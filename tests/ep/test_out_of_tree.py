@@ -16,7 +16,7 @@ from mobius_genai.cli import main
 from mobius_genai.ep import ep_registry
 from mobius_genai.olive import mobius_ep_for, olive_ep_mapping
 from mobius_genai.runtime.smoke import smoke_test
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 #: Only what an EP needs: its graph capabilities and how the runtimes name and ship it.
 MY_EP = EpCapabilities(

@@ -37,7 +37,6 @@ class _FakeKind:
     a model.type, a search setting and a file of its own."""
 
     name = "fake"
-    keeps_stored_integers = False
 
     def claims(self, model_type: str) -> bool:
         return model_type == _FAKE_TYPE

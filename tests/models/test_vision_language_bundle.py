@@ -15,8 +15,7 @@ from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from tests._ort import og_greedy
-from tests._vlm import transformers_tokens
-from tests.models.conftest import SIZE
+from tests._vlm import SIZE, transformers_tokens
 
 og = pytest.importorskip("onnxruntime_genai")
 

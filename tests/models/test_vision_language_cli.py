@@ -11,11 +11,8 @@ import pytest
 import torch
 
 from mobius_genai.cli import main
-from mobius_genai.packager import package
 from mobius_genai.runtime.smoke_image import png_bytes
-from tests._vlm import transformers_tokens
-from tests.bundle.conftest import TINY_QWEN2
-from tests.models.conftest import SIZE
+from tests._vlm import SIZE, transformers_tokens
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -52,8 +49,8 @@ def test_run_applies_the_chat_template_around_the_image_prompt(gemma3_bundle, im
     assert capsys.readouterr().out.endswith("\n")
 
 
-def test_image_on_a_text_only_bundle_is_one_clear_error(packaged_qwen2, image, capsys):
-    command = ["run", str(packaged_qwen2), "--image", str(image[0]), "--prompt", "Hi"]
+def test_image_on_a_text_only_bundle_is_one_clear_error(packaged, image, capsys):
+    command = ["run", str(packaged("cpu")), "--image", str(image[0]), "--prompt", "Hi"]
     assert main(command) == 1
     err = capsys.readouterr().err
     assert "takes no images" in err and "model.type 'qwen2'" in err
@@ -92,16 +89,10 @@ def test_the_card_lists_the_graphs_and_an_image_run(gemma3_bundle):
         assert not row.endswith("|  |")  # each file says what it is
 
 
-def test_a_text_bundle_card_lists_its_one_graph(packaged_qwen2):
-    card = (packaged_qwen2 / "README.md").read_text()
+def test_a_text_bundle_card_lists_its_one_graph(packaged):
+    card = (packaged("cpu") / "README.md").read_text()
     assert "| Graphs | `model.onnx` (decoder) |" in card
     assert "--image" not in card
-
-
-@pytest.fixture(scope="module")
-def packaged_qwen2(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("qwen2") / "bundle"
-    return package(TINY_QWEN2, "cpu", out, quiet=True, smoke_test=False)
 
 
 def test_a_gpu_vision_language_bundle_loads_on_cpu_with_every_graph_moved(

@@ -14,16 +14,10 @@ from typing import Any
 import pytest
 
 from mobius_genai.cli import main
-from tests.models.conftest import (  # noqa: F401 (fixtures)
-    gemma3_bundle,
-    gemma3_checkpoint,
-    qwen2_5_vl_bundle,
-    qwen2_5_vl_checkpoint,
-)
+from tests.conftest import TINY_QWEN2
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes"
-TINY_QWEN2 = ROOT / "tests" / "data" / "tiny-qwen2"
 RECIPE_NAMES = ("cpu-int4", "cpu-fp32", "cuda-fp16", "webgpu-int4")
 
 #: Offline, and no telemetry: Olive's CLI sends a heartbeat unless it sees a CI variable, and

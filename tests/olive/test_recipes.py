@@ -14,17 +14,14 @@ pytest.importorskip("olive", reason="the olive extra is not installed: pip insta
 from olive.hardware.accelerator import AcceleratorSpec
 from olive.workflows.run.config import RunConfig
 
-from mobius_genai import packager
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.validate import check_graph_against_config, validate_bundle
 from mobius_genai.errors import BundleError
 from mobius_genai.olive import MobiusExport, mobius_ep_for
-from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens
 from tests.olive.conftest import (
     RECIPE_NAMES,
     RECIPES,
-    TINY_QWEN2,
     load_recipe,
     local_recipe,
 )
@@ -39,12 +36,6 @@ def _tokens(folder: Path, new_tokens: int = 16) -> list[int]:
     model = og.Model(str(folder))
     prompt = [int(token) for token in og.Tokenizer(model).encode(PROMPT)]
     return greedy_tokens(model, prompt, len(prompt) + new_tokens)
-
-
-def _direct_bundle(tmp_path: Path, **options) -> Path:
-    """The same bundle made without Olive, by package()."""
-    out = tmp_path / "direct"
-    return packager.package(TINY_QWEN2, "cpu", out, smoke_test=False, quiet=True, **options)
 
 
 @pytest.mark.parametrize("name", RECIPE_NAMES)
@@ -74,18 +65,18 @@ def test_each_recipe_builds_a_valid_bundle_for_its_ep_here(olive_workflow, tmp_p
     assert f"{build['execution_provider']}-{build['precision']}" == name
 
 
-def test_the_cpu_int4_recipe_runs_offline_and_genai_generates(olive_run, tmp_path):
+def test_the_cpu_int4_recipe_runs_offline_and_genai_generates(olive_run, tmp_path, tiny_int4):
     out = olive_run(local_recipe("cpu-int4", tmp_path))
     report = validate_bundle(out)
     assert report.manifest["build"]["precision"] == "int4"
     assert "com.microsoft::MatMulNBits" in report.graph.ops
     tokens = _tokens(out)
     assert len(tokens) == 16
-    assert tokens == _tokens(_direct_bundle(tmp_path, precision="int4", int4=Int4Options()))
+    assert tokens == _tokens(tiny_int4)  # the same bundle made without Olive, by package()
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:opentelemetry.*")
-def test_a_chain_with_an_olive_pass_still_yields_a_valid_bundle(olive_workflow, tmp_path):
+def test_a_chain_with_an_olive_pass_still_yields_a_valid_bundle(olive_workflow, tmp_path, packaged):
     recipe = local_recipe("cpu-fp32", tmp_path)
     recipe["passes"].update(CHAIN)
     out = olive_workflow(recipe)
@@ -103,7 +94,7 @@ def test_a_chain_with_an_olive_pass_still_yields_a_valid_bundle(olive_workflow, 
     assert {f"present.{i}.{kv}" for i in range(2) for kv in ("key", "value")} <= set(
         report.graph.outputs
     )
-    assert _tokens(out) == _tokens(_direct_bundle(tmp_path, precision="fp32"))
+    assert _tokens(out) == _tokens(packaged("cpu"))  # the same bundle made by package()
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:opentelemetry.*")

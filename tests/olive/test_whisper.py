@@ -10,9 +10,9 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.ep import get_ep
 from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
+from tests.models.whisper._whisper import write_whisper_checkpoint, write_whisper_tokenizer
 from tests.olive.conftest import local_recipe
 from tests.olive.test_vision_language import OLIVE_FILES
-from tests.whisper._whisper import write_whisper_checkpoint, write_whisper_tokenizer
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:opentelemetry.*")

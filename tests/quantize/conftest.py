@@ -10,9 +10,6 @@ from safetensors.numpy import load_file, save_file
 from tests._hf import write_tiny_checkpoint
 from tests.quantize._reference import write_grid_checkpoint
 
-#: The committed tiny Qwen2: tied embeddings, vocab 384, hidden 64, 2 layers, bf16 weights.
-TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
-
 #: Tied checkpoints written here use vocab 256: the optimizer constant-folds a Transpose of a
 #: table of at most 8192 elements (vocab 128 x hidden 64), which unties the lm_head.
 TIED = {"tie_word_embeddings": True, "vocab_size": 256}

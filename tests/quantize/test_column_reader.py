@@ -16,7 +16,7 @@ import mobius_genai
 from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
 from mobius_genai.quantize import layout
 from mobius_genai.quantize.weight_uses import find_weights
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def _sources(dtype: str):

@@ -16,7 +16,7 @@ from mobius_genai.packager import write_bundle
 from mobius_genai.quantize import Int4Options, quantize_int4
 from mobius_genai.quantize.calibrate import Calibration
 from mobius_genai.runtime.smoke import smoke_test
-from tests.quantize.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 import mobius_genai
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options, quantize_int4
-from tests.quantize.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 LAYERS = 3  # tests._hf tiny configs
 #: (MatMulNBits accuracy_level, GatherBlockQuantized for the EP's default dtype).

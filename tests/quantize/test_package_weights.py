@@ -12,7 +12,7 @@ import onnx_ir as ir
 import pytest
 
 from mobius_genai import build, resolve_target
-from mobius_genai.build import stored_bits
+from mobius_genai.checkpoint.opening import stored_bits
 from mobius_genai.cli import main
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.packager import bundle_name
@@ -21,9 +21,9 @@ from mobius_genai.quantize.package_weights import quantize_package
 from mobius_genai.quantize.plan import DEQUANTIZE_LINEAR
 from mobius_genai.target import Target
 from tests._prequantized import write_quantized_pair
-from tests.gguf._tiny import write_tiny_gguf
-from tests.prequantized.test_gptq_awq import FORMATS, _float_checkpoint
-from tests.quantize.conftest import TINY_QWEN2
+from tests.checkpoint.gguf._tiny import write_tiny_gguf
+from tests.checkpoint.prequantized.test_gptq_awq import FORMATS, _float_checkpoint
+from tests.conftest import TINY_QWEN2
 
 #: Quick rounding: these tests are about which ops are written, not about their accuracy.
 QUICK = Int4Options(quality="builder")

@@ -25,7 +25,8 @@ from mobius_genai.quantize import Int4Options, qmoe, quantize_int4
 from mobius_genai.quantize.layout import dequantize_matmul_nbits, quantize_matmul_nbits
 from tests._hf import write_tiny_checkpoint
 from tests._ort import og_sequence, ort_session
-from tests.families.test_bundles import TOKENIZER, TOKENIZER_FILES
+from tests.conftest import TINY_QWEN2
+from tests.models.families.test_bundles import TOKENIZER_FILES
 
 CPU = get_ep("cpu")
 #: Relative rms error of int4 logits vs the fp32 graph's (rms(int4 - fp32) / rms(fp32)) over a
@@ -151,7 +152,7 @@ def _bundle_checkpoint(folder, family: str):
         folder, family, seed=3, vocab_size=384, bos_token_id=381, eos_token_id=383
     )
     for name in TOKENIZER_FILES:
-        shutil.copyfile(TOKENIZER / name, ckpt / name)
+        shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
     return ckpt
 
 

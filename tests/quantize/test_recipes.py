@@ -9,7 +9,7 @@ import mobius_genai
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import Int4Options, quantize_int4
 from mobius_genai.quantize.recipes import layer_index, more_bits_layer
-from tests.quantize.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 
 def test_more_bits_layers_are_llama_cpps():

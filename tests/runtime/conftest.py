@@ -22,12 +22,9 @@ from transformers import (
 
 from mobius_genai import packager
 from mobius_genai.quantize import Int4Options
-from tests.families.test_bundles import TOKENIZER_FILES, _checkpoint
-from tests.models.conftest import qwen2_5_vl_bundle, qwen2_5_vl_checkpoint
-
-TINY_QWEN2 = Path(__file__).resolve().parents[1] / "data" / "tiny-qwen2"
-
-__all__ = ["qwen2_5_vl_bundle", "qwen2_5_vl_checkpoint"]  # fixtures shared with tests/models
+from tests._hf import write_tiny_checkpoint
+from tests.conftest import TINY_QWEN2
+from tests.models.families.test_bundles import TOKENIZER_FILES, _checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,16 +44,14 @@ def _family(factory: pytest.TempPathFactory, family: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def dense(tmp_path_factory) -> Packaged:
-    return _package(tmp_path_factory, TINY_QWEN2, "qwen2")
+def dense(packaged) -> Packaged:
+    return Packaged(packaged("cpu"), TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")
-def default_ep(tmp_path_factory) -> Packaged:
+def default_ep(packaged) -> Packaged:
     """The `default` EP: ONNX Attention, a KV cache that grows by concatenation."""
-    out = tmp_path_factory.mktemp("runtime") / "qwen2-default"
-    bundle = packager.package(TINY_QWEN2, "default", out, quiet=True, smoke_test=False)
-    return Packaged(bundle, TINY_QWEN2)
+    return Packaged(packaged("default"), TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +64,8 @@ def windowed_default_ep(tmp_path_factory) -> Packaged:
 
 
 @pytest.fixture(scope="session")
-def dense_int4(tmp_path_factory) -> Packaged:
-    return _package(tmp_path_factory, TINY_QWEN2, "qwen2-int4", precision="int4")
+def dense_int4(tiny_int4) -> Packaged:
+    return Packaged(tiny_int4, TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")
@@ -101,8 +96,11 @@ def delta_net(tmp_path_factory) -> Packaged:
     return _package(tmp_path_factory, _family(tmp_path_factory, "qwen3_5_text"), "qwen3_5")
 
 
-def _builder(factory: pytest.TempPathFactory, checkpoint: Path, name: str, *extra: str) -> Path:
-    """onnxruntime-genai's own builder's fp32 cpu bundle of `checkpoint` (offline)."""
+def run_builder(
+    factory: pytest.TempPathFactory, checkpoint: Path, name: str, *extra: str
+) -> tuple[Path, subprocess.CompletedProcess]:
+    """Run onnxruntime-genai's own builder for an fp32 cpu bundle of `checkpoint` (offline):
+    its output folder and how the run ended."""
     out = factory.mktemp("builder") / name
     command = [sys.executable, "-I", "-m", "onnxruntime_genai.models.builder"]
     command += ["-i", str(checkpoint), "-o", str(out), "-p", "fp32", "-e", "cpu"]
@@ -110,9 +108,42 @@ def _builder(factory: pytest.TempPathFactory, checkpoint: Path, name: str, *extr
     if extra:
         command += ["--extra_options", *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    return out, subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+
+def _builder(factory: pytest.TempPathFactory, checkpoint: Path, name: str, *extra: str) -> Path:
+    """onnxruntime-genai's own builder's fp32 cpu bundle of `checkpoint` (offline)."""
+    out, done = run_builder(factory, checkpoint, name, *extra)
     assert done.returncode == 0, done.stderr[-2000:]
     return out
+
+
+@pytest.fixture(scope="session")
+def mamba2(tmp_path_factory) -> Packaged:
+    """granitemoehybrid: Mamba2 layers between attention layers, MoE beside a shared MLP."""
+    checkpoint = _family(tmp_path_factory, "granitemoehybrid")
+    return _package(tmp_path_factory, checkpoint, "granitemoehybrid")
+
+
+@pytest.fixture(scope="session")
+def granite_micro(tmp_path_factory) -> Packaged:
+    """granitemoehybrid in Granite-4.0-Micro's layout: attention layers only (with rotary), the
+    shared MLP alone."""
+    checkpoint = write_tiny_checkpoint(
+        tmp_path_factory.mktemp("runtime-ckpt") / "granite-micro",
+        "granitemoehybrid",
+        seed=3,
+        vocab_size=384,
+        bos_token_id=381,
+        eos_token_id=383,
+        pad_token_id=0,
+        layer_types=["attention"] * 3,
+        num_local_experts=0,
+        position_embedding_type="rope",
+    )
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(TINY_QWEN2 / name, checkpoint / name)
+    return _package(tmp_path_factory, checkpoint, "granite-micro")
 
 
 @pytest.fixture(scope="session")
@@ -122,13 +153,18 @@ def builder_pruned(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def pruned(tmp_path_factory) -> Packaged:
-    return _package(tmp_path_factory, TINY_QWEN2, "qwen2-pruned", prune_lm_head=True)
+def pruned(pruned_head) -> Packaged:
+    return Packaged(pruned_head, TINY_QWEN2)
 
 
 @pytest.fixture(scope="session")
 def builder_lfm2(tmp_path_factory, lfm2) -> Path:
     return _builder(tmp_path_factory, lfm2.checkpoint, "lfm2")
+
+
+@pytest.fixture(scope="session")
+def builder_granite_micro(tmp_path_factory, granite_micro) -> Path:
+    return _builder(tmp_path_factory, granite_micro.checkpoint, "granite-micro")
 
 
 @pytest.fixture(scope="session")

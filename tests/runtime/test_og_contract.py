@@ -114,7 +114,7 @@ def test_engine_requests_of_different_lengths_give_their_tokens_alone(kind):
     assert [len(request) for request in tokens] == list(ENGINE_NEW)
 
 
-def test_ngram_speculative_decoding_gives_the_greedy_tokens(kind):
+def test_ngram_speculative_decoding_gives_the_greedy_tokens(kind, request):
     model, bundle, *_ = kind
     context = json.loads((bundle / "genai_config.json").read_text())["model"]["context_length"]
     new = min(90, context) - len(PROMPT)
@@ -132,7 +132,8 @@ def test_ngram_speculative_decoding_gives_the_greedy_tokens(kind):
     assert finish(made, len(PROMPT)) == alone(model, PROMPT, new)
     stats = made.get_speculative_stats()
     assert stats["draft_tokens_proposed"] > 0
-    if bundle.name == "qwen2":  # this model's greedy text repeats itself: drafts get accepted
+    # the dense tiny-qwen2 bundle's greedy text repeats itself: drafts get accepted
+    if request.node.callspec.params["kind"] == "dense":
         assert stats["draft_tokens_accepted"] > 0
 
 

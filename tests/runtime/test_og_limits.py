@@ -2,7 +2,8 @@
 own builder writes for the same checkpoint: what og refuses (or gets wrong) for our bundles, it
 refuses for the builder's too, with the same words where the builder writes the same kind (a
 pruned LM head, lfm2), with og's other words where it writes another (vision-language:
-a text decoder alone; Qwen3.5: mrope's 3-D position_ids)."""
+a text decoder alone; Qwen3.5: mrope's 3-D position_ids), and where it writes none (Mamba2
+hybrids: the builder crashes) what og refuses the kind it resembles (gated delta nets)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,19 @@ import torch
 import mobius_genai
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
-from mobius_genai.bundle.og_support import BEAM, ENGINE, bundle_og_limits, og_limits
+from mobius_genai.bundle.og_support import (
+    BEAM,
+    ENGINE,
+    NGRAM,
+    REWIND,
+    bundle_og_limits,
+    og_limits,
+)
 from mobius_genai.bundle.recurrent import delta_layers, kv_layers
 from mobius_genai.bundle.schema import read_bundle_json
 from tests._hf import load_reference_model
 from tests.runtime._og import PROMPTS, alone, engine_tokens, generator
+from tests.runtime.conftest import run_builder
 
 FAILED = "EngineErrorCode.ENGINE_EXECUTION_FAILURE"
 
@@ -237,3 +246,33 @@ def test_engine_limit_names_only_concatenated_caches_without_placement(default_e
     assert "package the bundle again" in og_limits(config, appended)[ENGINE]
     shared = {**config, "search": {**config["search"], "past_present_share_buffer": True}}
     assert ENGINE not in og_limits(shared, appended)
+
+
+def test_mamba2_hybrid_the_builder_cannot_build_runs_as_delta_nets_run(mamba2, tmp_path_factory):
+    """og's builder crashes on Granite-4.0-H's Mamba2 layers (it reads every layer as attention);
+    our bundle (model.type decoder: og finds the conv and scan states by their names) runs
+    og.Generator with transformers' tokens (tests/models/families/test_bundles.py), and og refuses it
+    what it refuses gated delta nets, for the same cause."""
+    _, done = run_builder(tmp_path_factory, mamba2.checkpoint, "granitemoehybrid")
+    assert done.returncode != 0
+    assert "'NoneType' object has no attribute 'q_proj'" in done.stderr
+    model = og.Model(str(mamba2.bundle))
+    assert model.type == "decoder"
+    assert set(bundle_og_limits(mamba2.bundle)) == {ENGINE, BEAM, NGRAM, REWIND}
+    assert "Missing Input: past_key_values.0.conv_state" in _engine_cause(model)
+    made = generator(model, PROMPTS[0], 6)
+    made.generate_next_token()
+    with pytest.raises(RuntimeError, match="RewindTo.*not supported without a snapshot"):
+        made.rewind_to(len(PROMPTS[0]))
+
+
+def test_granite_micro_layout_gives_the_builders_tokens(granite_micro, builder_granite_micro):
+    """Granite-4.0-Micro's layout (attention only) is the one granitemoehybrid og's builder
+    builds: both bundles give og.Generator the same greedy tokens, and og runs ours on every
+    API."""
+    theirs = og.Model(str(builder_granite_micro))
+    ours = og.Model(str(granite_micro.bundle))
+    assert [alone(ours, prompt, 6) for prompt in PROMPTS] == [
+        alone(theirs, prompt, 6) for prompt in PROMPTS
+    ]
+    assert bundle_og_limits(granite_micro.bundle) == {}

@@ -1,4 +1,4 @@
-"""Fixtures for `mobius-genai serve`: bundles packaged from the tiny checkpoint and a live server
+"""Fixtures for `mobius-genai serve`: bundles of the tiny checkpoint and a live server
 in a process of its own (`python -I`, 127.0.0.1, a free port), stopped within the test."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import openai
@@ -20,7 +20,7 @@ import pytest
 
 from mobius_genai import packager
 from tests._hf import edit_config
-from tests.bundle.conftest import TINY_QWEN2
+from tests.conftest import TINY_QWEN2
 
 #: Seconds a server may take to load its bundle and listen (the machine may be loaded).
 START_TIMEOUT = 120
@@ -39,23 +39,17 @@ TOOL_TEMPLATE = (
 )
 
 
-def _package(checkpoint: Path, out: Path, prune_lm_head: bool = False) -> Path:
-    # prune_lm_head=False (the default) keeps every position's logits, which og.Engine needs
-    return packager.package(
-        checkpoint, "cpu", out, smoke_test=False, quiet=True, prune_lm_head=prune_lm_head
-    )
+@pytest.fixture(scope="session")
+def chat_bundle(packaged: Callable[..., Path]) -> Path:
+    """The tiny checkpoint as a cpu bundle (context 128, the Qwen chat template, every
+    position's logits, which og.Engine needs)."""
+    return packaged("cpu")
 
 
 @pytest.fixture(scope="session")
-def chat_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny checkpoint as a cpu bundle (context 128, the Qwen chat template)."""
-    return _package(TINY_QWEN2, tmp_path_factory.mktemp("serve") / "tiny")
-
-
-@pytest.fixture(scope="session")
-def pruned_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def pruned_bundle(pruned_head: Path) -> Path:
     """The tiny checkpoint as a bundle whose graph computes the last position's logits only."""
-    return _package(TINY_QWEN2, tmp_path_factory.mktemp("serve") / "pruned", prune_lm_head=True)
+    return pruned_head
 
 
 @pytest.fixture(scope="session")
@@ -64,7 +58,8 @@ def long_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     checkpoint = tmp_path_factory.mktemp("serve") / "tiny-8192"
     shutil.copytree(TINY_QWEN2, checkpoint)
     edit_config(checkpoint, max_position_embeddings=8192)
-    return _package(checkpoint, checkpoint.parent / "bundle")
+    out = checkpoint.parent / "bundle"
+    return packager.package(checkpoint, "cpu", out, smoke_test=False, quiet=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,28 +1,31 @@
 """A GGUF file read as a checkpoint: HuggingFace tensor names, float reads, stored blocks.
 
-`GgufCheckpoint` answers what `weights.checkpoint_tensors` asks of a safetensors `Checkpoint`
+`GgufCheckpoint` is a `reader.CheckpointReader`, as a safetensors `weights.Checkpoint` is
 (names, shapes, float values: other block types are dequantized with the gguf package's own
 `quants.dequantize`; a type outside `blocks.ACCEPTED_TYPES` is refused when the file is
 opened), and `blocks(name)` gives the stored integers of the block types MatMulNBits holds as
-they are (`blocks.NBITS_TYPES`). llama.cpp's Q/K row permutation is undone on both paths: rows
-of a block-quantized matrix are independent, so moving them is exact.
+they are (`blocks.NBITS_TYPES`; `stored_integers` by graph parameter). llama.cpp's Q/K row
+permutation is undone on both paths: rows of a block-quantized matrix are independent, so
+moving them is exact.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import onnx_ir as ir
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from mobius_genai.checkpoint.gguf.blocks import ACCEPTED_TYPES, NBITS_TYPES, BlockType
 from mobius_genai.checkpoint.gguf.metadata import ROPE_TENSORS, architecture
-from mobius_genai.checkpoint.prequantized.tensor import StoredBlocks
+from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.reader import TRANSPOSED_FROM_CHECKPOINT, CheckpointName, TensorSource
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 
 __all__ = ["GgufCheckpoint"]
@@ -66,6 +69,8 @@ def _hf_name(name: str, where: Path, names: Mapping[str, str]) -> str:
 
 class GgufCheckpoint:
     """The tensors and metadata of one GGUF file, by HuggingFace tensor name."""
+
+    mxfp4_experts = False  # experts, where a GGUF holds them, are read as float (`read`)
 
     def __init__(self, path: Path) -> None:
         self.folder = path
@@ -148,6 +153,12 @@ class GgufCheckpoint:
             return None
         return entry
 
+    def stored_integers(
+        self, parameters: Mapping[str, ir.Value], checkpoint_name: CheckpointName
+    ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+        """The matrices stored in a MatMulNBits block type, as their stored integers."""
+        return gguf_tensors(parameters, self, checkpoint_name)
+
     def stored_bits(self) -> frozenset[int]:
         """The bit widths of the matrices whose integers MatMulNBits holds as they are."""
         return frozenset(entry.bits for entry in map(self.block_type, self) if entry is not None)
@@ -180,3 +191,72 @@ class GgufCheckpoint:
         """The source's quantization in words: GGUF and its tensor types."""
         kinds = ", ".join(f"{kind} ×{count}" for kind, count in self.kinds.most_common())
         return f"GGUF ({kinds})"
+
+
+def gguf_tensors(
+    parameters: Mapping[str, ir.Value],
+    checkpoint: GgufCheckpoint,
+    checkpoint_name: CheckpointName,
+) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+    """A `PrequantizedTensor` for each matrix stored in a MatMulNBits block type (Linear
+    weights, rows of a fused one such as phi3's attn_qkv, and embedding tables as `table`s),
+    by parameter name, and the GGUF tensors they read (the others are left for
+    `parameters.parameter_tensors`, which dequantizes them)."""
+    tensors: dict[str, PrequantizedTensor] = {}
+    for name, value in parameters.items():
+        if value.const_value is not None:
+            continue
+        source, rows = _rows(checkpoint_name(name), parameters, name)
+        if source is None or source not in checkpoint:
+            continue
+        block_type = checkpoint.block_type(source)
+        if block_type is None:
+            continue
+        n, k = checkpoint.shape(source)
+        table = not value.meta.get(TRANSPOSED_FROM_CHECKPOINT)
+        needed = [int(d) for d in value.shape or ()]
+        if rows is not None and rows.stop <= n:
+            n = rows.stop - rows.start
+        if [n, k] != (needed if table else needed[::-1]):
+            raise WeightsError(
+                f"{checkpoint.folder}: tensor {source!r} has shape [{n}, {k}], the architecture "
+                f"in the GGUF metadata needs {needed if table else needed[::-1]}"
+            )
+        tensors[name] = PrequantizedTensor(
+            _reader(checkpoint, source, rows),
+            k=k,
+            n=n,
+            bits=block_type.bits,
+            block_size=block_type.block_size,
+            zero_form=block_type.zero_form,
+            scheme=checkpoint.kind(source),
+            dtype=value.dtype,
+            name=name,
+            sources=(source,),
+            table=table,
+        )
+    return tensors, sorted({source for tensor in tensors.values() for source in tensor.sources})
+
+
+def _rows(
+    source: str | TensorSource, parameters: Mapping[str, ir.Value], name: str
+) -> tuple[str | None, slice | None]:
+    """The GGUF tensor parameter `name` reads and, for a part of a tensor fused along its
+    rows (phi3's [q; k; v]), that part's rows; (None, None) for other reads."""
+    if isinstance(source, str):
+        return source, None
+    if len(source.names) != 1 or not source.parts or source.axis != 0 or source.in_out:
+        return None, None
+    sizes = [int((parameters[part].shape or (0, 0))[-1]) for part in source.parts]
+    start = sum(sizes[: source.parts.index(name)])
+    return source.names[0], slice(start, start + sizes[source.parts.index(name)])
+
+
+def _reader(checkpoint: GgufCheckpoint, name: str, rows: slice | None) -> Callable[[], Any]:
+    def read() -> Any:
+        blocks = checkpoint.blocks(name)
+        if rows is None:
+            return blocks
+        return StoredBlocks(blocks.values[rows], blocks.scales[rows], blocks.zeros[rows])
+
+    return read

@@ -16,14 +16,14 @@ input features.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
-from mobius_genai.checkpoint.weights import Checkpoint, TensorSource
+from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader, TensorSource
 from mobius_genai.errors import ConfigError, WeightsError
 
 __all__ = ["QuantizationScheme", "prequantized_tensors", "read_quantization_config"]
@@ -113,14 +113,14 @@ def read_quantization_config(raw: Mapping[str, Any]) -> QuantizationScheme | Non
 
 def prequantized_tensors(
     parameters: Mapping[str, ir.Value],
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     scheme: QuantizationScheme,
-    checkpoint_name: Callable[[str], str | TensorSource],
+    checkpoint_name: CheckpointName,
 ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
     """A `PrequantizedTensor` for each Linear weight of `parameters` stored quantized.
 
     A parameter whose checkpoint tensor `X.weight` is absent while `X.qweight` is present is
-    quantized; the others are left for `checkpoint_tensors`. Returns the tensors by parameter
+    quantized; the others are read as float (`parameters.parameter_tensors`). Returns the tensors by parameter
     name and the checkpoint tensors read (qweight, qzeros, scales, g_idx of each).
     """
     tensors: dict[str, PrequantizedTensor] = {}
@@ -131,8 +131,9 @@ def prequantized_tensors(
         source = checkpoint_name(name)
         names = (source,) if isinstance(source, str) else source.names
         stored = next((n for n in names if n in checkpoint), None)
-        base = next((n[: -len("weight")] for n in names if n.endswith(".weight")), None)
-        if stored is not None or base is None or f"{base}qweight" not in checkpoint:
+        bases = (n[: -len("weight")] for n in names if n.endswith(".weight"))
+        base = next((b for b in bases if f"{b}qweight" in checkpoint), None)
+        if stored is not None or base is None:
             continue
         if isinstance(source, TensorSource) and (source.parts or source.in_out):
             raise WeightsError(
@@ -147,7 +148,7 @@ def prequantized_tensors(
 
 
 def _tensor(
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     scheme: QuantizationScheme,
     base: str,
     k: int,
@@ -244,7 +245,9 @@ def _unpack(words: np.ndarray, bits: int, axis: int) -> np.ndarray:
     return fields.reshape(shape).astype(np.uint8)
 
 
-def _unpack_columns(checkpoint: Checkpoint, scheme: QuantizationScheme, name: str) -> np.ndarray:
+def _unpack_columns(
+    checkpoint: CheckpointReader, scheme: QuantizationScheme, name: str
+) -> np.ndarray:
     """A tensor packed along its columns (AWQ qweight, any qzeros), unpacked: [rows, N]."""
     fields = _unpack(checkpoint.read(name), scheme.bits, axis=1)
     if scheme.method == "awq":  # field i of each word of 8 holds column _AWQ_ORDER[i]
@@ -255,14 +258,16 @@ def _unpack_columns(checkpoint: Checkpoint, scheme: QuantizationScheme, name: st
     return fields
 
 
-def _unpack_zeros(checkpoint: Checkpoint, scheme: QuantizationScheme, name: str) -> np.ndarray:
+def _unpack_zeros(
+    checkpoint: CheckpointReader, scheme: QuantizationScheme, name: str
+) -> np.ndarray:
     """[G, N] zero points as the format's formula uses them (int16)."""
     zeros = _unpack_columns(checkpoint, scheme, name).astype(np.int16)
     return zeros + 1 if scheme.version == "gptq" else zeros
 
 
 def _read_blocks(
-    checkpoint: Checkpoint,
+    checkpoint: CheckpointReader,
     scheme: QuantizationScheme,
     names: Mapping[str, str],
     perm: np.ndarray | None,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mobius_genai.checkpoint.weights import Checkpoint
+from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.errors import ConfigError, WeightsError
 
 __all__ = ["FP4_VALUES", "dequantize", "is_mxfp4", "read_expert", "stored_as_mxfp4"]
@@ -58,12 +58,12 @@ def dequantize(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
     return values.reshape(*blocks.shape[:-2], -1)
 
 
-def stored_as_mxfp4(checkpoint: Checkpoint, name: str) -> bool:
+def stored_as_mxfp4(checkpoint: CheckpointReader, name: str) -> bool:
     """Whether `name` is absent and its `_blocks` / `_scales` pair is there."""
     return name not in checkpoint and f"{name}_blocks" in checkpoint
 
 
-def check_stored(checkpoint: Checkpoint, name: str, expected: tuple[int, ...]) -> list[str]:
+def check_stored(checkpoint: CheckpointReader, name: str, expected: tuple[int, ...]) -> list[str]:
     """The `_blocks` / `_scales` tensors of `name` (graph shape `expected` [E, rows, columns]),
     checked for their dtype and shape; returns their names."""
     experts, rows, columns = expected
@@ -92,7 +92,7 @@ def check_stored(checkpoint: Checkpoint, name: str, expected: tuple[int, ...]) -
     return list(shapes)
 
 
-def read_expert(checkpoint: Checkpoint, name: str, expert: int) -> np.ndarray:
+def read_expert(checkpoint: CheckpointReader, name: str, expert: int) -> np.ndarray:
     """Expert `expert`'s [rows, columns] float32 matrix of the MXFP4 tensor `name`."""
     index = (slice(expert, expert + 1),)
     blocks = checkpoint.read(f"{name}_blocks", index)[0]

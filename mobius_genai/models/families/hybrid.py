@@ -1,5 +1,6 @@
 """Config reads and weight changes of hybrid families, whose layers mix attention with
-recurrent blocks (LFM2's short convolutions, Qwen3.5's and Qwen3-Next's gated delta nets)."""
+recurrent blocks (LFM2's short convolutions, Qwen3.5's and Qwen3-Next's gated delta nets,
+Granite-4.0-H's Mamba2 layers)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from mobius_genai.checkpoint.grouped import GroupedWeight
 from mobius_genai.config import ArchitectureConfig, fields
+from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.rope import RopeConfig, parse_rope
 from mobius_genai.errors import ConfigError
 
@@ -55,6 +57,55 @@ def qwen3_5_layer_types(raw: Mapping[str, Any]) -> list[str]:
         "full_attention" if (i + 1) % interval == 0 else "linear_attention"
         for i in range(num_layers)
     ]
+
+
+#: Granite-4.0-H's layer kinds as the hub ("mamba", "attention") and transformers 5
+#: ("linear_attention", "full_attention") spell them → this package's.
+_GRANITE_HYBRID_KINDS = {
+    "mamba": "mamba2",
+    "linear_attention": "mamba2",
+    "attention": "full_attention",
+    "full_attention": "full_attention",
+}
+
+
+def granite_hybrid_layer_types(raw: Mapping[str, Any]) -> list[str]:
+    """GraniteMoeHybridConfig's `layer_types` (`layers_block_type`; all Mamba2 when absent)."""
+    num_layers = fields.require(raw, "num_hidden_layers")
+    kinds = raw.get("layer_types") or raw.get("layers_block_type") or ["mamba"] * num_layers
+    if not isinstance(kinds, list) or any(kind not in _GRANITE_HYBRID_KINDS for kind in kinds):
+        raise ConfigError(
+            f"config.json: layer_types is {kinds!r}; accepted: a list of "
+            f"{list(_GRANITE_HYBRID_KINDS)}"
+        )
+    return [_GRANITE_HYBRID_KINDS[kind] for kind in kinds]
+
+
+def granite_hybrid_no_rope(raw: Mapping[str, Any]) -> tuple[int, ...]:
+    """Every layer unless `position_embedding_type` is "rope" (Granite-4.0-H's is "nope")."""
+    if raw.get("position_embedding_type") == "rope":
+        return ()
+    return tuple(range(fields.require(raw, "num_hidden_layers")))
+
+
+_GRANITE_HYBRID_MOE = MoeKeys(
+    num_experts="num_local_experts",
+    normalize=True,  # a softmax over the top-k logits
+    shared_expert="shared_intermediate_size",
+)
+
+
+def granite_hybrid_moe(raw: Mapping[str, Any]) -> MoeConfig | None:
+    """Experts beside the shared MLP, or None with `num_local_experts` 0: the shared MLP alone
+    is the layer's MLP (the dense Granite-4.0 layouts)."""
+    experts = fields.integer(raw.get("num_local_experts"), "num_local_experts", positive=False)
+    return None if experts == 0 else read_moe(raw, _GRANITE_HYBRID_MOE)
+
+
+def granite_hybrid_mlp_size(raw: Mapping[str, Any]) -> int:
+    """The dense MLP's width: the shared MLP's without experts, else the experts'."""
+    key = "shared_intermediate_size" if granite_hybrid_moe(raw) is None else "intermediate_size"
+    return fields.require(raw, key)
 
 
 def qwen3_5_text_rope(raw: Mapping[str, Any]) -> RopeConfig:

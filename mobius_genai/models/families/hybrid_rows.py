@@ -1,5 +1,5 @@
 """The hybrid rows of the family table: recurrent layers (a state, no KV cache) between
-attention layers (qwen3_next adds MoE blocks: config/moe.py)."""
+attention layers (qwen3_next and granitemoehybrid add MoE blocks: config/moe.py)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,25 @@ import dataclasses
 
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.linear_attention import read_linear_attention
+from mobius_genai.config.mamba2 import GRANITE_KEYS, mamba2_reader
 from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
-from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
+    granite_hybrid_layer_types,
+    granite_hybrid_mlp_size,
+    granite_hybrid_moe,
+    granite_hybrid_no_rope,
     lfm2_intermediate_size,
     lfm2_layer_types,
     qwen3_5_layer_types,
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
 )
+from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
 # attention layers with an output gate, per-head q/k norms and partial rotary (1-D: the
@@ -183,5 +189,37 @@ HYBRID_FAMILIES = (
         # the multi-token-prediction head (Qwen3NextPreTrainedModel's
         # _keys_to_ignore_on_load_unexpected): a decoder bundle does not run it
         unused_weights=(r"^mtp\.",),
+    ),
+    # Granite-4.0-H: Mamba2 layers (a conv state and a scan state, no KV cache) between
+    # attention layers without rotary (position_embedding_type "nope"); granite's multipliers;
+    # every layer's MLP is the shared MLP (input_linear: gate | up), plus MoE experts routed as
+    # granitemoe's unless num_local_experts is 0 (the dense layouts; Granite-4.0-Micro also
+    # has no Mamba2 layer). onnxruntime-genai 0.18 runs it as its generic decoder, which finds
+    # the states by their names.
+    FamilyAdapter(
+        model_type="granitemoehybrid",
+        config_aliases={"layers_block_type": "layer_types"},
+        config_defaults={"num_local_experts": 8, "shared_intermediate_size": 1024},
+        config_overrides={
+            **GRANITE_MULTIPLIERS,
+            "layer_types": granite_hybrid_layer_types,
+            "no_rope_layers": granite_hybrid_no_rope,
+            "intermediate_size": granite_hybrid_mlp_size,
+            "moe": granite_hybrid_moe,
+            "mamba2": mamba2_reader(GRANITE_KEYS),
+        },
+        weight_renames=(
+            (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
+            (r"\.mlp\.experts$", ".block_sparse_moe"),
+            (r"\.mlp\.(shared_expert\.)?down_proj\.", ".shared_mlp.output_linear."),
+        ),
+        fused_weights=(
+            FusedWeight(
+                r"\.mlp\.(shared_expert\.)?(?P<part>gate|up)_proj\.weight$",
+                ".shared_mlp.input_linear.weight",
+                ("gate", "up"),
+            ),
+        ),
+        experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
     ),
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 from mobius_genai.config import fields
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
@@ -493,6 +494,7 @@ _FAMILIES = (
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
     ),
     *MOE_FAMILIES,
+    *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,
     GPT_OSS,
 )

@@ -7,7 +7,7 @@ says "kept N MoE" where the EP runs the kernel and names the missing capability 
 not (those nodes then appear under InlinePass).
 
 Math preserved: the graph is unchanged; the kernel computes what the body does (measured in
-tests/optimize/test_moe_function.py).
+tests/components/test_moe_function.py).
 """
 
 from __future__ import annotations

@@ -4,6 +4,12 @@ Math preserved: for weights stored [in, out] (components/linear.py),
 
     concat(x @ Wq + bq, x @ Wk + bk, x @ Wv + bv, axis=-1) = x @ [Wq | Wk | Wv] + [bq | bk | bv]
 
+with a LoRA branch on each projection (components/lora.py: ``y = x @ W [+ b] + d``, the
+delta ``d = (x @ A) @ B`` of graph inputs A, B) the deltas are concatenated the same way and
+added after the packed projection, so the base weights still pack (and quantize) as one::
+
+    concat(x @ Wq + dq, x @ Wk + dk, x @ Wv + dv) = x @ [Wq | Wk | Wv] + concat(dq, dk, dv)
+
 and GroupQueryAttention reads a packed query of width ``(num_heads + 2 * kv_num_heads) *
 head_dim`` as exactly that concatenation (key and value inputs left empty).
 
@@ -59,14 +65,17 @@ def _packed_name(q_name: str, suffix: str) -> str:
 class PackQKV(RecordingRuleClassBase):
     """GQA(MatMul(x, Wq) [+ bq], MatMul(x, Wk) [+ bk], MatMul(x, Wv) [+ bv]) → packed GQA."""
 
-    def __init__(self, bias: bool) -> None:
+    def __init__(self, bias: bool, lora: bool = False) -> None:
         super().__init__("PackQKV")
         self.bias = bias
+        self.lora = lora
 
-    def pattern(self, op, x, wq, wk, wv, bq, bk, bv):
+    def pattern(self, op, x, wq, wk, wv, bq, bk, bv, dq, dk, dv):
         q, k, v = op.MatMul(x, wq), op.MatMul(x, wk), op.MatMul(x, wv)
         if self.bias:
             q, k, v = op.Add(q, bq), op.Add(k, bk), op.Add(v, bv)
+        if self.lora:
+            q, k, v = op.Add(q, dq), op.Add(k, dk), op.Add(v, dv)
         return op.GroupQueryAttention(
             q,
             k,
@@ -78,7 +87,7 @@ class PackQKV(RecordingRuleClassBase):
         )
 
     def check(
-        self, context, wq, wk, wv, attention, bq=None, bk=None, bv=None, **_
+        self, context, wq, wk, wv, attention, bq=None, bk=None, bv=None, **parts
     ) -> pattern.MatchResult:
         result = pattern.MatchResult()
         weights = (wq, wk, wv)
@@ -107,9 +116,14 @@ class PackQKV(RecordingRuleClassBase):
                     return result.fail("projection bias is not a 1-D initializer of its width", b)
                 if b.dtype != w.dtype or (b.const_value is None) != (w.const_value is None):
                     return result.fail("projection bias and weight disagree", b)
+        if self.lora:
+            deltas = (parts["dq"], parts["dk"], parts["dv"])
+            for d, w in zip(deltas, weights, strict=True):
+                if not _is_lora_delta(d, int(w.shape[1])):
+                    return result.fail("q/k/v addend is not a LoRA branch of its width", d)
         return result
 
-    def rewrite(self, op, x, wq, wk, wv, attention, bq=None, bk=None, bv=None, **_):
+    def rewrite(self, op, x, wq, wk, wv, attention, bq=None, bk=None, bv=None, **parts):
         node = attention.producer()
         graph = wq.graph
         dtype = wq.dtype
@@ -118,6 +132,9 @@ class PackQKV(RecordingRuleClassBase):
         if self.bias:
             packed_b = concat_parameter(graph, (bq, bk, bv), axis=0, dtype=dtype, suffix=".bias")
             packed = op.Add(packed, packed_b)
+        if self.lora:
+            deltas = (parts["dq"], parts["dk"], parts["dv"])
+            packed = op.Add(packed, op.Concat(*deltas, axis=-1))
         packed.type = x.type
         if x.shape is not None:  # [..., q + 2 * kv width], as the three projections had
             packed.shape = ir.Shape([*x.shape[:-1], int(packed_w.shape[1])])
@@ -133,6 +150,15 @@ class PackQKV(RecordingRuleClassBase):
             _outputs=3,
             **attributes,
         )
+
+
+def _is_lora_delta(delta: ir.Value, width: int) -> bool:
+    """(x @ A) @ B with B a graph input of `width` columns (components/lora.py)."""
+    node = delta.producer()
+    if node is None or node.op_type != "MatMul" or node.domain != "":
+        return False
+    b = node.inputs[1]
+    return b is not None and b.is_graph_input() and b.shape is not None and b.shape[-1] == width
 
 
 def concat_parameter(
@@ -153,5 +179,7 @@ def concat_parameter(
 
 
 def rules() -> pattern.RewriteRuleSet:
-    """PackQKV with and without projection biases."""
-    return pattern.RewriteRuleSet([PackQKV.rule(bias=True), PackQKV.rule(bias=False)])
+    """PackQKV with and without projection biases and LoRA branches."""
+    return pattern.RewriteRuleSet(
+        [PackQKV.rule(bias=bias, lora=lora) for lora in (True, False) for bias in (True, False)]
+    )

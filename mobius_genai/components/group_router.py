@@ -1,0 +1,100 @@
+"""Group-limited routing (config/moe_routing.py) as the router input of one MoE node.
+
+com.microsoft::MoE weights its top-k experts by the softmax of its router input. The router
+here picks each token's experts in standard ops (scores, corrected choice scores, kept groups,
+top-k) and hands the node log(weight) at the picked experts and -inf elsewhere: the node's
+softmax then gives weight / sum(weights) at exactly the picked experts. The MoE output times
+`scaling` (renormalized routing) or `scaling * sum(weights)` (raw weights) is the routed sum.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.components.linear import parameter
+from mobius_genai.config.moe import MoeConfig
+from mobius_genai.config.moe_routing import GROUP_SCORES
+
+
+def _constant(op, value: float, like: ir.Value) -> ir.Value:
+    return op.CastLike(op.Constant(value=ir.tensor(np.array(value, dtype=np.float32))), like)
+
+
+class GroupRouter(nn.Module):
+    """DeepSeek's MoE gate: `weight` [experts, hidden] and, for V3, `e_score_correction_bias`."""
+
+    def __init__(self, moe: MoeConfig, hidden: int) -> None:
+        super().__init__()
+        routing = moe.group_routing
+        if routing is None:
+            raise ValueError("GroupRouter needs a MoE config with group_routing set")
+        self.routing = routing
+        self.num_experts, self.top_k, self.normalize = (
+            moe.num_experts,
+            moe.top_k,
+            moe.normalize_top_k,
+        )
+        self.weight = parameter([hidden, moe.num_experts], transposed=True)
+        self.e_score_correction_bias = (
+            parameter([moe.num_experts]) if routing.correction_bias else None
+        )
+
+    def forward(self, op, x: ir.Value) -> tuple[ir.Value, ir.Value | None]:
+        """(router input [tokens, experts] for a renormalizing MoE node, the factor its output
+        is multiplied by: [batch, seq, 1] like `x`, a scalar, or None when it is 1)."""
+        routing = self.routing
+        logits = op.Reshape(
+            op.MatMul(x, self.weight), op.Constant(value_ints=[-1, self.num_experts])
+        )
+        scores = op.Sigmoid(logits) if routing.scoring == "sigmoid" else op.Softmax(logits, axis=-1)
+        choice = self._choice(op, scores)
+        if routing.top_groups < routing.groups:
+            choice = self._kept_groups(op, choice)
+        top_k = op.Constant(value_ints=[self.top_k])
+        _, picked = op.TopK(choice, top_k, axis=-1, _outputs=2)
+        weights = op.GatherElements(scores, picked, axis=-1)
+        none = op.Expand(_constant(op, -np.inf, scores), op.Shape(scores))
+        router = op.ScatterElements(none, picked, op.Log(weights), axis=-1)
+        factor = None
+        if not self.normalize:
+            total = op.ReduceSum(weights, op.Constant(value_ints=[-1]), keepdims=1)
+            rows = op.Concat(op.Shape(x, end=-1), op.Constant(value_ints=[1]), axis=0)
+            factor = op.Reshape(total, rows)
+        if routing.scaling != 1.0:
+            scaling = _constant(op, routing.scaling, scores)
+            factor = scaling if factor is None else op.Mul(factor, scaling)
+        return router, factor
+
+    def _choice(self, op, scores: ir.Value) -> ir.Value:
+        """The scores experts are chosen by: corrected by e_score_correction_bias (V3)."""
+        if self.e_score_correction_bias is None:
+            return scores
+        return op.Add(scores, self.e_score_correction_bias)
+
+    def _kept_groups(self, op, choice: ir.Value) -> ir.Value:
+        """`choice` with -inf outside each token's `top_groups` best groups."""
+        routing = self.routing
+        per_group = self.num_experts // routing.groups
+        grouped = op.Reshape(choice, op.Constant(value_ints=[-1, routing.groups, per_group]))
+        best = GROUP_SCORES[routing.group_score]
+        if best == 1:
+            group_scores = op.ReduceMax(grouped, op.Constant(value_ints=[-1]), keepdims=0)
+        else:
+            tops, _ = op.TopK(grouped, op.Constant(value_ints=[best]), axis=-1, _outputs=2)
+            group_scores = op.ReduceSum(tops, op.Constant(value_ints=[-1]), keepdims=0)
+        _, kept = op.TopK(
+            group_scores, op.Constant(value_ints=[routing.top_groups]), axis=-1, _outputs=2
+        )
+        zeros = op.Expand(_constant(op, 0.0, choice), op.Shape(group_scores))
+        ones = op.Expand(_constant(op, 1.0, choice), op.Shape(kept))
+        mask = op.ScatterElements(zeros, kept, ones, axis=-1)  # [tokens, groups]
+        mask = op.Expand(
+            op.Unsqueeze(mask, op.Constant(value_ints=[-1])),
+            op.Constant(value_ints=[1, 1, per_group]),
+        )
+        mask = op.Reshape(mask, op.Constant(value_ints=[-1, self.num_experts]))
+        return op.Where(
+            op.Greater(mask, _constant(op, 0.5, choice)), choice, _constant(op, -np.inf, choice)
+        )

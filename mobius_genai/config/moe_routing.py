@@ -1,0 +1,66 @@
+"""Group-limited routing (DeepSeek-V2/V3's MoE gate), as data.
+
+The experts are split into `groups` equal groups; each token keeps the `top_groups` groups of
+highest group score and picks its `top_k` experts among theirs. Scores are the softmax of the
+router logits (DeepSeek-V2) or their sigmoid (V3). V3 adds a learned per-expert
+`e_score_correction_bias` to the scores it chooses by (the group scores are then the sum of
+each group's two best), while the chosen experts are weighted by the uncorrected scores; V2
+scores a group by its best expert. The weights are renormalized to sum 1 when the MoE config's
+`normalize_top_k` says so, then multiplied by `scaling` (`routed_scaling_factor`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mobius_genai.config import fields
+from mobius_genai.errors import ConfigError
+
+SCORINGS = ("softmax", "sigmoid")
+#: How a group is scored from its experts' scores: its best, or the sum of its best two.
+GROUP_SCORES = {"max": 1, "top2_sum": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupRouting:
+    """Group-limited top-k routing (see the module docstring)."""
+
+    scoring: str
+    groups: int = 1
+    top_groups: int = 1
+    group_score: str = "max"
+    correction_bias: bool = False
+    scaling: float = 1.0
+
+
+def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> None:
+    """Refuse a routing the router cannot compute: unknown kinds, groups that do not split the
+    experts evenly, fewer experts in the kept groups than a token picks."""
+    if routing.scoring not in SCORINGS or routing.group_score not in GROUP_SCORES:
+        raise ConfigError(
+            f"config.json: MoE routing scores {routing.scoring!r} by {routing.group_score!r}; "
+            f"accepted: scores {list(SCORINGS)}, group scores {list(GROUP_SCORES)}"
+        )
+    groups, kept = routing.groups, routing.top_groups
+    if not (fields.is_int(groups) and fields.is_int(kept) and 0 < kept <= groups):
+        raise ConfigError(
+            f"config.json: n_group {groups!r} and topk_group {kept!r}; accepted: positive "
+            "integers, topk_group at most n_group"
+        )
+    if num_experts % groups:
+        raise ConfigError(
+            f"config.json: n_group {groups} does not divide the {num_experts} experts; "
+            "accepted: a divisor of n_routed_experts"
+        )
+    per_group = num_experts // groups
+    if per_group < GROUP_SCORES[routing.group_score] or kept * per_group < top_k:
+        raise ConfigError(
+            f"config.json: topk_group {kept} groups of {per_group} experts cannot hold "
+            f"num_experts_per_tok {top_k} picks; accepted: topk_group * experts per group >= "
+            "num_experts_per_tok"
+        )
+    if not fields.is_number(routing.scaling) or routing.scaling <= 0:
+        raise ConfigError(
+            f"config.json: routed_scaling_factor must be a positive number, found "
+            f"{routing.scaling!r}"
+        )

@@ -1,0 +1,167 @@
+"""DeepSeek-V2 and V3: multi-head latent attention (config/latent_attention.py) and MoE layers
+with shared experts and group-limited routing (config/moe_routing.py) after dense first layers.
+
+transformers writes `head_dim` as the rope slice (qk_rope_head_dim), hub configs leave it out;
+the graph's head_dim is the latent cache's head size either way, with one key/value head. Keys the config classes fill when
+absent are the rows' defaults, as transformers' DeepseekV2Config / DeepseekV3Config set them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mobius_genai.checkpoint.experts import ExpertLayout
+from mobius_genai.config import fields
+from mobius_genai.config.latent_attention import read_latent_attention
+from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
+from mobius_genai.config.moe_routing import GroupRouting
+from mobius_genai.config.rope import parse_rope, yarn_mscale
+from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.readers import switch, when_absent
+
+# V2's topk_method → whether it limits the groups (transformers' DeepseekV2TopkRouter)
+_V2_TOPK_METHODS = {"greedy": False, "group_limited_greedy": True}
+
+
+def _latent_defaults(q_lora_rank: int) -> dict[str, Any]:
+    return {
+        "q_lora_rank": when_absent("q_lora_rank", q_lora_rank),  # null: one q_proj
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+    }
+
+
+def _cache_head_dim(raw: Mapping[str, Any]) -> int:
+    return read_latent_attention(raw).cache_head_dim
+
+
+def _scale(raw: Mapping[str, Any]) -> float:
+    """qk_head_dim**-0.5, times yarn's mscale(factor, mscale_all_dim) squared for a scaled rope
+    (transformers' yarn_apply_mscale): the nope channels are scaled as the rotated ones."""
+    scale = read_latent_attention(raw).qk_head_dim ** -0.5
+    rope, _ = parse_rope(raw)
+    if rope.type != "default" and rope.mscale_all_dim:
+        scale *= yarn_mscale(rope.factor, rope.mscale_all_dim) ** 2
+    return scale
+
+
+def _moe(raw: Mapping[str, Any], routing: GroupRouting, normalize: str | bool) -> MoeConfig:
+    keys = MoeKeys(
+        num_experts="n_routed_experts",
+        intermediate="moe_intermediate_size",
+        normalize=normalize,
+    )
+    moe = read_moe(raw, keys)
+    dense = fields.integer(
+        raw.get("first_k_dense_replace"), "first_k_dense_replace", 0, positive=False
+    )
+    shared = fields.integer(raw.get("n_shared_experts"), "n_shared_experts", 0, positive=False)
+    return dataclasses.replace(
+        moe,
+        sparse_layers=tuple(i for i in moe.sparse_layers if i >= dense),
+        shared_expert_size=moe.intermediate_size * shared,
+        group_routing=routing,
+    )
+
+
+def _scaling(raw: Mapping[str, Any]) -> float:
+    key = "routed_scaling_factor"
+    return fields.number(raw.get(key), key, 1.0, positive=True)
+
+
+def v3_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """Sigmoid scores, corrected by e_score_correction_bias for the choice; groups scored by
+    the sum of their best two."""
+    routing = GroupRouting(
+        scoring="sigmoid",
+        groups=fields.require(raw, "n_group"),
+        top_groups=fields.require(raw, "topk_group"),
+        group_score="top2_sum",
+        correction_bias=True,
+        scaling=_scaling(raw),
+    )
+    return _moe(raw, routing, "norm_topk_prob")
+
+
+def v2_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """Softmax scores, never renormalized; `group_limited_greedy` keeps the groups whose best
+    expert scores highest."""
+    method = raw.get("topk_method")
+    if method not in _V2_TOPK_METHODS:
+        raise UnsupportedModelError(
+            f"config.json: topk_method is {method!r}; deepseek_v2 models are supported with "
+            f"{sorted(_V2_TOPK_METHODS)}"
+        )
+    groups = (
+        {"groups": fields.require(raw, "n_group"), "top_groups": fields.require(raw, "topk_group")}
+        if _V2_TOPK_METHODS[method]
+        else {}
+    )
+    routing = GroupRouting(scoring="softmax", scaling=_scaling(raw), **groups)
+    return _moe(raw, routing, False)
+
+
+def _overrides(moe: Callable[[Mapping[str, Any]], MoeConfig]) -> dict[str, Any]:
+    return {
+        "latent_attention": read_latent_attention,
+        "head_dim": _cache_head_dim,
+        "num_key_value_heads": 1,  # the latent cache: one head every query head reads
+        "attention_scale": _scale,
+        "moe": moe,
+    }
+
+
+# MoEBlock's shared_expert is DeepSeek's shared_experts (one MLP of n_shared_experts * width)
+_RENAMES = ((r"\.mlp\.shared_expert\.", ".mlp.shared_experts."),)
+
+DEEPSEEK_FAMILIES = (
+    FamilyAdapter(
+        model_type="deepseek_v3",
+        config_aliases={"num_local_experts": "n_routed_experts"},
+        config_defaults={
+            **_latent_defaults(1536),
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 2048,
+            "num_experts_per_tok": 8,
+            "n_group": 8,
+            "topk_group": 4,
+            "first_k_dense_replace": 3,
+            "routed_scaling_factor": 2.5,
+            "norm_topk_prob": True,
+        },
+        config_overrides={
+            **_overrides(v3_moe),
+            # pairs (x0, x1), (x2, x3), ... as transformers' rope_interleave (its default)
+            "rope_interleaved": switch("rope_interleave", True),
+        },
+        weight_renames=_RENAMES,
+        experts=ExpertLayout(),
+        # the multi-token-prediction layer DeepSeek-V3 ships after its 61 layers
+        unused_weights=(r"^model\.layers\.61\.",),
+    ),
+    FamilyAdapter(
+        model_type="deepseek_v2",
+        config_aliases={"num_experts": "n_routed_experts"},
+        config_defaults={
+            **_latent_defaults(1536),
+            "n_routed_experts": 64,
+            "n_shared_experts": 2,
+            "moe_intermediate_size": 1407,
+            "topk_method": "greedy",
+            "first_k_dense_replace": 0,
+            "routed_scaling_factor": 1.0,
+        },
+        # the shared experts' MLP would take mlp_bias; the routed experts never do
+        refused_keys=("mlp_bias",),
+        # rotates pairs (x0, x1), (x2, x3), ... as complex numbers
+        config_overrides={**_overrides(v2_moe), "rope_interleaved": True},
+        weight_renames=_RENAMES,
+        experts=ExpertLayout(),
+    ),
+)

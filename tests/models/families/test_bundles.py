@@ -1,0 +1,162 @@
+"""Bundle tier per family: package for cpu, `mobius-genai validate`, and onnxruntime-genai's
+greedy tokens equal transformers'.
+
+The tiny checkpoints borrow the committed tiny-qwen2 tokenizer (vocab 384), so packaging copies
+real tokenizer files; prompts are fed as token ids. gpt2 (model.type "decoder", learned
+positions), gemma3_text (two rope tables, sliding layers, q/k norm), lfm2 (conv layers with a
+recurrent state between attention layers), gpt_oss (attention sinks, model.type gptoss),
+qwen3_5_text (gated delta nets with two states), qwen3_next and qwen3_5_moe_text (the same
+with MoE blocks, as model.type qwen3_5_moe_text), deepseek_v3 and deepseek_v2 (multi-head
+latent attention with a latent cache, group-limited MoE routing), granitemoehybrid (Mamba2
+layers with two states, as model.type decoder) run by default; the other families are marked
+slow (`pytest -m slow tests/models/families/test_bundles.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime_genai as og
+import pytest
+
+from mobius_genai import packager
+from mobius_genai.cli import main as cli_main
+from mobius_genai.ep import get_ep
+from mobius_genai.models import FAMILIES
+from mobius_genai.quantize import Int4Options
+from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
+from tests.conftest import TINY_QWEN2
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
+PROMPT = [381, 17, 92, 250, 33, 301, 8, 140]  # bos + seven tokens
+NEW_TOKENS = 24
+LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0, 1.2, 1.5, 1.9, 2.4, 3.0, 3.7, 4.5],
+    "long_factor": [1.0, 1.7, 2.6, 3.8, 5.3, 7.1, 9.2, 11.6],
+}
+# family → extra config: phi3 crosses its original length (16) while generating.
+EXTRA = {"phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16}}
+# qwen2_moe: MoE with a shared expert; phimoe: sparsemixer routing as two k=1 MoE nodes;
+# lfm2, qwen3_5_text: recurrent states
+DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2", "phimoe", "qwen3_5_text"}
+DEFAULT_RUN |= {"gpt_oss"}  # model.type gptoss, attention sinks in GQA
+DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE (7 s)
+DEFAULT_RUN |= {"qwen3_5_moe_text"}  # the same, projections separate, every layer MoE
+DEFAULT_RUN |= {"deepseek_v3", "deepseek_v2"}  # latent attention, group-limited routing
+DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found by their names
+# family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
+SEEDS = {"qwen3_5_text": 1}
+# Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
+# rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).
+NEW_FAMILIES = tuple(
+    family
+    for family, row in FAMILIES.items()
+    if family not in ("llama", "mistral", "qwen2", "qwen3") and row.text_only is None
+)
+
+
+def _checkpoint(folder: Path, family: str) -> Path:
+    ckpt = write_tiny_checkpoint(
+        folder,
+        family,
+        seed=SEEDS.get(family, 3),
+        vocab_size=384,
+        bos_token_id=381,
+        eos_token_id=383,
+        pad_token_id=0,
+        **EXTRA.get(family, {}),
+    )
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
+    return ckpt
+
+
+def _marks(family: str) -> list[pytest.MarkDecorator]:
+    return [] if family in DEFAULT_RUN else [pytest.mark.slow]
+
+
+@pytest.mark.parametrize("family", [pytest.param(f, marks=_marks(f)) for f in NEW_FAMILIES])
+def test_bundle_validates_and_generates_like_transformers(family, tmp_path, capsys):
+    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    assert cli_main(["validate", str(folder)]) == 0
+    assert f"valid ({FAMILIES[family].genai_type}," in capsys.readouterr().out
+    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS  # no early eos: the comparison covers every step
+
+
+def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int) -> list[list]:
+    """onnxruntime-genai's greedy tokens for a batch of prompts; it takes them padded on the
+    right with genai_config's pad_token_id and masks those positions."""
+    model = load_model(folder)
+    longest = max(len(prompt) for prompt in prompts)
+    params = og.GeneratorParams(model)
+    params.set_search_options(
+        do_sample=False,
+        max_length=longest + new_tokens,
+        repetition_penalty=1.0,
+        batch_size=len(prompts),
+    )
+    generator = og.Generator(model, params)
+    pad = json.loads((folder / "genai_config.json").read_text())["model"]["pad_token_id"]
+    generator.append_tokens(
+        np.array([prompt + [pad] * (longest - len(prompt)) for prompt in prompts], np.int32)
+    )
+    tokens: list[list[int]] = [[] for _ in prompts]
+    while not generator.is_done():
+        generator.generate_next_token()
+        for row, token in zip(tokens, generator.get_next_tokens(), strict=True):
+            row.append(int(token))
+    return tokens
+
+
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid"])
+def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
+    """The padding after the shorter prompt stays out of its recurrent states: each row
+    continues as transformers continues that prompt alone."""
+    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    prompts = [PROMPT, PROMPT[:4]]
+    rows = _batch_greedy_tokens(folder, prompts, 8)
+    assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
+
+
+def _projection_weights(folder: Path) -> list[str]:
+    """The B input names of the bundle's MatMulNBits nodes that read a q/k/v projection."""
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    return [
+        node.input[1]
+        for node in graph.node
+        if node.op_type == "MatMulNBits" and "_proj" in node.input[1] and "attn" in node.input[1]
+    ]
+
+
+def test_gemma3_int4_bundle_packs_q_k_v_behind_the_qk_norms(tmp_path):
+    """One MatMulNBits per layer for q/k/v (split before gemma3's q/k norms), and the same
+    tokens as the bundle with three projections per layer."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "gemma3_text")
+    int4 = {"precision": "int4", "int4": Int4Options(quality="builder"), "quiet": True}  # all 4-bit
+    packed = packager.package(ckpt, "cpu", tmp_path / "packed", **int4)
+    names = [name for name in _projection_weights(packed) if "o_proj" not in name]
+    layers = json.loads((ckpt / "config.json").read_text())["num_hidden_layers"]
+    assert len(names) == layers and all("qkv_proj" in name for name in names)
+    caps = dataclasses.replace(get_ep("cpu"), name="cpu-separate", qkv_pack_dtypes=frozenset())
+    separate = packager.package(ckpt, caps, tmp_path / "separate", **int4)
+    assert len([n for n in _projection_weights(separate) if "o_proj" not in n]) == 3 * layers
+    ours = greedy_tokens(load_model(packed), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS
+    assert ours == greedy_tokens(load_model(separate), PROMPT, len(PROMPT) + NEW_TOKENS)

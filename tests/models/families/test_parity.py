@@ -1,0 +1,589 @@
+"""Each family's graphs vs transformers: 12-token prefill + 4 cached decode steps, f32, <= 1e-4.
+
+The portable graph ("default") and the cpu-EP graph (GroupQueryAttention, SkipNorm, ... where
+the rules accept the layer) are both compared, on tiny random checkpoints whose biases and norm
+weights are random (tests/_hf.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+from transformers import AutoConfig
+
+import mobius_genai
+from mobius_genai import RopeConfig, WeightsError
+from mobius_genai.models import FAMILIES, FamilyAdapter
+from mobius_genai.models.families import FusedWeight
+from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
+from tests._hf import hf_reference_logits, write_tiny_checkpoint
+from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
+
+TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
+EPS = ("default", "cpu")
+
+_LONGROPE = {
+    "rope_type": "longrope",
+    "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+    "long_factor": [1.0, 1.5, 2.2, 3.0, 4.1, 5.5, 7.2, 9.0],
+}
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
+# case → (family, config overrides); every family appears with its defaults first.
+CASES = {
+    "gemma": ("gemma", {}),
+    "gemma_tied": ("gemma", {"tie_word_embeddings": True}),
+    "gemma2": ("gemma2", {}),
+    "gemma2_no_softcap": (
+        "gemma2",
+        {"attn_logit_softcapping": None, "final_logit_softcapping": None},
+    ),
+    "gemma3_text": ("gemma3_text", {}),
+    "gemma3_text_scaled_global_rope": (
+        "gemma3_text",
+        {"rope_scaling": {"rope_type": "linear", "factor": 4.0}, "tie_word_embeddings": True},
+    ),
+    "phi3": ("phi3", {}),
+    "phi3_partial_rotary_sliding": ("phi3", {"partial_rotary_factor": 0.5, "sliding_window": 6}),
+    "phi3_longrope": (
+        "phi3",
+        {"rope_scaling": _LONGROPE, "original_max_position_embeddings": 16},
+    ),
+    "phi": ("phi", {}),
+    "phi_qk_layernorm": ("phi", {"qk_layernorm": True, "partial_rotary_factor": 1.0}),
+    "phi_tied_head_keeps_its_bias": ("phi", {"tie_word_embeddings": True}),
+    "gpt2": ("gpt2", {}),
+    "gpt2_untied": ("gpt2", {"tie_word_embeddings": False}),
+    "granite": ("granite", {}),
+    "olmo2": ("olmo2", {}),
+    "smollm3": ("smollm3", {}),
+    "smollm3_sliding_nope_layers": (
+        "smollm3",
+        {"use_sliding_window": True, "sliding_window": 5, "no_rope_layers": [1, 0, 0]},
+    ),
+    "starcoder2": ("starcoder2", {}),
+    "starcoder2_sliding_window": ("starcoder2", {"sliding_window": 5}),
+    "starcoder2_tied_without_bias": (
+        "starcoder2",
+        {"use_bias": False, "tie_word_embeddings": True},
+    ),
+    "stablelm": ("stablelm", {}),
+    "stablelm_qk_layernorm_qkv_bias": ("stablelm", {"qk_layernorm": True, "use_qkv_bias": True}),
+    "stablelm_parallel_residual_qk_layernorm": (
+        "stablelm",
+        {"use_parallel_residual": True, "qk_layernorm": True, "partial_rotary_factor": 0.5},
+    ),
+    "olmo": ("olmo", {}),
+    "olmo_clip_qkv_bias": ("olmo", {"clip_qkv": 1.0, "attention_bias": True}),
+    "olmo_tied": ("olmo", {"tie_word_embeddings": True}),
+    "gpt_neox": ("gpt_neox", {}),
+    "gpt_neox_sequential_residual_half_rotary": (
+        "gpt_neox",
+        {"use_parallel_residual": False, "rotary_pct": 0.5},
+    ),
+    "gpt_neox_tied_without_attention_bias_full_rotary": (
+        "gpt_neox",
+        {"tie_word_embeddings": True, "attention_bias": False, "rotary_pct": 1.0},
+    ),
+    "gpt_neox_linear_rope_scaling_gelu_new": (
+        "gpt_neox",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "hidden_act": "gelu_new"},
+    ),
+    "nemotron": ("nemotron", {}),
+    "nemotron_biases_full_rotary": (
+        "nemotron",
+        {"attention_bias": True, "mlp_bias": True, "partial_rotary_factor": 1.0},
+    ),
+    "nemotron_tied_head_dim": ("nemotron", {"tie_word_embeddings": True, "head_dim": 24}),
+    "exaone": ("exaone", {}),
+    "exaone_bias_tied_llama3_rope": (
+        "exaone",
+        {
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+            "rope_scaling": LLAMA3_ROPE,
+        },
+    ),
+    "gptj": ("gptj", {}),
+    "gptj_tied_whole_head_rotary": ("gptj", {"tie_word_embeddings": True, "rotary_dim": 16}),
+    "cohere": ("cohere", {}),
+    "cohere_qk_norm_bias_untied": (
+        "cohere",
+        {"use_qk_norm": True, "attention_bias": True, "tie_word_embeddings": False},
+    ),
+    "cohere_linear_rope_scaling": (
+        "cohere",
+        {"rope_scaling": {"rope_type": "linear", "factor": 2.0}, "logit_scale": 1.0},
+    ),
+    "glm": ("glm", {}),
+    "glm_full_rotary_tied_without_bias": (
+        "glm",
+        {"partial_rotary_factor": 1.0, "tie_word_embeddings": True, "attention_bias": False},
+    ),
+    "glm_yarn_head_dim": (
+        "glm",
+        {
+            "head_dim": 24,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "arcee": ("arcee", {}),
+    "arcee_biases_tied_yarn": (
+        "arcee",
+        {
+            "attention_bias": True,
+            "mlp_bias": True,
+            "tie_word_embeddings": True,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "helium": ("helium", {}),
+    "helium_qkv_bias_mlp_bias_tied": (
+        "helium",
+        {"attention_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
+    ),
+    "ernie4_5": ("ernie4_5", {}),
+    "ernie4_5_tied_without_bias": ("ernie4_5", {"use_bias": False, "tie_word_embeddings": True}),
+    "seed_oss": ("seed_oss", {}),
+    "seed_oss_out_bias_mlp_bias_tied": (
+        "seed_oss",
+        {"attention_out_bias": True, "mlp_bias": True, "tie_word_embeddings": True},
+    ),
+    "seed_oss_without_bias": ("seed_oss", {"attention_bias": False}),
+    "exaone4": ("exaone4", {}),
+    # no window: every layer full attention and rotating
+    "exaone4_without_window_tied_llama3_rope": (
+        "exaone4",
+        {
+            "sliding_window": None,
+            "layer_types": ["full_attention"] * 3,  # Exaone4Config cannot derive them
+            "tie_word_embeddings": True,
+            "rope_scaling": LLAMA3_ROPE,
+        },
+    ),
+    "hunyuan_v1_dense": ("hunyuan_v1_dense", {}),
+    "hunyuan_v1_dense_ntk_alpha_rope_bias_tied": (
+        "hunyuan_v1_dense",
+        {
+            "rope_scaling": {"rope_type": "dynamic", "factor": 1.0, "alpha": 50.0},
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
+    "hunyuan_v1_dense_dynamic_rope_head_dim": (
+        "hunyuan_v1_dense",
+        {"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}, "head_dim": 24},
+    ),
+    "internlm3": ("internlm3", {}),
+    "internlm3_biases_tied_dynamic_rope": (
+        "internlm3",
+        {
+            "qkv_bias": True,
+            "bias": True,
+            "tie_word_embeddings": True,
+            "rope_scaling": {"rope_type": "dynamic", "factor": 6.0},
+        },
+    ),
+    "vaultgemma": ("vaultgemma", {}),
+    "vaultgemma_untied_full_attention_no_softcap": (
+        "vaultgemma",
+        {
+            "tie_word_embeddings": False,
+            "layer_types": ["full_attention"] * 3,
+            "attn_logit_softcapping": None,
+            "final_logit_softcapping": None,
+        },
+    ),
+    "olmo3": ("olmo3", {}),
+    # conv (with biases), attention, conv (tests/_hf.py); no biases, untied head, 4-tap kernel
+    "lfm2": ("lfm2", {}),
+    "lfm2_without_conv_bias_untied_4_taps": (
+        "lfm2",
+        {"conv_bias": False, "tie_word_embeddings": False, "conv_L_cache": 4},
+    ),
+    # gated delta net, attention, gated delta net (tests/_hf.py: 2 key heads onto 4 value heads);
+    # then as many key as value heads, a tied head and the attention layer first
+    "qwen3_5_text": ("qwen3_5_text", {}),
+    "qwen3_5_text_equal_linear_heads_tied_attention_first": (
+        "qwen3_5_text",
+        {
+            "linear_num_value_heads": 2,
+            "tie_word_embeddings": True,
+            "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+        },
+    ),
+    # head_dim 64: a rotary width of 16, so the cpu graph rotates inside GroupQueryAttention and
+    # packs q (with its output gate) and k/v into one projection, as real checkpoints do
+    "qwen3_5_text_rotary_in_gqa_packed_qkv": ("qwen3_5_text", {"head_dim": 64}),
+    # qwen3_5_text's hybrid packed per key head, MoE blocks (tests/_hf.py); then as many key
+    # as value heads, MoE every second layer only (decoder_sparse_step) without renormalizing
+    "qwen3_next": ("qwen3_next", {}),
+    "qwen3_next_equal_linear_heads_sparse_step_2_unnormalized": (
+        "qwen3_next",
+        {
+            "linear_num_value_heads": 2,
+            "decoder_sparse_step": 2,
+            "mlp_only_layers": [],
+            "norm_topk_prob": False,
+        },
+    ),
+    # qwen3_5_text's hybrid with MoE blocks in every layer (tests/_hf.py); then as many key as
+    # value heads, a tied head and the attention layer first
+    "qwen3_5_moe_text": ("qwen3_5_moe_text", {}),
+    "qwen3_5_moe_text_equal_linear_heads_tied_attention_first": (
+        "qwen3_5_moe_text",
+        {
+            "linear_num_value_heads": 2,
+            "tie_word_embeddings": True,
+            "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+        },
+    ),
+    # Mamba2, attention, Mamba2 with MoE beside the shared MLP (tests/_hf.py); then the dense
+    # layout (the shared MLP alone) with rotary, one group, Mamba2 and attention projection
+    # biases, no conv bias and a tied head; then Granite-4.0-Micro's layout: attention only,
+    # dense, rotary
+    "granitemoehybrid": ("granitemoehybrid", {}),
+    "granitemoehybrid_dense_rope_one_group_biases_tied": (
+        "granitemoehybrid",
+        {
+            "num_local_experts": 0,
+            "position_embedding_type": "rope",
+            "mamba_n_groups": 1,
+            "mamba_proj_bias": True,
+            "mamba_conv_bias": False,
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
+    "granitemoehybrid_micro_attention_only": (
+        "granitemoehybrid",
+        {
+            "layer_types": ["attention"] * 3,
+            "num_local_experts": 0,
+            "position_embedding_type": "rope",
+        },
+    ),
+    # rope scaling applies to the full-attention layer only; sliding layers keep default rope
+    "olmo3_scaled_full_rope_bias_tied": (
+        "olmo3",
+        {
+            "rope_scaling": {"rope_type": "linear", "factor": 4.0},
+            "rope_theta": 1000.0,
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
+}
+
+
+def _parity(tmp_path, ckpt, ids, decode_steps=4, **build_args) -> dict[str, float]:
+    reference = hf_reference_logits(ckpt, ids, decode_steps=decode_steps)
+    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, **build_args)
+    return diffs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_family_graphs_match_transformers(case, tmp_path):
+    family, overrides = CASES[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
+    ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_qwen3_5_cpu_graph_rotates_in_gqa_from_one_qkv_projection(tmp_path):
+    """The case above reaches the paths real Qwen3.5 checkpoints take on cpu (the tiny default
+    head_dim 16 gives a rotary width of 4, which GQA's rotary declines)."""
+    family, overrides = CASES["qwen3_5_text_rotary_in_gqa_packed_qkv"]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
+    package = mobius_genai.build(ckpt, "cpu", "f32")
+    graph = package["model"].graph
+    gqa = [node for node in graph if node.op_type == "GroupQueryAttention"]
+    assert gqa and all(node.attributes.get_int("do_rotary", 0) == 1 for node in gqa)
+    assert not [node for node in graph if node.op_type == "RotaryEmbedding"]
+    assert package.reports["model"].matches["PackQKVSplit"] == len(gqa)
+
+
+@pytest.mark.parametrize("family", ["gemma3_text", "phi3", "stablelm"])
+def test_hub_layout_config_matches_transformers(family, tmp_path):
+    """transformers-4 config.json: gemma3's rope_local_base_freq, phi3's top-level lengths,
+    stablelm's partial rotary that hub configs may leave to the config class (0.25)."""
+    overrides = {}
+    if family == "phi3":
+        overrides = {"rope_scaling": _LONGROPE, "original_max_position_embeddings": 16}
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, hub_layout=True, **overrides)
+    assert "rope_parameters" not in (ckpt / "config.json").read_text()
+    ids = np.random.default_rng(1).integers(3, 128, size=(1, 14))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+@pytest.mark.parametrize(
+    ("prefill", "context_length"),
+    [
+        (14, None),  # calls end at positions 14..18: short factors, then long from 17 on
+        (20, None),  # every call past the original 16 positions: long factors
+        (12, 16),  # a bundle that fits the original length holds only the short table
+    ],
+)
+def test_longrope_switches_factors_like_transformers(prefill, context_length, tmp_path):
+    ckpt = write_tiny_checkpoint(
+        tmp_path / "ckpt",
+        "phi3",
+        rope_scaling=_LONGROPE,
+        original_max_position_embeddings=16,
+    )
+    ids = np.random.default_rng(2).integers(3, 128, size=(2, prefill))
+    steps = 4 if context_length is None else context_length - prefill
+    diffs = _parity(tmp_path, ckpt, ids, decode_steps=steps, context_length=context_length)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+    tables = mobius_genai.build(ckpt, "default", context_length=context_length, load_weights=False)
+    cos = tables["model"].graph.initializers["model.rotary_emb.cos_cache"]
+    expected = [2, 64, 8] if context_length is None else [16, 8]
+    assert list(cos.shape) == expected
+
+
+def test_gpt2_checkpoint_saved_from_base_model(tmp_path):
+    """Hub gpt2 checkpoints name tensors without the "transformer." prefix."""
+    from safetensors.numpy import load_file, save_file
+
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt2")
+    tensors = load_file(ckpt / "model.safetensors")
+    save_file(
+        {k.removeprefix("transformer."): v for k, v in tensors.items()},
+        ckpt / "model.safetensors",
+        metadata={"format": "pt"},
+    )
+    ids = np.random.default_rng(3).integers(3, 128, size=(1, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_gpt_neox_hub_config_rotary_pct_and_base(tmp_path):
+    """Pythia's config.json: rotary_pct and rotary_emb_base at the top level, no rope keys
+    (transformers 5 reads only these two there, not rope_theta or partial_rotary_factor)."""
+    ckpt = write_tiny_checkpoint(
+        tmp_path / "ckpt", "gpt_neox", rotary_pct=0.5, rotary_emb_base=100.0
+    )
+    path = ckpt / "config.json"
+    before = AutoConfig.from_pretrained(ckpt).rope_parameters
+    assert before["partial_rotary_factor"] == 0.5 and before["rope_theta"] == 100.0
+    data = json.loads(path.read_text())
+    data.pop("rope_parameters")
+    data.update(rotary_pct=0.5, rotary_emb_base=100.0, torch_dtype=data.pop("dtype"))
+    path.write_text(json.dumps(data))
+    assert AutoConfig.from_pretrained(ckpt).rope_parameters == before
+    ids = np.random.default_rng(4).integers(3, 128, size=(1, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_exaone_hub_config(tmp_path, monkeypatch):
+    """EXAONE's config.json: num_layers, layer_norm_epsilon, activation_function and no rope
+    keys (rope_theta 500000, ExaoneConfig's default); the default must matter."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "exaone", rms_norm_eps=1e-3)
+    path = ckpt / "config.json"
+    before = AutoConfig.from_pretrained(ckpt).to_dict()
+    data = json.loads(path.read_text())
+    for old, new in (
+        ("num_hidden_layers", "num_layers"),
+        ("rms_norm_eps", "layer_norm_epsilon"),
+        ("hidden_act", "activation_function"),
+    ):
+        data[new] = data.pop(old)
+    del data["rope_parameters"]
+    path.write_text(json.dumps(data))
+    after = AutoConfig.from_pretrained(ckpt).to_dict()
+    for key in ("num_hidden_layers", "rms_norm_eps", "hidden_act", "rope_parameters"):
+        assert after[key] == before[key], key
+    assert after["rope_parameters"]["rope_theta"] == 5e5
+    ids = np.random.default_rng(5).integers(3, 128, size=(1, 12))
+    diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+    defaults = {k: v for k, v in FAMILIES["exaone"].config_defaults.items() if k != "rope_theta"}
+    mutant = dataclasses.replace(FAMILIES["exaone"], config_defaults=defaults)
+    monkeypatch.setitem(FAMILIES, "exaone", mutant)
+    diffs = _parity(tmp_path / "mutant", ckpt, ids, decode_steps=1)
+    assert min(diffs.values()) > 10 * TOLERANCE, diffs
+
+
+def _without(family: str, **overrides) -> FamilyAdapter:
+    adapter = FAMILIES[family]
+    changed = {**adapter.config_overrides, **overrides}
+    return dataclasses.replace(adapter, config_overrides=changed)
+
+
+def _unnormalized(family: str):
+    """The family's MoE reader with the top-k renormalization turned off."""
+    read = FAMILIES[family].config_overrides["moe"]
+    return lambda raw: dataclasses.replace(read(raw), normalize_top_k=False)
+
+
+# Each adapter difference, undone: the parity check must then fail (so it can fail).
+# case → (family, mutant adapter[, config overrides of the checkpoint]).
+MUTANTS = {
+    "gemma_without_norm_offset": (
+        "gemma",
+        lambda: dataclasses.replace(FAMILIES["gemma"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "gemma_without_embedding_scale": ("gemma", lambda: _without("gemma", embedding_multiplier=1.0)),
+    "gemma2_without_attention_softcap": (
+        "gemma2",
+        lambda: _without("gemma2", attn_logit_softcapping=None),
+    ),
+    "gemma2_with_head_dim_scale": ("gemma2", lambda: _without("gemma2", attention_scale=None)),
+    "gemma3_text_one_rope": ("gemma3_text", lambda: _without("gemma3_text", rope_local=None)),
+    "granite_without_residual_multiplier": (
+        "granite",
+        lambda: _without("granite", residual_multiplier=1.0),
+    ),
+    "granite_without_logits_scaling": ("granite", lambda: _without("granite", logits_scaling=1.0)),
+    "smollm3_rope_everywhere": ("smollm3", lambda: _without("smollm3", no_rope_layers=())),
+    "stablelm_full_rotary": ("stablelm", lambda: _without("stablelm", rope=RopeConfig())),
+    "olmo_without_clip_qkv": ("olmo", lambda: _without("olmo", clip_qkv=None), {"clip_qkv": 1.0}),
+    "gpt_neox_qkv_rows_as_stored": (
+        "gpt_neox",
+        lambda: dataclasses.replace(FAMILIES["gpt_neox"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "gpt_neox_one_shared_parallel_norm": (
+        "gpt_neox",
+        lambda: _without("gpt_neox", parallel_mlp_norm=False),
+    ),
+    "gpt_neox_full_rotary": ("gpt_neox", lambda: _without("gpt_neox", rope=RopeConfig())),
+    "nemotron_without_norm_offset": (
+        "nemotron",
+        lambda: dataclasses.replace(FAMILIES["nemotron"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "nemotron_relu_not_squared": ("nemotron", lambda: _without("nemotron", hidden_act="relu")),
+    "gptj_rotate_half": ("gptj", lambda: _without("gptj", rope_interleaved=False)),
+    "gptj_without_lm_head_bias": ("gptj", lambda: _without("gptj", lm_head_bias=False)),
+    "cohere_rotate_half": ("cohere", lambda: _without("cohere", rope_interleaved=False)),
+    "cohere_without_logit_scale": ("cohere", lambda: _without("cohere", logits_scaling=1.0)),
+    "glm_rotate_half": ("glm", lambda: _without("glm", rope_interleaved=False)),
+    "glm_up_before_gate": (
+        "glm",
+        lambda: dataclasses.replace(
+            FAMILIES["glm"],
+            fused_weights=(
+                FusedWeight(
+                    r"\.mlp\.(?P<part>gate|up)_proj\.weight$",
+                    ".mlp.gate_up_proj.weight",
+                    ("up", "gate"),
+                ),
+            ),
+        ),
+    ),
+    "cohere_without_qk_norm": (
+        "cohere",
+        lambda: _without(
+            "cohere", qk_norm=False, qk_norm_head_weights=False, qk_norm_stacked_weights=False
+        ),
+        {"use_qk_norm": True},
+    ),
+    "arcee_relu_not_squared": ("arcee", lambda: _without("arcee", hidden_act="relu")),
+    "helium_rotate_half": ("helium", lambda: _without("helium", rope_interleaved=False)),
+    "ernie4_5_rotate_half": ("ernie4_5", lambda: _without("ernie4_5", rope_interleaved=False)),
+    "olmo3_one_rope": (
+        "olmo3",
+        lambda: _without("olmo3", rope_local=None),
+        {"rope_scaling": {"rope_type": "linear", "factor": 4.0}},
+    ),
+    "exaone4_rope_everywhere": ("exaone4", lambda: _without("exaone4", no_rope_layers=())),
+    "hunyuan_v1_dense_alpha_ignored": (
+        "hunyuan_v1_dense",
+        lambda: _without("hunyuan_v1_dense", rope=RopeConfig()),
+        {"rope_scaling": {"rope_type": "dynamic", "factor": 1.0, "alpha": 50.0}},
+    ),
+    "hunyuan_v1_dense_qk_norm_before_rope": (
+        "hunyuan_v1_dense",
+        lambda: _without("hunyuan_v1_dense", qk_norm_after_rope=False),
+    ),
+    "vaultgemma_without_norm_offset": (
+        "vaultgemma",
+        lambda: dataclasses.replace(FAMILIES["vaultgemma"], preprocess_weight=lambda n, a, c: a),
+    ),
+    # the gated norm of the delta nets scales by w, the other norms by 1 + w
+    "qwen3_5_text_gated_norm_offset_too": (
+        "qwen3_5_text",
+        lambda: dataclasses.replace(
+            FAMILIES["qwen3_5_text"],
+            preprocess_weight=offset_norm_weights,
+            preprocessed_weights=NORM_WEIGHTS,
+        ),
+    ),
+    # Qwen3_5MoeTopKRouter always renormalizes the top-k probabilities
+    "qwen3_5_moe_text_unnormalized_top_k": (
+        "qwen3_5_moe_text",
+        lambda: _without("qwen3_5_moe_text", moe=_unnormalized("qwen3_5_moe_text")),
+    ),
+    "olmo3_without_sliding_window": (
+        "olmo3",
+        lambda: _without("olmo3", layer_types=("full_attention",) * 3),
+    ),
+}
+
+
+# Mutants whose graph reads fewer tensors than the checkpoint holds: the build refuses them
+# before any parity check (weight_checks.require_all_used).
+UNREAD_BY_MUTANT = {
+    "cohere_without_qk_norm": "'model.layers.0.self_attn.k_norm.weight'",
+    "gpt_neox_one_shared_parallel_norm": "'gpt_neox.layers.0.post_attention_layernorm.bias'",
+    "gptj_without_lm_head_bias": "'lm_head.bias'",
+}
+
+
+@pytest.mark.parametrize("case", sorted(set(MUTANTS) - set(UNREAD_BY_MUTANT)))
+def test_parity_fails_without_the_adapter_difference(case, tmp_path, monkeypatch):
+    family, mutant, *overrides = MUTANTS[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **(overrides or [{}])[0])
+    ids = np.random.default_rng(0).integers(3, 128, size=(1, 12))
+    reference = hf_reference_logits(ckpt, ids, decode_steps=1)
+    monkeypatch.setitem(FAMILIES, family, mutant())
+    package = mobius_genai.build(ckpt, "default", "f32")
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
+    assert max_abs_diff(ours, reference.logits) > 10 * TOLERANCE
+
+
+@pytest.mark.parametrize("case", sorted(UNREAD_BY_MUTANT))
+def test_a_mutant_that_leaves_checkpoint_tensors_unread_is_refused(case, tmp_path, monkeypatch):
+    family, mutant, *overrides = MUTANTS[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **(overrides or [{}])[0])
+    monkeypatch.setitem(FAMILIES, family, mutant())
+    with pytest.raises(
+        WeightsError, match="reads no tensor .*" + re.escape(UNREAD_BY_MUTANT[case])
+    ):
+        mobius_genai.build(ckpt, "default", "f32")
+
+
+@pytest.mark.parametrize("family", sorted({family for family, _ in CASES.values()}))
+def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
+    """The GQA fusion keeps each family's math (parity above) and leaves no Attention op; the
+    recurrent layers of hybrid families (lfm2's conv layers, qwen3.5's gated delta nets) keep
+    their own ops."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
+    graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
+    ops = [node.op_type for node in graph]
+    kinds = json.loads((ckpt / "config.json").read_text()).get("layer_types") or []
+    recurrent = sum(kind in ("conv", "linear_attention") for kind in kinds)
+    assert ops.count("GroupQueryAttention") == 3 - recurrent and "Attention" not in ops
+    assert ops.count("CausalConvWithState") == recurrent
+    assert ops.count("LinearAttention") == kinds.count("linear_attention")
