@@ -13,8 +13,8 @@ Pre-quantized tables (an embedding and its tied lm_head) go through `stored_tabl
 One accuracy level for every MatMulNBits written, the target's (the one asked for, else the
 EP's default, as for any int4 bundle). At the cpu EP's level 4 onnxruntime's kernel rounds the
 activations to int8 (every MatMulNBits written here has integer zero points: Q4_1 and Q4_K's
-float offsets become zero point 0 plus block mins, `_initializers`), as llama.cpp computes its
-own Q8_0 / Q4_0 dot products; level 0 keeps them float, exact to the stored integers, but
+float offsets become their nearest integer plus block mins for the rest, `_initializers`), as
+llama.cpp computes its own Q8_0 / Q4_0 dot products; level 0 keeps them float, exact to the stored integers, but
 onnxruntime has no fast 8-bit kernel there (SmolLM2-135M's Q4_1 bundle decoded 12x slower:
 benchmarks/README.md, "Packaging a GGUF").
 """
@@ -29,7 +29,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.prequantized.tensor import ZERO_FORMS, PrequantizedTensor
+from mobius_genai.checkpoint.prequantized.tensor import (
+    ZERO_FORMS,
+    PrequantizedTensor,
+    StoredBlocks,
+)
 from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.quantize.graph_writer import GraphWriter
@@ -116,6 +120,7 @@ def apply_prequantized(
     writer = GraphWriter(graph)
     cache = OneWeightCache()
     gathers: dict[tuple[int, bytes], ir.Value] = {}
+    block_sums: dict[tuple[int, int], ir.Value] = {}
     written: list[tuple[int, int, str]] = []
     dequantized = []
     for node in list(graph):
@@ -133,7 +138,7 @@ def apply_prequantized(
             kinds.dequantized(parts)
             continue
         kinds.kept(parts)
-        new_nodes = _matmul_nbits(writer, cache, node, parts, gathers, written)
+        new_nodes = _matmul_nbits(writer, cache, node, parts, (gathers, block_sums), written)
         writer.replace(node, new_nodes)
     writer.remove_unused()
     lookups = 0
@@ -171,12 +176,13 @@ def _matmul_nbits(
     cache: OneWeightCache,
     node: ir.Node,
     parts: list[PrequantizedTensor],
-    gathers: dict[tuple[int, bytes], ir.Value],
+    shared: tuple[dict[tuple[int, bytes], ir.Value], dict[tuple[int, int], ir.Value]],
     written: list[tuple[int, int, str]],
 ) -> list[ir.Node]:
     """The nodes replacing MatMul `node` whose weight is `parts`: one MatMulNBits per run of
-    agreeing parts (joined by a Concat), act-order gathers shared through `gathers`; each
-    MatMulNBits' (bits, block size, zero-point form) is appended to `written`."""
+    agreeing parts (joined by a Concat), act-order gathers and block sums shared through
+    `shared`; each MatMulNBits' (bits, block size, zero-point form) is appended to `written`."""
+    gathers, block_sums = shared
     graph, weight = writer.graph, node.inputs[1]
     assert weight is not None
     new_nodes: list[ir.Node] = []
@@ -197,7 +203,7 @@ def _matmul_nbits(
         nbits = ir.node("MatMulNBits", [a, *inputs[:3]], attributes, domain=MS_DOMAIN, name=name)
         new_nodes.append(nbits)
         if zero_form == "float":
-            new_nodes += _plus_block_mins(writer, a, nbits, inputs[3], first.block_size)
+            new_nodes += _plus_block_mins(writer, a, nbits, inputs[3], block_sums)
         outputs.append(new_nodes[-1].outputs[0])
         written.append((first.bits, first.block_size, zero_form))
     if len(outputs) > 1:  # packed parts that differ: one MatMulNBits each, joined
@@ -206,31 +212,67 @@ def _matmul_nbits(
 
 
 def _plus_block_mins(
-    writer: GraphWriter, a: ir.Value, nbits: ir.Node, mins: ir.Value, block_size: int
+    writer: GraphWriter,
+    a: ir.Value,
+    nbits: ir.Node,
+    mins: ir.Value,
+    block_sums: dict[tuple[int, int], ir.Value],
 ) -> list[ir.Node]:
     """``nbits + BlockSums(a) @ mins``: the float zero points' term of ``A @ W`` (see
-    `_initializers`), with BlockSums(a) [..., K/bs] the sums of a's features block by block."""
+    `_initializers`), with BlockSums(a) [..., K/bs] the sums of a's features block by block,
+    computed once per input and block size (`block_sums`) for the weights that share them
+    (gate and up)."""
     name = nbits.name
     blocks = int(mins.shape[0])
-    split = writer.constant(f"{name}_blocks", np.array([blocks, block_size], np.int64))
-    last = writer.constant(f"{name}_last_axis", np.array([-1], np.int64))
-    lead = ir.node("Shape", [a], {"end": -1}, name=f"{name}_lead")
-    shape = ir.node("Concat", [lead.outputs[0], split], {"axis": 0}, name=f"{name}_shape")
-    grouped = ir.node("Reshape", [a, shape.outputs[0]], name=f"{name}_grouped")
-    sums = ir.node("ReduceSum", [grouped.outputs[0], last], {"keepdims": 0}, name=f"{name}_sums")
-    term = ir.node("MatMul", [sums.outputs[0], mins], name=f"{name}_mins")
+    block_size = int(nbits.attributes["block_size"].as_int())
+    new_nodes = []
+    if (id(a), block_size) not in block_sums:
+        new_nodes = _block_sums(writer, a, blocks, block_size, name)
+        block_sums[id(a), block_size] = new_nodes[-1].outputs[0]
+    sums = block_sums[id(a), block_size]
+    term = ir.node("MatMul", [sums, mins], name=f"{name}_mins")
     total = ir.node("Add", [nbits.outputs[0], term.outputs[0]], name=f"{name}_plus_mins")
-    return [lead, shape, grouped, sums, term, total]
+    return [*new_nodes, term, total]
 
 
-def _as_block_mins(
-    arrays: list[np.ndarray], zero_points_shape: tuple[int, ...], dtype: ir.DataType
+def _block_sums(
+    writer: GraphWriter, a: ir.Value, blocks: int, block_size: int, name: str
+) -> list[ir.Node]:
+    """Nodes summing `a`'s last axis block by block, [..., K] → [..., K/bs]: a Reshape to
+    [..., K/bs, bs] (its shape a constant where `a`'s rank is known: a Shape and a Concat
+    fewer per step) and a ReduceSum."""
+    last = writer.constant(f"{name}_last_axis", np.array([-1], np.int64))
+    nodes = []
+    if a.shape is not None:  # 0: the input's dimension, kept
+        grouping = np.array([0] * (a.shape.rank() - 1) + [blocks, block_size], np.int64)
+        shape = writer.constant(f"{name}_blocks", grouping)
+    else:
+        split = writer.constant(f"{name}_blocks", np.array([blocks, block_size], np.int64))
+        lead = ir.node("Shape", [a], {"end": -1}, name=f"{name}_lead")
+        joined = ir.node("Concat", [lead.outputs[0], split], {"axis": 0}, name=f"{name}_shape")
+        nodes += [lead, joined]
+        shape = joined.outputs[0]
+    grouped = ir.node("Reshape", [a, shape], name=f"{name}_grouped")
+    sums = ir.node("ReduceSum", [grouped.outputs[0], last], {"keepdims": 0}, name=f"{name}_sums")
+    return [*nodes, grouped, sums]
+
+
+def _with_block_mins(
+    stored: list[StoredBlocks], bits: int, block_size: int, dtype: ir.DataType
 ) -> list[np.ndarray]:
-    """[B, scales, float zero points] → [B, scales, integer zero points 0, block mins]."""
-    packed, scales, zeros = arrays
-    mins = -(zeros.astype(np.float32) * scales.astype(np.float32))
-    integer_zeros = np.zeros(zero_points_shape, np.uint8)
-    return [packed, scales, integer_zeros, np.ascontiguousarray(mins.T).astype(dtype.numpy())]
+    """[B, scales, integer zero points, block mins] of blocks whose zero points z are float:
+    the integer zero points are z rounded to the nearest code, the block mins
+    ``(round(z) - z) * scale`` [K/bs, N] the rest (see `_initializers`)."""
+    zeros = np.concatenate([s.zeros for s in stored], axis=0).astype(np.float32)
+    whole = np.clip(np.rint(zeros), 0, (1 << bits) - 1)
+    joined = StoredBlocks(
+        values=np.concatenate([s.values for s in stored], axis=0),
+        scales=np.concatenate([s.scales for s in stored], axis=0),
+        zeros=whole.astype(np.uint8),
+    )
+    mins = (whole - zeros) * joined.scales.astype(np.float32)
+    arrays = nbits_arrays([joined], bits, block_size, "uint8", dtype)
+    return [*arrays, np.ascontiguousarray(mins.T).astype(dtype.numpy())]
 
 
 def _set_accuracy_level(graph: ir.Graph, level: int) -> None:
@@ -346,10 +388,15 @@ def _initializers(
 ) -> list[ir.Value]:
     """B, scales[, zero_points], computed from the stored integers when saved.
 
-    Float zero points z (GGUF's Q4_1 / Q4_K mins, GPTQ v1) become integer zero points 0 and
-    a fifth tensor, the block mins m = -z * scale [K/bs, N], since ``(q - z) * scale = q *
-    scale + m``: onnxruntime's cpu MatMulNBits has fast kernels for integer zero points only
-    (float ones dequantize the whole weight on every call, ~50x slower)."""
+    Float zero points z (GGUF's Q4_1 / Q4_K mins, GPTQ v1) become integer zero points
+    round(z) and a fifth tensor, the block mins m = (round(z) - z) * scale [K/bs, N], since
+    ``(q - z) * scale = (q - round(z)) * scale + m``: onnxruntime's cpu MatMulNBits has fast
+    kernels for integer zero points only (float ones dequantize the whole weight on every call,
+    ~50x slower). The rounded zero point centres the integers each block multiplies by the
+    activations, which accuracy level 4 rounds to int8, and leaves the small rest to the mins,
+    which multiply exact float block sums: SmolLM2-135M's Q4_1 bundle at level 4 is 4x closer
+    to the GGUF's float weights than with zero points 0, and decodes no slower
+    (benchmarks/README.md, "Decode speed and accuracy level of the GGUF bundle")."""
     first = parts[0]
     k, n = int(first.shape[0]), sum(int(p.shape[1]) for p in parts)
     blocks = k // first.block_size
@@ -368,9 +415,10 @@ def _initializers(
 
     def compute() -> list[ir.TensorProtocol]:
         stored = [part.read_blocks() for part in parts]
-        arrays = nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
         if zero_form == "float":
-            arrays = _as_block_mins(arrays, specs[2].shape, dtype)
+            arrays = _with_block_mins(stored, first.bits, first.block_size, dtype)
+        else:
+            arrays = nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
         return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]
 
     tensors = lazy_parts(cache, specs, compute)

@@ -74,6 +74,12 @@ CASES = {
     },
     # per-head q/k norms; head_dim 128 (transformers' Qwen3 default: it reads no key_length)
     "qwen3": {"family": "qwen3", "tie": True, "head_dim": 128},
+    # float zero points on every projection: gate and up share their input's block sums
+    "q4_1": {
+        "family": "llama",
+        "tie": True,
+        "types": {"attn_q": "Q4_1", "attn_v": "Q4_1", "ffn_up": "Q4_1"},
+    },
 }
 
 
@@ -275,8 +281,9 @@ def test_tied_q8_0_embedding_keeps_its_bytes(packaged_gguf):
 def test_float_zero_points_are_integer_zeros_plus_block_mins(packaged_gguf):
     """onnxruntime's cpu MatMulNBits dequantizes the whole weight on every call when its zero
     points are float (Q4_1's and Q4_K's mins): ~50x slower than with integer ones. They are
-    written as zero points 0 and a MatMul of the activations' block sums by the mins (logits
-    equal transformers': test_logits_equal_transformers)."""
+    written as integer zero points (test_float_zero_points_round_to_the_nearest_code) and a
+    MatMul of the activations' block sums by the block mins (logits equal transformers':
+    test_logits_equal_transformers)."""
     _, bundle = packaged_gguf("llama")
     model = onnx.load(bundle / "model.onnx", load_external_data=False)
     dtypes = {t.name: t.data_type for t in model.graph.initializer}
@@ -286,6 +293,59 @@ def test_float_zero_points_are_integer_zeros_plus_block_mins(packaged_gguf):
     mins = [n for n in model.graph.node if n.op_type == "MatMul" and n.name.endswith("_mins")]
     assert len(mins) == _summary(bundle)["zero_points"]["float"] > 0
     assert all(dtypes[n.input[1]] == onnx.TensorProto.FLOAT for n in mins)
+
+
+def test_float_zero_points_round_to_the_nearest_code(packaged_gguf):
+    """Q4_1's float offsets z: each MatMulNBits' uint8 zero points are round(z), its block mins
+    the rest (within half a step), and ``(q - round(z)) * scale + mins`` is gguf's dequantized
+    weight. At accuracy level 4 the activations meet the centred integers (q - round(z)); with
+    zero points 0 the whole offset went through the int8 activations, and SmolLM2's Q4_1
+    bundle was 4x further from the GGUF's float weights (benchmarks/README.md)."""
+    gguf, bundle = packaged_gguf("llama")
+    model = onnx.load(bundle / "model.onnx")
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    mins = {
+        n.name.removesuffix("_mins"): initializers[n.input[1]]
+        for n in model.graph.node
+        if n.op_type == "MatMul" and n.name.endswith("_mins")
+    }
+    nodes = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
+    weights = []
+    for weight, node in zip(matmul_nbits_weights(model), nodes, strict=True):
+        if node.name not in mins:
+            continue
+        scales = initializers[node.input[2]].astype(np.float32)
+        rest = mins[node.name].T  # [N, K / 32]
+        assert np.all(np.abs(rest) <= np.abs(scales) * (0.5 + 1e-6)), node.name
+        weights.append(weight + np.repeat(rest, 32, axis=1))
+    checked = 0
+    for tensor in GGUFReader(gguf).tensors:
+        if tensor.tensor_type.name != "Q4_1" or tensor.name.endswith("attn_k.weight"):
+            continue  # attn_k: rows permuted, and checked through the logits
+        expected = dequantize(np.asarray(tensor.data), tensor.tensor_type)
+        tolerance = 1e-6 * np.abs(expected).max()
+        assert any(
+            w.shape == expected.shape and np.allclose(w, expected, rtol=0, atol=tolerance)
+            for w in weights
+        ), tensor.name
+        checked += 1
+    assert checked == 3 * 3  # o, gate and down per layer
+
+
+def test_weights_that_share_an_input_share_its_block_sums(packaged_gguf):
+    """The block sums the mins multiply are computed once per input: 4 per layer (attention
+    norm, attention output, MLP norm, MLP product) for its 5 MatMulNBits (packed q/k/v, o,
+    gate, up, down), each a Reshape to a constant [0, 0, K/bs, bs] and a ReduceSum (exact:
+    test_logits_equal_transformers[q4_1])."""
+    _, bundle = packaged_gguf("q4_1")
+    model = onnx.load(bundle / "model.onnx", load_external_data=False)
+    producers = {out: node for node in model.graph.node for out in node.output}
+    mins = [n for n in model.graph.node if n.op_type == "MatMul" and n.name.endswith("_mins")]
+    sums = {n.input[0] for n in mins}
+    assert (len(mins), len(sums)) == (5 * 3, 4 * 3)
+    assert {producers[name].op_type for name in sums} == {"ReduceSum"}
+    grouped = {producers[producers[name].input[0]].input[1] for name in sums}
+    assert all(name not in producers for name in grouped)  # constant shapes: no Shape nodes
 
 
 def _levels(bundle: Path) -> dict[int, set[int]]:

@@ -51,8 +51,8 @@ def _unpack(packed: np.ndarray, bits: int, count: int) -> np.ndarray:
 def _nbits_nodes(bundle: Path) -> list[dict[str, np.ndarray]]:
     model = onnx.load(str(bundle / "model.onnx"))
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    # float zero points z are written as zero points 0 plus block mins -z * scale [K/bs, N],
-    # added by a MatMul named after the MatMulNBits
+    # float zero points z are written as integer zero points round(z) plus block mins
+    # (round(z) - z) * scale [K/bs, N], added by a MatMul named after the MatMulNBits
     mins = {
         n.name: inits[n.input[1]]
         for n in model.graph.node
@@ -66,8 +66,10 @@ def _nbits_nodes(bundle: Path) -> list[dict[str, np.ndarray]]:
         n, k, bits, bs = attrs["N"], attrs["K"], attrs["bits"], attrs["block_size"]
         found = {"values": _unpack(inits[node.input[1]], bits, k), "scales": inits[node.input[2]]}
         if f"{node.name}_mins" in mins:
-            assert not _unpack(inits[node.input[3]], bits, k // bs).any()
-            found["zeros"] = -mins[f"{node.name}_mins"].T / found["scales"].reshape(n, -1)
+            whole = _unpack(inits[node.input[3]], bits, k // bs).astype(np.float32)
+            rest = -mins[f"{node.name}_mins"].T / found["scales"].reshape(n, -1)
+            found["zeros"] = whole + rest
+            assert np.array_equal(whole, np.clip(np.rint(found["zeros"]), 0, (1 << bits) - 1))
         elif len(node.input) > 3 and node.input[3]:
             zp = inits[node.input[3]]
             found["zeros"] = zp if zp.dtype != np.uint8 else _unpack(zp, bits, k // bs)
