@@ -18,13 +18,14 @@ from mobius_genai import _resources
 from mobius_genai.bundle.og_support import APIS
 from mobius_genai.bundle.runnable import dtype_refusal
 from mobius_genai.ep import RuntimeInfo, ep_registry
+from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE, og_type, whisper_prompt
 from mobius_genai.target import FLOAT_PRECISIONS
 
 TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
 
 #: The graphs of a bundle in the order onnxruntime-genai runs them (genai_config sections).
-GRAPH_SECTIONS = ("vision", "embedding", "decoder")
+GRAPH_SECTIONS = ("encoder", "vision", "embedding", "decoder")
 
 #: What each well-known bundle file is, for the card's file table.
 FILE_ROLES: Mapping[str, str] = {
@@ -49,6 +50,9 @@ FILE_ROLES: Mapping[str, str] = {
     "decoder.onnx": "the decoder graph",
     "decoder.onnx.data": "the decoder's weights (ONNX external data)",
     "processor_config.json": "the image processor's transforms (onnxruntime-extensions)",
+    "encoder.onnx": "the audio encoder graph (log-mel → cross-attention keys and values)",
+    "encoder.onnx.data": "the encoder's weights (ONNX external data)",
+    AUDIO_PROCESSOR_FILE: "the audio processor's feature extraction (onnxruntime-extensions)",
     CARD_FILENAME: "this card",
 }
 
@@ -104,20 +108,38 @@ def render_card(
         "folder": folder,
         "graphs": _graphs(model)
         + (f"; not built: {build['not_built']}" if build.get("not_built") else ""),
-        "image_run": (
-            f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
-            if "vision" in model
-            else ""
-        ),
+        "cli_run": _cli_run(folder, model),
         "requirements": _requirements(
             _runtime(build["execution_provider"], names), FLOAT_PRECISIONS.get(build["dtype"])
         ),
-        "encode": _encode(bos_token_id),
+        "feed": _feed(model, bos_token_id),
         "bos_note": _bos_note(bos_token_id),
         "adapters": _adapters(build.get("lora"), folder),
         "files": "\n".join(f"| `{name}` | {_file_role(name)} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
+
+
+def _cli_run(folder: str, model: Mapping[str, Any]) -> str:
+    """The command line that runs the bundle: with an image, or audio for a speech bundle."""
+    if og_type(model["type"]).audio:
+        return f"mobius-genai run {folder} --audio speech.wav --language en"
+    run = f'mobius-genai run {folder} --prompt "The capital of France is"'
+    if "vision" in model:
+        run += f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
+    return run
+
+
+def _feed(model: Mapping[str, Any], bos_token_id: int | None) -> str:
+    """The example's prompt into the generator: token ids, or a speech bundle's audio through
+    og's processor."""
+    if og_type(model["type"]).audio:
+        prompt = whisper_prompt(model.get("vocab_size", 0))
+        return (
+            "processor = model.create_multimodal_processor()\n"
+            f'generator.set_inputs(processor("{prompt}", audios=og.Audios.open("speech.wav")))'
+        )
+    return f"generator.append_tokens({_encode(bos_token_id)})"
 
 
 def _file_role(name: str) -> str:

@@ -134,13 +134,19 @@ class GraphInfo:
         )
 
 
+#: What names a cross-attention cache (the encoder's keys and values a decoder reads).
+CROSS = "cross"
+
+
 def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
     """The per-layer family among `names` whose role is `role` (one of `cache_roles()`).
 
     A name's first run of digits is its layer index: "past_key_values.3.key" belongs to the
     family "past_key_values.%d.key". The role is whichever of the roles ends last in the
     pattern ("past_key_values.%d.key" is a key family, "past.%d.conv" a conv family). Returns
-    None when no family has the role; raises BundleError when several do.
+    None when no family has the role; raises BundleError when several do. A cross-attention
+    family (Whisper's "past_key_cross_%d", computed once by the encoder) gives way to the
+    decoder's own cache beside it.
     """
     families: dict[str, list[int]] = {}
     for name in names:
@@ -150,6 +156,8 @@ def layer_names(names: Iterable[str], role: str) -> LayerNames | None:
         pattern = f"{name[: match.start()]}%d{name[match.end() :]}"
         families.setdefault(pattern, []).append(int(match.group()))
     found = [pattern for pattern in families if _role(pattern) == role]
+    own = [pattern for pattern in found if CROSS not in pattern.lower()]
+    found = own or found
     if not found:
         return None
     if len(found) > 1:

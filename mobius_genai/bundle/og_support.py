@@ -75,6 +75,7 @@ from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.recurrent import delta_layers
 from mobius_genai.bundle.schema import read_bundle_json
+from mobius_genai.kinds.og_types import og_type
 
 ENGINE = "og.Engine"
 NGRAM = "n-gram speculative decoding (GeneratorParams.set_speculative_options)"
@@ -107,6 +108,10 @@ def _pruned(config: Mapping[str, Any], graph: GraphInfo) -> bool:
 
 def _multimodal(config: Mapping[str, Any], graph: GraphInfo) -> bool:
     return "vision" in config["model"] or "embedding" in config["model"]
+
+
+def _speech(config: Mapping[str, Any], graph: GraphInfo) -> bool:
+    return og_type(config["model"]["type"]).audio
 
 
 def _concatenated_cache(config: Mapping[str, Any], graph: GraphInfo) -> bool:
@@ -151,6 +156,13 @@ LIMITS: tuple[OgLimit, ...] = (
         "decoder-only text models only ('The model type is not supported for decoding'; og's "
         "builder writes no such pipeline, only the text decoder alone, without images)",
         _multimodal,
+    ),
+    OgLimit(
+        (ENGINE,),
+        "model.type {type} is an encoder-decoder speech model; og 0.18's Engine runs "
+        "decoder-only text models only ('The model type is not supported for decoding. "
+        "Expected a decoder-only model.')",
+        _speech,
     ),
     OgLimit(
         (BEAM,),

@@ -18,7 +18,7 @@ from mobius_genai._json import read_json
 from mobius_genai.bundle.bundle_folder import checkpoint_hint
 from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
-from mobius_genai.bundle.graph import GraphInfo, TensorSpec, layer_names
+from mobius_genai.bundle.graph import GraphInfo, TensorSpec
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
 from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.recurrent import (
@@ -231,12 +231,18 @@ def _captured(provider_options: list[Mapping[str, Any]]) -> list[tuple[str, str]
 
 
 def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: GraphInfo) -> list[str]:
-    """model.vision / model.embedding: each graph is a file of the bundle with its weights,
+    """The files the og type reads by name; model.vision / model.embedding / model.encoder:
+    each graph is a file of the bundle with its weights,
     has the inputs and outputs the section names (genai's defaults for those it leaves out)
     and no input genai would not feed; the vision section's processor config is a file; the
     decoder takes the embedding graph's output."""
     model = config["model"]
-    problems = []
+    layers = model["decoder"].get("num_hidden_layers", 0)
+    problems = [
+        f"{name!r} is not a file in {folder}; onnxruntime-genai's {model['type']!r} type reads it"
+        for name in og_type(model["type"]).required_files
+        if not (folder / name).is_file()
+    ]
     for section, (default_inputs, default_outputs) in OG_SECTIONS.items():
         entry = model.get(section)
         if entry is None or "pipeline" in entry:  # no such graph, or several (not checked)
@@ -257,14 +263,16 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
         ):
             problems += [
                 _missing(side, key, name, kind, found, section)
-                for key, name in names.items()
+                for key, pattern in names.items()
+                for name in _per_layer(pattern, layers)
                 if name not in found
             ]
+        fed = {name for pattern in inputs.values() for name in _per_layer(pattern, layers)}
         problems += [
             f"{entry['filename']}: graph input {name!r} is not fed by onnxruntime-genai; "
-            f"accepted: the names of model.{section}.inputs {sorted(set(inputs.values()))}"
+            f"accepted: the names of model.{section}.inputs {sorted(fed)}"
             for name in graph.inputs
-            if name not in inputs.values()
+            if name not in fed
         ]
     for section, default in OG_PROCESSOR_FILES.items():
         processor = model.get(section, {}).get("config_filename", default)
@@ -313,12 +321,16 @@ def _check_layers(
             f"{field}: graph lacks {missing[:3]}{' ...' if len(missing) > 3 else ''} for "
             f"{source}={len(layers)}"
         ]
-    family = layer_names(names, role)
-    if family is not None and family.pattern == pattern and len(family.indices) != len(layers):
-        return [
-            f"{source}: {len(layers)} but the graph has {len(family.indices)} {pattern!r} entries"
-        ]
+    entries = re.compile(re.escape(pattern).replace("%d", r"\d+"))
+    count = sum(1 for name in names if entries.fullmatch(name))
+    if count != len(layers):
+        return [f"{source}: {len(layers)} but the graph has {count} {pattern!r} entries"]
     return []
+
+
+def _per_layer(pattern: str, layers: int) -> list[str]:
+    """A section's name, or one per decoder layer where it holds "%d" (cross caches)."""
+    return [pattern % i for i in range(layers)] if "%d" in pattern else [pattern]
 
 
 def _check_positions(model_type: str, spec: TensorSpec | None) -> list[str]:

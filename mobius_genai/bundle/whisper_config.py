@@ -16,9 +16,10 @@ from mobius_genai.bundle.genai_config import check_token_ids, provider_options, 
 from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.errors import ConfigError
+from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE
 from mobius_genai.tasks import whisper as io
 
-AUDIO_PROCESSOR_CONFIG = "audio_processor_config.json"
+AUDIO_PROCESSOR_CONFIG = AUDIO_PROCESSOR_FILE
 #: Whisper's front end (openai/whisper's audio.py): 16 kHz audio, 25 ms windows every 10 ms.
 SAMPLE_RATE, N_FFT, HOP_LENGTH = 16_000, 400, 160
 _TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")

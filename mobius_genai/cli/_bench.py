@@ -1,5 +1,6 @@
 """`mobius-genai bench DIR`: prefill and decode tokens/s, time to first token and peak memory
-of a bundle for chosen prompt lengths and batch sizes, as a table or JSON."""
+of a bundle for chosen prompt lengths and batch sizes, as a table or JSON; `bench DIR --audio
+FILE`: a speech bundle's real-time factor on that file."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import dataclasses
 import json
 
+from mobius_genai.bench.audio import bench_audio
 from mobius_genai.bench.runner import BenchRow, bench
 from mobius_genai.cli._args import positive_int
 from mobius_genai.cli._generation import (
@@ -41,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=3,
         help="timed runs per configuration, after a warm-up; the table shows medians (default 3)",
     )
+    parser.add_argument(
+        "--audio",
+        metavar="PATH",
+        help="a speech bundle: time the transcription of this WAV file (real-time factor)",
+    )
     add_ep_argument(parser)
     add_threads_argument(parser)
     add_adapter_argument(parser)
@@ -50,6 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Measure each configuration in a process of its own, then print the results."""
     cpu = on_cpu(args)
+    if args.audio is not None:
+        return _audio(args, cpu)
     rows = bench(
         args.folder,
         prompt_lengths=_integers("--prompt-lengths", args.prompt_lengths),
@@ -66,6 +75,20 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(_table(rows, args))
+    return 0
+
+
+def _audio(args: argparse.Namespace, cpu: bool) -> int:
+    result = bench_audio(args.folder, args.audio, rounds=args.rounds, cpu=cpu, threads=args.threads)
+    fields = {**dataclasses.asdict(result), "real_time_factor": result.real_time_factor}
+    if args.json:
+        print(json.dumps({"bundle": args.folder, "audio": args.audio, **fields}, indent=2))
+    else:
+        print(
+            f"{args.audio}: {result.audio_seconds:.1f} s of audio transcribed in "
+            f"{result.seconds:.3f} s (median of {args.rounds}, {result.tokens} pieces): "
+            f"real-time factor {result.real_time_factor:.3f}"
+        )
     return 0
 
 

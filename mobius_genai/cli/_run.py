@@ -1,4 +1,6 @@
-"""`mobius-genai run DIR [PROMPT] [--image PATH]`: stream generated text from a bundle.
+"""`mobius-genai run DIR [PROMPT] [--image PATH]`: stream generated text from a bundle;
+`run DIR --audio FILE [--language en] [--task transcribe|translate]` prints a speech bundle's
+transcript.
 
 The prompt is the positional PROMPT or `--prompt TEXT`. Text comes from onnxruntime-genai's
 Engine where it runs the bundle, from og.Generator where it does not (`bundle.decoding`).
@@ -11,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from mobius_genai.bundle.bundle_folder import require_bundle
+from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.cli._generation import (
     Speed,
     add_adapter_argument,
@@ -22,8 +26,9 @@ from mobius_genai.cli._generation import (
     search_options,
 )
 from mobius_genai.errors import OptionError
+from mobius_genai.runtime.audio import TASKS, require_audio_bundle, transcribe
 from mobius_genai.runtime.decoding import Guidance, stream_text
-from mobius_genai.runtime.opening import open_bundle
+from mobius_genai.runtime.opening import OpenBundle, open_bundle
 from mobius_genai.runtime.placement import provider_of
 
 
@@ -41,6 +46,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="an image file for a vision-language bundle (repeat for several); the prompt gets "
         "the model's image placeholder for each image it does not place itself",
+    )
+    parser.add_argument(
+        "--audio",
+        metavar="PATH",
+        help="an audio file (WAV, FLAC or MP3, up to 30 s) for a speech bundle: prints its "
+        "transcript (no prompt)",
+    )
+    parser.add_argument(
+        "--language",
+        metavar="CODE",
+        help="with --audio: the spoken language's code as the tokenizer names it (default en)",
+    )
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="transcribe",
+        help="with --audio: transcribe, or translate into English (multilingual models)",
     )
     parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
@@ -64,8 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the text as it is generated, then the speed on stderr."""
-    prompt = _prompt(args)
+    """Print the text as it is generated (or the audio's transcript), then the speed on
+    stderr."""
+    require_bundle(args.folder)
+    config = read_genai_config(Path(args.folder))
+    require_audio_bundle(args.folder, config, args.audio is not None)
+    prompt = None if args.audio is not None else _prompt(args)
+    if prompt is None and (args.prompt, args.prompt_option) != (None, None):
+        raise OptionError("--audio takes no prompt; accepted: `run DIR --audio FILE`")
     options = search_options(args)
     guidance = _guidance(args)
     bundle = open_bundle(
@@ -76,7 +104,28 @@ def run(args: argparse.Namespace) -> int:
         adapter=args.adapter,
         search=options,
     )
-    pieces = stream_text(
+    if prompt is None:
+        pieces = transcribe(
+            bundle,
+            args.audio,
+            language=args.language,
+            task=args.task,
+            max_new_tokens=args.max_new_tokens,
+        )
+    else:
+        pieces = _text(args, bundle, prompt, guidance)
+    speed = Speed()
+    for piece in speed.timed(pieces):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    speed.report(args.quiet)
+    return 0
+
+
+def _text(args: argparse.Namespace, bundle: OpenBundle, prompt: str, guidance: Guidance | None):
+    """The generated text of a text (or vision-language) bundle, piece by piece."""
+    return stream_text(
         bundle,
         prompt,
         max_new_tokens=args.max_new_tokens,
@@ -86,13 +135,6 @@ def run(args: argparse.Namespace) -> int:
         guidance=guidance,
         note=say,
     )
-    speed = Speed()
-    for piece in speed.timed(pieces):
-        sys.stdout.write(piece)
-        sys.stdout.flush()
-    sys.stdout.write("\n")
-    speed.report(args.quiet)
-    return 0
 
 
 def _prompt(args: argparse.Namespace) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.config.layers import check_layer_count
 from mobius_genai.config.limits import SIZE_LIMITS
 from mobius_genai.errors import ConfigError
 
@@ -89,6 +90,12 @@ class WhisperConfig:
     @property
     def multilingual(self) -> bool:
         return self.vocab_size >= MULTILINGUAL_VOCAB
+
+    def first_layers(self, count: int) -> WhisperConfig:
+        """The same model with only its decoder's first `count` layers (the smoke test's twin;
+        the encoder, run once per audio, stays whole)."""
+        check_layer_count(count, self.decoder_layers, "decoder layer count")
+        return dataclasses.replace(self, decoder_layers=count)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> WhisperConfig:

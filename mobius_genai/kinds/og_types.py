@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
+#: The audio pipeline og's WhisperProcessor reads (onnxruntime-extensions' feature extraction).
+AUDIO_PROCESSOR_FILE = "audio_processor_config.json"
+
 
 @dataclasses.dataclass(frozen=True)
 class OgType:
@@ -20,12 +23,17 @@ class OgType:
     three_d_positions: bool = False
     # The text og's multimodal processor expands to one image's tokens (None: takes no images).
     image_placeholder: str | None = None
+    # og's processor takes audio (og.Audios); the encoder runs once before the decoder.
+    audio: bool = False
+    # Files og reads by their default name, which no genai_config key names.
+    required_files: tuple[str, ...] = ()
 
 
 OG_TYPES: dict[str, OgType] = {
     row.name: row
     for row in (
         OgType("gemma3", image_placeholder="<start_of_image>"),
+        OgType("whisper", audio=True, required_files=(AUDIO_PROCESSOR_FILE,)),
         OgType(
             "qwen2_5_vl",
             three_d_positions=True,
@@ -46,15 +54,41 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"input_ids": "input_ids", "image_features": "image_features"},
         {"inputs_embeds": "inputs_embeds"},
     ),
+    # "%d" names one tensor per decoder layer (the cross caches the decoder reads)
+    "encoder": (
+        {"audio_features": "audio_features"},
+        {
+            "encoder_hidden_states": "encoder_hidden_states",
+            "cross_present_key_names": "present_key_cross_%d",
+            "cross_present_value_names": "present_value_cross_%d",
+        },
+    ),
 }
 
 #: Sections whose processor reads a config file: section → og's default config_filename.
 OG_PROCESSOR_FILES: dict[str, str] = {"vision": "processor_config.json"}
 
 
+#: Whisper vocabularies this large have language tokens (English-only ones are one smaller).
+MULTILINGUAL_VOCAB = 51_865
+
+
+def whisper_prompt(vocab_size: int, language: str = "en", task: str = "transcribe") -> str:
+    """The decoder prompt og's processor turns into Whisper's forced ids: start, language,
+    task, no timestamps; an English-only vocabulary has no language or task token."""
+    if vocab_size < MULTILINGUAL_VOCAB:
+        return "<|startoftranscript|><|notimestamps|>"
+    return f"<|startoftranscript|><|{language}|><|{task}|><|notimestamps|>"
+
+
 def og_type(name: str) -> OgType:
     """The row of model.type `name`; a type without one is a plain decoder to og."""
     return OG_TYPES.get(name) or OgType(name)
+
+
+def audio_types() -> list[str]:
+    """The model.type values that take audio, sorted (for error messages)."""
+    return sorted(name for name, row in OG_TYPES.items() if row.audio)
 
 
 def image_types() -> list[str]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from mobius_genai.kinds.base import ModelKind
 from mobius_genai.kinds.text import TextDecoderKind
 from mobius_genai.kinds.vision_language import VisionLanguageKind
+from mobius_genai.kinds.whisper import WhisperKind
 
 TEXT_DECODER = TextDecoderKind()
-KINDS: tuple[ModelKind, ...] = (VisionLanguageKind(), TEXT_DECODER)
+KINDS: tuple[ModelKind, ...] = (VisionLanguageKind(), WhisperKind(), TEXT_DECODER)
 
 
 def kind_of(model_type: str) -> ModelKind:

@@ -8,6 +8,7 @@ table (transformers ties them), so a checkpoint that stores it must store the sa
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 import onnx_ir as ir
 
@@ -18,7 +19,7 @@ from mobius_genai.config.whisper import WhisperConfig
 from mobius_genai.tasks.whisper import WhisperDecoderTask, WhisperEncoderTask
 
 #: Graph key → the role optimize_model gates this graph's fusions by.
-WHISPER_ROLES = {"encoder": "encoder", "decoder": "decoder"}
+WHISPER_ROLES = {"encoder": "encoder", "decoder": "cross_decoder"}
 _TIED = {"proj_out.weight": "decoder.embed_tokens.weight"}
 _MLP = re.compile(r"\.mlp\.")
 
@@ -34,10 +35,11 @@ _NAMES = NameMap("whisper", checkpoint_name)
 
 
 def whisper_graphs(
-    config: WhisperConfig, checkpoint: CheckpointReader | None
+    config: WhisperConfig, checkpoint: CheckpointReader | None, dropped: Collection[str] = ()
 ) -> dict[str, ir.Model]:
     """{"encoder", "decoder"} graphs; call inside the build context. Every checkpoint tensor is
-    checked (present, shaped, used) before any is read."""
+    checked (present, shaped, used) before any is read, except those `dropped` (the decoder
+    layers a first-layers build leaves out)."""
     models = {
         "encoder": WhisperEncoderTask().build(WhisperEncoderModel(config), config),
         "decoder": WhisperDecoderTask().build(WhisperDecoderModel(config), config),
@@ -48,7 +50,9 @@ def whisper_graphs(
             for model in models.values()
             for name, value in model.graph.initializers.items()
         }
-        tensors, _ = parameter_tensors(parameters, checkpoint, _NAMES, config, tied=_TIED)
+        tensors, _ = parameter_tensors(
+            parameters, checkpoint, _NAMES, config, tied=_TIED, dropped=dropped
+        )
         for model in models.values():
             initializers = model.graph.initializers
             attach_weights(model, {k: v for k, v in tensors.items() if k in initializers})

@@ -231,13 +231,13 @@ def bundle_model_handler(
     A one-graph bundle is an ONNXModelHandler of model.onnx: its external data files stay with
     the model (a later pass writes its own); every other file is listed in
     `additional_files`, replacing the input model's list (Olive's Pass.run then carries the
-    input's files over, without overwriting these). A vision-language bundle is a
-    CompositeModelHandler of its graphs (vision, embedding, decoder) marked `no_flatten`, so
+    input's files over, without overwriting these). A bundle of several graphs (vision,
+    embedding, decoder; encoder, decoder) is a CompositeModelHandler of them marked `no_flatten`, so
     Olive saves the folder as it is: graph names, weights and genai_config stay together.
     """
     config = read_genai_config(folder)["model"]
-    if "vision" in config:
-        sections = [section for section in GRAPH_SECTIONS if section in config]
+    sections = [section for section in GRAPH_SECTIONS if section in config]
+    if len(sections) > 1:
         graphs = {config[section]["filename"] for section in sections}
         weights = {
             name for graph in graphs for name in GraphInfo.from_file(folder / graph).external_data

@@ -37,7 +37,9 @@ from mobius_genai.optimize.rules import (
 
 __all__ = ["FUSIONS", "LOWERINGS", "ROLES", "Gate", "GateInput", "RuleGroup", "gqa_gate"]
 
-ROLES = ("decoder", "vision", "embedding", "encoder")
+#: "cross_decoder": a decoder that attends to an encoder's output (Whisper's), which
+#: onnxruntime-genai feeds no attention_mask: no GroupQueryAttention, no pruned logits.
+ROLES = ("decoder", "vision", "embedding", "encoder", "cross_decoder")
 
 
 @dataclasses.dataclass(frozen=True)

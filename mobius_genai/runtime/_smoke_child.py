@@ -33,12 +33,14 @@ from mobius_genai.bundle._og_errors import PROVIDER_UNAVAILABLE
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.graph import KV_ROLES, cache_roles, layer_names
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.audio import has_audio
 from mobius_genai.runtime.generate import (
     greedy_tokens,
     load_model,
     load_tokenizer,
     require_finite,
 )
+from mobius_genai.runtime.smoke_audio import AudioPrompt, audio_greedy, audio_note, cross_caches
 from mobius_genai.runtime.smoke_image import (
     ImagePrompt,
     has_vision,
@@ -136,9 +138,9 @@ def _generate(
     max_new_tokens: int,
     cpu: bool,
     options: Mapping[str, str],
-) -> tuple[list[int] | ImagePrompt, list[int], str]:
+) -> tuple[list[int] | ImagePrompt | AudioPrompt, list[int], str]:
     """(prompt, generated ids, generated text) of a greedy run after SMOKE_PROMPT (or after
-    an image prompt for a vision-language bundle).
+    an image prompt for a vision-language bundle, a tone for a speech bundle).
 
     The model is loaded here and released on return, before any reference loop loads the
     graph again.
@@ -150,7 +152,10 @@ def _generate(
 
 def _greedy(
     model: og.Model, folder: Path, config: Mapping[str, Any], max_new_tokens: int
-) -> tuple[list[int] | ImagePrompt, list[int], str]:
+) -> tuple[list[int] | ImagePrompt | AudioPrompt, list[int], str]:
+    if has_audio(config):
+        _phase("transcribing generated audio")
+        return audio_greedy(model, folder, config, max_new_tokens)
     if has_vision(config):
         _phase("generating with an image")
         return image_greedy(model, folder, config, max_new_tokens)
@@ -165,14 +170,16 @@ def _greedy(
     return prompt, tokens, tokenizer.decode(tokens)
 
 
-def _with_image(prompt: Sequence[int] | ImagePrompt) -> str:
+def _with_image(prompt: Sequence[int] | ImagePrompt | AudioPrompt) -> str:
+    if isinstance(prompt, AudioPrompt):
+        return audio_note(prompt)
     return image_note(prompt) if isinstance(prompt, ImagePrompt) else ""
 
 
 def _compare(
     folder: Path,
     config: Mapping[str, Any],
-    prompt: Sequence[int] | ImagePrompt,
+    prompt: Sequence[int] | ImagePrompt | AudioPrompt,
     tokens: list[int],
     options: Mapping[str, str],
     cpu_provider: str,
@@ -184,6 +191,9 @@ def _compare(
     embed = None
     if isinstance(prompt, ImagePrompt):
         embed = image_embedder(folder, config, prompt, options, cpu_provider)
+        prompt = prompt.input_ids
+    elif isinstance(prompt, AudioPrompt):
+        embed = cross_caches(folder, config, prompt, options, cpu_provider)
         prompt = prompt.input_ids
     _phase("running the onnxruntime reference loop")
     reference = ort_greedy_tokens(

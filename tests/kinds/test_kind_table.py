@@ -21,6 +21,7 @@ from mobius_genai.kinds.base import KindGraphs, KindInput
 from mobius_genai.kinds.og_types import OG_TYPES
 from mobius_genai.kinds.text import TextDecoderKind
 from mobius_genai.kinds.vision_language import VisionLanguageKind
+from mobius_genai.kinds.whisper import WhisperKind
 from mobius_genai.models.families import FAMILIES
 from mobius_genai.models.vision_language import VISION_LANGUAGE
 from mobius_genai.packager import package
@@ -102,6 +103,7 @@ def test_a_registered_kind_is_built_written_and_validated(fake_checkpoint, tmp_p
 def test_every_row_of_a_kind_table_finds_its_kind():
     for model_type in VISION_LANGUAGE:
         assert isinstance(table.kind_of(model_type), VisionLanguageKind), model_type
+    assert isinstance(table.kind_of("whisper"), WhisperKind)
     for model_type in FAMILIES:
         assert isinstance(table.kind_of(model_type), TextDecoderKind), model_type
 

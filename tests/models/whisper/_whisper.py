@@ -207,17 +207,31 @@ def pcm16(signal: np.ndarray) -> np.ndarray:
     return (np.clip(signal, -1, 1) * 32767).astype("<i2")
 
 
+#: Per layout: the ids below the special tokens, the language tokens and the no-speech token.
+_TOKENIZER_LAYOUTS = {
+    "multilingual": (50_257, 99, "<|nospeech|>"),
+    "english": (50_256, 99, "<|nocaptions|>"),
+}
+
+
 def write_multilingual_tokenizer(dest: Path) -> None:
-    """tokenizer.json and tokenizer_config.json with the multilingual layout's special tokens at
-    their ids (<|endoftext|> 50257, <|startoftranscript|> 50258, <|en|> 50259, <|transcribe|>
-    50359, <|notimestamps|> 50363, timestamps up to 51864) over a byte-level BPE without merges;
-    the other ids below 50257 are placeholders the BPE never emits."""
+    """`write_whisper_tokenizer` of the multilingual layout."""
+    write_whisper_tokenizer(dest, "multilingual")
+
+
+def write_whisper_tokenizer(dest: Path, layout: str) -> None:
+    """tokenizer.json and tokenizer_config.json with the special tokens of `layout` at their ids
+    (multilingual: <|endoftext|> 50257, <|startoftranscript|> 50258, <|en|> 50259,
+    <|transcribe|> 50359, <|notimestamps|> 50363, timestamps up to 51864; English-only: each one
+    lower) over a byte-level BPE without merges; the other ids below <|endoftext|> are
+    placeholders the BPE never emits."""
+    base, language_count, no_speech = _TOKENIZER_LAYOUTS[layout]
     vocab = {char: i for i, char in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
-    vocab |= {f"<|unused_{i}|>": i for i in range(len(vocab), 50_257)}
+    vocab |= {f"<|unused_{i}|>": i for i in range(len(vocab), base)}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    languages = ["<|en|>", *(f"<|lang_{i}|>" for i in range(98))]
+    languages = ["<|en|>", "<|fr|>", *(f"<|lang_{i}|>" for i in range(language_count - 2))]
     tasks = ["<|translate|>", "<|transcribe|>", "<|startoflm|>", "<|startofprev|>"]
     timestamps = [f"<|{i * 0.02:.2f}|>" for i in range(1501)]
     specials = [
@@ -225,7 +239,7 @@ def write_multilingual_tokenizer(dest: Path) -> None:
         "<|startoftranscript|>",
         *languages,
         *tasks,
-        "<|nospeech|>",
+        no_speech,
         "<|notimestamps|>",
         *timestamps,
     ]

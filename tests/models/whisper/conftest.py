@@ -1,10 +1,11 @@
-"""Whisper fixtures: one tiny random checkpoint per layout, and its reference model."""
+"""Whisper fixtures: one tiny random checkpoint per layout, its reference model, a bundle."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.models.whisper._whisper import LAYOUTS, write_whisper_checkpoint
+from mobius_genai.packager import package
+from tests.models.whisper._whisper import LAYOUTS, write_whisper_checkpoint, write_whisper_tokenizer
 
 
 @pytest.fixture(scope="module", params=sorted(LAYOUTS))
@@ -19,3 +20,12 @@ def multilingual_checkpoint(tmp_path_factory):
     """(transformers' model, checkpoint folder) of the multilingual layout."""
     folder = tmp_path_factory.mktemp("whisper-multilingual")
     return write_whisper_checkpoint(folder, "multilingual"), folder
+
+
+@pytest.fixture(scope="module")
+def speech_bundle(multilingual_checkpoint, tmp_path_factory):
+    """The multilingual checkpoint with a tokenizer, packaged for cpu (no smoke test)."""
+    _, folder = multilingual_checkpoint
+    write_whisper_tokenizer(folder, "multilingual")
+    out = tmp_path_factory.mktemp("speech") / "bundle"
+    return package(folder, "cpu", out, quiet=True, smoke_test=False)

@@ -7,16 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime_genai as og
-import pytest
 from transformers import WhisperFeatureExtractor
 
 from tests._ort import og_greedy
 from tests.models.whisper._whisper import FORCED_PROMPT, hf_new_tokens, tone, write_bundle
 
 NEW_TOKENS = 20
-
-# The decoder role admits GQAFusion, which Whisper's decoder (no attention_mask) cannot take.
-pytestmark = pytest.mark.filterwarnings("ignore:GQA fusion expected:UserWarning")
 
 
 def test_og_greedy_tokens_equal_transformers_generate(whisper_checkpoint, tmp_path):

@@ -26,8 +26,6 @@ NEW_TOKENS = 20
 RATE = 16_000
 HOP = 160
 
-pytestmark = pytest.mark.filterwarnings("ignore:GQA fusion expected:UserWarning")
-
 
 @pytest.fixture(scope="module")
 def bundle(multilingual_checkpoint, tmp_path_factory):

@@ -1,0 +1,196 @@
+"""Audio into a speech bundle (og type with `audio` on its row: Whisper): a file checked and
+opened for onnxruntime-genai's processor, and the decoder prompt it forces (start, language,
+task, no timestamps).
+
+og's processor reads the file through onnxruntime-extensions' AudioDecoder, which resamples
+down only, and pads or cuts the log-mel to the encoder's window (`chunk_size` seconds of
+audio_processor_config.json): longer audio would be cut without a word, so it is refused here.
+"""
+
+from __future__ import annotations
+
+import wave
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnxruntime_genai as og
+
+from mobius_genai._json import read_json_object
+from mobius_genai.errors import BundleError, OptionError
+from mobius_genai.kinds.og_types import (
+    AUDIO_PROCESSOR_FILE,
+    MULTILINGUAL_VOCAB,
+    audio_types,
+    og_type,
+    whisper_prompt,
+)
+
+if TYPE_CHECKING:  # the smoke test's process imports this module, not the bundle checks
+    from mobius_genai.runtime.opening import OpenBundle
+
+#: The rate the encoder's log-mel is computed at; og resamples down to it, never up.
+SAMPLE_RATE = 16_000
+TASKS = ("transcribe", "translate")
+#: onnxruntime-extensions' AudioDecoder messages → what was wrong, what is accepted.
+_DECODER_ERRORS = {
+    "Cannot detect audio stream format": (
+        "not an audio file onnxruntime-genai can decode; accepted: WAV, FLAC or MP3"
+    ),
+    "only down-sampling supported": (
+        f"sampled below {SAMPLE_RATE} Hz, which onnxruntime-genai cannot resample up; "
+        f"accepted: {SAMPLE_RATE} Hz or higher"
+    ),
+}
+
+
+def has_audio(config: Mapping[str, Any]) -> bool:
+    """Whether genai_config's model type takes audio (its og_types row)."""
+    return og_type(config["model"]["type"]).audio
+
+
+def require_audio_bundle(folder: str | Path, config: Mapping[str, Any], audio: bool) -> None:
+    """An audio file for a speech bundle, none for any other: else an OptionError."""
+    model_type = config["model"]["type"]
+    if audio and not has_audio(config):
+        raise OptionError(
+            f"{folder}: model.type {model_type!r} takes no audio; accepted: --audio with a "
+            f"speech bundle (model.type {', '.join(audio_types())})"
+        )
+    if not audio and has_audio(config):
+        raise OptionError(
+            f"{folder}: a speech bundle (model.type {model_type!r}) transcribes audio; "
+            "accepted: --audio FILE"
+        )
+
+
+def max_seconds(folder: str | Path) -> int:
+    """The audio the encoder takes at once: audio_processor_config.json's log-mel chunk_size."""
+    path = Path(folder) / AUDIO_PROCESSOR_FILE
+    document = read_json_object(path, BundleError)
+    for step in document.get("feature_extraction", {}).get("sequence", []):
+        attrs = step.get("operation", {}).get("attrs", {})
+        if "chunk_size" in attrs:
+            return int(attrs["chunk_size"])
+    raise BundleError(f"{path}: no log-mel chunk_size; accepted: the file `package` writes")
+
+
+def audio_seconds(path: str | Path, limit: int) -> float | None:
+    """The length of a WAV file in seconds (None for other formats), checked against og's rate
+    and the encoder's `limit`: a OptionError naming what was wrong."""
+    path = Path(path)
+    if not path.is_file():
+        raise OptionError(f"--audio {path}: not a file; accepted: a WAV, FLAC or MP3 file")
+    try:
+        with wave.open(str(path), "rb") as file:
+            rate, frames = file.getframerate(), file.getnframes()
+    except (wave.Error, EOFError):
+        return None  # not WAV: og's decoder says what it makes of it
+    if rate < SAMPLE_RATE:
+        raise OptionError(
+            f"--audio {path}: {rate} Hz is {_DECODER_ERRORS['only down-sampling supported']}"
+        )
+    seconds = frames / rate
+    if seconds > limit:
+        raise OptionError(
+            f"--audio {path}: {seconds:.1f} s of audio, over the {limit} s the encoder takes at "
+            f"once; accepted: up to {limit} s (cut longer audio into pieces)"
+        )
+    return seconds
+
+
+def prompt_text(
+    folder: str | Path, config: Mapping[str, Any], language: str | None, task: str
+) -> str:
+    """The decoder prompt og's processor turns into the forced ids: multilingual vocabularies
+    name the language and task; English-only ones transcribe English and nothing else."""
+    vocab_size = config["model"]["vocab_size"]
+    if vocab_size < MULTILINGUAL_VOCAB:
+        if language not in (None, "en") or task != "transcribe":
+            raise OptionError(
+                f"{folder}: an English-only model (vocab_size {config['model']['vocab_size']}) "
+                f"cannot --language {language} --task {task}; accepted: --language en "
+                "--task transcribe"
+            )
+        return whisper_prompt(vocab_size)
+    language = language or "en"
+    languages = _language_tokens(folder)
+    if f"<|{language}|>" not in languages:
+        raise OptionError(
+            f"--language {language}: not a language of this tokenizer; accepted: "
+            + ", ".join(sorted(token[2:-2] for token in languages))
+        )
+    return whisper_prompt(vocab_size, language, task)
+
+
+def _language_tokens(folder: str | Path) -> set[str]:
+    """The tokenizer's special tokens that name a language ("<|en|>", ...)."""
+    document = read_json_object(Path(folder) / "tokenizer.json", BundleError)
+    others = {"<|endoftext|>", "<|nospeech|>", "<|nocaptions|>", "<|notimestamps|>"}
+    return {
+        content
+        for content in (token.get("content", "") for token in document.get("added_tokens", []))
+        if content.startswith("<|")
+        and content.endswith("|>")
+        and content not in others
+        and content[2:-2].replace("_", "").isalpha()
+        and content[2:-2] not in {*TASKS, "startoftranscript", "startoflm", "startofprev"}
+    }
+
+
+def audio_inputs(model: og.Model, text: str, path: str | Path) -> og.NamedTensors:
+    """og's processor's audio_features and input_ids for `text` and the audio file `path`."""
+    try:
+        return model.create_multimodal_processor()(text, audios=og.Audios.open(str(path)))
+    except RuntimeError as error:
+        message = str(error)
+        what = next((said for key, said in _DECODER_ERRORS.items() if key in message), None)
+        raise OptionError(
+            f"--audio {path}: {what or f'onnxruntime-genai cannot process it: {message}'}"
+        ) from error
+
+
+def tone_wav(path: Path, seconds: float = 2.0, frequency: float = 440.0) -> Path:
+    """A generated test signal (a 16 kHz 16-bit mono tone) as a WAV file: the smoke test's."""
+    time = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    samples = (0.5 * np.sin(2 * np.pi * frequency * time) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as file:
+        file.setnchannels(1)
+        file.setsampwidth(2)
+        file.setframerate(SAMPLE_RATE)
+        file.writeframes(samples.tobytes())
+    return path
+
+
+def transcribe(
+    bundle: OpenBundle,
+    path: str | Path,
+    *,
+    language: str | None = None,
+    task: str = "transcribe",
+    max_new_tokens: int = 448,
+) -> Iterator[str]:
+    """The transcript of the audio file `path`, piece by piece as og.Generator decodes it
+    greedily after the forced prompt (the end-of-text token is not printed)."""
+    audio_seconds(path, max_seconds(bundle.folder))
+    text = prompt_text(bundle.folder, bundle.config, language, task)
+    inputs = audio_inputs(bundle.model, text, path)
+    prompt = inputs["input_ids"].as_numpy().shape[-1]
+    model = bundle.config["model"]
+    eos = model.get("eos_token_id", [])
+    ends = set(eos if isinstance(eos, list) else [eos])
+    try:
+        params = og.GeneratorParams(bundle.model)
+        length = min(prompt + max_new_tokens, model["context_length"])
+        params.set_search_options(max_length=length)
+        generator = og.Generator(bundle.model, params)
+        generator.set_inputs(inputs)
+        stream = og.Tokenizer(bundle.model).create_stream()
+        while not generator.is_done():
+            generator.generate_next_token()
+            token = int(generator.get_next_tokens()[0])
+            if token not in ends:
+                yield stream.decode(token)
+    except RuntimeError as error:
+        raise bundle.failure("transcribe the audio", error) from error

@@ -1,0 +1,147 @@
+"""`mobius-genai run BUNDLE --audio FILE`: a packaged Whisper bundle prints the transcript
+transformers' generate() gives for the same audio features, decoded by the tokenizer; bad
+input is one line each (no traceback)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnxruntime_genai as og
+import pytest
+from tokenizers import Tokenizer
+
+from mobius_genai.cli import main
+from mobius_genai.packager import package
+from tests.models.whisper._whisper import (
+    FORCED_PROMPT,
+    hf_new_tokens,
+    tone,
+    write_wav,
+    write_whisper_checkpoint,
+    write_whisper_tokenizer,
+)
+
+NEW_TOKENS = 6
+EOS = 50_257
+
+
+@pytest.fixture(scope="module")
+def wav(tmp_path_factory) -> Path:
+    return write_wav(tmp_path_factory.mktemp("audio") / "tone.wav", tone(3.0))
+
+
+def _run(capsys, *arguments: str) -> tuple[int, str, str]:
+    code = main(["run", *arguments])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_run_audio_prints_the_transcript_transformers_generates(
+    speech_bundle, multilingual_checkpoint, wav, capsys
+):
+    model_hf, _ = multilingual_checkpoint
+    prompt = FORCED_PROMPT["multilingual"]
+    processor = og.Model(str(speech_bundle)).create_multimodal_processor()
+    text = "<|startoftranscript|><|en|><|transcribe|><|notimestamps|>"
+    mel = processor(text, audios=og.Audios.open(str(wav)))["audio_features"].as_numpy()
+    expected = [t for t in hf_new_tokens(model_hf, mel.copy(), prompt, NEW_TOKENS) if t != EOS]
+    tokenizer = Tokenizer.from_file(str(speech_bundle / "tokenizer.json"))
+    code, out, err = _run(
+        capsys, str(speech_bundle), "--audio", str(wav), "--max-new-tokens", str(NEW_TOKENS)
+    )
+    assert code == 0, err
+    assert expected and out == tokenizer.decode(expected, skip_special_tokens=False) + "\n"
+
+
+def test_run_audio_with_another_language_and_task_forces_their_tokens(
+    speech_bundle, multilingual_checkpoint, wav, capsys
+):
+    model_hf, _ = multilingual_checkpoint
+    french_translate = [50258, 50260, 50358, 50363]  # <|fr|> is 50260 in this tokenizer
+    processor = og.Model(str(speech_bundle)).create_multimodal_processor()
+    text = "<|startoftranscript|><|fr|><|translate|><|notimestamps|>"
+    inputs = processor(text, audios=og.Audios.open(str(wav)))
+    assert inputs["input_ids"].as_numpy().tolist() == [french_translate]
+    mel = inputs["audio_features"].as_numpy().copy()
+    expected = [t for t in hf_new_tokens(model_hf, mel, french_translate, 4) if t != EOS]
+    tokenizer = Tokenizer.from_file(str(speech_bundle / "tokenizer.json"))
+    command = [str(speech_bundle), "--audio", str(wav), "--language", "fr", "--task", "translate"]
+    code, out, err = _run(capsys, *command, "--max-new-tokens", "4")
+    assert code == 0, err
+    assert out == tokenizer.decode(expected, skip_special_tokens=False) + "\n"
+
+
+def _bad_audio(folder: Path) -> dict[str, tuple[Path, str]]:
+    """File name → (file, what the one-line error says)."""
+    folder.mkdir(exist_ok=True)
+    junk = folder / "notes.wav"
+    junk.write_bytes(b"not audio at all " * 20)
+    return {
+        "not audio": (junk, "not an audio file onnxruntime-genai can decode"),
+        "8 kHz": (
+            write_wav(folder / "low.wav", tone(2.0, rate=8000), rate=8000),
+            "8000 Hz is sampled below 16000 Hz",
+        ),
+        "over 30 s": (write_wav(folder / "long.wav", tone(31.0)), "over the 30 s"),
+        "missing": (folder / "absent.wav", "not a file"),
+    }
+
+
+@pytest.mark.parametrize("case", ["not audio", "8 kHz", "over 30 s", "missing"])
+def test_bad_audio_is_one_clear_line(speech_bundle, tmp_path, capsys, case):
+    path, said = _bad_audio(tmp_path / "audio")[case]
+    code, out, err = _run(capsys, str(speech_bundle), "--audio", str(path))
+    assert code == 1 and out == ""
+    assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_44_1_khz_file_is_resampled_by_og(speech_bundle, tmp_path, capsys):
+    signal = tone(2.0, rate=44_100)
+    path = write_wav(tmp_path / "cd.wav", signal, rate=44_100)
+    code, out, err = _run(capsys, str(speech_bundle), "--audio", str(path), "--max-new-tokens", "2")
+    assert code == 0, err
+    assert out.strip()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["--language", "xx"], "--language xx: not a language of this tokenizer; accepted: en, fr"),
+        (["--prompt", "hi"], "--audio takes no prompt"),
+    ],
+)
+def test_bad_options_with_audio_are_one_clear_line(speech_bundle, wav, capsys, arguments, said):
+    code, _, err = _run(capsys, str(speech_bundle), "--audio", str(wav), *arguments)
+    assert code == 1 and said in err and "Traceback" not in err
+
+
+def test_no_audio_on_a_speech_bundle_is_one_clear_line(speech_bundle, capsys):
+    code, _, err = _run(capsys, str(speech_bundle), "hello")
+    assert code == 1 and "a speech bundle (model.type 'whisper') transcribes audio" in err
+    assert "accepted: --audio FILE" in err and "Traceback" not in err
+
+
+def test_audio_on_a_text_bundle_is_one_clear_line(packaged, wav, capsys):
+    bundle = packaged("cpu")
+    code, _, err = _run(capsys, str(bundle), "--audio", str(wav))
+    assert code == 1 and "model.type 'qwen2' takes no audio" in err
+    assert "speech bundle (model.type whisper)" in err and "Traceback" not in err
+
+
+def test_english_only_bundle_refuses_another_language(tmp_path, wav, capsys):
+    folder = tmp_path / "ckpt"
+    write_whisper_checkpoint(folder, "english")
+    write_whisper_tokenizer(folder, "english")
+    bundle = package(folder, "cpu", tmp_path / "en", quiet=True, smoke_test=False)
+    code, _, err = _run(capsys, str(bundle), "--audio", str(wav), "--language", "fr")
+    assert code == 1 and "an English-only model (vocab_size 51864)" in err
+
+
+def test_bench_audio_reports_the_real_time_factor(speech_bundle, wav, capsys):
+    command = ["bench", str(speech_bundle), "--audio", str(wav), "--rounds", "1", "--json"]
+    assert main([*command, "--ep", "cpu"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["audio_seconds"] == 3.0  # the WAV file's length, read from its header
+    assert result["seconds"] > 0 and result["tokens"] > 0
+    assert result["real_time_factor"] == pytest.approx(result["seconds"] / 3.0)
