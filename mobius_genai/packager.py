@@ -120,7 +120,7 @@ def package(
             protect=checkpoint_folder(model),
             say=lambda message: _say(message, quiet),
         ) as staging:
-            precision, layers, twin_layers, write_twin, vision_layers = _write_staged(
+            written = _write_staged(
                 model,
                 target,
                 staging,
@@ -133,26 +133,36 @@ def package(
             )
             gc.collect()  # the graph and the checkpoint files it mapped, before the bundle runs
             with _errors_name(out, staging):
-                with phase("validating the bundle", not quiet):
-                    validate_bundle(staging, check_hashes=False)  # the manifest was just made
-                if smoke_test:
-                    with phase("smoke test", not quiet):
-                        record = run_smoke_phase(
-                            staging,
-                            target.ep,
-                            precision=precision,
-                            layers=layers,
-                            twin_layers=twin_layers,
-                            write_twin=write_twin,
-                            say=lambda message: _say(message, quiet),
-                            vision_layers=vision_layers,
-                        )
-                    _say(record["note"], quiet)
-                    record_smoke_test(staging, out.name, record)
+                _check_staged(staging, out.name, target, written, smoke_test, quiet)
     except BaseException:
         cancel_background_hashes()  # the manifest will not need them
         raise
     return out
+
+
+def _check_staged(
+    staging: Path, name: str, target: Target, written: tuple, smoke_test: bool, quiet: bool
+) -> None:
+    """Validate the staged bundle and, with `smoke_test`, have onnxruntime-genai run it (or its
+    twin with fewer layers); `written` is what `_write_staged` returned."""
+    precision, layers, twin_layers, write_twin, vision_layers = written
+    with phase("validating the bundle", not quiet):
+        validate_bundle(staging, check_hashes=False)  # the manifest was just made
+    if not smoke_test:
+        return
+    with phase("smoke test", not quiet):
+        record = run_smoke_phase(
+            staging,
+            target.ep,
+            precision=precision,
+            layers=layers,
+            twin_layers=twin_layers,
+            write_twin=write_twin,
+            say=lambda message: _say(message, quiet),
+            vision_layers=vision_layers,
+        )
+    _say(record["note"], quiet)
+    record_smoke_test(staging, name, record)
 
 
 def _write_staged(

@@ -81,6 +81,11 @@ _LOADED_AS = {
         (r"\.output_linear\.weight$", ".experts.down_proj"),
         (r"\.router\.layer\.", ".router."),
     ],
+    "granitemoehybrid": [  # the experts as granitemoe's; the shared MLP keeps its names
+        (r"\.block_sparse_moe\.input_linear\.weight$", ".block_sparse_moe.experts.gate_up_proj"),
+        (r"\.block_sparse_moe\.output_linear\.weight$", ".block_sparse_moe.experts.down_proj"),
+        (r"\.router\.layer\.", ".router."),
+    ],
 }
 # transformers loads per-expert tensors into one [experts, 2 * inter, hidden] gate_up_proj
 # ([gate | up] rows) and one [experts, hidden, inter] down_proj
