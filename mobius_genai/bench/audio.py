@@ -8,6 +8,7 @@ import statistics
 import time
 from pathlib import Path
 
+from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
 from mobius_genai.runtime.audio import audio_seconds, max_seconds, transcribe
 from mobius_genai.runtime.opening import open_bundle
@@ -36,7 +37,7 @@ def bench_audio(
             "accepted: a WAV file"
         )
     bundle = open_bundle(
-        folder, command="bench", provider=provider_of("cpu") if cpu else None, threads=threads
+        folder, command="bench", provider=provider_of(HOST_EP) if cpu else None, threads=threads
     )
     times, tokens = [], 0
     for _ in range(rounds + 1):
