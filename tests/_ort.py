@@ -143,3 +143,23 @@ def og_sequence(bundle, prompt: list[int], max_length: int) -> list[int]:
     while not generator.is_done():
         generator.generate_next_token()
     return list(generator.get_sequence(0))
+
+
+def reference_evaluator_logits(model: ir.Model, ids: np.ndarray) -> np.ndarray:
+    """The prefill logits of `model` for `ids` [1, seq] on onnx's reference evaluator (a runtime
+    without onnxruntime's kernels, so Tier-1 bodies run): empty KV caches, zero states."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "position_ids": np.arange(ids.shape[1])[None],
+    }
+    for value in model.graph.inputs:
+        if value.name not in feeds:  # empty KV caches [1, heads, 0, dim], zero states
+            sizes = [1, *value.shape[1:]]
+            if value.name.endswith((".key", ".value")):
+                sizes[2] = 0
+            feeds[value.name] = np.zeros(sizes, np.float32)
+    (logits,) = ReferenceEvaluator(ir.to_proto(model)).run(["logits"], feeds)
+    return logits

@@ -124,17 +124,25 @@ def _linear_attention_call(
     return model
 
 
-def _gated_delta_numpy(
-    feeds: dict[str, np.ndarray], q_heads: int, kv_heads: int, scale: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """transformers' torch_recurrent_gated_delta_rule in float64, token by token."""
+def _per_head_float64(
+    feeds: dict[str, np.ndarray], q_heads: int, kv_heads: int
+) -> tuple[np.ndarray, ...]:
+    """q, k [b, t, kv_heads, d] (q/k heads repeat-interleaved onto the value heads), v
+    [b, t, kv_heads, dv], the past state and a zero output, in float64."""
     q, k, v = (feeds[name].astype(np.float64) for name in ("q", "k", "v"))
     batch, length, _ = q.shape
     q = np.repeat(q.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
     k = np.repeat(k.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
     v = v.reshape(batch, length, kv_heads, -1)
-    state = feeds["past"].astype(np.float64)
-    out = np.zeros_like(v)
+    return q, k, v, feeds["past"].astype(np.float64), np.zeros_like(v)
+
+
+def _gated_delta_numpy(
+    feeds: dict[str, np.ndarray], q_heads: int, kv_heads: int, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """transformers' torch_recurrent_gated_delta_rule in float64, token by token."""
+    q, k, v, state, out = _per_head_float64(feeds, q_heads, kv_heads)
+    batch, length = q.shape[:2]
     for t in range(length):
         state = state * np.exp(feeds["g"][:, t])[..., None, None]
         memory = (state * k[:, t, :, :, None]).sum(-2)
@@ -239,13 +247,8 @@ def _gated_numpy(
 ) -> tuple[np.ndarray, np.ndarray]:
     """transformers' mamba2_selective_state_update in float64, token by token: each head reads
     the B (k) and C (q) of its group, the groups repeat-interleaved onto the heads."""
-    q, k, v = (feeds[name].astype(np.float64) for name in ("q", "k", "v"))
-    batch, length, _ = q.shape
-    q = np.repeat(q.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
-    k = np.repeat(k.reshape(batch, length, q_heads, -1), kv_heads // q_heads, axis=2)
-    v = v.reshape(batch, length, kv_heads, -1)
-    state = feeds["past"].astype(np.float64)
-    out = np.zeros_like(v)
+    q, k, v, state, out = _per_head_float64(feeds, q_heads, kv_heads)
+    batch, length = q.shape[:2]
     for t in range(length):
         decay = np.exp(feeds["g"][:, t])[..., None, None]
         state = state * decay + k[:, t, :, :, None] * v[:, t, :, None, :]

@@ -11,7 +11,6 @@ import json
 import numpy as np
 import onnx_ir as ir
 import pytest
-from onnx.reference import ReferenceEvaluator
 
 import mobius_genai
 from mobius_genai import packager
@@ -19,7 +18,13 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
-from tests._ort import left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import (
+    left_padded_diffs,
+    max_abs_diff,
+    ort_session,
+    reference_evaluator_logits,
+    run_like_reference,
+)
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
@@ -55,19 +60,7 @@ def test_portable_graph_runs_on_the_reference_evaluator(lfm2):
     package = mobius_genai.build(lfm2, "default", "f32")
     model = package["model"]
     assert any(node.op_type == "CausalConvWithState" for node in model.graph)
-    evaluator = ReferenceEvaluator(ir.to_proto(model))
-    feeds = {
-        "input_ids": ids,
-        "attention_mask": np.ones_like(ids),
-        "position_ids": np.arange(9)[None],
-    }
-    for value in model.graph.inputs:
-        if value.name not in feeds:  # empty KV caches [1, heads, 0, dim], zero conv states
-            sizes = [1, *value.shape[1:]]
-            if len(sizes) == 4:
-                sizes[2] = 0
-            feeds[value.name] = np.zeros(sizes, np.float32)
-    (logits,) = evaluator.run(["logits"], feeds)
+    logits = reference_evaluator_logits(model, ids)
     assert max_abs_diff([logits], reference.logits[:1]) <= TOLERANCE
 
 

@@ -14,7 +14,6 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from onnx.reference import ReferenceEvaluator
 from transformers import Qwen3_5TextConfig, Qwen3NextConfig
 
 import mobius_genai
@@ -24,7 +23,13 @@ from mobius_genai.bundle.validate import check_graph_against_config, validate_bu
 from mobius_genai.models import get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
-from tests._ort import left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import (
+    left_padded_diffs,
+    max_abs_diff,
+    ort_session,
+    reference_evaluator_logits,
+    run_like_reference,
+)
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
@@ -93,19 +98,7 @@ def test_portable_graph_runs_on_the_reference_evaluator(qwen3_5):
     ids = np.random.default_rng(2).integers(3, 128, size=(1, 9))
     reference = hf_reference_logits(qwen3_5, ids, decode_steps=0)
     model = mobius_genai.build(qwen3_5, "default", "f32")["model"]
-    evaluator = ReferenceEvaluator(ir.to_proto(model))
-    feeds = {
-        "input_ids": ids,
-        "attention_mask": np.ones_like(ids),
-        "position_ids": np.arange(9)[None],
-    }
-    for value in model.graph.inputs:
-        if value.name not in feeds:  # empty KV caches [1, heads, 0, dim], zero states
-            sizes = [1, *value.shape[1:]]
-            if value.name.endswith((".key", ".value")):
-                sizes[2] = 0
-            feeds[value.name] = np.zeros(sizes, np.float32)
-    (logits,) = evaluator.run(["logits"], feeds)
+    logits = reference_evaluator_logits(model, ids)
     assert max_abs_diff([logits], reference.logits) <= TOLERANCE
 
 
