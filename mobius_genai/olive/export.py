@@ -85,29 +85,7 @@ class MobiusExport(Pass):
                 description=f"{', '.join(FLOAT_PRECISIONS)}: the model dtype (for int4, of activations and "
                 "scales). Default: from `precision`, else the EP's.",
             ),
-            "int4_block_size": PassConfigParam(
-                type_=int,
-                default_value=None,
-                description="int4 only: quantization block size 16, 32, 64, 128 or 256 "
-                "(default: the int4_quality recipe's, 32 for each recipe today).",
-            ),
-            "int4_asymmetric": PassConfigParam(
-                type_=bool,
-                default_value=False,
-                description="int4 only: quantize with zero points. Default: the int4_quality "
-                "recipe's.",
-            ),
-            "int4_quality": PassConfigParam(
-                type_=str,
-                default_value=None,
-                description=f"int4 only: the recipe, {', '.join(QUALITIES)} (default "
-                f"{DEFAULT_QUALITY}; `mobius-genai package --help` describes each).",
-            ),
-            "int4_accuracy_level": PassConfigParam(
-                type_=int,
-                default_value=None,
-                description="int4 only: MatMulNBits accuracy_level 0-4. Default: the EP's.",
-            ),
+            **_int4_params(),
             "context_length": PassConfigParam(
                 type_=int,
                 default_value=None,
@@ -217,6 +195,34 @@ class MobiusExport(Pass):
             folder,
         )
         return bundle_model_handler(folder, model.model_attributes)
+
+
+def _int4_params() -> dict[str, PassConfigParam]:
+    """The int4_* options of MobiusExport."""
+    return {
+        "int4_block_size": PassConfigParam(
+            type_=int,
+            default_value=None,
+            description="int4 only: quantization block size 16, 32, 64, 128 or 256 "
+            "(default: the int4_quality recipe's, 32 for each recipe today).",
+        ),
+        "int4_asymmetric": PassConfigParam(
+            type_=bool,
+            default_value=False,
+            description="int4 only: quantize with zero points. Default: the int4_quality recipe's.",
+        ),
+        "int4_quality": PassConfigParam(
+            type_=str,
+            default_value=None,
+            description=f"int4 only: the recipe, {', '.join(QUALITIES)} (default "
+            f"{DEFAULT_QUALITY}; `mobius-genai package --help` describes each).",
+        ),
+        "int4_accuracy_level": PassConfigParam(
+            type_=int,
+            default_value=None,
+            description="int4 only: MatMulNBits accuracy_level 0-4. Default: the EP's.",
+        ),
+    }
 
 
 def _adapters(model: HfModelHandler, config: BasePassConfig) -> dict[str, str]:
