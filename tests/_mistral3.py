@@ -67,16 +67,20 @@ def tiny_mistral3(text: dict | None = None, **settings: Any) -> Mistral3ForCondi
     return model
 
 
-def write_mistral3_checkpoint(folder: Path) -> tuple[Mistral3ForConditionalGeneration, dict]:
+def special_ids(folder: Path) -> tuple[int, int, int]:
+    """The ids of [IMG], [IMG_BREAK] and [IMG_END] in the tokenizer at `folder`."""
+    return tuple(AutoTokenizer.from_pretrained(folder).convert_tokens_to_ids(SPECIALS[:3]))
+
+
+def write_mistral3_checkpoint(folder: Path) -> Mistral3ForConditionalGeneration:
     """Write a packageable tiny Mistral 3 checkpoint into `folder`: the model, tiny-qwen2's
     tokenizer with Mistral's image tokens, and the image processor's settings. Returns the
-    model (float32, eval mode) and the image tokens' ids by name."""
+    model (float32, eval mode)."""
     tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS})
-    ids = dict(zip(SPECIALS, tokenizer.convert_tokens_to_ids(SPECIALS), strict=True))
     model = tiny_mistral3(
         text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
-        image_token_index=ids["[IMG]"],
+        image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"),
     )
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -90,7 +94,7 @@ def write_mistral3_checkpoint(folder: Path) -> tuple[Mistral3ForConditionalGener
         "image_std": list(STD),
     }
     (Path(folder) / "preprocessor_config.json").write_text(json.dumps(preprocessor))
-    return model, ids
+    return model
 
 
 def pixel_values(pixels: np.ndarray) -> np.ndarray:

@@ -100,9 +100,7 @@ class PixtralLayer(nn.Module):
 class _Transformer(nn.Module):
     def __init__(self, config: PixtralVisionConfig) -> None:
         super().__init__()
-        self.layers = nn.ModuleList(
-            [PixtralLayer(config) for _ in range(config.num_hidden_layers)]
-        )
+        self.layers = nn.ModuleList([PixtralLayer(config) for _ in range(config.num_hidden_layers)])
 
     def forward(self, op, x: ir.Value, rotary: AxialRotary) -> ir.Value:
         for layer in self.layers:

@@ -128,4 +128,3 @@ def _act(value: Any, key: str) -> str:
             f"config.json: field {key!r} is {value!r}; accepted: {sorted(HIDDEN_ACTS)}"
         )
     return value
-

@@ -94,7 +94,9 @@ def test_graphs_match_transformers_over_prefill_and_decode(mistral3, ep):
         "input_ids": ids.numpy(),
         "attention_mask": np.ones((1, seq), np.int64),
         "position_ids": np.arange(seq)[None],
-        **{f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")},
+        **{
+            f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
+        },
     }
     outputs = _run(graphs["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
