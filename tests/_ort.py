@@ -114,6 +114,17 @@ def package_sessions(package: ModelPackage) -> dict[str, ort.InferenceSession]:
     }
 
 
+def run_declared(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Outputs by name, fed only the inputs the graph declares (an input nothing reads, such as
+    the position_ids GroupQueryAttention computes itself, is removed from the graph)."""
+    names = [value.name for value in session.get_outputs()]
+    declared = {value.name for value in session.get_inputs()}
+    outputs = session.run(None, {k: v for k, v in feeds.items() if k in declared})
+    return dict(zip(names, outputs, strict=True))
+
+
 def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
     """onnxruntime-genai's greedy tokens after a multimodal processor's `inputs`."""
     import onnxruntime_genai as og

@@ -20,7 +20,7 @@ from tests._mistral3 import (
     reference_features,
     tiny_mistral3,
 )
-from tests._ort import package_sessions
+from tests._ort import package_sessions, run_declared
 
 TOLERANCE = 1e-4
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16
@@ -59,14 +59,6 @@ def test_vision_graph_matches_transformers_for_images_of_any_size(mistral3, sess
     np.testing.assert_allclose(features, reference, atol=TOLERANCE, rtol=0)
 
 
-def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs by name, fed the inputs the graph declares (an unread input_ids is removed)."""
-    names = [value.name for value in session.get_outputs()]
-    declared = {value.name for value in session.get_inputs()}
-    outputs = session.run(None, {k: v for k, v in feeds.items() if k in declared})
-    return dict(zip(names, outputs, strict=True))
-
-
 @pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
 def test_graphs_match_transformers_over_prefill_and_decode(mistral3, ep):
     model, folder = mistral3
@@ -84,7 +76,9 @@ def test_graphs_match_transformers_over_prefill_and_decode(mistral3, ep):
             image_sizes=torch.tensor([[24, 40]]),
             use_cache=True,
         )
-    embeds = _run(graphs["embedding"], {"input_ids": ids.numpy(), "image_features": features})
+    embeds = run_declared(
+        graphs["embedding"], {"input_ids": ids.numpy(), "image_features": features}
+    )
     embeds = embeds["inputs_embeds"]
     np.testing.assert_allclose(embeds, embeds_ref.numpy(), atol=TOLERANCE, rtol=0)
     seq = ids.shape[1]
@@ -98,14 +92,14 @@ def test_graphs_match_transformers_over_prefill_and_decode(mistral3, ep):
             f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
         },
     }
-    outputs = _run(graphs["decoder"], feeds)
+    outputs = run_declared(graphs["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
     cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
     no_features = np.zeros((0, TEXT_HIDDEN), np.float32)
     for _ in range(3):
         with torch.no_grad():
             step = model(input_ids=token, cache=cache, use_cache=True)
-        embeds = _run(
+        embeds = run_declared(
             graphs["embedding"], {"input_ids": token.numpy(), "image_features": no_features}
         )["inputs_embeds"]
         total += 1
@@ -120,7 +114,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(mistral3, ep):
                 if name.startswith("present.")
             },
         }
-        outputs = _run(graphs["decoder"], feeds)
+        outputs = run_declared(graphs["decoder"], feeds)
         np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
         cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
 

@@ -12,7 +12,7 @@ from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
 from mobius_genai.errors import WeightsError
-from tests._ort import package_sessions
+from tests._ort import package_sessions, run_declared
 from tests._vlm import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, tiny_gemma3
 
 TOLERANCE = 1e-4
@@ -33,12 +33,6 @@ def _empty_past() -> dict[str, np.ndarray]:
     return {
         f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
     }
-
-
-def _run_decoder(session, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """The decoder's outputs, fed the inputs it declares (GQA computes positions itself)."""
-    declared = {value.name for value in session.get_inputs()}
-    return session.run(None, {k: v for k, v in feeds.items() if k in declared})
 
 
 def _image_block_gqa(model: ir.Model) -> list[ir.Node]:
@@ -88,8 +82,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
         "position_ids": np.arange(seq)[None],
         **_empty_past(),
     }
-    names = [value.name for value in sessions["decoder"].get_outputs()]
-    outputs = dict(zip(names, _run_decoder(sessions["decoder"], feeds), strict=True))
+    outputs = run_declared(sessions["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
     cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
     no_features = np.zeros((0, TEXT_HIDDEN), np.float32)
@@ -111,7 +104,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
                 if name.startswith("present.")
             },
         }
-        outputs = dict(zip(names, _run_decoder(sessions["decoder"], feeds), strict=True))
+        outputs = run_declared(sessions["decoder"], feeds)
         np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
         cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
 
@@ -172,7 +165,7 @@ def test_the_cuda_decoder_runs_on_the_cpu_kernel_like_transformers(gemma3):
             f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
         },
     }
-    logits = _run_decoder(sessions["decoder"], feeds)[0].astype(np.float32)
+    logits = run_declared(sessions["decoder"], feeds)["logits"].astype(np.float32)
     np.testing.assert_allclose(logits, reference, atol=F16_TOLERANCE, rtol=0)
     assert np.abs(logits - causal).max() > 20 * F16_TOLERANCE  # the image blocks matter
 
