@@ -20,7 +20,7 @@ from tests._mistral3 import (
     reference_features,
     tiny_mistral3,
 )
-from tests._ort import package_sessions, run_declared
+from tests._ort import decode_like_transformers, package_sessions, run_declared
 
 TOLERANCE = 1e-4
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16
@@ -94,29 +94,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(mistral3, ep):
     }
     outputs = run_declared(graphs["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
-    cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
-    no_features = np.zeros((0, TEXT_HIDDEN), np.float32)
-    for _ in range(3):
-        with torch.no_grad():
-            step = model(input_ids=token, cache=cache, use_cache=True)
-        embeds = run_declared(
-            graphs["embedding"], {"input_ids": token.numpy(), "image_features": no_features}
-        )["inputs_embeds"]
-        total += 1
-        feeds = {
-            "inputs_embeds": embeds,
-            "input_ids": token.numpy(),
-            "attention_mask": np.ones((1, total), np.int64),
-            "position_ids": np.array([[total - 1]]),
-            **{
-                name.replace("present.", "past_key_values."): value
-                for name, value in outputs.items()
-                if name.startswith("present.")
-            },
-        }
-        outputs = run_declared(graphs["decoder"], feeds)
-        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
-        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+    decode_like_transformers(model, graphs, outputs, reference)
 
 
 def test_vision_graph_takes_one_image_at_its_size(mistral3):

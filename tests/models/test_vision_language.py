@@ -12,7 +12,7 @@ from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
 from mobius_genai.errors import WeightsError
-from tests._ort import package_sessions, run_declared
+from tests._ort import decode_like_transformers, package_sessions, run_declared
 from tests._vlm import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, tiny_gemma3
 
 TOLERANCE = 1e-4
@@ -84,29 +84,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
     }
     outputs = run_declared(sessions["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
-    cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
-    no_features = np.zeros((0, TEXT_HIDDEN), np.float32)
-    for _ in range(3):
-        with torch.no_grad():
-            step = model(input_ids=token, cache=cache, use_cache=True)
-        (embeds,) = sessions["embedding"].run(
-            None, {"input_ids": token.numpy(), "image_features": no_features}
-        )
-        total += 1
-        feeds = {
-            "inputs_embeds": embeds,
-            "input_ids": token.numpy(),
-            "attention_mask": np.ones((1, total), np.int64),
-            "position_ids": np.array([[total - 1]]),
-            **{
-                name.replace("present.", "past_key_values."): value
-                for name, value in outputs.items()
-                if name.startswith("present.")
-            },
-        }
-        outputs = run_declared(sessions["decoder"], feeds)
-        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
-        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+    decode_like_transformers(model, sessions, outputs, reference)
 
 
 def _ops(model: ir.Model) -> set[tuple[str, str]]:
