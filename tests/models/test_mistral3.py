@@ -48,15 +48,27 @@ def _features(session: ort.InferenceSession, pixels: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("size", [(24, 40), (48, 16)])
-def test_vision_graph_matches_transformers_for_images_of_any_size(mistral3, sessions, size):
+def test_vision_and_embedding_graphs_match_transformers_for_images_of_any_size(
+    mistral3, sessions, size
+):
     """3 x 5 image tokens of 6 x 10 patches, and 6 x 2 of 12 x 4: the 2-D rotary over rows and
-    columns of unequal counts and the 2 x 2 merge, one graph for both sizes."""
+    columns of unequal counts and the 2 x 2 merge, one graph for both sizes; the embedding
+    graph places the features at the [IMG] tokens, between [IMG_BREAK]s and [IMG_END]."""
     model, _ = mistral3
     pixels = _image(*size)
     features = _features(sessions["vision"], pixels)
     reference = reference_features(model, pixels)
     assert features.shape == reference.shape == (size[0] * size[1] // 64, TEXT_HIDDEN)
     np.testing.assert_allclose(features, reference, atol=TOLERANCE, rtol=0)
+    ids = image_prompt(*size)
+    with torch.no_grad():
+        embeds_ref = model.model.get_input_embeddings()(ids).masked_scatter(
+            (ids == IMAGE_TOKEN)[..., None], torch.from_numpy(reference)
+        )
+    embeds = run_declared(
+        sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features}
+    )["inputs_embeds"]
+    np.testing.assert_allclose(embeds, embeds_ref.numpy(), atol=TOLERANCE, rtol=0)
 
 
 @pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
