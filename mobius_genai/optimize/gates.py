@@ -89,10 +89,16 @@ def _gqa_sinks(target: GateInput) -> str | None:
 
 
 def _gqa_image_blocks(target: GateInput) -> str | None:
-    """GQAImageBlockFusion's gate: GQA's, a GQA kernel that takes attention_bias, and no graph
-    capture (og's static attention_mask would move the bias's query positions)."""
-    reason = gqa_gate(target) or missing(target.caps, "GroupQueryAttention.attention_bias")
-    if reason is None and target.caps.enable_graph_capture:
+    """GQAImageBlockFusion's gate: GQA's, a GQA kernel that takes attention_bias and rotates
+    (SeparateRoPE keeps no attention_bias), and no graph capture (og's static attention_mask
+    would move the bias's query positions)."""
+    caps = target.caps
+    reason = (
+        gqa_gate(target)
+        or missing(caps, "GroupQueryAttention.attention_bias")
+        or missing(caps, "GroupQueryAttention.do_rotary")
+    )
+    if reason is None and caps.enable_graph_capture:
         return "enable_graph_capture=True (a static attention_mask gives no total length)"
     return reason
 

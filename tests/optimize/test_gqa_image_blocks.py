@@ -129,6 +129,13 @@ def test_the_gate_reads_the_kernel_table(ep, reason):
     assert said is None if reason is None else reason in said
 
 
+def test_an_ep_that_cannot_rotate_in_gqa_keeps_the_image_bias_out_of_it():
+    """SeparateRoPE would have to take the rotation out of GQA, and it keeps no bias."""
+    caps = get_ep("cpu").with_kernels({"GroupQueryAttention.do_rotary": False})
+    said = _group("GQAImageBlockFusion").gate(GateInput(caps, caps.default_dtype, "decoder"))
+    assert said is not None and "supports_fused_rope" in said
+
+
 def test_graph_capture_keeps_the_image_bias_out_of_gqa():
     """og's static attention_mask (graph capture) is as wide as max_length, not the total."""
     caps = get_ep("cuda").with_graph_capture(True)

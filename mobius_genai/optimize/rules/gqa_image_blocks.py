@@ -16,7 +16,8 @@ window; tests/optimize/test_gqa_image_blocks.py). ``local_window_size`` must sta
 Math preserved: GQAFusion's (the same q/k rotation, scale, softcap, lengths from
 ``attention_mask``), with the bias the Attention node read: the image tokens of one image keep
 seeing each other in both directions. The rule runs only where the EP's GQA kernel takes the
-bias (`ep/kernels.py`: "GroupQueryAttention.attention_bias"), and declines when graph capture
+bias (`ep/kernels.py`: "GroupQueryAttention.attention_bias") and rotates q/k itself
+(SeparateRoPE, which would take the rotation out, keeps no bias), and not when graph capture
 is on: onnxruntime-genai then feeds a static attention_mask [batch, max_length], whose width is
 no longer the total length the bias counts query positions from.
 """
