@@ -50,7 +50,7 @@ _NEMOTRON_H_KINDS = {
 }
 
 
-def nemotron_h_layer_types(raw: Mapping[str, Any]) -> list[str]:
+def nemotron_h_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """NemotronHConfig's layers: `layers_block_type` (`layer_types`) when given, else the
     hub's `hybrid_override_pattern`; their count is the model's layer count."""
     kinds = raw.get("layers_block_type") or raw.get("layer_types")
@@ -69,7 +69,7 @@ def nemotron_h_layer_types(raw: Mapping[str, Any]) -> list[str]:
             f"config.json: {key} has MoE layers; nemotron_h models are supported with Mamba2, "
             "attention and MLP layers only (not Nemotron-3's MoE layers)"
         )
-    return [_NEMOTRON_H_KINDS[kind] for kind in kinds]
+    return tuple(_NEMOTRON_H_KINDS[kind] for kind in kinds)
 
 
 def _nemotron_h_layer_count(raw: Mapping[str, Any]) -> int:
@@ -87,9 +87,11 @@ NEMOTRON_H = FamilyAdapter(
         "no_rope_layers": lambda raw: tuple(range(_nemotron_h_layer_count(raw))),
         "gated_mlp": False,
         "hidden_act": lambda raw: raw.get("mlp_hidden_act") or "relu2",
-        # NemotronHAttention's projections have no bias whatever attention_bias says
+        # NemotronHAttention's projections have no bias whatever attention_bias says, and
+        # NemotronHForCausalLM ties no LM head whatever tie_word_embeddings says
         "qkv_bias": False,
         "o_bias": False,
+        "tie_word_embeddings": False,
         "norm_eps": lambda raw: fields.number(
             raw.get("layer_norm_epsilon"), "layer_norm_epsilon", 1e-5, positive=True
         ),
@@ -168,7 +170,7 @@ def falcon_h1_weight_scales(raw: Mapping[str, Any]) -> tuple[WeightScale, ...]:
 FALCON_H1 = FamilyAdapter(
     model_type="falcon_h1",
     config_overrides={
-        "layer_types": lambda raw: ["full_attention"] * fields.require(raw, "num_hidden_layers"),
+        "layer_types": lambda raw: ("full_attention",) * fields.require(raw, "num_hidden_layers"),
         "parallel_recurrent": "mamba2",
         "mamba2": falcon_h1_mamba2,
         "embedding_multiplier": positive_number("embedding_multiplier"),
