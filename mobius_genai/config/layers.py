@@ -26,7 +26,8 @@ def known_layer_types() -> tuple[str, ...]:
     return ATTENTION_LAYER_TYPES + tuple(RECURRENT_BLOCKS) + (MLP_LAYER_TYPE,)
 
 
-#: The built-in layer kinds: attention, and those with a recurrent state (config/recurrent.py).
+#: The built-in layer kinds: attention, those with a recurrent state (config/recurrent.py) and
+#: an MLP alone.
 LAYER_TYPES = known_layer_types()
 
 
@@ -114,7 +115,7 @@ def validate_layers(config: ArchitectureConfig) -> None:
 
 
 def _validate_block_layout(config: ArchitectureConfig) -> None:
-    """ "mlp" layers only where each layer is one block; a recurrent block beside attention
+    """MLP-only layers only where each layer is one block; a recurrent block beside attention
     only one the config has the settings of."""
     if MLP_LAYER_TYPE in config.layer_types and not config.one_block_layers:
         raise ConfigError(

@@ -21,11 +21,12 @@ import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, WeightsError, packager
 from mobius_genai.bundle.graph import TensorSpec
 from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import edit_config, hf_reference_logits, write_tiny_checkpoint
+from tests._hf import edit_config, hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 
@@ -335,3 +336,18 @@ def test_build_refuses_moe_layers_before_reading_weights(tmp_path):
     edit_config(ckpt, layers_block_type=["linear_attention", "moe", "full_attention"])
     with pytest.raises(UnsupportedModelError, match="MoE layers"):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"layer_types": ("mlp", "full_attention")}, "'mlp' layers"),
+        ({"parallel_recurrent": "mamba2"}, "beside attention needs its settings"),
+        ({"parallel_recurrent": "ssm"}, "beside attention needs its settings"),
+    ],
+)
+def test_block_layouts_a_family_does_not_read_are_refused(overrides, message):
+    """An MLP-only layer needs one block per layer; a block beside attention its settings."""
+    raw = tiny_config("llama", num_hidden_layers=2).to_dict()
+    with pytest.raises(ConfigError, match=message):
+        ArchitectureConfig.from_dict(raw, **overrides)
