@@ -27,8 +27,9 @@ from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import edit_config, hf_reference_logits, tiny_config, write_tiny_checkpoint
-from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import left_padded_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import PROMPT, _checkpoint
+from tests.models.families.test_parity import _parity
 
 TOLERANCE = 1e-4  # f32
 PREFILL = 70  # transformers scans in 16-token chunks here (tests/_hf.py), then token by token
@@ -112,8 +113,7 @@ def test_variants_match_transformers(case, tmp_path):
     family, overrides = VARIANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 20))
-    reference = hf_reference_logits(ckpt, ids, decode_steps=3)
-    diffs = graph_diffs(ckpt, reference, ("default", "cpu"), tmp_path)
+    diffs = _parity(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
