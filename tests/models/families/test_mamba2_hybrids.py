@@ -20,6 +20,7 @@ import pytest
 import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, WeightsError, packager
 from mobius_genai.bundle.graph import TensorSpec
+from mobius_genai.bundle.og_support import BEAM, ENGINE, NGRAM, REWIND, bundle_og_limits
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.weight_scales import WeightScale
@@ -30,6 +31,7 @@ from tests._hf import edit_config, hf_reference_logits, tiny_config, write_tiny_
 from tests._ort import left_padded_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.models.families.test_parity import _parity
+from tests.runtime.conftest import run_builder
 
 TOLERANCE = 1e-4  # f32
 PREFILL = 70  # transformers scans in 16-token chunks here (tests/_hf.py), then token by token
@@ -263,6 +265,21 @@ def cpu_bundles(tmp_path_factory):
         )
         for family in FAMILIES_HERE
     }
+
+
+@pytest.mark.parametrize("family", FAMILIES_HERE)
+def test_og_runs_what_its_builder_refuses_and_refuses_what_it_refuses_granite(
+    cpu_bundles, family, tmp_path_factory
+):
+    """onnxruntime-genai 0.18's builder knows neither model type; og.Generator runs our
+    bundles (model.type decoder) with transformers' tokens (test_bundles.py), and og refuses
+    them what it refuses Granite-4.0-H's and the gated delta nets' bundles, for the same cause
+    (recurrent states its Engine, beam search, n-gram decoding and rewind cannot carry)."""
+    checkpoint = cpu_bundles[family].parent / f"{family}_ckpt"
+    _, done = run_builder(tmp_path_factory, checkpoint, family)
+    assert done.returncode != 0
+    assert "model is not currently supported" in done.stderr
+    assert set(bundle_og_limits(cpu_bundles[family])) == {ENGINE, BEAM, NGRAM, REWIND}
 
 
 def _cache_inputs(graph) -> dict[str, TensorSpec]:
