@@ -1,6 +1,6 @@
 """`mobius-genai eps`: the registered execution providers and their capabilities, as a table;
 with ``--kernels``, every kernel of ep/kernels.py's table and the dtypes each EP runs it in;
-with ``--families``, every model_type the family and vision-language tables build."""
+with ``--families``, every model_type of the decoder family table."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shown.add_argument(
         "--families",
         action="store_true",
-        help="every model_type a checkpoint may have: onnxruntime-genai's model.type for it, "
-        "and its blocks beyond attention and an MLP",
+        help="every decoder model_type: onnxruntime-genai's model.type for it, and its blocks "
+        "beyond attention and an MLP",
     )
     shown.add_argument(
         "--kernels",
@@ -79,7 +79,8 @@ _NARROW_HEADERS = ("name", "dtypes", "GQA dtypes", "custom ops", "int4", "graph 
 _ALSO_ACCEPTED = "Names are accepted in any case, and an EP's onnxruntime EP name stands for it."
 _WIDER = "`mobius-genai eps --wide` adds: "
 _KERNELS = "`mobius-genai eps --kernels`: every kernel, and the dtypes each EP runs it in."
-_FAMILIES = "`mobius-genai eps --families`: every model_type this package builds."
+_FAMILIES = "`mobius-genai eps --families`: every decoder model_type this package builds."
+_OTHER_KINDS = "Vision-language and speech model types: README.md, Supported architectures."
 _CELLS = "all: every model dtype the EP runs (`mobius-genai eps`, dtypes column); -: none."
 
 
@@ -193,15 +194,10 @@ def _blocks(row: FamilyAdapter) -> str:
 
 
 def format_family_table() -> str:
-    """The family table (models/families/) and the vision-language rows as an aligned text
-    table: each model_type, the onnxruntime-genai model.type of its bundle, its blocks."""
+    """The decoder family table (models/families/) as an aligned text table: each model_type,
+    the onnxruntime-genai model.type of its bundle, its blocks beyond attention and an MLP."""
     from mobius_genai.models import FAMILIES
-    from mobius_genai.models.vision_language import VISION_LANGUAGE
 
     rows = [("model_type", "onnxruntime-genai type", "blocks beyond attention + MLP")]
     rows += [(name, row.genai_type, _blocks(row)) for name, row in sorted(FAMILIES.items())]
-    rows += [
-        (name, row.genai_type, "vision tower, embedding graph")
-        for name, row in sorted(VISION_LANGUAGE.items())
-    ]
-    return aligned_table(rows)
+    return "\n".join([aligned_table(rows), "", _OTHER_KINDS])
