@@ -221,15 +221,15 @@ def run_model(model: str, layers: int, args: argparse.Namespace) -> list[str]:
     bundles = [ours] if builder is None else [ours, builder]
     pooled = speed(bundles, args)
     lines = []
-    for metric in ("prefill_cpu", "decode_cpu"):
+    for metric, label in (("prefill_cpu", "prefill"), ("decode_cpu", "decode")):
         values = [pooled[str(folder)][metric] for folder in bundles]
         cells = [f"{statistics.median(v):.1f}" for v in values] + [""] * (2 - len(values))
         ratio = ""
         if builder is not None:
             ratio = f"{statistics.median(a / b for a, b in zip(*values, strict=True)):.2f}"
-        lines.append(f"| {model} | {metric} tokens/s | " + " | ".join([*cells, ratio]) + " |")
+        lines.append(f"| {model} | {label} tokens/s | " + " | ".join([*cells, ratio]) + " |")
     if builder is None:
-        lines.append(f"| {model} | builder: {builder_note} | | | |")
+        lines.append(f"| {model} | {builder_note} | | | |")
     if not args.keep:
         for folder in bundles:
             shutil.rmtree(folder)
