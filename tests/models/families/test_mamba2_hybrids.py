@@ -3,8 +3,8 @@ Falcon-H1 (attention and Mamba2 side by side in every layer, µP multipliers): a
 several of transformers' scan chunks then decode steps on the portable, cpu and strict-ONNX
 graphs; variants (the hub's layer pattern, biases, the Falcon-H1 gated norm's placements); a
 graph built with a mechanism changed or a multiplier dropped fails; a left-padded batch; the
-caches and genai_config as onnxruntime-genai 0.18 reads them; refused configs; int4.
-(onnxruntime-genai's greedy tokens against transformers', alone and in a batch of prompts of
+caches and genai_config as onnxruntime-genai 0.18 reads them, its builder refusing both;
+refused configs; int4. (onnxruntime-genai's greedy tokens against transformers', alone and in a batch of prompts of
 different lengths: tests/models/families/test_bundles.py.)"""
 
 from __future__ import annotations
