@@ -74,15 +74,17 @@ def check_derived_states(
     out, one fixed shape each of the rank its blocks declare."""
     layers = delta_layers(inputs, graph)
     anchor = _derived(inputs["past_key_names"], DERIVED_SUFFIXES[0])
-    if not layers:
-        strays = (layer_names(graph.inputs, suffix) for suffix in DERIVED_SUFFIXES[1:])
-        return [
-            f"graph inputs {stray.pattern!r} for layers {list(stray.indices)} lack the conv "
-            f"states {anchor!r} that onnxruntime-genai finds recurrent layers by"
-            for stray in strays
-            if stray is not None
-        ]
     problems = []
+    for suffix in DERIVED_SUFFIXES[1:]:  # a state og feeds no layer without the conv state
+        family = layer_names(graph.inputs, suffix)
+        strays = [i for i in family.indices if i not in layers] if family else []
+        if strays:
+            problems.append(
+                f"graph inputs {family.pattern!r} for layers {strays} lack the conv states "
+                f"{anchor!r} that onnxruntime-genai finds recurrent layers by"
+            )
+    if not layers:
+        return problems
     for suffix, rank in derived_ranks().items():
         for side, key, _ in _SIDES:
             names = getattr(graph, side)
