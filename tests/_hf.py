@@ -40,6 +40,7 @@ from transformers import (
     Ernie4_5Config,
     Exaone4Config,
     ExaoneConfig,
+    FalconH1Config,
     Gemma2Config,
     Gemma3TextConfig,
     GemmaConfig,
@@ -59,6 +60,7 @@ from transformers import (
     MistralConfig,
     MixtralConfig,
     NemotronConfig,
+    NemotronHConfig,
     Olmo2Config,
     Olmo3Config,
     OlmoConfig,
@@ -131,6 +133,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "deepseek_v3": DeepseekV3Config,
     "deepseek_v2": DeepseekV2Config,
     "granitemoehybrid": GraniteMoeHybridConfig,
+    "nemotron_h": NemotronHConfig,
+    "falcon_h1": FalconH1Config,
 }
 
 _ARCHITECTURES = {
@@ -179,6 +183,8 @@ _ARCHITECTURES = {
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -452,6 +458,54 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "residual_multiplier": 0.5,
         "logits_scaling": 4.0,
         "attention_multiplier": 0.1,
+    },
+    # Nemotron-H: one block per layer, Mamba2, MLP, attention (no rotary), MLP, Mamba2, as
+    # transformers 5 writes it (layers_block_type, no num_hidden_layers); 4 Mamba2 heads of 8
+    # (heads x head_dim 32, not expand x hidden) over 2 groups of an 8-wide state, a 4-tap conv;
+    # relu2 MLPs; scans in 16-token chunks; 128 positions for long prefills
+    "nemotron_h": {
+        "layers_block_type": [
+            "linear_attention",
+            "mlp",
+            "full_attention",
+            "mlp",
+            "linear_attention",
+        ],
+        "num_hidden_layers": UNSET,
+        "head_dim": 16,
+        "max_position_embeddings": 128,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 8,
+        "n_groups": 2,
+        "ssm_state_size": 8,
+        "conv_kernel": 4,
+        "chunk_size": 16,
+    },
+    # Falcon-H1: attention and Mamba2 side by side in each layer; 4 Mamba2 heads of 12
+    # (mamba_d_ssm 48, not expand x hidden) over 2 groups of an 8-wide state, the gated norm
+    # normalizing before it gates; every µP multiplier away from 1 (each in_proj segment its
+    # own); biases on attention, MLP and both Mamba2 projections; scans in 16-token chunks
+    "falcon_h1": {
+        "max_position_embeddings": 128,
+        "mamba_n_heads": 4,
+        "mamba_d_ssm": 48,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 8,
+        "mamba_chunk_size": 16,
+        "mamba_rms_norm": True,
+        "mamba_proj_bias": True,
+        "projectors_bias": True,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "embedding_multiplier": 2.0,
+        "lm_head_multiplier": 0.5,
+        "key_multiplier": 0.7,
+        "attention_in_multiplier": 1.3,
+        "attention_out_multiplier": 0.8,
+        "ssm_in_multiplier": 1.2,
+        "ssm_out_multiplier": 0.6,
+        "mlp_multipliers": [1.5, 0.7],
+        "ssm_multipliers": [0.9, 1.1, 0.8, 1.3, 0.5],
     },
 }
 

@@ -9,7 +9,6 @@ from onnxscript import GraphBuilder
 
 from mobius_genai._graph_keys import BUILT_FOR_KEY, CONTEXT_LENGTH_KEY
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 from mobius_genai.ep.context import ep_capabilities, get_build_dtype
 
 if TYPE_CHECKING:
@@ -37,11 +36,17 @@ def present_names(layer: int) -> tuple[str, str]:
 def _cache(
     config: ArchitectureConfig, layer: int, past: bool, dtype: ir.DataType
 ) -> list[tuple[str, list, ir.DataType]]:
-    """(name, shape, dtype) of each cache tensor of `layer`: key and value, or the states its
-    recurrent block declares (config/recurrent.py)."""
-    if not config.has_kv_cache(layer):
-        block = RECURRENT_BLOCKS[config.layer_types[layer]]
-        return [
+    """(name, shape, dtype) of each cache tensor of `layer`: key and value for attention, then
+    the states its recurrent block declares (config/recurrent.py); none for an MLP alone."""
+    cache = []
+    if config.has_kv_cache(layer):
+        length = PAST if past else TOTAL
+        shape = [BATCH, config.num_key_value_heads, length, config.head_dim]
+        names = (past_names if past else present_names)(layer)
+        cache += [(name, shape, dtype) for name in names]
+    block = config.recurrent_block(layer)
+    if block is not None:
+        cache += [
             (
                 block.naming.names(state.suffix)[0 if past else 1] % layer,
                 state.shape(config, BATCH),
@@ -49,9 +54,7 @@ def _cache(
             )
             for state in block.states
         ]
-    length = PAST if past else TOTAL
-    shape = [BATCH, config.num_key_value_heads, length, config.head_dim]
-    return [(name, shape, dtype) for name in (past_names if past else present_names)(layer)]
+    return cache
 
 
 class CausalLMTask:

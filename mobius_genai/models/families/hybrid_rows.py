@@ -25,6 +25,7 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
 )
+from mobius_genai.models.families.mamba2_hybrids import FALCON_H1, NEMOTRON_H
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
@@ -222,4 +223,9 @@ HYBRID_FAMILIES = (
         ),
         experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
     ),
+    # Nemotron-H (one block per layer: Mamba2, attention without rotary, or a relu2 MLP) and
+    # Falcon-H1 (attention and Mamba2 side by side in every layer, µP multipliers):
+    # mamba2_hybrids.py. onnxruntime-genai 0.18 runs both as its generic decoder.
+    NEMOTRON_H,
+    FALCON_H1,
 )

@@ -8,7 +8,8 @@ recurrent state between attention layers), gpt_oss (attention sinks, model.type 
 qwen3_5_text (gated delta nets with two states), qwen3_next and qwen3_5_moe_text (the same
 with MoE blocks, as model.type qwen3_5_moe_text), deepseek_v3 and deepseek_v2 (multi-head
 latent attention with a latent cache, group-limited MoE routing), granitemoehybrid (Mamba2
-layers with two states, as model.type decoder) run by default; the other families are marked
+layers with two states, as model.type decoder), nemotron_h and falcon_h1 (the same Mamba2
+states beside MLP-only layers, or beside a KV cache in one layer) run by default; the other families are marked
 slow (`pytest -m slow tests/models/families/test_bundles.py`).
 """
 
@@ -57,6 +58,9 @@ DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE
 DEFAULT_RUN |= {"qwen3_5_moe_text"}  # the same, projections separate, every layer MoE
 DEFAULT_RUN |= {"deepseek_v3", "deepseek_v2"}  # latent attention, group-limited routing
 DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found by their names
+# model.type decoder: MLP layers with no cache (nemotron_h), layers with a KV cache and Mamba2
+# states (falcon_h1)
+DEFAULT_RUN |= {"nemotron_h", "falcon_h1"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
@@ -124,7 +128,9 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
     return tokens
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid"])
+@pytest.mark.parametrize(
+    "family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid", "nemotron_h", "falcon_h1"]
+)
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row
     continues as transformers continues that prompt alone."""
