@@ -33,8 +33,8 @@ def bench_audio(
     seconds = audio_seconds(path, max_seconds(folder))
     if seconds is None:
         raise OptionError(
-            f"--audio {path}: bench needs the audio's length, which it reads from WAV files; "
-            "accepted: a WAV file"
+            f"--audio {path}: bench needs the audio's length, which it reads from WAV, FLAC "
+            "and MP3 headers; accepted: a WAV, FLAC or MP3 file"
         )
     bundle = open_bundle(
         folder, command="bench", provider=provider_of(HOST_EP) if cpu else None, threads=threads

@@ -26,6 +26,7 @@ from mobius_genai.kinds.og_types import (
     og_type,
     whisper_prompt,
 )
+from mobius_genai.runtime.audio_length import audio_length
 from mobius_genai.runtime.timestamps import TimestampRules, segments
 
 if TYPE_CHECKING:  # the smoke test's process imports this module, not the bundle checks
@@ -78,27 +79,28 @@ def max_seconds(folder: str | Path) -> int:
 
 
 def audio_seconds(path: str | Path, limit: int) -> float | None:
-    """The length of a WAV file in seconds (None for other formats), checked against og's rate
-    and the encoder's `limit`: a OptionError naming what was wrong."""
+    """The length in seconds of a WAV, FLAC or MP3 file (None where its headers do not say:
+    another format, which og's decoder then refuses), checked against og's rate and the
+    encoder's `limit`: an OptionError naming what was wrong."""
     path = Path(path)
     if not path.is_file():
         raise OptionError(f"--audio {path}: not a file; accepted: a WAV, FLAC or MP3 file")
     try:
-        with wave.open(str(path), "rb") as file:
-            rate, frames = file.getframerate(), file.getnframes()
-    except (wave.Error, EOFError):
-        return None  # not WAV: og's decoder says what it makes of it
-    if rate < SAMPLE_RATE:
+        found = audio_length(path)
+    except OSError as error:
+        raise OptionError(f"--audio {path}: cannot be read ({error.strerror})") from error
+    if found is None:
+        return None
+    if found.rate < SAMPLE_RATE:
         raise OptionError(
-            f"--audio {path}: {rate} Hz is {_DECODER_ERRORS['only down-sampling supported']}"
+            f"--audio {path}: {found.rate} Hz is {_DECODER_ERRORS['only down-sampling supported']}"
         )
-    seconds = frames / rate
-    if seconds > limit:
+    if found.seconds - found.slack > limit:
         raise OptionError(
-            f"--audio {path}: {seconds:.1f} s of audio, over the {limit} s the encoder takes at "
-            f"once; accepted: up to {limit} s (cut longer audio into pieces)"
+            f"--audio {path}: {found.seconds:.1f} s of audio, over the {limit} s the encoder "
+            f"takes at once; accepted: up to {limit} s (cut longer audio into pieces)"
         )
-    return seconds
+    return found.seconds
 
 
 def prompt_text(

@@ -203,6 +203,24 @@ def write_wav(path: Path, signal: np.ndarray, rate: int = 16_000) -> Path:
     return path
 
 
+def write_encoded(path: Path, signal: np.ndarray, rate: int = 16_000) -> Path:
+    """`signal` as a mono file in the format `path`'s suffix names: .flac or .ogg (Vorbis,
+    through libsndfile) or .mp3 (64 kbit/s, through LAME)."""
+    if path.suffix != ".mp3":
+        import soundfile
+
+        soundfile.write(path, signal, rate)
+        return path
+    import lameenc
+
+    encoder = lameenc.Encoder()
+    encoder.set_bit_rate(64)
+    encoder.set_in_sample_rate(rate)
+    encoder.set_channels(1)
+    path.write_bytes(encoder.encode(pcm16(signal).tobytes()) + encoder.flush())
+    return path
+
+
 def pcm16(signal: np.ndarray) -> np.ndarray:
     return (np.clip(signal, -1, 1) * 32767).astype("<i2")
 
