@@ -78,6 +78,7 @@ def test_bundle_files_and_manifest(fp32_bundle):
     card = (fp32_bundle / "README.md").read_text()
     assert "| Graphs | `encoder.onnx` (encoder: audio_features → " in card
     assert f"mobius-genai run {fp32_bundle.name} --audio speech.wav" in card
+    assert f"mobius-genai run {fp32_bundle.name} --audio speech.wav --timestamps" in card
 
 
 def _nbits(graph) -> dict[str, int]:
