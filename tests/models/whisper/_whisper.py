@@ -137,10 +137,14 @@ def hf_decoder_logits(
 
 
 def hf_new_tokens(
-    model: WhisperForConditionalGeneration, mel: np.ndarray, prompt: list[int], count: int
+    model: WhisperForConditionalGeneration,
+    mel: np.ndarray,
+    prompt: list[int],
+    count: int,
+    num_beams: int = 1,
 ) -> list[int]:
-    """transformers' greedy generate() after the forced `prompt`: the `count` new tokens
-    (without suppressed tokens, which onnxruntime-genai does not apply)."""
+    """transformers' greedy (or beam search's) generate() after the forced `prompt`: the
+    `count` new tokens (without suppressed tokens, which onnxruntime-genai does not apply)."""
     model.generation_config.suppress_tokens = None
     model.generation_config.begin_suppress_tokens = None
     with torch.no_grad():
@@ -149,7 +153,7 @@ def hf_new_tokens(
             decoder_input_ids=torch.tensor([prompt]),
             max_new_tokens=count,
             do_sample=False,
-            num_beams=1,
+            num_beams=num_beams,
         )[0].tolist()
     return generated[len(prompt) :] if generated[: len(prompt)] == prompt else generated
 

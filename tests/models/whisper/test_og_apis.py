@@ -40,6 +40,13 @@ def builder_bundle(speech_bundle, multilingual_checkpoint, tmp_path_factory):
     return out
 
 
+def _opened(bundle, file) -> tuple[og.Model, og.NamedTensors, np.ndarray]:
+    """og.Model of `bundle`, its processor's inputs for `file` and their log-mel."""
+    model = og.Model(str(bundle))
+    inputs = _inputs(model, PROMPT, file)
+    return model, inputs, inputs["audio_features"].as_numpy().copy()
+
+
 def _inputs(model: og.Model, prompts, *files) -> og.NamedTensors:
     return model.create_multimodal_processor()(prompts, audios=og.Audios.open(*map(str, files)))
 
@@ -75,9 +82,7 @@ def test_every_prompt_positions_logits_equal_transformers(
     speech_bundle, multilingual_checkpoint, audio
 ):
     model_hf, _ = multilingual_checkpoint
-    model = og.Model(str(speech_bundle))
-    inputs = _inputs(model, PROMPT, audio[0])
-    mel = inputs["audio_features"].as_numpy().copy()
+    model, inputs, mel = _opened(speech_bundle, audio[0])
     logits = _generator(model, inputs, max_length=len(IDS) + NEW).get_output("logits")
     with torch.no_grad():
         out = model_hf(input_features=torch.from_numpy(mel), decoder_input_ids=torch.tensor([IDS]))
@@ -89,9 +94,7 @@ def test_a_prompt_appended_in_parts_continues_as_transformers(
     speech_bundle, multilingual_checkpoint, audio
 ):
     model_hf, _ = multilingual_checkpoint
-    model = og.Model(str(speech_bundle))
-    inputs = _inputs(model, PROMPT, audio[0])
-    mel = inputs["audio_features"].as_numpy().copy()
+    model, inputs, mel = _opened(speech_bundle, audio[0])
     generator = _generator(model, inputs, max_length=len(IDS) + 2 + NEW)
     generator.append_tokens(np.array([[11, 12]], np.int32))
     sequence = _finish(generator)[0]
@@ -116,23 +119,10 @@ def test_sampling_with_top_k_1_and_guidance_run(speech_bundle, audio):
 
 def test_beam_search_equals_transformers(speech_bundle, multilingual_checkpoint, audio):
     model_hf, _ = multilingual_checkpoint
-    model = og.Model(str(speech_bundle))
-    inputs = _inputs(model, PROMPT, audio[1])
-    mel = inputs["audio_features"].as_numpy().copy()
+    model, inputs, mel = _opened(speech_bundle, audio[1])
     ours = _finish(_generator(model, inputs, max_length=len(IDS) + NEW, num_beams=2))[0]
-    model_hf.generation_config.suppress_tokens = None
-    model_hf.generation_config.begin_suppress_tokens = None
-    with torch.no_grad():
-        theirs = model_hf.generate(
-            input_features=torch.from_numpy(mel),
-            decoder_input_ids=torch.tensor([IDS]),
-            max_new_tokens=NEW,
-            num_beams=2,
-            do_sample=False,
-        )[0].tolist()
-    theirs = theirs[len(IDS) :] if theirs[: len(IDS)] == IDS else theirs  # new tokens only
     assert BEAM not in bundle_og_limits(speech_bundle)
-    assert ours[len(IDS) :] == theirs
+    assert ours[len(IDS) :] == hf_new_tokens(model_hf, mel, IDS, NEW, num_beams=2)
 
 
 @pytest.mark.parametrize("which", ["ours", "builder"])
