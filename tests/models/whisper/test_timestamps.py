@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime_genai as og
 import pytest
-from transformers import WhisperTokenizerFast
+import torch
+from transformers import GenerationConfig, WhisperTokenizerFast
+from transformers.generation.logits_process import WhisperTimeStampLogitsProcessor
 
 from mobius_genai.cli import main
 from mobius_genai.runtime.timestamps import TimestampRules, segments
@@ -106,3 +108,25 @@ def test_the_first_token_is_a_time_up_to_one_second():
     logits[11] = 100.0  # a text token the model prefers
     allowed = np.flatnonzero(np.isfinite(RULES.apply([], logits)))
     assert allowed.tolist() == list(range(50_364, 50_364 + 51))
+
+
+def test_the_rules_mask_what_transformers_processor_masks():
+    """Random histories (text, times, pairs, end of text) and logits: the same -inf entries and
+    the same kept values as transformers' WhisperTimeStampLogitsProcessor."""
+    config = GenerationConfig(
+        no_timestamps_token_id=50_363, eos_token_id=50_257, max_initial_timestamp_index=50
+    )
+    processor = WhisperTimeStampLogitsProcessor(config, begin_index=3)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        history = [
+            int(rng.integers(50_364, 51_865))
+            if rng.random() < 0.4
+            else int(rng.integers(0, 50_258))
+            for _ in range(int(rng.integers(0, 6)))
+        ]
+        logits = rng.standard_normal(51_865).astype(np.float32) * 3
+        logits[50_364:] += float(rng.normal(-2.0, 1.5))  # times more or less likely together
+        ids = torch.tensor([[50_258, 50_259, 50_359, *history]])
+        expected = processor(ids, torch.from_numpy(logits[None].copy()))[0].numpy()
+        np.testing.assert_array_equal(RULES.apply(history, logits), expected)
