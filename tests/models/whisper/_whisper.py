@@ -277,29 +277,36 @@ def write_whisper_tokenizer(dest: Path, layout: str) -> None:
 
 
 def hf_timestamp_tokens(
-    model: WhisperForConditionalGeneration, mel: np.ndarray, count: int
+    model: WhisperForConditionalGeneration,
+    mel: np.ndarray,
+    count: int,
+    layout: str = "multilingual",
 ) -> tuple[list[int], list[int]]:
-    """transformers' generate(return_timestamps=True) on the multilingual layout, English
-    transcription: (its forced prompt, the `count` tokens its one 30 s window generated), with
-    the generation config a released checkpoint has for timestamps (no suppressed tokens,
-    which onnxruntime-genai does not apply)."""
+    """transformers' generate(return_timestamps=True), English transcription on a multilingual
+    layout: (its forced prompt, the `count` tokens its one 30 s window generated), with the
+    generation config a released checkpoint of `layout` has for timestamps (no suppressed
+    tokens, which onnxruntime-genai does not apply)."""
+    multilingual = layout == "multilingual"
     config = model.generation_config
-    config.no_timestamps_token_id = 50_363
+    config.no_timestamps_token_id = 50_363 if multilingual else 50_362
     config.max_initial_timestamp_index = 50
-    config.is_multilingual = True
-    config.lang_to_id = {"<|en|>": 50_259, "<|fr|>": 50_260}
-    config.task_to_id = {"translate": 50_358, "transcribe": 50_359}
-    config.decoder_start_token_id = 50_258
+    config.is_multilingual = multilingual
+    config.decoder_start_token_id = 50_258 if multilingual else 50_257
     config.suppress_tokens = config.begin_suppress_tokens = None
+    forced = {}
+    if multilingual:
+        config.lang_to_id = {"<|en|>": 50_259, "<|fr|>": 50_260}
+        config.task_to_id = {"translate": 50_358, "transcribe": 50_359}
+        forced = {"language": "en", "task": "transcribe"}
     with torch.no_grad():
         out = model.generate(
             input_features=torch.from_numpy(mel),
             return_timestamps=True,
-            language="en",
-            task="transcribe",
             max_new_tokens=count,
             return_dict_in_generate=True,
             return_segments=True,
+            **forced,
         )
     window = out["segments"][0][0]["result"]["sequences"].tolist()  # the raw call's ids
-    return window[:3], window[3:]
+    start = 3 if multilingual else 1
+    return window[:start], window[start:]

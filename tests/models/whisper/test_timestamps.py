@@ -13,8 +13,15 @@ from transformers import GenerationConfig, WhisperTokenizerFast
 from transformers.generation.logits_process import WhisperTimeStampLogitsProcessor
 
 from mobius_genai.cli import main
+from mobius_genai.packager import package
 from mobius_genai.runtime.timestamps import TimestampRules, segments
-from tests.models.whisper._whisper import hf_timestamp_tokens, tone, write_wav
+from tests.models.whisper._whisper import (
+    hf_timestamp_tokens,
+    tone,
+    write_wav,
+    write_whisper_checkpoint,
+    write_whisper_tokenizer,
+)
 
 NEW_TOKENS = 24
 PROMPT = "<|startoftranscript|><|en|><|transcribe|>"
@@ -82,6 +89,29 @@ def test_run_timestamps_prints_transformers_segments(timed, speech_bundle, capsy
     expected = _expected_lines(_hf_tokenizer(speech_bundle), tokens)
     command = ["run", str(speech_bundle), "--audio", str(wav), "--timestamps"]
     code = main([*command, "--max-new-tokens", str(NEW_TOKENS)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert expected and captured.out.splitlines() == expected
+
+
+def test_run_timestamps_on_an_english_only_bundle(tmp_path, capsys):
+    """English-only ids (<|notimestamps|> 50362, end of text 50256), read from the bundle."""
+    folder = tmp_path / "ckpt"
+    model_hf = write_whisper_checkpoint(folder, "english")
+    write_whisper_tokenizer(folder, "english")
+    bundle = package(folder, "cpu", tmp_path / "en", quiet=True, smoke_test=False)
+    wav = write_wav(tmp_path / "tone.wav", tone(3.0))
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    inputs = processor("<|startoftranscript|>", audios=og.Audios.open(str(wav)))
+    mel = inputs["audio_features"].as_numpy().copy()
+    prompt, tokens = hf_timestamp_tokens(model_hf, mel, NEW_TOKENS, "english")
+    assert inputs["input_ids"].as_numpy().tolist() == [prompt] == [[50_257]]
+    tokenizer = WhisperTokenizerFast(
+        tokenizer_file=str(bundle / "tokenizer.json"),
+        additional_special_tokens=["<|startoftranscript|>", "<|notimestamps|>"],
+    )
+    expected = _expected_lines(tokenizer, tokens)
+    code = main(["run", str(bundle), "--audio", str(wav), "--timestamps", "--max-new-tokens", "24"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert expected and captured.out.splitlines() == expected
