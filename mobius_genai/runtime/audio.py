@@ -190,7 +190,12 @@ def transcribe(
     try:
         tokens = _greedy(bundle, inputs, max_new_tokens, rules)
         if rules is not None:
-            found = segments(list(tokens), rules.first_time, tokenizer.decode)
+            done: list[int] = []
+            for token in tokens:
+                if done:
+                    yield ""  # a piece per token (run's speed line counts them); text at the end
+                done.append(token)
+            found = segments(done, rules.first_time, tokenizer.decode)
             yield "\n".join(str(segment) for segment in found)
             return
         stream = tokenizer.create_stream()

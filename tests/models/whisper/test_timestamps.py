@@ -92,6 +92,8 @@ def test_run_timestamps_prints_transformers_segments(timed, speech_bundle, capsy
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert expected and captured.out.splitlines() == expected
+    generated = len([token for token in tokens if token != RULES.eos])
+    assert f"mobius-genai: {generated} tokens, decode" in captured.err  # one piece per token
 
 
 def test_run_timestamps_on_an_english_only_bundle(tmp_path, capsys):
