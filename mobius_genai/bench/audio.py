@@ -29,7 +29,8 @@ class AudioBench:
 def bench_audio(
     folder: str | Path, path: str | Path, *, rounds: int, cpu: bool, threads: int | None
 ) -> AudioBench:
-    """The median of `rounds` timed transcriptions of the WAV file `path`, after a warm-up."""
+    """The median of `rounds` timed transcriptions of the audio file `path` (WAV, FLAC or
+    MP3), after a warm-up."""
     seconds = audio_seconds(path, max_seconds(folder))
     if seconds is None:
         raise OptionError(
