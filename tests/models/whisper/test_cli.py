@@ -93,13 +93,26 @@ def _bad_audio(folder: Path) -> dict[str, tuple[Path, str]]:
             "8000 Hz is sampled below 16000 Hz",
         ),
         "OGG": (write_encoded(folder / "speech.ogg", tone(2.0)), "not an audio file"),
+        "empty": (_written(folder / "empty.wav", b""), "onnxruntime-genai cannot process it"),
+        "damaged FLAC": (_damaged_flac(folder), "onnxruntime-genai cannot process it"),
     }
+
+
+def _written(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
+def _damaged_flac(folder: Path) -> Path:
+    """A FLAC file whose header is whole and whose frames are noise."""
+    head = write_encoded(folder / "whole.flac", tone(2.0)).read_bytes()[:200]
+    return _written(folder / "damaged.flac", head + bytes(range(256)) * 40)
 
 
 BAD_AUDIO = ("not audio", "8 kHz", "over 30 s", "missing", "FLAC over 30 s", "MP3 over 30 s")
 
 
-@pytest.mark.parametrize("case", [*BAD_AUDIO, "MP3 at 8 kHz", "OGG"])
+@pytest.mark.parametrize("case", [*BAD_AUDIO, "MP3 at 8 kHz", "OGG", "empty", "damaged FLAC"])
 def test_bad_audio_is_one_clear_line(speech_bundle, tmp_path, capsys, case):
     path, said = _bad_audio(tmp_path / "audio")[case]
     code, out, err = _run(capsys, str(speech_bundle), "--audio", str(path))
