@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     prompt = None if args.audio is not None else _prompt(args)
     if prompt is None and (args.prompt, args.prompt_option) != (None, None):
         raise OptionError("--audio takes no prompt; accepted: `run DIR --audio FILE`")
+    if args.timestamps and args.audio is None:
+        raise OptionError("--timestamps times a transcript; accepted: with --audio FILE")
     options = search_options(args)
     guidance = _guidance(args)
     bundle = open_bundle(

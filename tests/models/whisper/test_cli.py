@@ -161,6 +161,12 @@ def test_no_audio_on_a_speech_bundle_is_one_clear_line(speech_bundle, capsys):
     assert "accepted: --audio FILE" in err and "Traceback" not in err
 
 
+def test_timestamps_without_audio_is_one_clear_line(packaged, capsys):
+    code, out, err = _run(capsys, str(packaged("cpu")), "hello", "--timestamps")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "--timestamps times a transcript; accepted: with --audio FILE" in err
+
+
 def test_audio_on_a_text_bundle_is_one_clear_line(packaged, wav, capsys):
     bundle = packaged("cpu")
     code, _, err = _run(capsys, str(bundle), "--audio", str(wav))
