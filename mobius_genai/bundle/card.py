@@ -123,7 +123,10 @@ def render_card(
 def _cli_run(folder: str, model: Mapping[str, Any]) -> str:
     """The command line that runs the bundle: with an image, or audio for a speech bundle."""
     if og_type(model["type"]).audio:
-        return f"mobius-genai run {folder} --audio speech.wav --language en"
+        return (
+            f"mobius-genai run {folder} --audio speech.wav --language en\n"
+            f"mobius-genai run {folder} --audio speech.wav --timestamps  # [0.00 -> 2.40] text"
+        )
     run = f'mobius-genai run {folder} --prompt "The capital of France is"'
     if "vision" in model:
         run += f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'

@@ -59,6 +59,11 @@ rows quote og:
   ("Invalid rank for input: position_ids Got: 2 Expected: 3"), as it fails beam search.
 - og's multimodal pipeline also continues the padded rows of a text batch from the wrong
   positions.
+- Whisper (og's `whisper` type, tests/models/whisper/test_og_apis.py, against og's builder's
+  Whisper bundle too): og.Engine, n-gram decoding and rewind are refused with og's words; a
+  batch of audios runs when the forced prompts have one length, and a shorter prompt is padded
+  inside itself; og.Generator's greedy, sampling, guidance, a prompt appended in parts, every
+  prompt position's logits and beam search run.
 
 `og_limits` is recorded in the manifest's build section (`og_limits`) and shown on the card;
 `engine_support(folder)` answers for a bundle on disk (`run` and `chat` read it).
@@ -162,6 +167,20 @@ LIMITS: tuple[OgLimit, ...] = (
         "model.type {type} is an encoder-decoder speech model; og 0.18's Engine runs "
         "decoder-only text models only ('The model type is not supported for decoding. "
         "Expected a decoder-only model.')",
+        _speech,
+    ),
+    OgLimit(
+        (NGRAM, REWIND),
+        "og 0.18 refuses these for model.type {type} ('N-gram decoding requires a plain "
+        "decoder-only text model in this release'; 'RewindTo is currently not supported for "
+        "whisper'), for og's builder's Whisper bundle alike",
+        _speech,
+    ),
+    OgLimit(
+        (BATCH,),
+        "og 0.18 pads a shorter forced prompt with the pad token inside the prompt (a row "
+        "without <|notimestamps|> beside one with it continues from other tokens than alone; "
+        "og's builder's Whisper bundle alike); audios with prompts of one length batch well",
         _speech,
     ),
     OgLimit(

@@ -46,7 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--audio",
         metavar="PATH",
-        help="a speech bundle: time the transcription of this WAV file (real-time factor)",
+        help="a speech bundle: time the transcription of this WAV, FLAC or MP3 file (real-time "
+        "factor)",
     )
     add_ep_argument(parser)
     add_threads_argument(parser)

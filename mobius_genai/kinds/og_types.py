@@ -76,12 +76,16 @@ OG_PROCESSOR_FILES: dict[str, str] = {"vision": "processor_config.json"}
 MULTILINGUAL_VOCAB = 51_865
 
 
-def whisper_prompt(vocab_size: int, language: str = "en", task: str = "transcribe") -> str:
+def whisper_prompt(
+    vocab_size: int, language: str = "en", task: str = "transcribe", timestamps: bool = False
+) -> str:
     """The decoder prompt og's processor turns into Whisper's forced ids: start, language,
-    task, no timestamps; an English-only vocabulary has no language or task token."""
+    task, and no timestamps unless asked; an English-only vocabulary has no language or task
+    token."""
+    last = "" if timestamps else "<|notimestamps|>"
     if vocab_size < MULTILINGUAL_VOCAB:
-        return "<|startoftranscript|><|notimestamps|>"
-    return f"<|startoftranscript|><|{language}|><|{task}|><|notimestamps|>"
+        return f"<|startoftranscript|>{last}"
+    return f"<|startoftranscript|><|{language}|><|{task}|>{last}"
 
 
 def og_type(name: str) -> OgType:
