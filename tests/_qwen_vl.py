@@ -4,6 +4,7 @@ side of the comparisons: image features, merged embeddings, 3-D mrope positions,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,16 @@ def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForCon
     return model
 
 
-def write_qwen2_5_vl_checkpoint(folder: Path) -> Qwen2_5_VLForConditionalGeneration:
-    """Write a packageable tiny Qwen2.5-VL checkpoint into `folder`: the model, tiny-qwen2's
-    tokenizer with the vision special tokens, and the image processor's settings. Returns the
-    model (float32, eval mode)."""
+def write_qwen2_5_vl_checkpoint(
+    folder: Path, tiny: Callable[..., torch.nn.Module] = tiny_qwen2_5_vl
+) -> Qwen2_5_VLForConditionalGeneration:
+    """Write a packageable tiny Qwen2.5-VL checkpoint (or `tiny`'s: Qwen3-VL) into `folder`:
+    the model, tiny-qwen2's tokenizer with the vision special tokens, and the image
+    processor's settings. Returns the model (float32, eval mode)."""
     tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
     tokenizer.add_special_tokens({"additional_special_tokens": QWEN_SPECIALS})
     start, end, image, video = tokenizer.convert_tokens_to_ids(QWEN_SPECIALS)
-    model = tiny_qwen2_5_vl(
+    model = tiny(
         text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
         image_token_id=image,
         video_token_id=video,

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.config.vision import VisionConfig
 from mobius_genai.errors import ConfigError
@@ -49,6 +50,15 @@ def qwen_vision_keys(vision: QwenVisionConfig) -> dict[str, Any]:
     }
 
 
+def qwen3_vision_keys(vision: Qwen3VisionConfig) -> dict[str, Any]:
+    """The vision section's size keys og reads for Qwen3-VL (no windows: no window_size)."""
+    return {
+        "spatial_merge_size": vision.spatial_merge_size,
+        "patch_size": vision.patch_size,
+        "tokens_per_second": float(vision.tokens_per_second),
+    }
+
+
 def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[Transform]:
     return [
         (
@@ -68,7 +78,7 @@ def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[Transf
 
 
 def qwen_patch_transforms(
-    settings: dict[str, Any], vision: QwenVisionConfig, path: Path
+    settings: dict[str, Any], vision: QwenVisionConfig | Qwen3VisionConfig, path: Path
 ) -> list[Transform]:
     """Qwen2VLImageProcessor: decode as RGB, smart_resize (bicubic), rescale, normalize, cut
     into patches. Resize's width and height are an image smart_resize keeps as it is: the

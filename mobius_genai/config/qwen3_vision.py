@@ -1,0 +1,136 @@
+"""Qwen3-VL's vision tower: its sizes, its learned position grid and its DeepStack layers.
+
+Images arrive as Qwen2.5-VL's do (flattened patches in merge-block order and their grid
+(t, h, w)); patches add a learned position embedding resampled from a square grid of
+`num_position_embeddings` to each image's grid, every block attends within one frame, and the
+blocks in `deepstack_visual_indexes` also feed a merger of their own whose tokens the text
+decoder adds to its first hidden states (DeepStack).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.config import fields
+from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.config.layers import check_layer_count, first_of_every_kind
+from mobius_genai.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class Qwen3VisionConfig:
+    """transformers' Qwen3VLVisionConfig, the keys the graph reads."""
+
+    depth: int = 27
+    hidden_size: int = 1152
+    intermediate_size: int = 4304
+    num_heads: int = 16
+    in_channels: int = 3
+    patch_size: int = 16
+    spatial_merge_size: int = 2
+    temporal_patch_size: int = 2
+    out_hidden_size: int = 3584
+    num_position_embeddings: int = 2304
+    deepstack_visual_indexes: tuple[int, ...] = (8, 16, 24)
+    hidden_act: str = "gelu_pytorch_tanh"
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-6  # transformers fixes it for the blocks' and the mergers' LayerNorms
+    # og reads it for videos' temporal positions; transformers' Qwen3-VL uses timestamps
+    tokens_per_second: float = 2.0
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def patch_dim(self) -> int:
+        """Values of one flattened patch (a pixel_values row)."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size**2
+
+    @property
+    def grid_side(self) -> int:
+        """Side of the square learned position grid."""
+        return math.isqrt(self.num_position_embeddings)
+
+    @property
+    def num_layers(self) -> int:
+        return self.depth
+
+    def layers_of_every_kind(self) -> int:
+        """The fewest first blocks with a DeepStack block and a plain one, where it has both."""
+        return first_of_every_kind(
+            [index in self.deepstack_visual_indexes for index in range(self.depth)]
+        )
+
+    def first_layers(self, count: int) -> Qwen3VisionConfig:
+        """The same tower with only its first `count` blocks (and their DeepStack mergers)."""
+        check_layer_count(count, self.depth, "vision layer count")
+        kept = tuple(index for index in self.deepstack_visual_indexes if index < count)
+        return dataclasses.replace(self, depth=count, deepstack_visual_indexes=kept)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Qwen3VisionConfig:
+        """Parse `vision_config` (transformers' defaults where absent)."""
+        where = "vision_config."
+        defaults = cls()
+        sizes = {
+            key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
+            for key in (
+                "depth",
+                "hidden_size",
+                "intermediate_size",
+                "num_heads",
+                "in_channels",
+                "patch_size",
+                "spatial_merge_size",
+                "temporal_patch_size",
+                "out_hidden_size",
+                "num_position_embeddings",
+            )
+        }
+        act = raw.get("hidden_act", defaults.hidden_act)
+        if act not in HIDDEN_ACTS:
+            raise ConfigError(
+                f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
+                f"{sorted(HIDDEN_ACTS)}"
+            )
+        rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
+        key = "deepstack_visual_indexes"
+        indexes = fields.int_tuple(raw.get(key), where + key) if key in raw else None
+        config = cls(
+            **sizes,
+            deepstack_visual_indexes=defaults.deepstack_visual_indexes
+            if indexes is None
+            else indexes,
+            hidden_act=act,
+            rope_theta=fields.number(
+                rope.get("rope_theta", raw.get("rope_theta")),
+                where + "rope_parameters.rope_theta",
+                10000.0,
+                positive=True,
+            ),
+        )
+        _check(config)
+        return config
+
+
+def _check(config: Qwen3VisionConfig) -> None:
+    if config.hidden_size % config.num_heads or config.head_dim % 4:
+        raise ConfigError(
+            f"config.json: vision_config.hidden_size {config.hidden_size} over num_heads "
+            f"{config.num_heads} must be a whole head size divisible by 4 (2-D rotary halves)"
+        )
+    if config.grid_side**2 != config.num_position_embeddings:
+        raise ConfigError(
+            f"config.json: vision_config.num_position_embeddings "
+            f"{config.num_position_embeddings} is not a square (a side x side learned grid)"
+        )
+    indexes = config.deepstack_visual_indexes
+    if any(not 0 <= index < config.depth for index in indexes) or len(set(indexes)) < len(indexes):
+        raise ConfigError(
+            f"config.json: vision_config.deepstack_visual_indexes {list(indexes)}: accepted: "
+            f"distinct block indexes in 0..{config.depth - 1}"
+        )

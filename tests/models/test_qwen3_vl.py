@@ -1,0 +1,180 @@
+"""Qwen3-VL's vision, embedding and decoder graphs against transformers (fp32, 1e-4): the
+learned position grid resampled to each image size, DeepStack features carried in wider
+embeddings and added after the decoder's first layers, interleaved mrope."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+import pytest
+import torch
+
+from mobius_genai.build import build
+from tests._ort import package_sessions
+from tests._qwen3_vl import DEEPSTACK, tiny_qwen3_vl
+from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, token_types
+
+TOLERANCE = 1e-4
+LAYERS, KV_HEADS, HEAD_DIM = 3, 2, 16
+WIDTH = TEXT_HIDDEN * (1 + len(DEEPSTACK))
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    model = tiny_qwen3_vl()
+    folder = tmp_path_factory.mktemp("qwen3_vl")
+    model.save_pretrained(folder)
+    return model, folder
+
+
+@pytest.fixture(scope="module")
+def sessions(qwen3):
+    return package_sessions(build(qwen3[1], "cpu", "fp32", progress=False))
+
+
+def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    names = [value.name for value in session.get_outputs()]
+    declared = {value.name for value in session.get_inputs()}
+    outputs = session.run(None, {k: v for k, v in feeds.items() if k in declared})
+    return dict(zip(names, outputs, strict=True))
+
+
+def _image(height: int, width: int, seed: int = 1) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _reference(model, pixel_values: np.ndarray, grid: np.ndarray):
+    """transformers' merged tokens and DeepStack features, side by side as ours are."""
+    with torch.no_grad():
+        output = model.model.get_image_features(
+            torch.from_numpy(pixel_values), torch.from_numpy(grid)
+        )
+    merged = torch.cat(output.pooler_output)
+    deepstack = [torch.cat(feature) for feature in output.deepstack_features]
+    return torch.cat([merged, *deepstack], dim=-1).numpy(), merged, deepstack
+
+
+def _features(sessions, pixel_values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    feeds = {"pixel_values": pixel_values, "image_grid_thw": grid}
+    return _run(sessions["vision"], feeds)["image_features"]
+
+
+@pytest.mark.parametrize("size", [(40, 56), (32, 32), (16, 48)])
+def test_vision_graph_matches_transformers_at_several_image_sizes(qwen3, sessions, size):
+    """5 x 7, 4 x 4 and 2 x 6 merged tokens: the 4 x 4 position grid resampled to 10 x 14,
+    8 x 8 and 4 x 12 patches, and the DeepStack mergers of blocks 0 and 2."""
+    model, _ = qwen3
+    pixel_values, grid = patches(_image(*size))
+    reference, _, _ = _reference(model, pixel_values, grid)
+    features = _features(sessions, pixel_values, grid)
+    assert features.shape == reference.shape == (int(grid.prod()) // 4, WIDTH)
+    np.testing.assert_allclose(features, reference, atol=TOLERANCE, rtol=0)
+
+
+def _decoder_feeds(embeds, ids, total, positions, past) -> dict[str, np.ndarray]:
+    return {
+        "inputs_embeds": embeds,
+        "input_ids": ids,
+        "attention_mask": np.ones((1, total), np.int64),
+        "position_ids": positions,
+        **past,
+    }
+
+
+@pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
+def test_graphs_match_transformers_over_prefill_and_decode(qwen3, ep):
+    model, folder = qwen3
+    sessions = package_sessions(build(folder, ep, "fp32", progress=False))
+    pixel_values, grid = patches(_image(40, 56))
+    ids = image_prompt(grid)
+    image = {"pixel_values": pixel_values, "image_grid_thw": grid}
+    features = _features(sessions, pixel_values, grid)
+    _, merged, deepstack = _reference(model, pixel_values, grid)
+    with torch.no_grad():
+        mask = (ids == IMAGE_TOKEN)[..., None]
+        embeds_ref = model.model.get_input_embeddings()(ids).masked_scatter(mask, merged)
+        parts = [torch.zeros_like(embeds_ref).masked_scatter(mask, part) for part in deepstack]
+        positions, _ = model.model.get_rope_index(
+            ids, token_types(ids), image_grid_thw=torch.from_numpy(grid)
+        )
+        reference = model(
+            input_ids=ids,
+            **{k: torch.from_numpy(v) for k, v in image.items()},
+            mm_token_type_ids=token_types(ids),
+            use_cache=True,
+        )
+    embeds = _run(sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features})
+    embeds = embeds["inputs_embeds"]
+    expected = torch.cat([embeds_ref, *parts], dim=-1).numpy()
+    np.testing.assert_allclose(embeds, expected, atol=TOLERANCE, rtol=0)
+    seq = ids.shape[1]
+    empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
+    past = {
+        f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
+    }
+    outputs = _run(
+        sessions["decoder"], _decoder_feeds(embeds, ids.numpy(), seq, positions.numpy(), past)
+    )
+    np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
+    cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
+    no_features = np.zeros((0, WIDTH), np.float32)
+    for _ in range(3):
+        with torch.no_grad():
+            step = model(input_ids=token, cache=cache, use_cache=True)
+        embeds = _run(
+            sessions["embedding"], {"input_ids": token.numpy(), "image_features": no_features}
+        )["inputs_embeds"]
+        total += 1
+        position = np.full((3, 1, 1), total - 1 + int(model.model.rope_deltas[0, 0]), np.int64)
+        past = {
+            name.replace("present.", "past_key_values."): value
+            for name, value in outputs.items()
+            if name.startswith("present.")
+        }
+        outputs = _run(
+            sessions["decoder"], _decoder_feeds(embeds, token.numpy(), total, position, past)
+        )
+        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
+        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+
+
+def test_graph_io_carries_deepstack_in_wider_embeddings(qwen3):
+    """image_features and inputs_embeds are hidden x (1 + DeepStack layers) wide; og sizes
+    both by genai_config's decoder.hidden_size (tests/models/test_qwen3_vl_bundle.py)."""
+    _, folder = qwen3
+    package = build(folder, "cpu", "fp32", load_weights=False, progress=False)
+    vision = {value.name: value for value in package["vision"].graph.inputs}
+    assert list(vision["image_grid_thw"].shape) == [1, 3]
+    assert vision["pixel_values"].shape[1] == 3 * 2 * 4 * 4
+    assert package["vision"].graph.outputs[0].shape[1] == WIDTH
+    embedding = {value.name: value for value in package["embedding"].graph.inputs}
+    assert embedding["image_features"].shape[1] == WIDTH
+    assert package["embedding"].graph.outputs[0].shape[2] == WIDTH
+    decoder = {value.name: value for value in package["decoder"].graph.inputs}
+    assert decoder["inputs_embeds"].shape[2] == WIDTH
+    assert decoder["position_ids"].shape[0] == 3 and decoder["position_ids"].shape.rank() == 3
+
+
+def _ops(model: ir.Model) -> set[tuple[str, str]]:
+    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
+
+
+@pytest.mark.parametrize("ep", ["cpu", "cuda", "dml", "webgpu", "onnx-standard"])
+def test_graph_ops_per_ep_and_role(qwen3, ep, recwarn):
+    _, folder = qwen3
+    package = build(folder, ep, load_weights=False, progress=False)
+    packed = ("com.microsoft", "PackedMultiHeadAttention")
+    for key, model in package.items():
+        ops = _ops(model)
+        if key != "decoder":
+            assert ("com.microsoft", "GroupQueryAttention") not in ops, key
+        if key != "vision":
+            assert packed not in ops, key
+        if ep == "onnx-standard":
+            assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
+    if ep != "onnx-standard":  # the decoder's causal attention fuses, mrope rotated in front
+        assert ("com.microsoft", "GroupQueryAttention") in _ops(package["decoder"])
+    # onnxruntime has the kernel for CUDA only; elsewhere its standard body is inlined
+    assert (packed in _ops(package["vision"])) == (ep == "cuda")
+    assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
