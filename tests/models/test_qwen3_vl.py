@@ -178,3 +178,108 @@ def test_graph_ops_per_ep_and_role(qwen3, ep, recwarn):
     # onnxruntime has the kernel for CUDA only; elsewhere its standard body is inlined
     assert (packed in _ops(package["vision"])) == (ep == "cuda")
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
+
+
+def _vision_error(qwen3) -> float:
+    model, folder = qwen3
+    pixel_values, grid = patches(_image(40, 56))
+    session = package_sessions(build(folder, "cpu", "fp32", progress=False))["vision"]
+    reference, _, _ = _reference(model, pixel_values, grid)
+    return float(np.abs(_features({"vision": session}, pixel_values, grid) - reference).max())
+
+
+def _prefill_error(qwen3) -> float:
+    """Largest logit error of the prefill with one image (transformers' features and
+    positions, so only the decoder and embedding graphs are under test)."""
+    model, folder = qwen3
+    sessions = package_sessions(build(folder, "cpu", "fp32", progress=False))
+    pixel_values, grid = patches(_image(40, 56))
+    ids = image_prompt(grid)
+    features, _, _ = _reference(model, pixel_values, grid)
+    with torch.no_grad():
+        positions, _ = model.model.get_rope_index(
+            ids, token_types(ids), image_grid_thw=torch.from_numpy(grid)
+        )
+        reference = model(
+            input_ids=ids,
+            pixel_values=torch.from_numpy(pixel_values),
+            image_grid_thw=torch.from_numpy(grid),
+            mm_token_type_ids=token_types(ids),
+        ).logits.numpy()
+    embeds = _run(sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features})
+    empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
+    past = {f"past_key_values.{i}.{k}": empty for i in range(LAYERS) for k in ("key", "value")}
+    feeds = _decoder_feeds(
+        embeds["inputs_embeds"], ids.numpy(), ids.shape[1], positions.numpy(), past
+    )
+    return float(np.abs(_run(sessions["decoder"], feeds)["logits"] - reference).max())
+
+
+def _swapped_rope_axes(monkeypatch):
+    from mobius_genai.components import qwen3_vision
+
+    original = qwen3_vision.AxialRotary
+
+    def swapped(op, layout, config):
+        return original(op, type("Layout", (), {"row": layout.col, "col": layout.row}), config)
+
+    monkeypatch.setattr(qwen3_vision, "AxialRotary", swapped)
+
+
+def _merge_off_by_one(monkeypatch):
+    from mobius_genai.components import qwen3_vision
+
+    original = qwen3_vision.Qwen3PatchMerger.forward
+
+    def shifted(self, op, x):  # the m² patches of each token taken one patch later
+        rolled = op.Concat(
+            op.Slice(x, op.Constant(value_ints=[1]), op.Constant(value_ints=[2**62])),
+            op.Slice(x, op.Constant(value_ints=[0]), op.Constant(value_ints=[1])),
+            axis=0,
+        )
+        return original(self, op, rolled)
+
+    monkeypatch.setattr(qwen3_vision.Qwen3PatchMerger, "forward", shifted)
+
+
+def _deepstack_layer_off_by_one(monkeypatch):
+    from mobius_genai.models import causal_lm
+
+    original = causal_lm.split_deepstack
+
+    def later(op, embeds, layers):  # the k-th part added after layer k + 1
+        first, rest = original(op, embeds, layers)
+        return first, [op.Sub(first, first), *rest]
+
+    monkeypatch.setattr(causal_lm, "split_deepstack", later)
+
+
+def _mrope_not_interleaved(monkeypatch):
+    import dataclasses
+
+    from mobius_genai.components import rope
+
+    original = rope.channel_axes
+
+    def chunked(config, pairs):
+        return original(dataclasses.replace(config, mrope_interleaved=False), pairs)
+
+    monkeypatch.setattr(rope, "channel_axes", chunked)
+
+
+@pytest.mark.parametrize(
+    ("mutant", "error"),
+    [
+        (_swapped_rope_axes, _vision_error),
+        (_merge_off_by_one, _vision_error),
+        (_deepstack_layer_off_by_one, _prefill_error),
+        (_mrope_not_interleaved, _prefill_error),
+    ],
+)
+def test_mutants_are_caught(qwen3, monkeypatch, mutant, error):
+    """Each mutant (vision rope's row and column swapped, the merger's patches one off,
+    DeepStack parts added one layer late, the decoder's mrope sections in turn instead of
+    interleaved) moves the graphs far from transformers; unmutated they agree."""
+    assert error(qwen3) < TOLERANCE
+    mutant(monkeypatch)
+    assert error(qwen3) > 100 * TOLERANCE
