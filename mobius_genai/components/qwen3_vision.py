@@ -115,7 +115,9 @@ class _PositionGrid(nn.Module):
             flat,
         )
         weights = op.Reshape(
-            op.Mul(op.Unsqueeze(row_weights, _ints(op, 2)), op.Unsqueeze(col_weights, _ints(op, 1))),
+            op.Mul(
+                op.Unsqueeze(row_weights, _ints(op, 2)), op.Unsqueeze(col_weights, _ints(op, 1))
+            ),
             flat,
         )
         taps = op.Gather(self.weight, indices, axis=0)  # [P, 4, hidden]
@@ -143,9 +145,7 @@ class Qwen3VisionBlock(nn.Module):
         self.norm2 = LayerNorm(hidden, eps)
         self.mlp = _VisionMLP(config)
 
-    def forward(
-        self, op, x: ir.Value, rotary: AxialRotary, sequences: PackedSequences
-    ) -> ir.Value:
+    def forward(self, op, x: ir.Value, rotary: AxialRotary, sequences: PackedSequences) -> ir.Value:
         x = op.Add(x, self.attn(op, self.norm1(op, x), rotary, sequences))
         return op.Add(x, self.mlp(op, self.norm2(op, x)))
 
@@ -174,8 +174,9 @@ class Qwen3PatchMerger(nn.Module):
 
 class Qwen3VisionTower(nn.Module):
     """(pixel_values [P, C·T·p²], image_grid_thw [1, 3]) → [P / m², out_hidden · (1 + D)]: the
-    merger's tokens then each DeepStack merger's; module names follow transformers'
-    (`visual.blocks.0.attn.qkv`, `visual.deepstack_merger_list.0.norm`, ...)."""
+    merger's tokens then each DeepStack merger's (zeros for a block a twin dropped); module
+    names follow transformers' (`visual.blocks.0.attn.qkv`, `visual.deepstack_merger_list.0.norm`,
+    ...)."""
 
     def __init__(self, config: Qwen3VisionConfig) -> None:
         super().__init__()
@@ -185,7 +186,7 @@ class Qwen3VisionTower(nn.Module):
         self.blocks = nn.ModuleList([Qwen3VisionBlock(config) for _ in range(config.depth)])
         self.merger = Qwen3PatchMerger(config, postshuffle=False)
         self.deepstack_merger_list = nn.ModuleList(
-            [Qwen3PatchMerger(config, postshuffle=True) for _ in config.deepstack_visual_indexes]
+            [Qwen3PatchMerger(config, postshuffle=True) for _ in range(config.deepstack_mergers)]
         )
 
     def forward(self, op, pixel_values: ir.Value, grid: ir.Value) -> ir.Value:
@@ -203,4 +204,8 @@ class Qwen3VisionTower(nn.Module):
                 ]
                 deepstack.append(merger(op, op.Squeeze(x, _ints(op, 0))))
         merged = self.merger(op, op.Squeeze(x, _ints(op, 0)))
+        missing = len(self.config.deepstack_visual_indexes) - len(deepstack)  # a twin's
+        if missing:
+            zero = op.Constant(value=ir.tensor(np.zeros([1, 1], get_build_dtype().numpy())))
+            deepstack += [op.Expand(zero, op.Shape(merged))] * missing
         return op.Concat(merged, *deepstack, axis=-1) if deepstack else merged

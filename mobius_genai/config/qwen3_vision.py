@@ -59,6 +59,12 @@ class Qwen3VisionConfig:
     def num_layers(self) -> int:
         return self.depth
 
+    @property
+    def deepstack_mergers(self) -> int:
+        """The DeepStack mergers the tower computes: those of the blocks it has (all but in a
+        twin cut to its first blocks, whose missing blocks' features are zeros)."""
+        return sum(index < self.depth for index in self.deepstack_visual_indexes)
+
     def layers_of_every_kind(self) -> int:
         """The fewest first blocks with a DeepStack block and a plain one, where it has both."""
         return first_of_every_kind(
@@ -66,10 +72,11 @@ class Qwen3VisionConfig:
         )
 
     def first_layers(self, count: int) -> Qwen3VisionConfig:
-        """The same tower with only its first `count` blocks (and their DeepStack mergers)."""
+        """The same tower with only its first `count` blocks. The DeepStack indexes stay, so
+        the features keep their width (the bundle's contract): those of dropped blocks are
+        zeros, and a twin's decoder of fewer layers than DeepStack parts never adds them."""
         check_layer_count(count, self.depth, "vision layer count")
-        kept = tuple(index for index in self.deepstack_visual_indexes if index < count)
-        return dataclasses.replace(self, depth=count, deepstack_visual_indexes=kept)
+        return dataclasses.replace(self, depth=count)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Qwen3VisionConfig:
@@ -128,9 +135,9 @@ def _check(config: Qwen3VisionConfig) -> None:
             f"config.json: vision_config.num_position_embeddings "
             f"{config.num_position_embeddings} is not a square (a side x side learned grid)"
         )
-    indexes = config.deepstack_visual_indexes
-    if any(not 0 <= index < config.depth for index in indexes) or len(set(indexes)) < len(indexes):
+    indexes = list(config.deepstack_visual_indexes)
+    if indexes != sorted(set(indexes)) or not all(0 <= i < config.depth for i in indexes):
         raise ConfigError(
-            f"config.json: vision_config.deepstack_visual_indexes {list(indexes)}: accepted: "
-            f"distinct block indexes in 0..{config.depth - 1}"
+            f"config.json: vision_config.deepstack_visual_indexes {indexes}: accepted: "
+            f"increasing block indexes in 0..{config.depth - 1}"
         )

@@ -126,7 +126,7 @@ class VisionLanguageFamily:
             (f"{self.vision_layers}.", config.vision.num_layers),
         ]
         if self.deepstack_mergers is not None:
-            numbered.append((f"{self.deepstack_mergers}.", config.deepstack_layers))
+            numbered.append((f"{self.deepstack_mergers}.", config.vision.deepstack_mergers))
         kept = {
             prefix: count
             for graph_layers, count in numbered

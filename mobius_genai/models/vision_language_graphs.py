@@ -29,9 +29,7 @@ def vision_language_graphs(
     text = config.text
     blocks = config.image_token_id if family.bidirectional_images else None
     deepstack, width = config.deepstack_layers, config.embedding_width
-    decoder = CausalLMModel(
-        text, context_length, image_token_id=blocks, deepstack_layers=deepstack
-    )
+    decoder = CausalLMModel(text, context_length, image_token_id=blocks, deepstack_layers=deepstack)
     models = {
         "vision": VisionTask().build(family.vision_model(config), width),
         "embedding": EmbeddingTask().build(EmbeddingModel(config), width),

@@ -76,7 +76,9 @@ class CausalLMTask:
         builder = GraphBuilder(graph)
         int64 = ir.DataType.INT64
         embeds = (
-            builder.input(INPUTS_EMBEDS, dtype, [BATCH, SEQ, self.embeds_width or config.hidden_size])
+            builder.input(
+                INPUTS_EMBEDS, dtype, [BATCH, SEQ, self.embeds_width or config.hidden_size]
+            )
             if self.inputs_embeds
             else None
         )

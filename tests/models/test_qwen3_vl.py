@@ -18,6 +18,7 @@ from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, toke
 TOLERANCE = 1e-4
 LAYERS, KV_HEADS, HEAD_DIM = 3, 2, 16
 WIDTH = TEXT_HIDDEN * (1 + len(DEEPSTACK))
+PACKED = ("com.microsoft", "PackedMultiHeadAttention")
 
 
 @pytest.fixture(scope="module")
@@ -164,20 +165,38 @@ def _ops(model: ir.Model) -> set[tuple[str, str]]:
 def test_graph_ops_per_ep_and_role(qwen3, ep, recwarn):
     _, folder = qwen3
     package = build(folder, ep, load_weights=False, progress=False)
-    packed = ("com.microsoft", "PackedMultiHeadAttention")
     for key, model in package.items():
         ops = _ops(model)
         if key != "decoder":
             assert ("com.microsoft", "GroupQueryAttention") not in ops, key
         if key != "vision":
-            assert packed not in ops, key
+            assert PACKED not in ops, key
         if ep == "onnx-standard":
             assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
     if ep != "onnx-standard":  # the decoder's causal attention fuses, mrope rotated in front
         assert ("com.microsoft", "GroupQueryAttention") in _ops(package["decoder"])
     # onnxruntime has the kernel for CUDA only; elsewhere its standard body is inlined
-    assert (packed in _ops(package["vision"])) == (ep == "cuda")
+    assert (PACKED in _ops(package["vision"])) == (ep == "cuda")
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
+
+
+@pytest.mark.parametrize("size", [(40, 56), (16, 48)])
+def test_the_cuda_vision_graph_body_matches_transformers(qwen3, size):
+    """The cuda graph keeps PackedMultiHeadAttention (one sequence per frame); its standard
+    body, inlined, run by onnxruntime on CPU, gives transformers' features."""
+    from onnx_ir.passes.common import InlinePass
+
+    model, folder = qwen3
+    vision = build(folder, "cuda", "fp32", progress=False)["vision"]
+    packed = [node for node in vision.graph.all_nodes() if node.op_type == PACKED[1]]
+    assert len(packed) == model.config.vision_config.depth  # one per block
+    InlinePass(criteria=lambda function: function.name == PACKED[1])(vision)
+    assert PACKED not in _ops(vision)
+    pixel_values, grid = patches(_image(*size))
+    session = package_sessions({"vision": vision})["vision"]
+    reference, _, _ = _reference(model, pixel_values, grid)
+    features = _features({"vision": session}, pixel_values, grid)
+    np.testing.assert_allclose(features, reference, atol=TOLERANCE, rtol=0)
 
 
 def _vision_error(qwen3) -> float:

@@ -141,7 +141,8 @@ def test_run_with_two_images_streams_what_transformers_generates(
     text = capsys.readouterr().out
     og_model = og.Model(str(bundle))
     inputs = og_model.create_multimodal_processor()(
-        f"{PLACEHOLDER} {PLACEHOLDER} Compare.", images=og.Images.open(*paths)  # as `run` joins
+        f"{PLACEHOLDER} {PLACEHOLDER} Compare.",
+        images=og.Images.open(*paths),  # as `run` joins
     )
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     values, grids = zip(*(patches(pixels) for pixels in images), strict=True)
