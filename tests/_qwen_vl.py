@@ -131,16 +131,19 @@ def token_types(input_ids: torch.Tensor, image_token_id: int = IMAGE_TOKEN) -> t
 
 
 def transformers_tokens(
-    model: torch.nn.Module, input_ids: torch.Tensor, pixels: np.ndarray, new_tokens: int
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    pixels: np.ndarray | list[np.ndarray],
+    new_tokens: int,
 ) -> list[int]:
-    """transformers' greedy tokens for `input_ids` and an image of uint8 `pixels` [h, w, 3]
-    already at the processor's size."""
-    pixel_values, grid = patches(pixels)
+    """transformers' greedy tokens for `input_ids` and an image (or a list of images, in the
+    prompt's order) of uint8 `pixels` [h, w, 3] already at the processor's size."""
+    values, grids = zip(*(patches(image) for image in _listed(pixels)), strict=True)
     with torch.no_grad():
         reference = model.generate(
             input_ids=input_ids,
-            pixel_values=torch.from_numpy(pixel_values),
-            image_grid_thw=torch.from_numpy(grid),
+            pixel_values=torch.from_numpy(np.concatenate(values)),
+            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
             mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
             attention_mask=torch.ones_like(input_ids),
             max_new_tokens=new_tokens,
@@ -148,3 +151,7 @@ def transformers_tokens(
             do_sample=False,
         )
     return reference[0, input_ids.shape[1] :].tolist()
+
+
+def _listed(pixels: np.ndarray | list[np.ndarray]) -> list[np.ndarray]:
+    return pixels if isinstance(pixels, list) else [pixels]

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.architecture import HIDDEN_ACTS
 from mobius_genai.config.layers import check_layer_count, first_of_every_kind
+from mobius_genai.config.qwen_vision import check_heads, tower_fields
 from mobius_genai.errors import ConfigError
 
 
@@ -81,55 +81,21 @@ class Qwen3VisionConfig:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Qwen3VisionConfig:
         """Parse `vision_config` (transformers' defaults where absent)."""
-        where = "vision_config."
         defaults = cls()
-        sizes = {
-            key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
-            for key in (
-                "depth",
-                "hidden_size",
-                "intermediate_size",
-                "num_heads",
-                "in_channels",
-                "patch_size",
-                "spatial_merge_size",
-                "temporal_patch_size",
-                "out_hidden_size",
-                "num_position_embeddings",
-            )
-        }
-        act = raw.get("hidden_act", defaults.hidden_act)
-        if act not in HIDDEN_ACTS:
-            raise ConfigError(
-                f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
-                f"{sorted(HIDDEN_ACTS)}"
-            )
-        rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
         key = "deepstack_visual_indexes"
-        indexes = fields.int_tuple(raw.get(key), where + key) if key in raw else None
+        indexes = fields.int_tuple(raw.get(key), f"vision_config.{key}") if key in raw else None
         config = cls(
-            **sizes,
+            **tower_fields(raw, defaults, ("num_position_embeddings",)),
             deepstack_visual_indexes=defaults.deepstack_visual_indexes
             if indexes is None
             else indexes,
-            hidden_act=act,
-            rope_theta=fields.number(
-                rope.get("rope_theta", raw.get("rope_theta")),
-                where + "rope_parameters.rope_theta",
-                10000.0,
-                positive=True,
-            ),
         )
+        check_heads(config)
         _check(config)
         return config
 
 
 def _check(config: Qwen3VisionConfig) -> None:
-    if config.hidden_size % config.num_heads or config.head_dim % 4:
-        raise ConfigError(
-            f"config.json: vision_config.hidden_size {config.hidden_size} over num_heads "
-            f"{config.num_heads} must be a whole head size divisible by 4 (2-D rotary halves)"
-        )
     if config.grid_side**2 != config.num_position_embeddings:
         raise ConfigError(
             f"config.json: vision_config.num_position_embeddings "

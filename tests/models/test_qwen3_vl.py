@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 import torch
 
@@ -14,6 +13,7 @@ from mobius_genai.build import build
 from tests._ort import package_sessions
 from tests._qwen3_vl import DEEPSTACK, tiny_qwen3_vl
 from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, token_types
+from tests.models.test_qwen2_5_vl import _image, _run
 
 TOLERANCE = 1e-4
 LAYERS, KV_HEADS, HEAD_DIM = 3, 2, 16
@@ -32,17 +32,6 @@ def qwen3(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sessions(qwen3):
     return package_sessions(build(qwen3[1], "cpu", "fp32", progress=False))
-
-
-def _run(session: ort.InferenceSession, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    names = [value.name for value in session.get_outputs()]
-    declared = {value.name for value in session.get_inputs()}
-    outputs = session.run(None, {k: v for k, v in feeds.items() if k in declared})
-    return dict(zip(names, outputs, strict=True))
-
-
-def _image(height: int, width: int, seed: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
 
 
 def _reference(model, pixel_values: np.ndarray, grid: np.ndarray):
@@ -71,6 +60,11 @@ def test_vision_graph_matches_transformers_at_several_image_sizes(qwen3, session
     features = _features(sessions, pixel_values, grid)
     assert features.shape == reference.shape == (int(grid.prod()) // 4, WIDTH)
     np.testing.assert_allclose(features, reference, atol=TOLERANCE, rtol=0)
+
+
+def _empty_past() -> dict[str, np.ndarray]:
+    empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
+    return {f"past_key_values.{i}.{k}": empty for i in range(LAYERS) for k in ("key", "value")}
 
 
 def _decoder_feeds(embeds, ids, total, positions, past) -> dict[str, np.ndarray]:
@@ -110,12 +104,9 @@ def test_graphs_match_transformers_over_prefill_and_decode(qwen3, ep):
     expected = torch.cat([embeds_ref, *parts], dim=-1).numpy()
     np.testing.assert_allclose(embeds, expected, atol=TOLERANCE, rtol=0)
     seq = ids.shape[1]
-    empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
-    past = {
-        f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
-    }
     outputs = _run(
-        sessions["decoder"], _decoder_feeds(embeds, ids.numpy(), seq, positions.numpy(), past)
+        sessions["decoder"],
+        _decoder_feeds(embeds, ids.numpy(), seq, positions.numpy(), _empty_past()),
     )
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
     cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
@@ -226,10 +217,8 @@ def _prefill_error(qwen3) -> float:
             mm_token_type_ids=token_types(ids),
         ).logits.numpy()
     embeds = _run(sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features})
-    empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float32)
-    past = {f"past_key_values.{i}.{k}": empty for i in range(LAYERS) for k in ("key", "value")}
     feeds = _decoder_feeds(
-        embeds["inputs_embeds"], ids.numpy(), ids.shape[1], positions.numpy(), past
+        embeds["inputs_embeds"], ids.numpy(), ids.shape[1], positions.numpy(), _empty_past()
     )
     return float(np.abs(_run(sessions["decoder"], feeds)["logits"] - reference).max())
 

@@ -100,19 +100,7 @@ def test_two_images_of_different_sizes_equal_transformers(checkpoint, bundle, tm
         f"{PLACEHOLDER} and {PLACEHOLDER} Compare.", images=og.Images.open(*paths)
     )
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
-    values, grids = zip(*(patches(pixels) for pixels in images), strict=True)
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(np.concatenate(values)),
-            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
-            mm_token_type_ids=(input_ids == model.config.image_token_id).int(),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=6,
-            min_new_tokens=6,
-            do_sample=False,
-        )
-    assert og_greedy(og_model, inputs, 6) == reference[0, input_ids.shape[1] :].tolist()
+    assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, images, 6)
 
 
 def test_smoke_test_generates_with_an_image_like_transformers(checkpoint, bundle):
@@ -145,20 +133,8 @@ def test_run_with_two_images_streams_what_transformers_generates(
         images=og.Images.open(*paths),  # as `run` joins
     )
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
-    values, grids = zip(*(patches(pixels) for pixels in images), strict=True)
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(np.concatenate(values)),
-            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
-            mm_token_type_ids=(input_ids == model.config.image_token_id).int(),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=5,
-            min_new_tokens=5,
-            do_sample=False,
-        )
-    stream = og.Tokenizer(og_model).create_stream()
-    tokens = reference[0, input_ids.shape[1] :].tolist()
+    stream = og.Tokenizer(og_model).create_stream()  # as `run` streams: whole characters
+    tokens = transformers_tokens(model, input_ids, images, 5)
     assert text == "".join(stream.decode(t) for t in tokens) + "\n"
 
 
