@@ -3,11 +3,19 @@ transformers' side (patches, prompts, greedy tokens) is Qwen2.5-VL's (tests/_qwe
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+from safetensors.numpy import load_file, save_file
+from transformers import (
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLMoeConfig,
+    Qwen3VLMoeForConditionalGeneration,
+)
 
 from tests._hf import randomize_weights
 from tests._qwen_vl import (
@@ -58,10 +66,13 @@ _VISION = {
 }
 
 
-def tiny_qwen3_vl(text: dict | None = None, **tokens: Any) -> Qwen3VLForConditionalGeneration:
-    """A seeded random Qwen3VLForConditionalGeneration (float32, eval mode).
+#: A tiny MoE decoder: 4 experts of 48 (2 · 48 != the hidden 64, so a transposed layout shows).
+_MOE = {"moe_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2}
 
-    `text` overrides text_config keys; `tokens` the top-level token ids."""
+
+def tiny_qwen3_vl(text: dict | None = None, *, moe: bool = False, **tokens: Any) -> torch.nn.Module:
+    """A seeded random Qwen3VLForConditionalGeneration (with `moe`, Qwen3VLMoe...; float32,
+    eval mode). `text` overrides text_config keys; `tokens` the top-level token ids."""
     ids = {
         "image_token_id": IMAGE_TOKEN,
         "video_token_id": VIDEO_TOKEN,
@@ -69,13 +80,35 @@ def tiny_qwen3_vl(text: dict | None = None, **tokens: Any) -> Qwen3VLForConditio
         "vision_end_token_id": VISION_END,
         **tokens,
     }
-    config = Qwen3VLConfig(text_config={**_TEXT, **(text or {})}, vision_config=_VISION, **ids)
-    model = Qwen3VLForConditionalGeneration(config).eval()
+    config_class, model_class = (
+        (Qwen3VLMoeConfig, Qwen3VLMoeForConditionalGeneration)
+        if moe
+        else (Qwen3VLConfig, Qwen3VLForConditionalGeneration)
+    )
+    text_config = {**_TEXT, **(_MOE if moe else {}), **(text or {})}
+    config = config_class(text_config=text_config, vision_config=_VISION, **ids)
+    model = model_class(config).eval()
     randomize_weights(model, 0)
     return model
 
 
-def write_qwen3_vl_checkpoint(folder: Path) -> torch.nn.Module:
-    """A packageable tiny Qwen3-VL checkpoint in `folder` (tokenizer and processor settings as
-    Qwen2.5-VL's); returns the model."""
-    return write_qwen2_5_vl_checkpoint(folder, tiny_qwen3_vl)
+def write_qwen3_vl_checkpoint(folder: Path, moe: bool = False) -> torch.nn.Module:
+    """A packageable tiny Qwen3-VL (or Qwen3-VL-MoE, its experts as the hub stores them)
+    checkpoint in `folder` (tokenizer and processor settings as Qwen2.5-VL's); returns the
+    model."""
+    model = write_qwen2_5_vl_checkpoint(folder, functools.partial(tiny_qwen3_vl, moe=moe))
+    if moe:
+        hub_experts(folder)
+    return model
+
+
+def hub_experts(folder: Path) -> None:
+    """Rewrite a saved Qwen3-VL-MoE's experts as the hub's checkpoints store them:
+    gate_up_proj [E, H, 2I] and down_proj [E, I, H] (transformers transposes them on load, and
+    saves its own [E, 2I, H] and [E, H, I])."""
+    path = Path(folder) / "model.safetensors"
+    tensors = load_file(path)
+    for name in tensors:
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            tensors[name] = np.ascontiguousarray(tensors[name].transpose(0, 2, 1))
+    save_file(tensors, path, metadata={"format": "pt"})

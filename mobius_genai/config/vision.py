@@ -149,10 +149,13 @@ def parse_qwen_vision_language(
     text: ArchitectureConfig,
     tower: type[QwenVisionConfig | Qwen3VisionConfig] = QwenVisionConfig,
     interleaved: bool = False,
+    tie_by_top_level: bool = False,
 ) -> VisionLanguageConfig:
     """The VisionLanguageConfig of a Qwen2.5-VL (or, with Qwen3-VL's `tower`, Qwen3-VL)
     config.json whose text keys gave `text` (transformers' token-id defaults where absent);
-    `interleaved`: the decoder's mrope sections interleave (Qwen3-VL's always do)."""
+    `interleaved`: the decoder's mrope sections interleave (Qwen3-VL's always do);
+    `tie_by_top_level`: the top level's tie_word_embeddings ties the LM head, false when absent,
+    whatever text_config says (Qwen3-VL's models)."""
     if text.rope.mrope_section is None:
         raise ConfigError(
             "config.json: rope_scaling (rope_parameters) has no 'mrope_section'; Qwen2.5-VL's "
@@ -169,7 +172,13 @@ def parse_qwen_vision_language(
     return VisionLanguageConfig(
         model_type=fields.model_type(raw.get("model_type")),
         text=dataclasses.replace(
-            text, rope=dataclasses.replace(text.rope, mrope_interleaved=interleaved)
+            text,
+            rope=dataclasses.replace(text.rope, mrope_interleaved=interleaved),
+            tie_word_embeddings=fields.flag(
+                raw.get("tie_word_embeddings"), "tie_word_embeddings", False
+            )
+            if tie_by_top_level
+            else text.tie_word_embeddings,
         ),
         vision=tower.from_dict(fields.mapping(raw.get("vision_config"), "vision_config")),
         **ids,

@@ -73,6 +73,8 @@ class VisionLanguageFamily:
     vision_layers: str
     # The vision graph's numbered DeepStack mergers, one per DeepStack block (Qwen3-VL).
     deepstack_mergers: str | None = None
+    # Where the checkpoint keeps the decoder's experts, when not as its text family's do.
+    experts_layout: ExpertLayout | None = None
     # Regex over vision graph parameters whose norm scales by 1 + weight (None: no such norm).
     offset_norms: str | None = None
     # Regex over checkpoint tensors no graph reads (a tower head the model never calls).
@@ -94,7 +96,7 @@ class VisionLanguageFamily:
     @property
     def experts(self) -> ExpertLayout | None:
         """The text decoder's MoE experts (named through `checkpoint_name`, as its weights)."""
-        return self.text.experts
+        return self.experts_layout or self.text.experts
 
     @property
     def grouped_weights(self) -> tuple[GroupedWeight, ...]:
@@ -346,7 +348,10 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             },
             text_overrides={},
             parse_vision=functools.partial(
-                parse_qwen_vision_language, tower=Qwen3VisionConfig, interleaved=True
+                parse_qwen_vision_language,
+                tower=Qwen3VisionConfig,
+                interleaved=True,
+                tie_by_top_level=True,
             ),
             vision_model=Qwen3VisionModel,
             checkpoint_prefixes=(
@@ -355,12 +360,40 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             ),
             vision_layers="visual.blocks",
             deepstack_mergers="visual.deepstack_merger_list",
-            top_level_text_keys=("tie_word_embeddings",),
             image_transforms=qwen_patch_transforms,
             vision_keys=qwen3_vision_keys,
         ),
     )
 }
+
+
+#: Qwen3-VL-MoE (Qwen3-VL-30B-A3B, -235B-A22B): Qwen3-VL's tower and og type, a qwen3_moe decoder
+#: whose router always renormalizes its top-k, experts fused as the hub stores them
+#: (transformers' Qwen3VLMoeTextExperts transposed: gate_up_proj [E, H, 2I], down_proj [E, I, H]).
+VISION_LANGUAGE["qwen3_vl_moe"] = dataclasses.replace(
+    VISION_LANGUAGE["qwen3_vl"],
+    model_type="qwen3_vl_moe",
+    text_family="qwen3_moe",
+    # Qwen3VLMoeTextConfig's defaults that differ from Qwen3MoeConfig's
+    text_defaults={
+        "vocab_size": 151_936,
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "max_position_embeddings": 128_000,
+        "rope_theta": 500_000.0,
+        "rms_norm_eps": 1e-6,
+        "moe_intermediate_size": 1408,
+        "num_experts_per_tok": 4,
+        # not num_experts (60): transformers 5 writes it as num_local_experts, which a
+        # default here would override
+        "norm_topk_prob": True,
+    },
+    experts_layout=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj", in_out=True),
+)
 
 
 def vision_language_family(model_type: str) -> VisionLanguageFamily | None:

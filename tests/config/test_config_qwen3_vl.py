@@ -32,6 +32,8 @@ VISION = {
     "deepstack_visual_indexes": [0, 2],
 }
 
+MOE = {"moe_intermediate_size": 48, "num_local_experts": 4, "num_experts_per_tok": 2}
+
 
 def _parse(raw: dict):
     return vision_language_family("qwen3_vl").parse_config(raw)
@@ -87,3 +89,41 @@ def test_interleaved_channel_axes_are_transformers_layout(sections, pairs):
 def test_bad_vision_fields_are_named(vision, message):
     with pytest.raises(ConfigError, match=message):
         _parse(_raw(vision_config={**VISION, **vision}))
+
+
+@pytest.mark.parametrize("model_type", ["qwen3_vl", "qwen3_vl_moe"])
+@pytest.mark.parametrize(
+    ("top", "text"), [(True, None), (None, True), (False, True), (True, False)]
+)
+def test_the_top_level_ties_the_lm_head_as_transformers_does(model_type, top, text):
+    """Qwen3-VL's models tie by the top level's tie_word_embeddings (false when absent),
+    whatever text_config says."""
+    import transformers
+
+    moe = model_type.endswith("moe")
+    name = "Qwen3VLMoe" if moe else "Qwen3VL"
+    config_class = getattr(transformers, f"{name}Config")
+    model_class = getattr(transformers, f"{name}ForConditionalGeneration")
+    text_config = {key: value for key, value in TEXT.items() if key != "rope_scaling"}
+    text_config["rope_parameters"] = TEXT["rope_scaling"]
+    text_config.update(MOE if moe else {})
+    raw = _raw(model_type=model_type, text_config=text_config)
+    if top is not None:
+        raw["tie_word_embeddings"] = top
+    if text is not None:
+        raw["text_config"] = {**text_config, "tie_word_embeddings": text}
+    keys = {k: v for k, v in raw.items() if k != "model_type"}
+    with torch.device("meta"):
+        model = model_class(config_class(**keys))
+    tied = model.lm_head.weight is model.model.language_model.embed_tokens.weight
+    assert vision_language_family(model_type).parse_config(raw).text.tie_word_embeddings is tied
+
+
+def test_the_moe_text_config_reads_transformers_5_expert_keys():
+    """transformers 5 writes num_local_experts; Qwen3-VL-MoE's router always renormalizes."""
+    config = vision_language_family("qwen3_vl_moe").parse_config(
+        _raw(model_type="qwen3_vl_moe", text_config={**TEXT, **MOE})
+    )
+    assert (config.text.moe.num_experts, config.text.moe.top_k) == (4, 2)
+    assert config.text.moe.normalize_top_k and config.text.moe.intermediate_size == 48
+    assert config.deepstack_layers == 2 and config.text.rope.mrope_interleaved

@@ -11,7 +11,7 @@ import torch
 
 from mobius_genai.build import build
 from tests._ort import package_sessions
-from tests._qwen3_vl import DEEPSTACK, tiny_qwen3_vl
+from tests._qwen3_vl import DEEPSTACK, hub_experts, tiny_qwen3_vl
 from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, token_types
 from tests.models.test_qwen2_5_vl import _image, _run
 
@@ -26,6 +26,16 @@ def qwen3(tmp_path_factory):
     model = tiny_qwen3_vl()
     folder = tmp_path_factory.mktemp("qwen3_vl")
     model.save_pretrained(folder)
+    return model, folder
+
+
+@pytest.fixture(scope="module")
+def qwen3_moe(tmp_path_factory):
+    """Qwen3-VL-MoE: the same tower, a qwen3_moe decoder; experts in the hub's layout."""
+    model = tiny_qwen3_vl(moe=True)
+    folder = tmp_path_factory.mktemp("qwen3_vl_moe")
+    model.save_pretrained(folder)
+    hub_experts(folder)
     return model, folder
 
 
@@ -77,9 +87,17 @@ def _decoder_feeds(embeds, ids, total, positions, past) -> dict[str, np.ndarray]
     }
 
 
-@pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
-def test_graphs_match_transformers_over_prefill_and_decode(qwen3, ep):
-    model, folder = qwen3
+@pytest.mark.parametrize(
+    ("checkpoint", "ep"),
+    [
+        ("qwen3", "cpu"),
+        ("qwen3", "onnx-standard"),
+        ("qwen3_moe", "cpu"),
+        ("qwen3_moe", "onnx-standard"),
+    ],
+)
+def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, ep):
+    model, folder = request.getfixturevalue(checkpoint)
     sessions = package_sessions(build(folder, ep, "fp32", progress=False))
     pixel_values, grid = patches(_image(40, 56))
     ids = image_prompt(grid)
@@ -291,3 +309,17 @@ def test_mutants_are_caught(qwen3, monkeypatch, mutant, error):
     assert error(qwen3) < TOLERANCE
     mutant(monkeypatch)
     assert error(qwen3) > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
+def test_the_moe_decoder_ops_per_ep(qwen3_moe, ep):
+    """Qwen3-VL-MoE's decoder: com.microsoft::MoE where the EP keeps it (cpu), its standard
+    body for onnx-standard; the vision and embedding graphs are the dense model's."""
+    _, folder = qwen3_moe
+    package = build(folder, ep, load_weights=False, progress=False)
+    decoder = _ops(package["decoder"])
+    assert (("com.microsoft", "MoE") in decoder) == (ep == "cpu")
+    if ep == "onnx-standard":
+        for key, model in package.items():
+            assert {domain for domain, _ in _ops(model)} <= {"", "ai.onnx"}, key
+    assert package["decoder"].graph.inputs[0].shape[2] == WIDTH  # inputs_embeds

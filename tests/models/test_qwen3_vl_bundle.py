@@ -18,6 +18,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError
+from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from tests._ort import og_greedy
@@ -167,3 +168,22 @@ def test_validate_names_what_onnxruntime_genai_would_size_wrong(bundle, tmp_path
     validate_bundle(bundle)
     with pytest.raises(BundleError, match=re.escape(named)):
         validate_bundle(_tampered(bundle, tmp_path, change))
+
+
+def test_qwen3_vl_moe_bundle_generates_transformers_tokens_with_an_image(
+    qwen3_vl_moe_checkpoint, tmp_path, capfd
+):
+    """Qwen3-VL-MoE (experts in the hub's layout) packaged with its smoke test: og's type
+    qwen3_vl, the MoE decoder, og's greedy tokens with an image equal transformers'."""
+    model, checkpoint = qwen3_vl_moe_checkpoint
+    bundle = package(checkpoint, "cpu", tmp_path / "bundle")
+    assert "with a 32x32 image" in capfd.readouterr().err  # the smoke test ran with an image
+    config = json.loads((bundle / "genai_config.json").read_text())["model"]
+    assert (config["type"], config["decoder"]["hidden_size"]) == ("qwen3_vl", WIDTH)
+    pixels = np.random.default_rng(0).integers(0, 256, (40, 56, 3), dtype=np.uint8)
+    og_model = og.Model(str(bundle))
+    inputs = og_model.create_multimodal_processor()(
+        f"{PLACEHOLDER} Describe.", images=og.Images.open(str(_png(tmp_path, "i.png", pixels)))
+    )
+    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
