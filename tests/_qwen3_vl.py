@@ -66,8 +66,9 @@ _VISION = {
 }
 
 
-#: A tiny MoE decoder: 4 experts of 48 (2 · 48 != the hidden 64, so a transposed layout shows).
-_MOE = {"moe_intermediate_size": 48, "num_experts": 4, "num_experts_per_tok": 2}
+#: A tiny MoE decoder: 4 experts of 64 (whole int4 blocks of 32, so int4 writes QMoE); the
+#: fused gate_up_proj [4, 128, 64] differs from its transpose, down_proj's layout shows in values.
+_MOE = {"moe_intermediate_size": 64, "num_experts": 4, "num_experts_per_tok": 2}
 
 
 def tiny_qwen3_vl(text: dict | None = None, *, moe: bool = False, **tokens: Any) -> torch.nn.Module:

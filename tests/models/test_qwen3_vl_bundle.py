@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -187,3 +188,20 @@ def test_qwen3_vl_moe_bundle_generates_transformers_tokens_with_an_image(
     )
     input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
+
+
+def test_int4_quantizes_the_moe_decoder_and_keeps_the_tower_float(
+    qwen3_vl_moe_checkpoint, tmp_path, capfd
+):
+    bundle = package(qwen3_vl_moe_checkpoint[1], "cpu", tmp_path / "bundle", precision="int4")
+    ops = {
+        name: {
+            (node.domain, node.op_type)
+            for node in onnx.load(str(bundle / name), load_external_data=False).graph.node
+        }
+        for name in ("vision.onnx", "embedding.onnx", "decoder.onnx")
+    }
+    assert ("com.microsoft", "MatMulNBits") in ops["decoder.onnx"]
+    assert ("com.microsoft", "QMoE") in ops["decoder.onnx"]
+    assert ("com.microsoft", "MatMulNBits") not in ops["vision.onnx"] | ops["embedding.onnx"]
+    assert "with a 32x32 image" in capfd.readouterr().err  # the smoke test ran with an image
