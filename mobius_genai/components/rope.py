@@ -223,8 +223,9 @@ class MultimodalRotaryEmbedding(RotaryEmbedding):
 
 def channel_axes(rope: RopeConfig, pairs: int) -> list[int]:
     """The position axis (0 temporal, 1 height, 2 width) of each of the `pairs` channel pairs:
-    `mrope_section` in turn (section i rotating by axis i % 3), or interleaved (Qwen3-VL:
-    pair j of the height and width sections' 3 · section first pairs at j % 3 == 1, 2)."""
+    `mrope_section` in turn (section i rotating by axis i % 3), or interleaved (Qwen3-VL): pair
+    j takes height where j % 3 == 1 and j < 3 · section 1, width where j % 3 == 2 and
+    j < 3 · section 2, temporal otherwise."""
     sections = rope.mrope_section or ()
     if not rope.mrope_interleaved:
         return [index % 3 for index, width in enumerate(sections) for _ in range(width)][:pairs]
