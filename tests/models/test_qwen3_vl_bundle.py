@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_
 from tests._ort import og_greedy
 from tests._qwen3_vl import DEEPSTACK
 from tests._qwen_vl import TEXT_HIDDEN, patches, transformers_tokens
+from tests.models.test_qwen2_5_vl_bundle import _tampered
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -42,10 +42,16 @@ def bundle(qwen3_vl_bundle) -> Path:
     return qwen3_vl_bundle
 
 
-def _png(tmp_path: Path, name: str, pixels: np.ndarray) -> Path:
-    path = tmp_path / name
-    path.write_bytes(png_bytes(pixels))
-    return path
+def _og_inputs(bundle: Path, prompt: str, tmp_path: Path, images: list[np.ndarray]):
+    """(og.Model, its processor's inputs, input_ids as torch) for `prompt` with `images`
+    written as PNG files."""
+    paths = []
+    for index, pixels in enumerate(images):
+        paths.append(str(tmp_path / f"image{index}.png"))
+        Path(paths[-1]).write_bytes(png_bytes(pixels))
+    og_model = og.Model(str(bundle))
+    inputs = og_model.create_multimodal_processor()(prompt, images=og.Images.open(*paths))
+    return og_model, inputs, torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
 
 
 def test_genai_config_is_what_onnxruntime_genai_reads_for_qwen3_vl(checkpoint, bundle):
@@ -79,14 +85,10 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
 ):
     model, _ = checkpoint
     pixels = np.random.default_rng(0).integers(0, 256, (40, 56, 3), dtype=np.uint8)
-    og_model = og.Model(str(bundle))
-    inputs = og_model.create_multimodal_processor()(
-        f"{PLACEHOLDER} Describe.", images=og.Images.open(str(_png(tmp_path, "i.png", pixels)))
-    )
+    og_model, inputs, input_ids = _og_inputs(bundle, f"{PLACEHOLDER} Describe.", tmp_path, [pixels])
     expected_values, expected_grid = patches(pixels)  # channel order: transformers' RGB
     np.testing.assert_allclose(inputs["pixel_values"].as_numpy(), expected_values, atol=1e-5)
     np.testing.assert_array_equal(inputs["image_grid_thw"].as_numpy(), expected_grid)
-    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
     assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
 
@@ -96,12 +98,8 @@ def test_two_images_of_different_sizes_equal_transformers(checkpoint, bundle, tm
     model, _ = checkpoint
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 256, (*size, 3), dtype=np.uint8) for size in ((40, 56), (32, 48))]
-    paths = [str(_png(tmp_path, f"image{i}.png", pixels)) for i, pixels in enumerate(images)]
-    og_model = og.Model(str(bundle))
-    inputs = og_model.create_multimodal_processor()(
-        f"{PLACEHOLDER} and {PLACEHOLDER} Compare.", images=og.Images.open(*paths)
-    )
-    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    prompt = f"{PLACEHOLDER} and {PLACEHOLDER} Compare."
+    og_model, inputs, input_ids = _og_inputs(bundle, prompt, tmp_path, images)
     assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, images, 6)
 
 
@@ -125,30 +123,15 @@ def test_run_with_two_images_streams_what_transformers_generates(
     model, _ = checkpoint
     rng = np.random.default_rng(1)
     images = [rng.integers(0, 256, (32, 40, 3), dtype=np.uint8) for _ in range(2)]
-    paths = [str(_png(tmp_path, f"photo{i}.png", pixels)) for i, pixels in enumerate(images)]
+    prompt = f"{PLACEHOLDER} {PLACEHOLDER} Compare."  # as `run` joins the placeholders
+    og_model, _, input_ids = _og_inputs(bundle, prompt, tmp_path, images)
+    paths = [str(tmp_path / f"image{index}.png") for index in range(2)]
     command = ["run", str(bundle), "--image", paths[0], "--image", paths[1]]
     assert main([*command, "--prompt", "Compare.", "--raw", "--max-new-tokens", "5"]) == 0
     text = capsys.readouterr().out
-    og_model = og.Model(str(bundle))
-    inputs = og_model.create_multimodal_processor()(
-        f"{PLACEHOLDER} {PLACEHOLDER} Compare.",
-        images=og.Images.open(*paths),  # as `run` joins
-    )
-    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     stream = og.Tokenizer(og_model).create_stream()  # as `run` streams: whole characters
     tokens = transformers_tokens(model, input_ids, images, 5)
     assert text == "".join(stream.decode(t) for t in tokens) + "\n"
-
-
-def _tampered(bundle: Path, tmp_path: Path, change) -> Path:
-    copy = tmp_path / "copy"
-    shutil.copytree(bundle, copy)
-    path = copy / "genai_config.json"
-    config = json.loads(path.read_text())
-    change(config["model"])
-    path.write_text(json.dumps(config))
-    (copy / "mobius_manifest.json").unlink()  # its sizes and hashes are of the original
-    return copy
 
 
 @pytest.mark.parametrize(
@@ -182,11 +165,7 @@ def test_qwen3_vl_moe_bundle_generates_transformers_tokens_with_an_image(
     config = json.loads((bundle / "genai_config.json").read_text())["model"]
     assert (config["type"], config["decoder"]["hidden_size"]) == ("qwen3_vl", WIDTH)
     pixels = np.random.default_rng(0).integers(0, 256, (40, 56, 3), dtype=np.uint8)
-    og_model = og.Model(str(bundle))
-    inputs = og_model.create_multimodal_processor()(
-        f"{PLACEHOLDER} Describe.", images=og.Images.open(str(_png(tmp_path, "i.png", pixels)))
-    )
-    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    og_model, inputs, input_ids = _og_inputs(bundle, f"{PLACEHOLDER} Describe.", tmp_path, [pixels])
     assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
 
 
