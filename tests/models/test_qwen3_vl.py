@@ -77,6 +77,19 @@ def _empty_past() -> dict[str, np.ndarray]:
     return {f"past_key_values.{i}.{k}": empty for i in range(LAYERS) for k in ("key", "value")}
 
 
+def test_the_fp16_vision_graph_runs_near_transformers(qwen3):
+    """fp16 (the cpu EP's other dtype; cuda's default): the position grid's float32 weights
+    cast to the build dtype, so onnxruntime loads the graph; its features stay within fp16
+    rounding of transformers' float32 ones."""
+    model, folder = qwen3
+    session = package_sessions(build(folder, "cpu", "fp16", progress=False))["vision"]
+    pixel_values, grid = patches(_image(40, 56))
+    reference, _, _ = _reference(model, pixel_values, grid)
+    feeds = {"pixel_values": pixel_values.astype(np.float16), "image_grid_thw": grid}
+    features = _run(session, feeds)["image_features"].astype(np.float32)
+    np.testing.assert_allclose(features, reference, atol=5e-3 * np.abs(reference).max(), rtol=0)
+
+
 def _decoder_feeds(embeds, ids, total, positions, past) -> dict[str, np.ndarray]:
     return {
         "inputs_embeds": embeds,
