@@ -336,3 +336,12 @@ def test_the_moe_decoder_ops_per_ep(qwen3_moe, ep):
         for key, model in package.items():
             assert {domain for domain, _ in _ops(model)} <= {"", "ai.onnx"}, key
     assert package["decoder"].graph.inputs[0].shape[2] == WIDTH  # inputs_embeds
+
+
+def test_a_tied_lm_head_matches_transformers(tmp_path):
+    """Qwen3-VL-2B/4B tie the LM head to the embeddings (the top level's switch): the decoder
+    reads the embedding graph's table under one name."""
+    model = tiny_qwen3_vl(tie_word_embeddings=True)
+    assert model.lm_head.weight is model.model.language_model.embed_tokens.weight
+    model.save_pretrained(tmp_path)
+    assert _prefill_error((model, tmp_path)) < TOLERANCE
