@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from mobius_genai.build import build
-from tests._ort import package_sessions
+from tests._ort import package_sessions, run_declared
 from tests._qwen3_vl import DEEPSTACK, hub_experts, tiny_qwen3_vl
 from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, token_types
-from tests.models.test_qwen2_5_vl import _image, _run
+from tests.models.test_qwen2_5_vl import _image
 
 TOLERANCE = 1e-4
 LAYERS, KV_HEADS, HEAD_DIM = 3, 2, 16
@@ -57,7 +57,7 @@ def _reference(model, pixel_values: np.ndarray, grid: np.ndarray):
 
 def _features(sessions, pixel_values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     feeds = {"pixel_values": pixel_values, "image_grid_thw": grid}
-    return _run(sessions["vision"], feeds)["image_features"]
+    return run_declared(sessions["vision"], feeds)["image_features"]
 
 
 @pytest.mark.parametrize("size", [(40, 56), (32, 32), (16, 48)])
@@ -86,7 +86,7 @@ def test_the_fp16_vision_graph_runs_near_transformers(qwen3):
     pixel_values, grid = patches(_image(40, 56))
     reference, _, _ = _reference(model, pixel_values, grid)
     feeds = {"pixel_values": pixel_values.astype(np.float16), "image_grid_thw": grid}
-    features = _run(session, feeds)["image_features"].astype(np.float32)
+    features = run_declared(session, feeds)["image_features"].astype(np.float32)
     np.testing.assert_allclose(features, reference, atol=5e-3 * np.abs(reference).max(), rtol=0)
 
 
@@ -130,12 +130,14 @@ def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, 
             mm_token_type_ids=token_types(ids),
             use_cache=True,
         )
-    embeds = _run(sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features})
+    embeds = run_declared(
+        sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features}
+    )
     embeds = embeds["inputs_embeds"]
     expected = torch.cat([embeds_ref, *parts], dim=-1).numpy()
     np.testing.assert_allclose(embeds, expected, atol=TOLERANCE, rtol=0)
     seq = ids.shape[1]
-    outputs = _run(
+    outputs = run_declared(
         sessions["decoder"],
         _decoder_feeds(embeds, ids.numpy(), seq, positions.numpy(), _empty_past()),
     )
@@ -145,7 +147,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, 
     for _ in range(3):
         with torch.no_grad():
             step = model(input_ids=token, cache=cache, use_cache=True)
-        embeds = _run(
+        embeds = run_declared(
             sessions["embedding"], {"input_ids": token.numpy(), "image_features": no_features}
         )["inputs_embeds"]
         total += 1
@@ -155,7 +157,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, 
             for name, value in outputs.items()
             if name.startswith("present.")
         }
-        outputs = _run(
+        outputs = run_declared(
             sessions["decoder"], _decoder_feeds(embeds, token.numpy(), total, position, past)
         )
         np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
@@ -247,11 +249,13 @@ def _prefill_error(qwen3) -> float:
             image_grid_thw=torch.from_numpy(grid),
             mm_token_type_ids=token_types(ids),
         ).logits.numpy()
-    embeds = _run(sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features})
+    embeds = run_declared(
+        sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features}
+    )
     feeds = _decoder_feeds(
         embeds["inputs_embeds"], ids.numpy(), ids.shape[1], positions.numpy(), _empty_past()
     )
-    return float(np.abs(_run(sessions["decoder"], feeds)["logits"] - reference).max())
+    return float(np.abs(run_declared(sessions["decoder"], feeds)["logits"] - reference).max())
 
 
 def _swapped_rope_axes(monkeypatch):

@@ -32,6 +32,8 @@ FAMILIES = {
     "qwen2_5_vl": (r"^visual\.blocks\.(\d+)\.", (1, 2), (2, 3)),
     # DeepStack blocks 0 and 2 of 3: the twin keeps blocks 0 and 1, block 2's features zeros
     "qwen3_vl": (r"^visual\.blocks\.(\d+)\.", (1, 2), (3, 3)),
+    # Mistral 3's decoder layers are alike, and so are the Pixtral tower's
+    "mistral3": (r"^vision_tower\.transformer\.layers\.(\d+)\.", (1, 1), (2, 2)),
 }
 #: The tensors of the layers a twin drops, in either checkpoint layout (hub, transformers 5).
 DROPPED = {
@@ -40,6 +42,7 @@ DROPPED = {
     "qwen2_5_vl": r"^(model\.(language_model\.)?layers\.1|(model\.)?visual\.blocks\.2)\.",
     "qwen3_vl": r"^(model\.(language_model\.)?layers\.[12]|(model\.)?visual\.(blocks\.2|"
     r"deepstack_merger_list\.1))\.",
+    "mistral3": r"^(language_model\.model\.layers\.1|vision_tower\.transformer\.layers\.1)\.",
 }
 DECODER_LAYERS = r"^model\.layers\.(\d+)\."
 PAST = re.compile(r"^(past_key_values|present)\.(\d+)\.")
