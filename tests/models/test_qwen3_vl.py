@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mobius_genai.build import build
-from tests._ort import package_sessions, run_declared
+from tests._ort import decode_like_transformers, package_sessions, run_declared
 from tests._qwen3_vl import DEEPSTACK, hub_experts, tiny_qwen3_vl
 from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, token_types
 from tests.models.test_qwen2_5_vl import _image
@@ -142,26 +142,8 @@ def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, 
         _decoder_feeds(embeds, ids.numpy(), seq, positions.numpy(), _empty_past()),
     )
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
-    cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
-    no_features = np.zeros((0, WIDTH), np.float32)
-    for _ in range(3):
-        with torch.no_grad():
-            step = model(input_ids=token, cache=cache, use_cache=True)
-        embeds = run_declared(
-            sessions["embedding"], {"input_ids": token.numpy(), "image_features": no_features}
-        )["inputs_embeds"]
-        total += 1
-        position = np.full((3, 1, 1), total - 1 + int(model.model.rope_deltas[0, 0]), np.int64)
-        past = {
-            name.replace("present.", "past_key_values."): value
-            for name, value in outputs.items()
-            if name.startswith("present.")
-        }
-        outputs = run_declared(
-            sessions["decoder"], _decoder_feeds(embeds, token.numpy(), total, position, past)
-        )
-        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
-        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+    delta = int(model.model.rope_deltas[0, 0])
+    decode_like_transformers(model, sessions, outputs, reference, mrope_delta=delta)
 
 
 def test_graph_io_carries_deepstack_in_wider_embeddings(qwen3):
