@@ -284,6 +284,13 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
     embeds = model["decoder"].get("inputs", {}).get(_INPUTS_EMBEDS, _INPUTS_EMBEDS)
     if "embedding" in model and embeds not in decoder.inputs:
         problems.append(_missing("inputs", _INPUTS_EMBEDS, embeds, "input", decoder.inputs))
+    width = decoder.inputs[embeds].dim(2) if embeds in decoder.inputs else None
+    if width is not None and width != model["decoder"]["hidden_size"]:  # og sizes it by that
+        problems.append(
+            f"model.decoder.hidden_size: {model['decoder']['hidden_size']} but graph input "
+            f"{embeds!r} is {width} wide; onnxruntime-genai sizes inputs_embeds and "
+            "image_features by decoder.hidden_size"
+        )
     return problems
 
 

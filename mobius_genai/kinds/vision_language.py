@@ -75,6 +75,8 @@ class VisionLanguageKind:
         model = genai_config["model"]
         decoder = model["decoder"]
         decoder["inputs"] = {INPUTS_EMBEDS: INPUTS_EMBEDS, **decoder["inputs"]}
+        # og sizes image_features and inputs_embeds by it: DeepStack's wider rows (Qwen3-VL)
+        decoder["hidden_size"] = config.embedding_width
         session = {"session_options": dict(decoder["session_options"])}
         vision_inputs = {value.name: value.name for value in package["vision"].graph.inputs}
         model["vision"] = {

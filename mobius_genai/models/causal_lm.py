@@ -6,6 +6,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.decoder import DecoderLayer
+from mobius_genai.components.deepstack import split_deepstack
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.image_masks import image_block_bias
 from mobius_genai.components.kv_slots import kv_slots
@@ -23,15 +24,21 @@ class TextModel(nn.Module):
     Layers that share a rope share one `RotaryEmbedding` (its cos/sin tables): `rotary_emb`
     for the config's rope and `rotary_emb_local` for sliding layers when `rope_local` differs.
     With `image_token_id` the tokens of one image attend to each other in both directions
-    (components/image_masks.py).
+    (components/image_masks.py); with `deepstack_layers` the embeddings carry that many
+    DeepStack parts, added after the first layers (components/deepstack.py).
     """
 
     def __init__(
-        self, config: ArchitectureConfig, context_length: int, image_token_id: int | None = None
+        self,
+        config: ArchitectureConfig,
+        context_length: int,
+        image_token_id: int | None = None,
+        deepstack_layers: int = 0,
     ) -> None:
         super().__init__()
         self.config = config
         self.image_token_id = image_token_id
+        self.deepstack_layers = deepstack_layers
         self.embed_tokens = Embedding(
             config.vocab_size, config.hidden_size, config.embedding_multiplier
         )
@@ -64,10 +71,11 @@ class TextModel(nn.Module):
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         config = self.config
+        deepstack: list[ir.Value] = []
         if embeds is None:
             hidden_states = self.embed_tokens(op, input_ids)
         else:
-            hidden_states = embeds
+            hidden_states, deepstack = split_deepstack(op, embeds, self.deepstack_layers)
             if config.tie_word_embeddings:
                 self.embed_tokens(op)  # the tied head's table, under its checkpoint name
         if self.embed_positions is not None:
@@ -103,6 +111,8 @@ class TextModel(nn.Module):
                 slots,
             )
             presents.append(present)
+            if i < len(deepstack):
+                hidden_states = op.Add(hidden_states, deepstack[i])
         return self.norm(op, hidden_states), presents
 
     def _bias(self, op, input_ids, attention_mask, window: int, position_ids) -> ir.Value:
@@ -131,7 +141,8 @@ class CausalLMModel(nn.Module):
 
     `context_length` bounds positions (and sizes the rotary tables); it defaults to the
     config's max_position_embeddings. A vision-language decoder is called with `inputs_embeds`
-    (the embedding graph's output) and gets the `image_token_id` its mask reads.
+    (the embedding graph's output) and gets the `image_token_id` its mask reads and the
+    `deepstack_layers` its embeddings carry.
     """
 
     def __init__(
@@ -140,11 +151,12 @@ class CausalLMModel(nn.Module):
         context_length: int | None = None,
         *,
         image_token_id: int | None = None,
+        deepstack_layers: int = 0,
     ) -> None:
         super().__init__()
         self.config = config
         self.context_length = context_length or config.max_position_embeddings
-        self.model = TextModel(config, self.context_length, image_token_id)
+        self.model = TextModel(config, self.context_length, image_token_id, deepstack_layers)
         if config.tie_word_embeddings:
             self.lm_head = TiedLMHead(config.vocab_size, config.lm_head_bias)
         else:

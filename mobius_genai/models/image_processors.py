@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai.config.pixtral import PixtralVisionConfig
+from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.config.vision import VisionConfig
 from mobius_genai.errors import ConfigError
@@ -57,6 +58,15 @@ def qwen_vision_keys(vision: QwenVisionConfig) -> dict[str, Any]:
     }
 
 
+def qwen3_vision_keys(vision: Qwen3VisionConfig) -> dict[str, Any]:
+    """The vision section's size keys og reads for Qwen3-VL (no windows: no window_size)."""
+    return {
+        "spatial_merge_size": vision.spatial_merge_size,
+        "patch_size": vision.patch_size,
+        "tokens_per_second": float(vision.tokens_per_second),
+    }
+
+
 def pixtral_vision_keys(vision: PixtralVisionConfig) -> dict[str, Any]:
     """The vision section's size keys og reads for Mistral 3 (the image tokens of each image)."""
     return {"patch_size": vision.patch_size, "spatial_merge_size": vision.spatial_merge_size}
@@ -81,7 +91,7 @@ def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[Transf
 
 
 def qwen_patch_transforms(
-    settings: dict[str, Any], vision: QwenVisionConfig, path: Path
+    settings: dict[str, Any], vision: QwenVisionConfig | Qwen3VisionConfig, path: Path
 ) -> list[Transform]:
     """Qwen2VLImageProcessor: decode as RGB, smart_resize (bicubic), rescale, normalize, cut
     into patches. Resize's width and height are an image smart_resize keeps as it is: the

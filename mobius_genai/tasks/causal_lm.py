@@ -64,10 +64,12 @@ class CausalLMTask:
     context's EP and the positions the graph covers, so a bundle's graph says what it is for.
 
     With `inputs_embeds` the decoder of a vision-language package: it also takes the embedding
-    graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them)."""
+    graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them),
+    `embeds_width` wide when they carry more than the hidden size (DeepStack)."""
 
-    def __init__(self, inputs_embeds: bool = False) -> None:
+    def __init__(self, inputs_embeds: bool = False, embeds_width: int | None = None) -> None:
         self.inputs_embeds = inputs_embeds
+        self.embeds_width = embeds_width
 
     def build(self, module: nn.Module, config: ArchitectureConfig) -> ir.Model:
         """The graph of `module`, called as ``module(op, input_ids, attention_mask, position_ids,
@@ -77,7 +79,9 @@ class CausalLMTask:
         builder = GraphBuilder(graph)
         int64 = ir.DataType.INT64
         embeds = (
-            builder.input(INPUTS_EMBEDS, dtype, [BATCH, SEQ, config.hidden_size])
+            builder.input(
+                INPUTS_EMBEDS, dtype, [BATCH, SEQ, self.embeds_width or config.hidden_size]
+            )
             if self.inputs_embeds
             else None
         )
