@@ -4,7 +4,8 @@ com.microsoft::MoE weights its top-k experts by the softmax of its router input.
 here picks each token's experts in standard ops (scores, corrected choice scores, kept groups,
 top-k) and hands the node log(weight) at the picked experts and -inf elsewhere: the node's
 softmax then gives weight / sum(weights) at exactly the picked experts. The MoE output times
-`scaling` (renormalized routing) or `scaling * sum(weights)` (raw weights) is the routed sum.
+`scaling` (renormalized routing; times sum / (sum + epsilon) with an epsilon) or
+`scaling * sum(weights)` (raw weights) is the routed sum.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ class GroupRouter(nn.Module):
         none = op.Expand(_constant(op, -np.inf, scores), op.Shape(scores))
         router = op.ScatterElements(none, picked, op.Log(weights), axis=-1)
         factor = None
-        if not self.normalize:
+        if not self.normalize or routing.epsilon:
             total = op.ReduceSum(weights, op.Constant(value_ints=[-1]), keepdims=1)
+            if self.normalize:  # weight / (sum + epsilon): the node's weight / sum, rescaled
+                total = op.Div(total, op.Add(total, _constant(op, routing.epsilon, total)))
             rows = op.Concat(op.Shape(x, end=-1), op.Constant(value_ints=[1]), axis=0)
             factor = op.Reshape(total, rows)
         if routing.scaling != 1.0:

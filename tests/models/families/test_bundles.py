@@ -57,6 +57,7 @@ DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE
 DEFAULT_RUN |= {"qwen3_5_moe_text"}  # the same, projections separate, every layer MoE
 DEFAULT_RUN |= {"deepseek_v3", "deepseek_v2"}  # latent attention, group-limited routing
 DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found by their names
+DEFAULT_RUN |= {"lfm2_moe"}  # model.type lfm2_moe: conv states, sigmoid-routed MoE
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
