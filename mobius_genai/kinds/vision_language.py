@@ -76,7 +76,10 @@ class VisionLanguageKind:
         decoder = model["decoder"]
         decoder["inputs"] = {INPUTS_EMBEDS: INPUTS_EMBEDS, **decoder["inputs"]}
         session = {"session_options": dict(decoder["session_options"])}
-        vision_inputs = {value.name: value.name for value in package["vision"].graph.inputs}
+        keys = package.family.vision_input_keys
+        vision_inputs = {
+            keys.get(value.name, value.name): value.name for value in package["vision"].graph.inputs
+        }
         model["vision"] = {
             "filename": package.filename("vision"),
             "config_filename": PROCESSOR_FILENAME,

@@ -1,4 +1,4 @@
-"""MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL): the workflow's output is
+"""MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL, LFM2-VL): the workflow's output is
 the same multimodal bundle `package` writes (vision, embedding and decoder graphs, processor
 config), valid and run by onnxruntime-genai with an image."""
 
@@ -21,6 +21,7 @@ OLIVE_FILES = {"model_config.json", "footprint.json", "output_footprint.json", "
     [
         ("gemma3", {"pixel_values"}, "a 64x64 image"),
         ("qwen2_5_vl", {"pixel_values", "image_grid_thw"}, "a 32x32 image"),
+        ("lfm2_vl", {"pixel_values", "attention_mask", "image_sizes"}, "a 16x16 image"),
     ],
 )
 def test_mobius_export_writes_the_multimodal_bundle(
