@@ -184,3 +184,45 @@ def test_smoke_test_and_run_with_an_image(lfm2_vl_bundle, tmp_path, capsys):
     command = ["run", str(lfm2_vl_bundle), "--image", str(path), "--prompt", "Describe it."]
     assert main([*command, "--raw", "--max-new-tokens", "4"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def _two_images(tmp_path, first, second) -> og.Images:
+    paths = []
+    for name, pixels in (("a.png", first), ("b.png", second)):
+        paths.append(str(tmp_path / name))
+        (tmp_path / name).write_bytes(png_bytes(pixels))
+    return og.Images.open(*paths)
+
+
+def test_og_greedy_tokens_with_two_images_equal_transformers(
+    lfm2_vl_checkpoint, lfm2_vl_bundle, tmp_path
+):
+    """Two images of one size: one vision run over both, each placed at its <image>."""
+    model, _ = lfm2_vl_checkpoint
+    first, second = _pixels(16, 24, seed=0), _pixels(16, 24, seed=1)
+    og_model = og.Model(str(lfm2_vl_bundle))
+    inputs = og_model.create_multimodal_processor()(
+        "<image> and <image> Compare.", images=_two_images(tmp_path, first, second)
+    )
+    assert inputs["pixel_values"].as_numpy().shape[0] == 2
+    ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    feeds = {key: torch.from_numpy(value) for key, value in image_inputs([first, second]).items()}
+    with torch.no_grad():
+        expected = model.generate(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=6,
+            min_new_tokens=6,
+            do_sample=False,
+            **feeds,
+        )
+    assert og_greedy(og_model, inputs, 6) == expected[0, ids.shape[1] :].tolist()
+
+
+def test_og_refuses_images_of_different_sizes_in_one_prompt(lfm2_vl_bundle, tmp_path):
+    """og 0.18's processor stacks the resized images in one batch: two sizes fail there (the
+    vision graph itself takes them: test_vision_graph_matches_transformers)."""
+    processor = og.Model(str(lfm2_vl_bundle)).create_multimodal_processor()
+    images = _two_images(tmp_path, _pixels(16, 24), _pixels(24, 16))
+    with pytest.raises(RuntimeError, match="Lfm2VlImageProcessor: image_sizes reports"):
+        processor("<image> and <image> Compare.", images=images)

@@ -16,17 +16,28 @@ from collections import Counter
 
 import numpy as np
 import onnx
+import onnx_ir as ir
+import onnxruntime as ort
 import onnxruntime_genai as og
 import pytest
 import torch
+from onnxscript import GraphBuilder
+from transformers.models.lfm2_moe.modeling_lfm2_moe import Lfm2MoeSparseMoeBlock
 
 import mobius_genai
 from mobius_genai import packager
-from mobius_genai.components import moe
+from mobius_genai.components import group_router, moe
 from mobius_genai.components.group_router import GroupRouter
+from mobius_genai.ep.context import build_context
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import hf_reference_logits, load_reference_model, write_tiny_checkpoint
+from mobius_genai.tasks.causal_lm import OPSET, finish_model
+from tests._hf import (
+    hf_reference_logits,
+    load_reference_model,
+    tiny_config,
+    write_tiny_checkpoint,
+)
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
@@ -170,3 +181,60 @@ def test_og_engine_refusal_is_said_before_og_says_it(tmp_path):
     )
     with pytest.raises(RuntimeError, match="not supported for decoding"):
         og.Engine(og.Model(str(folder)))
+
+
+def _small_score_block() -> tuple[Lfm2MoeSparseMoeBlock, torch.Tensor]:
+    """transformers' MoE block whose router logits lie near -13 for positive inputs: picked
+    sigmoid scores of 1e-6, whose sum the 1e-6 of the renormalization changes by 7%."""
+    block = Lfm2MoeSparseMoeBlock(tiny_config("lfm2_moe")).eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in block.parameters():
+            param.copy_(0.2 * torch.randn(param.shape, generator=generator))
+        block.gate.weight.copy_(-0.25 - 0.05 * block.gate.weight.abs())
+        block.expert_bias.copy_(torch.randn(block.expert_bias.shape, generator=generator))
+    x = torch.rand(1, 5, 64, generator=generator) + 0.2
+    return block, x
+
+
+def _block_output(block: Lfm2MoeSparseMoeBlock, x: torch.Tensor) -> np.ndarray:
+    """The MoE block lfm2_moe's row builds, with `block`'s weights, on onnxruntime's CPU EP."""
+    config = FAMILIES["lfm2_moe"].parse_config(tiny_config("lfm2_moe").to_dict())
+    with build_context("cpu", ir.DataType.FLOAT):
+        graph = ir.Graph([], [], nodes=[], opset_imports={"": OPSET}, name="moe")
+        builder = GraphBuilder(graph)
+        hidden = builder.input("x", ir.DataType.FLOAT, list(x.shape))
+        builder.add_output(moe.MoEBlock(config)(builder.op, hidden), "y")
+        model = finish_model(graph, builder)
+    inter = config.moe.intermediate_size
+    fused = block.experts.gate_up_proj.detach().numpy()
+    interleaved = np.empty_like(fused)  # the MoE op's gate/up rows: gate j at 2j, up at 2j + 1
+    interleaved[:, 0::2], interleaved[:, 1::2] = fused[:, :inter], fused[:, inter:]
+    values = {
+        "gate.weight": block.gate.weight.detach().numpy().T,
+        "gate.e_score_correction_bias": block.expert_bias.numpy(),
+        "experts.gate_up_proj": interleaved,
+        "experts.down_proj": block.experts.down_proj.detach().numpy(),
+    }
+    for name, value in values.items():
+        array = np.ascontiguousarray(value, dtype=np.float32)
+        model.graph.initializers[name].const_value = ir.tensor(array, name=name)
+    proto = ir.serde.serialize_model(model).SerializeToString()
+    session = ort.InferenceSession(proto, providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x.numpy()})[0]
+
+
+def test_small_router_scores_keep_their_weights(monkeypatch):
+    """Experts picked with sigmoid scores near 1e-6: the renormalization's 1e-6 and the
+    scores' precision (onnxruntime's Sigmoid is 1% off at -13) both count; each undone moves
+    the block's output well past the tolerance."""
+    block, x = _small_score_block()
+    with torch.no_grad():
+        expected = block(x).numpy()
+    assert np.abs(_block_output(block, x) - expected).max() <= TOLERANCE
+    monkeypatch.setattr(group_router, "_sigmoid", lambda op, logits: op.Sigmoid(logits))
+    assert np.abs(_block_output(block, x) - expected).max() > 10 * TOLERANCE
+    monkeypatch.undo()
+    row = _with_moe(routing={"epsilon": 0.0})
+    monkeypatch.setitem(FAMILIES, "lfm2_moe", row)
+    assert np.abs(_block_output(block, x) - expected).max() > 10 * TOLERANCE
