@@ -527,6 +527,17 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
                 buffer.copy_((BIAS_STD * noise).to(buffer.dtype))
 
 
+def router_picks(model: PreTrainedModel, router: torch.nn.Module, ids: np.ndarray) -> list[tuple]:
+    """The experts `router` (a TopKRouter of `model`: out[2] is its picks) picks for each token
+    of `ids`, each token's sorted."""
+    picks = []
+    hook = router.register_forward_hook(lambda module, args, out: picks.append(out[2]))
+    with torch.no_grad():
+        model(torch.tensor(ids))
+    hook.remove()
+    return [tuple(sorted(row)) for row in picks[0].tolist()]
+
+
 def edit_config(folder: Path, **changes: object) -> None:
     """Set `changes` in the config.json of the checkpoint in `folder`."""
     path = folder / "config.json"

@@ -5,17 +5,21 @@ image processor keeps."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
+import onnx
 import onnxruntime_genai as og
 import pytest
 import torch
+from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.components import siglip2
 from mobius_genai.ep import get_ep
+from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import png_bytes
 from tests._lfm2_vl import (
@@ -226,3 +230,37 @@ def test_og_refuses_images_of_different_sizes_in_one_prompt(lfm2_vl_bundle, tmp_
     images = _two_images(tmp_path, _pixels(16, 24), _pixels(24, 16))
     with pytest.raises(RuntimeError, match="Lfm2VlImageProcessor: image_sizes reports"):
         processor("<image> and <image> Compare.", images=images)
+
+
+def test_int4_bundle_quantizes_the_decoder_and_generates_with_an_image(
+    lfm2_vl_checkpoint, tmp_path, capfd
+):
+    """int4: the decoder's projections in MatMulNBits, the tower float; the smoke test (og with
+    an image, against a plain onnxruntime loop) passes."""
+    bundle = package(lfm2_vl_checkpoint[1], "cpu", tmp_path / "bundle", precision="int4")
+    ops = {
+        key: {node.op_type for node in onnx.load(str(bundle / f"{key}.onnx")).graph.node}
+        for key in ("vision", "decoder")
+    }
+    assert "MatMulNBits" in ops["decoder"] and "MatMulNBits" not in ops["vision"]
+    manifest = json.loads((bundle / "mobius_manifest.json").read_text())
+    assert manifest["build"]["precision"] == "int4"
+    assert "with a 16x16 image, same as a plain onnxruntime loop" in capfd.readouterr().err
+
+
+def test_hub_names_of_the_tower_are_read(lfm2_vl, tmp_path):
+    """Hub checkpoints written before transformers 5 keep the tower under
+    model.vision_tower.vision_model.: the same features."""
+    model, folder = lfm2_vl
+    hub = tmp_path / "hub"
+    shutil.copytree(folder, hub)
+    tensors = load_file(hub / "model.safetensors")
+    renamed = {
+        name.replace("model.vision_tower.", "model.vision_tower.vision_model."): tensor
+        for name, tensor in tensors.items()
+    }
+    save_file(renamed, hub / "model.safetensors", metadata={"format": "pt"})
+    inputs = image_inputs([_pixels(*SIZES[0])])
+    vision = package_sessions(build(hub, "cpu", "fp32", progress=False))["vision"]
+    expected = reference_features(model, inputs)
+    np.testing.assert_allclose(vision.run(None, inputs)[0], expected, atol=TOLERANCE, rtol=0)

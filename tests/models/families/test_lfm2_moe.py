@@ -35,6 +35,7 @@ from mobius_genai.tasks.causal_lm import OPSET, finish_model
 from tests._hf import (
     hf_reference_logits,
     load_reference_model,
+    router_picks,
     tiny_config,
     write_tiny_checkpoint,
 )
@@ -90,13 +91,7 @@ def test_hub_layout_config_matches_transformers(tmp_path):
 
 def _picks(model, ids: np.ndarray) -> list[tuple[int, ...]]:
     """The experts the first MoE layer (layer 1) picks for each token."""
-    picks = []
-    router = model.model.layers[1].feed_forward.gate
-    hook = router.register_forward_hook(lambda module, args, out: picks.append(out[2]))
-    with torch.no_grad():
-        model(torch.tensor(ids))
-    hook.remove()
-    return [tuple(sorted(row)) for row in picks[0].tolist()]
+    return router_picks(model, model.model.layers[1].feed_forward.gate, ids)
 
 
 def test_prompt_routing_depends_on_the_expert_bias(tmp_path):
