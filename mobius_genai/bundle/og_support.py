@@ -125,7 +125,7 @@ def _unplaced_cache(config: Mapping[str, Any], graph: GraphInfo) -> bool:
 
 
 #: The model types og 0.18 runs with its LFM2 model class (LFM2Cache: attention KV and conv states).
-_LFM2_TYPES = frozenset({"lfm2", "lfm2_moe"})
+_LFM2_TYPES = frozenset({"lfm2", "lfm2_moe", "lfm2_vl"})
 
 
 def _lfm2(config: Mapping[str, Any], graph: GraphInfo) -> bool:

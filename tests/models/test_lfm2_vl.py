@@ -15,6 +15,7 @@ import torch
 from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
+from mobius_genai.bundle.og_support import REWIND, bundle_og_limits
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.components import siglip2
@@ -264,3 +265,16 @@ def test_hub_names_of_the_tower_are_read(lfm2_vl, tmp_path):
     vision = package_sessions(build(hub, "cpu", "fp32", progress=False))["vision"]
     expected = reference_features(model, inputs)
     np.testing.assert_allclose(vision.run(None, inputs)[0], expected, atol=TOLERANCE, rtol=0)
+
+
+def test_og_refuses_rewinding_and_the_bundle_says_so(lfm2_vl_bundle):
+    """og 0.18 runs lfm2_vl with LFM2's state cache, which cannot rewind its conv states."""
+    assert "RewindTo" in bundle_og_limits(lfm2_vl_bundle)[REWIND]
+    model = og.Model(str(lfm2_vl_bundle))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=20)
+    generator = og.Generator(model, params)
+    generator.append_tokens([[5, 6, 7, 8]])
+    generator.generate_next_token()
+    with pytest.raises(RuntimeError, match="RewindTo is currently not supported for lfm2_vl"):
+        generator.rewind_to(2)
