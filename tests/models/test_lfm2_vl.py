@@ -87,8 +87,9 @@ def test_embedding_graph_places_the_features_as_transformers_does(lfm2_vl, sessi
 
 def test_graph_ops_per_ep(lfm2_vl):
     """onnx-standard: every graph in standard ONNX (Attention with the padding mask, the
-    unshuffle as Gather + Compress); cpu: the decoder's attention in GroupQueryAttention,
-    its conv layers' states as graph inputs."""
+    unshuffle as Gather + Compress); cpu and cuda: the decoder's attention in
+    GroupQueryAttention, its conv layers in CausalConvWithState with their states as graph
+    inputs; the tower's attention stays standard Attention with the mask."""
     _, folder = lfm2_vl
     standard = build(folder, "onnx-standard", "fp32", load_weights=False)
     for key in ("vision", "embedding", "decoder"):
@@ -101,6 +102,13 @@ def test_graph_ops_per_ep(lfm2_vl):
     inputs = [value.name for value in cpu["decoder"].graph.inputs]
     assert "inputs_embeds" in inputs
     assert sum(name.startswith("past.") and name.endswith("conv") for name in inputs) == 2
+    cuda = build(folder, "cuda", None, load_weights=False)  # fp16: the padding mask's -inf kept
+    assert [node.op_type for node in cuda["vision"].graph].count("Attention") == 2
+    decoder_ops = [node.op_type for node in cuda["decoder"].graph]
+    assert (decoder_ops.count("GroupQueryAttention"), decoder_ops.count("CausalConvWithState")) == (
+        1,
+        2,
+    )
 
 
 class _ColumnOffsetFirst(siglip2.Lfm2VlProjector):
