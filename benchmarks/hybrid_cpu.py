@@ -60,6 +60,19 @@ LFM2_MOE_LAYER_TYPES = [
     "full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)
 ]
 
+#: The keys LFM2's and LFM2-MoE's hub config.json share (token ids: the tiny tokenizer's).
+_LFM2_HUB_KEYS = {
+    "conv_L_cache": 3,
+    "conv_bias": False,
+    "norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "max_position_embeddings": 128000,
+    "tie_embedding": True,
+    "bos_token_id": BOS,
+    "eos_token_id": EOS,
+    "pad_token_id": 0,
+    "torch_dtype": "bfloat16",
+}
 #: config.json of each model, as the hub writes it (token ids: the tiny tokenizer's).
 CONFIGS: dict[str, dict] = {
     "lfm2-350m": {
@@ -75,17 +88,8 @@ CONFIGS: dict[str, dict] = {
         "block_auto_adjust_ff_dim": True,
         "block_ffn_dim_multiplier": 1.0,
         "block_multiple_of": 256,
-        "conv_L_cache": 3,
-        "conv_bias": False,
         "layer_types": LFM2_LAYER_TYPES,
-        "norm_eps": 1e-05,
-        "rope_theta": 1000000.0,
-        "max_position_embeddings": 128000,
-        "tie_embedding": True,
-        "bos_token_id": BOS,
-        "eos_token_id": EOS,
-        "pad_token_id": 0,
-        "torch_dtype": "bfloat16",
+        **_LFM2_HUB_KEYS,
     },
     "qwen3.5-0.8b": {
         "architectures": ["Qwen3_5ForCausalLM"],
@@ -137,17 +141,8 @@ CONFIGS: dict[str, dict] = {
         "norm_topk_prob": True,
         "use_expert_bias": True,
         "routed_scaling_factor": 1.0,
-        "conv_L_cache": 3,
-        "conv_bias": False,
         "layer_types": LFM2_MOE_LAYER_TYPES,
-        "norm_eps": 1e-05,
-        "rope_theta": 1000000.0,
-        "max_position_embeddings": 128000,
-        "tie_embedding": True,
-        "bos_token_id": BOS,
-        "eos_token_id": EOS,
-        "pad_token_id": 0,
-        "torch_dtype": "bfloat16",
+        **_LFM2_HUB_KEYS,
     },
 }
 #: The vision tower of Qwen/Qwen3.5-0.8B's config.json (Qwen3_5VisionConfig's other defaults).
