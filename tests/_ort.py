@@ -114,6 +114,49 @@ def package_sessions(package: ModelPackage) -> dict[str, ort.InferenceSession]:
     }
 
 
+def run_declared(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Outputs by name, fed only the inputs the graph declares (an input nothing reads, such as
+    the position_ids GroupQueryAttention computes itself, is removed from the graph)."""
+    names = [value.name for value in session.get_outputs()]
+    declared = {value.name for value in session.get_inputs()}
+    outputs = session.run(None, {k: v for k, v in feeds.items() if k in declared})
+    return dict(zip(names, outputs, strict=True))
+
+
+def decode_like_transformers(
+    model, sessions: dict[str, ort.InferenceSession], outputs: dict[str, np.ndarray], reference,
+    steps: int = 3, tolerance: float = 1e-4,
+) -> None:  # fmt: skip
+    """After a vision-language prefill (the decoder's `outputs`, transformers' `reference`),
+    `steps` greedy decode steps through the embedding graph (no image features) and the
+    decoder at 1-D positions, each step's logits against transformers' within `tolerance`."""
+    import torch
+
+    cache, token = reference.past_key_values, reference.logits[:, -1:].argmax(-1)
+    total = reference.logits.shape[1]
+    hidden = sessions["embedding"].get_inputs()[1].shape[1]
+    no_features = np.zeros((0, hidden), np.float32)
+    for _ in range(steps):
+        with torch.no_grad():
+            step = model(input_ids=token, cache=cache, use_cache=True)
+        embeds = run_declared(
+            sessions["embedding"], {"input_ids": token.numpy(), "image_features": no_features}
+        )["inputs_embeds"]
+        total += 1
+        feeds = {
+            "inputs_embeds": embeds,
+            "input_ids": token.numpy(),
+            "attention_mask": np.ones((1, total), np.int64),
+            "position_ids": np.array([[total - 1]]),
+            **{past_name(name): value for name, value in outputs.items() if "present" in name},
+        }
+        outputs = run_declared(sessions["decoder"], feeds)
+        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=tolerance, rtol=0)
+        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+
+
 def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
     """onnxruntime-genai's greedy tokens after a multimodal processor's `inputs`."""
     import onnxruntime_genai as og

@@ -109,6 +109,22 @@ def gemma3_bundle(gemma3_checkpoint: tuple, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="session")
+def mistral3_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """(model, folder): a tiny Mistral 3 with tiny-qwen2's tokenizer and processor settings."""
+    from tests._mistral3 import write_mistral3_checkpoint
+
+    folder = tmp_path_factory.mktemp("mistral3-ckpt")
+    return write_mistral3_checkpoint(folder), folder
+
+
+@pytest.fixture(scope="session")
+def mistral3_bundle(mistral3_checkpoint: tuple, tmp_path_factory) -> Path:
+    """The Mistral 3 checkpoint packaged for cpu without the smoke test."""
+    out = tmp_path_factory.mktemp("mistral3-bundle") / "bundle"
+    return mobius_genai.package(mistral3_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+
+
+@pytest.fixture(scope="session")
 def qwen2_5_vl_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     """(model, folder): a tiny Qwen2.5-VL with tiny-qwen2's tokenizer and processor settings."""
     from tests._qwen_vl import write_qwen2_5_vl_checkpoint

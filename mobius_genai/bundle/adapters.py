@@ -144,7 +144,7 @@ def lora_record(inputs: Mapping[str, tuple[int, list[int | str]]]) -> dict[str, 
     modules = sorted({name.rsplit(".", 1)[0] for name in inputs})
     elem_type = next(iter(inputs.values()))[0]
     return {
-        "rank_axis": LORA_RANK,
+        "rank_axis": f"PROJECTION.{LORA_RANK}",  # one symbolic rank axis per projection
         "dtype": _FLOAT_TYPES[elem_type],
         "targets": sorted({module.rsplit(".", 1)[-1] for module in modules}),
         "modules": len(modules),

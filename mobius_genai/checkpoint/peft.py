@@ -3,7 +3,9 @@ checked: what og's adapters can carry is plain LoRA on linear projections, nothi
 
 Each projection's pair is returned as the graph wants it (components/lora.py): A = PEFT's
 ``lora_A.weight`` transposed, [in, r]; B = ``lora_B.weight`` transposed and multiplied by the
-scale PEFT applies (``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rsLoRA).
+scale PEFT applies (``lora_alpha / r``, or ``lora_alpha / sqrt(r)`` with rsLoRA), r and
+lora_alpha per module where ``rank_pattern`` / ``alpha_pattern`` name it (matched as PEFT
+matches them: a pattern is the end of the module's dotted name, as a regular expression).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ _REFUSED = {
     "use_dora": (False, None),
     "bias": ("none", None),
     "modules_to_save": (None, []),
-    "alpha_pattern": ({}, None),
     "lora_bias": (False, None),
     "layer_replication": (None, []),
     "target_parameters": (None, []),
@@ -50,7 +51,7 @@ class LoraPair:
 @dataclasses.dataclass(frozen=True)
 class PeftAdapter:
     """A PEFT LoRA adapter: its projections by module name (the checkpoint's), their leaf
-    names (PEFT's target modules) and its rank."""
+    names (PEFT's target modules) and its largest rank."""
 
     folder: Path
     pairs: dict[str, LoraPair]
@@ -103,15 +104,62 @@ def read_peft_adapter(folder: str | Path) -> PeftAdapter:
     if not halves:
         raise _fail(folder, "no LoRA weights in adapter_model.safetensors")
     use_rslora = bool(config.get("use_rslora", False))
+    ranks = _pattern(folder, config, "rank_pattern", halves, _positive_int)
+    alphas = _pattern(folder, config, "alpha_pattern", halves, _number)
     pairs = {
-        module: _pair(folder, module, parts, alpha, use_rslora)
+        module: _pair(
+            folder, module, parts, ranks.get(module, rank), alphas.get(module, alpha), use_rslora
+        )
         for module, parts in sorted(halves.items())
     }
-    return PeftAdapter(folder, pairs, rank)
+    return PeftAdapter(folder, pairs, max(pair.rank for pair in pairs.values()))
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _pattern(
+    folder: Path, config: dict, key: str, modules: dict[str, object], valid
+) -> dict[str, float]:
+    """The values `config[key]` (PEFT's rank_pattern or alpha_pattern) gives modules, by
+    module; each pattern must be valid and match one of the adapter's modules."""
+    patterns = config.get(key) or {}
+    if not isinstance(patterns, dict) or not all(valid(v) for v in patterns.values()):
+        kind = "positive integers" if key == "rank_pattern" else "numbers"
+        raise _fail(folder, f"{key}={patterns!r}; accepted: module name patterns to {kind}")
+    found: dict[str, float] = {}
+    for pattern, value in patterns.items():
+        try:
+            matched = [m for m in modules if re.match(rf"(.*\.)?({pattern})$", m)]
+        except re.error as error:
+            raise _fail(
+                folder,
+                f"{key} {pattern!r} is no regular expression ({error}); accepted: a Python "
+                "regular expression matching the end of a module's name",
+            ) from None
+        if not matched:
+            raise _fail(
+                folder,
+                f"{key} {pattern!r} matches none of the adapter's modules; accepted: the end of "
+                f"a module's name, such as {next(iter(sorted(modules)))!r}",
+            )
+        for module in matched:  # PEFT takes the first pattern that matches a module
+            found.setdefault(module, value)
+    return found
 
 
 def _pair(
-    folder: Path, module: str, parts: dict[str, np.ndarray], alpha: float, rslora: bool
+    folder: Path,
+    module: str,
+    parts: dict[str, np.ndarray],
+    configured: int,
+    alpha: float,
+    rslora: bool,
 ) -> LoraPair:
     if set(parts) != {"A", "B"}:
         raise _fail(folder, f"{module}: lora_A and lora_B come in pairs; found {sorted(parts)}")
@@ -125,5 +173,11 @@ def _pair(
     rank = a.shape[0]
     if rank == 0:
         raise _fail(folder, f"{module}: rank 0; accepted: a positive rank")
+    if rank != configured:
+        raise _fail(
+            folder,
+            f"{module}: lora_A has rank {rank}, adapter_config.json says {configured}; accepted: "
+            "tensors of the rank r (or rank_pattern) gives the module",
+        )
     scale = alpha / (math.sqrt(rank) if rslora else rank)
     return LoraPair(np.ascontiguousarray(a.T), np.ascontiguousarray(b.T * np.float32(scale)))

@@ -67,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "else no key)",
     )
     parser.add_argument("--model-name", help="the model id clients use (default: the folder name)")
+    parser.add_argument(
+        "--adapter",
+        metavar="NAME",
+        action="append",
+        default=[],
+        help="also serve the bundle's LoRA adapter NAME (adapters/NAME.onnx_adapter) or an "
+        ".onnx_adapter file, as model NAME (the file's stem) beside the base (repeatable)",
+    )
     add_ep_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no line per request on stderr")
 
@@ -97,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             cpu=on_cpu(args),
             api_key=api_key,
             model_id=args.model_name,
+            adapters=tuple(args.adapter),
             quiet=args.quiet,
         )
     except (KeyboardInterrupt, _Terminated):  # raised again by uvicorn after the drain

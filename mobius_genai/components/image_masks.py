@@ -7,8 +7,10 @@ graph reads the image runs from `input_ids`, so only the keys of the current cal
 image partners; keys cached by earlier calls are seen causally (onnxruntime-genai feeds a
 whole prompt at once, and decode steps carry no image tokens).
 
-GroupQueryAttention is causal, so this bias keeps attention as ONNX Attention; the bias node
-carries BIDIRECTIONAL_BLOCKS_KEY so the GQA rule can say why it declined.
+Causal GroupQueryAttention cannot see later keys, so the causal GQA rule declines this bias
+(the bias node carries BIDIRECTIONAL_BLOCKS_KEY, the reason, and BIDIRECTIONAL_WINDOW_KEY, its
+window); where the EP's GQA takes an attention_bias, GQAImageBlockFusion hands it the whole
+bias with ``causal=0`` (optimize/rules/gqa_image_blocks.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from mobius_genai.ep.context import get_build_dtype
 
 #: Metadata on the bias node: the reason attention cannot be causal-only.
 BIDIRECTIONAL_BLOCKS_KEY = "mobius.bidirectional_blocks"
+#: Metadata on the bias node: the sliding window it applies ("" for none).
+BIDIRECTIONAL_WINDOW_KEY = "mobius.bidirectional_window"
 
 
 def _image_runs(op, input_ids: ir.Value, image_token_id: int) -> ir.Value:
@@ -86,7 +90,9 @@ def image_block_bias(
         op.Constant(value=ir.tensor(np.array(0, dtype=dtype.numpy()))),
         op.Constant(value=ir.tensor(np.array(lowest, dtype=dtype.numpy()))),
     )
-    bias.producer().metadata_props[BIDIRECTIONAL_BLOCKS_KEY] = (
+    metadata = bias.producer().metadata_props
+    metadata[BIDIRECTIONAL_BLOCKS_KEY] = (
         f"tokens of one image (id {image_token_id}) attend to each other in both directions"
     )
+    metadata[BIDIRECTIONAL_WINDOW_KEY] = "" if window is None else str(window)
     return bias

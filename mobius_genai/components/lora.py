@@ -4,7 +4,9 @@ onnxruntime-genai 0.18's `og.Adapters` binds an adapter's parameters by name as 
 inputs of the decoder session (`generator.set_active_adapter`). Each LoRA input therefore has
 a default initializer of size 0 on the rank axis: with no adapter active ``x @ A`` is
 [..., 0] and ``(x @ A) @ B`` is zeros, so the graph is the base model; one graph serves every
-rank because the rank axis is symbolic. A holds PEFT's ``lora_A.weight`` transposed ([in, r]),
+rank because the rank axis is symbolic, one axis per projection (`PROJECTION.lora_rank`:
+onnxruntime plans buffers by axis name, so one name shared by projections of different ranks,
+as PEFT's rank_pattern gives, fails at run time). A holds PEFT's ``lora_A.weight`` transposed ([in, r]),
 B its ``lora_B.weight`` transposed ([r, out]) times the adapter's scale (alpha / r), which the
 adapter file carries: the graph applies no scale of its own (as og's builder, which multiplies
 lora_B by PEFT's scaling).
@@ -36,12 +38,13 @@ class LoraBranch(nn.Module):
     def __init__(self, module_name: str, in_features: int, out_features: int) -> None:
         super().__init__()
         self.names = lora_input_names(module_name)
+        self.rank_axis = f"{module_name}.{LORA_RANK}"
         self.in_features = in_features
         self.out_features = out_features
 
     def _input(self, op, name: str, shape: list[int | str]) -> ir.Value:
         dtype = get_build_dtype()
-        empty = [0 if dim == LORA_RANK else dim for dim in shape]
+        empty = [0 if dim == self.rank_axis else dim for dim in shape]
         default = ir.tensor(np.zeros(empty, dtype=dtype.numpy()), name=name)
         value = op.builder.input(name, const_value=default)
         value.shape = ir.Shape(shape)  # the rank axis symbolic, the default empty
@@ -49,8 +52,8 @@ class LoraBranch(nn.Module):
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         name_a, name_b = self.names
-        a = self._input(op, name_a, [self.in_features, LORA_RANK])
-        b = self._input(op, name_b, [LORA_RANK, self.out_features])
+        a = self._input(op, name_a, [self.in_features, self.rank_axis])
+        b = self._input(op, name_b, [self.rank_axis, self.out_features])
         return op.MatMul(op.MatMul(x, a), b)
 
 

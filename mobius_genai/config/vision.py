@@ -15,6 +15,7 @@ from typing import Any
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
 from mobius_genai.config.layers import check_layer_count
+from mobius_genai.config.pixtral import PixtralVisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.errors import ConfigError
 
@@ -108,7 +109,7 @@ class VisionLanguageConfig:
 
     model_type: str
     text: ArchitectureConfig
-    vision: VisionConfig | QwenVisionConfig
+    vision: VisionConfig | QwenVisionConfig | PixtralVisionConfig
     image_token_id: int
     image_tokens: int | None = None
     boi_token_id: int | None = None
@@ -157,6 +158,32 @@ def parse_qwen_vision_language(
             fields.mapping(raw.get("vision_config"), "vision_config")
         ),
         **ids,
+    )
+
+
+def parse_mistral3(raw: Mapping[str, Any], text: ArchitectureConfig) -> VisionLanguageConfig:
+    """The VisionLanguageConfig of a Mistral 3 config.json whose `text_config` (a Mistral
+    decoder) gave `text`; images keep their size, so no fixed token count.
+    Mistral3ForConditionalGeneration ties its LM head by the top level's tie_word_embeddings
+    (true where absent), whatever `text_config` says."""
+    text_type = fields.mapping(raw.get("text_config"), "text_config").get("model_type", "mistral")
+    if text_type != "mistral":
+        raise ConfigError(
+            f"config.json: field 'text_config.model_type' is {text_type!r}; accepted: 'mistral'"
+            " (Mistral 3's text decoder)"
+        )
+    tied = fields.flag(raw.get("tie_word_embeddings"), "tie_word_embeddings", True)
+    text = dataclasses.replace(text, tie_word_embeddings=tied)
+    return VisionLanguageConfig(
+        model_type=fields.model_type(raw.get("model_type")),
+        text=text,
+        vision=PixtralVisionConfig.from_dict(raw, text),
+        image_token_id=fields.integer(
+            raw.get("image_token_index", raw.get("image_token_id")),
+            "image_token_index",
+            10,
+            positive=False,
+        ),
     )
 
 

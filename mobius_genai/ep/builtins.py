@@ -59,7 +59,12 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         default_int4_accuracy_level=4,
         model_dtypes=frozenset({_F32, _F16}),
         runtime=RuntimeInfo(ort_provider="CPUExecutionProvider"),
-        kernels={"GatherBlockQuantized": {_F32, _F16}, "QMoE": True, "LinearAttention.gated": True},
+        kernels={
+            "GatherBlockQuantized": {_F32, _F16},
+            "QMoE": True,
+            "LinearAttention.gated": True,
+            "GroupQueryAttention.attention_bias": True,
+        },
     ),
     # ORT CUDA EP. Graph capture is off by default (it needs past/present buffer sharing).
     EpCapabilities(
@@ -81,7 +86,11 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         ),
         default_dtype=_F16,
         graph_capture_option="enable_cuda_graph",
-        kernels={"GatherBlockQuantized": {_F32, _F16, _BF16}},
+        # attention_bias with causal=0: onnxruntime 1.32's schema; not run on a GPU here
+        kernels={
+            "GatherBlockQuantized": {_F32, _F16, _BF16},
+            "GroupQueryAttention.attention_bias": True,
+        },
     ),
     # DirectML: no fused RoPE inside GQA. genai turns DML graph capture on unless told "0",
     # so the option is written out to match enable_graph_capture=False. DirectML has no bf16

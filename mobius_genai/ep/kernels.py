@@ -74,6 +74,14 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 "attention with sinks stays standard Attention",
                 flag="supports_gqa_head_sink",
             ),
+            # causal=0 with attention_bias (input 10): measured on the CPU kernel only
+            # (tests/optimize/test_gqa_image_blocks.py)
+            Kernel(
+                "GroupQueryAttention.attention_bias",
+                MS_DOMAIN,
+                "attention with image blocks (Gemma 3) stays standard Attention",
+                default=False,
+            ),
             Kernel(
                 "SkipLayerNormalization",
                 MS_DOMAIN,

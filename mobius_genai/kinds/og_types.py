@@ -33,6 +33,9 @@ OG_TYPES: dict[str, OgType] = {
     row.name: row
     for row in (
         OgType("gemma3", image_placeholder="<start_of_image>"),
+        # og expands each `[IMG]` to the image's rows of `[IMG]`, `[IMG_BREAK]` after each row
+        # and `[IMG_END]` after the last (its Mistral3ImageProcessor)
+        OgType("mistral3", image_placeholder="[IMG]"),
         OgType("whisper", audio=True, required_files=(AUDIO_PROCESSOR_FILE,)),
         OgType(
             "qwen2_5_vl",

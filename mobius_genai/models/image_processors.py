@@ -9,6 +9,13 @@ Qwen2.5-VL (og's QwenImageProcessor): images keep their aspect ratio (smart_resi
 multiple of patch_size * merge_size pixels within [min_pixels, max_pixels]) and PatchImage cuts
 them into transformers' flattened patches and their image_grid_thw; og computes the decoder's
 3-D mrope position_ids from the model-level token ids and the vision section's sizes.
+
+Mistral 3 (og's Mistral3ImageProcessor): images keep their size, resized to whole merged
+tokens (og's smart_resize; transformers' PixtralImageProcessor fits the longest edge and rounds
+up to whole patches instead, so the two agree on images already at such a size), channels
+first, then PixtralImageSizes, the image_sizes og reads to expand `[IMG]` into rows of image
+tokens closed by `[IMG_BREAK]` and `[IMG_END]`. No ConvertRGB: onnxruntime-extensions'
+ConvertRGB swaps the channels to BGR, while transformers' processor feeds RGB.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mobius_genai.config.pixtral import PixtralVisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.config.siglip2 import NaflexVisionConfig
 from mobius_genai.config.vision import VisionConfig
@@ -35,7 +43,7 @@ _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 _QWEN_MIN_PIXELS, _QWEN_MAX_PIXELS = 56 * 56, 28 * 28 * 16384
 
 
-def no_vision_keys(vision: VisionConfig | QwenVisionConfig) -> dict[str, Any]:
+def no_vision_keys(vision: VisionConfig) -> dict[str, Any]:
     """A tower og needs no size keys of (SigLIP)."""
     return {}
 
@@ -48,6 +56,11 @@ def qwen_vision_keys(vision: QwenVisionConfig) -> dict[str, Any]:
         "tokens_per_second": float(vision.tokens_per_second),
         "window_size": vision.window_size,
     }
+
+
+def pixtral_vision_keys(vision: PixtralVisionConfig) -> dict[str, Any]:
+    """The vision section's size keys og reads for Mistral 3 (the image tokens of each image)."""
+    return {"patch_size": vision.patch_size, "spatial_merge_size": vision.spatial_merge_size}
 
 
 def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[Transform]:
@@ -104,6 +117,35 @@ def qwen_patch_transforms(
         ("resize", "Resize", resize),
         *_normalization(settings, _CLIP_MEAN, _CLIP_STD),
         ("patch_image", "PatchImage", patch),
+    ]
+
+
+def pixtral_transforms(
+    settings: dict[str, Any], vision: PixtralVisionConfig, path: Path
+) -> list[Transform]:
+    """PixtralImageProcessor: decode as RGB, resize to whole merged tokens within the longest
+    edge (bicubic), rescale, normalize, HWC → CHW, image sizes. Resize's width and height are
+    the square of 2 x 2 image tokens, an image both resizes keep as it is (og reads them only
+    without smart_resize; the smoke test makes its image at that size)."""
+    size = settings.get("size") or {}
+    longest = _positive(size.get("longest_edge", vision.image_size), path, "size.longest_edge")
+    token = vision.merged_patch
+    resize = {
+        "width": 2 * token,
+        "height": 2 * token,
+        "smart_resize": 1,
+        "min_pixels": token * token,
+        "max_pixels": longest * longest,
+        "patch_size": vision.patch_size,
+        "merge_size": vision.spatial_merge_size,
+        "interpolation": "CUBIC",
+    }
+    return [
+        ("decode_image", "DecodeImage", {"color_space": "RGB"}),
+        ("resize", "Resize", resize),
+        *_normalization(settings, _CLIP_MEAN, _CLIP_STD),
+        ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
+        ("pixtral_image_sizes", "PixtralImageSizes", {}),
     ]
 
 

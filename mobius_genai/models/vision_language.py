@@ -27,6 +27,7 @@ from mobius_genai.checkpoint.grouped import GroupedWeight
 from mobius_genai.checkpoint.reader import TensorSource
 from mobius_genai.checkpoint.weights import no_preprocess
 from mobius_genai.components.embedding import Embedding
+from mobius_genai.components.pixtral_vision import Mistral3Projector, PixtralVisionTower
 from mobius_genai.components.qwen_vision import QwenVisionTower
 from mobius_genai.components.siglip2 import PIXEL_ATTENTION_MASK, SPATIAL_SHAPES, Lfm2VlVisionModel
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
@@ -35,6 +36,7 @@ from mobius_genai.config.siglip2 import parse_lfm2_vision_language
 from mobius_genai.config.text_config import nested_text_keys
 from mobius_genai.config.vision import (
     VisionLanguageConfig,
+    parse_mistral3,
     parse_qwen_vision_language,
     parse_vision_language,
 )
@@ -45,11 +47,20 @@ from mobius_genai.models.image_processors import (
     lfm2_vl_transforms,
     lfm2_vl_vision_keys,
     no_vision_keys,
+    pixtral_transforms,
+    pixtral_vision_keys,
     qwen_patch_transforms,
     qwen_vision_keys,
     square_transforms,
 )
-from mobius_genai.tasks.vision_language import IMAGE_GRID_THW, IMAGES, PATCHES, PIXEL_VALUES
+from mobius_genai.tasks.vision_language import (
+    IMAGE_GRID_THW,
+    IMAGE_HEIGHT,
+    IMAGE_WIDTH,
+    IMAGES,
+    PATCHES,
+    PIXEL_VALUES,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +208,24 @@ class QwenVisionModel(nn.Module):
         return self.visual(op, pixel_values, image_grid_thw)
 
 
+class Mistral3VisionModel(nn.Module):
+    """pixel_values [1, C, H, W] of one image at its own size → image_features
+    [(H / pm)·(W / pm), text hidden] (Mistral 3; pm = patch_size · spatial_merge_size pixels;
+    onnxruntime-genai runs the graph once per image)."""
+
+    def __init__(self, config: VisionLanguageConfig) -> None:
+        super().__init__()
+        vision = config.vision
+        self.graph_inputs = [
+            (PIXEL_VALUES, None, [1, vision.num_channels, IMAGE_HEIGHT, IMAGE_WIDTH])
+        ]
+        self.vision_tower = PixtralVisionTower(vision)
+        self.multi_modal_projector = Mistral3Projector(vision)
+
+    def forward(self, op, pixel_values: ir.Value) -> ir.Value:
+        return self.multi_modal_projector(op, *self.vision_tower(op, pixel_values))
+
+
 class _Tokens(nn.Module):
     """Holds `embed_tokens` under the decoder's module name, so both share the weight name."""
 
@@ -305,6 +334,41 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             top_level_text_keys=("tie_word_embeddings",),
             image_transforms=qwen_patch_transforms,
             vision_keys=qwen_vision_keys,
+        ),
+        VisionLanguageFamily(
+            model_type="mistral3",
+            text_family="mistral",
+            genai_type="mistral3",
+            # Mistral3Config's text_config defaults (Mistral-Small-3.1)
+            text_defaults={
+                "vocab_size": 131_072,
+                "hidden_size": 5120,
+                "intermediate_size": 32_768,
+                "num_hidden_layers": 40,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "max_position_embeddings": 131_072,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 1_000_000_000.0,
+                "sliding_window": None,
+            },
+            text_overrides={},
+            parse_vision=parse_mistral3,
+            vision_model=Mistral3VisionModel,
+            # transformers 5 names (model.language_model., model.vision_tower.) and the hub's
+            checkpoint_prefixes=(
+                ("model.", ("model.language_model.", "language_model.model.")),
+                ("lm_head.", ("lm_head.", "language_model.lm_head.")),
+                ("vision_tower.", ("model.vision_tower.", "vision_tower.")),
+                (
+                    "multi_modal_projector.",
+                    ("model.multi_modal_projector.", "multi_modal_projector."),
+                ),
+            ),
+            vision_layers="vision_tower.transformer.layers",
+            image_transforms=pixtral_transforms,
+            vision_keys=pixtral_vision_keys,
         ),
         # LFM2-VL: a SigLIP2 NaFlex tower (images at their own size, padded patches masked)
         # and the pixel-unshuffle projector (config/siglip2.py) beside LFM2's hybrid decoder;

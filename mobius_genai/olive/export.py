@@ -45,6 +45,9 @@ from mobius_genai.target import (
 )
 
 logger = logging.getLogger(__name__)
+#: The name an input model's own adapter (HfModel `adapter_path`) ships under: PEFT's own name
+#: for an adapter given none.
+INPUT_ADAPTER = "default"
 
 
 class MobiusExport(Pass):
@@ -82,29 +85,7 @@ class MobiusExport(Pass):
                 description=f"{', '.join(FLOAT_PRECISIONS)}: the model dtype (for int4, of activations and "
                 "scales). Default: from `precision`, else the EP's.",
             ),
-            "int4_block_size": PassConfigParam(
-                type_=int,
-                default_value=None,
-                description="int4 only: quantization block size 16, 32, 64, 128 or 256 "
-                "(default: the int4_quality recipe's, 32 for each recipe today).",
-            ),
-            "int4_asymmetric": PassConfigParam(
-                type_=bool,
-                default_value=False,
-                description="int4 only: quantize with zero points. Default: the int4_quality "
-                "recipe's.",
-            ),
-            "int4_quality": PassConfigParam(
-                type_=str,
-                default_value=None,
-                description=f"int4 only: the recipe, {', '.join(QUALITIES)} (default "
-                f"{DEFAULT_QUALITY}; `mobius-genai package --help` describes each).",
-            ),
-            "int4_accuracy_level": PassConfigParam(
-                type_=int,
-                default_value=None,
-                description="int4 only: MatMulNBits accuracy_level 0-4. Default: the EP's.",
-            ),
+            **_int4_params(),
             "context_length": PassConfigParam(
                 type_=int,
                 default_value=None,
@@ -121,6 +102,14 @@ class MobiusExport(Pass):
                 default_value=None,
                 description="Hub revision (branch, tag or commit) of a hub model. Default: the "
                 "input model's load_kwargs revision, else the main branch.",
+            ),
+            "adapters": PassConfigParam(
+                type_=dict,
+                default_value=None,
+                description="LoRA adapters to ship with the bundle, {NAME: PEFT adapter folder}: "
+                "the graph takes LoRA inputs and each becomes adapters/NAME.onnx_adapter (as "
+                "`package --adapter NAME=DIR`). An input model's own adapter_path ships as "
+                f"{INPUT_ADAPTER!r}.",
             ),
             "smoke_test": PassConfigParam(
                 type_=bool,
@@ -144,6 +133,7 @@ class MobiusExport(Pass):
             "check_int4": field_validator("int4_block_size", "int4_accuracy_level")(_check_int4),
             "check_int4_quality": field_validator("int4_quality")(_check_int4_quality),
             "check_context_length": field_validator("context_length")(_check_context_length),
+            "check_adapters": field_validator("adapters")(_check_adapters),
             "check_int4_precision": model_validator(mode="after")(_check_int4_precision),
         }
 
@@ -159,11 +149,6 @@ class MobiusExport(Pass):
             raise ConfigError(
                 f"MobiusExport: input model type {type(model).__name__}; accepted: an HfModel "
                 "(a HuggingFace hub id or local checkpoint folder)"
-            )
-        if model.adapter_path:
-            raise ConfigError(
-                f"MobiusExport: the input model has an adapter ({model.adapter_path}); accepted: "
-                "a model without one (merge it first, e.g. with Olive's MergeAdapterWeights pass)"
             )
         load_kwargs = model.load_kwargs
         if load_kwargs is not None and load_kwargs.quantization_method:
@@ -202,6 +187,7 @@ class MobiusExport(Pass):
                 smoke_test=config.smoke_test,
                 force=True,
                 revision=revision,
+                adapters=_adapters(model, config) or None,
             )
         logger.info(
             "MobiusExport: bundle built in Olive's cache %s; Olive copies the workflow's final "
@@ -209,6 +195,47 @@ class MobiusExport(Pass):
             folder,
         )
         return bundle_model_handler(folder, model.model_attributes)
+
+
+def _int4_params() -> dict[str, PassConfigParam]:
+    """The int4_* options of MobiusExport."""
+    return {
+        "int4_block_size": PassConfigParam(
+            type_=int,
+            default_value=None,
+            description="int4 only: quantization block size 16, 32, 64, 128 or 256 "
+            "(default: the int4_quality recipe's, 32 for each recipe today).",
+        ),
+        "int4_asymmetric": PassConfigParam(
+            type_=bool,
+            default_value=False,
+            description="int4 only: quantize with zero points. Default: the int4_quality recipe's.",
+        ),
+        "int4_quality": PassConfigParam(
+            type_=str,
+            default_value=None,
+            description=f"int4 only: the recipe, {', '.join(QUALITIES)} (default "
+            f"{DEFAULT_QUALITY}; `mobius-genai package --help` describes each).",
+        ),
+        "int4_accuracy_level": PassConfigParam(
+            type_=int,
+            default_value=None,
+            description="int4 only: MatMulNBits accuracy_level 0-4. Default: the EP's.",
+        ),
+    }
+
+
+def _adapters(model: HfModelHandler, config: BasePassConfig) -> dict[str, str]:
+    """The adapters to ship: the pass's `adapters`, and the input model's own one."""
+    adapters = dict(config.adapters) if _plain(config.adapters, dict) else {}
+    if model.adapter_path:
+        if INPUT_ADAPTER in adapters:
+            raise ConfigError(
+                f"MobiusExport: adapters names {INPUT_ADAPTER!r}, the name the input model's own "
+                f"adapter ({model.adapter_path}) ships under; accepted: another name"
+            )
+        adapters[INPUT_ADAPTER] = str(model.adapter_path)
+    return adapters
 
 
 def int4_options(config: BasePassConfig) -> Int4Options | None:
@@ -316,6 +343,17 @@ def _check_int4_precision(config: Any) -> Any:
     if config.precision is None or _plain(config.precision, str):
         check_int4_precision(_int4_given(config), precision_name(config.precision))
     return config
+
+
+def _check_adapters(cls: type, value: Any) -> Any:
+    if value is not None and not (
+        _plain(value, dict) and all(isinstance(v, str) and v for v in [*value, *value.values()])
+    ):
+        raise ConfigError(
+            f"MobiusExport: adapters {value!r}; accepted: a mapping of adapter names to PEFT "
+            'adapter folders, e.g. {"sql": "./sql-lora"}'
+        )
+    return value
 
 
 def _check_context_length(cls: type, value: Any) -> Any:

@@ -23,6 +23,7 @@ from mobius_genai.optimize.rules import (
     fused_moe,
     gelu,
     gqa,
+    gqa_image_blocks,
     gqa_sinks,
     pack_qkv,
     pack_qkv_split,
@@ -87,6 +88,21 @@ def _gqa_sinks(target: GateInput) -> str | None:
     return gqa_gate(target) or missing(target.caps, "GroupQueryAttention.head_sink")
 
 
+def _gqa_image_blocks(target: GateInput) -> str | None:
+    """GQAImageBlockFusion's gate: GQA's, a GQA kernel that takes attention_bias and rotates
+    (SeparateRoPE keeps no attention_bias), and no graph capture (og's static attention_mask
+    would move the bias's query positions)."""
+    caps = target.caps
+    reason = (
+        gqa_gate(target)
+        or missing(caps, "GroupQueryAttention.attention_bias")
+        or missing(caps, "GroupQueryAttention.do_rotary")
+    )
+    if reason is None and caps.enable_graph_capture:
+        return "enable_graph_capture=True (a static attention_mask gives no total length)"
+    return reason
+
+
 def _pack_qkv(target: GateInput) -> str | None:
     if target.dtype not in target.caps.qkv_pack_dtypes:
         return f"{target.dtype.name} not in qkv_pack_dtypes"
@@ -143,6 +159,7 @@ def _without(kernel: str) -> Gate:
 FUSIONS: tuple[RuleGroup, ...] = (
     RuleGroup("GQASinkFusion", gqa_sinks.rules, _gqa_sinks),
     RuleGroup("GQAFusion", gqa.rules, gqa_gate),
+    RuleGroup("GQAImageBlockFusion", gqa_image_blocks.rules, _gqa_image_blocks),
     RuleGroup("PackQKV", pack_qkv.rules, _pack_qkv),
     # After PackQKV: the layers whose q/k/v reach GQA through q/k norms (packed, then split).
     RuleGroup("PackQKVSplit", pack_qkv_split.PackQKVSplitPass, _pack_qkv),

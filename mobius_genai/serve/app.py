@@ -49,6 +49,8 @@ class Service:
 
     engine: EngineLoop
     model_id: str
+    adapter_names: tuple[str, ...]
+    """The LoRA adapters served beside the base, each asked for as a model of its own."""
     created: int
     max_body_bytes: int
     max_queue: int
@@ -81,12 +83,14 @@ def create_app(service: Service) -> Starlette:
 
     async def models(request: Request) -> Response:
         _authorize(request, service)
-        return JSONResponse({"object": "list", "data": [_model_card(service)]})
+        names = (service.model_id, *service.adapter_names)
+        return JSONResponse({"object": "list", "data": [_model_card(service, n) for n in names]})
 
     async def model(request: Request) -> Response:
         _authorize(request, service)
-        _require_model(request.path_params["name"], service)
-        return JSONResponse(_model_card(service))
+        name = request.path_params["name"]
+        _require_model(name, service)
+        return JSONResponse(_model_card(service, name))
 
     async def chat(request: Request) -> Response:
         return await _generate(request, service, chat_request, chat=True)
@@ -138,7 +142,7 @@ async def _generate(
             record.close()
             raise started.error
         record.prompt_tokens = started.prompt_tokens
-        reply = Reply(service.model_id, chat)
+        reply = Reply(generation.model or service.model_id, chat)
         if generation.stream:
             events = _stream(job, reply, record, generation.include_usage)
             # Starlette runs the background task after the stream, also when the client left
@@ -348,22 +352,21 @@ def _authorize(request: Request, service: Service) -> None:
 
 
 def _require_model(name: str | None, service: Service) -> None:
-    if name is not None and name != service.model_id:
+    accepted = (service.model_id, *service.adapter_names)
+    if name is not None and name not in accepted:
         raise RequestError(
-            f"The model {name!r} does not exist; accepted: {service.model_id!r}",
+            f"The model {name!r} does not exist; accepted: {', '.join(map(repr, accepted))}",
             status=404,
             param="model",
             code="model_not_found",
         )
 
 
-def _model_card(service: Service) -> dict[str, Any]:
-    return {
-        "id": service.model_id,
-        "object": "model",
-        "created": service.created,
-        "owned_by": "mobius-genai",
-    }
+def _model_card(service: Service, name: str) -> dict[str, Any]:
+    card = {"id": name, "object": "model", "created": service.created, "owned_by": "mobius-genai"}
+    if name != service.model_id:
+        card["parent"] = service.model_id  # an adapter of the base model
+    return card
 
 
 def _event(body: dict[str, Any]) -> str:

@@ -13,6 +13,9 @@ Facts of onnxruntime-genai 0.18 this follows (checked against the installed whee
 - a static Engine refuses per-turn stop strings and seeds, so stop strings are matched on the
   text (`output.Output`) and a seeded sampling request runs on an `og.Generator` of its own,
   one token per loop beside the Engine's batch, reproducible like `mobius-genai run --seed`;
+- the Engine has no LoRA adapters (only `Generator.set_active_adapter`), so a request for one
+  of the adapters served (`serve --adapter NAME`, asked for as model NAME) runs on an
+  `og.Generator` of its own the same way, with its adapter active;
 - a Request object that is garbage-collected silently drops its turn, so each is kept until its
   turn has finished, then closed.
 """
@@ -26,12 +29,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnxruntime_genai as og
 
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.adapters import ActiveAdapter, load_adapter
 from mobius_genai.serve.output import Delta, Output
 from mobius_genai.serve.prompt import PromptRules, prompt_ids, reply_budget
 from mobius_genai.serve.protocol import Generation, RequestError
@@ -108,8 +113,8 @@ class _Turn(_Lane):
         self.turn_id = 0
 
 
-class _Seeded(_Lane):
-    """A seeded sampling job on an og.Generator of its own."""
+class _OwnGenerator(_Lane):
+    """A job on an og.Generator of its own: seeded sampling, or an adapter active."""
 
     def __init__(self, job: Job, stream: og.TokenizerStream, output: Output, generator) -> None:
         super().__init__(job, stream, output)
@@ -123,7 +128,9 @@ class EngineLoop:
     Engine cannot run is a BundleError from `start`); `rules` bound every prompt;
     `sampled` is the bundle's own choice between sampling and greedy (its search.do_sample);
     `max_batch` turns run on the Engine at once, the others wait in order; an idle Engine
-    waits up to `batch_window` seconds for a batch to fill before it runs the first request.
+    waits up to `batch_window` seconds for a batch to fill before it runs the first request;
+    `adapters` are the bundle's LoRA adapters (names, or .onnx_adapter files) requests may ask
+    for by name instead of the base model.
     """
 
     def __init__(
@@ -136,8 +143,11 @@ class EngineLoop:
         sampled: bool,
         max_batch: int,
         batch_window: float = 0.0,
+        adapters: tuple[str, ...] = (),
     ) -> None:
         self._name = name
+        self._adapter_args = adapters
+        self._adapters: dict[str, ActiveAdapter] = {}
         self._make_model = make_model
         self._rules = rules
         self._tool_tokens = tool_tokens
@@ -150,15 +160,20 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._main, name="og-engine", daemon=True)
         self._waiting: deque[_Turn] = deque()
         self._turns: dict[int, _Turn] = {}
-        self._seeded: list[_Seeded] = []
+        self._own: list[_OwnGenerator] = []
         self._lanes: dict[Job, _Lane] = {}
         self.failure: str | None = None
         """Why the Engine stopped working, None while it works."""
 
     @property
+    def adapter_names(self) -> tuple[str, ...]:
+        """The adapters requests may name as their model (known once started)."""
+        return tuple(self._adapters)
+
+    @property
     def running(self) -> int:
         """Jobs generating now."""
-        return len(self._turns) + len(self._seeded)
+        return len(self._turns) + len(self._own)
 
     @property
     def waiting(self) -> int:
@@ -193,6 +208,9 @@ class EngineLoop:
             self._model = self._make_model()
             self._tokenizer = og.Tokenizer(self._model)
             self._eos = {int(token) for token in self._tokenizer.eos_token_ids}
+            for argument in self._adapter_args:
+                adapter = load_adapter(Path(self._name), self._model, argument)
+                self._adapters[adapter.name] = adapter
             self._engine = og.Engine(self._model)
             self._buffer = self._engine.create_event_buffer(_EVENT_CAPACITY)
             self._probe()
@@ -237,7 +255,7 @@ class EngineLoop:
     def _idle(self) -> bool:
         """Nothing to run until the app sends something."""
         can_begin = self._waiting and len(self._turns) < self._max_batch
-        return not (self._seeded or can_begin or self._engine.has_pending_requests())
+        return not (self._own or can_begin or self._engine.has_pending_requests())
 
     def _take_messages(self) -> bool:
         """Handle what the app sent, waiting for it when there is nothing to run; False on stop.
@@ -275,10 +293,12 @@ class EngineLoop:
             ids = prompt_ids(generation, self._tokenizer, self._rules)
             budget = reply_budget(generation, len(ids), self._rules)
             guide = guidance(generation, self._tool_tokens)
-            if generation.sampling.seed is not None and self._samples(generation):
-                generator = self._generator(ids, budget, generation, guide)
-                lane: _Lane = _Seeded(job, stream, output, generator)
-                self._seeded.append(lane)
+            adapter = self._adapters.get(generation.model or "")
+            seeded = generation.sampling.seed is not None and self._samples(generation)
+            if adapter is not None or seeded:
+                generator = self._generator(ids, budget, generation, guide, adapter)
+                lane: _Lane = _OwnGenerator(job, stream, output, generator)
+                self._own.append(lane)
                 job.post(Started(len(ids)))
             else:
                 lane = _Turn(job, stream, output, ids=ids, budget=budget, guide=guide)
@@ -297,19 +317,29 @@ class EngineLoop:
         return self._sampled if asked is None else asked
 
     def _generator(
-        self, ids: list[int], budget: int, generation: Generation, guide: tuple[str, str] | None
+        self,
+        ids: list[int],
+        budget: int,
+        generation: Generation,
+        guide: tuple[str, str] | None,
+        adapter: ActiveAdapter | None,
     ) -> og.Generator:
         params = og.GeneratorParams(self._model)
         sampling = generation.sampling
-        options: dict[str, Any] = {"do_sample": True, "random_seed": sampling.seed}
-        if sampling.temperature is not None:
-            options["temperature"] = sampling.temperature
-        if sampling.top_p is not None:
-            options["top_p"] = sampling.top_p
+        options: dict[str, Any] = {"do_sample": self._samples(generation)}
+        if options["do_sample"]:
+            if sampling.seed is not None:
+                options["random_seed"] = sampling.seed
+            if sampling.temperature is not None:
+                options["temperature"] = sampling.temperature
+            if sampling.top_p is not None:
+                options["top_p"] = sampling.top_p
         params.set_search_options(**options, max_length=len(ids) + budget)
         if guide is not None:
             params.set_guidance(*guide)
         generator = og.Generator(self._model, params)
+        if adapter is not None:
+            adapter.activate(generator)
         generator.append_tokens(ids)
         return generator
 
@@ -342,8 +372,8 @@ class EngineLoop:
                 return
             for event in events:
                 self._on_event(event)
-        for lane in list(self._seeded):
-            self._step_seeded(lane)
+        for lane in list(self._own):
+            self._step_own(lane)
 
     def _on_event(self, event: og.EngineEvent) -> None:
         lane = self._turns.get(id(event.request))
@@ -362,7 +392,7 @@ class EngineLoop:
             else:
                 self._finish(lane, _FINISH.get(event.finish_reason))
 
-    def _step_seeded(self, lane: _Seeded) -> None:
+    def _step_own(self, lane: _OwnGenerator) -> None:
         generator = lane.generator
         try:
             generator.generate_next_token()
@@ -390,8 +420,8 @@ class EngineLoop:
             return False
         lane.done = True
         self._lanes.pop(lane.job, None)
-        if isinstance(lane, _Seeded):
-            self._seeded.remove(lane)
+        if isinstance(lane, _OwnGenerator):
+            self._own.remove(lane)
         elif lane.request is None:
             if lane in self._waiting:
                 self._waiting.remove(lane)
@@ -424,7 +454,7 @@ class EngineLoop:
         self._lanes.clear()
         self._waiting.clear()
         self._turns.clear()
-        self._seeded.clear()
+        self._own.clear()
 
 
 def _set_sampling(options: og.TurnOptions, generation: Generation) -> None:

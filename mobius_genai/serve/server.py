@@ -52,22 +52,26 @@ def serve(
     cpu: bool = False,
     api_key: str | None = None,
     model_id: str | None = None,
+    adapters: tuple[str, ...] = (),
     quiet: bool = False,
 ) -> None:
     """Serve the bundle in `folder` until interrupted (the interrupt is raised again after the
-    requests in flight are answered)."""
+    requests in flight are answered); requests naming one of `adapters` (the bundle's LoRA
+    adapters, or .onnx_adapter files) as their model run with it active."""
     import uvicorn  # the [serve] extra; imported here so `--help` works without it
 
     from mobius_genai.serve.app import Service, create_app
 
-    engine, model_id = _engine(folder, limits, cpu, model_id)
+    engine, model_id = _engine(folder, limits, cpu, model_id, adapters)
     engine.start()
     try:
+        _check_names(model_id, engine.adapter_names)
         listener = _listen(host, port)
         bound_host, bound_port = listener.getsockname()[:2]
         service = Service(
             engine=engine,
             model_id=model_id,
+            adapter_names=engine.adapter_names,
             created=int((Path(folder) / "genai_config.json").stat().st_mtime),
             max_body_bytes=limits.max_body_bytes,
             max_queue=limits.max_queue,
@@ -81,14 +85,16 @@ def serve(
             access_log=False,
             lifespan="off",
         )
-        _say_where(folder, model_id, bound_host, bound_port, limits, api_key)
+        _say_where(
+            folder, (model_id, *engine.adapter_names), bound_host, bound_port, limits, api_key
+        )
         uvicorn.Server(config).run(sockets=[listener])
     finally:
         engine.stop()
 
 
 def _engine(
-    folder: str | Path, limits: Limits, cpu: bool, model_id: str | None
+    folder: str | Path, limits: Limits, cpu: bool, model_id: str | None, adapters: tuple[str, ...]
 ) -> tuple[EngineLoop, str]:
     """The engine loop of the bundle (not started) and the model name it answers to."""
     require_bundle(folder)
@@ -112,8 +118,18 @@ def _engine(
         sampled=bool(search.get("do_sample", False)),
         max_batch=limits.max_batch,
         batch_window=limits.batch_window,
+        adapters=adapters,
     )
     return engine, model_id or Path(folder).resolve().name
+
+
+def _check_names(model_id: str, adapter_names: tuple[str, ...]) -> None:
+    """Every model a request may name is one thing: no adapter under the base's name."""
+    if model_id in adapter_names:
+        raise OptionError(
+            f"--adapter {model_id!r} has the name the base model is served under; accepted: "
+            "another --model-name, or an adapter file named otherwise"
+        )
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -135,12 +151,18 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _say_where(
-    folder: str | Path, model_id: str, host: str, port: int, limits: Limits, api_key: str | None
+    folder: str | Path,
+    names: tuple[str, ...],
+    host: str,
+    port: int,
+    limits: Limits,
+    api_key: str | None,
 ) -> None:
     """The startup line (always: it names the port), and the warnings that go with it."""
     shown = f"[{host}]" if ":" in host else host
+    served = " and ".join(repr(name) for name in names)
     print(
-        f"mobius-genai: serving {folder} as {model_id!r} at http://{shown}:{port}/v1 "
+        f"mobius-genai: serving {folder} as {served} at http://{shown}:{port}/v1 "
         "(OpenAI API; Ctrl-C stops after the requests in flight)",
         file=sys.stderr,
         flush=True,

@@ -1,7 +1,8 @@
 """The vision and embedding graphs of a vision-language package (onnxruntime-genai's contract).
 
     vision     pixel_values [images, channels, size, size] → image_features [tokens, hidden]
-               (Qwen2.5-VL: pixel_values [patches, patch values] and image_grid_thw [1, 3])
+               (Qwen2.5-VL: pixel_values [patches, patch values] and image_grid_thw [1, 3];
+               Mistral 3: pixel_values [1, channels, height, width], one image at its size)
     embedding  input_ids [batch, seq], image_features [tokens, hidden] → inputs_embeds
                [batch, seq, hidden]; on decode steps image_features is empty [0, hidden]
 
@@ -26,6 +27,7 @@ PIXEL_VALUES = "pixel_values"
 IMAGE_GRID_THW = "image_grid_thw"
 IMAGE_FEATURES = "image_features"
 IMAGES, IMAGE_TOKENS, PATCHES = "num_images", "num_image_tokens", "num_patches"
+IMAGE_HEIGHT, IMAGE_WIDTH = "image_height", "image_width"
 
 
 def _graph() -> tuple[ir.Graph, GraphBuilder]:

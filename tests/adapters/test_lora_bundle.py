@@ -96,11 +96,13 @@ def test_manifest_card_and_adapter_files(lora_bundles):
     assert a.dtype == np.float32 and a.shape == (96, 8)
     np.testing.assert_array_equal(a, stored[f"base_model.model.{module}.lora_A.weight"].T)
     np.testing.assert_allclose(b, 2 * stored[f"base_model.model.{module}.lora_B.weight"].T)
-    # the graph's LoRA inputs: empty defaults on a symbolic rank axis
+    # the graph's LoRA inputs: empty defaults on a symbolic rank axis of the projection's own
     graph = onnx.load(str(bundle / "model.onnx"), load_external_data=False)
     inputs = {v.name: v for v in graph.graph.input}
-    dims = inputs[f"{module}.lora_A"].type.tensor_type.shape.dim
-    assert [dims[0].dim_value, dims[1].dim_param] == [96, "lora_rank"]
+    dims_a = inputs[f"{module}.lora_A"].type.tensor_type.shape.dim
+    dims_b = inputs[f"{module}.lora_B"].type.tensor_type.shape.dim
+    assert [dims_a[0].dim_value, dims_a[1].dim_param] == [96, f"{module}.lora_rank"]
+    assert dims_b[0].dim_param == dims_a[1].dim_param
     defaults = {t.name: list(t.dims) for t in graph.graph.initializer}
     assert defaults[f"{module}.lora_B"] == [0, 64]
 

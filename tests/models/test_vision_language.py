@@ -12,10 +12,11 @@ from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
 from mobius_genai.errors import WeightsError
-from tests._ort import package_sessions
+from tests._ort import decode_like_transformers, package_sessions, run_declared
 from tests._vlm import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, tiny_gemma3
 
 TOLERANCE = 1e-4
+F16_TOLERANCE = 5e-2
 LAYERS, KV_HEADS, HEAD_DIM = 3, 2, 16
 
 
@@ -34,11 +35,26 @@ def _empty_past() -> dict[str, np.ndarray]:
     }
 
 
+def _image_block_gqa(model: ir.Model) -> list[ir.Node]:
+    """The decoder's GroupQueryAttention nodes that take the image-block bias (causal=0)."""
+    return [
+        node
+        for node in model.graph.all_nodes()
+        if node.op_type == "GroupQueryAttention"
+        and node.attributes.get_int("causal", 1) == 0
+        and len(node.inputs) > 10
+        and node.inputs[10] is not None
+    ]
+
+
 @pytest.mark.parametrize("ep", ["cpu", "onnx-standard"])
 def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
+    """On cpu the decoder's attention is GroupQueryAttention(causal=0) with the image-block bias
+    (the kernel onnxruntime-genai runs); onnx-standard keeps ONNX Attention with it."""
     model, folder = gemma3
     package = build(folder, ep, "fp32", progress=False)
     assert sorted(package) == ["decoder", "embedding", "vision"]
+    assert len(_image_block_gqa(package["decoder"])) == (LAYERS if ep == "cpu" else 0)
     sessions = package_sessions(package)
     pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
     ids = image_prompt()
@@ -66,55 +82,79 @@ def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
         "position_ids": np.arange(seq)[None],
         **_empty_past(),
     }
-    names = [value.name for value in sessions["decoder"].get_outputs()]
-    outputs = dict(zip(names, sessions["decoder"].run(None, feeds), strict=True))
+    outputs = run_declared(sessions["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
-    cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
-    no_features = np.zeros((0, TEXT_HIDDEN), np.float32)
-    for _ in range(3):
-        with torch.no_grad():
-            step = model(input_ids=token, cache=cache, use_cache=True)
-        (embeds,) = sessions["embedding"].run(
-            None, {"input_ids": token.numpy(), "image_features": no_features}
-        )
-        total += 1
-        feeds = {
-            "inputs_embeds": embeds,
-            "input_ids": token.numpy(),
-            "attention_mask": np.ones((1, total), np.int64),
-            "position_ids": np.array([[total - 1]]),
-            **{
-                name.replace("present.", "past_key_values."): value
-                for name, value in outputs.items()
-                if name.startswith("present.")
-            },
-        }
-        outputs = dict(zip(names, sessions["decoder"].run(None, feeds), strict=True))
-        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
-        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+    decode_like_transformers(model, sessions, outputs, reference)
 
 
 def _ops(model: ir.Model) -> set[tuple[str, str]]:
     return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
 
 
-@pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
-def test_graph_ops_per_ep(gemma3, ep, recwarn):
+@pytest.mark.parametrize(
+    ("ep", "image_gqa"), [("cpu", True), ("cuda", True), ("dml", False), ("onnx-standard", False)]
+)
+def test_graph_ops_per_ep(gemma3, ep, image_gqa, recwarn):
+    """GroupQueryAttention(causal=0) with the image-block bias in every decoder layer where the
+    EP's kernel takes attention_bias; elsewhere ONNX Attention keeps the bias."""
     _, folder = gemma3
     package = build(folder, ep, load_weights=False, progress=False)
     for key, model in package.items():
         ops = _ops(model)
-        assert ("com.microsoft", "GroupQueryAttention") not in ops, key
+        if key != "decoder":
+            assert ("com.microsoft", "GroupQueryAttention") not in ops, key
         if ep == "onnx-standard":
             assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
+    decoder = package["decoder"]
+    fused = _image_block_gqa(decoder)
+    assert len(fused) == (LAYERS if image_gqa else 0)
+    assert (("", "Attention") in _ops(decoder)) != image_gqa
+    for node in fused:  # the window lives in the bias: GQA's own must stay off
+        assert node.attributes.get_int("local_window_size", -1) == -1
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
+
+
+def test_the_cuda_decoder_runs_on_the_cpu_kernel_like_transformers(gemma3):
+    """cuda's float16 decoder graph (GroupQueryAttention with the bias) on onnxruntime's CPU
+    kernel: the prefill logits of an image prompt against transformers' (float32; float16
+    tolerance: logits up to 11 in size)."""
+    model, folder = gemma3
+    package = build(folder, "cuda", progress=False)
+    assert len(_image_block_gqa(package["decoder"])) == LAYERS
+    sessions = package_sessions(package)
+    pixels = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    ids = image_prompt()
+    with torch.no_grad():
+        reference, causal = (
+            model(input_ids=ids, pixel_values=pixels, token_type_ids=types).logits.numpy()
+            for types in ((ids == IMAGE_TOKEN).long(), torch.zeros_like(ids))
+        )
+    (features,) = sessions["vision"].run(None, {"pixel_values": pixels.numpy().astype(np.float16)})
+    (embeds,) = sessions["embedding"].run(
+        None, {"input_ids": ids.numpy(), "image_features": features}
+    )
+    seq = ids.shape[1]
+    empty = np.zeros((1, KV_HEADS, 0, HEAD_DIM), np.float16)
+    feeds = {
+        "inputs_embeds": embeds,
+        "input_ids": ids.numpy(),
+        "attention_mask": np.ones((1, seq), np.int64),
+        **{
+            f"past_key_values.{i}.{kind}": empty for i in range(LAYERS) for kind in ("key", "value")
+        },
+    }
+    logits = run_declared(sessions["decoder"], feeds)["logits"].astype(np.float32)
+    np.testing.assert_allclose(logits, reference, atol=F16_TOLERANCE, rtol=0)
+    assert np.abs(logits - causal).max() > 20 * F16_TOLERANCE  # the image blocks matter
 
 
 def test_trace_says_why_gqa_declined(gemma3):
     _, folder = gemma3
-    package = build(folder, "cpu", "fp32", load_weights=False, progress=False)
-    reasons = [decline.reason for decline in package.reports["decoder"].rules["GQAFusion"].declines]
-    assert reasons and all("GroupQueryAttention is causal only" in r for r in reasons), reasons
+    package = build(folder, "dml", load_weights=False, progress=False)
+    decoder = package.reports["decoder"]
+    reasons = [decline.reason for decline in decoder.rules["GQAFusion"].declines]
+    assert reasons and all("cannot see later keys" in r for r in reasons), reasons
+    assert "attention_bias" in decoder.skipped["GQAImageBlockFusion"]
     assert package.reports["vision"].skipped["GQAFusion"] == "role 'vision' (GQA is for decoders)"
     assert package.reports["embedding"].skipped["GQAFusion"].startswith("role 'embedding'")
 

@@ -30,12 +30,15 @@ SECTIONS = ("vision", "embedding", "decoder")
 FAMILIES = {
     "gemma3": (r"^vision_tower\.encoder\.layers\.(\d+)\.", (2, 1), (3, 2)),
     "qwen2_5_vl": (r"^visual\.blocks\.(\d+)\.", (1, 2), (2, 3)),
+    # Mistral 3's decoder layers are alike, and so are the Pixtral tower's
+    "mistral3": (r"^vision_tower\.transformer\.layers\.(\d+)\.", (1, 1), (2, 2)),
 }
 #: The tensors of the layers a twin drops, in either checkpoint layout (hub, transformers 5).
 DROPPED = {
     "gemma3": r"^(language_model\.model\.layers\.2|vision_tower\.(vision_model\.)?encoder\.layers\.1)\.",
     # the merger's numbered mlp (visual.merger.mlp.2) is no block: it stays read
     "qwen2_5_vl": r"^(model\.(language_model\.)?layers\.1|(model\.)?visual\.blocks\.2)\.",
+    "mistral3": r"^(language_model\.model\.layers\.1|vision_tower\.transformer\.layers\.1)\.",
 }
 DECODER_LAYERS = r"^model\.layers\.(\d+)\."
 PAST = re.compile(r"^(past_key_values|present)\.(\d+)\.")

@@ -38,8 +38,11 @@ def local_recipe(name: str, workdir: Path, model: Path = TINY_QWEN2) -> dict[str
     return recipe
 
 
-def export_tiny(workdir: Path, config: dict[str, Any], ep: str | None = "CPUExecutionProvider"):
-    """Run MobiusExport on the tiny model as Olive would, for an accelerator with `ep`."""
+def export_tiny(
+    workdir: Path, config: dict[str, Any], ep: str | None = "CPUExecutionProvider", **model: Any
+):
+    """Run MobiusExport on the tiny model (HfModel options `model`) as Olive would, for an
+    accelerator with `ep`."""
     from olive.hardware.accelerator import AcceleratorSpec
     from olive.model import HfModelHandler
     from olive.passes.olive_pass import create_pass_from_dict
@@ -49,7 +52,8 @@ def export_tiny(workdir: Path, config: dict[str, Any], ep: str | None = "CPUExec
     device = "cpu" if ep in (None, "CPUExecutionProvider") else "gpu"
     accelerator = AcceleratorSpec(accelerator_type=device, execution_provider=ep)
     export = create_pass_from_dict(MobiusExport, {"smoke_test": False, **config}, True, accelerator)
-    return export.run(HfModelHandler(model_path=str(TINY_QWEN2)), str(workdir / "export"))
+    handler = HfModelHandler(model_path=str(TINY_QWEN2), **model)
+    return export.run(handler, str(workdir / "export"))
 
 
 @pytest.fixture(scope="session")

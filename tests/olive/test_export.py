@@ -131,9 +131,11 @@ def test_the_revision_is_the_pass_option_else_the_load_kwargs_one(tmp_path, conf
     assert _run_on(model, tmp_path, config)["source"]["revision"] == recorded
 
 
-def test_an_input_with_an_adapter_is_refused(tmp_path):
+def test_an_input_adapter_that_is_no_peft_adapter_is_refused(tmp_path):
+    """The input model's adapter_path ships as an adapter (tests/adapters/test_lora_olive.py);
+    a folder that is no PEFT LoRA adapter is refused as `package --adapter` refuses it."""
     model = HfModelHandler(model_path=str(TINY_QWEN2), adapter_path=str(tmp_path))
-    with pytest.raises(ConfigError, match=r"has an adapter .*\(merge it first"):
+    with pytest.raises(ValueError, match="adapter_config.json"):
         _run_on(model, tmp_path)
 
 

@@ -1,6 +1,6 @@
-"""MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL, LFM2-VL): the workflow's output is
-the same multimodal bundle `package` writes (vision, embedding and decoder graphs, processor
-config), valid and run by onnxruntime-genai with an image."""
+"""MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL, Mistral 3, LFM2-VL): the
+workflow's output is the same multimodal bundle `package` writes (vision, embedding and decoder
+graphs, processor config), valid and run by onnxruntime-genai with an image."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ OLIVE_FILES = {"model_config.json", "footprint.json", "output_footprint.json", "
     [
         ("gemma3", {"pixel_values"}, "a 64x64 image"),
         ("qwen2_5_vl", {"pixel_values", "image_grid_thw"}, "a 32x32 image"),
+        ("mistral3", {"pixel_values"}, "a 16x16 image"),
         ("lfm2_vl", {"pixel_values", "attention_mask", "image_sizes"}, "a 16x16 image"),
     ],
 )

@@ -56,6 +56,7 @@ from mobius_genai.optimize.declines import RecordingRuleClassBase
 GQA_OP = "GroupQueryAttention"
 # GroupQueryAttention input positions.
 QUERY, KEY, VALUE, PAST_KEY, PAST_VALUE, SEQLENS_K, TOTAL_SEQ_LEN, COS_CACHE, SIN_CACHE = range(9)
+ATTENTION_BIAS = 10
 
 # Metadata marking the nodes that derive GQA's length inputs, so every layer reuses them.
 DERIVED_INPUT_KEY = "mobius.gqa_input"
@@ -134,7 +135,8 @@ def _match_mask(context: MatchContext, mask: ir.Value) -> tuple[ir.Value, int | 
     return None
 
 
-def _metadata_window(node: ir.Node) -> int | None:
+def metadata_window(node: ir.Node) -> int | None:
+    """The sliding window an Attention node's metadata names, or None."""
     raw = node.metadata_props.get(SLIDING_WINDOW_KEY)
     return int(raw) if raw is not None else None
 
@@ -228,27 +230,49 @@ class GQAFusion(RecordingRuleClassBase):
             if rotary is None:
                 return result
             attributes.update(rotary)
+        attention_mask = self.mask_input(context, mask, node, attributes, result)
+        if attention_mask is None:
+            return result
+        self._attributes = attributes
+        self._attention_mask = attention_mask
+        return result
+
+    def mask_input(
+        self,
+        context: MatchContext,
+        mask: ir.Value,
+        node: ir.Node,
+        attributes: dict[str, Any],
+        result: pattern.MatchResult,
+    ) -> ir.Value | None:
+        """The 'attention_mask' graph input the causal mask `mask` is built from (its window
+        set in `attributes`), or None with `result` failed."""
         blocks = bidirectional_blocks(mask)
         if blocks is not None:
-            return result.fail(f"{blocks}; GroupQueryAttention is causal only", mask)
+            result.fail(f"{blocks}; causal GroupQueryAttention cannot see later keys", mask)
+            return None
         matched = _match_mask(context, mask)
         if matched is None:
-            return result.fail(
+            result.fail(
                 "attention bias is not the causal/padding mask masks.py builds from "
                 "'attention_mask'",
                 mask,
             )
+            return None
         attention_mask, mask_window = matched
-        window = _metadata_window(node)
+        window = metadata_window(node)
         if window != mask_window:
-            return result.fail(
+            result.fail(
                 f"mask window {mask_window} disagrees with {SLIDING_WINDOW_KEY}={window}", node
             )
+            return None
         if window is not None:
             attributes["local_window_size"] = window  # keys attended, the query's own included
-        self._attributes = attributes
-        self._attention_mask = attention_mask
-        return result
+        return attention_mask
+
+    def attention_bias(self, bindings: dict[str, Any]) -> ir.Value | None:
+        """GQA's attention_bias input: none, the mask is GQA's own causal one."""
+        return None
 
     def rewrite(self, op, query, key, value, past_key, past_value, attention, **bindings):
         graph = attention.producer().graph
@@ -257,6 +281,9 @@ class GQAFusion(RecordingRuleClassBase):
         inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
         if self.do_rotary:
             inputs += [bindings["cos"], bindings["sin"]]
+        bias = self.attention_bias(bindings)
+        if bias is not None:
+            inputs += [None] * (ATTENTION_BIAS - len(inputs)) + [bias]
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)
 
 
