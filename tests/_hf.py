@@ -56,6 +56,7 @@ from transformers import (
     HunYuanDenseV1Config,
     InternLM3Config,
     Lfm2Config,
+    Lfm2MoeConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -127,6 +128,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granitemoe": GraniteMoeConfig,
     "phimoe": PhimoeConfig,
     "lfm2": Lfm2Config,
+    "lfm2_moe": Lfm2MoeConfig,
     "qwen3_5_text": Qwen3_5TextConfig,
     "qwen3_next": Qwen3NextConfig,
     "qwen3_5_moe_text": Qwen3_5MoeTextConfig,
@@ -177,6 +179,7 @@ _ARCHITECTURES = {
     "granitemoe": "GraniteMoeForCausalLM",
     "phimoe": "PhimoeForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
+    "lfm2_moe": "Lfm2MoeForCausalLM",
     "qwen3_5_text": "Qwen3_5ForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
@@ -396,6 +399,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "block_multiple_of": 32,
         "tie_word_embeddings": UNSET,
     },
+    # lfm2's conv, attention, conv with a dense MLP first (num_dense_layers) and MoE blocks
+    # after it: 8 experts, 2 per token, chosen by sigmoid + expert_bias (random here, so it
+    # changes picks), renormalized and scaled by 1.5
+    "lfm2_moe": {
+        "conv_bias": True,
+        "layer_types": ["conv", "full_attention", "conv"],
+        "num_dense_layers": 1,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "routed_scaling_factor": 1.5,
+        "tie_word_embeddings": UNSET,
+    },
     # gated delta net, attention, gated delta net: 2 key heads of 16 repeat-interleaved onto 4
     # value heads of 8, a 4-tap conv; the attention layer has an output gate, q/k norms and
     # rotary on 0.25 of head_dim 16 (Qwen3_5TextConfig's partial_rotary_factor) and biases;
@@ -513,8 +529,8 @@ WEIGHT_STD = 0.2
 BIAS_STD = 0.2
 NORM_STD = 0.1
 #: Buffers a checkpoint stores as learned values (transformers initializes them to zeros):
-#: DeepSeek-V3's per-expert routing correction.
-LEARNED_BUFFERS = ("e_score_correction_bias",)
+#: DeepSeek-V3's and LFM2-MoE's per-expert routing corrections.
+LEARNED_BUFFERS = ("e_score_correction_bias", "expert_bias")
 
 
 def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
@@ -563,6 +579,17 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
             if name.rsplit(".", 1)[-1] in LEARNED_BUFFERS:
                 noise = torch.randn(buffer.shape, generator=gen, dtype=torch.float32)
                 buffer.copy_((BIAS_STD * noise).to(buffer.dtype))
+
+
+def router_picks(model: PreTrainedModel, router: torch.nn.Module, ids: np.ndarray) -> list[tuple]:
+    """The experts `router` (a TopKRouter of `model`: out[2] is its picks) picks for each token
+    of `ids`, each token's sorted."""
+    picks = []
+    hook = router.register_forward_hook(lambda module, args, out: picks.append(out[2]))
+    with torch.no_grad():
+        model(torch.tensor(ids))
+    hook.remove()
+    return [tuple(sorted(row)) for row in picks[0].tolist()]
 
 
 def edit_config(folder: Path, **changes: object) -> None:

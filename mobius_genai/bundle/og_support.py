@@ -129,8 +129,12 @@ def _unplaced_cache(config: Mapping[str, Any], graph: GraphInfo) -> bool:
     return _concatenated_cache(config, graph) and "ai.onnx::ScatterElements" not in graph.ops
 
 
+#: The model types og 0.18 runs with its LFM2 model class (LFM2Cache: attention KV and conv states).
+_LFM2_TYPES = frozenset({"lfm2", "lfm2_moe", "lfm2_vl"})
+
+
 def _lfm2(config: Mapping[str, Any], graph: GraphInfo) -> bool:
-    return config["model"]["type"] == "lfm2"
+    return config["model"]["type"] in _LFM2_TYPES
 
 
 def _delta_states(config: Mapping[str, Any], graph: GraphInfo) -> bool:
@@ -215,7 +219,7 @@ LIMITS: tuple[OgLimit, ...] = (
     ),
     OgLimit(
         (ENGINE, NGRAM, REWIND),
-        "og 0.18 runs model.type lfm2 with a model class of its own, which these do not "
+        "og 0.18 runs model.type {type} with a model class of its own (LFM2's), which these do not "
         "support ('The model type is not supported for decoding'; 'RewindTo is currently not "
         "supported for lfm2')",
         _lfm2,

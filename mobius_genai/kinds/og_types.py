@@ -47,6 +47,7 @@ OG_TYPES: dict[str, OgType] = {
             three_d_positions=True,
             image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
         ),
+        OgType("lfm2_vl", image_placeholder="<image>"),
         # types og positions in 3-D that mobius-genai does not write (other tools' bundles)
         OgType("fara", three_d_positions=True),
         OgType("qwen3_5", three_d_positions=True),

@@ -31,9 +31,11 @@ from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.pixtral_vision import Mistral3Projector, PixtralVisionTower
 from mobius_genai.components.qwen3_vision import Qwen3VisionTower
 from mobius_genai.components.qwen_vision import QwenVisionTower
+from mobius_genai.components.siglip2 import PIXEL_ATTENTION_MASK, SPATIAL_SHAPES, Lfm2VlVisionModel
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
+from mobius_genai.config.siglip2 import parse_lfm2_vision_language
 from mobius_genai.config.text_config import nested_text_keys
 from mobius_genai.config.vision import (
     VisionLanguageConfig,
@@ -45,6 +47,8 @@ from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.image_processors import (
     Transform,
+    lfm2_vl_transforms,
+    lfm2_vl_vision_keys,
     no_vision_keys,
     pixtral_transforms,
     pixtral_vision_keys,
@@ -99,6 +103,9 @@ class VisionLanguageFamily:
     image_transforms: Callable[[dict[str, Any], Any, Path], list[Transform]] = square_transforms
     # The tower's config → the size keys og reads in genai_config's vision section.
     vision_keys: Callable[[Any], dict[str, Any]] = no_vision_keys
+    # Vision graph input → the key og feeds it by in the vision section's inputs (where og's
+    # key is not the input's name).
+    vision_input_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> FamilyAdapter:
@@ -426,6 +433,44 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             deepstack_mergers="visual.deepstack_merger_list",
             image_transforms=qwen_patch_transforms,
             vision_keys=qwen3_vision_keys,
+        ),
+        # LFM2-VL: a SigLIP2 NaFlex tower (images at their own size, padded patches masked)
+        # and the pixel-unshuffle projector (config/siglip2.py) beside LFM2's hybrid decoder;
+        # og 0.18's lfm2_vl type patchifies the image and feeds the mask and the patch grid
+        # under its own keys
+        VisionLanguageFamily(
+            model_type="lfm2_vl",
+            text_family="lfm2",
+            genai_type="lfm2_vl",
+            text_defaults={  # Lfm2Config's defaults
+                "vocab_size": 65_536,
+                "hidden_size": 2560,
+                "intermediate_size": 12_288,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "max_position_embeddings": 128_000,
+                "norm_eps": 1e-5,
+                "rope_theta": 1_000_000.0,
+            },
+            text_overrides={},
+            parse_vision=parse_lfm2_vision_language,
+            vision_model=Lfm2VlVisionModel,
+            # transformers 5 names, and the hub's (the tower's vision_model. level)
+            checkpoint_prefixes=(
+                ("model.", ("model.language_model.",)),
+                ("vision_tower.", ("model.vision_tower.", "model.vision_tower.vision_model.")),
+                ("multi_modal_projector.", ("model.multi_modal_projector.",)),
+            ),
+            vision_layers="vision_tower.encoder.layers",
+            unused_weights=(r"^model\.vision_tower\.(vision_model\.)?head\.",),
+            top_level_text_keys=("tie_word_embeddings",),
+            image_transforms=lfm2_vl_transforms,
+            vision_keys=lfm2_vl_vision_keys,
+            vision_input_keys={
+                PIXEL_ATTENTION_MASK: "attention_mask",
+                SPATIAL_SHAPES: "image_sizes",
+            },
         ),
     )
 }

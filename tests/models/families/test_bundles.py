@@ -61,6 +61,7 @@ DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found b
 # model.type decoder: MLP layers with no cache (nemotron_h), layers with a KV cache and Mamba2
 # states (falcon_h1)
 DEFAULT_RUN |= {"nemotron_h", "falcon_h1"}
+DEFAULT_RUN |= {"lfm2_moe"}  # model.type lfm2_moe: conv states, sigmoid-routed MoE
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
