@@ -22,7 +22,8 @@ PREFIX = "mobius-genai: "
 def phase(description: str, enabled: bool = True) -> Iterator[None]:
     """Say `description` on a terminal as the phase starts, elsewhere with the phase's time
     once it ends ("mobius-genai: optimizing the graph: 2.1 s"); a phase that fails says
-    nothing more (its error does)."""
+    nothing more (its error does). On a terminal, work below that reports how far it is
+    (`item_part`: the calibration run's chunks) shows a bar of the phase's fraction done."""
     if not enabled:
         yield
         return
@@ -30,14 +31,15 @@ def phase(description: str, enabled: bool = True) -> Iterator[None]:
     if terminal:
         print(f"{PREFIX}{description}…", file=sys.stderr, flush=True)
     start = time.monotonic()
-    yield
+    with _PhaseBar(description if terminal else None):
+        yield
     if not terminal:
         print(f"{PREFIX}{description}: {time.monotonic() - start:.1f} s", file=sys.stderr)
 
 
-#: The counted phases running now, innermost last: work deep below one (in any thread: a
-#: weight may be quantized ahead of its turn) reports parts of its current item to it.
-_ACTIVE: list[Progress] = []
+#: The phases running now, innermost last: work deep below one (in any thread: a weight may
+#: be quantized ahead of its turn) reports parts of its current item to it.
+_ACTIVE: list[Progress | _PhaseBar] = []
 
 
 class Progress:
@@ -88,9 +90,41 @@ class Progress:
             )
 
 
+class _PhaseBar:
+    """The bar of an uncounted phase, shown (on a terminal) once work below reports a part."""
+
+    def __init__(self, description: str | None) -> None:
+        self._description, self._bar, self.position = description, None, 0.0
+
+    def part(self, fraction: float) -> None:
+        if self._description is None or fraction <= self.position:
+            return
+        if self._bar is None:
+            self._bar = tqdm(
+                total=100,
+                desc=PREFIX + self._description,
+                unit="%",
+                leave=False,
+                mininterval=0,
+                miniters=1,
+            )
+        self._bar.update(round(100 * fraction) - round(100 * self.position))
+        self.position = fraction
+
+    def __enter__(self) -> _PhaseBar:
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _ACTIVE.remove(self)
+        if self._bar is not None:
+            self._bar.close()
+
+
 def item_part(done: int, total: int) -> None:
     """`done` of the `total` parts of the item the running counted phase is on are done (a
-    weight quantized a chunk at a time while it is saved): its bar moves within the item.
-    Nothing happens outside a counted phase."""
+    weight quantized a chunk at a time while it is saved): its bar moves within the item. In
+    an uncounted phase the parts are the phase's own (its bar on a terminal); nothing happens
+    outside a phase."""
     if _ACTIVE and total > 0:
         _ACTIVE[-1].part(done / total)

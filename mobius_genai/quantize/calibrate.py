@@ -29,6 +29,7 @@ from mobius_genai.checkpoint.experts import ExpertsTensor
 from mobius_genai.checkpoint.weights import CheckpointTensor
 from mobius_genai.ep import HOST_EP, get_ep
 from mobius_genai.errors import ConfigError
+from mobius_genai.progress import item_part
 
 __all__ = [
     "CALIBRATION_CHUNK_BYTES",
@@ -88,6 +89,7 @@ def activation_importance(
         _accumulate(sums, store, wanted)
         for value in [v for v in store if last_use.get(v, -1) <= index]:
             del store[value]
+        item_part(index + 1, len(chunks))
     results: list[np.ndarray | None] = []
     for values in targets:
         totals = [sums[value] for value in values if value in sums]
