@@ -12,6 +12,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator
+from typing import Self
 
 from tqdm import tqdm
 
@@ -39,10 +40,28 @@ def phase(description: str, enabled: bool = True) -> Iterator[None]:
 
 #: The phases running now, innermost last: work deep below one (in any thread: a weight may
 #: be quantized ahead of its turn) reports parts of its current item to it.
-_ACTIVE: list[Progress | _PhaseBar] = []
+_ACTIVE: list[_Listening] = []
 
 
-class Progress:
+class _Listening:
+    """A phase that `item_part` reports to while it runs (innermost last), and its bar."""
+
+    _bar: tqdm | None = None
+
+    def part(self, fraction: float) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        _ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        _ACTIVE.remove(self)
+        if self._bar is not None:
+            self._bar.close()
+
+
+class Progress(_Listening):
     """A counted phase: a tqdm bar when enabled and stderr is a terminal; when enabled
     elsewhere, one line saying how much was done and how long it took once the work ends;
     silent when disabled. While it runs, `item_part` moves its bar within the current item."""
@@ -74,14 +93,8 @@ class Progress:
             self._bar.update(fraction - self._part)
         self._part = fraction
 
-    def __enter__(self) -> Progress:
-        _ACTIVE.append(self)
-        return self
-
     def __exit__(self, *exc_info: object) -> None:
-        _ACTIVE.remove(self)
-        if self._bar is not None:
-            self._bar.close()
+        super().__exit__(*exc_info)
         if self._line and exc_info[0] is None:
             print(
                 f"{PREFIX}{self._description}: {self._done} of {self._total} tensors, "
@@ -90,7 +103,7 @@ class Progress:
             )
 
 
-class _PhaseBar:
+class _PhaseBar(_Listening):
     """The bar of an uncounted phase, shown (on a terminal) once work below reports a part."""
 
     def __init__(self, description: str | None) -> None:
@@ -110,15 +123,6 @@ class _PhaseBar:
             )
         self._bar.update(round(100 * fraction) - round(100 * self.position))
         self.position = fraction
-
-    def __enter__(self) -> _PhaseBar:
-        _ACTIVE.append(self)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        _ACTIVE.remove(self)
-        if self._bar is not None:
-            self._bar.close()
 
 
 def item_part(done: int, total: int) -> None:
