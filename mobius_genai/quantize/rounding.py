@@ -21,9 +21,9 @@ Everything is vectorized over blocks, in the column layout: a block is one colum
 [block_size, blocks] array, so each block's scale, zero point and error is one entry of a
 [blocks] vector that numpy broadcasts along contiguous rows (in the row layout each of those
 operations is a loop of block_size values per block, 2-3x as slow), and the arithmetic runs in
-place on reused buffers, `SEARCH_ELEMENTS` values at a time. A candidate's error comes from two
-weighted sums of its integers (Σw(sq - x)² = s(sΣwq² - 2Σwqx) + Σwx², the last term the same
-for every candidate and left out), which its refit needs anyway.
+place on reused buffers, `SEARCH_ELEMENTS` values at a time. (A candidate's error from the
+refit's weighted sums, s(sΣwq² - 2Σwqx) + Σwx², saves no time over the residual and loses
+8-bit blocks' near ties to float32 cancellation.)
 """
 
 from __future__ import annotations
