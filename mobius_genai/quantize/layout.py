@@ -234,22 +234,26 @@ def _searched_rows(
     """Fill rows of the MatMulNBits outputs from `search_columns` on columns `chunk` [K, rows]
     (`importance` [K]: the same for every column).
 
-    The blocks go to the search as the columns of one [block_size, blocks * rows] copy,
-    ordered by block along K, then by row."""
+    A few rows at a time, so the copies stay small: their blocks go to the search as the
+    columns of one [block_size, blocks * count] copy, ordered by block along K, then by row."""
     rows, blocks, _ = packed.shape
     size = chunk.shape[0] // blocks
-    columns = chunk.reshape(blocks, size, rows).transpose(1, 0, 2).reshape(size, -1)
-    weight = None
+    per_block = None
     if importance is not None:
         per_block = np.asarray(importance, np.float32).reshape(blocks, size).T
-        weight = np.repeat(per_block, rows, axis=1)
-    rounded = search_columns(columns, bits, symmetric, weight)
-    scales[...] = rounded.scales.reshape(blocks, rows).T
-    q = rounded.q.reshape(size, blocks, rows).transpose(2, 1, 0)
-    packed[...] = _pack_nibbles(q) if bits == 4 else q
-    if not symmetric:
-        zero = rounded.zero.reshape(blocks, rows).T
-        zero_points[...] = _pack_nibbles(zero, pad=True) if bits == 4 else zero
+    step = max(1, SEARCH_ELEMENTS // chunk.shape[0])
+    for start in range(0, rows, step):
+        part = slice(start, min(rows, start + step))
+        count = part.stop - start
+        columns = chunk[:, part].reshape(blocks, size, count).transpose(1, 0, 2)
+        weight = None if per_block is None else np.repeat(per_block, count, axis=1)
+        rounded = search_columns(columns.reshape(size, -1), bits, symmetric, weight)
+        scales[part] = rounded.scales.reshape(blocks, count).T
+        q = rounded.q.reshape(size, blocks, count).transpose(2, 1, 0)
+        packed[part] = _pack_nibbles(q) if bits == 4 else q
+        if not symmetric:
+            zero = rounded.zero.reshape(blocks, count).T
+            zero_points[part] = _pack_nibbles(zero, pad=True) if bits == 4 else zero
 
 
 def _searched_blocked(
