@@ -1,0 +1,75 @@
+"""genai_config's `model.mtp` section, as onnxruntime-genai 0.18 parses it (src/config.cpp's
+Mtp_Element; its builder's `qwen_mtp.py` writes the same), and the head's own config.
+
+og's MtpGenerator takes the head as a second og.Model, and og's Python API has no loader for
+the section: `head_overlay` is the overlay (`og.Config.overlay`) of the bundle's genai_config
+whose decoder is the head, derived from the section alone, so any bundle with one (ours or the
+builder's) opens the same way. Pure data: read by validate and the runtime too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+#: The decoder output the head reads, and the head's inputs and outputs (og's defaults).
+MAIN_HIDDEN_STATES = "hidden_states"
+MTP_INPUTS = {
+    "input_ids": "input_ids",
+    "hidden_states": "hidden_states",
+    "attention_mask": "attention_mask",
+    "position_ids": "position_ids",
+    "past_key_names": "past_key_values.%d.key",
+    "past_value_names": "past_key_values.%d.value",
+}
+MTP_OUTPUTS = {
+    "logits": "logits",
+    "hidden_states": "hidden_states_out",
+    "present_key_names": "present.%d.key",
+    "present_value_names": "present.%d.value",
+}
+
+
+def mtp_section(decoder: Mapping[str, Any], filename: str) -> dict[str, Any]:
+    """The `mtp` section of a head in `filename` beside the genai_config `decoder` section
+    (its attention sizes and session options are the decoder's; one layer)."""
+    return {
+        "filename": filename,
+        "num_hidden_layers": 1,
+        "num_key_value_heads": decoder["num_key_value_heads"],
+        "head_size": decoder["head_size"],
+        "main_hidden_states": MAIN_HIDDEN_STATES,
+        "inputs": dict(MTP_INPUTS),
+        "outputs": dict(MTP_OUTPUTS),
+        "session_options": json.loads(json.dumps(decoder.get("session_options", {}))),
+    }
+
+
+def with_mtp(config: dict[str, Any], filename: str) -> dict[str, Any]:
+    """`config` (a decoder's genai_config) with the decoder's hidden-states output declared
+    and an `mtp` section for the head in `filename`."""
+    decoder = config["model"]["decoder"]
+    decoder["outputs"]["hidden_states"] = MAIN_HIDDEN_STATES
+    config["model"]["mtp"] = mtp_section(decoder, filename)
+    return config
+
+
+def head_overlay(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The overlay of genai_config `config` (which has an `mtp` section) that makes its decoder
+    the head: og opens that as the MtpGenerator's second model."""
+    section = config["model"]["mtp"]
+    decoder = config["model"]["decoder"]
+    inputs = {**MTP_INPUTS, **section.get("inputs", {})}
+    outputs = {**MTP_OUTPUTS, **section.get("outputs", {})}
+    head = {
+        "filename": section["filename"],
+        "num_hidden_layers": section.get("num_hidden_layers", 1),
+        "num_key_value_heads": section.get("num_key_value_heads", decoder["num_key_value_heads"]),
+        "head_size": section.get("head_size", decoder["head_size"]),
+        "inputs": inputs,
+        "outputs": outputs,
+    }
+    if "session_options" in section:
+        head["session_options"] = section["session_options"]
+    return {"model": {"decoder": head}}
