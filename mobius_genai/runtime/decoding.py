@@ -36,6 +36,7 @@ from mobius_genai.runtime.generate import (
     load_tokenizer,
     open_images,
 )
+from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from mobius_genai.runtime.opening import OpenBundle
 
 #: Why a turn ended, from the Engine's finish reason: "eos" (the model ended it), "length"
@@ -72,8 +73,11 @@ class Decoder:
         self.fed = 0
         """The prompt tokens the latest turn fed (fewer than its prompt when a request is
         reused)."""
-        # og 0.18's Engine has no adapters: a LoRA adapter runs on og.Generator
-        engine = engine and bundle.adapter is None
+        # og 0.18's Engine has no adapters: a LoRA adapter runs on og.Generator; an MTP head
+        # runs on og.MtpGenerator (runtime/mtp.py)
+        engine = engine and bundle.adapter is None and bundle.mtp is None
+        self.mtp_stats = MtpStats()
+        """What the MTP head did in the latest turn (drafts proposed, evaluated, accepted)."""
         self.engine: og.Engine | None = _engine(bundle, note) if engine else None
         self._request: og.Request | None = None
         self._held: list[int] = []
@@ -91,7 +95,10 @@ class Decoder:
         as they come: at most `max_new_tokens`, and `max_length` tokens in all; sampled as the
         bundle's search settings (overridden when it was opened) say, within `guidance`."""
         self._guidance = guidance
-        if self.engine is None or isinstance(prompt, og.NamedTensors):
+        images = isinstance(prompt, og.NamedTensors)
+        if self.bundle.mtp is not None and not images and guidance is None:
+            return self._mtp_tokens(list(prompt), max_new_tokens, max_length)
+        if self.engine is None or images:
             return self._generator_tokens(prompt, max_new_tokens, max_length)
         return self._engine_tokens(list(prompt), max_new_tokens, max_length)
 
@@ -189,6 +196,29 @@ class Decoder:
         with threads_leave_signals_to_main():
             self.engine = og.Engine(self.bundle.model)
 
+    def _mtp_tokens(self, prompt: list[int], max_new_tokens: int, max_length: int) -> Iterator[int]:
+        self.finish, self.fed, self.mtp_stats = None, len(prompt), MtpStats()
+        last, count = None, 0
+        limit = min(len(prompt) + max_new_tokens, max_length)
+        try:
+            for last in mtp_tokens(
+                self.bundle.model, self.bundle.mtp, prompt, limit, self.mtp_stats
+            ):
+                count += 1
+                yield last
+        except RuntimeError as error:
+            raise self._failure(error) from error
+        except BaseException:  # stopped midway: Ctrl-C, or the stream was closed
+            self.finish = "stopped"
+            raise
+        self._finished(last, count, max_new_tokens)
+
+    def _finished(self, last: int | None, count: int, max_new_tokens: int) -> None:
+        if last in _eos_token_ids(self.bundle.config):
+            self.finish = "eos"
+        else:
+            self.finish = "length" if count >= max_new_tokens else "context"
+
     def _generator_tokens(
         self,
         prompt: Sequence[int] | og.NamedTensors,
@@ -223,10 +253,7 @@ class Decoder:
         except BaseException:  # stopped midway: Ctrl-C, or the stream was closed
             self.finish = "stopped"
             raise
-        if last in _eos_token_ids(self.bundle.config):
-            self.finish = "eos"
-        else:
-            self.finish = "length" if count >= max_new_tokens else "context"
+        self._finished(last, count, max_new_tokens)
 
 
 def _eos_token_ids(config: Mapping[str, Any]) -> set[int]:
