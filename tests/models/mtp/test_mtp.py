@@ -1,0 +1,163 @@
+"""Multi-token-prediction heads (`mtp.*`): `package` writes mtp.onnx and genai_config's `mtp`
+section; onnxruntime-genai 0.18's og.MtpGenerator decodes with them on CPU, and its tokens are
+og.Generator's and transformers' greedy tokens (lossless) while the head drafts.
+
+transformers has no MTP head (it drops `mtp.*`), so the head's math is checked by what it
+predicts: a head whose weights make it copy the main model (tests/_hf.py `add_mtp_head(copy=
+True)`) has every draft accepted, and the same weights in a graph built wrongly (the concat's
+halves swapped: fc then reads the hidden state where it should read the token) still decode
+losslessly, since the main model verifies every draft, but lose that acceptance: that is how a
+wrong head shows.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from mobius_genai import packager
+from mobius_genai.components import mtp as mtp_component
+from mobius_genai.errors import UnsupportedModelError, WeightsError
+from mobius_genai.runtime.generate import greedy_tokens, load_model
+from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
+from tests._hf import add_mtp_head, edit_config, hf_greedy_tokens, write_tiny_checkpoint
+from tests.conftest import TINY_QWEN2
+from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
+
+NEW_TOKENS = 24
+FAMILIES = ("qwen3_5_text", "qwen3_next")
+
+
+def _checkpoint(folder: Path, family: str, *, copy: bool = False) -> Path:
+    """A tiny random checkpoint of `family` with the tiny qwen2 tokenizer and an MTP head."""
+    ckpt = write_tiny_checkpoint(folder, family, vocab_size=384, bos_token_id=381, eos_token_id=383)
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
+    return add_mtp_head(ckpt, copy=copy)
+
+
+def _decode(bundle: Path) -> tuple[list[int], list[int], MtpStats]:
+    """og.Generator's greedy tokens, og.MtpGenerator's and the head's stats."""
+    length = len(PROMPT) + NEW_TOKENS
+    main = load_model(bundle)
+    plain = greedy_tokens(main, PROMPT, length)
+    stats = MtpStats()
+    drafted = list(mtp_tokens(main, load_model(bundle, mtp_head=True), PROMPT, length, stats))
+    return plain, drafted, stats
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def random_head(request, tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp(request.param)
+    ckpt = _checkpoint(root / "ckpt", request.param)
+    return ckpt, packager.package(ckpt, "cpu", root / "bundle", quiet=True)
+
+
+def test_bundle_has_the_head_og_opens(random_head):
+    _, bundle = random_head
+    config = json.loads((bundle / "genai_config.json").read_text())
+    model = config["model"]
+    assert model["decoder"]["outputs"]["hidden_states"] == "hidden_states"
+    assert model["mtp"]["filename"] == "mtp.onnx" and (bundle / "mtp.onnx").is_file()
+    assert model["mtp"]["main_hidden_states"] == "hidden_states"
+    assert "shared_initializers" not in model["mtp"]  # og's CPU path refuses them
+
+
+def test_mtp_generator_is_lossless_and_drafts(random_head):
+    """og.MtpGenerator's tokens == og.Generator's == transformers' greedy, with drafts."""
+    ckpt, bundle = random_head
+    plain, drafted, stats = _decode(bundle)
+    assert drafted == plain == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS, stop_at_eos=False)
+    assert stats.proposed > 0 and stats.evaluated > 0
+
+
+@pytest.fixture(scope="module")
+def copy_checkpoint(tmp_path_factory) -> Path:
+    return _checkpoint(tmp_path_factory.mktemp("copy") / "ckpt", "qwen3_5_text", copy=True)
+
+
+def _swapped_halves(self, op, input_ids, hidden_states, attention_mask, position_ids, past):
+    """A wrong head: the concat's halves swapped (hidden state first)."""
+    embedded = self.pre_fc_norm_embedding(op, self.embed_tokens(op, input_ids))
+    hidden = self.pre_fc_norm_hidden(op, hidden_states)
+    joined = self.fc(op, op.Concat(hidden, embedded, axis=-1))
+    return mtp_component.TextModel.forward(
+        self, op, input_ids, attention_mask, position_ids, past, embeds=joined
+    )
+
+
+def test_a_head_that_copies_the_model_is_always_accepted(copy_checkpoint, tmp_path):
+    bundle = packager.package(copy_checkpoint, "cpu", tmp_path / "bundle", quiet=True)
+    plain, drafted, stats = _decode(bundle)
+    assert drafted == plain
+    assert stats.evaluated > 0 and stats.acceptance == 1.0
+
+
+@pytest.mark.parametrize("wrong", [_swapped_halves, _norms_after_concat])
+def test_a_wrong_head_is_lossless_but_loses_acceptance(
+    wrong, copy_checkpoint, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(mtp_component.MtpHead, "forward", wrong)
+    bundle = packager.package(copy_checkpoint, "cpu", tmp_path / "bundle", quiet=True)
+    plain, drafted, stats = _decode(bundle)
+    assert drafted == plain
+    assert stats.evaluated > 0 and stats.acceptance < 0.5
+
+
+def _edited(ckpt: Path, folder: Path, **tensors: np.ndarray) -> Path:
+    shutil.copytree(ckpt, folder)
+    stored = load_file(folder / "model.safetensors")
+    stored.update(tensors)
+    save_file(stored, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("tensors", "config", "error", "match"),
+    [
+        (
+            {"mtp.fc.weight": np.zeros((64, 64), np.float32)},
+            {},
+            WeightsError,
+            r"mtp\.fc\.weight",
+        ),
+        (
+            {"mtp.layers.1.input_layernorm.weight": np.zeros(64, np.float32)},
+            {},
+            WeightsError,
+            r"reads no tensor.*mtp\.layers\.1\.input_layernorm",
+        ),
+        ({}, {"mtp_num_hidden_layers": 2}, UnsupportedModelError, "mtp_num_hidden_layers is 2"),
+        (
+            {},
+            {"mtp_use_dedicated_embeddings": True},
+            UnsupportedModelError,
+            "mtp_use_dedicated_embeddings",
+        ),
+    ],
+    ids=["fc-shape", "extra-layer", "two-layers", "dedicated-embeddings"],
+)
+def test_bad_heads_are_refused_in_one_line(random_head, tmp_path, tensors, config, error, match):
+    ckpt = _edited(random_head[0], tmp_path / "ckpt", **tensors)
+    edit_config(ckpt, **config)
+    out = tmp_path / "bundle"
+    with pytest.raises(error, match=match) as raised:
+        packager.package(ckpt, "cpu", out, quiet=True)
+    assert "\n" not in str(raised.value)
+    assert not out.exists()
+
+
+def test_a_checkpoint_without_the_config_key_builds_no_head(random_head, tmp_path):
+    """config.json without mtp_num_hidden_layers: the mtp.* tensors are left unread."""
+    ckpt = _edited(random_head[0], tmp_path / "ckpt")
+    config = json.loads((ckpt / "config.json").read_text())
+    del config["mtp_num_hidden_layers"]
+    (ckpt / "config.json").write_text(json.dumps(config))
+    bundle = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True, smoke_test=False)
+    assert "mtp" not in json.loads((bundle / "genai_config.json").read_text())["model"]
+    assert not (bundle / "mtp.onnx").exists()
