@@ -13,22 +13,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mobius_genai.kinds.og_types import OG_SECTIONS
+
 #: The decoder output the head reads, and the head's inputs and outputs (og's defaults).
 MAIN_HIDDEN_STATES = "hidden_states"
-MTP_INPUTS = {
-    "input_ids": "input_ids",
-    "hidden_states": "hidden_states",
-    "attention_mask": "attention_mask",
-    "position_ids": "position_ids",
-    "past_key_names": "past_key_values.%d.key",
-    "past_value_names": "past_key_values.%d.value",
-}
-MTP_OUTPUTS = {
-    "logits": "logits",
-    "hidden_states": "hidden_states_out",
-    "present_key_names": "present.%d.key",
-    "present_value_names": "present.%d.value",
-}
+MTP_INPUTS, MTP_OUTPUTS = OG_SECTIONS["mtp"]
 
 
 def mtp_section(decoder: Mapping[str, Any], filename: str) -> dict[str, Any]:

@@ -21,8 +21,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from mobius_genai import packager
+from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.components import mtp as mtp_component
-from mobius_genai.errors import UnsupportedModelError, WeightsError
+from mobius_genai.errors import BundleError, UnsupportedModelError, WeightsError
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from tests._hf import add_mtp_head, edit_config, hf_greedy_tokens, write_tiny_checkpoint
@@ -158,3 +159,24 @@ def test_a_checkpoint_without_the_config_key_builds_no_head(random_head, tmp_pat
     bundle = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True, smoke_test=False)
     assert "mtp" not in json.loads((bundle / "genai_config.json").read_text())["model"]
     assert not (bundle / "mtp.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value", "match"),
+    [
+        ("mtp", "filename", "absent.onnx", r"model\.mtp\.filename: 'absent\.onnx' is not a file"),
+        ("mtp", "main_hidden_states", "h", r"model\.decoder\.outputs\.hidden_states: 'h'"),
+        ("mtp.inputs", "hidden_states", "h", r"model\.mtp\.inputs\.hidden_states: 'h' is not"),
+        ("mtp.outputs", "hidden_states", "h", r"model\.mtp\.outputs\.hidden_states: 'h' is not"),
+    ],
+)
+def test_validate_checks_the_mtp_section(random_head, tmp_path, section, key, value, match):
+    bundle = shutil.copytree(random_head[1], tmp_path / "bundle")
+    config = json.loads((bundle / "genai_config.json").read_text())
+    entry = config["model"]
+    for part in section.split("."):
+        entry = entry[part]
+    entry[key] = value
+    (bundle / "genai_config.json").write_text(json.dumps(config))
+    with pytest.raises(BundleError, match=match):
+        validate_bundle(bundle, check_hashes=False)
