@@ -15,6 +15,8 @@ from typing import Any
 
 from mobius_genai.kinds.og_types import OG_SECTIONS
 
+#: The draft tokens per round og.MtpGenerator chains by default (`max_draft_tokens`).
+DRAFT_TOKENS = 4
 #: The decoder output the head reads, and the head's inputs and outputs (og's defaults).
 MAIN_HIDDEN_STATES = "hidden_states"
 MTP_INPUTS, MTP_OUTPUTS = OG_SECTIONS["mtp"]
@@ -48,17 +50,7 @@ def head_overlay(config: Mapping[str, Any]) -> dict[str, Any]:
     """The overlay of genai_config `config` (which has an `mtp` section) that makes its decoder
     the head: og opens that as the MtpGenerator's second model."""
     section = config["model"]["mtp"]
-    decoder = config["model"]["decoder"]
-    inputs = {**MTP_INPUTS, **section.get("inputs", {})}
-    outputs = {**MTP_OUTPUTS, **section.get("outputs", {})}
-    head = {
-        "filename": section["filename"],
-        "num_hidden_layers": section.get("num_hidden_layers", 1),
-        "num_key_value_heads": section.get("num_key_value_heads", decoder["num_key_value_heads"]),
-        "head_size": section.get("head_size", decoder["head_size"]),
-        "inputs": inputs,
-        "outputs": outputs,
-    }
-    if "session_options" in section:
-        head["session_options"] = section["session_options"]
+    head = {key: value for key, value in section.items() if key != "main_hidden_states"}
+    head["inputs"] = {**MTP_INPUTS, **section.get("inputs", {})}
+    head["outputs"] = {**MTP_OUTPUTS, **section.get("outputs", {})}
     return {"model": {"decoder": head}}

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import onnxruntime_genai as og
 
-#: The draft tokens per round og's MtpGenerator chains (its default: 4).
-DRAFT_TOKENS = 4
+from mobius_genai.bundle.mtp_config import DRAFT_TOKENS
+from mobius_genai.runtime.generate import load_model
 
 
 @dataclasses.dataclass
@@ -69,3 +70,23 @@ def mtp_tokens(
         if stats is not None:
             stats.read(generator.get_stats())
         yield int(sequence[-1])
+
+
+def smoke_mtp(
+    folder: Path, prompt: Sequence[int], tokens: Sequence[int], options: Mapping[str, str]
+) -> dict[str, Any]:
+    """The smoke test's run of og.MtpGenerator after `prompt`, beside og.Generator's greedy
+    `tokens`: the draft tokens per round, the drafts proposed, evaluated and accepted, and
+    whether the tokens are the same (they may differ only where a near-tie rounds differently
+    in the verify forward: the main model checks every draft)."""
+    model = load_model(folder, session_options=options)
+    head = load_model(folder, session_options=options, mtp_head=True)
+    stats = MtpStats()
+    drafted = list(mtp_tokens(model, head, prompt, len(prompt) + len(tokens), stats))
+    return {
+        "draft_tokens": DRAFT_TOKENS,
+        "proposed": stats.proposed,
+        "evaluated": stats.evaluated,
+        "accepted": stats.accepted,
+        "same_tokens": drafted == list(tokens),
+    }

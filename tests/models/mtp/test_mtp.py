@@ -69,6 +69,17 @@ def test_bundle_has_the_head_og_opens(random_head):
     assert "shared_initializers" not in model["mtp"]  # og's CPU path refuses them
 
 
+def test_smoke_test_runs_the_head_and_the_card_says_so(random_head):
+    _, bundle = random_head
+    smoke = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["smoke_test"]
+    measured = smoke["mtp"]
+    assert measured["draft_tokens"] == 4 and measured["proposed"] > 0
+    assert measured["same_tokens"]
+    card = (bundle / "README.md").read_text()
+    assert "## Multi-token prediction" in card
+    assert f"Accepted: {measured['accepted']} of {measured['evaluated']} drafts" in card
+
+
 def test_mtp_generator_is_lossless_and_drafts(random_head):
     """og.MtpGenerator's tokens == og.Generator's == transformers' greedy, with drafts."""
     ckpt, bundle = random_head
@@ -97,6 +108,7 @@ def test_a_head_that_copies_the_model_is_always_accepted(copy_checkpoint, tmp_pa
     plain, drafted, stats = _decode(bundle)
     assert drafted == plain
     assert stats.evaluated > 0 and stats.acceptance == 1.0
+    assert "(100%) on the smoke prompt" in (bundle / "README.md").read_text()
 
 
 def test_a_wrong_head_is_lossless_but_loses_acceptance(copy_checkpoint, tmp_path, monkeypatch):
