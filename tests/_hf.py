@@ -806,12 +806,12 @@ _BRANCH_OUTPUTS = r"(o_proj|out_proj|down_proj)(\.weight|\.bias)?$"
 
 
 def add_mtp_head(folder: Path, seed: int = 1, *, copy: bool = False) -> Path:
-    """Give the tiny Qwen3.5-shaped checkpoint in `folder` (qwen3_5_text, qwen3_5_moe_text,
-    qwen3_next: `write_tiny_checkpoint`) a multi-token-prediction head as the hub stores one:
-    `mtp.fc.weight` [hidden, 2 * hidden], `mtp.pre_fc_norm_embedding/hidden.weight` and
-    `mtp.norm.weight` (zero-centred: the model scales by 1 + weight), and `mtp.layers.0.*`, the
-    family's full-attention layer (layer 1 of the tiny layout) of a model randomized with
-    `seed`; config.json gets `mtp_num_hidden_layers: 1`.
+    """Give the Qwen3.5-shaped checkpoint in `folder` (qwen3_5_text, qwen3_5_moe_text,
+    qwen3_next: `write_tiny_checkpoint`; or a hub layout with a `text_config`, one file) a
+    multi-token-prediction head as the hub stores one: `mtp.fc.weight` [hidden, 2 * hidden],
+    `mtp.pre_fc_norm_embedding/hidden.weight` and `mtp.norm.weight` (zero-centred: the model
+    scales by 1 + weight), and `mtp.layers.0.*`, the family's first full-attention layer of a
+    model randomized with `seed`; config.json (its text_config) gets `mtp_num_hidden_layers: 1`.
 
     `copy=True` makes the head predict exactly what the main model will: every residual branch
     of the model and of the head writes zero (the main model is then a bigram,
@@ -819,18 +819,21 @@ def add_mtp_head(folder: Path, seed: int = 1, *, copy: bool = False) -> Path:
     final norm are the main model's final norm, so the head's draft for the token after t is
     the main model's next token after t (the runtime's acceptance ceiling).
     """
-    config = AutoConfig.from_pretrained(folder)
-    other = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    text = AutoConfig.from_pretrained(folder).get_text_config()
+    full = list(text.layer_types).index("full_attention")
+    layers = {"num_hidden_layers": full + 1, "layer_types": text.layer_types[: full + 1]}
+    cut = type(text)(**{**text.to_dict(), **layers})
+    other = AutoModelForCausalLM.from_config(cut, dtype=torch.float32)
     randomize_weights(other, seed)
     with tempfile.TemporaryDirectory() as saved:  # as transformers saves them (experts apart)
         other.save_pretrained(saved)
         layer = {
             f"mtp.layers.0.{name.split('.', 3)[3]}": tensor
             for name, tensor in load_file(Path(saved) / "model.safetensors").items()
-            if name.startswith("model.layers.1.")
+            if name.startswith(f"model.layers.{full}.")
         }
     tensors = load_file(folder / "model.safetensors")
-    hidden = config.hidden_size
+    hidden = text.hidden_size
     gen = np.random.default_rng(seed)
     head = {
         "mtp.fc.weight": gen.normal(0, WEIGHT_STD, (hidden, 2 * hidden)),
@@ -846,8 +849,15 @@ def add_mtp_head(folder: Path, seed: int = 1, *, copy: bool = False) -> Path:
                 store[name] = np.zeros_like(store[name])
         head["mtp.fc.weight"] = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], axis=1)
         head["mtp.pre_fc_norm_embedding.weight"] = np.zeros(hidden)
-        head["mtp.norm.weight"] = tensors["model.norm.weight"]
+        norm = next(
+            name
+            for name in tensors
+            if re.fullmatch(r"model\.(language_model\.)?norm\.weight", name)
+        )
+        head["mtp.norm.weight"] = tensors[norm]
     tensors.update({name: np.asarray(value, np.float32) for name, value in head.items()})
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    edit_config(folder, mtp_num_hidden_layers=1)
+    raw = json.loads((folder / "config.json").read_text())
+    raw.get("text_config", raw)["mtp_num_hidden_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(raw))
     return folder

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+from transformers import AutoModelForCausalLM
 
 from mobius_genai import packager
 from mobius_genai.bundle.validate import validate_bundle
@@ -26,19 +27,27 @@ from mobius_genai.components import mtp as mtp_component
 from mobius_genai.errors import BundleError, UnsupportedModelError, WeightsError
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
-from tests._hf import add_mtp_head, edit_config, hf_greedy_tokens, write_tiny_checkpoint
+from tests._hf import add_mtp_head, hf_greedy_tokens, write_tiny_checkpoint
 from tests.conftest import TINY_QWEN2
 from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
+from tests.models.families.test_qwen3_5_hub import LAYOUTS, _hub_checkpoint
 
 NEW_TOKENS = 24
-FAMILIES = ("qwen3_5_text", "qwen3_next")
+# the text layouts, and Qwen3.6's hub layout (Qwen3_5MoeForConditionalGeneration: the head's
+# layer has MoE blocks; the decoder's keys, mtp_num_hidden_layers too, in text_config)
+FAMILIES = ("qwen3_5_text", "qwen3_next", "qwen3_5_moe")
 
 
 def _checkpoint(folder: Path, family: str, *, copy: bool = False) -> Path:
     """A tiny random checkpoint of `family` with the tiny qwen2 tokenizer and an MTP head."""
-    ckpt = write_tiny_checkpoint(folder, family, vocab_size=384, bos_token_id=381, eos_token_id=383)
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
+    if family in LAYOUTS:
+        ckpt = _hub_checkpoint(folder, family)
+    else:
+        ckpt = write_tiny_checkpoint(
+            folder, family, vocab_size=384, bos_token_id=381, eos_token_id=383
+        )
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
     return add_mtp_head(ckpt, copy=copy)
 
 
@@ -53,14 +62,14 @@ def _decode(bundle: Path) -> tuple[list[int], list[int], MtpStats]:
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def random_head(request, tmp_path_factory) -> tuple[Path, Path]:
+def random_head(request, tmp_path_factory) -> tuple[Path, Path, str]:
     root = tmp_path_factory.mktemp(request.param)
     ckpt = _checkpoint(root / "ckpt", request.param)
-    return ckpt, packager.package(ckpt, "cpu", root / "bundle", quiet=True)
+    return ckpt, packager.package(ckpt, "cpu", root / "bundle", quiet=True), request.param
 
 
 def test_bundle_has_the_head_og_opens(random_head):
-    _, bundle = random_head
+    _, bundle, _ = random_head
     config = json.loads((bundle / "genai_config.json").read_text())
     model = config["model"]
     assert model["decoder"]["outputs"]["hidden_states"] == "hidden_states"
@@ -70,7 +79,7 @@ def test_bundle_has_the_head_og_opens(random_head):
 
 
 def test_smoke_test_runs_the_head_and_the_card_says_so(random_head):
-    _, bundle = random_head
+    _, bundle, _ = random_head
     smoke = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["smoke_test"]
     measured = smoke["mtp"]
     assert measured["draft_tokens"] == 4 and measured["proposed"] > 0
@@ -82,9 +91,13 @@ def test_smoke_test_runs_the_head_and_the_card_says_so(random_head):
 
 def test_mtp_generator_is_lossless_and_drafts(random_head):
     """og.MtpGenerator's tokens == og.Generator's == transformers' greedy, with drafts."""
-    ckpt, bundle = random_head
+    ckpt, bundle, family = random_head
+    model_class = LAYOUTS[family][1] if family in LAYOUTS else AutoModelForCausalLM
     plain, drafted, stats = _decode(bundle)
-    assert drafted == plain == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS, stop_at_eos=False)
+    expected = hf_greedy_tokens(
+        ckpt, PROMPT, NEW_TOKENS, stop_at_eos=False, model_class=model_class
+    )
+    assert drafted == plain == expected
     assert stats.proposed > 0 and stats.evaluated > 0
 
 
@@ -154,7 +167,9 @@ def _edited(ckpt: Path, folder: Path, **tensors: np.ndarray) -> Path:
 )
 def test_bad_heads_are_refused_in_one_line(random_head, tmp_path, tensors, config, error, match):
     ckpt = _edited(random_head[0], tmp_path / "ckpt", **tensors)
-    edit_config(ckpt, **config)
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw.get("text_config", raw).update(config)  # where the decoder's keys are
+    (ckpt / "config.json").write_text(json.dumps(raw))
     out = tmp_path / "bundle"
     with pytest.raises(error, match=match) as raised:
         packager.package(ckpt, "cpu", out, quiet=True)
@@ -166,7 +181,7 @@ def test_a_checkpoint_without_the_config_key_builds_no_head(random_head, tmp_pat
     """config.json without mtp_num_hidden_layers: the mtp.* tensors are left unread."""
     ckpt = _edited(random_head[0], tmp_path / "ckpt")
     config = json.loads((ckpt / "config.json").read_text())
-    del config["mtp_num_hidden_layers"]
+    del config.get("text_config", config)["mtp_num_hidden_layers"]
     (ckpt / "config.json").write_text(json.dumps(config))
     bundle = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True, smoke_test=False)
     assert "mtp" not in json.loads((bundle / "genai_config.json").read_text())["model"]
