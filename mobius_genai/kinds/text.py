@@ -10,6 +10,7 @@ from mobius_genai.bundle.mtp_config import with_mtp
 from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.checkpoint.parameters import attach_weights
 from mobius_genai.components.lora import add_lora
+from mobius_genai.errors import OptionError
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import get_family
@@ -42,6 +43,12 @@ class TextDecoderKind:
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
         add_lora(module, given.lora_targets)
         head = has_mtp_head(family, given.raw)
+        if head and given.prune_lm_head:
+            raise OptionError(
+                "prune_lm_head (--prune-lm-head): og.MtpGenerator verifies the MTP head's "
+                "drafts with every position's logits; accepted: without it, or a config.json "
+                "without mtp_num_hidden_layers (no head)"
+            )
         module.hidden_output = head  # the head reads the decoder's hidden states
         weights = given.read_decoder(module, family)  # config vs checkpoint: before the graph
         graphs = {}

@@ -24,7 +24,7 @@ from transformers import AutoModelForCausalLM
 from mobius_genai import packager
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.components import mtp as mtp_component
-from mobius_genai.errors import BundleError, UnsupportedModelError, WeightsError
+from mobius_genai.errors import BundleError, OptionError, UnsupportedModelError, WeightsError
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from tests._hf import add_mtp_head, hf_greedy_tokens, write_tiny_checkpoint
@@ -175,6 +175,14 @@ def test_bad_heads_are_refused_in_one_line(random_head, tmp_path, tensors, confi
         packager.package(ckpt, "cpu", out, quiet=True)
     assert "\n" not in str(raised.value)
     assert not out.exists()
+
+
+def test_a_head_refuses_a_pruned_lm_head(random_head, tmp_path):
+    """og.MtpGenerator reads the logits of every verified position."""
+    out = tmp_path / "bundle"
+    with pytest.raises(OptionError, match="prune_lm_head") as raised:
+        packager.package(random_head[0], "cpu", out, quiet=True, prune_lm_head=True)
+    assert "\n" not in str(raised.value) and not out.exists()
 
 
 def test_a_checkpoint_without_the_config_key_builds_no_head(random_head, tmp_path):
