@@ -175,7 +175,7 @@ def _mtp(model: Mapping[str, Any], smoke: Mapping[str, Any] | None, folder: str)
         f"verifies in one pass (greedy tokens unchanged). Accepted: {accepted}.\n\n"
         "```python\n"
         f'mtp = json.load(open("{folder}/genai_config.json"))["model"]["mtp"]\n'
-        'head = {key: mtp[key] for key in mtp if key != "main_hidden_states"}\n'
+        'head = {key: mtp[key] for key in mtp if key not in ("main_hidden_states", "enabled")}\n'
         f'config = og.Config("{folder}")  # the head: the mtp section as the decoder\n'
         'config.overlay(json.dumps({"model": {"decoder": head}}))\n'
         "generator = og.MtpGenerator(model, og.Model(config), params)\n```\n\n"

@@ -63,13 +63,13 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
             "cross_present_value_names": "present_value_cross_%d",
         },
     ),
-    # a multi-token-prediction head (og.MtpGenerator's draft model; bundle/mtp_config.py)
+    # a multi-token-prediction head (og.MtpGenerator's draft model; bundle/mtp_config.py);
+    # position_ids, fed where the graph has it (not once GroupQueryAttention computes them)
     "mtp": (
         {
             "input_ids": "input_ids",
             "hidden_states": "hidden_states",
             "attention_mask": "attention_mask",
-            "position_ids": "position_ids",
             "past_key_names": "past_key_values.%d.key",
             "past_value_names": "past_key_values.%d.value",
         },

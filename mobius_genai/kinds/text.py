@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mobius_genai.bundle.genai_config import make_genai_config
+from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.mtp_config import with_mtp
 from mobius_genai.bundle.tool_tokens import tool_token_ids
 from mobius_genai.checkpoint.parameters import attach_weights
@@ -90,5 +91,6 @@ def decoder_genai_config(package: ModelPackage, written: WrittenGraphs) -> dict[
         genai_type=package.family.genai_type,
     )
     if MTP_KEY in package.models:
-        with_mtp(config, package.filename(MTP_KEY))
+        head = GraphInfo.from_file(written.folder / package.filename(MTP_KEY))
+        with_mtp(config, package.filename(MTP_KEY), head.inputs)
     return config
