@@ -127,6 +127,13 @@ class TiedLMHead(nn.Module):
         return logits if self.bias is None else op.Add(logits, self.bias)
 
 
+def make_lm_head(config: ArchitectureConfig) -> nn.Module:
+    """The LM head `config` says: the embedding table (tied) or a Linear of its own."""
+    if config.tie_word_embeddings:
+        return TiedLMHead(config.vocab_size, config.lm_head_bias)
+    return Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+
+
 class CausalLMModel(nn.Module):
     """A decoder-only language model that returns logits and the updated KV cache.
 
@@ -134,7 +141,7 @@ class CausalLMModel(nn.Module):
     config's max_position_embeddings. A vision-language decoder is called with `inputs_embeds`
     (the embedding graph's output) and gets the `image_token_id` its mask reads. With
     `hidden_output` it also returns the post-final-norm hidden states (what an MTP head reads:
-    components/mtp.py).
+    models/mtp.py).
     """
 
     def __init__(
@@ -149,10 +156,7 @@ class CausalLMModel(nn.Module):
         self.context_length = context_length or config.max_position_embeddings
         self.model = TextModel(config, self.context_length, image_token_id)
         self.hidden_output = False
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(config.vocab_size, config.lm_head_bias)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+        self.lm_head = make_lm_head(config)
 
     def tied_weights(self) -> dict[str, str]:
         """Checkpoint parameters this model shares, as graph names: copy → the one it reads.

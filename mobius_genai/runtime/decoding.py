@@ -198,12 +198,15 @@ class Decoder:
 
     def _mtp_tokens(self, prompt: list[int], max_new_tokens: int, max_length: int) -> Iterator[int]:
         self.finish, self.fed, self.mtp_stats = None, len(prompt), MtpStats()
-        last, count = None, 0
         limit = min(len(prompt) + max_new_tokens, max_length)
+        tokens = mtp_tokens(self.bundle.model, self.bundle.mtp, prompt, limit, self.mtp_stats)
+        return self._watched(tokens, max_new_tokens)
+
+    def _watched(self, tokens: Iterator[int], max_new_tokens: int) -> Iterator[int]:
+        """`tokens` as they come; og's failure as one line, and why the turn ended."""
+        last, count = None, 0
         try:
-            for last in mtp_tokens(
-                self.bundle.model, self.bundle.mtp, prompt, limit, self.mtp_stats
-            ):
+            for last in tokens:
                 count += 1
                 yield last
         except RuntimeError as error:
@@ -211,9 +214,6 @@ class Decoder:
         except BaseException:  # stopped midway: Ctrl-C, or the stream was closed
             self.finish = "stopped"
             raise
-        self._finished(last, count, max_new_tokens)
-
-    def _finished(self, last: int | None, count: int, max_new_tokens: int) -> None:
         if last in _eos_token_ids(self.bundle.config):
             self.finish = "eos"
         else:
@@ -228,7 +228,6 @@ class Decoder:
         images = isinstance(prompt, og.NamedTensors)
         length = prompt["input_ids"].as_numpy().size if images else len(prompt)
         self.finish, self.fed = None, length
-        last, count = None, 0
         try:
             params = og.GeneratorParams(self.bundle.model)
             params.set_search_options(max_length=min(length + max_new_tokens, max_length))
@@ -239,21 +238,18 @@ class Decoder:
                 self.bundle.adapter.activate(generator)
         except RuntimeError as error:
             raise self._refused(error) from error
-        try:
-            if images:
-                generator.set_inputs(prompt)
-            else:
-                generator.append_tokens(list(prompt))
-            while not generator.is_done():
-                generator.generate_next_token()
-                last, count = int(generator.get_next_tokens()[0]), count + 1
-                yield last
-        except RuntimeError as error:
-            raise self._failure(error) from error
-        except BaseException:  # stopped midway: Ctrl-C, or the stream was closed
-            self.finish = "stopped"
-            raise
-        self._finished(last, count, max_new_tokens)
+        yield from self._watched(_generated(generator, prompt), max_new_tokens)
+
+
+def _generated(generator: og.Generator, prompt: Sequence[int] | og.NamedTensors) -> Iterator[int]:
+    """og.Generator's tokens after `prompt` (token ids, or a multimodal processor's inputs)."""
+    if isinstance(prompt, og.NamedTensors):
+        generator.set_inputs(prompt)
+    else:
+        generator.append_tokens(list(prompt))
+    while not generator.is_done():
+        generator.generate_next_token()
+        yield int(generator.get_next_tokens()[0])
 
 
 def _eos_token_ids(config: Mapping[str, Any]) -> set[int]:

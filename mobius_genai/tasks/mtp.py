@@ -3,11 +3,12 @@ MTP head (genai_config's `model.mtp` section, og's default names)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import onnx_ir as ir
 from onnxscript import GraphBuilder
 
 from mobius_genai._graph_keys import CONTEXT_LENGTH_KEY
-from mobius_genai.components.mtp import MtpModel
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.tasks.causal_lm import (
     BATCH,
@@ -21,6 +22,9 @@ from mobius_genai.tasks.causal_lm import (
     position_shape,
     present_names,
 )
+
+if TYPE_CHECKING:
+    from mobius_genai.models.mtp import MtpModel
 
 #: The head's own post-norm hidden state, which og feeds back as the next chained draft's
 #: `hidden_states` (og's default `model.mtp.outputs.hidden_states`).

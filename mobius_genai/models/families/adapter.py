@@ -84,7 +84,7 @@ class FamilyAdapter:
     # graphs' tensors unused_weights).
     text_only: TextOnly | None = None
     # Checkpoints of this family may hold a multi-token-prediction head (`mtp.*`, built as
-    # mtp.onnx when config.json's keys declare it: config/mtp.py, components/mtp.py).
+    # mtp.onnx when config.json's keys declare it: config/mtp.py, models/mtp.py).
     mtp: MtpKeys | None = None
 
     def text_keys(self, raw: Mapping[str, Any]) -> dict[str, Any]:

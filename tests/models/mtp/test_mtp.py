@@ -23,8 +23,8 @@ from transformers import AutoModelForCausalLM
 
 from mobius_genai import packager
 from mobius_genai.bundle.validate import validate_bundle
-from mobius_genai.components import mtp as mtp_component
 from mobius_genai.errors import BundleError, OptionError, UnsupportedModelError, WeightsError
+from mobius_genai.models import mtp as mtp_model
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from tests._hf import add_mtp_head, hf_greedy_tokens, write_tiny_checkpoint
@@ -111,7 +111,7 @@ def _swapped_halves(self, op, input_ids, hidden_states, attention_mask, position
     embedded = self.pre_fc_norm_embedding(op, self.embed_tokens(op, input_ids))
     hidden = self.pre_fc_norm_hidden(op, hidden_states)
     joined = self.fc(op, op.Concat(hidden, embedded, axis=-1))
-    return mtp_component.TextModel.forward(
+    return mtp_model.TextModel.forward(
         self, op, input_ids, attention_mask, position_ids, past, embeds=joined
     )
 
@@ -125,7 +125,7 @@ def test_a_head_that_copies_the_model_is_always_accepted(copy_checkpoint, tmp_pa
 
 
 def test_a_wrong_head_is_lossless_but_loses_acceptance(copy_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(mtp_component.MtpHead, "forward", _swapped_halves)
+    monkeypatch.setattr(mtp_model.MtpHead, "forward", _swapped_halves)
     bundle = packager.package(copy_checkpoint, "cpu", tmp_path / "bundle", quiet=True)
     plain, drafted, stats = _decode(bundle)
     assert drafted == plain
