@@ -17,7 +17,9 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnxruntime_genai as og
 import pytest
+import torch
 from safetensors.numpy import load_file, save_file
 from transformers import AutoModelForCausalLM
 
@@ -27,7 +29,12 @@ from mobius_genai.errors import BundleError, OptionError, UnsupportedModelError,
 from mobius_genai.models import mtp as mtp_model
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
-from tests._hf import add_mtp_head, hf_greedy_tokens, write_tiny_checkpoint
+from tests._hf import (
+    add_mtp_head,
+    hf_greedy_tokens,
+    load_reference_model,
+    write_tiny_checkpoint,
+)
 from tests.conftest import TINY_QWEN2
 from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
 from tests.models.families.test_qwen3_5_hub import LAYOUTS, _hub_checkpoint
@@ -215,3 +222,21 @@ def test_validate_checks_the_mtp_section(random_head, tmp_path, section, key, va
     (bundle / "genai_config.json").write_text(json.dumps(config))
     with pytest.raises(BundleError, match=match):
         validate_bundle(bundle, check_hashes=False)
+
+
+def test_the_decoders_hidden_states_are_transformers_last_hidden_state(random_head):
+    """The head reads the decoder's post-final-norm hidden states (f32, within 1e-4)."""
+    ckpt, bundle, family = random_head
+    model = og.Model(str(bundle))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(PROMPT) + 1)
+    generator = og.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    ours = np.asarray(generator.get_output("hidden_states"))
+    hub = family in LAYOUTS
+    reference = load_reference_model(ckpt, LAYOUTS[family][1] if hub else AutoModelForCausalLM)
+    text_model = reference.model.language_model if hub else reference.model
+    with torch.no_grad():
+        theirs = text_model(input_ids=torch.tensor([PROMPT])).last_hidden_state.numpy()
+    assert ours.shape == theirs.shape
+    assert np.abs(ours - theirs).max() <= 1e-4
