@@ -14,13 +14,15 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
+from mobius_genai._json import read_json
 from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.mtp_config import head_overlay
-from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.errors import BundleError
 from mobius_genai.kinds.og_types import image_types, og_type
 
+#: bundle/genai_config.py's CONFIG_FILENAME, without its imports (the smoke test's process)
+_GENAI_CONFIG = "genai_config.json"
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SIGNATURE = b"\xff\xd8\xff"
 
@@ -49,7 +51,8 @@ def load_model(
     try:
         config = og.Config(str(folder))
         if mtp_head:
-            config.overlay(json.dumps(head_overlay(read_genai_config(Path(folder)))))
+            genai_config = read_json(Path(folder) / _GENAI_CONFIG, BundleError, _GENAI_CONFIG)
+            config.overlay(json.dumps(head_overlay(genai_config)))
         if cpu or provider is not None:
             config.clear_providers()
         if provider is not None and provider[0] is not None:
