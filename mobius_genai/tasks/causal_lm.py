@@ -101,6 +101,7 @@ class CausalLMTask:
         for value in hidden:
             builder.add_output(value, HIDDEN_STATES)
             value.shape = ir.Shape([BATCH, SEQ, config.hidden_size])
+            value.dtype = dtype
         for i, values in enumerate(presents):
             cache = _cache(config, i, False, dtype)
             for value, (name, shape, kind) in zip(values, cache, strict=True):

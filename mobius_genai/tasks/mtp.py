@@ -62,6 +62,7 @@ class MtpTask:
                 value.shape = ir.Shape([BATCH, config.num_key_value_heads, TOTAL, config.head_dim])
         builder.add_output(head_hidden, HIDDEN_STATES_OUT)
         head_hidden.shape = ir.Shape(hidden_shape)
+        head_hidden.dtype = dtype
         model = finish_model(graph, builder)
         model.metadata_props[CONTEXT_LENGTH_KEY] = str(module.context_length)
         return model
