@@ -56,6 +56,7 @@ class MtpTask:
         )
         builder.add_output(logits, "logits")
         logits.shape = ir.Shape([BATCH, SEQ, config.vocab_size])
+        logits.dtype = dtype
         for layer, values in enumerate(presents):
             for value, name in zip(values, present_names(layer), strict=True):
                 builder.add_output(value, name)
