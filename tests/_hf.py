@@ -817,7 +817,8 @@ def add_mtp_head(folder: Path, seed: int = 1, *, copy: bool = False) -> Path:
     of the model and of the head writes zero (the main model is then a bigram,
     lm_head(norm(embed(t)))), `fc` keeps the embedding half, the pre-fc norm and the head's
     final norm are the main model's final norm, so the head's draft for the token after t is
-    the main model's next token after t (the runtime's acceptance ceiling).
+    the main model's next token after t (the runtime's acceptance ceiling); the hidden state's
+    pre-fc norm, which fc then ignores, scales far from 1.
     """
     text = AutoConfig.from_pretrained(folder).get_text_config()
     full = list(text.layer_types).index("full_attention")
@@ -849,6 +850,8 @@ def add_mtp_head(folder: Path, seed: int = 1, *, copy: bool = False) -> Path:
                 store[name] = np.zeros_like(store[name])
         head["mtp.fc.weight"] = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], axis=1)
         head["mtp.pre_fc_norm_embedding.weight"] = np.zeros(hidden)
+        # unused by fc; far from 1 so a head that norms the embedding with it goes astray
+        head["mtp.pre_fc_norm_hidden.weight"] = gen.normal(0, 2.0, hidden)
         norm = next(
             name
             for name in tensors

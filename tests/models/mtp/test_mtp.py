@@ -5,8 +5,8 @@ og.Generator's and transformers' greedy tokens (lossless) while the head drafts.
 transformers has no MTP head (it drops `mtp.*`), so the head's math is checked by what it
 predicts: a head whose weights make it copy the main model (tests/_hf.py `add_mtp_head(copy=
 True)`) has every draft accepted, and the same weights in a graph built wrongly (the concat's
-halves swapped: fc then reads the hidden state where it should read the token) still decode
-losslessly, since the main model verifies every draft, but lose that acceptance: that is how a
+halves swapped: fc then reads the hidden state where it should read the token; or the two
+pre-fc norms swapped) still decode losslessly, since the main model verifies every draft, but lose that acceptance: that is how a
 wrong head shows.
 """
 
@@ -123,6 +123,16 @@ def _swapped_halves(self, op, input_ids, hidden_states, attention_mask, position
     )
 
 
+def _swapped_norms(self, op, input_ids, hidden_states, attention_mask, position_ids, past):
+    """A wrong head: each pre-fc norm applied to the other input."""
+    embedded = self.pre_fc_norm_hidden(op, self.embed_tokens(op, input_ids))
+    hidden = self.pre_fc_norm_embedding(op, hidden_states)
+    joined = self.fc(op, op.Concat(embedded, hidden, axis=-1))
+    return mtp_model.TextModel.forward(
+        self, op, input_ids, attention_mask, position_ids, past, embeds=joined
+    )
+
+
 def test_a_head_that_copies_the_model_is_always_accepted(copy_checkpoint, tmp_path):
     bundle = packager.package(copy_checkpoint, "cpu", tmp_path / "bundle", quiet=True)
     plain, drafted, stats = _decode(bundle)
@@ -131,8 +141,11 @@ def test_a_head_that_copies_the_model_is_always_accepted(copy_checkpoint, tmp_pa
     assert "(100%) on the smoke prompt" in (bundle / "README.md").read_text()
 
 
-def test_a_wrong_head_is_lossless_but_loses_acceptance(copy_checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr(mtp_model.MtpHead, "forward", _swapped_halves)
+@pytest.mark.parametrize("wrong", [_swapped_halves, _swapped_norms])
+def test_a_wrong_head_is_lossless_but_loses_acceptance(
+    wrong, copy_checkpoint, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(mtp_model.MtpHead, "forward", wrong)
     bundle = packager.package(copy_checkpoint, "cpu", tmp_path / "bundle", quiet=True)
     plain, drafted, stats = _decode(bundle)
     assert drafted == plain
