@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from huggingface_hub.file_download import (
     _get_pointer_path,
     repo_folder_name,
 )
+from safetensors.numpy import load_file, save_file
 from transformers import (
     ArceeConfig,
     AutoConfig,
@@ -876,3 +879,69 @@ def hub_cache(cache: Path, repo_id: str, files: Path) -> Path:
         _create_symlink(str(blob), str(pointer), new_blob=True)
     _cache_commit_hash_for_specific_revision(str(storage), "main", HUB_COMMIT)
     return storage / "snapshots" / HUB_COMMIT
+
+
+#: The checkpoint tensors that write a residual branch (attention, delta net, MLP and expert
+#: outputs): zero, a layer adds nothing.
+_BRANCH_OUTPUTS = r"(o_proj|out_proj|down_proj)(\.weight|\.bias)?$"
+
+
+def add_mtp_head(folder: Path, seed: int = 1, *, copy: bool = False) -> Path:
+    """Give the Qwen3.5-shaped checkpoint in `folder` (qwen3_5_text, qwen3_5_moe_text,
+    qwen3_next: `write_tiny_checkpoint`; or a hub layout with a `text_config`, one file) a
+    multi-token-prediction head as the hub stores one: `mtp.fc.weight` [hidden, 2 * hidden],
+    `mtp.pre_fc_norm_embedding/hidden.weight` and `mtp.norm.weight` (zero-centred: the model
+    scales by 1 + weight), and `mtp.layers.0.*`, the family's first full-attention layer of a
+    model randomized with `seed`; config.json (its text_config) gets `mtp_num_hidden_layers: 1`.
+
+    `copy=True` makes the head predict exactly what the main model will: every residual branch
+    of the model and of the head writes zero (the main model is then a bigram,
+    lm_head(norm(embed(t)))), `fc` keeps the embedding half, the pre-fc norm and the head's
+    final norm are the main model's final norm, so the head's draft for the token after t is
+    the main model's next token after t (the runtime's acceptance ceiling); the hidden state's
+    pre-fc norm, which fc then ignores, scales far from 1.
+    """
+    text = AutoConfig.from_pretrained(folder).get_text_config()
+    full = list(text.layer_types).index("full_attention")
+    layers = {"num_hidden_layers": full + 1, "layer_types": text.layer_types[: full + 1]}
+    cut = type(text)(**{**text.to_dict(), **layers})
+    other = AutoModelForCausalLM.from_config(cut, dtype=torch.float32)
+    randomize_weights(other, seed)
+    with tempfile.TemporaryDirectory() as saved:  # as transformers saves them (experts apart)
+        other.save_pretrained(saved)
+        layer = {
+            f"mtp.layers.0.{name.split('.', 3)[3]}": tensor
+            for name, tensor in load_file(Path(saved) / "model.safetensors").items()
+            if name.startswith(f"model.layers.{full}.")
+        }
+    tensors = load_file(folder / "model.safetensors")
+    hidden = text.hidden_size
+    gen = np.random.default_rng(seed)
+    head = {
+        "mtp.fc.weight": gen.normal(0, WEIGHT_STD, (hidden, 2 * hidden)),
+        "mtp.pre_fc_norm_embedding.weight": gen.normal(0, NORM_STD, hidden),
+        "mtp.pre_fc_norm_hidden.weight": gen.normal(0, NORM_STD, hidden),
+        "mtp.norm.weight": gen.normal(0, NORM_STD, hidden),
+        **layer,
+    }
+    if copy:
+        for name in [*tensors, *head]:
+            store = tensors if name in tensors else head
+            if re.search(_BRANCH_OUTPUTS, name):
+                store[name] = np.zeros_like(store[name])
+        head["mtp.fc.weight"] = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], axis=1)
+        head["mtp.pre_fc_norm_embedding.weight"] = np.zeros(hidden)
+        # unused by fc; far from 1 so a head that norms the embedding with it goes astray
+        head["mtp.pre_fc_norm_hidden.weight"] = gen.normal(0, 2.0, hidden)
+        norm = next(
+            name
+            for name in tensors
+            if re.fullmatch(r"model\.(language_model\.)?norm\.weight", name)
+        )
+        head["mtp.norm.weight"] = tensors[norm]
+    tensors.update({name: np.asarray(value, np.float32) for name, value in head.items()})
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    raw = json.loads((folder / "config.json").read_text())
+    raw.get("text_config", raw)["mtp_num_hidden_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(raw))
+    return folder

@@ -19,6 +19,7 @@ from mobius_genai.cli._generation import (
     Speed,
     add_adapter_argument,
     add_max_length_argument,
+    add_no_mtp_argument,
     add_sampling_arguments,
     add_threads_argument,
     max_length,
@@ -83,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_length_argument(parser)
     add_threads_argument(parser)
     add_adapter_argument(parser)
+    add_no_mtp_argument(parser)
     parser.add_argument(
         "--ep",
         help="run on this execution provider instead of the one the bundle names (the bundle "
@@ -110,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         adapter=args.adapter,
         search=options,
+        mtp=not args.no_mtp,
     )
     if prompt is None:
         pieces = transcribe(

@@ -71,7 +71,28 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
             "cross_present_value_names": "present_value_cross_%d",
         },
     ),
+    # a multi-token-prediction head (og.MtpGenerator's draft model; bundle/mtp_config.py);
+    # position_ids, fed where the graph has it (not once GroupQueryAttention computes them)
+    "mtp": (
+        {
+            "input_ids": "input_ids",
+            "hidden_states": "hidden_states",
+            "attention_mask": "attention_mask",
+            "past_key_names": "past_key_values.%d.key",
+            "past_value_names": "past_key_values.%d.value",
+        },
+        {
+            "logits": "logits",
+            "hidden_states": "hidden_states_out",
+            "present_key_names": "present.%d.key",
+            "present_value_names": "present.%d.value",
+        },
+    ),
 }
+
+#: Sections whose "%d" names count layers of their own (the section's num_hidden_layers, og's
+#: default 1), not the decoder's.
+OG_OWN_LAYERS = frozenset({"mtp"})
 
 #: Sections whose processor reads a config file: section → og's default config_filename.
 OG_PROCESSOR_FILES: dict[str, str] = {"vision": "processor_config.json"}

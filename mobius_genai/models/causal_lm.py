@@ -15,6 +15,7 @@ from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
 
 
@@ -136,13 +137,21 @@ class TiedLMHead(nn.Module):
         return logits if self.bias is None else op.Add(logits, self.bias)
 
 
+def make_lm_head(config: ArchitectureConfig) -> nn.Module:
+    """The LM head `config` says: the embedding table (tied) or a Linear of its own."""
+    if config.tie_word_embeddings:
+        return TiedLMHead(config.vocab_size, config.lm_head_bias)
+    return Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+
+
 class CausalLMModel(nn.Module):
     """A decoder-only language model that returns logits and the updated KV cache.
 
     `context_length` bounds positions (and sizes the rotary tables); it defaults to the
     config's max_position_embeddings. A vision-language decoder is called with `inputs_embeds`
     (the embedding graph's output) and gets the `image_token_id` its mask reads and the
-    `deepstack_layers` its embeddings carry.
+    `deepstack_layers` its embeddings carry. With `hidden_output` it also returns the
+    post-final-norm hidden states (what an MTP head reads: models/mtp.py).
     """
 
     def __init__(
@@ -157,10 +166,8 @@ class CausalLMModel(nn.Module):
         self.config = config
         self.context_length = context_length or config.max_position_embeddings
         self.model = TextModel(config, self.context_length, image_token_id, deepstack_layers)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(config.vocab_size, config.lm_head_bias)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+        self.hidden_output = False
+        self.lm_head = make_lm_head(config)
 
     def tied_weights(self) -> dict[str, str]:
         """Checkpoint parameters this model shares, as graph names: copy → the one it reads.
@@ -180,7 +187,7 @@ class CausalLMModel(nn.Module):
         position_ids: ir.Value,
         past_key_values: list[tuple[ir.Value, ...]],
         inputs_embeds: ir.Value | None = None,
-    ) -> tuple[ir.Value, list[tuple[ir.Value, ...]]]:
+    ) -> tuple[ir.Value, ...]:
         hidden_states, presents = self.model(
             op, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds
         )
@@ -195,4 +202,16 @@ class CausalLMModel(nn.Module):
             cap = op.Constant(value_float=float(self.config.final_logit_softcapping))
             cap = op.CastLike(cap, logits)
             logits = op.Mul(op.Tanh(op.Div(logits, cap)), cap)
+        if self.hidden_output:
+            return _logits_for_mtp(op, logits), presents, hidden_states
         return logits, presents
+
+
+def _logits_for_mtp(op, logits: ir.Value) -> ir.Value:
+    """float32 logits as float16 beside an MTP head: onnxruntime-genai 0.18's MtpGenerator casts
+    the main model's logits to float32 (MainLogitsRowsCpu) with a Cast that throws when they
+    already are ("Cast - input and output types are the same"); a same-type cast should be a
+    copy, a fix that belongs in og. float16 and bfloat16 logits are cast as og expects."""
+    if get_build_dtype() != ir.DataType.FLOAT:
+        return logits
+    return op.Cast(logits, to=ir.DataType.FLOAT16)

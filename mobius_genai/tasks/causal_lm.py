@@ -23,6 +23,8 @@ BATCH, SEQ, TOTAL, PAST = (
 )
 #: The decoder input a vision-language package's embedding graph feeds.
 INPUTS_EMBEDS = "inputs_embeds"
+#: The decoder output an MTP head reads (onnxruntime-genai's default name).
+HIDDEN_STATES = "hidden_states"
 
 
 def past_names(layer: int) -> tuple[str, str]:
@@ -65,7 +67,9 @@ class CausalLMTask:
 
     With `inputs_embeds` the decoder of a vision-language package: it also takes the embedding
     graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them),
-    `embeds_width` wide when they carry more than the hidden size (DeepStack)."""
+    `embeds_width` wide when they carry more than the hidden size (DeepStack). A module that
+    returns a third value (`CausalLMModel.hidden_output`) gives the graph the output
+    `hidden_states` [batch, seq, hidden] (an MTP head's input)."""
 
     def __init__(self, inputs_embeds: bool = False, embeds_width: int | None = None) -> None:
         self.inputs_embeds = inputs_embeds
@@ -96,9 +100,15 @@ class CausalLMTask:
             for i in range(config.num_hidden_layers)
         ]
         extra = () if embeds is None else (embeds,)
-        logits, presents = module(builder.op, input_ids, attention_mask, position_ids, past, *extra)
+        logits, presents, *hidden = module(
+            builder.op, input_ids, attention_mask, position_ids, past, *extra
+        )
         builder.add_output(logits, "logits")
         logits.shape = ir.Shape([BATCH, SEQ, config.vocab_size])
+        for value in hidden:
+            builder.add_output(value, HIDDEN_STATES)
+            value.shape = ir.Shape([BATCH, SEQ, config.hidden_size])
+            value.dtype = dtype
         for i, values in enumerate(presents):
             cache = _cache(config, i, False, dtype)
             for value, (name, shape, kind) in zip(values, cache, strict=True):

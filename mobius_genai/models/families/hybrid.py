@@ -147,8 +147,9 @@ def qwen3_5_text_rope(raw: Mapping[str, Any]) -> RopeConfig:
     return dataclasses.replace(rope, mrope_section=None)
 
 
-#: Qwen3.5's norms that scale by 1 + weight: all but the gated norm of the gated delta nets.
-QWEN3_5_OFFSET_NORMS = r"(?<!linear_attn\.)norm\.weight$"
+#: Qwen3.5's norms that scale by 1 + weight: all but the gated norm of the gated delta nets
+#: (the MTP head's pre-fc norms too: vLLM's GemmaRMSNorm).
+QWEN3_5_OFFSET_NORMS = r"(?<!linear_attn\.)norm(_embedding|_hidden)?\.weight$"
 
 
 def qwen3_5_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:

@@ -10,6 +10,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.linear_attention import read_linear_attention
 from mobius_genai.config.mamba2 import GRANITE_KEYS, mamba2_reader
 from mobius_genai.config.moe import MoeKeys, moe_reader
+from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
@@ -50,6 +51,9 @@ QWEN3_5_TEXT = FamilyAdapter(
     config_overrides={**_QWEN3_5_LAYERS, "rope": qwen3_5_text_rope},
     preprocess_weight=qwen3_5_norm_weights,
     preprocessed_weights=QWEN3_5_OFFSET_NORMS,
+    # the multi-token-prediction head: mtp.onnx when config.json declares it, else unread
+    unused_weights=(r"^mtp\.",),
+    mtp=MtpKeys(),
 )
 
 # Qwen3.5's hybrid with MoE blocks in every layer: qwen3_5_text's layers and rotary, routing
@@ -214,8 +218,9 @@ HYBRID_FAMILIES = (
         experts=ExpertLayout(),
         grouped_weights=QWEN3_NEXT_PACKED,
         # the multi-token-prediction head (Qwen3NextPreTrainedModel's
-        # _keys_to_ignore_on_load_unexpected): a decoder bundle does not run it
+        # _keys_to_ignore_on_load_unexpected): mtp.onnx when config.json declares it, else unread
         unused_weights=(r"^mtp\.",),
+        mtp=MtpKeys(),
     ),
     # Granite-4.0-H: Mamba2 layers (a conv state and a scan state, no KV cache) between
     # attention layers without rotary (position_embedding_type "nope"); granite's multipliers;
