@@ -60,6 +60,7 @@ from transformers import (
     InternLM3Config,
     Lfm2Config,
     Lfm2MoeConfig,
+    Llama4TextConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -140,6 +141,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granitemoehybrid": GraniteMoeHybridConfig,
     "nemotron_h": NemotronHConfig,
     "falcon_h1": FalconH1Config,
+    "llama4_text": Llama4TextConfig,
 }
 
 _ARCHITECTURES = {
@@ -191,6 +193,7 @@ _ARCHITECTURES = {
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
     "nemotron_h": "NemotronHForCausalLM",
     "falcon_h1": "FalconH1ForCausalLM",
+    "llama4_text": "Llama4ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -525,6 +528,22 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "ssm_out_multiplier": 0.6,
         "mlp_multipliers": [1.5, 0.7],
         "ssm_multipliers": [0.9, 1.1, 0.8, 1.3, 0.5],
+    },
+    # chunked (5 positions), NoPE full, chunked layers: rotation and L2 q/k norm in the chunked
+    # ones, temperature tuning (floor_scale 4, large enough a scale to move logits) in the NoPE
+    # one; MoE (4 experts of 32, one per token, the sigmoid score scaling the expert's input,
+    # a shared expert) in the outer layers, a dense MLP of 96 in the middle
+    "llama4_text": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "intermediate_size_mlp": 96,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "moe_layers": [0, 2],
+        "no_rope_layers": [1, 0, 1],
+        "attention_chunk_size": 5,
+        "floor_scale": 4,
+        "attn_scale": 0.5,
     },
 }
 

@@ -24,6 +24,7 @@ from mobius_genai.models.families.layers import (
     exaone4_no_rope_layers,
     smollm3_no_rope_layers,
 )
+from mobius_genai.models.families.llama4 import LLAMA4_TEXT
 from mobius_genai.models.families.moe_rows import MOE_FAMILIES
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
@@ -497,6 +498,7 @@ _FAMILIES = (
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,
     GPT_OSS,
+    LLAMA4_TEXT,
 )
 
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}
