@@ -52,6 +52,7 @@ _BIAS = {
         "granitemoe",
         "deepseek_v3",
         "deepseek_v2",
+        "llama4_text",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}

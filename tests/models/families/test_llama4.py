@@ -1,0 +1,213 @@
+"""Llama 4's text decoder vs transformers: chunked local attention, NoPE layers with attention
+temperature tuning, the L2 q/k norm of rotating layers, MoE whose router score scales the
+expert's input.
+
+The tiny checkpoint (tests/_hf.py) has chunked (5 positions), NoPE and chunked layers, MoE in
+the outer two; its 12-token prefills and 4 decode steps cross two chunk boundaries and three
+temperature steps (floor_scale 4). f32, <= 1e-4 on the portable, cpu (GroupQueryAttention in
+the NoPE layer, standard Attention under the chunked mask GQA cannot express) and
+onnx-standard graphs; mutants: each wrong detail moves the logits well past the tolerance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+
+import numpy as np
+import onnx
+import pytest
+
+import mobius_genai
+from mobius_genai import packager
+from mobius_genai.cli import main as cli_main
+from mobius_genai.components import decoder, moe, scaled_input
+from mobius_genai.errors import ConfigError
+from mobius_genai.models import FAMILIES
+from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._hf import edit_config, hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
+from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
+
+TOLERANCE = 1e-4
+EPS = ("default", "cpu", "onnx-standard")
+FAMILY = "llama4_text"
+_LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 4.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+
+CASES = {
+    "defaults": {},
+    # two experts a token: two MoE nodes, each over the token times its own score
+    "two_experts_per_token": {"num_experts_per_tok": 2},
+    # Maverick's shape: no q/k norm, MoE every second layer (interleave_moe_layer_step)
+    "no_qk_norm_interleaved_moe": {
+        "use_qk_norm": False,
+        "moe_layers": None,
+        "interleave_moe_layer_step": 2,
+    },
+    # no chunk size: every layer attends to the whole context; llama3 rope scaling
+    "no_chunks_llama3_rope": {"attention_chunk_size": None, "rope_parameters": _LLAMA3_ROPE},
+    "no_temperature_tuning_attention_bias": {
+        "attn_temperature_tuning": False,
+        "attention_bias": True,
+    },
+}
+
+
+def _ids() -> np.ndarray:
+    return np.random.default_rng(0).integers(3, 128, size=(2, 12))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_llama4_graphs_match_transformers(case, tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY, seed=1, **CASES[case])
+    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
+    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, progress=False)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_hub_layout_config_matches_transformers(tmp_path):
+    """Hub configs carry no layer_types (derived from no_rope_layers and the chunk size),
+    rope_theta and rope_scaling, and Scout's attn_temperature_tuning is the number 4."""
+    ckpt = write_tiny_checkpoint(
+        tmp_path / "ckpt", FAMILY, seed=1, hub_layout=True, rope_parameters=_LLAMA3_ROPE
+    )
+    data = json.loads((ckpt / "config.json").read_text())
+    assert "layer_types" not in data and data["rope_scaling"]["rope_type"] == "llama3"
+    reference = hf_reference_logits(ckpt, _ids(), decode_steps=2)
+    edit_config(ckpt, attn_temperature_tuning=4)
+    diffs = graph_diffs(ckpt, reference, ("cpu",), tmp_path, progress=False)
+    assert diffs["cpu"] <= TOLERANCE, diffs
+
+
+def test_left_padded_rows_start_their_chunks_at_their_first_token(tmp_path):
+    """transformers counts chunks from a row's first real token (its left padding skipped),
+    as the mask does in positions. Temperature tuning is off here: transformers scales a
+    padded row's queries by their slot, the graph by their position (what og's rows have)."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY, seed=1, attn_temperature_tuning=False)
+    first, rest = left_padded_diffs(ckpt, tmp_path)
+    assert max(first, rest) <= TOLERANCE, (first, rest)
+
+
+def _with_local_global(**changes):
+    row = FAMILIES[FAMILY]
+    read = row.config_overrides["local_global"]
+    overrides = {
+        **row.config_overrides,
+        "local_global": lambda raw: dataclasses.replace(read(raw), **changes),
+    }
+    return dataclasses.replace(row, config_overrides=overrides)
+
+
+def _every_layer_rotates():
+    row = FAMILIES[FAMILY]
+    return dataclasses.replace(row, config_overrides={**row.config_overrides, "no_rope_layers": ()})
+
+
+class _ScoreWeightsTheOutput(moe.MoEBlock):
+    """Weights each picked expert's output by its score instead of scaling its input."""
+
+    def forward(self, op, x):
+        logits = op.Reshape(self.gate(op, x), op.Constant(value_ints=[-1, self.moe.num_experts]))
+        (scale, router), *_ = scaled_input.picks(op, x, logits, 1)
+        out = op.Mul(self._experts(op, x, router, 1, True), scale)
+        return self._with_shared_expert(op, x, out)
+
+
+MUTANTS = {
+    "chunk_size_off_by_one": _with_local_global(chunk_size=6),
+    "nope_layer_with_rope": _every_layer_rotates(),
+    "no_temperature_tuning": _with_local_global(temperature=None),
+    "no_l2_qk_norm": _with_local_global(qk_l2_norm=False),
+    "score_weights_the_output": (decoder, "MoEBlock", _ScoreWeightsTheOutput),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MUTANTS))
+def test_parity_fails_with_one_detail_wrong(case, tmp_path, monkeypatch):
+    mutant = MUTANTS[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY, seed=1)
+    reference = hf_reference_logits(ckpt, _ids(), decode_steps=1)
+    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
+    ours = run_like_reference(ort_session(package, tmp_path / "ours"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
+    if isinstance(mutant, tuple):
+        monkeypatch.setattr(*mutant)
+    else:
+        monkeypatch.setitem(FAMILIES, FAMILY, mutant)
+    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
+    ours = run_like_reference(ort_session(package, tmp_path / "mutant"), reference)
+    assert max_abs_diff(ours, reference.logits) > 10 * TOLERANCE
+
+
+def _attention_ops(graph) -> Counter:
+    return Counter(
+        node.op_type for node in graph if node.op_type in ("Attention", "GroupQueryAttention")
+    )
+
+
+def test_chunks_as_long_as_the_context_attend_in_full_and_fuse_to_gqa(tmp_path):
+    """A chunk of the whole context (64 positions) holds every position: the chunked layers
+    are full-attention layers and GQA takes all three; shorter chunks keep their mask in
+    standard Attention, which GQA's causal window cannot express."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY)
+    graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
+    assert _attention_ops(graph) == {"Attention": 2, "GroupQueryAttention": 1}
+    edit_config(ckpt, attention_chunk_size=64)
+    graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
+    assert _attention_ops(graph) == {"GroupQueryAttention": 3}
+
+
+def test_cpu_bundle_generates_like_transformers_without_a_shared_buffer(tmp_path, capsys):
+    """og runs the mixed graph (GQA and standard Attention) with a concatenated cache: a
+    shared buffer cannot hold the standard layers' presents, so genai_config says false and
+    validate refuses true."""
+    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    assert cli_main(["validate", str(folder)]) == 0
+    assert "valid (decoder," in capsys.readouterr().out
+    path = folder / "genai_config.json"
+    config = json.loads(path.read_text())
+    assert config["search"]["past_present_share_buffer"] is False
+    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS
+    config["search"]["past_present_share_buffer"] = True
+    path.write_text(json.dumps(config))
+    assert cli_main(["validate", str(folder)]) != 0
+    assert "some layers attend with standard Attention" in capsys.readouterr().err
+
+
+def test_cpu_int4_bundle_runs_its_experts_as_qmoe(tmp_path):
+    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    ops = Counter(node.op_type for node in graph.node)
+    assert (ops["QMoE"], ops["MoE"]) == (2, 0)
+    assert ops["MatMulNBits"] > 0
+    tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert len(tokens) == NEW_TOKENS
+
+
+REFUSALS = {
+    "chunk_size_zero": ({"attention_chunk_size": 0}, "attention_chunk_size"),
+    "moe_layer_outside": ({"moe_layers": [3]}, "'moe_layers' holds \\[3\\]"),
+    "rope_flags_short": ({"no_rope_layers": [1, 0]}, "'no_rope_layers' must be a list"),
+    "tuning_not_a_flag": ({"attn_temperature_tuning": "yes"}, "attn_temperature_tuning"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+def test_what_the_row_cannot_build_is_refused_in_one_line(case, tmp_path):
+    changes, match = REFUSALS[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY)
+    edit_config(ckpt, **changes)
+    with pytest.raises(ConfigError, match=match):
+        mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
