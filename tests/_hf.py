@@ -40,6 +40,7 @@ from transformers import (
     CohereConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    Ernie4_5_MoeConfig,
     Ernie4_5Config,
     Exaone4Config,
     ExaoneConfig,
@@ -47,6 +48,7 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     GemmaConfig,
+    Glm4MoeConfig,
     GlmConfig,
     GPT2Config,
     GPTJConfig,
@@ -62,6 +64,7 @@ from transformers import (
     Lfm2MoeConfig,
     Llama4TextConfig,
     LlamaConfig,
+    MiniMaxM2Config,
     MistralConfig,
     MixtralConfig,
     NemotronConfig,
@@ -142,6 +145,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "nemotron_h": NemotronHConfig,
     "falcon_h1": FalconH1Config,
     "llama4_text": Llama4TextConfig,
+    "glm4_moe": Glm4MoeConfig,
+    "ernie4_5_moe": Ernie4_5_MoeConfig,
+    "minimax_m2": MiniMaxM2Config,
 }
 
 _ARCHITECTURES = {
@@ -194,6 +200,9 @@ _ARCHITECTURES = {
     "nemotron_h": "NemotronHForCausalLM",
     "falcon_h1": "FalconH1ForCausalLM",
     "llama4_text": "Llama4ForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
+    "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
+    "minimax_m2": "MiniMaxM2ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -544,6 +553,39 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "attention_chunk_size": 5,
         "floor_scale": 4,
         "attn_scale": 0.5,
+    },
+    # DeepSeek-V3's routing (8 experts in 4 groups, 2 kept, 2 per token, the correction bias,
+    # renormalized, scaled by 2.5) beside a shared expert, the first layer dense; ordinary
+    # attention with q/k/v biases, per-head q/k norms, rotary on half of head_dim 16
+    "glm4_moe": {
+        "head_dim": 16,
+        "attention_bias": True,
+        "use_qk_norm": True,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 4,
+        "topk_group": 2,
+        "routed_scaling_factor": 2.5,
+    },
+    # softmax scores chosen with the [1, experts] correction bias (8 experts, 2 per token),
+    # a shared expert, the first layer dense; interleaved rotary
+    "ernie4_5_moe": {
+        "moe_num_experts": 8,
+        "moe_k": 2,
+        "moe_intermediate_size": 32,
+        "moe_num_shared_experts": 1,
+    },
+    # sigmoid scores chosen with the correction bias (8 experts, 2 per token), renormalized;
+    # RMSNorms over the whole q and k projections, rotary on half of head_dim 16
+    "minimax_m2": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "partial_rotary_factor": 0.5,
     },
 }
 

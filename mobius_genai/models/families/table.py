@@ -13,6 +13,7 @@ from __future__ import annotations
 from mobius_genai.config import fields
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.gpt_oss import GPT_OSS
@@ -499,6 +500,7 @@ _FAMILIES = (
     *HYBRID_FAMILIES,
     GPT_OSS,
     LLAMA4_TEXT,
+    *CORRECTED_MOE_FAMILIES,
 )
 
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}
