@@ -34,6 +34,7 @@ from huggingface_hub.file_download import (
 )
 from safetensors.numpy import load_file, save_file
 from transformers import (
+    ApertusConfig,
     ArceeConfig,
     AutoConfig,
     AutoModelForCausalLM,
@@ -148,6 +149,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "glm4_moe": Glm4MoeConfig,
     "ernie4_5_moe": Ernie4_5_MoeConfig,
     "minimax_m2": MiniMaxM2Config,
+    "apertus": ApertusConfig,
 }
 
 _ARCHITECTURES = {
@@ -203,6 +205,7 @@ _ARCHITECTURES = {
     "glm4_moe": "Glm4MoeForCausalLM",
     "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
     "minimax_m2": "MiniMaxM2ForCausalLM",
+    "apertus": "ApertusForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -586,6 +589,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_local_experts": 8,
         "num_experts_per_tok": 2,
         "partial_rotary_factor": 0.5,
+    },
+    # up, xIELU, down (its alpha_p, alpha_n random; beta, eps the buffers), per-head q/k norms;
+    # ApertusConfig's llama3 rope, its factor crossing the tiny context
+    "apertus": {
+        "head_dim": 16,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "rope_theta": 12000000.0,
+            "factor": 8.0,
+            "original_max_position_embeddings": 16,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+        },
     },
 }
 

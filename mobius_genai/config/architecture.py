@@ -35,6 +35,8 @@ from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.errors import ConfigError
 
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
+#: Activations with learned parameters, which a decoder's ungated MLP carries (components/mlp.py).
+LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
 POSITION_EMBEDDINGS = ("rope", "learned")
@@ -380,10 +382,15 @@ def _validate_sizes(config: ArchitectureConfig) -> None:
 def _validate_block_kinds(config: ArchitectureConfig) -> None:
     """Activation, norm type and placement, position embedding and residual layout are known
     kinds that fit together."""
-    if config.hidden_act not in HIDDEN_ACTS:
+    if config.hidden_act not in HIDDEN_ACTS + LEARNED_ACTS:
         raise ConfigError(
             f"config.json: hidden_act {config.hidden_act!r} is not supported; accepted: "
-            f"{list(HIDDEN_ACTS)}"
+            f"{list(HIDDEN_ACTS + LEARNED_ACTS)}"
+        )
+    if config.hidden_act in LEARNED_ACTS and config.gated_mlp:
+        raise ConfigError(
+            f"config.json: hidden_act {config.hidden_act!r} is supported in an ungated MLP "
+            "(up, activation, down) only, found a gated one"
         )
     for name, accepted in (
         ("norm_type", NORM_TYPES),

@@ -40,7 +40,12 @@ from mobius_genai.models.families.readers import (
     switch,
     when_absent,
 )
-from mobius_genai.models.families.rope import gptj_partial_rotary, ntk_alpha_rope, olmo3_rope_local
+from mobius_genai.models.families.rope import (
+    apertus_rope,
+    gptj_partial_rotary,
+    ntk_alpha_rope,
+    olmo3_rope_local,
+)
 from mobius_genai.models.families.scales import (
     GRANITE_MULTIPLIERS,
     gpt2_scale,
@@ -494,6 +499,25 @@ _FAMILIES = (
         genai_type="smollm3",
         config_defaults={"tie_word_embeddings": True},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
+    ),
+    FamilyAdapter(
+        model_type="apertus",
+        config_defaults={
+            "hidden_act": "xielu",
+            "rms_norm_eps": 1e-5,
+            "rope_parameters": apertus_rope,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 3,
+        },
+        # up, xIELU (components/xielu.py), down; per-head q/k RMSNorms
+        config_overrides={"gated_mlp": False, "qk_norm": True},
+        weight_renames=(
+            (r"\.input_layernorm\.", ".attention_layernorm."),
+            (r"\.post_attention_layernorm\.", ".feedforward_layernorm."),
+            (r"\.mlp\.fc1\.", ".mlp.up_proj."),
+            (r"\.mlp\.fc2\.", ".mlp.down_proj."),
+        ),
     ),
     *MOE_FAMILIES,
     *DEEPSEEK_FAMILIES,
