@@ -62,6 +62,8 @@ DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found b
 # states (falcon_h1)
 DEFAULT_RUN |= {"nemotron_h", "falcon_h1"}
 DEFAULT_RUN |= {"lfm2_moe"}  # model.type lfm2_moe: conv states, sigmoid-routed MoE
+# routers choosing with a correction bias; xIELU (llama4_text: tests/.../test_llama4.py)
+DEFAULT_RUN |= {"glm4_moe", "ernie4_5_moe", "minimax_m2", "apertus"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
