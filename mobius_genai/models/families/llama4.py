@@ -5,6 +5,7 @@ expert (config/moe.py `scaled_input`).
 
 Keys the config class fills when absent are the row's defaults, as Llama4TextConfig sets them.
 `no_rope_layers` holds one flag per layer, 1 where the layer rotates (smollm3's convention);
+the hub's `llama4` checkpoints (Llama4ForConditionalGeneration) are built text-only;
 layer types are written by transformers 5 and derived from those flags in hub configs. Dense
 layers have `intermediate_size_mlp`, experts and the shared expert `intermediate_size`.
 """
@@ -19,17 +20,26 @@ from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config import fields
 from mobius_genai.config.local_global import CHUNKED, LocalGlobalAttention, TemperatureTuning
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
+from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.layers import smollm3_no_rope_layers
 from mobius_genai.models.families.readers import when_absent
 
 
+def _no_rope_layers(raw: Mapping[str, Any]) -> tuple[int, ...]:
+    """The NoPE layers; an empty `no_rope_layers` (as in hub configs) means the default, every
+    `no_rope_layer_interval`-th layer, as Llama4TextConfig reads it."""
+    if not raw.get("no_rope_layers"):
+        raw = {**raw, "no_rope_layers": None}
+    return smollm3_no_rope_layers(raw)
+
+
 def _layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """Chunked attention where a layer rotates and a chunk size is set; full elsewhere."""
     if raw.get("layer_types"):
         return tuple(raw["layer_types"])
-    nope = smollm3_no_rope_layers(raw)
+    nope = _no_rope_layers(raw)
     chunked = raw.get("attention_chunk_size") is not None
     return tuple(
         CHUNKED if chunked and i not in nope else "full_attention"
@@ -106,7 +116,7 @@ LLAMA4_TEXT = FamilyAdapter(
     config_overrides={
         "intermediate_size": lambda raw: fields.require(raw, "intermediate_size_mlp"),
         "rope_interleaved": True,  # complex rotation of pairs (x0, x1), (x2, x3), ...
-        "no_rope_layers": smollm3_no_rope_layers,
+        "no_rope_layers": _no_rope_layers,
         "layer_types": _layer_types,
         "local_global": _local_global,
         "moe": _moe,
@@ -114,4 +124,21 @@ LLAMA4_TEXT = FamilyAdapter(
     weight_renames=((r"\.mlp\.gate\.", ".feed_forward.router."), (r"\.mlp\.", ".feed_forward.")),
     # gate_up_proj [experts, hidden, 2 * inter] = [gate | up] columns, down_proj [E, inter, hidden]
     experts=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj", in_out=True),
+)
+
+# Llama 4's hub checkpoints (Llama4ForConditionalGeneration: the decoder's keys in `text_config`,
+# its weights under language_model.) built text-only, as qwen3_5's are.
+LLAMA4 = dataclasses.replace(
+    LLAMA4_TEXT,
+    model_type="llama4",
+    weight_renames=(
+        *LLAMA4_TEXT.weight_renames,
+        (r"^model\.", "language_model.model."),
+        (r"^lm_head\.", "language_model.lm_head."),
+    ),
+    unused_weights=(r"^vision_model\.", r"^multi_modal_projector\."),
+    text_only=TextOnly(
+        not_built="the vision tower (vision_model.*, multi_modal_projector.*): a text-only bundle",
+        top_level_keys={"tie_word_embeddings": False},
+    ),
 )

@@ -25,7 +25,7 @@ from mobius_genai.models.families.layers import (
     exaone4_no_rope_layers,
     smollm3_no_rope_layers,
 )
-from mobius_genai.models.families.llama4 import LLAMA4_TEXT
+from mobius_genai.models.families.llama4 import LLAMA4, LLAMA4_TEXT
 from mobius_genai.models.families.moe_rows import MOE_FAMILIES
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
@@ -524,6 +524,7 @@ _FAMILIES = (
     *HYBRID_FAMILIES,
     GPT_OSS,
     LLAMA4_TEXT,
+    LLAMA4,
     *CORRECTED_MOE_FAMILIES,
 )
 

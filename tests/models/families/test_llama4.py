@@ -18,15 +18,25 @@ from collections import Counter
 import numpy as np
 import onnx
 import pytest
+import torch
+from transformers import Llama4Config, Llama4ForConditionalGeneration
 
 import mobius_genai
 from mobius_genai import packager
 from mobius_genai.cli import main as cli_main
 from mobius_genai.components import decoder, moe, scaled_input
+from mobius_genai.config.local_global import CHUNKED
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import edit_config, hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
+from tests._hf import (
+    edit_config,
+    hf_greedy_tokens,
+    hf_reference_logits,
+    randomize_weights,
+    tiny_config,
+    write_tiny_checkpoint,
+)
 from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
@@ -194,6 +204,45 @@ def test_cpu_int4_bundle_runs_its_experts_as_qmoe(tmp_path):
     assert ops["MatMulNBits"] > 0
     tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert len(tokens) == NEW_TOKENS
+
+
+# One tiny vision block and projector; their tensors are in the checkpoint and no graph reads them.
+_VISION = {
+    "hidden_size": 16,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "intermediate_size": 32,
+    "image_size": 28,
+    "patch_size": 14,
+    "vision_output_dim": 16,
+    "projector_input_dim": 16,
+    "projector_output_dim": 16,
+}
+
+
+def test_hub_checkpoint_is_built_text_only(tmp_path):
+    """Llama 4's hub layout (Llama4ForConditionalGeneration: text_config, language_model.*
+    weights, a vision tower) builds the decoder alone: its logits equal transformers' language
+    model's, whose logits the multimodal model gives for text; an empty no_rope_layers (as hub
+    configs write it) means a NoPE layer every no_rope_layer_interval layers."""
+    text = tiny_config(FAMILY, no_rope_layers=[], no_rope_layer_interval=2).to_dict()
+    model = Llama4ForConditionalGeneration(Llama4Config(text_config=text, vision_config=_VISION))
+    randomize_weights(model, seed=1)
+    model.save_pretrained(tmp_path / "hub")
+    model.language_model.save_pretrained(tmp_path / "text")
+    path = tmp_path / "hub" / "config.json"
+    data = json.loads(path.read_text())
+    assert data["text_config"].pop("layer_types") == [CHUNKED, "full_attention", CHUNKED]
+    data["text_config"]["no_rope_layers"] = []
+    path.write_text(json.dumps(data))
+    with torch.no_grad():
+        ids = torch.tensor(_ids())
+        assert torch.equal(model(input_ids=ids).logits, model.language_model(ids).logits)
+    reference = hf_reference_logits(tmp_path / "text", _ids(), decode_steps=2)
+    config = mobius_genai.build(tmp_path / "hub", "cpu", "f32", load_weights=False).config
+    assert config.no_rope_layers == (1,) and config.layer_types[1] == "full_attention"
+    diffs = graph_diffs(tmp_path / "hub", reference, ("cpu",), tmp_path, progress=False)
+    assert diffs["cpu"] <= TOLERANCE, diffs
 
 
 REFUSALS = {
