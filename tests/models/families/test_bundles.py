@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,17 @@ def _checkpoint(folder: Path, family: str) -> Path:
     for name in TOKENIZER_FILES:
         shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
     return ckpt
+
+
+def int4_bundle_ops(family: str, folder: Path) -> Counter:
+    """The op counts of `family`'s cpu int4 bundle, packaged under `folder`, once
+    onnxruntime-genai has generated every token asked for with it."""
+    ckpt = _checkpoint(folder / "ckpt", family)
+    bundle = packager.package(ckpt, "cpu", folder / "bundle", precision="int4", quiet=True)
+    tokens = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert len(tokens) == NEW_TOKENS
+    graph = onnx.load(str(bundle / "model.onnx"), load_external_data=False).graph
+    return Counter(node.op_type for node in graph.node)
 
 
 def _marks(family: str) -> list[pytest.MarkDecorator]:

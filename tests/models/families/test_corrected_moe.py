@@ -9,26 +9,28 @@ prefill + 4 cached decode steps, on the portable, cpu and onnx-standard graphs.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections import Counter
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from safetensors.numpy import load_file, save_file
 
 import mobius_genai
-from mobius_genai import packager
 from mobius_genai.components import moe
-from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
-from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
-from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
+from tests._hf import (
+    edit_config,
+    hf_reference_logits,
+    load_reference_model,
+    tiny_config,
+    write_tiny_checkpoint,
+)
+from tests._ort import graph_diffs, mutant_diffs
+from tests.models.families.test_bundles import int4_bundle_ops
+from tests.models.families.test_deepseek import _CorrectionBiasIgnored, _with_routing
+from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -158,39 +160,19 @@ def test_prompt_picks_depend_on_the_correction_bias(family, tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
 
 
-class _CorrectionBiasIgnored(GroupRouter):
-    """Reads e_score_correction_bias and chooses by the uncorrected scores."""
-
-    def _choice(self, op, scores):
-        return scores
-
-
-def _with_moe(family: str, **changes):
-    row = FAMILIES[family]
-    read = row.config_overrides["moe"]
-
-    def mutant(raw):
-        config = read(raw)
-        routing_changes = {k: v for k, v in changes.items() if k != "normalize_top_k"}
-        routing = dataclasses.replace(config.group_routing, **routing_changes)
-        config = dataclasses.replace(config, group_routing=routing)
-        if "normalize_top_k" in changes:
-            config = dataclasses.replace(config, normalize_top_k=changes["normalize_top_k"])
-        return config
-
-    return dataclasses.replace(row, config_overrides={**row.config_overrides, "moe": mutant})
-
-
 MUTANTS = {
     **{
         f"{family}_correction_bias_ignored": (family, (moe, "GroupRouter", _CorrectionBiasIgnored))
         for family in ROWS
     },
-    "glm4_moe_groups_not_limited": ("glm4_moe", _with_moe("glm4_moe", top_groups=4)),
-    "ernie4_5_moe_sigmoid_scores": ("ernie4_5_moe", _with_moe("ernie4_5_moe", scoring="sigmoid")),
+    "glm4_moe_groups_not_limited": ("glm4_moe", _with_routing("glm4_moe", top_groups=4)),
+    "ernie4_5_moe_sigmoid_scores": (
+        "ernie4_5_moe",
+        _with_routing("ernie4_5_moe", scoring="sigmoid"),
+    ),
     "minimax_m2_not_renormalized": (
         "minimax_m2",
-        _with_moe("minimax_m2", normalize_top_k=False),
+        _with_moe(FAMILIES["minimax_m2"], normalize_top_k=False),
     ),
 }
 
@@ -199,29 +181,16 @@ MUTANTS = {
 def test_parity_fails_with_one_detail_wrong(case, tmp_path, monkeypatch):
     family, mutant = MUTANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=1)
-    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
-    ours = run_like_reference(ort_session(package, tmp_path / "ours"), reference)
-    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
-    if isinstance(mutant, tuple):
-        monkeypatch.setattr(*mutant)
-    else:
-        monkeypatch.setitem(FAMILIES, family, mutant)
-    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
-    ours = run_like_reference(ort_session(package, tmp_path / "mutant"), reference)
-    assert max_abs_diff(ours, reference.logits) > 10 * TOLERANCE
+    ours, mutated = mutant_diffs(ckpt, _ids(), tmp_path, family, mutant, monkeypatch)
+    assert ours <= TOLERANCE
+    assert mutated > 10 * TOLERANCE
 
 
 @pytest.mark.parametrize("family", ROWS)
 def test_cpu_int4_bundle_runs_its_experts_as_qmoe(family, tmp_path):
     """int4 for cpu: every MoE layer's routed experts in QMoE behind the corrected router's
     standard ops, and onnxruntime-genai generates every token asked for."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
-    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
-    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    ops = Counter(node.op_type for node in graph.node)
-    config = FAMILIES[family].parse_config(json.loads((ckpt / "config.json").read_text()))
+    ops = int4_bundle_ops(family, tmp_path)
+    config = FAMILIES[family].parse_config(tiny_config(family).to_dict())
     assert (ops["QMoE"], ops["MoE"]) == (len(config.moe.sparse_layers), 0)
     assert ops["MatMulNBits"] > 0
-    tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
-    assert len(tokens) == NEW_TOKENS

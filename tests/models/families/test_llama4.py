@@ -16,7 +16,6 @@ import json
 from collections import Counter
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from transformers import Llama4Config, Llama4ForConditionalGeneration
@@ -37,8 +36,12 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
-from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
+from tests._ort import (
+    graph_diffs,
+    left_padded_diffs,
+    mutant_diffs,
+)
+from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint, int4_bundle_ops
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -142,19 +145,10 @@ MUTANTS = {
 
 @pytest.mark.parametrize("case", sorted(MUTANTS))
 def test_parity_fails_with_one_detail_wrong(case, tmp_path, monkeypatch):
-    mutant = MUTANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY, seed=1)
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=1)
-    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
-    ours = run_like_reference(ort_session(package, tmp_path / "ours"), reference)
-    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
-    if isinstance(mutant, tuple):
-        monkeypatch.setattr(*mutant)
-    else:
-        monkeypatch.setitem(FAMILIES, FAMILY, mutant)
-    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
-    ours = run_like_reference(ort_session(package, tmp_path / "mutant"), reference)
-    assert max_abs_diff(ours, reference.logits) > 10 * TOLERANCE
+    ours, mutated = mutant_diffs(ckpt, _ids(), tmp_path, FAMILY, MUTANTS[case], monkeypatch)
+    assert ours <= TOLERANCE
+    assert mutated > 10 * TOLERANCE
 
 
 def _attention_ops(graph) -> Counter:
@@ -196,14 +190,9 @@ def test_cpu_bundle_generates_like_transformers_without_a_shared_buffer(tmp_path
 
 
 def test_cpu_int4_bundle_runs_its_experts_as_qmoe(tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
-    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
-    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    ops = Counter(node.op_type for node in graph.node)
+    ops = int4_bundle_ops(FAMILY, tmp_path)
     assert (ops["QMoE"], ops["MoE"]) == (2, 0)
     assert ops["MatMulNBits"] > 0
-    tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
-    assert len(tokens) == NEW_TOKENS
 
 
 # One tiny vision block and projector; their tensors are in the checkpoint and no graph reads them.
