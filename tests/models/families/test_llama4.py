@@ -190,18 +190,15 @@ def test_cpu_bundle_generates_like_transformers_without_a_shared_buffer(tmp_path
     assert "some layers attend with standard Attention" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    ("ep", "option"), [("cuda", "enable_cuda_graph"), ("webgpu", "enableGraphCapture")]
-)
-def test_gpu_bundles_neither_share_the_buffer_nor_capture_the_graph(ep, option, tmp_path):
-    """On EPs that capture graphs, a graph with standard Attention layers shares no KV buffer,
-    so capture is off (it needs the shared buffer): genai_config and the graph as built here."""
+def test_cuda_bundle_neither_shares_the_buffer_nor_captures_the_graph(tmp_path):
+    """A graph with standard Attention layers shares no KV buffer, so CUDA graph capture is off
+    (it needs the shared buffer): genai_config and the graph as built here."""
     ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
-    folder = packager.package(ckpt, ep, tmp_path / "bundle", quiet=True)
+    folder = packager.package(ckpt, "cuda", tmp_path / "bundle", quiet=True)
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is False
     options = config["model"]["decoder"]["session_options"]["provider_options"]
-    assert options == [{ep: {option: "0"}}]
+    assert options == [{"cuda": {"enable_cuda_graph": "0"}}]
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
     assert _attention_ops(graph.node) == {"Attention": 2, "GroupQueryAttention": 1}
 
