@@ -3,7 +3,7 @@ temperature tuning, the L2 q/k norm of rotating layers, MoE whose router score s
 expert's input.
 
 The tiny checkpoint (tests/_hf.py) has chunked (5 positions), NoPE and chunked layers, MoE in
-the outer two; its 12-token prefills and 4 decode steps cross two chunk boundaries and three
+the outer two; its 12-token prefills and 4 decode steps cross three chunk boundaries and four
 temperature steps (floor_scale 4). f32, <= 1e-4 on the portable, cpu (GroupQueryAttention in
 the NoPE layer, standard Attention under the chunked mask GQA cannot express) and
 onnx-standard graphs; mutants: each wrong detail moves the logits well past the tolerance.
@@ -37,11 +37,7 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
-from tests._ort import (
-    graph_diffs,
-    left_padded_diffs,
-    mutant_diffs,
-)
+from tests._ort import graph_diffs, left_padded_diffs, mutant_diffs
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint, int4_bundle_ops
 
 TOLERANCE = 1e-4
