@@ -17,6 +17,7 @@ from collections import Counter
 
 import numpy as np
 import onnx
+import onnxruntime_genai as og
 import pytest
 import torch
 from transformers import Llama4Config, Llama4ForConditionalGeneration
@@ -39,6 +40,7 @@ from tests._hf import (
 )
 from tests._ort import graph_diffs, left_padded_diffs, mutant_diffs
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint, int4_bundle_ops
+from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -167,9 +169,10 @@ def test_chunks_as_long_as_the_context_attend_in_full_and_fuse_to_gqa(tmp_path):
 
 
 def test_cpu_bundle_generates_like_transformers_without_a_shared_buffer(tmp_path, capsys):
-    """og runs the mixed graph (GQA and standard Attention) with a concatenated cache: a
-    shared buffer cannot hold the standard layers' presents, so genai_config says false and
-    validate refuses true."""
+    """og runs the mixed graph (GQA and standard Attention) with a concatenated cache, through
+    og.Generator and og.Engine (a batch of prompts of different lengths: each row's chunks and
+    temperatures counted from its own first token); a shared buffer cannot hold the standard
+    layers' presents, so genai_config says false and validate refuses true."""
     ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     assert cli_main(["validate", str(folder)]) == 0
@@ -180,6 +183,9 @@ def test_cpu_bundle_generates_like_transformers_without_a_shared_buffer(tmp_path
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
     assert len(ours) == NEW_TOKENS
+    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
+    assert failures == []
+    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
     config["search"]["past_present_share_buffer"] = True
     path.write_text(json.dumps(config))
     assert cli_main(["validate", str(folder)]) != 0
