@@ -99,8 +99,9 @@ class GraphInfo:
     @property
     def shares_kv_buffer(self) -> bool:
         """True when every layer attends with GroupQueryAttention, so og may feed each past in
-        its present's buffer: a standard Attention layer (Llama 4's chunked ones) returns a
-        present one token longer than its past, which a shared buffer cannot hold."""
+        its present's buffer: a standard Attention layer (Llama 4's chunked ones) returns its
+        past with the new tokens appended, longer than the past, which a shared buffer cannot
+        hold."""
         return self.has_gqa and "ai.onnx::Attention" not in self.ops
 
     @classmethod
