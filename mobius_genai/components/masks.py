@@ -8,7 +8,8 @@ distance for a row without holes, and the prompt's own distance for a row with t
 right-padded row of og.Generator's batch continues after its padding, and og.Engine's shorter
 rows (components/kv_slots.py) keep their keys below later slots. A chunked layer (Llama 4's
 local attention) sees only the keys of the query's own chunk: key and query positions in the
-same `chunk`-sized block, counted as the window's distance is.
+same `chunk`-sized block, counted as the window's distance is; its bias node carries
+CHUNKED_KEY so the GQA rule can say why it declined (GQA's window is not a chunk).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.ep.context import get_build_dtype
+
+#: Metadata on the bias node of a chunked layer: what GroupQueryAttention cannot express.
+CHUNKED_KEY = "mobius.chunked_attention"
 
 
 def attention_bias(
@@ -57,8 +61,13 @@ def attention_bias(
         allowed = op.And(allowed, op.Equal(op.Div(keys, size), op.Div(latest, size)))
     dtype = get_build_dtype()
     lowest = ml_dtypes.finfo(dtype.numpy()).min
-    return op.Where(
+    bias = op.Where(
         allowed,
         op.Constant(value=ir.tensor(np.array(0, dtype=dtype.numpy()))),
         op.Constant(value=ir.tensor(np.array(lowest, dtype=dtype.numpy()))),
     )
+    if chunk is not None:
+        bias.producer().metadata_props[CHUNKED_KEY] = (
+            f"keys of the query's own {chunk}-position chunk only"
+        )
+    return bias

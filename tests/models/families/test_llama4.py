@@ -168,6 +168,18 @@ def test_chunks_as_long_as_the_context_attend_in_full_and_fuse_to_gqa(tmp_path):
     assert _attention_ops(graph) == {"GroupQueryAttention": 3}
 
 
+def test_trace_says_why_gqa_declined_the_chunked_layers(tmp_path, recwarn):
+    """Every layer chunked (no NoPE layer): standard Attention is meant to stay, so no warning
+    says GQA was expected, and the trace gives the reason for each layer."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY, no_rope_layers=[1, 1, 1])
+    package = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False, progress=False)
+    assert _attention_ops(package["model"].graph) == {"Attention": 3}
+    reasons = [d.reason for d in package.reports["model"].rules["GQAFusion"].declines]
+    expected = "keys of the query's own 5-position chunk only; GroupQueryAttention's window"
+    assert len(reasons) == 3 and all(reason.startswith(expected) for reason in reasons), reasons
+    assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
+
+
 def test_cpu_bundle_generates_like_transformers_without_a_shared_buffer(tmp_path, capsys):
     """og runs the mixed graph (GQA and standard Attention) with a concatenated cache, through
     og.Generator and og.Engine (a batch of prompts of different lengths: each row's chunks and
