@@ -5,8 +5,9 @@ expert's input.
 The tiny checkpoint (tests/_hf.py) has chunked (5 positions), NoPE and chunked layers, MoE in
 the outer two; its 12-token prefills and 4 decode steps cross three chunk boundaries and four
 temperature steps (floor_scale 4). f32, <= 1e-4 on the portable, cpu (GroupQueryAttention in
-the NoPE layer, standard Attention under the chunked mask GQA cannot express) and
-onnx-standard graphs; mutants: each wrong detail moves the logits well past the tolerance.
+every layer: causal in the NoPE layer, causal=0 with the chunk mask as attention_bias in the
+chunked ones) and onnx-standard graphs; mutants: each wrong detail moves the logits well past
+the tolerance.
 """
 
 from __future__ import annotations
@@ -156,23 +157,39 @@ def _attention_ops(graph) -> Counter:
     )
 
 
-def test_chunks_as_long_as_the_context_attend_in_full_and_fuse_to_gqa(tmp_path):
-    """A chunk of the whole context (64 positions) holds every position: the chunked layers
-    are full-attention layers and GQA takes all three; shorter chunks keep their mask in
-    standard Attention, which GQA's causal window cannot express."""
+def _gqa_with_bias(graph) -> int:
+    """GroupQueryAttention nodes that take the mask as attention_bias with causal=0."""
+    return sum(
+        1
+        for node in graph
+        if node.op_type == "GroupQueryAttention"
+        and node.attributes.get_int("causal", 1) == 0
+        and len(node.inputs) > 10
+    )
+
+
+def test_chunked_layers_run_gqa_with_their_mask_as_bias(tmp_path):
+    """cpu's and cuda's GroupQueryAttention take attention_bias: the chunked layers run it with
+    causal=0 and the chunk mask as bias, the NoPE layer as plain causal GQA. A chunk of the
+    whole context (64 positions) holds every position: those layers are full-attention layers,
+    plain causal GQA too."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY)
-    graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
-    assert _attention_ops(graph) == {"Attention": 2, "GroupQueryAttention": 1}
+    for ep, dtype in (("cpu", "f32"), ("cuda", "f16")):
+        graph = mobius_genai.build(ckpt, ep, dtype, load_weights=False)["model"].graph
+        assert _attention_ops(graph) == {"GroupQueryAttention": 3}, ep
+        assert _gqa_with_bias(graph) == 2, ep
     edit_config(ckpt, attention_chunk_size=64)
     graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
     assert _attention_ops(graph) == {"GroupQueryAttention": 3}
+    assert _gqa_with_bias(graph) == 0
 
 
 def test_trace_says_why_gqa_declined_the_chunked_layers(tmp_path, recwarn):
-    """Every layer chunked (no NoPE layer): standard Attention is meant to stay, so no warning
-    says GQA was expected, and the trace gives the reason for each layer."""
+    """Every layer chunked (no NoPE layer), on webgpu, whose GQA kernel takes no attention_bias:
+    standard Attention is meant to stay, so no warning says GQA was expected, and the trace
+    gives the reason for each layer."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY, no_rope_layers=[1, 1, 1])
-    package = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False, progress=False)
+    package = mobius_genai.build(ckpt, "webgpu", "f32", load_weights=False, progress=False)
     assert _attention_ops(package["model"].graph) == {"Attention": 3}
     reasons = [d.reason for d in package.reports["model"].rules["GQAFusion"].declines]
     expected = "keys of the query's own 5-position chunk only; GroupQueryAttention's window"
@@ -180,41 +197,41 @@ def test_trace_says_why_gqa_declined_the_chunked_layers(tmp_path, recwarn):
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
 
 
-def test_cpu_bundle_generates_like_transformers_without_a_shared_buffer(tmp_path, capsys):
-    """og runs the mixed graph (GQA and standard Attention) with a concatenated cache, through
-    og.Generator and og.Engine (a batch of prompts of different lengths: each row's chunks and
-    temperatures counted from its own first token); a shared buffer cannot hold the standard
-    layers' presents, so genai_config says false and validate refuses true."""
+def test_cpu_bundle_generates_like_transformers(tmp_path):
+    """og runs the GQA graph with a shared KV buffer through og.Generator and og.Engine (a
+    batch of prompts of different lengths: each row's chunks and temperatures counted from its
+    own first token)."""
     ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    assert cli_main(["validate", str(folder)]) == 0
-    assert "valid (decoder," in capsys.readouterr().out
-    path = folder / "genai_config.json"
-    config = json.loads(path.read_text())
-    assert config["search"]["past_present_share_buffer"] is False
+    config = json.loads((folder / "genai_config.json").read_text())
+    assert config["search"]["past_present_share_buffer"] is True
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
     assert len(ours) == NEW_TOKENS
     tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
     assert failures == []
     assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
-    config["search"]["past_present_share_buffer"] = True
-    path.write_text(json.dumps(config))
-    assert cli_main(["validate", str(folder)]) != 0
-    assert "some layers attend with standard Attention" in capsys.readouterr().err
 
 
-def test_cuda_bundle_neither_shares_the_buffer_nor_captures_the_graph(tmp_path):
-    """A graph with standard Attention layers shares no KV buffer, so CUDA graph capture is off
-    (it needs the shared buffer): genai_config and the graph as built here."""
+def test_webgpu_bundle_neither_shares_the_buffer_nor_captures_the_graph(tmp_path, capsys):
+    """Where GQA takes no attention_bias (webgpu) the chunked layers keep standard Attention,
+    whose presents a shared KV buffer cannot hold: genai_config shares none, so graph capture
+    is off (it needs the shared buffer), and validate refuses sharing."""
     ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
-    folder = packager.package(ckpt, "cuda", tmp_path / "bundle", quiet=True)
-    config = json.loads((folder / "genai_config.json").read_text())
+    folder = packager.package(ckpt, "webgpu", tmp_path / "bundle", quiet=True)
+    path = folder / "genai_config.json"
+    config = json.loads(path.read_text())
     assert config["search"]["past_present_share_buffer"] is False
     options = config["model"]["decoder"]["session_options"]["provider_options"]
-    assert options == [{"cuda": {"enable_cuda_graph": "0"}}]
+    assert options == [{"webgpu": {"enableGraphCapture": "0"}}]
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
     assert _attention_ops(graph.node) == {"Attention": 2, "GroupQueryAttention": 1}
+    assert cli_main(["validate", str(folder)]) == 0
+    config["search"]["past_present_share_buffer"] = True
+    path.write_text(json.dumps(config))
+    capsys.readouterr()
+    assert cli_main(["validate", str(folder)]) != 0
+    assert "some layers attend with standard Attention" in capsys.readouterr().err
 
 
 def test_cpu_int4_bundle_runs_its_experts_as_qmoe(tmp_path):
