@@ -8,10 +8,9 @@ each group's two best), while the chosen experts are weighted by the uncorrected
 scores a group by its best expert. The weights are renormalized to sum 1 when the MoE config's
 `normalize_top_k` says so, then multiplied by `scaling` (`routed_scaling_factor`).
 LFM2-MoE routes the same way with one group: sigmoid scores corrected by its `expert_bias`,
-renormalized over the sum plus `epsilon` (1e-6).
-`normalize_top_k` says so, then multiplied by `scaling` (`routed_scaling_factor`). GLM-4 MoE
-routes as V3; MiniMax-M2 as V3 in one group; ERNIE-4.5-MoE chooses by softmax scores plus
-its correction bias, which it stores as one [1, experts] row (`correction_bias_row`).
+renormalized over the sum plus `epsilon` (1e-6). GLM-4 MoE routes as V3; MiniMax-M2 as V3 in
+one group; ERNIE-4.5-MoE chooses by softmax scores plus its correction bias, which it stores
+as one [1, experts] row (`correction_bias_row`).
 """
 
 from __future__ import annotations
