@@ -287,7 +287,7 @@ def write_bundle(
         "context_length": built.context_length,
         "model_type": built.config.model_type,
         "genai_model_type": genai_config["model"]["type"],
-        "past_present_share_buffer": graph.has_gqa,
+        "past_present_share_buffer": graph.shares_kv_buffer,
         "og_limits": og_limits(genai_config, graph),
         "optimization": {
             rule: count for rule, count in sorted(built.optimization_report.items()) if count

@@ -34,12 +34,14 @@ from huggingface_hub.file_download import (
 )
 from safetensors.numpy import load_file, save_file
 from transformers import (
+    ApertusConfig,
     ArceeConfig,
     AutoConfig,
     AutoModelForCausalLM,
     CohereConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    Ernie4_5_MoeConfig,
     Ernie4_5Config,
     Exaone4Config,
     ExaoneConfig,
@@ -47,6 +49,7 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     GemmaConfig,
+    Glm4MoeConfig,
     GlmConfig,
     GPT2Config,
     GPTJConfig,
@@ -60,7 +63,9 @@ from transformers import (
     InternLM3Config,
     Lfm2Config,
     Lfm2MoeConfig,
+    Llama4TextConfig,
     LlamaConfig,
+    MiniMaxM2Config,
     MistralConfig,
     MixtralConfig,
     NemotronConfig,
@@ -140,6 +145,11 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granitemoehybrid": GraniteMoeHybridConfig,
     "nemotron_h": NemotronHConfig,
     "falcon_h1": FalconH1Config,
+    "llama4_text": Llama4TextConfig,
+    "glm4_moe": Glm4MoeConfig,
+    "ernie4_5_moe": Ernie4_5_MoeConfig,
+    "minimax_m2": MiniMaxM2Config,
+    "apertus": ApertusConfig,
 }
 
 _ARCHITECTURES = {
@@ -191,6 +201,11 @@ _ARCHITECTURES = {
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
     "nemotron_h": "NemotronHForCausalLM",
     "falcon_h1": "FalconH1ForCausalLM",
+    "llama4_text": "Llama4ForCausalLM",
+    "glm4_moe": "Glm4MoeForCausalLM",
+    "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
+    "minimax_m2": "MiniMaxM2ForCausalLM",
+    "apertus": "ApertusForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -525,6 +540,68 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "ssm_out_multiplier": 0.6,
         "mlp_multipliers": [1.5, 0.7],
         "ssm_multipliers": [0.9, 1.1, 0.8, 1.3, 0.5],
+    },
+    # chunked (5 positions), NoPE full, chunked layers: rotation and L2 q/k norm in the chunked
+    # ones, temperature tuning (floor_scale 4, large enough a scale to move logits) in the NoPE
+    # one; MoE (4 experts of 32, one per token, the sigmoid score scaling the expert's input,
+    # a shared expert) in the outer layers, a dense MLP of 96 in the middle
+    "llama4_text": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "intermediate_size_mlp": 96,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "moe_layers": [0, 2],
+        "no_rope_layers": [1, 0, 1],
+        "attention_chunk_size": 5,
+        "floor_scale": 4,
+        "attn_scale": 0.5,
+    },
+    # DeepSeek-V3's routing (8 experts in 4 groups, 2 kept, 2 per token, the correction bias,
+    # renormalized, scaled by 2.5) beside a shared expert, the first layer dense; ordinary
+    # attention with q/k/v biases, per-head q/k norms, rotary on half of head_dim 16
+    "glm4_moe": {
+        "head_dim": 16,
+        "attention_bias": True,
+        "use_qk_norm": True,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "n_group": 4,
+        "topk_group": 2,
+        "routed_scaling_factor": 2.5,
+    },
+    # softmax scores chosen with the [1, experts] correction bias (8 experts, 2 per token),
+    # a shared expert, the first layer dense; interleaved rotary
+    "ernie4_5_moe": {
+        "moe_num_experts": 8,
+        "moe_k": 2,
+        "moe_intermediate_size": 32,
+        "moe_num_shared_experts": 1,
+    },
+    # sigmoid scores chosen with the correction bias (8 experts, 2 per token), renormalized;
+    # RMSNorms over the whole q and k projections, rotary on half of head_dim 16
+    "minimax_m2": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "partial_rotary_factor": 0.5,
+    },
+    # up, xIELU, down (its alpha_p, alpha_n random; beta, eps the buffers), per-head q/k norms;
+    # ApertusConfig's llama3 rope, its factor crossing the tiny context
+    "apertus": {
+        "head_dim": 16,
+        "rope_parameters": {
+            "rope_type": "llama3",
+            "rope_theta": 12000000.0,
+            "factor": 8.0,
+            "original_max_position_embeddings": 16,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+        },
     },
 }
 

@@ -209,3 +209,24 @@ def reference_evaluator_logits(model: ir.Model, ids: np.ndarray) -> np.ndarray:
             feeds[value.name] = np.zeros(sizes, np.float32)
     (logits,) = ReferenceEvaluator(ir.to_proto(model)).run(["logits"], feeds)
     return logits
+
+
+def mutant_diffs(
+    ckpt: Path, ids: np.ndarray, directory: Path, family: str, mutant, monkeypatch
+) -> tuple[float, float]:
+    """The portable graph's largest logits difference from transformers (a prefill and one
+    decode step) as built, then as built with `mutant`: a (module, name, replacement) to patch,
+    or a row that replaces `family`'s in the family table."""
+    from mobius_genai.models import FAMILIES
+
+    reference = hf_reference_logits(ckpt, ids, decode_steps=1)
+    diffs = []
+    for name in ("ours", "mutant"):
+        if name == "mutant" and isinstance(mutant, tuple):
+            monkeypatch.setattr(*mutant)
+        elif name == "mutant":
+            monkeypatch.setitem(FAMILIES, family, mutant)
+        package = mobius_genai.build(ckpt, "default", "f32", progress=False)
+        ours = run_like_reference(ort_session(package, directory / name), reference)
+        diffs.append(max_abs_diff(ours, reference.logits))
+    return diffs[0], diffs[1]

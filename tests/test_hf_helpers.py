@@ -52,12 +52,15 @@ _BIAS = {
         "granitemoe",
         "deepseek_v3",
         "deepseek_v2",
+        "llama4_text",
+        "apertus",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its config requires
 _BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
-_NO_BIAS = {"mistral", "phi3", "exaone4", "mixtral"}  # families without a bias switch
+# families without a bias switch (ernie4_5_moe's use_bias is refused)
+_NO_BIAS = {"mistral", "phi3", "exaone4", "mixtral", "minimax_m2", "ernie4_5_moe"}
 _NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
 # tensors on load (transformers/conversion_mapping.py)
@@ -76,6 +79,8 @@ _LOADED_AS = {
         (r"\.mlp\.c_proj\.", ".mlp.down_proj."),
     ],
     "mixtral": [(r"\.block_sparse_moe\.", ".mlp.")],
+    "minimax_m2": [(r"\.block_sparse_moe\.", ".mlp.")],
+    "ernie4_5_moe": [(r"\.mlp\.moe_statics\.", ".mlp.gate.moe_statics.")],
     "phimoe": [(r"\.block_sparse_moe\.gate\.", ".mlp.router."), (r"\.block_sparse_moe\.", ".mlp.")],
     "granitemoe": [
         (r"\.input_linear\.weight$", ".experts.gate_up_proj"),

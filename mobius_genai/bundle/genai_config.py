@@ -66,7 +66,7 @@ def make_genai_config(
     """
     generation = generation or {}
     context_length = context_length or config.max_position_embeddings
-    share_buffer = graph.has_gqa
+    share_buffer = graph.shares_kv_buffer
     model: dict[str, Any] = {
         "type": genai_type or get_family(config.model_type).genai_type,
         "context_length": context_length,

@@ -96,6 +96,14 @@ class GraphInfo:
         """True when attention runs as GroupQueryAttention (the op that shares past/present)."""
         return GQA_OP in self.ops
 
+    @property
+    def shares_kv_buffer(self) -> bool:
+        """True when every layer attends with GroupQueryAttention, so og may feed each past in
+        its present's buffer: a standard Attention layer (Llama 4's chunked ones) returns its
+        past with the new tokens appended, longer than the past, which a shared buffer cannot
+        hold."""
+        return self.has_gqa and "ai.onnx::Attention" not in self.ops
+
     @classmethod
     def from_file(cls, path: str | Path) -> GraphInfo:
         """Read an .onnx file's graph (not its external data)."""

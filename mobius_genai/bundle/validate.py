@@ -192,6 +192,11 @@ def check_runtime_settings(config: Mapping[str, Any], graph: GraphInfo) -> list[
             "search.past_present_share_buffer: true but the graph has no "
             "com.microsoft::GroupQueryAttention; accepted: false for this graph"
         )
+    elif share and not graph.shares_kv_buffer:
+        problems.append(
+            "search.past_present_share_buffer: true but some layers attend with standard "
+            "Attention, whose present outgrows a shared buffer; accepted: false for this graph"
+        )
     for provider, option in _captured(session.get("provider_options", [])):
         if not share:
             problems.append(

@@ -6,7 +6,9 @@ rotary embedding (unless the layer has none), then one Attention op that appends
 and values to the cache (each row's tokens placed as components/kv_slots.py says) and applies
 the additive mask it is given; with attention sinks, its
 output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
-[q_h | gate_h] per head and the output is multiplied by sigmoid(gate).
+[q_h | gate_h] per head and the output is multiplied by sigmoid(gate). Llama 4's layers
+(config/local_global.py) L2-normalize each rotated q/k head, or, without a rotary embedding,
+scale the queries by their position's attention temperature.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from onnxscript import nn
 
 from mobius_genai.components.kv_slots import Slots, place
 from mobius_genai.components.linear import Linear, parameter
-from mobius_genai.components.norms import HeadwiseNorm, make_norm
+from mobius_genai.components.norms import HeadwiseNorm, RMSNorm, make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.components.sinks import SCORES_MODE, apply_sinks
 from mobius_genai.config import ArchitectureConfig
@@ -69,6 +71,13 @@ class Attention(nn.Module):
             self.k_norm = make_norm(config.norm_type, k_norm_size, config.norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        local_global = config.local_global
+        rotates = config.rope_of_layer(layer_index) is not None
+        if local_global is not None and local_global.qk_l2_norm and rotates:
+            self.q_norm = RMSNorm(self.head_dim, config.norm_eps, affine=False)
+            self.k_norm = RMSNorm(self.head_dim, config.norm_eps, affine=False)
+            self.per_head_norm, self.norm_after_rope = True, True
+        self.temperature = None if local_global is None or rotates else local_global.temperature
 
     def _project(self, op, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
         """q, k and v: three projections, or one packed [q | k | v] projection split."""
@@ -96,6 +105,23 @@ class Attention(nn.Module):
             return norm(op, x)
         heads = op.Reshape(x, op.Constant(value_ints=[0, 0, num_heads, self.head_dim]))
         return op.Reshape(norm(op, heads), op.Constant(value_ints=[0, 0, -1]))
+
+    def _temperature(self, op, position_ids: ir.Value, like: ir.Value) -> ir.Value:
+        """[batch, seq, 1]: log1p(floor((position + 1) / floor_scale)) * scale + 1, in float32."""
+        tuning = self.temperature
+        positions = op.Cast(op.Unsqueeze(position_ids, op.Constant(value_ints=[-1])), to=1)
+        steps = op.Floor(
+            op.Div(
+                op.Add(positions, op.Constant(value_float=1.0)),
+                op.Constant(value_float=float(tuning.floor_scale)),
+            )
+        )
+        log1p = op.Log(op.Add(steps, op.Constant(value_float=1.0)))
+        factor = op.Add(
+            op.Mul(log1p, op.Constant(value_float=float(tuning.scale))),
+            op.Constant(value_float=1.0),
+        )
+        return op.CastLike(factor, like)
 
     def forward(
         self,
@@ -125,6 +151,8 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.norm_after_rope:
             q = self._norm(op, q, self.q_norm, self.num_heads)
             k = self._norm(op, k, self.k_norm, self.num_kv_heads)
+        if self.temperature is not None:
+            q = op.Mul(q, self._temperature(op, position_ids, q))
         attributes = {"q_num_heads": self.num_heads, "kv_num_heads": self.num_kv_heads}
         attributes["scale"] = self.scale
         if self.softcap:

@@ -30,7 +30,8 @@ def _sigmoid(op, logits: ir.Value) -> ir.Value:
 
 
 class GroupRouter(nn.Module):
-    """DeepSeek's MoE gate: `weight` [experts, hidden] and, for V3, `e_score_correction_bias`."""
+    """DeepSeek's MoE gate: `weight` [experts, hidden] and, for V3 (GLM-4 MoE, MiniMax-M2,
+    ERNIE-4.5-MoE), `e_score_correction_bias`."""
 
     def __init__(self, moe: MoeConfig, hidden: int) -> None:
         super().__init__()
@@ -44,9 +45,8 @@ class GroupRouter(nn.Module):
             moe.normalize_top_k,
         )
         self.weight = parameter([hidden, moe.num_experts], transposed=True)
-        self.e_score_correction_bias = (
-            parameter([moe.num_experts]) if routing.correction_bias else None
-        )
+        shape = [1, moe.num_experts] if routing.correction_bias_row else [moe.num_experts]
+        self.e_score_correction_bias = parameter(shape) if routing.correction_bias else None
 
     def forward(self, op, x: ir.Value) -> tuple[ir.Value, ir.Value | None]:
         """(router input [tokens, experts] for a renormalizing MoE node, the factor its output

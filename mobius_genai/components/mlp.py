@@ -6,7 +6,11 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear
+from mobius_genai.components.xielu import XIELU
 from mobius_genai.config import ArchitectureConfig
+
+#: Activations with learned parameters: a module the MLP owns as `act_fn` (transformers' name).
+LEARNED_ACTIVATIONS: dict[str, type[nn.Module]] = {"xielu": XIELU}
 
 
 def activation(op, x: ir.Value, name: str) -> ir.Value:
@@ -41,16 +45,21 @@ class GatedMLP(nn.Module):
 
 
 class FCMLP(nn.Module):
-    """fc2(act(fc1(x)))."""
+    """fc2(act(fc1(x))); a learned activation (Apertus's xIELU) is the module `act_fn`."""
 
     def __init__(self, hidden: int, intermediate: int, act: str, bias: bool = True) -> None:
         super().__init__()
         self.act = act
         self.fc1 = Linear(hidden, intermediate, bias)
         self.fc2 = Linear(intermediate, hidden, bias)
+        learned = LEARNED_ACTIVATIONS.get(act)
+        self.act_fn = learned() if learned is not None else None
 
     def forward(self, op, x: ir.Value) -> ir.Value:
-        return self.fc2(op, activation(op, self.fc1(op, x), self.act))
+        hidden = self.fc1(op, x)
+        if self.act_fn is not None:
+            return self.fc2(op, self.act_fn(op, hidden))
+        return self.fc2(op, activation(op, hidden, self.act))
 
 
 def make_mlp(config: ArchitectureConfig) -> GatedMLP | FCMLP:

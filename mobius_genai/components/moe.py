@@ -18,7 +18,7 @@ import math
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.components import sparsemixer
+from mobius_genai.components import scaled_input, sparsemixer
 from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import GatedMLP
@@ -47,7 +47,8 @@ class Experts(nn.Module):
 class MoEBlock(nn.Module):
     """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a sparsemixer,
     MoE(x, first pick) + MoE(x, second pick); with group-limited routing, MoE(x, picks) times
-    the router's factor (components/group_router.py)."""
+    the router's factor (components/group_router.py); with Llama 4's scaled input, one MoE node
+    per pick over the token times its score (components/scaled_input.py)."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -75,7 +76,15 @@ class MoEBlock(nn.Module):
             out = out if factor is None else op.Mul(out, factor)
             return self._with_shared_expert(op, x, out)
         logits = op.Reshape(self.gate(op, x), op.Constant(value_ints=[-1, moe.num_experts]))
-        if moe.sparse_mixer is None:
+        if moe.scaled_input:
+            nodes = [
+                self._experts(op, op.Mul(x, scale), router, 1, True)
+                for scale, router in scaled_input.picks(op, x, logits, moe.top_k)
+            ]
+            out = nodes[0]
+            for node in nodes[1:]:
+                out = op.Add(out, node)
+        elif moe.sparse_mixer is None:
             out = self._experts(op, x, logits, moe.top_k, moe.normalize_top_k)
         else:  # two k=1 nodes, each weighting its pick by its band's softmax (sparsemixer.py)
             first = sparsemixer.first_pick(op, logits, moe.sparse_mixer)

@@ -25,6 +25,7 @@ from mobius_genai.config.layers import (
 )
 from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
+from mobius_genai.config.local_global import CHUNKED, LocalGlobalAttention, validate_local_global
 from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.recurrent import RECURRENT_BLOCKS, RecurrentBlock
@@ -34,6 +35,8 @@ from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.errors import ConfigError
 
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
+#: Activations with learned parameters, which a decoder's ungated MLP carries (components/mlp.py).
+LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
 POSITION_EMBEDDINGS = ("rope", "learned")
@@ -116,6 +119,9 @@ class ArchitectureConfig:
     - `weight_scales`: constant multipliers folded into weights as they are read
       (config/weight_scales.py: Falcon-H1's µP multipliers); a family's rows apply them with
       the `scaled_weights` preprocessor.
+    - `local_global`: Llama 4's chunked local layers (layer type "chunked_attention"), the
+      L2 q/k norm of rotating layers and the temperature tuning of NoPE layers
+      (config/local_global.py); None when the model has none of them.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -175,6 +181,7 @@ class ArchitectureConfig:
     torch_dtype: str | None = None
     moe: MoeConfig | None = None
     latent_attention: LatentAttentionConfig | None = None
+    local_global: LocalGlobalAttention | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -229,6 +236,12 @@ class ArchitectureConfig:
         """Sliding-window size of layer `index`, or None for full attention."""
         if self.layer_types[index] == "sliding_attention":
             return self.sliding_window
+        return None
+
+    def chunk_of_layer(self, index: int) -> int | None:
+        """Chunk size of layer `index`'s local attention, or None when it is not chunked."""
+        if self.layer_types[index] == CHUNKED and self.local_global is not None:
+            return self.local_global.chunk_size
         return None
 
     def layer_kind(self, index: int) -> tuple[str, bool]:
@@ -329,6 +342,7 @@ def _validate(config: ArchitectureConfig) -> None:
     _validate_sizes(config)
     _validate_block_kinds(config)
     validate_layers(config)
+    validate_local_global(config.local_global, config.layer_types)
     _validate_attention_switches(config)
     _validate_multipliers(config)
     validate_moe(config.moe, config.hidden_act)
@@ -368,10 +382,15 @@ def _validate_sizes(config: ArchitectureConfig) -> None:
 def _validate_block_kinds(config: ArchitectureConfig) -> None:
     """Activation, norm type and placement, position embedding and residual layout are known
     kinds that fit together."""
-    if config.hidden_act not in HIDDEN_ACTS:
+    if config.hidden_act not in HIDDEN_ACTS + LEARNED_ACTS:
         raise ConfigError(
             f"config.json: hidden_act {config.hidden_act!r} is not supported; accepted: "
-            f"{list(HIDDEN_ACTS)}"
+            f"{list(HIDDEN_ACTS + LEARNED_ACTS)}"
+        )
+    if config.hidden_act in LEARNED_ACTS and config.gated_mlp:
+        raise ConfigError(
+            f"config.json: hidden_act {config.hidden_act!r} is supported in an ungated MLP "
+            "(up, activation, down) only, found a gated one"
         )
     for name, accepted in (
         ("norm_type", NORM_TYPES),

@@ -8,13 +8,14 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mobius_genai.config import fields
+from mobius_genai.config.local_global import CHUNKED
 from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 from mobius_genai.errors import ConfigError
 
 if TYPE_CHECKING:
     from mobius_genai.config.architecture import ArchitectureConfig
 
-ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention", CHUNKED)
 #: A layer that is its MLP alone, with no token mixer and no cache (ArchitectureConfig's
 #: `one_block_layers`).
 MLP_LAYER_TYPE = "mlp"

@@ -8,7 +8,9 @@ expert's logit, the `top_k` largest probabilities, renormalized to sum 1 when `n
 `sparse_layers` keep a dense MLP (qwen*_moe's `mlp_only_layers` / `decoder_sparse_step`); a
 `shared_expert_size` adds an always-on gated MLP, scaled by sigmoid(x @ gate) when
 `shared_expert_gate` (qwen2_moe). PhiMoE routes with its `SparseMixer` instead of the softmax;
-DeepSeek-V2/V3 with group-limited routing (config/moe_routing.py).
+DeepSeek-V2/V3 with group-limited routing (config/moe_routing.py). Llama 4 routes by
+`scaled_input`: each token's `top_k` largest router logits pick its experts, and each picked
+expert takes the token times sigmoid(its logit), the outputs summed unweighted.
 gpt_oss adds a bias to the router and to both expert
 projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`).
 """
@@ -69,6 +71,7 @@ class MoeConfig:
     expert_bias: bool = False
     activation: ExpertActivation = ExpertActivation()
     group_routing: GroupRouting | None = None
+    scaled_input: bool = False
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""

@@ -8,7 +8,9 @@ each group's two best), while the chosen experts are weighted by the uncorrected
 scores a group by its best expert. The weights are renormalized to sum 1 when the MoE config's
 `normalize_top_k` says so, then multiplied by `scaling` (`routed_scaling_factor`).
 LFM2-MoE routes the same way with one group: sigmoid scores corrected by its `expert_bias`,
-renormalized over the sum plus `epsilon` (1e-6).
+renormalized over the sum plus `epsilon` (1e-6). GLM-4 MoE routes as V3; MiniMax-M2 as V3 in
+one group; ERNIE-4.5-MoE chooses by softmax scores plus its correction bias, which it stores
+as one [1, experts] row (`correction_bias_row`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class GroupRouting:
     scaling: float = 1.0
     # added to the sum of the picked weights a renormalization divides by
     epsilon: float = 0.0
+    correction_bias_row: bool = False
 
 
 def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> None:

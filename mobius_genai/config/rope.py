@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.layers import ATTENTION_LAYER_TYPES
 from mobius_genai.errors import ConfigError
+
+# the layer types transformers 5 may nest rope_parameters by (gemma3's full and local ropes)
+_ROPE_LAYER_TYPES = ("full_attention", "sliding_attention")
 
 ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
 # Rope types whose tables depend on the length the model was pretrained with.
@@ -82,8 +84,8 @@ def parse_rope(raw: Mapping[str, Any]) -> tuple[RopeConfig, RopeConfig | None]:
     scaling applying to global layers only.
     """
     params = fields.mapping(raw.get("rope_parameters"), "rope_parameters")
-    if any(key in ATTENTION_LAYER_TYPES for key in params):
-        full, local = (f"rope_parameters.{key}" for key in ATTENTION_LAYER_TYPES)
+    if any(key in _ROPE_LAYER_TYPES for key in params):
+        full, local = (f"rope_parameters.{key}" for key in _ROPE_LAYER_TYPES)
         rope = _rope_from_params(raw, fields.mapping(params.get("full_attention"), full), full)
         local_params = fields.mapping(params.get("sliding_attention"), local)
         return rope, _rope_from_params(raw, local_params, local) if local_params else None

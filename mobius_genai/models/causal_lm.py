@@ -68,7 +68,11 @@ class TextModel(nn.Module):
             )
         else:
             self.rotary_emb_local = None
-        self.windows = sorted({config.window_of_layer(i) or 0 for i in range(len(self.layers))})
+        # a chunk as long as the context holds every position: the layer attends in full
+        self.masks = [
+            (config.window_of_layer(i) or 0, _chunk(config.chunk_of_layer(i), context_length))
+            for i in range(len(self.layers))
+        ]
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         config = self.config
@@ -91,14 +95,12 @@ class TextModel(nn.Module):
         flat = config.rope.mrope_section is None
         slots = kv_slots(op, input_ids, attention_mask, position_ids) if flat else None
         biases = {
-            window: self._bias(
-                op, input_ids, attention_mask, window, position_ids if flat else None
-            )
-            for window in self.windows
+            mask: self._bias(op, input_ids, attention_mask, mask, position_ids if flat else None)
+            for mask in sorted(set(self.masks))
         }
         presents = []
         for i, layer in enumerate(self.layers):
-            bias = biases[config.window_of_layer(i) or 0]
+            bias = biases[self.masks[i]]
             rope = config.rope_of_layer(i)
             rotation = rotations[rope] if rope is not None else None
             hidden_states, present = layer(
@@ -116,10 +118,23 @@ class TextModel(nn.Module):
                 hidden_states = op.Add(hidden_states, deepstack[i])
         return self.norm(op, hidden_states), presents
 
-    def _bias(self, op, input_ids, attention_mask, window: int, position_ids) -> ir.Value:
+    def _bias(self, op, input_ids, attention_mask, mask: tuple[int, int], position_ids) -> ir.Value:
+        window, chunk = mask
         if self.image_token_id is None:
-            return attention_bias(op, input_ids, attention_mask, window or None, position_ids)
+            return attention_bias(
+                op, input_ids, attention_mask, window or None, position_ids, chunk or None
+            )
+        if chunk:
+            raise ConfigError(
+                "chunked attention layers with image tokens are not supported; accepted: a "
+                "text decoder, or a context length within attention_chunk_size"
+            )
         return image_block_bias(op, input_ids, attention_mask, window or None, self.image_token_id)
+
+
+def _chunk(chunk: int | None, context_length: int) -> int:
+    """The chunk a layer's mask applies (0: none); a chunk of the whole context is none."""
+    return chunk if chunk is not None and chunk < context_length else 0
 
 
 class TiedLMHead(nn.Module):

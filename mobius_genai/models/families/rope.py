@@ -71,3 +71,22 @@ def gptj_partial_rotary(raw: Mapping[str, Any]) -> float:
     while int(head_dim * factor) < rotary_dim:  # r / h * h can land just below r
         factor = math.nextafter(factor, math.inf)
     return factor
+
+
+# ApertusConfig's rope when config.json names none
+_APERTUS_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 12_000_000.0,
+    "factor": 8.0,
+    "original_max_position_embeddings": 8192,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+}
+
+
+def apertus_rope(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """ApertusConfig's llama3 rope for a config.json without rope_theta or rope_scaling
+    (a default for `rope_parameters`); None where the hub layout gives them."""
+    if raw.get("rope_theta") is not None or raw.get("rope_scaling") is not None:
+        return None
+    return dict(_APERTUS_ROPE)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from mobius_genai.config import fields
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.gpt_oss import GPT_OSS
@@ -24,6 +25,7 @@ from mobius_genai.models.families.layers import (
     exaone4_no_rope_layers,
     smollm3_no_rope_layers,
 )
+from mobius_genai.models.families.llama4 import LLAMA4, LLAMA4_TEXT
 from mobius_genai.models.families.moe_rows import MOE_FAMILIES
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
@@ -38,7 +40,12 @@ from mobius_genai.models.families.readers import (
     switch,
     when_absent,
 )
-from mobius_genai.models.families.rope import gptj_partial_rotary, ntk_alpha_rope, olmo3_rope_local
+from mobius_genai.models.families.rope import (
+    apertus_rope,
+    gptj_partial_rotary,
+    ntk_alpha_rope,
+    olmo3_rope_local,
+)
 from mobius_genai.models.families.scales import (
     GRANITE_MULTIPLIERS,
     gpt2_scale,
@@ -493,10 +500,32 @@ _FAMILIES = (
         config_defaults={"tie_word_embeddings": True},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
     ),
+    FamilyAdapter(
+        model_type="apertus",
+        config_defaults={
+            "hidden_act": "xielu",
+            "rms_norm_eps": 1e-5,
+            "rope_parameters": apertus_rope,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "pad_token_id": 3,
+        },
+        # up, xIELU (components/xielu.py), down; per-head q/k RMSNorms
+        config_overrides={"gated_mlp": False, "qk_norm": True},
+        weight_renames=(
+            (r"\.input_layernorm\.", ".attention_layernorm."),
+            (r"\.post_attention_layernorm\.", ".feedforward_layernorm."),
+            (r"\.mlp\.fc1\.", ".mlp.up_proj."),
+            (r"\.mlp\.fc2\.", ".mlp.down_proj."),
+        ),
+    ),
     *MOE_FAMILIES,
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,
     GPT_OSS,
+    LLAMA4_TEXT,
+    LLAMA4,
+    *CORRECTED_MOE_FAMILIES,
 )
 
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}

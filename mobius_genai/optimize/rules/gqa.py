@@ -50,6 +50,7 @@ from onnxscript.rewriter import MatchContext, pattern
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
 from mobius_genai.components.kv_slots import unplaced
+from mobius_genai.components.masks import CHUNKED_KEY
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
 
@@ -106,6 +107,12 @@ def bidirectional_blocks(mask: ir.Value | None) -> str | None:
     """Why `mask` lets some keys after a query through (image_masks.py), or None."""
     producer = None if mask is None else mask.producer()
     return None if producer is None else producer.metadata_props.get(BIDIRECTIONAL_BLOCKS_KEY)
+
+
+def chunks(mask: ir.Value | None) -> str | None:
+    """Which keys `mask` keeps a chunked layer's queries to (masks.py), or None."""
+    producer = None if mask is None else mask.producer()
+    return None if producer is None else producer.metadata_props.get(CHUNKED_KEY)
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -250,6 +257,10 @@ class GQAFusion(RecordingRuleClassBase):
         blocks = bidirectional_blocks(mask)
         if blocks is not None:
             result.fail(f"{blocks}; causal GroupQueryAttention cannot see later keys", mask)
+            return None
+        chunked = chunks(mask)
+        if chunked is not None:
+            result.fail(f"{chunked}; GroupQueryAttention's window is not a chunk", mask)
             return None
         matched = _match_mask(context, mask)
         if matched is None:

@@ -1,5 +1,6 @@
-"""GQAImageBlockFusion: Attention with Gemma 3's image-block bias → GroupQueryAttention with
-``causal=0`` and that bias as its ``attention_bias``.
+"""GQAImageBlockFusion: Attention with Gemma 3's image-block bias, or a chunked layer's bias
+(Llama 4, components/masks.py: a key visible only from its own chunk's queries) →
+GroupQueryAttention with ``causal=0`` and that bias as its ``attention_bias``.
 
 components/image_masks.py builds, per sliding window of the decoder, the additive bias::
 
@@ -15,7 +16,8 @@ window; tests/optimize/test_gqa_image_blocks.py). ``local_window_size`` must sta
 
 Math preserved: GQAFusion's (the same q/k rotation, scale, softcap, lengths from
 ``attention_mask``), with the bias the Attention node read: the image tokens of one image keep
-seeing each other in both directions. The rule runs only where the EP's GQA kernel takes the
+seeing each other in both directions, a chunked layer's queries their own chunk's keys only
+(tests/models/families/test_llama4.py). The rule runs only where the EP's GQA kernel takes the
 bias (`ep/kernels.py`: "GroupQueryAttention.attention_bias") and rotates q/k itself
 (SeparateRoPE, which would take the rotation out, keeps no bias), and not when graph capture
 is on: onnxruntime-genai then feeds a static attention_mask [batch, max_length], whose width is
@@ -36,6 +38,7 @@ from mobius_genai.optimize.rules.gqa import (
     GQAFusion,
     GQAFusionNoRope,
     bidirectional_blocks,
+    chunks,
     metadata_window,
 )
 
@@ -55,16 +58,16 @@ class GQAImageBlockFusion(GQAFusion):
         attributes: dict[str, Any],
         result: pattern.MatchResult,
     ) -> ir.Value | None:
-        if bidirectional_blocks(mask) is None:
-            result.fail("mask has no image blocks (GQAFusion fuses causal masks)", mask)
-            return None
-        raw = mask.producer().metadata_props.get(BIDIRECTIONAL_WINDOW_KEY)
-        mask_window = int(raw) if raw else None
         window = metadata_window(node)
-        if raw is None or window != mask_window:
-            result.fail(
-                f"image bias window {raw!r} disagrees with {SLIDING_WINDOW_KEY}={window}", node
-            )
+        if chunks(mask) is not None:
+            raw = ""  # masks.py's chunked layers slide no window
+        elif bidirectional_blocks(mask) is not None:
+            raw = mask.producer().metadata_props.get(BIDIRECTIONAL_WINDOW_KEY)
+        else:
+            result.fail("mask has no image blocks or chunks (GQAFusion fuses causal masks)", mask)
+            return None
+        if raw is None or window != (int(raw) if raw else None):
+            result.fail(f"bias window {raw!r} disagrees with {SLIDING_WINDOW_KEY}={window}", node)
             return None
         graph = context.graph_or_function
         inputs = [value for value in graph.inputs if value.name == ATTENTION_MASK]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,8 @@ DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found b
 # states (falcon_h1)
 DEFAULT_RUN |= {"nemotron_h", "falcon_h1"}
 DEFAULT_RUN |= {"lfm2_moe"}  # model.type lfm2_moe: conv states, sigmoid-routed MoE
+# routers choosing with a correction bias; xIELU (llama4_text: tests/.../test_llama4.py)
+DEFAULT_RUN |= {"glm4_moe", "ernie4_5_moe", "minimax_m2", "apertus"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
@@ -87,6 +90,17 @@ def _checkpoint(folder: Path, family: str) -> Path:
     for name in TOKENIZER_FILES:
         shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
     return ckpt
+
+
+def int4_bundle_ops(family: str, folder: Path) -> Counter:
+    """The op counts of `family`'s cpu int4 bundle, packaged under `folder`, once
+    onnxruntime-genai has generated every token asked for with it."""
+    ckpt = _checkpoint(folder / "ckpt", family)
+    bundle = packager.package(ckpt, "cpu", folder / "bundle", precision="int4", quiet=True)
+    tokens = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert len(tokens) == NEW_TOKENS
+    graph = onnx.load(str(bundle / "model.onnx"), load_external_data=False).graph
+    return Counter(node.op_type for node in graph.node)
 
 
 def _marks(family: str) -> list[pytest.MarkDecorator]:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections import Counter
 
 import numpy as np
-import onnx
 import pytest
 import torch
 
@@ -26,7 +24,6 @@ from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
-from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import (
     edit_config,
     hf_reference_logits,
@@ -34,8 +31,8 @@ from tests._hf import (
     router_picks,
     write_tiny_checkpoint,
 )
-from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
+from tests._ort import graph_diffs, mutant_diffs
+from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -160,17 +157,9 @@ MUTANTS = {
 def test_parity_fails_with_one_detail_wrong(case, tmp_path, monkeypatch):
     family, mutant = MUTANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=1)
-    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
-    ours = run_like_reference(ort_session(package, tmp_path / "ours"), reference)
-    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
-    if isinstance(mutant, tuple):
-        monkeypatch.setattr(*mutant)
-    else:
-        monkeypatch.setitem(FAMILIES, family, mutant)
-    package = mobius_genai.build(ckpt, "default", "f32", progress=False)
-    ours = run_like_reference(ort_session(package, tmp_path / "mutant"), reference)
-    assert max_abs_diff(ours, reference.logits) > 10 * TOLERANCE
+    ours, mutated = mutant_diffs(ckpt, _ids(), tmp_path, family, mutant, monkeypatch)
+    assert ours <= TOLERANCE
+    assert mutated > 10 * TOLERANCE
 
 
 @pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2"])
@@ -240,11 +229,6 @@ def test_what_the_rows_cannot_build_is_refused_in_one_line(case, tmp_path):
 def test_cpu_int4_bundle_runs_its_experts_as_qmoe(family, tmp_path):
     """int4 for cpu: the routed experts of both MoE layers in QMoE (behind the group-limited
     router's standard ops), and onnxruntime-genai generates every token asked for."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
-    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
-    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    ops = Counter(node.op_type for node in graph.node)
+    ops = int4_bundle_ops(family, tmp_path)
     assert (ops["QMoE"], ops["MoE"]) == (2, 0)
     assert ops["MatMulNBits"] > 0
-    tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
-    assert len(tokens) == NEW_TOKENS

@@ -1,0 +1,70 @@
+"""Llama 4's attention switches: chunked local layers that rotate, global layers that do not.
+
+Layers of type "chunked_attention" let a query see only the keys of its own chunk of
+`chunk_size` positions (transformers' chunked causal mask: key j is visible to query i when
+j <= i and j // chunk_size == i // chunk_size, counted from a row's first token). The other
+layers attend to the whole context without a rotary embedding (NoPE). With `qk_l2_norm` the
+rotating layers normalize each q and k head after the rotation by a weightless RMS norm
+(transformers' Llama4TextL2Norm); with `temperature` the NoPE layers multiply each query by
+log1p(floor((position + 1) / floor_scale)) * scale + 1 (attention temperature tuning,
+arXiv 2501.19399).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mobius_genai.config import fields
+from mobius_genai.errors import ConfigError
+
+#: The layer type of chunked local attention (config/layers.py's attention layer kinds).
+CHUNKED = "chunked_attention"
+
+
+@dataclasses.dataclass(frozen=True)
+class TemperatureTuning:
+    """Each query of a NoPE layer times log1p(floor((position + 1) / floor_scale)) * scale + 1."""
+
+    floor_scale: float
+    scale: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalGlobalAttention:
+    """Chunked local layers and NoPE global layers (see the module docstring)."""
+
+    chunk_size: int | None
+    qk_l2_norm: bool = False
+    temperature: TemperatureTuning | None = None
+
+
+def validate_local_global(
+    section: LocalGlobalAttention | None, layer_types: tuple[str, ...]
+) -> None:
+    """Chunked layers need a positive chunk size; temperature factors are positive numbers."""
+    chunked = CHUNKED in layer_types
+    if section is None:
+        if chunked:
+            raise ConfigError(
+                f"config.json: layer_types holds {CHUNKED!r}, which only the families that read "
+                "attention_chunk_size build"
+            )
+        return
+    if not isinstance(section, LocalGlobalAttention):
+        raise ConfigError(
+            f"config.json: local_global must be a LocalGlobalAttention, found {section!r}"
+        )
+    size = section.chunk_size
+    if chunked and (not fields.is_int(size) or size <= 0):
+        raise ConfigError(
+            f"config.json: attention_chunk_size must be a positive integer for {CHUNKED} "
+            f"layers, found {size!r}"
+        )
+    tuning = section.temperature
+    if tuning is not None and not all(
+        fields.is_number(value) and value > 0 for value in (tuning.floor_scale, tuning.scale)
+    ):
+        raise ConfigError(
+            f"config.json: floor_scale {tuning.floor_scale!r} and attn_scale {tuning.scale!r}; "
+            "accepted: positive numbers"
+        )

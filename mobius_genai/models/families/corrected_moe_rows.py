@@ -1,0 +1,137 @@
+"""MoE rows whose router chooses experts by scores plus a learned per-expert
+`e_score_correction_bias` and weights them by the uncorrected scores (config/moe_routing.py,
+components/group_router.py): GLM-4 MoE (DeepSeek-V3's routing with ordinary attention),
+ERNIE-4.5-MoE (softmax scores) and MiniMax-M2 (sigmoid scores, one group).
+
+Keys the config classes fill when absent are the rows' defaults, as transformers' config
+classes set them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.checkpoint.experts import ExpertLayout
+from mobius_genai.config import fields
+from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
+from mobius_genai.config.moe_routing import GroupRouting
+from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.deepseek import v3_moe
+from mobius_genai.models.families.readers import switch, when_absent
+
+
+def _ernie_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """Softmax scores, chosen with the correction bias, renormalized; experts in every
+    `moe_layer_interval`-th layer from `moe_layer_start_index` to `moe_layer_end_index` (-1:
+    the last), beside `moe_num_shared_experts` shared experts."""
+    keys = MoeKeys(num_experts="num_experts", intermediate="moe_intermediate_size", normalize=True)
+    moe = read_moe(raw, keys)
+    num_layers = fields.require(raw, "num_hidden_layers")
+    start = fields.integer(
+        raw.get("moe_layer_start_index"), "moe_layer_start_index", 1, positive=False
+    )
+    end = fields.integer(raw.get("moe_layer_end_index"), "moe_layer_end_index", -1, positive=False)
+    end = num_layers - 1 if end == -1 else end
+    every = fields.integer(raw.get("moe_layer_interval"), "moe_layer_interval", 1)
+    shared = fields.integer(
+        raw.get("moe_num_shared_experts"), "moe_num_shared_experts", 0, positive=False
+    )
+    return dataclasses.replace(
+        moe,
+        sparse_layers=tuple(
+            i for i in range(num_layers) if (i + 1) % every == 0 and start <= i <= end
+        ),
+        shared_expert_size=moe.intermediate_size * shared,
+        group_routing=GroupRouting(
+            scoring="softmax", correction_bias=True, correction_bias_row=True
+        ),
+    )
+
+
+def _minimax_partial_rotary(raw: Mapping[str, Any]) -> float | None:
+    """MiniMax-M2's hub configs give the rotated channels as `rotary_dim`."""
+    rotary_dim = fields.integer(raw.get("rotary_dim"), "rotary_dim")
+    return None if rotary_dim is None else rotary_dim / fields.require(raw, "head_dim")
+
+
+def _minimax_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """Sigmoid scores, chosen with the correction bias, renormalized; experts in every layer."""
+    moe = read_moe(raw, MoeKeys(num_experts="num_local_experts", normalize=True))
+    routing = GroupRouting(scoring="sigmoid", correction_bias=True)
+    return dataclasses.replace(moe, group_routing=routing)
+
+
+# MoEBlock's shared_expert is their shared_experts (one MLP of n_shared_experts * width)
+_SHARED_EXPERTS = (r"\.mlp\.shared_expert\.", ".mlp.shared_experts.")
+
+CORRECTED_MOE_FAMILIES = (
+    FamilyAdapter(
+        model_type="glm4_moe",
+        config_aliases={"num_local_experts": "n_routed_experts"},
+        config_defaults={
+            "partial_rotary_factor": 0.5,
+            "rms_norm_eps": 1e-5,
+            "n_routed_experts": 128,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 1408,
+            "num_experts_per_tok": 8,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 1,
+            "routed_scaling_factor": 1.0,
+            "norm_topk_prob": True,
+        },
+        config_overrides={"qk_norm": switch("use_qk_norm", False), "o_bias": False, "moe": v3_moe},
+        weight_renames=(_SHARED_EXPERTS,),
+        experts=ExpertLayout(),
+        # the multi-token-prediction layer GLM-4.5-Air (46 layers) and GLM-4.5 (92) ship
+        unused_weights=(r"^model\.layers\.(46|92)\.",),
+    ),
+    FamilyAdapter(
+        model_type="ernie4_5_moe",
+        config_aliases={"moe_num_experts": "num_experts", "moe_k": "num_experts_per_tok"},
+        config_defaults={
+            "num_key_value_heads": when_absent("num_key_value_heads", 4),
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,  # Ernie4_5_MoeConfig's default_theta
+            "tie_word_embeddings": True,
+            "num_experts": 64,
+            "num_experts_per_tok": 6,
+            "moe_intermediate_size": 1536,
+            "moe_num_shared_experts": 2,
+        },
+        # biases would reach the shared experts and the LM head; hub checkpoints have none
+        refused_keys=("use_bias",),
+        config_overrides={"rope_interleaved": True, "moe": _ernie_moe},
+        weight_renames=(
+            (r"\.mlp\.gate\.e_score_correction_bias", ".mlp.moe_statics.e_score_correction_bias"),
+            _SHARED_EXPERTS,
+        ),
+        experts=ExpertLayout(),
+        # the multi-token-prediction block (transformers ignores every "mtp" tensor)
+        unused_weights=(r"mtp",),
+    ),
+    FamilyAdapter(
+        model_type="minimax_m2",
+        config_aliases={"num_experts": "num_local_experts"},
+        config_defaults={
+            "head_dim": when_absent("head_dim", 128),
+            "num_key_value_heads": when_absent("num_key_value_heads", 8),
+            "rope_theta": 5_000_000.0,  # MiniMaxM2Config's default_theta
+            "partial_rotary_factor": _minimax_partial_rotary,
+            "num_local_experts": 256,
+            "num_experts_per_tok": 8,
+            "bos_token_id": 200034,
+            "eos_token_id": 200020,
+        },
+        # RMSNorms over the whole q and k projections
+        config_overrides={"qk_norm": True, "qk_norm_per_head": False, "moe": _minimax_moe},
+        weight_renames=(
+            (r"\.mlp\.gate\.e_score_correction_bias", ".block_sparse_moe.e_score_correction_bias"),
+            (r"\.mlp\.", ".block_sparse_moe."),
+        ),
+        experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    ),
+)
