@@ -11,6 +11,7 @@ is adding a row.
 from __future__ import annotations
 
 from mobius_genai.config import fields
+from mobius_genai.config.altup import altup_section
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
@@ -99,6 +100,21 @@ _FAMILIES = (
         refused_keys=_GEMMA_REFUSED,
         preprocess_weight=offset_norm_weights,
         preprocessed_weights=NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="gemma3n_text",
+        # AltUp streams, per-layer inputs, Laurel, sparse MLPs, shared caches: config/altup.py;
+        # its RMSNorms scale by the weight itself (no gemma offset)
+        config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(5)},
+        config_overrides={
+            "embedding_multiplier": sqrt_hidden,
+            "hidden_act": gemma_activation,
+            "attention_scale": 1.0,
+            "altup": altup_section,
+        },
+        refused_keys=_GEMMA_REFUSED,
+        # the layers sharing an earlier cache have no k/v of their own (hub files keep them)
+        unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
     ),
     FamilyAdapter(
         model_type="phi3",
