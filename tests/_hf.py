@@ -282,6 +282,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "laurel_rank": 4,
         "num_kv_shared_layers": 2,
         "activation_sparsity_pattern": [0.95, 0.7, 0.0, 0.0, 0.0, 0.0],
+        "attention_bias": True,
     },
     "phi3": {"pad_token_id": 0},
     "phi": {"partial_rotary_factor": 0.5},

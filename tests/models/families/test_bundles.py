@@ -8,7 +8,8 @@ recurrent state between attention layers), gpt_oss (attention sinks, model.type 
 qwen3_5_text (gated delta nets with two states), qwen3_next and qwen3_5_moe_text (the same
 with MoE blocks, as model.type qwen3_5_moe_text), deepseek_v3 and deepseek_v2 (multi-head
 latent attention with a latent cache, group-limited MoE routing), granitemoehybrid (Mamba2
-layers with two states, as model.type decoder) run by default; the other families are marked
+layers with two states, as model.type decoder), gemma3n_text (AltUp, per-layer inputs, sparse
+MLPs, layers attending over an earlier layer's cache) run by default; the other families are marked
 slow (`pytest -m slow tests/models/families/test_bundles.py`).
 """
 
@@ -57,6 +58,7 @@ DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE
 DEFAULT_RUN |= {"qwen3_5_moe_text"}  # the same, projections separate, every layer MoE
 DEFAULT_RUN |= {"deepseek_v3", "deepseek_v2"}  # latent attention, group-limited routing
 DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found by their names
+DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers sharing a cache
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
