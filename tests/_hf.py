@@ -588,7 +588,9 @@ def _rewrite_hub_layout(path: Path) -> None:
         rope = dict(rope)
         data["rope_theta"] = rope.pop("rope_theta")
         data["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
-    layer_types = data.pop("layer_types", None)  # derived from the keys below
+    # derived from the keys below; Gemma 3n's hub configs list them
+    keeps = data.get("model_type") == "gemma3n_text"
+    layer_types = data.get("layer_types") if keeps else data.pop("layer_types", None)
     if data.get("model_type") == "gemma3_text" and layer_types:
         data["sliding_window_pattern"] = layer_types.index("full_attention") + 1
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
