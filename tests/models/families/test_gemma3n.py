@@ -14,15 +14,20 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 
 import mobius_genai
+from mobius_genai import packager
 from mobius_genai.components import altup, altup_layer
 from mobius_genai.config.altup import altup_section
 from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.models import FAMILIES
+from mobius_genai.quantize import Int4Options
+from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
 PREFILL = 20  # four times the tiny model's sliding window (5)
@@ -204,3 +209,29 @@ def test_bad_config_is_one_clear_line(changes, message, tmp_path):
     raw = {**json.loads((ckpt / "config.json").read_text()), **changes}
     with pytest.raises(ConfigError, match=message):
         FAMILIES["gemma3n_text"].parse_config(raw)
+
+
+def test_int4_bundle_keeps_altups_four_wide_coefficients_float_and_generates(tmp_path):
+    """AltUp's coefficient projections read K=4 (its streams), below every int4 block: they stay
+    float MatMuls while every other projection becomes MatMulNBits; og generates from it."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "gemma3n_text")
+    options = Int4Options(block_size=16)  # the tiny MLP sizes (80) take 16
+    folder = packager.package(
+        ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=options, quiet=True
+    )
+    graph = ir.load(folder / "model.onnx").graph
+    float_weights = {
+        node.inputs[1].name
+        for node in graph
+        if node.op_type == "MatMul" and node.inputs[1].const_value is not None
+    }
+    coefs = {f"model.layers.{i}.altup.{name}" for i in range(6) for name in _COEFS}
+    assert {name.removesuffix(".weight") for name in float_weights} == coefs
+    # per layer: q (k packed beside it where the layer has its own), o, laurel (2), per-layer
+    # gate and projection, the router twice (predict, correct), 3 MLP; v in the four layers
+    # with a cache; the per-layer model projection, 6 stream projections, the head
+    assert [node.op_type for node in graph].count("MatMulNBits") == 6 * 11 + 4 + 1 + 6 + 1
+    assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
+
+
+_COEFS = ("prediction_coefs", "correction_coefs")
