@@ -25,9 +25,10 @@ from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.models import FAMILIES
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import hf_reference_logits, write_tiny_checkpoint
+from tests._hf import hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import PROMPT, _checkpoint
+from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
 PREFILL = 20  # four times the tiny model's sliding window (5)
@@ -235,3 +236,14 @@ def test_int4_bundle_keeps_altups_four_wide_coefficients_float_and_generates(tmp
 
 
 _COEFS = ("prediction_coefs", "correction_coefs")
+
+
+def test_og_engine_batches_prompts_of_different_lengths_like_transformers(tmp_path):
+    """og.Engine places each row's keys in the caches (components/kv_slots.py); the layers
+    sharing a cache read the placed keys of their source, so every row continues as
+    transformers continues its prompt alone."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "gemma3n_text")
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    rows, failures = engine_tokens(load_model(folder), PROMPTS, 8)
+    assert failures == []
+    assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in PROMPTS]
