@@ -12,7 +12,11 @@ from transformers' own model classes, cached under benchmarks/_work/):
 - `qwen3.5-0.8b`: the text decoder of Qwen/Qwen3.5-0.8B (hidden 1024, MLP 3584; gated delta nets
   of 16 key / 16 value heads of 128 with a 4-tap conv; attention with an output gate, 8 heads /
   2 KV heads of 256, rotary on a quarter of each head; vocabulary 248320, tied), its first
-  `--layers` layers (default 8: 6 delta nets, 2 attention layers, the model's 3:1 pattern).
+  `--layers` layers (default 8: 6 delta nets, 2 attention layers, the model's 3:1 pattern);
+- `lfm2-8b-a1b`: LiquidAI/LFM2-8B-A1B (LFM2-MoE: hidden 2048, 32 heads / 8 KV heads, dense
+  MLPs of 7168 in the first 2 layers, then 32 experts of 1792, 4 per token, sigmoid routing
+  with expert_bias; vocabulary 65536, tied), its first `--layers` layers (default 4: 2 dense,
+  2 MoE, one attention layer), the experts stored per expert as the hub has them.
 
 For each precision (fp32, int4), three bundles of the same checkpoint, built in the same run:
 
@@ -52,7 +56,23 @@ from compare_builder import builder_command, speed
 
 LFM2_LAYER_TYPES = ["full_attention" if i in (2, 5, 8, 10, 12, 14) else "conv" for i in range(16)]
 QWEN3_5_LAYER_TYPES = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(24)]
+LFM2_MOE_LAYER_TYPES = [
+    "full_attention" if i in (2, 6, 10, 14, 18, 21) else "conv" for i in range(24)
+]
 
+#: The keys LFM2's and LFM2-MoE's hub config.json share (token ids: the tiny tokenizer's).
+_LFM2_HUB_KEYS = {
+    "conv_L_cache": 3,
+    "conv_bias": False,
+    "norm_eps": 1e-05,
+    "rope_theta": 1000000.0,
+    "max_position_embeddings": 128000,
+    "tie_embedding": True,
+    "bos_token_id": BOS,
+    "eos_token_id": EOS,
+    "pad_token_id": 0,
+    "torch_dtype": "bfloat16",
+}
 #: config.json of each model, as the hub writes it (token ids: the tiny tokenizer's).
 CONFIGS: dict[str, dict] = {
     "lfm2-350m": {
@@ -68,17 +88,8 @@ CONFIGS: dict[str, dict] = {
         "block_auto_adjust_ff_dim": True,
         "block_ffn_dim_multiplier": 1.0,
         "block_multiple_of": 256,
-        "conv_L_cache": 3,
-        "conv_bias": False,
         "layer_types": LFM2_LAYER_TYPES,
-        "norm_eps": 1e-05,
-        "rope_theta": 1000000.0,
-        "max_position_embeddings": 128000,
-        "tie_embedding": True,
-        "bos_token_id": BOS,
-        "eos_token_id": EOS,
-        "pad_token_id": 0,
-        "torch_dtype": "bfloat16",
+        **_LFM2_HUB_KEYS,
     },
     "qwen3.5-0.8b": {
         "architectures": ["Qwen3_5ForCausalLM"],
@@ -113,6 +124,25 @@ CONFIGS: dict[str, dict] = {
         "bos_token_id": BOS,
         "eos_token_id": EOS,
         "dtype": "bfloat16",
+    },
+    "lfm2-8b-a1b": {
+        "architectures": ["Lfm2MoeForCausalLM"],
+        "model_type": "lfm2_moe",
+        "vocab_size": 65536,
+        "hidden_size": 2048,
+        "intermediate_size": 7168,
+        "moe_intermediate_size": 1792,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_dense_layers": 2,
+        "num_experts": 32,
+        "num_experts_per_tok": 4,
+        "norm_topk_prob": True,
+        "use_expert_bias": True,
+        "routed_scaling_factor": 1.0,
+        "layer_types": LFM2_MOE_LAYER_TYPES,
+        **_LFM2_HUB_KEYS,
     },
 }
 #: The vision tower of Qwen/Qwen3.5-0.8B's config.json (Qwen3_5VisionConfig's other defaults).
@@ -151,9 +181,9 @@ def qwen3_5_hub_layout(text: dict) -> dict:
 #: same decoder (config.json from the text one, and the Auto class transformers builds it with).
 BUILDER_LAYOUTS = {"qwen3.5-0.8b": (qwen3_5_hub_layout, "AutoModelForImageTextToText")}
 #: Layers benchmarked by default (LFM2-350M whole; Qwen3.5-0.8B's first 8 of 24, same ratio).
-DEFAULT_LAYERS = {"lfm2-350m": 16, "qwen3.5-0.8b": 8}
+DEFAULT_LAYERS = {"lfm2-350m": 16, "qwen3.5-0.8b": 8, "lfm2-8b-a1b": 4}
 #: --quick: the first layers, both kinds present.
-QUICK_LAYERS = {"lfm2-350m": 3, "qwen3.5-0.8b": 4}
+QUICK_LAYERS = {"lfm2-350m": 3, "qwen3.5-0.8b": 4, "lfm2-8b-a1b": 3}
 #: The Tier-1 recurrent ops whose kernels are compared with their bodies.
 RECURRENT_OPS = ("CausalConvWithState", "LinearAttention")
 METRICS = {
@@ -172,11 +202,32 @@ def make_checkpoint(model: str, layers: int, builder_layout: bool = False) -> Pa
     config["layer_types"] = config["layer_types"][:layers]
     folder = WORK / f"{model}-shape-{layers}l"
     if not builder_layout:
-        return cached_checkpoint(folder, config, transformers_specs(config))
+        return cached_checkpoint(folder, config, _per_expert(transformers_specs(config)))
     layout, auto_class = BUILDER_LAYOUTS[model]
     config = layout(config)
     specs = transformers_specs(config, auto_class)
     return cached_checkpoint(folder.with_name(folder.name + "-hub-layout"), config, specs)
+
+
+def _per_expert(specs: list) -> list:
+    """LFM2-MoE's experts as the hub stores them (`experts.{e}.w1` / `w3` / `w2` and the
+    routing's `expert_bias`) in place of transformers' fused in-memory parameters."""
+    out = []
+    for name, shape, kind in specs:
+        base, _, part = name.rpartition(".experts.")
+        if part == "gate_up_proj":
+            experts, rows, hidden = shape
+            out += [(f"{base}.expert_bias", (experts,), "matrix")]
+            out += [
+                (f"{base}.experts.{e}.{w}.weight", (rows // 2, hidden), kind)
+                for e in range(experts)
+                for w in ("w1", "w3")
+            ]
+        elif part == "down_proj":
+            out += [(f"{base}.experts.{e}.w2.weight", shape[1:], kind) for e in range(shape[0])]
+        else:
+            out.append((name, shape, kind))
+    return out
 
 
 def recurrent_op_counts(bundle: Path) -> dict[str, int]:
@@ -285,7 +336,7 @@ def main() -> None:
         action="append",
         default=[],
         metavar="MODEL=N",
-        help="the model's first N layers (default: lfm2-350m=16, qwen3.5-0.8b=8)",
+        help="the model's first N layers (default: lfm2-350m=16, qwen3.5-0.8b=8, lfm2-8b-a1b=4)",
     )
     parser.add_argument("--processes", type=int, default=2, help="speed processes per bundle")
     parser.add_argument("--rounds", type=int, default=3, help="speed rounds per process")

@@ -9,6 +9,10 @@ printed, with their medians and ratios. The commands (as `compare_builder.py`'s 
     python -m onnxruntime_genai.models.builder -i CKPT -o OUT -p int4 -e cpu -c CACHE
 
     python benchmarks/make_qwen25_05b_shape.py && python benchmarks/int4_build_cpu.py [--rounds 3]
+
+`--baseline /path/to/other/.venv/bin/python` runs that environment's `mobius-genai package`
+(another checkout, e.g. main before a change) in the same turns, so that a change is measured
+against the code before it under the same load.
 """
 
 from __future__ import annotations
@@ -29,27 +33,38 @@ CHECKPOINT = HERE / "_work" / "qwen2.5-0.5b-shape"
 MOBIUS = str(Path(sys.executable).with_name("mobius-genai"))
 
 
-def _commands(extra: list[str]) -> dict[str, list[str]]:
-    ours = [MOBIUS, "package", str(CHECKPOINT), "--ep", "cpu", "--precision", "int4"]
-    ours += ["-o", str(WORK / "ours"), "--force", "--quiet", "--no-smoke-test", *extra]
-    return {"mobius-genai": ours, "builder": builder_command(CHECKPOINT, WORK / "builder", "int4")}
+def _commands(extra: list[str], baseline: str | None) -> dict[str, list[str]]:
+    commands = {"mobius-genai": _ours(MOBIUS, "ours", extra)}
+    if baseline is not None:  # another checkout's installed mobius-genai, e.g. main's
+        commands["baseline"] = _ours(str(Path(baseline).with_name("mobius-genai")), "base", extra)
+    return commands | {"builder": builder_command(CHECKPOINT, WORK / "builder", "int4")}
+
+
+def _ours(executable: str, folder: str, extra: list[str]) -> list[str]:
+    ours = [executable, "package", str(CHECKPOINT), "--ep", "cpu", "--precision", "int4"]
+    return [*ours, "-o", str(WORK / folder), "--force", "--quiet", "--no-smoke-test", *extra]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        help="the python of another checkout's environment: its `package` takes turns too",
+    )
     parser.add_argument("extra", nargs="*", help="more `package` arguments (after --)")
     args = parser.parse_args()
     if not (CHECKPOINT / "config.json").is_file():
         sys.exit("run benchmarks/make_qwen25_05b_shape.py first")
     WORK.mkdir(parents=True, exist_ok=True)
+    commands = _commands(args.extra, args.baseline)
     results: dict[str, list] = {}
     for index in range(args.rounds):
-        names = list(_commands(args.extra))
+        names = list(commands)
         for name in names if index % 2 == 0 else reversed(names):
-            shutil.rmtree(WORK / ("ours" if name == "mobius-genai" else "builder"), True)
+            shutil.rmtree(WORK / Path(commands[name][commands[name].index("-o") + 1]).name, True)
             load = os.getloadavg()[0]
-            measured = run_measured(_commands(args.extra)[name])
+            measured = run_measured(commands[name])
             if measured.returncode != 0:
                 sys.exit(f"{name} failed:\n{measured.output[-3000:]}")
             results.setdefault(name, []).append(measured)
@@ -58,12 +73,23 @@ def main() -> None:
                 f" s, peak RSS {measured.peak_rss_mib:.0f} MiB (load average {load:.1f})",
                 flush=True,
             )
-    print("\n| metric | mobius-genai | builder | ratio |\n|---|--:|--:|--:|")
-    for metric, unit in (("wall_s", "wall time (s)"), ("cpu_s", "CPU time (s)")):
-        ours, theirs = (statistics.median(getattr(m, metric) for m in results[k]) for k in results)
-        print(f"| {unit} | {ours:.1f} | {theirs:.1f} | {ours / theirs:.2f} |")
-    ours, theirs = (statistics.median(m.peak_rss_mib for m in results[k]) for k in results)
-    print(f"| peak RSS, tree (MiB) | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
+    print(
+        "\n| metric | "
+        + " | ".join(results)
+        + " | "
+        + " | ".join(f"{name} / builder" for name in results if name != "builder")
+        + " |"
+    )
+    print("|---" + "|--:" * (2 * len(results) - 1) + "|")
+    for metric, unit in (
+        ("wall_s", "wall time (s)"),
+        ("cpu_s", "CPU time (s)"),
+        ("peak_rss_mib", "peak RSS, tree (MiB)"),
+    ):
+        medians = {k: statistics.median(getattr(m, metric) for m in v) for k, v in results.items()}
+        ratios = [medians[k] / medians["builder"] for k in medians if k != "builder"]
+        cells = [f"{value:.1f}" for value in medians.values()] + [f"{r:.2f}" for r in ratios]
+        print(f"| {unit} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

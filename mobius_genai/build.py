@@ -248,6 +248,7 @@ def build(
         num_layers=num_layers,
         read_decoder=functools.partial(_decoder_weights, checkpoint, num_layers),
         lora_targets=tuple(lora_targets),
+        prune_lm_head=prune_lm_head,
     )
     with phase("building the graph", progress), build_context(target.ep, target.dtype):
         built = kind.build(given)

@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import re
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from huggingface_hub.file_download import (
     _get_pointer_path,
     repo_folder_name,
 )
+from safetensors.numpy import load_file, save_file
 from transformers import (
     ArceeConfig,
     AutoConfig,
@@ -40,6 +43,7 @@ from transformers import (
     Ernie4_5Config,
     Exaone4Config,
     ExaoneConfig,
+    FalconH1Config,
     Gemma2Config,
     Gemma3nTextConfig,
     Gemma3TextConfig,
@@ -56,10 +60,12 @@ from transformers import (
     HunYuanDenseV1Config,
     InternLM3Config,
     Lfm2Config,
+    Lfm2MoeConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
     NemotronConfig,
+    NemotronHConfig,
     Olmo2Config,
     Olmo3Config,
     OlmoConfig,
@@ -127,12 +133,15 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granitemoe": GraniteMoeConfig,
     "phimoe": PhimoeConfig,
     "lfm2": Lfm2Config,
+    "lfm2_moe": Lfm2MoeConfig,
     "qwen3_5_text": Qwen3_5TextConfig,
     "qwen3_next": Qwen3NextConfig,
     "qwen3_5_moe_text": Qwen3_5MoeTextConfig,
     "deepseek_v3": DeepseekV3Config,
     "deepseek_v2": DeepseekV2Config,
     "granitemoehybrid": GraniteMoeHybridConfig,
+    "nemotron_h": NemotronHConfig,
+    "falcon_h1": FalconH1Config,
 }
 
 _ARCHITECTURES = {
@@ -176,12 +185,15 @@ _ARCHITECTURES = {
     "granitemoe": "GraniteMoeForCausalLM",
     "phimoe": "PhimoeForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
+    "lfm2_moe": "Lfm2MoeForCausalLM",
     "qwen3_5_text": "Qwen3_5ForCausalLM",
     "qwen3_next": "Qwen3NextForCausalLM",
     "qwen3_5_moe_text": "Qwen3_5MoeForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "deepseek_v2": "DeepseekV2ForCausalLM",
     "granitemoehybrid": "GraniteMoeHybridForCausalLM",
+    "nemotron_h": "NemotronHForCausalLM",
+    "falcon_h1": "FalconH1ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -411,6 +423,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "block_multiple_of": 32,
         "tie_word_embeddings": UNSET,
     },
+    # lfm2's conv, attention, conv with a dense MLP first (num_dense_layers) and MoE blocks
+    # after it: 8 experts, 2 per token, chosen by sigmoid + expert_bias (random here, so it
+    # changes picks), renormalized and scaled by 1.5
+    "lfm2_moe": {
+        "conv_bias": True,
+        "layer_types": ["conv", "full_attention", "conv"],
+        "num_dense_layers": 1,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "routed_scaling_factor": 1.5,
+        "tie_word_embeddings": UNSET,
+    },
     # gated delta net, attention, gated delta net: 2 key heads of 16 repeat-interleaved onto 4
     # value heads of 8, a 4-tap conv; the attention layer has an output gate, q/k norms and
     # rotary on 0.25 of head_dim 16 (Qwen3_5TextConfig's partial_rotary_factor) and biases;
@@ -474,14 +499,62 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "logits_scaling": 4.0,
         "attention_multiplier": 0.1,
     },
+    # Nemotron-H: one block per layer, Mamba2, MLP, attention (no rotary), MLP, Mamba2, as
+    # transformers 5 writes it (layers_block_type, no num_hidden_layers); 4 Mamba2 heads of 8
+    # (heads x head_dim 32, not expand x hidden) over 2 groups of an 8-wide state, a 4-tap conv;
+    # relu2 MLPs; scans in 16-token chunks; 128 positions for long prefills
+    "nemotron_h": {
+        "layers_block_type": [
+            "linear_attention",
+            "mlp",
+            "full_attention",
+            "mlp",
+            "linear_attention",
+        ],
+        "num_hidden_layers": UNSET,
+        "head_dim": 16,
+        "max_position_embeddings": 128,
+        "mamba_num_heads": 4,
+        "mamba_head_dim": 8,
+        "n_groups": 2,
+        "ssm_state_size": 8,
+        "conv_kernel": 4,
+        "chunk_size": 16,
+    },
+    # Falcon-H1: attention and Mamba2 side by side in each layer; 4 Mamba2 heads of 12
+    # (mamba_d_ssm 48, not expand x hidden) over 2 groups of an 8-wide state, the gated norm
+    # normalizing before it gates; every µP multiplier away from 1 (each in_proj segment its
+    # own); biases on attention, MLP and both Mamba2 projections; scans in 16-token chunks
+    "falcon_h1": {
+        "max_position_embeddings": 128,
+        "mamba_n_heads": 4,
+        "mamba_d_ssm": 48,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 8,
+        "mamba_chunk_size": 16,
+        "mamba_rms_norm": True,
+        "mamba_proj_bias": True,
+        "projectors_bias": True,
+        "attention_bias": True,
+        "mlp_bias": True,
+        "embedding_multiplier": 2.0,
+        "lm_head_multiplier": 0.5,
+        "key_multiplier": 0.7,
+        "attention_in_multiplier": 1.3,
+        "attention_out_multiplier": 0.8,
+        "ssm_in_multiplier": 1.2,
+        "ssm_out_multiplier": 0.6,
+        "mlp_multipliers": [1.5, 0.7],
+        "ssm_multipliers": [0.9, 1.1, 0.8, 1.3, 0.5],
+    },
 }
 
 WEIGHT_STD = 0.2
 BIAS_STD = 0.2
 NORM_STD = 0.1
 #: Buffers a checkpoint stores as learned values (transformers initializes them to zeros):
-#: DeepSeek-V3's per-expert routing correction.
-LEARNED_BUFFERS = ("e_score_correction_bias",)
+#: DeepSeek-V3's and LFM2-MoE's per-expert routing corrections.
+LEARNED_BUFFERS = ("e_score_correction_bias", "expert_bias")
 
 
 def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
@@ -530,6 +603,17 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
             if name.rsplit(".", 1)[-1] in LEARNED_BUFFERS:
                 noise = torch.randn(buffer.shape, generator=gen, dtype=torch.float32)
                 buffer.copy_((BIAS_STD * noise).to(buffer.dtype))
+
+
+def router_picks(model: PreTrainedModel, router: torch.nn.Module, ids: np.ndarray) -> list[tuple]:
+    """The experts `router` (a TopKRouter of `model`: out[2] is its picks) picks for each token
+    of `ids`, each token's sorted."""
+    picks = []
+    hook = router.register_forward_hook(lambda module, args, out: picks.append(out[2]))
+    with torch.no_grad():
+        model(torch.tensor(ids))
+    hook.remove()
+    return [tuple(sorted(row)) for row in picks[0].tolist()]
 
 
 def edit_config(folder: Path, **changes: object) -> None:
@@ -818,3 +902,69 @@ def hub_cache(cache: Path, repo_id: str, files: Path) -> Path:
         _create_symlink(str(blob), str(pointer), new_blob=True)
     _cache_commit_hash_for_specific_revision(str(storage), "main", HUB_COMMIT)
     return storage / "snapshots" / HUB_COMMIT
+
+
+#: The checkpoint tensors that write a residual branch (attention, delta net, MLP and expert
+#: outputs): zero, a layer adds nothing.
+_BRANCH_OUTPUTS = r"(o_proj|out_proj|down_proj)(\.weight|\.bias)?$"
+
+
+def add_mtp_head(folder: Path, seed: int = 1, *, copy: bool = False) -> Path:
+    """Give the Qwen3.5-shaped checkpoint in `folder` (qwen3_5_text, qwen3_5_moe_text,
+    qwen3_next: `write_tiny_checkpoint`; or a hub layout with a `text_config`, one file) a
+    multi-token-prediction head as the hub stores one: `mtp.fc.weight` [hidden, 2 * hidden],
+    `mtp.pre_fc_norm_embedding/hidden.weight` and `mtp.norm.weight` (zero-centred: the model
+    scales by 1 + weight), and `mtp.layers.0.*`, the family's first full-attention layer of a
+    model randomized with `seed`; config.json (its text_config) gets `mtp_num_hidden_layers: 1`.
+
+    `copy=True` makes the head predict exactly what the main model will: every residual branch
+    of the model and of the head writes zero (the main model is then a bigram,
+    lm_head(norm(embed(t)))), `fc` keeps the embedding half, the pre-fc norm and the head's
+    final norm are the main model's final norm, so the head's draft for the token after t is
+    the main model's next token after t (the runtime's acceptance ceiling); the hidden state's
+    pre-fc norm, which fc then ignores, scales far from 1.
+    """
+    text = AutoConfig.from_pretrained(folder).get_text_config()
+    full = list(text.layer_types).index("full_attention")
+    layers = {"num_hidden_layers": full + 1, "layer_types": text.layer_types[: full + 1]}
+    cut = type(text)(**{**text.to_dict(), **layers})
+    other = AutoModelForCausalLM.from_config(cut, dtype=torch.float32)
+    randomize_weights(other, seed)
+    with tempfile.TemporaryDirectory() as saved:  # as transformers saves them (experts apart)
+        other.save_pretrained(saved)
+        layer = {
+            f"mtp.layers.0.{name.split('.', 3)[3]}": tensor
+            for name, tensor in load_file(Path(saved) / "model.safetensors").items()
+            if name.startswith(f"model.layers.{full}.")
+        }
+    tensors = load_file(folder / "model.safetensors")
+    hidden = text.hidden_size
+    gen = np.random.default_rng(seed)
+    head = {
+        "mtp.fc.weight": gen.normal(0, WEIGHT_STD, (hidden, 2 * hidden)),
+        "mtp.pre_fc_norm_embedding.weight": gen.normal(0, NORM_STD, hidden),
+        "mtp.pre_fc_norm_hidden.weight": gen.normal(0, NORM_STD, hidden),
+        "mtp.norm.weight": gen.normal(0, NORM_STD, hidden),
+        **layer,
+    }
+    if copy:
+        for name in [*tensors, *head]:
+            store = tensors if name in tensors else head
+            if re.search(_BRANCH_OUTPUTS, name):
+                store[name] = np.zeros_like(store[name])
+        head["mtp.fc.weight"] = np.concatenate([np.eye(hidden), np.zeros((hidden, hidden))], axis=1)
+        head["mtp.pre_fc_norm_embedding.weight"] = np.zeros(hidden)
+        # unused by fc; far from 1 so a head that norms the embedding with it goes astray
+        head["mtp.pre_fc_norm_hidden.weight"] = gen.normal(0, 2.0, hidden)
+        norm = next(
+            name
+            for name in tensors
+            if re.fullmatch(r"model\.(language_model\.)?norm\.weight", name)
+        )
+        head["mtp.norm.weight"] = tensors[norm]
+    tensors.update({name: np.asarray(value, np.float32) for name, value in head.items()})
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    raw = json.loads((folder / "config.json").read_text())
+    raw.get("text_config", raw)["mtp_num_hidden_layers"] = 1
+    (folder / "config.json").write_text(json.dumps(raw))
+    return folder

@@ -127,11 +127,12 @@ def run_declared(
 
 def decode_like_transformers(
     model, sessions: dict[str, ort.InferenceSession], outputs: dict[str, np.ndarray], reference,
-    steps: int = 3, tolerance: float = 1e-4,
+    steps: int = 3, tolerance: float = 1e-4, mrope_delta: int | None = None,
 ) -> None:  # fmt: skip
     """After a vision-language prefill (the decoder's `outputs`, transformers' `reference`),
     `steps` greedy decode steps through the embedding graph (no image features) and the
-    decoder at 1-D positions, each step's logits against transformers' within `tolerance`."""
+    decoder at 1-D positions (3-D mrope ones moved by `mrope_delta`, transformers'
+    rope_deltas), each step's logits against transformers' within `tolerance`."""
     import torch
 
     cache, token = reference.past_key_values, reference.logits[:, -1:].argmax(-1)
@@ -149,7 +150,9 @@ def decode_like_transformers(
             "inputs_embeds": embeds,
             "input_ids": token.numpy(),
             "attention_mask": np.ones((1, total), np.int64),
-            "position_ids": np.array([[total - 1]]),
+            "position_ids": np.array([[total - 1]])
+            if mrope_delta is None
+            else np.full((3, 1, 1), total - 1 + mrope_delta, np.int64),
             **{past_name(name): value for name, value in outputs.items() if "present" in name},
         }
         outputs = run_declared(sessions["decoder"], feeds)

@@ -4,6 +4,7 @@ side of the comparisons: image features, merged embeddings, 3-D mrope positions,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,16 @@ def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForCon
     return model
 
 
-def write_qwen2_5_vl_checkpoint(folder: Path) -> Qwen2_5_VLForConditionalGeneration:
-    """Write a packageable tiny Qwen2.5-VL checkpoint into `folder`: the model, tiny-qwen2's
-    tokenizer with the vision special tokens, and the image processor's settings. Returns the
-    model (float32, eval mode)."""
+def write_qwen2_5_vl_checkpoint(
+    folder: Path, tiny: Callable[..., torch.nn.Module] = tiny_qwen2_5_vl
+) -> Qwen2_5_VLForConditionalGeneration:
+    """Write a packageable tiny Qwen2.5-VL checkpoint (or `tiny`'s: Qwen3-VL) into `folder`:
+    the model, tiny-qwen2's tokenizer with the vision special tokens, and the image
+    processor's settings. Returns the model (float32, eval mode)."""
     tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
     tokenizer.add_special_tokens({"additional_special_tokens": QWEN_SPECIALS})
     start, end, image, video = tokenizer.convert_tokens_to_ids(QWEN_SPECIALS)
-    model = tiny_qwen2_5_vl(
+    model = tiny(
         text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
         image_token_id=image,
         video_token_id=video,
@@ -128,16 +131,19 @@ def token_types(input_ids: torch.Tensor, image_token_id: int = IMAGE_TOKEN) -> t
 
 
 def transformers_tokens(
-    model: torch.nn.Module, input_ids: torch.Tensor, pixels: np.ndarray, new_tokens: int
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    pixels: np.ndarray | list[np.ndarray],
+    new_tokens: int,
 ) -> list[int]:
-    """transformers' greedy tokens for `input_ids` and an image of uint8 `pixels` [h, w, 3]
-    already at the processor's size."""
-    pixel_values, grid = patches(pixels)
+    """transformers' greedy tokens for `input_ids` and an image (or a list of images, in the
+    prompt's order) of uint8 `pixels` [h, w, 3] already at the processor's size."""
+    values, grids = zip(*(patches(image) for image in _listed(pixels)), strict=True)
     with torch.no_grad():
         reference = model.generate(
             input_ids=input_ids,
-            pixel_values=torch.from_numpy(pixel_values),
-            image_grid_thw=torch.from_numpy(grid),
+            pixel_values=torch.from_numpy(np.concatenate(values)),
+            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
             mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
             attention_mask=torch.ones_like(input_ids),
             max_new_tokens=new_tokens,
@@ -145,3 +151,7 @@ def transformers_tokens(
             do_sample=False,
         )
     return reference[0, input_ids.shape[1] :].tolist()
+
+
+def _listed(pixels: np.ndarray | list[np.ndarray]) -> list[np.ndarray]:
+    return pixels if isinstance(pixels, list) else [pixels]

@@ -138,3 +138,44 @@ def qwen2_5_vl_bundle(qwen2_5_vl_checkpoint: tuple, tmp_path_factory) -> Path:
     """The Qwen2.5-VL checkpoint packaged for cpu without the smoke test."""
     out = tmp_path_factory.mktemp("qwen2_5_vl-bundle") / "bundle"
     return mobius_genai.package(qwen2_5_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """(model, folder): a tiny Qwen3-VL with tiny-qwen2's tokenizer and processor settings."""
+    from tests._qwen3_vl import write_qwen3_vl_checkpoint
+
+    folder = tmp_path_factory.mktemp("qwen3_vl-ckpt")
+    return write_qwen3_vl_checkpoint(folder), folder
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_moe_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """(model, folder): a tiny Qwen3-VL-MoE, its experts in the hub's layout."""
+    from tests._qwen3_vl import write_qwen3_vl_checkpoint
+
+    folder = tmp_path_factory.mktemp("qwen3_vl_moe-ckpt")
+    return write_qwen3_vl_checkpoint(folder, moe=True), folder
+
+
+@pytest.fixture(scope="session")
+def qwen3_vl_bundle(qwen3_vl_checkpoint: tuple, tmp_path_factory) -> Path:
+    """The Qwen3-VL checkpoint packaged for cpu without the smoke test."""
+    out = tmp_path_factory.mktemp("qwen3_vl-bundle") / "bundle"
+    return mobius_genai.package(qwen3_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+
+
+@pytest.fixture(scope="session")
+def lfm2_vl_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """(model, folder): a tiny LFM2-VL with tiny-qwen2's tokenizer and processor settings."""
+    from tests._lfm2_vl import write_lfm2_vl_checkpoint
+
+    folder = tmp_path_factory.mktemp("lfm2_vl-ckpt")
+    return write_lfm2_vl_checkpoint(folder), folder
+
+
+@pytest.fixture(scope="session")
+def lfm2_vl_bundle(lfm2_vl_checkpoint: tuple, tmp_path_factory) -> Path:
+    """The LFM2-VL checkpoint packaged for cpu without the smoke test."""
+    out = tmp_path_factory.mktemp("lfm2_vl-bundle") / "bundle"
+    return mobius_genai.package(lfm2_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)

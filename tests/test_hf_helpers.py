@@ -56,6 +56,7 @@ _BIAS = {
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its config requires
+_BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
 _NO_BIAS = {"mistral", "phi3", "exaone4", "mixtral"}  # families without a bias switch
 _NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
@@ -86,6 +87,7 @@ _LOADED_AS = {
         (r"\.block_sparse_moe\.output_linear\.weight$", ".block_sparse_moe.experts.down_proj"),
         (r"\.router\.layer\.", ".router."),
     ],
+    "nemotron_h": [(r"^backbone\.", "model.")],  # the hub's prefix, kept on save
 }
 # transformers loads per-expert tensors into one [experts, 2 * inter, hidden] gate_up_proj
 # ([gate | up] rows) and one [experts, hidden, inter] down_proj

@@ -34,14 +34,15 @@ def measure(request: dict) -> dict:
         cpu=request["cpu"],
         threads=request["threads"],
         adapter=request.get("adapter"),
+        mtp=request.get("mtp", True),
     )
     load_s = time.perf_counter() - started
     prompt = random_prompt(request["batch_size"], request["prompt_length"], request["vocab_size"])
     new_tokens = request["new_tokens"]
     try:
-        time_generation(bundle.model, prompt, min(new_tokens, 4), bundle.adapter)  # warm-up
+        time_generation(bundle.model, prompt, min(new_tokens, 4), bundle.adapter, bundle.mtp)
         rounds = [
-            time_generation(bundle.model, prompt, new_tokens, bundle.adapter)
+            time_generation(bundle.model, prompt, new_tokens, bundle.adapter, bundle.mtp)
             for _ in range(request["rounds"])
         ]
     except RuntimeError as error:  # onnxruntime-genai's error type for a failing run

@@ -29,12 +29,13 @@ class AudioBench:
 def bench_audio(
     folder: str | Path, path: str | Path, *, rounds: int, cpu: bool, threads: int | None
 ) -> AudioBench:
-    """The median of `rounds` timed transcriptions of the WAV file `path`, after a warm-up."""
+    """The median of `rounds` timed transcriptions of the audio file `path` (WAV, FLAC or
+    MP3), after a warm-up."""
     seconds = audio_seconds(path, max_seconds(folder))
     if seconds is None:
         raise OptionError(
-            f"--audio {path}: bench needs the audio's length, which it reads from WAV files; "
-            "accepted: a WAV file"
+            f"--audio {path}: bench needs the audio's length, which it reads from WAV, FLAC "
+            "and MP3 headers; accepted: a WAV, FLAC or MP3 file"
         )
     bundle = open_bundle(
         folder, command="bench", provider=provider_of(HOST_EP) if cpu else None, threads=threads

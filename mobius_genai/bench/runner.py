@@ -34,6 +34,9 @@ class BenchRow:
     """Peak resident memory of the configuration's process (model loading included; memory
     of a GPU not counted); None where the system does not report it."""
     load_s: float
+    acceptance: float | None = None
+    """The MTP head's drafts the main model accepted, per draft it evaluated (og.MtpGenerator);
+    None without a head."""
 
 
 def bench(
@@ -46,10 +49,12 @@ def bench(
     cpu: bool = False,
     threads: int | None = None,
     adapter: str | None = None,
+    mtp: bool = True,
 ) -> list[BenchRow]:
     """One BenchRow per (prompt length, batch size), prompt lengths first; `cpu` runs the
     bundle's graph on the CPU provider, `threads` sets onnxruntime's intra-op threads, `adapter`
-    names the LoRA adapter the generations run with."""
+    names the LoRA adapter the generations run with; a bundle's MTP head drafts at batch 1
+    unless `mtp` is False (the row's `acceptance` says how often the main model agreed)."""
     config = read_genai_config(Path(folder))
     if "vocab_size" not in config["model"]:
         raise BundleError(
@@ -71,6 +76,7 @@ def bench(
         "cpu": cpu,
         "threads": threads,
         "adapter": adapter,
+        "mtp": mtp,
         "vocab_size": config["model"]["vocab_size"],
         "new_tokens": new_tokens,
         "rounds": rounds,
@@ -111,4 +117,5 @@ def _row(length: int, batch: int, answer: dict[str, Any]) -> BenchRow:
         decode_tps=median("decode"),
         peak_rss_mib=answer["peak_rss_mib"],
         load_s=answer["load_s"],
+        acceptance=median("acceptance") if "acceptance" in answer["rounds"][0] else None,
     )

@@ -20,6 +20,7 @@ import numpy as np
 import onnxruntime_genai as og
 
 from mobius_genai.runtime.adapters import ActiveAdapter
+from mobius_genai.runtime.mtp import MtpStats, mtp_generator
 from mobius_genai.runtime.opening import ON_CPU, OpenBundle, open_bundle
 
 
@@ -30,16 +31,23 @@ def load(folder: str | Path, *, cpu: bool = False, threads: int | None = None) -
 
 
 def open_for_bench(
-    folder: str | Path, *, cpu: bool, threads: int | None, adapter: str | None = None
+    folder: str | Path,
+    *,
+    cpu: bool,
+    threads: int | None,
+    adapter: str | None = None,
+    mtp: bool = True,
 ) -> OpenBundle:
     """The bundle opened as `run` and `chat` open it (their errors and advice), for bench;
-    `adapter` names the LoRA adapter its generations run with."""
+    `adapter` names the LoRA adapter its generations run with; `mtp=False` leaves its MTP
+    head out."""
     return open_bundle(
         folder,
         command="bench",
         provider=ON_CPU if cpu else None,
         threads=threads,
         adapter=adapter,
+        mtp=mtp,
     )
 
 
@@ -49,20 +57,57 @@ def random_prompt(batch_size: int, length: int, vocab_size: int, seed: int = 0) 
     return rng.integers(0, vocab_size, (batch_size, length)).astype(np.int32)
 
 
+def _time_mtp(
+    model: og.Model, head: og.Model, prompt: np.ndarray, new_tokens: int
+) -> dict[str, float]:
+    """`time_generation` with og.MtpGenerator: prefill is `append_tokens` (the main model's),
+    decode the tokens after the first; `acceptance` the drafts accepted per draft evaluated."""
+    length = len(prompt)
+    generator = mtp_generator(model, head, length + new_tokens)
+    started = _clocks()
+    generator.append_tokens(prompt)
+    prefilled = _clocks()
+    generator.generate_next_token()
+    first = _clocks()
+    while not generator.is_done() and len(generator.get_sequence()) < length + new_tokens:
+        generator.generate_next_token()
+    decoded = _clocks()
+    steps = len(generator.get_sequence()) - length - 1
+    if steps != new_tokens - 1:
+        raise RuntimeError(f"generated {steps + 1} tokens, expected {new_tokens}")
+    stats = MtpStats()
+    stats.read(generator.get_stats())
+    return {
+        "prefill": length / (prefilled[0] - started[0]),
+        "decode": steps / (decoded[0] - first[0]),
+        "prefill_cpu": length / (prefilled[1] - started[1]),
+        "decode_cpu": steps / (decoded[1] - first[1]),
+        "ttft_s": first[0] - started[0],
+        "acceptance": stats.acceptance or 0.0,
+    }
+
+
 def _clocks() -> tuple[float, float]:
     return time.perf_counter(), time.thread_time()
 
 
 def time_generation(
-    model: og.Model, prompt: np.ndarray, new_tokens: int, adapter: ActiveAdapter | None = None
+    model: og.Model,
+    prompt: np.ndarray,
+    new_tokens: int,
+    adapter: ActiveAdapter | None = None,
+    head: og.Model | None = None,
 ) -> dict[str, float]:
     """Prefill and decode tokens/s (by wall clock and by thread CPU time) and the time to first
     token in seconds of generating exactly `new_tokens` (>= 2) after `prompt`, a sequence of
-    token ids or a [batch, length] array of them; with `adapter` active."""
+    token ids or a [batch, length] array of them; with `adapter` active. With an MTP `head`
+    (batch 1), og.MtpGenerator generates them, and the head's acceptance is measured too."""
     if new_tokens < 2:
         raise ValueError(f"new_tokens {new_tokens}: decode needs 2 or more")
     prompt = np.atleast_2d(np.asarray(prompt, np.int32))
     batch_size, length = prompt.shape
+    if head is not None and batch_size == 1:
+        return _time_mtp(model, head, prompt[0], new_tokens)
     params = og.GeneratorParams(model)
     total = length + new_tokens
     params.set_search_options(

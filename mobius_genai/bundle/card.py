@@ -15,6 +15,7 @@ from typing import Any
 import onnx_ir as ir
 
 from mobius_genai import _resources
+from mobius_genai.bundle.mtp_config import DRAFT_TOKENS
 from mobius_genai.bundle.og_support import APIS
 from mobius_genai.bundle.runnable import dtype_refusal
 from mobius_genai.ep import RuntimeInfo, ep_registry
@@ -25,12 +26,14 @@ TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
 
 #: The graphs of a bundle in the order onnxruntime-genai runs them (genai_config sections).
-GRAPH_SECTIONS = ("encoder", "vision", "embedding", "decoder")
+GRAPH_SECTIONS = ("encoder", "vision", "embedding", "decoder", "mtp")
 
 #: What each well-known bundle file is, for the card's file table.
 FILE_ROLES: Mapping[str, str] = {
     "model.onnx": "the decoder graph",
     "model.onnx.data": "the decoder's weights (ONNX external data)",
+    "mtp.onnx": "the multi-token-prediction head (og.MtpGenerator's draft model)",
+    "mtp.onnx.data": "the MTP head's weights (ONNX external data)",
     "genai_config.json": "how onnxruntime-genai runs the graph",
     "tokenizer.json": "tokenizer",
     "tokenizer_config.json": "tokenizer settings and chat template",
@@ -115,6 +118,7 @@ def render_card(
         "feed": _feed(model, bos_token_id),
         "bos_note": _bos_note(bos_token_id),
         "adapters": _adapters(build.get("lora"), folder),
+        "mtp": _mtp(model, build.get("smoke_test"), folder),
         "files": "\n".join(f"| `{name}` | {_file_role(name)} |" for name in files),
     }
     return string.Template(_resources.read_text(TEMPLATE)).substitute(values)
@@ -123,7 +127,10 @@ def render_card(
 def _cli_run(folder: str, model: Mapping[str, Any]) -> str:
     """The command line that runs the bundle: with an image, or audio for a speech bundle."""
     if og_type(model["type"]).audio:
-        return f"mobius-genai run {folder} --audio speech.wav --language en"
+        return (
+            f"mobius-genai run {folder} --audio speech.wav --language en\n"
+            f"mobius-genai run {folder} --audio speech.wav --timestamps  # [0.00 -> 2.40] text"
+        )
     run = f'mobius-genai run {folder} --prompt "The capital of France is"'
     if "vision" in model:
         run += f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
@@ -146,6 +153,37 @@ def _file_role(name: str) -> str:
     if name.startswith("adapters/"):
         return "a LoRA adapter (onnxruntime adapter format, for og.Adapters)"
     return FILE_ROLES.get(name, "")
+
+
+def _mtp(model: Mapping[str, Any], smoke: Mapping[str, Any] | None, folder: str) -> str:
+    """The card's MTP section: how og.MtpGenerator runs the head, its drafts per round and the
+    acceptance the smoke test measured."""
+    if "mtp" not in model:
+        return ""
+    measured = (smoke or {}).get("mtp")
+    if measured is None:
+        drafts, accepted = DRAFT_TOKENS, "not measured (no smoke test ran it)"
+    else:
+        drafts = measured["draft_tokens"]
+        rate = measured["accepted"] / measured["evaluated"] if measured["evaluated"] else 0.0
+        accepted = (
+            f"{measured['accepted']} of {measured['evaluated']} drafts evaluated ({rate:.0%}) "
+            "on the smoke prompt"
+        )
+        if not measured["same_tokens"]:
+            accepted += "; its tokens differed from og.Generator's there (a near-tie)"
+    return (
+        "\n## Multi-token prediction\n\n"
+        f"`{model['mtp']['filename']}` drafts up to {drafts} tokens per round that the decoder "
+        f"verifies in one pass (greedy tokens unchanged). Accepted: {accepted}.\n\n"
+        "```python\n"
+        f'mtp = json.load(open("{folder}/genai_config.json"))["model"]["mtp"]\n'
+        'head = {key: mtp[key] for key in mtp if key not in ("main_hidden_states", "enabled")}\n'
+        f'config = og.Config("{folder}")  # the head: the mtp section as the decoder\n'
+        'config.overlay(json.dumps({"model": {"decoder": head}}))\n'
+        "generator = og.MtpGenerator(model, og.Model(config), params)\n```\n\n"
+        f"`mobius-genai run {folder}` uses it; `--no-mtp` decodes without it.\n"
+    )
 
 
 def _adapters(lora: Mapping[str, Any] | None, folder: str) -> str:

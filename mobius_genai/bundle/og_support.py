@@ -59,6 +59,11 @@ rows quote og:
   ("Invalid rank for input: position_ids Got: 2 Expected: 3"), as it fails beam search.
 - og's multimodal pipeline also continues the padded rows of a text batch from the wrong
   positions.
+- Whisper (og's `whisper` type, tests/models/whisper/test_og_apis.py, against og's builder's
+  Whisper bundle too): og.Engine, n-gram decoding and rewind are refused with og's words; a
+  batch of audios runs when the forced prompts have one length, and a shorter prompt is padded
+  inside itself; og.Generator's greedy, sampling, guidance, a prompt appended in parts, every
+  prompt position's logits and beam search run.
 
 `og_limits` is recorded in the manifest's build section (`og_limits`) and shown on the card;
 `engine_support(folder)` answers for a bundle on disk (`run` and `chat` read it).
@@ -124,8 +129,12 @@ def _unplaced_cache(config: Mapping[str, Any], graph: GraphInfo) -> bool:
     return _concatenated_cache(config, graph) and "ai.onnx::ScatterElements" not in graph.ops
 
 
+#: The model types og 0.18 runs with its LFM2 model class (LFM2Cache: attention KV and conv states).
+_LFM2_TYPES = frozenset({"lfm2", "lfm2_moe", "lfm2_vl"})
+
+
 def _lfm2(config: Mapping[str, Any], graph: GraphInfo) -> bool:
-    return config["model"]["type"] == "lfm2"
+    return config["model"]["type"] in _LFM2_TYPES
 
 
 def _delta_states(config: Mapping[str, Any], graph: GraphInfo) -> bool:
@@ -165,6 +174,20 @@ LIMITS: tuple[OgLimit, ...] = (
         _speech,
     ),
     OgLimit(
+        (NGRAM, REWIND),
+        "og 0.18 refuses these for model.type {type} ('N-gram decoding requires a plain "
+        "decoder-only text model in this release'; 'RewindTo is currently not supported for "
+        "whisper'), for og's builder's Whisper bundle alike",
+        _speech,
+    ),
+    OgLimit(
+        (BATCH,),
+        "og 0.18 pads a shorter forced prompt with the pad token inside the prompt (a row "
+        "without <|notimestamps|> beside one with it continues from other tokens than alone; "
+        "og's builder's Whisper bundle alike); audios with prompts of one length batch well",
+        _speech,
+    ),
+    OgLimit(
         (BEAM,),
         "og 0.18's multimodal pipeline binds an embedding output one prompt long per beam "
         "('The output OrtValue provided for output 'inputs_embeds' ... has shape {{2,2,64}} but "
@@ -196,7 +219,7 @@ LIMITS: tuple[OgLimit, ...] = (
     ),
     OgLimit(
         (ENGINE, NGRAM, REWIND),
-        "og 0.18 runs model.type lfm2 with a model class of its own, which these do not "
+        "og 0.18 runs model.type {type} with a model class of its own (LFM2's), which these do not "
         "support ('The model type is not supported for decoding'; 'RewindTo is currently not "
         "supported for lfm2')",
         _lfm2,

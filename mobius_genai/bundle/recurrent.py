@@ -34,13 +34,19 @@ _SIDES = (("inputs", "past_key_names", "past"), ("outputs", "present_key_names",
 def kv_layers(
     decoder: Mapping[str, Any], inputs: Mapping[str, str], graph: GraphInfo
 ) -> tuple[int, ...]:
-    """The layers with a KV cache: those `layer_types` names attention, else all but the
-    layers with gated-delta-net states (onnxruntime-genai keeps a KV cache for these)."""
+    """The layers with a KV cache: those `layer_types` names attention; else, in a graph with
+    recurrent states, the layers whose past key input it has (onnxruntime-genai's KV cache
+    takes those: a layer may also carry states, Falcon-H1's, or no cache, Nemotron-H's MLP
+    layers); else every layer."""
     layer_types = decoder.get("layer_types")
-    if layer_types is None:
-        recurrent = set(delta_layers(inputs, graph))
-        return tuple(i for i in range(decoder["num_hidden_layers"]) if i not in recurrent)
-    return tuple(i for i, kind in enumerate(layer_types) if kind in ATTENTION_LAYER_TYPES)
+    if layer_types is not None:
+        return tuple(i for i, kind in enumerate(layer_types) if kind in ATTENTION_LAYER_TYPES)
+    if not delta_layers(inputs, graph):
+        return tuple(range(decoder["num_hidden_layers"]))
+    prefix, _, suffix = inputs["past_key_names"].partition("%d")
+    found = (name[len(prefix) : len(name) - len(suffix)] for name in graph.inputs)
+    keys = {int(middle) for middle in found if middle.isdigit()}
+    return tuple(sorted(i for i in keys if prefix + str(i) + suffix in graph.inputs))
 
 
 def _derived(kv_pattern: str, suffix: str) -> str:
@@ -68,15 +74,17 @@ def check_derived_states(
     out, one fixed shape each of the rank its blocks declare."""
     layers = delta_layers(inputs, graph)
     anchor = _derived(inputs["past_key_names"], DERIVED_SUFFIXES[0])
-    if not layers:
-        strays = (layer_names(graph.inputs, suffix) for suffix in DERIVED_SUFFIXES[1:])
-        return [
-            f"graph inputs {stray.pattern!r} for layers {list(stray.indices)} lack the conv "
-            f"states {anchor!r} that onnxruntime-genai finds recurrent layers by"
-            for stray in strays
-            if stray is not None
-        ]
     problems = []
+    for suffix in DERIVED_SUFFIXES[1:]:  # a state og feeds no layer without the conv state
+        family = layer_names(graph.inputs, suffix)
+        strays = [i for i in family.indices if i not in layers] if family else []
+        if strays:
+            problems.append(
+                f"graph inputs {family.pattern!r} for layers {strays} lack the conv states "
+                f"{anchor!r} that onnxruntime-genai finds recurrent layers by"
+            )
+    if not layers:
+        return problems
     for suffix, rank in derived_ranks().items():
         for side, key, _ in _SIDES:
             names = getattr(graph, side)

@@ -20,6 +20,7 @@ from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME, check_token_ids
 from mobius_genai.bundle.graph import GraphInfo, TensorSpec
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, sha256_file
+from mobius_genai.bundle.mtp_config import MAIN_HIDDEN_STATES
 from mobius_genai.bundle.og_support import og_limits
 from mobius_genai.bundle.recurrent import (
     check_declared_states,
@@ -30,7 +31,7 @@ from mobius_genai.bundle.schema import read_bundle_json
 from mobius_genai.bundle.tool_tokens import check_tool_token_ids
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
-from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES, OG_SECTIONS, og_type
+from mobius_genai.kinds.og_types import OG_OWN_LAYERS, OG_PROCESSOR_FILES, OG_SECTIONS, og_type
 
 #: genai's defaults for the decoder I/O names a config may leave out.
 DEFAULT_INPUTS = {
@@ -255,6 +256,7 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
             continue
         graph = GraphInfo.from_file(path)
         problems += _check_external_data(folder, path.parent, graph)
+        count = entry.get("num_hidden_layers", 1) if section in OG_OWN_LAYERS else layers
         inputs = {**default_inputs, **entry.get("inputs", {})}
         outputs = {**default_outputs, **entry.get("outputs", {})}
         for side, names, kind, found in (
@@ -264,10 +266,10 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
             problems += [
                 _missing(side, key, name, kind, found, section)
                 for key, pattern in names.items()
-                for name in _per_layer(pattern, layers)
+                for name in _per_layer(pattern, count)
                 if name not in found
             ]
-        fed = {name for pattern in inputs.values() for name in _per_layer(pattern, layers)}
+        fed = {name for pattern in inputs.values() for name in _per_layer(pattern, count)}
         problems += [
             f"{entry['filename']}: graph input {name!r} is not fed by onnxruntime-genai; "
             f"accepted: the names of model.{section}.inputs {sorted(fed)}"
@@ -281,9 +283,19 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
                 f"model.{section}.config_filename: {processor!r} is not a file in {folder}; "
                 "the multimodal processor reads its transforms from it"
             )
+    hidden = model.get("mtp", {}).get("main_hidden_states", MAIN_HIDDEN_STATES)
+    if "mtp" in model and hidden not in decoder.outputs:
+        problems.append(_missing("outputs", "hidden_states", hidden, "output", decoder.outputs))
     embeds = model["decoder"].get("inputs", {}).get(_INPUTS_EMBEDS, _INPUTS_EMBEDS)
     if "embedding" in model and embeds not in decoder.inputs:
         problems.append(_missing("inputs", _INPUTS_EMBEDS, embeds, "input", decoder.inputs))
+    width = decoder.inputs[embeds].dim(2) if embeds in decoder.inputs else None
+    if width is not None and width != model["decoder"]["hidden_size"]:  # og sizes it by that
+        problems.append(
+            f"model.decoder.hidden_size: {model['decoder']['hidden_size']} but graph input "
+            f"{embeds!r} is {width} wide; onnxruntime-genai sizes inputs_embeds and "
+            "image_features by decoder.hidden_size"
+        )
     return problems
 
 

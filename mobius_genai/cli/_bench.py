@@ -14,6 +14,7 @@ from mobius_genai.cli._args import positive_int
 from mobius_genai.cli._generation import (
     add_adapter_argument,
     add_ep_argument,
+    add_no_mtp_argument,
     add_threads_argument,
     on_cpu,
 )
@@ -46,11 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--audio",
         metavar="PATH",
-        help="a speech bundle: time the transcription of this WAV file (real-time factor)",
+        help="a speech bundle: time the transcription of this WAV, FLAC or MP3 file (real-time "
+        "factor)",
     )
     add_ep_argument(parser)
     add_threads_argument(parser)
     add_adapter_argument(parser)
+    add_no_mtp_argument(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
@@ -68,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         cpu=cpu,
         threads=args.threads,
         adapter=args.adapter,
+        mtp=not args.no_mtp,
     )
     if args.json:
         print(
@@ -141,4 +145,10 @@ def _table(rows: list[BenchRow], args: argparse.Namespace) -> str:
         f"{args.rounds} runs after a warm-up; tokens/s count the whole batch.\n"
         "Peak RSS: the process of each row (model loading included, GPU memory not counted)."
     )
+    accepted = [f"{row.acceptance:.0%}" for row in rows if row.acceptance is not None]
+    if accepted:
+        notes += (
+            "\nMTP head (og.MtpGenerator, batch 1; --no-mtp without): drafts accepted "
+            + ", ".join(accepted)
+        )
     return aligned_table([_HEADERS, *cells], right=range(len(_HEADERS))) + "\n\n" + notes

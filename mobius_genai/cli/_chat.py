@@ -20,6 +20,7 @@ from mobius_genai.cli._generation import (
     add_adapter_argument,
     add_ep_argument,
     add_max_length_argument,
+    add_no_mtp_argument,
     add_sampling_arguments,
     add_threads_argument,
     max_length,
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_length_argument(parser)
     add_threads_argument(parser)
     add_adapter_argument(parser)
+    add_no_mtp_argument(parser)
     add_ep_argument(parser)
 
 
@@ -76,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         search=options,
         adapter=args.adapter,
+        mtp=not args.no_mtp,
     )
     conversation = Conversation(
         bundle,

@@ -1,19 +1,25 @@
 """`mobius-genai eps`: the registered execution providers and their capabilities, as a table;
-with ``--kernels``, every kernel of ep/kernels.py's table and the dtypes each EP runs it in."""
+with ``--kernels``, every kernel of ep/kernels.py's table and the dtypes each EP runs it in;
+with ``--families``, every model_type of the decoder family table."""
 
 from __future__ import annotations
 
 import argparse
 import textwrap
+from typing import TYPE_CHECKING
 
 import onnx_ir as ir
 
 from mobius_genai.cli._table import aligned_table
 from mobius_genai.components.tier1 import TIER1_OPS
+from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 from mobius_genai.ep import EpCapabilities, EpRegistry, ep_registry
 from mobius_genai.ep.kernels import KERNELS, missing
 from mobius_genai.quantize.plan import Int4Plan, int4_plan
 from mobius_genai.target import precision_of
+
+if TYPE_CHECKING:
+    from mobius_genai.models.families.adapter import FamilyAdapter
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "table fits 100 columns",
     )
     shown.add_argument(
+        "--families",
+        action="store_true",
+        help="every decoder model_type: onnxruntime-genai's model.type for it, and its blocks "
+        "beyond attention and an MLP",
+    )
+    shown.add_argument(
         "--kernels",
         action="store_true",
         help="every kernel an EP may lack, the dtypes each EP runs it in, and what an EP "
@@ -35,7 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the registry table (or the kernel table) on stdout."""
-    print(format_kernel_table() if args.kernels else format_ep_table(wide=args.wide))
+    if args.families:
+        print(format_family_table())
+    else:
+        print(format_kernel_table() if args.kernels else format_ep_table(wide=args.wide))
     return 0
 
 
@@ -64,6 +79,8 @@ _NARROW_HEADERS = ("name", "dtypes", "GQA dtypes", "custom ops", "int4", "graph 
 _ALSO_ACCEPTED = "Names are accepted in any case, and an EP's onnxruntime EP name stands for it."
 _WIDER = "`mobius-genai eps --wide` adds: "
 _KERNELS = "`mobius-genai eps --kernels`: every kernel, and the dtypes each EP runs it in."
+_FAMILIES = "`mobius-genai eps --families`: every decoder model_type this package builds."
+_OTHER_KINDS = "Vision-language and speech model types: README.md, Supported architectures."
 _CELLS = "all: every model dtype the EP runs (`mobius-genai eps`, dtypes column); -: none."
 
 
@@ -154,4 +171,33 @@ def format_ep_table(registry: EpRegistry | None = None, *, wide: bool = False) -
         more = ", ".join(h for h in _TABLE_HEADERS if h not in _NARROW_HEADERS)
         lines.append(textwrap.fill(f"{_WIDER}{more}.", _WIDTH))
         lines.append(_KERNELS)
+        lines.append(_FAMILIES)
     return "\n".join(lines)
+
+
+def _blocks(row: FamilyAdapter) -> str:
+    """What a family row builds beyond attention and an MLP, read from its data: the recurrent
+    blocks whose settings it reads, latent attention, MoE, a multimodal checkpoint's decoder."""
+    overrides = row.config_overrides
+    blocks = [b.layer_type for b in RECURRENT_BLOCKS.values() if b.section in overrides]
+    if overrides.get("parallel_recurrent"):
+        blocks = [f"{block} beside attention" for block in blocks]
+    if overrides.get("one_block_layers"):
+        blocks.append("one block per layer")
+    if "latent_attention" in overrides:
+        blocks.append("latent attention")
+    if row.experts is not None or "moe" in overrides:
+        blocks.append("MoE")
+    if row.text_only is not None:
+        blocks.append("text decoder only")
+    return ", ".join(blocks) or "-"
+
+
+def format_family_table() -> str:
+    """The decoder family table (models/families/) as an aligned text table: each model_type,
+    the onnxruntime-genai model.type of its bundle, its blocks beyond attention and an MLP."""
+    from mobius_genai.models import FAMILIES
+
+    rows = [("model_type", "onnxruntime-genai type", "blocks beyond attention + MLP")]
+    rows += [(name, row.genai_type, _blocks(row)) for name, row in sorted(FAMILIES.items())]
+    return "\n".join([aligned_table(rows), "", _OTHER_KINDS])

@@ -70,6 +70,16 @@ def add_adapter_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_no_mtp_argument(parser: argparse.ArgumentParser) -> None:
+    """--no-mtp: decode without the bundle's MTP head (to compare)."""
+    parser.add_argument(
+        "--no-mtp",
+        action="store_true",
+        help="decode without the bundle's multi-token-prediction head (og.MtpGenerator drafts "
+        "with it by default, when the bundle has one)",
+    )
+
+
 def add_max_length_argument(parser: argparse.ArgumentParser) -> None:
     """--max-length: the tokens of prompt and reply together."""
     parser.add_argument(

@@ -1,6 +1,6 @@
 """`mobius-genai run DIR [PROMPT] [--image PATH]`: stream generated text from a bundle;
-`run DIR --audio FILE [--language en] [--task transcribe|translate]` prints a speech bundle's
-transcript.
+`run DIR --audio FILE [--language en] [--task transcribe|translate] [--timestamps]` prints a
+speech bundle's transcript (with --timestamps, one `[start -> end] text` line per segment).
 
 The prompt is the positional PROMPT or `--prompt TEXT`. Text comes from onnxruntime-genai's
 Engine where it runs the bundle, from og.Generator where it does not (`bundle.decoding`).
@@ -19,6 +19,7 @@ from mobius_genai.cli._generation import (
     Speed,
     add_adapter_argument,
     add_max_length_argument,
+    add_no_mtp_argument,
     add_sampling_arguments,
     add_threads_argument,
     max_length,
@@ -65,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --audio: transcribe, or translate into English (multilingual models)",
     )
     parser.add_argument(
+        "--timestamps",
+        action="store_true",
+        help="with --audio: one line per segment, `[start -> end] text` (seconds)",
+    )
+    parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
     )
     guided = parser.add_mutually_exclusive_group()
@@ -78,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_length_argument(parser)
     add_threads_argument(parser)
     add_adapter_argument(parser)
+    add_no_mtp_argument(parser)
     parser.add_argument(
         "--ep",
         help="run on this execution provider instead of the one the bundle names (the bundle "
@@ -94,6 +101,8 @@ def run(args: argparse.Namespace) -> int:
     prompt = None if args.audio is not None else _prompt(args)
     if prompt is None and (args.prompt, args.prompt_option) != (None, None):
         raise OptionError("--audio takes no prompt; accepted: `run DIR --audio FILE`")
+    if args.timestamps and args.audio is None:
+        raise OptionError("--timestamps times a transcript; accepted: with --audio FILE")
     options = search_options(args)
     guidance = _guidance(args)
     bundle = open_bundle(
@@ -103,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         threads=args.threads,
         adapter=args.adapter,
         search=options,
+        mtp=not args.no_mtp,
     )
     if prompt is None:
         pieces = transcribe(
@@ -111,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             language=args.language,
             task=args.task,
             max_new_tokens=args.max_new_tokens,
+            timestamps=args.timestamps,
         )
     else:
         pieces = _text(args, bundle, prompt, guidance)

@@ -12,7 +12,10 @@ checkpoints need no renames. A recurrent layer has the component its kind's row 
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
 GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
-multi-head latent attention.
+multi-head latent attention. A layer may run a recurrent block beside its attention (Falcon-H1:
+`parallel_recurrent`, both reading the normed input, their outputs added; its cache is (key,
+value, *states)), and with `one_block_layers` a layer is one block (Nemotron-H): its mixer
+alone, h = x + mixer(norm(x)), or in an "mlp" layer its MLP alone, h = x + mlp(norm(x)).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 
 # placement → module names of the norms (attention input, attention output, MLP input,
 # MLP output); None where that placement has no norm.
@@ -53,6 +55,8 @@ class DecoderLayer(nn.Module):
         if config.parallel_residual:
             # the MLP reads the attention's normed input, or the input through a norm of its own
             slots = (slots[0], None, slots[2] if config.parallel_mlp_norm else None, None)
+        if config.one_block_layers:  # one norm before the one block
+            slots = (slots[0], None, None, None)
         self.slots = slots
         self.parallel = config.parallel_residual
         self.residual_multiplier = config.residual_multiplier
@@ -61,15 +65,19 @@ class DecoderLayer(nn.Module):
                 setattr(
                     self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                 )
+        self.self_attn = self.recurrent = None
         if config.has_kv_cache(layer_index):
             attention = Attention if config.latent_attention is None else LatentAttention
-            self.self_attn, self.recurrent = attention(config, layer_index), None
-        else:
-            block = RECURRENT_BLOCKS[config.layer_types[layer_index]]
-            self.self_attn, self.recurrent = None, block.module
+            self.self_attn = attention(config, layer_index)
+        block = config.recurrent_block(layer_index)
+        if block is not None:
+            self.recurrent = block.module
             setattr(self, block.module, block.block_class()(config))
+        mixes = self.self_attn is not None or self.recurrent is not None
         sparse = config.moe is not None and config.moe.is_sparse(layer_index)
-        self.mlp = MoEBlock(config) if sparse else make_mlp(config)
+        self.mlp = None
+        if not (mixes and config.one_block_layers):
+            self.mlp = MoEBlock(config) if sparse else make_mlp(config)
 
     def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
         name = self.slots[slot]
@@ -96,15 +104,14 @@ class DecoderLayer(nn.Module):
         (`slots`: where new keys and values land, components/kv_slots.py)."""
         residual = hidden_states
         normed = self._norm(op, 0, hidden_states)
-        if self.recurrent is not None:
-            attn_out, *states = getattr(self, self.recurrent)(op, normed, attention_mask, *past)
-            presents: tuple[ir.Value, ...] = tuple(states)
-        else:
-            attn_out, present_key, present_value = self.self_attn(
-                op, normed, position_ids, rotary, attention_bias, *past, slots
-            )
-            presents = (present_key, present_value)
-        attn_out = self._scaled(op, self._norm(op, 1, attn_out))
+        mixed, presents = self._mix(
+            op, normed, position_ids, rotary, attention_bias, past, attention_mask, slots
+        )
+        if mixed is None:  # an MLP alone
+            return op.Add(residual, self._scaled(op, self.mlp(op, normed))), presents
+        attn_out = self._scaled(op, self._norm(op, 1, mixed))
+        if self.mlp is None:  # a mixer alone
+            return op.Add(residual, attn_out), presents
         if self.parallel:
             mlp_in = normed if self.slots[2] is None else self._norm(op, 2, residual)
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
@@ -113,3 +120,30 @@ class DecoderLayer(nn.Module):
         mlp_out = self.mlp(op, self._norm(op, 2, hidden_states))
         mlp_out = self._scaled(op, self._norm(op, 3, mlp_out))
         return op.Add(hidden_states, mlp_out), presents
+
+    def _mix(
+        self,
+        op,
+        normed: ir.Value,
+        position_ids: ir.Value,
+        rotary: Rotation | None,
+        attention_bias: ir.Value,
+        past: tuple[ir.Value, ...],
+        attention_mask: ir.Value,
+        slots: Slots | None,
+    ) -> tuple[ir.Value | None, tuple[ir.Value, ...]]:
+        """The token mixers' summed output (None without one) and their caches, in the order
+        of `past`: the attention's key and value, then the recurrent block's states."""
+        outputs, presents = [], ()
+        if self.self_attn is not None:
+            out, key, value = self.self_attn(
+                op, normed, position_ids, rotary, attention_bias, *past[:2], slots
+            )
+            outputs, presents = [out], (key, value)
+        if self.recurrent is not None:
+            block = getattr(self, self.recurrent)
+            out, *states = block(op, normed, attention_mask, *past[len(presents) :])
+            outputs, presents = [out, *outputs], (*presents, *states)
+        if not outputs:
+            return None, presents
+        return (outputs[0] if len(outputs) == 1 else op.Add(*outputs)), presents

@@ -1,11 +1,13 @@
-"""The Mamba2 mixer: the token mixer of a "mamba2" layer (Granite-4.0-H), with two states.
+"""The Mamba2 mixer: the token mixer of a "mamba2" layer (Granite-4.0-H, Nemotron-H; beside
+attention in Falcon-H1), with two states.
 
     gate, xBC, dt = split(in_proj(h))                 (intermediate, conv_dim, heads)
     x, B, C = split(silu(conv(xBC) + conv bias))      conv: depthwise, causal
     dt  = softplus(dt + dt_bias);  A = -exp(A_log)    (per head)
     S_t = exp(dt_t * A) * S_{t-1} + B_t ⊗ (dt_t * x_t);  y_t = C_t^T S_t + D * x_t
           (per head; each head reads the B and C of its group, heads repeat-interleaved)
-    out = out_proj(group_rmsnorm(y * silu(gate)) * norm.weight)
+    out = out_proj(group_rmsnorm(y * silu(gate)) * norm.weight)   (config/mamba2.py's norm:
+          or group_rmsnorm(y) * norm.weight * silu(gate), or y * silu(gate) with no norm)
 
 The recurrence is com.microsoft::LinearAttention with update_rule "gated" (q = C, k = B,
 v = dt * x, decay = dt * A; no beta): onnxruntime's CPU kernel runs it, and its Tier-1 body
@@ -32,22 +34,48 @@ from mobius_genai.config import ArchitectureConfig
 
 class GatedGroupRMSNorm(nn.Module):
     """y * silu(gate), RMS-normalized over each of `groups` equal groups of channels and scaled
-    by `weight` [channels], in float32 as transformers computes it, then in the model dtype."""
+    by `weight` [channels], in float32 as transformers computes it, then in the model dtype;
+    `norm_first`: y normalized and scaled first, then gated (Falcon-H1's norm_before_gate)."""
 
-    def __init__(self, channels: int, groups: int, eps: float) -> None:
+    def __init__(self, channels: int, groups: int, eps: float, norm_first: bool = False) -> None:
         super().__init__()
         self.channels, self.groups, self.eps = channels, groups, eps
+        self.norm_first = norm_first
         self.weight = parameter([channels])
 
-    def forward(self, op, y: ir.Value, gate: ir.Value, like: ir.Value) -> ir.Value:
-        gate = in_float32(op, gate)
-        gated = op.Mul(y, op.Mul(gate, op.Sigmoid(gate)))
-        split = op.Reshape(gated, op.Constant(value_ints=[0, 0, self.groups, -1]))
+    def _normalize(self, op, x: ir.Value) -> ir.Value:
+        split = op.Reshape(x, op.Constant(value_ints=[0, 0, self.groups, -1]))
         mean_square = op.ReduceMean(op.Mul(split, split), op.Constant(value_ints=[-1]), keepdims=1)
         eps = op.Constant(value_float=self.eps)
         normed = op.Div(split, op.Sqrt(op.Add(mean_square, eps)))
         normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, self.channels]))
-        return op.CastLike(op.Mul(normed, in_float32(op, self.weight)), like)
+        return op.Mul(normed, in_float32(op, self.weight))
+
+    def forward(self, op, y: ir.Value, gate: ir.Value, like: ir.Value) -> ir.Value:
+        silu = _silu(op, in_float32(op, gate))
+        if self.norm_first:
+            return op.CastLike(op.Mul(self._normalize(op, y), silu), like)
+        return op.CastLike(self._normalize(op, op.Mul(y, silu)), like)
+
+
+class GateOnly(nn.Module):
+    """y * silu(gate) with no norm (Falcon-H1 without mamba_rms_norm), in the model dtype."""
+
+    def forward(self, op, y: ir.Value, gate: ir.Value, like: ir.Value) -> ir.Value:
+        return op.CastLike(op.Mul(y, _silu(op, in_float32(op, gate))), like)
+
+
+def _silu(op, x: ir.Value) -> ir.Value:
+    return op.Mul(x, op.Sigmoid(x))
+
+
+def _gated_norm(config: ArchitectureConfig) -> nn.Module:
+    """The module the scan's output and the gate go through (config/mamba2.py's `norm`)."""
+    sizes = config.mamba2
+    if sizes.norm == "gate":
+        return GateOnly()
+    first = sizes.norm == "norm_then_gate"
+    return GatedGroupRMSNorm(sizes.intermediate, sizes.groups, config.norm_eps, first)
 
 
 class Mamba2Mixer(nn.Module):
@@ -63,8 +91,8 @@ class Mamba2Mixer(nn.Module):
         self.dt_bias = parameter([sizes.heads])
         self.A_log = parameter([sizes.heads])
         self.D = parameter([sizes.heads])
-        self.norm = GatedGroupRMSNorm(inner, sizes.groups, config.norm_eps)
-        self.out_proj = Linear(inner, hidden, sizes.proj_bias)
+        self.norm = _gated_norm(config)
+        self.out_proj = Linear(inner, hidden, sizes.out_bias)
 
     def _heads(self, op, x: ir.Value) -> ir.Value:
         """[batch, seq, intermediate] → [batch, seq, heads, head_dim]."""

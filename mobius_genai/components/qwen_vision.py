@@ -27,6 +27,7 @@ from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import GatedMLP
 from mobius_genai.components.norms import RMSNorm
 from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.ep.context import get_build_dtype
 
@@ -125,11 +126,11 @@ class PackedSequences:
         self.cumulative = op.Cast(bounds, to=ir.DataType.INT32)
 
 
-class _Rotary:
+class AxialRotary:
     """cos/sin rows [1, P, head_dim / 2] of each patch: (row, column) positions times the
     same frequencies, row half then column half (transformers' axial rope)."""
 
-    def __init__(self, op, layout: WindowLayout, config: QwenVisionConfig) -> None:
+    def __init__(self, op, layout, config: QwenVisionConfig | Qwen3VisionConfig) -> None:
         half = config.head_dim // 2
         inv_freq = 1.0 / config.rope_theta ** (np.arange(0, half, 2, dtype=np.float64) / half)
         frequencies = op.Constant(value=ir.tensor(inv_freq.astype(np.float32)[None]))
@@ -155,7 +156,7 @@ class QwenVisionAttention(nn.Module):
         self.qkv = Linear(hidden, 3 * hidden, bias=True)
         self.proj = Linear(hidden, hidden, bias=True)
 
-    def forward(self, op, x: ir.Value, rotary: _Rotary, sequences: PackedSequences) -> ir.Value:
+    def forward(self, op, x: ir.Value, rotary: AxialRotary, sequences: PackedSequences) -> ir.Value:
         q, k, v = op.Split(self.qkv(op, x), num_outputs=3, axis=-1, _outputs=3)
         q, k = (
             op.RotaryEmbedding(t, rotary.cos, rotary.sin, num_heads=self.num_heads) for t in (q, k)
@@ -182,7 +183,7 @@ class QwenVisionBlock(nn.Module):
         self.norm2 = RMSNorm(hidden, eps)
         self.mlp = GatedMLP(hidden, config.intermediate_size, config.hidden_act, bias=True)
 
-    def forward(self, op, x: ir.Value, rotary: _Rotary, sequences: PackedSequences) -> ir.Value:
+    def forward(self, op, x: ir.Value, rotary: AxialRotary, sequences: PackedSequences) -> ir.Value:
         x = op.Add(x, self.attn(op, self.norm1(op, x), rotary, sequences))
         return op.Add(x, self.mlp(op, self.norm2(op, x)))
 
@@ -190,23 +191,26 @@ class QwenVisionBlock(nn.Module):
 class _PatchEmbed(nn.Module):
     """Conv3d with kernel = stride = one patch, as a MatMul over flattened patches."""
 
-    def __init__(self, config: QwenVisionConfig) -> None:
+    def __init__(self, config: QwenVisionConfig | Qwen3VisionConfig, bias: bool) -> None:
         super().__init__()
         self.hidden = config.hidden_size
         size, frames = config.patch_size, config.temporal_patch_size
         self.weight = parameter([config.hidden_size, config.in_channels, frames, size, size])
+        self.bias = parameter([config.hidden_size]) if bias else None
 
     def forward(self, op, pixel_values: ir.Value) -> ir.Value:
         matrix = op.Reshape(self.weight, _ints(op, self.hidden, -1))
-        return op.MatMul(pixel_values, op.Transpose(matrix, perm=[1, 0]))
+        patches = op.MatMul(pixel_values, op.Transpose(matrix, perm=[1, 0]))
+        return patches if self.bias is None else op.Add(patches, self.bias)
 
 
-class _PatchEmbedding(nn.Module):
-    """Holds `proj` so the weight is `patch_embed.proj.weight`, as stored."""
+class PatchEmbedding(nn.Module):
+    """Holds `proj` so the weight is `patch_embed.proj.weight`, as stored (Qwen3-VL's Conv3d
+    has a bias, Qwen2.5-VL's none)."""
 
-    def __init__(self, config: QwenVisionConfig) -> None:
+    def __init__(self, config: QwenVisionConfig | Qwen3VisionConfig, bias: bool = False) -> None:
         super().__init__()
-        self.proj = _PatchEmbed(config)
+        self.proj = _PatchEmbed(config, bias)
 
     def forward(self, op, pixel_values: ir.Value) -> ir.Value:
         return self.proj(op, pixel_values)
@@ -245,7 +249,7 @@ class QwenVisionTower(nn.Module):
     def __init__(self, config: QwenVisionConfig) -> None:
         super().__init__()
         self.config = config
-        self.patch_embed = _PatchEmbedding(config)
+        self.patch_embed = PatchEmbedding(config)
         self.blocks = nn.ModuleList([QwenVisionBlock(config) for _ in range(config.depth)])
         self.merger = PatchMerger(config)
 
@@ -253,7 +257,7 @@ class QwenVisionTower(nn.Module):
         layout = WindowLayout(op, grid, self.config)
         patches = op.Gather(self.patch_embed(op, pixel_values), layout.patch_order, axis=0)
         x = op.Unsqueeze(patches, _ints(op, 0))
-        rotary = _Rotary(op, layout, self.config)
+        rotary = AxialRotary(op, layout, self.config)
         windows, frames = PackedSequences(op, layout.window), PackedSequences(op, layout.frame)
         for index, block in enumerate(self.blocks):
             sequences = frames if index in self.config.fullatt_block_indexes else windows

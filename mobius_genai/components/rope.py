@@ -196,33 +196,44 @@ class RotaryEmbedding(nn.Module):
 
 
 class MultimodalRotaryEmbedding(RotaryEmbedding):
-    """Qwen2.5-VL's mrope: position_ids [3, batch, seq] give each token a temporal, a height and
-    a width position; channel pair j of section i rotates by the position of axis i % 3
-    (transformers' Qwen2_5_VLRotaryEmbedding). The rows of the same tables are gathered per
-    axis and cut into the sections, giving each token its own cos/sin rows."""
+    """Qwen2.5-VL's and Qwen3-VL's mrope: position_ids [3, batch, seq] give each token a
+    temporal, a height and a width position, and each channel pair rotates by one of them
+    (`channel_axes`: transformers' Qwen2_5_VLRotaryEmbedding, Qwen3VLTextRotaryEmbedding). The
+    rows of the same tables are gathered per axis and each channel pair taken from its axis,
+    giving each token its own cos/sin rows."""
 
     def __init__(self, rope: RopeConfig, rotary_dim: int, context_length: int) -> None:
         super().__init__(rope, rotary_dim, context_length)
-        self.sections = rope.mrope_section
+        self.axes = channel_axes(rope, rotary_dim // 2)
 
     def forward(self, op, position_ids: ir.Value) -> Rotation:
         """Per-token tables [batch, seq, rotary_dim / 2] for `position_ids` [3, batch, seq]."""
+        pairs = len(self.axes)
+        # the column of pair j in [batch, seq, 3 · pairs]: its axis' block, then j
+        columns = np.asarray(self.axes, dtype=np.int64) * pairs + np.arange(pairs)
         tables = []
         for table in (self.cos_cache, self.sin_cache):
-            rows = op.Gather(table, position_ids, axis=0)  # [3, batch, seq, rotary_dim / 2]
-            pieces, start = [], 0
-            for index, width in enumerate(self.sections):
-                axis = index % 3
-                piece = op.Slice(
-                    rows,
-                    op.Constant(value_ints=[axis, start]),
-                    op.Constant(value_ints=[axis + 1, start + width]),
-                    op.Constant(value_ints=[0, 3]),
-                )
-                pieces.append(op.Squeeze(piece, op.Constant(value_ints=[0])))
-                start += width
-            tables.append(op.Concat(*pieces, axis=-1))
+            rows = op.Gather(table, position_ids, axis=0)  # [3, batch, seq, pairs]
+            side_by_side = op.Reshape(
+                op.Transpose(rows, perm=[1, 2, 0, 3]), op.Constant(value_ints=[0, 0, -1])
+            )
+            tables.append(op.Gather(side_by_side, op.Constant(value=ir.tensor(columns)), axis=2))
         return Rotation(tables[0], tables[1], self.rotary_dim, self.interleaved, per_token=True)
+
+
+def channel_axes(rope: RopeConfig, pairs: int) -> list[int]:
+    """The position axis (0 temporal, 1 height, 2 width) of each of the `pairs` channel pairs:
+    `mrope_section` in turn (section i rotating by axis i % 3), or interleaved (Qwen3-VL): pair
+    j takes height where j % 3 == 1 and j < 3 · section 1, width where j % 3 == 2 and
+    j < 3 · section 2, temporal otherwise."""
+    sections = rope.mrope_section or ()
+    if not rope.mrope_interleaved:
+        return [index % 3 for index, width in enumerate(sections) for _ in range(width)][:pairs]
+    axes = [0] * pairs
+    for axis in (1, 2):
+        for pair in range(axis, min(3 * sections[axis], pairs), 3):
+            axes[pair] = axis
+    return axes
 
 
 def _cache(

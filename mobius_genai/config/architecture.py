@@ -28,8 +28,10 @@ from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
+from mobius_genai.config.recurrent import RECURRENT_BLOCKS, RecurrentBlock
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.config.short_conv import ShortConvConfig
+from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.errors import ConfigError
 
 HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
@@ -106,6 +108,15 @@ class ArchitectureConfig:
       embedding turns its `qk_rope_head_dim` channels.
     - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
       None when the model has none.
+    - `one_block_layers`: each layer is one pre-norm block and its residual: its token mixer
+      (attention or a recurrent block) without an MLP, or in "mlp" layers an MLP alone
+      (Nemotron-H).
+    - `parallel_recurrent`: a recurrent layer kind (config/recurrent.py) that every attention
+      layer runs beside its attention on the same normed input, the two outputs added; its
+      states join the layer's KV cache (Falcon-H1: "mamba2").
+    - `weight_scales`: constant multipliers folded into weights as they are read
+      (config/weight_scales.py: Falcon-H1's µP multipliers); a family's rows apply them with
+      the `scaled_weights` preprocessor.
     - `altup`: Gemma 3n's streams, per-layer inputs, Laurel, sparse MLPs and shared caches
       (config/altup.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
@@ -153,6 +164,9 @@ class ArchitectureConfig:
     short_conv: ShortConvConfig | None = None
     linear_attention: LinearAttentionConfig | None = None
     mamba2: Mamba2Config | None = None
+    one_block_layers: bool = False
+    parallel_recurrent: str | None = None
+    weight_scales: tuple[WeightScale, ...] = ()
     attention_output_gate: bool = False
     attention_scale: float | None = None
     attention_sinks: bool = False
@@ -206,6 +220,14 @@ class ArchitectureConfig:
     def has_kv_cache(self, index: int) -> bool:
         """Whether layer `index` attends (KV cache) rather than carrying a recurrent state."""
         return self.layer_types[index] in ATTENTION_LAYER_TYPES
+
+    def recurrent_block(self, index: int) -> RecurrentBlock | None:
+        """The recurrent block layer `index` runs: its kind's, or beside its attention the
+        `parallel_recurrent` one; None for a layer without one."""
+        kind = self.layer_types[index]
+        if kind in ATTENTION_LAYER_TYPES and self.parallel_recurrent is not None:
+            kind = self.parallel_recurrent
+        return RECURRENT_BLOCKS.get(kind)
 
     def window_of_layer(self, index: int) -> int | None:
         """Sliding-window size of layer `index`, or None for full attention."""

@@ -1,5 +1,6 @@
-"""Layer kinds: which layers attend to the whole context, which to a sliding window, and which
-carry a fixed-size recurrent state instead of a KV cache (the blocks of config/recurrent.py)."""
+"""Layer kinds: which layers attend to the whole context, which to a sliding window, which
+carry a fixed-size recurrent state instead of a KV cache (the blocks of config/recurrent.py),
+and which are an MLP alone (Nemotron-H's "mlp" layers: no token mixer, no cache)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,19 @@ if TYPE_CHECKING:
     from mobius_genai.config.architecture import ArchitectureConfig
 
 ATTENTION_LAYER_TYPES = ("full_attention", "sliding_attention")
+#: A layer that is its MLP alone, with no token mixer and no cache (ArchitectureConfig's
+#: `one_block_layers`).
+MLP_LAYER_TYPE = "mlp"
 
 
 def known_layer_types() -> tuple[str, ...]:
-    """Every layer kind a decoder can build: attention and each registered recurrent block."""
-    return ATTENTION_LAYER_TYPES + tuple(RECURRENT_BLOCKS)
+    """Every layer kind a decoder can build: attention, each registered recurrent block and
+    an MLP alone."""
+    return ATTENTION_LAYER_TYPES + tuple(RECURRENT_BLOCKS) + (MLP_LAYER_TYPE,)
 
 
-#: The built-in layer kinds: attention, and those with a recurrent state (config/recurrent.py).
+#: The built-in layer kinds: attention, those with a recurrent state (config/recurrent.py) and
+#: an MLP alone.
 LAYER_TYPES = known_layer_types()
 
 
@@ -99,9 +105,29 @@ def validate_layers(config: ArchitectureConfig) -> None:
                 f"config.json: model_type {config.model_type!r} has {kind} layers, which only "
                 f"the families that read their {block.section} settings build"
             )
+    _validate_block_layout(config)
     outside = [i for i in config.no_rope_layers if not 0 <= i < config.num_hidden_layers]
     if outside:
         raise ConfigError(
             f"config.json: no_rope_layers holds {outside}; accepted: layer indices 0.."
             f"{config.num_hidden_layers - 1}"
+        )
+
+
+def _validate_block_layout(config: ArchitectureConfig) -> None:
+    """MLP-only layers only where each layer is one block; a recurrent block beside attention
+    only one the config has the settings of."""
+    if MLP_LAYER_TYPE in config.layer_types and not config.one_block_layers:
+        raise ConfigError(
+            f"config.json: model_type {config.model_type!r} has {MLP_LAYER_TYPE!r} layers, which "
+            "only the families whose layers hold one block each build (nemotron_h)"
+        )
+    beside = config.parallel_recurrent
+    if beside is None:
+        return
+    block = RECURRENT_BLOCKS.get(beside)
+    if block is None or getattr(config, block.section, None) is None:
+        raise ConfigError(
+            f"config.json: a recurrent block {beside!r} beside attention needs its settings; "
+            f"accepted: one of {list(RECURRENT_BLOCKS)} whose section the family reads"
         )

@@ -7,6 +7,8 @@ router logits (DeepSeek-V2) or their sigmoid (V3). V3 adds a learned per-expert
 each group's two best), while the chosen experts are weighted by the uncorrected scores; V2
 scores a group by its best expert. The weights are renormalized to sum 1 when the MoE config's
 `normalize_top_k` says so, then multiplied by `scaling` (`routed_scaling_factor`).
+LFM2-MoE routes the same way with one group: sigmoid scores corrected by its `expert_bias`,
+renormalized over the sum plus `epsilon` (1e-6).
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ class GroupRouting:
     group_score: str = "max"
     correction_bias: bool = False
     scaling: float = 1.0
+    # added to the sum of the picked weights a renormalization divides by
+    epsilon: float = 0.0
 
 
 def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> None:
@@ -63,4 +67,9 @@ def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> Non
         raise ConfigError(
             f"config.json: routed_scaling_factor must be a positive number, found "
             f"{routing.scaling!r}"
+        )
+    if not fields.is_number(routing.epsilon) or routing.epsilon < 0:
+        raise ConfigError(
+            f"config.json: the MoE renormalization epsilon must be a number >= 0, found "
+            f"{routing.epsilon!r}"
         )

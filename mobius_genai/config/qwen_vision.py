@@ -75,58 +75,69 @@ class QwenVisionConfig:
         """Parse `vision_config` (transformers' defaults where absent)."""
         where = "vision_config."
         defaults = cls()
-        sizes = {
-            key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
-            for key in (
-                "depth",
-                "hidden_size",
-                "intermediate_size",
-                "num_heads",
-                "in_channels",
-                "patch_size",
-                "spatial_merge_size",
-                "temporal_patch_size",
-                "window_size",
-                "out_hidden_size",
-            )
-        }
-        act = raw.get("hidden_act", defaults.hidden_act)
-        if act not in HIDDEN_ACTS:
-            raise ConfigError(
-                f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
-                f"{sorted(HIDDEN_ACTS)}"
-            )
-        rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
+        keys = ("window_size",)
         full = fields.int_tuple(raw.get("fullatt_block_indexes"), where + "fullatt_block_indexes")
         config = cls(
-            **sizes,
+            **tower_fields(raw, defaults, keys),
             tokens_per_second=fields.number(
                 raw.get("tokens_per_second"), where + "tokens_per_second", 4.0, positive=True
             ),
             fullatt_block_indexes=full
             if "fullatt_block_indexes" in raw
             else defaults.fullatt_block_indexes,
-            hidden_act=act,
-            rope_theta=fields.number(
-                rope.get("rope_theta", raw.get("rope_theta")),
-                where + "rope_parameters.rope_theta",
-                10000.0,
-                positive=True,
-            ),
         )
-        _check(config)
+        check_heads(config)
+        if config.window_tokens < 1:
+            raise ConfigError(
+                f"config.json: vision_config.window_size {config.window_size} is smaller than "
+                f"one merged token (spatial_merge_size * patch_size = "
+                f"{config.spatial_merge_size * config.patch_size} pixels)"
+            )
         return config
 
 
-def _check(config: QwenVisionConfig) -> None:
+#: The integer keys of a Qwen tower's vision_config that Qwen2.5-VL and Qwen3-VL share.
+_SHARED_SIZES = (
+    "depth",
+    "hidden_size",
+    "intermediate_size",
+    "num_heads",
+    "in_channels",
+    "patch_size",
+    "spatial_merge_size",
+    "temporal_patch_size",
+    "out_hidden_size",
+)
+
+
+def tower_fields(raw: Mapping[str, Any], defaults: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A Qwen tower's (Qwen2.5-VL's, Qwen3-VL's) sizes, `keys` besides, its hidden_act and its
+    2-D rope's theta from `vision_config`, the `defaults` config's values where absent."""
+    where = "vision_config."
+    read = {
+        key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
+        for key in _SHARED_SIZES + keys
+    }
+    act = raw.get("hidden_act", defaults.hidden_act)
+    if act not in HIDDEN_ACTS:
+        raise ConfigError(
+            f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
+            f"{sorted(HIDDEN_ACTS)}"
+        )
+    rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
+    theta = fields.number(
+        rope.get("rope_theta", raw.get("rope_theta")),
+        where + "rope_parameters.rope_theta",
+        10000.0,
+        positive=True,
+    )
+    return {**read, "hidden_act": act, "rope_theta": theta}
+
+
+def check_heads(config: Any) -> None:
+    """A Qwen tower's heads: whole, and a head size its 2-D rotary halves split in pairs."""
     if config.hidden_size % config.num_heads or config.head_dim % 4:
         raise ConfigError(
             f"config.json: vision_config.hidden_size {config.hidden_size} over num_heads "
             f"{config.num_heads} must be a whole head size divisible by 4 (2-D rotary halves)"
-        )
-    if config.window_tokens < 1:
-        raise ConfigError(
-            f"config.json: vision_config.window_size {config.window_size} is smaller than one "
-            f"merged token (spatial_merge_size * patch_size = "
-            f"{config.spatial_merge_size * config.patch_size} pixels)"
         )

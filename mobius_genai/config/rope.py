@@ -54,6 +54,10 @@ class RopeConfig:
     # Multimodal rope (Qwen2.5-VL): channel pairs per position axis (temporal, height, width),
     # in order, section i rotating by axis i % 3 of 3-D position_ids; None for 1-D positions.
     mrope_section: tuple[int, ...] | None = None
+    # Qwen3-VL's layout of the sections: channel pairs cycle temporal, height, width (pair j
+    # takes axis j % 3 while that axis' section lasts, the rest temporal) instead of following
+    # one another; transformers' Qwen3-VL always interleaves, so its row sets it.
+    mrope_interleaved: bool = False
     frequency_factors: tuple[float, ...] | None = None
     """Each frequency divided by its factor after the type's scaling: llama.cpp's rope_freqs
     (a GGUF's Llama 3 scaling), given as `rope_scaling.frequency_factors`."""

@@ -16,6 +16,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
 from mobius_genai.config.layers import check_layer_count
 from mobius_genai.config.pixtral import PixtralVisionConfig
+from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
 from mobius_genai.errors import ConfigError
 
@@ -109,7 +110,7 @@ class VisionLanguageConfig:
 
     model_type: str
     text: ArchitectureConfig
-    vision: VisionConfig | QwenVisionConfig | PixtralVisionConfig
+    vision: VisionConfig | QwenVisionConfig | Qwen3VisionConfig | PixtralVisionConfig
     image_token_id: int
     image_tokens: int | None = None
     boi_token_id: int | None = None
@@ -124,6 +125,17 @@ class VisionLanguageConfig:
         return dataclasses.replace(self, text=self.text.first_layers(count), vision=vision)
 
     @property
+    def deepstack_layers(self) -> int:
+        """The decoder layers after which DeepStack features are added (Qwen3-VL), else 0."""
+        return len(getattr(self.vision, "deepstack_visual_indexes", ()))
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of image_features and inputs_embeds: the text hidden size, once for the
+        embeddings and once per DeepStack layer (components/deepstack.py)."""
+        return self.text.hidden_size * (1 + self.deepstack_layers)
+
+    @property
     def tokens_per_side(self) -> int:
         return round(self.image_tokens**0.5)
 
@@ -134,10 +146,17 @@ class VisionLanguageConfig:
 
 
 def parse_qwen_vision_language(
-    raw: Mapping[str, Any], text: ArchitectureConfig
+    raw: Mapping[str, Any],
+    text: ArchitectureConfig,
+    tower: type[QwenVisionConfig | Qwen3VisionConfig] = QwenVisionConfig,
+    interleaved: bool = False,
+    tie_by_top_level: bool = False,
 ) -> VisionLanguageConfig:
-    """The VisionLanguageConfig of a Qwen2.5-VL config.json whose text keys gave `text`
-    (transformers' Qwen2_5_VLConfig token-id defaults where absent)."""
+    """The VisionLanguageConfig of a Qwen2.5-VL (or, with Qwen3-VL's `tower`, Qwen3-VL)
+    config.json whose text keys gave `text` (transformers' token-id defaults where absent);
+    `interleaved`: the decoder's mrope sections interleave (Qwen3-VL's always do);
+    `tie_by_top_level`: the top level's tie_word_embeddings ties the LM head, false when absent,
+    whatever text_config says (Qwen3-VL's models)."""
     if text.rope.mrope_section is None:
         raise ConfigError(
             "config.json: rope_scaling (rope_parameters) has no 'mrope_section'; Qwen2.5-VL's "
@@ -153,10 +172,16 @@ def parse_qwen_vision_language(
     }
     return VisionLanguageConfig(
         model_type=fields.model_type(raw.get("model_type")),
-        text=text,
-        vision=QwenVisionConfig.from_dict(
-            fields.mapping(raw.get("vision_config"), "vision_config")
+        text=dataclasses.replace(
+            text,
+            rope=dataclasses.replace(text.rope, mrope_interleaved=interleaved),
+            tie_word_embeddings=fields.flag(
+                raw.get("tie_word_embeddings"), "tie_word_embeddings", False
+            )
+            if tie_by_top_level
+            else text.tie_word_embeddings,
         ),
+        vision=tower.from_dict(fields.mapping(raw.get("vision_config"), "vision_config")),
         **ids,
     )
 

@@ -53,6 +53,8 @@ class KindInput:
     read_decoder: Callable[[CausalLMModel, FamilyAdapter], DecoderWeights]
     # PEFT target module names whose projections take LoRA inputs (components/lora.py)
     lora_targets: tuple[str, ...] = ()
+    # the decoder's logits for the last position only (`build(prune_lm_head=True)`)
+    prune_lm_head: bool = False
 
 
 @dataclasses.dataclass

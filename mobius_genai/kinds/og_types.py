@@ -42,9 +42,14 @@ OG_TYPES: dict[str, OgType] = {
             three_d_positions=True,
             image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
         ),
+        OgType(
+            "qwen3_vl",
+            three_d_positions=True,
+            image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+        ),
+        OgType("lfm2_vl", image_placeholder="<image>"),
         # types og positions in 3-D that mobius-genai does not write (other tools' bundles)
         OgType("fara", three_d_positions=True),
-        OgType("qwen3_vl", three_d_positions=True),
         OgType("qwen3_5", three_d_positions=True),
         OgType("qwen3_5_moe", three_d_positions=True),
     )
@@ -66,7 +71,28 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
             "cross_present_value_names": "present_value_cross_%d",
         },
     ),
+    # a multi-token-prediction head (og.MtpGenerator's draft model; bundle/mtp_config.py);
+    # position_ids, fed where the graph has it (not once GroupQueryAttention computes them)
+    "mtp": (
+        {
+            "input_ids": "input_ids",
+            "hidden_states": "hidden_states",
+            "attention_mask": "attention_mask",
+            "past_key_names": "past_key_values.%d.key",
+            "past_value_names": "past_key_values.%d.value",
+        },
+        {
+            "logits": "logits",
+            "hidden_states": "hidden_states_out",
+            "present_key_names": "present.%d.key",
+            "present_value_names": "present.%d.value",
+        },
+    ),
 }
+
+#: Sections whose "%d" names count layers of their own (the section's num_hidden_layers, og's
+#: default 1), not the decoder's.
+OG_OWN_LAYERS = frozenset({"mtp"})
 
 #: Sections whose processor reads a config file: section → og's default config_filename.
 OG_PROCESSOR_FILES: dict[str, str] = {"vision": "processor_config.json"}
@@ -76,12 +102,16 @@ OG_PROCESSOR_FILES: dict[str, str] = {"vision": "processor_config.json"}
 MULTILINGUAL_VOCAB = 51_865
 
 
-def whisper_prompt(vocab_size: int, language: str = "en", task: str = "transcribe") -> str:
+def whisper_prompt(
+    vocab_size: int, language: str = "en", task: str = "transcribe", timestamps: bool = False
+) -> str:
     """The decoder prompt og's processor turns into Whisper's forced ids: start, language,
-    task, no timestamps; an English-only vocabulary has no language or task token."""
+    task, and no timestamps unless asked; an English-only vocabulary has no language or task
+    token."""
+    last = "" if timestamps else "<|notimestamps|>"
     if vocab_size < MULTILINGUAL_VOCAB:
-        return "<|startoftranscript|><|notimestamps|>"
-    return f"<|startoftranscript|><|{language}|><|{task}|><|notimestamps|>"
+        return f"<|startoftranscript|>{last}"
+    return f"<|startoftranscript|><|{language}|><|{task}|>{last}"
 
 
 def og_type(name: str) -> OgType:

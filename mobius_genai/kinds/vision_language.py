@@ -75,8 +75,13 @@ class VisionLanguageKind:
         model = genai_config["model"]
         decoder = model["decoder"]
         decoder["inputs"] = {INPUTS_EMBEDS: INPUTS_EMBEDS, **decoder["inputs"]}
+        # og sizes image_features and inputs_embeds by it: DeepStack's wider rows (Qwen3-VL)
+        decoder["hidden_size"] = config.embedding_width
         session = {"session_options": dict(decoder["session_options"])}
-        vision_inputs = {value.name: value.name for value in package["vision"].graph.inputs}
+        keys = package.family.vision_input_keys
+        vision_inputs = {
+            keys.get(value.name, value.name): value.name for value in package["vision"].graph.inputs
+        }
         model["vision"] = {
             "filename": package.filename("vision"),
             "config_filename": PROCESSOR_FILENAME,

@@ -8,6 +8,7 @@ from onnxscript import nn
 from mobius_genai.components.altup import StreamCollapse, StreamExpansion
 from mobius_genai.components.altup_layer import AltUpDecoderLayer
 from mobius_genai.components.decoder import DecoderLayer
+from mobius_genai.components.deepstack import split_deepstack
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.image_masks import image_block_bias
 from mobius_genai.components.kv_slots import Slots, kv_slots
@@ -16,6 +17,7 @@ from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import RMSNorm, make_norm
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
 
 
@@ -25,15 +27,21 @@ class TextModel(nn.Module):
     Layers that share a rope share one `RotaryEmbedding` (its cos/sin tables): `rotary_emb`
     for the config's rope and `rotary_emb_local` for sliding layers when `rope_local` differs.
     With `image_token_id` the tokens of one image attend to each other in both directions
-    (components/image_masks.py).
+    (components/image_masks.py); with `deepstack_layers` the embeddings carry that many
+    DeepStack parts, added after the first layers (components/deepstack.py).
     """
 
     def __init__(
-        self, config: ArchitectureConfig, context_length: int, image_token_id: int | None = None
+        self,
+        config: ArchitectureConfig,
+        context_length: int,
+        image_token_id: int | None = None,
+        deepstack_layers: int = 0,
     ) -> None:
         super().__init__()
         self.config = config
         self.image_token_id = image_token_id
+        self.deepstack_layers = deepstack_layers
         self.embed_tokens = Embedding(
             config.vocab_size, config.hidden_size, config.embedding_multiplier
         )
@@ -66,10 +74,11 @@ class TextModel(nn.Module):
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         config = self.config
+        deepstack: list[ir.Value] = []
         if embeds is None:
             hidden_states = self.embed_tokens(op, input_ids)
         else:
-            hidden_states = embeds
+            hidden_states, deepstack = split_deepstack(op, embeds, self.deepstack_layers)
             if config.tie_word_embeddings:
                 self.embed_tokens(op)  # the tied head's table, under its checkpoint name
         if self.embed_positions is not None:
@@ -88,6 +97,8 @@ class TextModel(nn.Module):
                 slots,
             )
             presents.append(present)
+            if i < len(deepstack):
+                hidden_states = op.Add(hidden_states, deepstack[i])
         return self.norm(op, hidden_states), presents
 
     def _layer_inputs(
@@ -131,9 +142,13 @@ class AltUpTextModel(TextModel):
     them, the streams averaged back before the final norm."""
 
     def __init__(
-        self, config: ArchitectureConfig, context_length: int, image_token_id: int | None = None
+        self,
+        config: ArchitectureConfig,
+        context_length: int,
+        image_token_id: int | None = None,
+        deepstack_layers: int = 0,
     ) -> None:
-        super().__init__(config, context_length, image_token_id)
+        super().__init__(config, context_length, image_token_id, deepstack_layers)
         section, hidden = config.altup, config.hidden_size
         size, table = section.per_layer_size, section.table_layers * section.per_layer_size
         self.layers = nn.ModuleList(
@@ -200,12 +215,21 @@ class TiedLMHead(nn.Module):
         return logits if self.bias is None else op.Add(logits, self.bias)
 
 
+def make_lm_head(config: ArchitectureConfig) -> nn.Module:
+    """The LM head `config` says: the embedding table (tied) or a Linear of its own."""
+    if config.tie_word_embeddings:
+        return TiedLMHead(config.vocab_size, config.lm_head_bias)
+    return Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+
+
 class CausalLMModel(nn.Module):
     """A decoder-only language model that returns logits and the updated KV cache.
 
     `context_length` bounds positions (and sizes the rotary tables); it defaults to the
     config's max_position_embeddings. A vision-language decoder is called with `inputs_embeds`
-    (the embedding graph's output) and gets the `image_token_id` its mask reads.
+    (the embedding graph's output) and gets the `image_token_id` its mask reads and the
+    `deepstack_layers` its embeddings carry. With `hidden_output` it also returns the
+    post-final-norm hidden states (what an MTP head reads: models/mtp.py).
     """
 
     def __init__(
@@ -214,16 +238,15 @@ class CausalLMModel(nn.Module):
         context_length: int | None = None,
         *,
         image_token_id: int | None = None,
+        deepstack_layers: int = 0,
     ) -> None:
         super().__init__()
         self.config = config
         self.context_length = context_length or config.max_position_embeddings
         stack = TextModel if config.altup is None else AltUpTextModel
-        self.model = stack(config, self.context_length, image_token_id)
-        if config.tie_word_embeddings:
-            self.lm_head = TiedLMHead(config.vocab_size, config.lm_head_bias)
-        else:
-            self.lm_head = Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+        self.model = stack(config, self.context_length, image_token_id, deepstack_layers)
+        self.hidden_output = False
+        self.lm_head = make_lm_head(config)
 
     def tied_weights(self) -> dict[str, str]:
         """Checkpoint parameters this model shares, as graph names: copy → the one it reads.
@@ -243,7 +266,7 @@ class CausalLMModel(nn.Module):
         position_ids: ir.Value,
         past_key_values: list[tuple[ir.Value, ...]],
         inputs_embeds: ir.Value | None = None,
-    ) -> tuple[ir.Value, list[tuple[ir.Value, ...]]]:
+    ) -> tuple[ir.Value, ...]:
         hidden_states, presents = self.model(
             op, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds
         )
@@ -258,4 +281,16 @@ class CausalLMModel(nn.Module):
             cap = op.Constant(value_float=float(self.config.final_logit_softcapping))
             cap = op.CastLike(cap, logits)
             logits = op.Mul(op.Tanh(op.Div(logits, cap)), cap)
+        if self.hidden_output:
+            return _logits_for_mtp(op, logits), presents, hidden_states
         return logits, presents
+
+
+def _logits_for_mtp(op, logits: ir.Value) -> ir.Value:
+    """float32 logits as float16 beside an MTP head: onnxruntime-genai 0.18's MtpGenerator casts
+    the main model's logits to float32 (MainLogitsRowsCpu) with a Cast that throws when they
+    already are ("Cast - input and output types are the same"); a same-type cast should be a
+    copy, a fix that belongs in og. float16 and bfloat16 logits are cast as og expects."""
+    if get_build_dtype() != ir.DataType.FLOAT:
+        return logits
+    return op.Cast(logits, to=ir.DataType.FLOAT16)

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai.config.pixtral import PixtralVisionConfig
+from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
+from mobius_genai.config.siglip2 import NaflexVisionConfig
 from mobius_genai.config.vision import VisionConfig
 from mobius_genai.errors import ConfigError
 
@@ -57,6 +59,15 @@ def qwen_vision_keys(vision: QwenVisionConfig) -> dict[str, Any]:
     }
 
 
+def qwen3_vision_keys(vision: Qwen3VisionConfig) -> dict[str, Any]:
+    """The vision section's size keys og reads for Qwen3-VL (no windows: no window_size)."""
+    return {
+        "spatial_merge_size": vision.spatial_merge_size,
+        "patch_size": vision.patch_size,
+        "tokens_per_second": float(vision.tokens_per_second),
+    }
+
+
 def pixtral_vision_keys(vision: PixtralVisionConfig) -> dict[str, Any]:
     """The vision section's size keys og reads for Mistral 3 (the image tokens of each image)."""
     return {"patch_size": vision.patch_size, "spatial_merge_size": vision.spatial_merge_size}
@@ -81,7 +92,7 @@ def _normalization(settings: dict[str, Any], mean: Any, std: Any) -> list[Transf
 
 
 def qwen_patch_transforms(
-    settings: dict[str, Any], vision: QwenVisionConfig, path: Path
+    settings: dict[str, Any], vision: QwenVisionConfig | Qwen3VisionConfig, path: Path
 ) -> list[Transform]:
     """Qwen2VLImageProcessor: decode as RGB, smart_resize (bicubic), rescale, normalize, cut
     into patches. Resize's width and height are an image smart_resize keeps as it is: the
@@ -177,3 +188,49 @@ def _floats(values: Any) -> list[float]:
     if isinstance(values, int | float):
         return [float(values)] * 3
     return [float(value) for value in values]
+
+
+#: transformers' Lfm2VlImageProcessor defaults (image tokens an image may become, PIL's
+#: resampling by number).
+_LFM2_MIN_TOKENS, _LFM2_MAX_TOKENS = 64, 256
+_RESAMPLING = {2: "LINEAR", 3: "CUBIC"}
+
+
+def lfm2_vl_vision_keys(vision: NaflexVisionConfig) -> dict[str, Any]:
+    """The vision section's size keys og reads for LFM2-VL (og cuts the patches itself)."""
+    return {"patch_size": vision.patch_size, "spatial_merge_size": vision.downsample_factor}
+
+
+def lfm2_vl_transforms(
+    settings: dict[str, Any], vision: NaflexVisionConfig, path: Path
+) -> list[Transform]:
+    """Lfm2VlImageProcessor without tiling: decode as RGB, smart_resize to a multiple of
+    patch_size * downsample_factor pixels within [min_image_tokens, max_image_tokens] tokens,
+    rescale, normalize, HWC → CHW and the image's size (og cuts the patches and masks them).
+    Resize's width and height are the smallest square smart_resize keeps as it is."""
+    factor = vision.patch_size * vision.downsample_factor
+    low = _positive(settings.get("min_image_tokens", _LFM2_MIN_TOKENS), path, "min_image_tokens")
+    high = _positive(settings.get("max_image_tokens", _LFM2_MAX_TOKENS), path, "max_image_tokens")
+    resample = settings.get("resample", 2)
+    if resample not in _RESAMPLING:
+        raise ConfigError(
+            f"{path}: resample is {resample!r}; accepted: {sorted(_RESAMPLING)} (bilinear, bicubic)"
+        )
+    side = math.ceil(math.sqrt(low)) * factor
+    resize = {
+        "width": side,
+        "height": side,
+        "interpolation": _RESAMPLING[resample],
+        "smart_resize": 1,
+        "min_pixels": low * factor * factor,
+        "max_pixels": high * factor * factor,
+        "patch_size": vision.patch_size,
+        "merge_size": vision.downsample_factor,
+    }
+    return [
+        ("decode_image", "DecodeImage", {"color_space": "RGB"}),
+        ("resize", "Resize", resize),
+        *_normalization(settings, _DEFAULT_MEAN, _DEFAULT_STD),
+        ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
+        ("image_sizes", "PixtralImageSizes", {}),
+    ]

@@ -26,11 +26,16 @@ from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.checkpoint.grouped import GroupedWeight
 from mobius_genai.checkpoint.reader import TensorSource
 from mobius_genai.checkpoint.weights import no_preprocess
+from mobius_genai.components.deepstack import widen_embeddings
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.pixtral_vision import Mistral3Projector, PixtralVisionTower
+from mobius_genai.components.qwen3_vision import Qwen3VisionTower
 from mobius_genai.components.qwen_vision import QwenVisionTower
+from mobius_genai.components.siglip2 import PIXEL_ATTENTION_MASK, SPATIAL_SHAPES, Lfm2VlVisionModel
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
+from mobius_genai.config.siglip2 import parse_lfm2_vision_language
 from mobius_genai.config.text_config import nested_text_keys
 from mobius_genai.config.vision import (
     VisionLanguageConfig,
@@ -42,9 +47,12 @@ from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.image_processors import (
     Transform,
+    lfm2_vl_transforms,
+    lfm2_vl_vision_keys,
     no_vision_keys,
     pixtral_transforms,
     pixtral_vision_keys,
+    qwen3_vision_keys,
     qwen_patch_transforms,
     qwen_vision_keys,
     square_transforms,
@@ -78,6 +86,10 @@ class VisionLanguageFamily:
     checkpoint_prefixes: tuple[tuple[str, tuple[str, ...]], ...]
     # The vision graph's numbered layers (`<vision_layers>.<index>.` parameter names).
     vision_layers: str
+    # The vision graph's numbered DeepStack mergers, one per DeepStack block (Qwen3-VL).
+    deepstack_mergers: str | None = None
+    # Where the checkpoint keeps the decoder's experts, when not as its text family's do.
+    experts_layout: ExpertLayout | None = None
     # Regex over vision graph parameters whose norm scales by 1 + weight (None: no such norm).
     offset_norms: str | None = None
     # Regex over checkpoint tensors no graph reads (a tower head the model never calls).
@@ -91,6 +103,9 @@ class VisionLanguageFamily:
     image_transforms: Callable[[dict[str, Any], Any, Path], list[Transform]] = square_transforms
     # The tower's config → the size keys og reads in genai_config's vision section.
     vision_keys: Callable[[Any], dict[str, Any]] = no_vision_keys
+    # Vision graph input → the key og feeds it by in the vision section's inputs (where og's
+    # key is not the input's name).
+    vision_input_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> FamilyAdapter:
@@ -99,7 +114,7 @@ class VisionLanguageFamily:
     @property
     def experts(self) -> ExpertLayout | None:
         """The text decoder's MoE experts (named through `checkpoint_name`, as its weights)."""
-        return self.text.experts
+        return self.experts_layout or self.text.experts
 
     @property
     def grouped_weights(self) -> tuple[GroupedWeight, ...]:
@@ -126,12 +141,15 @@ class VisionLanguageFamily:
         """Of the checkpoint tensor `names`, those of the decoder's and the vision tower's layers
         beyond `config`'s (cut to its first layers: the smoke test's twin), which no graph
         reads."""
+        numbered = [
+            ("model.layers.", config.text.num_hidden_layers),
+            (f"{self.vision_layers}.", config.vision.num_layers),
+        ]
+        if self.deepstack_mergers is not None:
+            numbered.append((f"{self.deepstack_mergers}.", config.vision.deepstack_mergers))
         kept = {
             prefix: count
-            for graph_layers, count in (
-                ("model.layers.", config.text.num_hidden_layers),
-                (f"{self.vision_layers}.", config.vision.num_layers),
-            )
+            for graph_layers, count in numbered
             for prefix in _names(self.checkpoint_name(graph_layers))
         }
         dropped = []
@@ -201,6 +219,20 @@ class QwenVisionModel(nn.Module):
         return self.visual(op, pixel_values, image_grid_thw)
 
 
+class Qwen3VisionModel(QwenVisionModel):
+    """QwenVisionModel's inputs → image_features [patches / merge², text hidden · (1 +
+    DeepStack layers)]: each token's features, then its DeepStack features (Qwen3-VL)."""
+
+    def __init__(self, config: VisionLanguageConfig) -> None:
+        nn.Module.__init__(self)
+        vision: Qwen3VisionConfig = config.vision  # type: ignore[assignment]
+        self.graph_inputs = [
+            (PIXEL_VALUES, None, [PATCHES, vision.patch_dim]),
+            (IMAGE_GRID_THW, ir.DataType.INT64, [1, 3]),
+        ]
+        self.visual = Qwen3VisionTower(vision)
+
+
 class Mistral3VisionModel(nn.Module):
     """pixel_values [1, C, H, W] of one image at its own size → image_features
     [(H / pm)·(W / pm), text hidden] (Mistral 3; pm = patch_size · spatial_merge_size pixels;
@@ -238,19 +270,24 @@ class EmbeddingModel(nn.Module):
 
     Image tokens are looked up as token 0 (their rows are replaced), so an image token id
     outside the vocabulary is harmless; a zero row in front of the features keeps the gather
-    valid when they are empty (decode steps).
+    valid when they are empty (decode steps). With DeepStack the rows are `embedding_width`
+    wide and text tokens get zeros beside their embedding (components/deepstack.py).
     """
 
     def __init__(self, config: VisionLanguageConfig) -> None:
         super().__init__()
         self.image_token_id = config.image_token_id
-        self.hidden = config.text.hidden_size
+        self.text_hidden = config.text.hidden_size
+        self.deepstack_layers = config.deepstack_layers
+        self.hidden = config.embedding_width
         self.model = _Tokens(config.text)
 
     def forward(self, op, input_ids: ir.Value, image_features: ir.Value) -> ir.Value:
         is_image = op.Equal(input_ids, op.Constant(value_int=self.image_token_id))
         text_ids = op.Where(is_image, op.Constant(value_int=0), input_ids)
-        embeds = self.model(op, text_ids)
+        embeds = widen_embeddings(
+            op, self.model(op, text_ids), self.text_hidden, self.deepstack_layers
+        )
         flags = op.Cast(is_image, to=ir.DataType.INT64)
         order = op.CumSum(op.Reshape(flags, op.Constant(value_ints=[-1])), op.Constant(value_int=0))
         rows = op.Reshape(
@@ -363,8 +400,109 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             image_transforms=pixtral_transforms,
             vision_keys=pixtral_vision_keys,
         ),
+        VisionLanguageFamily(
+            model_type="qwen3_vl",
+            text_family="qwen3",
+            genai_type="qwen3_vl",
+            # Qwen3VLTextConfig's defaults that differ from Qwen3Config's
+            text_defaults={
+                "vocab_size": 151_936,
+                "hidden_size": 4096,
+                "intermediate_size": 22_016,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 32,
+                "head_dim": 128,
+                "max_position_embeddings": 128_000,
+                "rope_theta": 500_000.0,
+                "rms_norm_eps": 1e-6,
+            },
+            text_overrides={},
+            parse_vision=functools.partial(
+                parse_qwen_vision_language,
+                tower=Qwen3VisionConfig,
+                interleaved=True,
+                tie_by_top_level=True,
+            ),
+            vision_model=Qwen3VisionModel,
+            checkpoint_prefixes=(
+                ("model.", ("model.language_model.", "model.")),
+                ("visual.", ("model.visual.", "visual.")),
+            ),
+            vision_layers="visual.blocks",
+            deepstack_mergers="visual.deepstack_merger_list",
+            image_transforms=qwen_patch_transforms,
+            vision_keys=qwen3_vision_keys,
+        ),
+        # LFM2-VL: a SigLIP2 NaFlex tower (images at their own size, padded patches masked)
+        # and the pixel-unshuffle projector (config/siglip2.py) beside LFM2's hybrid decoder;
+        # og 0.18's lfm2_vl type patchifies the image and feeds the mask and the patch grid
+        # under its own keys
+        VisionLanguageFamily(
+            model_type="lfm2_vl",
+            text_family="lfm2",
+            genai_type="lfm2_vl",
+            text_defaults={  # Lfm2Config's defaults
+                "vocab_size": 65_536,
+                "hidden_size": 2560,
+                "intermediate_size": 12_288,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "max_position_embeddings": 128_000,
+                "norm_eps": 1e-5,
+                "rope_theta": 1_000_000.0,
+            },
+            text_overrides={},
+            parse_vision=parse_lfm2_vision_language,
+            vision_model=Lfm2VlVisionModel,
+            # transformers 5 names, and the hub's (the tower's vision_model. level)
+            checkpoint_prefixes=(
+                ("model.", ("model.language_model.",)),
+                ("vision_tower.", ("model.vision_tower.", "model.vision_tower.vision_model.")),
+                ("multi_modal_projector.", ("model.multi_modal_projector.",)),
+            ),
+            vision_layers="vision_tower.encoder.layers",
+            unused_weights=(r"^model\.vision_tower\.(vision_model\.)?head\.",),
+            top_level_text_keys=("tie_word_embeddings",),
+            image_transforms=lfm2_vl_transforms,
+            vision_keys=lfm2_vl_vision_keys,
+            vision_input_keys={
+                PIXEL_ATTENTION_MASK: "attention_mask",
+                SPATIAL_SHAPES: "image_sizes",
+            },
+        ),
     )
 }
+
+
+#: Qwen3-VL-MoE (Qwen3-VL-30B-A3B, -235B-A22B): Qwen3-VL's tower and og type, a qwen3_moe decoder
+#: whose router always renormalizes its top-k, experts fused as the hub stores them
+#: (transformers' Qwen3VLMoeTextExperts transposed: gate_up_proj [E, H, 2I], down_proj [E, I, H]).
+VISION_LANGUAGE["qwen3_vl_moe"] = dataclasses.replace(
+    VISION_LANGUAGE["qwen3_vl"],
+    model_type="qwen3_vl_moe",
+    text_family="qwen3_moe",
+    # Qwen3VLMoeTextConfig's defaults that differ from Qwen3MoeConfig's
+    text_defaults={
+        "vocab_size": 151_936,
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 128,
+        "max_position_embeddings": 128_000,
+        "rope_theta": 500_000.0,
+        "rms_norm_eps": 1e-6,
+        "moe_intermediate_size": 1408,
+        "num_experts_per_tok": 4,
+        # not num_experts (60): transformers 5 writes it as num_local_experts, which a
+        # default here would override
+        "norm_topk_prob": True,
+    },
+    experts_layout=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj", in_out=True),
+)
 
 
 def vision_language_family(model_type: str) -> VisionLanguageFamily | None:

@@ -28,11 +28,12 @@ def vision_language_graphs(
     out (a twin's), which none reads."""
     text = config.text
     blocks = config.image_token_id if family.bidirectional_images else None
-    decoder = CausalLMModel(text, context_length, image_token_id=blocks)
+    deepstack, width = config.deepstack_layers, config.embedding_width
+    decoder = CausalLMModel(text, context_length, image_token_id=blocks, deepstack_layers=deepstack)
     models = {
-        "vision": VisionTask().build(family.vision_model(config), text.hidden_size),
-        "embedding": EmbeddingTask().build(EmbeddingModel(config), text.hidden_size),
-        "decoder": CausalLMTask(inputs_embeds=True).build(decoder, text),
+        "vision": VisionTask().build(family.vision_model(config), width),
+        "embedding": EmbeddingTask().build(EmbeddingModel(config), width),
+        "decoder": CausalLMTask(inputs_embeds=True, embeds_width=width).build(decoder, text),
     }
     if checkpoint is None:
         return models, {}

@@ -32,7 +32,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mobius_genai.quantize.rounding import SEARCH_ELEMENTS, search_blocks
+from mobius_genai.quantize.rounding import SEARCH_ELEMENTS, search_columns
 from mobius_genai.quantize.search_pool import PARALLEL_ELEMENTS, map_chunks
 
 __all__ = [
@@ -231,25 +231,28 @@ def _searched_rows(
     zero_points: np.ndarray,
     importance: np.ndarray | None,
 ) -> None:
-    """Fill rows of the MatMulNBits outputs from `search_blocks` on columns `chunk` [K, rows]
+    """Fill rows of the MatMulNBits outputs from `search_columns` on columns `chunk` [K, rows]
     (`importance` [K]: the same for every column).
 
-    A few rows at a time, so the transposed copy stays small."""
+    A few rows at a time, so the copies stay small: their blocks go to the search as the
+    columns of one [block_size, blocks * count] copy, ordered by block along K, then by row."""
     rows, blocks, _ = packed.shape
+    size = chunk.shape[0] // blocks
+    per_block = None
+    if importance is not None:
+        per_block = np.asarray(importance, np.float32).reshape(blocks, size).T
     step = max(1, SEARCH_ELEMENTS // chunk.shape[0])
     for start in range(0, rows, step):
         part = slice(start, min(rows, start + step))
         count = part.stop - start
-        weight = None
-        if importance is not None:
-            weight = np.tile(np.asarray(importance, np.float32).reshape(blocks, -1), (count, 1))
-        columns = chunk[:, part].T.reshape(count * blocks, -1)
-        rounded = search_blocks(columns, bits, symmetric, weight)
-        scales[part] = rounded.scales.reshape(count, blocks)
-        q = rounded.q.reshape(count, blocks, -1)
+        columns = chunk[:, part].reshape(blocks, size, count).transpose(1, 0, 2)
+        weight = None if per_block is None else np.repeat(per_block, count, axis=1)
+        rounded = search_columns(columns.reshape(size, -1), bits, symmetric, weight)
+        scales[part] = rounded.scales.reshape(blocks, count).T
+        q = rounded.q.reshape(size, blocks, count).transpose(2, 1, 0)
         packed[part] = _pack_nibbles(q) if bits == 4 else q
         if not symmetric:
-            zero = rounded.zero.reshape(count, blocks)
+            zero = rounded.zero.reshape(blocks, count).T
             zero_points[part] = _pack_nibbles(zero, pad=True) if bits == 4 else zero
 
 
@@ -262,18 +265,18 @@ def _searched_blocked(
     symmetric: bool,
     importance: np.ndarray | None,
 ) -> None:
-    """Fill a slice of the DequantizeLinear outputs from `search_blocks` on rows `chunk`
+    """Fill a slice of the DequantizeLinear outputs from `search_columns` on rows `chunk`
     (`importance`: those rows' entries, the same for every column)."""
     rows, n = chunk.shape
     blocks = rows // block_size
-    along_k = chunk.reshape(blocks, block_size, n).transpose(0, 2, 1)
+    columns = chunk.reshape(blocks, block_size, n).transpose(1, 0, 2).reshape(block_size, -1)
     weight = None
     if importance is not None:
-        per_block = np.asarray(importance, np.float32).reshape(blocks, 1, block_size)
-        weight = np.broadcast_to(per_block, (blocks, n, block_size)).reshape(-1, block_size)
-    rounded = search_blocks(along_k.reshape(blocks * n, block_size), 4, symmetric, weight)
+        per_block = np.asarray(importance, np.float32).reshape(blocks, block_size).T
+        weight = np.repeat(per_block, n, axis=1)
+    rounded = search_columns(columns, 4, symmetric, weight)
     scales[...] = rounded.scales.reshape(blocks, n)
-    q = rounded.q.reshape(blocks, n, block_size).transpose(0, 2, 1).reshape(-1)
+    q = rounded.q.reshape(block_size, blocks, n).transpose(1, 0, 2).reshape(-1)
     if symmetric:  # signed int4 two's complement: q - 8 in a nibble
         q = (q - 8) & 0x0F
     data[...] = _pack_nibbles(q, pad=True)

@@ -12,6 +12,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from mobius_genai.quantize.int4 import Int4Report, quantize_planned
+from mobius_genai.quantize.plan import Int4Plan
 from mobius_genai.quantize.requantize import requantize_floats
 from mobius_genai.quantize.stored_weights import PrequantizedReport, apply_prequantized
 from mobius_genai.target import Target, precision_of
@@ -19,7 +20,12 @@ from mobius_genai.target import Target, precision_of
 if TYPE_CHECKING:
     from mobius_genai.build import ModelPackage
 
-__all__ = ["PackageWeights", "quantize_package", "why_float"]
+__all__ = ["INT4_ROLES", "PackageWeights", "quantize_package", "why_float"]
+
+#: The graph roles (`optimize.gates.ROLES`) whose linear weights int4 quantizes: a text
+#: decoder's, and a speech model's encoder and decoder (onnxruntime-genai's builder quantizes
+#: Whisper's both). A vision tower and an embedding graph stay in the model's dtype.
+INT4_ROLES = frozenset({"decoder", "encoder", "cross_decoder"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +52,7 @@ def quantize_package(built: ModelPackage, target: Target) -> PackageWeights:
     """
     model, plan = built[built.decoder_key], target.int4_plan
     if built.prequantized is None:
-        int4 = None if plan.options is None else quantize_planned(model, plan)
+        int4 = None if plan.options is None else _quantize_graphs(built, plan)
         return PackageWeights(target.precision, int4)
     precision = precision_of(target.dtype)
     stored = apply_prequantized(
@@ -62,6 +68,21 @@ def quantize_package(built: ModelPackage, target: Target) -> PackageWeights:
         return PackageWeights(target.precision, prequantized=stored)
     int4, moved = requantize_floats(model, plan)
     return PackageWeights(target.precision, int4, stored.with_requantized(moved, precision))
+
+
+def _quantize_graphs(built: ModelPackage, plan: Int4Plan) -> Int4Report:
+    """Every graph whose role takes int4 (`INT4_ROLES`), the decoder first: one report, the
+    decoder's choices (embedding, calibration) with every graph's weights."""
+    keys = [built.decoder_key] + [
+        key for key, role in built.roles.items() if role in INT4_ROLES and key != built.decoder_key
+    ]
+    first, *others = (quantize_planned(built[key], plan) for key in keys)
+    return dataclasses.replace(
+        first,
+        weights=first.weights + tuple(w for report in others for w in report.weights),
+        float_weights=first.float_weights + tuple(w for r in others for w in r.float_weights),
+        declined=first.declined + tuple(d for report in others for d in report.declined),
+    )
 
 
 def why_float(target: Target) -> str:

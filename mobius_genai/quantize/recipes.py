@@ -153,7 +153,7 @@ QUALITIES: dict[str, Int4Recipe] = {
         symmetric=False,
         search=True,
         rules=(FormatRule("linear", "self_attn.v_proj.weight"),),
-        summary="as search, weighted by the activations each weight meets over 512 random "
+        summary="as search, weighted by the activations each weight meets over 256 random "
         "token ids (no data needed), with the attention v projections in 8 bits",
         calibrate=True,
     ),

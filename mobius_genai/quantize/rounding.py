@@ -17,8 +17,13 @@ benchmarks/README.md, "The int4 search's speed"). The error is nearly convex in 
 not every candidate is tried: every third (`_COARSE`), then the two beside each block's best
 (`_FINE`); no candidate's integers are kept, the winner's are rounded once more at the end.
 
-Everything is vectorized over blocks: a block is one row of a [blocks, block_size] array, and
-the arithmetic runs in place on reused buffers, `SEARCH_ELEMENTS` values at a time.
+Everything is vectorized over blocks, in the column layout: a block is one column of a
+[block_size, blocks] array, so each block's scale, zero point and error is one entry of a
+[blocks] vector that numpy broadcasts along contiguous rows (in the row layout each of those
+operations is a loop of block_size values per block, 2-3x as slow), and the arithmetic runs in
+place on reused buffers, `SEARCH_ELEMENTS` values at a time. (A candidate's error from the
+refit's weighted sums, s(sΣwq² - 2Σwqx) + Σwx², saves no time over the residual and loses
+8-bit blocks' near ties to float32 cancellation.)
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["SEARCH_ELEMENTS", "STEPS", "RoundedBlocks", "search_blocks"]
+__all__ = ["SEARCH_ELEMENTS", "STEPS", "RoundedBlocks", "search_blocks", "search_columns"]
 
 #: Candidate scales per block: factors `levels - 1 + i / 10` for i in range(STEPS) (llama.cpp).
 STEPS = 20
@@ -58,41 +63,54 @@ def search_blocks(
 
     `importance` ([blocks, block_size], non-negative) multiplies each value's weight in the
     error: e.g. the mean square of the activation each weight meets, so that the error
-    minimized is closer to the error of the matrix product. Rows are searched
-    `SEARCH_ELEMENTS` values at a time, so the search's temporaries stay small (about ten
-    float32 copies of one slice) whatever the number of blocks.
+    minimized is closer to the error of the matrix product. The same as `search_columns` of
+    the transposed arrays, with `q` transposed back.
     """
-    count, size = blocks.shape
-    q = np.zeros((count, size), np.uint8)
+    weight = None if importance is None else np.asarray(importance).T
+    rounded = search_columns(np.asarray(blocks).T, bits, symmetric, weight)
+    return dataclasses.replace(rounded, q=np.ascontiguousarray(rounded.q.T))
+
+
+def search_columns(
+    columns: np.ndarray, bits: int, symmetric: bool, importance: np.ndarray | None = None
+) -> RoundedBlocks:
+    """The searched rounding of each column of `columns` ([block_size, blocks], any float
+    dtype, any strides); `q` of the result is [block_size, blocks] and `importance`
+    ([block_size, blocks]) as in `search_blocks`. Columns are searched `SEARCH_ELEMENTS`
+    values at a time, so the search's temporaries stay small (about six float32 copies of one
+    slice) whatever the number of blocks.
+    """
+    size, count = columns.shape
+    q = np.zeros((size, count), np.uint8)
     scales = np.zeros(count, np.float32)
     zero = np.zeros(count, np.uint8)
     step = max(1, SEARCH_ELEMENTS // max(size, 1))
     for start in range(0, count, step):
-        rows = slice(start, min(count, start + step))
-        weight = None if importance is None else importance[rows]
-        q[rows], scales[rows], zero[rows] = _search(blocks[rows], bits, symmetric, weight)
+        part = slice(start, min(count, start + step))
+        weight = None if importance is None else importance[:, part]
+        q[:, part], scales[part], zero[part] = _search(columns[:, part], bits, symmetric, weight)
     return RoundedBlocks(q=q, scales=scales, zero=zero)
 
 
 def _search(
-    blocks: np.ndarray, bits: int, symmetric: bool, importance: np.ndarray | None
+    columns: np.ndarray, bits: int, symmetric: bool, importance: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    x = np.asarray(blocks, np.float32)
+    x = np.ascontiguousarray(columns, np.float32)
     top = 2**bits - 1
     weights = np.abs(x)
-    weights += np.sqrt(_row_dot(x, x) / x.shape[1])[:, None]
+    weights += np.sqrt(_column_dot(x, x) / x.shape[0])
     if importance is not None:
         weights *= importance
     if symmetric:
         middle = 2 ** (bits - 1)
         # the signed value of largest magnitude goes to -middle, as onnxruntime's kernel does
-        extreme = np.take_along_axis(x, np.argmax(np.abs(x), axis=1)[:, None], axis=1)
-        grid = _Grid(-extreme[:, 0], None, middle, top)
+        extreme = np.take_along_axis(x, np.argmax(np.abs(x), axis=0)[None], axis=0)
+        grid = _Grid(-extreme[0], None, middle, top)
     else:
-        low = np.minimum(x.min(axis=1), 0)
-        grid = _Grid(np.maximum(x.max(axis=1), 0) - low, low, top, top)
+        low = np.minimum(x.min(axis=0), 0)
+        grid = _Grid(np.maximum(x.max(axis=0), 0) - low, low, top, top)
     work = _Scratch(x, weights, top)
-    best = _Best(len(x))
+    best = _Best(x.shape[1])
     for step in _COARSE:
         best.offer(step, *work.fit(*grid.candidate(step)))
     coarse = best.step.copy()
@@ -100,15 +118,13 @@ def _search(
         step = np.clip(coarse + offset, 0, STEPS - 1)
         best.offer(step, *work.fit(*grid.candidate(step)))
     _, zero = grid.candidate(best.step)
-    q = work.round(best.scale, zero)
+    q = np.add(work.shifted(best.scale, zero), zero, out=work.q)
     return q.astype(np.uint8), best.scale, zero.astype(np.uint8)
 
 
-def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Σ a * b per row, without the product's temporary (numpy 2's vecdot, else einsum)."""
-    if hasattr(np, "vecdot"):
-        return np.vecdot(a, b)
-    return np.einsum("ij,ij->i", a, b)
+def _column_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ a * b per column, without the product's temporary."""
+    return np.einsum("ij,ij->j", a, b)
 
 
 class _Grid:
@@ -142,37 +158,35 @@ class _Best:
 
 
 class _Scratch:
-    """The per-candidate arithmetic of `_search` on reused [blocks, block_size] buffers."""
+    """The per-candidate arithmetic of `_search` on reused [block_size, blocks] buffers."""
 
     def __init__(self, x: np.ndarray, weights: np.ndarray, top: int) -> None:
         self.x, self.weights, self.top = x, weights, top
         self.q = np.empty_like(x)
         self.product = np.empty_like(x)
 
-    def round(self, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
-        """clip(round(x / scale) + zero, 0, top) per block, into a reused buffer."""
-        np.divide(self.x, scale[:, None], out=self.q)
+    def shifted(self, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
+        """The integers rounded on `scale`, minus the zero point: clip(round(x / scale),
+        -zero, top - zero) per block, into a reused buffer."""
+        np.multiply(self.x, 1 / scale, out=self.q)
         np.rint(self.q, out=self.q)
-        np.add(self.q, zero[:, None], out=self.q)
-        return np.clip(self.q, 0, self.top, out=self.q)
+        np.maximum(self.q, -zero, out=self.q)
+        return np.minimum(self.q, self.top - zero, out=self.q)
 
-    def _shifted(self, scale: np.ndarray, zero: np.ndarray) -> np.ndarray:
-        """The integers rounded on `scale`, minus the zero point."""
-        return np.subtract(self.round(scale, zero), zero[:, None], out=self.q)
+    def _sums(self, shifted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Σw q² and Σw q x per block, q the `shifted` integers."""
+        np.multiply(self.weights, shifted, out=self.product)
+        return _column_dot(self.product, shifted), _column_dot(self.product, self.x)
 
     def fit(self, scale: np.ndarray, zero: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Round on `scale`, refit the scale by weighted least squares (`scale` where there
         is nothing to fit: a block rounded to its zero point), round again on it: the
         weighted error of that rounding at the refit scale, and the refit scale."""
-        shifted = self._shifted(scale, zero)
-        np.multiply(self.weights, shifted, out=self.product)
-        denominator = _row_dot(self.product, shifted)
-        numerator = _row_dot(self.product, self.x)
+        denominator, numerator = self._sums(self.shifted(scale, zero))
         fitted = (denominator > 0) & (numerator != 0)
         refit = np.where(fitted, numerator / np.where(fitted, denominator, 1), scale)
         refit = refit.astype(np.float32)
-        residual = self._shifted(refit, zero)
-        np.multiply(residual, refit[:, None], out=residual)
+        residual = np.multiply(self.shifted(refit, zero), refit, out=self.q)
         np.subtract(residual, self.x, out=residual)
         np.multiply(self.weights, residual, out=self.product)
-        return _row_dot(self.product, residual), refit
+        return _column_dot(self.product, residual), refit

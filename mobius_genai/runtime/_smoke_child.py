@@ -40,6 +40,7 @@ from mobius_genai.runtime.generate import (
     load_tokenizer,
     require_finite,
 )
+from mobius_genai.runtime.mtp import smoke_mtp
 from mobius_genai.runtime.smoke_audio import AudioPrompt, audio_greedy, audio_note, cross_caches
 from mobius_genai.runtime.smoke_image import (
     ImagePrompt,
@@ -97,7 +98,11 @@ def run_smoke(
     note = f"smoke test: generated {len(tokens)} tokens {text!r}{_with_image(prompt)}"
     if genai_provider is None:
         note += _compare(folder, config, prompt, tokens, session_options, cpu_provider)
-    return {"ran": True, "note": note, "tokens": tokens}
+    answer = {"ran": True, "note": note, "tokens": tokens}
+    if "mtp" in config["model"] and isinstance(prompt, list):
+        _phase("generating with the MTP head (og.MtpGenerator)")
+        answer["mtp"] = smoke_mtp(folder, prompt, tokens, session_options)
+    return answer
 
 
 def _ep_words(ep_name: str, genai_provider: str) -> str:

@@ -26,6 +26,8 @@ from mobius_genai.kinds.og_types import (
     og_type,
     whisper_prompt,
 )
+from mobius_genai.runtime.audio_length import audio_length
+from mobius_genai.runtime.timestamps import TimestampRules, segments
 
 if TYPE_CHECKING:  # the smoke test's process imports this module, not the bundle checks
     from mobius_genai.runtime.opening import OpenBundle
@@ -77,31 +79,36 @@ def max_seconds(folder: str | Path) -> int:
 
 
 def audio_seconds(path: str | Path, limit: int) -> float | None:
-    """The length of a WAV file in seconds (None for other formats), checked against og's rate
-    and the encoder's `limit`: a OptionError naming what was wrong."""
+    """The length in seconds of a WAV, FLAC or MP3 file (None where its headers do not say:
+    another format, which og's decoder then refuses), checked against og's rate and the
+    encoder's `limit`: an OptionError naming what was wrong."""
     path = Path(path)
     if not path.is_file():
         raise OptionError(f"--audio {path}: not a file; accepted: a WAV, FLAC or MP3 file")
     try:
-        with wave.open(str(path), "rb") as file:
-            rate, frames = file.getframerate(), file.getnframes()
-    except (wave.Error, EOFError):
-        return None  # not WAV: og's decoder says what it makes of it
-    if rate < SAMPLE_RATE:
+        found = audio_length(path)
+    except OSError as error:
+        raise OptionError(f"--audio {path}: cannot be read ({error.strerror})") from error
+    if found is None:
+        return None
+    if found.rate < SAMPLE_RATE:
         raise OptionError(
-            f"--audio {path}: {rate} Hz is {_DECODER_ERRORS['only down-sampling supported']}"
+            f"--audio {path}: {found.rate} Hz is {_DECODER_ERRORS['only down-sampling supported']}"
         )
-    seconds = frames / rate
-    if seconds > limit:
+    if found.seconds - found.slack > limit:
         raise OptionError(
-            f"--audio {path}: {seconds:.1f} s of audio, over the {limit} s the encoder takes at "
-            f"once; accepted: up to {limit} s (cut longer audio into pieces)"
+            f"--audio {path}: {found.seconds:.1f} s of audio, over the {limit} s the encoder "
+            f"takes at once; accepted: up to {limit} s (cut longer audio into pieces)"
         )
-    return seconds
+    return found.seconds
 
 
 def prompt_text(
-    folder: str | Path, config: Mapping[str, Any], language: str | None, task: str
+    folder: str | Path,
+    config: Mapping[str, Any],
+    language: str | None,
+    task: str,
+    timestamps: bool = False,
 ) -> str:
     """The decoder prompt og's processor turns into the forced ids: multilingual vocabularies
     name the language and task; English-only ones transcribe English and nothing else."""
@@ -113,7 +120,7 @@ def prompt_text(
                 f"cannot --language {language} --task {task}; accepted: --language en "
                 "--task transcribe"
             )
-        return whisper_prompt(vocab_size)
+        return whisper_prompt(vocab_size, timestamps=timestamps)
     language = language or "en"
     languages = _language_tokens(folder)
     if f"<|{language}|>" not in languages:
@@ -121,7 +128,7 @@ def prompt_text(
             f"--language {language}: not a language of this tokenizer; accepted: "
             + ", ".join(sorted(token[2:-2] for token in languages))
         )
-    return whisper_prompt(vocab_size, language, task)
+    return whisper_prompt(vocab_size, language, task, timestamps)
 
 
 def _language_tokens(folder: str | Path) -> set[str]:
@@ -170,27 +177,64 @@ def transcribe(
     language: str | None = None,
     task: str = "transcribe",
     max_new_tokens: int = 448,
+    timestamps: bool = False,
 ) -> Iterator[str]:
     """The transcript of the audio file `path`, piece by piece as og.Generator decodes it
-    greedily after the forced prompt (the end-of-text token is not printed)."""
+    greedily after the forced prompt (the end-of-text token is not printed); with
+    `timestamps`, one line `[start -> end] text` per segment once decoding ends."""
     audio_seconds(path, max_seconds(bundle.folder))
-    text = prompt_text(bundle.folder, bundle.config, language, task)
+    text = prompt_text(bundle.folder, bundle.config, language, task, timestamps)
     inputs = audio_inputs(bundle.model, text, path)
-    prompt = inputs["input_ids"].as_numpy().shape[-1]
-    model = bundle.config["model"]
-    eos = model.get("eos_token_id", [])
-    ends = set(eos if isinstance(eos, list) else [eos])
+    tokenizer = og.Tokenizer(bundle.model)
+    rules = _timestamp_rules(bundle, tokenizer) if timestamps else None
     try:
-        params = og.GeneratorParams(bundle.model)
-        length = min(prompt + max_new_tokens, model["context_length"])
-        params.set_search_options(max_length=length)
-        generator = og.Generator(bundle.model, params)
-        generator.set_inputs(inputs)
-        stream = og.Tokenizer(bundle.model).create_stream()
-        while not generator.is_done():
-            generator.generate_next_token()
-            token = int(generator.get_next_tokens()[0])
-            if token not in ends:
-                yield stream.decode(token)
+        tokens = _greedy(bundle, inputs, max_new_tokens, rules)
+        if rules is not None:
+            done: list[int] = []
+            for token in tokens:
+                if done:
+                    yield ""  # a piece per token (run's speed line counts them); text at the end
+                done.append(token)
+            found = segments(done, rules.first_time, tokenizer.decode)
+            yield "\n".join(str(segment) for segment in found)
+            return
+        stream = tokenizer.create_stream()
+        yield from (stream.decode(token) for token in tokens)
     except RuntimeError as error:
         raise bundle.failure("transcribe the audio", error) from error
+
+
+def _end_tokens(config: Mapping[str, Any]) -> set[int]:
+    eos = config["model"].get("eos_token_id", [])
+    return set(eos if isinstance(eos, list) else [eos])
+
+
+def _timestamp_rules(bundle: OpenBundle, tokenizer: og.Tokenizer) -> TimestampRules:
+    """The rules over this bundle's ids: `<|notimestamps|>` from its tokenizer, end of text
+    from genai_config."""
+    return TimestampRules(
+        no_timestamps=tokenizer.to_token_id("<|notimestamps|>"),
+        eos=min(_end_tokens(bundle.config)),
+    )
+
+
+def _greedy(
+    bundle: OpenBundle, inputs: og.NamedTensors, max_new_tokens: int, rules: TimestampRules | None
+) -> Iterator[int]:
+    """og.Generator's greedy tokens after the processor's `inputs`, up to an end token (not
+    yielded); `rules` mask its logits before each step (og.Generator.set_logits)."""
+    prompt = inputs["input_ids"].as_numpy().shape[-1]
+    params = og.GeneratorParams(bundle.model)
+    length = min(prompt + max_new_tokens, bundle.config["model"]["context_length"])
+    params.set_search_options(max_length=length)
+    generator = og.Generator(bundle.model, params)
+    generator.set_inputs(inputs)
+    ends, generated = _end_tokens(bundle.config), []
+    while not generator.is_done():
+        if rules is not None:
+            logits = rules.apply(generated, generator.get_logits())
+            generator.set_logits(logits.reshape(1, -1))
+        generator.generate_next_token()
+        generated.append(int(generator.get_next_tokens()[0]))
+        if generated[-1] not in ends:
+            yield generated[-1]

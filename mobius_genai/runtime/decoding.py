@@ -36,6 +36,7 @@ from mobius_genai.runtime.generate import (
     load_tokenizer,
     open_images,
 )
+from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from mobius_genai.runtime.opening import OpenBundle
 
 #: Why a turn ended, from the Engine's finish reason: "eos" (the model ended it), "length"
@@ -72,8 +73,11 @@ class Decoder:
         self.fed = 0
         """The prompt tokens the latest turn fed (fewer than its prompt when a request is
         reused)."""
-        # og 0.18's Engine has no adapters: a LoRA adapter runs on og.Generator
-        engine = engine and bundle.adapter is None
+        # og 0.18's Engine has no adapters: a LoRA adapter runs on og.Generator; an MTP head
+        # runs on og.MtpGenerator (runtime/mtp.py)
+        engine = engine and bundle.adapter is None and bundle.mtp is None
+        self.mtp_stats = MtpStats()
+        """What the MTP head did in the latest turn (drafts proposed, evaluated, accepted)."""
         self.engine: og.Engine | None = _engine(bundle, note) if engine else None
         self._request: og.Request | None = None
         self._held: list[int] = []
@@ -91,7 +95,10 @@ class Decoder:
         as they come: at most `max_new_tokens`, and `max_length` tokens in all; sampled as the
         bundle's search settings (overridden when it was opened) say, within `guidance`."""
         self._guidance = guidance
-        if self.engine is None or isinstance(prompt, og.NamedTensors):
+        images = isinstance(prompt, og.NamedTensors)
+        if self.bundle.mtp is not None and not images and guidance is None:
+            return self._mtp_tokens(list(prompt), max_new_tokens, max_length)
+        if self.engine is None or images:
             return self._generator_tokens(prompt, max_new_tokens, max_length)
         return self._engine_tokens(list(prompt), max_new_tokens, max_length)
 
@@ -189,34 +196,18 @@ class Decoder:
         with threads_leave_signals_to_main():
             self.engine = og.Engine(self.bundle.model)
 
-    def _generator_tokens(
-        self,
-        prompt: Sequence[int] | og.NamedTensors,
-        max_new_tokens: int,
-        max_length: int,
-    ) -> Iterator[int]:
-        images = isinstance(prompt, og.NamedTensors)
-        length = prompt["input_ids"].as_numpy().size if images else len(prompt)
-        self.finish, self.fed = None, length
+    def _mtp_tokens(self, prompt: list[int], max_new_tokens: int, max_length: int) -> Iterator[int]:
+        self.finish, self.fed, self.mtp_stats = None, len(prompt), MtpStats()
+        limit = min(len(prompt) + max_new_tokens, max_length)
+        tokens = mtp_tokens(self.bundle.model, self.bundle.mtp, prompt, limit, self.mtp_stats)
+        return self._watched(tokens, max_new_tokens)
+
+    def _watched(self, tokens: Iterator[int], max_new_tokens: int) -> Iterator[int]:
+        """`tokens` as they come; og's failure as one line, and why the turn ended."""
         last, count = None, 0
         try:
-            params = og.GeneratorParams(self.bundle.model)
-            params.set_search_options(max_length=min(length + max_new_tokens, max_length))
-            if self._guidance is not None:
-                params.set_guidance(*self._guidance)
-            generator = og.Generator(self.bundle.model, params)
-            if self.bundle.adapter is not None:
-                self.bundle.adapter.activate(generator)
-        except RuntimeError as error:
-            raise self._refused(error) from error
-        try:
-            if images:
-                generator.set_inputs(prompt)
-            else:
-                generator.append_tokens(list(prompt))
-            while not generator.is_done():
-                generator.generate_next_token()
-                last, count = int(generator.get_next_tokens()[0]), count + 1
+            for last in tokens:
+                count += 1
                 yield last
         except RuntimeError as error:
             raise self._failure(error) from error
@@ -227,6 +218,38 @@ class Decoder:
             self.finish = "eos"
         else:
             self.finish = "length" if count >= max_new_tokens else "context"
+
+    def _generator_tokens(
+        self,
+        prompt: Sequence[int] | og.NamedTensors,
+        max_new_tokens: int,
+        max_length: int,
+    ) -> Iterator[int]:
+        images = isinstance(prompt, og.NamedTensors)
+        length = prompt["input_ids"].as_numpy().size if images else len(prompt)
+        self.finish, self.fed = None, length
+        try:
+            params = og.GeneratorParams(self.bundle.model)
+            params.set_search_options(max_length=min(length + max_new_tokens, max_length))
+            if self._guidance is not None:
+                params.set_guidance(*self._guidance)
+            generator = og.Generator(self.bundle.model, params)
+            if self.bundle.adapter is not None:
+                self.bundle.adapter.activate(generator)
+        except RuntimeError as error:
+            raise self._refused(error) from error
+        yield from self._watched(_generated(generator, prompt), max_new_tokens)
+
+
+def _generated(generator: og.Generator, prompt: Sequence[int] | og.NamedTensors) -> Iterator[int]:
+    """og.Generator's tokens after `prompt` (token ids, or a multimodal processor's inputs)."""
+    if isinstance(prompt, og.NamedTensors):
+        generator.set_inputs(prompt)
+    else:
+        generator.append_tokens(list(prompt))
+    while not generator.is_done():
+        generator.generate_next_token()
+        yield int(generator.get_next_tokens()[0])
 
 
 def _eos_token_ids(config: Mapping[str, Any]) -> set[int]:

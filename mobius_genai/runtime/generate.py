@@ -14,11 +14,15 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
+from mobius_genai._json import read_json
 from mobius_genai.bundle.bundle_folder import require_bundle
 from mobius_genai.bundle.chat_template import check_chat_template
+from mobius_genai.bundle.mtp_config import head_overlay
 from mobius_genai.errors import BundleError
 from mobius_genai.kinds.og_types import image_types, og_type
 
+#: bundle/genai_config.py's CONFIG_FILENAME, without its imports (the smoke test's process)
+_GENAI_CONFIG = "genai_config.json"
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _JPEG_SIGNATURE = b"\xff\xd8\xff"
 
@@ -30,9 +34,12 @@ def load_model(
     session_options: Mapping[str, str] | None = None,
     provider: tuple[str | None, Mapping[str, str]] | None = None,
     search: Mapping[str, Any] | None = None,
+    mtp_head: bool = False,
 ) -> og.Model:
     """og.Model of the bundle in `folder`; `cpu=True` ignores its provider_options, and
     `provider` (an onnxruntime-genai provider name, None for CPU, and its options) replaces them.
+    `mtp_head=True` loads the bundle's MTP head instead (genai_config's `mtp` section as the
+    decoder: bundle/mtp_config.py), og.MtpGenerator's second model.
 
     `session_options` are laid over the decoder's session_options for this load only (ORT
     config entries such as ``session.disable_prepacking``), and `search` over its search
@@ -43,6 +50,9 @@ def load_model(
     cpu = cpu or (provider is not None and provider[0] is None)
     try:
         config = og.Config(str(folder))
+        if mtp_head:
+            genai_config = read_json(Path(folder) / _GENAI_CONFIG, BundleError, _GENAI_CONFIG)
+            config.overlay(json.dumps(head_overlay(genai_config)))
         if cpu or provider is not None:
             config.clear_providers()
         if provider is not None and provider[0] is not None:

@@ -52,6 +52,9 @@ class OpenBundle:
     command: str
     adapter: ActiveAdapter | None = None
     """The LoRA adapter every generation runs with (`--adapter`), None for the base model."""
+    mtp: og.Model | None = None
+    """The bundle's MTP head, og.MtpGenerator's draft model (runtime/mtp.py); None without one
+    or with `--no-mtp`."""
 
     @property
     def context_length(self) -> int:
@@ -76,12 +79,15 @@ def open_bundle(
     threads: int | None = None,
     search: Mapping[str, Any] | None = None,
     adapter: str | None = None,
+    mtp: bool = True,
 ) -> OpenBundle:
     """The bundle in `folder`, loaded for `command` (`run`, `chat`, `bench`) on its own
     providers, or on `provider` instead; `threads` sets onnxruntime's intra-op threads, and
     `search` (onnxruntime-genai's search options: do_sample, temperature, top_p, top_k,
     random_seed) overrides the bundle's search settings for every request and generator;
-    `adapter` names the LoRA adapter every generation runs with (runtime/adapters.py)."""
+    `adapter` names the LoRA adapter every generation runs with (runtime/adapters.py); a
+    bundle with an MTP head decodes with it (`mtp=False`: without, `--no-mtp`), unless an
+    adapter is active (og.MtpGenerator takes none)."""
     require_bundle(folder)
     folder = Path(folder)
     config = read_genai_config(folder)  # its shape checked before og parses it
@@ -91,10 +97,13 @@ def open_bundle(
     try:
         with threads_leave_signals_to_main():
             model = load_model(folder, provider=provider, session_options=options, search=search)
+            head = None
+            if mtp and adapter is None and "mtp" in config["model"]:
+                head = load_model(folder, provider=provider, session_options=options, mtp_head=True)
     except BundleError as error:
         raise failure(folder, config, command, "load the bundle", error) from error.__cause__
     active = None if adapter is None else load_adapter(folder, model, adapter)
-    return OpenBundle(folder, config, model, command, active)
+    return OpenBundle(folder, config, model, command, active, head)
 
 
 def failure(

@@ -46,6 +46,9 @@ class SmokeResult:
     ran: bool
     note: str
     tokens: tuple[int, ...] = ()
+    mtp: dict[str, Any] | None = None
+    """og.MtpGenerator's run on the same prompt (`runtime.mtp.smoke_mtp`), for a bundle with
+    an MTP head."""
 
 
 def smoke_test(
@@ -83,7 +86,9 @@ def smoke_test(
     answer = _run_child(request, folder, on_step)
     if "error" in answer:
         raise BundleError(answer["error"])
-    return SmokeResult(answer["ran"], answer["note"], tuple(answer.get("tokens", ())))
+    return SmokeResult(
+        answer["ran"], answer["note"], tuple(answer.get("tokens", ())), answer.get("mtp")
+    )
 
 
 def session_options(folder: Path, config: Mapping[str, Any]) -> dict[str, str]:

@@ -35,7 +35,9 @@ from mobius_genai.runtime.mrope import mrope_positions
 #: The smoke test's prompt after the model type's image placeholder.
 SMOKE_IMAGE_TEXT = "Describe the image."
 #: The multimodal processor's outputs a vision graph may take.
-_IMAGE_TENSORS = ("pixel_values", "image_grid_thw")
+_IMAGE_TENSORS = ("pixel_values", "image_grid_thw", "image_sizes")
+#: The vision input og makes from image_sizes rather than the processor (LFM2-VL's patch mask).
+_PATCH_MASK = "attention_mask"
 #: onnxruntime-genai's default for model.vision.spatial_merge_size.
 _OG_MERGE_DEFAULT = 2
 
@@ -135,7 +137,11 @@ def image_embedder(
     """
     model = config["model"]
     vision = _session(folder / model["vision"]["filename"], entries, provider)
-    feed = {name: prompt.images[name] for name in (i.name for i in vision.get_inputs())}
+    keys = {name: key for key, name in model["vision"].get("inputs", {}).items()}
+    feed = {
+        name: _vision_input(prompt.images, keys.get(name, name))
+        for name in (i.name for i in vision.get_inputs())
+    }
     (features,) = vision.run(None, feed)
     del vision
     embedding = _session(folder / model["embedding"]["filename"], entries, provider)
@@ -154,6 +160,16 @@ def image_embedder(
         return extra
 
     return embed
+
+
+def _vision_input(images: Mapping[str, np.ndarray], key: str) -> np.ndarray:
+    """The processor's tensor og feeds as vision input `key`; og's patch mask: 1 for each
+    image's patches (image_sizes' rows x columns), 0 for the padding after them."""
+    if key != _PATCH_MASK:
+        return images[key]
+    patches = images["pixel_values"].shape[1]
+    real = np.prod(images["image_sizes"], axis=-1, keepdims=True)
+    return (np.arange(patches)[None] < real).astype(np.int64)
 
 
 def _positions(

@@ -189,6 +189,8 @@ def _record(plan: SmokePlan, result: SmokeResult) -> dict[str, Any]:
     record = {"ran": result.ran, "layers": plan.layers, "of": plan.of, "note": result.note}
     if plan.vision_layers is not None:
         record["vision_layers"] = dict(zip(("layers", "of"), plan.vision_layers, strict=True))
+    if result.mtp is not None:
+        record["mtp"] = result.mtp
     return {**record, "reason": plan.reason} if plan.reason else record
 
 

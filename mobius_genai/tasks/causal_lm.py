@@ -9,7 +9,6 @@ from onnxscript import GraphBuilder
 
 from mobius_genai._graph_keys import BUILT_FOR_KEY, CONTEXT_LENGTH_KEY
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.config.recurrent import RECURRENT_BLOCKS
 from mobius_genai.ep.context import ep_capabilities, get_build_dtype
 
 if TYPE_CHECKING:
@@ -24,6 +23,8 @@ BATCH, SEQ, TOTAL, PAST = (
 )
 #: The decoder input a vision-language package's embedding graph feeds.
 INPUTS_EMBEDS = "inputs_embeds"
+#: The decoder output an MTP head reads (onnxruntime-genai's default name).
+HIDDEN_STATES = "hidden_states"
 
 
 def past_names(layer: int) -> tuple[str, str]:
@@ -37,11 +38,17 @@ def present_names(layer: int) -> tuple[str, str]:
 def _cache(
     config: ArchitectureConfig, layer: int, past: bool, dtype: ir.DataType
 ) -> list[tuple[str, list, ir.DataType]]:
-    """(name, shape, dtype) of each cache tensor of `layer`: key and value, or the states its
-    recurrent block declares (config/recurrent.py)."""
-    if not config.has_kv_cache(layer):
-        block = RECURRENT_BLOCKS[config.layer_types[layer]]
-        return [
+    """(name, shape, dtype) of each cache tensor of `layer`: key and value for attention, then
+    the states its recurrent block declares (config/recurrent.py); none for an MLP alone."""
+    cache = []
+    if config.has_kv_cache(layer):
+        length = PAST if past else TOTAL
+        shape = [BATCH, config.num_key_value_heads, length, config.head_dim]
+        names = (past_names if past else present_names)(layer)
+        cache += [(name, shape, dtype) for name in names]
+    block = config.recurrent_block(layer)
+    if block is not None:
+        cache += [
             (
                 block.naming.names(state.suffix)[0 if past else 1] % layer,
                 state.shape(config, BATCH),
@@ -49,9 +56,7 @@ def _cache(
             )
             for state in block.states
         ]
-    length = PAST if past else TOTAL
-    shape = [BATCH, config.num_key_value_heads, length, config.head_dim]
-    return [(name, shape, dtype) for name in (past_names if past else present_names)(layer)]
+    return cache
 
 
 class CausalLMTask:
@@ -61,10 +66,14 @@ class CausalLMTask:
     context's EP and the positions the graph covers, so a bundle's graph says what it is for.
 
     With `inputs_embeds` the decoder of a vision-language package: it also takes the embedding
-    graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them)."""
+    graph's `inputs_embeds` [batch, seq, hidden] (input_ids stay for masks that read them),
+    `embeds_width` wide when they carry more than the hidden size (DeepStack). A module that
+    returns a third value (`CausalLMModel.hidden_output`) gives the graph the output
+    `hidden_states` [batch, seq, hidden] (an MTP head's input)."""
 
-    def __init__(self, inputs_embeds: bool = False) -> None:
+    def __init__(self, inputs_embeds: bool = False, embeds_width: int | None = None) -> None:
         self.inputs_embeds = inputs_embeds
+        self.embeds_width = embeds_width
 
     def build(self, module: nn.Module, config: ArchitectureConfig) -> ir.Model:
         """The graph of `module`, called as ``module(op, input_ids, attention_mask, position_ids,
@@ -74,7 +83,9 @@ class CausalLMTask:
         builder = GraphBuilder(graph)
         int64 = ir.DataType.INT64
         embeds = (
-            builder.input(INPUTS_EMBEDS, dtype, [BATCH, SEQ, config.hidden_size])
+            builder.input(
+                INPUTS_EMBEDS, dtype, [BATCH, SEQ, self.embeds_width or config.hidden_size]
+            )
             if self.inputs_embeds
             else None
         )
@@ -89,9 +100,15 @@ class CausalLMTask:
             for i in range(config.num_hidden_layers)
         ]
         extra = () if embeds is None else (embeds,)
-        logits, presents = module(builder.op, input_ids, attention_mask, position_ids, past, *extra)
+        logits, presents, *hidden = module(
+            builder.op, input_ids, attention_mask, position_ids, past, *extra
+        )
         builder.add_output(logits, "logits")
         logits.shape = ir.Shape([BATCH, SEQ, config.vocab_size])
+        for value in hidden:
+            builder.add_output(value, HIDDEN_STATES)
+            value.shape = ir.Shape([BATCH, SEQ, config.hidden_size])
+            value.dtype = dtype
         for i, values in enumerate(presents):
             cache = _cache(config, i, False, dtype)
             for value, (name, shape, kind) in zip(values, cache, strict=True):

@@ -54,7 +54,7 @@ def test_cpu_int4_bundle_generates_and_records_its_choices(tmp_path):
 
 def test_calibrated_bundle_records_its_calibration_and_generates(tmp_path):
     """The `calibrated` recipe: the manifest says the search was activation-weighted (random
-    token ids: the model's 128 positions, fewer than the default 512; seed 0)."""
+    token ids: the model's 128 positions, fewer than the default 256; seed 0)."""
     out, quantization = _int4_bundle(tmp_path / "b", "calibrated")
     assert (quantization["quality"], quantization["rounding"]) == ("calibrated", "search")
     assert quantization["calibration"] == {"tokens": 128, "seed": 0}

@@ -44,3 +44,21 @@ def test_eps_rows_show_the_capabilities_that_steer_the_pipeline(capsys):
 def test_the_readme_shows_the_table_the_command_prints():
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     assert "```\n" + format_ep_table(wide=True) + "\n```" in readme
+
+
+def test_eps_families_lists_every_model_type_with_its_og_type_and_blocks(capsys):
+    """Every row of the decoder family table, the hybrid and MoE ones saying which blocks
+    they build (read from the rows' data)."""
+    from mobius_genai.models import FAMILIES
+
+    assert main(["eps", "--families"]) == 0
+    rows = {
+        cells[0]: cells[1:]
+        for cells in (re.split(r"\s{2,}", line) for line in capsys.readouterr().out.splitlines())
+    }
+    assert set(FAMILIES) <= set(rows)
+    assert rows["granitemoehybrid"] == ["decoder", "mamba2, MoE"]
+    assert rows["deepseek_v2"] == rows["deepseek_v3"] == ["decoder", "latent attention, MoE"]
+    assert rows["nemotron_h"] == ["decoder", "mamba2, one block per layer"]
+    assert rows["falcon_h1"] == ["decoder", "mamba2 beside attention"]
+    assert rows["llama"] == ["llama", "-"]

@@ -9,9 +9,14 @@ import sys
 
 import numpy as np
 
+import mobius_genai
+from mobius_genai import progress
 from mobius_genai.cli import main
+from mobius_genai.ep import get_ep
 from mobius_genai.progress import Progress
+from mobius_genai.quantize.calibrate import Calibration, activation_importance
 from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
+from mobius_genai.quantize.weight_uses import find_weights
 from tests.conftest import TINY_QWEN2
 
 PHASES = (
@@ -95,3 +100,17 @@ def test_on_a_terminal_each_phase_says_when_it_starts(tmp_path, capsys, monkeypa
     # the smoke test, the longest phase, says its steps as its process takes them
     for step in ("loading the bundle", "generating", "running the onnxruntime reference loop"):
         assert f"mobius-genai: smoke test: {step}…" in said, step
+
+
+def test_the_calibration_phase_has_a_bar_that_moves(monkeypatch):
+    """The calibration run (an uncounted phase, tens of seconds on a 0.5B model) moves a bar
+    on a terminal chunk by chunk of the float graph it runs, up to 100%."""
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    model = mobius_genai.build(TINY_QWEN2, get_ep("cpu"), "f32", progress=False)["model"]
+    groups, _ = find_weights(model.graph)
+    inputs = [[use.node.inputs[0] for use in group.matmuls] for group in groups]
+    with progress.phase("calibrating int4"):
+        activation_importance(model, inputs, Calibration(tokens=8), chunk_bytes=1 << 14)
+    shown = [int(p) for p in re.findall(r"calibrating int4: +(\d+)%", terminal.getvalue())]
+    assert len(set(shown)) > 3 and shown == sorted(shown) and shown[-1] == 100, shown

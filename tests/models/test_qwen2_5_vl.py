@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mobius_genai.build import build
-from tests._ort import package_sessions
+from tests._ort import decode_like_transformers, package_sessions
 from tests._qwen_vl import (
     IMAGE_TOKEN,
     TEXT_HIDDEN,
@@ -104,30 +104,8 @@ def test_graphs_match_transformers_over_prefill_and_decode(qwen, ep):
     }
     outputs = _run(sessions["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
-    cache, token, total = reference.past_key_values, reference.logits[:, -1:].argmax(-1), seq
-    no_features = np.zeros((0, TEXT_HIDDEN), np.float32)
-    for _ in range(3):
-        with torch.no_grad():
-            step = model(input_ids=token, cache=cache, use_cache=True)
-        embeds = _run(
-            sessions["embedding"], {"input_ids": token.numpy(), "image_features": no_features}
-        )["inputs_embeds"]
-        total += 1
-        position = total - 1 + int(model.model.rope_deltas[0, 0])
-        feeds = {
-            "inputs_embeds": embeds,
-            "input_ids": token.numpy(),
-            "attention_mask": np.ones((1, total), np.int64),
-            "position_ids": np.full((3, 1, 1), position, np.int64),
-            **{
-                name.replace("present.", "past_key_values."): value
-                for name, value in outputs.items()
-                if name.startswith("present.")
-            },
-        }
-        outputs = _run(sessions["decoder"], feeds)
-        np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=TOLERANCE, rtol=0)
-        cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+    delta = int(model.model.rope_deltas[0, 0])
+    decode_like_transformers(model, sessions, outputs, reference, mrope_delta=delta)
 
 
 def test_graph_io_is_what_onnxruntime_genai_feeds(qwen):

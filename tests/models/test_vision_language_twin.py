@@ -30,6 +30,8 @@ SECTIONS = ("vision", "embedding", "decoder")
 FAMILIES = {
     "gemma3": (r"^vision_tower\.encoder\.layers\.(\d+)\.", (2, 1), (3, 2)),
     "qwen2_5_vl": (r"^visual\.blocks\.(\d+)\.", (1, 2), (2, 3)),
+    # DeepStack blocks 0 and 2 of 3: the twin keeps blocks 0 and 1, block 2's features zeros
+    "qwen3_vl": (r"^visual\.blocks\.(\d+)\.", (1, 2), (3, 3)),
     # Mistral 3's decoder layers are alike, and so are the Pixtral tower's
     "mistral3": (r"^vision_tower\.transformer\.layers\.(\d+)\.", (1, 1), (2, 2)),
 }
@@ -38,6 +40,8 @@ DROPPED = {
     "gemma3": r"^(language_model\.model\.layers\.2|vision_tower\.(vision_model\.)?encoder\.layers\.1)\.",
     # the merger's numbered mlp (visual.merger.mlp.2) is no block: it stays read
     "qwen2_5_vl": r"^(model\.(language_model\.)?layers\.1|(model\.)?visual\.blocks\.2)\.",
+    "qwen3_vl": r"^(model\.(language_model\.)?layers\.[12]|(model\.)?visual\.(blocks\.2|"
+    r"deepstack_merger_list\.1))\.",
     "mistral3": r"^(language_model\.model\.layers\.1|vision_tower\.transformer\.layers\.1)\.",
 }
 DECODER_LAYERS = r"^model\.layers\.(\d+)\."
@@ -179,3 +183,15 @@ def test_only_the_dropped_layers_tensors_count_as_unread(family, request):
     assert expected  # the pattern names the checkpoint's own tensors
     assert sorted(row.dropped_layers(checkpoint, config.first_layers(decoder))) == expected
     assert row.dropped_layers(checkpoint, config) == []
+
+
+def test_the_qwen3_tower_twin_keeps_its_first_deepstack_block_and_the_feature_width():
+    """Qwen3-VL-8B's tower: DeepStack blocks 8, 16, 24 of 27. The twin keeps blocks 0-8 (a
+    plain block and the first DeepStack one) and all three DeepStack parts of the features
+    (the contract), computing only the first."""
+    from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
+
+    config = Qwen3VisionConfig()
+    assert config.layers_of_every_kind() == 9
+    cut = config.first_layers(9)
+    assert (cut.depth, cut.deepstack_visual_indexes, cut.deepstack_mergers) == (9, (8, 16, 24), 1)

@@ -1,6 +1,6 @@
-"""MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL, Mistral 3): the
-workflow's output is the same multimodal bundle `package` writes (vision, embedding and decoder
-graphs, processor config), valid and run by onnxruntime-genai with an image."""
+"""MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL, Qwen3-VL, Mistral 3,
+LFM2-VL): the workflow's output is the same multimodal bundle `package` writes (vision, embedding
+and decoder graphs, processor config), valid and run by onnxruntime-genai with an image."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ OLIVE_FILES = {"model_config.json", "footprint.json", "output_footprint.json", "
     [
         ("gemma3", {"pixel_values"}, "a 64x64 image"),
         ("qwen2_5_vl", {"pixel_values", "image_grid_thw"}, "a 32x32 image"),
+        ("qwen3_vl", {"pixel_values", "image_grid_thw"}, "a 32x32 image"),
         ("mistral3", {"pixel_values"}, "a 16x16 image"),
+        ("lfm2_vl", {"pixel_values", "attention_mask", "image_sizes"}, "a 16x16 image"),
     ],
 )
 def test_mobius_export_writes_the_multimodal_bundle(

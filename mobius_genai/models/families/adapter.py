@@ -19,6 +19,7 @@ from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.checkpoint.grouped import GroupedWeight
 from mobius_genai.checkpoint.weights import TensorSource, no_preprocess
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import UnsupportedModelError
 
@@ -82,6 +83,15 @@ class FamilyAdapter:
     # are config.json's `text_config` (its weights' prefix is a weight rename, the other
     # graphs' tensors unused_weights).
     text_only: TextOnly | None = None
+    # Checkpoints of this family may hold a multi-token-prediction head (`mtp.*`, built as
+    # mtp.onnx when config.json's keys declare it: config/mtp.py, models/mtp.py).
+    mtp: MtpKeys | None = None
+
+    def text_keys(self, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """config.json's keys of the text decoder (`text_config`'s for a text-only row)."""
+        return (
+            dict(raw) if self.text_only is None else self.text_only.text_keys(raw, self.model_type)
+        )
 
     def preprocessed(self, name: str) -> bool:
         """Whether `preprocess_weight` may change the graph parameter `name`."""
@@ -92,9 +102,7 @@ class FamilyAdapter:
 
     def parse_config(self, raw: Mapping[str, Any]) -> ArchitectureConfig:
         """The ArchitectureConfig of a config.json of this family."""
-        raw = (
-            dict(raw) if self.text_only is None else self.text_only.text_keys(raw, self.model_type)
-        )
+        raw = self.text_keys(raw)
         for alias, key in self.config_aliases.items():
             if alias in raw and raw.get(key) is None:
                 raw[key] = raw[alias]

@@ -14,6 +14,7 @@ import numpy as np
 from mobius_genai.checkpoint.grouped import GroupedWeight
 from mobius_genai.config import ArchitectureConfig, fields
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
+from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.config.rope import RopeConfig, parse_rope
 from mobius_genai.errors import ConfigError
 
@@ -46,6 +47,36 @@ def lfm2_intermediate_size(raw: Mapping[str, Any]) -> int:
     multiple = fields.integer(raw.get("block_multiple_of"), "block_multiple_of", 256)
     size = int(multiplier * size)
     return multiple * ((size + multiple - 1) // multiple)
+
+
+#: Lfm2MoeTopKRouter's renormalization: weight / (sum of the picked weights + 1e-6).
+_LFM2_MOE_EPSILON = 1e-6
+
+
+def lfm2_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """Lfm2MoeSparseMoeBlock after the first `num_dense_layers` (2 when absent): experts picked
+    by sigmoid(logits) + `expert_bias` (`use_expert_bias`, default true), weighted by the
+    uncorrected sigmoids, renormalized (`norm_topk_prob`, default true) and scaled by
+    `routed_scaling_factor` (config/moe_routing.py with one group)."""
+    moe = read_moe(
+        raw,
+        MoeKeys(
+            num_experts="num_experts",
+            intermediate="moe_intermediate_size",
+            normalize_default=True,
+        ),
+    )
+    num_layers = fields.require(raw, "num_hidden_layers")
+    dense = fields.integer(raw.get("num_dense_layers"), "num_dense_layers", 2, positive=False)
+    routing = GroupRouting(
+        scoring="sigmoid",
+        correction_bias=fields.flag(raw.get("use_expert_bias"), "use_expert_bias", True),
+        scaling=fields.number(raw.get("routed_scaling_factor"), "routed_scaling_factor", 1.0),
+        epsilon=_LFM2_MOE_EPSILON,
+    )
+    return dataclasses.replace(
+        moe, sparse_layers=tuple(range(dense, num_layers)), group_routing=routing
+    )
 
 
 def qwen3_5_layer_types(raw: Mapping[str, Any]) -> list[str]:
@@ -116,8 +147,9 @@ def qwen3_5_text_rope(raw: Mapping[str, Any]) -> RopeConfig:
     return dataclasses.replace(rope, mrope_section=None)
 
 
-#: Qwen3.5's norms that scale by 1 + weight: all but the gated norm of the gated delta nets.
-QWEN3_5_OFFSET_NORMS = r"(?<!linear_attn\.)norm\.weight$"
+#: Qwen3.5's norms that scale by 1 + weight: all but the gated norm of the gated delta nets
+#: (the MTP head's pre-fc norms too: vLLM's GemmaRMSNorm).
+QWEN3_5_OFFSET_NORMS = r"(?<!linear_attn\.)norm(_embedding|_hidden)?\.weight$"
 
 
 def qwen3_5_norm_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 from mobius_genai.checkpoint.experts import ExpertLayout
+from mobius_genai.config import fields
 from mobius_genai.config.linear_attention import read_linear_attention
 from mobius_genai.config.mamba2 import GRANITE_KEYS, mamba2_reader
 from mobius_genai.config.moe import MoeKeys, moe_reader
+from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
@@ -21,10 +23,12 @@ from mobius_genai.models.families.hybrid import (
     granite_hybrid_no_rope,
     lfm2_intermediate_size,
     lfm2_layer_types,
+    lfm2_moe,
     qwen3_5_layer_types,
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
 )
+from mobius_genai.models.families.mamba2_hybrids import FALCON_H1, NEMOTRON_H
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
@@ -47,6 +51,9 @@ QWEN3_5_TEXT = FamilyAdapter(
     config_overrides={**_QWEN3_5_LAYERS, "rope": qwen3_5_text_rope},
     preprocess_weight=qwen3_5_norm_weights,
     preprocessed_weights=QWEN3_5_OFFSET_NORMS,
+    # the multi-token-prediction head: mtp.onnx when config.json declares it, else unread
+    unused_weights=(r"^mtp\.",),
+    mtp=MtpKeys(),
 )
 
 # Qwen3.5's hybrid with MoE blocks in every layer: qwen3_5_text's layers and rotary, routing
@@ -124,33 +131,57 @@ def _text_only_hub_row(text: FamilyAdapter, model_type: str, defaults: dict) -> 
     )
 
 
-HYBRID_FAMILIES = (
-    # Hybrid: short-convolution layers (a recurrent state, no KV cache) between attention
-    # layers with per-head q/k RMSNorms; the final norm is called embedding_norm.
-    FamilyAdapter(
-        model_type="lfm2",
-        genai_type="lfm2",
-        config_aliases={
-            "tie_embedding": "tie_word_embeddings",
-            "block_ff_dim": "intermediate_size",
-        },
-        config_defaults={"tie_word_embeddings": True, "layer_types": lfm2_layer_types},
-        config_overrides={
-            "qk_norm": True,
-            "intermediate_size": lfm2_intermediate_size,
-            "short_conv": read_short_conv,
-        },
-        weight_renames=(
-            (r"\.input_layernorm\.", ".operator_norm."),
-            (r"\.post_attention_layernorm\.", ".ffn_norm."),
-            (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
-            (r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),
-            (r"\.mlp\.gate_proj\.", ".feed_forward.w1."),
-            (r"\.mlp\.up_proj\.", ".feed_forward.w3."),
-            (r"\.mlp\.down_proj\.", ".feed_forward.w2."),
-            (r"^model\.norm\.", "model.embedding_norm."),
-        ),
+# Hybrid: short-convolution layers (a recurrent state, no KV cache) between attention layers
+# with per-head q/k RMSNorms; the final norm is called embedding_norm.
+LFM2 = FamilyAdapter(
+    model_type="lfm2",
+    genai_type="lfm2",
+    config_aliases={
+        "tie_embedding": "tie_word_embeddings",
+        "block_ff_dim": "intermediate_size",
+    },
+    config_defaults={"tie_word_embeddings": True, "layer_types": lfm2_layer_types},
+    config_overrides={
+        "qk_norm": True,
+        "intermediate_size": lfm2_intermediate_size,
+        "short_conv": read_short_conv,
+    },
+    weight_renames=(
+        (r"\.input_layernorm\.", ".operator_norm."),
+        (r"\.post_attention_layernorm\.", ".ffn_norm."),
+        (r"\.self_attn\.o_proj\.", ".self_attn.out_proj."),
+        (r"\.self_attn\.(q|k)_norm\.", r".self_attn.\1_layernorm."),
+        (r"\.mlp\.gate_proj\.", ".feed_forward.w1."),
+        (r"\.mlp\.up_proj\.", ".feed_forward.w3."),
+        (r"\.mlp\.down_proj\.", ".feed_forward.w2."),
+        (r"^model\.norm\.", "model.embedding_norm."),
     ),
+)
+
+# LFM2's hybrid with MoE blocks after the first num_dense_layers (Lfm2MoeForCausalLM): its
+# dense MLPs as wide as intermediate_size (no block_auto_adjust_ff_dim), routing as
+# hybrid.lfm2_moe reads it; the hub and transformers store the experts per expert (w1, w3, w2)
+# and the routing correction as feed_forward.expert_bias.
+LFM2_MOE = dataclasses.replace(
+    LFM2,
+    model_type="lfm2_moe",
+    genai_type="lfm2_moe",
+    config_overrides={
+        **LFM2.config_overrides,
+        "intermediate_size": lambda raw: fields.require(raw, "intermediate_size"),
+        "moe": lfm2_moe,
+    },
+    weight_renames=(
+        (r"\.mlp\.gate\.e_score_correction_bias$", ".feed_forward.expert_bias"),
+        *LFM2.weight_renames,
+        (r"\.mlp\.(gate\.|experts$)", r".feed_forward.\1"),
+    ),
+    experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+)
+
+HYBRID_FAMILIES = (
+    LFM2,
+    LFM2_MOE,
     QWEN3_5_TEXT,
     QWEN3_5_MOE_TEXT,
     # Qwen3.5-MoE's hub checkpoints (Qwen3_5MoeForConditionalGeneration) built text-only as
@@ -187,8 +218,9 @@ HYBRID_FAMILIES = (
         experts=ExpertLayout(),
         grouped_weights=QWEN3_NEXT_PACKED,
         # the multi-token-prediction head (Qwen3NextPreTrainedModel's
-        # _keys_to_ignore_on_load_unexpected): a decoder bundle does not run it
+        # _keys_to_ignore_on_load_unexpected): mtp.onnx when config.json declares it, else unread
         unused_weights=(r"^mtp\.",),
+        mtp=MtpKeys(),
     ),
     # Granite-4.0-H: Mamba2 layers (a conv state and a scan state, no KV cache) between
     # attention layers without rotary (position_embedding_type "nope"); granite's multipliers;
@@ -222,4 +254,9 @@ HYBRID_FAMILIES = (
         ),
         experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
     ),
+    # Nemotron-H (one block per layer: Mamba2, attention without rotary, or a relu2 MLP) and
+    # Falcon-H1 (attention and Mamba2 side by side in every layer, µP multipliers):
+    # mamba2_hybrids.py. onnxruntime-genai 0.18 runs both as its generic decoder.
+    NEMOTRON_H,
+    FALCON_H1,
 )

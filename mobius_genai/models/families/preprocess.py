@@ -36,3 +36,12 @@ def qkv_blocks_from_head_rows(
     heads, head_dim = config.num_attention_heads, config.head_dim
     by_head = array.reshape(heads, 3, head_dim, *array.shape[1:])
     return np.ascontiguousarray(by_head.swapaxes(0, 1)).reshape(array.shape)
+
+
+def scaled_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:
+    """The config's constant multipliers folded into the weights they apply to
+    (config/weight_scales.py)."""
+    for scale in config.weight_scales:
+        if scale.applies(name):
+            array = scale.apply(array)
+    return array

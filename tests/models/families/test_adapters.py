@@ -28,6 +28,7 @@ GENAI_TYPES = {
     "granite", "olmo", "smollm3", "nemotron", "decoder", "lfm2", "phimoe", "qwen3_5_text",
     "gptoss",  # onnxruntime-genai 0.18's model_type.h; test_bundles.py loads a gpt_oss bundle
     "qwen3_5_moe_text",  # 0.18's type for Qwen3.5-MoE's decoder; qwen3_next runs under it
+    "lfm2_moe",  # 0.18's LFM2 model class; test_lfm2_moe.py loads a bundle of it
 }  # fmt: skip
 
 

@@ -8,9 +8,10 @@ recurrent state between attention layers), gpt_oss (attention sinks, model.type 
 qwen3_5_text (gated delta nets with two states), qwen3_next and qwen3_5_moe_text (the same
 with MoE blocks, as model.type qwen3_5_moe_text), deepseek_v3 and deepseek_v2 (multi-head
 latent attention with a latent cache, group-limited MoE routing), granitemoehybrid (Mamba2
-layers with two states, as model.type decoder), gemma3n_text (AltUp, per-layer inputs, sparse
-MLPs, layers attending over an earlier layer's cache) run by default; the other families are marked
-slow (`pytest -m slow tests/models/families/test_bundles.py`).
+layers with two states, as model.type decoder), nemotron_h and falcon_h1 (the same Mamba2
+states beside MLP-only layers, or beside a KV cache in one layer), gemma3n_text (AltUp,
+per-layer inputs, sparse MLPs, layers attending over an earlier layer's cache) run by default;
+the other families are marked slow (`pytest -m slow tests/models/families/test_bundles.py`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ DEFAULT_RUN |= {"qwen3_next"}  # model.type qwen3_5_moe_text: delta nets and MoE
 DEFAULT_RUN |= {"qwen3_5_moe_text"}  # the same, projections separate, every layer MoE
 DEFAULT_RUN |= {"deepseek_v3", "deepseek_v2"}  # latent attention, group-limited routing
 DEFAULT_RUN |= {"granitemoehybrid"}  # model.type decoder: Mamba2 states found by their names
+# model.type decoder: MLP layers with no cache (nemotron_h), layers with a KV cache and Mamba2
+# states (falcon_h1)
+DEFAULT_RUN |= {"nemotron_h", "falcon_h1"}
+DEFAULT_RUN |= {"lfm2_moe"}  # model.type lfm2_moe: conv states, sigmoid-routed MoE
 DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers sharing a cache
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
@@ -126,7 +131,9 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
     return tokens
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid"])
+@pytest.mark.parametrize(
+    "family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid", "nemotron_h", "falcon_h1"]
+)
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row
     continues as transformers continues that prompt alone."""

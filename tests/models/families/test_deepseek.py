@@ -27,7 +27,13 @@ from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
+from tests._hf import (
+    edit_config,
+    hf_reference_logits,
+    load_reference_model,
+    router_picks,
+    write_tiny_checkpoint,
+)
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
@@ -84,13 +90,7 @@ def test_hub_layout_config_matches_transformers(tmp_path):
 
 def _picks(model, ids: np.ndarray) -> list[tuple[int, ...]]:
     """The experts the first MoE layer (layer 1) picks for each token."""
-    picks = []
-    router = model.model.layers[1].mlp.gate
-    hook = router.register_forward_hook(lambda module, args, out: picks.append(out[2]))
-    with torch.no_grad():
-        model(torch.tensor(ids))
-    hook.remove()
-    return [tuple(sorted(row)) for row in picks[0].tolist()]
+    return router_picks(model, model.model.layers[1].mlp.gate, ids)
 
 
 def test_prompt_routing_depends_on_the_correction_bias_and_the_groups(tmp_path):

@@ -137,10 +137,14 @@ def hf_decoder_logits(
 
 
 def hf_new_tokens(
-    model: WhisperForConditionalGeneration, mel: np.ndarray, prompt: list[int], count: int
+    model: WhisperForConditionalGeneration,
+    mel: np.ndarray,
+    prompt: list[int],
+    count: int,
+    num_beams: int = 1,
 ) -> list[int]:
-    """transformers' greedy generate() after the forced `prompt`: the `count` new tokens
-    (without suppressed tokens, which onnxruntime-genai does not apply)."""
+    """transformers' greedy (or beam search's) generate() after the forced `prompt`: the
+    `count` new tokens (without suppressed tokens, which onnxruntime-genai does not apply)."""
     model.generation_config.suppress_tokens = None
     model.generation_config.begin_suppress_tokens = None
     with torch.no_grad():
@@ -149,7 +153,7 @@ def hf_new_tokens(
             decoder_input_ids=torch.tensor([prompt]),
             max_new_tokens=count,
             do_sample=False,
-            num_beams=1,
+            num_beams=num_beams,
         )[0].tolist()
     return generated[len(prompt) :] if generated[: len(prompt)] == prompt else generated
 
@@ -203,6 +207,24 @@ def write_wav(path: Path, signal: np.ndarray, rate: int = 16_000) -> Path:
     return path
 
 
+def write_encoded(path: Path, signal: np.ndarray, rate: int = 16_000) -> Path:
+    """`signal` as a mono file in the format `path`'s suffix names: .flac or .ogg (Vorbis,
+    through libsndfile) or .mp3 (64 kbit/s, through LAME)."""
+    if path.suffix != ".mp3":
+        import soundfile
+
+        soundfile.write(path, signal, rate)
+        return path
+    import lameenc
+
+    encoder = lameenc.Encoder()
+    encoder.set_bit_rate(64)
+    encoder.set_in_sample_rate(rate)
+    encoder.set_channels(1)
+    path.write_bytes(encoder.encode(pcm16(signal).tobytes()) + encoder.flush())
+    return path
+
+
 def pcm16(signal: np.ndarray) -> np.ndarray:
     return (np.clip(signal, -1, 1) * 32767).astype("<i2")
 
@@ -252,3 +274,39 @@ def write_whisper_tokenizer(dest: Path, layout: str) -> None:
         "model_max_length": 448,
     }
     (dest / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def hf_timestamp_tokens(
+    model: WhisperForConditionalGeneration,
+    mel: np.ndarray,
+    count: int,
+    layout: str = "multilingual",
+) -> tuple[list[int], list[int]]:
+    """transformers' generate(return_timestamps=True), English transcription on a multilingual
+    layout: (its forced prompt, the `count` tokens its one 30 s window generated), with the
+    generation config a released checkpoint of `layout` has for timestamps (no suppressed
+    tokens, which onnxruntime-genai does not apply)."""
+    multilingual = layout == "multilingual"
+    config = model.generation_config
+    config.no_timestamps_token_id = 50_363 if multilingual else 50_362
+    config.max_initial_timestamp_index = 50
+    config.is_multilingual = multilingual
+    config.decoder_start_token_id = 50_258 if multilingual else 50_257
+    config.suppress_tokens = config.begin_suppress_tokens = None
+    forced = {}
+    if multilingual:
+        config.lang_to_id = {"<|en|>": 50_259, "<|fr|>": 50_260}
+        config.task_to_id = {"translate": 50_358, "transcribe": 50_359}
+        forced = {"language": "en", "task": "transcribe"}
+    with torch.no_grad():
+        out = model.generate(
+            input_features=torch.from_numpy(mel),
+            return_timestamps=True,
+            max_new_tokens=count,
+            return_dict_in_generate=True,
+            return_segments=True,
+            **forced,
+        )
+    window = out["segments"][0][0]["result"]["sequences"].tolist()  # the raw call's ids
+    start = 3 if multilingual else 1
+    return window[:start], window[start:]

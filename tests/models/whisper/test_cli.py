@@ -17,6 +17,7 @@ from tests.models.whisper._whisper import (
     FORCED_PROMPT,
     hf_new_tokens,
     tone,
+    write_encoded,
     write_wav,
     write_whisper_checkpoint,
     write_whisper_tokenizer,
@@ -85,15 +86,53 @@ def _bad_audio(folder: Path) -> dict[str, tuple[Path, str]]:
         ),
         "over 30 s": (write_wav(folder / "long.wav", tone(31.0)), "over the 30 s"),
         "missing": (folder / "absent.wav", "not a file"),
+        "FLAC over 30 s": (write_encoded(folder / "long.flac", tone(31.0)), "31.0 s of audio"),
+        "MP3 over 30 s": (write_encoded(folder / "long.mp3", tone(31.0)), "over the 30 s"),
+        "MP3 at 8 kHz": (
+            write_encoded(folder / "low.mp3", tone(2.0, rate=8000), rate=8000),
+            "8000 Hz is sampled below 16000 Hz",
+        ),
+        "OGG": (write_encoded(folder / "speech.ogg", tone(2.0)), "not an audio file"),
+        "empty": (_written(folder / "empty.wav", b""), "onnxruntime-genai cannot process it"),
+        "damaged FLAC": (_damaged_flac(folder), "onnxruntime-genai cannot process it"),
     }
 
 
-@pytest.mark.parametrize("case", ["not audio", "8 kHz", "over 30 s", "missing"])
+def _written(path: Path, content: bytes) -> Path:
+    path.write_bytes(content)
+    return path
+
+
+def _damaged_flac(folder: Path) -> Path:
+    """A FLAC file whose header is whole and whose frames are noise."""
+    head = write_encoded(folder / "whole.flac", tone(2.0)).read_bytes()[:200]
+    return _written(folder / "damaged.flac", head + bytes(range(256)) * 40)
+
+
+BAD_AUDIO = ("not audio", "8 kHz", "over 30 s", "missing", "FLAC over 30 s", "MP3 over 30 s")
+
+
+@pytest.mark.parametrize("case", [*BAD_AUDIO, "MP3 at 8 kHz", "OGG", "empty", "damaged FLAC"])
 def test_bad_audio_is_one_clear_line(speech_bundle, tmp_path, capsys, case):
     path, said = _bad_audio(tmp_path / "audio")[case]
     code, out, err = _run(capsys, str(speech_bundle), "--audio", str(path))
     assert code == 1 and out == ""
     assert said in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("suffix", [".flac", ".mp3"])
+def test_flac_and_mp3_up_to_30_s_are_transcribed(speech_bundle, wav, tmp_path, capsys, suffix):
+    """og decodes both; lossless FLAC gives the WAV file's transcript."""
+    path = write_encoded(tmp_path / f"speech{suffix}", tone(29.9))
+    code, out, err = _run(capsys, str(speech_bundle), "--audio", str(path), "--max-new-tokens", "3")
+    assert code == 0, err
+    assert out.strip()
+    if suffix == ".flac":
+        same = write_encoded(tmp_path / "tone.flac", tone(3.0))
+        assert (
+            _run(capsys, str(speech_bundle), "--audio", str(same))[1]
+            == _run(capsys, str(speech_bundle), "--audio", str(wav))[1]
+        )
 
 
 def test_a_44_1_khz_file_is_resampled_by_og(speech_bundle, tmp_path, capsys):
@@ -120,6 +159,12 @@ def test_no_audio_on_a_speech_bundle_is_one_clear_line(speech_bundle, capsys):
     code, _, err = _run(capsys, str(speech_bundle), "hello")
     assert code == 1 and "a speech bundle (model.type 'whisper') transcribes audio" in err
     assert "accepted: --audio FILE" in err and "Traceback" not in err
+
+
+def test_timestamps_without_audio_is_one_clear_line(packaged, capsys):
+    code, out, err = _run(capsys, str(packaged("cpu")), "hello", "--timestamps")
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert "--timestamps times a transcript; accepted: with --audio FILE" in err
 
 
 def test_audio_on_a_text_bundle_is_one_clear_line(packaged, wav, capsys):

@@ -1,7 +1,7 @@
 """`package` of tiny random Whisper checkpoints (the speech kind through the model-kind seam):
 the bundle og.Model loads transcribes generated audio through og's own processor and
 generator with the tokens transformers' generate() gives for the same forced prompt, fp32 on
-cpu and int4 cpu (its decoder's linear weights in MatMulNBits)."""
+cpu and int4 cpu (its encoder's and decoder's linear weights in MatMulNBits)."""
 
 from __future__ import annotations
 
@@ -78,14 +78,33 @@ def test_bundle_files_and_manifest(fp32_bundle):
     card = (fp32_bundle / "README.md").read_text()
     assert "| Graphs | `encoder.onnx` (encoder: audio_features → " in card
     assert f"mobius-genai run {fp32_bundle.name} --audio speech.wav" in card
+    assert f"mobius-genai run {fp32_bundle.name} --audio speech.wav --timestamps" in card
 
 
-def test_int4_bundle_runs_in_og_with_4_bit_decoder_weights(multilingual_checkpoint, tmp_path):
+def _nbits(graph) -> dict[str, int]:
+    """MatMulNBits node → its bits attribute."""
+    return {
+        node.name: next(a.i for a in node.attribute if a.name == "bits")
+        for node in onnx.load(graph).graph.node
+        if node.op_type == "MatMulNBits"
+    }
+
+
+def test_int4_bundle_runs_in_og_with_4_bit_encoder_and_decoder(multilingual_checkpoint, tmp_path):
     model, folder = multilingual_checkpoint
     write_whisper_tokenizer(folder, "multilingual")
     bundle = package(folder, "cpu", tmp_path / "int4", precision="int4", quiet=True)
-    ops = Counter(node.op_type for node in onnx.load(bundle / "decoder.onnx").graph.node)
-    assert ops["MatMulNBits"] >= 4 * 2  # q, k, v, out of each self-attention at least
+    decoder, encoder = _nbits(bundle / "decoder.onnx"), _nbits(bundle / "encoder.onnx")
+    assert len(decoder) >= 4 * 2  # q, k, v, out of each self-attention at least
+    # each encoder layer's q, k, v, out, fc1, fc2 and each decoder layer's cross K/V, which
+    # the encoder computes; 4 bits but where the default recipe keeps a weight in 8 (v_proj)
+    layers = model.config.encoder_layers
+    assert len(encoder) == 6 * layers + 2 * model.config.decoder_layers
+    assert sorted(encoder.values()).count(4) > len(encoder) // 2 and set(encoder.values()) <= {4, 8}
+    ops = Counter(node.op_type for node in onnx.load(bundle / "encoder.onnx").graph.node)
+    assert ops["MatMul"] <= 2 * layers  # only attention's own products (scores, weighted V)
+    manifest = json.loads((bundle / "mobius_manifest.json").read_text())
+    assert manifest["build"]["quantization"]["quantized_weights"] == len(encoder) + len(decoder)
     ids, mel, ours = _transcribe(bundle, write_wav(tmp_path / "t.wav", tone(3.0)))
     assert len(ours) == NEW_TOKENS and ids == FORCED_PROMPT["multilingual"]
     assert np.isfinite(mel).all()
@@ -93,7 +112,6 @@ def test_int4_bundle_runs_in_og_with_4_bit_decoder_weights(multilingual_checkpoi
     # which leaves its greedy tokens as transformers' float ones
     assert ours == hf_new_tokens(model, mel, ids, NEW_TOKENS)
     # package's smoke test: og's tokens equal a plain onnxruntime loop over the int4 graphs
-    manifest = json.loads((bundle / "mobius_manifest.json").read_text())
     assert manifest["build"]["smoke_test"]["note"].endswith("same as a plain onnxruntime loop")
 
 

@@ -1,0 +1,187 @@
+"""Nemotron-H and Falcon-H1: two more ways of placing Mamba2 mixers (components/mamba2.py)
+among attention layers, as rows of the family table (hybrid_rows.py) and what they read.
+
+- **Nemotron-H** (`nemotron_h`): each layer is one block with its norm and residual
+  (`one_block_layers`): a Mamba2 mixer, attention without rotary, or a relu2 MLP of up_proj
+  and down_proj alone. The hub's config.json spells the layers as `hybrid_override_pattern`
+  ("M" Mamba2, "*" attention, "-" MLP, "E" MoE); transformers 5 writes `layers_block_type`
+  ("linear_attention", "full_attention", "mlp", "moe") and no num_hidden_layers. Tensors stay
+  under the hub's `backbone.` with every block named `mixer`.
+- **Falcon-H1** (`falcon_h1`): every layer runs attention and a Mamba2 mixer side by side on
+  the same normed input and adds them (`parallel_recurrent`), then a gated MLP. Its µP
+  multipliers: on the embeddings and the logits (the config's `embedding_multiplier` and
+  `logits_scaling`), and on the attention's input, keys and output, the Mamba2 mixer's input,
+  its in_proj rows (`mup_vector`: one factor each for gate, x, B, C and dt) and output, the
+  MLP's gate and down projections, folded into those weights as they are read
+  (config/weight_scales.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.config import fields
+from mobius_genai.config.mamba2 import (
+    FALCON_H1_KEYS,
+    NEMOTRON_H_KEYS,
+    Mamba2Config,
+    read_mamba2,
+)
+from mobius_genai.config.weight_scales import WeightScale, scale
+from mobius_genai.errors import ConfigError, UnsupportedModelError
+from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.preprocess import scaled_weights
+from mobius_genai.models.families.readers import positive_number
+
+#: Nemotron-H's layer kinds as the hub's pattern and transformers 5 spell them → this
+#: package's (None: refused).
+_NEMOTRON_H_KINDS = {
+    "M": "mamba2",
+    "linear_attention": "mamba2",
+    "mamba": "mamba2",
+    "*": "full_attention",
+    "full_attention": "full_attention",
+    "attention": "full_attention",
+    "-": "mlp",
+    "mlp": "mlp",
+    "E": None,
+    "moe": None,
+}
+
+
+def nemotron_h_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """NemotronHConfig's layers: `layers_block_type` (`layer_types`) when given, else the
+    hub's `hybrid_override_pattern`; their count is the model's layer count."""
+    kinds = raw.get("layers_block_type") or raw.get("layer_types")
+    key = "layers_block_type"
+    if not kinds:
+        key, kinds = "hybrid_override_pattern", raw.get("hybrid_override_pattern")
+        kinds = list(kinds) if isinstance(kinds, str) else kinds
+    if not isinstance(kinds, list) or not kinds or any(k not in _NEMOTRON_H_KINDS for k in kinds):
+        raise ConfigError(
+            f"config.json: {key} is {raw.get(key)!r}; accepted: layers_block_type, a list of "
+            f"{[k for k in _NEMOTRON_H_KINDS if len(k) > 1]}, or hybrid_override_pattern, a "
+            "string of M, *, - and E"
+        )
+    if any(_NEMOTRON_H_KINDS[kind] is None for kind in kinds):
+        raise UnsupportedModelError(
+            f"config.json: {key} has MoE layers; nemotron_h models are supported with Mamba2, "
+            "attention and MLP layers only (not Nemotron-3's MoE layers)"
+        )
+    return tuple(_NEMOTRON_H_KINDS[kind] for kind in kinds)
+
+
+def _nemotron_h_layer_count(raw: Mapping[str, Any]) -> int:
+    return len(nemotron_h_layer_types(raw))
+
+
+NEMOTRON_H = FamilyAdapter(
+    model_type="nemotron_h",
+    config_aliases={"attention_head_dim": "head_dim"},
+    config_defaults={"head_dim": 128, "num_hidden_layers": _nemotron_h_layer_count},
+    config_overrides={
+        "layer_types": nemotron_h_layer_types,
+        "num_hidden_layers": _nemotron_h_layer_count,
+        "one_block_layers": True,
+        "no_rope_layers": lambda raw: tuple(range(_nemotron_h_layer_count(raw))),
+        "gated_mlp": False,
+        "hidden_act": lambda raw: raw.get("mlp_hidden_act") or "relu2",
+        # NemotronHAttention's projections have no bias whatever attention_bias says, and
+        # NemotronHForCausalLM ties no LM head whatever tie_word_embeddings says
+        "qkv_bias": False,
+        "o_bias": False,
+        "tie_word_embeddings": False,
+        "norm_eps": lambda raw: fields.number(
+            raw.get("layer_norm_epsilon"), "layer_norm_epsilon", 1e-5, positive=True
+        ),
+        "mamba2": lambda raw: read_mamba2(raw, NEMOTRON_H_KEYS),
+    },
+    weight_renames=(
+        (r"\.mlp\.fc1\.", ".mlp.up_proj."),
+        (r"\.mlp\.fc2\.", ".mlp.down_proj."),
+        (r"\.(self_attn|mamba|mlp)\.", ".mixer."),
+        (r"\.input_layernorm\.", ".norm."),
+        (r"^model\.embed_tokens\.", "model.embeddings."),
+        (r"^model\.norm\.", "model.norm_f."),
+        (r"^model\.", "backbone."),
+    ),
+    # the multi-token-prediction head (NemotronHPreTrainedModel's
+    # _keys_to_ignore_on_load_unexpected): a decoder bundle does not run it
+    unused_weights=(r"^mtp\.",),
+)
+
+
+def falcon_h1_mamba2(raw: Mapping[str, Any]) -> Mamba2Config:
+    """FalconH1Config's Mamba2 sizes and its gated norm: none unless `mamba_rms_norm` (the
+    default false: y * silu(gate)), normalizing before gating with `mamba_norm_before_gate`
+    (default true)."""
+    config = read_mamba2(raw, FALCON_H1_KEYS)
+    if not fields.flag(raw.get("mamba_rms_norm"), "mamba_rms_norm", False):
+        norm = "gate"
+    elif fields.flag(raw.get("mamba_norm_before_gate"), "mamba_norm_before_gate", True):
+        norm = "norm_then_gate"
+    else:
+        norm = "gate_then_norm"
+    return Mamba2Config(**{**config.__dict__, "norm": norm})
+
+
+def _multipliers(raw: Mapping[str, Any], key: str, count: int) -> list[float]:
+    values = raw.get(key)
+    if values is None:
+        return [1.0] * count
+    if not isinstance(values, list | tuple) or len(values) != count:
+        raise ConfigError(f"config.json: {key} is {values!r}; accepted: a list of {count} numbers")
+    return [fields.number(value, key) for value in values]
+
+
+def falcon_h1_weight_scales(raw: Mapping[str, Any]) -> tuple[WeightScale, ...]:
+    """FalconH1's multipliers inside each layer as scales of the weights they multiply."""
+    number = {
+        key: positive_number(key)(raw)
+        for key in (
+            "attention_in_multiplier",
+            "key_multiplier",
+            "attention_out_multiplier",
+            "ssm_in_multiplier",
+            "ssm_out_multiplier",
+        )
+    }
+    gate_m, down_m = _multipliers(raw, "mlp_multipliers", 2)
+    z, x, b, c, dt = _multipliers(raw, "ssm_multipliers", 5)
+    sizes = falcon_h1_mamba2(raw)
+    groups = sizes.groups * sizes.state_size
+    rows = ((sizes.intermediate, z), (sizes.intermediate, x), (groups, b), (groups, c), (None, dt))
+    ssm_in = number["ssm_in_multiplier"]
+    attention_in, key = number["attention_in_multiplier"], number["key_multiplier"]
+    return (
+        scale(r"\.self_attn\.[qv]_proj\.weight$", attention_in),
+        scale(r"\.self_attn\.k_proj\.weight$", attention_in * key),
+        scale(r"\.self_attn\.k_proj\.bias$", key),
+        scale(r"\.self_attn\.o_proj\.", number["attention_out_multiplier"]),
+        WeightScale(r"\.mamba\.in_proj\.weight$", tuple((n, f * ssm_in) for n, f in rows)),
+        WeightScale(r"\.mamba\.in_proj\.bias$", rows),
+        scale(r"\.mamba\.out_proj\.", number["ssm_out_multiplier"]),
+        scale(r"\.mlp\.gate_proj\.", gate_m),
+        scale(r"\.mlp\.down_proj\.", down_m),
+    )
+
+
+FALCON_H1 = FamilyAdapter(
+    model_type="falcon_h1",
+    config_overrides={
+        "layer_types": lambda raw: ("full_attention",) * fields.require(raw, "num_hidden_layers"),
+        "parallel_recurrent": "mamba2",
+        "mamba2": falcon_h1_mamba2,
+        "embedding_multiplier": positive_number("embedding_multiplier"),
+        "logits_scaling": lambda raw: 1.0 / positive_number("lm_head_multiplier")(raw),
+        "weight_scales": falcon_h1_weight_scales,
+    },
+    weight_renames=(
+        (r"\.mlp\.", ".feed_forward."),
+        (r"\.post_attention_layernorm\.", ".pre_ff_layernorm."),
+        (r"^model\.norm\.", "model.final_layernorm."),
+    ),
+    preprocess_weight=scaled_weights,
+    preprocessed_weights=r"\.(self_attn\.[qkvo]_proj|mamba\.(in|out)_proj|mlp\.(gate|down)_proj)\.",
+)
