@@ -141,14 +141,9 @@ class AltUpTextModel(TextModel):
     embedding), AltUpDecoderLayers that pass each cache source's keys on to the layers sharing
     them, the streams averaged back before the final norm."""
 
-    def __init__(
-        self,
-        config: ArchitectureConfig,
-        context_length: int,
-        image_token_id: int | None = None,
-        deepstack_layers: int = 0,
-    ) -> None:
-        super().__init__(config, context_length, image_token_id, deepstack_layers)
+    def __init__(self, config: ArchitectureConfig, *stack_args: int | None) -> None:
+        """`stack_args`: TextModel's context length, image token id and DeepStack layers."""
+        super().__init__(config, *stack_args)
         section, hidden = config.altup, config.hidden_size
         size, table = section.per_layer_size, section.table_layers * section.per_layer_size
         self.layers = nn.ModuleList(
