@@ -47,6 +47,7 @@ from transformers import (
     ExaoneConfig,
     FalconH1Config,
     Gemma2Config,
+    Gemma3nTextConfig,
     Gemma3TextConfig,
     GemmaConfig,
     Glm4MoeConfig,
@@ -104,6 +105,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gemma": GemmaConfig,
     "gemma2": Gemma2Config,
     "gemma3_text": Gemma3TextConfig,
+    "gemma3n_text": Gemma3nTextConfig,
     "phi3": Phi3Config,
     "phi": PhiConfig,
     "gpt2": GPT2Config,
@@ -160,6 +162,7 @@ _ARCHITECTURES = {
     "gemma": "GemmaForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "gemma3n_text": "Gemma3nForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "phi": "PhiForCausalLM",
     "gpt2": "GPT2LMHeadModel",
@@ -289,6 +292,24 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "rope_theta": 10000.0,
         "rope_local_base_freq": 100.0,
         "final_logit_softcapping": 3.0,
+    },
+    # 6 layers: sliding, full, ...; the last two read layers 2 and 3's caches; sparse MLPs
+    # and their own MLP sizes in the first two; a per-layer table smaller than the vocabulary
+    "gemma3n_text": {
+        "num_hidden_layers": 6,
+        "head_dim": 16,
+        "intermediate_size": [96, 80, 96, 64, 96, 80],
+        "sliding_window": 5,
+        "layer_types": ["sliding_attention", "full_attention"] * 3,
+        "rope_theta": 10000.0,
+        "rope_local_base_freq": 100.0,
+        "final_logit_softcapping": 3.0,
+        "hidden_size_per_layer_input": 16,
+        "vocab_size_per_layer_input": 100,
+        "laurel_rank": 16,
+        "num_kv_shared_layers": 2,
+        "activation_sparsity_pattern": [0.95, 0.7, 0.0, 0.0, 0.0, 0.0],
+        "attention_bias": True,
     },
     "phi3": {"pad_token_id": 0},
     "phi": {"partial_rotary_factor": 0.5},
@@ -728,7 +749,9 @@ def _rewrite_hub_layout(path: Path) -> None:
         rope = dict(rope)
         data["rope_theta"] = rope.pop("rope_theta")
         data["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
-    layer_types = data.pop("layer_types", None)  # derived from the keys below
+    # derived from the keys below; Gemma 3n's hub configs list them
+    keeps = data.get("model_type") == "gemma3n_text"
+    layer_types = data.get("layer_types") if keeps else data.pop("layer_types", None)
     if data.get("model_type") == "gemma3_text" and layer_types:
         data["sliding_window_pattern"] = layer_types.index("full_attention") + 1
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")

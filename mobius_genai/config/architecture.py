@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
+from mobius_genai.config.altup import AltUpConfig
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
@@ -122,6 +123,8 @@ class ArchitectureConfig:
     - `local_global`: Llama 4's chunked local layers (layer type "chunked_attention"), the
       L2 q/k norm of rotating layers and the temperature tuning of NoPE layers
       (config/local_global.py); None when the model has none of them.
+    - `altup`: Gemma 3n's streams, per-layer inputs, Laurel, sparse MLPs and shared caches
+      (config/altup.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -182,6 +185,7 @@ class ArchitectureConfig:
     moe: MoeConfig | None = None
     latent_attention: LatentAttentionConfig | None = None
     local_global: LocalGlobalAttention | None = None
+    altup: AltUpConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -261,6 +265,7 @@ class ArchitectureConfig:
             num_hidden_layers=count,
             layer_types=self.layer_types[:count],
             no_rope_layers=tuple(index for index in self.no_rope_layers if index < count),
+            altup=None if self.altup is None else self.altup.first_layers(count),
         )
 
     @classmethod
@@ -306,7 +311,7 @@ def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
         "model_type": model_type,
         "vocab_size": fields.require(raw, "vocab_size"),
         "hidden_size": hidden,
-        "intermediate_size": fields.require(raw, "intermediate_size"),
+        "intermediate_size": _intermediate_size(raw),
         "num_hidden_layers": num_layers,
         "num_attention_heads": heads,
         "num_key_value_heads": kv_heads,
@@ -335,6 +340,16 @@ def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
         "pad_token_id": raw.get("pad_token_id"),
         "torch_dtype": raw.get("torch_dtype", raw.get("dtype")),
     }
+
+
+def _intermediate_size(raw: Mapping[str, Any]) -> int:
+    """intermediate_size; a list of one size per layer (Gemma 3n) gives its largest, and the
+    family's section (config/altup.py) keeps each layer's."""
+    value = raw.get("intermediate_size")
+    if isinstance(value, list) and value:
+        sizes = [fields.integer(size, "intermediate_size") for size in value]
+        return max(sizes)
+    return fields.require(raw, "intermediate_size")
 
 
 def _validate(config: ArchitectureConfig) -> None:

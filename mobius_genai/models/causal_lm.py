@@ -5,15 +5,17 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.components.altup import StreamCollapse, StreamExpansion
+from mobius_genai.components.altup_layer import AltUpDecoderLayer
 from mobius_genai.components.decoder import DecoderLayer
 from mobius_genai.components.deepstack import split_deepstack
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.image_masks import image_block_bias
-from mobius_genai.components.kv_slots import kv_slots
+from mobius_genai.components.kv_slots import Slots, kv_slots
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
-from mobius_genai.components.norms import make_norm
-from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding
+from mobius_genai.components.norms import RMSNorm, make_norm
+from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
@@ -85,6 +87,30 @@ class TextModel(nn.Module):
                 self.embed_tokens(op)  # the tied head's table, under its checkpoint name
         if self.embed_positions is not None:
             hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
+        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        presents = []
+        for i, layer in enumerate(self.layers):
+            hidden_states, present = layer(
+                op,
+                hidden_states,
+                position_ids,
+                rotations[i],
+                biases[i],
+                past_key_values[i],
+                attention_mask,
+                slots,
+            )
+            presents.append(present)
+            if i < len(deepstack):
+                hidden_states = op.Add(hidden_states, deepstack[i])
+        return self.norm(op, hidden_states), presents
+
+    def _layer_inputs(
+        self, op, input_ids, attention_mask, position_ids
+    ) -> tuple[list[Rotation | None], Slots | None, list[ir.Value]]:
+        """Each layer's rotation and attention bias (computed once per rope and per window and
+        chunk), and the slots of the new keys."""
+        config = self.config
         rotations = {}
         for i in range(config.num_hidden_layers):
             rope = config.rope_of_layer(i)
@@ -98,25 +124,12 @@ class TextModel(nn.Module):
             mask: self._bias(op, input_ids, attention_mask, mask, position_ids if flat else None)
             for mask in sorted(set(self.masks))
         }
-        presents = []
-        for i, layer in enumerate(self.layers):
-            bias = biases[self.masks[i]]
-            rope = config.rope_of_layer(i)
-            rotation = rotations[rope] if rope is not None else None
-            hidden_states, present = layer(
-                op,
-                hidden_states,
-                position_ids,
-                rotation,
-                bias,
-                past_key_values[i],
-                attention_mask,
-                slots,
-            )
-            presents.append(present)
-            if i < len(deepstack):
-                hidden_states = op.Add(hidden_states, deepstack[i])
-        return self.norm(op, hidden_states), presents
+        layers = range(config.num_hidden_layers)
+        return (
+            [rotations.get(config.rope_of_layer(i)) for i in layers],
+            slots,
+            [biases[self.masks[i]] for i in layers],
+        )
 
     def _bias(self, op, input_ids, attention_mask, mask: tuple[int, int], position_ids) -> ir.Value:
         window, chunk = mask
@@ -135,6 +148,66 @@ class TextModel(nn.Module):
 def _chunk(chunk: int | None, context_length: int) -> int:
     """The chunk a layer's mask applies (0: none); a chunk of the whole context is none."""
     return chunk if chunk is not None and chunk < context_length else 0
+
+
+class AltUpTextModel(TextModel):
+    """Gemma 3n's stack (config/altup.py): the token embedding expanded to AltUp's streams,
+    a per-layer input for each layer (its slice of a second table plus a projection of the
+    embedding), AltUpDecoderLayers that pass each cache source's keys on to the layers sharing
+    them, the streams averaged back before the final norm."""
+
+    def __init__(self, config: ArchitectureConfig, *stack_args: int | None) -> None:
+        """`stack_args`: TextModel's context length, image token id and DeepStack layers."""
+        super().__init__(config, *stack_args)
+        section, hidden = config.altup, config.hidden_size
+        size, table = section.per_layer_size, section.table_layers * section.per_layer_size
+        self.layers = nn.ModuleList(
+            [AltUpDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
+        )
+        self.embed_tokens_per_layer = Embedding(section.per_layer_vocab, table, size**0.5)
+        self.per_layer_model_projection = Linear(hidden, table)
+        self.per_layer_projection_norm = RMSNorm(size, config.norm_eps)
+        self.altup_projections = StreamExpansion(hidden, section.streams)
+        self.altup_unembed_projections = StreamCollapse(hidden, section.streams)
+
+    def _per_layer_inputs(self, op, input_ids: ir.Value, embeds: ir.Value) -> ir.Value:
+        """(norm(proj(embeds) / √hidden) + table[ids]) / √2, [batch, seq, table_layers, size];
+        ids outside the table read row 0."""
+        section = self.config.altup
+        layered = op.Constant(value_ints=[0, 0, section.table_layers, section.per_layer_size])
+        zero = op.Constant(value_int=0)
+        in_table = op.And(
+            op.GreaterOrEqual(input_ids, zero),
+            op.Less(input_ids, op.Constant(value_int=section.per_layer_vocab)),
+        )
+        rows = self.embed_tokens_per_layer(op, op.Where(in_table, input_ids, zero))
+        scale = op.CastLike(op.Constant(value_float=self.config.hidden_size**-0.5), embeds)
+        projected = op.Mul(self.per_layer_model_projection(op, embeds), scale)
+        projected = self.per_layer_projection_norm(op, op.Reshape(projected, layered))
+        half = op.CastLike(op.Constant(value_float=2**-0.5), embeds)
+        return op.Mul(op.Add(projected, op.Reshape(rows, layered)), half)
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
+        embeds = self.embed_tokens(op, input_ids)
+        per_layer = self._per_layer_inputs(op, input_ids, embeds)
+        streams = self.altup_projections(op, embeds)
+        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        sources, shared, presents = self.config.altup.kv_sources, {}, []
+        for i, layer in enumerate(self.layers):
+            layer_input = op.Gather(per_layer, op.Constant(value_int=i), axis=2)
+            streams, present, shared[i] = layer(
+                op,
+                streams,
+                layer_input,
+                position_ids,
+                rotations[i],
+                biases[i],
+                past_key_values[i],
+                slots,
+                shared.get(sources[i]) if sources[i] != i else None,
+            )
+            presents.append(present)
+        return self.norm(op, self.altup_unembed_projections(op, streams)), presents
 
 
 class TiedLMHead(nn.Module):
@@ -180,7 +253,8 @@ class CausalLMModel(nn.Module):
         super().__init__()
         self.config = config
         self.context_length = context_length or config.max_position_embeddings
-        self.model = TextModel(config, self.context_length, image_token_id, deepstack_layers)
+        stack = TextModel if config.altup is None else AltUpTextModel
+        self.model = stack(config, self.context_length, image_token_id, deepstack_layers)
         self.hidden_output = False
         self.lm_head = make_lm_head(config)
 

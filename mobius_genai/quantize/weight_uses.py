@@ -21,6 +21,7 @@ import dataclasses
 import onnx_ir as ir
 
 from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.quantize.plan import BLOCK_SIZES
 from mobius_genai.quantize.streaming import WeightSource
 
 __all__ = ["Declined", "GatherUse", "MatMulUse", "WeightGroup", "find_weights"]
@@ -143,6 +144,10 @@ def find_weights(graph: ir.Graph) -> tuple[list[WeightGroup], list[Declined]]:
                 declined.append(Declined(node.name or "", "input A has rank < 2"))
                 continue
             source, via = found
+            if source.k < BLOCK_SIZES[0]:
+                reason = f"K={source.k} is below the smallest int4 block ({BLOCK_SIZES[0]})"
+                declined.append(Declined(node.name or "", reason))
+                continue
             group_of(source).matmuls.append(MatMulUse(node, via))
         elif node.domain == MS_DOMAIN and node.op_type == "FusedMatMul":
             source, reason = _fused_matmul_source(node)

@@ -10,7 +10,11 @@ is adding a row.
 
 from __future__ import annotations
 
+import dataclasses
+
 from mobius_genai.config import fields
+from mobius_genai.config.altup import altup_section
+from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
@@ -64,6 +68,38 @@ _GEMMA2_OVERRIDES = {
 }
 
 
+# AltUp streams, per-layer inputs, Laurel, sparse MLPs, shared caches: config/altup.py; its
+# RMSNorms scale by the weight itself (no gemma offset)
+_GEMMA3N_TEXT = FamilyAdapter(
+    model_type="gemma3n_text",
+    config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(5)},
+    config_overrides={
+        "embedding_multiplier": sqrt_hidden,
+        "hidden_act": gemma_activation,
+        "attention_scale": 1.0,
+        "altup": altup_section,
+    },
+    refused_keys=_GEMMA_REFUSED,
+    # the layers sharing an earlier cache have no k/v of their own (hub files keep them)
+    unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
+)
+_GEMMA3N_TOWERS = r"^model\.(vision_tower|audio_tower|embed_vision|embed_audio)\."
+_GEMMA3N_HUB = dataclasses.replace(
+    _GEMMA3N_TEXT,
+    model_type="gemma3n",
+    weight_renames=((r"^model\.", "model.language_model."),),
+    unused_weights=(*_GEMMA3N_TEXT.unused_weights, _GEMMA3N_TOWERS),
+    text_only=TextOnly(
+        not_built=(
+            "the vision and audio towers and their soft-token embedders (model.vision_tower, "
+            "model.audio_tower, model.embed_vision, model.embed_audio): a text-only bundle, "
+            "whose image and audio token ids read the text embedding table"
+        ),
+        top_level_keys={"tie_word_embeddings": True},
+    ),
+)
+
+
 # One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
 # "decoder" (adapter.py).
 _FAMILIES = (
@@ -107,6 +143,9 @@ _FAMILIES = (
         preprocess_weight=offset_norm_weights,
         preprocessed_weights=NORM_WEIGHTS,
     ),
+    _GEMMA3N_TEXT,
+    # Gemma 3n's hub checkpoints (Gemma3nForConditionalGeneration) built text-only
+    _GEMMA3N_HUB,
     FamilyAdapter(
         model_type="phi3",
         genai_type="phi3",

@@ -9,8 +9,9 @@ qwen3_5_text (gated delta nets with two states), qwen3_next and qwen3_5_moe_text
 with MoE blocks, as model.type qwen3_5_moe_text), deepseek_v3 and deepseek_v2 (multi-head
 latent attention with a latent cache, group-limited MoE routing), granitemoehybrid (Mamba2
 layers with two states, as model.type decoder), nemotron_h and falcon_h1 (the same Mamba2
-states beside MLP-only layers, or beside a KV cache in one layer) run by default; the other families are marked
-slow (`pytest -m slow tests/models/families/test_bundles.py`).
+states beside MLP-only layers, or beside a KV cache in one layer), gemma3n_text (AltUp,
+per-layer inputs, sparse MLPs, layers attending over an earlier layer's cache) run by default;
+the other families are marked slow (`pytest -m slow tests/models/families/test_bundles.py`).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ DEFAULT_RUN |= {"nemotron_h", "falcon_h1"}
 DEFAULT_RUN |= {"lfm2_moe"}  # model.type lfm2_moe: conv states, sigmoid-routed MoE
 # routers choosing with a correction bias; xIELU (llama4_text: tests/.../test_llama4.py)
 DEFAULT_RUN |= {"glm4_moe", "ernie4_5_moe", "minimax_m2", "apertus"}
+DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers sharing a cache
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
