@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from _gpu_lines import PACKED_MHA, TOLERANCE, Line, write_checkpoint
+from _gpu_lines import GQA_BIAS, PACKED_MHA, TOLERANCE, Line, write_checkpoint
 
 if TYPE_CHECKING:
     from mobius_genai.ep import EpCapabilities
@@ -96,7 +96,7 @@ def run_line(line: Line, folder: Path, *, dry_run: bool, new_tokens: int) -> dic
     builder = _start_builder(line, checkpoint, folder)
     cuda = run.step("package", lambda: _package_cuda(run, checkpoint))
     cpu = run.step("cpu", lambda: _package_cpu(run, checkpoint, cuda))
-    if line.vision:
+    if line.vision is not None:
         from _gpu_vision import check_vision
 
         check_vision(run, cuda, cpu, hf_model)
@@ -153,18 +153,27 @@ def _package_cuda(run: Run, checkpoint: Path) -> Path:
 
 
 def _graph_ops(bundle: Path) -> dict[str, Any]:
-    """Op (domain::op) → graph files holding it; "local_window_size" → GQA's window sizes."""
+    """Op (domain::op) → graph files holding it (GQA_BIAS: a GQA node with causal=0 and an
+    attention_bias); "local_window_size" → GQA's window sizes."""
     import onnx
 
     found: dict[str, Any] = {}
     for path in sorted(bundle.glob("*.onnx")):
         graph = onnx.load(str(path), load_external_data=False).graph
         for node in graph.node:
-            found.setdefault(f"{node.domain or 'ai.onnx'}::{node.op_type}", set()).add(path.name)
+            op = f"{node.domain or 'ai.onnx'}::{node.op_type}"
+            found.setdefault(op, set()).add(path.name)
+            if op == GQA_BIAS.split("(")[0] and _bias_without_causal(node):
+                found.setdefault(GQA_BIAS, set()).add(path.name)
             for attribute in node.attribute:
                 if attribute.name == "local_window_size":
                     found.setdefault("local_window_size", set()).add(int(attribute.i))
     return found
+
+
+def _bias_without_causal(node: Any) -> bool:
+    causal = next((a.i for a in node.attribute if a.name == "causal"), 1)
+    return causal == 0 and len(node.input) > 10 and bool(node.input[10])
 
 
 def _package_cpu(run: Run, checkpoint: Path, cuda: Path | None) -> Path:
@@ -234,6 +243,8 @@ def captures(run: Run, bundle: Path) -> dict[str, str | None]:
     on = None
     if run.dry_run:
         on = "no graph capture on CPU (dry run)"
+    elif run.line.no_capture is not None:
+        on = run.line.no_capture
     elif not shared:
         on = "the bundle does not share past/present buffers (graph capture needs it)"
     return {"off": None, "on": on}
