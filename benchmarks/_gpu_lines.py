@@ -55,6 +55,8 @@ VISION: Mapping[str, VisionFixture] = MappingProxyType(
         "gemma3": VisionFixture("_vlm", "write_gemma3_checkpoint", (64, 64)),
     }
 )
+#: DeepSeek-V3's latent and rope widths: MLA's one KV head in GQA is 576 wide.
+_MLA_WIDTH = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}
 _PHI3_WINDOW = {"sliding_window": 262144, "original_max_position_embeddings": 64}
 #: Only the kernels a line is about are flipped on (ep/kernels.py names); the rest of cuda's
 #: capabilities stay as they are.
@@ -196,9 +198,10 @@ _THIRD = [
         "mla-fp16",
         "deepseek_v3",
         "fp16",
-        "DeepSeek-V3 MLA: the latent cache in GQA (one KV head 40 wide, 32 latent + 8 rope: "
-        "576 in DeepSeek-V3), low-rank q, grouped sigmoid routing",
+        "DeepSeek-V3 MLA: the latent cache in GQA, one KV head as wide as DeepSeek-V3's (512 "
+        "latent + 64 rope), low-rank q, grouped sigmoid routing",
         (GQA,),
+        config=_MLA_WIDTH,
     ),
     Line(
         "mamba2-fp16",
