@@ -25,6 +25,9 @@ NBITS = "com.microsoft::MatMulNBits"
 PACKED_MHA = "com.microsoft::PackedMultiHeadAttention"
 CONV = "com.microsoft::CausalConvWithState"
 LINEAR = "com.microsoft::LinearAttention"
+ATTENTION = "ai.onnx::Attention"
+SKIP_LN = "com.microsoft::SkipLayerNormalization"
+BIAS_GELU = "com.microsoft::BiasGelu"
 #: Not an op: a GroupQueryAttention node with causal=0 fed an attention_bias (input 10).
 GQA_BIAS = f"{GQA}(causal=0, attention_bias)"
 
@@ -64,6 +67,8 @@ _MOE_FLAGS = {"MoE": True}
 _QMOE_FLAGS = {"MoE": True, "QMoE": True}
 _GATED_FLAGS = {"LinearAttention.gated": True}
 _MAMBA2_CHECKS = "Mamba2's scan as LinearAttention update_rule gated, CausalConvWithState, GQA"
+#: The speech families: tests/models/whisper/_whisper.py's layout each line writes.
+SPEECH: Mapping[str, str] = MappingProxyType({"whisper": "multilingual"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +96,11 @@ class Line:
     @property
     def vision(self) -> VisionFixture | None:
         return VISION.get(self.family)
+
+    @property
+    def speech(self) -> str | None:
+        """The Whisper fixture's layout for speech lines."""
+        return SPEECH.get(self.family)
 
     @property
     def dtype(self) -> str:
@@ -211,6 +221,14 @@ _THIRD = [
         (LINEAR, CONV, GQA),
         flags=_GATED_FLAGS,
     ),
+    Line(
+        "whisper-fp16",
+        "whisper",
+        "fp16",
+        "Whisper: encoder and decoder graphs with ONNX Attention (cross caches, no GQA), "
+        "SkipLayerNormalization, BiasGelu; og's audio processor",
+        (ATTENTION, SKIP_LN, BIAS_GELU),
+    ),
 ]
 #: Every line, most important first: a run cut short by its time budget has those.
 LINES: Mapping[str, Line] = MappingProxyType(
@@ -220,13 +238,19 @@ LINES: Mapping[str, Line] = MappingProxyType(
 
 def write_checkpoint(line: Line, folder: Path) -> Any:
     """Write the line's tiny checkpoint into `folder`; returns transformers' model for vision
-    lines (its tower is the reference), else None."""
+    and speech lines (the reference), else None."""
     import sys
 
     sys.path.insert(0, str(TOKENIZER.parents[2]))  # the repository root: tests/ is a package
     if line.vision is not None:
         module = importlib.import_module(f"tests.{line.vision.module}")
         return getattr(module, line.vision.writer)(folder)
+    if line.speech is not None:
+        from tests.models.whisper._whisper import write_whisper_checkpoint, write_whisper_tokenizer
+
+        model = write_whisper_checkpoint(folder, line.speech)
+        write_whisper_tokenizer(folder, line.speech)
+        return model
     from tests._hf import write_tiny_checkpoint
 
     write_tiny_checkpoint(

@@ -100,6 +100,10 @@ def run_line(line: Line, folder: Path, *, dry_run: bool, new_tokens: int) -> dic
         from _gpu_vision import check_vision
 
         check_vision(run, cuda, cpu, hf_model)
+    elif line.speech is not None:
+        from _gpu_speech import check_speech
+
+        check_speech(run, cuda, cpu, hf_model)
     else:
         _check_text(run, checkpoint, cuda, cpu)
     run.step("decode", lambda: _decode_ratio(run, cuda, _finish_builder(run, builder)))
@@ -297,7 +301,7 @@ def cpu_greedy(
 
 def greedy(model: Any, new_tokens: int, inputs: Any = None) -> dict[str, Any]:
     """Greedy tokens (exactly `new_tokens`) after PROMPT, or after a multimodal processor's
-    `inputs`, and each step's top-two margin and largest logit."""
+    `inputs`, and each step's logits, top-two margin and largest logit."""
     import onnxruntime_genai as og
 
     length = len(PROMPT) if inputs is None else inputs["input_ids"].as_numpy().shape[1]
@@ -311,15 +315,16 @@ def greedy(model: Any, new_tokens: int, inputs: Any = None) -> dict[str, Any]:
         generator.append_tokens(list(PROMPT))
     else:
         generator.set_inputs(inputs)
-    tokens, margins, scale = [], [], 0.0
+    tokens, margins, scale, steps = [], [], 0.0, []
     while not generator.is_done():
         logits = np.asarray(generator.get_logits()[0, -1], np.float32)
+        steps.append(logits)
         top = np.sort(logits)[-2:]
         margins.append(float(top[1] - top[0]))
         scale = max(scale, float(np.abs(logits).max()))
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    return {"tokens": tokens, "margins": margins, "scale": scale}
+    return {"tokens": tokens, "margins": margins, "scale": scale, "logits": np.stack(steps)}
 
 
 def _reference(run: Run, checkpoint: Path) -> dict[str, Any]:
@@ -461,6 +466,9 @@ def _decode_ratio(run: Run, ours: Path | None, builder: Path | None) -> None:
     order alternating round by round after a warm-up each; the median of the rounds' ratios."""
     from mobius_genai.bench.speed import random_prompt, time_generation
 
+    if run.line.speech is not None:
+        run.record("decode", None, "not timed: the timing feeds tokens, where a speech generator takes audio")
+        return
     if ours is None or builder is None:
         why = "no cuda bundle" if ours is None else run.steps["builder"]["note"]
         run.record("decode", None, why)

@@ -37,14 +37,16 @@ def _dry_run(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess
 
 
 def test_dry_run_packages_compares_times_and_tabulates(tmp_path):
-    """A text line and both vision fixtures, every CPU step: cuda graphs hold what the lines
-    check, logits (features) within the tolerance of transformers', the same greedy tokens as
-    the cpu bundle, a decode ratio against the builder's cuda bundle, and the table."""
-    done, document = _dry_run(tmp_path, "--lines", "dense-fp16,vision-fp16,gemma3-vision-fp16")
+    """A text line, both vision fixtures and Whisper, every CPU step: cuda graphs hold what the
+    lines check, logits (features) within the tolerance of transformers', the same greedy
+    tokens as the cpu bundle, a decode ratio against the builder's cuda bundle, and the
+    table."""
+    lines = "dense-fp16,vision-fp16,gemma3-vision-fp16,whisper-fp16"
+    done, document = _dry_run(tmp_path, "--lines", lines)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("install: ")  # the install line comes first
-    dense, vision, gemma3 = document["lines"]
-    assert [dense["status"], vision["status"], gemma3["status"]] == ["pass"] * 3
+    dense, vision, gemma3, whisper = document["lines"]
+    assert {line["status"] for line in document["lines"]} == {"pass"}
     steps = dense["steps"]
     assert steps["graph"]["ok"] and steps["tokens-off"]["ok"]
     assert 0 < steps["logits-off"]["value"] <= TOLERANCE["fp16"]
@@ -57,6 +59,10 @@ def test_dry_run_packages_compares_times_and_tabulates(tmp_path):
     assert gemma3["steps"]["graph"]["note"] == f"holds {GQA_BIAS}"
     assert 0 < gemma3["steps"]["features"]["value"] <= TOLERANCE["fp16"]
     assert gemma3["steps"]["tokens-off"]["ok"]
+    # Whisper: og's logits from its own audio processor's features against transformers'
+    assert whisper["steps"]["graph"]["ok"]
+    assert 0 < whisper["steps"]["logits-off"]["value"] <= TOLERANCE["fp16"]
+    assert whisper["steps"]["tokens-off"]["ok"]
     table = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "| dense-fp16 |" in table and "| vision-fp16 |" in table
 
