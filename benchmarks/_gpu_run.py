@@ -13,7 +13,8 @@ need its result still run):
 - `logits-<capture>`: onnxruntime-genai's logits of the cuda bundle, fed transformers' tokens
   one at a time, against transformers' (largest difference over the largest reference logit,
   within `TOLERANCE` of the precision); for vision lines `features`: the vision graph's image
-  features against transformers' vision tower;
+  features against transformers' vision tower; for speech lines og's logits of its own greedy
+  steps from its audio processor's features, against transformers' for the same (_gpu_speech.py);
 - `tokens-<capture>`: the cuda bundle's greedy tokens against the cpu bundle's (equal, or they
   part where the cpu bundle's top two logits are within the tolerance: a near tie);
 - `decode`: decode tokens/s of the cuda bundle against onnxruntime-genai's builder's cuda bundle
@@ -467,7 +468,8 @@ def _decode_ratio(run: Run, ours: Path | None, builder: Path | None) -> None:
     from mobius_genai.bench.speed import random_prompt, time_generation
 
     if run.line.speech is not None:
-        run.record("decode", None, "not timed: the timing feeds tokens, where a speech generator takes audio")
+        why = "not timed: the timing feeds tokens, where a speech generator takes audio"
+        run.record("decode", None, why)
         return
     if ours is None or builder is None:
         why = "no cuda bundle" if ours is None else run.steps["builder"]["note"]
