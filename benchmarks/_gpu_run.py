@@ -37,7 +37,7 @@ import statistics
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -265,6 +265,21 @@ def cpu_refusal(run: Run) -> str | None:
     return dtype_refusal(FLOAT_PRECISIONS[run.line.dtype])
 
 
+def device_models(run: Run, cuda: Path, steps: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """(capture, og.Model of `cuda`) for each graph-capture run that applies; the other runs'
+    `steps` are recorded as not applicable, with why."""
+    refusal = cpu_refusal(run)
+    for capture, why_not in captures(run, cuda).items():
+        why_not = why_not or refusal
+        if why_not is not None:
+            for step in steps:
+                run.record(f"{step}-{capture}", None, why_not)
+            continue
+        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
+        if model is not None:
+            yield capture, model
+
+
 def _check_text(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None) -> None:
     expected = None
     if cpu is not None:
@@ -274,16 +289,7 @@ def _check_text(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None)
         reference = run.step("reference", lambda: _int4_reference(run, cpu, reference))
     if cuda is None:
         return
-    refusal = cpu_refusal(run)
-    for capture, why_not in captures(run, cuda).items():
-        why_not = why_not or refusal
-        if why_not is not None:
-            run.record(f"logits-{capture}", None, why_not)
-            run.record(f"tokens-{capture}", None, why_not)
-            continue
-        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
-        if model is None:
-            continue
+    for capture, model in device_models(run, cuda, ("logits", "tokens")):
         if reference is not None:
             run.step(f"logits-{capture}", lambda m=model, c=capture: _logits(run, m, reference, c))
         if expected is not None:

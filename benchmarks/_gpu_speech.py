@@ -10,16 +10,7 @@ from typing import Any
 
 import numpy as np
 from _gpu_lines import TOLERANCE
-from _gpu_run import (
-    Run,
-    captures,
-    cpu_greedy,
-    cpu_refusal,
-    greedy,
-    load_on_device,
-    relative_error,
-    tokens_step,
-)
+from _gpu_run import Run, cpu_greedy, device_models, greedy, relative_error, tokens_step
 
 AUDIO_SECONDS = 3.0
 
@@ -35,16 +26,7 @@ def check_speech(run: Run, cuda: Path | None, cpu: Path | None, hf_model: Any) -
         expected = run.step("cpu", lambda: cpu_greedy(run, cpu, lambda m: _inputs(m, cpu, wav)))
     if cuda is None:
         return
-    refusal = cpu_refusal(run)
-    for capture, why_not in captures(run, cuda).items():
-        why_not = why_not or refusal
-        if why_not is not None:
-            run.record(f"logits-{capture}", None, why_not)
-            run.record(f"tokens-{capture}", None, why_not)
-            continue
-        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
-        if model is None:
-            continue
+    for capture, model in device_models(run, cuda, ("logits", "tokens")):
         run.step(
             f"logits-{capture}",
             lambda m=model, c=capture: _logits(run, m, _inputs(m, cuda, wav), hf_model, c),

@@ -15,11 +15,10 @@ import numpy as np
 from _gpu_lines import TOLERANCE
 from _gpu_run import (
     Run,
-    captures,
     cpu_copy,
     cpu_greedy,
     cpu_refusal,
-    load_on_device,
+    device_models,
     relative_error,
     tokens_step,
 )
@@ -39,15 +38,9 @@ def check_vision(run: Run, cuda: Path | None, cpu: Path | None, hf_model: Any) -
         expected = run.step("cpu", lambda: cpu_greedy(run, cpu, lambda m: _inputs(m, cpu, image)))
     if cuda is None:
         return
-    refusal = cpu_refusal(run)
     run.step("features", lambda: _features(run, cuda, hf_model, pixels))
-    for capture, why_not in captures(run, cuda).items():
-        why_not = why_not or refusal
-        if why_not is not None:
-            run.record(f"tokens-{capture}", None, why_not)
-            continue
-        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
-        if model is not None and expected is not None:
+    for capture, model in device_models(run, cuda, ("tokens",)):
+        if expected is not None:
             run.step(
                 f"tokens-{capture}",
                 lambda m=model, c=capture: tokens_step(
