@@ -77,7 +77,7 @@ class Line:
 
     name: str
     family: str
-    """tests/_hf.py's family name, or a vision-language fixture's (`VISION`)."""
+    """tests/_hf.py's family name, or a vision-language (`VISION`) or speech (`SPEECH`) one."""
     precision: str
     checks: str
     """What the line exercises on the GPU, for the table and the README."""
