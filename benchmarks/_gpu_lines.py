@@ -3,12 +3,13 @@ cuda capability fields it flips on, and the ops its cuda graph must hold.
 
 Each line's checkpoint is one of the test fixtures (tests/_hf.py's `write_tiny_checkpoint` with
 the tokenizer of tests/data/tiny-qwen2, as tests/models/families/test_bundles.py packages them, or
-tests/_qwen_vl.py's Qwen2.5-VL), written on the spot: nothing is downloaded.
+a vision-language fixture of `VISION`), written on the spot: nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,11 @@ NBITS = "com.microsoft::MatMulNBits"
 PACKED_MHA = "com.microsoft::PackedMultiHeadAttention"
 CONV = "com.microsoft::CausalConvWithState"
 LINEAR = "com.microsoft::LinearAttention"
+ATTENTION = "ai.onnx::Attention"
+SKIP_LN = "com.microsoft::SkipLayerNormalization"
+BIAS_GELU = "com.microsoft::BiasGelu"
+#: Not an op: a GroupQueryAttention node with causal=0 fed an attention_bias (input 10).
+GQA_BIAS = f"{GQA}(causal=0, attention_bias)"
 
 #: Logits may differ from the reference's by this much, relative to its largest logit, per
 #: precision: float16 / bfloat16 rounding of the activations through three layers against
@@ -31,13 +37,38 @@ LINEAR = "com.microsoft::LinearAttention"
 #: same int4 graph run by onnxruntime's CPU provider (transformers' float weights are 40-75%
 #: of the largest logit away from any int4 rounding of these tiny random weights).
 TOLERANCE: Mapping[str, float] = MappingProxyType({"fp16": 0.02, "bf16": 0.06, "int4": 0.02})
-#: An image for the vision lines: 5 x 7 merged tokens in windows of 2 x 2, partial at the edges.
-IMAGE_SIZE = (40, 56)
+
+
+@dataclasses.dataclass(frozen=True)
+class VisionFixture:
+    """A vision-language test fixture a vision line writes: tests.MODULE's WRITER(folder) writes
+    the checkpoint and returns transformers' model (its vision tower is the reference)."""
+
+    module: str
+    writer: str
+    image_size: tuple[int, int]
+    """The image the line generates with and feeds the vision graph (height, width)."""
+
+
+#: The vision-language families, by tests/ fixture. Qwen2.5-VL: 5 x 7 merged tokens in windows
+#: of 2 x 2, partial at the edges. Gemma 3: at its processor's 64 x 64 (256 image tokens).
+VISION: Mapping[str, VisionFixture] = MappingProxyType(
+    {
+        "qwen2_5_vl": VisionFixture("_qwen_vl", "write_qwen2_5_vl_checkpoint", (40, 56)),
+        "gemma3": VisionFixture("_vlm", "write_gemma3_checkpoint", (64, 64)),
+    }
+)
+#: DeepSeek-V3's latent and rope widths: MLA's one KV head in GQA is 576 wide.
+_MLA_WIDTH = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}
 _PHI3_WINDOW = {"sliding_window": 262144, "original_max_position_embeddings": 64}
 #: Only the kernels a line is about are flipped on (ep/kernels.py names); the rest of cuda's
 #: capabilities stay as they are.
 _MOE_FLAGS = {"MoE": True}
 _QMOE_FLAGS = {"MoE": True, "QMoE": True}
+_GATED_FLAGS = {"LinearAttention.gated": True}
+_MAMBA2_CHECKS = "Mamba2's scan as LinearAttention update_rule gated, CausalConvWithState, GQA"
+#: The speech families: tests/models/whisper/_whisper.py's layout each line writes.
+SPEECH: Mapping[str, str] = MappingProxyType({"whisper": "multilingual"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +77,7 @@ class Line:
 
     name: str
     family: str
-    """tests/_hf.py's family name, or "qwen2_5_vl" (tests/_qwen_vl.py)."""
+    """tests/_hf.py's family name, or a vision-language (`VISION`) or speech (`SPEECH`) one."""
     precision: str
     checks: str
     """What the line exercises on the GPU, for the table and the README."""
@@ -59,10 +90,17 @@ class Line:
     config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Config overrides of the tiny checkpoint."""
     seed: int = 3
+    no_capture: str | None = None
+    """Why graph capture does not apply to this bundle, where the bundle allows it."""
 
     @property
-    def vision(self) -> bool:
-        return self.family == "qwen2_5_vl"
+    def vision(self) -> VisionFixture | None:
+        return VISION.get(self.family)
+
+    @property
+    def speech(self) -> str | None:
+        """The Whisper fixture's layout for speech lines."""
+        return SPEECH.get(self.family)
 
     @property
     def dtype(self) -> str:
@@ -154,20 +192,65 @@ _SECOND = [
         flags=_MOE_FLAGS,
     ),
 ]
+#: What landed with cuda graphs after the first two groups were written.
+_THIRD = [
+    Line(
+        "gemma3-vision-fp16",
+        "gemma3",
+        "fp16",
+        "Gemma 3 vision-language: the decoder's GroupQueryAttention causal=0 with the "
+        "image-block attention_bias, SigLIP's tower, generation with an image",
+        (GQA_BIAS,),
+        no_capture="GQA's image-block attention_bias needs og's attention_mask as wide as the "
+        "total length (graph capture feeds one of max_length: optimize/rules/gqa_image_blocks.py)",
+    ),
+    Line(
+        "mla-fp16",
+        "deepseek_v3",
+        "fp16",
+        "DeepSeek-V3 MLA: the latent cache in GQA, one KV head as wide as DeepSeek-V3's (512 "
+        "latent + 64 rope), low-rank q, grouped sigmoid routing",
+        (GQA,),
+        config=_MLA_WIDTH,
+    ),
+    Line(
+        "mamba2-fp16",
+        "granitemoehybrid",
+        "fp16",
+        f"Granite-4.0-H: {_MAMBA2_CHECKS} (no rotary), MoE beside a shared MLP",
+        (LINEAR, CONV, GQA),
+        flags=_GATED_FLAGS,
+    ),
+    Line(
+        "whisper-fp16",
+        "whisper",
+        "fp16",
+        "Whisper: encoder and decoder graphs with ONNX Attention (cross caches, no GQA), "
+        "SkipLayerNormalization, BiasGelu; og's audio processor",
+        (ATTENTION, SKIP_LN, BIAS_GELU),
+    ),
+]
 #: Every line, most important first: a run cut short by its time budget has those.
-LINES: Mapping[str, Line] = MappingProxyType({line.name: line for line in _FIRST + _SECOND})
+LINES: Mapping[str, Line] = MappingProxyType(
+    {line.name: line for line in _FIRST + _SECOND + _THIRD}
+)
 
 
 def write_checkpoint(line: Line, folder: Path) -> Any:
-    """Write the line's tiny checkpoint into `folder`; returns the Qwen2.5-VL model for vision
-    lines (its tower is the reference), else None."""
+    """Write the line's tiny checkpoint into `folder`; returns transformers' model for vision
+    and speech lines (the reference), else None."""
     import sys
 
     sys.path.insert(0, str(TOKENIZER.parents[2]))  # the repository root: tests/ is a package
-    if line.vision:
-        from tests._qwen_vl import write_qwen2_5_vl_checkpoint
+    if line.vision is not None:
+        module = importlib.import_module(f"tests.{line.vision.module}")
+        return getattr(module, line.vision.writer)(folder)
+    if line.speech is not None:
+        from tests.models.whisper._whisper import write_whisper_checkpoint, write_whisper_tokenizer
 
-        return write_qwen2_5_vl_checkpoint(folder)
+        model = write_whisper_checkpoint(folder, line.speech)
+        write_whisper_tokenizer(folder, line.speech)
+        return model
     from tests._hf import write_tiny_checkpoint
 
     write_tiny_checkpoint(

@@ -13,7 +13,8 @@ need its result still run):
 - `logits-<capture>`: onnxruntime-genai's logits of the cuda bundle, fed transformers' tokens
   one at a time, against transformers' (largest difference over the largest reference logit,
   within `TOLERANCE` of the precision); for vision lines `features`: the vision graph's image
-  features against transformers' vision tower;
+  features against transformers' vision tower; for speech lines og's logits of its own greedy
+  steps from its audio processor's features, against transformers' for the same (_gpu_speech.py);
 - `tokens-<capture>`: the cuda bundle's greedy tokens against the cpu bundle's (equal, or they
   part where the cpu bundle's top two logits are within the tolerance: a near tie);
 - `decode`: decode tokens/s of the cuda bundle against onnxruntime-genai's builder's cuda bundle
@@ -36,12 +37,12 @@ import statistics
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from _gpu_lines import PACKED_MHA, TOLERANCE, Line, write_checkpoint
+from _gpu_lines import GQA_BIAS, PACKED_MHA, TOLERANCE, Line, write_checkpoint
 
 if TYPE_CHECKING:
     from mobius_genai.ep import EpCapabilities
@@ -96,10 +97,14 @@ def run_line(line: Line, folder: Path, *, dry_run: bool, new_tokens: int) -> dic
     builder = _start_builder(line, checkpoint, folder)
     cuda = run.step("package", lambda: _package_cuda(run, checkpoint))
     cpu = run.step("cpu", lambda: _package_cpu(run, checkpoint, cuda))
-    if line.vision:
+    if line.vision is not None:
         from _gpu_vision import check_vision
 
         check_vision(run, cuda, cpu, hf_model)
+    elif line.speech is not None:
+        from _gpu_speech import check_speech
+
+        check_speech(run, cuda, cpu, hf_model)
     else:
         _check_text(run, checkpoint, cuda, cpu)
     run.step("decode", lambda: _decode_ratio(run, cuda, _finish_builder(run, builder)))
@@ -153,18 +158,27 @@ def _package_cuda(run: Run, checkpoint: Path) -> Path:
 
 
 def _graph_ops(bundle: Path) -> dict[str, Any]:
-    """Op (domain::op) → graph files holding it; "local_window_size" → GQA's window sizes."""
+    """Op (domain::op) → graph files holding it (GQA_BIAS: a GQA node with causal=0 and an
+    attention_bias); "local_window_size" → GQA's window sizes."""
     import onnx
 
     found: dict[str, Any] = {}
     for path in sorted(bundle.glob("*.onnx")):
         graph = onnx.load(str(path), load_external_data=False).graph
         for node in graph.node:
-            found.setdefault(f"{node.domain or 'ai.onnx'}::{node.op_type}", set()).add(path.name)
+            op = f"{node.domain or 'ai.onnx'}::{node.op_type}"
+            found.setdefault(op, set()).add(path.name)
+            if op == GQA_BIAS.split("(")[0] and _bias_without_causal(node):
+                found.setdefault(GQA_BIAS, set()).add(path.name)
             for attribute in node.attribute:
                 if attribute.name == "local_window_size":
                     found.setdefault("local_window_size", set()).add(int(attribute.i))
     return found
+
+
+def _bias_without_causal(node: Any) -> bool:
+    causal = next((a.i for a in node.attribute if a.name == "causal"), 1)
+    return causal == 0 and len(node.input) > 10 and bool(node.input[10])
 
 
 def _package_cpu(run: Run, checkpoint: Path, cuda: Path | None) -> Path:
@@ -234,6 +248,8 @@ def captures(run: Run, bundle: Path) -> dict[str, str | None]:
     on = None
     if run.dry_run:
         on = "no graph capture on CPU (dry run)"
+    elif run.line.no_capture is not None:
+        on = run.line.no_capture
     elif not shared:
         on = "the bundle does not share past/present buffers (graph capture needs it)"
     return {"off": None, "on": on}
@@ -249,6 +265,21 @@ def cpu_refusal(run: Run) -> str | None:
     return dtype_refusal(FLOAT_PRECISIONS[run.line.dtype])
 
 
+def device_models(run: Run, cuda: Path, steps: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """(capture, og.Model of `cuda`) for each graph-capture run that applies; the other runs'
+    `steps` are recorded as not applicable, with why."""
+    refusal = cpu_refusal(run)
+    for capture, why_not in captures(run, cuda).items():
+        why_not = why_not or refusal
+        if why_not is not None:
+            for step in steps:
+                run.record(f"{step}-{capture}", None, why_not)
+            continue
+        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
+        if model is not None:
+            yield capture, model
+
+
 def _check_text(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None) -> None:
     expected = None
     if cpu is not None:
@@ -258,16 +289,7 @@ def _check_text(run: Run, checkpoint: Path, cuda: Path | None, cpu: Path | None)
         reference = run.step("reference", lambda: _int4_reference(run, cpu, reference))
     if cuda is None:
         return
-    refusal = cpu_refusal(run)
-    for capture, why_not in captures(run, cuda).items():
-        why_not = why_not or refusal
-        if why_not is not None:
-            run.record(f"logits-{capture}", None, why_not)
-            run.record(f"tokens-{capture}", None, why_not)
-            continue
-        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
-        if model is None:
-            continue
+    for capture, model in device_models(run, cuda, ("logits", "tokens")):
         if reference is not None:
             run.step(f"logits-{capture}", lambda m=model, c=capture: _logits(run, m, reference, c))
         if expected is not None:
@@ -286,7 +308,7 @@ def cpu_greedy(
 
 def greedy(model: Any, new_tokens: int, inputs: Any = None) -> dict[str, Any]:
     """Greedy tokens (exactly `new_tokens`) after PROMPT, or after a multimodal processor's
-    `inputs`, and each step's top-two margin and largest logit."""
+    `inputs`, and each step's logits, top-two margin and largest logit."""
     import onnxruntime_genai as og
 
     length = len(PROMPT) if inputs is None else inputs["input_ids"].as_numpy().shape[1]
@@ -300,15 +322,16 @@ def greedy(model: Any, new_tokens: int, inputs: Any = None) -> dict[str, Any]:
         generator.append_tokens(list(PROMPT))
     else:
         generator.set_inputs(inputs)
-    tokens, margins, scale = [], [], 0.0
+    tokens, margins, scale, steps = [], [], 0.0, []
     while not generator.is_done():
         logits = np.asarray(generator.get_logits()[0, -1], np.float32)
+        steps.append(logits)
         top = np.sort(logits)[-2:]
         margins.append(float(top[1] - top[0]))
         scale = max(scale, float(np.abs(logits).max()))
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
-    return {"tokens": tokens, "margins": margins, "scale": scale}
+    return {"tokens": tokens, "margins": margins, "scale": scale, "logits": np.stack(steps)}
 
 
 def _reference(run: Run, checkpoint: Path) -> dict[str, Any]:
@@ -450,6 +473,10 @@ def _decode_ratio(run: Run, ours: Path | None, builder: Path | None) -> None:
     order alternating round by round after a warm-up each; the median of the rounds' ratios."""
     from mobius_genai.bench.speed import random_prompt, time_generation
 
+    if run.line.speech is not None:
+        why = "not timed: the timing feeds tokens, where a speech generator takes audio"
+        run.record("decode", None, why)
+        return
     if ours is None or builder is None:
         why = "no cuda bundle" if ours is None else run.steps["builder"]["note"]
         run.record("decode", None, why)

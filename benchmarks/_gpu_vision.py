@@ -1,22 +1,24 @@
-"""The vision lines of gpu_check.py: Qwen2.5-VL's vision graph (PackedMultiHeadAttention on cuda)
-against transformers' vision tower, and onnxruntime-genai's greedy tokens with an image against
-the cpu bundle's."""
+"""The vision lines of gpu_check.py: the vision graph (Qwen2.5-VL's PackedMultiHeadAttention on
+cuda, Gemma 3's SigLIP tower) against transformers' vision tower, and onnxruntime-genai's greedy
+tokens with an image against the cpu bundle's (Gemma 3: its decoder's GroupQueryAttention with
+the image-block attention_bias)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
-from _gpu_lines import IMAGE_SIZE, TOLERANCE
+from _gpu_lines import TOLERANCE
 from _gpu_run import (
     Run,
-    captures,
     cpu_copy,
     cpu_greedy,
     cpu_refusal,
-    load_on_device,
+    device_models,
     relative_error,
     tokens_step,
 )
@@ -28,7 +30,7 @@ def check_vision(run: Run, cuda: Path | None, cpu: Path | None, hf_model: Any) -
     """The `features` step and, with graph capture off and on, the `tokens-*` steps."""
     from mobius_genai.runtime.smoke_image import png_bytes, smoke_pixels
 
-    pixels = smoke_pixels(*IMAGE_SIZE)
+    pixels = smoke_pixels(*run.line.vision.image_size)
     image = run.folder / "image.png"
     image.write_bytes(png_bytes(pixels))
     expected = None
@@ -36,15 +38,9 @@ def check_vision(run: Run, cuda: Path | None, cpu: Path | None, hf_model: Any) -
         expected = run.step("cpu", lambda: cpu_greedy(run, cpu, lambda m: _inputs(m, cpu, image)))
     if cuda is None:
         return
-    refusal = cpu_refusal(run)
     run.step("features", lambda: _features(run, cuda, hf_model, pixels))
-    for capture, why_not in captures(run, cuda).items():
-        why_not = why_not or refusal
-        if why_not is not None:
-            run.record(f"tokens-{capture}", None, why_not)
-            continue
-        model = run.step(f"load-{capture}", lambda c=capture: load_on_device(run, cuda, c == "on"))
-        if model is not None and expected is not None:
+    for capture, model in device_models(run, cuda, ("tokens",)):
+        if expected is not None:
             run.step(
                 f"tokens-{capture}",
                 lambda m=model, c=capture: tokens_step(
@@ -65,13 +61,42 @@ def _inputs(model: Any, bundle: Path, image: Path) -> Any:
     return processor(f"{placeholder} Describe.", images=og.Images.open(str(image)))
 
 
-def _features(run: Run, bundle: Path, hf_model: Any, pixels: np.ndarray) -> None:
-    """The bundle's vision graph on the device against transformers' vision tower (float32)."""
+def _qwen_vl_tower(model: Any, pixels: np.ndarray, device: str) -> tuple[dict, Any]:
+    """Qwen2.5-VL: merged patches and their grid; the tower's merged features."""
     import torch
 
     from tests._qwen_vl import patches
 
     pixel_values, grid = patches(pixels)
+    with torch.no_grad():
+        output = model.model.get_image_features(
+            torch.from_numpy(pixel_values).to(device), torch.from_numpy(grid).to(device)
+        )
+    parts = getattr(output, "pooler_output", output)  # older transformers: the tensors
+    reference = parts if torch.is_tensor(parts) else torch.cat(list(parts))
+    return {"pixel_values": pixel_values, "image_grid_thw": grid}, reference
+
+
+def _gemma3_tower(model: Any, pixels: np.ndarray, device: str) -> tuple[dict, Any]:
+    """Gemma 3: the processor's pixels (rescaled, normalized, channels first); SigLIP's
+    features pooled and projected into the decoder's width."""
+    import torch
+
+    pixel_values = ((pixels / 255 - 0.5) / 0.5).astype(np.float32).transpose(2, 0, 1)[None]
+    with torch.no_grad():
+        output = model.model.get_image_features(torch.from_numpy(pixel_values).to(device))
+    return {"pixel_values": pixel_values}, getattr(output, "pooler_output", output)
+
+
+#: Per vision family: (transformers' model, uint8 pixels, device) → the vision graph's feeds
+#: (float32 pixels) and transformers' image features for them.
+_TOWERS: Mapping[str, Callable[[Any, np.ndarray, str], tuple[dict, Any]]] = MappingProxyType(
+    {"qwen2_5_vl": _qwen_vl_tower, "gemma3": _gemma3_tower}
+)
+
+
+def _features(run: Run, bundle: Path, hf_model: Any, pixels: np.ndarray) -> None:
+    """The bundle's vision graph on the device against transformers' vision tower (float32)."""
     session = _vision_session(run, bundle)
     if session is None:
         return
@@ -79,19 +104,12 @@ def _features(run: Run, bundle: Path, hf_model: Any, pixels: np.ndarray) -> None
     if kind not in (_FLOAT16, "tensor(float)"):
         run.record("features", None, f"pixel_values is {kind}: numpy has no such array for it")
         return
-    feeds = {
-        "pixel_values": pixel_values.astype(np.float16 if kind == _FLOAT16 else np.float32),
-        "image_grid_thw": grid,
-    }
+    feeds, reference = _TOWERS[run.line.family](hf_model.to(run.device), pixels, run.device)
+    feeds["pixel_values"] = feeds["pixel_values"].astype(
+        np.float16 if kind == _FLOAT16 else np.float32
+    )
     ours = session.run(["image_features"], feeds)[0].astype(np.float32)
-    model = hf_model.to(run.device)
-    with torch.no_grad():
-        output = model.model.get_image_features(
-            torch.from_numpy(pixel_values).to(run.device), torch.from_numpy(grid).to(run.device)
-        )
-    parts = getattr(output, "pooler_output", output)  # older transformers: the tensors
-    reference = (parts if torch.is_tensor(parts) else torch.cat(list(parts))).float().cpu()
-    reference = reference.numpy()
+    reference = reference.float().cpu().numpy().reshape(ours.shape)
     relative = relative_error(ours, reference)
     tolerance = TOLERANCE[run.line.precision]
     note = f"{relative:.2e} of the largest feature (tolerance {tolerance:g})"

@@ -20,8 +20,8 @@ sys.path.insert(0, str(BENCHMARKS))
 
 import gpu_check  # noqa: E402
 from _gpu_install import install_commands  # noqa: E402
-from _gpu_lines import LINES, TOLERANCE  # noqa: E402
-from _gpu_run import compare_tokens, cuda_caps, relative_error  # noqa: E402
+from _gpu_lines import GQA, GQA_BIAS, LINES, TOLERANCE  # noqa: E402
+from _gpu_run import Run, captures, compare_tokens, cuda_caps, relative_error  # noqa: E402
 from _gpu_table import markdown, verdict  # noqa: E402
 
 from mobius_genai.ep import get_ep  # noqa: E402
@@ -37,14 +37,16 @@ def _dry_run(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess
 
 
 def test_dry_run_packages_compares_times_and_tabulates(tmp_path):
-    """A text line and the vision line, every CPU step: cuda graphs hold what the lines check,
-    logits within the tolerance of transformers', the same greedy tokens as the cpu bundle, a
-    decode ratio against the builder's cuda bundle, and the table."""
-    done, document = _dry_run(tmp_path, "--lines", "dense-fp16,vision-fp16")
+    """A text line, both vision fixtures and Whisper, every CPU step: cuda graphs hold what the
+    lines check, logits (features) within the tolerance of transformers', the same greedy
+    tokens as the cpu bundle, a decode ratio against the builder's cuda bundle, and the
+    table."""
+    lines = "dense-fp16,vision-fp16,gemma3-vision-fp16,whisper-fp16"
+    done, document = _dry_run(tmp_path, "--lines", lines)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("install: ")  # the install line comes first
-    dense, vision = document["lines"]
-    assert [dense["status"], vision["status"]] == ["pass", "pass"]
+    dense, vision, gemma3, whisper = document["lines"]
+    assert {line["status"] for line in document["lines"]} == {"pass"}
     steps = dense["steps"]
     assert steps["graph"]["ok"] and steps["tokens-off"]["ok"]
     assert 0 < steps["logits-off"]["value"] <= TOLERANCE["fp16"]
@@ -53,6 +55,14 @@ def test_dry_run_packages_compares_times_and_tabulates(tmp_path):
     assert vision["steps"]["graph"]["note"].endswith("PackedMultiHeadAttention")
     assert 0 < vision["steps"]["features"]["value"] <= TOLERANCE["fp16"]
     assert vision["steps"]["tokens-off"]["ok"]
+    # Gemma 3: the decoder's GQA takes the image-block bias; SigLIP's features and tokens
+    assert gemma3["steps"]["graph"]["note"] == f"holds {GQA_BIAS}"
+    assert 0 < gemma3["steps"]["features"]["value"] <= TOLERANCE["fp16"]
+    assert gemma3["steps"]["tokens-off"]["ok"]
+    # Whisper: og's logits from its own audio processor's features against transformers'
+    assert whisper["steps"]["graph"]["ok"]
+    assert 0 < whisper["steps"]["logits-off"]["value"] <= TOLERANCE["fp16"]
+    assert whisper["steps"]["tokens-off"]["ok"]
     table = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "| dense-fp16 |" in table and "| vision-fp16 |" in table
 
@@ -83,6 +93,43 @@ def test_full_dry_run_runs_every_step_of_every_line(tmp_path):
         if step["ok"] is False
     }
     assert failed == CPU_FINDINGS, done.stdout
+
+
+def _gqa_graph(folder: Path, causal: int, bias: str) -> Path:
+    import onnx
+    from onnx import helper
+
+    inputs = ["q", "", "", "", "", "seqlens_k", "total", "", "", "", bias]
+    node = helper.make_node(
+        "GroupQueryAttention", inputs, ["y"], domain="com.microsoft", causal=causal
+    )
+    graph = helper.make_graph([node], "g", [], [])
+    folder.mkdir()
+    onnx.save(helper.make_model(graph), str(folder / "model.onnx"))
+    return folder
+
+
+@pytest.mark.parametrize(("causal", "bias", "found"), [(0, "bias", True), (1, "bias", False)])
+def test_the_image_bias_counts_only_on_gqa_with_causal_0_and_a_bias(tmp_path, causal, bias, found):
+    from _gpu_run import _graph_ops
+
+    ops = _graph_ops(_gqa_graph(tmp_path / "bundle", causal, bias))
+    assert GQA in ops and (GQA_BIAS in ops) is found
+    assert GQA_BIAS not in _graph_ops(_gqa_graph(tmp_path / "no-bias", 0, ""))
+
+
+def test_graph_capture_is_not_applicable_where_the_line_says_why(tmp_path):
+    """Gemma 3's image-block bias reads og's attention_mask, which graph capture makes static."""
+    (tmp_path / "genai_config.json").write_text(
+        json.dumps({"search": {"past_present_share_buffer": True}})
+    )
+    gemma3, dense = LINES["gemma3-vision-fp16"], LINES["dense-fp16"]
+    assert gemma3.no_capture
+    assert captures(Run(gemma3, tmp_path, False, 4), tmp_path) == {
+        "off": None,
+        "on": gemma3.no_capture,
+    }
+    assert captures(Run(dense, tmp_path, False, 4), tmp_path) == {"off": None, "on": None}
 
 
 def test_a_line_past_its_time_is_killed_and_the_budget_skips_the_rest(tmp_path):
