@@ -93,6 +93,25 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
     assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
 
 
+def test_onnxruntime_genai_cannot_feed_a_video(checkpoint, bundle, tmp_path):
+    """og 0.18 has no video input: no Videos class, a processor that reads `images` and
+    `audios` (other keywords dropped) and expands every vision span as an image, so a video
+    placeholder without an image is refused and with one becomes that image's tokens. og picks
+    the processor by model.type alone (qwen3_vl), so its builder's bundles fare the same."""
+    model, _ = checkpoint
+    assert [name for name in dir(og) if "video" in name.lower()] == []
+    prompt = "<|vision_start|><|video_pad|><|vision_end|> Describe."
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    frame = tmp_path / "frame.png"
+    frame.write_bytes(png_bytes(np.zeros((40, 56, 3), np.uint8)))
+    for videos in ({}, {"videos": [str(frame)]}):
+        with pytest.raises(RuntimeError, match="1 vision_start tokens but received 0 images"):
+            processor(prompt, **videos)
+    _, _, input_ids = _og_inputs(bundle, prompt, tmp_path, [np.zeros((40, 56, 3), np.uint8)])
+    assert int((input_ids == model.config.video_token_id).sum()) == 0
+    assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
+
+
 def test_two_images_of_different_sizes_equal_transformers(checkpoint, bundle, tmp_path):
     """og runs the vision graph once per image ([1, 3] grid) and concatenates the wide rows."""
     model, _ = checkpoint
