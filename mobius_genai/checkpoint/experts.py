@@ -117,7 +117,10 @@ class _Reader:
         if not layout.either_way:
             return layout.in_out
         rows, columns = gate_up
-        for template, shape in ((layout.gate, (rows, columns)), (layout.down, (columns, rows // 2))):
+        for template, shape in (
+            (layout.gate, (rows, columns)),
+            (layout.down, (columns, rows // 2)),
+        ):
             name = self.name(template)
             if shape[0] != shape[1] and name in self.checkpoint:
                 return tuple(self.checkpoint.shape(name)[1:]) == shape[::-1]
