@@ -51,11 +51,11 @@ def qwen3_moe_saved(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def qwen3_moe_square(tmp_path_factory):
-    """Hub-layout experts whose gate_up_proj is square (H == 2I): down_proj tells the layout."""
+    """Experts as save_pretrained writes them, gate_up_proj square (H == 2I): only down_proj
+    shows that they are not the hub's."""
     model = tiny_qwen3_vl({"moe_intermediate_size": TEXT_HIDDEN // 2}, moe=True)
     folder = tmp_path_factory.mktemp("qwen3_vl_moe_square")
     model.save_pretrained(folder)
-    hub_experts(folder)
     return model, folder
 
 
