@@ -23,7 +23,7 @@ from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from tests._ort import og_greedy
 from tests._qwen3_vl import DEEPSTACK
-from tests._qwen_vl import TEXT_HIDDEN, patches, transformers_tokens
+from tests._qwen_vl import TEXT_HIDDEN, patches, temporal_patches, transformers_tokens
 from tests.models.test_qwen2_5_vl_bundle import _tampered
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -110,6 +110,44 @@ def test_onnxruntime_genai_cannot_feed_a_video(checkpoint, bundle, tmp_path):
     _, _, input_ids = _og_inputs(bundle, prompt, tmp_path, [np.zeros((40, 56, 3), np.uint8)])
     assert int((input_ids == model.config.video_token_id).sum()) == 0
     assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
+
+
+def test_video_frames_fed_as_temporal_patches_generate_transformers_tokens(checkpoint, bundle):
+    """What og 0.18 can take of a video: each temporal patch (two frames) as one image of
+    og.NamedTensors (pixel_values, image_grid_thw [1, h, w] per patch), after the timestamp
+    Qwen3VLProcessor writes before it. The tower and og's m-rope then give transformers' video
+    tokens: transformers splits a video's grid per temporal patch as well."""
+    from transformers import Qwen3VLProcessor
+
+    model, _ = checkpoint
+    config = model.config
+    frames = np.random.default_rng(1).integers(0, 256, (4, 40, 56, 3), dtype=np.uint8)
+    values, grid = temporal_patches(frames)
+    fps, indices = 2.0, [0, 3, 6, 9]  # four frames sampled from a 2 fps video
+    times = Qwen3VLProcessor._calculate_timestamps(None, indices, fps, len(frames) // grid[0, 0])
+    pads = "<|image_pad|>" * int(grid[0, 1] * grid[0, 2] // 4)
+    spans = "".join(f"<{t:.1f} seconds><|vision_start|>{pads}<|vision_end|>" for t in times)
+    og_model = og.Model(str(bundle))
+    ids = np.asarray(og.Tokenizer(og_model).encode(spans + " Describe."), np.int32)[None]
+    inputs = og.NamedTensors()
+    inputs["input_ids"] = ids
+    inputs["pixel_values"] = values
+    inputs["image_grid_thw"] = np.repeat([[1, *grid[0, 1:]]], grid[0, 0], axis=0)
+    inputs["num_image_tokens"] = np.array([int((ids == config.image_token_id).sum())])
+    video_ids = torch.from_numpy(ids.astype(np.int64))
+    video_ids[video_ids == config.image_token_id] = config.video_token_id
+    with torch.no_grad():
+        reference = model.generate(
+            input_ids=video_ids,
+            pixel_values_videos=torch.from_numpy(values),
+            video_grid_thw=torch.from_numpy(grid),
+            mm_token_type_ids=(video_ids == config.video_token_id).int() * 2,
+            attention_mask=torch.ones_like(video_ids),
+            max_new_tokens=6,
+            min_new_tokens=6,
+            do_sample=False,
+        )
+    assert og_greedy(og_model, inputs, 6) == reference[0, video_ids.shape[1] :].tolist()
 
 
 def test_two_images_of_different_sizes_equal_transformers(checkpoint, bundle, tmp_path):
