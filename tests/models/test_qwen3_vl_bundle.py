@@ -21,6 +21,7 @@ from mobius_genai.errors import BundleError
 from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
+from mobius_genai.runtime.video import video_inputs
 from tests._ort import og_greedy
 from tests._qwen3_vl import DEEPSTACK
 from tests._qwen_vl import TEXT_HIDDEN, patches, temporal_patches, transformers_tokens
@@ -112,28 +113,25 @@ def test_onnxruntime_genai_cannot_feed_a_video(checkpoint, bundle, tmp_path):
     assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
 
 
-def test_video_frames_fed_as_temporal_patches_generate_transformers_tokens(checkpoint, bundle):
-    """What og 0.18 can take of a video: each temporal patch (two frames) as one image of
-    og.NamedTensors (pixel_values, image_grid_thw [1, h, w] per patch), after the timestamp
-    Qwen3VLProcessor writes before it. The tower and og's m-rope then give transformers' video
-    tokens: transformers splits a video's grid per temporal patch as well."""
+@pytest.mark.parametrize(("count", "indices"), [(4, [0, 3, 6, 9]), (3, None)])
+def test_video_inputs_generate_transformers_video_tokens(checkpoint, bundle, count, indices):
+    """video_inputs: each temporal patch (two frames; an odd last frame repeated, as
+    transformers pads) as one image of og.NamedTensors after Qwen3VLProcessor's timestamp.
+    The patches are transformers' video processor's, and og's greedy tokens transformers'."""
     from transformers import Qwen3VLProcessor
 
     model, _ = checkpoint
     config = model.config
-    frames = np.random.default_rng(1).integers(0, 256, (4, 40, 56, 3), dtype=np.uint8)
-    values, grid = temporal_patches(frames)
-    fps, indices = 2.0, [0, 3, 6, 9]  # four frames sampled from a 2 fps video
-    times = Qwen3VLProcessor._calculate_timestamps(None, indices, fps, len(frames) // grid[0, 0])
-    pads = "<|image_pad|>" * int(grid[0, 1] * grid[0, 2] // 4)
-    spans = "".join(f"<{t:.1f} seconds><|vision_start|>{pads}<|vision_end|>" for t in times)
+    frames = np.random.default_rng(count).integers(0, 256, (count, 40, 56, 3), dtype=np.uint8)
     og_model = og.Model(str(bundle))
-    ids = np.asarray(og.Tokenizer(og_model).encode(spans + " Describe."), np.int32)[None]
-    inputs = og.NamedTensors()
-    inputs["input_ids"] = ids
-    inputs["pixel_values"] = values
-    inputs["image_grid_thw"] = np.repeat([[1, *grid[0, 1:]]], grid[0, 0], axis=0)
-    inputs["num_image_tokens"] = np.array([int((ids == config.image_token_id).sum())])
+    inputs = video_inputs(bundle, og_model, frames, " Describe.", 2.0, indices)
+    padded = np.concatenate([frames, frames[-1:]]) if count % 2 else frames
+    values, grid = temporal_patches(padded)
+    np.testing.assert_allclose(inputs["pixel_values"].as_numpy(), values, atol=1e-5)
+    ids = inputs["input_ids"].as_numpy()
+    times = Qwen3VLProcessor._calculate_timestamps(None, indices or list(range(count)), 2.0, 2)
+    text = og.Tokenizer(og_model).decode(ids[0])
+    assert [f"{t:.1f}" for t in times] == re.findall(r"<(\d+\.\d) seconds>", text)
     video_ids = torch.from_numpy(ids.astype(np.int64))
     video_ids[video_ids == config.image_token_id] = config.video_token_id
     with torch.no_grad():
@@ -148,6 +146,19 @@ def test_video_frames_fed_as_temporal_patches_generate_transformers_tokens(check
             do_sample=False,
         )
     assert og_greedy(og_model, inputs, 6) == reference[0, video_ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize(
+    ("frames", "indices", "message"),
+    [
+        (np.zeros((2, 40, 56, 3), np.float32), None, "accepted: uint8 .frames, height"),
+        (np.zeros((2, 40, 50, 3), np.uint8), None, "50x40; accepted: width and height"),
+        (np.zeros((2, 40, 56, 3), np.uint8), [0], "1 frame indices for 2 video frames"),
+    ],
+)
+def test_video_inputs_name_bad_frames(bundle, frames, indices, message):
+    with pytest.raises(BundleError, match=message):
+        video_inputs(bundle, og.Model(str(bundle)), frames, "", 2.0, indices)
 
 
 def test_two_images_of_different_sizes_equal_transformers(checkpoint, bundle, tmp_path):
