@@ -161,6 +161,17 @@ def test_video_inputs_name_bad_frames(bundle, frames, indices, message):
         video_inputs(bundle, og.Model(str(bundle)), frames, "", 2.0, indices)
 
 
+def test_video_inputs_refuse_a_bundle_of_another_type(bundle, tmp_path):
+    """The patch-per-image form is Qwen3-VL's (a timestamp before each temporal patch);
+    Qwen2.5-VL's video is one span whose temporal positions scale by seconds per patch."""
+    config = json.loads((bundle / "genai_config.json").read_text())
+    config["model"]["type"] = "qwen2_5_vl"
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
+    frames = np.zeros((2, 40, 56, 3), np.uint8)
+    with pytest.raises(BundleError, match="model.type 'qwen2_5_vl' takes no video here"):
+        video_inputs(tmp_path, og.Model(str(bundle)), frames, "", 2.0)
+
+
 def test_two_images_of_different_sizes_equal_transformers(checkpoint, bundle, tmp_path):
     """og runs the vision graph once per image ([1, 3] grid) and concatenates the wide rows."""
     model, _ = checkpoint
