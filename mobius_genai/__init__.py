@@ -39,6 +39,7 @@ _EXPORTS = {
     "optimize_model": "mobius_genai.optimize",
     "Target": "mobius_genai.target",
     "resolve_target": "mobius_genai.target",
+    "video_inputs": "mobius_genai.runtime.video",
 }
 
 __all__ = [

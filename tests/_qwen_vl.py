@@ -106,16 +106,23 @@ def patches(pixels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """transformers' Qwen2VLImageProcessor on uint8 `pixels` [h, w, 3] already at its size:
     rescale, normalize, the frame repeated to `TEMPORAL`, cut into merge-ordered patches.
     Returns (pixel_values [patches, 3 * TEMPORAL * PATCH²] float32, image_grid_thw [1, 3])."""
-    height, width, _ = pixels.shape
-    image = ((pixels / 255 - np.array(MEAN)) / np.array(STD)).astype(np.float32)
-    frames = np.repeat(image.transpose(2, 0, 1)[None], TEMPORAL, axis=0)  # [T, C, H, W]
-    grid_h, grid_w = height // PATCH, width // PATCH
-    blocks = frames.reshape(
-        1, TEMPORAL, 3, grid_h // MERGE, MERGE, PATCH, grid_w // MERGE, MERGE, PATCH
+    return temporal_patches(np.repeat(pixels[None], TEMPORAL, axis=0))
+
+
+def temporal_patches(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`patches` of uint8 video `frames` [f, h, w, 3] (f a multiple of `TEMPORAL`), as the
+    video processor cuts them: consecutive frames form one temporal patch. Returns
+    (pixel_values, grid [[f / TEMPORAL, h / PATCH, w / PATCH]])."""
+    count, height, width, _ = frames.shape
+    video = ((frames / 255 - np.array(MEAN)) / np.array(STD)).astype(np.float32)
+    video = video.transpose(0, 3, 1, 2)  # [f, C, H, W]
+    grid_t, grid_h, grid_w = count // TEMPORAL, height // PATCH, width // PATCH
+    blocks = video.reshape(
+        grid_t, TEMPORAL, 3, grid_h // MERGE, MERGE, PATCH, grid_w // MERGE, MERGE, PATCH
     )
     ordered = blocks.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    flat = ordered.reshape(grid_h * grid_w, 3 * TEMPORAL * PATCH * PATCH)
-    return np.ascontiguousarray(flat), np.array([[1, grid_h, grid_w]], np.int64)
+    flat = ordered.reshape(grid_t * grid_h * grid_w, 3 * TEMPORAL * PATCH * PATCH)
+    return np.ascontiguousarray(flat), np.array([[grid_t, grid_h, grid_w]], np.int64)
 
 
 def image_prompt(grid: np.ndarray, before: tuple[int, ...] = (5, 6)) -> torch.Tensor:

@@ -36,7 +36,9 @@ class ExpertLayout:
     family's renames). With "{e}" in `gate`, each expert has its own tensors: `gate`, `up` and
     `down` [out, in] matrices. Without it, `gate` names one fused [E, 2I, H] tensor ([gate | up]
     rows, or interleaved rows with `interleaved`; `up` is None) and `down` one [E, H, I] tensor;
-    `in_out` says both fused tensors are stored transposed ([E, H, 2I] and [E, I, H]).
+    `in_out` says both fused tensors are stored transposed ([E, H, 2I] and [E, I, H]);
+    `either_way` that a checkpoint may hold them either way (the hub's Qwen3-VL-MoE in_out,
+    transformers 5's save_pretrained not), which the stored shapes tell layer by layer.
     """
 
     gate: str = "{e}.gate_proj.weight"
@@ -44,6 +46,7 @@ class ExpertLayout:
     down: str = "{e}.down_proj.weight"
     interleaved: bool = False
     in_out: bool = False
+    either_way: bool = False
 
     @property
     def per_expert(self) -> bool:
@@ -94,10 +97,34 @@ class _Reader:
     """Checks and reads the experts of one layer whose checkpoint path is `base`."""
 
     def __init__(
-        self, checkpoint: CheckpointReader, layout: ExpertLayout, base: str, graph: str, mxfp4: bool
+        self,
+        checkpoint: CheckpointReader,
+        layout: ExpertLayout,
+        base: str,
+        graph: str,
+        mxfp4: bool,
+        gate_up: tuple[int, int],
     ):
         self.checkpoint, self.layout, self.base, self.graph = checkpoint, layout, base, graph
         self.mxfp4 = mxfp4
+        self.in_out = self._stored_in_out(gate_up)
+
+    def _stored_in_out(self, gate_up: tuple[int, int]) -> bool:
+        """Whether the layer's fused tensors are stored [in, out]: the layout's say or, with
+        `either_way`, what the stored shape of gate_up (of down where gate_up is square) shows.
+        `gate_up` is the graph's [2I, H]."""
+        layout = self.layout
+        if not layout.either_way:
+            return layout.in_out
+        rows, columns = gate_up
+        for template, shape in (
+            (layout.gate, (rows, columns)),
+            (layout.down, (columns, rows // 2)),
+        ):
+            name = self.name(template)
+            if shape[0] != shape[1] and name in self.checkpoint:
+                return tuple(self.checkpoint.shape(name)[1:]) == shape[::-1]
+        return layout.in_out
 
     def name(self, template: str, expert: int = 0) -> str:
         return f"{self.base}.{template.format(e=expert)}"
@@ -134,7 +161,7 @@ class _Reader:
         if self._in_mxfp4(name):
             return mxfp4.check_stored(self.checkpoint, name, graph_shape)
         experts, rows, columns = graph_shape
-        stored = (experts, columns, rows) if self.layout.in_out else graph_shape
+        stored = (experts, columns, rows) if self.in_out else graph_shape
         return self.check(template, stored, experts)
 
     def read(self, template: str, expert: int) -> np.ndarray:
@@ -147,7 +174,7 @@ class _Reader:
         else:
             source, index = self.name(template), (slice(expert, expert + 1),)
             matrix = self.checkpoint.read(source, index)[0]
-            matrix = matrix.T if self.layout.in_out else matrix
+            matrix = matrix.T if self.in_out else matrix
         require_finite(matrix, self.checkpoint, source, index, self.graph)
         return matrix
 
@@ -189,14 +216,15 @@ def expert_tensors(
         if leaf not in (GATE_UP, DOWN) or not base.endswith(".experts"):
             continue
         source = checkpoint_name(base)
+        experts, rows, columns = (int(d) for d in value.shape)
         reader = _Reader(
             checkpoint,
             layout,
             source if isinstance(source, str) else source.names[0],
             name,
             mxfp4_stored,
+            (rows, columns) if leaf == GATE_UP else (2 * columns, rows),
         )
-        experts, rows, columns = (int(d) for d in value.shape)
         if leaf == GATE_UP:
             if layout.per_expert:
                 for template in (layout.gate, layout.up or ""):

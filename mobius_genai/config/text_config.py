@@ -15,13 +15,17 @@ from mobius_genai.config import fields
 
 
 def nested_text_keys(
-    raw: Mapping[str, Any], defaults: Mapping[str, Any], top_level_keys: tuple[str, ...]
+    raw: Mapping[str, Any],
+    defaults: Mapping[str, Any],
+    top_level_keys: tuple[str, ...],
+    aliases: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Text keys from `text_config`, or from the top level of a flat hub config.json, over
     transformers' text `defaults` for keys hub configs omit; `top_level_keys` (flags) are read
     from the top level where `text_config` lacks them or where the top level sets them true
     (Qwen2_5_VLConfig forwards a true text_config tie_word_embeddings to the top level, and the
-    model ties by the top level's)."""
+    model ties by the top level's). A default yields to its key's `aliases` (alias → key, as
+    transformers' attribute_map: num_local_experts sets num_experts)."""
     if raw.get("text_config") is None:
         text_keys = {k: v for k, v in raw.items() if k != "vision_config"}
     else:
@@ -29,7 +33,8 @@ def nested_text_keys(
         for key in top_level_keys:
             if raw.get(key) is not None and (text_keys.get(key) is None or raw[key] is True):
                 text_keys[key] = raw[key]
-    return {**defaults, **text_keys}
+    aliased = {key for alias, key in (aliases or {}).items() if text_keys.get(alias) is not None}
+    return {**{k: v for k, v in defaults.items() if k not in aliased}, **text_keys}
 
 
 @dataclasses.dataclass(frozen=True)

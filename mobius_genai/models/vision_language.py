@@ -122,7 +122,9 @@ class VisionLanguageFamily:
 
     def parse_config(self, raw: Mapping[str, Any]) -> VisionLanguageConfig:
         """Text keys from `text_config`, or from the top level of a flat hub config.json."""
-        text_raw = nested_text_keys(raw, self.text_defaults, self.top_level_text_keys)
+        text_raw = nested_text_keys(
+            raw, self.text_defaults, self.top_level_text_keys, self.text.config_aliases
+        )
         text_raw["model_type"] = self.text_family
         text = dataclasses.replace(self.text.parse_config(text_raw), **self.text_overrides)
         return self.parse_vision(raw, text)
@@ -497,11 +499,12 @@ VISION_LANGUAGE["qwen3_vl_moe"] = dataclasses.replace(
         "rms_norm_eps": 1e-6,
         "moe_intermediate_size": 1408,
         "num_experts_per_tok": 4,
-        # not num_experts (60): transformers 5 writes it as num_local_experts, which a
-        # default here would override
+        "num_experts": 60,  # or num_local_experts, as transformers 5 writes it
         "norm_topk_prob": True,
     },
-    experts_layout=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj", in_out=True),
+    experts_layout=ExpertLayout(
+        gate="gate_up_proj", up=None, down="down_proj", in_out=True, either_way=True
+    ),
 )
 
 

@@ -127,3 +127,17 @@ def test_the_moe_text_config_reads_transformers_5_expert_keys():
     assert (config.text.moe.num_experts, config.text.moe.top_k) == (4, 2)
     assert config.text.moe.normalize_top_k and config.text.moe.intermediate_size == 48
     assert config.deepstack_layers == 2 and config.text.rope.mrope_interleaved
+
+
+@pytest.mark.parametrize(
+    "experts", [{}, {"num_experts": 4}, {"num_local_experts": 4}, {"num_local_experts": 6}]
+)
+def test_the_moe_expert_count_is_transformers_whatever_key_or_none(experts):
+    """num_experts absent: Qwen3VLMoeTextConfig's default; num_local_experts sets it too."""
+    from transformers import Qwen3VLMoeConfig
+
+    text = {**TEXT, "moe_intermediate_size": 48, "num_experts_per_tok": 2, **experts}
+    raw = _raw(model_type="qwen3_vl_moe", text_config=text)
+    expected = Qwen3VLMoeConfig(text_config=text, vision_config=VISION).text_config.num_experts
+    config = vision_language_family("qwen3_vl_moe").parse_config(raw)
+    assert config.text.moe.num_experts == expected

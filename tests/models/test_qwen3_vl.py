@@ -40,6 +40,26 @@ def qwen3_moe(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def qwen3_moe_saved(tmp_path_factory):
+    """Qwen3-VL-MoE as transformers 5's save_pretrained writes it: experts [E, 2I, H] and
+    [E, H, I], the transpose of the hub's."""
+    model = tiny_qwen3_vl(moe=True)
+    folder = tmp_path_factory.mktemp("qwen3_vl_moe_saved")
+    model.save_pretrained(folder)
+    return model, folder
+
+
+@pytest.fixture(scope="module")
+def qwen3_moe_square(tmp_path_factory):
+    """Experts as save_pretrained writes them, gate_up_proj square (H == 2I): only down_proj
+    shows that they are not the hub's."""
+    model = tiny_qwen3_vl({"moe_intermediate_size": TEXT_HIDDEN // 2}, moe=True)
+    folder = tmp_path_factory.mktemp("qwen3_vl_moe_square")
+    model.save_pretrained(folder)
+    return model, folder
+
+
+@pytest.fixture(scope="module")
 def sessions(qwen3):
     return package_sessions(build(qwen3[1], "cpu", "fp32", progress=False))
 
@@ -107,6 +127,8 @@ def _decoder_feeds(embeds, ids, total, positions, past) -> dict[str, np.ndarray]
         ("qwen3", "onnx-standard"),
         ("qwen3_moe", "cpu"),
         ("qwen3_moe", "onnx-standard"),
+        ("qwen3_moe_saved", "cpu"),
+        ("qwen3_moe_square", "cpu"),
     ],
 )
 def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, ep):

@@ -21,9 +21,10 @@ from mobius_genai.errors import BundleError
 from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
+from mobius_genai.runtime.video import video_inputs
 from tests._ort import og_greedy
 from tests._qwen3_vl import DEEPSTACK
-from tests._qwen_vl import TEXT_HIDDEN, patches, transformers_tokens
+from tests._qwen_vl import TEXT_HIDDEN, patches, temporal_patches, transformers_tokens
 from tests.models.test_qwen2_5_vl_bundle import _tampered
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -91,6 +92,84 @@ def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
     np.testing.assert_array_equal(inputs["image_grid_thw"].as_numpy(), expected_grid)
     assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
     assert og_greedy(og_model, inputs, 6) == transformers_tokens(model, input_ids, pixels, 6)
+
+
+def test_onnxruntime_genai_cannot_feed_a_video(checkpoint, bundle, tmp_path):
+    """og 0.18 has no video input: no Videos class, a processor that reads `images` and
+    `audios` (other keywords dropped) and expands every vision span as an image, so a video
+    placeholder without an image is refused and with one becomes that image's tokens. og picks
+    the processor by model.type alone (qwen3_vl), so its builder's bundles fare the same."""
+    model, _ = checkpoint
+    assert [name for name in dir(og) if "video" in name.lower()] == []
+    prompt = "<|vision_start|><|video_pad|><|vision_end|> Describe."
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    frame = tmp_path / "frame.png"
+    frame.write_bytes(png_bytes(np.zeros((40, 56, 3), np.uint8)))
+    for videos in ({}, {"videos": [str(frame)]}):
+        with pytest.raises(RuntimeError, match="1 vision_start tokens but received 0 images"):
+            processor(prompt, **videos)
+    _, _, input_ids = _og_inputs(bundle, prompt, tmp_path, [np.zeros((40, 56, 3), np.uint8)])
+    assert int((input_ids == model.config.video_token_id).sum()) == 0
+    assert int((input_ids == model.config.image_token_id).sum()) == 5 * 7
+
+
+@pytest.mark.parametrize(("count", "indices"), [(4, [0, 3, 6, 9]), (3, None)])
+def test_video_inputs_generate_transformers_video_tokens(checkpoint, bundle, count, indices):
+    """video_inputs: each temporal patch (two frames; an odd last frame repeated, as
+    transformers pads) as one image of og.NamedTensors after Qwen3VLProcessor's timestamp.
+    The patches are transformers' video processor's, and og's greedy tokens transformers'."""
+    from transformers import Qwen3VLProcessor
+
+    model, _ = checkpoint
+    config = model.config
+    frames = np.random.default_rng(count).integers(0, 256, (count, 40, 56, 3), dtype=np.uint8)
+    og_model = og.Model(str(bundle))
+    inputs = video_inputs(bundle, og_model, frames, " Describe.", 2.0, indices)
+    padded = np.concatenate([frames, frames[-1:]]) if count % 2 else frames
+    values, grid = temporal_patches(padded)
+    np.testing.assert_allclose(inputs["pixel_values"].as_numpy(), values, atol=1e-5)
+    ids = inputs["input_ids"].as_numpy()
+    times = Qwen3VLProcessor._calculate_timestamps(None, indices or list(range(count)), 2.0, 2)
+    text = og.Tokenizer(og_model).decode(ids[0])
+    assert [f"{t:.1f}" for t in times] == re.findall(r"<(\d+\.\d) seconds>", text)
+    video_ids = torch.from_numpy(ids.astype(np.int64))
+    video_ids[video_ids == config.image_token_id] = config.video_token_id
+    with torch.no_grad():
+        reference = model.generate(
+            input_ids=video_ids,
+            pixel_values_videos=torch.from_numpy(values),
+            video_grid_thw=torch.from_numpy(grid),
+            mm_token_type_ids=(video_ids == config.video_token_id).int() * 2,
+            attention_mask=torch.ones_like(video_ids),
+            max_new_tokens=6,
+            min_new_tokens=6,
+            do_sample=False,
+        )
+    assert og_greedy(og_model, inputs, 6) == reference[0, video_ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize(
+    ("frames", "indices", "message"),
+    [
+        (np.zeros((2, 40, 56, 3), np.float32), None, "accepted: uint8 .frames, height"),
+        (np.zeros((2, 40, 50, 3), np.uint8), None, "50x40; accepted: width and height"),
+        (np.zeros((2, 40, 56, 3), np.uint8), [0], "1 frame indices for 2 video frames"),
+    ],
+)
+def test_video_inputs_name_bad_frames(bundle, frames, indices, message):
+    with pytest.raises(BundleError, match=message):
+        video_inputs(bundle, og.Model(str(bundle)), frames, "", 2.0, indices)
+
+
+def test_video_inputs_refuse_a_bundle_of_another_type(bundle, tmp_path):
+    """The patch-per-image form is Qwen3-VL's (a timestamp before each temporal patch);
+    Qwen2.5-VL's video is one span whose temporal positions scale by seconds per patch."""
+    config = json.loads((bundle / "genai_config.json").read_text())
+    config["model"]["type"] = "qwen2_5_vl"
+    (tmp_path / "genai_config.json").write_text(json.dumps(config))
+    frames = np.zeros((2, 40, 56, 3), np.uint8)
+    with pytest.raises(BundleError, match="model.type 'qwen2_5_vl' takes no video here"):
+        video_inputs(tmp_path, og.Model(str(bundle)), frames, "", 2.0)
 
 
 def test_two_images_of_different_sizes_equal_transformers(checkpoint, bundle, tmp_path):
