@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.config.architecture import activation
 from mobius_genai.config.layers import check_layer_count, first_of_every_kind
 from mobius_genai.errors import ConfigError
 
@@ -129,12 +129,7 @@ def tower_fields(raw: Mapping[str, Any], defaults: Any, keys: tuple[str, ...]) -
         key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
         for key in _SHARED_SIZES + keys
     }
-    act = raw.get("hidden_act", defaults.hidden_act)
-    if act not in HIDDEN_ACTS:
-        raise ConfigError(
-            f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
-            f"{sorted(HIDDEN_ACTS)}"
-        )
+    act = activation(raw.get("hidden_act", defaults.hidden_act), where + "hidden_act")
     rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
     theta = fields.number(
         rope.get("rope_theta", raw.get("rope_theta")),
