@@ -50,6 +50,15 @@ _NORM_EPS_KEYS = (
 )
 
 
+def activation(value: Any, key: str) -> str:
+    """`value` of field `key` as one of HIDDEN_ACTS, the activations a tower or MLP builds."""
+    if value not in HIDDEN_ACTS:
+        raise ConfigError(
+            f"config.json: field {key!r} is {value!r}; accepted: {sorted(HIDDEN_ACTS)}"
+        )
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class ArchitectureConfig:
     """What the graph builder needs to know about a decoder-only LM, and nothing else.

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
+from mobius_genai.config.architecture import ArchitectureConfig, activation
 from mobius_genai.config.layers import check_layer_count
 from mobius_genai.errors import ConfigError
 
@@ -93,7 +93,9 @@ class PixtralVisionConfig:
             )
         config = cls(
             **sizes,
-            hidden_act=_act(vision.get("hidden_act", defaults.hidden_act), where + "hidden_act"),
+            hidden_act=activation(
+                vision.get("hidden_act", defaults.hidden_act), where + "hidden_act"
+            ),
             rope_theta=fields.number(
                 rope.get("rope_theta", vision.get("rope_theta")),
                 where + "rope_parameters.rope_theta",
@@ -103,7 +105,7 @@ class PixtralVisionConfig:
             spatial_merge_size=fields.integer(
                 raw.get("spatial_merge_size"), "spatial_merge_size", defaults.spatial_merge_size
             ),
-            projector_hidden_act=_act(
+            projector_hidden_act=activation(
                 raw.get("projector_hidden_act", defaults.projector_hidden_act),
                 "projector_hidden_act",
             ),
@@ -120,11 +122,3 @@ class PixtralVisionConfig:
                 "divisible by 4 (2-D rotary halves)"
             )
         return config
-
-
-def _act(value: Any, key: str) -> str:
-    if value not in HIDDEN_ACTS:
-        raise ConfigError(
-            f"config.json: field {key!r} is {value!r}; accepted: {sorted(HIDDEN_ACTS)}"
-        )
-    return value

@@ -16,12 +16,12 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.layers import check_layer_count, first_of_every_kind
-from mobius_genai.config.qwen_vision import check_heads, tower_fields
+from mobius_genai.config.qwen_vision import QwenTower, check_heads, tower_fields
 from mobius_genai.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class Qwen3VisionConfig:
+class Qwen3VisionConfig(QwenTower):
     """transformers' Qwen3VLVisionConfig, the keys the graph reads."""
 
     depth: int = 27
@@ -42,22 +42,9 @@ class Qwen3VisionConfig:
     tokens_per_second: float = 2.0
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        """Values of one flattened patch (a pixel_values row)."""
-        return self.in_channels * self.temporal_patch_size * self.patch_size**2
-
-    @property
     def grid_side(self) -> int:
         """Side of the square learned position grid."""
         return math.isqrt(self.num_position_embeddings)
-
-    @property
-    def num_layers(self) -> int:
-        return self.depth
 
     @property
     def deepstack_mergers(self) -> int:

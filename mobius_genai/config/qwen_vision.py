@@ -14,13 +14,37 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.config.architecture import activation
 from mobius_genai.config.layers import check_layer_count, first_of_every_kind
 from mobius_genai.errors import ConfigError
 
 
+class QwenTower:
+    """The sizes a Qwen tower (Qwen2.5-VL's, Qwen3-VL's) derives from its config fields."""
+
+    depth: int
+    hidden_size: int
+    num_heads: int
+    in_channels: int
+    patch_size: int
+    temporal_patch_size: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def patch_dim(self) -> int:
+        """Values of one flattened patch (a pixel_values row)."""
+        return self.in_channels * self.temporal_patch_size * self.patch_size**2
+
+    @property
+    def num_layers(self) -> int:
+        return self.depth
+
+
 @dataclasses.dataclass(frozen=True)
-class QwenVisionConfig:
+class QwenVisionConfig(QwenTower):
     """transformers' Qwen2_5_VLVisionConfig, the keys the graph reads."""
 
     depth: int = 32
@@ -40,22 +64,9 @@ class QwenVisionConfig:
     norm_eps: float = 1e-6  # transformers fixes it for the blocks' and the merger's RMSNorms
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def patch_dim(self) -> int:
-        """Values of one flattened patch (a pixel_values row)."""
-        return self.in_channels * self.temporal_patch_size * self.patch_size**2
-
-    @property
     def window_tokens(self) -> int:
         """Side of a window in merged tokens (transformers' vit_merger_window_size)."""
         return self.window_size // self.spatial_merge_size // self.patch_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.depth
 
     def layers_of_every_kind(self) -> int:
         """The fewest first blocks with a windowed and a full-attention one, where the tower
@@ -118,12 +129,7 @@ def tower_fields(raw: Mapping[str, Any], defaults: Any, keys: tuple[str, ...]) -
         key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
         for key in _SHARED_SIZES + keys
     }
-    act = raw.get("hidden_act", defaults.hidden_act)
-    if act not in HIDDEN_ACTS:
-        raise ConfigError(
-            f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
-            f"{sorted(HIDDEN_ACTS)}"
-        )
+    act = activation(raw.get("hidden_act", defaults.hidden_act), where + "hidden_act")
     rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
     theta = fields.number(
         rope.get("rope_theta", raw.get("rope_theta")),
@@ -134,7 +140,7 @@ def tower_fields(raw: Mapping[str, Any], defaults: Any, keys: tuple[str, ...]) -
     return {**read, "hidden_act": act, "rope_theta": theta}
 
 
-def check_heads(config: Any) -> None:
+def check_heads(config: QwenTower) -> None:
     """A Qwen tower's heads: whole, and a head size its 2-D rotary halves split in pairs."""
     if config.hidden_size % config.num_heads or config.head_dim % 4:
         raise ConfigError(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
+from mobius_genai.config.architecture import ArchitectureConfig, activation
 from mobius_genai.config.layers import check_layer_count
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.errors import ConfigError
@@ -77,14 +77,6 @@ _TOWER_DEFAULTS = (  # Siglip2VisionConfig's
 )
 
 
-def _activation(value: Any, key: str) -> str:
-    if value not in HIDDEN_ACTS:
-        raise ConfigError(
-            f"config.json: field {key!r} is {value!r}; accepted: {sorted(HIDDEN_ACTS)}"
-        )
-    return value
-
-
 def _tower(raw: Mapping[str, Any]) -> dict[str, Any]:
     where = "vision_config."
     sizes = {
@@ -106,7 +98,7 @@ def _tower(raw: Mapping[str, Any]) -> dict[str, Any]:
         "layer_norm_eps": fields.number(
             raw.get("layer_norm_eps"), where + "layer_norm_eps", 1e-6, positive=True
         ),
-        "hidden_act": _activation(raw.get("hidden_act", "gelu_pytorch_tanh"), where + "hidden_act"),
+        "hidden_act": activation(raw.get("hidden_act", "gelu_pytorch_tanh"), where + "hidden_act"),
     }
 
 
@@ -126,7 +118,7 @@ def parse_lfm2_vision_language(
         projector_layernorm=fields.flag(
             raw.get("projector_use_layernorm"), "projector_use_layernorm", True
         ),
-        projector_act=_activation(raw.get("projector_hidden_act", "gelu"), "projector_hidden_act"),
+        projector_act=activation(raw.get("projector_hidden_act", "gelu"), "projector_hidden_act"),
     )
     return VisionLanguageConfig(
         model_type=fields.model_type(raw.get("model_type")),

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.architecture import HIDDEN_ACTS, ArchitectureConfig
+from mobius_genai.config.architecture import ArchitectureConfig, activation
 from mobius_genai.config.layers import check_layer_count
 from mobius_genai.config.pixtral import PixtralVisionConfig
 from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
@@ -73,12 +73,7 @@ class VisionConfig:
                 ("num_channels", 3),
             )
         }
-        act = raw.get("hidden_act", "gelu_pytorch_tanh")
-        if act not in HIDDEN_ACTS:
-            raise ConfigError(
-                f"config.json: field 'vision_config.hidden_act' is {act!r}; accepted: "
-                f"{sorted(HIDDEN_ACTS)}"
-            )
+        act = activation(raw.get("hidden_act", "gelu_pytorch_tanh"), where + "hidden_act")
         config = cls(
             **sizes,
             layer_norm_eps=fields.number(

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.config.architecture import HIDDEN_ACTS
+from mobius_genai.config.architecture import activation
 from mobius_genai.config.layers import check_layer_count
 from mobius_genai.config.limits import SIZE_LIMITS
 from mobius_genai.errors import ConfigError
@@ -117,12 +117,7 @@ class WhisperConfig:
             key: fields.integer(raw.get(key), key, default, positive=False)
             for key, default in _TOKEN_IDS.items()
         }
-        act = raw.get("activation_function", "gelu")
-        if act not in HIDDEN_ACTS:
-            raise ConfigError(
-                f"config.json: field 'activation_function' is {act!r}; accepted: "
-                f"{sorted(HIDDEN_ACTS)}"
-            )
+        act = activation(raw.get("activation_function", "gelu"), "activation_function")
         if fields.flag(raw.get("scale_embedding"), "scale_embedding", False):
             raise ConfigError(
                 "config.json: field 'scale_embedding' is true; accepted: false (every released "
