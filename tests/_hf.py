@@ -958,6 +958,23 @@ def hf_greedy_tokens(
     return new
 
 
+def generated_tokens(
+    model: PreTrainedModel, input_ids: torch.Tensor, new_tokens: int, **inputs: Any
+) -> list[int]:
+    """transformers' greedy `generate`, exactly `new_tokens` of them after `input_ids` (one
+    unpadded row), with the model's other `inputs` (pixel values, grids, ...)."""
+    with torch.no_grad():
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            **inputs,
+        )
+    return output[0, input_ids.shape[1] :].tolist()
+
+
 #: The commit `hub_cache` files its snapshots under.
 HUB_COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -3,14 +3,23 @@ a package's graphs, generate greedily with onnxruntime-genai."""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
+import pytest
+import torch
 
 import mobius_genai
 from mobius_genai import ModelPackage
+from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.errors import BundleError
+from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
 from tests._hf import ReferenceRun, hf_reference_logits
 
 
@@ -174,6 +183,38 @@ def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
     return tokens
+
+
+def assert_validate_names(
+    bundle: Path, tmp_path: Path, change: Callable[[dict], object], named: str
+) -> None:
+    """validate_bundle passes `bundle`, then names `named` once `change` has edited the
+    "model" section of a copy's genai_config.json."""
+    validate_bundle(bundle)
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    path = copy / "genai_config.json"
+    config = json.loads(path.read_text())
+    change(config["model"])
+    path.write_text(json.dumps(config))
+    (copy / "mobius_manifest.json").unlink()  # its sizes and hashes are of the original
+    with pytest.raises(BundleError, match=re.escape(named)):
+        validate_bundle(copy)
+
+
+def smoke_image_prompt(
+    bundle: Path, placeholder: str, side: int
+) -> tuple[np.ndarray, torch.Tensor]:
+    """The smoke test's `side` x `side` image and the ids og's processor makes of its prompt
+    (`placeholder` before the smoke text): what transformers continues to check the smoke test."""
+    import onnxruntime_genai as og
+
+    pixels = smoke_pixels(side, side)
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    inputs = processor(
+        f"{placeholder} {SMOKE_IMAGE_TEXT}", images=og.Images.open_bytes(png_bytes(pixels))
+    )
+    return pixels, torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
 
 
 def og_sequence(bundle, prompt: list[int], max_length: int) -> list[int]:

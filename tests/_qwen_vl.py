@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from tests._hf import randomize_weights
+from tests._hf import generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, VIDEO_TOKEN, VISION_START, VISION_END = 150, 151, 152, 153
@@ -146,18 +146,14 @@ def transformers_tokens(
     """transformers' greedy tokens for `input_ids` and an image (or a list of images, in the
     prompt's order) of uint8 `pixels` [h, w, 3] already at the processor's size."""
     values, grids = zip(*(patches(image) for image in _listed(pixels)), strict=True)
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(np.concatenate(values)),
-            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
-            mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return reference[0, input_ids.shape[1] :].tolist()
+    return generated_tokens(
+        model,
+        input_ids,
+        new_tokens,
+        pixel_values=torch.from_numpy(np.concatenate(values)),
+        image_grid_thw=torch.from_numpy(np.concatenate(grids)),
+        mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
+    )
 
 
 def _listed(pixels: np.ndarray | list[np.ndarray]) -> list[np.ndarray]:
