@@ -20,7 +20,7 @@ from mobius_genai import ModelPackage
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
-from tests._hf import ReferenceRun, hf_reference_logits
+from tests._hf import ReferenceRun, hf_reference_logits, write_tiny_checkpoint
 
 
 def ort_session(package: ModelPackage, directory: Path) -> ort.InferenceSession:
@@ -87,6 +87,16 @@ def graph_diffs(
         ours = run_like_reference(ort_session(package, directory / ep), reference)
         diffs[ep] = max_abs_diff(ours, reference.logits)
     return diffs
+
+
+def case_diffs(
+    directory: Path, family: str, ids: np.ndarray, eps: tuple[str, ...], *, seed: int, **overrides
+) -> dict[str, float]:
+    """`graph_diffs` of a tiny `family` checkpoint (tests/_hf.py's row with `overrides`) from
+    transformers' prefill of `ids` and 4 cached decode steps."""
+    ckpt = write_tiny_checkpoint(directory / "ckpt", family, seed=seed, **overrides)
+    reference = hf_reference_logits(ckpt, ids, decode_steps=4)
+    return graph_diffs(ckpt, reference, eps, directory, progress=False)
 
 
 def left_padded_diffs(ckpt: Path, directory: Path) -> tuple[float, float]:

@@ -35,9 +35,8 @@ _TEXT = {
     "eos_token_id": 2,
     "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4},
 }
-# window_size 16 = 2 merged tokens of 2 x 2 patches of 4 pixels: a 40 x 56 image is a 5 x 7
-# grid of merged tokens in 3 x 4 windows, some of them partial; block 1 attends to everything.
-_VISION = {
+#: The vision tower Qwen2.5-VL and Qwen3-VL share here: 3 blocks, 2 x 2 merges of 4-pixel patches.
+VISION_TOWER = {
     "depth": 3,
     "hidden_size": 32,
     "intermediate_size": 48,
@@ -45,10 +44,11 @@ _VISION = {
     "patch_size": PATCH,
     "spatial_merge_size": MERGE,
     "temporal_patch_size": TEMPORAL,
-    "window_size": 16,
     "out_hidden_size": TEXT_HIDDEN,
-    "fullatt_block_indexes": [1],
 }
+# window_size 16 = 2 merged tokens of 2 x 2 patches of 4 pixels: a 40 x 56 image is a 5 x 7
+# grid of merged tokens in 3 x 4 windows, some of them partial; block 1 attends to everything.
+_VISION = {**VISION_TOWER, "window_size": 16, "fullatt_block_indexes": [1]}
 
 
 def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForConditionalGeneration:
@@ -135,6 +135,26 @@ def image_prompt(grid: np.ndarray, before: tuple[int, ...] = (5, 6)) -> torch.Te
 def token_types(input_ids: torch.Tensor, image_token_id: int = IMAGE_TOKEN) -> torch.Tensor:
     """mm_token_type_ids: 1 for image tokens, 0 for text."""
     return (input_ids == image_token_id).int()
+
+
+def transformers_prefill(
+    model: torch.nn.Module, input_ids: torch.Tensor, pixel_values: np.ndarray, grid: np.ndarray
+) -> tuple[torch.Tensor, Any]:
+    """transformers' mrope position ids for `input_ids` with one image's patches, and its
+    prefill output (logits and cache) over them."""
+    grid_thw = torch.from_numpy(grid)
+    with torch.no_grad():
+        positions, _ = model.model.get_rope_index(
+            input_ids, token_types(input_ids), image_grid_thw=grid_thw
+        )
+        reference = model(
+            input_ids=input_ids,
+            pixel_values=torch.from_numpy(pixel_values),
+            image_grid_thw=grid_thw,
+            mm_token_type_ids=token_types(input_ids),
+            use_cache=True,
+        )
+    return positions, reference
 
 
 def transformers_tokens(

@@ -16,7 +16,7 @@ from tests._qwen_vl import (
     image_prompt,
     patches,
     tiny_qwen2_5_vl,
-    token_types,
+    transformers_prefill,
 )
 
 TOLERANCE = 1e-4
@@ -78,15 +78,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(qwen, ep):
         features_ref = torch.from_numpy(_reference_features(model, pixel_values, grid))
         embeds_ref = model.model.get_input_embeddings()(ids)
         embeds_ref = embeds_ref.masked_scatter((ids == IMAGE_TOKEN)[..., None], features_ref)
-        positions, _ = model.model.get_rope_index(
-            ids, token_types(ids), image_grid_thw=torch.from_numpy(grid)
-        )
-        reference = model(
-            input_ids=ids,
-            **{k: torch.from_numpy(v) for k, v in image.items()},
-            mm_token_type_ids=token_types(ids),
-            use_cache=True,
-        )
+    positions, reference = transformers_prefill(model, ids, pixel_values, grid)
     embeds = _run(sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features})
     embeds = embeds["inputs_embeds"]
     np.testing.assert_allclose(embeds, embeds_ref.numpy(), atol=TOLERANCE, rtol=0)

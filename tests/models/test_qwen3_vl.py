@@ -12,7 +12,14 @@ import torch
 from mobius_genai.build import build
 from tests._ort import decode_like_transformers, package_sessions, run_declared
 from tests._qwen3_vl import DEEPSTACK, hub_experts, tiny_qwen3_vl
-from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, token_types
+from tests._qwen_vl import (
+    IMAGE_TOKEN,
+    TEXT_HIDDEN,
+    image_prompt,
+    patches,
+    token_types,
+    transformers_prefill,
+)
 from tests.models.test_qwen2_5_vl import _image
 
 TOLERANCE = 1e-4
@@ -136,22 +143,13 @@ def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, 
     sessions = package_sessions(build(folder, ep, "fp32", progress=False))
     pixel_values, grid = patches(_image(40, 56))
     ids = image_prompt(grid)
-    image = {"pixel_values": pixel_values, "image_grid_thw": grid}
     features = _features(sessions, pixel_values, grid)
     _, merged, deepstack = _reference(model, pixel_values, grid)
     with torch.no_grad():
         mask = (ids == IMAGE_TOKEN)[..., None]
         embeds_ref = model.model.get_input_embeddings()(ids).masked_scatter(mask, merged)
         parts = [torch.zeros_like(embeds_ref).masked_scatter(mask, part) for part in deepstack]
-        positions, _ = model.model.get_rope_index(
-            ids, token_types(ids), image_grid_thw=torch.from_numpy(grid)
-        )
-        reference = model(
-            input_ids=ids,
-            **{k: torch.from_numpy(v) for k, v in image.items()},
-            mm_token_type_ids=token_types(ids),
-            use_cache=True,
-        )
+    positions, reference = transformers_prefill(model, ids, pixel_values, grid)
     embeds = run_declared(
         sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features}
     )
