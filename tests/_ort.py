@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
@@ -120,6 +121,17 @@ def max_abs_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
     return max(
         float(np.abs(a.astype(np.float32) - b).max()) for a, b in zip(ours, reference, strict=True)
     )
+
+
+def model_ops(model: ir.Model) -> set[tuple[str, str]]:
+    """The (domain, op type) pairs of every node in `model`, subgraphs included."""
+    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
+
+
+def saved_ops(path: Path) -> set[tuple[str, str]]:
+    """The (domain, op type) pairs of a saved graph's nodes, its weights left unread."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {(node.domain, node.op_type) for node in graph.node}
 
 
 def package_sessions(package: ModelPackage) -> dict[str, ort.InferenceSession]:

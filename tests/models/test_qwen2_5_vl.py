@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mobius_genai.build import build
-from tests._ort import decode_like_transformers, package_sessions
+from tests._ort import decode_like_transformers, model_ops, package_sessions
 from tests._qwen_vl import (
     IMAGE_TOKEN,
     TEXT_HIDDEN,
@@ -114,22 +114,18 @@ def test_graph_io_is_what_onnxruntime_genai_feeds(qwen):
     assert decoder["position_ids"].shape[0] == 3 and decoder["position_ids"].shape.rank() == 3
 
 
-def _ops(model: ir.Model) -> set[tuple[str, str]]:
-    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
-
-
 @pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
 def test_graph_ops_per_ep(qwen, ep, recwarn):
     _, folder = qwen
     package = build(folder, ep, load_weights=False, progress=False)
     for key, model in package.items():
-        ops = _ops(model)
+        ops = model_ops(model)
         if key != "decoder":
             assert ("com.microsoft", "GroupQueryAttention") not in ops, key
         if ep == "onnx-standard":
             assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
     if ep != "onnx-standard":  # the decoder's causal attention fuses, mrope rotated in front
-        assert ("com.microsoft", "GroupQueryAttention") in _ops(package["decoder"])
+        assert ("com.microsoft", "GroupQueryAttention") in model_ops(package["decoder"])
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
 
 
