@@ -240,6 +240,17 @@ _QWEN3_5_HYBRID: dict[str, Any] = {
     "linear_value_head_dim": 8,
     "linear_conv_kernel_dim": 4,
 }
+#: DeepSeek-V3's experts, small: 8 in 4 groups (2 kept), 2 per token, a shared expert, the
+#: first layer dense (GLM-4 MoE routes the same way).
+_GROUP_ROUTED: dict[str, Any] = {
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "n_shared_experts": 1,
+    "first_k_dense_replace": 1,
+    "n_group": 4,
+    "topk_group": 2,
+}
 #: DeepSeek's multi-head latent attention, small: a 32-channel latent (cached with the 8-channel
 #: rotary key), 16 unrotated and 8 rotated q/k channels per head, 8 value channels; 8 experts in 4 groups,
 #: 2 per token, a shared expert, the first layer dense; yarn rope with DeepSeek's mscales
@@ -250,13 +261,7 @@ _DEEPSEEK: dict[str, Any] = {
     "qk_nope_head_dim": 16,
     "qk_rope_head_dim": 8,
     "v_head_dim": 8,
-    "n_routed_experts": 8,
-    "num_experts_per_tok": 2,
-    "moe_intermediate_size": 32,
-    "n_shared_experts": 1,
-    "first_k_dense_replace": 1,
-    "n_group": 4,
-    "topk_group": 2,
+    **_GROUP_ROUTED,
     "rope_parameters": {
         "rope_type": "yarn",
         "rope_theta": 10000.0,
@@ -585,13 +590,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "head_dim": 16,
         "attention_bias": True,
         "use_qk_norm": True,
-        "n_routed_experts": 8,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-        "n_shared_experts": 1,
-        "first_k_dense_replace": 1,
-        "n_group": 4,
-        "topk_group": 2,
+        **_GROUP_ROUTED,
         "routed_scaling_factor": 2.5,
     },
     # softmax scores chosen with the [1, experts] correction bias (8 experts, 2 per token),
@@ -956,6 +955,23 @@ def hf_greedy_tokens(
                 break
             ids = torch.tensor([[token]], dtype=torch.long)
     return new
+
+
+def generated_tokens(
+    model: PreTrainedModel, input_ids: torch.Tensor, new_tokens: int, **inputs: Any
+) -> list[int]:
+    """transformers' greedy `generate`, exactly `new_tokens` of them after `input_ids` (one
+    unpadded row), with the model's other `inputs` (pixel values, grids, ...)."""
+    with torch.no_grad():
+        output = model.generate(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            **inputs,
+        )
+    return output[0, input_ids.shape[1] :].tolist()
 
 
 #: The commit `hub_cache` files its snapshots under.

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Lfm2VlConfig, Lfm2VlForConditionalGeneration
 
-from tests._hf import randomize_weights
+from tests._hf import generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
 
 TEXT_HIDDEN = 64
@@ -136,13 +136,4 @@ def transformers_tokens(
 ) -> list[int]:
     """transformers' greedy tokens for `input_ids` and one image already at its size."""
     inputs = {key: torch.from_numpy(value) for key, value in image_inputs([pixels]).items()}
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=input_ids,
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-            **inputs,
-        )
-    return out[0, input_ids.shape[1] :].tolist()
+    return generated_tokens(model, input_ids, new_tokens, **inputs)

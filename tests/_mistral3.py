@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Mistral3Config, Mistral3ForConditionalGeneration
 
-from tests._hf import randomize_weights
+from tests._hf import generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, BREAK_TOKEN, END_TOKEN = 10, 12, 13  # Mistral's [IMG], [IMG_BREAK], [IMG_END]
@@ -134,14 +134,10 @@ def transformers_tokens(
 ) -> list[int]:
     """transformers' greedy tokens for `input_ids` and an image of uint8 `pixels` [h, w, 3]
     already at the processor's size."""
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(pixel_values(pixels)),
-            image_sizes=torch.tensor([list(pixels.shape[:2])]),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return reference[0, input_ids.shape[1] :].tolist()
+    return generated_tokens(
+        model,
+        input_ids,
+        new_tokens,
+        pixel_values=torch.from_numpy(pixel_values(pixels)),
+        image_sizes=torch.tensor([list(pixels.shape[:2])]),
+    )

@@ -3,15 +3,25 @@ a package's graphs, generate greedily with onnxruntime-genai."""
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnxruntime as ort
+import pytest
+import torch
 
 import mobius_genai
 from mobius_genai import ModelPackage
-from tests._hf import ReferenceRun, hf_reference_logits
+from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.errors import BundleError
+from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
+from tests._hf import ReferenceRun, hf_reference_logits, write_tiny_checkpoint
 
 
 def ort_session(package: ModelPackage, directory: Path) -> ort.InferenceSession:
@@ -80,6 +90,16 @@ def graph_diffs(
     return diffs
 
 
+def case_diffs(
+    directory: Path, family: str, ids: np.ndarray, eps: tuple[str, ...], *, seed: int, **overrides
+) -> dict[str, float]:
+    """`graph_diffs` of a tiny `family` checkpoint (tests/_hf.py's row with `overrides`) from
+    transformers' prefill of `ids` and 4 cached decode steps."""
+    ckpt = write_tiny_checkpoint(directory / "ckpt", family, seed=seed, **overrides)
+    reference = hf_reference_logits(ckpt, ids, decode_steps=4)
+    return graph_diffs(ckpt, reference, eps, directory, progress=False)
+
+
 def left_padded_diffs(ckpt: Path, directory: Path) -> tuple[float, float]:
     """The portable graph against transformers on a batch of two where the first row is
     left-padded by 4: (largest logits difference at the first row's real positions, largest
@@ -101,6 +121,17 @@ def max_abs_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
     return max(
         float(np.abs(a.astype(np.float32) - b).max()) for a, b in zip(ours, reference, strict=True)
     )
+
+
+def model_ops(model: ir.Model) -> set[tuple[str, str]]:
+    """The (domain, op type) pairs of every node in `model`, subgraphs included."""
+    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
+
+
+def saved_ops(path: Path) -> set[tuple[str, str]]:
+    """The (domain, op type) pairs of a saved graph's nodes, its weights left unread."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {(node.domain, node.op_type) for node in graph.node}
 
 
 def package_sessions(package: ModelPackage) -> dict[str, ort.InferenceSession]:
@@ -174,6 +205,38 @@ def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
         generator.generate_next_token()
         tokens.append(int(generator.get_next_tokens()[0]))
     return tokens
+
+
+def assert_validate_names(
+    bundle: Path, tmp_path: Path, change: Callable[[dict], object], named: str
+) -> None:
+    """validate_bundle passes `bundle`, then names `named` once `change` has edited the
+    "model" section of a copy's genai_config.json."""
+    validate_bundle(bundle)
+    copy = tmp_path / "copy"
+    shutil.copytree(bundle, copy)
+    path = copy / "genai_config.json"
+    config = json.loads(path.read_text())
+    change(config["model"])
+    path.write_text(json.dumps(config))
+    (copy / "mobius_manifest.json").unlink()  # its sizes and hashes are of the original
+    with pytest.raises(BundleError, match=re.escape(named)):
+        validate_bundle(copy)
+
+
+def smoke_image_prompt(
+    bundle: Path, placeholder: str, side: int
+) -> tuple[np.ndarray, torch.Tensor]:
+    """The smoke test's `side` x `side` image and the ids og's processor makes of its prompt
+    (`placeholder` before the smoke text): what transformers continues to check the smoke test."""
+    import onnxruntime_genai as og
+
+    pixels = smoke_pixels(side, side)
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    inputs = processor(
+        f"{placeholder} {SMOKE_IMAGE_TEXT}", images=og.Images.open_bytes(png_bytes(pixels))
+    )
+    return pixels, torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
 
 
 def og_sequence(bundle, prompt: list[int], max_length: int) -> list[int]:

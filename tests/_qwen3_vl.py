@@ -20,13 +20,11 @@ from transformers import (
 from tests._hf import randomize_weights
 from tests._qwen_vl import (
     IMAGE_TOKEN,
-    MERGE,
-    PATCH,
-    TEMPORAL,
     TEXT_HIDDEN,
     VIDEO_TOKEN,
     VISION_END,
     VISION_START,
+    VISION_TOWER,
     write_qwen2_5_vl_checkpoint,
 )
 
@@ -52,18 +50,7 @@ _TEXT = {
     },
 }
 # a 4 x 4 learned position grid resampled to every image size; blocks 0 and 2 feed DeepStack
-_VISION = {
-    "depth": 3,
-    "hidden_size": 32,
-    "intermediate_size": 48,
-    "num_heads": 2,
-    "patch_size": PATCH,
-    "spatial_merge_size": MERGE,
-    "temporal_patch_size": TEMPORAL,
-    "out_hidden_size": TEXT_HIDDEN,
-    "num_position_embeddings": 16,
-    "deepstack_visual_indexes": DEEPSTACK,
-}
+_VISION = {**VISION_TOWER, "num_position_embeddings": 16, "deepstack_visual_indexes": DEEPSTACK}
 
 
 #: A tiny MoE decoder: 4 experts of 64 (whole int4 blocks of 32, so int4 writes QMoE); the

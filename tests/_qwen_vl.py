@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from tests._hf import randomize_weights
+from tests._hf import generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, VIDEO_TOKEN, VISION_START, VISION_END = 150, 151, 152, 153
@@ -35,9 +35,8 @@ _TEXT = {
     "eos_token_id": 2,
     "rope_parameters": {"rope_type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4},
 }
-# window_size 16 = 2 merged tokens of 2 x 2 patches of 4 pixels: a 40 x 56 image is a 5 x 7
-# grid of merged tokens in 3 x 4 windows, some of them partial; block 1 attends to everything.
-_VISION = {
+#: The vision tower Qwen2.5-VL and Qwen3-VL share here: 3 blocks, 2 x 2 merges of 4-pixel patches.
+VISION_TOWER = {
     "depth": 3,
     "hidden_size": 32,
     "intermediate_size": 48,
@@ -45,10 +44,11 @@ _VISION = {
     "patch_size": PATCH,
     "spatial_merge_size": MERGE,
     "temporal_patch_size": TEMPORAL,
-    "window_size": 16,
     "out_hidden_size": TEXT_HIDDEN,
-    "fullatt_block_indexes": [1],
 }
+# window_size 16 = 2 merged tokens of 2 x 2 patches of 4 pixels: a 40 x 56 image is a 5 x 7
+# grid of merged tokens in 3 x 4 windows, some of them partial; block 1 attends to everything.
+_VISION = {**VISION_TOWER, "window_size": 16, "fullatt_block_indexes": [1]}
 
 
 def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForConditionalGeneration:
@@ -137,6 +137,26 @@ def token_types(input_ids: torch.Tensor, image_token_id: int = IMAGE_TOKEN) -> t
     return (input_ids == image_token_id).int()
 
 
+def transformers_prefill(
+    model: torch.nn.Module, input_ids: torch.Tensor, pixel_values: np.ndarray, grid: np.ndarray
+) -> tuple[torch.Tensor, Any]:
+    """transformers' mrope position ids for `input_ids` with one image's patches, and its
+    prefill output (logits and cache) over them."""
+    grid_thw = torch.from_numpy(grid)
+    with torch.no_grad():
+        positions, _ = model.model.get_rope_index(
+            input_ids, token_types(input_ids), image_grid_thw=grid_thw
+        )
+        reference = model(
+            input_ids=input_ids,
+            pixel_values=torch.from_numpy(pixel_values),
+            image_grid_thw=grid_thw,
+            mm_token_type_ids=token_types(input_ids),
+            use_cache=True,
+        )
+    return positions, reference
+
+
 def transformers_tokens(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -146,18 +166,14 @@ def transformers_tokens(
     """transformers' greedy tokens for `input_ids` and an image (or a list of images, in the
     prompt's order) of uint8 `pixels` [h, w, 3] already at the processor's size."""
     values, grids = zip(*(patches(image) for image in _listed(pixels)), strict=True)
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(np.concatenate(values)),
-            image_grid_thw=torch.from_numpy(np.concatenate(grids)),
-            mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return reference[0, input_ids.shape[1] :].tolist()
+    return generated_tokens(
+        model,
+        input_ids,
+        new_tokens,
+        pixel_values=torch.from_numpy(np.concatenate(values)),
+        image_grid_thw=torch.from_numpy(np.concatenate(grids)),
+        mm_token_type_ids=token_types(input_ids, model.config.image_token_id),
+    )
 
 
 def _listed(pixels: np.ndarray | list[np.ndarray]) -> list[np.ndarray]:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Gemma3Config, Gemma3ForConditionalGeneration
 
-from tests._hf import randomize_weights
+from tests._hf import generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, BOI_TOKEN, EOI_TOKEN = 100, 101, 102
@@ -116,14 +116,10 @@ def transformers_tokens(
     """transformers' greedy tokens for `input_ids` and an image of uint8 `pixels` [h, w, 3]
     already at the processor's size (its processor: rescale, normalize, channels first)."""
     hf_pixels = ((pixels / 255 - 0.5) / 0.5).astype(np.float32).transpose(2, 0, 1)[None]
-    with torch.no_grad():
-        reference = model.generate(
-            input_ids=input_ids,
-            pixel_values=torch.from_numpy(hf_pixels),
-            token_type_ids=(input_ids == model.config.image_token_index).long(),
-            attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=new_tokens,
-            min_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return reference[0, input_ids.shape[1] :].tolist()
+    return generated_tokens(
+        model,
+        input_ids,
+        new_tokens,
+        pixel_values=torch.from_numpy(hf_pixels),
+        token_type_ids=(input_ids == model.config.image_token_index).long(),
+    )

@@ -23,6 +23,7 @@ from mobius_genai.ep import get_ep
 from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import png_bytes
+from tests._hf import generated_tokens
 from tests._lfm2_vl import (
     image_inputs,
     image_tokens,
@@ -220,16 +221,7 @@ def test_og_greedy_tokens_with_two_images_equal_transformers(
     assert inputs["pixel_values"].as_numpy().shape[0] == 2
     ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
     feeds = {key: torch.from_numpy(value) for key, value in image_inputs([first, second]).items()}
-    with torch.no_grad():
-        expected = model.generate(
-            input_ids=ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=6,
-            min_new_tokens=6,
-            do_sample=False,
-            **feeds,
-        )
-    assert og_greedy(og_model, inputs, 6) == expected[0, ids.shape[1] :].tolist()
+    assert og_greedy(og_model, inputs, 6) == generated_tokens(model, ids, 6, **feeds)
 
 
 def test_og_refuses_images_of_different_sizes_in_one_prompt(lfm2_vl_bundle, tmp_path):

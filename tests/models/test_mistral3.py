@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 import torch
@@ -20,7 +19,7 @@ from tests._mistral3 import (
     reference_features,
     tiny_mistral3,
 )
-from tests._ort import decode_like_transformers, package_sessions, run_declared
+from tests._ort import decode_like_transformers, model_ops, package_sessions, run_declared
 
 TOLERANCE = 1e-4
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16
@@ -122,22 +121,18 @@ def test_vision_graph_takes_one_image_at_its_size(mistral3):
     assert "inputs_embeds" in decoder
 
 
-def _ops(model: ir.Model) -> set[tuple[str, str]]:
-    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
-
-
 @pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
 def test_graph_ops_per_ep_and_role(mistral3, ep, recwarn):
     _, folder = mistral3
     package = build(folder, ep, load_weights=False, progress=False)
     for key, model in package.items():
-        ops = _ops(model)
+        ops = model_ops(model)
         if key != "decoder":  # the tower's attention is bidirectional: never GQA
             assert ("com.microsoft", "GroupQueryAttention") not in ops, key
         if ep == "onnx-standard":
             assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
-    assert ("", "Attention") in _ops(package["vision"])
-    decoder = _ops(package["decoder"])
+    assert ("", "Attention") in model_ops(package["vision"])
+    decoder = model_ops(package["decoder"])
     fused = ("com.microsoft", "GroupQueryAttention") in decoder
     assert fused == (ep != "onnx-standard")
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]

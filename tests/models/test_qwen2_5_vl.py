@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from mobius_genai.build import build
-from tests._ort import decode_like_transformers, package_sessions
+from tests._ort import decode_like_transformers, model_ops, package_sessions
 from tests._qwen_vl import (
     IMAGE_TOKEN,
     TEXT_HIDDEN,
     image_prompt,
     patches,
     tiny_qwen2_5_vl,
-    token_types,
+    transformers_prefill,
 )
 
 TOLERANCE = 1e-4
@@ -78,15 +78,7 @@ def test_graphs_match_transformers_over_prefill_and_decode(qwen, ep):
         features_ref = torch.from_numpy(_reference_features(model, pixel_values, grid))
         embeds_ref = model.model.get_input_embeddings()(ids)
         embeds_ref = embeds_ref.masked_scatter((ids == IMAGE_TOKEN)[..., None], features_ref)
-        positions, _ = model.model.get_rope_index(
-            ids, token_types(ids), image_grid_thw=torch.from_numpy(grid)
-        )
-        reference = model(
-            input_ids=ids,
-            **{k: torch.from_numpy(v) for k, v in image.items()},
-            mm_token_type_ids=token_types(ids),
-            use_cache=True,
-        )
+    positions, reference = transformers_prefill(model, ids, pixel_values, grid)
     embeds = _run(sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features})
     embeds = embeds["inputs_embeds"]
     np.testing.assert_allclose(embeds, embeds_ref.numpy(), atol=TOLERANCE, rtol=0)
@@ -122,22 +114,18 @@ def test_graph_io_is_what_onnxruntime_genai_feeds(qwen):
     assert decoder["position_ids"].shape[0] == 3 and decoder["position_ids"].shape.rank() == 3
 
 
-def _ops(model: ir.Model) -> set[tuple[str, str]]:
-    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
-
-
 @pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
 def test_graph_ops_per_ep(qwen, ep, recwarn):
     _, folder = qwen
     package = build(folder, ep, load_weights=False, progress=False)
     for key, model in package.items():
-        ops = _ops(model)
+        ops = model_ops(model)
         if key != "decoder":
             assert ("com.microsoft", "GroupQueryAttention") not in ops, key
         if ep == "onnx-standard":
             assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
     if ep != "onnx-standard":  # the decoder's causal attention fuses, mrope rotated in front
-        assert ("com.microsoft", "GroupQueryAttention") in _ops(package["decoder"])
+        assert ("com.microsoft", "GroupQueryAttention") in model_ops(package["decoder"])
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
 
 

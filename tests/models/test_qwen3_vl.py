@@ -5,14 +5,20 @@ embeddings and added after the decoder's first layers, interleaved mrope."""
 from __future__ import annotations
 
 import numpy as np
-import onnx_ir as ir
 import pytest
 import torch
 
 from mobius_genai.build import build
-from tests._ort import decode_like_transformers, package_sessions, run_declared
+from tests._ort import decode_like_transformers, model_ops, package_sessions, run_declared
 from tests._qwen3_vl import DEEPSTACK, hub_experts, tiny_qwen3_vl
-from tests._qwen_vl import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, patches, token_types
+from tests._qwen_vl import (
+    IMAGE_TOKEN,
+    TEXT_HIDDEN,
+    image_prompt,
+    patches,
+    token_types,
+    transformers_prefill,
+)
 from tests.models.test_qwen2_5_vl import _image
 
 TOLERANCE = 1e-4
@@ -136,22 +142,13 @@ def test_graphs_match_transformers_over_prefill_and_decode(request, checkpoint, 
     sessions = package_sessions(build(folder, ep, "fp32", progress=False))
     pixel_values, grid = patches(_image(40, 56))
     ids = image_prompt(grid)
-    image = {"pixel_values": pixel_values, "image_grid_thw": grid}
     features = _features(sessions, pixel_values, grid)
     _, merged, deepstack = _reference(model, pixel_values, grid)
     with torch.no_grad():
         mask = (ids == IMAGE_TOKEN)[..., None]
         embeds_ref = model.model.get_input_embeddings()(ids).masked_scatter(mask, merged)
         parts = [torch.zeros_like(embeds_ref).masked_scatter(mask, part) for part in deepstack]
-        positions, _ = model.model.get_rope_index(
-            ids, token_types(ids), image_grid_thw=torch.from_numpy(grid)
-        )
-        reference = model(
-            input_ids=ids,
-            **{k: torch.from_numpy(v) for k, v in image.items()},
-            mm_token_type_ids=token_types(ids),
-            use_cache=True,
-        )
+    positions, reference = transformers_prefill(model, ids, pixel_values, grid)
     embeds = run_declared(
         sessions["embedding"], {"input_ids": ids.numpy(), "image_features": features}
     )
@@ -185,16 +182,12 @@ def test_graph_io_carries_deepstack_in_wider_embeddings(qwen3):
     assert decoder["position_ids"].shape[0] == 3 and decoder["position_ids"].shape.rank() == 3
 
 
-def _ops(model: ir.Model) -> set[tuple[str, str]]:
-    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
-
-
 @pytest.mark.parametrize("ep", ["cpu", "cuda", "dml", "webgpu", "onnx-standard"])
 def test_graph_ops_per_ep_and_role(qwen3, ep, recwarn):
     _, folder = qwen3
     package = build(folder, ep, load_weights=False, progress=False)
     for key, model in package.items():
-        ops = _ops(model)
+        ops = model_ops(model)
         if key != "decoder":
             assert ("com.microsoft", "GroupQueryAttention") not in ops, key
         if key != "vision":
@@ -202,9 +195,9 @@ def test_graph_ops_per_ep_and_role(qwen3, ep, recwarn):
         if ep == "onnx-standard":
             assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
     if ep != "onnx-standard":  # the decoder's causal attention fuses, mrope rotated in front
-        assert ("com.microsoft", "GroupQueryAttention") in _ops(package["decoder"])
+        assert ("com.microsoft", "GroupQueryAttention") in model_ops(package["decoder"])
     # onnxruntime has the kernel for CUDA only; elsewhere its standard body is inlined
-    assert (PACKED in _ops(package["vision"])) == (ep == "cuda")
+    assert (PACKED in model_ops(package["vision"])) == (ep == "cuda")
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]
 
 
@@ -219,7 +212,7 @@ def test_the_cuda_vision_graph_body_matches_transformers(qwen3, size):
     packed = [node for node in vision.graph.all_nodes() if node.op_type == PACKED[1]]
     assert len(packed) == model.config.vision_config.depth  # one per block
     InlinePass(criteria=lambda function: function.name == PACKED[1])(vision)
-    assert PACKED not in _ops(vision)
+    assert PACKED not in model_ops(vision)
     pixel_values, grid = patches(_image(*size))
     session = package_sessions({"vision": vision})["vision"]
     reference, _, _ = _reference(model, pixel_values, grid)
@@ -338,11 +331,11 @@ def test_the_moe_decoder_ops_per_ep(qwen3_moe, ep):
     body for onnx-standard; the vision and embedding graphs are the dense model's."""
     _, folder = qwen3_moe
     package = build(folder, ep, load_weights=False, progress=False)
-    decoder = _ops(package["decoder"])
+    decoder = model_ops(package["decoder"])
     assert (("com.microsoft", "MoE") in decoder) == (ep == "cpu")
     if ep == "onnx-standard":
         for key, model in package.items():
-            assert {domain for domain, _ in _ops(model)} <= {"", "ai.onnx"}, key
+            assert {domain for domain, _ in model_ops(model)} <= {"", "ai.onnx"}, key
     assert package["decoder"].graph.inputs[0].shape[2] == WIDTH  # inputs_embeds
 
 

@@ -12,7 +12,7 @@ from safetensors.numpy import load_file, save_file
 
 from mobius_genai.build import build
 from mobius_genai.errors import WeightsError
-from tests._ort import decode_like_transformers, package_sessions, run_declared
+from tests._ort import decode_like_transformers, model_ops, package_sessions, run_declared
 from tests._vlm import IMAGE_TOKEN, TEXT_HIDDEN, image_prompt, tiny_gemma3
 
 TOLERANCE = 1e-4
@@ -87,10 +87,6 @@ def test_graphs_match_transformers_over_prefill_and_decode(gemma3, ep):
     decode_like_transformers(model, sessions, outputs, reference)
 
 
-def _ops(model: ir.Model) -> set[tuple[str, str]]:
-    return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
-
-
 @pytest.mark.parametrize(
     ("ep", "image_gqa"), [("cpu", True), ("cuda", True), ("dml", False), ("onnx-standard", False)]
 )
@@ -100,7 +96,7 @@ def test_graph_ops_per_ep(gemma3, ep, image_gqa, recwarn):
     _, folder = gemma3
     package = build(folder, ep, load_weights=False, progress=False)
     for key, model in package.items():
-        ops = _ops(model)
+        ops = model_ops(model)
         if key != "decoder":
             assert ("com.microsoft", "GroupQueryAttention") not in ops, key
         if ep == "onnx-standard":
@@ -108,7 +104,7 @@ def test_graph_ops_per_ep(gemma3, ep, image_gqa, recwarn):
     decoder = package["decoder"]
     fused = _image_block_gqa(decoder)
     assert len(fused) == (LAYERS if image_gqa else 0)
-    assert (("", "Attention") in _ops(decoder)) != image_gqa
+    assert (("", "Attention") in model_ops(decoder)) != image_gqa
     for node in fused:  # the window lives in the bias: GQA's own must stay off
         assert node.attributes.get_int("local_window_size", -1) == -1
     assert not [w for w in recwarn if "GQA fusion expected" in str(w.message)]

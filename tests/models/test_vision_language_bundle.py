@@ -13,8 +13,8 @@ import torch
 from mobius_genai.ep import get_ep
 from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
-from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
-from tests._ort import og_greedy
+from mobius_genai.runtime.smoke_image import png_bytes
+from tests._ort import og_greedy, smoke_image_prompt
 from tests._vlm import SIZE, transformers_tokens
 
 og = pytest.importorskip("onnxruntime_genai")
@@ -53,12 +53,7 @@ def test_smoke_test_generates_with_an_image_at_the_processors_size_like_transfor
     assert f"with a {SIZE}x{SIZE} image" in result.note
     assert result.note.endswith("same as a plain onnxruntime loop")
     # the same prompt and image through og's processor give the ids transformers continues
-    pixels = smoke_pixels(SIZE, SIZE)
-    processor = og.Model(str(bundle)).create_multimodal_processor()
-    inputs = processor(
-        f"<start_of_image> {SMOKE_IMAGE_TEXT}", images=og.Images.open_bytes(png_bytes(pixels))
-    )
-    input_ids = torch.from_numpy(inputs["input_ids"].as_numpy().astype(np.int64))
+    pixels, input_ids = smoke_image_prompt(bundle, "<start_of_image>", SIZE)
     expected = transformers_tokens(model, input_ids, pixels, len(result.tokens))
     assert list(result.tokens) == expected
 

@@ -9,14 +9,10 @@ from pathlib import Path
 import onnx
 
 from mobius_genai.packager import package
+from tests._ort import saved_ops
 
 MATMUL_NBITS = ("com.microsoft", "MatMulNBits")
 FLOAT_TYPES = {onnx.TensorProto.FLOAT}
-
-
-def _ops(path: Path) -> set[tuple[str, str]]:
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return {(node.domain, node.op_type) for node in graph.node}
 
 
 def _initializer_types(path: Path) -> set[int]:
@@ -30,12 +26,12 @@ def test_int4_quantizes_the_decoder_and_keeps_the_vision_tower_float(
     gemma3_checkpoint, tmp_path, capfd
 ):
     bundle = package(gemma3_checkpoint[1], "cpu", tmp_path / "bundle", precision="int4")
-    assert MATMUL_NBITS in _ops(bundle / "decoder.onnx")
-    assert ("", "MatMul") not in _ops(bundle / "decoder.onnx")
+    assert MATMUL_NBITS in saved_ops(bundle / "decoder.onnx")
+    assert ("", "MatMul") not in saved_ops(bundle / "decoder.onnx")
     for graph in ("vision.onnx", "embedding.onnx"):
-        assert MATMUL_NBITS not in _ops(bundle / graph)
+        assert MATMUL_NBITS not in saved_ops(bundle / graph)
         assert _initializer_types(bundle / graph) <= FLOAT_TYPES | {onnx.TensorProto.INT64}
-    assert ("", "MatMul") in _ops(bundle / "vision.onnx")
+    assert ("", "MatMul") in saved_ops(bundle / "vision.onnx")
     manifest = json.loads((bundle / "mobius_manifest.json").read_text())
     assert manifest["build"]["precision"] == "int4"
     assert "with a 64x64 image" in capfd.readouterr().err  # the smoke test ran with an image

@@ -19,7 +19,7 @@ from mobius_genai.components import mlp
 from mobius_genai.components.xielu import XIELU
 from mobius_genai.errors import ConfigError
 from tests._hf import edit_config, hf_reference_logits, write_tiny_checkpoint
-from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import case_diffs, graph_diffs, max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -36,9 +36,7 @@ def _ids() -> np.ndarray:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_apertus_graphs_match_transformers(case, tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "apertus", seed=1, **CASES[case])
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
-    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, progress=False)
+    diffs = case_diffs(tmp_path, "apertus", _ids(), EPS, seed=1, **CASES[case])
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 

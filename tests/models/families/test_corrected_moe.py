@@ -27,7 +27,7 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
-from tests._ort import graph_diffs, mutant_diffs
+from tests._ort import case_diffs, graph_diffs, mutant_diffs
 from tests.models.families.test_bundles import int4_bundle_ops
 from tests.models.families.test_deepseek import _CorrectionBiasIgnored, _with_routing
 from tests.models.families.test_moe import _with_moe
@@ -69,9 +69,7 @@ def _ids() -> np.ndarray:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_corrected_moe_graphs_match_transformers(case, tmp_path):
     family, overrides = CASES[case]
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
-    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, progress=False)
+    diffs = case_diffs(tmp_path, family, _ids(), EPS, seed=1, **overrides)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 

@@ -39,7 +39,7 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
-from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import case_diffs, graph_diffs, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
@@ -70,9 +70,7 @@ def _ids() -> np.ndarray:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_lfm2_moe_graphs_match_transformers(case, tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "lfm2_moe", seed=1, **CASES[case])
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
-    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, progress=False)
+    diffs = case_diffs(tmp_path, "lfm2_moe", _ids(), EPS, seed=1, **CASES[case])
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 

@@ -39,7 +39,7 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
-from tests._ort import graph_diffs, left_padded_diffs, mutant_diffs
+from tests._ort import case_diffs, graph_diffs, left_padded_diffs, mutant_diffs
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint, int4_bundle_ops
 from tests.runtime._og import PROMPTS, engine_tokens
 
@@ -80,9 +80,7 @@ def _ids() -> np.ndarray:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_llama4_graphs_match_transformers(case, tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", FAMILY, seed=1, **CASES[case])
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
-    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, progress=False)
+    diffs = case_diffs(tmp_path, FAMILY, _ids(), EPS, seed=1, **CASES[case])
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 

@@ -23,7 +23,7 @@ from mobius_genai.config.moe import SparseMixer
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
-from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import case_diffs, max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4
 SEED = 3  # tokens of the prompts pick 4, 3 and 2 different pairs in the three layers
@@ -126,9 +126,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_phimoe_graphs_match_transformers(case, tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "phimoe", seed=SEED, **CASES[case])
-    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
-    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, progress=False)
+    diffs = case_diffs(tmp_path, "phimoe", _ids(), EPS, seed=SEED, **CASES[case])
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
