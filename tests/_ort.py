@@ -116,6 +116,28 @@ def left_padded_diffs(ckpt: Path, directory: Path) -> tuple[float, float]:
     return first, max_abs_diff(ours[1:], reference.logits[1:])
 
 
+#: A prompt long enough that a recurrent layer's chunked scan matters (transformers scans in 16-
+#: or 64-token chunks, then token by token).
+LONG_PREFILL = 70
+
+
+def long_prefill_reference(checkpoint: Path, decode_steps: int = 4) -> ReferenceRun:
+    """transformers' logits over a LONG_PREFILL-token prompt, then `decode_steps` cached steps."""
+    ids = np.random.default_rng(0).integers(3, 128, size=(1, LONG_PREFILL))
+    return hf_reference_logits(checkpoint, ids, decode_steps=decode_steps)
+
+
+def built_graph_diff(
+    checkpoint: Path, reference: ReferenceRun, ep: str, directory: Path
+) -> tuple[set[str], float]:
+    """(the op domains of `ep`'s float32 graph of `checkpoint`, its largest logit difference
+    from `reference` over the same prefill and decode steps)."""
+    package = mobius_genai.build(checkpoint, ep, "f32")
+    domains = {node.domain for node in package["model"].graph.all_nodes()}
+    ours = run_like_reference(ort_session(package, directory), reference)
+    return domains, max_abs_diff(ours, reference.logits)
+
+
 def max_abs_diff(ours: list[np.ndarray], reference: list[np.ndarray]) -> float:
     """Largest absolute difference over all calls' logits."""
     return max(

@@ -22,11 +22,17 @@ from mobius_genai.components import mamba2
 from mobius_genai.models import get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
-from tests._ort import left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import (
+    built_graph_diff,
+    left_padded_diffs,
+    long_prefill_reference,
+    max_abs_diff,
+    ort_session,
+    run_like_reference,
+)
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
-PREFILL = 70  # transformers scans in 16-token chunks here (tests/_hf.py), then token by token
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +43,7 @@ def granite(tmp_path_factory):
 @pytest.fixture(scope="module")
 def long_run(granite):
     """transformers' chunked scan over 70 tokens, then 4 single-token decode steps."""
-    ids = np.random.default_rng(0).integers(3, 128, size=(1, PREFILL))
-    return hf_reference_logits(granite, ids, decode_steps=4)
+    return long_prefill_reference(granite)
 
 
 @pytest.mark.parametrize(
@@ -50,11 +55,9 @@ def long_run(granite):
     ],
 )
 def test_long_prefill_then_decode_matches_transformers(granite, long_run, ep, domains, tmp_path):
-    package = mobius_genai.build(granite, ep, "f32")
-    model = package["model"]
-    assert {node.domain for node in model.graph.all_nodes()} == domains
-    ours = run_like_reference(ort_session(package, tmp_path), long_run)
-    assert max_abs_diff(ours, long_run.logits) <= TOLERANCE
+    built, diff = built_graph_diff(granite, long_run, ep, tmp_path)
+    assert built == domains
+    assert diff <= TOLERANCE
 
 
 def _skip_softplus(model: ir.Model) -> None:

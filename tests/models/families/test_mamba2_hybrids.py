@@ -28,13 +28,19 @@ from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import edit_config, hf_reference_logits, tiny_config, write_tiny_checkpoint
-from tests._ort import left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import (
+    built_graph_diff,
+    left_padded_diffs,
+    long_prefill_reference,
+    max_abs_diff,
+    ort_session,
+    run_like_reference,
+)
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.models.families.test_parity import _parity
 from tests.runtime.conftest import run_builder
 
 TOLERANCE = 1e-4  # f32
-PREFILL = 70  # transformers scans in 16-token chunks here (tests/_hf.py), then token by token
 FAMILIES_HERE = ("nemotron_h", "falcon_h1")
 
 
@@ -47,8 +53,7 @@ def checkpoints(tmp_path_factory):
 @pytest.fixture(scope="module")
 def long_runs(checkpoints):
     """transformers' chunked scan over 70 tokens, then 4 single-token decode steps."""
-    ids = np.random.default_rng(0).integers(3, 128, size=(1, PREFILL))
-    return {family: hf_reference_logits(ckpt, ids, 4) for family, ckpt in checkpoints.items()}
+    return {family: long_prefill_reference(ckpt) for family, ckpt in checkpoints.items()}
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +75,9 @@ def short_runs(checkpoints):
 def test_long_prefill_then_decode_matches_transformers(
     checkpoints, long_runs, family, ep, domains, tmp_path
 ):
-    package = mobius_genai.build(checkpoints[family], ep, "f32")
-    assert {node.domain for node in package["model"].graph.all_nodes()} == domains
-    ours = run_like_reference(ort_session(package, tmp_path), long_runs[family])
-    assert max_abs_diff(ours, long_runs[family].logits) <= TOLERANCE
+    built, diff = built_graph_diff(checkpoints[family], long_runs[family], ep, tmp_path)
+    assert built == domains
+    assert diff <= TOLERANCE
 
 
 # case → (family, config overrides)

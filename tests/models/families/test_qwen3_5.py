@@ -24,7 +24,9 @@ from mobius_genai.models import get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import (
+    built_graph_diff,
     left_padded_diffs,
+    long_prefill_reference,
     max_abs_diff,
     ort_session,
     reference_evaluator_logits,
@@ -33,7 +35,6 @@ from tests._ort import (
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
-PREFILL = 70  # transformers runs the prefill in 64-token chunks, then one token at a time
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,7 @@ def qwen3_5(tmp_path_factory):
 @pytest.fixture(scope="module")
 def long_run(qwen3_5):
     """transformers' chunked prefill of 70 tokens, then 4 per-token decode steps."""
-    ids = np.random.default_rng(0).integers(3, 128, size=(1, PREFILL))
-    return hf_reference_logits(qwen3_5, ids, decode_steps=4)
+    return long_prefill_reference(qwen3_5)
 
 
 @pytest.mark.parametrize(
@@ -57,11 +57,9 @@ def long_run(qwen3_5):
     ],
 )
 def test_long_prefill_then_decode_matches_transformers(qwen3_5, long_run, ep, domains, tmp_path):
-    package = mobius_genai.build(qwen3_5, ep, "f32")
-    model = package["model"]
-    assert {node.domain for node in model.graph.all_nodes()} == domains
-    ours = run_like_reference(ort_session(package, tmp_path), long_run)
-    assert max_abs_diff(ours, long_run.logits) <= TOLERANCE
+    built, diff = built_graph_diff(qwen3_5, long_run, ep, tmp_path)
+    assert built == domains
+    assert diff <= TOLERANCE
 
 
 def _drop_gate(model: ir.Model, input_index: int, kept: int) -> str:

@@ -25,16 +25,14 @@ from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import (
     hf_float64_logits,
-    hf_reference_logits,
     load_reference_model,
     tiny_config,
     write_tiny_checkpoint,
 )
-from tests._ort import max_abs_diff, ort_session, run_like_reference
+from tests._ort import long_prefill_reference, max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
-PREFILL = 70  # transformers runs the prefill in 64-token chunks, then one token at a time
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +43,7 @@ def qwen3_next(tmp_path_factory):
 @pytest.fixture(scope="module")
 def long_run(qwen3_next):
     """transformers' chunked prefill of 70 tokens, then 4 per-token decode steps."""
-    ids = np.random.default_rng(0).integers(3, 128, size=(1, PREFILL))
-    return hf_reference_logits(qwen3_next, ids, decode_steps=4)
+    return long_prefill_reference(qwen3_next)
 
 
 @pytest.fixture(scope="module")
