@@ -19,6 +19,12 @@ from tqdm import tqdm
 PREFIX = "mobius-genai: "
 
 
+def stderr_line(text: str) -> None:
+    """`text` and its newline on stderr in one write. `print` writes them apart, and a Ctrl-C
+    handled between the two glued the next line ("…: interrupted; chat ended") onto this one."""
+    sys.stderr.write(f"{text}\n")
+
+
 @contextlib.contextmanager
 def phase(description: str, enabled: bool = True) -> Iterator[None]:
     """Say `description` on a terminal as the phase starts, elsewhere with the phase's time
@@ -35,7 +41,7 @@ def phase(description: str, enabled: bool = True) -> Iterator[None]:
     with _PhaseBar(description if terminal else None):
         yield
     if not terminal:
-        print(f"{PREFIX}{description}: {time.monotonic() - start:.1f} s", file=sys.stderr)
+        stderr_line(f"{PREFIX}{description}: {time.monotonic() - start:.1f} s")
 
 
 #: The phases running now, innermost last: work deep below one (in any thread: a weight may

@@ -17,6 +17,7 @@ import signal
 import sys
 
 from mobius_genai.errors import MobiusError
+from mobius_genai.progress import stderr_line
 
 TYPE_CHECKING = False  # typing itself takes milliseconds to import
 if TYPE_CHECKING:
@@ -140,7 +141,7 @@ def _finish_swaps(folder: str | None) -> None:
     from mobius_genai.bundle._staging import recover_stale
 
     for note in recover_stale(Path(folder).absolute()):
-        print(f"mobius-genai: {note}", file=sys.stderr)
+        stderr_line(f"mobius-genai: {note}")
 
 
 def _after_the_command_ends_on_signals() -> None:
@@ -180,10 +181,7 @@ def _stopped(signalled: BaseException) -> int:
     staged_output adds while replacing OUT); its exit code."""
     interrupted = isinstance(signalled, KeyboardInterrupt)
     outcome = "; ".join(getattr(signalled, "__notes__", [])) or "nothing was written"
-    print(
-        f"mobius-genai: {'interrupted' if interrupted else 'terminated'}; {outcome}",
-        file=sys.stderr,
-    )
+    stderr_line(f"mobius-genai: {'interrupted' if interrupted else 'terminated'}; {outcome}")
     return 128 + (signal.SIGINT if interrupted else signal.SIGTERM)
 
 
@@ -212,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MobiusError as error:
         if debug:
             raise
-        print(f"mobius-genai: error: {error.command_line_message()}", file=sys.stderr)
+        stderr_line(f"mobius-genai: error: {error.command_line_message()}")
         return 1
     except Exception as error:  # e.g. an ImportError a signal caused inside a C extension
         signalled = _signal_behind(error)

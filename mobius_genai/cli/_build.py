@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 from pathlib import Path
 
 from mobius_genai.build import build
@@ -20,6 +19,7 @@ from mobius_genai.cli._args import add_checkpoint_arguments
 from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.packager import bundle_name
+from mobius_genai.progress import stderr_line
 from mobius_genai.target import resolve_target
 
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             out,
             force=args.force,
             protect=checkpoint_folder(args.model),
-            say=lambda note: print(f"mobius-genai: {note}", file=sys.stderr),
+            say=lambda note: stderr_line(f"mobius-genai: {note}"),
         ) as staging,
     ):
         package = build(

@@ -29,6 +29,7 @@ from mobius_genai.cli._generation import (
     search_options,
 )
 from mobius_genai.errors import MobiusError
+from mobius_genai.progress import stderr_line
 from mobius_genai.runtime.chat import Conversation
 from mobius_genai.runtime.opening import open_bundle
 
@@ -36,15 +37,12 @@ _END = "end"
 
 
 def _help(conversation: Conversation) -> None:
-    print(
-        "\n".join(f"  {name:<7} {what}" for name, (what, _) in _COMMANDS.items()),
-        file=sys.stderr,
-    )
+    stderr_line("\n".join(f"  {name:<7} {what}" for name, (what, _) in _COMMANDS.items()))
 
 
 def _reset(conversation: Conversation) -> None:
     conversation.reset()
-    print("[conversation reset]", file=sys.stderr)
+    stderr_line("[conversation reset]")
 
 
 #: The chat's commands: what each does (for /help) and its action (`_END` ends the chat).
@@ -89,10 +87,9 @@ def run(args: argparse.Namespace) -> int:
     )
     interactive = sys.stdin.isatty()
     if interactive:
-        print(
+        stderr_line(
             f"Chat with {args.folder}; /help lists the commands, /exit or Ctrl-D ends it, "
-            "Ctrl-C stops a reply.",
-            file=sys.stderr,
+            "Ctrl-C stops a reply."
         )
     try:
         _converse(conversation, interactive, args)
@@ -129,14 +126,14 @@ def _next_message(interactive: bool) -> str | None:
         except KeyboardInterrupt:
             if not interactive:
                 raise
-            print("\n(/exit or Ctrl-D ends the chat)", file=sys.stderr)
+            stderr_line("\n(/exit or Ctrl-D ends the chat)")
 
 
 def _command(line: str, conversation: Conversation) -> str | None:
     """Do the command `line` names; `_END` when it ends the chat."""
     name = line.split()[0].lower()
     if name not in _COMMANDS:
-        print(f"mobius-genai: unknown command {name}; /help lists the commands", file=sys.stderr)
+        stderr_line(f"mobius-genai: unknown command {name}; /help lists the commands")
         return None
     action = _COMMANDS[name][1]
     if action == _END:
@@ -156,16 +153,16 @@ def _reply(conversation: Conversation, message: str, args: argparse.Namespace) -
                 sys.stdout.flush()
     except KeyboardInterrupt:  # the reply stops here (og's cancel_turn); the chat goes on
         sys.stdout.write("\n")
-        print("[reply stopped]", file=sys.stderr)
+        stderr_line("[reply stopped]")
         return
     except MobiusError as error:  # this message fails; the conversation goes on
-        print(f"mobius-genai: error: {error}", file=sys.stderr)
+        stderr_line(f"mobius-genai: error: {error}")
         return
     sys.stdout.write("\n")
     sys.stdout.flush()
     marker = _MARKERS.get(conversation.finish)
     if marker is not None:
-        print(marker.format(conversation=conversation, args=args), file=sys.stderr)
+        stderr_line(marker.format(conversation=conversation, args=args))
     speed.report(args.quiet)
 
 

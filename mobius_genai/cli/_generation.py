@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 from mobius_genai.cli._args import positive_int
 from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
+from mobius_genai.progress import stderr_line
 from mobius_genai.runtime.opening import ON_CPU, OpenBundle
 from mobius_genai.runtime.placement import Provider
 
@@ -107,7 +107,7 @@ def max_length(args: argparse.Namespace, bundle: OpenBundle) -> int:
 
 def say(text: str) -> None:
     """A note on stderr."""
-    print(f"mobius-genai: {text}", file=sys.stderr)
+    stderr_line(f"mobius-genai: {text}")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
@@ -193,4 +193,4 @@ class Speed:
         if quiet:
             return
         rate = f"{self._decoded / self._seconds:.1f}" if self._seconds > 0 else "n/a"
-        print(f"mobius-genai: {self.tokens} tokens, decode {rate} tokens/s", file=sys.stderr)
+        stderr_line(f"mobius-genai: {self.tokens} tokens, decode {rate} tokens/s")

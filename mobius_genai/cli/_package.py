@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 
 from mobius_genai.bundle._staging import add_note
@@ -14,7 +13,7 @@ from mobius_genai.cli._errors import reported_as_errors
 from mobius_genai.errors import OptionError
 from mobius_genai.optimize import trace_to_stderr
 from mobius_genai.packager import package
-from mobius_genai.progress import PREFIX
+from mobius_genai.progress import PREFIX, stderr_line
 from mobius_genai.quantize import DEFAULT_QUALITY, QUALITIES, Int4Options
 from mobius_genai.target import PRECISIONS, resolve_target
 
@@ -152,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not args.quiet:
             elapsed = time.monotonic() - start
-            print(f"{PREFIX}bundle written to {folder} in {elapsed:.0f} s", file=sys.stderr)
+            stderr_line(f"{PREFIX}bundle written to {folder} in {elapsed:.0f} s")
         print(folder)
     except BaseException as error:  # Ctrl-C or SIGTERM once the bundle is in place
         add_note(error, f"output {folder}: the new bundle is complete and in place")

@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import sys
 
 from mobius_genai.cli import _Terminated
 from mobius_genai.cli._args import positive_int
 from mobius_genai.cli._generation import add_ep_argument, on_cpu
 from mobius_genai.errors import OptionError
+from mobius_genai.progress import stderr_line
 
 #: Read when --api-key is not given, so the key stays out of the process list.
 API_KEY_VARIABLE = "MOBIUS_GENAI_API_KEY"
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
             quiet=args.quiet,
         )
     except (KeyboardInterrupt, _Terminated):  # raised again by uvicorn after the drain
-        print("mobius-genai: stopped", file=sys.stderr)
+        stderr_line("mobius-genai: stopped")
     return 0
 
 

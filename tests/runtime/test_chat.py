@@ -192,6 +192,29 @@ def test_ctrl_c_while_the_chat_reads_a_pipe_ends_it_with_one_line(packaged):
     assert lines == ["mobius-genai: interrupted; chat ended"]
 
 
+class _Writes(io.StringIO):
+    """stderr that keeps each write apart."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+def test_each_line_on_stderr_is_one_write(packaged, monkeypatch):
+    # A Ctrl-C handled between a line's text and its newline (print writes them apart) glued
+    # "interrupted; chat ended" onto the speed line.
+    stderr = _Writes()
+    monkeypatch.setattr("sys.stderr", stderr)
+    monkeypatch.setattr("sys.stdin", io.StringIO("Hi\n/reset\n/nothing\n"))
+    assert main(["chat", str(packaged("cpu")), "--max-new-tokens", "4"]) == 0
+    assert len(stderr.writes) >= 4  # the cut marker, the speed line, reset, unknown command
+    assert all(text.endswith("\n") for text in stderr.writes), stderr.writes
+
+
 def test_ep_cpu_chats_with_a_gpu_bundle_here(packaged, monkeypatch, capsys):
     folder = packaged("cuda")
     code, _, err = _chat(monkeypatch, capsys, folder, "Hi\n")
