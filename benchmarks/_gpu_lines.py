@@ -257,7 +257,7 @@ _FOURTH = [
         "gemma3n_text",
         "fp16",
         "Gemma 3n: AltUp streams, per-layer inputs, Laurel, sparse MLPs; GQA with window 5 on "
-        "sliding layers, the last two layers reading layers 2 and 3's caches (KV sharing)",
+        "sliding layers, the last two layers' GQA reading layers 2 and 3's pasts (KV sharing)",
         (GQA,),
     ),
     Line(
