@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.jobs < 1:
+        print(f"gpu_check: --jobs is {args.jobs}; accepted: 1 or more", file=sys.stderr)
+        return 2
     if args.download_wheels:
         return _download(Path(args.download_wheels))
     for command in install_commands(args.wheels, dry_run=args.dry_run):

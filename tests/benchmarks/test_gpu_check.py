@@ -211,6 +211,12 @@ def test_unknown_line_is_one_clear_line(capsys):
     assert error.count("\n") == 1 and "unknown line nope; accepted: dense-fp16," in error
 
 
+def test_jobs_below_one_is_one_clear_line(capsys):
+    assert gpu_check.main(["--dry-run", "--jobs", "0"]) == 2
+    error = capsys.readouterr().err
+    assert error == "gpu_check: --jobs is 0; accepted: 1 or more\n"
+
+
 def test_tokens_pass_when_equal_or_parting_at_a_near_tie_only():
     expected = {"tokens": [5, 6, 7], "margins": [3.0, 0.05, 2.0], "scale": 10.0}
     assert compare_tokens([5, 6, 7], expected, 0.02) == (True, "3/3 equal")
