@@ -14,6 +14,7 @@ from pathlib import Path
 
 import ml_dtypes
 import numpy as np
+import onnx
 import pytest
 import safetensors.torch
 import torch
@@ -22,12 +23,16 @@ from transformers import AutoModelForCausalLM, FineGrainedFP8Config
 from transformers.integrations.finegrained_fp8 import _dequantize_fp8_weight
 
 import mobius_genai
+from mobius_genai import packager
+from mobius_genai.checkpoint import weights
 from mobius_genai.checkpoint.prequantized.fp8 import Fp8Checkpoint, Fp8Scheme
 from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.cli import main as cli_main
 from mobius_genai.errors import ConfigError, WeightsError
-from tests._hf import hf_reference_logits, write_tiny_checkpoint
+from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._hf import hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
+from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
 E4M3_MAX = float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)  # 448
@@ -250,3 +255,48 @@ def test_bad_fp8_configs_are_one_line(case, tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "fp8" in lines[0], lines
     assert not out.exists()
+
+
+def test_fp8_bundle_generates_like_transformers_and_in_int4(tmp_path):
+    """A cpu bundle of an FP8 Llama (DeepSeek's 128 x 128 blocks, every one ragged here):
+    onnxruntime-genai's greedy tokens are transformers'; its int4 bundle runs and is the int4
+    bundle of the dequantized weights stored as float (the search saw the same values)."""
+    ckpt = _checkpoint(tmp_path / "float", "llama")
+    dense, packed = _fp8_pair(tmp_path, "llama", (128, 128), ckpt=ckpt)
+    bundle = packager.package(packed, "cpu", tmp_path / "bundle", quiet=True)
+    ours = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(dense, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS  # no early eos: every step compared
+    int4 = {}
+    for name, source in (("fp8", packed), ("dense", dense)):
+        folder = packager.package(
+            source, "cpu", tmp_path / f"int4-{name}", precision="int4", quiet=True
+        )
+        tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+        ops = {node.op_type for node in onnx.load(str(folder / "model.onnx")).graph.node}
+        int4[name] = (tokens, ops, (folder / "model.onnx.data").read_bytes())
+    assert len(int4["fp8"][0]) == NEW_TOKENS and "MatMulNBits" in int4["fp8"][1]
+    assert int4["fp8"] == int4["dense"]
+
+
+@pytest.mark.parametrize(("ep", "dtype"), [("cpu", "f16"), ("cuda", "bf16")])
+def test_fp8_weights_stream_into_every_dtype(ep, dtype, tmp_path, monkeypatch):
+    """An FP8 checkpoint's f16 or bf16 graph (cuda's: cpu runs no bf16) holds exactly what its
+    dequantized float twin's holds, saved from the same reads: row bands and column windows
+    (a part of a packed q/k/v is read whole, from either)."""
+    dense, packed = _fp8_pair(tmp_path, "qwen2", (32, 32))
+    monkeypatch.setattr(weights, "STREAM_ELEMENTS", 500)
+    monkeypatch.setattr(weights, "TRANSPOSE_WINDOW_BYTES", 1000)
+    reads = []
+    original = Checkpoint.read
+    monkeypatch.setattr(
+        Checkpoint, "read", lambda self, n, i=None: reads.append((n, i)) or original(self, n, i)
+    )
+    saved = {}
+    for name, ckpt in (("fp8", packed), ("dense", dense)):
+        reads.clear()
+        mobius_genai.build(ckpt, ep, dtype, progress=False).save(tmp_path / name / "b")
+        weight_reads = [(n, i) for n, i in reads if _quantized_name(n)]
+        saved[name] = (tmp_path / name / "b" / "model.onnx.data").read_bytes(), weight_reads
+    assert any(index is not None for _, index in saved["fp8"][1])
+    assert saved["fp8"] == saved["dense"]
