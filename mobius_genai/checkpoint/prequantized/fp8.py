@@ -10,7 +10,8 @@ config.json says `quantization_config: {"quant_method": "fp8", "fmt": "e4m3",
 
 the last block of a row or column being ragged where R or C does not divide the size.
 Everything else (modules_to_not_convert, embeddings, lm_head, norms, routers) is stored as
-float and read as it is. `Fp8Checkpoint` presents each quantized weight as a float32 tensor
+float and read as it is. compressed-tensors' float-quantized checkpoints store the same values
+as `X.weight_scale` per block, output channel or tensor (`compressed_tensors.py`). `Fp8Checkpoint` presents each quantized weight as a float32 tensor
 and dequantizes only the part a read asks for, so every reader above (row blocks, one expert,
 a column window) streams it as it streams a float checkpoint, and every precision (int4
 included, whose search then quantizes the dequantized values) works unchanged.
@@ -40,7 +41,6 @@ WEIGHT_DTYPE = "F8_E4M3"
 SCALE_DTYPES = ("F32", "BF16", "F16", "F8_E8M0")
 #: What a dequantized weight is read as.
 READ_DTYPE = "F32"
-_SCALE_SUFFIX = "_scale_inv"
 _WHERE = "config.json: quantization_config"
 
 
@@ -48,8 +48,23 @@ _WHERE = "config.json: quantization_config"
 class Fp8Scheme:
     """What config.json's FP8 `quantization_config` says, checked."""
 
-    block: tuple[int, int]
-    """[rows, columns] of the weights that share one scale."""
+    block: tuple[int | None, int | None]
+    """[rows, columns] of the weights that share one scale; None: the whole axis (one scale
+    per output channel: (1, None); per tensor: (None, None))."""
+    scale_suffix: str = "_scale_inv"
+    """FP8 tensor X's scales are X + this (X.weight_scale_inv; compressed-tensors' "_scale")."""
+    words: str = "weight_block_size"
+    """Where config.json says the block, for errors."""
+
+    def resolved(self, shape: tuple[int, ...]) -> tuple[int, int]:
+        """The block of a weight of `shape` [..., rows, columns]."""
+        rows, columns = self.block
+        return (rows or shape[-2] or 1, columns or shape[-1] or 1)
+
+    def scale_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The scales' shape of a weight of `shape`: a ragged last block has its scale too."""
+        rows, columns = self.resolved(shape)
+        return (*shape[:-2], math.ceil(shape[-2] / rows), math.ceil(shape[-1] / columns))
 
 
 def read_fp8_config(raw: Mapping[str, Any]) -> Fp8Scheme | None:
@@ -103,43 +118,47 @@ class Fp8Checkpoint:
         """FP8 weight → its scale tensor."""
 
     def _check_layout(self) -> dict[str, str]:
-        inner, folder = self.inner, self.inner.folder
-        scales = {}
+        inner = self.inner
+        scales = {
+            name: self._check_weight(name) for name in inner if inner.dtype(name) == WEIGHT_DTYPE
+        }
+        suffix = self.scheme.scale_suffix
         for name in inner:
-            if inner.dtype(name) != WEIGHT_DTYPE:
-                continue
-            shape = inner.shape(name)
-            if len(shape) < 2:
+            if name.endswith(suffix) and name not in scales.values():
                 raise WeightsError(
-                    f"{folder}: tensor {name!r} of shape {list(shape)} is stored as "
-                    f"{WEIGHT_DTYPE}; accepted: FP8 matrices (a Linear weight, stacked experts)"
-                )
-            scale = name + _SCALE_SUFFIX  # X.weight_scale_inv, or a fused X's X_scale_inv
-            if scale not in inner:
-                raise WeightsError(
-                    f"{folder}: tensor {name!r} is stored as {WEIGHT_DTYPE} without its scales "
-                    f"{scale!r}; accepted: each FP8 weight beside its scale tensor"
-                )
-            expected = _scale_shape(shape, self.scheme.block)
-            if inner.shape(scale) != expected:
-                raise WeightsError(
-                    f"{folder}: tensor {scale!r} has shape {list(inner.shape(scale))}; weight "
-                    f"{name!r} {list(shape)} in blocks of {list(self.scheme.block)} "
-                    f"(weight_block_size) needs {list(expected)}"
-                )
-            if inner.dtype(scale) not in SCALE_DTYPES:
-                raise WeightsError(
-                    f"{folder}: tensor {scale!r} is stored as {inner.dtype(scale)}; accepted: "
-                    f"{', '.join(SCALE_DTYPES)} (FP8 scales)"
-                )
-            scales[name] = scale
-        for name in inner:
-            if name.endswith(_SCALE_SUFFIX) and name not in scales.values():
-                raise WeightsError(
-                    f"{folder}: tensor {name!r} scales no {WEIGHT_DTYPE} weight; accepted: "
+                    f"{inner.folder}: tensor {name!r} scales no {WEIGHT_DTYPE} weight; accepted: "
                     f"scales beside the weight they scale, stored as {WEIGHT_DTYPE} (fmt e4m3)"
                 )
         return scales
+
+    def _check_weight(self, name: str) -> str:
+        """The scale tensor of FP8 tensor `name`, checked from the headers."""
+        inner, folder = self.inner, self.inner.folder
+        shape = inner.shape(name)
+        if len(shape) < 2:
+            raise WeightsError(
+                f"{folder}: tensor {name!r} of shape {list(shape)} is stored as "
+                f"{WEIGHT_DTYPE}; accepted: FP8 matrices (a Linear weight, stacked experts)"
+            )
+        scale = name + self.scheme.scale_suffix  # X.weight_scale_inv, a fused X's X_scale_inv
+        if scale not in inner:
+            raise WeightsError(
+                f"{folder}: tensor {name!r} is stored as {WEIGHT_DTYPE} without its scales "
+                f"{scale!r}; accepted: each FP8 weight beside its scale tensor"
+            )
+        expected = self.scheme.scale_shape(shape)
+        if _squeezed(inner.shape(scale)) != _squeezed(expected):
+            raise WeightsError(
+                f"{folder}: tensor {scale!r} has shape {list(inner.shape(scale))}; weight "
+                f"{name!r} {list(shape)} in blocks of {list(self.scheme.resolved(shape))} "
+                f"({self.scheme.words}) needs {list(expected)}"
+            )
+        if inner.dtype(scale) not in SCALE_DTYPES:
+            raise WeightsError(
+                f"{folder}: tensor {scale!r} is stored as {inner.dtype(scale)}; accepted: "
+                f"{', '.join(SCALE_DTYPES)} (FP8 scales)"
+            )
+        return scale
 
     def __contains__(self, name: object) -> bool:
         return name in self.inner and name not in self._scales.values()
@@ -160,9 +179,21 @@ class Fp8Checkpoint:
         scale = self._scales.get(name)
         if scale is None:
             return self.inner.read(name, index)
-        spans = _spans(index, self.inner.shape(name))
-        values = self.inner.read(name, index)
-        return _dequantize(values.astype(np.float32), spans, self.scheme.block, self, scale)
+        shape = self.inner.shape(name)
+        spans = _spans(index, shape)
+        block = self.scheme.resolved(shape)
+        values = self.inner.read(name, index).astype(np.float32)
+        scales = self._scales_of(scale, _scale_index(spans, block), self.scheme.scale_shape(shape))
+        return _dequantize(values, spans, block, scales)
+
+    def _scales_of(
+        self, scale: str, index: tuple[slice, ...], shape: tuple[int, ...]
+    ) -> np.ndarray:
+        """The part `index` of the scales of `shape`, as float32: stored in that shape, or with
+        axes of one more or fewer (a per-tensor [1], a per-channel [rows]), read whole."""
+        if self.inner.shape(scale) == shape:
+            return self.inner.read(scale, index).astype(np.float32)
+        return self.inner.read(scale).reshape(shape)[index].astype(np.float32)
 
     def dtype(self, name: str) -> str:
         return READ_DTYPE if name in self._scales else self.inner.dtype(name)
@@ -186,10 +217,8 @@ class Fp8Checkpoint:
         return {}, []
 
 
-def _scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, ...]:
-    """The scales' shape of an FP8 weight of `shape`: a ragged last block has its scale too."""
-    rows, columns = shape[-2:]
-    return (*shape[:-2], math.ceil(rows / block[0]), math.ceil(columns / block[1]))
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(size for size in shape if size != 1)
 
 
 def _spans(index: tuple[slice, ...] | None, shape: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -205,24 +234,26 @@ def _spans(index: tuple[slice, ...] | None, shape: tuple[int, ...]) -> list[tupl
     return spans
 
 
+def _scale_index(spans: list[tuple[int, int]], block: tuple[int, int]) -> tuple[slice, ...]:
+    """The scale blocks the part `spans` of a weight in blocks of `block` touches."""
+    (row_start, row_stop), (column_start, column_stop) = spans[-2:]
+    rows, columns = block
+    return (
+        *(slice(*span) for span in spans[:-2]),
+        slice(row_start // rows, -(-row_stop // rows)),
+        slice(column_start // columns, -(-column_stop // columns)),
+    )
+
+
 def _dequantize(
-    values: np.ndarray,
-    spans: list[tuple[int, int]],
-    block: tuple[int, int],
-    checkpoint: Fp8Checkpoint,
-    scale: str,
+    values: np.ndarray, spans: list[tuple[int, int]], block: tuple[int, int], scales: np.ndarray
 ) -> np.ndarray:
-    """`values` (float32, the part `spans` of a weight) times their scales, in place: the
-    scales are repeated over rows, and each column block multiplied by its column of them."""
+    """`values` (float32, the part `spans` of a weight) times `scales` (the blocks
+    `_scale_index` names), in place: the scales are repeated over rows, and each column block
+    multiplied by its column of them."""
     (row_start, row_stop), (column_start, column_stop) = spans[-2:]
     rows, columns = block
     first_row, first_column = row_start // rows, column_start // columns
-    scale_index = (
-        *(slice(*span) for span in spans[:-2]),
-        slice(first_row, -(-row_stop // rows)),
-        slice(first_column, -(-column_stop // columns)),
-    )
-    scales = checkpoint.inner.read(scale, scale_index).astype(np.float32)
     offset = row_start - first_row * rows
     scales = np.repeat(scales, rows, axis=-2)[..., offset : offset + row_stop - row_start, :]
     for j in range(scales.shape[-1]):
