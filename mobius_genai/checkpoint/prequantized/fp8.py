@@ -32,7 +32,7 @@ from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
 from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader
 from mobius_genai.errors import ConfigError, WeightsError
 
-__all__ = ["Fp8Checkpoint", "Fp8Scheme", "read_fp8_config"]
+__all__ = ["Fp8Checkpoint", "Fp8Scheme", "block_sizes", "read_fp8_config"]
 
 METHOD = "fp8"
 #: The stored dtype of a quantized weight (config.json's fmt "e4m3").
@@ -88,17 +88,22 @@ def read_fp8_config(raw: Mapping[str, Any]) -> Fp8Scheme | None:
     experts = qc.get("expert_dtype", "fp8")
     if experts != "fp8":
         raise ConfigError(f"{_WHERE}.expert_dtype is {experts!r} (fp8); accepted: 'fp8'")
-    block = qc.get("weight_block_size")
-    if (
-        not isinstance(block, list | tuple)
-        or len(block) != 2
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in block)
-    ):
+    block = block_sizes(qc.get("weight_block_size"))
+    if block is None:
         raise ConfigError(
-            f"{_WHERE}.weight_block_size is {block!r} (fp8); accepted: two positive integers "
-            "such as [128, 128] (per-tensor scales are not read)"
+            f"{_WHERE}.weight_block_size is {qc.get('weight_block_size')!r} (fp8); accepted: "
+            "two positive integers such as [128, 128] (per-tensor scales are not read)"
         )
-    return Fp8Scheme(block=(block[0], block[1]))
+    return Fp8Scheme(block=block)
+
+
+def block_sizes(value: Any) -> tuple[int, int] | None:
+    """`value` as a block's [rows, columns]: two positive integers, else None."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return None
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in value):
+        return None
+    return (value[0], value[1])
 
 
 class Fp8Checkpoint:

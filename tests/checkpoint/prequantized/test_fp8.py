@@ -40,11 +40,12 @@ E4M3_MAX = float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)  # 448
 NOT_CONVERTED = "model.layers.0.self_attn.o_proj"
 
 
-def _quantize(weight: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _quantize(weight: np.ndarray, block) -> tuple[np.ndarray, np.ndarray]:
     """(F8_E4M3 values, float32 scale_inv) of `weight` [..., rows, columns], one scale per
-    block of `block`, the last block of each axis ragged: transformers' Fp8Quantize math."""
+    block of `block` (None: the whole axis), the last block of each axis ragged:
+    transformers' Fp8Quantize math (compressed-tensors' too, whose scale is this scale_inv)."""
     *lead, rows, columns = weight.shape
-    br, bc = block
+    br, bc = block[0] or rows, block[1] or columns
     grid = (-(-rows // br), -(-columns // bc))
     padded = np.zeros((*lead, grid[0] * br, grid[1] * bc), np.float32)
     padded[..., :rows, :columns] = weight
@@ -57,9 +58,12 @@ def _quantize(weight: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarray, n
 
 
 def _transformers_dequantized(values: np.ndarray, scale_inv: np.ndarray, block) -> np.ndarray:
+    """transformers' dequantization; a per-channel or per-tensor scale broadcast (its
+    block_size None)."""
     weight = torch.from_numpy(values.view(np.uint8).copy()).view(torch.float8_e4m3fn)
+    block_size = None if block[1] is None else list(block)
     return _dequantize_fp8_weight(
-        weight, torch.from_numpy(scale_inv), list(block), torch.float32
+        weight, torch.from_numpy(scale_inv), block_size, torch.float32
     ).numpy()
 
 
@@ -69,10 +73,12 @@ def _quantized_name(name: str) -> bool:
     return name.endswith("proj.weight") and not name.startswith(NOT_CONVERTED)
 
 
-def _fp8_pair(folder: Path, family: str, block: tuple[int, int], ckpt: Path | None = None):
+def _fp8_pair(folder: Path, family: str, block, ckpt: Path | None = None, compressed=None):
     """An fp32 checkpoint of `family` holding transformers' dequantization of FP8 weights
     (`dense`), and the same checkpoint storing them as FP8 (`packed`); `ckpt` (a float
-    checkpoint) is used instead of a new tiny one."""
+    checkpoint) is used instead of a new tiny one. With `compressed` (its
+    quantization_config), in compressed-tensors' layout: X.weight_scale, one [1] per tensor."""
+    suffix = "_scale_inv" if compressed is None else "_scale"
     source = ckpt or write_tiny_checkpoint(folder / "float", family, seed=1)
     dense, packed = folder / "dense", folder / "fp8"
     shutil.copytree(source, dense)
@@ -83,9 +89,17 @@ def _fp8_pair(folder: Path, family: str, block: tuple[int, int], ckpt: Path | No
         if not _quantized_name(name):
             stored[name] = weight
             continue
-        stored[name], stored[f"{name}_scale_inv"] = _quantize(weight, block)
-        tensors[name] = _transformers_dequantized(stored[name], stored[f"{name}_scale_inv"], block)
+        values, scale = _quantize(weight, block)
+        stored[name], stored[name + suffix] = (
+            values,
+            scale.reshape(-1) if scale.size == 1 else scale,
+        )
+        tensors[name] = _transformers_dequantized(values, stored[name + suffix], block)
     save_file(stored, packed / "model.safetensors", metadata={"format": "pt"})
+    if compressed is not None:
+        _with_quantization(packed, compressed, replace=True)
+        save_file(tensors, dense / "model.safetensors", metadata={"format": "pt"})
+        return dense, packed
     _with_quantization(packed, {"weight_block_size": list(block)})
     quantized = [stored[name].shape[-2:] for name in tensors if _quantized_name(name)]
     if all(
@@ -105,16 +119,20 @@ def _loaded_by_transformers(packed: Path, block) -> dict[str, np.ndarray]:
     return {name: t.detach().numpy().copy() for name, t in model.state_dict().items()}
 
 
-def _with_quantization(ckpt: Path, changes: dict) -> None:
+def _with_quantization(ckpt: Path, changes: dict, *, replace: bool = False) -> None:
     config = json.loads((ckpt / "config.json").read_text())
-    config["quantization_config"] = {
-        "quant_method": "fp8",
-        "fmt": "e4m3",
-        "activation_scheme": "dynamic",
-        "weight_block_size": [128, 128],
-        "modules_to_not_convert": [NOT_CONVERTED, "lm_head"],
-        **changes,
-    }
+    config["quantization_config"] = (
+        changes
+        if replace
+        else {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": "dynamic",
+            "weight_block_size": [128, 128],
+            "modules_to_not_convert": [NOT_CONVERTED, "lm_head"],
+            **changes,
+        }
+    )
     (ckpt / "config.json").write_text(json.dumps(config))
 
 
@@ -300,3 +318,83 @@ def test_fp8_weights_stream_into_every_dtype(ep, dtype, tmp_path, monkeypatch):
         saved[name] = (tmp_path / name / "b" / "model.onnx.data").read_bytes(), weight_reads
     assert any(index is not None for _, index in saved["fp8"][1])
     assert saved["fp8"] == saved["dense"]
+
+
+def _compressed(strategy: str, *, block=None, activations=None, **changes) -> dict:
+    """A compressed-tensors float-quantized quantization_config (llm-compressor's FP8)."""
+    weights = {"num_bits": 8, "type": "float", "strategy": strategy, "symmetric": True}
+    weights |= {"dynamic": False, "block_structure": block}
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": activations}
+    return {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "quantization_status": "compressed",
+        "config_groups": {"group_0": group},
+        "ignore": ["lm_head", NOT_CONVERTED],
+        "kv_cache_scheme": None,
+        **changes,
+    }
+
+
+DYNAMIC = {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}
+#: strategy → (its scales' block, its config): per tensor ([1]), per output channel
+#: ([rows, 1], dynamic activations: FP8-dynamic) and ragged blocks.
+COMPRESSED = {
+    "tensor": ((None, None), _compressed("tensor")),
+    "channel": ((1, None), _compressed("channel", activations=DYNAMIC)),
+    "block": ((32, 48), _compressed("block", block=[32, 48], activations=DYNAMIC)),
+}
+
+
+@pytest.mark.parametrize("strategy", sorted(COMPRESSED))
+def test_compressed_tensors_fp8_builds_the_model_transformers_runs(strategy, tmp_path):
+    block, quantization = COMPRESSED[strategy]
+    dense, packed = _fp8_pair(tmp_path, "llama", block, compressed=quantization)
+    ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
+    reference = hf_reference_logits(dense, ids, decode_steps=3)
+    package = mobius_genai.build(packed, "cpu", "f32", progress=False)
+    ours = run_like_reference(ort_session(package, tmp_path / "cpu"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
+
+
+GROUP = "config.json: quantization_config.config_groups.group_0"
+#: case → (the quantization_config, the error's words)
+BAD_COMPRESSED = {
+    "int4 packed": (
+        _compressed("channel", format="pack-quantized"),
+        "format is 'pack-quantized' \\(compressed-tensors\\); accepted: 'float-quantized'",
+    ),
+    "static activations": (
+        _compressed("tensor", activations={**DYNAMIC, "dynamic": False}),
+        f"{GROUP}.input_activations.dynamic is False .*static activation scales are not read",
+    ),
+    "fp8 kv cache": (
+        _compressed("tensor", kv_cache_scheme={"num_bits": 8, "type": "float"}),
+        "kv_cache_scheme is set \\(compressed-tensors\\); accepted: null",
+    ),
+    "group strategy": (
+        _compressed("group"),
+        f"{GROUP}.weights.strategy is 'group' .*accepted: 'tensor', 'channel', 'block'",
+    ),
+    "int8 weights": (
+        _compressed("channel") | {"config_groups": {"group_0": {"weights": {"type": "int"}}}},
+        f"{GROUP}.weights.type is 'int' \\(compressed-tensors\\); accepted: 'float'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_COMPRESSED))
+def test_bad_compressed_tensors_configs_are_named(case, tmp_path):
+    quantization, words = BAD_COMPRESSED[case]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "llama")
+    _with_quantization(ckpt, quantization, replace=True)
+    with pytest.raises(ConfigError, match=words):
+        mobius_genai.build(ckpt, "cpu", "f32", progress=False)
+
+
+def test_misshapen_channel_scales_are_named(tmp_path):
+    _, packed = _fp8_pair(tmp_path, "llama", (1, None), compressed=_compressed("channel"))
+    scale = "model.layers.2.self_attn.k_proj.weight_scale"
+    _rewrite(packed, lambda t: t.update({scale: t[scale][:16].contiguous()}))
+    with pytest.raises(WeightsError, match=rf"'{scale}' has shape \[16, 1\]; .*needs \[32, 1\]"):
+        mobius_genai.build(packed, "cpu", "f32", progress=False)
