@@ -90,10 +90,8 @@ def _fp8_pair(folder: Path, family: str, block, ckpt: Path | None = None, compre
             stored[name] = weight
             continue
         values, scale = _quantize(weight, block)
-        stored[name], stored[name + suffix] = (
-            values,
-            scale.reshape(-1) if scale.size == 1 else scale,
-        )
+        per_tensor = compressed is not None and block == (None, None)
+        stored[name], stored[name + suffix] = values, scale.reshape(1) if per_tensor else scale
         tensors[name] = _transformers_dequantized(values, stored[name + suffix], block)
     save_file(stored, packed / "model.safetensors", metadata={"format": "pt"})
     if compressed is not None:
