@@ -1,4 +1,4 @@
-"""FP8 checkpoints (transformers' FineGrainedFP8: DeepSeek-V3/R1, Qwen3-*-FP8, Mistral's):
+"""FP8 checkpoints (transformers' FineGrainedFP8: DeepSeek-V3/R1, Qwen3-*-FP8, ...):
 block-wise float8 weights, dequantized as they are read.
 
 config.json says `quantization_config: {"quant_method": "fp8", "fmt": "e4m3",
@@ -11,10 +11,12 @@ config.json says `quantization_config: {"quant_method": "fp8", "fmt": "e4m3",
 the last block of a row or column being ragged where R or C does not divide the size.
 Everything else (modules_to_not_convert, embeddings, lm_head, norms, routers) is stored as
 float and read as it is. compressed-tensors' float-quantized checkpoints store the same values
-as `X.weight_scale` per block, output channel or tensor (`compressed_tensors.py`). `Fp8Checkpoint` presents each quantized weight as a float32 tensor
-and dequantizes only the part a read asks for, so every reader above (row blocks, one expert,
-a column window) streams it as it streams a float checkpoint, and every precision (int4
-included, whose search then quantizes the dequantized values) works unchanged.
+as `X.weight_scale` per block, output channel or tensor (`compressed_tensors.py`).
+
+`Fp8Checkpoint` presents each quantized weight as a float32 tensor and dequantizes only the
+part a read asks for, so every reader above (row blocks, one expert, a column window) streams
+it as it streams a float checkpoint, and every precision (int4 included, whose search then
+quantizes the dequantized values) works unchanged.
 """
 
 from __future__ import annotations

@@ -181,6 +181,21 @@ def test_reads_dequantize_only_the_blocks_asked_for(tmp_path, monkeypatch):
     assert reads[-1] == ("experts.gate_up_proj_scale_inv", (slice(2, 3), slice(0, 2), slice(0, 2)))
 
 
+def test_power_of_two_scales_dequantize_like_transformers(tmp_path):
+    """scale_fmt "ue8m0": scales stored as F8_E8M0 (powers of two), DeepSeek-V3.2's."""
+    rng = np.random.default_rng(2)
+    block = (16, 16)
+    values, _ = _quantize(rng.normal(0, 0.02, (40, 24)).astype(np.float32), block)
+    scales = torch.from_numpy(np.exp2(rng.integers(-14, -6, size=(3, 2))).astype(np.float32))
+    fp8 = torch.from_numpy(values.view(np.uint8).copy()).view(torch.float8_e4m3fn)
+    ue8m0 = scales.to(torch.float8_e8m0fnu)
+    tensors = {"w.weight": fp8, "w.weight_scale_inv": ue8m0}
+    safetensors.torch.save_file(tensors, tmp_path / "model.safetensors")
+    checkpoint = Fp8Checkpoint(Checkpoint(tmp_path), Fp8Scheme(block))
+    expected = _dequantize_fp8_weight(fp8, ue8m0, list(block), torch.float32).numpy()
+    np.testing.assert_array_equal(checkpoint.read("w.weight"), expected)
+
+
 #: family → weight_block_size: blocks that divide every size (transformers' own loader is the
 #: reference), and ragged blocks over latent attention and MoE experts.
 CASES = {"qwen2": (32, 32), "deepseek_v3": (16, 24)}
