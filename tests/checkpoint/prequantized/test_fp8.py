@@ -288,12 +288,18 @@ def test_bad_fp8_configs_are_one_line(case, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_fp8_bundle_generates_like_transformers_and_in_int4(tmp_path):
-    """A cpu bundle of an FP8 Llama (DeepSeek's 128 x 128 blocks, every one ragged here):
-    onnxruntime-genai's greedy tokens are transformers'; its int4 bundle runs and is the int4
-    bundle of the dequantized weights stored as float (the search saw the same values)."""
-    ckpt = _checkpoint(tmp_path / "float", "llama")
-    dense, packed = _fp8_pair(tmp_path, "llama", (128, 128), ckpt=ckpt)
+#: family → weight_block_size of its bundle test: DeepSeek's 128 x 128 (every block ragged
+#: at these sizes), and blocks ragged over MoE experts and latent attention.
+BUNDLES = {"llama": (128, 128), "deepseek_v3": (16, 24)}
+
+
+@pytest.mark.parametrize("family", sorted(BUNDLES))
+def test_fp8_bundle_generates_like_transformers_and_in_int4(family, tmp_path):
+    """A cpu bundle of an FP8 checkpoint: onnxruntime-genai's greedy tokens are
+    transformers'; its int4 bundle runs and is the int4 bundle of the dequantized weights
+    stored as float (the search saw the same values)."""
+    ckpt = _checkpoint(tmp_path / "float", family)
+    dense, packed = _fp8_pair(tmp_path, family, BUNDLES[family], ckpt=ckpt)
     bundle = packager.package(packed, "cpu", tmp_path / "bundle", quiet=True)
     ours = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(dense, PROMPT, NEW_TOKENS)
@@ -307,6 +313,7 @@ def test_fp8_bundle_generates_like_transformers_and_in_int4(tmp_path):
         ops = {node.op_type for node in onnx.load(str(folder / "model.onnx")).graph.node}
         int4[name] = (tokens, ops, (folder / "model.onnx.data").read_bytes())
     assert len(int4["fp8"][0]) == NEW_TOKENS and "MatMulNBits" in int4["fp8"][1]
+    assert family != "deepseek_v3" or "QMoE" in int4["fp8"][1]
     assert int4["fp8"] == int4["dense"]
 
 
