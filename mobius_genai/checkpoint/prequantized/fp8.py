@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
@@ -43,6 +44,8 @@ WEIGHT_DTYPE = "F8_E4M3"
 SCALE_DTYPES = ("F32", "BF16", "F16", "F8_E8M0")
 #: What a dequantized weight is read as.
 READ_DTYPE = "F32"
+#: The float32 value of each E4M3 byte: a lookup is exact and about twice as fast as the cast.
+_E4M3_VALUES = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
 _WHERE = "config.json: quantization_config"
 
 
@@ -189,7 +192,7 @@ class Fp8Checkpoint:
         shape = self.inner.shape(name)
         spans = _spans(index, shape)
         block = self.scheme.resolved(shape)
-        values = self.inner.read(name, index).astype(np.float32)
+        values = _E4M3_VALUES[self.inner.read(name, index).view(np.uint8)]
         scales = self._scales_of(scale, _scale_index(spans, block), self.scheme.scale_shape(shape))
         return _dequantize(values, spans, block, scales)
 

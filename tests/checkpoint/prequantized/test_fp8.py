@@ -255,6 +255,13 @@ def test_bad_fp8_tensors_are_named(case, tmp_path):
         mobius_genai.build(packed, "cpu", "f32", progress=False)
 
 
+def test_nan_fp8_code_is_named(tmp_path):
+    """E4M3's byte 0x7F is NaN: the weight holding it is named when it is read."""
+    packed = _with_changes(tmp_path, lambda t: t[WEIGHT].view(torch.uint8)[3, 5].fill_(0x7F))
+    with pytest.raises(WeightsError, match=f"'{WEIGHT}'.* holds 1 NaN and 0 Inf values"):
+        mobius_genai.build(packed, "cpu", "f32", progress=False).save(tmp_path / "out")
+
+
 #: case → (quantization_config changes, the error's words)
 BAD_CONFIGS = {
     "fmt": ({"fmt": "e5m2"}, r"quantization_config.fmt is 'e5m2' \(fp8\); accepted: 'e4m3'"),
