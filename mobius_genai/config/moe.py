@@ -232,11 +232,10 @@ def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
         raise ConfigError(
             f"config.json: MoE swiglu limit must be a positive number, found {swiglu.limit!r}"
         )
-    if moe.experts not in EXPERT_FORMS or (
-        moe.experts == MOE_ACTIVATION and hidden_act != MOE_ACTIVATION
-    ):
+    # gated experts run the config's hidden_act; others name their own (Nemotron-H's relu2)
+    act = hidden_act if moe.experts == MOE_ACTIVATION else moe.experts
+    if act not in EXPERT_FORMS or EXPERT_FORMS[act].gated != (moe.experts == MOE_ACTIVATION):
         raise ConfigError(
-            f"config.json: hidden_act {hidden_act!r} (experts {moe.experts!r}) is not supported "
-            f"in MoE experts; accepted: {MOE_ACTIVATION!r} (gated), 'relu2' (nemotron_h's "
-            "non-gated experts)"
+            f"config.json: hidden_act {act!r} is not supported in MoE experts; accepted: "
+            f"{MOE_ACTIVATION!r} (gated), 'relu2' (nemotron_h's non-gated experts)"
         )

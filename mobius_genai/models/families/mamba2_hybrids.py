@@ -121,7 +121,8 @@ NEMOTRON_H = FamilyAdapter(
     config_defaults={
         "head_dim": 128,
         "num_hidden_layers": _nemotron_h_layer_count,
-        # NemotronHConfig's MoE defaults
+        # NemotronHConfig's defaults: the MLP layers' width, and the MoE layers'
+        "intermediate_size": 21504,
         "n_routed_experts": 8,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 7688,

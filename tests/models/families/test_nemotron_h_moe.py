@@ -8,6 +8,7 @@ tokens, and int4 (the experts as QMoE, computing what their codes stand for)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -204,12 +205,23 @@ def test_a_mechanism_changed_fails_parity(checkpoint, mutant, monkeypatch, tmp_p
 def test_a_moe_config_the_row_cannot_build_is_refused_in_one_line(
     checkpoint, changes, error, field
 ):
-    import json
-
     raw = {**json.loads((checkpoint / "config.json").read_text()), **changes}
     with pytest.raises(error, match=field) as raised:
         get_family("nemotron_h").parse_config(raw)
     assert "\n" not in str(raised.value)
+
+
+def test_a_config_without_mlp_layers_reads_transformers_defaults(checkpoint):
+    """NemotronHConfig fills what a MoE model's config.json may leave out: the MLP layers'
+    width (21504) and the MoE sizes and routing."""
+    raw = json.loads((checkpoint / "config.json").read_text())
+    for key in ("intermediate_size", "n_group", "topk_group", "routed_scaling_factor"):
+        del raw[key]
+    config = get_family("nemotron_h").parse_config(raw)
+    assert config.intermediate_size == 21504
+    routing = config.moe.group_routing
+    assert (routing.groups, routing.top_groups, routing.scaling) == (1, 1, 1.0)
+    assert config.moe.sparse_layers == MOE_LAYERS and config.moe.experts == "relu2"
 
 
 def _bundle_checkpoint(folder):
