@@ -21,8 +21,9 @@ names mapped back to the ones the hub's safetensors use; cached under benchmarks
   of 23 Mamba2, 23 MoE and 6 attention layers; Mamba2 layers of 64 heads of 64 over 8 groups of
   a 128-wide state; 128 relu2 experts of 1856, 6 per token, sigmoid routing with the
   correction bias scaled by 2.5, a relu2 shared expert of 3712; attention of 32 heads / 2 KV
-  heads of 128; vocabulary 131072, untied), its first `--layers` layers (default 2: a Mamba2
-  and a MoE layer). Hub names: under `backbone.`, one tensor per expert and projection, the
+  heads of 128; vocabulary 131072, untied), its first `--layers` layers (default 6: three
+  Mamba2 layers, two MoE layers, its first attention layer; og's decoder needs one layer with
+  a KV cache). Hub names: under `backbone.`, one tensor per expert and projection, the
   router's `e_score_correction_bias` (a buffer, not a parameter, in transformers' class).
 
 Per checkpoint: `mobius-genai package CKPT --ep cpu --precision int4 --int4-quality builder
@@ -177,7 +178,7 @@ CONFIGS["nemotron-3-nano"] = {
     "vocab_size": 131072,
     **_TOKENS,
 }
-DEFAULT_LAYERS = {"granite-4.0-h-tiny": 6, "deepseek-v2-lite": 2, "nemotron-3-nano": 2}
+DEFAULT_LAYERS = {"granite-4.0-h-tiny": 6, "deepseek-v2-lite": 2, "nemotron-3-nano": 6}
 
 #: transformers 5's parameter names → the hub's, where they differ (its conversion mapping,
 #: undone): Granite's fused experts and router.

@@ -15,7 +15,6 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, packager
@@ -26,7 +25,6 @@ from mobius_genai.config import moe as moe_config
 from mobius_genai.ep import get_ep
 from mobius_genai.models import get_family
 from mobius_genai.quantize import Int4Options, quantize_int4
-from mobius_genai.quantize.layout import dequantize_matmul_nbits, quantize_matmul_nbits
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import (
     edit_config,
@@ -44,9 +42,9 @@ from tests._ort import (
     ort_session,
     run_like_reference,
 )
-from tests.conftest import TINY_QWEN2
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, TOKENIZER_FILES
+from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 from tests.models.families.test_parity import _parity
+from tests.quantize.test_qmoe import _dequantized_checkpoint
 
 TOLERANCE = 1e-4  # f32
 #: Nemotron-3-Nano's layout, tiny: Mamba2, MoE, attention, MLP, MoE layers; 8 relu2 experts of
@@ -243,18 +241,7 @@ def test_a_config_without_mlp_layers_reads_transformers_defaults(checkpoint):
 
 def _bundle_checkpoint(folder):
     """NEMOTRON3 with the committed tiny-qwen2 tokenizer (vocab 384)."""
-    ckpt = write_tiny_checkpoint(
-        folder,
-        "nemotron_h",
-        seed=3,
-        vocab_size=384,
-        bos_token_id=381,
-        eos_token_id=383,
-        **NEMOTRON3,
-    )
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
-    return ckpt
+    return _checkpoint(folder, "nemotron_h", **NEMOTRON3)
 
 
 def test_og_greedy_tokens_equal_transformers(tmp_path):
@@ -279,17 +266,6 @@ def test_int4_bundle_runs_the_experts_as_qmoe(tmp_path):
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
 
 
-def _dequantized_experts(ckpt, block_size: int) -> None:
-    """Replace every expert matrix by the values its int4 codes stand for."""
-    path = ckpt / "model.safetensors"
-    tensors = load_file(path)
-    for name, value in tensors.items():
-        if ".experts." in name:
-            nbits = quantize_matmul_nbits(np.ascontiguousarray(value.T), block_size, True)
-            tensors[name] = np.ascontiguousarray(dequantize_matmul_nbits(nbits, value.shape[1]).T)
-    save_file(tensors, path, metadata={"format": "pt"})
-
-
 def test_qmoe_computes_the_relu2_experts_its_codes_stand_for(checkpoint, long_run, tmp_path):
     """The QMoE graph equals the same int4 graph whose experts stay float MoE nodes holding
     the dequantized values (the node that matches transformers above)."""
@@ -299,7 +275,7 @@ def test_qmoe_computes_the_relu2_experts_its_codes_stand_for(checkpoint, long_ru
     logits = {}
     for name, ep in (("qmoe", cpu), ("float", cpu.with_kernels({"QMoE": False}))):
         if name == "float":
-            _dequantized_experts(ckpt, 16)
+            _dequantized_checkpoint(ckpt, 16, True)
         package = mobius_genai.build(ckpt, ep, "f32", progress=False)
         report = quantize_int4(package.models["model"], options, ep)
         assert ("QMoE" in report.op_counts) == (name == "qmoe")
