@@ -39,6 +39,7 @@ from tests._ort import (
     long_prefill_reference,
     max_abs_diff,
     mutant_diffs,
+    og_sequence,
     ort_session,
     run_like_reference,
 )
@@ -247,7 +248,8 @@ def _bundle_checkpoint(folder):
 def test_og_greedy_tokens_equal_transformers(tmp_path):
     ckpt = _bundle_checkpoint(tmp_path / "ckpt")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    # og.Model and og.Generator as a user runs them (default search: greedy)
+    ours = og_sequence(folder, PROMPT, len(PROMPT) + NEW_TOKENS)[len(PROMPT) :]
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
     assert len(ours) == NEW_TOKENS  # no early eos: the comparison covers every step
 
