@@ -28,6 +28,8 @@ def _layer_types(raw: Mapping[str, Any]) -> list[str]:
 
 GEMMA4_TEXT = FamilyAdapter(
     model_type="gemma4_text",
+    # og's builder's type; og 0.18 reads each layer's cache shape from the graph's inputs
+    genai_type="gemma4_text",
     config_defaults={
         "tie_word_embeddings": True,
         "layer_types": _layer_types,

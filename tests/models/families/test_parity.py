@@ -55,6 +55,19 @@ CASES = {
         {"rope_scaling": {"rope_type": "linear", "factor": 4.0}, "tie_word_embeddings": True},
     ),
     "gemma3n_text": ("gemma3n_text", {}),
+    "gemma4_text": ("gemma4_text", {}),
+    # the 26B-A4B layout: GeGLU experts beside every MLP, keys equal to values in full layers
+    "gemma4_text_moe": (
+        "gemma4_text",
+        {
+            "enable_moe_block": True,
+            "num_experts": 4,
+            "top_k_experts": 2,
+            "moe_intermediate_size": 32,
+            "hidden_size_per_layer_input": 0,
+            "num_kv_shared_layers": 0,
+        },
+    ),
     "phi3": ("phi3", {}),
     "phi3_partial_rotary_sliding": ("phi3", {"partial_rotary_factor": 0.5, "sliding_window": 6}),
     "phi3_longrope": (
