@@ -5,14 +5,13 @@ and attention scores are unscaled (q and k are normed)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.per_layer_stack import FULL, per_layer_stack
-from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.readers import gemma_activation
 from mobius_genai.models.families.scales import sqrt_hidden
 
@@ -53,20 +52,6 @@ GEMMA4_TEXT = FamilyAdapter(
     unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
 )
 
-_TOWERS = r"^model\.(vision_tower|audio_tower|embed_vision|embed_audio)\."
-GEMMA4_HUB = dataclasses.replace(
-    GEMMA4_TEXT,
-    model_type="gemma4",
-    weight_renames=((r"^model\.", "model.language_model."),),
-    unused_weights=(*GEMMA4_TEXT.unused_weights, _TOWERS),
-    text_only=TextOnly(
-        not_built=(
-            "the vision and audio towers and their soft-token embedders (model.vision_tower, "
-            "model.audio_tower, model.embed_vision, model.embed_audio): a text-only bundle, "
-            "whose image and audio token ids read the text embedding table"
-        ),
-        top_level_keys={"tie_word_embeddings": True},
-    ),
-)
+GEMMA4_HUB = gemma_hub_row(GEMMA4_TEXT, "gemma4")
 
 GEMMA4_FAMILIES = (GEMMA4_TEXT, GEMMA4_HUB)

@@ -84,7 +84,7 @@ NEW_FAMILIES = tuple(
 )
 
 
-def _checkpoint(folder: Path, family: str) -> Path:
+def _checkpoint(folder: Path, family: str, **overrides) -> Path:
     ckpt = write_tiny_checkpoint(
         folder,
         family,
@@ -93,7 +93,7 @@ def _checkpoint(folder: Path, family: str) -> Path:
         bos_token_id=381,
         eos_token_id=383,
         pad_token_id=0,
-        **EXTRA.get(family, {}),
+        **{**EXTRA.get(family, {}), **overrides},
     )
     for name in TOKENIZER_FILES:
         shutil.copyfile(TINY_QWEN2 / name, ckpt / name)

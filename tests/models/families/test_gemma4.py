@@ -11,7 +11,6 @@ import dataclasses
 import json
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -24,30 +23,26 @@ from mobius_genai import packager
 from mobius_genai.components import altup_layer, per_layer_stack, stack_experts
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.per_layer_stack import per_layer_stack as stack_section
-from mobius_genai.errors import ConfigError, WeightsError
+from mobius_genai.ep.context import build_context
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
-from mobius_genai.models.causal_lm import PerLayerTextModel
+from mobius_genai.models.causal_lm import CausalLMModel, PerLayerTextModel
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
-from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
-from tests.conftest import TINY_QWEN2
-from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
+from mobius_genai.tasks.causal_lm import CausalLMTask
+from tests._hf import (
+    GEMMA4_MOE,
+    hf_greedy_tokens,
+    hf_reference_logits,
+    write_tiny_checkpoint,
+)
+from tests._ort import graph_diffs, left_padded_diffs, multimodal_text_decoder_diff
+from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
 PREFILL = 20  # four times the tiny model's sliding window (5)
-# the 26B-A4B layout: 4 GeGLU experts (2 per token) beside every MLP, no per-layer inputs and
-# no shared caches
-MOE = {
-    "enable_moe_block": True,
-    "num_experts": 4,
-    "top_k_experts": 2,
-    "moe_intermediate_size": 32,
-    "hidden_size_per_layer_input": 0,
-    "num_kv_shared_layers": 0,
-    "use_double_wide_mlp": False,
-}
+MOE = GEMMA4_MOE  # the 26B-A4B layout (tests/_hf.py)
 LAYOUTS = {"dense": {}, "moe": MOE}
 
 
@@ -111,45 +106,13 @@ def test_hub_config_keys_match_transformers(gemma4, tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-def _multimodal_layout(text: Path, folder: Path, extra: str | None = None) -> Path:
-    """`text`'s checkpoint as the hub stores Gemma 4 (model_type gemma4: the decoder's keys in
-    `text_config`, its weights under model.language_model., tower tensors beside them)."""
-    from safetensors.numpy import load_file, save_file
-
-    folder.mkdir()
-    text_config = json.loads((text / "config.json").read_text())
-    config = {
-        "architectures": ["Gemma4ForConditionalGeneration"],
-        "model_type": "gemma4",
-        "text_config": text_config,
-        "vision_config": {"model_type": "gemma4_vision"},
-        "tie_word_embeddings": text_config["tie_word_embeddings"],
-    }
-    (folder / "config.json").write_text(json.dumps(config))
-    tensors = {
-        name.replace("model.", "model.language_model.", 1): value
-        for name, value in load_file(text / "model.safetensors").items()
-    }
-    towers = ("model.vision_tower.patch_embedder.weight", "model.embed_vision.embedding.weight")
-    for name in (*towers, *([extra] if extra else [])):
-        tensors[name] = np.ones([2, 2], np.float32)
-    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    return folder
-
-
 def test_hub_multimodal_checkpoint_builds_its_text_decoder(gemma4, tmp_path):
     """A gemma4 checkpoint (Gemma4ForConditionalGeneration's layout) gives the text decoder
     transformers' Gemma4ForCausalLM runs, tower tensors unread; any other unread tensor is
     refused."""
-    hub = _multimodal_layout(gemma4, tmp_path / "hub")
-    ids = np.random.default_rng(2).integers(3, 128, size=(1, 12))
-    reference = hf_reference_logits(gemma4, ids, decode_steps=3)
-    package = mobius_genai.build(hub, "default", "f32")
-    ours = run_like_reference(ort_session(package, tmp_path / "graph"), reference)
-    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
-    stray = _multimodal_layout(gemma4, tmp_path / "stray", extra="model.stray.weight")
-    with pytest.raises(WeightsError, match="model.stray.weight"):
-        mobius_genai.build(stray, "default", "f32")
+    towers = ("model.vision_tower.patch_embedder.weight", "model.embed_vision.embedding.weight")
+    diff = multimodal_text_decoder_diff(gemma4, tmp_path, "gemma4", towers)
+    assert diff <= TOLERANCE
 
 
 def _row(**section_changes):
@@ -286,27 +249,10 @@ def test_bad_config_is_one_clear_line(changes, message, gemma4):
         FAMILIES["gemma4_text"].parse_config(raw)
 
 
-def _checkpoint(folder: Path, **overrides) -> Path:
-    """A tiny gemma4_text checkpoint with the tokenizer the bundle tests borrow (vocab 384)."""
-    ckpt = write_tiny_checkpoint(
-        folder,
-        "gemma4_text",
-        seed=3,
-        vocab_size=384,
-        bos_token_id=381,
-        eos_token_id=383,
-        vocab_size_per_layer_input=384,
-        **overrides,
-    )
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
-    return ckpt
-
-
 def test_moe_bundle_generates_like_transformers_with_og_generator_and_engine(tmp_path):
     """The MoE layout's bundle (its GeGLU experts expanded to standard ops on cpu): og's greedy
     tokens and og.Engine's batch of prompts of different lengths equal transformers'."""
-    ckpt = _checkpoint(tmp_path / "ckpt", **MOE)
+    ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text", **MOE)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     model = load_model(folder)
     expected = hf_greedy_tokens(ckpt, PROMPT, 16)
@@ -319,7 +265,7 @@ def test_moe_bundle_generates_like_transformers_with_og_generator_and_engine(tmp
 def test_og_engine_batches_prompts_of_different_lengths_like_transformers(tmp_path):
     """og.Engine places each row's keys in caches of per-layer shapes; the layers sharing a
     cache read the placed keys of their source."""
-    ckpt = _checkpoint(tmp_path / "ckpt")
+    ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     rows, failures = engine_tokens(load_model(folder), PROMPTS, 8)
     assert failures == []
@@ -330,7 +276,7 @@ def test_og_engine_batches_prompts_of_different_lengths_like_transformers(tmp_pa
 def test_int4_bundle_packages_and_generates(layout, tmp_path):
     """int4 for cpu: every projection MatMulNBits; the MoE layout's experts stay float MatMuls
     (no MoE or QMoE node: onnxruntime's CPU kernels take no GeGLU experts); og generates."""
-    ckpt = _checkpoint(tmp_path / "ckpt", **LAYOUTS[layout])
+    ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text", **LAYOUTS[layout])
     options = Int4Options(block_size=16)  # the tiny per-layer size (16) takes 16
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=options, quiet=True
@@ -399,3 +345,12 @@ def test_onnxruntime_cpu_refuses_geglu_experts(op_type):
     model = helper.make_model(graph, opset_imports=opsets).SerializeToString()
     with pytest.raises(Exception, match="Unsupported MoE activation type: geglu"):
         ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+
+
+def test_a_decoder_fed_inputs_embeds_is_refused_in_one_line(gemma4):
+    """A vision-language decoder reads the per-layer table with image tokens as padding, which
+    is not built: asked for, the build says so instead of ignoring the embeddings."""
+    raw = json.loads((gemma4 / "config.json").read_text())
+    config = FAMILIES["gemma4_text"].parse_config(raw)
+    with build_context("default"), pytest.raises(UnsupportedModelError, match="inputs_embeds"):
+        CausalLMTask(inputs_embeds=True).build(CausalLMModel(config, 64), config)

@@ -20,7 +20,7 @@ from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
-from tests._hf import hf_reference_logits, write_tiny_checkpoint
+from tests._hf import GEMMA4_MOE, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
@@ -57,17 +57,7 @@ CASES = {
     "gemma3n_text": ("gemma3n_text", {}),
     "gemma4_text": ("gemma4_text", {}),
     # the 26B-A4B layout: GeGLU experts beside every MLP, keys equal to values in full layers
-    "gemma4_text_moe": (
-        "gemma4_text",
-        {
-            "enable_moe_block": True,
-            "num_experts": 4,
-            "top_k_experts": 2,
-            "moe_intermediate_size": 32,
-            "hidden_size_per_layer_input": 0,
-            "num_kv_shared_layers": 0,
-        },
-    ),
+    "gemma4_text_moe": ("gemma4_text", GEMMA4_MOE),
     "phi3": ("phi3", {}),
     "phi3_partial_rotary_sliding": ("phi3", {"partial_rotary_factor": 0.5, "sliding_window": 6}),
     "phi3_longrope": (
