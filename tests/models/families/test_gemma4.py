@@ -241,11 +241,12 @@ def test_each_layer_has_its_caches_shape_and_shared_layers_read_their_sources(ge
         ),
         ({**MOE, "top_k_experts": 5}, "top_k_experts 5 exceeds num_experts 4"),
         ({"num_kv_shared_layers": 6}, "num_kv_shared_layers 6 leaves no layer to share from"),
+        ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention is 'all'"),
     ],
 )
 def test_bad_config_is_one_clear_line(changes, message, gemma4):
     raw = {**json.loads((gemma4 / "config.json").read_text()), **changes}
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises((ConfigError, UnsupportedModelError), match=message):
         FAMILIES["gemma4_text"].parse_config(raw)
 
 
@@ -354,3 +355,49 @@ def test_a_decoder_fed_inputs_embeds_is_refused_in_one_line(gemma4):
     config = FAMILIES["gemma4_text"].parse_config(raw)
     with build_context("default"), pytest.raises(UnsupportedModelError, match="inputs_embeds"):
         CausalLMTask(inputs_embeds=True).build(CausalLMModel(config, 64), config)
+
+
+@pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu", "trt-rtx", "mlx"])
+def test_gpu_graphs_run_each_layer_in_gqa_with_its_geometry(ep, gemma4, gemma4_moe):
+    """The GPU EPs' graphs (their default dtype; not run here): every layer a
+    GroupQueryAttention with its layer's key/value heads (one in the full layers, two in the
+    sliding ones, which keep their window), and the MoE layout's GeGLU experts standard ops
+    (no MoE node: no EP's kernel takes GeGLU, ep/kernels.py's "MoE.geglu")."""
+    for ckpt in (gemma4, gemma4_moe):
+        graph = mobius_genai.build(ckpt, ep, load_weights=False, progress=False)["model"].graph
+        gqa = [node for node in graph.all_nodes() if node.op_type == "GroupQueryAttention"]
+        heads = [node.attributes.get_int("kv_num_heads") for node in gqa]
+        windows = [node.attributes.get_int("local_window_size", -1) for node in gqa]
+        assert heads == [2, 1] * 3, ep
+        assert windows == [5, -1] * 3, ep
+        assert not [node for node in graph.all_nodes() if node.op_type in ("MoE", "QMoE")]
+
+
+def test_absent_keys_read_as_transformers_defaults_them():
+    """A config.json naming only the sizes: the layer pattern, head sizes, kv heads, per-layer
+    inputs, rope and window are Gemma4TextConfig's defaults."""
+    from transformers import Gemma4TextConfig
+
+    sizes = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 96}
+    raw = {"model_type": "gemma4_text", "num_hidden_layers": 7, "num_attention_heads": 8, **sizes}
+    ours = FAMILIES["gemma4_text"].parse_config(raw)
+    theirs = Gemma4TextConfig(**{k: v for k, v in raw.items() if k != "model_type"})
+    layers = range(theirs.num_hidden_layers)
+    assert list(ours.layer_types) == theirs.layer_types
+    assert [ours.head_dim_of(i) for i in layers] == [
+        theirs.per_layer_config[i].head_dim for i in layers
+    ]
+    assert [ours.kv_heads_of(i) for i in layers] == [
+        theirs.per_layer_config[i].num_key_value_heads for i in layers
+    ]
+    stack = ours.per_layer_stack
+    assert (stack.per_layer_size, stack.per_layer_vocab) == (
+        theirs.hidden_size_per_layer_input,
+        theirs.vocab_size_per_layer_input,
+    )
+    assert ours.sliding_window == theirs.sliding_window
+    assert ours.max_position_embeddings == theirs.max_position_embeddings
+    full = theirs.rope_parameters["full_attention"]
+    assert (ours.rope.type, ours.rope.theta) == (full["rope_type"], full["rope_theta"])
+    assert ours.rope.partial_rotary_factor == full["partial_rotary_factor"]
+    assert ours.rope_local.theta == theirs.rope_parameters["sliding_attention"]["rope_theta"]

@@ -58,6 +58,8 @@ CASES = {
     "gemma4_text": ("gemma4_text", {}),
     # the 26B-A4B layout: GeGLU experts beside every MLP, keys equal to values in full layers
     "gemma4_text_moe": ("gemma4_text", GEMMA4_MOE),
+    # the 26B-A4B's and 31B's setting: image tokens attend both ways, text causally
+    "gemma4_text_vision_bidirectional": ("gemma4_text", {"use_bidirectional_attention": "vision"}),
     "phi3": ("phi3", {}),
     "phi3_partial_rotary_sliding": ("phi3", {"partial_rotary_factor": 0.5, "sliding_window": 6}),
     "phi3_longrope": (
