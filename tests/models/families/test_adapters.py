@@ -29,6 +29,7 @@ GENAI_TYPES = {
     "gptoss",  # onnxruntime-genai 0.18's model_type.h; test_bundles.py loads a gpt_oss bundle
     "qwen3_5_moe_text",  # 0.18's type for Qwen3.5-MoE's decoder; qwen3_next runs under it
     "lfm2_moe",  # 0.18's LFM2 model class; test_lfm2_moe.py loads a bundle of it
+    "gemma4_text",  # og's builder's Gemma 4 type; test_bundles.py loads a bundle of it
 }  # fmt: skip
 
 
@@ -44,9 +45,9 @@ def _parse(family: str, **overrides):
 def test_every_family_has_a_test_checkpoint_and_a_genai_type():
     assert set(NEW_FAMILIES) <= set(FAMILIES)
     # rows of multimodal checkpoints built text-only make theirs (test_qwen3_5_hub.py,
-    # test_gemma3n.py)
+    # test_gemma3n.py, test_gemma4.py)
     text_only = {name for name, row in FAMILIES.items() if row.text_only is not None}
-    assert text_only == {"qwen3_5", "qwen3_5_moe", "llama4", "gemma3n"}
+    assert text_only == {"qwen3_5", "qwen3_5_moe", "llama4", "gemma3n", "gemma4"}
     assert set(FAMILIES) - text_only == set(HF_FAMILIES)
     for family in FAMILIES.values():
         assert family.genai_type in GENAI_TYPES, family.model_type
