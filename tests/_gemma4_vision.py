@@ -178,17 +178,17 @@ def _attach(model: ir.Model, tensors: dict[str, np.ndarray], dtype: ir.DataType)
 
 
 def vision_graphs(
-    model, folder: Path, ep: str = "default", **config_changes: object
+    model, folder: Path, ep: str = "default", dtype: str | None = "fp32", **config_changes: object
 ) -> dict[str, ir.Model]:
     """The vision and embedding graphs of the checkpoint saved in `folder`, built and
-    optimized for `ep` (float32), weights attached; `config_changes` replace fields of the
-    vision config (a mutant's)."""
+    optimized for `ep` and `dtype` (None: the EP's), weights attached; `config_changes`
+    replace fields of the vision config (a mutant's)."""
     config = _config(model)
     if config_changes:
         config = dataclasses.replace(
             config, vision=dataclasses.replace(config.vision, **config_changes)
         )
-    target = resolve_target(ep, dtype="fp32")
+    target = resolve_target(ep, dtype=dtype)
     width = config.embedding_width
     with build_context(target.ep, target.dtype):
         graphs = {

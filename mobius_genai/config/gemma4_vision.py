@@ -127,7 +127,8 @@ def _check(config: Gemma4VisionConfig) -> None:
         )
     if config.pooling_kernel_size != OG_POOLING_KERNEL:
         raise ConfigError(
-            f"config.json: vision_config.pooling_kernel_size is {config.pooling_kernel_size}; "
+            "config.json: field 'vision_config.pooling_kernel_size' is "
+            f"{config.pooling_kernel_size}; "
             f"accepted: {OG_POOLING_KERNEL} (onnxruntime-genai 0.18's Gemma 4 processor "
             "pools 3 x 3 patches)"
         )
