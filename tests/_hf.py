@@ -49,6 +49,7 @@ from transformers import (
     Gemma2Config,
     Gemma3nTextConfig,
     Gemma3TextConfig,
+    Gemma4TextConfig,
     GemmaConfig,
     Glm4MoeConfig,
     GlmConfig,
@@ -106,6 +107,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gemma2": Gemma2Config,
     "gemma3_text": Gemma3TextConfig,
     "gemma3n_text": Gemma3nTextConfig,
+    "gemma4_text": Gemma4TextConfig,
     "phi3": Phi3Config,
     "phi": PhiConfig,
     "gpt2": GPT2Config,
@@ -163,6 +165,7 @@ _ARCHITECTURES = {
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
     "gemma3n_text": "Gemma3nForCausalLM",
+    "gemma4_text": "Gemma4ForCausalLM",
     "phi3": "Phi3ForCausalLM",
     "phi": "PhiForCausalLM",
     "gpt2": "GPT2LMHeadModel",
@@ -314,6 +317,32 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "laurel_rank": 16,
         "num_kv_shared_layers": 2,
         "activation_sparsity_pattern": [0.95, 0.7, 0.0, 0.0, 0.0, 0.0],
+        "attention_bias": True,
+    },
+    # 6 layers: sliding, full, ...; full layers with their own head size (32) and one kv head
+    # whose values are its keys, a proportional rope turning a quarter of their channel
+    # pairs; the last two read layers 2 and 3's caches with MLPs twice as wide
+    "gemma4_text": {
+        "num_hidden_layers": 6,
+        "head_dim": 16,
+        "global_head_dim": 32,
+        "num_global_key_value_heads": 1,
+        "attention_k_eq_v": True,
+        "sliding_window": 5,
+        "layer_types": ["sliding_attention", "full_attention"] * 3,
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            "full_attention": {
+                "rope_type": "proportional",
+                "partial_rotary_factor": 0.25,
+                "rope_theta": 10000.0,
+            },
+        },
+        "final_logit_softcapping": 3.0,
+        "hidden_size_per_layer_input": 16,
+        "vocab_size_per_layer_input": 128,  # transformers reads the table by any token id
+        "num_kv_shared_layers": 2,
+        "use_double_wide_mlp": True,
         "attention_bias": True,
     },
     "phi3": {"pad_token_id": 0},
@@ -631,6 +660,9 @@ NORM_STD = 0.1
 #: Buffers a checkpoint stores as learned values (transformers initializes them to zeros):
 #: DeepSeek-V3's and LFM2-MoE's per-expert routing corrections.
 LEARNED_BUFFERS = ("e_score_correction_bias", "expert_bias")
+#: Buffers a checkpoint stores as learned scales (transformers initializes them to ones):
+#: Gemma 4's per-layer output multiplier.
+SCALE_BUFFERS = ("layer_scalar",)
 
 
 def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
@@ -679,6 +711,9 @@ def randomize_weights(model: PreTrainedModel, seed: int = 0) -> None:
             if name.rsplit(".", 1)[-1] in LEARNED_BUFFERS:
                 noise = torch.randn(buffer.shape, generator=gen, dtype=torch.float32)
                 buffer.copy_((BIAS_STD * noise).to(buffer.dtype))
+            if name.rsplit(".", 1)[-1] in SCALE_BUFFERS:
+                noise = torch.randn(buffer.shape, generator=gen, dtype=torch.float32)
+                buffer.copy_((1.0 + NORM_STD * noise).to(buffer.dtype))
 
 
 def router_picks(model: PreTrainedModel, router: torch.nn.Module, ids: np.ndarray) -> list[tuple]:

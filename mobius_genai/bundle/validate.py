@@ -173,7 +173,12 @@ def check_graph_against_config(config: Mapping[str, Any], graph: GraphInfo) -> l
     first_past = inputs["past_key_names"].replace("%d", str(layers[0] if layers else 0))
     if first_past in graph.inputs:
         problems += _check_kv_shape(decoder, first_past, graph.inputs[first_past])
-    problems += _check_sizes(model, inputs["input_ids"], graph)
+    cache_heads = {
+        graph.inputs[name].dim(1)
+        for name in (inputs["past_key_names"].replace("%d", str(i)) for i in layers)
+        if name in graph.inputs and graph.inputs[name].shape is not None
+    }
+    problems += _check_sizes(model, inputs["input_ids"], graph, cache_heads - {None})
     problems += _check_vocab(model.get("vocab_size"), outputs["logits"], graph)
     vocab, source = _vocabulary(config, graph)
     if vocab is not None:
@@ -373,17 +378,22 @@ def _logits_width(logits: str, graph: GraphInfo) -> int | None:
     return spec.dim(len(spec.shape) - 1)
 
 
-def _check_sizes(model: Mapping[str, Any], input_ids: str, graph: GraphInfo) -> list[str]:
-    """Head counts, hidden size and context length against what the graph's ops fix."""
+def _check_sizes(
+    model: Mapping[str, Any], input_ids: str, graph: GraphInfo, cache_heads: set[int]
+) -> list[str]:
+    """Head counts, hidden size and context length against what the graph's ops fix. Layers
+    may have their own key/value heads where their past inputs state them (og 0.18 reads each
+    layer's cache shape from the graph: Gemma 4's full layers); genai_config's are the first
+    layer's (checked with its cache shape)."""
     decoder = model["decoder"]
     problems = [
         f"model.decoder.{field}: {decoder[field]} but the graph's attention has {sorted(found)} "
         f"{what}"
-        for field, found, what in (
-            ("num_attention_heads", graph.attention_heads, "heads"),
-            ("num_key_value_heads", graph.attention_kv_heads, "key/value heads"),
+        for field, found, what, allowed in (
+            ("num_attention_heads", graph.attention_heads, "heads", set()),
+            ("num_key_value_heads", graph.attention_kv_heads, "key/value heads", cache_heads),
         )
-        if found and found != {decoder[field]}
+        if found and not found <= {decoder[field]} | allowed
     ]
     width = graph.embedding_widths.get(input_ids)
     if width is not None and width != decoder["hidden_size"]:

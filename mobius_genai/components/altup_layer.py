@@ -77,22 +77,30 @@ class SparseGatedMLP(nn.Module):
 
 
 class SharedKVAttention(nn.Module):
-    """Gemma 3n's attention: q/k norms, an unscaled v norm, softmax scale 1; a layer that
-    shares its source's cache has no k/v projections (see the module docstring)."""
+    """Gemma 3n's and Gemma 4's attention: q/k norms, an unscaled v norm, softmax scale 1; a
+    layer that shares its source's cache has no k/v projections (see the module docstring).
+    Its head size and key/value heads are its layer's (Gemma 4's full layers have their own);
+    with `values_are_keys` it has no v_proj and its values are its keys' projection, normed
+    without scale and not rotated (Gemma 4's attention_k_eq_v)."""
 
-    def __init__(self, config: ArchitectureConfig, layer_index: int) -> None:
+    def __init__(
+        self, config: ArchitectureConfig, layer_index: int, values_are_keys: bool = False
+    ) -> None:
         super().__init__()
-        self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
-        self.head_dim, self.scale = config.head_dim, config.scale
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.kv_heads_of(layer_index)
+        self.head_dim, self.scale = config.head_dim_of(layer_index), config.scale
         self.window = config.window_of_layer(layer_index)
         q_size, kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         eps = config.norm_eps
         self.q_proj = Linear(config.hidden_size, q_size, config.qkv_bias)
         self.q_norm = RMSNorm(self.head_dim, eps)
-        self.shares = config.altup.kv_sources[layer_index] != layer_index
+        self.shares = config.kv_source_of(layer_index) != layer_index
+        self.v_proj = None
         if not self.shares:
             self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
-            self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
+            if not values_are_keys:
+                self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
             self.k_norm = RMSNorm(self.head_dim, eps)
             self.v_norm = RMSNorm(self.head_dim, eps, affine=False)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
@@ -102,8 +110,10 @@ class SharedKVAttention(nn.Module):
         return op.Reshape(norm(op, split), op.Constant(value_ints=[0, 0, -1]))
 
     def _keys_values(self, op, x, position_ids, rotary, past_key, past_value, slots) -> KeysValues:
-        k = self._headwise(op, self.k_proj(op, x), self.k_norm, self.num_kv_heads)
-        v = self._headwise(op, self.v_proj(op, x), self.v_norm, self.num_kv_heads)
+        keys = self.k_proj(op, x)
+        values = keys if self.v_proj is None else self.v_proj(op, x)
+        k = self._headwise(op, keys, self.k_norm, self.num_kv_heads)
+        v = self._headwise(op, values, self.v_norm, self.num_kv_heads)
         if rotary is not None:
             k = rotary(op, k, position_ids, self.num_kv_heads)
         if slots is not None:

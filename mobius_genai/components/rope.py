@@ -52,6 +52,9 @@ def _scaled(rope: RopeConfig, rotary_dim: int, long: bool) -> np.ndarray:
     if rope.type == "longrope":
         factors = rope.long_factor if long else rope.short_factor
         return inv_freq / np.asarray(factors, dtype=np.float64)
+    if rope.type == "proportional":  # rotary_dim is the whole head
+        rotated = int(rope.partial_rotary_factor * rotary_dim // 2)
+        return np.where(np.arange(rotary_dim // 2) < rotated, inv_freq, 0.0) / rope.factor
     # "default", and "dynamic" whose frequencies only change past max_position_embeddings.
     return inv_freq
 

@@ -32,7 +32,10 @@ already contained, so the opset is always new enough):
   ``L = clip(l, -limit, limit)`` (measured against onnxruntime 1.32's CPU kernel,
   tests/components/test_moe_function.py). The body runs every expert on every token and weights
   the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
-  the two biases; ``""`` has none (the node leaves those inputs empty).
+  the two biases; ``""`` has none (the node leaves those inputs empty). Overload ``"geglu"``
+  (``activation_type="geglu"``, Gemma 4's experts) computes ``Gelu_tanh(G) * L`` instead of
+  SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
+  ``MoE.geglu``), so it is always expanded.
 
 - ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
   they compute are in components/recurrent_bodies.py.
@@ -226,8 +229,8 @@ def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> ir.Value:
     return tape.op("ScatterElements", [zeros, index, tape.op("Div", [top, divisor])], {"axis": 1})
 
 
-def _swiglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
-    """[..., 2I] with gate and up interleaved → G * sigmoid(alpha * G) * (L + beta)."""
+def _gate_and_up(tape: ir.tape.Tape, fused: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """[..., 2I] with gate and up interleaved → gate [..., I], up [..., I]."""
     pairs = tape.op(
         "Reshape",
         [
@@ -240,6 +243,12 @@ def _swiglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
     gate, up = tape.op_multi_out("Split", [pairs], {"axis": -1, "num_outputs": 2}, num_outputs=2)
     last = _ints(tape, -1)
     gate, up = tape.op("Squeeze", [gate, last]), tape.op("Squeeze", [up, last])
+    return gate, up
+
+
+def _swiglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
+    """[..., 2I] with gate and up interleaved → G * sigmoid(alpha * G) * (L + beta)."""
+    gate, up = _gate_and_up(tape, fused)
     limit = tape.op("CastLike", [_ref_constant(tape, "swiglu_limit", ir.AttributeType.FLOAT), gate])
     gate = tape.op("Min", [gate, limit])
     up = tape.op("Clip", [up, tape.op("Neg", [limit]), limit])
@@ -251,7 +260,15 @@ def _swiglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
     return tape.op("Mul", [swish, tape.op("Add", [up, beta])])
 
 
-def _moe(tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool) -> list[ir.Value]:
+def _geglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
+    """[..., 2I] with gate and up interleaved → Gelu_tanh(gate) * up."""
+    gate, up = _gate_and_up(tape, fused)
+    return tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
+
+
+def _moe(
+    tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool, gated=_swiglu
+) -> list[ir.Value]:
     x, router, fc1, fc1_bias, fc2, fc2_bias = params
     rows = tape.op(
         "Reshape",
@@ -266,7 +283,7 @@ def _moe(tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool) -> list[i
     hidden = tape.op("MatMul", [rows, tape.op("Transpose", [fc1], to_in_out)])  # [E, T, 2I]
     if biased:
         hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [fc1_bias, middle])])
-    out = tape.op("MatMul", [_swiglu(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
+    out = tape.op("MatMul", [gated(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
     if biased:
         out = tape.op("Add", [out, tape.op("Unsqueeze", [fc2_bias, middle])])
     per_expert = tape.op(
@@ -284,6 +301,10 @@ def _moe_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
 
 def _moe_biased_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
     return _moe(tape, params, biased=True)
+
+
+def _moe_geglu_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
+    return _moe(tape, params, biased=False, gated=_geglu)
 
 
 #: LinearAttention's overload → the update rule its body computes.
@@ -398,7 +419,7 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                     _float_attr("activation_alpha", 1.0),
                     _float_attr("activation_beta", 0.0),
                 ),
-                bodies={"": _moe_body, "bias": _moe_biased_body},
+                bodies={"": _moe_body, "bias": _moe_biased_body, "geglu": _moe_geglu_body},
             ),
             Tier1Op(
                 "CausalConvWithState",

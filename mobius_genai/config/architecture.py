@@ -29,6 +29,7 @@ from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.local_global import CHUNKED, LocalGlobalAttention, validate_local_global
 from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
+from mobius_genai.config.per_layer_stack import FULL, PerLayerStack
 from mobius_genai.config.recurrent import RECURRENT_BLOCKS, RecurrentBlock
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.config.short_conv import ShortConvConfig
@@ -134,6 +135,8 @@ class ArchitectureConfig:
       (config/local_global.py); None when the model has none of them.
     - `altup`: Gemma 3n's streams, per-layer inputs, Laurel, sparse MLPs and shared caches
       (config/altup.py); None for every other decoder.
+    - `per_layer_stack`: Gemma 4's full-layer head geometry, per-layer inputs, shared caches and
+      MoE block beside the MLP (config/per_layer_stack.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -195,6 +198,7 @@ class ArchitectureConfig:
     latent_attention: LatentAttentionConfig | None = None
     local_global: LocalGlobalAttention | None = None
     altup: AltUpConfig | None = None
+    per_layer_stack: PerLayerStack | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -215,7 +219,15 @@ class ArchitectureConfig:
         """Number of channels of each head that `rope` rotates (even)."""
         if self.latent_attention is not None:
             return self.latent_attention.qk_rope_head_dim
-        dim = rotated_channels(self.head_dim, rope.partial_rotary_factor)
+        heads = {
+            self.head_dim_of(i)
+            for i in range(self.num_hidden_layers)
+            if self.rope_of_layer(i) == rope
+        }
+        head_dim = heads.pop() if len(heads) == 1 else self.head_dim
+        if rope.type == "proportional":  # the whole head turns (components/rope.py)
+            return head_dim
+        dim = rotated_channels(head_dim, rope.partial_rotary_factor)
         return dim - dim % 2
 
     @property
@@ -232,6 +244,26 @@ class ArchitectureConfig:
         if self.rope_local is not None and self.layer_types[index] == "sliding_attention":
             return self.rope_local
         return self.rope
+
+    def head_dim_of(self, index: int) -> int:
+        """The head size of layer `index` (Gemma 4's full layers have their own)."""
+        stack = self.per_layer_stack
+        if stack is not None and self.layer_types[index] == FULL:
+            return stack.full_head_dim
+        return self.head_dim
+
+    def kv_heads_of(self, index: int) -> int:
+        """The key/value head count of layer `index` (Gemma 4's full layers have their own)."""
+        stack = self.per_layer_stack
+        if stack is not None and self.layer_types[index] == FULL:
+            return stack.full_kv_heads
+        return self.num_key_value_heads
+
+    def kv_source_of(self, index: int) -> int:
+        """The layer whose keys and values layer `index` attends over (itself unless it
+        shares an earlier layer's cache: Gemma 3n, Gemma 4)."""
+        section = self.altup or self.per_layer_stack
+        return index if section is None else section.kv_sources[index]
 
     def has_kv_cache(self, index: int) -> bool:
         """Whether layer `index` attends (KV cache) rather than carrying a recurrent state."""
@@ -275,6 +307,9 @@ class ArchitectureConfig:
             layer_types=self.layer_types[:count],
             no_rope_layers=tuple(index for index in self.no_rope_layers if index < count),
             altup=None if self.altup is None else self.altup.first_layers(count),
+            per_layer_stack=(
+                None if self.per_layer_stack is None else self.per_layer_stack.first_layers(count)
+            ),
         )
 
     @classmethod

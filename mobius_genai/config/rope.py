@@ -17,7 +17,9 @@ from mobius_genai.errors import ConfigError
 # the layer types transformers 5 may nest rope_parameters by (gemma3's full and local ropes)
 _ROPE_LAYER_TYPES = ("full_attention", "sliding_attention")
 
-ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope")
+# "proportional" (Gemma 4's full layers): the whole head rotates, with the frequencies of the
+# first partial_rotary_factor of its channel pairs and zero (no rotation) for the rest
+ROPE_TYPES = ("default", "linear", "dynamic", "llama3", "yarn", "longrope", "proportional")
 # Rope types whose tables depend on the length the model was pretrained with.
 _ROPE_TYPES_WITH_ORIGINAL = ("llama3", "yarn", "longrope")
 # Keys transformers' rope validation requires per type; rope_theta and

@@ -113,6 +113,14 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 field="supports_fused_moe",
                 flag="supports_fused_moe",
             ),
+            # Gemma 4's GeGLU experts (activation_type "geglu", the function overload "geglu"):
+            # onnxruntime 1.32's CPU MoE kernel refuses it ("Unsupported MoE activation type")
+            Kernel(
+                "MoE.geglu",
+                MS_DOMAIN,
+                "its standard body (every expert on every token)",
+                default=False,
+            ),
             Kernel(
                 "QMoE",
                 MS_DOMAIN,

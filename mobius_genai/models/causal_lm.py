@@ -15,6 +15,7 @@ from mobius_genai.components.kv_slots import Slots, kv_slots
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import RMSNorm, make_norm
+from mobius_genai.components.per_layer_stack import PerLayerDecoderLayer
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import get_build_dtype
@@ -160,32 +161,15 @@ class AltUpTextModel(TextModel):
         """`stack_args`: TextModel's context length, image token id and DeepStack layers."""
         super().__init__(config, *stack_args)
         section, hidden = config.altup, config.hidden_size
-        size, table = section.per_layer_size, section.table_layers * section.per_layer_size
         self.layers = nn.ModuleList(
             [AltUpDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
-        self.embed_tokens_per_layer = Embedding(section.per_layer_vocab, table, size**0.5)
-        self.per_layer_model_projection = Linear(hidden, table)
-        self.per_layer_projection_norm = RMSNorm(size, config.norm_eps)
+        _per_layer_tables(self, config, section)
         self.altup_projections = StreamExpansion(hidden, section.streams)
         self.altup_unembed_projections = StreamCollapse(hidden, section.streams)
 
     def _per_layer_inputs(self, op, input_ids: ir.Value, embeds: ir.Value) -> ir.Value:
-        """(norm(proj(embeds) / √hidden) + table[ids]) / √2, [batch, seq, table_layers, size];
-        ids outside the table read row 0."""
-        section = self.config.altup
-        layered = op.Constant(value_ints=[0, 0, section.table_layers, section.per_layer_size])
-        zero = op.Constant(value_int=0)
-        in_table = op.And(
-            op.GreaterOrEqual(input_ids, zero),
-            op.Less(input_ids, op.Constant(value_int=section.per_layer_vocab)),
-        )
-        rows = self.embed_tokens_per_layer(op, op.Where(in_table, input_ids, zero))
-        scale = op.CastLike(op.Constant(value_float=self.config.hidden_size**-0.5), embeds)
-        projected = op.Mul(self.per_layer_model_projection(op, embeds), scale)
-        projected = self.per_layer_projection_norm(op, op.Reshape(projected, layered))
-        half = op.CastLike(op.Constant(value_float=2**-0.5), embeds)
-        return op.Mul(op.Add(projected, op.Reshape(rows, layered)), half)
+        return per_layer_inputs(op, self, self.config.altup, input_ids, embeds)
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         embeds = self.embed_tokens(op, input_ids)
@@ -208,6 +192,77 @@ class AltUpTextModel(TextModel):
             )
             presents.append(present)
         return self.norm(op, self.altup_unembed_projections(op, streams)), presents
+
+
+def _per_layer_tables(model: nn.Module, config: ArchitectureConfig, section) -> None:
+    """The per-layer input table, the embedding's projection and its norm, on `model` under
+    their checkpoint names (`section`: an AltUpConfig or a PerLayerStack)."""
+    size, table = section.per_layer_size, section.table_layers * section.per_layer_size
+    model.embed_tokens_per_layer = Embedding(section.per_layer_vocab, table, size**0.5)
+    model.per_layer_model_projection = Linear(config.hidden_size, table)
+    model.per_layer_projection_norm = RMSNorm(size, config.norm_eps)
+
+
+def per_layer_inputs(op, model: nn.Module, section, input_ids: ir.Value, embeds: ir.Value):
+    """(norm(proj(embeds) / √hidden) + table[ids]) / √2, [batch, seq, table_layers, size]
+    (Gemma 3n's and Gemma 4's per-layer inputs, `_per_layer_tables`' modules); ids outside
+    the table read row 0."""
+    layered = op.Constant(value_ints=[0, 0, section.table_layers, section.per_layer_size])
+    zero = op.Constant(value_int=0)
+    in_table = op.And(
+        op.GreaterOrEqual(input_ids, zero),
+        op.Less(input_ids, op.Constant(value_int=section.per_layer_vocab)),
+    )
+    rows = model.embed_tokens_per_layer(op, op.Where(in_table, input_ids, zero))
+    scale = op.CastLike(op.Constant(value_float=model.config.hidden_size**-0.5), embeds)
+    projected = op.Mul(model.per_layer_model_projection(op, embeds), scale)
+    projected = model.per_layer_projection_norm(op, op.Reshape(projected, layered))
+    half = op.CastLike(op.Constant(value_float=2**-0.5), embeds)
+    return op.Mul(op.Add(projected, op.Reshape(rows, layered)), half)
+
+
+class PerLayerTextModel(TextModel):
+    """Gemma 4's stack (config/per_layer_stack.py): PerLayerDecoderLayers, each given its slice
+    of the per-layer inputs (when the model has them) and, when it shares a cache, its source
+    layer's keys and values."""
+
+    def __init__(self, config: ArchitectureConfig, *stack_args: int | None) -> None:
+        """`stack_args`: TextModel's context length, image token id and DeepStack layers."""
+        super().__init__(config, *stack_args)
+        self.layers = nn.ModuleList(
+            [PerLayerDecoderLayer(config, i) for i in range(config.num_hidden_layers)]
+        )
+        if config.per_layer_stack.per_layer_size:
+            _per_layer_tables(self, config, config.per_layer_stack)
+
+    def _per_layer_inputs(self, op, input_ids: ir.Value, embeds: ir.Value) -> ir.Value:
+        return per_layer_inputs(op, self, self.config.per_layer_stack, input_ids, embeds)
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
+        hidden = self.embed_tokens(op, input_ids)
+        per_layer = None
+        if self.config.per_layer_stack.per_layer_size:
+            per_layer = self._per_layer_inputs(op, input_ids, hidden)
+        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        shared, presents = {}, []
+        for i, layer in enumerate(self.layers):
+            source = self.config.kv_source_of(i)
+            layer_input = None
+            if per_layer is not None:
+                layer_input = op.Gather(per_layer, op.Constant(value_int=i), axis=2)
+            hidden, present, shared[i] = layer(
+                op,
+                hidden,
+                layer_input,
+                position_ids,
+                rotations[i],
+                biases[i],
+                past_key_values[i],
+                slots,
+                shared.get(source) if source != i else None,
+            )
+            presents.append(present)
+        return self.norm(op, hidden), presents
 
 
 class TiedLMHead(nn.Module):
@@ -253,7 +308,11 @@ class CausalLMModel(nn.Module):
         super().__init__()
         self.config = config
         self.context_length = context_length or config.max_position_embeddings
-        stack = TextModel if config.altup is None else AltUpTextModel
+        stack = TextModel
+        if config.altup is not None:
+            stack = AltUpTextModel
+        elif config.per_layer_stack is not None:
+            stack = PerLayerTextModel
         self.model = stack(config, self.context_length, image_token_id, deepstack_layers)
         self.hidden_output = False
         self.lm_head = make_lm_head(config)

@@ -43,7 +43,7 @@ def _cache(
     cache = []
     if config.has_kv_cache(layer):
         length = PAST if past else TOTAL
-        shape = [BATCH, config.num_key_value_heads, length, config.head_dim]
+        shape = [BATCH, config.kv_heads_of(layer), length, config.head_dim_of(layer)]
         names = (past_names if past else present_names)(layer)
         cache += [(name, shape, dtype) for name in names]
     block = config.recurrent_block(layer)

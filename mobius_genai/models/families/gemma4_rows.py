@@ -1,0 +1,70 @@
+"""Gemma 4's rows: `gemma4_text` (Gemma4ForCausalLM) and the hub's multimodal `gemma4`
+checkpoints (Gemma4ForConditionalGeneration) built text-only. What the decoder holds is
+config/per_layer_stack.py's section; its RMSNorms scale by the weight itself (no gemma offset)
+and attention scores are unscaled (q and k are normed)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from mobius_genai.checkpoint.experts import ExpertLayout
+from mobius_genai.config.per_layer_stack import FULL, per_layer_stack
+from mobius_genai.config.text_config import TextOnly
+from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.readers import gemma_activation
+from mobius_genai.models.families.scales import sqrt_hidden
+
+_SLIDING = "sliding_attention"
+
+
+def _layer_types(raw: Mapping[str, Any]) -> list[str]:
+    """Five sliding layers to one full, the last layer full (Gemma4TextConfig's defaults)."""
+    layers = int(raw["num_hidden_layers"])
+    types = [_SLIDING if (i + 1) % 6 else FULL for i in range(layers)]
+    return [*types[:-1], FULL]
+
+
+GEMMA4_TEXT = FamilyAdapter(
+    model_type="gemma4_text",
+    config_defaults={
+        "tie_word_embeddings": True,
+        "layer_types": _layer_types,
+        "head_dim": 256,
+        "sliding_window": 512,
+        "rope_parameters": {
+            _SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
+            FULL: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 1e6},
+        },
+    },
+    config_overrides={
+        "embedding_multiplier": sqrt_hidden,
+        "hidden_act": gemma_activation,
+        "attention_scale": 1.0,
+        "norm_placement": "sandwich",
+        "per_layer_stack": per_layer_stack,
+    },
+    refused_keys=("use_bidirectional_attention",),
+    experts=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj"),
+    # the layers sharing an earlier cache have no k/v of their own (hub files may keep them)
+    unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
+)
+
+_TOWERS = r"^model\.(vision_tower|audio_tower|embed_vision|embed_audio)\."
+GEMMA4_HUB = dataclasses.replace(
+    GEMMA4_TEXT,
+    model_type="gemma4",
+    weight_renames=((r"^model\.", "model.language_model."),),
+    unused_weights=(*GEMMA4_TEXT.unused_weights, _TOWERS),
+    text_only=TextOnly(
+        not_built=(
+            "the vision and audio towers and their soft-token embedders (model.vision_tower, "
+            "model.audio_tower, model.embed_vision, model.embed_audio): a text-only bundle, "
+            "whose image and audio token ids read the text embedding table"
+        ),
+        top_level_keys={"tie_word_embeddings": True},
+    ),
+)
+
+GEMMA4_FAMILIES = (GEMMA4_TEXT, GEMMA4_HUB)
