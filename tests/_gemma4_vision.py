@@ -15,8 +15,6 @@ from safetensors.numpy import load_file
 from transformers import Gemma4Config, Gemma4ForConditionalGeneration
 
 from mobius_genai.checkpoint.reader import TRANSPOSED_FROM_CHECKPOINT
-from mobius_genai.config.architecture import ArchitectureConfig
-from mobius_genai.config.gemma4_vision import parse_gemma4_vision_language
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.vision_language import VISION_LANGUAGE, EmbeddingModel
@@ -144,22 +142,8 @@ def reference_embeddings(model, input_ids: np.ndarray, features: np.ndarray) -> 
 
 
 def _config(model) -> VisionLanguageConfig:
-    """The VisionLanguageConfig of the checkpoint's config, its text part only as far as the
-    vision and embedding graphs read it (sizes and Gemma's sqrt(hidden) embedding scale)."""
-    raw = model.config.to_dict()
-    text = ArchitectureConfig(
-        model_type="gemma4_text",
-        vocab_size=TEXT["vocab_size"],
-        hidden_size=TEXT_HIDDEN,
-        intermediate_size=TEXT["intermediate_size"],
-        num_hidden_layers=TEXT["num_hidden_layers"],
-        num_attention_heads=TEXT["num_attention_heads"],
-        num_key_value_heads=TEXT["num_key_value_heads"],
-        head_dim=TEXT["head_dim"],
-        max_position_embeddings=TEXT["max_position_embeddings"],
-        embedding_multiplier=TEXT_HIDDEN**0.5,
-    )
-    return parse_gemma4_vision_language(raw, text)
+    """The VisionLanguageConfig of the checkpoint's config.json, read by the gemma4 row."""
+    return VISION_LANGUAGE["gemma4"].parse_config(model.config.to_dict())
 
 
 def _attach(model: ir.Model, tensors: dict[str, np.ndarray], dtype: ir.DataType) -> None:
@@ -167,11 +151,7 @@ def _attach(model: ir.Model, tensors: dict[str, np.ndarray], dtype: ir.DataType)
     for name, value in model.graph.initializers.items():
         if value.const_value is not None:
             continue
-        if name.startswith("model."):
-            source = "model.language_model." + name[len("model.") :]
-        else:
-            source = family.checkpoint_name(name)
-        array = tensors[source]
+        array = tensors[family.checkpoint_name(name)]
         if value.meta.get(TRANSPOSED_FROM_CHECKPOINT):
             array = array.T
         value.const_value = ir.tensor(array.astype(dtype.numpy()))

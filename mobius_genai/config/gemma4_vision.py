@@ -154,8 +154,19 @@ def parse_gemma4_vision_language(
             ("image_token_id", 258_880),
             ("boi_token_id", 255_999),
             ("eoi_token_id", 258_882),
+            ("video_token_id", 258_884),
+            ("audio_token_id", 258_881),
         )
     }
+    audio = ids.pop("audio_token_id")
+    soft = (ids["image_token_id"], ids["video_token_id"], audio)
+    section = text.per_layer_stack
+    if section is not None:  # the soft tokens' per-layer rows are the pad token's
+        pad = 0 if text.pad_token_id is None else text.pad_token_id
+        section = dataclasses.replace(section, soft_tokens=(pad, soft))
     return VisionLanguageConfig(
-        model_type=fields.model_type(raw.get("model_type")), text=text, vision=vision, **ids
+        model_type=fields.model_type(raw.get("model_type")),
+        text=dataclasses.replace(text, per_layer_stack=section),
+        vision=vision,
+        **ids,
     )

@@ -1,17 +1,15 @@
-"""Gemma 4's rows: `gemma4_text` (Gemma4ForCausalLM) and the hub's multimodal `gemma4`
-checkpoints (Gemma4ForConditionalGeneration) built text-only. What the decoder holds is
-config/per_layer_stack.py's section; its RMSNorms scale by the weight itself (no gemma offset)
-and attention scores are unscaled (q and k are normed)."""
+"""Gemma 4's row: `gemma4_text` (Gemma4ForCausalLM; the hub's multimodal `gemma4` checkpoints
+are a vision-language row, models/vision_language.py, whose text is this row). What the decoder
+holds is config/per_layer_stack.py's section; its RMSNorms scale by the weight itself (no gemma
+offset) and attention scores are unscaled (q and k are normed)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.per_layer_stack import FULL, per_layer_stack
-from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.readers import gemma_activation
 from mobius_genai.models.families.scales import sqrt_hidden
@@ -51,20 +49,4 @@ GEMMA4_TEXT = FamilyAdapter(
     unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
 )
 
-_TOWERS = r"^model\.(vision_tower|audio_tower|embed_vision|embed_audio)\."
-GEMMA4_HUB = dataclasses.replace(
-    GEMMA4_TEXT,
-    model_type="gemma4",
-    weight_renames=((r"^model\.", "model.language_model."),),
-    unused_weights=(*GEMMA4_TEXT.unused_weights, _TOWERS),
-    text_only=TextOnly(
-        not_built=(
-            "the vision and audio towers and their soft-token embedders (model.vision_tower, "
-            "model.audio_tower, model.embed_vision, model.embed_audio): a text-only bundle, "
-            "whose image and audio token ids read the text embedding table"
-        ),
-        top_level_keys={"tie_word_embeddings": True},
-    ),
-)
-
-GEMMA4_FAMILIES = (GEMMA4_TEXT, GEMMA4_HUB)
+GEMMA4_FAMILIES = (GEMMA4_TEXT,)
