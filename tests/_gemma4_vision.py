@@ -4,7 +4,11 @@ images already at a size the image processor keeps (whole 3 x 3 blocks of patche
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import importlib.util
+import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -71,8 +75,15 @@ def tiny_gemma4(**vision: object) -> Gemma4ForConditionalGeneration:
     """A seeded random Gemma4ForConditionalGeneration (float32, eval mode, no audio tower);
     `vision` overrides vision_config keys. The clipped linears' bounds and the
     standardization's bias and scale are seeded too (transformers leaves them inf or empty)."""
+    return _tiny({}, TOP, vision)
+
+
+def _tiny(text: dict, top: dict, vision: dict | None = None) -> Gemma4ForConditionalGeneration:
     config = Gemma4Config(
-        text_config=TEXT, vision_config={**VISION, **vision}, audio_config=None, **TOP
+        text_config={**TEXT, **text},
+        vision_config={**VISION, **(vision or {})},
+        audio_config=None,
+        **top,
     )
     model = Gemma4ForConditionalGeneration(config).eval()
     randomize_weights(model, 0)
@@ -190,3 +201,64 @@ def sessions(graphs: dict[str, ir.Model]) -> dict[str, ort.InferenceSession]:
         )
         for key, graph in graphs.items()
     }
+
+
+SPECIALS = ["<|image>", "<|image|>", "<image|>", "<|video|>", "<|audio|>", "<|audio>", "<audio|>"]
+#: 70 soft tokens of 3 x 3 patches of 4 pixels: og's Gemma4ImageTransform and transformers'
+#: processor resize to at most 630 patches; these sizes they keep (whole 12-pixel blocks
+#: filling the budget).
+MAX_SOFT_TOKENS = 70
+KEPT_SIZES = ((72, 132), (96, 96), (108, 84))
+
+
+def write_gemma4_checkpoint(folder: Path) -> Gemma4ForConditionalGeneration:
+    """A packageable tiny Gemma 4 checkpoint in `folder`: the model, tiny-qwen2's tokenizer
+    with Gemma 4's image, video and audio tokens, and the image processor's settings."""
+    from transformers import AutoTokenizer
+
+    from tests.conftest import TINY_QWEN2
+
+    tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS})
+    boi, image, eoi, video, audio, boa, eoa = tokenizer.convert_tokens_to_ids(SPECIALS)
+    vocab = len(tokenizer) + 4
+    # three layers (sliding, full, full): the smoke test's twin keeps the first two
+    text = {"vocab_size": vocab, "vocab_size_per_layer_input": vocab, "num_hidden_layers": 3}
+    text["layer_types"] = ["sliding_attention", "full_attention", "full_attention"]
+    ids = dict(image_token_id=image, boi_token_id=boi, eoi_token_id=eoi, video_token_id=video)
+    ids.update(audio_token_id=audio, boa_token_id=boa, eoa_token_index=eoa)
+    model = _tiny(text, ids)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    preprocessor = {  # Gemma4ImageProcessor's settings (saving it needs torchvision)
+        "image_processor_type": "Gemma4ImageProcessor",
+        "patch_size": PATCH,
+        "max_soft_tokens": MAX_SOFT_TOKENS,
+        "pooling_kernel_size": POOL,
+        "do_normalize": False,
+        "rescale_factor": 1 / 255,
+    }
+    (Path(folder) / "preprocessor_config.json").write_text(json.dumps(preprocessor))
+    return model
+
+
+def kept_size(height: int, width: int) -> tuple[int, int]:
+    """transformers' Gemma4ImageProcessor's target (height, width) for an image, for this
+    checkpoint's budget: its `get_aspect_ratio_preserving_size`, read from the module's source
+    (the module imports torchvision, which tests do not install)."""
+    module = importlib.util.find_spec("transformers.models.gemma4.image_processing_gemma4")
+    tree = ast.parse(Path(module.origin).read_text())
+    [function] = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "get_aspect_ratio_preserving_size"
+    ]
+    namespace: dict = {"math": math}
+    exec(compile(ast.Module([function], []), module.origin, "exec"), namespace)
+    return namespace["get_aspect_ratio_preserving_size"](
+        height=height,
+        width=width,
+        patch_size=PATCH,
+        max_patches=MAX_SOFT_TOKENS * POOL * POOL,
+        pooling_kernel_size=POOL,
+    )

@@ -109,6 +109,8 @@ class VisionLanguageFamily:
     # Vision graph input → the key og feeds it by in the vision section's inputs (where og's
     # key is not the input's name).
     vision_input_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # More sections of genai_config's model, as written (og's defaults a bundle must override).
+    model_sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> FamilyAdapter:
@@ -511,6 +513,9 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             vision_layers="vision_tower.encoder.layers",
             unused_weights=(r"^model\.(audio_tower|embed_audio)\.",),
             image_transforms=gemma4_transforms,
+            # og's gemma4 type names an audio processor file by default and refuses a bundle
+            # whose speech section has that file but no speech graph
+            model_sections={"speech": {"config_filename": ""}},
         ),
     )
 }
