@@ -27,7 +27,7 @@ from tests._gemma4_vision import (
     kept_size,
 )
 from tests._hf import generated_tokens
-from tests._ort import og_greedy, package_sessions
+from tests._ort import model_ops, og_greedy, package_sessions
 
 TOLERANCE = 1e-4
 
@@ -182,3 +182,21 @@ def test_smoke_test_and_run_with_an_image(gemma4_bundle, tmp_path, capsys):
     command = ["run", str(gemma4_bundle), "--image", str(path), "--prompt", "Describe it."]
     assert main([*command, "--raw", "--max-new-tokens", "4"]) == 0
     assert "mobius-genai: 4 tokens" in capsys.readouterr().err  # the tiny model's text: blanks
+
+
+@pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
+def test_graph_ops_per_ep_and_role(gemma4_checkpoint, ep):
+    """The tower's attention is bidirectional over the image's patches: standard Attention on
+    every EP; the decoder's GroupQueryAttention where the EP has it; onnx-standard: every graph
+    in the standard domain."""
+    _, folder = gemma4_checkpoint
+    package = build(folder, ep, load_weights=False, progress=False)
+    for key, model in package.items():
+        ops = model_ops(model)
+        if key != "decoder":
+            assert ("com.microsoft", "GroupQueryAttention") not in ops, key
+        if ep == "onnx-standard":
+            assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
+    assert {("", "Attention"), ("", "Compress")} <= model_ops(package["vision"])
+    fused = ("com.microsoft", "GroupQueryAttention") in model_ops(package["decoder"])
+    assert fused == (ep != "onnx-standard")
