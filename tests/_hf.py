@@ -654,6 +654,18 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     },
 }
 
+#: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside
+#: every MLP, no per-layer inputs, no shared caches.
+GEMMA4_MOE: dict[str, Any] = {
+    "enable_moe_block": True,
+    "num_experts": 4,
+    "top_k_experts": 2,
+    "moe_intermediate_size": 32,
+    "hidden_size_per_layer_input": 0,
+    "num_kv_shared_layers": 0,
+    "use_double_wide_mlp": False,
+}
+
 WEIGHT_STD = 0.2
 BIAS_STD = 0.2
 NORM_STD = 0.1
@@ -797,6 +809,33 @@ def _rewrite_hub_layout(path: Path) -> None:
         diff = {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys()}
         diff = {k: v for k, v in diff.items() if v[0] != v[1]}
         raise RuntimeError(f"hub-layout config.json reads back differently: {diff}")
+
+
+def gemma_multimodal_layout(
+    text: Path, folder: Path, model_type: str, towers: Sequence[str], extra: str | None = None
+) -> Path:
+    """`text`'s checkpoint as the hub stores a multimodal Gemma (`model_type` gemma3n or gemma4:
+    the decoder's keys in `text_config`, its weights under model.language_model., the `towers`'
+    tensors and `extra` beside them)."""
+    folder.mkdir()
+    text_config = json.loads((text / "config.json").read_text())
+    config = {
+        "architectures": [f"{model_type.capitalize()}ForConditionalGeneration"],
+        "model_type": model_type,
+        "text_config": text_config,
+        "vision_config": {"model_type": f"{model_type}_vision"},
+        # the multimodal classes tie by the top level (default true)
+        "tie_word_embeddings": text_config["tie_word_embeddings"],
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    tensors = {
+        name.replace("model.", "model.language_model.", 1): value
+        for name, value in load_file(text / "model.safetensors").items()
+    }
+    for name in (*towers, *([extra] if extra else [])):
+        tensors[name] = np.ones([2, 2], np.float32)
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
 
 
 @dataclass(frozen=True)

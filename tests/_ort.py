@@ -19,9 +19,14 @@ import torch
 import mobius_genai
 from mobius_genai import ModelPackage
 from mobius_genai.bundle.validate import validate_bundle
-from mobius_genai.errors import BundleError
+from mobius_genai.errors import BundleError, WeightsError
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes, smoke_pixels
-from tests._hf import ReferenceRun, hf_reference_logits, write_tiny_checkpoint
+from tests._hf import (
+    ReferenceRun,
+    gemma_multimodal_layout,
+    hf_reference_logits,
+    write_tiny_checkpoint,
+)
 
 
 def ort_session(package: ModelPackage, directory: Path) -> ort.InferenceSession:
@@ -315,3 +320,23 @@ def mutant_diffs(
         ours = run_like_reference(ort_session(package, directory / name), reference)
         diffs.append(max_abs_diff(ours, reference.logits))
     return diffs[0], diffs[1]
+
+
+def multimodal_text_decoder_diff(
+    text: Path, directory: Path, model_type: str, towers: tuple[str, ...]
+) -> float:
+    """`text`'s checkpoint as the hub stores a multimodal Gemma (tests/_hf.py's
+    `gemma_multimodal_layout`, `towers` beside it) built text-only: its largest logits
+    difference from transformers' run of `text` itself; the same with one more unread tensor
+    must be refused, naming it."""
+    hub = gemma_multimodal_layout(text, directory / "hub", model_type, towers)
+    ids = np.random.default_rng(2).integers(3, 128, size=(1, 12))
+    reference = hf_reference_logits(text, ids, decode_steps=3)
+    package = mobius_genai.build(hub, "default", "f32")
+    ours = run_like_reference(ort_session(package, directory / "graph"), reference)
+    stray = gemma_multimodal_layout(
+        text, directory / "stray", model_type, towers, "model.stray.weight"
+    )
+    with pytest.raises(WeightsError, match="model.stray.weight"):
+        mobius_genai.build(stray, "default", "f32")
+    return max_abs_diff(ours, reference.logits)

@@ -40,19 +40,22 @@ class StackRouter(nn.Module):
         scaled = op.Mul(op.Mul(self.norm(op, x), self.scale), root)
         return op.Reshape(self.proj(op, scaled), op.Constant(value_ints=[-1, self.experts]))
 
+    def expert_scale(self, op) -> ir.Value:
+        """per_expert_scale as [experts, 1, 1], a factor of each expert's down projection."""
+        return op.Reshape(self.per_expert_scale, op.Constant(value_ints=[-1, 1, 1]))
+
 
 def geglu_experts(
     op, x: ir.Value, router: StackRouter, experts: Experts, moe: MoeConfig, residual: ir.Value
 ) -> ir.Value:
     """The experts' weighted sum for `x`, routed by the router of `residual` (see above)."""
     fc1, _, fc2, _ = experts(op)
-    scale = op.Reshape(router.per_expert_scale, op.Constant(value_ints=[-1, 1, 1]))
     out = op.MoE(
         x,
         router(op, residual),
         fc1,
         None,
-        op.Mul(fc2, scale),
+        op.Mul(fc2, router.expert_scale(op)),
         k=moe.top_k,
         activation_type="geglu",
         swiglu_fusion=1,

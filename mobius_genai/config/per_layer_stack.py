@@ -28,7 +28,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.altup import kv_sources
 from mobius_genai.config.layers import parse_layer_types
 from mobius_genai.config.moe import MoeConfig
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 
 FULL = "full_attention"
 
@@ -118,7 +118,14 @@ def _experts(raw: Mapping[str, Any], layers: int) -> MoeConfig | None:
 
 def per_layer_stack(raw: Mapping[str, Any]) -> PerLayerStack:
     """The PerLayerStack of a gemma4_text config.json (transformers' Gemma4TextConfig defaults
-    for absent keys)."""
+    for absent keys). `use_bidirectional_attention` "vision" makes image tokens attend both
+    ways, which a text decoder never sees; "all" (no causal mask) is refused."""
+    bidirectional = raw.get("use_bidirectional_attention")
+    if bidirectional not in (None, "vision"):
+        raise UnsupportedModelError(
+            f"config.json: use_bidirectional_attention is {bidirectional!r}; accepted: null, or "
+            "'vision' (image tokens only: a text decoder attends causally)"
+        )
     layers = fields.require(raw, "num_hidden_layers")
     k_eq_v = fields.flag(raw.get("attention_k_eq_v"), "attention_k_eq_v", False)
     full_head, full_kv = _full_geometry(raw, k_eq_v)
@@ -136,7 +143,7 @@ def per_layer_stack(raw: Mapping[str, Any]) -> PerLayerStack:
         per_layer_size=fields.integer(
             raw.get("hidden_size_per_layer_input"),
             "hidden_size_per_layer_input",
-            0,
+            256,
             positive=False,
         ),
         per_layer_vocab=fields.integer(

@@ -175,23 +175,38 @@ class AltUpTextModel(TextModel):
         embeds = self.embed_tokens(op, input_ids)
         per_layer = self._per_layer_inputs(op, input_ids, embeds)
         streams = self.altup_projections(op, embeds)
-        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
-        sources, shared, presents = self.config.altup.kv_sources, {}, []
-        for i, layer in enumerate(self.layers):
-            layer_input = op.Gather(per_layer, op.Constant(value_int=i), axis=2)
-            streams, present, shared[i] = layer(
-                op,
-                streams,
-                layer_input,
-                position_ids,
-                rotations[i],
-                biases[i],
-                past_key_values[i],
-                slots,
-                shared.get(sources[i]) if sources[i] != i else None,
-            )
-            presents.append(present)
+        streams, presents = _sharing_layers(
+            op, self, streams, per_layer, input_ids, attention_mask, position_ids, past_key_values
+        )
         return self.norm(op, self.altup_unembed_projections(op, streams)), presents
+
+
+def _sharing_layers(
+    op, model: TextModel, state, per_layer, input_ids, attention_mask, position_ids, past
+) -> tuple[ir.Value, list]:
+    """Run `model`'s layers (AltUpDecoderLayer, PerLayerDecoderLayer) over `state`, each given
+    its slice of `per_layer` (None: no per-layer inputs) and, when it shares a cache, its source
+    layer's keys and values; the final state and the layers' caches."""
+    rotations, slots, biases = model._layer_inputs(op, input_ids, attention_mask, position_ids)
+    shared, presents = {}, []
+    for i, layer in enumerate(model.layers):
+        source = model.config.kv_source_of(i)
+        layer_input = None
+        if per_layer is not None:
+            layer_input = op.Gather(per_layer, op.Constant(value_int=i), axis=2)
+        state, present, shared[i] = layer(
+            op,
+            state,
+            layer_input,
+            position_ids,
+            rotations[i],
+            biases[i],
+            past[i],
+            slots,
+            shared.get(source) if source != i else None,
+        )
+        presents.append(present)
+    return state, presents
 
 
 def _per_layer_tables(model: nn.Module, config: ArchitectureConfig, section) -> None:
@@ -265,25 +280,9 @@ class PerLayerTextModel(TextModel):
         per_layer = None
         if self.config.per_layer_stack.per_layer_size:
             per_layer = self._per_layer_inputs(op, input_ids, hidden)
-        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
-        shared, presents = {}, []
-        for i, layer in enumerate(self.layers):
-            source = self.config.kv_source_of(i)
-            layer_input = None
-            if per_layer is not None:
-                layer_input = op.Gather(per_layer, op.Constant(value_int=i), axis=2)
-            hidden, present, shared[i] = layer(
-                op,
-                hidden,
-                layer_input,
-                position_ids,
-                rotations[i],
-                biases[i],
-                past_key_values[i],
-                slots,
-                shared.get(source) if source != i else None,
-            )
-            presents.append(present)
+        hidden, presents = _sharing_layers(
+            op, self, hidden, per_layer, input_ids, attention_mask, position_ids, past_key_values
+        )
         return self.norm(op, hidden), presents
 
 

@@ -83,6 +83,12 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         },
         {},
     ),
+    # Gemma 4's full layers: a quarter of the channel pairs turn, over the whole head
+    "proportional": ({"rope_type": "proportional", "partial_rotary_factor": 0.25}, {}),
+    "proportional_scaled": (
+        {"rope_type": "proportional", "partial_rotary_factor": 0.5, "factor": 2.0},
+        {},
+    ),
     "longrope": (
         {
             "rope_type": "longrope",

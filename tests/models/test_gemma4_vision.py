@@ -11,6 +11,7 @@ from mobius_genai.components import gemma4_vision
 from mobius_genai.config.gemma4_vision import parse_gemma4_vision_language
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.image_processors import gemma4_transforms
+from mobius_genai.models.vision_language import VISION_LANGUAGE
 from tests._gemma4_vision import (
     IMAGE_TOKEN,
     TEXT_HIDDEN,
@@ -187,6 +188,17 @@ def test_configs_the_graph_cannot_express_are_refused_in_one_line(gemma4, change
         parse_gemma4_vision_language(_raw(model, **changes), text)
     message = str(error.value)
     assert named in message and "\n" not in message
+
+
+def test_image_tokens_attending_both_ways_are_refused_in_one_line(gemma4):
+    """Gemma 4's larger checkpoints let an image's tokens attend to each other both ways in
+    the sliding layers: not built, so refused rather than run causally."""
+    model, _ = gemma4
+    raw = model.config.to_dict()
+    raw["text_config"] = {**raw["text_config"], "use_bidirectional_attention": "vision"}
+    with pytest.raises(ConfigError, match="use_bidirectional_attention' is 'vision'") as error:
+        VISION_LANGUAGE["gemma4"].parse_config(raw)
+    assert "\n" not in str(error.value)
 
 
 def test_a_gemma4_config_without_a_vision_tower_is_refused_in_one_line(gemma4):

@@ -72,11 +72,12 @@ def test_model_bytes_are_the_graph_and_its_external_data(packaged):
     assert model_bytes(folder) == sum(sizes)
 
 
-def _gemma3(tmp_path: Path, family: str = "gemma3_text") -> Path:
+def _gemma3(tmp_path: Path, family: str = "gemma3_text", **overrides) -> Path:
     """Layers sliding, full, sliding: the twin needs two of three to hold both kinds (Gemma
-    3n's six alternate so: its twin keeps the whole per-layer table and no sharing layer)."""
+    3n's and Gemma 4's six alternate so: their twin keeps the whole per-layer table and no
+    sharing layer; Gemma 4's keeps a cache of each shape)."""
     ckpt = write_tiny_checkpoint(
-        tmp_path / family, family, vocab_size=384, bos_token_id=381, eos_token_id=383
+        tmp_path / family, family, vocab_size=384, bos_token_id=381, eos_token_id=383, **overrides
     )
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
         shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
@@ -105,6 +106,7 @@ def little_memory(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
     [
         ("gemma3", "cpu", None, 2, 3),
         ("gemma3n", "cpu", None, 2, 6),
+        ("gemma4", "cpu", None, 2, 6),
         ("tiny-qwen2", "cuda", "int4", 1, 2),
         # the twin reads the GGUF file through the same reader (stored integers kept)
         ("gguf", "cpu", "int4", 1, 3),
@@ -116,6 +118,7 @@ def test_where_memory_is_short_a_twin_of_the_first_layers_runs_through_the_same_
     ckpt = {
         "gemma3": lambda: _gemma3(tmp_path),
         "gemma3n": lambda: _gemma3(tmp_path, "gemma3n_text"),
+        "gemma4": lambda: _gemma3(tmp_path, "gemma4_text", vocab_size_per_layer_input=384),
         "gguf": lambda: write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2"),
     }.get(model, lambda: TINY_QWEN2)()
     out = packager.package(ckpt, ep, tmp_path / "out", precision=precision)

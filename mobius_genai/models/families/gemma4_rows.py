@@ -26,10 +26,14 @@ def _layer_types(raw: Mapping[str, Any]) -> list[str]:
 
 GEMMA4_TEXT = FamilyAdapter(
     model_type="gemma4_text",
+    # og's builder's type; og 0.18 reads each layer's cache shape from the graph's inputs
+    genai_type="gemma4_text",
     config_defaults={
         "tie_word_embeddings": True,
         "layer_types": _layer_types,
         "head_dim": 256,
+        "num_key_value_heads": 4,
+        "max_position_embeddings": 131_072,
         "sliding_window": 512,
         "rope_parameters": {
             _SLIDING: {"rope_type": "default", "rope_theta": 10_000.0},
@@ -43,7 +47,6 @@ GEMMA4_TEXT = FamilyAdapter(
         "norm_placement": "sandwich",
         "per_layer_stack": per_layer_stack,
     },
-    refused_keys=("use_bidirectional_attention",),
     experts=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj"),
     # the layers sharing an earlier cache have no k/v of their own (hub files may keep them)
     unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),

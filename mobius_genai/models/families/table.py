@@ -10,16 +10,14 @@ is adding a row.
 
 from __future__ import annotations
 
-import dataclasses
-
 from mobius_genai.config import fields
 from mobius_genai.config.altup import altup_section
-from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
+from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
@@ -84,21 +82,7 @@ _GEMMA3N_TEXT = FamilyAdapter(
     # the layers sharing an earlier cache have no k/v of their own (hub files keep them)
     unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
 )
-_GEMMA3N_TOWERS = r"^model\.(vision_tower|audio_tower|embed_vision|embed_audio)\."
-_GEMMA3N_HUB = dataclasses.replace(
-    _GEMMA3N_TEXT,
-    model_type="gemma3n",
-    weight_renames=((r"^model\.", "model.language_model."),),
-    unused_weights=(*_GEMMA3N_TEXT.unused_weights, _GEMMA3N_TOWERS),
-    text_only=TextOnly(
-        not_built=(
-            "the vision and audio towers and their soft-token embedders (model.vision_tower, "
-            "model.audio_tower, model.embed_vision, model.embed_audio): a text-only bundle, "
-            "whose image and audio token ids read the text embedding table"
-        ),
-        top_level_keys={"tie_word_embeddings": True},
-    ),
-)
+_GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
 
 
 # One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic

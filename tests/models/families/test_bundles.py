@@ -51,7 +51,11 @@ LONGROPE = {
     "long_factor": [1.0, 1.7, 2.6, 3.8, 5.3, 7.1, 9.2, 11.6],
 }
 # family → extra config: phi3 crosses its original length (16) while generating.
-EXTRA = {"phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16}}
+# gemma4_text: transformers reads its per-layer table by any token id.
+EXTRA = {
+    "phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16},
+    "gemma4_text": {"vocab_size_per_layer_input": 384},
+}
 # qwen2_moe: MoE with a shared expert; phimoe: sparsemixer routing as two k=1 MoE nodes;
 # lfm2, qwen3_5_text: recurrent states
 DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2", "phimoe", "qwen3_5_text"}
@@ -67,6 +71,8 @@ DEFAULT_RUN |= {"lfm2_moe"}  # model.type lfm2_moe: conv states, sigmoid-routed 
 # routers choosing with a correction bias; xIELU (llama4_text: tests/.../test_llama4.py)
 DEFAULT_RUN |= {"glm4_moe", "ernie4_5_moe", "minimax_m2", "apertus"}
 DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers sharing a cache
+# per-layer cache shapes (full layers' own head size and kv heads), K = V, shared caches
+DEFAULT_RUN |= {"gemma4_text"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
@@ -78,7 +84,7 @@ NEW_FAMILIES = tuple(
 )
 
 
-def _checkpoint(folder: Path, family: str) -> Path:
+def _checkpoint(folder: Path, family: str, **overrides) -> Path:
     ckpt = write_tiny_checkpoint(
         folder,
         family,
@@ -87,7 +93,7 @@ def _checkpoint(folder: Path, family: str) -> Path:
         bos_token_id=381,
         eos_token_id=383,
         pad_token_id=0,
-        **EXTRA.get(family, {}),
+        **{**EXTRA.get(family, {}), **overrides},
     )
     for name in TOKENIZER_FILES:
         shutil.copyfile(TINY_QWEN2 / name, ckpt / name)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
@@ -21,12 +19,16 @@ import mobius_genai
 from mobius_genai import packager
 from mobius_genai.components import altup, altup_layer
 from mobius_genai.config.altup import altup_section
-from mobius_genai.errors import ConfigError, WeightsError
+from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
-from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._hf import (
+    hf_greedy_tokens,
+    hf_reference_logits,
+    write_tiny_checkpoint,
+)
+from tests._ort import graph_diffs, left_padded_diffs, multimodal_text_decoder_diff
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.runtime._og import PROMPTS, engine_tokens
 
@@ -69,47 +71,13 @@ def test_hub_layout_config_matches_transformers(tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-def _multimodal_layout(text: Path, folder: Path, extra: str | None = None) -> Path:
-    """`text`'s checkpoint as the hub stores Gemma 3n (model_type gemma3n: the decoder's keys in
-    `text_config`, its weights under model.language_model., tower tensors beside them)."""
-    from safetensors.numpy import load_file, save_file
-
-    folder.mkdir()
-    text_config = json.loads((text / "config.json").read_text())
-    config = {
-        "architectures": ["Gemma3nForConditionalGeneration"],
-        "model_type": "gemma3n",
-        "text_config": text_config,
-        "vision_config": {"model_type": "gemma3n_vision"},
-        # Gemma3nForConditionalGeneration ties by the top level (default true)
-        "tie_word_embeddings": text_config["tie_word_embeddings"],
-    }
-    (folder / "config.json").write_text(json.dumps(config))
-    tensors = {
-        name.replace("model.", "model.language_model.", 1): value
-        for name, value in load_file(text / "model.safetensors").items()
-    }
-    towers = ("model.vision_tower.stem.weight", "model.embed_vision.embedding.weight")
-    for name in (*towers, *([extra] if extra else [])):
-        tensors[name] = np.ones([2, 2], np.float32)
-    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
-    return folder
-
-
 def test_hub_multimodal_checkpoint_builds_its_text_decoder(gemma3n, tmp_path):
     """A gemma3n checkpoint (Gemma3nForConditionalGeneration's layout) gives the text decoder
     transformers' Gemma3nForCausalLM runs, tower tensors unread; any other unread tensor is
     refused."""
-    hub = _multimodal_layout(gemma3n, tmp_path / "hub")
-    ids = np.random.default_rng(2).integers(3, 128, size=(1, 12))
-    reference = hf_reference_logits(gemma3n, ids, decode_steps=3)
-    package = mobius_genai.build(hub, "default", "f32")
-    ours = run_like_reference(ort_session(package, tmp_path / "graph"), reference)
-    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
-    stray = _multimodal_layout(gemma3n, tmp_path / "stray", extra="model.stray.weight")
-    with pytest.raises(WeightsError, match="model.stray.weight"):
-        mobius_genai.build(stray, "default", "f32")
-    shutil.rmtree(stray)
+    towers = ("model.vision_tower.stem.weight", "model.embed_vision.embedding.weight")
+    diff = multimodal_text_decoder_diff(gemma3n, tmp_path, "gemma3n", towers)
+    assert diff <= TOLERANCE
 
 
 def _section(**changes):

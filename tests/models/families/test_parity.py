@@ -20,7 +20,7 @@ from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
-from tests._hf import hf_reference_logits, write_tiny_checkpoint
+from tests._hf import GEMMA4_MOE, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
@@ -55,6 +55,11 @@ CASES = {
         {"rope_scaling": {"rope_type": "linear", "factor": 4.0}, "tie_word_embeddings": True},
     ),
     "gemma3n_text": ("gemma3n_text", {}),
+    "gemma4_text": ("gemma4_text", {}),
+    # the 26B-A4B layout: GeGLU experts beside every MLP, keys equal to values in full layers
+    "gemma4_text_moe": ("gemma4_text", GEMMA4_MOE),
+    # the 26B-A4B's and 31B's setting: image tokens attend both ways, text causally
+    "gemma4_text_vision_bidirectional": ("gemma4_text", {"use_bidirectional_attention": "vision"}),
     "phi3": ("phi3", {}),
     "phi3_partial_rotary_sliding": ("phi3", {"partial_rotary_factor": 0.5, "sliding_window": 6}),
     "phi3_longrope": (
