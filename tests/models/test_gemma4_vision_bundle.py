@@ -25,11 +25,13 @@ from tests._gemma4_vision import (
     image_inputs,
     image_tokens,
     kept_size,
+    reference_features,
 )
 from tests._hf import generated_tokens
 from tests._ort import assert_only_the_decoder_fuses_gqa, model_ops, og_greedy, package_sessions
 
 TOLERANCE = 1e-4
+F16_TOLERANCE = 5e-2
 
 
 def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
@@ -195,3 +197,17 @@ def test_graph_ops_per_ep_and_role(gemma4_checkpoint, ep):
     assert {("", "Attention"), ("", "Compress")} <= model_ops(package["vision"])
     fused = ("com.microsoft", "GroupQueryAttention") in model_ops(package["decoder"])
     assert fused == (ep != "onnx-standard")
+
+
+def test_the_cuda_vision_graph_runs_on_the_cpu_kernel_like_transformers(gemma4_checkpoint):
+    """cuda's float16 vision graph on onnxruntime's CPU kernels: the pooling, its sqrt(hidden)
+    scale and the standardization in float32 keep the features of an image within float16's
+    tolerance of transformers' (features up to ~4 in size)."""
+    model, folder = gemma4_checkpoint
+    sessions = package_sessions(build(folder, "cuda", progress=False))
+    inputs = image_inputs([_pixels(*KEPT_SIZES[0], seed=1)])
+    feeds = {**inputs, "pixel_values": inputs["pixel_values"].astype(np.float16)}
+    (features,) = sessions["vision"].run(None, feeds)
+    assert features.dtype == np.float16
+    expected = reference_features(model, inputs)
+    np.testing.assert_allclose(features.astype(np.float32), expected, atol=F16_TOLERANCE, rtol=0)
