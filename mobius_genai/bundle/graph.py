@@ -75,8 +75,8 @@ class GraphInfo:
     `external_data` maps each external data file (relative to the .onnx file) to the number of
     bytes the graph reads from it (the largest offset + length), so truncation shows.
     `attention_heads` / `attention_kv_heads` are the head counts the attention ops' attributes
-    name; `embedding_widths` maps a graph input of token ids to the width of the embedding rows
-    it gathers (the hidden size); `rotary_positions` is the number of positions the rotary
+    name; `embedding_widths` maps a graph input of token ids to the widths of the embedding rows
+    it gathers (the hidden size; Gemma 4's per-layer table is read by the same ids); `rotary_positions` is the number of positions the rotary
     cos/sin tables cover (the fewest, when several), None without such tables;
     `built_for` is the EP the graph's metadata says it was built for (None if unsaid).
     """
@@ -87,7 +87,7 @@ class GraphInfo:
     external_data: Mapping[str, int] = dataclasses.field(default_factory=dict)
     attention_heads: frozenset[int] = frozenset()
     attention_kv_heads: frozenset[int] = frozenset()
-    embedding_widths: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    embedding_widths: Mapping[str, frozenset[int]] = dataclasses.field(default_factory=dict)
     rotary_positions: int | None = None
     built_for: str | None = None
 
@@ -258,11 +258,11 @@ def _embedding_widths(
     graph: onnx.GraphProto,
     inputs: Mapping[str, TensorSpec],
     initializers: Mapping[str, onnx.TensorProto],
-) -> dict[str, int]:
-    """Graph input of token ids → width of the rows gathered with it, from the gather's output
-    shape when the graph records it, else from the shape of a plain Gather's table."""
+) -> dict[str, frozenset[int]]:
+    """Graph input of token ids → widths of the rows gathered with it, from each gather's
+    output shape when the graph records it, else from the shape of a plain Gather's table."""
     shapes = {value.name: _spec(value) for value in (*graph.value_info, *graph.output)}
-    widths: dict[str, int] = {}
+    widths: dict[str, frozenset[int]] = {}
     for node in graph.node:
         position = _GATHER_INDICES.get(_op(node))
         if position is None or len(node.input) <= position or node.input[position] not in inputs:
@@ -273,7 +273,8 @@ def _embedding_widths(
         if width is None and _op(node) == "ai.onnx::Gather" and table is not None:
             width = table.dims[-1] if len(table.dims) == 2 else None
         if width is not None:
-            widths[node.input[position]] = width
+            ids = node.input[position]
+            widths[ids] = widths.get(ids, frozenset()) | {width}
     return widths
 
 

@@ -395,11 +395,11 @@ def _check_sizes(
         )
         if found and not found <= {decoder[field]} | allowed
     ]
-    width = graph.embedding_widths.get(input_ids)
-    if width is not None and width != decoder["hidden_size"]:
+    widths = graph.embedding_widths.get(input_ids, frozenset())
+    if widths and decoder["hidden_size"] not in widths:
         problems.append(
             f"model.decoder.hidden_size: {decoder['hidden_size']} but graph input {input_ids!r} "
-            f"gathers embeddings of width {width}"
+            f"gathers embeddings of width {' and '.join(map(str, sorted(widths)))}"
         )
     positions = graph.rotary_positions
     if positions is not None and model["context_length"] > positions:

@@ -132,6 +132,34 @@ class TextModel(nn.Module):
             [biases[self.masks[i]] for i in layers],
         )
 
+    def _sharing_layers(
+        self, op, state, per_layer, input_ids, attention_mask, position_ids, past
+    ) -> tuple[ir.Value, list]:
+        """Run the layers of a stack whose layers may share caches (AltUpDecoderLayer,
+        PerLayerDecoderLayer) over `state`, each given its slice of `per_layer` (None: no
+        per-layer inputs) and, when it shares a cache, its source layer's keys and values; the
+        final state and the layers' caches."""
+        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        shared, presents = {}, []
+        for i, layer in enumerate(self.layers):
+            source = self.config.kv_source_of(i)
+            layer_input = None
+            if per_layer is not None:
+                layer_input = op.Gather(per_layer, op.Constant(value_int=i), axis=2)
+            state, present, shared[i] = layer(
+                op,
+                state,
+                layer_input,
+                position_ids,
+                rotations[i],
+                biases[i],
+                past[i],
+                slots,
+                shared.get(source) if source != i else None,
+            )
+            presents.append(present)
+        return state, presents
+
     def _bias(self, op, input_ids, attention_mask, mask: tuple[int, int], position_ids) -> ir.Value:
         window, chunk = mask
         if self.image_token_id is None:
@@ -175,38 +203,10 @@ class AltUpTextModel(TextModel):
         embeds = self.embed_tokens(op, input_ids)
         per_layer = self._per_layer_inputs(op, input_ids, embeds)
         streams = self.altup_projections(op, embeds)
-        streams, presents = _sharing_layers(
-            op, self, streams, per_layer, input_ids, attention_mask, position_ids, past_key_values
+        streams, presents = self._sharing_layers(
+            op, streams, per_layer, input_ids, attention_mask, position_ids, past_key_values
         )
         return self.norm(op, self.altup_unembed_projections(op, streams)), presents
-
-
-def _sharing_layers(
-    op, model: TextModel, state, per_layer, input_ids, attention_mask, position_ids, past
-) -> tuple[ir.Value, list]:
-    """Run `model`'s layers (AltUpDecoderLayer, PerLayerDecoderLayer) over `state`, each given
-    its slice of `per_layer` (None: no per-layer inputs) and, when it shares a cache, its source
-    layer's keys and values; the final state and the layers' caches."""
-    rotations, slots, biases = model._layer_inputs(op, input_ids, attention_mask, position_ids)
-    shared, presents = {}, []
-    for i, layer in enumerate(model.layers):
-        source = model.config.kv_source_of(i)
-        layer_input = None
-        if per_layer is not None:
-            layer_input = op.Gather(per_layer, op.Constant(value_int=i), axis=2)
-        state, present, shared[i] = layer(
-            op,
-            state,
-            layer_input,
-            position_ids,
-            rotations[i],
-            biases[i],
-            past[i],
-            slots,
-            shared.get(source) if source != i else None,
-        )
-        presents.append(present)
-    return state, presents
 
 
 def _per_layer_tables(model: nn.Module, config: ArchitectureConfig, section) -> None:
@@ -221,14 +221,18 @@ def _per_layer_tables(model: nn.Module, config: ArchitectureConfig, section) -> 
 def per_layer_inputs(op, model: nn.Module, section, input_ids: ir.Value, embeds: ir.Value):
     """(norm(proj(embeds) / √hidden) + table[ids]) / √2, [batch, seq, table_layers, size]
     (Gemma 3n's and Gemma 4's per-layer inputs, `_per_layer_tables`' modules); ids outside
-    the table read row 0."""
+    a table shorter than the vocabulary read row 0."""
     layered = op.Constant(value_ints=[0, 0, section.table_layers, section.per_layer_size])
-    zero = op.Constant(value_int=0)
-    in_table = op.And(
-        op.GreaterOrEqual(input_ids, zero),
-        op.Less(input_ids, op.Constant(value_int=section.per_layer_vocab)),
-    )
-    rows = model.embed_tokens_per_layer(op, op.Where(in_table, input_ids, zero))
+    ids = input_ids
+    if section.per_layer_vocab < model.config.vocab_size:  # Gemma 3n's table is shorter
+        zero = op.Constant(value_int=0)
+        in_table = op.And(
+            op.GreaterOrEqual(input_ids, zero),
+            op.Less(input_ids, op.Constant(value_int=section.per_layer_vocab)),
+        )
+        ids = op.Where(in_table, input_ids, zero)
+    # read by the token ids themselves, an int4 bundle's lookup is GatherBlockQuantized
+    rows = model.embed_tokens_per_layer(op, ids)
     scale = op.CastLike(op.Constant(value_float=model.config.hidden_size**-0.5), embeds)
     projected = op.Mul(model.per_layer_model_projection(op, embeds), scale)
     projected = model.per_layer_projection_norm(op, op.Reshape(projected, layered))
@@ -280,8 +284,8 @@ class PerLayerTextModel(TextModel):
         per_layer = None
         if self.config.per_layer_stack.per_layer_size:
             per_layer = self._per_layer_inputs(op, input_ids, hidden)
-        hidden, presents = _sharing_layers(
-            op, self, hidden, per_layer, input_ids, attention_mask, position_ids, past_key_values
+        hidden, presents = self._sharing_layers(
+            op, hidden, per_layer, input_ids, attention_mask, position_ids, past_key_values
         )
         return self.norm(op, hidden), presents
 

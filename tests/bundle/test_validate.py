@@ -306,7 +306,7 @@ def test_graph_facts_of_each_kind_of_graph(packaged, tiny_int4):
     for folder in (packaged("default"), packaged("cpu"), tiny_int4):
         graph = GraphInfo.from_file(folder / "model.onnx")
         assert (graph.attention_heads, graph.attention_kv_heads) == ({4}, {2})
-        assert graph.embedding_widths == {"input_ids": 64}
+        assert graph.embedding_widths == {"input_ids": {64}}
         assert graph.rotary_positions == 128
 
 

@@ -264,8 +264,9 @@ def test_og_engine_batches_prompts_of_different_lengths_like_transformers(tmp_pa
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_int4_bundle_packages_and_generates(layout, tmp_path):
-    """int4 for cpu: every projection MatMulNBits; the MoE layout's experts stay float MatMuls
-    (no MoE or QMoE node: onnxruntime's CPU kernels take no GeGLU experts); og generates."""
+    """int4 for cpu: every projection MatMulNBits, the dense layout's per-layer table too
+    (GatherBlockQuantized); the MoE layout's experts stay float MatMuls (no MoE or QMoE node:
+    onnxruntime's CPU kernels take no GeGLU experts); og generates."""
     ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text", **LAYOUTS[layout])
     options = Int4Options(block_size=16)  # the tiny per-layer size (16) takes 16
     folder = packager.package(
@@ -281,6 +282,8 @@ def test_int4_bundle_packages_and_generates(layout, tmp_path):
         # in the sliding ones (0, 2); the per-layer model projection and the tied head
         assert ops["MatMulNBits"] == 6 * 7 + 4 + 2
         assert float_matmuls == []
+        # the token embedding and the per-layer table, both read by the token ids
+        assert ops["GatherBlockQuantized"] == 2 and ops["Gather"] == 6  # each layer's slice
     else:
         # per layer q and k (packed in the sliding layers, which have a v beside them), o,
         # gate, up, down, the router's projection; the tied head; the experts' two stacked
