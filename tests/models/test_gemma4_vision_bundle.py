@@ -16,6 +16,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.models import causal_lm
+from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import png_bytes
 from tests._gemma4_vision import (
@@ -28,7 +29,13 @@ from tests._gemma4_vision import (
     reference_features,
 )
 from tests._hf import generated_tokens
-from tests._ort import assert_only_the_decoder_fuses_gqa, model_ops, og_greedy, package_sessions
+from tests._ort import (
+    assert_only_the_decoder_fuses_gqa,
+    model_ops,
+    og_greedy,
+    package_sessions,
+    saved_ops,
+)
 
 TOLERANCE = 1e-4
 F16_TOLERANCE = 5e-2
@@ -211,3 +218,15 @@ def test_the_cuda_vision_graph_runs_on_the_cpu_kernel_like_transformers(gemma4_c
     assert features.dtype == np.float16
     expected = reference_features(model, inputs)
     np.testing.assert_allclose(features.astype(np.float32), expected, atol=F16_TOLERANCE, rtol=0)
+
+
+def test_int4_bundle_quantizes_the_decoder_and_runs_with_an_image(gemma4_checkpoint, tmp_path):
+    """int4: the decoder's projections become MatMulNBits, the tower and the embedding graph
+    stay float, and the smoke test (og against a plain onnxruntime loop) runs with an image."""
+    _, folder = gemma4_checkpoint
+    bundle = package(folder, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
+    assert ("com.microsoft", "MatMulNBits") in saved_ops(bundle / "decoder.onnx")
+    for graph in ("vision.onnx", "embedding.onnx"):
+        assert ("com.microsoft", "MatMulNBits") not in saved_ops(bundle / graph)
+    record = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["smoke_test"]
+    assert record["ran"] and "with a 96x96 image" in record["note"]
