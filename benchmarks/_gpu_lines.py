@@ -56,6 +56,12 @@ VISION: Mapping[str, VisionFixture] = MappingProxyType(
     {
         "qwen2_5_vl": VisionFixture("_qwen_vl", "write_qwen2_5_vl_checkpoint", (40, 56)),
         "gemma3": VisionFixture("_vlm", "write_gemma3_checkpoint", (64, 64)),
+        # 5 x 7 merged tokens, DeepStack features beside them
+        "qwen3_vl": VisionFixture("_qwen3_vl", "write_qwen3_vl_checkpoint", (40, 56)),
+        # 3 x 5 image tokens in rows ended by [IMG_BREAK] / [IMG_END]
+        "mistral3": VisionFixture("_mistral3", "write_mistral3_checkpoint", (24, 40)),
+        # 2 x 3 tokens of 2 x 2 patches, the patch axis padded (no tiling)
+        "lfm2_vl": VisionFixture("_lfm2_vl", "write_lfm2_vl_checkpoint", (16, 24)),
     }
 )
 #: DeepSeek-V3's latent and rope widths: MLA's one KV head in GQA is 576 wide.
@@ -66,6 +72,11 @@ _PHI3_WINDOW = {"sliding_window": 262144, "original_max_position_embeddings": 64
 _MOE_FLAGS = {"MoE": True}
 _QMOE_FLAGS = {"MoE": True, "QMoE": True}
 _GATED_FLAGS = {"LinearAttention.gated": True}
+#: Why a bundle whose GQA takes an attention_bias (image blocks, chunks) runs without capture.
+_BIAS_NO_CAPTURE = (
+    "GQA's attention_bias needs og's attention_mask as wide as the total length (graph capture "
+    "feeds one of max_length: optimize/rules/gqa_image_blocks.py)"
+)
 _MAMBA2_CHECKS = "Mamba2's scan as LinearAttention update_rule gated, CausalConvWithState, GQA"
 #: The speech families: tests/models/whisper/_whisper.py's layout each line writes.
 SPEECH: Mapping[str, str] = MappingProxyType({"whisper": "multilingual"})
@@ -201,8 +212,7 @@ _THIRD = [
         "Gemma 3 vision-language: the decoder's GroupQueryAttention causal=0 with the "
         "image-block attention_bias, SigLIP's tower, generation with an image",
         (GQA_BIAS,),
-        no_capture="GQA's image-block attention_bias needs og's attention_mask as wide as the "
-        "total length (graph capture feeds one of max_length: optimize/rules/gqa_image_blocks.py)",
+        no_capture=_BIAS_NO_CAPTURE,
     ),
     Line(
         "mla-fp16",
@@ -230,9 +240,53 @@ _THIRD = [
         (ATTENTION, SKIP_LN, BIAS_GELU),
     ),
 ]
+#: The kinds that landed after the third group: Llama 4's and Gemma 3n's decoders, and the
+#: vision-language models whose towers have no line above.
+_FOURTH = [
+    Line(
+        "llama4-fp16",
+        "llama4_text",
+        "fp16",
+        "Llama 4: chunked layers as GQA causal=0 with the chunk mask as attention_bias, the NoPE "
+        "layer as causal GQA (temperature tuning), L2 q/k norm, MoE scaling the expert's input",
+        (GQA_BIAS, GQA),
+        no_capture=_BIAS_NO_CAPTURE,
+    ),
+    Line(
+        "gemma3n-fp16",
+        "gemma3n_text",
+        "fp16",
+        "Gemma 3n: AltUp streams, per-layer inputs, Laurel, sparse MLPs; GQA with window 5 on "
+        "sliding layers, the last two layers' GQA reading layers 2 and 3's pasts (KV sharing)",
+        (GQA,),
+    ),
+    Line(
+        "qwen3-vl-fp16",
+        "qwen3_vl",
+        "fp16",
+        "Qwen3-VL: the tower's PackedMultiHeadAttention, DeepStack features in the image "
+        "features, interleaved mrope in the decoder's GQA",
+        (PACKED_MHA, GQA),
+    ),
+    Line(
+        "mistral3-fp16",
+        "mistral3",
+        "fp16",
+        "Mistral 3: Pixtral's tower (2-D rotary, ONNX Attention, 2 x 2 patch merge), GQA decoder",
+        (ATTENTION, GQA),
+    ),
+    Line(
+        "lfm2-vl-fp16",
+        "lfm2_vl",
+        "fp16",
+        "LFM2-VL: SigLIP2's tower over a padded patch axis (ONNX Attention), the LFM2 decoder's "
+        "CausalConvWithState and GQA",
+        (ATTENTION, CONV, GQA),
+    ),
+]
 #: Every line, most important first: a run cut short by its time budget has those.
 LINES: Mapping[str, Line] = MappingProxyType(
-    {line.name: line for line in _FIRST + _SECOND + _THIRD}
+    {line.name: line for line in _FIRST + _SECOND + _THIRD + _FOURTH}
 )
 
 

@@ -20,6 +20,10 @@ need its result still run):
 - `decode`: decode tokens/s of the cuda bundle against onnxruntime-genai's builder's cuda bundle
   of the same checkpoint (`python -m onnxruntime_genai.models.builder -e cuda`), as a ratio.
 
+The steps that use the device (the reference, onnxruntime-genai's runs, the timing) run in the
+line's turn (`device_turn`): gpu_check.py --jobs runs lines side by side, their packaging and
+the builder overlapping, their GPU work and timing one line at a time.
+
 Graph capture is on and off through og.Config's provider options (the bundle is not changed);
 it needs past_present_share_buffer, else that run is marked not applicable. A dry run clears
 the providers instead (onnxruntime's CPU provider runs the cuda graphs where it has the ops'
@@ -29,13 +33,16 @@ body inlined) and has no graph capture.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import json
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +57,7 @@ if TYPE_CHECKING:
 PROMPT = (381, 17, 92, 250, 33, 301, 8, 140)  # bos + seven tokens of the tiny tokenizer
 SPEED_PROMPT, SPEED_NEW, SPEED_ROUNDS = 16, 40, 9  # within the tiny models' 64 positions
 BUILDER_TIMEOUT_S = 120
+DEVICE_LOCK = "device.lock"
 #: The line of a traceback that names the exception.
 _RAISED = re.compile(r"\w+(Error|Exception)\b")
 
@@ -63,6 +71,8 @@ class Run:
     dry_run: bool
     new_tokens: int
     steps: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    waited_s: float = 0.0
+    """Seconds the line waited for the device (other lines' turns)."""
 
     @property
     def device(self) -> str:
@@ -97,18 +107,32 @@ def run_line(line: Line, folder: Path, *, dry_run: bool, new_tokens: int) -> dic
     builder = _start_builder(line, checkpoint, folder)
     cuda = run.step("package", lambda: _package_cuda(run, checkpoint))
     cpu = run.step("cpu", lambda: _package_cpu(run, checkpoint, cuda))
-    if line.vision is not None:
-        from _gpu_vision import check_vision
+    built = _finish_builder(run, builder)
+    with device_turn(run):
+        if line.vision is not None:
+            from _gpu_vision import check_vision
 
-        check_vision(run, cuda, cpu, hf_model)
-    elif line.speech is not None:
-        from _gpu_speech import check_speech
+            check_vision(run, cuda, cpu, hf_model)
+        elif line.speech is not None:
+            from _gpu_speech import check_speech
 
-        check_speech(run, cuda, cpu, hf_model)
-    else:
-        _check_text(run, checkpoint, cuda, cpu)
-    run.step("decode", lambda: _decode_ratio(run, cuda, _finish_builder(run, builder)))
+            check_speech(run, cuda, cpu, hf_model)
+        else:
+            _check_text(run, checkpoint, cuda, cpu)
+        run.step("decode", lambda: _decode_ratio(run, cuda, built))
     return _result(run)
+
+
+@contextlib.contextmanager
+def device_turn(run: Run) -> Iterator[None]:
+    """The line's device steps, one line at a time: gpu_check.py --jobs runs lines side by
+    side, their packaging overlapping, their GPU work and timing not. An exclusive lock on a
+    file beside the lines' folders, released when its process ends, however it ends."""
+    asked = time.monotonic()
+    with (run.folder.parent / DEVICE_LOCK).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run.waited_s = round(time.monotonic() - asked, 1)
+        yield
 
 
 def _result(run: Run) -> dict[str, Any]:
@@ -120,6 +144,7 @@ def _result(run: Run) -> dict[str, Any]:
         "checks": line.checks,
         "flags": dict(line.flags),
         "dry_run": run.dry_run,
+        "device_wait_s": run.waited_s,
         "steps": run.steps,
     }
 
@@ -491,10 +516,9 @@ def _decode_ratio(run: Run, ours: Path | None, builder: Path | None) -> None:
     try:
         models["builder"] = load_on_device(run, builder, False)
         time_generation(models["builder"], prompt, 4)
-    except Exception as error:
-        if not run.dry_run:
-            raise
-        run.record("decode", None, f"the builder's bundle does not run on CPU: {error}"[:400])
+    except Exception as error:  # ours ran: no ratio, and nothing of ours failed
+        note = f"the builder's bundle does not run on {run.device}: {error}"
+        run.record("decode", None, note[:400])
         return
     rates: dict[str, list[float]] = {"ours": [], "builder": []}
     for index in range(SPEED_ROUNDS):

@@ -1,5 +1,6 @@
 """The vision lines of gpu_check.py: the vision graph (Qwen2.5-VL's PackedMultiHeadAttention on
-cuda, Gemma 3's SigLIP tower) against transformers' vision tower, and onnxruntime-genai's greedy
+cuda, Gemma 3's SigLIP tower, Qwen3-VL's, Pixtral's and LFM2-VL's SigLIP2 towers) against
+transformers' vision tower, and onnxruntime-genai's greedy
 tokens with an image against the cpu bundle's (Gemma 3: its decoder's GroupQueryAttention with
 the image-block attention_bias)."""
 
@@ -88,10 +89,61 @@ def _gemma3_tower(model: Any, pixels: np.ndarray, device: str) -> tuple[dict, An
     return {"pixel_values": pixel_values}, getattr(output, "pooler_output", output)
 
 
+def _qwen3_vl_tower(model: Any, pixels: np.ndarray, device: str) -> tuple[dict, Any]:
+    """Qwen3-VL: Qwen2.5-VL's patches; the merged features and the DeepStack mergers' beside
+    them, as the vision graph's image_features carries them."""
+    import torch
+
+    from tests._qwen_vl import patches
+
+    pixel_values, grid = patches(pixels)
+    with torch.no_grad():
+        output = model.model.get_image_features(
+            torch.from_numpy(pixel_values).to(device), torch.from_numpy(grid).to(device)
+        )
+    parts = [output.pooler_output, *output.deepstack_features]
+    reference = torch.cat([torch.cat(list(part)) for part in parts], dim=-1)
+    return {"pixel_values": pixel_values, "image_grid_thw": grid}, reference
+
+
+def _mistral3_tower(model: Any, pixels: np.ndarray, device: str) -> tuple[dict, Any]:
+    """Mistral 3: Pixtral's pixels at the image's size; the tower's merged, projected tokens."""
+    import torch
+
+    from tests._mistral3 import pixel_values
+
+    values = pixel_values(pixels)
+    sizes = torch.tensor([list(pixels.shape[:2])], device=device)
+    with torch.no_grad():
+        output = model.model.get_image_features(torch.from_numpy(values).to(device), sizes)
+    return {"pixel_values": values}, torch.cat(list(output.pooler_output))
+
+
+def _lfm2_vl_tower(model: Any, pixels: np.ndarray, device: str) -> tuple[dict, Any]:
+    """LFM2-VL: SigLIP2's padded patches, their mask and grid; the projected tokens."""
+    import torch
+
+    from tests._lfm2_vl import image_inputs
+
+    feeds = image_inputs([pixels])
+    keys = ("pixel_values", "spatial_shapes", "pixel_attention_mask")
+    with torch.no_grad():
+        output = model.model.get_image_features(
+            *(torch.from_numpy(feeds[key]).to(device) for key in keys)
+        )
+    return feeds, torch.cat(list(output.pooler_output))
+
+
 #: Per vision family: (transformers' model, uint8 pixels, device) → the vision graph's feeds
 #: (float32 pixels) and transformers' image features for them.
 _TOWERS: Mapping[str, Callable[[Any, np.ndarray, str], tuple[dict, Any]]] = MappingProxyType(
-    {"qwen2_5_vl": _qwen_vl_tower, "gemma3": _gemma3_tower}
+    {
+        "qwen2_5_vl": _qwen_vl_tower,
+        "gemma3": _gemma3_tower,
+        "qwen3_vl": _qwen3_vl_tower,
+        "mistral3": _mistral3_tower,
+        "lfm2_vl": _lfm2_vl_tower,
+    }
 )
 
 

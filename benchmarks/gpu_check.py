@@ -9,7 +9,8 @@ Each line (`_gpu_lines.LINES`, most important first) writes a tiny random checkp
 spot (no download), packages it for cuda in fp16, bf16 or int4 (with the cuda kernels
 it checks turned on, e.g. MoE) and for cpu, and runs the steps of
 `_gpu_run.py` in a process of its own: one line failing, crashing or hanging leaves the others
-running. A line gets at most `--line-s` seconds and the whole run `--budget-s` (lines that no
+running. `--jobs` lines run side by side (their packaging overlaps; their device steps take
+turns). A line gets at most `--line-s` seconds and the whole run `--budget-s` (lines that no
 longer fit are listed as skipped), so the run ends before the device command's limit. Results
 go to `gpu_check.json` (every step, its numbers and notes) and `gpu_check.md` (the table)
 under `--out` ($OUT when set), rewritten after every line.
@@ -33,6 +34,7 @@ timing code and the table; tests/benchmarks/test_gpu_check.py runs it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -58,6 +60,7 @@ from _gpu_table import verdict, write_outputs  # noqa: E402
 
 MIN_LINE_S = 15
 LOG_TAIL = 3000
+POLL_S = 0.5
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             f"gpu_check: unknown line {', '.join(unknown)}; accepted: {', '.join(LINES)}",
             file=sys.stderr,
         )
+        return 2
+    if args.jobs < 1:
+        print(f"gpu_check: --jobs is {args.jobs}; accepted: 1 or more", file=sys.stderr)
         return 2
     if args.download_wheels:
         return _download(Path(args.download_wheels))
@@ -114,9 +120,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget-s", type=float, default=390, help="seconds for all lines")
     parser.add_argument("--line-s", type=float, default=90, help="seconds for one line")
     parser.add_argument("--new-tokens", type=int, default=16, help="greedy tokens compared")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=_default_jobs(),
+        help="lines at once; their device steps take turns (default: a line per 4 cores, <= 3)",
+    )
     parser.add_argument("--work", help="scratch folder (default: a new temporary one)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser
+
+
+def _default_jobs() -> int:
+    """Lines side by side: one per 4 cores, at most 3 (packaging is what overlaps: the device
+    steps take turns); a 2-core machine runs one at a time."""
+    return max(1, min(3, (os.cpu_count() or 1) // 4))
 
 
 _PROBE = """
@@ -171,51 +189,83 @@ def _environment(dry_run: bool) -> dict[str, Any]:
     return environment
 
 
+@dataclasses.dataclass
+class _Child:
+    """A line's process, running in a session of its own."""
+
+    name: str
+    process: subprocess.Popen
+    started: float
+    timeout: float
+    killed: bool = False
+
+
 def _run_lines(
     names: list[str], work: Path, out: Path, args: argparse.Namespace, environment: dict
 ) -> list[dict[str, Any]]:
-    results: list[dict[str, Any]] = []
+    """Up to `args.jobs` lines at once (each line's device steps wait for the device: _gpu_run's
+    `device_turn`), each within `--line-s` and all within `--budget-s`; the results in the
+    order of `names`, written out as each line ends."""
+    results: dict[str, dict[str, Any]] = {}
     deadline = time.monotonic() + args.budget_s
-    for name in names:
-        left = deadline - time.monotonic()
-        if left < MIN_LINE_S:
-            results.append({"line": name, "status": "skipped", "note": "time budget spent"})
-        else:
-            started = time.monotonic()
-            result = _run_child(name, work, args, min(args.line_s, left))
-            result["seconds"] = round(time.monotonic() - started, 1)
+    waiting, running = list(names), []
+    while waiting or running:
+        while waiting and len(running) < args.jobs:
+            name = waiting.pop(0)
+            left = deadline - time.monotonic()
+            if left < MIN_LINE_S:
+                results[name] = {"line": name, "status": "skipped", "note": "time budget spent"}
+                write_outputs(out, environment, [results[n] for n in names if n in results])
+            else:
+                running.append(_start_child(name, work, args, min(args.line_s, left)))
+        time.sleep(POLL_S)
+        for child in [child for child in running if _ended(child)]:
+            running.remove(child)
+            result = _result(child, work)
+            result["seconds"] = round(time.monotonic() - child.started, 1)
             result["status"] = verdict(result)
-            results.append(result)
-            print(f"{name}: {result['status']} ({result['seconds']} s)", flush=True)
-        write_outputs(out, environment, results)
-    return results
+            results[child.name] = result
+            print(f"{child.name}: {result['status']} ({result['seconds']} s)", flush=True)
+            write_outputs(out, environment, [results[n] for n in names if n in results])
+    return [results[name] for name in names]
 
 
-def _run_child(name: str, work: Path, args: argparse.Namespace, timeout: float) -> dict:
-    """One line in an isolated process of its own session, killed with everything it started
-    when `timeout` passes."""
+def _start_child(name: str, work: Path, args: argparse.Namespace, timeout: float) -> _Child:
+    """One line in an isolated process of its own session (so it can be killed with
+    everything it started), its output in `work`/NAME.log."""
     command = [sys.executable, "-I", str(Path(__file__).resolve()), "--child", name]
     command += ["--work", str(work), "--new-tokens", str(args.new_tokens)]
     if args.dry_run:
         command.append("--dry-run")
-    log = work / f"{name}.log"
-    record = work / f"{name}.json"
-    record.unlink(missing_ok=True)
-    with log.open("wb") as stream:
+    (work / f"{name}.json").unlink(missing_ok=True)
+    with (work / f"{name}.log").open("wb") as stream:
         process = subprocess.Popen(
             command, stdout=stream, stderr=subprocess.STDOUT, start_new_session=True
         )
-        try:
-            code = process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            code = None
+    return _Child(name, process, time.monotonic(), timeout)
+
+
+def _ended(child: _Child) -> bool:
+    """Whether the line's process has ended, killing it (and all it started) past its time."""
+    if child.process.poll() is not None:
+        return True
+    if time.monotonic() - child.started < child.timeout:
+        return False
+    os.killpg(child.process.pid, signal.SIGKILL)
+    child.process.wait()
+    child.killed = True
+    return True
+
+
+def _result(child: _Child, work: Path) -> dict[str, Any]:
+    record = work / f"{child.name}.json"
     if record.is_file():
         return json.loads(record.read_text())
-    tail = log.read_text(errors="replace")[-LOG_TAIL:]
-    why = f"no result within {timeout:.0f} s" if code is None else f"the process ended ({code})"
-    return {"line": name, "error": why, "log_tail": tail}
+    tail = (work / f"{child.name}.log").read_text(errors="replace")[-LOG_TAIL:]
+    why = f"the process ended ({child.process.returncode})"
+    if child.killed:
+        why = f"no result within {child.timeout:.0f} s"
+    return {"line": child.name, "error": why, "log_tail": tail}
 
 
 def _child(args: argparse.Namespace) -> int:

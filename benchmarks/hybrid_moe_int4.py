@@ -2,7 +2,7 @@
 bundle size and onnxruntime-genai's decode speed, against onnxruntime-genai's builder where it
 builds the same checkpoint.
 
-Two checkpoints of random bf16 weights in real widths, fewer layers, with the hub's tensor
+Three checkpoints of random bf16 weights in real widths, fewer layers, with the hub's tensor
 names (written by _random_checkpoint.py from transformers' model class for the config, its
 names mapped back to the ones the hub's safetensors use; cached under benchmarks/_work/):
 
@@ -17,6 +17,14 @@ names mapped back to the ones the hub's safetensors use; cached under benchmarks
   channels, yarn x40; the first layer dense (10944), then MoE: 64 experts of 1408, 6 per token,
   softmax, 2 shared experts; vocabulary 102400, untied), its first `--layers` layers (default
   2: the dense one and one MoE layer). Hub names: one tensor per expert and projection.
+- `nemotron-3-nano`: NVIDIA-Nemotron-3-Nano-30B-A3B's widths (hidden 2688; the 52-layer pattern
+  of 23 Mamba2, 23 MoE and 6 attention layers; Mamba2 layers of 64 heads of 64 over 8 groups of
+  a 128-wide state; 128 relu2 experts of 1856, 6 per token, sigmoid routing with the
+  correction bias scaled by 2.5, a relu2 shared expert of 3712; attention of 32 heads / 2 KV
+  heads of 128; vocabulary 131072, untied), its first `--layers` layers (default 6: three
+  Mamba2 layers, two MoE layers, its first attention layer; og's decoder needs one layer with
+  a KV cache). Hub names: under `backbone.`, one tensor per expert and projection, the
+  router's `e_score_correction_bias` (a buffer, not a parameter, in transformers' class).
 
 Per checkpoint: `mobius-genai package CKPT --ep cpu --precision int4 --int4-quality builder
 --no-smoke-test` (the builder's RTN recipe: the same work as the builder's int4) and
@@ -26,7 +34,7 @@ the speed table has our bundle alone. Speed: compare_builder.py's `speed` (onnxr
 one intra-op thread, `--processes` processes per bundle taking turns, `--rounds` rounds of a
 `--prompt`-token prefill and `--new` new tokens; medians, CPU time of the generating thread).
 
-    python benchmarks/hybrid_moe_int4.py                  # both, ~15 minutes on a loaded machine
+    python benchmarks/hybrid_moe_int4.py                  # all three, ~40 minutes on a loaded machine
     python benchmarks/hybrid_moe_int4.py --models granite-4.0-h-tiny --layers 2
 """
 
@@ -132,7 +140,45 @@ CONFIGS: dict[str, dict] = {
         **_TOKENS,
     },
 }
-DEFAULT_LAYERS = {"granite-4.0-h-tiny": 6, "deepseek-v2-lite": 2}
+CONFIGS["nemotron-3-nano"] = {
+    "architectures": ["NemotronHForCausalLM"],
+    "model_type": "nemotron_h",
+    "attention_bias": False,
+    "chunk_size": 128,
+    "conv_kernel": 4,
+    "expand": 2,
+    "head_dim": 128,
+    "hidden_size": 2688,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "layer_norm_epsilon": 1e-05,
+    "mamba_head_dim": 64,
+    "mamba_hidden_act": "silu",
+    "mamba_num_heads": 64,
+    "max_position_embeddings": 262144,
+    "mlp_bias": False,
+    "mlp_hidden_act": "relu2",
+    "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712,
+    "n_group": 1,
+    "n_groups": 8,
+    "n_routed_experts": 128,
+    "n_shared_experts": 1,
+    "norm_topk_prob": True,
+    "num_attention_heads": 32,
+    "num_experts_per_tok": 6,
+    "num_hidden_layers": 52,
+    "num_key_value_heads": 2,
+    "routed_scaling_factor": 2.5,
+    "ssm_state_size": 128,
+    "tie_word_embeddings": False,
+    "topk_group": 1,
+    "torch_dtype": "bfloat16",
+    "use_bias": False,
+    "use_conv_bias": True,
+    "vocab_size": 131072,
+    **_TOKENS,
+}
+DEFAULT_LAYERS = {"granite-4.0-h-tiny": 6, "deepseek-v2-lite": 2, "nemotron-3-nano": 6}
 
 #: transformers 5's parameter names → the hub's, where they differ (its conversion mapping,
 #: undone): Granite's fused experts and router.
@@ -177,14 +223,36 @@ def deepseek_hub_specs(specs: list[Spec]) -> list[Spec]:
     return split
 
 
-HUB_SPECS = {"granite-4.0-h-tiny": granite_hub_specs, "deepseek-v2-lite": deepseek_hub_specs}
+def nemotron_hub_specs(specs: list[Spec]) -> list[Spec]:
+    """Nemotron-H's tensors as its hub checkpoints store them: under `backbone.`, one tensor
+    per expert and projection (transformers 5 stacks `experts.up_proj` [E, I, H] and
+    `experts.down_proj` [E, H, I]), and each router's correction bias."""
+    hub: list[Spec] = []
+    for name, shape, kind in specs:
+        name = re.sub(r"^model\.", "backbone.", name)
+        base, _, part = name.rpartition(".experts.")
+        if part in ("up_proj", "down_proj"):
+            hub += [(f"{base}.experts.{e}.{part}.weight", shape[1:], kind) for e in range(shape[0])]
+            continue
+        hub.append((name, shape, kind))
+        if name.endswith(".mixer.gate.weight"):
+            hub.append((name.replace(".weight", ".e_score_correction_bias"), shape[:1], kind))
+    return hub
+
+
+HUB_SPECS = {
+    "granite-4.0-h-tiny": granite_hub_specs,
+    "deepseek-v2-lite": deepseek_hub_specs,
+    "nemotron-3-nano": nemotron_hub_specs,
+}
 
 
 def make_checkpoint(model: str, layers: int) -> Path:
     """The model's first `layers` layers with the hub's tensor names (cached)."""
     config = {**CONFIGS[model], "num_hidden_layers": layers}
-    if "layer_types" in config:
-        config["layer_types"] = config["layer_types"][:layers]
+    for key in ("layer_types", "hybrid_override_pattern"):
+        if key in config:
+            config[key] = config[key][:layers]
     specs = HUB_SPECS[model](transformers_specs(config))
     return cached_checkpoint(WORK / f"{model}-shape-{layers}l", config, specs)
 

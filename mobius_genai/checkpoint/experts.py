@@ -39,6 +39,8 @@ class ExpertLayout:
     `in_out` says both fused tensors are stored transposed ([E, H, 2I] and [E, I, H]);
     `either_way` that a checkpoint may hold them either way (the hub's Qwen3-VL-MoE in_out,
     transformers 5's save_pretrained not), which the stored shapes tell layer by layer.
+    `up` equal to `gate`: non-gated experts (Nemotron-H), one matrix read once into both rows
+    of each pair.
     """
 
     gate: str = "{e}.gate_proj.weight"
@@ -182,7 +184,8 @@ class _Reader:
         layout = self.layout
         if layout.per_expert:
             gate = self.read(layout.gate, expert)
-            return _interleave(gate, self.read(layout.up or "", expert))
+            up = gate if layout.up == layout.gate else self.read(layout.up or "", expert)
+            return _interleave(gate, up)
         fused = self.read(layout.gate, expert)
         if layout.interleaved:
             return fused

@@ -3,8 +3,9 @@ config.json and a `CheckpointReader` over its tensors, by one path for every kin
 
 A GGUF file brings its own config and tokenizer (`gguf.open_gguf`); a checkpoint folder or a
 hub id is resolved to a folder of files (`source.resolve_source`) whose safetensors are read
-with the integers config.json says they store (GPTQ/AWQ, MXFP4 experts); a config.json alone
-describes a graph without weights.
+with the integers config.json says they store (GPTQ/AWQ, MXFP4 experts, FP8 weights read
+through `Fp8Checkpoint`: transformers' fp8, compressed-tensors' float-quantized); a
+config.json alone describes a graph without weights.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai.checkpoint.gguf import GgufCheckpoint, open_gguf
+from mobius_genai.checkpoint.prequantized.compressed_tensors import read_compressed_fp8_config
+from mobius_genai.checkpoint.prequantized.fp8 import Fp8Checkpoint, Fp8Scheme, read_fp8_config
 from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, read_quantization_config
 from mobius_genai.checkpoint.prequantized.mxfp4 import is_mxfp4
 from mobius_genai.checkpoint.reader import CheckpointReader
@@ -43,11 +46,13 @@ class OpenedCheckpoint:
         """The checkpoint's tensors. Safetensors headers are read (and checked) on the first
         call, once the caller has parsed config.json: its errors come before the weights'."""
         if self._reader is None:
-            self._reader = Checkpoint(
+            stored = Checkpoint(
                 self.source.path,
                 _stored_scheme(self.config),
                 mxfp4_experts=is_mxfp4(self.config),
             )
+            fp8 = _fp8_scheme(self.config)
+            self._reader = stored if fp8 is None else Fp8Checkpoint(stored, fp8)
         return self._reader
 
 
@@ -88,9 +93,17 @@ def stored_bits(model: str | Path, revision: str | None = None) -> frozenset[int
 
 
 def _stored_scheme(config: dict[str, Any]) -> QuantizationScheme | None:
-    """The GPTQ / AWQ scheme config.json names; None for float weights and MXFP4 experts
-    (read as float)."""
-    return None if is_mxfp4(config) else read_quantization_config(config)
+    """The GPTQ / AWQ scheme config.json names; None for float weights, MXFP4 experts and FP8
+    weights (read as float)."""
+    if is_mxfp4(config) or _fp8_scheme(config) is not None:
+        return None
+    return read_quantization_config(config)
+
+
+def _fp8_scheme(config: dict[str, Any]) -> Fp8Scheme | None:
+    """The FP8 weights config.json names (transformers' fp8, compressed-tensors' float-quantized
+    format); None for others."""
+    return read_fp8_config(config) or read_compressed_fp8_config(config)
 
 
 @functools.lru_cache(maxsize=8)

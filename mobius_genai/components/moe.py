@@ -8,7 +8,10 @@ op's layout: `experts.gate_up_proj` [experts, 2 * intermediate, hidden] with gat
 interleaved (gate of row j at 2j, up at 2j + 1), `experts.down_proj` [experts, hidden,
 intermediate] (expert_weights.py reads them from the checkpoint), with biases
 `experts.gate_up_proj_bias` [experts, 2 * intermediate] (interleaved alike) and
-`experts.down_proj_bias` [experts, hidden] when the family has them (gpt_oss).
+`experts.down_proj_bias` [experts, hidden] when the family has them (gpt_oss). Non-gated
+experts (config/moe.py's EXPERT_FORMS: Nemotron-H's relu2) keep the layout, both rows of a pair
+holding the up projection's row, and run as the node's SwiGLU with the form's alpha; their
+shared expert is a plain MLP (`up_proj`, `down_proj` as FCMLP's fc1, fc2).
 """
 
 from __future__ import annotations
@@ -21,10 +24,10 @@ from onnxscript import nn
 from mobius_genai.components import scaled_input, sparsemixer
 from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.linear import Linear, parameter
-from mobius_genai.components.mlp import GatedMLP
+from mobius_genai.components.mlp import FCMLP, GatedMLP
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.config.moe import MOE_ACTIVATION, MoeConfig
+from mobius_genai.config.moe import EXPERT_FORMS, MoeConfig
 
 
 class Experts(nn.Module):
@@ -61,11 +64,7 @@ class MoEBlock(nn.Module):
         else:
             self.gate = GroupRouter(moe, config.hidden_size)
         self.experts = Experts(moe, config.hidden_size)
-        self.shared_expert = (
-            GatedMLP(config.hidden_size, moe.shared_expert_size, MOE_ACTIVATION)
-            if moe.shared_expert_size
-            else None
-        )
+        self.shared_expert = _shared_expert(moe, config) if moe.shared_expert_size else None
         self.shared_expert_gate = Linear(config.hidden_size, 1) if moe.shared_expert_gate else None
 
     def forward(self, op, x: ir.Value) -> ir.Value:
@@ -107,7 +106,7 @@ class MoEBlock(nn.Module):
         family's expert biases and SwiGLU (alpha, beta, limit)."""
         fc1, fc1_bias, fc2, fc2_bias = self.experts(op)
         inputs = [x, router, fc1, fc1_bias, fc2] + ([fc2_bias] if fc2_bias is not None else [])
-        swiglu = self.moe.activation
+        swiglu = self.moe.node_activation
         # onnxruntime's defaults (alpha 1, beta 0, no limit) are left unsaid
         changed = {
             name: float(value)
@@ -131,3 +130,10 @@ class MoEBlock(nn.Module):
             out.producer().overload = "bias"  # the Tier-1 body with the expert biases
         out.type, out.shape = x.type, x.shape  # what onnxruntime's schema infers
         return out
+
+
+def _shared_expert(moe: MoeConfig, config: ArchitectureConfig) -> GatedMLP | FCMLP:
+    """The always-on expert in the routed experts' form (gated, or a plain MLP)."""
+    if EXPERT_FORMS[moe.experts].gated:
+        return GatedMLP(config.hidden_size, moe.shared_expert_size, moe.experts)
+    return FCMLP(config.hidden_size, moe.shared_expert_size, moe.experts, config.mlp_bias)

@@ -12,7 +12,8 @@ DeepSeek-V2/V3 with group-limited routing (config/moe_routing.py). Llama 4 route
 `scaled_input`: each token's `top_k` largest router logits pick its experts, and each picked
 expert takes the token times sigmoid(its logit), the outputs summed unweighted.
 gpt_oss adds a bias to the router and to both expert
-projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`).
+projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`). Nemotron-H's
+experts and shared expert are not gated: down(relu(up(x))**2) (`experts`, "relu2").
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from mobius_genai.errors import ConfigError
 
 #: The expert MLP activation the MoE op and its body compute (SwiGLU with alpha 1: silu(gate) * up).
 MOE_ACTIVATION = "silu"
+#: onnxruntime's MoE has no squared-ReLU expert. Its SwiGLU with both rows of a pair the up
+#: projection's row h and alpha this large is h * sigmoid(alpha * h) * h = relu(h) * h =
+#: relu(h)**2, but for |h| < 18 / alpha (below 3e-4), where it is off by at most h**2 < 1e-7;
+#: the largest float16 value, so no dtype the graph takes turns it into inf (inf * 0 is NaN).
+RELU2_ALPHA = 65504.0
 _SPARSE_MIXER_PICKS = 2
 
 
@@ -72,10 +78,33 @@ class MoeConfig:
     activation: ExpertActivation = ExpertActivation()
     group_routing: GroupRouting | None = None
     scaled_input: bool = False
+    experts: str = MOE_ACTIVATION
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""
         return layer in self.sparse_layers
+
+    @property
+    def node_activation(self) -> ExpertActivation:
+        """The SwiGLU settings of the MoE node (relu2 experts: gate rows = up rows, RELU2_ALPHA)."""
+        return EXPERT_FORMS[self.experts].node_activation or self.activation
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertForm:
+    """How the MoE node runs one kind of expert MLP, and the shared expert's form beside it."""
+
+    gated: bool
+    node_activation: ExpertActivation | None  # None: the config's `activation`
+
+
+#: The expert MLPs by activation: gated SwiGLU (silu(gate) * up); or Nemotron-H's non-gated
+#: squared ReLU, whose checkpoint up rows the family's ExpertLayout reads into both rows of
+#: each pair.
+EXPERT_FORMS = {
+    MOE_ACTIVATION: ExpertForm(gated=True, node_activation=None),
+    "relu2": ExpertForm(gated=False, node_activation=ExpertActivation(alpha=RELU2_ALPHA)),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,8 +232,10 @@ def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
         raise ConfigError(
             f"config.json: MoE swiglu limit must be a positive number, found {swiglu.limit!r}"
         )
-    if hidden_act != MOE_ACTIVATION:
+    # gated experts run the config's hidden_act; others name their own (Nemotron-H's relu2)
+    act = hidden_act if moe.experts == MOE_ACTIVATION else moe.experts
+    if act not in EXPERT_FORMS or EXPERT_FORMS[act].gated != (moe.experts == MOE_ACTIVATION):
         raise ConfigError(
-            f"config.json: hidden_act {hidden_act!r} is not supported in MoE experts; "
-            f"accepted: {MOE_ACTIVATION!r}"
+            f"config.json: hidden_act {act!r} is not supported in MoE experts; accepted: "
+            f"{MOE_ACTIVATION!r} (gated), 'relu2' (nemotron_h's non-gated experts)"
         )

@@ -312,6 +312,26 @@ def make_lm_head(config: ArchitectureConfig) -> nn.Module:
     return Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
 
 
+def head_logits(
+    op, config: ArchitectureConfig, lm_head: nn.Module, hidden_states: ir.Value, table: ir.Value
+) -> ir.Value:
+    """The LM head (`table` is the embedding table a tied head reads) and the transforms
+    `config` puts on its logits: divided by `logits_scaling`, capped by
+    `final_logit_softcapping` (cap * tanh(logits / cap)). The decoder and the MTP head
+    (models/mtp.py) both end here, so a draft's logits are on the main model's scale."""
+    if isinstance(lm_head, TiedLMHead):
+        logits = lm_head(op, hidden_states, table)
+    else:
+        logits = lm_head(op, hidden_states)
+    if config.logits_scaling != 1.0:
+        scaling = op.CastLike(op.Constant(value_float=config.logits_scaling), logits)
+        logits = op.Div(logits, scaling)
+    if config.final_logit_softcapping:
+        cap = op.CastLike(op.Constant(value_float=float(config.final_logit_softcapping)), logits)
+        logits = op.Mul(op.Tanh(op.Div(logits, cap)), cap)
+    return logits
+
+
 class CausalLMModel(nn.Module):
     """A decoder-only language model that returns logits and the updated KV cache.
 
@@ -364,17 +384,8 @@ class CausalLMModel(nn.Module):
         hidden_states, presents = self.model(
             op, input_ids, attention_mask, position_ids, past_key_values, inputs_embeds
         )
-        if isinstance(self.lm_head, TiedLMHead):
-            logits = self.lm_head(op, hidden_states, self.model.embed_tokens.weight)
-        else:
-            logits = self.lm_head(op, hidden_states)
-        if self.config.logits_scaling != 1.0:
-            scaling = op.CastLike(op.Constant(value_float=self.config.logits_scaling), logits)
-            logits = op.Div(logits, scaling)
-        if self.config.final_logit_softcapping:
-            cap = op.Constant(value_float=float(self.config.final_logit_softcapping))
-            cap = op.CastLike(cap, logits)
-            logits = op.Mul(op.Tanh(op.Div(logits, cap)), cap)
+        table = self.model.embed_tokens.weight
+        logits = head_logits(op, self.config, self.lm_head, hidden_states, table)
         if self.hidden_output:
             return _logits_for_mtp(op, logits), presents, hidden_states
         return logits, presents

@@ -9,6 +9,10 @@ main model's post-final-norm hidden state h_i and the token t_{i+1} it just prod
     h'     = norm(decoder_layer(x))           # one full-attention layer with its own KV cache
     logits = lm_head(h')                      # the main model's head: predicts t_{i+2}
 
+The head's logits go through the main model's head transforms too (`head_logits`: a family's
+`logits_scaling`, config.json's `final_logit_softcapping`), so og.MtpGenerator's drafts and
+verifications are scored on one scale.
+
 The embedding table and LM head are the main model's; the decoder layer is the model's own
 kind of full-attention layer (gated attention, q/k norms, partial rotary; MoE blocks when the
 model has them). h' is an output too: onnxruntime-genai's MtpGenerator feeds it back as the
@@ -37,7 +41,7 @@ from mobius_genai.components.linear import Linear
 from mobius_genai.components.norms import make_norm
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.mtp import head_config, mtp_layers
-from mobius_genai.models.causal_lm import TextModel, TiedLMHead, make_lm_head
+from mobius_genai.models.causal_lm import TextModel, TiedLMHead, head_logits, make_lm_head
 from mobius_genai.models.families import FamilyAdapter
 from mobius_genai.tasks.mtp import MtpTask
 
@@ -93,10 +97,7 @@ class MtpModel(nn.Module):
         normed, presents = self.mtp(
             op, input_ids, hidden_states, attention_mask, position_ids, past_key_values
         )
-        if isinstance(self.lm_head, TiedLMHead):
-            logits = self.lm_head(op, normed, self.mtp.embed_tokens.weight)
-        else:
-            logits = self.lm_head(op, normed)
+        logits = head_logits(op, self.config, self.lm_head, normed, self.mtp.embed_tokens.weight)
         return logits, presents, normed
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -21,7 +23,14 @@ sys.path.insert(0, str(BENCHMARKS))
 import gpu_check  # noqa: E402
 from _gpu_install import install_commands  # noqa: E402
 from _gpu_lines import GQA, GQA_BIAS, LINES, TOLERANCE  # noqa: E402
-from _gpu_run import Run, captures, compare_tokens, cuda_caps, relative_error  # noqa: E402
+from _gpu_run import (  # noqa: E402
+    Run,
+    captures,
+    compare_tokens,
+    cuda_caps,
+    device_turn,
+    relative_error,
+)
 from _gpu_table import markdown, verdict  # noqa: E402
 
 from mobius_genai.ep import get_ep  # noqa: E402
@@ -65,6 +74,26 @@ def test_dry_run_packages_compares_times_and_tabulates(tmp_path):
     assert whisper["steps"]["tokens-off"]["ok"]
     table = (tmp_path / "out" / "gpu_check.md").read_text()
     assert "| dense-fp16 |" in table and "| vision-fp16 |" in table
+
+
+def test_dry_run_of_the_newer_kinds_side_by_side(tmp_path):
+    """Llama 4's chunked and NoPE layers, Gemma 3n's shared caches, and the Qwen3-VL, Mistral 3
+    and LFM2-VL towers, two lines at a time: every CPU step passes; Llama 4's chunk bias keeps
+    graph capture off on a GPU, as Gemma 3's image blocks do."""
+    names = ["llama4-fp16", "gemma3n-fp16", "qwen3-vl-fp16", "mistral3-fp16", "lfm2-vl-fp16"]
+    done, document = _dry_run(tmp_path, "--lines", ",".join(names), "--jobs", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = {result["line"]: result for result in document["lines"]}
+    assert list(results) == names and {r["status"] for r in results.values()} == {"pass"}
+    llama4, gemma3n = results["llama4-fp16"]["steps"], results["gemma3n-fp16"]["steps"]
+    assert llama4["graph"]["note"] == f"holds {GQA_BIAS}, {GQA}"
+    assert gemma3n["graph"]["windows"] == [5]
+    for steps in (llama4, gemma3n):
+        assert 0 < steps["logits-off"]["value"] <= TOLERANCE["fp16"] and steps["tokens-off"]["ok"]
+    for name in names[2:]:
+        steps = results[name]["steps"]
+        assert 0 < steps["features"]["value"] <= TOLERANCE["fp16"] and steps["tokens-off"]["ok"]
+    assert LINES["llama4-fp16"].no_capture == LINES["gemma3-vision-fp16"].no_capture
 
 
 #: What the full dry run finds on onnxruntime 1.32's CPU provider (benchmarks/README.md, "The
@@ -142,10 +171,50 @@ def test_a_line_past_its_time_is_killed_and_the_budget_skips_the_rest(tmp_path):
     assert second["status"] == "skipped"
 
 
+def test_jobs_start_lines_side_by_side_within_the_budget(tmp_path):
+    """Two lines start at once (one after the other, the second would no longer fit), each is
+    killed past its time, and the third no longer fits."""
+    lines = "dense-fp16,moe-fp16,int4"
+    options = ("--lines", lines, "--jobs", "2", "--line-s", "1", "--budget-s", "15.5")
+    done, document = _dry_run(tmp_path, *options)
+    assert done.returncode == 1
+    assert [(r["line"], r["status"]) for r in document["lines"]] == [
+        ("dense-fp16", "error"),
+        ("moe-fp16", "error"),
+        ("int4", "skipped"),
+    ]
+    assert {r.get("error") for r in document["lines"][:2]} == {"no result within 1 s"}
+
+
+def test_device_steps_take_turns(tmp_path):
+    """A line's device steps wait while another line's run (the lock is the device's)."""
+    first, second = (Run(LINES["dense-fp16"], tmp_path / name, True, 4) for name in "ab")
+    entered = threading.Event()
+
+    def hold() -> None:
+        with device_turn(first):
+            entered.set()
+            time.sleep(0.5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    entered.wait()
+    with device_turn(second):
+        pass
+    holder.join()
+    assert (first.waited_s, second.waited_s >= 0.3) == (0.0, True)
+
+
 def test_unknown_line_is_one_clear_line(capsys):
     assert gpu_check.main(["--dry-run", "--lines", "dense-fp16,nope"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "unknown line nope; accepted: dense-fp16," in error
+
+
+def test_jobs_below_one_is_one_clear_line(capsys):
+    assert gpu_check.main(["--dry-run", "--jobs", "0"]) == 2
+    error = capsys.readouterr().err
+    assert error == "gpu_check: --jobs is 0; accepted: 1 or more\n"
 
 
 def test_tokens_pass_when_equal_or_parting_at_a_near_tie_only():

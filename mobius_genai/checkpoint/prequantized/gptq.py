@@ -79,7 +79,7 @@ def read_quantization_config(raw: Mapping[str, Any]) -> QuantizationScheme | Non
     if method not in _METHODS:
         raise ConfigError(
             f"{where}.quant_method is {qc.get('quant_method')!r}; accepted: "
-            f"{', '.join(_METHODS)}, mxfp4 (MoE experts) (other pre-quantized formats are not "
+            f"{', '.join(_METHODS)}, mxfp4 (MoE experts), fp8, compressed-tensors (FP8) (other pre-quantized formats are not "
             "read)"
         )
     bit_widths, versions = _METHODS[method]

@@ -74,10 +74,10 @@ def _scaling(raw: Mapping[str, Any]) -> float:
     return fields.number(raw.get(key), key, 1.0, positive=True)
 
 
-def v3_moe(raw: Mapping[str, Any]) -> MoeConfig:
+def v3_routing(raw: Mapping[str, Any]) -> GroupRouting:
     """Sigmoid scores, corrected by e_score_correction_bias for the choice; groups scored by
-    the sum of their best two."""
-    routing = GroupRouting(
+    the sum of their best two (also Nemotron-H's NemotronHTopkRouter)."""
+    return GroupRouting(
         scoring="sigmoid",
         groups=fields.require(raw, "n_group"),
         top_groups=fields.require(raw, "topk_group"),
@@ -85,7 +85,11 @@ def v3_moe(raw: Mapping[str, Any]) -> MoeConfig:
         correction_bias=True,
         scaling=_scaling(raw),
     )
-    return _moe(raw, routing, "norm_topk_prob")
+
+
+def v3_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """DeepSeek-V3's routing (v3_routing) after the dense first layers."""
+    return _moe(raw, v3_routing(raw), "norm_topk_prob")
 
 
 def v2_moe(raw: Mapping[str, Any]) -> MoeConfig:

@@ -2,11 +2,14 @@
 among attention layers, as rows of the family table (hybrid_rows.py) and what they read.
 
 - **Nemotron-H** (`nemotron_h`): each layer is one block with its norm and residual
-  (`one_block_layers`): a Mamba2 mixer, attention without rotary, or a relu2 MLP of up_proj
-  and down_proj alone. The hub's config.json spells the layers as `hybrid_override_pattern`
-  ("M" Mamba2, "*" attention, "-" MLP, "E" MoE); transformers 5 writes `layers_block_type`
-  ("linear_attention", "full_attention", "mlp", "moe") and no num_hidden_layers. Tensors stay
-  under the hub's `backbone.` with every block named `mixer`.
+  (`one_block_layers`): a Mamba2 mixer, attention without rotary, a relu2 MLP of up_proj
+  and down_proj alone, or (Nemotron-3) a MoE block: DeepSeek-V3's grouped sigmoid routing
+  with the correction bias, non-gated relu2 experts and one relu2 shared expert of
+  `moe_shared_expert_intermediate_size` (transformers' NemotronHMoE). The hub's config.json
+  spells the layers as `hybrid_override_pattern` ("M" Mamba2, "*" attention, "-" MLP, "E"
+  MoE); transformers 5 writes `layers_block_type` ("linear_attention", "full_attention",
+  "mlp", "moe") and no num_hidden_layers. Tensors stay under the hub's `backbone.` with every
+  block named `mixer`, the experts one tensor each (`experts.{e}.up_proj.weight`).
 - **Falcon-H1** (`falcon_h1`): every layer runs attention and a Mamba2 mixer side by side on
   the same normed input and adds them (`parallel_recurrent`), then a gated MLP. Its µP
   multipliers: on the embeddings and the logits (the config's `embedding_multiplier` and
@@ -18,9 +21,11 @@ among attention layers, as rows of the family table (hybrid_rows.py) and what th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config import fields
 from mobius_genai.config.mamba2 import (
     FALCON_H1_KEYS,
@@ -28,14 +33,16 @@ from mobius_genai.config.mamba2 import (
     Mamba2Config,
     read_mamba2,
 )
+from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.weight_scales import WeightScale, scale
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.deepseek import v3_routing
 from mobius_genai.models.families.preprocess import scaled_weights
 from mobius_genai.models.families.readers import positive_number
 
 #: Nemotron-H's layer kinds as the hub's pattern and transformers 5 spell them → this
-#: package's (None: refused).
+#: package's (a MoE layer is an "mlp" layer whose MLP is the MoE block: `_NEMOTRON_H_MOE`).
 _NEMOTRON_H_KINDS = {
     "M": "mamba2",
     "linear_attention": "mamba2",
@@ -45,14 +52,15 @@ _NEMOTRON_H_KINDS = {
     "attention": "full_attention",
     "-": "mlp",
     "mlp": "mlp",
-    "E": None,
-    "moe": None,
+    "E": "mlp",
+    "moe": "mlp",
 }
+_NEMOTRON_H_MOE = frozenset({"E", "moe"})
 
 
-def nemotron_h_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
-    """NemotronHConfig's layers: `layers_block_type` (`layer_types`) when given, else the
-    hub's `hybrid_override_pattern`; their count is the model's layer count."""
+def _nemotron_h_blocks(raw: Mapping[str, Any]) -> list[str]:
+    """NemotronHConfig's layers as spelled: `layers_block_type` (`layer_types`) when given,
+    else the hub's `hybrid_override_pattern`; their count is the model's layer count."""
     kinds = raw.get("layers_block_type") or raw.get("layer_types")
     key = "layers_block_type"
     if not kinds:
@@ -64,22 +72,65 @@ def nemotron_h_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
             f"{[k for k in _NEMOTRON_H_KINDS if len(k) > 1]}, or hybrid_override_pattern, a "
             "string of M, *, - and E"
         )
-    if any(_NEMOTRON_H_KINDS[kind] is None for kind in kinds):
-        raise UnsupportedModelError(
-            f"config.json: {key} has MoE layers; nemotron_h models are supported with Mamba2, "
-            "attention and MLP layers only (not Nemotron-3's MoE layers)"
-        )
-    return tuple(_NEMOTRON_H_KINDS[kind] for kind in kinds)
+    return kinds
+
+
+def nemotron_h_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """The layers as this package's kinds (a MoE layer is an "mlp" layer)."""
+    return tuple(_NEMOTRON_H_KINDS[kind] for kind in _nemotron_h_blocks(raw))
 
 
 def _nemotron_h_layer_count(raw: Mapping[str, Any]) -> int:
-    return len(nemotron_h_layer_types(raw))
+    return len(_nemotron_h_blocks(raw))
+
+
+#: NemotronHMoE's sizes: the experts' and the shared expert's widths under their own keys.
+_NEMOTRON_H_MOE_KEYS = MoeKeys(
+    num_experts="n_routed_experts",
+    intermediate="moe_intermediate_size",
+    normalize_default=True,
+    shared_expert="moe_shared_expert_intermediate_size",
+)
+
+
+def nemotron_h_moe(raw: Mapping[str, Any]) -> MoeConfig | None:
+    """The MoE block of the "E" layers (None without them): DeepSeek-V3's routing, experts
+    and shared expert of `mlp_hidden_act` (relu2, not gated). A latent projection around
+    the experts (`moe_latent_size`, Nemotron-3 Super's) is refused."""
+    kinds = _nemotron_h_blocks(raw)
+    sparse = tuple(i for i, kind in enumerate(kinds) if kind in _NEMOTRON_H_MOE)
+    if not sparse:
+        return None
+    if raw.get("moe_latent_size") is not None:
+        raise UnsupportedModelError(
+            f"config.json: moe_latent_size is {raw['moe_latent_size']!r}; nemotron_h MoE layers "
+            "are supported without a latent projection (moe_latent_size null)"
+        )
+    moe = read_moe({**raw, "num_hidden_layers": len(kinds)}, _NEMOTRON_H_MOE_KEYS)
+    return dataclasses.replace(
+        moe,
+        sparse_layers=sparse,
+        group_routing=v3_routing(raw),
+        experts=raw.get("mlp_hidden_act") or "relu2",
+    )
 
 
 NEMOTRON_H = FamilyAdapter(
     model_type="nemotron_h",
-    config_aliases={"attention_head_dim": "head_dim"},
-    config_defaults={"head_dim": 128, "num_hidden_layers": _nemotron_h_layer_count},
+    config_aliases={"attention_head_dim": "head_dim", "num_local_experts": "n_routed_experts"},
+    config_defaults={
+        "head_dim": 128,
+        "num_hidden_layers": _nemotron_h_layer_count,
+        # NemotronHConfig's defaults: the MLP layers' width, and the MoE layers'
+        "intermediate_size": 21504,
+        "n_routed_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 7688,
+        "moe_shared_expert_intermediate_size": 7688,
+        "routed_scaling_factor": 1.0,
+        "n_group": 1,
+        "topk_group": 1,
+    },
     config_overrides={
         "layer_types": nemotron_h_layer_types,
         "num_hidden_layers": _nemotron_h_layer_count,
@@ -96,16 +147,21 @@ NEMOTRON_H = FamilyAdapter(
             raw.get("layer_norm_epsilon"), "layer_norm_epsilon", 1e-5, positive=True
         ),
         "mamba2": lambda raw: read_mamba2(raw, NEMOTRON_H_KEYS),
+        "moe": nemotron_h_moe,
     },
     weight_renames=(
         (r"\.mlp\.fc1\.", ".mlp.up_proj."),
         (r"\.mlp\.fc2\.", ".mlp.down_proj."),
+        (r"\.shared_expert\.fc1\.", ".shared_experts.up_proj."),
+        (r"\.shared_expert\.fc2\.", ".shared_experts.down_proj."),
         (r"\.(self_attn|mamba|mlp)\.", ".mixer."),
         (r"\.input_layernorm\.", ".norm."),
         (r"^model\.embed_tokens\.", "model.embeddings."),
         (r"^model\.norm\.", "model.norm_f."),
         (r"^model\.", "backbone."),
     ),
+    # non-gated experts: the up projection in both rows of each of the MoE node's pairs
+    experts=ExpertLayout(gate="{e}.up_proj.weight", up="{e}.up_proj.weight"),
     # the multi-token-prediction head (NemotronHPreTrainedModel's
     # _keys_to_ignore_on_load_unexpected): a decoder bundle does not run it
     unused_weights=(r"^mtp\.",),

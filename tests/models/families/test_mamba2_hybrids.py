@@ -240,10 +240,10 @@ def test_a_layer_pattern_read_one_layer_off_is_refused_by_the_weights(checkpoint
 @pytest.mark.parametrize(
     ("family", "changes", "error", "field"),
     [
-        ("nemotron_h", {"layers_block_type": ["linear_attention", "moe"]}, UnsupportedModelError,
-         "MoE layers"),
-        ("nemotron_h", {"layers_block_type": None, "hybrid_override_pattern": "M-E*"},
-         UnsupportedModelError, "hybrid_override_pattern"),
+        ("nemotron_h", {"layers_block_type": ["linear_attention", "moe"], "moe_latent_size": 8},
+         UnsupportedModelError, "moe_latent_size"),
+        ("nemotron_h", {"layers_block_type": None, "hybrid_override_pattern": "M-X*"},
+         ConfigError, "hybrid_override_pattern"),
         ("nemotron_h", {"layers_block_type": ["mamba2"]}, ConfigError, "layers_block_type"),
         ("nemotron_h", {"mamba_hidden_act": "gelu"}, ConfigError, "mamba_hidden_act"),
         ("falcon_h1", {"ssm_multipliers": [1.0, 1.0]}, ConfigError, "ssm_multipliers"),
@@ -351,11 +351,14 @@ def test_weight_scale_runs_scale_their_rows_and_must_cover_them():
         WeightScale("w", ((2, 2.0), (1, 1.0))).apply(array)
 
 
-def test_build_refuses_moe_layers_before_reading_weights(tmp_path):
-    """Nemotron-3's MoE layers (a non-gated relu2 expert MLP) are refused by name."""
+def test_build_refuses_a_moe_latent_projection_before_reading_weights(tmp_path):
+    """Nemotron-3 Super's latent projection around the experts is refused by name (the
+    Nano's MoE layers build: test_nemotron_h_moe.py)."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "nemotron_h")
-    edit_config(ckpt, layers_block_type=["linear_attention", "moe", "full_attention"])
-    with pytest.raises(UnsupportedModelError, match="MoE layers"):
+    edit_config(
+        ckpt, layers_block_type=["linear_attention", "moe", "full_attention"], moe_latent_size=8
+    )
+    with pytest.raises(UnsupportedModelError, match="moe_latent_size"):
         mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 
 

@@ -12,6 +12,7 @@ wrong head shows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -23,10 +24,11 @@ import torch
 from safetensors.numpy import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from mobius_genai import packager
+from mobius_genai import models, packager
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError, OptionError, UnsupportedModelError, WeightsError
 from mobius_genai.models import mtp as mtp_model
+from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from tests._hf import (
@@ -35,6 +37,7 @@ from tests._hf import (
     load_reference_model,
     write_tiny_checkpoint,
 )
+from tests._ort import run_declared
 from tests.conftest import TINY_QWEN2
 from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
 from tests.models.families.test_qwen3_5_hub import LAYOUTS, _hub_checkpoint
@@ -253,3 +256,66 @@ def test_the_decoders_hidden_states_are_transformers_last_hidden_state(random_he
         theirs = text_model(input_ids=torch.tensor([PROMPT])).last_hidden_state.numpy()
     assert ours.shape == theirs.shape
     assert np.abs(ours - theirs).max() <= 1e-4
+
+
+#: The head transforms the main decoder applies to its logits, on a head that copies the main
+#: model: config.json's final_logit_softcapping (read for every family, Qwen3.5's too) and
+#: logits_scaling, read here as granite's rows read it (no family with an MTP head reads it).
+_HEAD_TRANSFORMS = {"final_logit_softcapping": 12.0, "logits_scaling": 0.5}
+
+
+@pytest.fixture(scope="module")
+def transformed_head(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("transformed")
+    ckpt = _checkpoint(root / "ckpt", "qwen3_5_text", copy=True)
+    raw = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**raw, **_HEAD_TRANSFORMS}))
+    row = models.FAMILIES["qwen3_5_text"]
+    scaled = {**row.config_overrides, "logits_scaling": GRANITE_MULTIPLIERS["logits_scaling"]}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(
+            models.FAMILIES, row.model_type, dataclasses.replace(row, config_overrides=scaled)
+        )
+        bundle = packager.package(ckpt, "cpu", root / "bundle", quiet=True)
+    return ckpt, bundle
+
+
+def test_the_heads_logits_take_the_main_models_head_transforms(transformed_head):
+    """A head that copies the model predicts, from (t_{i+1}, h_i), the main model's logits at
+    position i + 1: scaled and softcapped as those are (the main model's logits are float16
+    beside a head: models/causal_lm.py `_logits_for_mtp`)."""
+    import onnxruntime as ort
+
+    _, bundle = transformed_head
+    model = og.Model(str(bundle))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(PROMPT) + 1)
+    generator = og.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    main = np.asarray(generator.get_output("logits"), np.float32)
+    hidden = np.asarray(generator.get_output("hidden_states"), np.float32)
+    session = ort.InferenceSession(str(bundle / "mtp.onnx"), providers=["CPUExecutionProvider"])
+    steps = len(PROMPT) - 1
+    feeds = {
+        "input_ids": np.array([PROMPT[1:]], np.int64),
+        "hidden_states": hidden[:, :steps],
+        "attention_mask": np.ones((1, steps), np.int64),
+        "position_ids": np.arange(steps, dtype=np.int64)[None],
+    }
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            _, heads, _, width = value.shape
+            feeds[value.name] = np.zeros((1, heads, 0, width), np.float32)
+    head = run_declared(session, feeds)["logits"]
+    cap = _HEAD_TRANSFORMS["final_logit_softcapping"]
+    assert np.abs(main).max() > 0.6 * cap  # tanh bends these logits by a tenth and more
+    np.testing.assert_allclose(head, main[:, 1:], atol=2e-3 * cap, rtol=0)
+
+
+def test_mtp_greedy_with_head_transforms_is_og_and_transformers_greedy(transformed_head):
+    """Scaled and capped logits keep their order: og.MtpGenerator's tokens are og.Generator's
+    and transformers' (which reads neither key for Qwen3.5), every draft accepted."""
+    ckpt, bundle = transformed_head
+    plain, drafted, stats = _decode(bundle)
+    assert drafted == plain == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS, stop_at_eos=False)
+    assert stats.evaluated > 0 and stats.acceptance == 1.0
