@@ -155,6 +155,17 @@ def model_ops(model: ir.Model) -> set[tuple[str, str]]:
     return {(node.domain or "", node.op_type) for node in model.graph.all_nodes()}
 
 
+def assert_only_the_decoder_fuses_gqa(package: ModelPackage, ep: str) -> None:
+    """A vision-language package's graphs: GroupQueryAttention in none but the decoder (the
+    towers attend both ways), and on onnx-standard every graph in the standard domain."""
+    for key, model in package.items():
+        ops = model_ops(model)
+        if key != "decoder":
+            assert ("com.microsoft", "GroupQueryAttention") not in ops, key
+        if ep == "onnx-standard":
+            assert {domain for domain, _ in ops} <= {"", "ai.onnx"}, key
+
+
 def saved_ops(path: Path) -> set[tuple[str, str]]:
     """The (domain, op type) pairs of a saved graph's nodes, its weights left unread."""
     graph = onnx.load(str(path), load_external_data=False).graph

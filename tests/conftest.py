@@ -179,3 +179,19 @@ def lfm2_vl_bundle(lfm2_vl_checkpoint: tuple, tmp_path_factory) -> Path:
     """The LFM2-VL checkpoint packaged for cpu without the smoke test."""
     out = tmp_path_factory.mktemp("lfm2_vl-bundle") / "bundle"
     return mobius_genai.package(lfm2_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+
+
+@pytest.fixture(scope="session")
+def gemma4_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """(model, folder): a tiny Gemma 4 with tiny-qwen2's tokenizer and processor settings."""
+    from tests._gemma4_vision import write_gemma4_checkpoint
+
+    folder = tmp_path_factory.mktemp("gemma4-ckpt")
+    return write_gemma4_checkpoint(folder), folder
+
+
+@pytest.fixture(scope="session")
+def gemma4_bundle(gemma4_checkpoint: tuple, tmp_path_factory) -> Path:
+    """The Gemma 4 checkpoint packaged for cpu without the smoke test."""
+    out = tmp_path_factory.mktemp("gemma4-bundle") / "bundle"
+    return mobius_genai.package(gemma4_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)

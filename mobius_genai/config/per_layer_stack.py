@@ -47,6 +47,9 @@ class PerLayerStack:
     intermediate_sizes: tuple[int, ...]
     kv_sources: tuple[int, ...]
     experts: MoeConfig | None = None
+    # (pad id, ids): a multimodal model's soft-token ids (images, video, audio), whose
+    # per-layer rows are the pad token's (Gemma4Model.forward); none for a text model
+    soft_tokens: tuple[int, tuple[int, ...]] | None = None
 
     def first_layers(self, count: int) -> PerLayerStack:
         """The section of the first `count` layers (a layer's source is never after it)."""

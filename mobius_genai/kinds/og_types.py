@@ -48,6 +48,9 @@ OG_TYPES: dict[str, OgType] = {
             image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
         ),
         OgType("lfm2_vl", image_placeholder="<image>"),
+        # og expands each `<|image>` to a blank line, `<|image>`, one `<|image|>` per token,
+        # `<image|>` and a blank line (its Gemma4MultiModalProcessor)
+        OgType("gemma4", image_placeholder="<|image>"),
         # types og positions in 3-D that mobius-genai does not write (other tools' bundles)
         OgType("fara", three_d_positions=True),
         OgType("qwen3_5", three_d_positions=True),

@@ -91,6 +91,7 @@ class VisionLanguageKind:
             **session,
         }
         model.update(_position_token_ids(config))
+        model.update(package.family.model_sections)
         model["embedding"] = {
             "filename": package.filename("embedding"),
             "inputs": {"input_ids": "input_ids", "image_features": IMAGE_FEATURES},

@@ -19,7 +19,7 @@ from mobius_genai.components.per_layer_stack import PerLayerDecoderLayer
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.context import get_build_dtype
-from mobius_genai.errors import ConfigError, UnsupportedModelError
+from mobius_genai.errors import ConfigError
 
 
 class TextModel(nn.Module):
@@ -255,15 +255,32 @@ class PerLayerTextModel(TextModel):
             _per_layer_tables(self, config, config.per_layer_stack)
 
     def _per_layer_inputs(self, op, input_ids: ir.Value, embeds: ir.Value) -> ir.Value:
-        return per_layer_inputs(op, self, self.config.per_layer_stack, input_ids, embeds)
+        """The per-layer inputs; a multimodal model's soft tokens read the pad token's rows
+        and project their features (`embeds`: the embedding graph's)."""
+        section = self.config.per_layer_stack
+        if section.soft_tokens is not None:
+            pad, soft = section.soft_tokens
+            ids = op.Constant(value_ints=list(soft))
+            is_soft = op.ReduceMax(
+                op.Cast(
+                    op.Equal(op.Unsqueeze(input_ids, op.Constant(value_ints=[-1])), ids),
+                    to=ir.DataType.INT64,
+                ),
+                op.Constant(value_ints=[-1]),
+                keepdims=0,
+            )
+            input_ids = op.Where(
+                op.Cast(is_soft, to=ir.DataType.BOOL), op.Constant(value_int=pad), input_ids
+            )
+        return per_layer_inputs(op, self, section, input_ids, embeds)
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
-        if embeds is not None:  # its per-layer table reads image tokens as padding
-            raise UnsupportedModelError(
-                "Gemma 4's decoder fed inputs_embeds (a vision-language bundle) is not built; "
-                "accepted: its text decoder (gemma4_text, or gemma4 text-only)"
-            )
-        hidden = self.embed_tokens(op, input_ids)
+        if embeds is None:
+            hidden = self.embed_tokens(op, input_ids)
+        else:  # a vision-language decoder: the embedding graph's, images in place
+            hidden = embeds
+            if self.config.tie_word_embeddings:
+                self.embed_tokens(op)  # the tied head's table, under its checkpoint name
         per_layer = None
         if self.config.per_layer_stack.per_layer_size:
             per_layer = self._per_layer_inputs(op, input_ids, hidden)

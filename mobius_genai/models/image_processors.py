@@ -24,6 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mobius_genai.config.gemma4_vision import Gemma4VisionConfig
 from mobius_genai.config.pixtral import PixtralVisionConfig
 from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
@@ -233,4 +234,35 @@ def lfm2_vl_transforms(
         *_normalization(settings, _DEFAULT_MEAN, _DEFAULT_STD),
         ("to_channel_first", "Permute3D", {"dims": [2, 0, 1]}),
         ("image_sizes", "PixtralImageSizes", {}),
+    ]
+
+
+#: transformers' Gemma4ImageProcessor: the soft-token budgets it accepts, its default.
+_GEMMA4_SOFT_TOKENS, _GEMMA4_MAX_SOFT_TOKENS = (70, 140, 280, 560, 1120), 280
+
+
+def gemma4_transforms(
+    settings: dict[str, Any], vision: Gemma4VisionConfig, path: Path
+) -> list[Transform]:
+    """Gemma4ImageProcessor: decode as RGB, then og's Gemma4ImageTransform (resize keeping the
+    aspect ratio within max_soft_tokens pooled tokens, rescale to [0, 1] without normalizing,
+    patches and their (column, row)); the tower scales the values itself."""
+    budget = settings.get("max_soft_tokens", _GEMMA4_MAX_SOFT_TOKENS)
+    if budget not in _GEMMA4_SOFT_TOKENS:
+        raise ConfigError(
+            f"{path}: max_soft_tokens is {budget!r}; accepted: {list(_GEMMA4_SOFT_TOKENS)}"
+        )
+    if settings.get("do_normalize", False):
+        raise ConfigError(
+            f"{path}: do_normalize is true; accepted: false (Gemma 4's tower scales the "
+            "rescaled pixels itself, and og's Gemma4ImageTransform does not normalize)"
+        )
+    transform = {
+        "patch_size": vision.patch_size,
+        "max_soft_tokens": budget,
+        "pooling_kernel_size": vision.pooling_kernel_size,
+    }
+    return [
+        ("decode_image", "DecodeImage", {"color_space": "RGB"}),
+        ("gemma4_image_transform", "Gemma4ImageTransform", transform),
     ]

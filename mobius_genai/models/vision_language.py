@@ -28,12 +28,14 @@ from mobius_genai.checkpoint.reader import TensorSource
 from mobius_genai.checkpoint.weights import no_preprocess
 from mobius_genai.components.deepstack import widen_embeddings
 from mobius_genai.components.embedding import Embedding
+from mobius_genai.components.gemma4_vision import Gemma4VisionModel
 from mobius_genai.components.pixtral_vision import Mistral3Projector, PixtralVisionTower
 from mobius_genai.components.qwen3_vision import Qwen3VisionTower
 from mobius_genai.components.qwen_vision import QwenVisionTower
 from mobius_genai.components.siglip2 import PIXEL_ATTENTION_MASK, SPATIAL_SHAPES, Lfm2VlVisionModel
 from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.gemma4_vision import parse_gemma4_vision_language
 from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.siglip2 import parse_lfm2_vision_language
 from mobius_genai.config.text_config import nested_text_keys
@@ -47,6 +49,7 @@ from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.image_processors import (
     Transform,
+    gemma4_transforms,
     lfm2_vl_transforms,
     lfm2_vl_vision_keys,
     no_vision_keys,
@@ -106,6 +109,8 @@ class VisionLanguageFamily:
     # Vision graph input → the key og feeds it by in the vision section's inputs (where og's
     # key is not the input's name).
     vision_input_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # More sections of genai_config's model, as written (og's defaults a bundle must override).
+    model_sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> FamilyAdapter:
@@ -473,6 +478,44 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 PIXEL_ATTENTION_MASK: "attention_mask",
                 SPATIAL_SHAPES: "image_sizes",
             },
+        ),
+        # Gemma 4: images cut into patches by og's Gemma4ImageTransform (aspect ratio kept
+        # within max_soft_tokens), a tower with learned and rotary 2-D positions, 3 x 3
+        # pooling and the embedder into the text (config/gemma4_vision.py)
+        VisionLanguageFamily(
+            model_type="gemma4",
+            text_family="gemma4_text",
+            genai_type="gemma4",
+            text_defaults={  # Gemma4TextConfig's
+                "vocab_size": 262_144,
+                "hidden_size": 2304,
+                "intermediate_size": 9216,
+                "num_hidden_layers": 30,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 4,
+                "head_dim": 256,
+                "hidden_activation": "gelu_pytorch_tanh",
+                "max_position_embeddings": 131_072,
+                "rms_norm_eps": 1e-6,
+                "sliding_window": 512,
+                "bos_token_id": 2,
+                "eos_token_id": 1,
+                "pad_token_id": 0,
+            },
+            text_overrides={},
+            parse_vision=parse_gemma4_vision_language,
+            vision_model=Gemma4VisionModel,
+            checkpoint_prefixes=(
+                ("model.", ("model.language_model.",)),
+                ("vision_tower.", ("model.vision_tower.",)),
+                ("embed_vision.", ("model.embed_vision.",)),
+            ),
+            vision_layers="vision_tower.encoder.layers",
+            unused_weights=(r"^model\.(audio_tower|embed_audio)\.",),
+            image_transforms=gemma4_transforms,
+            # og's gemma4 type names an audio processor file by default and refuses a bundle
+            # whose speech section has that file but no speech graph
+            model_sections={"speech": {"config_filename": ""}},
         ),
     )
 }

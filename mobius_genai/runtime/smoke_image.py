@@ -11,6 +11,7 @@ onnxruntime-genai does), the decoder with the embedding graph's output.
 from __future__ import annotations
 
 import dataclasses
+import math
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -35,7 +36,7 @@ from mobius_genai.runtime.mrope import mrope_positions
 #: The smoke test's prompt after the model type's image placeholder.
 SMOKE_IMAGE_TEXT = "Describe the image."
 #: The multimodal processor's outputs a vision graph may take.
-_IMAGE_TENSORS = ("pixel_values", "image_grid_thw", "image_sizes")
+_IMAGE_TENSORS = ("pixel_values", "image_grid_thw", "image_sizes", "pixel_position_ids")
 #: The vision input og makes from image_sizes rather than the processor (LFM2-VL's patch mask).
 _PATCH_MASK = "attention_mask"
 #: onnxruntime-genai's default for model.vision.spatial_merge_size.
@@ -80,16 +81,36 @@ def image_note(prompt: ImagePrompt) -> str:
     return f" with a {prompt.size[0]}x{prompt.size[1]} image"
 
 
+def _gemma4_side(attrs: Mapping[str, Any]) -> tuple[int, int]:
+    """The largest square of whole pooled tokens within the token budget, which Gemma 4's
+    processor keeps as it is."""
+    block = int(attrs["patch_size"]) * int(attrs["pooling_kernel_size"])
+    side = math.isqrt(int(attrs["max_soft_tokens"])) * block
+    return side, side
+
+
+#: Transform type → (its attributes the size needs, (width, height) from them).
+_SIZED_TRANSFORMS: dict[str, tuple[set[str], Callable[[Mapping[str, Any]], tuple[int, int]]]] = {
+    "Resize": ({"width", "height"}, lambda attrs: (int(attrs["width"]), int(attrs["height"]))),
+    "Gemma4ImageTransform": (
+        {"patch_size", "pooling_kernel_size", "max_soft_tokens"},
+        _gemma4_side,
+    ),
+}
+
+
 def processor_size(folder: Path, config: Mapping[str, Any]) -> tuple[int, int]:
-    """(width, height) the image processor resizes to (its Resize transform)."""
+    """(width, height) of an image the image processor takes (its Resize transform's size, or
+    one Gemma 4's transform keeps)."""
     name = config["model"]["vision"].get("config_filename", OG_PROCESSOR_FILES["vision"])
     document = read_json_object(folder / name, BundleError, name)
     transforms = document.get("processor", {}).get("transforms", [])
     for transform in transforms:
         operation = transform.get("operation", {})
         attrs = operation.get("attrs", {})
-        if operation.get("type") == "Resize" and {"width", "height"} <= set(attrs):
-            return int(attrs["width"]), int(attrs["height"])
+        needed, size = _SIZED_TRANSFORMS.get(operation.get("type"), (None, None))
+        if size is not None and needed <= set(attrs):
+            return size(attrs)
     raise BundleError(
         f"{folder / name}: no Resize transform with width and height; accepted: the image "
         "processor config `mobius-genai package` writes"

@@ -34,6 +34,8 @@ FAMILIES = {
     "qwen3_vl": (r"^visual\.blocks\.(\d+)\.", (1, 2), (3, 3)),
     # Mistral 3's decoder layers are alike, and so are the Pixtral tower's
     "mistral3": (r"^vision_tower\.transformer\.layers\.(\d+)\.", (1, 1), (2, 2)),
+    # Gemma 4's tiny decoder is sliding, full, full; its tower's layers are alike
+    "gemma4": (r"^vision_tower\.encoder\.layers\.(\d+)\.", (2, 1), (3, 2)),
 }
 #: The tensors of the layers a twin drops, in either checkpoint layout (hub, transformers 5).
 DROPPED = {
@@ -43,6 +45,7 @@ DROPPED = {
     "qwen3_vl": r"^(model\.(language_model\.)?layers\.[12]|(model\.)?visual\.(blocks\.2|"
     r"deepstack_merger_list\.1))\.",
     "mistral3": r"^(language_model\.model\.layers\.1|vision_tower\.transformer\.layers\.1)\.",
+    "gemma4": r"^model\.(language_model\.layers\.2|vision_tower\.encoder\.layers\.1)\.",
 }
 DECODER_LAYERS = r"^model\.layers\.(\d+)\."
 PAST = re.compile(r"^(past_key_values|present)\.(\d+)\.")

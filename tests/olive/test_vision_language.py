@@ -1,5 +1,5 @@
 """MobiusExport of a vision-language checkpoint (Gemma 3, Qwen2.5-VL, Qwen3-VL, Mistral 3,
-LFM2-VL): the workflow's output is the same multimodal bundle `package` writes (vision, embedding
+LFM2-VL, Gemma 4): the workflow's output is the same multimodal bundle `package` writes (vision, embedding
 and decoder graphs, processor config), valid and run by onnxruntime-genai with an image."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ OLIVE_FILES = {"model_config.json", "footprint.json", "output_footprint.json", "
         ("qwen3_vl", {"pixel_values", "image_grid_thw"}, "a 32x32 image"),
         ("mistral3", {"pixel_values"}, "a 16x16 image"),
         ("lfm2_vl", {"pixel_values", "attention_mask", "image_sizes"}, "a 16x16 image"),
+        ("gemma4", {"pixel_values", "pixel_position_ids"}, "a 96x96 image"),
     ],
 )
 def test_mobius_export_writes_the_multimodal_bundle(

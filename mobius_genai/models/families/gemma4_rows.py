@@ -1,7 +1,7 @@
-"""Gemma 4's rows: `gemma4_text` (Gemma4ForCausalLM) and the hub's multimodal `gemma4`
-checkpoints (Gemma4ForConditionalGeneration) built text-only. What the decoder holds is
-config/per_layer_stack.py's section; its RMSNorms scale by the weight itself (no gemma offset)
-and attention scores are unscaled (q and k are normed)."""
+"""Gemma 4's row: `gemma4_text` (Gemma4ForCausalLM; the hub's multimodal `gemma4` checkpoints
+are a vision-language row, models/vision_language.py, whose text is this row). What the decoder
+holds is config/per_layer_stack.py's section; its RMSNorms scale by the weight itself (no gemma
+offset) and attention scores are unscaled (q and k are normed)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.per_layer_stack import FULL, per_layer_stack
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.readers import gemma_activation
 from mobius_genai.models.families.scales import sqrt_hidden
 
@@ -53,6 +52,4 @@ GEMMA4_TEXT = FamilyAdapter(
     unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
 )
 
-GEMMA4_HUB = gemma_hub_row(GEMMA4_TEXT, "gemma4")
-
-GEMMA4_FAMILIES = (GEMMA4_TEXT, GEMMA4_HUB)
+GEMMA4_FAMILIES = (GEMMA4_TEXT,)

@@ -1,0 +1,232 @@
+"""Gemma 4 bundles: og's gemma4 pipeline (its Gemma4ImageTransform, vision, embedding and
+decoder graphs) against transformers, with one and two images; the smoke test and
+`run --image`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnxruntime_genai as og
+import pytest
+import torch
+
+from mobius_genai.build import build
+from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.cli import main
+from mobius_genai.ep import get_ep
+from mobius_genai.models import causal_lm
+from mobius_genai.packager import package
+from mobius_genai.runtime.smoke import smoke_test
+from mobius_genai.runtime.smoke_image import png_bytes
+from tests._gemma4_vision import (
+    KEPT_SIZES,
+    MAX_SOFT_TOKENS,
+    POOL,
+    image_inputs,
+    image_tokens,
+    kept_size,
+    reference_features,
+)
+from tests._hf import generated_tokens
+from tests._ort import (
+    assert_only_the_decoder_fuses_gqa,
+    model_ops,
+    og_greedy,
+    package_sessions,
+    saved_ops,
+)
+
+TOLERANCE = 1e-4
+F16_TOLERANCE = 5e-2
+
+
+def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _og_inputs(bundle, tmp_path, pixels: list[np.ndarray], text: str = "Describe."):
+    """og's multimodal processor on `pixels` as PNG files, one `<|image>` each in the prompt."""
+    paths = []
+    for i, image in enumerate(pixels):
+        path = tmp_path / f"image{i}.png"
+        path.write_bytes(png_bytes(image))
+        paths.append(str(path))
+    model = og.Model(str(bundle))
+    prompt = " ".join(["<|image>"] * len(pixels) + [text])
+    return model, model.create_multimodal_processor()(prompt, images=og.Images.open(*paths))
+
+
+def _reference(model, ids: np.ndarray, pixels: list[np.ndarray]) -> dict:
+    inputs = image_inputs(pixels)
+    return {
+        "input_ids": torch.from_numpy(ids),
+        "pixel_values": torch.from_numpy(inputs["pixel_values"]),
+        "image_position_ids": torch.from_numpy(inputs["pixel_position_ids"]),
+    }
+
+
+def test_genai_config_and_processor_config_are_what_og_reads(gemma4_bundle):
+    config = json.loads((gemma4_bundle / "genai_config.json").read_text())["model"]
+    assert config["type"] == "gemma4"
+    vision = config["vision"]
+    assert vision["inputs"] == {
+        "pixel_values": "pixel_values",
+        "pixel_position_ids": "pixel_position_ids",
+    }
+    assert config["speech"] == {"config_filename": ""}  # og's default names an audio file
+    assert "input_ids" in config["decoder"]["inputs"]  # the per-layer rows read the token ids
+    processor = json.loads((gemma4_bundle / vision["config_filename"]).read_text())
+    transforms = [t["operation"] for t in processor["processor"]["transforms"]]
+    assert [t["type"] for t in transforms] == ["DecodeImage", "Gemma4ImageTransform"]
+    assert transforms[0]["attrs"] == {"color_space": "RGB"}  # no ConvertRGB: RGB reaches the tower
+    assert transforms[1]["attrs"] == {
+        "patch_size": 4,
+        "max_soft_tokens": MAX_SOFT_TOKENS,
+        "pooling_kernel_size": POOL,
+    }
+    validate_bundle(gemma4_bundle)
+
+
+@pytest.mark.parametrize("size", KEPT_SIZES)
+def test_og_processor_gives_transformers_patches_and_prompt(gemma4_bundle, tmp_path, size):
+    """At a size both processors keep: transformers' patches (RGB, [0, 1]) and (column, row)
+    positions; og wraps the image's tokens in blank lines (transformers' processor does not:
+    the comparisons feed transformers og's ids)."""
+    pixels = _pixels(*size)
+    model, inputs = _og_inputs(gemma4_bundle, tmp_path, [pixels])
+    expected = image_inputs([pixels])
+    np.testing.assert_allclose(
+        inputs["pixel_values"].as_numpy(), expected["pixel_values"], atol=1e-6
+    )
+    np.testing.assert_array_equal(
+        inputs["pixel_position_ids"].as_numpy(), expected["pixel_position_ids"]
+    )
+    tokenizer = og.Tokenizer(model)
+    ids = inputs["input_ids"].as_numpy().reshape(-1).tolist()
+    boi, image, eoi = (int(tokenizer.encode(t)[-1]) for t in ("<|image>", "<|image|>", "<image|>"))
+    tokens = image_tokens(pixels)
+    start = ids.index(boi)
+    assert ids[start : start + tokens + 2] == [boi, *[image] * tokens, eoi]
+    assert tokenizer.decode(ids[:start]) == "\n\n"
+
+
+@pytest.mark.parametrize("size", [(24, 36), (200, 40)])
+def test_og_resizes_an_image_to_transformers_size(gemma4_bundle, tmp_path, size):
+    """An image at another size: og's transform picks transformers' target size (its patch
+    grid), within the token budget."""
+    _, inputs = _og_inputs(gemma4_bundle, tmp_path, [_pixels(*size)])
+    height, width = kept_size(*size)
+    positions = inputs["pixel_position_ids"].as_numpy().reshape(-1, 2)
+    assert (positions[:, 0].max() + 1, positions[:, 1].max() + 1) == (width // 4, height // 4)
+    assert len(positions) == (height // 4) * (width // 4) <= MAX_SOFT_TOKENS * POOL * POOL
+
+
+@pytest.mark.parametrize("sizes", [[KEPT_SIZES[0]], [KEPT_SIZES[1], KEPT_SIZES[2]]])
+def test_og_greedy_tokens_with_images_equal_transformers(
+    gemma4_checkpoint, gemma4_bundle, tmp_path, sizes
+):
+    """One image, and two of different sizes: og's prefill logits are transformers' (fp32)
+    and its greedy tokens equal transformers'."""
+    model, _ = gemma4_checkpoint
+    pixels = [_pixels(*size, seed=i) for i, size in enumerate(sizes)]
+    og_model, inputs = _og_inputs(gemma4_bundle, tmp_path, pixels)
+    ids = inputs["input_ids"].as_numpy().astype(np.int64)
+    assert (ids == model.config.image_token_id).sum() == sum(map(image_tokens, pixels))
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(do_sample=False, max_length=ids.shape[1] + 1)
+    generator = og.Generator(og_model, params)
+    generator.set_inputs(inputs)
+    generator.generate_next_token()
+    with torch.no_grad():
+        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+    ours = generator.get_output("logits")
+    # every position of a 3-layer prefill over ~80-150 tokens: logits up to ~9 agree to 2e-4
+    # (2e-5 of their size); the vision and embedding graphs alone hold 1e-4
+    np.testing.assert_allclose(ours, expected, atol=2 * TOLERANCE, rtol=0)
+    reference = _reference(model, ids, pixels)
+    theirs = generated_tokens(model, reference.pop("input_ids"), 6, **reference)
+    assert og_greedy(og_model, inputs, 6) == theirs
+
+
+def test_soft_tokens_reading_their_own_per_layer_rows_fail(gemma4_checkpoint, monkeypatch):
+    """The mutant: the decoder reads the image tokens' own rows of the per-layer table, not the
+    pad token's (transformers' Gemma4Model.forward); the prefill logits move past the
+    tolerance."""
+    model, folder = gemma4_checkpoint
+    section_of = causal_lm.PerLayerTextModel._per_layer_inputs
+
+    def own_rows(self, op, input_ids, embeds):
+        return causal_lm.per_layer_inputs(op, self, self.config.per_layer_stack, input_ids, embeds)
+
+    pixels = [_pixels(*KEPT_SIZES[1])]
+    features_of = image_inputs(pixels)
+    tokens = image_tokens(pixels[0])
+    ids = np.array([[2, 5, *[model.config.image_token_id] * tokens, 7, 8]], np.int64)
+    with torch.no_grad():
+        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+    errors = []
+    for forward in (section_of, own_rows):
+        monkeypatch.setattr(causal_lm.PerLayerTextModel, "_per_layer_inputs", forward)
+        sessions = package_sessions(build(folder, "cpu", "fp32", progress=False))
+        (features,) = sessions["vision"].run(None, features_of)
+        (embeds,) = sessions["embedding"].run(None, {"input_ids": ids, "image_features": features})
+        feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids)}
+        for value in sessions["decoder"].get_inputs():
+            if value.name.startswith("past"):
+                feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
+        declared = {value.name for value in sessions["decoder"].get_inputs()}
+        feeds = {name: value for name, value in feeds.items() if name in declared}
+        logits = sessions["decoder"].run(["logits"], feeds)[0]
+        errors.append(float(np.abs(logits - expected).max()))
+    assert errors[0] < TOLERANCE < 100 * TOLERANCE < errors[1]
+
+
+def test_smoke_test_and_run_with_an_image(gemma4_bundle, tmp_path, capsys):
+    result = smoke_test(gemma4_bundle, get_ep("cpu"))
+    assert result.ran
+    assert result.note.endswith("with a 96x96 image, same as a plain onnxruntime loop")
+    path = tmp_path / "photo.png"
+    path.write_bytes(png_bytes(_pixels(40, 60)))
+    command = ["run", str(gemma4_bundle), "--image", str(path), "--prompt", "Describe it."]
+    assert main([*command, "--raw", "--max-new-tokens", "4"]) == 0
+    assert "mobius-genai: 4 tokens" in capsys.readouterr().err  # the tiny model's text: blanks
+
+
+@pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
+def test_graph_ops_per_ep_and_role(gemma4_checkpoint, ep):
+    """The tower's attention is bidirectional over the image's patches: standard Attention on
+    every EP; the decoder's GroupQueryAttention where the EP has it; onnx-standard: every graph
+    in the standard domain."""
+    _, folder = gemma4_checkpoint
+    package = build(folder, ep, load_weights=False, progress=False)
+    assert_only_the_decoder_fuses_gqa(package, ep)
+    assert {("", "Attention"), ("", "Compress")} <= model_ops(package["vision"])
+    fused = ("com.microsoft", "GroupQueryAttention") in model_ops(package["decoder"])
+    assert fused == (ep != "onnx-standard")
+
+
+def test_the_cuda_vision_graph_runs_on_the_cpu_kernel_like_transformers(gemma4_checkpoint):
+    """cuda's float16 vision graph on onnxruntime's CPU kernels: the pooling, its sqrt(hidden)
+    scale and the standardization in float32 keep the features of an image within float16's
+    tolerance of transformers' (features up to ~4 in size)."""
+    model, folder = gemma4_checkpoint
+    sessions = package_sessions(build(folder, "cuda", progress=False))
+    inputs = image_inputs([_pixels(*KEPT_SIZES[0], seed=1)])
+    feeds = {**inputs, "pixel_values": inputs["pixel_values"].astype(np.float16)}
+    (features,) = sessions["vision"].run(None, feeds)
+    assert features.dtype == np.float16
+    expected = reference_features(model, inputs)
+    np.testing.assert_allclose(features.astype(np.float32), expected, atol=F16_TOLERANCE, rtol=0)
+
+
+def test_int4_bundle_quantizes_the_decoder_and_runs_with_an_image(gemma4_checkpoint, tmp_path):
+    """int4: the decoder's projections become MatMulNBits, the tower and the embedding graph
+    stay float, and the smoke test (og against a plain onnxruntime loop) runs with an image."""
+    _, folder = gemma4_checkpoint
+    bundle = package(folder, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
+    assert ("com.microsoft", "MatMulNBits") in saved_ops(bundle / "decoder.onnx")
+    for graph in ("vision.onnx", "embedding.onnx"):
+        assert ("com.microsoft", "MatMulNBits") not in saved_ops(bundle / graph)
+    record = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["smoke_test"]
+    assert record["ran"] and "with a 96x96 image" in record["note"]
