@@ -45,9 +45,9 @@ def _parse(family: str, **overrides):
 def test_every_family_has_a_test_checkpoint_and_a_genai_type():
     assert set(NEW_FAMILIES) <= set(FAMILIES)
     # rows of multimodal checkpoints built text-only make theirs (test_qwen3_5_hub.py,
-    # test_gemma3n.py, test_gemma4.py)
+    # test_gemma3n.py)
     text_only = {name for name, row in FAMILIES.items() if row.text_only is not None}
-    assert text_only == {"qwen3_5", "qwen3_5_moe", "llama4", "gemma3n", "gemma4"}
+    assert text_only == {"qwen3_5", "qwen3_5_moe", "llama4", "gemma3n"}
     assert set(FAMILIES) - text_only == set(HF_FAMILIES)
     for family in FAMILIES.values():
         assert family.genai_type in GENAI_TYPES, family.model_type
