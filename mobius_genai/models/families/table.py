@@ -51,7 +51,10 @@ from mobius_genai.models.families.rope import (
     olmo3_rope_local,
 )
 from mobius_genai.models.families.scales import (
+    FINAL_SOFTCAP,
+    GEMMA2_SOFTCAP_DEFAULTS,
     GRANITE_MULTIPLIERS,
+    SOFTCAPS,
     gpt2_scale,
     inverse_logit_scale,
     query_pre_attn_scale,
@@ -65,6 +68,7 @@ _GEMMA2_OVERRIDES = {
     "hidden_act": gemma_activation,
     "norm_placement": "sandwich",
     "attention_scale": query_pre_attn_scale,
+    **SOFTCAPS,
 }
 
 
@@ -72,8 +76,13 @@ _GEMMA2_OVERRIDES = {
 # RMSNorms scale by the weight itself (no gemma offset)
 _GEMMA3N_TEXT = FamilyAdapter(
     model_type="gemma3n_text",
-    config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(5)},
+    config_defaults={
+        "tie_word_embeddings": True,
+        "layer_types": alternating_layer_types(5),
+        "final_logit_softcapping": when_absent("final_logit_softcapping", 30.0),
+    },
     config_overrides={
+        **FINAL_SOFTCAP,
         "embedding_multiplier": sqrt_hidden,
         "hidden_act": gemma_activation,
         "attention_scale": 1.0,
@@ -123,7 +132,11 @@ _FAMILIES = (
     FamilyAdapter(
         model_type="gemma2",
         genai_type="gemma2",
-        config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(2)},
+        config_defaults={
+            "tie_word_embeddings": True,
+            "layer_types": alternating_layer_types(2),
+            **GEMMA2_SOFTCAP_DEFAULTS,
+        },
         config_overrides=_GEMMA2_OVERRIDES,
         refused_keys=_GEMMA_REFUSED,
         preprocess_weight=offset_norm_weights,
@@ -522,9 +535,7 @@ _FAMILIES = (
             "num_key_value_heads": 4,
             "sliding_window": when_absent("sliding_window", 4096),
             "layer_types": alternating_layer_types(2),
-            # VaultGemmaConfig's softcaps when absent; null turns them off
-            "attn_logit_softcapping": when_absent("attn_logit_softcapping", 50.0),
-            "final_logit_softcapping": when_absent("final_logit_softcapping", 30.0),
+            **GEMMA2_SOFTCAP_DEFAULTS,
         },
         # gemma2 without the post-attention and post-MLP norms: a pre-norm layer whose MLP
         # norm keeps gemma2's name, pre_feedforward_layernorm
