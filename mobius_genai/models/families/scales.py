@@ -8,11 +8,11 @@ class ignores (final_logit_softcapping in a Qwen3.5 config.json) changes nothing
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.models.families.readers import optional_positive, positive_number, when_absent
+from mobius_genai.models.families.readers import positive_number
 
 #: granite's four multipliers (granite, granitemoe), each from its config.json key.
 GRANITE_MULTIPLIERS = {
@@ -22,21 +22,22 @@ GRANITE_MULTIPLIERS = {
     "attention_scale": positive_number("attention_multiplier"),
 }
 
-#: The logit softcap (cap * tanh(logits / cap)) of the families whose CausalLM applies
-#: config.json's `final_logit_softcapping` (gemma2, gemma3, gemma3n, vaultgemma, gemma4).
-FINAL_SOFTCAP = {"final_logit_softcapping": optional_positive("final_logit_softcapping")}
-#: With FINAL_SOFTCAP, the attention-score softcap of the families whose attention applies
-#: `attn_logit_softcapping` (gemma2, vaultgemma).
-SOFTCAPS = {
-    **FINAL_SOFTCAP,
-    "attn_logit_softcapping": optional_positive("attn_logit_softcapping"),
+
+def softcap(key: str, absent: float | None) -> Callable[[Mapping[str, Any]], float | None]:
+    """An override: the positive softcap `key` of config.json (cap * tanh(x / cap)); `absent`
+    when config.json lacks it, as the family's transformers config fills it in; None when null."""
+    return lambda raw: fields.number(raw[key], key, positive=True) if key in raw else absent
+
+
+#: The softcaps of the families whose attention and CausalLM apply both (gemma2, vaultgemma),
+#: with Gemma2Config's defaults.
+GEMMA2_SOFTCAPS = {
+    "attn_logit_softcapping": softcap("attn_logit_softcapping", 50.0),
+    "final_logit_softcapping": softcap("final_logit_softcapping", 30.0),
 }
-#: The softcaps Gemma2Config (and VaultGemmaConfig) fill in when config.json lacks them; an
-#: explicit null turns a cap off.
-GEMMA2_SOFTCAP_DEFAULTS = {
-    "attn_logit_softcapping": when_absent("attn_logit_softcapping", 50.0),
-    "final_logit_softcapping": when_absent("final_logit_softcapping", 30.0),
-}
+#: The logit softcap of a family whose CausalLM alone applies one (gemma3, whose config
+#: leaves it off by default).
+FINAL_SOFTCAP = {"final_logit_softcapping": softcap("final_logit_softcapping", None)}
 
 
 def query_pre_attn_scale(raw: Mapping[str, Any]) -> float:

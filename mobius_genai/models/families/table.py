@@ -19,6 +19,7 @@ from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
+from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
@@ -52,12 +53,12 @@ from mobius_genai.models.families.rope import (
 )
 from mobius_genai.models.families.scales import (
     FINAL_SOFTCAP,
-    GEMMA2_SOFTCAP_DEFAULTS,
+    GEMMA2_SOFTCAPS,
     GRANITE_MULTIPLIERS,
-    SOFTCAPS,
     gpt2_scale,
     inverse_logit_scale,
     query_pre_attn_scale,
+    softcap,
     sqrt_hidden,
 )
 
@@ -68,7 +69,7 @@ _GEMMA2_OVERRIDES = {
     "hidden_act": gemma_activation,
     "norm_placement": "sandwich",
     "attention_scale": query_pre_attn_scale,
-    **SOFTCAPS,
+    **GEMMA2_SOFTCAPS,
 }
 
 
@@ -76,13 +77,9 @@ _GEMMA2_OVERRIDES = {
 # RMSNorms scale by the weight itself (no gemma offset)
 _GEMMA3N_TEXT = FamilyAdapter(
     model_type="gemma3n_text",
-    config_defaults={
-        "tie_word_embeddings": True,
-        "layer_types": alternating_layer_types(5),
-        "final_logit_softcapping": when_absent("final_logit_softcapping", 30.0),
-    },
+    config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(5)},
     config_overrides={
-        **FINAL_SOFTCAP,
+        "final_logit_softcapping": softcap("final_logit_softcapping", 30.0),
         "embedding_multiplier": sqrt_hidden,
         "hidden_act": gemma_activation,
         "attention_scale": 1.0,
@@ -132,11 +129,7 @@ _FAMILIES = (
     FamilyAdapter(
         model_type="gemma2",
         genai_type="gemma2",
-        config_defaults={
-            "tie_word_embeddings": True,
-            "layer_types": alternating_layer_types(2),
-            **GEMMA2_SOFTCAP_DEFAULTS,
-        },
+        config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(2)},
         config_overrides=_GEMMA2_OVERRIDES,
         refused_keys=_GEMMA_REFUSED,
         preprocess_weight=offset_norm_weights,
@@ -149,6 +142,7 @@ _FAMILIES = (
         config_overrides={
             **_GEMMA2_OVERRIDES,
             "qk_norm": True,
+            **FINAL_SOFTCAP,
             # Gemma3Attention keeps attn_logit_softcapping but never applies it.
             "attn_logit_softcapping": None,
         },
@@ -161,6 +155,7 @@ _FAMILIES = (
     _GEMMA3N_HUB,
     FamilyAdapter(
         model_type="phi3",
+        family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi3",
         fused_weights=(
             FusedWeight(
@@ -177,6 +172,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="phi",
+        family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi",
         config_overrides={
             "norm_type": "layer",
@@ -265,6 +261,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="stablelm",
+        family_keys=READS_PARTIAL_ROTARY,
         config_defaults={"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
         config_overrides={
             "head_dim": hidden_over_heads,
@@ -290,6 +287,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="gpt_neox",
+        family_keys=READS_PARTIAL_ROTARY,
         config_aliases={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
         config_defaults={
             "partial_rotary_factor": 0.25,
@@ -324,6 +322,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="nemotron",
+        family_keys=READS_PARTIAL_ROTARY,
         genai_type="nemotron",
         config_defaults={"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},
         config_overrides={"norm_type": "layer", "gated_mlp": False},
@@ -355,6 +354,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="gptj",
+        family_keys=READS_PARTIAL_ROTARY,
         config_aliases=GPT2_CONFIG_NAMES,
         config_defaults={
             "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
@@ -405,6 +405,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="glm",
+        family_keys=READS_PARTIAL_ROTARY,
         # the default "decoder": onnxruntime-genai's "chatglm" is another model
         config_defaults={
             "head_dim": 128,
@@ -535,7 +536,6 @@ _FAMILIES = (
             "num_key_value_heads": 4,
             "sliding_window": when_absent("sliding_window", 4096),
             "layer_types": alternating_layer_types(2),
-            **GEMMA2_SOFTCAP_DEFAULTS,
         },
         # gemma2 without the post-attention and post-MLP norms: a pre-norm layer whose MLP
         # norm keeps gemma2's name, pre_feedforward_layernorm

@@ -136,6 +136,22 @@ def test_families_whose_transformers_class_ignores_softcaps_ignore_them(family):
     assert (config.final_logit_softcapping, config.attn_logit_softcapping) == (None, None)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma3_text", "cohere"])
+def test_families_whose_rotary_turns_whole_heads_ignore_partial_rotary_factor(family):
+    raw = tiny_config(family, partial_rotary_factor=0.5).to_dict()
+    hub = {key: value for key, value in raw.items() if key != "rope_parameters"}
+    for layout in (raw, {**hub, "partial_rotary_factor": 0.5}):  # transformers 5's, the hub's
+        config = get_family(family).parse_config(layout)
+        assert config.rotary_dim == config.head_dim
+        assert config.rope_local is None or config.rope_local.partial_rotary_factor == 1.0
+
+
+@pytest.mark.parametrize("family", ["phi3", "stablelm", "glm", "qwen3_5_text", "minimax_m2"])
+def test_families_whose_rotary_reads_partial_rotary_factor_keep_it(family):
+    config = _parse(family, partial_rotary_factor=0.5)
+    assert config.rotary_dim == config.head_dim // 2
+
+
 def test_gemma3_hub_layout_local_base_and_window_pattern():
     raw = tiny_config("gemma3_text").to_dict()
     del raw["rope_parameters"], raw["layer_types"]

@@ -124,9 +124,12 @@ def test_bundle_validates_and_generates_like_transformers(family, tmp_path, caps
 def test_a_bundle_ignores_softcaps_its_transformers_class_never_reads(
     family, tmp_path, monkeypatch
 ):
-    """config.json's softcaps change nothing in these families, in og as in transformers."""
-    caps = {"final_logit_softcapping": 2.0, "attn_logit_softcapping": 2.0}
-    monkeypatch.setitem(EXTRA, family, caps)
+    """config.json's softcaps (and llama's partial rotary factor) change nothing in these
+    families, in og as in transformers."""
+    keys = {"final_logit_softcapping": 2.0, "attn_logit_softcapping": 2.0}
+    if family == "llama":
+        keys["partial_rotary_factor"] = 0.5
+    monkeypatch.setitem(EXTRA, family, keys)
     ckpt = _checkpoint(tmp_path / "ckpt", family)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)

@@ -42,6 +42,7 @@ LLAMA3_ROPE = {
 
 #: Softcaps small enough to bend a tiny model's logits, were a family to apply them.
 _UNREAD_SOFTCAPS = {"final_logit_softcapping": 2.0, "attn_logit_softcapping": 2.0}
+_UNREAD_KEYS = {**_UNREAD_SOFTCAPS, "partial_rotary_factor": 0.5}
 
 # case → (family, config overrides); every family appears with its defaults first.
 CASES = {
@@ -228,8 +229,9 @@ CASES = {
     # then as many key as value heads, a tied head and the attention layer first
     "qwen3_5_text": ("qwen3_5_text", {}),
     "qwen3_5_text_ignores_softcaps": ("qwen3_5_text", _UNREAD_SOFTCAPS),
-    "llama_ignores_softcaps": ("llama", _UNREAD_SOFTCAPS),
-    "qwen2_ignores_softcaps": ("qwen2", _UNREAD_SOFTCAPS),
+    # ... nor a partial rotary factor (their rotary embedding turns whole heads)
+    "llama_ignores_softcaps_and_partial_rotary": ("llama", _UNREAD_KEYS),
+    "qwen2_ignores_softcaps_and_partial_rotary": ("qwen2", _UNREAD_KEYS),
     "qwen3_5_text_equal_linear_heads_tied_attention_first": (
         "qwen3_5_text",
         {
