@@ -83,6 +83,10 @@ class ArchitectureConfig:
     - `residual_multiplier`: each block's output is multiplied by it before the residual add
       (granite).
     - `logits_scaling`: logits are divided by it (granite).
+    - `attn_logit_softcapping`, `final_logit_softcapping`: attention scores and logits become
+      cap * tanh(x / cap) (gemma2). These, the multipliers and `attention_scale` are family
+      facts: only the rows whose transformers class reads the config.json key set them
+      (models/families/scales.py), so a key a family ignores changes nothing.
     - `position_embedding`: "rope", or "learned" absolute positions added to the token
       embeddings (gpt2); "learned" means no rotary in any layer.
     - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
@@ -373,12 +377,6 @@ def _parse(raw: Mapping[str, Any]) -> dict[str, Any]:
         ),
         "sliding_window": raw.get("sliding_window") if has_sliding else None,
         "layer_types": layer_types,
-        "attn_logit_softcapping": fields.number(
-            raw.get("attn_logit_softcapping"), "attn_logit_softcapping"
-        ),
-        "final_logit_softcapping": fields.number(
-            raw.get("final_logit_softcapping"), "final_logit_softcapping"
-        ),
         "bos_token_id": raw.get("bos_token_id"),
         "eos_token_id": fields.int_tuple(raw.get("eos_token_id"), "eos_token_id"),
         "pad_token_id": raw.get("pad_token_id"),

@@ -206,7 +206,6 @@ def test_missing_required_field(missing):
             {"use_sliding_window": True, "sliding_window": True},
             ["sliding_window", "positive integer", "True"],
         ),
-        ({"attn_logit_softcapping": "x"}, ["'attn_logit_softcapping'", "number", "'x'"]),
         ({"head_dim": "16"}, ["'head_dim'", "positive integer", "'16'"]),
     ],
 )

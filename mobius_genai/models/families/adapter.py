@@ -22,6 +22,7 @@ from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.models.families.family_keys import drop_unread_keys
 
 # A config value, or a function of the (aliased) config.json dict that computes it.
 ConfigValue = Any | Callable[[Mapping[str, Any]], Any]
@@ -83,6 +84,9 @@ class FamilyAdapter:
     # are config.json's `text_config` (its weights' prefix is a weight rename, the other
     # graphs' tensors unused_weights).
     text_only: TextOnly | None = None
+    # The keys of family_keys.FAMILY_KEYS this family's transformers class reads; config.json's
+    # others are dropped before parsing, as the class ignores them.
+    family_keys: frozenset[str] = frozenset()
     # Checkpoints of this family may hold a multi-token-prediction head (`mtp.*`, built as
     # mtp.onnx when config.json's keys declare it: config/mtp.py, models/mtp.py).
     mtp: MtpKeys | None = None
@@ -109,6 +113,7 @@ class FamilyAdapter:
         for key, value in self.config_defaults.items():
             if raw.get(key) is None:
                 raw[key] = value(raw) if callable(value) else value
+        drop_unread_keys(raw, self.family_keys)
         for key in self.refused_keys:
             if raw.get(key):
                 raise UnsupportedModelError(

@@ -19,6 +19,7 @@ from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import v3_moe
+from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
 from mobius_genai.models.families.readers import switch, when_absent
 
 
@@ -69,6 +70,7 @@ _SHARED_EXPERTS = (r"\.mlp\.shared_expert\.", ".mlp.shared_experts.")
 CORRECTED_MOE_FAMILIES = (
     FamilyAdapter(
         model_type="glm4_moe",
+        family_keys=READS_PARTIAL_ROTARY,
         config_aliases={"num_local_experts": "n_routed_experts"},
         config_defaults={
             "partial_rotary_factor": 0.5,
@@ -115,6 +117,7 @@ CORRECTED_MOE_FAMILIES = (
     ),
     FamilyAdapter(
         model_type="minimax_m2",
+        family_keys=READS_PARTIAL_ROTARY,
         config_aliases={"num_experts": "num_local_experts"},
         config_defaults={
             "head_dim": when_absent("head_dim", 128),

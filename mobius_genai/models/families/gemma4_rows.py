@@ -11,8 +11,9 @@ from typing import Any
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.per_layer_stack import FULL, per_layer_stack
 from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
 from mobius_genai.models.families.readers import gemma_activation
-from mobius_genai.models.families.scales import sqrt_hidden
+from mobius_genai.models.families.scales import FINAL_SOFTCAP, sqrt_hidden
 
 _SLIDING = "sliding_attention"
 
@@ -28,6 +29,7 @@ GEMMA4_TEXT = FamilyAdapter(
     model_type="gemma4_text",
     # og's builder's type; og 0.18 reads each layer's cache shape from the graph's inputs
     genai_type="gemma4_text",
+    family_keys=READS_PARTIAL_ROTARY,
     config_defaults={
         "tie_word_embeddings": True,
         "layer_types": _layer_types,
@@ -41,6 +43,7 @@ GEMMA4_TEXT = FamilyAdapter(
         },
     },
     config_overrides={
+        **FINAL_SOFTCAP,
         "embedding_multiplier": sqrt_hidden,
         "hidden_act": gemma_activation,
         "attention_scale": 1.0,

@@ -14,6 +14,7 @@ from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
@@ -46,6 +47,7 @@ _QWEN3_5_LAYERS = {
 
 QWEN3_5_TEXT = FamilyAdapter(
     model_type="qwen3_5_text",
+    family_keys=READS_PARTIAL_ROTARY,
     genai_type="qwen3_5_text",
     config_defaults=_QWEN3_5_LAYER_DEFAULTS,
     config_overrides={**_QWEN3_5_LAYERS, "rope": qwen3_5_text_rope},
@@ -197,6 +199,7 @@ HYBRID_FAMILIES = (
     # qwen3_next type; qwen3_5_moe_text is its type for the same hybrid with MoE blocks.
     FamilyAdapter(
         model_type="qwen3_next",
+        family_keys=READS_PARTIAL_ROTARY,
         genai_type="qwen3_5_moe_text",
         config_defaults=_QWEN3_5_LAYER_DEFAULTS,
         config_overrides={

@@ -1,10 +1,14 @@
-"""Scaling constants families derive from config.json: embedding multipliers, softmax scales
-and logit scales."""
+"""Scaling constants families derive from config.json: embedding multipliers, softmax scales,
+logit scales and softcaps.
+
+Each is read only by the rows whose transformers class reads its key: a key that a family's
+class ignores (final_logit_softcapping in a Qwen3.5 config.json) changes nothing.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mobius_genai.config import fields
@@ -17,6 +21,23 @@ GRANITE_MULTIPLIERS = {
     "logits_scaling": positive_number("logits_scaling"),
     "attention_scale": positive_number("attention_multiplier"),
 }
+
+
+def softcap(key: str, absent: float | None) -> Callable[[Mapping[str, Any]], float | None]:
+    """An override: the positive softcap `key` of config.json (cap * tanh(x / cap)); `absent`
+    when config.json lacks it, as the family's transformers config fills it in; None when null."""
+    return lambda raw: fields.number(raw[key], key, positive=True) if key in raw else absent
+
+
+#: The softcaps of the families whose attention and CausalLM apply both (gemma2, vaultgemma),
+#: with Gemma2Config's defaults.
+GEMMA2_SOFTCAPS = {
+    "attn_logit_softcapping": softcap("attn_logit_softcapping", 50.0),
+    "final_logit_softcapping": softcap("final_logit_softcapping", 30.0),
+}
+#: The logit softcap of a family whose CausalLM alone applies one (gemma3, whose config
+#: leaves it off by default).
+FINAL_SOFTCAP = {"final_logit_softcapping": softcap("final_logit_softcapping", None)}
 
 
 def query_pre_attn_scale(raw: Mapping[str, Any]) -> float:

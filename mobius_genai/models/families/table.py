@@ -16,6 +16,7 @@ from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
+from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
@@ -50,10 +51,13 @@ from mobius_genai.models.families.rope import (
     olmo3_rope_local,
 )
 from mobius_genai.models.families.scales import (
+    FINAL_SOFTCAP,
+    GEMMA2_SOFTCAPS,
     GRANITE_MULTIPLIERS,
     gpt2_scale,
     inverse_logit_scale,
     query_pre_attn_scale,
+    softcap,
     sqrt_hidden,
 )
 
@@ -64,6 +68,7 @@ _GEMMA2_OVERRIDES = {
     "hidden_act": gemma_activation,
     "norm_placement": "sandwich",
     "attention_scale": query_pre_attn_scale,
+    **GEMMA2_SOFTCAPS,
 }
 
 
@@ -73,6 +78,7 @@ _GEMMA3N_TEXT = FamilyAdapter(
     model_type="gemma3n_text",
     config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(5)},
     config_overrides={
+        "final_logit_softcapping": softcap("final_logit_softcapping", 30.0),
         "embedding_multiplier": sqrt_hidden,
         "hidden_act": gemma_activation,
         "attention_scale": 1.0,
@@ -121,6 +127,7 @@ _FAMILIES = (
         config_overrides={
             **_GEMMA2_OVERRIDES,
             "qk_norm": True,
+            **FINAL_SOFTCAP,
             # Gemma3Attention keeps attn_logit_softcapping but never applies it.
             "attn_logit_softcapping": None,
         },
@@ -133,6 +140,7 @@ _FAMILIES = (
     _GEMMA3N_HUB,
     FamilyAdapter(
         model_type="phi3",
+        family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi3",
         fused_weights=(
             FusedWeight(
@@ -149,6 +157,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="phi",
+        family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi",
         config_overrides={
             "norm_type": "layer",
@@ -237,6 +246,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="stablelm",
+        family_keys=READS_PARTIAL_ROTARY,
         config_defaults={"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
         config_overrides={
             "head_dim": hidden_over_heads,
@@ -262,6 +272,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="gpt_neox",
+        family_keys=READS_PARTIAL_ROTARY,
         config_aliases={"rotary_pct": "partial_rotary_factor", "rotary_emb_base": "rope_theta"},
         config_defaults={
             "partial_rotary_factor": 0.25,
@@ -296,6 +307,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="nemotron",
+        family_keys=READS_PARTIAL_ROTARY,
         genai_type="nemotron",
         config_defaults={"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},
         config_overrides={"norm_type": "layer", "gated_mlp": False},
@@ -327,6 +339,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="gptj",
+        family_keys=READS_PARTIAL_ROTARY,
         config_aliases=GPT2_CONFIG_NAMES,
         config_defaults={
             "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
@@ -377,6 +390,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="glm",
+        family_keys=READS_PARTIAL_ROTARY,
         # the default "decoder": onnxruntime-genai's "chatglm" is another model
         config_defaults={
             "head_dim": 128,
@@ -507,9 +521,6 @@ _FAMILIES = (
             "num_key_value_heads": 4,
             "sliding_window": when_absent("sliding_window", 4096),
             "layer_types": alternating_layer_types(2),
-            # VaultGemmaConfig's softcaps when absent; null turns them off
-            "attn_logit_softcapping": when_absent("attn_logit_softcapping", 50.0),
-            "final_logit_softcapping": when_absent("final_logit_softcapping", 30.0),
         },
         # gemma2 without the post-attention and post-MLP norms: a pre-norm layer whose MLP
         # norm keeps gemma2's name, pre_feedforward_layernorm

@@ -105,6 +105,54 @@ def test_gemma_family_facts():
     ]
 
 
+_SOFTCAPS = ("final_logit_softcapping", "attn_logit_softcapping")
+
+
+@pytest.mark.parametrize(
+    ("family", "keys"),
+    [
+        ("gemma2", _SOFTCAPS),
+        ("vaultgemma", _SOFTCAPS),
+        ("gemma3_text", _SOFTCAPS[:1]),  # Gemma3Attention never applies its attention cap
+        ("gemma3n_text", _SOFTCAPS[:1]),
+    ],
+)
+def test_absent_softcaps_are_what_the_transformers_config_fills_in(family, keys):
+    raw = tiny_config(family).to_dict()
+    for key in _SOFTCAPS:
+        raw.pop(key, None)
+    ours = get_family(family).parse_config(raw)
+    theirs = HF_FAMILIES[family](**raw)
+    for key in keys:
+        assert getattr(ours, key) == getattr(theirs, key), key
+    off = get_family(family).parse_config({**raw, **dict.fromkeys(_SOFTCAPS)})
+    assert (off.final_logit_softcapping, off.attn_logit_softcapping) == (None, None)
+    with pytest.raises(ConfigError, match="'final_logit_softcapping'.*number.*'x'"):
+        get_family(family).parse_config({**raw, "final_logit_softcapping": "x"})
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3_5_text", "qwen3_next", "granite"])
+def test_families_whose_transformers_class_ignores_softcaps_ignore_them(family):
+    config = _parse(family, final_logit_softcapping=2.0, attn_logit_softcapping=2.0)
+    assert (config.final_logit_softcapping, config.attn_logit_softcapping) == (None, None)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral", "gemma3_text", "cohere"])
+def test_families_whose_rotary_turns_whole_heads_ignore_partial_rotary_factor(family):
+    raw = tiny_config(family, partial_rotary_factor=0.5).to_dict()
+    hub = {key: value for key, value in raw.items() if key != "rope_parameters"}
+    for layout in (raw, {**hub, "partial_rotary_factor": 0.5}):  # transformers 5's, the hub's
+        config = get_family(family).parse_config(layout)
+        assert config.rotary_dim == config.head_dim
+        assert config.rope_local is None or config.rope_local.partial_rotary_factor == 1.0
+
+
+@pytest.mark.parametrize("family", ["phi3", "stablelm", "glm", "qwen3_5_text", "minimax_m2"])
+def test_families_whose_rotary_reads_partial_rotary_factor_keep_it(family):
+    config = _parse(family, partial_rotary_factor=0.5)
+    assert config.rotary_dim == config.head_dim // 2
+
+
 def test_gemma3_hub_layout_local_base_and_window_pattern():
     raw = tiny_config("gemma3_text").to_dict()
     del raw["rope_parameters"], raw["layer_types"]

@@ -126,6 +126,23 @@ def test_bundle_validates_and_generates_like_transformers(family, tmp_path, caps
     assert len(ours) == NEW_TOKENS  # no early eos: the comparison covers every step
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3_5_text"])
+def test_a_bundle_ignores_softcaps_its_transformers_class_never_reads(
+    family, tmp_path, monkeypatch
+):
+    """config.json's softcaps (and llama's partial rotary factor) change nothing in these
+    families, in og as in transformers."""
+    keys = {"final_logit_softcapping": 2.0, "attn_logit_softcapping": 2.0}
+    if family == "llama":
+        keys["partial_rotary_factor"] = 0.5
+    monkeypatch.setitem(EXTRA, family, keys)
+    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS
+
+
 def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int) -> list[list]:
     """onnxruntime-genai's greedy tokens for a batch of prompts; it takes them padded on the
     right with genai_config's pad_token_id and masks those positions."""

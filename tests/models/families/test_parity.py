@@ -40,6 +40,10 @@ LLAMA3_ROPE = {
     "original_max_position_embeddings": 16,
 }
 
+#: Softcaps small enough to bend a tiny model's logits, were a family to apply them.
+_UNREAD_SOFTCAPS = {"final_logit_softcapping": 2.0, "attn_logit_softcapping": 2.0}
+_UNREAD_KEYS = {**_UNREAD_SOFTCAPS, "partial_rotary_factor": 0.5}
+
 # case → (family, config overrides); every family appears with its defaults first.
 CASES = {
     "gemma": ("gemma", {}),
@@ -229,6 +233,10 @@ CASES = {
     # gated delta net, attention, gated delta net (tests/_hf.py: 2 key heads onto 4 value heads);
     # then as many key as value heads, a tied head and the attention layer first
     "qwen3_5_text": ("qwen3_5_text", {}),
+    "qwen3_5_text_ignores_softcaps": ("qwen3_5_text", _UNREAD_SOFTCAPS),
+    # ... nor a partial rotary factor (their rotary embedding turns whole heads)
+    "llama_ignores_softcaps_and_partial_rotary": ("llama", _UNREAD_KEYS),
+    "qwen2_ignores_softcaps_and_partial_rotary": ("qwen2", _UNREAD_KEYS),
     "qwen3_5_text_equal_linear_heads_tied_attention_first": (
         "qwen3_5_text",
         {
@@ -243,6 +251,8 @@ CASES = {
     # qwen3_5_text's hybrid packed per key head, MoE blocks (tests/_hf.py); then as many key
     # as value heads, MoE every second layer only (decoder_sparse_step) without renormalizing
     "qwen3_next": ("qwen3_next", {}),
+    # softcaps their transformers classes never read (only gemma2/3/3n/4 and vaultgemma do)
+    "qwen3_next_ignores_softcaps": ("qwen3_next", _UNREAD_SOFTCAPS),
     "qwen3_next_equal_linear_heads_sparse_step_2_unnormalized": (
         "qwen3_next",
         {

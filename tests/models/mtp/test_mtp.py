@@ -28,7 +28,7 @@ from mobius_genai import models, packager
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError, OptionError, UnsupportedModelError, WeightsError
 from mobius_genai.models import mtp as mtp_model
-from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
+from mobius_genai.models.families.scales import FINAL_SOFTCAP, GRANITE_MULTIPLIERS
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from tests._hf import (
@@ -259,8 +259,8 @@ def test_the_decoders_hidden_states_are_transformers_last_hidden_state(random_he
 
 
 #: The head transforms the main decoder applies to its logits, on a head that copies the main
-#: model: config.json's final_logit_softcapping (read for every family, Qwen3.5's too) and
-#: logits_scaling, read here as granite's rows read it (no family with an MTP head reads it).
+#: model: config.json's final_logit_softcapping and logits_scaling, read here as gemma's and
+#: granite's rows read them (no family with an MTP head reads either).
 _HEAD_TRANSFORMS = {"final_logit_softcapping": 12.0, "logits_scaling": 0.5}
 
 
@@ -271,7 +271,11 @@ def transformed_head(tmp_path_factory) -> tuple[Path, Path]:
     raw = json.loads((ckpt / "config.json").read_text())
     (ckpt / "config.json").write_text(json.dumps({**raw, **_HEAD_TRANSFORMS}))
     row = models.FAMILIES["qwen3_5_text"]
-    scaled = {**row.config_overrides, "logits_scaling": GRANITE_MULTIPLIERS["logits_scaling"]}
+    scaled = {
+        **row.config_overrides,
+        **FINAL_SOFTCAP,
+        "logits_scaling": GRANITE_MULTIPLIERS["logits_scaling"],
+    }
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(
             models.FAMILIES, row.model_type, dataclasses.replace(row, config_overrides=scaled)
