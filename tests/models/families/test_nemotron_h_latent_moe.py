@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import json
 
-import onnx
 import pytest
 
 import mobius_genai
-from mobius_genai import ConfigError, packager
+from mobius_genai import ConfigError
 from mobius_genai.components import moe as moe_component
 from mobius_genai.models import get_family
-from mobius_genai.quantize import Int4Options
-from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
-from tests._ort import built_graph_diff, long_prefill_reference, mutant_diffs, og_sequence
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
-from tests.models.families.test_nemotron_h_moe import (
+from tests._hf import write_tiny_checkpoint
+from tests._ort import long_prefill_reference, mutant_diffs
+from tests.models.families.test_nemotron_h_moe import (  # noqa: F401 (collected here)
     MOE_LAYERS,
     NEMOTRON3,
+    test_int4_bundle_runs_the_experts_as_qmoe,
+    test_long_prefill_then_decode_matches_transformers,
+    test_og_greedy_tokens_equal_transformers,
+    test_qmoe_computes_the_relu2_experts_its_codes_stand_for,
 )
-from tests.models.families.test_nemotron_h_moe import (
-    test_qmoe_computes_the_relu2_experts_its_codes_stand_for as qmoe_matches_its_codes,
-)
+
+# the tests imported above run here on this module's checkpoint, long_run and bundle_config:
+# the 70-token prefill and decode steps on the portable (MoE nodes with their bodies), cpu and
+# onnx-standard (the bodies inlined) graphs; onnxruntime-genai's greedy tokens against
+# transformers'; an int4 bundle with the latent experts as QMoE nodes that og runs, and the
+# QMoE graph equal to the same graph holding the dequantized experts as float MoE nodes
 
 TOLERANCE = 1e-4  # f32
 #: NEMOTRON3 with the experts in a latent of 48 (hidden 64), the projections biased
@@ -44,20 +48,6 @@ def checkpoint(tmp_path_factory):
 def long_run(checkpoint):
     """transformers' chunked scan and routing over 70 tokens, then 4 decode steps."""
     return long_prefill_reference(checkpoint)
-
-
-@pytest.mark.parametrize(
-    ("ep", "domains"),
-    [
-        ("default", {"", "com.microsoft"}),  # MoE nodes with their bodies
-        ("cpu", {"", "com.microsoft"}),
-        ("onnx-standard", {""}),  # the MoE bodies inlined
-    ],
-)
-def test_long_prefill_then_decode_matches_transformers(checkpoint, long_run, ep, domains, tmp_path):
-    built, diff = built_graph_diff(checkpoint, long_run, ep, tmp_path)
-    assert built == domains
-    assert diff <= TOLERANCE
 
 
 def test_the_experts_are_latent_wide_between_the_projections(checkpoint):
@@ -125,37 +115,6 @@ def test_without_a_latent_size_the_experts_read_the_hidden_state(checkpoint):
     assert get_family("nemotron_h").parse_config(raw).moe.latent_size == 0
 
 
-def _bundle_checkpoint(folder):
-    """LATENT with the committed tiny-qwen2 tokenizer (vocab 384)."""
-    return _checkpoint(folder, "nemotron_h", **LATENT)
-
-
-def test_og_greedy_tokens_equal_transformers(tmp_path):
-    ckpt = _bundle_checkpoint(tmp_path / "ckpt")
-    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    # og.Model and og.Generator as a user runs them (default search: greedy)
-    ours = og_sequence(folder, PROMPT, len(PROMPT) + NEW_TOKENS)[len(PROMPT) :]
-    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
-    assert len(ours) == NEW_TOKENS  # no early eos: the comparison covers every step
-
-
-def test_int4_bundle_runs_the_latent_experts_as_qmoe(tmp_path):
-    """The experts as QMoE over the latent, the projections as MatMulNBits; og generates."""
-    ckpt = _bundle_checkpoint(tmp_path / "ckpt")
-    int4 = Int4Options(block_size=16)
-    folder = packager.package(
-        ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=int4, quiet=True
-    )
-    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    assert sum(node.op_type == "QMoE" for node in graph.node) == len(MOE_LAYERS)
-    quantized = {
-        name for node in graph.node if node.op_type == "MatMulNBits" for name in node.input
-    }
-    assert any("fc1_latent_proj" in name for name in quantized)
-    assert len(og_sequence(folder, PROMPT, len(PROMPT) + 8)) == len(PROMPT) + 8
-
-
-def test_qmoe_computes_the_latent_experts_its_codes_stand_for(checkpoint, long_run, tmp_path):
-    """QMoE over the latent equals the same int4 graph whose experts stay float MoE nodes
-    holding the dequantized values (test_nemotron_h_moe's check, on this checkpoint)."""
-    qmoe_matches_its_codes(checkpoint, long_run, tmp_path)
+@pytest.fixture(scope="module")
+def bundle_config():
+    return LATENT
