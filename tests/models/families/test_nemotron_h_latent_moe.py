@@ -9,14 +9,17 @@ int4 (the latent experts as QMoE)."""
 from __future__ import annotations
 
 import json
+import shutil
 
+import numpy as np
 import pytest
+from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import ConfigError
 from mobius_genai.components import moe as moe_component
 from mobius_genai.models import get_family
-from tests._hf import write_tiny_checkpoint
+from tests._hf import edit_config, write_tiny_checkpoint
 from tests._ort import long_prefill_reference, mutant_diffs
 from tests.models.families.test_nemotron_h_moe import (  # noqa: F401 (collected here)
     MOE_LAYERS,
@@ -118,3 +121,21 @@ def test_without_a_latent_size_the_experts_read_the_hidden_state(checkpoint):
 @pytest.fixture(scope="module")
 def bundle_config():
     return LATENT
+
+
+def test_the_mtp_layers_are_left_out_of_the_bundle(checkpoint, tmp_path):
+    """Nemotron-3 Super's MTP layers (`num_nextn_predict_layers`, tensors under `mtp.`) are
+    not built: transformers 5.25's NemotronH loads none (`mtp.*` ignored), so no head could
+    be checked against it. The decoder builds without them, the same as without them."""
+    ckpt = shutil.copytree(checkpoint, tmp_path / "ckpt")
+    edit_config(ckpt, num_nextn_predict_layers=1, mtp_layers_block_type=["attention", "moe"])
+    tensors = load_file(ckpt / "model.safetensors")
+    head = {"mtp.layers.0.mixer.fc1_latent_proj.weight": np.ones((48, 64), np.float32)}
+    save_file({**tensors, **head}, ckpt / "model.safetensors")
+    package = mobius_genai.build(ckpt, "cpu", "f32", progress=False)
+    assert list(package.models) == ["model"]
+    weights = package["model"].graph.initializers
+    assert not any(name.startswith("mtp.") for name in weights)
+    assert len(weights) == len(
+        mobius_genai.build(checkpoint, "cpu", "f32").models["model"].graph.initializers
+    )
