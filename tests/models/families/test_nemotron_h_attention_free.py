@@ -22,7 +22,7 @@ from mobius_genai import packager
 from mobius_genai.bundle.validate import validate_bundle
 from tests._hf import ReferenceRun, ReferenceStep, load_reference_model, write_tiny_checkpoint
 from tests._ort import max_abs_diff, og_sequence, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
+from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _batch_greedy_tokens, _checkpoint
 
 TOLERANCE = 1e-4  # f32
 #: Mamba2, MLP, MoE, Mamba2: no "*" layer
@@ -105,3 +105,19 @@ def test_genai_config_names_the_kv_patterns_the_states_derive_from(bundle):
     names = {value.name for value in graph.input} | {value.name for value in graph.output}
     assert "present.3.recurrent_state" in names
     assert not any(name.endswith((".key", ".value")) for name in names)
+
+
+def test_og_generates_a_batch_of_prompts_of_different_lengths(bundle):
+    """og pads the shorter prompt on the right; with no KV cache the padding still stays out
+    of its states: each row continues as transformers continues that prompt alone."""
+    ckpt, folder = bundle
+    prompts = [PROMPT, PROMPT[:4]]
+    rows = _batch_greedy_tokens(folder, prompts, 8)
+    expected = [
+        [
+            int(step.logits[0, -1].argmax())
+            for step in _uncached_reference(ckpt, np.array([p]), 7).steps
+        ]
+        for p in prompts
+    ]
+    assert rows == expected
