@@ -7,8 +7,8 @@ among attention layers, as rows of the family table (hybrid_rows.py) and what th
   with the correction bias, non-gated relu2 experts and one relu2 shared expert of
   `moe_shared_expert_intermediate_size` (transformers' NemotronHMoE), the routed experts in
   a latent of `moe_latent_size` between two projections in Nemotron-3 Super. The hub's
-  config.json spells the layers as `hybrid_override_pattern` ("M" Mamba2, "*" attention, "-" MLP, "E"
-  MoE); transformers 5 writes `layers_block_type` ("linear_attention", "full_attention",
+  config.json spells the layers as `hybrid_override_pattern` ("M" Mamba2, "*" attention, "-"
+  MLP, "E" MoE); transformers 5 writes `layers_block_type` ("linear_attention", "full_attention",
   "mlp", "moe") and no num_hidden_layers. Tensors stay under the hub's `backbone.` with every
   block named `mixer`, the experts one tensor each (`experts.{e}.up_proj.weight`).
 - **Falcon-H1** (`falcon_h1`): every layer runs attention and a Mamba2 mixer side by side on
