@@ -51,10 +51,11 @@ class Experts(nn.Module):
 
 class MoEBlock(nn.Module):
     """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a latent
-    (Nemotron-3 Super), fc2_latent(MoE(fc1_latent(x), router(x))) + shared_mlp(x); with a sparsemixer,
-    MoE(x, first pick) + MoE(x, second pick); with group-limited routing, MoE(x, picks) times
-    the router's factor (components/group_router.py); with Llama 4's scaled input, one MoE node
-    per pick over the token times its score (components/scaled_input.py)."""
+    (Nemotron-3 Super), fc2_latent(MoE(fc1_latent(x), router(x))) + shared_mlp(x); with a
+    sparsemixer, MoE(x, first pick) + MoE(x, second pick); with group-limited routing,
+    MoE(x, picks) times the router's factor (components/group_router.py); with Llama 4's
+    scaled input, one MoE node per pick over the token times its score
+    (components/scaled_input.py)."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
