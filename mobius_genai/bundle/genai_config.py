@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from mobius_genai._json import read_json_object
-from mobius_genai.bundle.graph import GraphInfo, LayerNames, layer_names
+from mobius_genai.bundle.graph import KV_ROLES, GraphInfo, LayerNames, layer_names
 from mobius_genai.config import ArchitectureConfig
-from mobius_genai.config.recurrent import declared_blocks, layers_of
+from mobius_genai.config.recurrent import FROM_KV_NAMES, declared_blocks, layers_of
 from mobius_genai.ep import EpCapabilities
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.models.families import get_family
@@ -227,6 +227,11 @@ def _layers(
     names: Mapping[str, Any], role: str, side: str, expected: tuple[int, ...], layers: int
 ) -> str:
     family: LayerNames | None = layer_names(names, role)
+    if family is None and not expected and role in KV_ROLES:
+        # no attention layer (a Nemotron-H of Mamba2 and MLP layers): og 0.18 still reads the
+        # KV patterns, naming the recurrent states after them; no graph input matches them
+        past, present = FROM_KV_NAMES.names(role)
+        return past if side == "input" else present
     if family is None or family.indices != expected:
         found = "none" if family is None else f"{family.pattern} for layers {list(family.indices)}"
         raise BundleError(

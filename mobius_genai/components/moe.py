@@ -11,7 +11,9 @@ intermediate] (expert_weights.py reads them from the checkpoint), with biases
 `experts.down_proj_bias` [experts, hidden] when the family has them (gpt_oss). Non-gated
 experts (config/moe.py's EXPERT_FORMS: Nemotron-H's relu2) keep the layout, both rows of a pair
 holding the up projection's row, and run as the node's SwiGLU with the form's alpha; their
-shared expert is a plain MLP (`up_proj`, `down_proj` as FCMLP's fc1, fc2).
+shared expert is a plain MLP (`up_proj`, `down_proj` as FCMLP's fc1, fc2). A MoE config's
+`latent_size` puts the routed experts between `fc1_latent_proj` and `fc2_latent_proj`
+(hidden → latent → hidden); the router and the shared expert still read the hidden state.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ class Experts(nn.Module):
 
 
 class MoEBlock(nn.Module):
-    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a sparsemixer,
-    MoE(x, first pick) + MoE(x, second pick); with group-limited routing, MoE(x, picks) times
-    the router's factor (components/group_router.py); with Llama 4's scaled input, one MoE node
-    per pick over the token times its score (components/scaled_input.py)."""
+    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a latent
+    (Nemotron-3 Super), fc2_latent(MoE(fc1_latent(x), router(x))) + shared_mlp(x); with a
+    sparsemixer, MoE(x, first pick) + MoE(x, second pick); with group-limited routing,
+    MoE(x, picks) times the router's factor (components/group_router.py); with Llama 4's
+    scaled input, one MoE node per pick over the token times its score
+    (components/scaled_input.py)."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -63,35 +67,47 @@ class MoEBlock(nn.Module):
             self.gate = Linear(config.hidden_size, moe.num_experts, moe.router_bias)
         else:
             self.gate = GroupRouter(moe, config.hidden_size)
-        self.experts = Experts(moe, config.hidden_size)
+        self.experts = Experts(moe, moe.latent_size or config.hidden_size)
+        latent, bias = moe.latent_size, config.mlp_bias
+        self.fc1_latent_proj = Linear(config.hidden_size, latent, bias) if latent else None
+        self.fc2_latent_proj = Linear(latent, config.hidden_size, bias) if latent else None
         self.shared_expert = _shared_expert(moe, config) if moe.shared_expert_size else None
         self.shared_expert_gate = Linear(config.hidden_size, 1) if moe.shared_expert_gate else None
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         moe = self.moe
+        tokens = x if self.fc1_latent_proj is None else self.fc1_latent_proj(op, x)
         if moe.group_routing is not None:
             router, factor = self.gate(op, x)
-            out = self._experts(op, x, router, moe.top_k, True)
+            out = self._experts(op, tokens, router, moe.top_k, True)
             out = out if factor is None else op.Mul(out, factor)
-            return self._with_shared_expert(op, x, out)
+        else:
+            out = self._routed(op, x, tokens)
+        if self.fc2_latent_proj is not None:
+            out = self.fc2_latent_proj(op, out)
+        return self._with_shared_expert(op, x, out)
+
+    def _routed(self, op, x: ir.Value, tokens: ir.Value) -> ir.Value:
+        """The experts over `tokens` (`x`, or its latent) as routed by the router of `x`."""
+        moe = self.moe
         logits = op.Reshape(self.gate(op, x), op.Constant(value_ints=[-1, moe.num_experts]))
         if moe.scaled_input:
             nodes = [
-                self._experts(op, op.Mul(x, scale), router, 1, True)
+                self._experts(op, op.Mul(tokens, scale), router, 1, True)
                 for scale, router in scaled_input.picks(op, x, logits, moe.top_k)
             ]
             out = nodes[0]
             for node in nodes[1:]:
                 out = op.Add(out, node)
-        elif moe.sparse_mixer is None:
-            out = self._experts(op, x, logits, moe.top_k, moe.normalize_top_k)
-        else:  # two k=1 nodes, each weighting its pick by its band's softmax (sparsemixer.py)
-            first = sparsemixer.first_pick(op, logits, moe.sparse_mixer)
-            second = sparsemixer.second_pick(op, logits, moe.sparse_mixer)
-            out = op.Add(
-                self._experts(op, x, first, 1, False), self._experts(op, x, second, 1, False)
-            )
-        return self._with_shared_expert(op, x, out)
+            return out
+        if moe.sparse_mixer is None:
+            return self._experts(op, tokens, logits, moe.top_k, moe.normalize_top_k)
+        # two k=1 nodes, each weighting its pick by its band's softmax (sparsemixer.py)
+        first = sparsemixer.first_pick(op, logits, moe.sparse_mixer)
+        second = sparsemixer.second_pick(op, logits, moe.sparse_mixer)
+        return op.Add(
+            self._experts(op, tokens, first, 1, False), self._experts(op, tokens, second, 1, False)
+        )
 
     def _with_shared_expert(self, op, x: ir.Value, out: ir.Value) -> ir.Value:
         if self.shared_expert is None:

@@ -13,7 +13,9 @@ DeepSeek-V2/V3 with group-limited routing (config/moe_routing.py). Llama 4 route
 expert takes the token times sigmoid(its logit), the outputs summed unweighted.
 gpt_oss adds a bias to the router and to both expert
 projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`). Nemotron-H's
-experts and shared expert are not gated: down(relu(up(x))**2) (`experts`, "relu2").
+experts and shared expert are not gated: down(relu(up(x))**2) (`experts`, "relu2"); Nemotron-3
+Super's routed experts work in a latent of `latent_size` between two projections (the router
+and the shared expert read the hidden state itself).
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class MoeConfig:
     group_routing: GroupRouting | None = None
     scaled_input: bool = False
     experts: str = MOE_ACTIVATION
+    latent_size: int = 0  # 0: the experts read and write the hidden state itself
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""

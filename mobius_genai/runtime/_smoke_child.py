@@ -289,8 +289,8 @@ def _cache_pairs(inputs: Mapping[str, Any], outputs: Sequence[str]) -> list[tupl
     pairs = []
     for role in cache_roles():
         past, present = layer_names(inputs, role), layer_names(outputs, role)
-        if role not in KV_ROLES and past is None and present is None:
-            continue  # only hybrid decoders have recurrent states
+        if past is None and present is None:
+            continue  # only hybrid decoders have recurrent states; a Mamba2-only one no KV
         if past is None or present is None or past.indices != present.indices:
             raise BundleError(
                 f"graph: past/present {role} inputs and outputs do not pair up by layer"

@@ -5,9 +5,10 @@ among attention layers, as rows of the family table (hybrid_rows.py) and what th
   (`one_block_layers`): a Mamba2 mixer, attention without rotary, a relu2 MLP of up_proj
   and down_proj alone, or (Nemotron-3) a MoE block: DeepSeek-V3's grouped sigmoid routing
   with the correction bias, non-gated relu2 experts and one relu2 shared expert of
-  `moe_shared_expert_intermediate_size` (transformers' NemotronHMoE). The hub's config.json
-  spells the layers as `hybrid_override_pattern` ("M" Mamba2, "*" attention, "-" MLP, "E"
-  MoE); transformers 5 writes `layers_block_type` ("linear_attention", "full_attention",
+  `moe_shared_expert_intermediate_size` (transformers' NemotronHMoE), the routed experts in
+  a latent of `moe_latent_size` between two projections in Nemotron-3 Super. The hub's
+  config.json spells the layers as `hybrid_override_pattern` ("M" Mamba2, "*" attention, "-"
+  MLP, "E" MoE); transformers 5 writes `layers_block_type` ("linear_attention", "full_attention",
   "mlp", "moe") and no num_hidden_layers. Tensors stay under the hub's `backbone.` with every
   block named `mixer`, the experts one tensor each (`experts.{e}.up_proj.weight`).
 - **Falcon-H1** (`falcon_h1`): every layer runs attention and a Mamba2 mixer side by side on
@@ -35,7 +36,7 @@ from mobius_genai.config.mamba2 import (
 )
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.weight_scales import WeightScale, scale
-from mobius_genai.errors import ConfigError, UnsupportedModelError
+from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import v3_routing
 from mobius_genai.models.families.preprocess import scaled_weights
@@ -95,23 +96,19 @@ _NEMOTRON_H_MOE_KEYS = MoeKeys(
 
 def nemotron_h_moe(raw: Mapping[str, Any]) -> MoeConfig | None:
     """The MoE block of the "E" layers (None without them): DeepSeek-V3's routing, experts
-    and shared expert of `mlp_hidden_act` (relu2, not gated). A latent projection around
-    the experts (`moe_latent_size`, Nemotron-3 Super's) is refused."""
+    and shared expert of `mlp_hidden_act` (relu2, not gated); with `moe_latent_size`
+    (Nemotron-3 Super's), the routed experts between fc1_latent_proj and fc2_latent_proj."""
     kinds = _nemotron_h_blocks(raw)
     sparse = tuple(i for i, kind in enumerate(kinds) if kind in _NEMOTRON_H_MOE)
     if not sparse:
         return None
-    if raw.get("moe_latent_size") is not None:
-        raise UnsupportedModelError(
-            f"config.json: moe_latent_size is {raw['moe_latent_size']!r}; nemotron_h MoE layers "
-            "are supported without a latent projection (moe_latent_size null)"
-        )
     moe = read_moe({**raw, "num_hidden_layers": len(kinds)}, _NEMOTRON_H_MOE_KEYS)
     return dataclasses.replace(
         moe,
         sparse_layers=sparse,
         group_routing=v3_routing(raw),
         experts=raw.get("mlp_hidden_act") or "relu2",
+        latent_size=fields.integer(raw.get("moe_latent_size"), "moe_latent_size", 0),
     )
 
 

@@ -18,7 +18,7 @@ import onnx_ir as ir
 import pytest
 
 import mobius_genai
-from mobius_genai import ConfigError, UnsupportedModelError, WeightsError, packager
+from mobius_genai import ConfigError, WeightsError, packager
 from mobius_genai.bundle.graph import TensorSpec
 from mobius_genai.bundle.og_support import BEAM, ENGINE, NGRAM, REWIND, bundle_og_limits
 from mobius_genai.bundle.validate import validate_bundle
@@ -27,7 +27,7 @@ from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import edit_config, hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import (
     built_graph_diff,
     left_padded_diffs,
@@ -240,8 +240,6 @@ def test_a_layer_pattern_read_one_layer_off_is_refused_by_the_weights(checkpoint
 @pytest.mark.parametrize(
     ("family", "changes", "error", "field"),
     [
-        ("nemotron_h", {"layers_block_type": ["linear_attention", "moe"], "moe_latent_size": 8},
-         UnsupportedModelError, "moe_latent_size"),
         ("nemotron_h", {"layers_block_type": None, "hybrid_override_pattern": "M-X*"},
          ConfigError, "hybrid_override_pattern"),
         ("nemotron_h", {"layers_block_type": ["mamba2"]}, ConfigError, "layers_block_type"),
@@ -349,17 +347,6 @@ def test_weight_scale_runs_scale_their_rows_and_must_cover_them():
     np.testing.assert_array_equal(scale.apply(array)[:, 0], [2.0, 2.0, -1.0, 0.5, 0.5])
     with pytest.raises(ValueError, match="cover 3 of 5"):
         WeightScale("w", ((2, 2.0), (1, 1.0))).apply(array)
-
-
-def test_build_refuses_a_moe_latent_projection_before_reading_weights(tmp_path):
-    """Nemotron-3 Super's latent projection around the experts is refused by name (the
-    Nano's MoE layers build: test_nemotron_h_moe.py)."""
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "nemotron_h")
-    edit_config(
-        ckpt, layers_block_type=["linear_attention", "moe", "full_attention"], moe_latent_size=8
-    )
-    with pytest.raises(UnsupportedModelError, match="moe_latent_size"):
-        mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)
 
 
 @pytest.mark.parametrize(
