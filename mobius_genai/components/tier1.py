@@ -30,8 +30,10 @@ already contained, so the opset is always new enough):
   ``fc2[e] @ swiglu(fc1[e] @ x + b1[e]) + b2[e]`` weighted and summed, where
   ``swiglu(g, l) = G * sigmoid(alpha * G) * (L + beta)``, ``G = min(g, limit)``,
   ``L = clip(l, -limit, limit)`` (measured against onnxruntime 1.32's CPU kernel,
-  tests/components/test_moe_function.py). The body runs every expert on every token and weights
-  the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
+  tests/components/test_moe_function.py). The body gathers the experts some token picked
+  (``Unique`` of the top-k indices), runs each of them on every token and weights a token's
+  unpicked ones by an exact zero: a decode step reads only its ``k`` experts, a prefill that
+  picks them all computes what a dense MoE does. Overload ``"bias"`` adds
   the two biases; ``""`` has none (the node leaves those inputs empty). Overload ``"geglu"``
   (``activation_type="geglu"``, Gemma 4's experts) computes ``Gelu_tanh(G) * L`` instead of
   SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
@@ -213,8 +215,9 @@ def _ints(tape: ir.tape.Tape, *values: int) -> ir.Value:
     return tape.op("Constant", [], {"value_ints": list(values)})
 
 
-def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> ir.Value:
-    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0."""
+def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0; and
+    the picked experts [tokens, k]."""
     probs = tape.op("Softmax", [router], {"axis": -1})
     k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
     top, index = tape.op_multi_out("TopK", [probs, k], {"axis": -1}, num_outputs=2)
@@ -226,7 +229,10 @@ def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> ir.Value:
     # normalize is 0 or 1, so the divisor is exactly 1 or exactly the sum
     divisor = tape.op("Add", [tape.op("Mul", [total, normalize]), tape.op("Sub", [one, normalize])])
     zeros = tape.op("Sub", [probs, probs])
-    return tape.op("ScatterElements", [zeros, index, tape.op("Div", [top, divisor])], {"axis": 1})
+    weights = tape.op(
+        "ScatterElements", [zeros, index, tape.op("Div", [top, divisor])], {"axis": 1}
+    )
+    return weights, index
 
 
 def _gate_and_up(tape: ir.tape.Tape, fused: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -277,13 +283,22 @@ def _moe(
             tape.op("Concat", [_ints(tape, -1), tape.op("Shape", [x], {"start": -1})], {"axis": 0}),
         ],
     )
-    weights = _routing_weights(tape, router)
+    weights, index = _routing_weights(tape, router)
+    # only the experts some token picked (sorted): a decode step reads k experts, not all
+    picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
+    weights = tape.op("Gather", [weights, picked], {"axis": 1})  # [T, picked]
+    # transposed before the Gather, so that onnxruntime folds the Transpose of an initializer
     to_in_out = {"perm": [0, 2, 1]}
+    fc1 = tape.op("Gather", [tape.op("Transpose", [fc1], to_in_out), picked])
+    fc2 = tape.op("Gather", [tape.op("Transpose", [fc2], to_in_out), picked])
+    if biased:
+        fc1_bias = tape.op("Gather", [fc1_bias, picked])
+        fc2_bias = tape.op("Gather", [fc2_bias, picked])
     middle = _ints(tape, 1)
-    hidden = tape.op("MatMul", [rows, tape.op("Transpose", [fc1], to_in_out)])  # [E, T, 2I]
+    hidden = tape.op("MatMul", [rows, fc1])  # [picked, T, 2I]
     if biased:
         hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [fc1_bias, middle])])
-    out = tape.op("MatMul", [gated(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
+    out = tape.op("MatMul", [gated(tape, hidden), fc2])
     if biased:
         out = tape.op("Add", [out, tape.op("Unsqueeze", [fc2_bias, middle])])
     per_expert = tape.op(
