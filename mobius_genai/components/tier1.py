@@ -30,10 +30,10 @@ already contained, so the opset is always new enough):
   ``fc2[e] @ swiglu(fc1[e] @ x + b1[e]) + b2[e]`` weighted and summed, where
   ``swiglu(g, l) = G * sigmoid(alpha * G) * (L + beta)``, ``G = min(g, limit)``,
   ``L = clip(l, -limit, limit)`` (measured against onnxruntime 1.32's CPU kernel,
-  tests/components/test_moe_function.py). The body gathers the experts some token picked
-  (``Unique`` of the top-k indices), runs each of them on every token and weights a token's
-  unpicked ones by an exact zero: a decode step reads only its ``k`` experts, a prefill that
-  picks them all computes what a dense MoE does. Overload ``"bias"`` adds
+  tests/components/test_moe_function.py). The body runs the experts some token picked
+  (``Unique`` of the top-k indices, gathered while they are under a third of all, else all of
+  them in place) on every token and weights a token's unpicked ones by an exact zero: a decode
+  step reads only its ``k`` experts, a prefill that picks most computes a dense MoE. Overload ``"bias"`` adds
   the two biases; ``""`` has none (the node leaves those inputs empty). Overload ``"geglu"``
   (``activation_type="geglu"``, Gemma 4's experts) computes ``Gelu_tanh(G) * L`` instead of
   SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
@@ -272,6 +272,32 @@ def _geglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
     return tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
 
 
+def _picked_experts(
+    tape: ir.tape.Tape, index: ir.Value, weights: ir.Value, per_expert: Sequence[ir.Value]
+) -> list[ir.Value]:
+    """The routing `weights` [T, E] and the `per_expert` tensors [E, ...] of only the experts
+    some token picked (`index`, sorted by expert) when they are few enough, else of all.
+
+    A gathered expert costs about three reads of its weights (the Gather reads and writes it,
+    the MatMul reads it), so the gather runs while the picked experts are under a third of all:
+    a decode step (k of E experts) reads k; a prefill that picks most uses the weights in place.
+    Either way the unpicked experts weigh an exact zero, so both branches compute the same sum.
+    """
+    picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
+    count = tape.op("Shape", [weights], {"start": -1})
+    few = tape.op("Less", [tape.op("Mul", [tape.op("Shape", [picked]), _ints(tape, 3)]), count])
+    gather, keep = ir.tape.Tape(), ir.tape.Tape()
+    gathered = [gather.op("Gather", [weights, picked], {"axis": 1})]
+    gathered += [gather.op("Gather", [value, picked]) for value in per_expert]
+    kept = [keep.op("Identity", [value]) for value in (weights, *per_expert)]
+    branches = {
+        "then_branch": ir.Graph([], gathered, nodes=gather.nodes, name="picked"),
+        "else_branch": ir.Graph([], kept, nodes=keep.nodes, name="all"),
+    }
+    few = tape.op("Squeeze", [few, _ints(tape, 0)])
+    return list(tape.op_multi_out("If", [few], branches, num_outputs=len(kept)))
+
+
 def _moe(
     tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool, gated=_swiglu
 ) -> list[ir.Value]:
@@ -284,18 +310,16 @@ def _moe(
         ],
     )
     weights, index = _routing_weights(tape, router)
-    # only the experts some token picked (sorted): a decode step reads k experts, not all
-    picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
-    weights = tape.op("Gather", [weights, picked], {"axis": 1})  # [T, picked]
-    # transposed before the Gather, so that onnxruntime folds the Transpose of an initializer
+    # transposed before any Gather, so that onnxruntime folds the Transpose of an initializer
     to_in_out = {"perm": [0, 2, 1]}
-    fc1 = tape.op("Gather", [tape.op("Transpose", [fc1], to_in_out), picked])
-    fc2 = tape.op("Gather", [tape.op("Transpose", [fc2], to_in_out), picked])
+    fc1 = tape.op("Transpose", [fc1], to_in_out)
+    fc2 = tape.op("Transpose", [fc2], to_in_out)
+    per_expert = [fc1, fc2, *((fc1_bias, fc2_bias) if biased else ())]
+    weights, fc1, fc2, *biases = _picked_experts(tape, index, weights, per_expert)
     if biased:
-        fc1_bias = tape.op("Gather", [fc1_bias, picked])
-        fc2_bias = tape.op("Gather", [fc2_bias, picked])
+        fc1_bias, fc2_bias = biases
     middle = _ints(tape, 1)
-    hidden = tape.op("MatMul", [rows, fc1])  # [picked, T, 2I]
+    hidden = tape.op("MatMul", [rows, fc1])  # [experts, T, 2I]
     if biased:
         hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [fc1_bias, middle])])
     out = tape.op("MatMul", [gated(tape, hidden), fc2])
