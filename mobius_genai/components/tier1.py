@@ -272,35 +272,38 @@ def _geglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
     return tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
 
 
-def _picked_experts(
-    tape: ir.tape.Tape, index: ir.Value, weights: ir.Value, per_expert: Sequence[ir.Value]
-) -> list[ir.Value]:
-    """The routing `weights` [T, E] and the `per_expert` tensors [E, ...] of only the experts
-    some token picked (`index`, sorted by expert) when they are few enough, else of all.
-
-    A gathered expert costs about three reads of its weights (the Gather reads and writes it,
-    the MatMul reads it), so the gather runs while the picked experts are under a third of all:
-    a decode step (k of E experts) reads k; a prefill that picks most uses the weights in place.
-    Either way the unpicked experts weigh an exact zero, so both branches compute the same sum.
-    """
-    picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
-    count = tape.op("Shape", [weights], {"start": -1})
-    few = tape.op("Less", [tape.op("Mul", [tape.op("Shape", [picked]), _ints(tape, 3)]), count])
-    gather, keep = ir.tape.Tape(), ir.tape.Tape()
-    gathered = [gather.op("Gather", [weights, picked], {"axis": 1})]
-    gathered += [gather.op("Gather", [value, picked]) for value in per_expert]
-    kept = [keep.op("Identity", [value]) for value in (weights, *per_expert)]
-    branches = {
-        "then_branch": ir.Graph([], gathered, nodes=gather.nodes, name="picked"),
-        "else_branch": ir.Graph([], kept, nodes=keep.nodes, name="all"),
-    }
-    few = tape.op("Squeeze", [few, _ints(tape, 0)])
-    return list(tape.op_multi_out("If", [few], branches, num_outputs=len(kept)))
+def _experts_sum(
+    tape: ir.tape.Tape, rows: ir.Value, weights: ir.Value, experts: Sequence[ir.Value], gated
+) -> ir.Value:
+    """[T, H]: every expert of `experts` (fc1 [E, H, 2I], fc2 [E, I, H] and, if given, their
+    biases) on every row, summed with the routing `weights` [T, E]."""
+    fc1, fc2, *biases = experts
+    middle = _ints(tape, 1)
+    hidden = tape.op("MatMul", [rows, fc1])  # [E, T, 2I]
+    if biases:
+        hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [biases[0], middle])])
+    out = tape.op("MatMul", [gated(tape, hidden), fc2])
+    if biases:
+        out = tape.op("Add", [out, tape.op("Unsqueeze", [biases[1], middle])])
+    per_expert = tape.op(
+        "Unsqueeze", [tape.op("Transpose", [weights], {"perm": [1, 0]}), _ints(tape, 2)]
+    )
+    return tape.op(
+        "ReduceSum", [tape.op("Mul", [out, per_expert]), _ints(tape, 0)], {"keepdims": 0}
+    )
 
 
 def _moe(
     tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool, gated=_swiglu
 ) -> list[ir.Value]:
+    """The experts some token picked, gathered, while they are under a third of all; else all
+    of them in place.
+
+    A gathered expert costs about three reads of its weights (the Gather reads and writes it,
+    the MatMul reads it): a decode step (k of E experts) reads k, a prefill that picks most
+    runs every expert. Either way a token's unpicked experts weigh an exact zero, so both
+    branches compute the same sum; each branch ends in the [T, H] sum, so no weight leaves it.
+    """
     x, router, fc1, fc1_bias, fc2, fc2_bias = params
     rows = tape.op(
         "Reshape",
@@ -312,25 +315,29 @@ def _moe(
     weights, index = _routing_weights(tape, router)
     # transposed before any Gather, so that onnxruntime folds the Transpose of an initializer
     to_in_out = {"perm": [0, 2, 1]}
-    fc1 = tape.op("Transpose", [fc1], to_in_out)
-    fc2 = tape.op("Transpose", [fc2], to_in_out)
-    per_expert = [fc1, fc2, *((fc1_bias, fc2_bias) if biased else ())]
-    weights, fc1, fc2, *biases = _picked_experts(tape, index, weights, per_expert)
-    if biased:
-        fc1_bias, fc2_bias = biases
-    middle = _ints(tape, 1)
-    hidden = tape.op("MatMul", [rows, fc1])  # [experts, T, 2I]
-    if biased:
-        hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [fc1_bias, middle])])
-    out = tape.op("MatMul", [gated(tape, hidden), fc2])
-    if biased:
-        out = tape.op("Add", [out, tape.op("Unsqueeze", [fc2_bias, middle])])
-    per_expert = tape.op(
-        "Unsqueeze", [tape.op("Transpose", [weights], {"perm": [1, 0]}), _ints(tape, 2)]
-    )
-    total = tape.op(
-        "ReduceSum", [tape.op("Mul", [out, per_expert]), _ints(tape, 0)], {"keepdims": 0}
-    )
+    experts = [tape.op("Transpose", [fc1], to_in_out), tape.op("Transpose", [fc2], to_in_out)]
+    experts += [fc1_bias, fc2_bias] if biased else []
+    picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
+    count = tape.op("Shape", [weights], {"start": -1})
+    few = tape.op("Less", [tape.op("Mul", [tape.op("Shape", [picked]), _ints(tape, 3)]), count])
+    gather, every = ir.tape.Tape(), ir.tape.Tape()
+    gathered = [gather.op("Gather", [value, picked]) for value in experts]
+    picked_weights = gather.op("Gather", [weights, picked], {"axis": 1})
+    branches = {
+        "then_branch": ir.Graph(
+            [],
+            [_experts_sum(gather, rows, picked_weights, gathered, gated)],
+            nodes=gather.nodes,
+            name="picked_experts",
+        ),
+        "else_branch": ir.Graph(
+            [],
+            [_experts_sum(every, rows, weights, experts, gated)],
+            nodes=every.nodes,
+            name="every_expert",
+        ),
+    }
+    total = tape.op("If", [tape.op("Squeeze", [few, _ints(tape, 0)])], branches)
     return [tape.op("Reshape", [total, tape.op("Shape", [x])])]
 
 

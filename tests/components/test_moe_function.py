@@ -118,10 +118,14 @@ CASES = {
 
 @pytest.mark.parametrize("biased", [False, True])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_kernel_and_body_compute_the_routing(case, biased):
+@pytest.mark.parametrize("tokens", [TOKENS, 1])
+def test_kernel_and_body_compute_the_routing(case, biased, tokens):
+    """With all tokens most experts are picked (the body runs them all); one token picks under
+    a third of them (the body gathers those)."""
     attributes = CASES[case]
     model = _model(biased, **attributes)
     feeds = _feeds()
+    feeds["x"], feeds["router"] = feeds["x"][:, :tokens], feeds["router"][:tokens]
     if not biased:
         feeds = {k: v for k, v in feeds.items() if k not in ("b1", "b2")}
     expected = _reference(
