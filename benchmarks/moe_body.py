@@ -5,9 +5,10 @@ of intermediate 704, 8 per token; random fp32 weights as initializers, ~3 GB), i
 and inlined as Stage 2b does for an EP without the kernel (every EP, for GeGLU). "old" is the
 body of mobius_genai/components/tier1.py at commit OLD_COMMIT (every expert on every token,
 the unpicked ones weighted by exact zeros), "new" the installed one. Each body runs in its own
-`python -I` process (one onnxruntime thread), one after the other: session load, then
-`--rounds` rounds of a `--prompt`-token prefill and `--steps` one-token decode steps, timed by
-the calling thread's CPU time; the process reports its peak RSS.
+`python -I` process (one onnxruntime thread), one after the other, loading the model written
+under benchmarks/_work/moe_body/: session load, then `--rounds` rounds of a `--prompt`-token
+prefill and `--steps` one-token decode steps (random routing each), timed by the calling
+thread's CPU time; the process reports its peak RSS after the load and at the end.
 
     python benchmarks/moe_body.py [--experts 128] [--prompt 64] [--steps 8] [--rounds 3]
 """
@@ -30,6 +31,7 @@ import onnxruntime as ort
 from onnx_ir.passes.common import InlinePass
 
 ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "benchmarks" / "_work" / "moe_body"
 OLD_COMMIT = "4d046a3"  # the last commit whose MoE body ran every expert
 HIDDEN, INTER, TOP_K = 2816, 704, 8
 
@@ -54,7 +56,8 @@ def _tier1(body: str):
     return module
 
 
-def _model(tier1, experts: int) -> bytes:
+def _write_model(tier1, experts: int, path: Path) -> None:
+    """The MoE node with `tier1`'s body inlined, its weights in `path`.data."""
     rng = np.random.default_rng(0)
     f32 = ir.DataType.FLOAT
     x = ir.Value(name="x", type=ir.TensorType(f32), shape=ir.Shape([1, "tokens", HIDDEN]))
@@ -88,7 +91,7 @@ def _model(tier1, experts: int) -> bytes:
     model = ir.Model(graph, ir_version=10)
     tier1.register_functions(model)
     InlinePass()(model)
-    return ir.to_proto(model).SerializeToString()
+    ir.save(model, path, external_data=f"{path.name}.data")
 
 
 def _time(session: ort.InferenceSession, tokens: int, experts: int, runs: int) -> float:
@@ -107,20 +110,29 @@ def _time(session: ort.InferenceSession, tokens: int, experts: int, runs: int) -
     return (time.thread_time() - started) / runs
 
 
+def _path(body: str, experts: int) -> Path:
+    return WORK / f"{body}_{experts}.onnx"
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
 def child(body: str, experts: int, prompt: int, steps: int, rounds: int) -> None:
-    """One body in this process: its timings and peak RSS as a JSON line."""
+    """The session of one body's model in this process: its timings, and its peak RSS after
+    loading and at the end, as a JSON line."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(
-        _model(_tier1(body), experts), options, providers=["CPUExecutionProvider"]
+        str(_path(body, experts)), options, providers=["CPUExecutionProvider"]
     )
+    result = {"prefill": [], "decode": [], "load_peak_rss_gb": _peak_rss_gb()}
     _time(session, 1, experts, 1)  # warm-up
-    result = {"prefill": [], "decode": []}
     for _ in range(rounds):
         result["prefill"].append(_time(session, prompt, experts, 1))
         result["decode"].append(_time(session, 1, experts, steps))
-    result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    result["peak_rss_gb"] = _peak_rss_gb()
     print(json.dumps(result))
 
 
@@ -135,6 +147,9 @@ def main() -> None:
     if args.child:
         child(args.child, args.experts, args.prompt, args.steps, args.rounds)
         return
+    WORK.mkdir(parents=True, exist_ok=True)
+    for body in ("old", "new"):
+        _write_model(_tier1(body), args.experts, _path(body, args.experts))
     results = {}
     for body in ("old", "new"):
         line = subprocess.run(
@@ -149,8 +164,9 @@ def main() -> None:
     for phase in ("decode", "prefill"):
         a, b = statistics.median(old[phase]), statistics.median(new[phase])
         print(f"{phase:8} {a * 1e3:8.1f}ms {b * 1e3:8.1f}ms {a / b:8.2f}")
-    a, b = old["peak_rss_gb"], new["peak_rss_gb"]
-    print(f"{'peak RSS':8} {a:8.2f}GB {b:8.2f}GB {a / b:8.2f}")
+    for key, label in (("load_peak_rss_gb", "RSS load"), ("peak_rss_gb", "RSS peak")):
+        a, b = old[key], new[key]
+        print(f"{label:8} {a:8.2f}GB {b:8.2f}GB {a / b:8.2f}")
 
 
 if __name__ == "__main__":
