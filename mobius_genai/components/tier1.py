@@ -275,14 +275,18 @@ def _geglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
 def _experts_sum(
     tape: ir.tape.Tape, rows: ir.Value, weights: ir.Value, experts: Sequence[ir.Value], gated
 ) -> ir.Value:
-    """[T, H]: every expert of `experts` (fc1 [E, H, 2I], fc2 [E, I, H] and, if given, their
-    biases) on every row, summed with the routing `weights` [T, E]."""
+    """[T, H]: every expert of `experts` (fc1 [E, 2I, H], fc2 [E, H, I] and, if given, their
+    biases) on every row, summed with the routing `weights` [T, E].
+
+    The weights are transposed right before their MatMul, which onnxruntime fuses into one
+    FusedMatMul (a Transpose of all the experts would not be folded when over 1 GB)."""
     fc1, fc2, *biases = experts
+    to_in_out = {"perm": [0, 2, 1]}
     middle = _ints(tape, 1)
-    hidden = tape.op("MatMul", [rows, fc1])  # [E, T, 2I]
+    hidden = tape.op("MatMul", [rows, tape.op("Transpose", [fc1], to_in_out)])  # [E, T, 2I]
     if biases:
         hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [biases[0], middle])])
-    out = tape.op("MatMul", [gated(tape, hidden), fc2])
+    out = tape.op("MatMul", [gated(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
     if biases:
         out = tape.op("Add", [out, tape.op("Unsqueeze", [biases[1], middle])])
     per_expert = tape.op(
@@ -313,10 +317,7 @@ def _moe(
         ],
     )
     weights, index = _routing_weights(tape, router)
-    # transposed before any Gather, so that onnxruntime folds the Transpose of an initializer
-    to_in_out = {"perm": [0, 2, 1]}
-    experts = [tape.op("Transpose", [fc1], to_in_out), tape.op("Transpose", [fc2], to_in_out)]
-    experts += [fc1_bias, fc2_bias] if biased else []
+    experts = [fc1, fc2, *((fc1_bias, fc2_bias) if biased else ())]
     picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
     count = tape.op("Shape", [weights], {"start": -1})
     few = tape.op("Less", [tape.op("Mul", [tape.op("Shape", [picked]), _ints(tape, 3)]), count])
