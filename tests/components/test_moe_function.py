@@ -13,6 +13,7 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 from onnx_ir.passes.common import InlinePass
 
 from mobius_genai.components.tier1 import MS_DOMAIN, register_functions
@@ -206,3 +207,51 @@ def test_body_reads_only_the_picked_experts(overload, tokens, k):
     )
     got = _run(_inlined(model), feeds)
     np.testing.assert_allclose(got, expected, atol=TOLERANCE)
+
+
+def _gather_experts_model(op_type: str, data: np.ndarray, scales: np.ndarray, block: int):
+    """`op_type` of the experts [E, N, K] picked by `index`: int4 codes (ONNX Gather) or packed
+    uint8 codes (com.microsoft::GatherBlockQuantized, blocks along K, zero point 8)."""
+    index = helper.make_tensor_value_info("index", TensorProto.INT64, [None])
+    if op_type == "Gather":
+        codes = helper.make_tensor("codes", TensorProto.INT4, data.shape, data.flatten().tolist())
+        node = helper.make_node("Gather", ["codes", "index"], ["y"])
+        out = helper.make_tensor_value_info("y", TensorProto.INT4, None)
+    else:
+        unsigned = (data + 8).astype(np.uint8)
+        codes = numpy_helper.from_array(unsigned[..., 0::2] | (unsigned[..., 1::2] << 4), "codes")
+        node = helper.make_node(
+            "GatherBlockQuantized",
+            ["codes", "index", "scales"],
+            ["y"],
+            domain=MS_DOMAIN,
+            gather_axis=0,
+            quantize_axis=2,
+            block_size=block,
+        )
+        out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(
+        [node], "g", [index], [out], initializer=[codes, numpy_helper.from_array(scales, "scales")]
+    )
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(MS_DOMAIN, 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=10).SerializeToString()
+
+
+def test_onnxruntime_cpu_gathers_int4_experts_only_block_quantized():
+    """Where int4 experts for this body would come from (not done yet): onnxruntime 1.32 CPU's
+    GatherBlockQuantized takes 3-D [E, N, K] experts with blocks along K and dequantizes the
+    picked ones exactly, while ONNX's Gather takes no int4 tensor (so Gather + DequantizeLinear
+    cannot read only the picked experts). Should either change, this fails."""
+    experts, rows, cols, block = 6, 4, 64, 32
+    rng = np.random.default_rng(4)
+    data = rng.integers(-8, 8, (experts, rows, cols)).astype(np.int8)
+    scales = (rng.random((experts, rows, cols // block)) + 0.5).astype(np.float32)
+    index = np.array([4, 1], np.int64)
+    expected = (data * np.repeat(scales, block, axis=2))[index]
+    with pytest.raises(Exception, match=r"tensor\(int4\).*Gather"):
+        ort.InferenceSession(_gather_experts_model("Gather", data, scales, block))
+    session = ort.InferenceSession(
+        _gather_experts_model("GatherBlockQuantized", data, scales, block),
+        providers=["CPUExecutionProvider"],
+    )
+    np.testing.assert_array_equal(session.run(None, {"index": index})[0], expected)
