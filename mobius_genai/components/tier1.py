@@ -33,10 +33,10 @@ already contained, so the opset is always new enough):
   tests/components/test_moe_function.py). The body runs the experts some token picked
   (``Unique`` of the top-k indices, gathered while they are under a third of all, else all of
   them in place) on every token and weights a token's unpicked ones by an exact zero: a decode
-  step reads only its ``k`` experts, a prefill that picks most computes a dense MoE. Overload ``"bias"`` adds
-  the two biases; ``""`` has none (the node leaves those inputs empty). Overload ``"geglu"``
-  (``activation_type="geglu"``, Gemma 4's experts) computes ``Gelu_tanh(G) * L`` instead of
-  SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
+  step reads only its ``k`` experts, a prefill that picks most computes a dense MoE (`_moe`).
+  Overload ``"bias"`` adds the two biases; ``""`` has none (the node leaves those inputs
+  empty). Overload ``"geglu"`` (``activation_type="geglu"``, Gemma 4's experts) computes
+  ``Gelu_tanh(G) * L`` instead of SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
   ``MoE.geglu``), so it is always expanded.
 
 - ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
