@@ -30,11 +30,13 @@ already contained, so the opset is always new enough):
   ``fc2[e] @ swiglu(fc1[e] @ x + b1[e]) + b2[e]`` weighted and summed, where
   ``swiglu(g, l) = G * sigmoid(alpha * G) * (L + beta)``, ``G = min(g, limit)``,
   ``L = clip(l, -limit, limit)`` (measured against onnxruntime 1.32's CPU kernel,
-  tests/components/test_moe_function.py). The body runs every expert on every token and weights
-  the unpicked ones by an exact zero: the fallback is exact, not fast. Overload ``"bias"`` adds
-  the two biases; ``""`` has none (the node leaves those inputs empty). Overload ``"geglu"``
-  (``activation_type="geglu"``, Gemma 4's experts) computes ``Gelu_tanh(G) * L`` instead of
-  SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
+  tests/components/test_moe_function.py). The body runs the experts some token picked
+  (``Unique`` of the top-k indices, gathered while they are under a third of all, else all of
+  them in place) on every token and weights a token's unpicked ones by an exact zero: a decode
+  step reads only its ``k`` experts, a prefill that picks most computes a dense MoE (`_moe`).
+  Overload ``"bias"`` adds the two biases; ``""`` has none (the node leaves those inputs
+  empty). Overload ``"geglu"`` (``activation_type="geglu"``, Gemma 4's experts) computes
+  ``Gelu_tanh(G) * L`` instead of SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
   ``MoE.geglu``), so it is always expanded.
 
 - ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
@@ -213,8 +215,9 @@ def _ints(tape: ir.tape.Tape, *values: int) -> ir.Value:
     return tape.op("Constant", [], {"value_ints": list(values)})
 
 
-def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> ir.Value:
-    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0."""
+def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0; and
+    the picked experts [tokens, k]."""
     probs = tape.op("Softmax", [router], {"axis": -1})
     k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
     top, index = tape.op_multi_out("TopK", [probs, k], {"axis": -1}, num_outputs=2)
@@ -226,7 +229,10 @@ def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> ir.Value:
     # normalize is 0 or 1, so the divisor is exactly 1 or exactly the sum
     divisor = tape.op("Add", [tape.op("Mul", [total, normalize]), tape.op("Sub", [one, normalize])])
     zeros = tape.op("Sub", [probs, probs])
-    return tape.op("ScatterElements", [zeros, index, tape.op("Div", [top, divisor])], {"axis": 1})
+    weights = tape.op(
+        "ScatterElements", [zeros, index, tape.op("Div", [top, divisor])], {"axis": 1}
+    )
+    return weights, index
 
 
 def _gate_and_up(tape: ir.tape.Tape, fused: ir.Value) -> tuple[ir.Value, ir.Value]:
@@ -266,9 +272,42 @@ def _geglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
     return tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
 
 
+def _experts_sum(
+    tape: ir.tape.Tape, rows: ir.Value, weights: ir.Value, experts: Sequence[ir.Value], gated
+) -> ir.Value:
+    """[T, H]: every expert of `experts` (fc1 [E, 2I, H], fc2 [E, H, I] and, if given, their
+    biases) on every row, summed with the routing `weights` [T, E].
+
+    The weights are transposed right before their MatMul, which onnxruntime fuses into one
+    FusedMatMul (a Transpose of all the experts would not be folded when over 1 GB)."""
+    fc1, fc2, *biases = experts
+    to_in_out = {"perm": [0, 2, 1]}
+    middle = _ints(tape, 1)
+    hidden = tape.op("MatMul", [rows, tape.op("Transpose", [fc1], to_in_out)])  # [E, T, 2I]
+    if biases:
+        hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [biases[0], middle])])
+    out = tape.op("MatMul", [gated(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
+    if biases:
+        out = tape.op("Add", [out, tape.op("Unsqueeze", [biases[1], middle])])
+    per_expert = tape.op(
+        "Unsqueeze", [tape.op("Transpose", [weights], {"perm": [1, 0]}), _ints(tape, 2)]
+    )
+    return tape.op(
+        "ReduceSum", [tape.op("Mul", [out, per_expert]), _ints(tape, 0)], {"keepdims": 0}
+    )
+
+
 def _moe(
     tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool, gated=_swiglu
 ) -> list[ir.Value]:
+    """The experts some token picked, gathered, while they are under a third of all; else all
+    of them in place.
+
+    A gathered expert costs about three reads of its weights (the Gather reads and writes it,
+    the MatMul reads it): a decode step (k of E experts) reads k, a prefill that picks most
+    runs every expert. Either way a token's unpicked experts weigh an exact zero, so both
+    branches compute the same sum; each branch ends in the [T, H] sum, so no weight leaves it.
+    """
     x, router, fc1, fc1_bias, fc2, fc2_bias = params
     rows = tape.op(
         "Reshape",
@@ -277,21 +316,29 @@ def _moe(
             tape.op("Concat", [_ints(tape, -1), tape.op("Shape", [x], {"start": -1})], {"axis": 0}),
         ],
     )
-    weights = _routing_weights(tape, router)
-    to_in_out = {"perm": [0, 2, 1]}
-    middle = _ints(tape, 1)
-    hidden = tape.op("MatMul", [rows, tape.op("Transpose", [fc1], to_in_out)])  # [E, T, 2I]
-    if biased:
-        hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [fc1_bias, middle])])
-    out = tape.op("MatMul", [gated(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
-    if biased:
-        out = tape.op("Add", [out, tape.op("Unsqueeze", [fc2_bias, middle])])
-    per_expert = tape.op(
-        "Unsqueeze", [tape.op("Transpose", [weights], {"perm": [1, 0]}), _ints(tape, 2)]
-    )
-    total = tape.op(
-        "ReduceSum", [tape.op("Mul", [out, per_expert]), _ints(tape, 0)], {"keepdims": 0}
-    )
+    weights, index = _routing_weights(tape, router)
+    experts = [fc1, fc2, *((fc1_bias, fc2_bias) if biased else ())]
+    picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
+    count = tape.op("Shape", [weights], {"start": -1})
+    few = tape.op("Less", [tape.op("Mul", [tape.op("Shape", [picked]), _ints(tape, 3)]), count])
+    gather, every = ir.tape.Tape(), ir.tape.Tape()
+    gathered = [gather.op("Gather", [value, picked]) for value in experts]
+    picked_weights = gather.op("Gather", [weights, picked], {"axis": 1})
+    branches = {
+        "then_branch": ir.Graph(
+            [],
+            [_experts_sum(gather, rows, picked_weights, gathered, gated)],
+            nodes=gather.nodes,
+            name="picked_experts",
+        ),
+        "else_branch": ir.Graph(
+            [],
+            [_experts_sum(every, rows, weights, experts, gated)],
+            nodes=every.nodes,
+            name="every_expert",
+        ),
+    }
+    total = tape.op("If", [tape.op("Squeeze", [few, _ints(tape, 0)])], branches)
     return [tape.op("Reshape", [total, tape.op("Shape", [x])])]
 
 

@@ -109,7 +109,7 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
             Kernel(
                 "MoE",
                 MS_DOMAIN,
-                "its standard body (every expert on every token)",
+                "its standard body (the picked experts gathered)",
                 field="supports_fused_moe",
                 flag="supports_fused_moe",
             ),
@@ -118,7 +118,7 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
             Kernel(
                 "MoE.geglu",
                 MS_DOMAIN,
-                "its standard body (every expert on every token)",
+                "its standard body (the picked experts gathered)",
                 default=False,
             ),
             Kernel(

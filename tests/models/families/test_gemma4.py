@@ -287,9 +287,14 @@ def test_int4_bundle_packages_and_generates(layout, tmp_path):
     else:
         # per layer q and k (packed in the sliding layers, which have a v beside them), o,
         # gate, up, down, the router's projection; the tied head; the experts' two stacked
-        # projections stay float (the body's batched MatMuls)
+        # projections stay float (the body's batched MatMuls, in each branch of its If: the
+        # picked experts gathered, or all of them)
         assert ops["MatMulNBits"] == 6 * 7 + 1
-        assert len(float_matmuls) == 6 * 2
+        assert float_matmuls == [] and ops["If"] == 6
+        branches = [
+            attr.g for node in graph.node if node.op_type == "If" for attr in node.attribute
+        ]
+        assert sum(node.op_type == "MatMul" for g in branches for node in g.node) == 6 * 2 * 2
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
 
 

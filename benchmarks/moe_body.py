@@ -1,0 +1,173 @@
+"""The MoE fallback body before and after it gathered only the picked experts (CPU, one layer).
+
+One com.microsoft::MoE node in Gemma-4-26B-A4B's expert shapes (hidden 2816, 128 GeGLU experts
+of intermediate 704, 8 per token; random fp32 weights as initializers, ~3 GB), its body registered
+and inlined as Stage 2b does for an EP without the kernel (every EP, for GeGLU). "old" is the
+body of mobius_genai/components/tier1.py at commit OLD_COMMIT (every expert on every token,
+the unpicked ones weighted by exact zeros), "new" the installed one. Each body runs in its own
+`python -I` process (one onnxruntime thread), one after the other, loading the model written
+under benchmarks/_work/moe_body/: session load, then `--rounds` rounds of a `--prompt`-token
+prefill and `--steps` one-token decode steps (random routing each), timed by the calling
+thread's CPU time; the process reports its peak RSS after the load and at the end.
+
+    python benchmarks/moe_body.py [--experts 128] [--prompt 64] [--steps 8] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+from onnx_ir.passes.common import InlinePass
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "benchmarks" / "_work" / "moe_body"
+OLD_COMMIT = "4d046a3"  # the last commit whose MoE body ran every expert
+HIDDEN, INTER, TOP_K = 2816, 704, 8
+
+
+def _tier1(body: str):
+    """The tier1 module of the installed package ("new") or of OLD_COMMIT ("old")."""
+    if body == "new":
+        from mobius_genai.components import tier1
+
+        return tier1
+    source = subprocess.run(
+        ["git", "show", f"{OLD_COMMIT}:mobius_genai/components/tier1.py"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    spec = importlib.util.spec_from_loader("old_tier1", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(source, "old_tier1.py", "exec"), module.__dict__)  # our own history
+    return module
+
+
+def _write_model(tier1, experts: int, path: Path) -> None:
+    """The MoE node with `tier1`'s body inlined, its weights in `path`.data."""
+    rng = np.random.default_rng(0)
+    f32 = ir.DataType.FLOAT
+    x = ir.Value(name="x", type=ir.TensorType(f32), shape=ir.Shape([1, "tokens", HIDDEN]))
+    router = ir.Value(name="router", type=ir.TensorType(f32), shape=ir.Shape(["tokens", experts]))
+    weights = []
+    for name, shape in (("fc1", (experts, 2 * INTER, HIDDEN)), ("fc2", (experts, HIDDEN, INTER))):
+        array = (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+        value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+        weights.append(value)
+    node = ir.node(
+        "MoE",
+        [x, router, weights[0], None, weights[1]],
+        {
+            "k": TOP_K,
+            "activation_type": "geglu",
+            "swiglu_fusion": 1,
+            "normalize_routing_weights": 1,
+        },
+        domain=tier1.MS_DOMAIN,
+        overload="geglu",
+    )
+    node.outputs[0].name = "y"
+    node.outputs[0].type = ir.TensorType(f32)
+    graph = ir.Graph(
+        [x, router],
+        node.outputs,
+        nodes=[node],
+        initializers=weights,
+        opset_imports={"": 24, tier1.MS_DOMAIN: 1},
+    )
+    model = ir.Model(graph, ir_version=10)
+    tier1.register_functions(model)
+    InlinePass()(model)
+    ir.save(model, path, external_data=f"{path.name}.data")
+
+
+def _time(session: ort.InferenceSession, tokens: int, experts: int, runs: int) -> float:
+    """Seconds of CPU per run of `tokens` tokens (random routing per run)."""
+    rng = np.random.default_rng(tokens)
+    feeds = [
+        {
+            "x": rng.standard_normal((1, tokens, HIDDEN), dtype=np.float32),
+            "router": rng.standard_normal((tokens, experts), dtype=np.float32),
+        }
+        for _ in range(runs)
+    ]
+    started = time.thread_time()
+    for feed in feeds:
+        session.run(None, feed)
+    return (time.thread_time() - started) / runs
+
+
+def _path(body: str, experts: int) -> Path:
+    return WORK / f"{body}_{experts}.onnx"
+
+
+def _peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def child(body: str, experts: int, prompt: int, steps: int, rounds: int) -> None:
+    """The session of one body's model in this process: its timings, and its peak RSS after
+    loading and at the end, as a JSON line."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(
+        str(_path(body, experts)), options, providers=["CPUExecutionProvider"]
+    )
+    result = {"prefill": [], "decode": [], "load_peak_rss_gb": _peak_rss_gb()}
+    _time(session, 1, experts, 1)  # warm-up
+    for _ in range(rounds):
+        result["prefill"].append(_time(session, prompt, experts, 1))
+        result["decode"].append(_time(session, 1, experts, steps))
+    result["peak_rss_gb"] = _peak_rss_gb()
+    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experts", type=int, default=128)
+    parser.add_argument("--prompt", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--child", choices=("old", "new"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.experts, args.prompt, args.steps, args.rounds)
+        return
+    WORK.mkdir(parents=True, exist_ok=True)
+    for body in ("old", "new"):
+        _write_model(_tier1(body), args.experts, _path(body, args.experts))
+    results = {}
+    for body in ("old", "new"):
+        line = subprocess.run(
+            [sys.executable, "-I", __file__, "--child", body, *sys.argv[1:]],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        results[body] = json.loads(line.splitlines()[-1])
+    old, new = results["old"], results["new"]
+    print(f"{'':8} {'old':>10} {'new':>10} {'old/new':>8}")
+    for phase in ("decode", "prefill"):
+        a, b = statistics.median(old[phase]), statistics.median(new[phase])
+        print(f"{phase:8} {a * 1e3:8.1f}ms {b * 1e3:8.1f}ms {a / b:8.2f}")
+    for key, label in (("load_peak_rss_gb", "RSS load"), ("peak_rss_gb", "RSS peak")):
+        a, b = old[key], new[key]
+        print(f"{label:8} {a:8.2f}GB {b:8.2f}GB {a / b:8.2f}")
+
+
+if __name__ == "__main__":
+    main()
