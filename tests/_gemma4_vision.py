@@ -26,6 +26,7 @@ from mobius_genai.optimize import optimize_model
 from mobius_genai.target import resolve_target
 from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
 from tests._hf import randomize_weights
+from tests._ort import package_sessions, run_declared
 
 TEXT_HIDDEN = 64
 PATCH, POOL = 4, 3  # 4-pixel patches, 3 x 3 of them one image token
@@ -203,6 +204,19 @@ def sessions(graphs: dict[str, ir.Model]) -> dict[str, ort.InferenceSession]:
     }
 
 
+def prefill_logits(package, ids: np.ndarray, images: dict[str, np.ndarray]) -> np.ndarray:
+    """The decoder's logits of a prompt `ids` with its `images` (`image_inputs`), run through
+    the package's three graphs in onnxruntime (one call, no cache)."""
+    graphs = package_sessions(package)
+    (features,) = graphs["vision"].run(None, images)
+    (embeds,) = graphs["embedding"].run(None, {"input_ids": ids, "image_features": features})
+    feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids)}
+    for value in graphs["decoder"].get_inputs():
+        if value.name.startswith("past"):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
+    return run_declared(graphs["decoder"], feeds)["logits"]
+
+
 SPECIALS = ["<|image>", "<|image|>", "<image|>", "<|video|>", "<|audio|>", "<|audio>", "<audio|>"]
 #: 70 soft tokens of 3 x 3 patches of 4 pixels: og's Gemma4ImageTransform and transformers'
 #: processor resize to at most 630 patches; these sizes they keep (whole 12-pixel blocks
@@ -211,9 +225,10 @@ MAX_SOFT_TOKENS = 70
 KEPT_SIZES = ((72, 132), (96, 96), (108, 84))
 
 
-def write_gemma4_checkpoint(folder: Path) -> Gemma4ForConditionalGeneration:
+def write_gemma4_checkpoint(folder: Path, **text_changes: object) -> Gemma4ForConditionalGeneration:
     """A packageable tiny Gemma 4 checkpoint in `folder`: the model, tiny-qwen2's tokenizer
-    with Gemma 4's image, video and audio tokens, and the image processor's settings."""
+    with Gemma 4's image, video and audio tokens, and the image processor's settings;
+    `text_changes` replace text_config keys."""
     from transformers import AutoTokenizer
 
     from tests.conftest import TINY_QWEN2
@@ -225,6 +240,7 @@ def write_gemma4_checkpoint(folder: Path) -> Gemma4ForConditionalGeneration:
     # three layers (sliding, full, full): the smoke test's twin keeps the first two
     text = {"vocab_size": vocab, "vocab_size_per_layer_input": vocab, "num_hidden_layers": 3}
     text["layer_types"] = ["sliding_attention", "full_attention", "full_attention"]
+    text.update(text_changes)
     ids = dict(image_token_id=image, boi_token_id=boi, eoi_token_id=eoi, video_token_id=video)
     ids.update(audio_token_id=audio, boa_token_id=boa, eoa_token_index=eoa)
     model = _tiny(text, ids)

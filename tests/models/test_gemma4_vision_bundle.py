@@ -26,6 +26,7 @@ from tests._gemma4_vision import (
     image_inputs,
     image_tokens,
     kept_size,
+    prefill_logits,
     reference_features,
 )
 from tests._hf import generated_tokens
@@ -168,16 +169,7 @@ def test_soft_tokens_reading_their_own_per_layer_rows_fail(gemma4_checkpoint, mo
     errors = []
     for forward in (section_of, own_rows):
         monkeypatch.setattr(causal_lm.PerLayerTextModel, "_per_layer_inputs", forward)
-        sessions = package_sessions(build(folder, "cpu", "fp32", progress=False))
-        (features,) = sessions["vision"].run(None, features_of)
-        (embeds,) = sessions["embedding"].run(None, {"input_ids": ids, "image_features": features})
-        feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids)}
-        for value in sessions["decoder"].get_inputs():
-            if value.name.startswith("past"):
-                feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
-        declared = {value.name for value in sessions["decoder"].get_inputs()}
-        feeds = {name: value for name, value in feeds.items() if name in declared}
-        logits = sessions["decoder"].run(["logits"], feeds)[0]
+        logits = prefill_logits(build(folder, "cpu", "fp32", progress=False), ids, features_of)
         errors.append(float(np.abs(logits - expected).max()))
     assert errors[0] < TOLERANCE < 100 * TOLERANCE < errors[1]
 
