@@ -41,7 +41,7 @@ TEXT = {
     "num_key_value_heads": 1,
     "head_dim": 16,
     "global_head_dim": 32,
-    "hidden_size_per_layer_input": 8,
+    "hidden_size_per_layer_input": 32,  # whole int4 blocks of the per-layer table
     "vocab_size_per_layer_input": 300,
     "layer_types": ["sliding_attention", "full_attention"],
     "sliding_window": 16,

@@ -202,7 +202,7 @@ def test_image_tokens_attend_both_ways_as_the_config_says(gemma4, value, both_wa
 
 
 def test_attention_both_ways_everywhere_is_refused_in_one_line(gemma4):
-    """"all" (no causal mask at all: an encoder) is not a decoder og can run."""
+    """use_bidirectional_attention "all" (no causal mask: an encoder) is no decoder og runs."""
     model, _ = gemma4
     raw = model.config.to_dict()
     raw["text_config"] = {**raw["text_config"], "use_bidirectional_attention": "all"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import onnxruntime_genai as og
 import pytest
 import torch
@@ -17,6 +18,7 @@ from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.models import causal_lm
 from mobius_genai.packager import package
+from mobius_genai.quantize import weight_uses
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import png_bytes
 from tests._gemma4_vision import (
@@ -40,6 +42,10 @@ from tests._ort import (
 
 TOLERANCE = 1e-4
 F16_TOLERANCE = 5e-2
+TABLE = "model.embed_tokens_per_layer.weight"
+#: How much the per-layer table's int4 rounding may add to an int4 bundle's mean error
+#: against transformers (relative).
+INT4_TABLE_DRIFT = 0.05
 
 
 def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
@@ -213,12 +219,68 @@ def test_the_cuda_vision_graph_runs_on_the_cpu_kernel_like_transformers(gemma4_c
 
 
 def test_int4_bundle_quantizes_the_decoder_and_runs_with_an_image(gemma4_checkpoint, tmp_path):
-    """int4: the decoder's projections become MatMulNBits, the tower and the embedding graph
-    stay float, and the smoke test (og against a plain onnxruntime loop) runs with an image."""
+    """int4: the decoder's projections become MatMulNBits and its per-layer table
+    GatherBlockQuantized (read by the token ids, image tokens mapped to the pad row), the
+    tower and the embedding graph stay float, and the smoke test (og against a plain
+    onnxruntime loop) runs with an image."""
     _, folder = gemma4_checkpoint
     bundle = package(folder, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     assert ("com.microsoft", "MatMulNBits") in saved_ops(bundle / "decoder.onnx")
+    assert ("com.microsoft", "GatherBlockQuantized") in saved_ops(bundle / "decoder.onnx")
+    assert TABLE not in _float_initializers(bundle / "decoder.onnx")
     for graph in ("vision.onnx", "embedding.onnx"):
         assert ("com.microsoft", "MatMulNBits") not in saved_ops(bundle / graph)
     record = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["smoke_test"]
     assert record["ran"] and "with a 96x96 image" in record["note"]
+
+
+def _float_initializers(path) -> dict[str, int]:
+    """The float initializers of a saved graph, name → bytes, its weights left unread."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {
+        tensor.name: int(np.prod(tensor.dims)) * 4
+        for tensor in graph.initializer
+        if tensor.data_type == onnx.TensorProto.FLOAT
+    }
+
+
+def _bytes(bundle) -> int:
+    return sum(path.stat().st_size for path in bundle.glob("decoder.onnx*"))
+
+
+def test_int4_per_layer_table_against_the_float_table_bundle(
+    gemma4_checkpoint, tmp_path, monkeypatch
+):
+    """The int4 bundle against one whose per-layer table stays float (the lookup by mapped ids
+    declined, as before): the decoder is smaller by about the table's float bytes less its
+    int4 ones (4 bits and a float scale per block of 32); og's greedy tokens with an image are
+    the same, and the prefill logits' mean error against transformers grows by under 5% (the
+    int4 projections' error is the bar)."""
+    model, folder = gemma4_checkpoint
+    bundles = {"int4": package(folder, "cpu", tmp_path / "int4", precision="int4", quiet=True)}
+    monkeypatch.setattr(weight_uses, "_token_ids", lambda ids: ids.name == weight_uses.TOKEN_IDS)
+    bundles["float table"] = package(
+        folder, "cpu", tmp_path / "float", precision="int4", quiet=True, smoke_test=False
+    )
+    table = _float_initializers(bundles["float table"] / "decoder.onnx")[TABLE]
+    saved = _bytes(bundles["float table"]) - _bytes(bundles["int4"])
+    assert 0.8 * table * (1 - 5 / 32) < saved < table
+    pixels = [_pixels(*KEPT_SIZES[0], seed=3)]
+    logits, tokens = [], []
+    for bundle in bundles.values():
+        og_model, inputs = _og_inputs(bundle, tmp_path, pixels)
+        ids = inputs["input_ids"].as_numpy().astype(np.int64)
+        params = og.GeneratorParams(og_model)
+        params.set_search_options(do_sample=False, max_length=ids.shape[1] + 1)
+        generator = og.Generator(og_model, params)
+        generator.set_inputs(inputs)
+        generator.generate_next_token()
+        logits.append(generator.get_output("logits"))
+        tokens.append(og_greedy(og_model, inputs, 6))
+    assert tokens[0] == tokens[1]
+    assert not np.array_equal(*logits)  # the table's rounding reaches the logits
+    with torch.no_grad():
+        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+    # the tiny random model's int4 projections alone move its logits ~28% on average
+    errors = [np.abs(each - expected).mean() / np.abs(expected).mean() for each in logits]
+    assert errors[0] < (1 + INT4_TABLE_DRIFT) * errors[1], errors
