@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
+import onnxruntime_genai as og
 import torch
 from safetensors.numpy import load_file
 from transformers import Gemma4Config, Gemma4ForConditionalGeneration
@@ -23,6 +24,7 @@ from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.vision_language import VISION_LANGUAGE, EmbeddingModel
 from mobius_genai.optimize import optimize_model
+from mobius_genai.runtime.smoke_image import png_bytes
 from mobius_genai.target import resolve_target
 from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
 from tests._hf import randomize_weights
@@ -215,6 +217,30 @@ def prefill_logits(package, ids: np.ndarray, images: dict[str, np.ndarray]) -> n
         if value.name.startswith("past"):
             feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
     return run_declared(graphs["decoder"], feeds)["logits"]
+
+
+def og_image_inputs(bundle: Path, folder: Path, pixels: list[np.ndarray], text: str = "Describe."):
+    """(og.Model, inputs): og's multimodal processor on `pixels` (written as PNG files in
+    `folder`), one `<|image>` each in the prompt."""
+    paths = []
+    for i, image in enumerate(pixels):
+        path = folder / f"image{i}.png"
+        path.write_bytes(png_bytes(image))
+        paths.append(str(path))
+    model = og.Model(str(bundle))
+    prompt = " ".join(["<|image>"] * len(pixels) + [text])
+    return model, model.create_multimodal_processor()(prompt, images=og.Images.open(*paths))
+
+
+def og_prefill_logits(og_model, inputs) -> np.ndarray:
+    """og.Generator's logits of every prompt position, after the prefill of `inputs`."""
+    length = inputs["input_ids"].as_numpy().shape[1]
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(do_sample=False, max_length=length + 1)
+    generator = og.Generator(og_model, params)
+    generator.set_inputs(inputs)
+    generator.generate_next_token()
+    return generator.get_output("logits")
 
 
 SPECIALS = ["<|image>", "<|image|>", "<image|>", "<|video|>", "<|audio|>", "<|audio>", "<audio|>"]

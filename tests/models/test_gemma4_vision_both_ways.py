@@ -6,18 +6,18 @@ transformers', mutants of the layers the image blocks reach, and the graph ops p
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime_genai as og
 import pytest
 import torch
 
 from mobius_genai import package
 from mobius_genai.build import build
 from mobius_genai.models import causal_lm
-from mobius_genai.runtime.smoke_image import png_bytes
 from tests._gemma4_vision import (
     KEPT_SIZES,
     image_inputs,
     image_tokens,
+    og_image_inputs,
+    og_prefill_logits,
     prefill_logits,
     write_gemma4_checkpoint,
 )
@@ -70,25 +70,13 @@ def test_og_tokens_with_images_equal_transformers(both_ways, both_ways_bundle, t
     blocks matter (transformers' causal logits are far off)."""
     model, _ = both_ways
     pixels = [_pixels(*size, seed=i) for i, size in enumerate(sizes)]
-    paths = []
-    for i, image in enumerate(pixels):
-        paths.append(tmp_path / f"image{i}.png")
-        paths[-1].write_bytes(png_bytes(image))
-    og_model = og.Model(str(both_ways_bundle))
-    prompt = " ".join(["<|image>"] * len(pixels) + ["Describe."])
-    processor = og_model.create_multimodal_processor()
-    inputs = processor(prompt, images=og.Images.open(*map(str, paths)))
+    og_model, inputs = og_image_inputs(both_ways_bundle, tmp_path, pixels)
     ids = inputs["input_ids"].as_numpy().astype(np.int64)
     assert (ids == model.config.image_token_id).sum() == sum(map(image_tokens, pixels))
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=ids.shape[1] + 1)
-    generator = og.Generator(og_model, params)
-    generator.set_inputs(inputs)
-    generator.generate_next_token()
+    ours = og_prefill_logits(og_model, inputs)
     with torch.no_grad():
         expected = model(**_reference(model, ids, pixels)).logits.numpy()
         causal = model(**_reference(model, ids, pixels, blocks=False)).logits.numpy()
-    ours = generator.get_output("logits")
     # every position of a 3-layer prefill over ~80-150 tokens (as the causal bundle's test)
     np.testing.assert_allclose(ours, expected, atol=2 * TOLERANCE, rtol=0)
     assert np.abs(ours - causal).max() > 100 * TOLERANCE

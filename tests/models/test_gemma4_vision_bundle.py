@@ -28,6 +28,8 @@ from tests._gemma4_vision import (
     image_inputs,
     image_tokens,
     kept_size,
+    og_image_inputs,
+    og_prefill_logits,
     prefill_logits,
     reference_features,
 )
@@ -51,18 +53,6 @@ INT4_TABLE_DRIFT = 0.1
 
 def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def _og_inputs(bundle, tmp_path, pixels: list[np.ndarray], text: str = "Describe."):
-    """og's multimodal processor on `pixels` as PNG files, one `<|image>` each in the prompt."""
-    paths = []
-    for i, image in enumerate(pixels):
-        path = tmp_path / f"image{i}.png"
-        path.write_bytes(png_bytes(image))
-        paths.append(str(path))
-    model = og.Model(str(bundle))
-    prompt = " ".join(["<|image>"] * len(pixels) + [text])
-    return model, model.create_multimodal_processor()(prompt, images=og.Images.open(*paths))
 
 
 def _reference(model, ids: np.ndarray, pixels: list[np.ndarray]) -> dict:
@@ -102,7 +92,7 @@ def test_og_processor_gives_transformers_patches_and_prompt(gemma4_bundle, tmp_p
     positions; og wraps the image's tokens in blank lines (transformers' processor does not:
     the comparisons feed transformers og's ids)."""
     pixels = _pixels(*size)
-    model, inputs = _og_inputs(gemma4_bundle, tmp_path, [pixels])
+    model, inputs = og_image_inputs(gemma4_bundle, tmp_path, [pixels])
     expected = image_inputs([pixels])
     np.testing.assert_allclose(
         inputs["pixel_values"].as_numpy(), expected["pixel_values"], atol=1e-6
@@ -123,7 +113,7 @@ def test_og_processor_gives_transformers_patches_and_prompt(gemma4_bundle, tmp_p
 def test_og_resizes_an_image_to_transformers_size(gemma4_bundle, tmp_path, size):
     """An image at another size: og's transform picks transformers' target size (its patch
     grid), within the token budget."""
-    _, inputs = _og_inputs(gemma4_bundle, tmp_path, [_pixels(*size)])
+    _, inputs = og_image_inputs(gemma4_bundle, tmp_path, [_pixels(*size)])
     height, width = kept_size(*size)
     positions = inputs["pixel_position_ids"].as_numpy().reshape(-1, 2)
     assert (positions[:, 0].max() + 1, positions[:, 1].max() + 1) == (width // 4, height // 4)
@@ -138,17 +128,12 @@ def test_og_greedy_tokens_with_images_equal_transformers(
     and its greedy tokens equal transformers'."""
     model, _ = gemma4_checkpoint
     pixels = [_pixels(*size, seed=i) for i, size in enumerate(sizes)]
-    og_model, inputs = _og_inputs(gemma4_bundle, tmp_path, pixels)
+    og_model, inputs = og_image_inputs(gemma4_bundle, tmp_path, pixels)
     ids = inputs["input_ids"].as_numpy().astype(np.int64)
     assert (ids == model.config.image_token_id).sum() == sum(map(image_tokens, pixels))
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=ids.shape[1] + 1)
-    generator = og.Generator(og_model, params)
-    generator.set_inputs(inputs)
-    generator.generate_next_token()
+    ours = og_prefill_logits(og_model, inputs)
     with torch.no_grad():
         expected = model(**_reference(model, ids, pixels)).logits.numpy()
-    ours = generator.get_output("logits")
     # every position of a 3-layer prefill over ~80-150 tokens: logits up to ~9 agree to 2e-4
     # (2e-5 of their size); the vision and embedding graphs alone hold 1e-4
     np.testing.assert_allclose(ours, expected, atol=2 * TOLERANCE, rtol=0)
@@ -272,14 +257,9 @@ def test_int4_tables_against_the_float_tables_bundle(gemma4_checkpoint, tmp_path
     pixels = [_pixels(*KEPT_SIZES[0], seed=3)]
     logits, tokens = [], []
     for bundle in bundles.values():
-        og_model, inputs = _og_inputs(bundle, tmp_path, pixels)
+        og_model, inputs = og_image_inputs(bundle, tmp_path, pixels)
         ids = inputs["input_ids"].as_numpy().astype(np.int64)
-        params = og.GeneratorParams(og_model)
-        params.set_search_options(do_sample=False, max_length=ids.shape[1] + 1)
-        generator = og.Generator(og_model, params)
-        generator.set_inputs(inputs)
-        generator.generate_next_token()
-        logits.append(generator.get_output("logits"))
+        logits.append(og_prefill_logits(og_model, inputs))
         tokens.append(og_greedy(og_model, inputs, 6))
     assert tokens[0] == tokens[1]
     assert not np.array_equal(*logits)  # the table's rounding reaches the logits
