@@ -207,16 +207,19 @@ def sessions(graphs: dict[str, ir.Model]) -> dict[str, ort.InferenceSession]:
 
 
 def prefill_logits(package, ids: np.ndarray, images: dict[str, np.ndarray]) -> np.ndarray:
-    """The decoder's logits of a prompt `ids` with its `images` (`image_inputs`), run through
-    the package's three graphs in onnxruntime (one call, no cache)."""
+    """The decoder's float32 logits of a prompt `ids` with its `images` (`image_inputs`), run
+    through the package's three graphs in onnxruntime (one call, no cache; pixels and cache in
+    the graphs' float dtype)."""
     graphs = package_sessions(package)
+    dtype = np.float16 if "float16" in graphs["vision"].get_inputs()[0].type else np.float32
+    images = {**images, "pixel_values": images["pixel_values"].astype(dtype)}
     (features,) = graphs["vision"].run(None, images)
     (embeds,) = graphs["embedding"].run(None, {"input_ids": ids, "image_features": features})
     feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids)}
     for value in graphs["decoder"].get_inputs():
         if value.name.startswith("past"):
-            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
-    return run_declared(graphs["decoder"], feeds)["logits"]
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), dtype)
+    return run_declared(graphs["decoder"], feeds)["logits"].astype(np.float32)
 
 
 def og_image_inputs(bundle: Path, folder: Path, pixels: list[np.ndarray], text: str = "Describe."):

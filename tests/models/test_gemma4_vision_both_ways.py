@@ -25,6 +25,9 @@ from tests._hf import generated_tokens
 from tests._ort import assert_only_the_decoder_fuses_gqa, model_ops, og_greedy
 
 TOLERANCE = 1e-4
+#: float16 graphs against transformers' float32 logits (up to ~8): the causal checkpoint's
+#: cuda graphs are ~0.18 off too; the image blocks move the logits by ~6.6.
+F16_TOLERANCE = 0.25
 #: The tiny checkpoint's layers: one sliding (window 16), then two full.
 SLIDING, FULL = 1, 2
 
@@ -85,6 +88,13 @@ def test_og_tokens_with_images_equal_transformers(both_ways, both_ways_bundle, t
     assert og_greedy(og_model, inputs, 6) == theirs
 
 
+def _two_images(model, pixels: list[np.ndarray]) -> np.ndarray:
+    """A prompt with the image tokens of two images, text around and between them."""
+    image = [model.config.image_token_id]
+    first, second = (image * image_tokens(each) for each in pixels)
+    return np.array([[2, 5, *first, 7, 5, *second, 8]], np.int64)
+
+
 def _causal(self, layer: int) -> bool:
     return False
 
@@ -104,11 +114,7 @@ def test_mutants_of_the_layers_the_image_blocks_reach_fail(both_ways, monkeypatc
     if mutant is not None:
         monkeypatch.setattr(causal_lm.PerLayerTextModel, "_image_blocks_in", mutant)
     pixels = [_pixels(*KEPT_SIZES[1]), _pixels(*KEPT_SIZES[2], seed=1)]
-    image = [model.config.image_token_id]
-    ids = np.array(
-        [[2, 5, *image * image_tokens(pixels[0]), 7, 5, *image * image_tokens(pixels[1]), 8]],
-        np.int64,
-    )
+    ids = _two_images(model, pixels)
     with torch.no_grad():
         expected = model(**_reference(model, ids, pixels)).logits.numpy()
     built = build(folder, "cpu", "fp32", progress=False)
@@ -116,6 +122,23 @@ def test_mutants_of_the_layers_the_image_blocks_reach_fail(both_ways, monkeypatc
     assert (error < TOLERANCE) == (mutant is None), (named, error)
     if mutant is not None:
         assert error > 100 * TOLERANCE, (named, error)
+
+
+def test_the_cuda_decoder_runs_on_the_cpu_kernel_like_transformers(both_ways):
+    """cuda's float16 graphs (the sliding layer's GroupQueryAttention with causal=0 and the
+    image-block bias) on onnxruntime's CPU kernels: the prefill logits of a prompt with two
+    images hold float16's tolerance of transformers', far from the causal logits."""
+    model, folder = both_ways
+    built = build(folder, "cuda", progress=False)
+    assert _gqa(built["decoder"], causal=0, bias=True) == SLIDING
+    pixels = [_pixels(*KEPT_SIZES[1]), _pixels(*KEPT_SIZES[2], seed=1)]
+    ids = _two_images(model, pixels)
+    logits = prefill_logits(built, ids, image_inputs(pixels))
+    with torch.no_grad():
+        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+        causal = model(**_reference(model, ids, pixels, blocks=False)).logits.numpy()
+    np.testing.assert_allclose(logits, expected, atol=F16_TOLERANCE, rtol=0)
+    assert np.abs(logits - causal).max() > 10 * F16_TOLERANCE  # the image blocks matter
 
 
 def _gqa(decoder, causal: int, bias: bool) -> int:
