@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
+import onnxruntime_genai as og
 import torch
 from safetensors.numpy import load_file
 from transformers import Gemma4Config, Gemma4ForConditionalGeneration
@@ -23,9 +24,11 @@ from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.vision_language import VISION_LANGUAGE, EmbeddingModel
 from mobius_genai.optimize import optimize_model
+from mobius_genai.runtime.smoke_image import png_bytes
 from mobius_genai.target import resolve_target
 from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
 from tests._hf import randomize_weights
+from tests._ort import package_sessions, run_declared
 
 TEXT_HIDDEN = 64
 PATCH, POOL = 4, 3  # 4-pixel patches, 3 x 3 of them one image token
@@ -40,7 +43,7 @@ TEXT = {
     "num_key_value_heads": 1,
     "head_dim": 16,
     "global_head_dim": 32,
-    "hidden_size_per_layer_input": 8,
+    "hidden_size_per_layer_input": 32,  # whole int4 blocks of the per-layer table
     "vocab_size_per_layer_input": 300,
     "layer_types": ["sliding_attention", "full_attention"],
     "sliding_window": 16,
@@ -203,6 +206,46 @@ def sessions(graphs: dict[str, ir.Model]) -> dict[str, ort.InferenceSession]:
     }
 
 
+def prefill_logits(package, ids: np.ndarray, images: dict[str, np.ndarray]) -> np.ndarray:
+    """The decoder's float32 logits of a prompt `ids` with its `images` (`image_inputs`), run
+    through the package's three graphs in onnxruntime (one call, no cache; pixels and cache in
+    the graphs' float dtype)."""
+    graphs = package_sessions(package)
+    dtype = np.float16 if "float16" in graphs["vision"].get_inputs()[0].type else np.float32
+    images = {**images, "pixel_values": images["pixel_values"].astype(dtype)}
+    (features,) = graphs["vision"].run(None, images)
+    (embeds,) = graphs["embedding"].run(None, {"input_ids": ids, "image_features": features})
+    feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids)}
+    for value in graphs["decoder"].get_inputs():
+        if value.name.startswith("past"):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), dtype)
+    return run_declared(graphs["decoder"], feeds)["logits"].astype(np.float32)
+
+
+def og_image_inputs(bundle: Path, folder: Path, pixels: list[np.ndarray], text: str = "Describe."):
+    """(og.Model, inputs): og's multimodal processor on `pixels` (written as PNG files in
+    `folder`), one `<|image>` each in the prompt."""
+    paths = []
+    for i, image in enumerate(pixels):
+        path = folder / f"image{i}.png"
+        path.write_bytes(png_bytes(image))
+        paths.append(str(path))
+    model = og.Model(str(bundle))
+    prompt = " ".join(["<|image>"] * len(pixels) + [text])
+    return model, model.create_multimodal_processor()(prompt, images=og.Images.open(*paths))
+
+
+def og_prefill_logits(og_model, inputs) -> np.ndarray:
+    """og.Generator's logits of every prompt position, after the prefill of `inputs`."""
+    length = inputs["input_ids"].as_numpy().shape[1]
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(do_sample=False, max_length=length + 1)
+    generator = og.Generator(og_model, params)
+    generator.set_inputs(inputs)
+    generator.generate_next_token()
+    return generator.get_output("logits")
+
+
 SPECIALS = ["<|image>", "<|image|>", "<image|>", "<|video|>", "<|audio|>", "<|audio>", "<audio|>"]
 #: 70 soft tokens of 3 x 3 patches of 4 pixels: og's Gemma4ImageTransform and transformers'
 #: processor resize to at most 630 patches; these sizes they keep (whole 12-pixel blocks
@@ -211,9 +254,10 @@ MAX_SOFT_TOKENS = 70
 KEPT_SIZES = ((72, 132), (96, 96), (108, 84))
 
 
-def write_gemma4_checkpoint(folder: Path) -> Gemma4ForConditionalGeneration:
+def write_gemma4_checkpoint(folder: Path, **text_changes: object) -> Gemma4ForConditionalGeneration:
     """A packageable tiny Gemma 4 checkpoint in `folder`: the model, tiny-qwen2's tokenizer
-    with Gemma 4's image, video and audio tokens, and the image processor's settings."""
+    with Gemma 4's image, video and audio tokens, and the image processor's settings;
+    `text_changes` replace text_config keys."""
     from transformers import AutoTokenizer
 
     from tests.conftest import TINY_QWEN2
@@ -225,6 +269,7 @@ def write_gemma4_checkpoint(folder: Path) -> Gemma4ForConditionalGeneration:
     # three layers (sliding, full, full): the smoke test's twin keeps the first two
     text = {"vocab_size": vocab, "vocab_size_per_layer_input": vocab, "num_hidden_layers": 3}
     text["layer_types"] = ["sliding_attention", "full_attention", "full_attention"]
+    text.update(text_changes)
     ids = dict(image_token_id=image, boi_token_id=boi, eoi_token_id=eoi, video_token_id=video)
     ids.update(audio_token_id=audio, boa_token_id=boa, eoa_token_index=eoa)
     model = _tiny(text, ids)

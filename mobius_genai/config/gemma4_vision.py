@@ -148,15 +148,11 @@ def parse_gemma4_vision_language(
     vision = Gemma4VisionConfig.from_dict(
         fields.mapping(raw.get("vision_config"), "vision_config"), text
     )
+    # "vision": an image's tokens attend to each other both ways in the sliding layers ("all"
+    # is refused with the text config)
     both_ways = fields.mapping(raw.get("text_config"), "text_config").get(
         "use_bidirectional_attention"
     )
-    if both_ways is not None:
-        raise ConfigError(
-            "config.json: field 'text_config.use_bidirectional_attention' is "
-            f"{both_ways!r}; accepted: null (an image's tokens attending to each other both "
-            "ways in the sliding layers is not built)"
-        )
     ids = {
         key: fields.integer(raw.get(key), key, default, positive=False)
         for key, default in (
@@ -177,5 +173,6 @@ def parse_gemma4_vision_language(
         model_type=fields.model_type(raw.get("model_type")),
         text=dataclasses.replace(text, per_layer_stack=section),
         vision=vision,
+        bidirectional_images=both_ways == "vision",
         **ids,
     )

@@ -112,6 +112,9 @@ class VisionLanguageConfig:
     eoi_token_id: int | None = None
     video_token_id: int | None = None
     vision_start_token_id: int | None = None
+    # The tokens of one image attend to each other both ways, as the config says (Gemma 4's
+    # `use_bidirectional_attention`); a family that always does sets its row's flag instead.
+    bidirectional_images: bool = False
 
     def first_layers(self, count: int) -> VisionLanguageConfig:
         """The decoder's first `count` layers and the vision tower's first layers of every kind

@@ -73,9 +73,18 @@ class TextModel(nn.Module):
             self.rotary_emb_local = None
         # a chunk as long as the context holds every position: the layer attends in full
         self.masks = [
-            (config.window_of_layer(i) or 0, _chunk(config.chunk_of_layer(i), context_length))
+            (
+                config.window_of_layer(i) or 0,
+                _chunk(config.chunk_of_layer(i), context_length),
+                self._image_blocks_in(i),
+            )
             for i in range(len(self.layers))
         ]
+
+    def _image_blocks_in(self, layer: int) -> bool:
+        """Whether the tokens of one image attend to each other both ways in `layer` (Gemma
+        3: in every layer, when the stack has an `image_token_id`)."""
+        return self.image_token_id is not None
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         config = self.config
@@ -160,9 +169,11 @@ class TextModel(nn.Module):
             presents.append(present)
         return state, presents
 
-    def _bias(self, op, input_ids, attention_mask, mask: tuple[int, int], position_ids) -> ir.Value:
-        window, chunk = mask
-        if self.image_token_id is None:
+    def _bias(
+        self, op, input_ids, attention_mask, mask: tuple[int, int, bool], position_ids
+    ) -> ir.Value:
+        window, chunk, image_blocks = mask
+        if not image_blocks:
             return attention_bias(
                 op, input_ids, attention_mask, window or None, position_ids, chunk or None
             )
@@ -253,6 +264,11 @@ class PerLayerTextModel(TextModel):
         )
         if config.per_layer_stack.per_layer_size:
             _per_layer_tables(self, config, config.per_layer_stack)
+
+    def _image_blocks_in(self, layer: int) -> bool:
+        """Gemma 4 gives an image's tokens both ways in its sliding layers only; its full
+        layers stay causal (transformers' `create_masks_for_vision_model`)."""
+        return self.image_token_id is not None and bool(self.config.window_of_layer(layer))
 
     def _per_layer_inputs(self, op, input_ids: ir.Value, embeds: ir.Value) -> ir.Value:
         """The per-layer inputs; a multimodal model's soft tokens read the pad token's rows

@@ -99,7 +99,8 @@ class VisionLanguageFamily:
     unused_weights: tuple[str, ...] = ()
     # Top-level config.json keys that are the text decoder's when `text_config` lacks them.
     top_level_text_keys: tuple[str, ...] = ()
-    # The tokens of one image attend to each other in both directions (Gemma 3).
+    # The tokens of one image attend to each other in both directions (Gemma 3; Gemma 4's
+    # config says: VisionLanguageConfig.bidirectional_images).
     bidirectional_images: bool = False
     # preprocessor_config.json's settings, the tower's config and the file's path → the
     # transforms of og's image processor (processor_config.json).

@@ -27,7 +27,8 @@ def vision_language_graphs(
     inside the build context. `dropped` names the checkpoint tensors of layers `config` leaves
     out (a twin's), which none reads."""
     text = config.text
-    blocks = config.image_token_id if family.bidirectional_images else None
+    both_ways = family.bidirectional_images or config.bidirectional_images
+    blocks = config.image_token_id if both_ways else None
     deepstack, width = config.deepstack_layers, config.embedding_width
     decoder = CausalLMModel(text, context_length, image_token_id=blocks, deepstack_layers=deepstack)
     models = {

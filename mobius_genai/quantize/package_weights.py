@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 
 __all__ = ["INT4_ROLES", "PackageWeights", "quantize_package", "why_float"]
 
-#: The graph roles (`optimize.gates.ROLES`) whose linear weights int4 quantizes: a text
-#: decoder's, and a speech model's encoder and decoder (onnxruntime-genai's builder quantizes
-#: Whisper's both). A vision tower and an embedding graph stay in the model's dtype.
-INT4_ROLES = frozenset({"decoder", "encoder", "cross_decoder"})
+#: The graph roles (`optimize.gates.ROLES`) whose weights int4 quantizes: a text decoder's, a
+#: speech model's encoder and decoder (onnxruntime-genai's builder quantizes Whisper's both),
+#: and a vision-language embedding graph's token table (a lookup by token ids, as a text
+#: decoder's). A vision tower stays in the model's dtype.
+INT4_ROLES = frozenset({"decoder", "encoder", "cross_decoder", "embedding"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,8 +78,10 @@ def _quantize_graphs(built: ModelPackage, plan: Int4Plan) -> Int4Report:
         key for key, role in built.roles.items() if role in INT4_ROLES and key != built.decoder_key
     ]
     first, *others = (quantize_planned(built[key], plan) for key in keys)
+    tables = {report.embedding for report in (first, *others)} - {"none"}
     return dataclasses.replace(
         first,
+        embedding=tables.pop() if len(tables) == 1 else ("mixed" if tables else "none"),
         weights=first.weights + tuple(w for report in others for w in report.weights),
         float_weights=first.float_weights + tuple(w for r in others for w in r.float_weights),
         declined=first.declined + tuple(d for report in others for d in report.declined),

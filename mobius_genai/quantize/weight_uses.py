@@ -8,8 +8,10 @@ A weight is a 2-D float initializer (not overridable as a graph input) used as:
 - the B input of `com.microsoft::FusedMatMul` with alpha 1 and no transposition of A or of
   batches (transB=1 reads an [N, K] table, e.g. the tied lm_head after fusion);
 - the data input of `Gather(axis=0)` indexed by the `input_ids` graph input (the token
-  embedding lookup of an [N, K] table). Other lookups, e.g. learned position embeddings, stay
-  float.
+  embedding lookup of an [N, K] table), directly or through `Where`s that send some ids to a
+  constant row (a vision-language decoder's image tokens reading the pad token's per-layer
+  row, Gemma 3n's ids past its per-layer table reading row 0). Other lookups, e.g. learned
+  position embeddings, stay float.
 
 Uses that fit none of these are left alone; `Declined` records why, for the report.
 """
@@ -123,6 +125,31 @@ def _fused_matmul_source(node: ir.Node) -> tuple[WeightSource | None, str]:
     return WeightSource((b,), stored_nk=bool(attrs.get_int("transB", 0))), ""
 
 
+def _constant(value: ir.Value | None) -> bool:
+    """A value fixed when the graph is built: a Constant node's or an initializer's."""
+    if value is None:
+        return False
+    if value.is_initializer():
+        return not value.is_graph_input()
+    producer = value.producer()
+    return producer is not None and producer.domain == "" and producer.op_type == "Constant"
+
+
+def _token_ids(ids: ir.Value) -> bool:
+    """`ids` is the `input_ids` graph input, or a `Where` choosing between token ids and a
+    constant id (whatever the condition): each lookup still reads a row of the token table."""
+    if ids.is_graph_input():
+        return ids.name == TOKEN_IDS
+    producer = ids.producer()
+    if producer is None or producer.domain != "" or producer.op_type != "Where":
+        return False
+    _, first, second = producer.inputs
+    return any(
+        branch is not None and _token_ids(branch) and _constant(other)
+        for branch, other in ((first, second), (second, first))
+    )
+
+
 def find_weights(graph: ir.Graph) -> tuple[list[WeightGroup], list[Declined]]:
     """The weights of `graph` that can be quantized, grouped per weight, in graph order."""
     groups: dict[tuple[tuple[int, ...], bool], WeightGroup] = {}
@@ -161,7 +188,7 @@ def find_weights(graph: ir.Graph) -> tuple[list[WeightGroup], list[Declined]]:
                 continue
             if node.attributes.get_int("axis", 0) != 0:
                 declined.append(Declined(node.name or "", "Gather axis is not 0"))
-            elif ids is None or not ids.is_graph_input() or ids.name != TOKEN_IDS:
+            elif ids is None or not _token_ids(ids):
                 reason = f"lookup not indexed by {TOKEN_IDS} (not the token embedding)"
                 declined.append(Declined(node.name or "", reason))
             else:

@@ -9,7 +9,7 @@ import pytest
 
 from mobius_genai.components import gemma4_vision
 from mobius_genai.config.gemma4_vision import parse_gemma4_vision_language
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models.image_processors import gemma4_transforms
 from mobius_genai.models.vision_language import VISION_LANGUAGE
 from tests._gemma4_vision import (
@@ -190,15 +190,25 @@ def test_configs_the_graph_cannot_express_are_refused_in_one_line(gemma4, change
     assert named in message and "\n" not in message
 
 
-def test_image_tokens_attending_both_ways_are_refused_in_one_line(gemma4):
-    """Gemma 4's larger checkpoints let an image's tokens attend to each other both ways in
-    the sliding layers: not built, so refused rather than run causally."""
+@pytest.mark.parametrize(("value", "both_ways"), [(None, False), ("vision", True)])
+def test_image_tokens_attend_both_ways_as_the_config_says(gemma4, value, both_ways):
+    """Gemma 4's larger checkpoints set use_bidirectional_attention "vision" (an image's
+    tokens attend to each other both ways in the sliding layers); the smaller ones leave it
+    null (causal)."""
     model, _ = gemma4
     raw = model.config.to_dict()
-    raw["text_config"] = {**raw["text_config"], "use_bidirectional_attention": "vision"}
-    with pytest.raises(ConfigError, match="use_bidirectional_attention' is 'vision'") as error:
+    raw["text_config"] = {**raw["text_config"], "use_bidirectional_attention": value}
+    assert VISION_LANGUAGE["gemma4"].parse_config(raw).bidirectional_images is both_ways
+
+
+def test_attention_both_ways_everywhere_is_refused_in_one_line(gemma4):
+    """use_bidirectional_attention "all" (no causal mask: an encoder) is no decoder og runs."""
+    model, _ = gemma4
+    raw = model.config.to_dict()
+    raw["text_config"] = {**raw["text_config"], "use_bidirectional_attention": "all"}
+    with pytest.raises(UnsupportedModelError, match="use_bidirectional_attention is 'all'") as e:
         VISION_LANGUAGE["gemma4"].parse_config(raw)
-    assert "\n" not in str(error.value)
+    assert "\n" not in str(e.value)
 
 
 def test_a_gemma4_config_without_a_vision_tower_is_refused_in_one_line(gemma4):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import onnxruntime_genai as og
 import pytest
 import torch
@@ -17,6 +18,7 @@ from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
 from mobius_genai.models import causal_lm
 from mobius_genai.packager import package
+from mobius_genai.quantize import weight_uses
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import png_bytes
 from tests._gemma4_vision import (
@@ -26,6 +28,9 @@ from tests._gemma4_vision import (
     image_inputs,
     image_tokens,
     kept_size,
+    og_image_inputs,
+    og_prefill_logits,
+    prefill_logits,
     reference_features,
 )
 from tests._hf import generated_tokens
@@ -39,22 +44,15 @@ from tests._ort import (
 
 TOLERANCE = 1e-4
 F16_TOLERANCE = 5e-2
+TABLE = "model.embed_tokens_per_layer.weight"
+TOKEN_TABLE = "model.embed_tokens.weight"
+#: How much the tables' int4 rounding may add to an int4 bundle's mean error against
+#: transformers (relative; the tiny model's token table has two blocks a row).
+INT4_TABLE_DRIFT = 0.1
 
 
 def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def _og_inputs(bundle, tmp_path, pixels: list[np.ndarray], text: str = "Describe."):
-    """og's multimodal processor on `pixels` as PNG files, one `<|image>` each in the prompt."""
-    paths = []
-    for i, image in enumerate(pixels):
-        path = tmp_path / f"image{i}.png"
-        path.write_bytes(png_bytes(image))
-        paths.append(str(path))
-    model = og.Model(str(bundle))
-    prompt = " ".join(["<|image>"] * len(pixels) + [text])
-    return model, model.create_multimodal_processor()(prompt, images=og.Images.open(*paths))
 
 
 def _reference(model, ids: np.ndarray, pixels: list[np.ndarray]) -> dict:
@@ -94,7 +92,7 @@ def test_og_processor_gives_transformers_patches_and_prompt(gemma4_bundle, tmp_p
     positions; og wraps the image's tokens in blank lines (transformers' processor does not:
     the comparisons feed transformers og's ids)."""
     pixels = _pixels(*size)
-    model, inputs = _og_inputs(gemma4_bundle, tmp_path, [pixels])
+    model, inputs = og_image_inputs(gemma4_bundle, tmp_path, [pixels])
     expected = image_inputs([pixels])
     np.testing.assert_allclose(
         inputs["pixel_values"].as_numpy(), expected["pixel_values"], atol=1e-6
@@ -115,7 +113,7 @@ def test_og_processor_gives_transformers_patches_and_prompt(gemma4_bundle, tmp_p
 def test_og_resizes_an_image_to_transformers_size(gemma4_bundle, tmp_path, size):
     """An image at another size: og's transform picks transformers' target size (its patch
     grid), within the token budget."""
-    _, inputs = _og_inputs(gemma4_bundle, tmp_path, [_pixels(*size)])
+    _, inputs = og_image_inputs(gemma4_bundle, tmp_path, [_pixels(*size)])
     height, width = kept_size(*size)
     positions = inputs["pixel_position_ids"].as_numpy().reshape(-1, 2)
     assert (positions[:, 0].max() + 1, positions[:, 1].max() + 1) == (width // 4, height // 4)
@@ -130,17 +128,12 @@ def test_og_greedy_tokens_with_images_equal_transformers(
     and its greedy tokens equal transformers'."""
     model, _ = gemma4_checkpoint
     pixels = [_pixels(*size, seed=i) for i, size in enumerate(sizes)]
-    og_model, inputs = _og_inputs(gemma4_bundle, tmp_path, pixels)
+    og_model, inputs = og_image_inputs(gemma4_bundle, tmp_path, pixels)
     ids = inputs["input_ids"].as_numpy().astype(np.int64)
     assert (ids == model.config.image_token_id).sum() == sum(map(image_tokens, pixels))
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=ids.shape[1] + 1)
-    generator = og.Generator(og_model, params)
-    generator.set_inputs(inputs)
-    generator.generate_next_token()
+    ours = og_prefill_logits(og_model, inputs)
     with torch.no_grad():
         expected = model(**_reference(model, ids, pixels)).logits.numpy()
-    ours = generator.get_output("logits")
     # every position of a 3-layer prefill over ~80-150 tokens: logits up to ~9 agree to 2e-4
     # (2e-5 of their size); the vision and embedding graphs alone hold 1e-4
     np.testing.assert_allclose(ours, expected, atol=2 * TOLERANCE, rtol=0)
@@ -168,16 +161,7 @@ def test_soft_tokens_reading_their_own_per_layer_rows_fail(gemma4_checkpoint, mo
     errors = []
     for forward in (section_of, own_rows):
         monkeypatch.setattr(causal_lm.PerLayerTextModel, "_per_layer_inputs", forward)
-        sessions = package_sessions(build(folder, "cpu", "fp32", progress=False))
-        (features,) = sessions["vision"].run(None, features_of)
-        (embeds,) = sessions["embedding"].run(None, {"input_ids": ids, "image_features": features})
-        feeds = {"inputs_embeds": embeds, "input_ids": ids, "attention_mask": np.ones_like(ids)}
-        for value in sessions["decoder"].get_inputs():
-            if value.name.startswith("past"):
-                feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
-        declared = {value.name for value in sessions["decoder"].get_inputs()}
-        feeds = {name: value for name, value in feeds.items() if name in declared}
-        logits = sessions["decoder"].run(["logits"], feeds)[0]
+        logits = prefill_logits(build(folder, "cpu", "fp32", progress=False), ids, features_of)
         errors.append(float(np.abs(logits - expected).max()))
     assert errors[0] < TOLERANCE < 100 * TOLERANCE < errors[1]
 
@@ -221,12 +205,66 @@ def test_the_cuda_vision_graph_runs_on_the_cpu_kernel_like_transformers(gemma4_c
 
 
 def test_int4_bundle_quantizes_the_decoder_and_runs_with_an_image(gemma4_checkpoint, tmp_path):
-    """int4: the decoder's projections become MatMulNBits, the tower and the embedding graph
-    stay float, and the smoke test (og against a plain onnxruntime loop) runs with an image."""
+    """int4: the decoder's projections become MatMulNBits, its per-layer table and the
+    embedding graph's token table GatherBlockQuantized (read by the token ids, image tokens
+    mapped to the pad row), the tower stays float, and the smoke test (og against a plain
+    onnxruntime loop) runs with an image."""
     _, folder = gemma4_checkpoint
     bundle = package(folder, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     assert ("com.microsoft", "MatMulNBits") in saved_ops(bundle / "decoder.onnx")
-    for graph in ("vision.onnx", "embedding.onnx"):
-        assert ("com.microsoft", "MatMulNBits") not in saved_ops(bundle / graph)
+    assert ("com.microsoft", "GatherBlockQuantized") in saved_ops(bundle / "decoder.onnx")
+    assert TABLE not in _float_initializers(bundle / "decoder.onnx")
+    assert saved_ops(bundle / "embedding.onnx") >= {("com.microsoft", "GatherBlockQuantized")}
+    assert TOKEN_TABLE not in _float_initializers(bundle / "embedding.onnx")
+    assert ("com.microsoft", "MatMulNBits") not in saved_ops(bundle / "vision.onnx")
     record = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["smoke_test"]
     assert record["ran"] and "with a 96x96 image" in record["note"]
+
+
+def _float_initializers(path) -> dict[str, int]:
+    """The float initializers of a saved graph, name → bytes, its weights left unread."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return {
+        tensor.name: int(np.prod(tensor.dims)) * 4
+        for tensor in graph.initializer
+        if tensor.data_type == onnx.TensorProto.FLOAT
+    }
+
+
+def _bytes(bundle) -> int:
+    """The bytes of a bundle's graphs and their weights."""
+    return sum(path.stat().st_size for path in bundle.glob("*.onnx*"))
+
+
+def test_int4_tables_against_the_float_tables_bundle(gemma4_checkpoint, tmp_path, monkeypatch):
+    """The int4 bundle against one whose lookups by mapped ids stay float (as before: the
+    decoder's per-layer table, the embedding graph's token table): the bundle is smaller by
+    about the tables' float bytes less their int4 ones (4 bits and a float scale per block of
+    32); og's greedy tokens with an image are the same, and the prefill logits' mean error
+    against transformers grows by under 10% (the int4 projections' error is the bar)."""
+    model, folder = gemma4_checkpoint
+    bundles = {"int4": package(folder, "cpu", tmp_path / "int4", precision="int4", quiet=True)}
+    monkeypatch.setattr(weight_uses, "_token_ids", lambda ids: ids.name == weight_uses.TOKEN_IDS)
+    bundles["float tables"] = package(
+        folder, "cpu", tmp_path / "float", precision="int4", quiet=True, smoke_test=False
+    )
+    tables = sum(
+        _float_initializers(bundles["float tables"] / graph)[name]
+        for graph, name in (("decoder.onnx", TABLE), ("embedding.onnx", TOKEN_TABLE))
+    )
+    saved = _bytes(bundles["float tables"]) - _bytes(bundles["int4"])
+    assert 0.8 * tables * (1 - 5 / 32) < saved < tables
+    pixels = [_pixels(*KEPT_SIZES[0], seed=3)]
+    logits, tokens = [], []
+    for bundle in bundles.values():
+        og_model, inputs = og_image_inputs(bundle, tmp_path, pixels)
+        ids = inputs["input_ids"].as_numpy().astype(np.int64)
+        logits.append(og_prefill_logits(og_model, inputs))
+        tokens.append(og_greedy(og_model, inputs, 6))
+    assert tokens[0] == tokens[1]
+    assert not np.array_equal(*logits)  # the table's rounding reaches the logits
+    with torch.no_grad():
+        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+    # the tiny random model's int4 projections alone move its logits ~28% on average
+    errors = [np.abs(each - expected).mean() / np.abs(expected).mean() for each in logits]
+    assert errors[0] < (1 + INT4_TABLE_DRIFT) * errors[1], errors

@@ -123,3 +123,43 @@ def test_activations_overridable_weights_and_other_axes_are_left_alone():
         "Gather axis is not 0",
         "lookup not indexed by input_ids (not the token embedding)",
     ]
+
+
+def _mapped_lookup(other: ir.Value) -> tuple[ir.Model, list[ir.Value]]:
+    """Gather(table, Where(ids == 5, other, input_ids)): image tokens (id 5) read `other`."""
+    table = _weight("table", np.random.default_rng(2).standard_normal((8, 32)).astype(np.float32))
+    ids = ir.val("input_ids", ir.DataType.INT64, ir.Shape([1, 4]))
+    five = ir.node("Constant", [], {"value_int": 5})
+    is_image = ir.node("Equal", [ids, five.outputs[0]])
+    mapped = ir.node("Where", [is_image.outputs[0], other, ids])
+    gather = ir.node("Gather", [table, mapped.outputs[0]])
+    nodes = [five, is_image, mapped, gather]
+    return nodes, [ids, table]
+
+
+def test_a_lookup_by_token_ids_some_mapped_to_a_constant_row_is_quantized():
+    """A vision-language decoder's image tokens read the pad token's per-layer row: the lookup
+    still reads rows of the token table, so it becomes GatherBlockQuantized with the mapped
+    ids, and gives the dequantized table's rows."""
+    pad = ir.node("Constant", [], {"value_int": 0})
+    nodes, (ids, table) = _mapped_lookup(pad.outputs[0])
+    array = table.const_value.numpy().copy()
+    model = _model([pad, *nodes], [ids], [table])
+    report = quantize_int4(
+        model, Int4Options(block_size=16, accuracy_level=0, quality="builder"), get_ep("cpu")
+    )
+    assert [(w.name, w.ops) for w in report.weights] == [("table", ("GatherBlockQuantized",))]
+    feeds = {"input_ids": np.array([[3, 5, 7, 5]], np.int64)}
+    rows = dequantize_matmul_nbits(quantize_matmul_nbits(array.T, 16, True), 32).T
+    np.testing.assert_allclose(_run(model, feeds), rows[[[3, 0, 7, 0]]], atol=1e-6)
+
+
+def test_a_lookup_by_ids_mixed_with_another_input_stays_float():
+    """Where(.., position_ids, input_ids): not every index is a token id (or a fixed row)."""
+    positions = ir.val("position_ids", ir.DataType.INT64, ir.Shape([1, 4]))
+    nodes, (ids, table) = _mapped_lookup(positions)
+    groups, declined = find_weights(_model(nodes, [ids, positions], [table]).graph)
+    assert groups == []
+    assert [d.reason for d in declined] == [
+        "lookup not indexed by input_ids (not the token embedding)"
+    ]

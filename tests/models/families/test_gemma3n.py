@@ -182,7 +182,8 @@ def test_bad_config_is_one_clear_line(changes, message, tmp_path):
 
 def test_int4_bundle_keeps_altups_four_wide_coefficients_float_and_generates(tmp_path):
     """AltUp's coefficient projections read K=4 (its streams), below every int4 block: they stay
-    float MatMuls while every other projection becomes MatMulNBits; og generates from it."""
+    float MatMuls while every other projection becomes MatMulNBits, both tables
+    GatherBlockQuantized; og generates from it."""
     ckpt = _checkpoint(tmp_path / "ckpt", "gemma3n_text")
     options = Int4Options(block_size=16)  # the tiny MLP sizes (80) take 16
     folder = packager.package(
@@ -200,6 +201,9 @@ def test_int4_bundle_keeps_altups_four_wide_coefficients_float_and_generates(tmp
     # gate and projection, the router twice (predict, correct), 3 MLP; v in the four layers
     # with a cache; the per-layer model projection, 6 stream projections, the head
     assert [node.op_type for node in graph].count("MatMulNBits") == 6 * 11 + 4 + 1 + 6 + 1
+    # the token embedding, and the per-layer table read by the ids (those past it: row 0)
+    tables = [node.inputs[0].name for node in graph if node.op_type == "GatherBlockQuantized"]
+    assert tables == ["model.embed_tokens.weight_Q4", "model.embed_tokens_per_layer.weight_Q4"]
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
 
 
