@@ -16,7 +16,11 @@ from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
-from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
+from mobius_genai.models.families.family_keys import (
+    READS_MLP_BIAS,
+    READS_PARTIAL_ROTARY,
+    READS_SLIDING_SWITCH,
+)
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
@@ -94,14 +98,20 @@ _GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
 # One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
 # "decoder" (adapter.py).
 _FAMILIES = (
-    FamilyAdapter(model_type="llama", genai_type="llama"),
+    FamilyAdapter(model_type="llama", genai_type="llama", family_keys=READS_MLP_BIAS),
     FamilyAdapter(model_type="mistral", genai_type="mistral"),
     FamilyAdapter(
         model_type="qwen2",
+        family_keys=READS_SLIDING_SWITCH,
         genai_type="qwen2",
         config_overrides={"qkv_bias": True, "o_bias": False},
     ),
-    FamilyAdapter(model_type="qwen3", genai_type="qwen3", config_overrides={"qk_norm": True}),
+    FamilyAdapter(
+        model_type="qwen3",
+        family_keys=READS_SLIDING_SWITCH,
+        genai_type="qwen3",
+        config_overrides={"qk_norm": True},
+    ),
     FamilyAdapter(
         model_type="gemma",
         genai_type="gemma",
@@ -218,10 +228,9 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="granite",
+        family_keys=READS_MLP_BIAS,
         genai_type="granite",
-        config_overrides={
-            **GRANITE_MULTIPLIERS,
-        },
+        config_overrides=GRANITE_MULTIPLIERS,
     ),
     FamilyAdapter(
         model_type="olmo2",
@@ -307,7 +316,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="nemotron",
-        family_keys=READS_PARTIAL_ROTARY,
+        family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,
         genai_type="nemotron",
         config_defaults={"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},
         config_overrides={"norm_type": "layer", "gated_mlp": False},
@@ -318,6 +327,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="exaone",
+        family_keys=READS_MLP_BIAS,
         # (layer_norm_epsilon, EXAONE's name for rms_norm_eps, is one of config's eps keys)
         config_aliases={"num_layers": "num_hidden_layers", "activation_function": "hidden_act"},
         config_defaults={
@@ -411,12 +421,14 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="arcee",
+        family_keys=READS_MLP_BIAS,
         config_defaults={"hidden_act": "relu2", "rms_norm_eps": 1e-5},
         config_overrides={"gated_mlp": False},  # down(act(up(x))): llama without the gate
         weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
     ),
     FamilyAdapter(
         model_type="helium",
+        family_keys=READS_MLP_BIAS,
         config_defaults={
             "head_dim": 128,
             "num_key_value_heads": 20,
@@ -444,6 +456,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="seed_oss",
+        family_keys=READS_MLP_BIAS,
         config_defaults={
             "head_dim": when_absent("head_dim", 128),
             "num_key_value_heads": when_absent("num_key_value_heads", 8),
@@ -504,6 +517,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="internlm3",
+        family_keys=READS_MLP_BIAS,
         config_aliases={"qkv_bias": "attention_bias", "bias": "mlp_bias"},
         config_defaults={
             "head_dim": when_absent("head_dim", 128),
@@ -531,6 +545,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="smollm3",
+        family_keys=READS_SLIDING_SWITCH | READS_MLP_BIAS,
         genai_type="smollm3",
         config_defaults={"tie_word_embeddings": True},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
