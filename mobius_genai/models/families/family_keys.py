@@ -22,6 +22,9 @@ USE_SLIDING_WINDOW = "use_sliding_window"
 #: The key of families whose MLP takes `mlp_bias` (the others' Linear layers have no bias).
 MLP_BIAS = "mlp_bias"
 _ROPE_DICTS = ("rope_parameters", "rope_scaling")
+#: `config_overrides` of the rows whose attention projections never have a bias: most classes
+#: read `attention_bias` (llama's), so the few that ignore it fix it off rather than opt in.
+UNBIASED_ATTENTION = {"qkv_bias": False, "o_bias": False}
 
 
 def _drop_partial_rotary(raw: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from mobius_genai.models.families.family_keys import (
     READS_MLP_BIAS,
     READS_PARTIAL_ROTARY,
     READS_SLIDING_SWITCH,
+    UNBIASED_ATTENTION,
 )
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_hub import gemma_hub_row
@@ -99,7 +100,11 @@ _GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
 # "decoder" (adapter.py).
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama", family_keys=READS_MLP_BIAS),
-    FamilyAdapter(model_type="mistral", genai_type="mistral"),
+    FamilyAdapter(
+        model_type="mistral",
+        genai_type="mistral",
+        config_overrides=UNBIASED_ATTENTION,
+    ),
     FamilyAdapter(
         model_type="qwen2",
         family_keys=READS_SLIDING_SWITCH,
@@ -152,6 +157,7 @@ _FAMILIES = (
         model_type="phi3",
         family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi3",
+        config_overrides=UNBIASED_ATTENTION,
         fused_weights=(
             FusedWeight(
                 r"\.self_attn\.(?P<part>q|k|v)_proj\.weight$",

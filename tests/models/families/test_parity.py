@@ -248,6 +248,13 @@ CASES = {
     "mistral_sliding_window": ("mistral", {"sliding_window": 4}),
     # Qwen2MLP has no biases whatever mlp_bias says; the checkpoint has none to read
     "qwen2_ignores_mlp_bias": ("qwen2", {"mlp_bias": True}),
+    # ... nor have their attention projections whatever attention_bias says
+    "mistral_ignores_attention_and_mlp_bias": (
+        "mistral",
+        {"attention_bias": True, "mlp_bias": True},
+    ),
+    "phi3_ignores_attention_and_mlp_bias": ("phi3", {"attention_bias": True, "mlp_bias": True}),
+    "lfm2_ignores_attention_bias": ("lfm2", {"attention_bias": True}),
     "qwen3_5_text_equal_linear_heads_tied_attention_first": (
         "qwen3_5_text",
         {
