@@ -15,6 +15,7 @@ import pytest
 from mobius_genai import ArchitectureConfig, ConfigError, RopeConfig, UnsupportedModelError
 from mobius_genai.checkpoint.weights import TensorSource
 from mobius_genai.models import FAMILIES, FamilyAdapter, get_family
+from mobius_genai.models.families.family_keys import FAMILY_KEYS
 from tests._hf import FAMILIES as HF_FAMILIES
 from tests._hf import tiny_config
 
@@ -151,6 +152,29 @@ def test_families_whose_rotary_turns_whole_heads_ignore_partial_rotary_factor(fa
 def test_families_whose_rotary_reads_partial_rotary_factor_keep_it(family):
     config = _parse(family, partial_rotary_factor=0.5)
     assert config.rotary_dim == config.head_dim // 2
+
+
+def test_a_row_that_fills_in_a_family_key_reads_it():
+    """A default for a key the row does not list would be dropped before it is read."""
+    unread = {
+        name: sorted(set(row.config_defaults) & FAMILY_KEYS - row.family_keys)
+        for name, row in FAMILIES.items()
+    }
+    assert {name: keys for name, keys in unread.items() if keys} == {}
+
+
+@pytest.mark.parametrize(
+    ("family", "reads"),
+    [("llama", True), ("nemotron", True), ("smollm3", True), ("qwen2", False), ("gemma", False)],
+)
+def test_mlp_bias_only_where_the_mlp_reads_it(family, reads):
+    assert _parse(family, mlp_bias=True).mlp_bias == reads
+
+
+@pytest.mark.parametrize("family", ["mistral", "mixtral", "phi3", "lfm2", "minimax_m2"])
+def test_attention_bias_ignored_where_the_projections_have_none(family):
+    config = _parse(family, attention_bias=True)
+    assert (config.qkv_bias, config.o_bias) == (False, False)
 
 
 def test_gemma3_hub_layout_local_base_and_window_pattern():
