@@ -26,7 +26,7 @@ from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.gpt_oss import GPT_OSS
-from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
+from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, split_hidden
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
@@ -52,6 +52,7 @@ from mobius_genai.models.families.readers import (
 from mobius_genai.models.families.rope import (
     apertus_rope,
     gptj_partial_rotary,
+    gptj_rope,
     ntk_alpha_rope,
     olmo3_rope_local,
 )
@@ -209,6 +210,7 @@ _FAMILIES = (
             "mlp_bias": True,
             "position_embedding": "learned",
             "attention_scale": gpt2_scale,
+            "head_dim": split_hidden,  # GPT2Attention never reads config.json's head_dim
         },
         refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
         fused_weights=(
@@ -364,7 +366,7 @@ _FAMILIES = (
             "partial_rotary_factor": gptj_partial_rotary,
         },
         config_overrides={
-            "head_dim": hidden_over_heads,
+            "head_dim": split_hidden,
             "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
             "norm_type": "layer",
             "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
@@ -374,9 +376,8 @@ _FAMILIES = (
             "mlp_bias": True,
             "lm_head_bias": True,
             "rope_interleaved": True,  # rotate_every_two
+            "rope": gptj_rope,
         },
-        # GPTJRotaryEmbedding ignores rope scaling: a checkpoint that asks for it is refused
-        refused_keys=("rope_scaling",),
         weight_renames=(
             (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
             (r"\.self_attn\.", ".attn."),

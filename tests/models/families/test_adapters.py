@@ -278,7 +278,7 @@ def test_stablelm_facts():
     assert get_family("stablelm").parse_config(raw).rope.partial_rotary_factor == 0.25
     raw["partial_rotary_factor"] = 0.5
     assert get_family("stablelm").parse_config(raw).rotary_dim == 8
-    # StableLmAttention splits hidden_size over the heads, whatever head_dim says
+    # StableLmAttention splits hidden_size over the heads; its rotary embedding reads head_dim
     with pytest.raises(ConfigError, match="head_dim 32"):
         get_family("stablelm").parse_config({**raw, "head_dim": 32})
     stablelm = get_family("stablelm")
@@ -436,6 +436,12 @@ def test_gptj_facts():
     scaling = {"rope_type": "linear", "factor": 2.0}
     with pytest.raises(UnsupportedModelError, match="rope_scaling.*gptj"):
         gptj.parse_config({**raw, "rotary_dim": 8, "rope_scaling": scaling})
+    # transformers 5's spelling of the same ask; and a base GPTJRotaryEmbedding never reads
+    with pytest.raises(UnsupportedModelError, match="rope_scaling.*'linear'.*gptj"):
+        gptj.parse_config({**raw, "rotary_dim": 8, "rope_parameters": {**scaling}})
+    based = {"rope_type": "default", "rope_theta": 5.0}
+    based = gptj.parse_config({**raw, "rotary_dim": 8, "rope_parameters": based, "head_dim": 3})
+    assert (based.rope.theta, based.rotary_dim, based.head_dim) == (10000.0, 8, 16)
     expected = {
         "model.layers.1.self_attn.q_proj.weight": "transformer.h.1.attn.q_proj.weight",
         "model.layers.1.self_attn.o_proj.weight": "transformer.h.1.attn.out_proj.weight",

@@ -130,6 +130,13 @@ CASES = {
     ),
     "gptj": ("gptj", {}),
     "gptj_tied_whole_head_rotary": ("gptj", {"tie_word_embeddings": True, "rotary_dim": 16}),
+    # GPTJRotaryEmbedding's base is 10000 whatever rope_theta says; GPT2Attention's head size
+    # is hidden_size / heads whatever head_dim says
+    "gptj_ignores_rope_theta": (
+        "gptj",
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 50.0}},
+    ),
+    "gpt2_ignores_head_dim": ("gpt2", {"head_dim": 7}),
     "cohere": ("cohere", {}),
     "cohere_qk_norm_bias_untied": (
         "cohere",
