@@ -63,6 +63,9 @@ _DROPS: dict[str, Callable[[dict[str, Any]], None]] = {
     MLP_BIAS: _drop_mlp_bias,
 }
 FAMILY_KEYS = frozenset(_DROPS)
+#: What every config class that reads a gated key fills in when config.json lacks it (Qwen2's,
+#: Qwen3's, their MoE's and SmolLM3's: no window unless switched on).
+_READ_DEFAULTS = {USE_SLIDING_WINDOW: False}
 #: `family_keys` of the rows whose rotary embedding reads partial_rotary_factor.
 READS_PARTIAL_ROTARY = frozenset({PARTIAL_ROTARY})
 #: `family_keys` of the rows whose config class reads use_sliding_window and max_window_layers.
@@ -72,7 +75,10 @@ READS_MLP_BIAS = frozenset({MLP_BIAS})
 
 
 def drop_unread_keys(raw: dict[str, Any], read: frozenset[str]) -> None:
-    """Clear `raw` (a config.json dict, changed in place) of the FAMILY_KEYS not in `read`."""
+    """Clear `raw` (a config.json dict, changed in place) of the FAMILY_KEYS not in `read`, and
+    fill in those in `read` that it lacks as their config classes do."""
     for key, drop in _DROPS.items():
         if key not in read:
             drop(raw)
+        elif key in _READ_DEFAULTS and raw.get(key) is None:
+            raw[key] = _READ_DEFAULTS[key]

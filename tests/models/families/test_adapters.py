@@ -154,6 +154,17 @@ def test_families_whose_rotary_reads_partial_rotary_factor_keep_it(family):
     assert config.rotary_dim == config.head_dim // 2
 
 
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "smollm3"])
+def test_a_window_without_its_switch_is_off_where_the_config_class_defaults_it_off(family):
+    raw = {**tiny_config(family).to_dict(), "sliding_window": 4, "max_window_layers": 0}
+    raw.pop("layer_types", None)  # the hub's layout: no layer_types, and here no switch
+    del raw["use_sliding_window"]
+    hf = type(tiny_config(family)).from_dict(raw)  # no window, or no layer that slides
+    assert not hf.sliding_window or "sliding_attention" not in getattr(hf, "layer_types", [])
+    config = get_family(family).parse_config(raw)
+    assert [config.window_of_layer(i) for i in range(config.num_hidden_layers)] == [None] * 3
+
+
 def test_a_row_that_fills_in_a_family_key_reads_it():
     """A default for a key the row does not list would be dropped before it is read."""
     unread = {
