@@ -297,7 +297,9 @@ def test_yarn_without_factor_derives_it_as_transformers_does():
         ("exaone", {"layer_norm_epsilon": "x"}, ["'layer_norm_epsilon'", "'x'"]),
         ("gptj", {"rotary_dim": 32}, ["'rotary_dim'", "head size 16", "32"]),
         ("gptj", {"rotary_dim": 4.0}, ["'rotary_dim'", "positive integer", "4.0"]),
-        ("gptj", {"head_dim": 8}, ["gptj needs", "hidden_size", "head_dim 8"]),
+        # GPTNeoXRotaryEmbedding sizes itself from head_dim (GPTJ's never reads it)
+        ("gpt_neox", {"head_dim": 8}, ["gpt_neox needs", "hidden_size", "head_dim 8"]),
+        ("gptj", {"hidden_size": 66}, ["gptj needs", "hidden_size 66", "num_attention_heads 4"]),
         ("cohere", {"logit_scale": 0}, ["'logit_scale'", "positive number", "0"]),
         ("cohere", {"use_qk_norm": "yes"}, ["'use_qk_norm'", "true or false", "'yes'"]),
         ("glm", {"partial_rotary_factor": 1.5}, ["partial_rotary_factor 1.5", "(0, 1]"]),

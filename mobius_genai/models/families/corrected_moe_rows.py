@@ -19,7 +19,7 @@ from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import v3_moe
-from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
+from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
 from mobius_genai.models.families.readers import switch, when_absent
 
 
@@ -106,7 +106,7 @@ CORRECTED_MOE_FAMILIES = (
         },
         # biases would reach the shared experts and the LM head; hub checkpoints have none
         refused_keys=("use_bias",),
-        config_overrides={"rope_interleaved": True, "moe": _ernie_moe},
+        config_overrides={**UNBIASED_ATTENTION, "rope_interleaved": True, "moe": _ernie_moe},
         weight_renames=(
             (r"\.mlp\.gate\.e_score_correction_bias", ".mlp.moe_statics.e_score_correction_bias"),
             _SHARED_EXPERTS,
@@ -130,7 +130,12 @@ CORRECTED_MOE_FAMILIES = (
             "eos_token_id": 200020,
         },
         # RMSNorms over the whole q and k projections
-        config_overrides={"qk_norm": True, "qk_norm_per_head": False, "moe": _minimax_moe},
+        config_overrides={
+            **UNBIASED_ATTENTION,
+            "qk_norm": True,
+            "qk_norm_per_head": False,
+            "moe": _minimax_moe,
+        },
         weight_renames=(
             (r"\.mlp\.gate\.e_score_correction_bias", ".block_sparse_moe.e_score_correction_bias"),
             (r"\.mlp\.", ".block_sparse_moe."),

@@ -20,6 +20,7 @@ from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.config.rope import parse_rope, yarn_mscale
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.family_keys import READS_MLP_BIAS
 from mobius_genai.models.families.readers import switch, when_absent
 
 # V2's topk_method → whether it limits the groups (transformers' DeepseekV2TopkRouter)
@@ -151,6 +152,7 @@ DEEPSEEK_FAMILIES = (
     ),
     FamilyAdapter(
         model_type="deepseek_v2",
+        family_keys=READS_MLP_BIAS,
         config_aliases={"num_experts": "n_routed_experts"},
         config_defaults={
             **_latent_defaults(1536),

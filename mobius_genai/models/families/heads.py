@@ -10,18 +10,30 @@ from mobius_genai.config import fields
 from mobius_genai.errors import ConfigError
 
 
-def hidden_over_heads(raw: Mapping[str, Any]) -> int:
-    """The head size of families whose attention always splits hidden_size evenly over the
-    heads, whatever a head_dim key says (stablelm, gpt_neox)."""
+def split_hidden(raw: Mapping[str, Any]) -> int:
+    """The head size of families whose classes never read head_dim (gpt2, gptj): hidden_size
+    split evenly over the heads."""
     hidden, heads = fields.require(raw, "hidden_size"), fields.require(raw, "num_attention_heads")
-    head_dim = raw.get("head_dim")
-    if hidden % heads or head_dim not in (None, hidden // heads):
+    if hidden % heads:
         raise ConfigError(
             f"config.json: {raw.get('model_type')} needs hidden_size {hidden} divisible by "
-            f"num_attention_heads {heads} and head_dim absent or equal to the quotient, found "
-            f"head_dim {head_dim!r}"
+            f"num_attention_heads {heads}; accepted: a multiple of num_attention_heads"
         )
     return hidden // heads
+
+
+def hidden_over_heads(raw: Mapping[str, Any]) -> int:
+    """The head size of families whose attention always splits hidden_size evenly over the
+    heads while transformers' rotary embedding sizes itself from a head_dim key (stablelm,
+    gpt_neox): a head_dim other than the quotient is refused."""
+    size = split_hidden(raw)
+    head_dim = raw.get("head_dim")
+    if head_dim not in (None, size):
+        raise ConfigError(
+            f"config.json: {raw.get('model_type')} needs head_dim absent or equal to "
+            f"hidden_size / num_attention_heads ({size}), found head_dim {head_dim!r}"
+        )
+    return size
 
 
 def exaone_kv_heads(raw: Mapping[str, Any]) -> int:

@@ -14,7 +14,7 @@ from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
-from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
+from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
@@ -144,6 +144,7 @@ LFM2 = FamilyAdapter(
     },
     config_defaults={"tie_word_embeddings": True, "layer_types": lfm2_layer_types},
     config_overrides={
+        **UNBIASED_ATTENTION,
         "qk_norm": True,
         "intermediate_size": lfm2_intermediate_size,
         "short_conv": read_short_conv,

@@ -39,6 +39,7 @@ from mobius_genai.config.weight_scales import WeightScale, scale
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import v3_routing
+from mobius_genai.models.families.family_keys import READS_MLP_BIAS
 from mobius_genai.models.families.preprocess import scaled_weights
 from mobius_genai.models.families.readers import positive_number
 
@@ -114,6 +115,7 @@ def nemotron_h_moe(raw: Mapping[str, Any]) -> MoeConfig | None:
 
 NEMOTRON_H = FamilyAdapter(
     model_type="nemotron_h",
+    family_keys=READS_MLP_BIAS,
     config_aliases={"attention_head_dim": "head_dim", "num_local_experts": "n_routed_experts"},
     config_defaults={
         "head_dim": 128,
@@ -222,6 +224,7 @@ def falcon_h1_weight_scales(raw: Mapping[str, Any]) -> tuple[WeightScale, ...]:
 
 FALCON_H1 = FamilyAdapter(
     model_type="falcon_h1",
+    family_keys=READS_MLP_BIAS,
     config_overrides={
         "layer_types": lambda raw: ("full_attention",) * fields.require(raw, "num_hidden_layers"),
         "parallel_recurrent": "mamba2",

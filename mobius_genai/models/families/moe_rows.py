@@ -11,6 +11,7 @@ import dataclasses
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.family_keys import READS_SLIDING_SWITCH, UNBIASED_ATTENTION
 from mobius_genai.models.families.readers import switch
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
@@ -26,13 +27,15 @@ MOE_FAMILIES = (
     FamilyAdapter(
         model_type="mixtral",
         config_overrides={
-            "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True))
+            **UNBIASED_ATTENTION,
+            "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True)),
         },
         weight_renames=((r"\.mlp\.", ".block_sparse_moe."),),
         experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
     ),
     FamilyAdapter(
         model_type="qwen3_moe",
+        family_keys=READS_SLIDING_SWITCH,
         # transformers 5 writes num_local_experts; hub configs name it num_experts
         config_aliases={"num_local_experts": "num_experts"},
         config_overrides={"qk_norm": True, "moe": moe_reader(_QWEN_MOE)},
@@ -40,6 +43,7 @@ MOE_FAMILIES = (
     ),
     FamilyAdapter(
         model_type="qwen2_moe",
+        family_keys=READS_SLIDING_SWITCH,
         config_overrides={
             "qkv_bias": switch("qkv_bias", True),
             "o_bias": False,

@@ -10,7 +10,7 @@ from typing import Any
 from mobius_genai.config import RopeConfig, fields
 from mobius_genai.config.rope import parse_rope
 from mobius_genai.errors import ConfigError, UnsupportedModelError
-from mobius_genai.models.families.heads import hidden_over_heads
+from mobius_genai.models.families.heads import split_hidden
 
 
 def olmo3_rope_local(raw: Mapping[str, Any]) -> RopeConfig | None:
@@ -60,7 +60,7 @@ def ntk_alpha_rope(raw: Mapping[str, Any]) -> RopeConfig:
 def gptj_partial_rotary(raw: Mapping[str, Any]) -> float:
     """GPT-J rotates the first `rotary_dim` channels of each head (GPTJConfig: 64 when absent;
     null rotates the whole head)."""
-    head_dim = hidden_over_heads(raw)
+    head_dim = split_hidden(raw)
     rotary_dim = fields.integer(raw.get("rotary_dim", 64), "rotary_dim", head_dim)
     if rotary_dim > head_dim or rotary_dim % 2:
         raise ConfigError(
@@ -71,6 +71,19 @@ def gptj_partial_rotary(raw: Mapping[str, Any]) -> float:
     while int(head_dim * factor) < rotary_dim:  # r / h * h can land just below r
         factor = math.nextafter(factor, math.inf)
     return factor
+
+
+def gptj_rope(raw: Mapping[str, Any]) -> RopeConfig:
+    """GPTJRotaryEmbedding's fixed sinusoids (base 10000) whatever rope_theta says; rope scaling,
+    which it ignores too, is refused in either spelling (transformers 5 writes rope_scaling
+    as rope_parameters)."""
+    rope, _ = parse_rope(raw)
+    if rope.type != "default":
+        raise UnsupportedModelError(
+            f"config.json: rope_scaling (rope_parameters) of type {rope.type!r}; gptj models "
+            "are supported only without rope scaling, which GPTJRotaryEmbedding ignores"
+        )
+    return RopeConfig(partial_rotary_factor=rope.partial_rotary_factor)
 
 
 # ApertusConfig's rope when config.json names none

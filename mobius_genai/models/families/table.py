@@ -16,12 +16,17 @@ from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
-from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
+from mobius_genai.models.families.family_keys import (
+    READS_MLP_BIAS,
+    READS_PARTIAL_ROTARY,
+    READS_SLIDING_SWITCH,
+    UNBIASED_ATTENTION,
+)
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
 from mobius_genai.models.families.gpt_oss import GPT_OSS
-from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
+from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, split_hidden
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
@@ -47,6 +52,7 @@ from mobius_genai.models.families.readers import (
 from mobius_genai.models.families.rope import (
     apertus_rope,
     gptj_partial_rotary,
+    gptj_rope,
     ntk_alpha_rope,
     olmo3_rope_local,
 )
@@ -94,14 +100,24 @@ _GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
 # One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
 # "decoder" (adapter.py).
 _FAMILIES = (
-    FamilyAdapter(model_type="llama", genai_type="llama"),
-    FamilyAdapter(model_type="mistral", genai_type="mistral"),
+    FamilyAdapter(model_type="llama", genai_type="llama", family_keys=READS_MLP_BIAS),
+    FamilyAdapter(
+        model_type="mistral",
+        genai_type="mistral",
+        config_overrides=UNBIASED_ATTENTION,
+    ),
     FamilyAdapter(
         model_type="qwen2",
+        family_keys=READS_SLIDING_SWITCH,
         genai_type="qwen2",
         config_overrides={"qkv_bias": True, "o_bias": False},
     ),
-    FamilyAdapter(model_type="qwen3", genai_type="qwen3", config_overrides={"qk_norm": True}),
+    FamilyAdapter(
+        model_type="qwen3",
+        family_keys=READS_SLIDING_SWITCH,
+        genai_type="qwen3",
+        config_overrides={"qk_norm": True},
+    ),
     FamilyAdapter(
         model_type="gemma",
         genai_type="gemma",
@@ -142,6 +158,7 @@ _FAMILIES = (
         model_type="phi3",
         family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi3",
+        config_overrides=UNBIASED_ATTENTION,
         fused_weights=(
             FusedWeight(
                 r"\.self_attn\.(?P<part>q|k|v)_proj\.weight$",
@@ -193,6 +210,7 @@ _FAMILIES = (
             "mlp_bias": True,
             "position_embedding": "learned",
             "attention_scale": gpt2_scale,
+            "head_dim": split_hidden,  # GPT2Attention never reads config.json's head_dim
         },
         refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
         fused_weights=(
@@ -218,10 +236,9 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="granite",
+        family_keys=READS_MLP_BIAS,
         genai_type="granite",
-        config_overrides={
-            **GRANITE_MULTIPLIERS,
-        },
+        config_overrides=GRANITE_MULTIPLIERS,
     ),
     FamilyAdapter(
         model_type="olmo2",
@@ -307,7 +324,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="nemotron",
-        family_keys=READS_PARTIAL_ROTARY,
+        family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,
         genai_type="nemotron",
         config_defaults={"partial_rotary_factor": 0.5, "norm_eps": 1e-5, "hidden_act": "relu2"},
         config_overrides={"norm_type": "layer", "gated_mlp": False},
@@ -318,6 +335,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="exaone",
+        family_keys=READS_MLP_BIAS,
         # (layer_norm_epsilon, EXAONE's name for rms_norm_eps, is one of config's eps keys)
         config_aliases={"num_layers": "num_hidden_layers", "activation_function": "hidden_act"},
         config_defaults={
@@ -348,7 +366,7 @@ _FAMILIES = (
             "partial_rotary_factor": gptj_partial_rotary,
         },
         config_overrides={
-            "head_dim": hidden_over_heads,
+            "head_dim": split_hidden,
             "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
             "norm_type": "layer",
             "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
@@ -358,9 +376,8 @@ _FAMILIES = (
             "mlp_bias": True,
             "lm_head_bias": True,
             "rope_interleaved": True,  # rotate_every_two
+            "rope": gptj_rope,
         },
-        # GPTJRotaryEmbedding ignores rope scaling: a checkpoint that asks for it is refused
-        refused_keys=("rope_scaling",),
         weight_renames=(
             (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
             (r"\.self_attn\.", ".attn."),
@@ -411,12 +428,14 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="arcee",
+        family_keys=READS_MLP_BIAS,
         config_defaults={"hidden_act": "relu2", "rms_norm_eps": 1e-5},
         config_overrides={"gated_mlp": False},  # down(act(up(x))): llama without the gate
         weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
     ),
     FamilyAdapter(
         model_type="helium",
+        family_keys=READS_MLP_BIAS,
         config_defaults={
             "head_dim": 128,
             "num_key_value_heads": 20,
@@ -444,6 +463,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="seed_oss",
+        family_keys=READS_MLP_BIAS,
         config_defaults={
             "head_dim": when_absent("head_dim", 128),
             "num_key_value_heads": when_absent("num_key_value_heads", 8),
@@ -504,6 +524,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="internlm3",
+        family_keys=READS_MLP_BIAS,
         config_aliases={"qkv_bias": "attention_bias", "bias": "mlp_bias"},
         config_defaults={
             "head_dim": when_absent("head_dim", 128),
@@ -531,6 +552,7 @@ _FAMILIES = (
     ),
     FamilyAdapter(
         model_type="smollm3",
+        family_keys=READS_SLIDING_SWITCH | READS_MLP_BIAS,
         genai_type="smollm3",
         config_defaults={"tie_word_embeddings": True},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},

@@ -15,6 +15,7 @@ import pytest
 from mobius_genai import ArchitectureConfig, ConfigError, RopeConfig, UnsupportedModelError
 from mobius_genai.checkpoint.weights import TensorSource
 from mobius_genai.models import FAMILIES, FamilyAdapter, get_family
+from mobius_genai.models.families.family_keys import FAMILY_KEYS
 from tests._hf import FAMILIES as HF_FAMILIES
 from tests._hf import tiny_config
 
@@ -153,6 +154,40 @@ def test_families_whose_rotary_reads_partial_rotary_factor_keep_it(family):
     assert config.rotary_dim == config.head_dim // 2
 
 
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "smollm3"])
+def test_a_window_without_its_switch_is_off_where_the_config_class_defaults_it_off(family):
+    raw = {**tiny_config(family).to_dict(), "sliding_window": 4, "max_window_layers": 0}
+    raw.pop("layer_types", None)  # the hub's layout: no layer_types, and here no switch
+    del raw["use_sliding_window"]
+    hf = type(tiny_config(family)).from_dict(raw)  # no window, or no layer that slides
+    assert not hf.sliding_window or "sliding_attention" not in getattr(hf, "layer_types", [])
+    config = get_family(family).parse_config(raw)
+    assert [config.window_of_layer(i) for i in range(config.num_hidden_layers)] == [None] * 3
+
+
+def test_a_row_that_fills_in_a_family_key_reads_it():
+    """A default for a key the row does not list would be dropped before it is read."""
+    unread = {
+        name: sorted(set(row.config_defaults) & FAMILY_KEYS - row.family_keys)
+        for name, row in FAMILIES.items()
+    }
+    assert {name: keys for name, keys in unread.items() if keys} == {}
+
+
+@pytest.mark.parametrize(
+    ("family", "reads"),
+    [("llama", True), ("nemotron", True), ("smollm3", True), ("qwen2", False), ("gemma", False)],
+)
+def test_mlp_bias_only_where_the_mlp_reads_it(family, reads):
+    assert _parse(family, mlp_bias=True).mlp_bias == reads
+
+
+@pytest.mark.parametrize("family", ["mistral", "mixtral", "phi3", "lfm2", "minimax_m2"])
+def test_attention_bias_ignored_where_the_projections_have_none(family):
+    config = _parse(family, attention_bias=True)
+    assert (config.qkv_bias, config.o_bias) == (False, False)
+
+
 def test_gemma3_hub_layout_local_base_and_window_pattern():
     raw = tiny_config("gemma3_text").to_dict()
     del raw["rope_parameters"], raw["layer_types"]
@@ -254,7 +289,7 @@ def test_stablelm_facts():
     assert get_family("stablelm").parse_config(raw).rope.partial_rotary_factor == 0.25
     raw["partial_rotary_factor"] = 0.5
     assert get_family("stablelm").parse_config(raw).rotary_dim == 8
-    # StableLmAttention splits hidden_size over the heads, whatever head_dim says
+    # StableLmAttention splits hidden_size over the heads; its rotary embedding reads head_dim
     with pytest.raises(ConfigError, match="head_dim 32"):
         get_family("stablelm").parse_config({**raw, "head_dim": 32})
     stablelm = get_family("stablelm")
@@ -412,6 +447,12 @@ def test_gptj_facts():
     scaling = {"rope_type": "linear", "factor": 2.0}
     with pytest.raises(UnsupportedModelError, match="rope_scaling.*gptj"):
         gptj.parse_config({**raw, "rotary_dim": 8, "rope_scaling": scaling})
+    # transformers 5's spelling of the same ask; and a base GPTJRotaryEmbedding never reads
+    with pytest.raises(UnsupportedModelError, match="rope_scaling.*'linear'.*gptj"):
+        gptj.parse_config({**raw, "rotary_dim": 8, "rope_parameters": {**scaling}})
+    based = {"rope_type": "default", "rope_theta": 5.0}
+    based = gptj.parse_config({**raw, "rotary_dim": 8, "rope_parameters": based, "head_dim": 3})
+    assert (based.rope.theta, based.rotary_dim, based.head_dim) == (10000.0, 8, 16)
     expected = {
         "model.layers.1.self_attn.q_proj.weight": "transformer.h.1.attn.q_proj.weight",
         "model.layers.1.self_attn.o_proj.weight": "transformer.h.1.attn.out_proj.weight",

@@ -143,6 +143,17 @@ def test_a_bundle_ignores_softcaps_its_transformers_class_never_reads(
     assert len(ours) == NEW_TOKENS
 
 
+def test_a_bundle_windows_decoding_where_transformers_cache_does(tmp_path):
+    """A llama config.json whose window is switched off by use_sliding_window, a key LlamaConfig
+    never reads: transformers' cache still keeps only the last 12 tokens, so the greedy tokens
+    past the window are og's from a bundle whose layers slide."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "llama", sliding_window=12, use_sliding_window=False)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS > 12 - len(PROMPT)
+
+
 def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int) -> list[list]:
     """onnxruntime-genai's greedy tokens for a batch of prompts; it takes them padded on the
     right with genai_config's pad_token_id and masks those positions."""

@@ -51,6 +51,8 @@ CASES = {
     ),
     # values wider than the q/k heads and than the latent cache's head
     "deepseek_v3_values_wider_than_keys": ("deepseek_v3", {"v_head_dim": 48}),
+    # DeepseekV3MLP has no biases whatever mlp_bias says (V2's would have: refused)
+    "deepseek_v3_ignores_mlp_bias": ("deepseek_v3", {"mlp_bias": True}),
     # softmax top-k over every expert, low-rank q, plain rope (no mscale in the softmax scale)
     "deepseek_v2_greedy_low_rank_q": (
         "deepseek_v2",

@@ -44,6 +44,14 @@ CASES = {
     "mixtral_top1": ("mixtral", {"num_experts_per_tok": 1}),
     "olmoe_attention_bias_tied": ("olmoe", {"attention_bias": True, "tie_word_embeddings": True}),
     "granitemoe_attention_bias": ("granitemoe", {"attention_bias": True}),
+    # mlp_bias read by none of these classes, attention_bias by olmoe and qwen3_moe only
+    **{
+        f"{family}_attention_bias_mlp_bias": (
+            family,
+            {"attention_bias": True, "mlp_bias": True},
+        )
+        for family in ("mixtral", "ernie4_5_moe", "minimax_m2", "olmoe", "qwen3_moe")
+    },
 }
 
 

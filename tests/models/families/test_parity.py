@@ -43,6 +43,9 @@ LLAMA3_ROPE = {
 #: Softcaps small enough to bend a tiny model's logits, were a family to apply them.
 _UNREAD_SOFTCAPS = {"final_logit_softcapping": 2.0, "attn_logit_softcapping": 2.0}
 _UNREAD_KEYS = {**_UNREAD_SOFTCAPS, "partial_rotary_factor": 0.5}
+#: A window of 4 that the 3-token prompts below fit and their 8 decode steps run past, with
+#: the switches only Qwen2-like config classes read.
+_WINDOW_SWITCHED_OFF = {"sliding_window": 4, "use_sliding_window": False, "max_window_layers": 1}
 
 # case → (family, config overrides); every family appears with its defaults first.
 CASES = {
@@ -127,6 +130,13 @@ CASES = {
     ),
     "gptj": ("gptj", {}),
     "gptj_tied_whole_head_rotary": ("gptj", {"tie_word_embeddings": True, "rotary_dim": 16}),
+    # GPTJRotaryEmbedding's base is 10000 whatever rope_theta says; GPT2Attention's head size
+    # is hidden_size / heads whatever head_dim says
+    "gptj_ignores_rope_theta": (
+        "gptj",
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 50.0}},
+    ),
+    "gpt2_ignores_head_dim": ("gpt2", {"head_dim": 7}),
     "cohere": ("cohere", {}),
     "cohere_qk_norm_bias_untied": (
         "cohere",
@@ -237,6 +247,21 @@ CASES = {
     # ... nor a partial rotary factor (their rotary embedding turns whole heads)
     "llama_ignores_softcaps_and_partial_rotary": ("llama", _UNREAD_KEYS),
     "qwen2_ignores_softcaps_and_partial_rotary": ("qwen2", _UNREAD_KEYS),
+    # windows shorter than the prompt in the families whose attention reads them
+    "qwen2_sliding_from_max_window_layers": (
+        "qwen2",
+        {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+    ),
+    "mistral_sliding_window": ("mistral", {"sliding_window": 4}),
+    # Qwen2MLP has no biases whatever mlp_bias says; the checkpoint has none to read
+    "qwen2_ignores_mlp_bias": ("qwen2", {"mlp_bias": True}),
+    # ... nor have their attention projections whatever attention_bias says
+    "mistral_ignores_attention_and_mlp_bias": (
+        "mistral",
+        {"attention_bias": True, "mlp_bias": True},
+    ),
+    "phi3_ignores_attention_and_mlp_bias": ("phi3", {"attention_bias": True, "mlp_bias": True}),
+    "lfm2_ignores_attention_bias": ("lfm2", {"attention_bias": True}),
     "qwen3_5_text_equal_linear_heads_tied_attention_first": (
         "qwen3_5_text",
         {
@@ -323,6 +348,24 @@ def test_family_graphs_match_transformers(case, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
     diffs = _parity(tmp_path, ckpt, ids)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+@pytest.mark.parametrize(
+    ("family", "windowed"),
+    [("llama", True), ("mistral", True), ("olmoe", True), ("qwen2", False), ("smollm3", False)],
+)
+def test_sliding_window_switches_count_only_where_the_config_class_reads_them(
+    family, windowed, tmp_path
+):
+    """LlamaConfig, MistralConfig, OlmoeConfig ignore use_sliding_window and max_window_layers,
+    and transformers' cache keeps only the last `sliding_window` tokens of every layer: decoding
+    past the window is windowed. Qwen2Config and SmolLM3Config read the switch: no window."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **_WINDOW_SWITCHED_OFF)
+    config = FAMILIES[family].parse_config(json.loads((ckpt / "config.json").read_text()))
+    assert (config.window_of_layer(0) == 4) == windowed
+    ids = np.random.default_rng(0).integers(3, 128, size=(2, 3))
+    diffs = _parity(tmp_path, ckpt, ids, decode_steps=8)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
