@@ -55,8 +55,9 @@ def check_layer_count(count: int, total: int, what: str = "layer count") -> None
 
 
 def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:
-    """The kind of each layer: config.json's `layer_types`; else, with a `sliding_window`,
-    sliding from `max_window_layers` on (all when use_sliding_window is absent); else full."""
+    """The kind of each layer: config.json's `layer_types`; else, with a `sliding_window`, all
+    sliding, or, where the row keeps use_sliding_window, sliding from `max_window_layers` on
+    (Qwen2Config's and Qwen3Config's rule; 28 when absent, their default); else full."""
     if not fields.flag(raw.get("use_sliding_window"), "use_sliding_window", True):
         # transformers drops the window when use_sliding_window is off, whatever layer_types say
         return ("full_attention",) * num_layers
@@ -73,7 +74,7 @@ def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...
     first_sliding = 0
     if "use_sliding_window" in raw:
         first_sliding = fields.integer(
-            raw.get("max_window_layers"), "max_window_layers", 0, positive=False
+            raw.get("max_window_layers"), "max_window_layers", 28, positive=False
         )
     return tuple(
         "sliding_attention" if i >= first_sliding else "full_attention" for i in range(num_layers)

@@ -37,6 +37,38 @@ def smollm3_no_rope_layers(raw: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(i for i, use_rope in enumerate(flags) if not use_rope)
 
 
+def _switched_layer_types(
+    raw: Mapping[str, Any], sliding: Callable[[int], bool]
+) -> tuple[str, ...]:
+    """Sliding where `sliding(index)` holds, once use_sliding_window is on; else all full."""
+    num_layers = fields.require(raw, "num_hidden_layers")
+    on = fields.flag(raw.get("use_sliding_window"), "use_sliding_window", False)
+    return tuple(
+        "sliding_attention" if on and sliding(i) else "full_attention" for i in range(num_layers)
+    )
+
+
+def qwen2_moe_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """Qwen2MoeConfig without `layer_types`: with the window on, every other layer (the first,
+    third, ...) below `max_window_layers` (28 by default) slides."""
+    below = fields.integer(raw.get("max_window_layers"), "max_window_layers", 28, positive=False)
+    return _switched_layer_types(raw, lambda i: i % 2 == 0 and i < below)
+
+
+def every_layer_windowed(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """Qwen3MoeConfig has no `layer_types` and ignores `max_window_layers`: with the window on,
+    its attention and mask slide in every layer."""
+    return _switched_layer_types(raw, lambda _: True)
+
+
+def smollm3_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """SmolLM3Config without `layer_types`: with the window on and set, the NoPE layers slide."""
+    if raw.get("sliding_window") is None:
+        return ("full_attention",) * fields.require(raw, "num_hidden_layers")
+    no_rope = set(smollm3_no_rope_layers(raw))
+    return _switched_layer_types(raw, lambda i: i in no_rope)
+
+
 def exaone4_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """Exaone4Config's layer types: none sliding without a window, else every
     `sliding_window_pattern`-th layer (4 by default) full attention."""

@@ -12,6 +12,7 @@ from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_SLIDING_SWITCH, UNBIASED_ATTENTION
+from mobius_genai.models.families.layers import every_layer_windowed, qwen2_moe_layer_types
 from mobius_genai.models.families.readers import switch
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
@@ -36,6 +37,7 @@ MOE_FAMILIES = (
     FamilyAdapter(
         model_type="qwen3_moe",
         family_keys=READS_SLIDING_SWITCH,
+        config_defaults={"layer_types": every_layer_windowed},
         # transformers 5 writes num_local_experts; hub configs name it num_experts
         config_aliases={"num_local_experts": "num_experts"},
         config_overrides={"qk_norm": True, "moe": moe_reader(_QWEN_MOE)},
@@ -44,6 +46,7 @@ MOE_FAMILIES = (
     FamilyAdapter(
         model_type="qwen2_moe",
         family_keys=READS_SLIDING_SWITCH,
+        config_defaults={"layer_types": qwen2_moe_layer_types},
         config_overrides={
             "qkv_bias": switch("qkv_bias", True),
             "o_bias": False,

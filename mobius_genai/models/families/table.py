@@ -32,6 +32,7 @@ from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
     exaone4_no_rope_layers,
+    smollm3_layer_types,
     smollm3_no_rope_layers,
 )
 from mobius_genai.models.families.llama4 import LLAMA4, LLAMA4_TEXT
@@ -97,8 +98,7 @@ _GEMMA3N_TEXT = FamilyAdapter(
 _GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
 
 
-# One row per model_type; genai_type is stated only where it is not onnxruntime-genai's generic
-# "decoder" (adapter.py).
+# One row per model_type; genai_type only where not onnxruntime-genai's "decoder" (adapter.py).
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama", family_keys=READS_MLP_BIAS),
     FamilyAdapter(
@@ -554,7 +554,7 @@ _FAMILIES = (
         model_type="smollm3",
         family_keys=READS_SLIDING_SWITCH | READS_MLP_BIAS,
         genai_type="smollm3",
-        config_defaults={"tie_word_embeddings": True},
+        config_defaults={"tie_word_embeddings": True, "layer_types": smollm3_layer_types},
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
     ),
     FamilyAdapter(

@@ -165,6 +165,32 @@ def test_a_window_without_its_switch_is_off_where_the_config_class_defaults_it_o
     assert [config.window_of_layer(i) for i in range(config.num_hidden_layers)] == [None] * 3
 
 
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "smollm3"])
+@pytest.mark.parametrize("max_window_layers", [None, 1, 3])
+def test_a_window_switched_on_without_layer_types_slides_where_the_config_class_says(
+    family, max_window_layers
+):
+    """Hub configs often list no layer_types: Qwen2Config and Qwen3Config slide from
+    max_window_layers (28 when absent) on, Qwen2MoeConfig every other layer below it, SmolLM3Config
+    its NoPE layers; Qwen3MoeConfig has no layer_types and slides in every layer."""
+    raw = {
+        **tiny_config(family).to_dict(),
+        "use_sliding_window": True,
+        "sliding_window": 4,
+        "num_hidden_layers": 5,
+        "no_rope_layers": [1, 0, 1, 0, 0],
+        "max_window_layers": max_window_layers,
+    }
+    raw.pop("layer_types", None)
+    if max_window_layers is None:
+        del raw["max_window_layers"]
+    hf = type(tiny_config(family)).from_dict(raw)
+    kinds = getattr(hf, "layer_types", None) or ["sliding_attention"] * 5
+    expected = [hf.sliding_window if kind == "sliding_attention" else None for kind in kinds]
+    config = get_family(family).parse_config(raw)
+    assert [config.window_of_layer(i) for i in range(5)] == expected
+
+
 def test_a_row_that_fills_in_a_family_key_reads_it():
     """A default for a key the row does not list would be dropped before it is read."""
     unread = {

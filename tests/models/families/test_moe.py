@@ -42,6 +42,16 @@ CASES = {
     "qwen3_moe_not_renormalized": ("qwen3_moe", {"norm_topk_prob": False}),
     "qwen2_moe_every_second_layer_sparse": ("qwen2_moe", {"decoder_sparse_step": 2}),
     "mixtral_top1": ("mixtral", {"num_experts_per_tok": 1}),
+    # windows shorter than the prompt in the hub's layout (no layer_types): Qwen2MoeConfig
+    # slides in every other layer below max_window_layers, Qwen3MoeConfig in every layer
+    **{
+        f"{family}_sliding_hub_layout": (
+            family,
+            {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 2}
+            | {"hub_layout": True},
+        )
+        for family in ("qwen2_moe", "qwen3_moe")
+    },
     "olmoe_attention_bias_tied": ("olmoe", {"attention_bias": True, "tie_word_embeddings": True}),
     "granitemoe_attention_bias": ("granitemoe", {"attention_bias": True}),
     # mlp_bias read by none of these classes, attention_bias by olmoe and qwen3_moe only

@@ -85,6 +85,12 @@ CASES = {
         "smollm3",
         {"use_sliding_window": True, "sliding_window": 5, "no_rope_layers": [1, 0, 0]},
     ),
+    # the hub's layout lists no layer_types: SmolLM3Config slides in the NoPE layers
+    "smollm3_sliding_nope_layers_hub_layout": (
+        "smollm3",
+        {"use_sliding_window": True, "sliding_window": 5, "no_rope_layers": [1, 0, 1]}
+        | {"hub_layout": True},
+    ),
     "starcoder2": ("starcoder2", {}),
     "starcoder2_sliding_window": ("starcoder2", {"sliding_window": 5}),
     "starcoder2_tied_without_bias": (
