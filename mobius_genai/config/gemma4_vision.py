@@ -15,7 +15,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
-from mobius_genai.config.layers import check_layer_count
+from mobius_genai.config.layers import UniformTower
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.errors import ConfigError
 
@@ -25,7 +25,7 @@ OG_POOLING_KERNEL = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class Gemma4VisionConfig:
+class Gemma4VisionConfig(UniformTower):
     """transformers' Gemma4VisionConfig, the keys the graph reads (its defaults), and the text
     hidden size the embedder projects into."""
 
@@ -50,18 +50,6 @@ class Gemma4VisionConfig:
     def patch_dim(self) -> int:
         """Values in one flattened patch: patch_size² pixels of 3 channels."""
         return 3 * self.patch_size * self.patch_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    def layers_of_every_kind(self) -> int:
-        """1: every encoder layer is alike (the smoke test's twin keeps the first)."""
-        return 1
-
-    def first_layers(self, count: int) -> Gemma4VisionConfig:
-        check_layer_count(count, self.num_hidden_layers, "vision layer count")
-        return dataclasses.replace(self, num_hidden_layers=count)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], text: ArchitectureConfig) -> Gemma4VisionConfig:

@@ -13,12 +13,12 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
-from mobius_genai.config.layers import check_layer_count
+from mobius_genai.config.layers import UniformTower
 from mobius_genai.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class PixtralVisionConfig:
+class PixtralVisionConfig(UniformTower):
     """transformers' PixtralVisionConfig and Mistral3Config's projector keys, those the graph
     reads (defaults: Mistral-Small-3.1's)."""
 
@@ -45,19 +45,6 @@ class PixtralVisionConfig:
     def merged_patch(self) -> int:
         """Pixels on a side of one image token (og's patch_size * spatial_merge_size)."""
         return self.patch_size * self.spatial_merge_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    def layers_of_every_kind(self) -> int:
-        """1: every layer is alike (the smoke test's twin keeps the first)."""
-        return 1
-
-    def first_layers(self, count: int) -> PixtralVisionConfig:
-        """The same tower with only its first `count` layers."""
-        check_layer_count(count, self.num_hidden_layers, "vision layer count")
-        return dataclasses.replace(self, num_hidden_layers=count)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], text: ArchitectureConfig) -> PixtralVisionConfig:
