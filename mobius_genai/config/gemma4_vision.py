@@ -16,6 +16,7 @@ from typing import Any
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
 from mobius_genai.config.layers import UniformTower
+from mobius_genai.config.rope import axial_rope_parameters
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.errors import ConfigError
 
@@ -70,13 +71,7 @@ class Gemma4VisionConfig(UniformTower):
                 "position_embedding_size",
             )
         }
-        rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
-        rope_type = rope.get("rope_type", "axial")
-        if rope_type != "axial":
-            raise ConfigError(
-                f"config.json: field '{where}rope_parameters.rope_type' is {rope_type!r}; "
-                "accepted: 'axial' (Gemma 4's 2-D rope)"
-            )
+        rope = axial_rope_parameters(raw, where, "Gemma 4")
         config = cls(
             **sizes,
             hidden_act=activation(

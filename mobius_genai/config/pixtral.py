@@ -14,6 +14,7 @@ from typing import Any
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
 from mobius_genai.config.layers import UniformTower
+from mobius_genai.config.rope import axial_rope_parameters
 from mobius_genai.errors import ConfigError
 
 
@@ -65,13 +66,7 @@ class PixtralVisionConfig(UniformTower):
                 "image_size",
             )
         }
-        rope = fields.mapping(vision.get("rope_parameters"), where + "rope_parameters")
-        rope_type = rope.get("rope_type", "axial")
-        if rope_type != "axial":
-            raise ConfigError(
-                f"config.json: field 'vision_config.rope_parameters.rope_type' is {rope_type!r};"
-                " accepted: 'axial' (Pixtral's 2-D rope)"
-            )
+        rope = axial_rope_parameters(vision, where, "Pixtral")
         layer = raw.get("vision_feature_layer", -1)
         if layer != -1:
             raise ConfigError(
