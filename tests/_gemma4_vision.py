@@ -128,6 +128,27 @@ def image_inputs(pixels: list[np.ndarray], length: int | None = None) -> dict[st
     return {"pixel_values": np.stack(values), "pixel_position_ids": np.stack(positions)}
 
 
+def random_pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
+    """A random uint8 image [height, width, 3]."""
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def reference_inputs(model, ids: np.ndarray, pixels: list[np.ndarray], *, blocks: bool = True):
+    """transformers' inputs: with `blocks`, the processor's mm_token_type_ids (1 on image
+    tokens), which turn the image blocks on; without, every token attends causally."""
+    inputs = image_inputs(pixels)
+    reference = {
+        "input_ids": torch.from_numpy(ids),
+        "pixel_values": torch.from_numpy(inputs["pixel_values"]),
+        "image_position_ids": torch.from_numpy(inputs["pixel_position_ids"]),
+    }
+    if blocks:
+        reference["mm_token_type_ids"] = (
+            reference["input_ids"] == model.config.image_token_id
+        ).long()
+    return reference
+
+
 def image_tokens(image: np.ndarray) -> int:
     height, width, _ = image.shape
     return (height // PATCH // POOL) * (width // PATCH // POOL)

@@ -92,6 +92,12 @@ def bundle_copy(packaged: Callable[..., Path], tmp_path: Path) -> Callable[[str]
 # when any test session starts.
 
 
+def _cpu_bundle(folder: Path, tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """The checkpoint in `folder` packaged for cpu without the smoke test (one build a session)."""
+    out = tmp_path_factory.mktemp(name) / "bundle"
+    return mobius_genai.package(folder, "cpu", out, quiet=True, smoke_test=False)
+
+
 @pytest.fixture(scope="session")
 def gemma3_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     """(model, folder): a tiny Gemma 3 with tiny-qwen2's tokenizer and image processor settings."""
@@ -104,8 +110,7 @@ def gemma3_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 @pytest.fixture(scope="session")
 def gemma3_bundle(gemma3_checkpoint: tuple, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Gemma 3 checkpoint packaged for cpu without the smoke test."""
-    out = tmp_path_factory.mktemp("gemma3-bundle") / "bundle"
-    return mobius_genai.package(gemma3_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return _cpu_bundle(gemma3_checkpoint[1], tmp_path_factory, "gemma3-bundle")
 
 
 @pytest.fixture(scope="session")
@@ -120,8 +125,7 @@ def mistral3_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 @pytest.fixture(scope="session")
 def mistral3_bundle(mistral3_checkpoint: tuple, tmp_path_factory) -> Path:
     """The Mistral 3 checkpoint packaged for cpu without the smoke test."""
-    out = tmp_path_factory.mktemp("mistral3-bundle") / "bundle"
-    return mobius_genai.package(mistral3_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return _cpu_bundle(mistral3_checkpoint[1], tmp_path_factory, "mistral3-bundle")
 
 
 @pytest.fixture(scope="session")
@@ -136,8 +140,7 @@ def qwen2_5_vl_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 @pytest.fixture(scope="session")
 def qwen2_5_vl_bundle(qwen2_5_vl_checkpoint: tuple, tmp_path_factory) -> Path:
     """The Qwen2.5-VL checkpoint packaged for cpu without the smoke test."""
-    out = tmp_path_factory.mktemp("qwen2_5_vl-bundle") / "bundle"
-    return mobius_genai.package(qwen2_5_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return _cpu_bundle(qwen2_5_vl_checkpoint[1], tmp_path_factory, "qwen2_5_vl-bundle")
 
 
 @pytest.fixture(scope="session")
@@ -161,8 +164,7 @@ def qwen3_vl_moe_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 @pytest.fixture(scope="session")
 def qwen3_vl_bundle(qwen3_vl_checkpoint: tuple, tmp_path_factory) -> Path:
     """The Qwen3-VL checkpoint packaged for cpu without the smoke test."""
-    out = tmp_path_factory.mktemp("qwen3_vl-bundle") / "bundle"
-    return mobius_genai.package(qwen3_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return _cpu_bundle(qwen3_vl_checkpoint[1], tmp_path_factory, "qwen3_vl-bundle")
 
 
 @pytest.fixture(scope="session")
@@ -177,8 +179,7 @@ def lfm2_vl_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 @pytest.fixture(scope="session")
 def lfm2_vl_bundle(lfm2_vl_checkpoint: tuple, tmp_path_factory) -> Path:
     """The LFM2-VL checkpoint packaged for cpu without the smoke test."""
-    out = tmp_path_factory.mktemp("lfm2_vl-bundle") / "bundle"
-    return mobius_genai.package(lfm2_vl_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return _cpu_bundle(lfm2_vl_checkpoint[1], tmp_path_factory, "lfm2_vl-bundle")
 
 
 @pytest.fixture(scope="session")
@@ -193,5 +194,4 @@ def gemma4_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> tuple:
 @pytest.fixture(scope="session")
 def gemma4_bundle(gemma4_checkpoint: tuple, tmp_path_factory) -> Path:
     """The Gemma 4 checkpoint packaged for cpu without the smoke test."""
-    out = tmp_path_factory.mktemp("gemma4-bundle") / "bundle"
-    return mobius_genai.package(gemma4_checkpoint[1], "cpu", out, quiet=True, smoke_test=False)
+    return _cpu_bundle(gemma4_checkpoint[1], tmp_path_factory, "gemma4-bundle")

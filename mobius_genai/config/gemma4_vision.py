@@ -15,7 +15,8 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
-from mobius_genai.config.layers import check_layer_count
+from mobius_genai.config.layers import UniformTower
+from mobius_genai.config.rope import axial_rope_parameters
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.errors import ConfigError
 
@@ -25,7 +26,7 @@ OG_POOLING_KERNEL = 3
 
 
 @dataclasses.dataclass(frozen=True)
-class Gemma4VisionConfig:
+class Gemma4VisionConfig(UniformTower):
     """transformers' Gemma4VisionConfig, the keys the graph reads (its defaults), and the text
     hidden size the embedder projects into."""
 
@@ -51,18 +52,6 @@ class Gemma4VisionConfig:
         """Values in one flattened patch: patch_size² pixels of 3 channels."""
         return 3 * self.patch_size * self.patch_size
 
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    def layers_of_every_kind(self) -> int:
-        """1: every encoder layer is alike (the smoke test's twin keeps the first)."""
-        return 1
-
-    def first_layers(self, count: int) -> Gemma4VisionConfig:
-        check_layer_count(count, self.num_hidden_layers, "vision layer count")
-        return dataclasses.replace(self, num_hidden_layers=count)
-
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], text: ArchitectureConfig) -> Gemma4VisionConfig:
         """Parse `vision_config` of a Gemma 4 config.json whose text decoder is `text`."""
@@ -82,13 +71,7 @@ class Gemma4VisionConfig:
                 "position_embedding_size",
             )
         }
-        rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
-        rope_type = rope.get("rope_type", "axial")
-        if rope_type != "axial":
-            raise ConfigError(
-                f"config.json: field '{where}rope_parameters.rope_type' is {rope_type!r}; "
-                "accepted: 'axial' (Gemma 4's 2-D rope)"
-            )
+        rope = axial_rope_parameters(raw, where, "Gemma 4")
         config = cls(
             **sizes,
             hidden_act=activation(

@@ -4,8 +4,9 @@ and which are an MLP alone (Nemotron-H's "mlp" layers: no token mixer, no cache)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from mobius_genai.config import fields
 from mobius_genai.config.local_global import CHUNKED
@@ -52,6 +53,26 @@ def check_layer_count(count: int, total: int, what: str = "layer count") -> None
         raise ConfigError(
             f"{what} {count} is above the model's {total} layers; accepted: 1..{total}"
         )
+
+
+class UniformTower:
+    """An encoder tower (a frozen dataclass with `num_hidden_layers`) whose layers are all
+    alike: one layer holds every kind, and a first-layers cut is the same tower, shorter."""
+
+    num_hidden_layers: int
+
+    @property
+    def num_layers(self) -> int:
+        return self.num_hidden_layers
+
+    def layers_of_every_kind(self) -> int:
+        """1: every encoder layer is alike (the smoke test's twin keeps the first)."""
+        return 1
+
+    def first_layers(self, count: int) -> Self:
+        """The same tower with only its first `count` encoder layers."""
+        check_layer_count(count, self.num_hidden_layers, "vision layer count")
+        return dataclasses.replace(self, num_hidden_layers=count)
 
 
 def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...]:

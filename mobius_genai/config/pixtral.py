@@ -13,12 +13,13 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
-from mobius_genai.config.layers import check_layer_count
+from mobius_genai.config.layers import UniformTower
+from mobius_genai.config.rope import axial_rope_parameters
 from mobius_genai.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class PixtralVisionConfig:
+class PixtralVisionConfig(UniformTower):
     """transformers' PixtralVisionConfig and Mistral3Config's projector keys, those the graph
     reads (defaults: Mistral-Small-3.1's)."""
 
@@ -46,19 +47,6 @@ class PixtralVisionConfig:
         """Pixels on a side of one image token (og's patch_size * spatial_merge_size)."""
         return self.patch_size * self.spatial_merge_size
 
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    def layers_of_every_kind(self) -> int:
-        """1: every layer is alike (the smoke test's twin keeps the first)."""
-        return 1
-
-    def first_layers(self, count: int) -> PixtralVisionConfig:
-        """The same tower with only its first `count` layers."""
-        check_layer_count(count, self.num_hidden_layers, "vision layer count")
-        return dataclasses.replace(self, num_hidden_layers=count)
-
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any], text: ArchitectureConfig) -> PixtralVisionConfig:
         """Parse a Mistral 3 config.json (its `vision_config` and projector keys) whose text
@@ -78,13 +66,7 @@ class PixtralVisionConfig:
                 "image_size",
             )
         }
-        rope = fields.mapping(vision.get("rope_parameters"), where + "rope_parameters")
-        rope_type = rope.get("rope_type", "axial")
-        if rope_type != "axial":
-            raise ConfigError(
-                f"config.json: field 'vision_config.rope_parameters.rope_type' is {rope_type!r};"
-                " accepted: 'axial' (Pixtral's 2-D rope)"
-            )
+        rope = axial_rope_parameters(vision, where, "Pixtral")
         layer = raw.get("vision_feature_layer", -1)
         if layer != -1:
             raise ConfigError(

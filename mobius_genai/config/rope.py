@@ -77,6 +77,19 @@ def rotated_channels(head_dim: int, partial_rotary_factor: float) -> int:
     return int(head_dim * partial_rotary_factor)
 
 
+def axial_rope_parameters(raw: Mapping[str, Any], where: str, model: str) -> Mapping[str, Any]:
+    """A vision tower's `rope_parameters` (under `where`), whose rope must be the 2-D axial one
+    (columns and rows, the only kind the towers build); `model` names it in the error."""
+    rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
+    rope_type = rope.get("rope_type", "axial")
+    if rope_type != "axial":
+        raise ConfigError(
+            f"config.json: field '{where}rope_parameters.rope_type' is {rope_type!r}; "
+            f"accepted: 'axial' ({model}'s 2-D rope)"
+        )
+    return rope
+
+
 def parse_rope(raw: Mapping[str, Any]) -> tuple[RopeConfig, RopeConfig | None]:
     """The rope of full-attention layers and, when it differs, the rope of sliding layers.
 

@@ -15,13 +15,13 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
-from mobius_genai.config.layers import check_layer_count
+from mobius_genai.config.layers import UniformTower
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class NaflexVisionConfig:
+class NaflexVisionConfig(UniformTower):
     """SigLIP2's NaFlex tower (Siglip2VisionConfig) and LFM2-VL's projector."""
 
     hidden_size: int
@@ -52,18 +52,6 @@ class NaflexVisionConfig:
     def patch_dim(self) -> int:
         """Values in one flattened patch: patch_size² pixels of num_channels."""
         return self.patch_size * self.patch_size * self.num_channels
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    def layers_of_every_kind(self) -> int:
-        """1: every encoder layer is alike (the smoke test's twin keeps the first)."""
-        return 1
-
-    def first_layers(self, count: int) -> NaflexVisionConfig:
-        check_layer_count(count, self.num_hidden_layers, "vision layer count")
-        return dataclasses.replace(self, num_hidden_layers=count)
 
 
 _TOWER_DEFAULTS = (  # Siglip2VisionConfig's

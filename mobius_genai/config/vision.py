@@ -14,7 +14,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
-from mobius_genai.config.layers import check_layer_count
+from mobius_genai.config.layers import UniformTower
 from mobius_genai.config.pixtral import PixtralVisionConfig
 from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
@@ -22,7 +22,7 @@ from mobius_genai.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
-class VisionConfig:
+class VisionConfig(UniformTower):
     """A ViT-style tower (SigLIP): square patches of a square image, pre-norm encoder layers
     with bidirectional attention, LayerNorms with bias, an FC MLP, a final LayerNorm."""
 
@@ -43,19 +43,6 @@ class VisionConfig:
     @property
     def patches_per_side(self) -> int:
         return self.image_size // self.patch_size
-
-    @property
-    def num_layers(self) -> int:
-        return self.num_hidden_layers
-
-    def layers_of_every_kind(self) -> int:
-        """1: every encoder layer is alike (the smoke test's twin keeps the first)."""
-        return 1
-
-    def first_layers(self, count: int) -> VisionConfig:
-        """The same tower with only its first `count` encoder layers."""
-        check_layer_count(count, self.num_hidden_layers, "vision layer count")
-        return dataclasses.replace(self, num_hidden_layers=count)
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> VisionConfig:

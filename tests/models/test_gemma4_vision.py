@@ -17,6 +17,7 @@ from tests._gemma4_vision import (
     TEXT_HIDDEN,
     image_inputs,
     image_tokens,
+    random_pixels,
     reference_embeddings,
     reference_features,
     sessions,
@@ -30,10 +31,6 @@ EPS = ("default", "cpu", "onnx-standard")
 #: (height, width) pixels of 4-pixel patches pooled 3 x 3: 6 x 9 patches (more columns than
 #: rows), 9 x 6, 3 x 12 (one row of tokens), 12 x 12.
 SIZES = ((24, 36), (36, 24), (12, 48), (48, 48))
-
-
-def _pixels(height: int, width: int, seed: int = 1) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +51,13 @@ def test_vision_graph_matches_transformers(gemma4, graphs, sizes):
     """One image of each size, and the four in one run: transformers pads each to the longest
     image's patch count with (-1, -1) positions, which the graph masks and drops."""
     model, _ = gemma4
-    inputs = image_inputs([_pixels(*size) for size in sizes])
+    inputs = image_inputs([random_pixels(*size, seed=1) for size in sizes])
     ours = graphs["vision"].run(None, inputs)[0]
     expected = reference_features(model, inputs)
-    assert ours.shape == (sum(image_tokens(_pixels(*size)) for size in sizes), TEXT_HIDDEN)
+    assert ours.shape == (
+        sum(image_tokens(random_pixels(*size, seed=1)) for size in sizes),
+        TEXT_HIDDEN,
+    )
     np.testing.assert_allclose(ours, expected, atol=TOLERANCE, rtol=0)
 
 
@@ -65,7 +65,7 @@ def test_vision_graph_takes_unpadded_patches_as_og_feeds_them(gemma4, graphs):
     """og trims the processor's padding: the same image without padding patches gives the
     same features."""
     model, _ = gemma4
-    pixels = _pixels(*SIZES[0])
+    pixels = random_pixels(*SIZES[0], seed=1)
     padded = image_inputs([pixels], length=90)
     trimmed = image_inputs([pixels])
     assert padded["pixel_values"].shape[1] > trimmed["pixel_values"].shape[1]
@@ -75,7 +75,7 @@ def test_vision_graph_takes_unpadded_patches_as_og_feeds_them(gemma4, graphs):
 
 def test_embedding_graph_places_the_features_as_transformers_does(gemma4, graphs):
     model, _ = gemma4
-    inputs = image_inputs([_pixels(*SIZES[0])])
+    inputs = image_inputs([random_pixels(*SIZES[0], seed=1)])
     features = reference_features(model, inputs)
     input_ids = np.array([[2, 5, 291, *[IMAGE_TOKEN] * len(features), 292, 7, 8]], np.int64)
     (embeds,) = graphs["embedding"].run(None, {"input_ids": input_ids, "image_features": features})
@@ -134,7 +134,7 @@ def test_a_mutant_of_each_position_mechanism_fails(gemma4, monkeypatch, name, mu
     moves the features of a 6 x 9 patch image well past the tolerance."""
     model, folder = gemma4
     monkeypatch.setattr(gemma4_vision, name, mutant)
-    inputs = image_inputs([_pixels(*SIZES[0])])
+    inputs = image_inputs([random_pixels(*SIZES[0], seed=1)])
     ours = sessions(vision_graphs(model, folder))["vision"].run(None, inputs)[0]
     assert np.abs(ours - reference_features(model, inputs)).max() > 100 * TOLERANCE
 
@@ -147,7 +147,7 @@ def test_a_mutant_of_each_setting_fails(gemma4, changes):
     """The clamps of the clipped linears, the standardization and the rotary base each change
     the features: building without one (or with another base) fails parity."""
     model, folder = gemma4
-    inputs = image_inputs([_pixels(*SIZES[0])])
+    inputs = image_inputs([random_pixels(*SIZES[0], seed=1)])
     ours = sessions(vision_graphs(model, folder, **changes))["vision"].run(None, inputs)[0]
     assert np.abs(ours - reference_features(model, inputs)).max() > 100 * TOLERANCE
 
@@ -159,7 +159,7 @@ def test_a_tower_without_clamps_or_standardization_matches_transformers(tmp_path
     model.save_pretrained(tmp_path)
     graphs = vision_graphs(model, tmp_path)
     assert ("", "Clip") not in model_ops(graphs["vision"])
-    inputs = image_inputs([_pixels(*SIZES[1])])
+    inputs = image_inputs([random_pixels(*SIZES[1], seed=1)])
     ours = sessions(graphs)["vision"].run(None, inputs)[0]
     np.testing.assert_allclose(ours, reference_features(model, inputs), atol=TOLERANCE, rtol=0)
 

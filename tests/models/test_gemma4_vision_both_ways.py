@@ -19,6 +19,8 @@ from tests._gemma4_vision import (
     og_image_inputs,
     og_prefill_logits,
     prefill_logits,
+    random_pixels,
+    reference_inputs,
     write_gemma4_checkpoint,
 )
 from tests._hf import generated_tokens
@@ -46,44 +48,24 @@ def both_ways_bundle(both_ways, tmp_path_factory):
     return package(both_ways[1], "cpu", out, quiet=True, smoke_test=False)
 
 
-def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def _reference(model, ids: np.ndarray, pixels: list[np.ndarray], *, blocks: bool = True):
-    """transformers' inputs: with `blocks`, the processor's mm_token_type_ids (1 on image
-    tokens), which turn the image blocks on; without, every token attends causally."""
-    inputs = image_inputs(pixels)
-    reference = {
-        "input_ids": torch.from_numpy(ids),
-        "pixel_values": torch.from_numpy(inputs["pixel_values"]),
-        "image_position_ids": torch.from_numpy(inputs["pixel_position_ids"]),
-    }
-    if blocks:
-        reference["mm_token_type_ids"] = (
-            reference["input_ids"] == model.config.image_token_id
-        ).long()
-    return reference
-
-
 @pytest.mark.parametrize("sizes", [[KEPT_SIZES[0]], [KEPT_SIZES[1], KEPT_SIZES[2]]])
 def test_og_tokens_with_images_equal_transformers(both_ways, both_ways_bundle, tmp_path, sizes):
     """One image, and two of different sizes, through og's gemma4 pipeline: the prefill
     logits are transformers' (fp32) and og's greedy tokens equal transformers'; the image
     blocks matter (transformers' causal logits are far off)."""
     model, _ = both_ways
-    pixels = [_pixels(*size, seed=i) for i, size in enumerate(sizes)]
+    pixels = [random_pixels(*size, seed=i) for i, size in enumerate(sizes)]
     og_model, inputs = og_image_inputs(both_ways_bundle, tmp_path, pixels)
     ids = inputs["input_ids"].as_numpy().astype(np.int64)
     assert (ids == model.config.image_token_id).sum() == sum(map(image_tokens, pixels))
     ours = og_prefill_logits(og_model, inputs)
     with torch.no_grad():
-        expected = model(**_reference(model, ids, pixels)).logits.numpy()
-        causal = model(**_reference(model, ids, pixels, blocks=False)).logits.numpy()
+        expected = model(**reference_inputs(model, ids, pixels)).logits.numpy()
+        causal = model(**reference_inputs(model, ids, pixels, blocks=False)).logits.numpy()
     # every position of a 3-layer prefill over ~80-150 tokens (as the causal bundle's test)
     np.testing.assert_allclose(ours, expected, atol=2 * TOLERANCE, rtol=0)
     assert np.abs(ours - causal).max() > 100 * TOLERANCE
-    reference = _reference(model, ids, pixels)
+    reference = reference_inputs(model, ids, pixels)
     theirs = generated_tokens(model, reference.pop("input_ids"), 6, **reference)
     assert og_greedy(og_model, inputs, 6) == theirs
 
@@ -113,10 +95,10 @@ def test_mutants_of_the_layers_the_image_blocks_reach_fail(both_ways, monkeypatc
     model, folder = both_ways
     if mutant is not None:
         monkeypatch.setattr(causal_lm.PerLayerTextModel, "_image_blocks_in", mutant)
-    pixels = [_pixels(*KEPT_SIZES[1]), _pixels(*KEPT_SIZES[2], seed=1)]
+    pixels = [random_pixels(*KEPT_SIZES[1]), random_pixels(*KEPT_SIZES[2], seed=1)]
     ids = _two_images(model, pixels)
     with torch.no_grad():
-        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+        expected = model(**reference_inputs(model, ids, pixels)).logits.numpy()
     built = build(folder, "cpu", "fp32", progress=False)
     error = float(np.abs(prefill_logits(built, ids, image_inputs(pixels)) - expected).max())
     assert (error < TOLERANCE) == (mutant is None), (named, error)
@@ -131,12 +113,12 @@ def test_the_cuda_decoder_runs_on_the_cpu_kernel_like_transformers(both_ways):
     model, folder = both_ways
     built = build(folder, "cuda", progress=False)
     assert _gqa(built["decoder"], causal=0, bias=True) == SLIDING
-    pixels = [_pixels(*KEPT_SIZES[1]), _pixels(*KEPT_SIZES[2], seed=1)]
+    pixels = [random_pixels(*KEPT_SIZES[1]), random_pixels(*KEPT_SIZES[2], seed=1)]
     ids = _two_images(model, pixels)
     logits = prefill_logits(built, ids, image_inputs(pixels))
     with torch.no_grad():
-        expected = model(**_reference(model, ids, pixels)).logits.numpy()
-        causal = model(**_reference(model, ids, pixels, blocks=False)).logits.numpy()
+        expected = model(**reference_inputs(model, ids, pixels)).logits.numpy()
+        causal = model(**reference_inputs(model, ids, pixels, blocks=False)).logits.numpy()
     np.testing.assert_allclose(logits, expected, atol=F16_TOLERANCE, rtol=0)
     assert np.abs(logits - causal).max() > 10 * F16_TOLERANCE  # the image blocks matter
 

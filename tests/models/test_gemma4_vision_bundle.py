@@ -31,7 +31,9 @@ from tests._gemma4_vision import (
     og_image_inputs,
     og_prefill_logits,
     prefill_logits,
+    random_pixels,
     reference_features,
+    reference_inputs,
 )
 from tests._hf import generated_tokens
 from tests._ort import (
@@ -49,19 +51,6 @@ TOKEN_TABLE = "model.embed_tokens.weight"
 #: How much the tables' int4 rounding may add to an int4 bundle's mean error against
 #: transformers (relative; the tiny model's token table has two blocks a row).
 INT4_TABLE_DRIFT = 0.1
-
-
-def _pixels(height: int, width: int, seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
-
-
-def _reference(model, ids: np.ndarray, pixels: list[np.ndarray]) -> dict:
-    inputs = image_inputs(pixels)
-    return {
-        "input_ids": torch.from_numpy(ids),
-        "pixel_values": torch.from_numpy(inputs["pixel_values"]),
-        "image_position_ids": torch.from_numpy(inputs["pixel_position_ids"]),
-    }
 
 
 def test_genai_config_and_processor_config_are_what_og_reads(gemma4_bundle):
@@ -91,7 +80,7 @@ def test_og_processor_gives_transformers_patches_and_prompt(gemma4_bundle, tmp_p
     """At a size both processors keep: transformers' patches (RGB, [0, 1]) and (column, row)
     positions; og wraps the image's tokens in blank lines (transformers' processor does not:
     the comparisons feed transformers og's ids)."""
-    pixels = _pixels(*size)
+    pixels = random_pixels(*size)
     model, inputs = og_image_inputs(gemma4_bundle, tmp_path, [pixels])
     expected = image_inputs([pixels])
     np.testing.assert_allclose(
@@ -113,7 +102,7 @@ def test_og_processor_gives_transformers_patches_and_prompt(gemma4_bundle, tmp_p
 def test_og_resizes_an_image_to_transformers_size(gemma4_bundle, tmp_path, size):
     """An image at another size: og's transform picks transformers' target size (its patch
     grid), within the token budget."""
-    _, inputs = og_image_inputs(gemma4_bundle, tmp_path, [_pixels(*size)])
+    _, inputs = og_image_inputs(gemma4_bundle, tmp_path, [random_pixels(*size)])
     height, width = kept_size(*size)
     positions = inputs["pixel_position_ids"].as_numpy().reshape(-1, 2)
     assert (positions[:, 0].max() + 1, positions[:, 1].max() + 1) == (width // 4, height // 4)
@@ -127,17 +116,17 @@ def test_og_greedy_tokens_with_images_equal_transformers(
     """One image, and two of different sizes: og's prefill logits are transformers' (fp32)
     and its greedy tokens equal transformers'."""
     model, _ = gemma4_checkpoint
-    pixels = [_pixels(*size, seed=i) for i, size in enumerate(sizes)]
+    pixels = [random_pixels(*size, seed=i) for i, size in enumerate(sizes)]
     og_model, inputs = og_image_inputs(gemma4_bundle, tmp_path, pixels)
     ids = inputs["input_ids"].as_numpy().astype(np.int64)
     assert (ids == model.config.image_token_id).sum() == sum(map(image_tokens, pixels))
     ours = og_prefill_logits(og_model, inputs)
     with torch.no_grad():
-        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+        expected = model(**reference_inputs(model, ids, pixels, blocks=False)).logits.numpy()
     # every position of a 3-layer prefill over ~80-150 tokens: logits up to ~9 agree to 2e-4
     # (2e-5 of their size); the vision and embedding graphs alone hold 1e-4
     np.testing.assert_allclose(ours, expected, atol=2 * TOLERANCE, rtol=0)
-    reference = _reference(model, ids, pixels)
+    reference = reference_inputs(model, ids, pixels, blocks=False)
     theirs = generated_tokens(model, reference.pop("input_ids"), 6, **reference)
     assert og_greedy(og_model, inputs, 6) == theirs
 
@@ -152,12 +141,12 @@ def test_soft_tokens_reading_their_own_per_layer_rows_fail(gemma4_checkpoint, mo
     def own_rows(self, op, input_ids, embeds):
         return causal_lm.per_layer_inputs(op, self, self.config.per_layer_stack, input_ids, embeds)
 
-    pixels = [_pixels(*KEPT_SIZES[1])]
+    pixels = [random_pixels(*KEPT_SIZES[1])]
     features_of = image_inputs(pixels)
     tokens = image_tokens(pixels[0])
     ids = np.array([[2, 5, *[model.config.image_token_id] * tokens, 7, 8]], np.int64)
     with torch.no_grad():
-        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+        expected = model(**reference_inputs(model, ids, pixels, blocks=False)).logits.numpy()
     errors = []
     for forward in (section_of, own_rows):
         monkeypatch.setattr(causal_lm.PerLayerTextModel, "_per_layer_inputs", forward)
@@ -171,7 +160,7 @@ def test_smoke_test_and_run_with_an_image(gemma4_bundle, tmp_path, capsys):
     assert result.ran
     assert result.note.endswith("with a 96x96 image, same as a plain onnxruntime loop")
     path = tmp_path / "photo.png"
-    path.write_bytes(png_bytes(_pixels(40, 60)))
+    path.write_bytes(png_bytes(random_pixels(40, 60)))
     command = ["run", str(gemma4_bundle), "--image", str(path), "--prompt", "Describe it."]
     assert main([*command, "--raw", "--max-new-tokens", "4"]) == 0
     assert "mobius-genai: 4 tokens" in capsys.readouterr().err  # the tiny model's text: blanks
@@ -196,7 +185,7 @@ def test_the_cuda_vision_graph_runs_on_the_cpu_kernel_like_transformers(gemma4_c
     tolerance of transformers' (features up to ~4 in size)."""
     model, folder = gemma4_checkpoint
     sessions = package_sessions(build(folder, "cuda", progress=False))
-    inputs = image_inputs([_pixels(*KEPT_SIZES[0], seed=1)])
+    inputs = image_inputs([random_pixels(*KEPT_SIZES[0], seed=1)])
     feeds = {**inputs, "pixel_values": inputs["pixel_values"].astype(np.float16)}
     (features,) = sessions["vision"].run(None, feeds)
     assert features.dtype == np.float16
@@ -254,7 +243,7 @@ def test_int4_tables_against_the_float_tables_bundle(gemma4_checkpoint, tmp_path
     )
     saved = _bytes(bundles["float tables"]) - _bytes(bundles["int4"])
     assert 0.8 * tables * (1 - 5 / 32) < saved < tables
-    pixels = [_pixels(*KEPT_SIZES[0], seed=3)]
+    pixels = [random_pixels(*KEPT_SIZES[0], seed=3)]
     logits, tokens = [], []
     for bundle in bundles.values():
         og_model, inputs = og_image_inputs(bundle, tmp_path, pixels)
@@ -264,7 +253,7 @@ def test_int4_tables_against_the_float_tables_bundle(gemma4_checkpoint, tmp_path
     assert tokens[0] == tokens[1]
     assert not np.array_equal(*logits)  # the table's rounding reaches the logits
     with torch.no_grad():
-        expected = model(**_reference(model, ids, pixels)).logits.numpy()
+        expected = model(**reference_inputs(model, ids, pixels, blocks=False)).logits.numpy()
     # the tiny random model's int4 projections alone move its logits ~28% on average
     errors = [np.abs(each - expected).mean() / np.abs(expected).mean() for each in logits]
     assert errors[0] < (1 + INT4_TABLE_DRIFT) * errors[1], errors

@@ -116,6 +116,16 @@ def copy_checkpoint(tmp_path_factory) -> Path:
     return _checkpoint(tmp_path_factory.mktemp("copy") / "ckpt", "qwen3_5_text", copy=True)
 
 
+def _prefill_outputs(bundle: Path, *names: str) -> list[np.ndarray]:
+    """og.Generator's outputs `names` after it appends PROMPT (one prefill)."""
+    model = og.Model(str(bundle))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(PROMPT) + 1)
+    generator = og.Generator(model, params)
+    generator.append_tokens(PROMPT)
+    return [np.asarray(generator.get_output(name)) for name in names]
+
+
 def _swapped_halves(self, op, input_ids, hidden_states, attention_mask, position_ids, past):
     """A wrong head: the concat's halves swapped (hidden state first)."""
     embedded = self.pre_fc_norm_embedding(op, self.embed_tokens(op, input_ids))
@@ -243,12 +253,7 @@ def test_validate_checks_the_mtp_section(random_head, tmp_path, section, key, va
 def test_the_decoders_hidden_states_are_transformers_last_hidden_state(random_head):
     """The head reads the decoder's post-final-norm hidden states (f32, within 1e-4)."""
     ckpt, bundle, family = random_head
-    model = og.Model(str(bundle))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(PROMPT) + 1)
-    generator = og.Generator(model, params)
-    generator.append_tokens(PROMPT)
-    ours = np.asarray(generator.get_output("hidden_states"))
+    (ours,) = _prefill_outputs(bundle, "hidden_states")
     hub = family in LAYOUTS
     reference = load_reference_model(ckpt, LAYOUTS[family][1] if hub else AutoModelForCausalLM)
     text_model = reference.model.language_model if hub else reference.model
@@ -291,13 +296,8 @@ def test_the_heads_logits_take_the_main_models_head_transforms(transformed_head)
     import onnxruntime as ort
 
     _, bundle = transformed_head
-    model = og.Model(str(bundle))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(PROMPT) + 1)
-    generator = og.Generator(model, params)
-    generator.append_tokens(PROMPT)
-    main = np.asarray(generator.get_output("logits"), np.float32)
-    hidden = np.asarray(generator.get_output("hidden_states"), np.float32)
+    outputs = _prefill_outputs(bundle, "logits", "hidden_states")
+    main, hidden = (np.asarray(output, np.float32) for output in outputs)
     session = ort.InferenceSession(str(bundle / "mtp.onnx"), providers=["CPUExecutionProvider"])
     steps = len(PROMPT) - 1
     feeds = {
