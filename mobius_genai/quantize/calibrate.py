@@ -85,6 +85,7 @@ def activation_importance(
     chunks = _chunks(graph, _needed_nodes(graph, wanted, store.keys()), chunk_bytes)
     last_use = _last_uses(graph, chunks)
     for index, nodes in enumerate(chunks):
+        _keep_shared_weights(graph, nodes, index, last_use, store)
         produced = {out for node in nodes for out in node.outputs}
         outputs = [v for v in produced if last_use.get(v, -1) > index or v in wanted]
         store.update(_run_chunk(model, nodes, outputs, store))
@@ -259,6 +260,22 @@ def _chunks(graph: ir.Graph, nodes: list[ir.Node], budget: int) -> list[list[ir.
     if current:
         chunks.append(current)
     return chunks
+
+
+def _keep_shared_weights(
+    graph: ir.Graph,
+    nodes: list[ir.Node],
+    index: int,
+    last_use: dict[ir.Value, int],
+    store: dict[ir.Value, np.ndarray],
+) -> None:
+    """Read into `store` the weights chunk `index` shares with later chunks (the rope tables
+    every layer reads: a lazy table is computed again on each read, 48 times for the
+    Qwen2.5-0.5B shape), so that they are read once and dropped after their last chunk."""
+    for node in nodes:
+        for value in _reads(graph, node):
+            if value not in store and _weight(value) and last_use.get(value, -1) > index:
+                store[value] = value.const_value.numpy()  # type: ignore[union-attr]
 
 
 def _run_bytes(value: ir.Value) -> int:

@@ -327,3 +327,18 @@ def test_the_embedding_table_is_read_only_at_the_rows_of_the_ids(untied_ckpt, mo
     activation_importance(model, targets, Calibration(TOKENS, seed=5))
     unique = np.unique(np.random.default_rng(5).integers(0, 128, size=TOKENS))
     assert reads == [1] * len(unique)
+
+
+def test_a_weight_every_layer_reads_is_read_once(untied_ckpt, monkeypatch):
+    """The rope tables are lazy (computed on each read) and read by every layer: cut into a
+    chunk per node, the run reads each table once, not once per chunk."""
+    import mobius_genai.components.rope as rope
+
+    model = mobius_genai.build(untied_ckpt, get_ep("cpu"), "f32")["model"]
+    groups, _ = find_weights(model.graph)
+    targets = [[use.node.inputs[0] for use in group.matmuls] for group in groups]
+    tables = []
+    original = rope._table
+    monkeypatch.setattr(rope, "_table", lambda *args: tables.append(args[3]) or original(*args))
+    activation_importance(model, targets, Calibration(TOKENS, seed=5), chunk_bytes=1)
+    assert sorted(function.__name__ for function in tables) == ["cos", "sin"]
