@@ -30,9 +30,12 @@ from mobius_genai._child_process import python_command
 
 __all__ = ["MAX_WORKERS", "PARALLEL_ELEMENTS", "map_chunks", "search_workers"]
 
-#: Weights with fewer elements (two of `layout`'s 1M-element chunks) are searched in the calling
-#: process.
-PARALLEL_ELEMENTS = 1 << 21
+#: Weights with fewer elements are searched in the calling process (the workers' start and the
+#: pickling are not worth it there). The calling process is the serial part of a package (it
+#: reads, converts, calibrates and writes): with 256K rather than 2M, the Qwen2.5-0.5B shape's
+#: q and o projections go to the workers too, and its own CPU time drops from ~10.4 to ~8.7 s
+#: (benchmarks/README.md, "The int4 search's speed").
+PARALLEL_ELEMENTS = 1 << 18
 #: Most worker processes (each holds a chunk, its search temporaries and ~40 MB of modules).
 MAX_WORKERS = 8
 
