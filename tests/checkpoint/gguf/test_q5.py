@@ -38,6 +38,9 @@ from tests.checkpoint.gguf._tiny import (
 
 PROMPT = [5, 17, 33, 8, 200, 91, 383]
 LOGITS_ATOL = 1e-4
+#: fp16 activations and scales (the cuda EP's dtype) run by onnxruntime's cpu EP; seen: 0.09
+#: here, 0.07 for the fp16 bundle of the dequantized weights, on logits up to ~10.
+FP16_LOGITS_ATOL = 0.25
 LAYERS = 3
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 Q5_K_M = {
@@ -144,7 +147,11 @@ def test_q5_weights_are_gguf_dequantized(exact, case: str):
         checked += 1
     assert checked == sum(kind in ("Q5_1", "Q5_K") for kind in CASES[case]["types"].values()) * 3
     initializers = {t.name: t for t in model.graph.initializer}
-    mins = {n.name.removesuffix("_mins") for n in model.graph.node if n.name.endswith("_mins")}
+    mins = {
+        n.name.removesuffix("_mins")
+        for n in model.graph.node
+        if n.op_type == "MatMul" and n.name.endswith("_mins")
+    }
     with_mins = [n for n in nodes if n.name in mins]  # Q5 (and a Q8_0 packed with them)
     assert len(with_mins) == _WITH_MINS[case] * LAYERS
     for node in with_mins:
@@ -185,3 +192,25 @@ def test_an_untied_q5_k_embedding_is_looked_up_in_float(tmp_path: Path):
     assert summary["dequantized"] == [
         "model.embed_tokens.weight (float zero points: no GatherBlockQuantized)"
     ]
+
+
+def test_the_cuda_bundle_keeps_q5_k_in_fp16(tmp_path: Path):
+    """The cuda EP's fp16 bundle keeps Q5_K as cpu's does: 8-bit MatMulNBits with uint8 zero
+    points and fp16 block mins. Without a GPU here, onnxruntime's cpu EP runs the same graph:
+    its logits stay within fp16 rounding of transformers' on the GGUF."""
+    gguf = _write(tmp_path, "q5_k_m")
+    bundle = mobius_genai.package(gguf, "cuda", tmp_path / "cuda", smoke_test=False, quiet=True)
+    build = _build(bundle)
+    assert build["precision"] == "fp16"
+    assert build["prequantized"]["tensors"]["Q5_K"] == {"kept 8-bit": _kinds(gguf)["Q5_K"]}
+    model = onnx.load(bundle / "model.onnx", load_external_data=False)
+    dtypes = {t.name: t.data_type for t in model.graph.initializer}
+    mins = [n for n in model.graph.node if n.op_type == "MatMul" and n.name.endswith("_mins")]
+    assert len(mins) == _WITH_MINS["q5_k_m"] * LAYERS
+    assert {dtypes[n.input[1]] for n in mins} == {onnx.TensorProto.FLOAT16}
+    run = hf_reference_logits(gguf, np.array([PROMPT]), decode_steps=2)
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    ours = run_like_reference(session, run)
+    for step, (logits, reference) in enumerate(zip(ours, run.steps, strict=True)):
+        diff = np.abs(logits[:, -1].astype(np.float32) - reference.logits[:, -1]).max()
+        assert diff <= FP16_LOGITS_ATOL, (step, diff)
