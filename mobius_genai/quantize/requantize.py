@@ -1,7 +1,7 @@
 """Int4 for the matrices a pre-quantized source leaves in float, when the user asks for int4.
 
 `apply_prequantized` keeps the stored integers MatMulNBits holds exactly and reads the rest as
-float (a GGUF's Q5_1 / Q5_K / F16 / BF16 / F32 matrices, a GPTQ or AWQ checkpoint's float
+float (a GGUF's Q2_K / Q3_K / IQ4 / F16 / BF16 / F32 matrices, a GPTQ or AWQ checkpoint's float
 layers). With an explicit int4 request (`Int4Plan.options`), `requantize_floats` hands these
 to `quantize_planned` with the user's options (block size, symmetry, quality recipe) at the
 bundle's one accuracy level:

@@ -53,7 +53,7 @@ def apply_stored_tables(model: ir.Model, gather: bool, cache: OneWeightCache) ->
     for group, tensor in table_uses(model.graph):
         if tensor.zero_form == "float" and (tensor.bits == 8 or group.gathers):
             reason = "float zero points: no GatherBlockQuantized"
-            if tensor.bits == 8:
+            if tensor.bits == 8 and group.matmuls:
                 reason += ", no 8-bit MatMulNBits on cpu"
                 group = dataclasses.replace(group, matmuls=[])
             dequantized.append(f"{group.source.name} ({reason})")

@@ -3,20 +3,21 @@
 Math preserved exactly: ``A @ W`` with ``W[k, n] = (q[n, j] - zero[n, j / bs]) * scale[n, j /
 bs]`` at ``k = perm[j]`` becomes ``MatMulNBits(Gather(A, perm, axis=-1), B, scales[, zp])``
 where B packs q as stored (bits 4: two per byte, low nibble first; bits 8: one per byte). The
-Gather is left out when `perm` is the natural order. Zero points stay implicit (all 2^(bits-1)),
-packed uint8, or float in the model dtype (4-bit only: onnxruntime's cpu kernel refuses 8-bit
-float zero points). A packed q/k/v projection (`ConcatTensor` of three pre-quantized parts)
+Gather is left out when `perm` is the natural order. Zero points stay implicit (all
+2^(bits-1)) or packed uint8; float ones (4- and 8-bit) become integer ones plus block mins
+(`_initializers`: onnxruntime's cpu kernel refuses 8-bit float zero points and is slow on
+4-bit ones). A packed q/k/v projection (`ConcatTensor` of three pre-quantized parts)
 concatenates the parts' integers along N when their bits, block size and order agree, else
 gets one MatMulNBits per run of agreeing parts and a Concat of their outputs (exact as well).
 Pre-quantized tables (an embedding and its tied lm_head) go through `stored_tables`.
 
 One accuracy level for every MatMulNBits written, the target's (the one asked for, else the
 EP's default, as for any int4 bundle). At the cpu EP's level 4 onnxruntime's kernel rounds the
-activations to int8 (every MatMulNBits written here has integer zero points: Q4_1 and Q4_K's
-float offsets become their nearest integer plus block mins for the rest, `_initializers`), as
-llama.cpp computes its own Q8_0 / Q4_0 dot products; level 0 keeps them float, exact to the stored integers, but
-onnxruntime has no fast 8-bit kernel there (SmolLM2-135M's Q4_1 bundle decoded 12x slower:
-benchmarks/README.md, "Packaging a GGUF").
+activations to int8 (every MatMulNBits written here has integer zero points: the float offsets
+of GGUF's Q4_1, Q4_K, Q5_1 and Q5_K become their nearest integer plus block mins for the rest,
+`_initializers`), as llama.cpp computes its own Q8_0 / Q4_0 dot products; level 0 keeps them
+float, exact to the stored integers, but onnxruntime has no fast 8-bit kernel there
+(SmolLM2-135M's Q4_1 bundle decoded 12x slower: benchmarks/README.md, "Packaging a GGUF").
 """
 
 from __future__ import annotations
@@ -130,11 +131,8 @@ def apply_prequantized(
         parts = _parts(weight)
         if not parts:
             continue
-        reason = None if keep else why_float
-        if reason is None and any(p.bits == 8 and p.zero_form == "float" for p in parts):
-            reason = "8-bit float zero points (onnxruntime's cpu MatMulNBits refuses them)"
-        if reason:
-            dequantized.append(f"{weight.name} ({reason})")
+        if not keep:
+            dequantized.append(f"{weight.name} ({why_float})")
             kinds.dequantized(parts)
             continue
         kinds.kept(parts)

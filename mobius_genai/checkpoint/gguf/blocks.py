@@ -14,13 +14,18 @@ for Q6_K) (ggml-quants.c's dequantize_row_* in that form):
 - Q8_0 (34 bytes / 32): fp16 d, 32 int8; w = d * q: q + 128 with zero 128 (8-bit, implicit).
 - Q5_0 (22 bytes / 32): fp16 d, 4 bytes of high bits (bit j: element j), nibbles as Q4_0;
   w = d * (q - 16): 8-bit, uint8 zero 16.
+- Q5_1 (24 bytes / 32): fp16 d, fp16 m, high bits and nibbles as Q5_0; w = d * q + m: 8-bit,
+  zero -m / d (float) as Q4_1.
+- Q5_K (176 bytes / 256): fp16 d, fp16 dmin, 12 bytes of scales and mins as Q4_K, 32 bytes of
+  high bits (bit j of byte i: element i of sub-block j), 128 bytes of nibbles as Q4_K;
+  w = d * sc_j * q - dmin * m_j: 8-bit, float zero dmin * m_j / (d * sc_j) as Q4_K.
 - Q6_K (210 bytes / 256): 128 bytes of low nibbles, 64 of 2-bit highs, 16 int8 sub-block
   scales, fp16 d; per half of 128: element 64s + j low nibble of byte j (s = 0) or high (s =
   1), element 32t + j bits 2t of high byte j; sub-block of 16 j: w = d * sc_j * (q - 32):
   8-bit, block 16, uint8 zero 32.
 
-Q5_1 and Q5_K (w = d * q + m: float zero points) would need 8-bit MatMulNBits with float zero
-points, which onnxruntime's cpu kernel refuses: they are dequantized.
+Float zero points (Q4_1, Q4_K, Q5_1, Q5_K) are written as integer zero points plus block mins
+(quantize/stored_weights.py), so the 8-bit ones need no float zero points in MatMulNBits.
 """
 
 from __future__ import annotations
@@ -87,19 +92,30 @@ def _k4_scales(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return scales.astype(np.float32), mins.astype(np.float32)
 
 
+def _k_offsets(header: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[n, K/256, 16] bytes (fp16 d, fp16 dmin, 12 bytes of 6-bit scales and mins) → the scale
+    d * sc_j and offset -dmin * m_j of each sub-block of 32, [n, K/32] each (Q4_K, Q5_K)."""
+    n = header.shape[0]
+    d, dmin = _f16(header[..., 0:2]), _f16(header[..., 2:4])
+    sc, mins = _k4_scales(header[..., 4:16])
+    return (d[..., None] * sc).reshape(n, -1), -(dmin[..., None] * mins).reshape(n, -1)
+
+
+def _k_nibbles(qs: np.ndarray) -> np.ndarray:
+    """[n, K/256, 128] bytes → [n, K] values: 32 bytes per 64 elements, low nibbles first."""
+    n = qs.shape[0]
+    chunks = qs.reshape(n, -1, 4, 32)
+    return np.stack([chunks & 0x0F, chunks >> 4], axis=3).reshape(n, -1)  # chunk c: 2c, 2c+1
+
+
 def q4_k(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
     blocks = raw.reshape(n, k // 256, 144)
-    d, dmin = _f16(blocks[..., 0:2]), _f16(blocks[..., 2:4])
-    sc, mins = _k4_scales(blocks[..., 4:16])
-    qs = blocks[..., 16:].reshape(n, k // 256, 4, 32)
-    values = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, k)  # chunk c: 2c low, 2c+1 high
-    scale = (d[..., None] * sc).reshape(n, k // BLOCK)
-    offset = -(dmin[..., None] * mins).reshape(n, k // BLOCK)
-    return _with_offset(values, scale, offset)
+    return _with_offset(_k_nibbles(blocks[..., 16:]), *_k_offsets(blocks[..., :16]))
 
 
 def _high_bits(packed: np.ndarray) -> np.ndarray:
-    """[..., 4] bytes (a little-endian uint32) → [..., 32] bits, bit j at position j."""
+    """[..., b] bytes → [..., 8b] bits, bit j of byte i at 8i + j (4 bytes: a little-endian
+    uint32's bits in order)."""
     return np.unpackbits(packed, axis=-1, bitorder="little")
 
 
@@ -108,6 +124,19 @@ def q5_0(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
     values = _nibbles(blocks[..., 6:]) | (_high_bits(blocks[..., 2:6]) << 4)
     zeros = np.full((n, k // BLOCK), 16, np.int16)
     return StoredBlocks(values.reshape(n, k), _f16(blocks[..., :2]), zeros)
+
+
+def q5_1(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
+    blocks = raw.reshape(n, k // BLOCK, 24)
+    values = _nibbles(blocks[..., 8:]) | (_high_bits(blocks[..., 4:8]) << 4)
+    return _with_offset(values.reshape(n, k), _f16(blocks[..., :2]), _f16(blocks[..., 2:4]))
+
+
+def q5_k(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
+    blocks = raw.reshape(n, k // 256, 176)
+    high = _high_bits(blocks[..., 16:48, None]).swapaxes(-1, -2)  # [.., sub-block j, element i]
+    values = _k_nibbles(blocks[..., 48:]) | (high.reshape(n, k) << 4)
+    return _with_offset(values, *_k_offsets(blocks[..., :16]))
 
 
 def q6_k(raw: np.ndarray, n: int, k: int) -> StoredBlocks:
@@ -139,13 +168,13 @@ NBITS_TYPES: dict[str, BlockType] = {
     "Q4_1": BlockType(4, BLOCK, "float", q4_1),
     "Q4_K": BlockType(4, BLOCK, "float", q4_k),
     "Q5_0": BlockType(8, BLOCK, "uint8", q5_0),
+    "Q5_1": BlockType(8, BLOCK, "float", q5_1),
+    "Q5_K": BlockType(8, BLOCK, "float", q5_k),
     "Q6_K": BlockType(8, 16, "uint8", q6_k),
     "Q8_0": BlockType(8, BLOCK, "implicit", q8_0),
 }
 
 #: GGUF types read as float through the gguf package's own `quants.dequantize` (exact): the
 #: float types and the block types MatMulNBits cannot hold as they are.
-DEQUANTIZED_TYPES = frozenset(
-    {"F32", "F16", "BF16", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "IQ4_NL", "IQ4_XS"}
-)
+DEQUANTIZED_TYPES = frozenset({"F32", "F16", "BF16", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"})
 ACCEPTED_TYPES = DEQUANTIZED_TYPES | NBITS_TYPES.keys()

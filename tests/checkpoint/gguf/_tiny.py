@@ -89,15 +89,22 @@ _NUMPY_TYPES = {"F64": np.float64, "I32": np.int32}
 #: other bytes (integers, packed sub-block scales) are uniform.
 _RANDOM_FIELDS = {
     "Q4_K": [(0, 5e-4, 1e-3), (2, 5e-4, 1.5e-3)],
-    "Q5_K": [(0, 2.5e-4, 5e-4), (2, 5e-4, 1.5e-3)],
+    "Q5_K": [(0, 2e-4, 4e-4), (2, 3e-3, 6e-3)],
     "Q6_K": [(208, 5e-5, 1.5e-4)],
     "Q5_0": [(0, 2.5e-3, 5e-3)],
+    "Q3_K": [(108, 2e-3, 4e-3)],
 }
 
 
 def matmul_nbits_weights(model: onnx.ModelProto) -> list[np.ndarray]:
-    """The [N, K] float weight of each MatMulNBits, dequantized as its kernel defines it."""
+    """The [N, K] float weight of each MatMulNBits, dequantized as its kernel defines it, plus
+    its block mins (the MatMul named after it + "_mins": float zero points' rest) if any."""
     initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    mins = {
+        n.name.removesuffix("_mins"): initializers[n.input[1]]
+        for n in model.graph.node
+        if n.op_type == "MatMul" and n.name.endswith("_mins")
+    }
     weights = []
     for node in model.graph.node:
         if node.op_type != "MatMulNBits":
@@ -114,8 +121,28 @@ def matmul_nbits_weights(model: onnx.ModelProto) -> list[np.ndarray]:
             if bits == 4 and zeros.dtype == np.uint8:
                 zeros = np.stack([zeros & 0x0F, zeros >> 4], axis=-1).reshape(n, -1)
             zeros = zeros[:, : scales.shape[1], None].astype(np.float32)
-        weights.append(((data.astype(np.float32) - zeros) * scales).reshape(n, -1))
+        weight = ((data.astype(np.float32) - zeros) * scales).reshape(n, -1)
+        if node.name in mins:
+            weight += np.repeat(mins[node.name].T.astype(np.float32), size, axis=1)
+        weights.append(weight)
     return weights
+
+
+def unpermute_rows(rows: np.ndarray, heads: int) -> np.ndarray:
+    """The inverse of llama.cpp's Q/K row permutation (`_permute`) for `heads` heads."""
+    n = rows.shape[0]
+    return rows.reshape(heads, n // heads // 2, 2, -1).swapaxes(1, 2).reshape(rows.shape)
+
+
+def holds_rows(weight: np.ndarray, expected: np.ndarray, atol: float = 0.0) -> bool:
+    """`expected` [n, K] is a run of rows of `weight` [N, K] (bit for bit unless `atol`)."""
+    if weight.shape[1] != expected.shape[1]:
+        return False
+    for start in range(weight.shape[0] - expected.shape[0] + 1):
+        rows = weight[start : start + expected.shape[0]]
+        if np.allclose(rows, expected, rtol=0, atol=atol):  # atol 0: equal
+            return True
+    return False
 
 
 def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:

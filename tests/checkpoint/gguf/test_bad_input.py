@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGUFReader
 
 from mobius_genai.cli import main
 from tests.checkpoint.gguf._tiny import write_tiny_gguf
@@ -17,6 +18,18 @@ def _truncated(at: Callable[[int], int]) -> Callable[[Path], Path]:
     def write(path: Path) -> Path:
         raw = write_tiny_gguf(path, "llama").read_bytes()
         path.write_bytes(raw[: at(len(raw))])
+        return path
+
+    return write
+
+
+def _truncated_in(tensor: str, **arguments) -> Callable[[Path], Path]:
+    """A GGUF written with `arguments`, cut 8 bytes into `tensor`'s data."""
+
+    def write(path: Path) -> Path:
+        write_tiny_gguf(path, "llama", **arguments)
+        start = next(t.data_offset for t in GGUFReader(path).tensors if t.name == tensor)
+        path.write_bytes(path.read_bytes()[: start + 8])
         return path
 
     return write
@@ -35,6 +48,15 @@ BAD_INPUT: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
     "truncated in the header": (_truncated(lambda size: 200), ["not a readable GGUF file"]),
     "truncated in the tensor data": (
         _truncated(lambda size: size - 1000),
+        ["not a readable GGUF file"],
+    ),
+    "truncated in Q5_K blocks": (
+        _truncated_in(
+            "blk.2.ffn_gate.weight",
+            hidden_size=256,
+            intermediate_size=256,
+            types={"ffn_gate": "Q5_K", "ffn_up": "Q5_1"},
+        ),
         ["not a readable GGUF file"],
     ),
     "unsupported tensor type": (

@@ -1,5 +1,5 @@
 """A GGUF packaged with an explicit int4 request: the matrices kept exactly stay as stored, the
-ones that would be dequantized (Q5_K, F16) are quantized to int4 instead.
+ones that would be dequantized (Q3_K, F16) are quantized to int4 instead.
 
 The reference for the re-quantized weights is gguf's own dequantization of the stored tensor:
 the bundle's MatMulNBits must hold it within int4 rounding error, and not exactly (else it
@@ -25,14 +25,14 @@ from mobius_genai.runtime.generate import greedy_tokens
 from tests.checkpoint.gguf._tiny import matmul_nbits_weights, write_tiny_gguf
 
 #: k-quants need K a multiple of 256. Q4_K and a Q8_0 embedding are kept as stored; the
-#: Q5_K gate and F16 up projections are dequantized by default.
+#: Q3_K gate and F16 up projections are dequantized by default.
 TYPES = {
     "token_embd": "Q8_0",
     "attn_q": "Q4_K",
     "attn_k": "Q4_K",
     "attn_v": "Q4_K",
     "attn_output": "Q4_K",
-    "ffn_gate": "Q5_K",
+    "ffn_gate": "Q3_K",
     "ffn_up": "F16",
     "ffn_down": "Q4_K",
 }
@@ -82,7 +82,7 @@ def _manifest(bundle: Path) -> dict:
 
 def test_every_matrix_is_matmul_nbits_with_int4(bundles):
     _, default, int4 = bundles
-    assert len(_float_matmuls(default)) == 2 * LAYERS  # Q5_K gate and F16 up stay float
+    assert len(_float_matmuls(default)) == 2 * LAYERS  # Q3_K gate and F16 up stay float
     assert _float_matmuls(int4) == []
     nodes, _ = _nodes(int4)
     levels = {
@@ -113,7 +113,7 @@ def test_kept_weights_keep_their_integers(bundles):
 
 
 def test_dequantized_kinds_are_quantized_to_int4(bundles):
-    """The Q5_K and F16 matrices are in 4-bit MatMulNBits within int4 rounding error of gguf's
+    """The Q3_K and F16 matrices are in 4-bit MatMulNBits within int4 rounding error of gguf's
     dequantized values, not exactly. Round-to-nearest errs by at most max|w| / 8 in a block
     (symmetric: a value of the other sign than the largest |w| clips at 7); the default
     recipe's search may clip a block's extremes further to lower the rest's error (seen:
@@ -128,7 +128,7 @@ def test_dequantized_kinds_are_quantized_to_int4(bundles):
     ]
     checked = 0
     for tensor in GGUFReader(gguf).tensors:
-        if tensor.tensor_type.name not in ("Q5_K", "F16"):
+        if tensor.tensor_type.name not in ("Q3_K", "F16"):
             continue
         expected = dequantize(np.asarray(tensor.data), tensor.tensor_type).astype(np.float32)
         blocks = np.abs(expected.reshape(expected.shape[0], -1, 32)).max(axis=-1)
@@ -152,7 +152,7 @@ def test_manifest_says_requantized_per_kind(bundles):
         "F32": {"float (fp32)": 2 * LAYERS + 1},
         "Q4_K": {"kept 4-bit": 5 * LAYERS},
         "F16": {"float (fp32)": LAYERS},
-        "Q5_K": {"dequantized to fp32": LAYERS},
+        "Q3_K": {"dequantized to fp32": LAYERS},
         "Q8_0": {"kept 8-bit": 1},
     }
     build = _manifest(int4)
@@ -160,12 +160,12 @@ def test_manifest_says_requantized_per_kind(bundles):
         "F32": {"float (fp32)": 2 * LAYERS + 1},
         "Q4_K": {"kept 4-bit": 5 * LAYERS},
         "F16": {REQUANTIZED: LAYERS},
-        "Q5_K": {REQUANTIZED: LAYERS},
+        "Q3_K": {REQUANTIZED: LAYERS},
         "Q8_0": {"kept 8-bit": 1},
     }
     assert build["precision"] == "int4"
     card = (int4 / "README.md").read_text()
-    assert f"Q5_K: {LAYERS} {REQUANTIZED}" in card
+    assert f"Q3_K: {LAYERS} {REQUANTIZED}" in card
 
 
 def test_onnxruntime_genai_generates_from_the_int4_bundle(bundles):
@@ -202,7 +202,7 @@ def test_asked_accuracy_level_applies_to_every_matmul_nbits(tmp_path: Path, bund
 LM_HEADS = {
     "float-builder": ("F16", "builder", "float (fp32)"),
     "float-balanced": ("F16", "balanced", "re-quantized to int8 (block 128, recipe balanced)"),
-    "q5_k-builder": ("Q5_K", "builder", "re-quantized to int4 (block 32, recipe builder)"),
+    "q3_k-builder": ("Q3_K", "builder", "re-quantized to int4 (block 32, recipe builder)"),
 }
 
 

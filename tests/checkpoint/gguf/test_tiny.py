@@ -27,7 +27,12 @@ import mobius_genai
 from mobius_genai.quantize import Int4Options
 from tests._hf import hf_reference_logits
 from tests._ort import run_like_reference
-from tests.checkpoint.gguf._tiny import matmul_nbits_weights, write_tiny_gguf
+from tests.checkpoint.gguf._tiny import (
+    holds_rows,
+    matmul_nbits_weights,
+    unpermute_rows,
+    write_tiny_gguf,
+)
 
 PROMPT = np.array([[5, 17, 33, 8, 200, 91, 383]])
 LOGITS_ATOL = 1e-4
@@ -57,7 +62,8 @@ CASES = {
     # phi3: fused attn_qkv and ffn_up ([gate; up]) matrices
     "phi3": {"family": "phi3", "tie": False},
     # k-quants (K a multiple of 256): Q6_K 8-bit in blocks of 16 (permuted Q rows, the MLP's
-    # down projection, a tied Q6_K embedding: lookup and lm_head), Q4_K, a dequantized Q5_K
+    # down projection, a tied Q6_K embedding: lookup and lm_head), Q4_K, an 8-bit Q5_K gate
+    # (float zero points: integer ones plus block mins)
     "kquants": {
         "family": "llama",
         "tie": True,
@@ -90,7 +96,7 @@ def _bits(node: onnx.NodeProto) -> int:
 @pytest.fixture(scope="module")
 def packaged_gguf(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], tuple[Path, Path]]:
     """The case's GGUF and its default cpu bundle, packaged once for this module (the tests
-    only read them): no int4 request (which would quantize the Q5_K matrices,
+    only read them): no int4 request (which would quantize what is read as float,
     tests/checkpoint/gguf/test_requantize.py), the EP's accuracy level 4."""
     cache: dict[str, tuple[Path, Path]] = {}
 
@@ -109,7 +115,7 @@ def packaged_gguf(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], t
 
 def _exact_session(bundle: Path) -> ort.InferenceSession:
     """The bundle's graph with every MatMulNBits at accuracy level 0 (float dot products:
-    `package --precision int4 --int4-accuracy-level 0` without re-quantizing Q5_K)."""
+    `package --precision int4 --int4-accuracy-level 0` without re-quantizing float reads)."""
     model = onnx.load(bundle / "model.onnx")
     for node in model.graph.node:
         if node.op_type == "MatMulNBits":
@@ -136,45 +142,32 @@ def test_logits_equal_transformers(packaged_gguf, case: str):
     assert "Gather" not in ops  # the embedding lookup reads the stored integers
 
 
-def test_q5_0_and_q6_k_weights_are_gguf_dequantized_exactly(packaged_gguf):
+def test_8_bit_weights_are_gguf_dequantized_exactly(packaged_gguf):
     """The Q5_0 / Q6_K tensors become 8-bit MatMulNBits with uint8 zero points whose weights
     are gguf.quants.dequantize's values bit for bit (rows in HuggingFace's order: the Q6_K
     attn_q's rows are un-permuted, so compare with the dequantized tensor un-permuted by the
-    test's own inverse of llama.cpp's permutation)."""
+    test's own inverse of llama.cpp's permutation); the Q5_K ones, with their block mins,
+    within float32 rounding of the offsets' split."""
     gguf, bundle = packaged_gguf("kquants")
     model = onnx.load(bundle / "model.onnx")
     weights = matmul_nbits_weights(model)
     reader = GGUFReader(gguf)
     checked = 0
     for tensor in reader.tensors:
-        if tensor.tensor_type.name not in ("Q5_0", "Q6_K"):
+        kind = tensor.tensor_type.name
+        if kind not in ("Q5_0", "Q6_K", "Q5_K"):
             continue
         expected = dequantize(np.asarray(tensor.data), tensor.tensor_type)
         if tensor.name.endswith("attn_q.weight"):
-            expected = _unpermute(expected, 4)
-        assert any(_holds_rows(weight, expected) for weight in weights), tensor.name
+            expected = unpermute_rows(expected, 4)
+        atol = 1e-6 * np.abs(expected).max() if kind == "Q5_K" else 0.0
+        assert any(holds_rows(weight, expected, atol) for weight in weights), tensor.name
         checked += 1
-    assert checked == 3 * 3 + 1  # q, v, down per layer and the embedding (its tied lm_head)
+    assert checked == 4 * 3 + 1  # q, v, gate, down per layer, the embedding (tied lm_head)
     nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits" and _bits(n) == 8]
-    assert all(len(n.input) == 4 for n in nbits)  # uint8 zero points 16 / 32
+    assert all(len(n.input) == 4 for n in nbits)  # uint8 zero points: 16 / 32, Q5_K's round(z)
     manifest = json.loads((bundle / "mobius_manifest.json").read_text())
-    dequantized = manifest["build"]["prequantized"]["dequantized"]
-    assert dequantized == []  # Q5_K goes through the float reader, not a MatMulNBits
-
-
-def _unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
-    n = rows.shape[0]
-    return rows.reshape(heads, n // heads // 2, 2, -1).swapaxes(1, 2).reshape(rows.shape)
-
-
-def _holds_rows(weight: np.ndarray, expected: np.ndarray) -> bool:
-    """`expected` [n, K] is a run of rows of `weight` [N, K], bit for bit."""
-    if weight.shape[1] != expected.shape[1]:
-        return False
-    for start in range(weight.shape[0] - expected.shape[0] + 1):
-        if np.array_equal(weight[start : start + expected.shape[0]], expected):
-            return True
-    return False
+    assert manifest["build"]["prequantized"]["dequantized"] == []
 
 
 _LLAMA3_ROPE = {
@@ -317,7 +310,7 @@ def test_float_zero_points_round_to_the_nearest_code(packaged_gguf):
         scales = initializers[node.input[2]].astype(np.float32)
         rest = mins[node.name].T  # [N, K / 32]
         assert np.all(np.abs(rest) <= np.abs(scales) * (0.5 + 1e-6)), node.name
-        weights.append(weight + np.repeat(rest, 32, axis=1))
+        weights.append(weight)  # the block mins included
     checked = 0
     for tensor in GGUFReader(gguf).tensors:
         if tensor.tensor_type.name != "Q4_1" or tensor.name.endswith("attn_k.weight"):
@@ -396,7 +389,7 @@ _OUTCOME = {
     "Q5_0": "kept 8-bit",
     "Q6_K": "kept 8-bit",
     "Q8_0": "kept 8-bit",
-    "Q5_K": "dequantized to fp32",
+    "Q5_K": "kept 8-bit",
     "F32": "float (fp32)",
 }
 
@@ -414,7 +407,7 @@ def test_manifest_says_what_happened_to_each_tensor_kind(packaged_gguf, case: st
     assert _summary(bundle)["tensors"] == expected
     if case == "kquants":
         card = (bundle / "README.md").read_text()
-        assert "Q6_K: 7 kept 8-bit" in card and "Q5_K: 3 dequantized to fp32" in card
+        assert "Q6_K: 7 kept 8-bit" in card and "Q5_K: 3 kept 8-bit" in card
 
 
 def test_a_slice_of_a_dequantized_matrix_dequantizes_only_its_rows(tmp_path: Path, monkeypatch):
