@@ -17,6 +17,7 @@ from onnxscript import nn
 from mobius_genai.components.linear import parameter
 from mobius_genai.config.moe import MoeConfig
 from mobius_genai.config.moe_routing import GROUP_SCORES
+from mobius_genai.ep.context import get_build_dtype
 
 
 def _constant(op, value: float, like: ir.Value) -> ir.Value:
@@ -31,7 +32,10 @@ def _sigmoid(op, logits: ir.Value) -> ir.Value:
 
 class GroupRouter(nn.Module):
     """DeepSeek's MoE gate: `weight` [experts, hidden] and, for V3 (GLM-4 MoE, MiniMax-M2,
-    ERNIE-4.5-MoE), `e_score_correction_bias`."""
+    ERNIE-4.5-MoE), `e_score_correction_bias`. Where the family keeps them in float32 in a
+    float16 or bfloat16 graph (models/families/float32.py), the router computes in float32
+    from the hidden state cast in, as transformers' DeepseekV3TopkRouter does, and casts its
+    outputs back."""
 
     def __init__(self, moe: MoeConfig, hidden: int) -> None:
         super().__init__()
@@ -52,8 +56,11 @@ class GroupRouter(nn.Module):
         """(router input [tokens, experts] for a renormalizing MoE node, the factor its output
         is multiplied by: [batch, seq, 1] like `x`, a scalar, or None when it is 1)."""
         routing = self.routing
+        graph_dtype = get_build_dtype()
+        narrow = self.weight.dtype != graph_dtype  # a float32 router in a float16 graph
+        hidden = op.Cast(x, to=self.weight.dtype) if narrow else x
         logits = op.Reshape(
-            op.MatMul(x, self.weight), op.Constant(value_ints=[-1, self.num_experts])
+            op.MatMul(hidden, self.weight), op.Constant(value_ints=[-1, self.num_experts])
         )
         scores = (
             _sigmoid(op, logits) if routing.scoring == "sigmoid" else op.Softmax(logits, axis=-1)
@@ -76,6 +83,9 @@ class GroupRouter(nn.Module):
         if routing.scaling != 1.0:
             scaling = _constant(op, routing.scaling, scores)
             factor = scaling if factor is None else op.Mul(factor, scaling)
+        if narrow:  # the MoE node's router input and the output's factor in the graph's dtype
+            router = op.Cast(router, to=graph_dtype)
+            factor = None if factor is None else op.Cast(factor, to=graph_dtype)
         return router, factor
 
     def _choice(self, op, scores: ir.Value) -> ir.Value:

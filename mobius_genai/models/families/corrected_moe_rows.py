@@ -20,6 +20,7 @@ from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import v3_moe
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
+from mobius_genai.models.families.float32 import CORRECTED_ROUTER
 from mobius_genai.models.families.readers import switch, when_absent
 
 
@@ -88,6 +89,7 @@ CORRECTED_MOE_FAMILIES = (
         config_overrides={"qk_norm": switch("use_qk_norm", False), "o_bias": False, "moe": v3_moe},
         weight_renames=(_SHARED_EXPERTS,),
         experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
         # the multi-token-prediction layer GLM-4.5-Air (46 layers) and GLM-4.5 (92) ship
         unused_weights=(r"^model\.layers\.(46|92)\.",),
     ),
@@ -112,6 +114,7 @@ CORRECTED_MOE_FAMILIES = (
             _SHARED_EXPERTS,
         ),
         experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
         # the multi-token-prediction block (transformers ignores every "mtp" tensor)
         unused_weights=(r"mtp",),
     ),

@@ -1,0 +1,67 @@
+"""Parameters a family's transformers class keeps in float32 whatever the model's dtype.
+
+transformers loads the parameters its class names in `_keep_in_fp32_modules_strict` in float32
+for float16 and bfloat16 models, and those in `_keep_in_fp32_modules` for float16 ones
+(`PreTrainedModel._get_dtype_plan`), and the modules holding them compute in float32: a MoE
+router's logits, scores, correction and top-k choice (DeepseekV3TopkRouter). A row lists them
+in `FamilyAdapter.float32` as transformers does (patterns searched in parameter names); the
+build stores the matching parameters in float32 (read from the checkpoint as float32: a
+float32 correction bias exactly), and a component whose parameters are float32 computes in
+float32 and casts its output back to the graph's dtype (components/group_router.py). A
+float32 build has nothing to change.
+
+gpt_oss's RMSNorm weights (`_keep_in_fp32_modules`: float16 models) are not kept: the graph's
+RMSNormalization normalizes in float32 already, the hub's bfloat16 weights are exact in
+float16, and a float32 weight between Casts would cost the residual Add + RMSNormalization
+fusion (SkipSimplifiedLayerNormalization) of every layer on every EP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.ep.context import get_build_dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptFloat32:
+    """A transformers class's float32 parameters, as patterns it searches in their names."""
+
+    strict: tuple[str, ...] = ()
+    """`_keep_in_fp32_modules_strict`: float32 in float16 and bfloat16 models."""
+    in_float16: tuple[str, ...] = ()
+    """`_keep_in_fp32_modules`: float32 in float16 models only."""
+
+    def patterns(self, dtype: ir.DataType) -> tuple[str, ...]:
+        """The patterns that apply to a graph built in `dtype`."""
+        if dtype == ir.DataType.FLOAT16:
+            return self.strict + self.in_float16
+        return self.strict if dtype == ir.DataType.BFLOAT16 else ()
+
+
+#: DeepSeek-V3's router (DeepseekV3TopkRouter) and the classes that copy it: its weight and
+#: its choice's correction bias.
+CORRECTED_ROUTER = KeptFloat32(strict=("e_score_correction_bias", "gate.weight"))
+#: DeepSeek-V2's router: its weight (no correction bias).
+ROUTER = KeptFloat32(strict=("gate.weight",))
+_NARROW = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
+
+
+def keep_float32(module: nn.Module, kept: KeptFloat32) -> list[str]:
+    """Make the parameters of `module` that `kept` names float32 in the build dtype's graph
+    (before its weights are read and its graph is built); returns their names."""
+    patterns = kept.patterns(get_build_dtype())
+    if not patterns:
+        return []
+    # transformers' build_glob_alternation: "*" is any run, the rest a regex searched
+    found = re.compile("|".join(pattern.replace("*", ".*") for pattern in patterns))
+    names = []
+    for name, value in module.named_parameters():
+        if found.search(name) and value.dtype in _NARROW:
+            value.type = ir.TensorType(ir.DataType.FLOAT)
+            names.append(name)
+    return names
