@@ -43,7 +43,7 @@ class TextDecoderKind:
             config = config.first_layers(given.num_layers)
         length = given.target.context_length or config.max_position_embeddings
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
-        keep_float32(module, family.float32)
+        keep_float32(module, family.float32, family.checkpoint_name)
         add_lora(module, given.lora_targets)
         head = has_mtp_head(family, given.raw)
         if head and given.prune_lm_head:

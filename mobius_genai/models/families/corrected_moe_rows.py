@@ -59,9 +59,10 @@ def _minimax_partial_rotary(raw: Mapping[str, Any]) -> float | None:
 
 
 def _minimax_moe(raw: Mapping[str, Any]) -> MoeConfig:
-    """Sigmoid scores, chosen with the correction bias, renormalized; experts in every layer."""
+    """Sigmoid scores, chosen with the correction bias, renormalized; experts in every layer.
+    MiniMaxM2TopKRouter computes the sigmoid of its logits and the choice in float32."""
     moe = read_moe(raw, MoeKeys(num_experts="num_local_experts", normalize=True))
-    routing = GroupRouting(scoring="sigmoid", correction_bias=True)
+    routing = GroupRouting(scoring="sigmoid", correction_bias=True, float32_scores=True)
     return dataclasses.replace(moe, group_routing=routing)
 
 

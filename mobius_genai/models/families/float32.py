@@ -5,7 +5,7 @@ for float16 and bfloat16 models, and those in `_keep_in_fp32_modules` for float1
 (`PreTrainedModel._get_dtype_plan`), and the modules holding them compute in float32: a MoE
 router's logits, scores, correction and top-k choice (DeepseekV3TopkRouter). A row lists them
 in `FamilyAdapter.float32` as transformers does (patterns searched in parameter names); the
-build stores the matching parameters in float32 (read from the checkpoint as float32: a
+build stores the parameters whose checkpoint names match in float32 (read from the checkpoint as float32: a
 float32 correction bias exactly), and a component whose parameters are float32 computes in
 float32 and casts its output back to the graph's dtype (components/group_router.py). A
 float32 build has nothing to change.
@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.checkpoint.reader import TensorSource
 from mobius_genai.ep.context import get_build_dtype
 
 
@@ -35,14 +37,20 @@ class KeptFloat32:
     """`_keep_in_fp32_modules_strict`: float32 in float16 and bfloat16 models."""
     in_float16: tuple[str, ...] = ()
     """`_keep_in_fp32_modules`: float32 in float16 models only."""
+    declared: tuple[str, ...] = ()
+    """Buffers the class declares float32 whatever the model's dtype, which loading leaves
+    float32 (LFM2-MoE's `expert_bias`): as `strict`."""
 
     def patterns(self, dtype: ir.DataType) -> tuple[str, ...]:
         """The patterns that apply to a graph built in `dtype`."""
+        always = self.strict + self.declared
         if dtype == ir.DataType.FLOAT16:
-            return self.strict + self.in_float16
-        return self.strict if dtype == ir.DataType.BFLOAT16 else ()
+            return always + self.in_float16
+        return always if dtype == ir.DataType.BFLOAT16 else ()
 
 
+#: A class that keeps nothing in float32 (most).
+NONE_KEPT = KeptFloat32()
 #: DeepSeek-V3's router (DeepseekV3TopkRouter) and the classes that copy it: its weight and
 #: its choice's correction bias.
 CORRECTED_ROUTER = KeptFloat32(strict=("e_score_correction_bias", "gate.weight"))
@@ -51,9 +59,13 @@ ROUTER = KeptFloat32(strict=("gate.weight",))
 _NARROW = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
 
 
-def keep_float32(module: nn.Module, kept: KeptFloat32) -> list[str]:
+def keep_float32(
+    module: nn.Module, kept: KeptFloat32, checkpoint_name: Callable[[str], str | TensorSource]
+) -> list[str]:
     """Make the parameters of `module` that `kept` names float32 in the build dtype's graph
-    (before its weights are read and its graph is built); returns their names."""
+    (before its weights are read and its graph is built); returns their names. Patterns are
+    searched in the checkpoint tensor's name (`checkpoint_name` of the parameter's), the
+    names transformers searches."""
     patterns = kept.patterns(get_build_dtype())
     if not patterns:
         return []
@@ -61,7 +73,9 @@ def keep_float32(module: nn.Module, kept: KeptFloat32) -> list[str]:
     found = re.compile("|".join(pattern.replace("*", ".*") for pattern in patterns))
     names = []
     for name, value in module.named_parameters():
-        if found.search(name) and value.dtype in _NARROW:
+        source = checkpoint_name(name)
+        stored = source if isinstance(source, str) else source.names[0]
+        if found.search(stored) and value.dtype in _NARROW:
             value.type = ir.TensorType(ir.DataType.FLOAT)
             names.append(name)
     return names

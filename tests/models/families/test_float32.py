@@ -1,9 +1,10 @@
 """What transformers keeps in float32 stays float32 in float16 and bfloat16 graphs.
 
 The rows' `float32` (models/families/float32.py) against each transformers class's
-`_keep_in_fp32_modules_strict` / `_keep_in_fp32_modules`; the float16 graphs' router weights and
-correction biases stored float32 (the checkpoint's float32 values exactly) and their MatMul fed
-float32; a checkpoint whose corrected scores tie in float16 but not in float32, where the
+`_keep_in_fp32_modules_strict` / `_keep_in_fp32_modules` and the float32 buffers it declares;
+the float16 graphs' router weights and correction biases stored float32 (the checkpoint's
+float32 values exactly) and their MatMul fed float32; MiniMax-M2's float32 scores and LFM2-MoE's
+float32 choice; checkpoints whose corrected scores tie in float16 but not in float32, where the
 float16 graph must pick transformers' experts (run on CPU, as the smoke test runs float16
 graphs); float32 graphs unchanged.
 """
@@ -11,6 +12,7 @@ graphs); float32 graphs unchanged.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -20,12 +22,20 @@ import pytest
 import torch
 import transformers
 from safetensors.numpy import load_file
+from transformers import AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 import mobius_genai
 from mobius_genai.models import FAMILIES
 from mobius_genai.models.families.float32 import KeptFloat32
-from tests._hf import hf_reference_logits, load_reference_model, router_picks, write_tiny_checkpoint
+from tests._hf import FAMILIES as TINY_CONFIGS
+from tests._hf import (
+    hf_reference_logits,
+    load_reference_model,
+    router_picks,
+    tiny_config,
+    write_tiny_checkpoint,
+)
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
 #: Each row's float32 parameters in its tiny checkpoint's float16 graph (layers 1 and 2 are MoE
@@ -36,6 +46,8 @@ ROUTERS = {
     "ernie4_5_moe": ("gate.weight", "gate.e_score_correction_bias"),
     "deepseek_v2": ("gate.weight",),
 }
+#: A corrected router's parameters, by graph name.
+_BIASED = ("weight", "e_score_correction_bias")
 #: float16 logits of the tiny models against transformers' float32 ones (largest seen: 0.03).
 FLOAT16_TOLERANCE = 0.1
 
@@ -68,6 +80,24 @@ def test_rows_keep_what_transformers_keeps_in_float32(model_type):
     assert ours == expected
     assert set(left.strict) <= set(theirs.strict)
     assert set(left.in_float16) <= set(theirs.in_float16)
+
+
+def _search(patterns: tuple[str, ...], names) -> set[str]:
+    """The `names` a transformers-style alternation of `patterns` finds (none without any)."""
+    found = re.compile("|".join(patterns)) if patterns else None
+    return {name for name in names if found is not None and found.search(name)}
+
+
+@pytest.mark.parametrize("model_type", sorted(set(FAMILIES) & set(TINY_CONFIGS)))
+def test_rows_keep_the_buffers_transformers_declares_float32(model_type):
+    """Tensors the class creates in float32 whatever the model's dtype, beyond its keep
+    lists (LFM2-MoE's expert_bias), are the row's `declared`."""
+    model = AutoModelForCausalLM.from_config(tiny_config(model_type), dtype=torch.float16)
+    tensors = model.state_dict()
+    kept = _kept(model_type)
+    listed = _search(kept.strict + kept.in_float16, tensors)
+    declared = {name for name, value in tensors.items() if value.dtype == torch.float32} - listed
+    assert declared == _search(FAMILIES[model_type].float32.declared, tensors)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +140,42 @@ def test_router_weights_and_math_stay_float32(family, ep, dtype, checkpoints):
         assert (cast.op_type, cast.attributes["to"].value) == ("Cast", ir.DataType.FLOAT)
 
 
+def _only_use(value: ir.Value) -> ir.Node:
+    (node,) = [use.node for use in value.uses()]
+    return node
+
+
+def _casts_to_float32(node: ir.Node | None) -> bool:
+    return (
+        node is not None
+        and node.op_type == "Cast"
+        and node.attributes["to"].value == ir.DataType.FLOAT
+    )
+
+
+def test_minimax_scores_and_lfm2_moe_choice_are_float32(tmp_path):
+    """MiniMaxM2TopKRouter: float16 logits, their sigmoid and the choice in float32, the bias
+    float16 (as transformers loads it); Lfm2MoeSparseMoeBlock: float16 logits and scores, its
+    float32 expert_bias (the checkpoint's values exactly) added in float32."""
+    ckpt = write_tiny_checkpoint(tmp_path / "minimax", "minimax_m2", seed=1)
+    graph = mobius_genai.build(ckpt, "cpu", "f16", load_weights=False)["model"].graph
+    router = "model.layers.0.mlp.gate"
+    weight, bias = (graph.initializers[f"{router}.{name}"] for name in _BIASED)
+    assert (weight.dtype, bias.dtype) == (ir.DataType.FLOAT16, ir.DataType.FLOAT16)
+    logits = _only_use(_only_use(weight).outputs[0])  # MatMul → Reshape
+    assert _casts_to_float32(_only_use(logits.outputs[0]))
+    assert _casts_to_float32(_only_use(bias))
+    ckpt = write_tiny_checkpoint(tmp_path / "lfm2", "lfm2_moe", seed=1)
+    graph = mobius_genai.build(ckpt, "cpu", "f16")["model"].graph
+    router = "model.layers.1.mlp.gate"
+    weight, bias = (graph.initializers[f"{router}.{name}"] for name in _BIASED)
+    assert (weight.dtype, bias.dtype) == (ir.DataType.FLOAT16, ir.DataType.FLOAT)
+    stored = load_file(ckpt / "model.safetensors")["model.layers.1.feed_forward.expert_bias"]
+    assert np.array_equal(bias.const_value.numpy(), stored)
+    (scores,) = [value for value in _only_use(bias).inputs if value is not bias]
+    assert _casts_to_float32(scores.producer())
+
+
 def test_float32_graphs_have_no_new_cast(checkpoints, monkeypatch):
     """A float32 build is the graph it was before rows kept anything in float32."""
     row = FAMILIES["deepseek_v3"]
@@ -121,6 +187,11 @@ def test_float32_graphs_have_no_new_cast(checkpoints, monkeypatch):
     assert counts[0] == counts[1]
 
 
+def _router(model: torch.nn.Module, layer: int) -> torch.nn.Module:
+    block = model.model.layers[layer]
+    return getattr(block, "mlp", None) or block.feed_forward
+
+
 def _near_tie(source: Path, dest: Path) -> Path:
     """`source` with experts 0 and 1 of every router scored alike (the same weight row) and
     chosen by correction biases 1.0 and 1.0001, which float16 rounds both to 1.0 (a tie its
@@ -128,28 +199,28 @@ def _near_tie(source: Path, dest: Path) -> Path:
     other pick, the rest's -1 none."""
     model = load_reference_model(source)
     with torch.no_grad():
-        for layer in model.model.layers:
-            gate = getattr(layer.mlp, "gate", None)
-            if gate is None:
-                continue
-            gate.weight[1] = gate.weight[0]
-            bias = torch.full_like(gate.e_score_correction_bias, -1.0)
-            bias[:3] = torch.tensor([1.0, 1.0001, 2.0])
-            gate.e_score_correction_bias.copy_(bias)
+        for name, tensor in model.state_dict().items():
+            if name.endswith(".gate.weight"):
+                tensor[1] = tensor[0]
+            elif name.endswith(("e_score_correction_bias", "expert_bias")):
+                tensor.fill_(-1.0)
+                tensor[:3] = torch.tensor([1.0, 1.0001, 2.0])
     model.save_pretrained(dest)
     return dest
 
 
-@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe"])
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe", "lfm2_moe"])
 def test_float16_routing_follows_transformers_near_ties(family, tmp_path, monkeypatch):
-    """transformers (float32 routing) picks experts 1 and 2 for every token, and float16
-    routing would pick 0 and 2: the float16 graph's logits follow transformers', those of the
-    graph with the router in float16 (the row keeping nothing) are far off."""
-    base = write_tiny_checkpoint(tmp_path / "base", family, seed=1, n_group=1, topk_group=1)
+    """transformers (float32 routing: a float32 bias; DeepSeek's float32 router) picks experts
+    1 and 2 for every token, and float16 routing would pick 0 and 2: the float16 graph's
+    logits follow transformers', those of the graph with the router in float16 (the row
+    keeping nothing) are far off."""
+    groups = {} if family == "lfm2_moe" else {"n_group": 1, "topk_group": 1}
+    base = write_tiny_checkpoint(tmp_path / "base", family, seed=1, **groups)
     ckpt = _near_tie(base, tmp_path / "tie")
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
     model = load_reference_model(ckpt)
-    assert set(router_picks(model, model.model.layers[1].mlp.gate, ids)) == {(1, 2)}
+    assert set(router_picks(model, _router(model, 1).gate, ids)) == {(1, 2)}
     reference = hf_reference_logits(ckpt, ids, decode_steps=2)
     row = FAMILIES[family]
     diffs = {}
