@@ -37,17 +37,19 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import max_abs_diff, ort_session, run_like_reference
+from tests.models.families.test_nemotron_h_moe import NEMOTRON3
 
-#: Each row's float32 parameters in its tiny checkpoint's float16 graph (layers 1 and 2 are MoE
-#: layers in every one of them).
-ROUTERS = {
-    "deepseek_v3": ("gate.weight", "gate.e_score_correction_bias"),
-    "glm4_moe": ("gate.weight", "gate.e_score_correction_bias"),
-    "ernie4_5_moe": ("gate.weight", "gate.e_score_correction_bias"),
-    "deepseek_v2": ("gate.weight",),
-}
 #: A corrected router's parameters, by graph name.
 _BIASED = ("weight", "e_score_correction_bias")
+#: Each row's float32 router parameters in its tiny checkpoint's float16 graph, and its MoE
+#: layers.
+ROUTERS = {
+    "deepseek_v3": (_BIASED, (1, 2)),
+    "glm4_moe": (_BIASED, (1, 2)),
+    "ernie4_5_moe": (_BIASED, (1, 2)),
+    "deepseek_v2": (("weight",), (1, 2)),
+    "nemotron_h": (_BIASED, (1, 4)),
+}
 #: float16 logits of the tiny models against transformers' float32 ones (largest seen: 0.03).
 FLOAT16_TOLERANCE = 0.1
 
@@ -102,9 +104,14 @@ def test_rows_keep_the_buffers_transformers_declares_float32(model_type):
 
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
-    """A tiny float32 checkpoint of each row of ROUTERS."""
+    """A tiny float32 checkpoint of each row of ROUTERS (Nemotron-H's with MoE layers)."""
     folder = tmp_path_factory.mktemp("float32")
-    return {family: write_tiny_checkpoint(folder / family, family, seed=1) for family in ROUTERS}
+    return {
+        family: write_tiny_checkpoint(
+            folder / family, family, seed=1, **(NEMOTRON3 if family == "nemotron_h" else {})
+        )
+        for family in ROUTERS
+    }
 
 
 @pytest.mark.parametrize(
@@ -119,7 +126,8 @@ def test_router_weights_and_math_stay_float32(family, ep, dtype, checkpoints):
     hidden state cast to float32."""
     graph = mobius_genai.build(checkpoints[family], ep, dtype, progress=False)["model"].graph
     narrow = ir.DataType.FLOAT16 if dtype == "f16" else ir.DataType.BFLOAT16
-    kept = {f"model.layers.{i}.mlp.{name}" for i in (1, 2) for name in ROUTERS[family]}
+    names, layers = ROUTERS[family]
+    kept = {f"model.layers.{i}.mlp.gate.{name}" for i in layers for name in names}
     floats = {
         name: value
         for name, value in graph.initializers.items()
@@ -128,11 +136,11 @@ def test_router_weights_and_math_stay_float32(family, ep, dtype, checkpoints):
     assert {name for name, v in floats.items() if v.dtype == ir.DataType.FLOAT} == kept
     assert {v.dtype for name, v in floats.items() if name not in kept} == {narrow}
     stored = load_file(checkpoints[family] / "model.safetensors")
-    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
-    if bias in kept:
-        source = bias.replace(".gate.", ".moe_statics.") if family == "ernie4_5_moe" else bias
-        assert np.array_equal(graph.initializers[bias].const_value.numpy(), stored[source])
-    for layer in (1, 2):
+    for name in kept:  # the weight stored [in, out]
+        value = stored[FAMILIES[family].checkpoint_name(name)]
+        value = value.T if name.endswith(".weight") else value
+        assert np.array_equal(graph.initializers[name].const_value.numpy(), value)
+    for layer in layers:
         weight = graph.initializers[f"model.layers.{layer}.mlp.gate.weight"]
         (matmul,) = [use.node for use in weight.uses()]
         assert matmul.op_type == "MatMul"
