@@ -6,18 +6,21 @@ the float16 graphs' router weights and correction biases stored float32 (the che
 float32 values exactly) and their MatMul fed float32; MiniMax-M2's float32 scores and LFM2-MoE's
 float32 choice; checkpoints whose corrected scores tie in float16 but not in float32, where the
 float16 graph must pick transformers' experts (run on CPU, as the smoke test runs float16
-graphs); float32 graphs unchanged.
+graphs) and its float16 bundle generate transformers' tokens in onnxruntime-genai; float32
+graphs unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime_genai as og
 import pytest
 import torch
 import transformers
@@ -26,10 +29,12 @@ from transformers import AutoModelForCausalLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 import mobius_genai
+from mobius_genai import packager
 from mobius_genai.models import FAMILIES
 from mobius_genai.models.families.float32 import KeptFloat32
 from tests._hf import FAMILIES as TINY_CONFIGS
 from tests._hf import (
+    hf_greedy_tokens,
     hf_reference_logits,
     load_reference_model,
     router_picks,
@@ -37,6 +42,7 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import max_abs_diff, ort_session, run_like_reference
+from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES, _checkpoint
 from tests.models.families.test_nemotron_h_moe import NEMOTRON3
 
 #: A corrected router's parameters, by graph name.
@@ -239,3 +245,36 @@ def test_float16_routing_follows_transformers_near_ties(family, tmp_path, monkey
         diffs[label] = max_abs_diff(ours, reference.logits)
     assert diffs["float32"] <= FLOAT16_TOLERANCE, diffs
     assert diffs["float16"] > 10 * FLOAT16_TOLERANCE, diffs
+
+
+def _og_greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
+    """onnxruntime-genai's greedy tokens after `prompt`, through its public API."""
+    model = og.Model(str(folder))
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+    generator = og.Generator(model, params)
+    generator.append_tokens(prompt)
+    tokens = []
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens.append(int(generator.get_next_tokens()[0]))
+    return tokens
+
+
+def test_float16_bundle_generates_transformers_tokens_near_ties(tmp_path, monkeypatch):
+    """A float16 cpu bundle of the near-tie DeepSeek-V3 checkpoint, validated and smoke-tested
+    by `package`, generates transformers' greedy tokens in onnxruntime-genai; with the router in
+    float16 (the row keeping nothing) it does not."""
+    base = _checkpoint(tmp_path / "base", "deepseek_v3", n_group=1, topk_group=1)
+    ckpt = _near_tie(base, tmp_path / "tie")
+    for name in TOKENIZER_FILES:
+        shutil.copyfile(base / name, ckpt / name)
+    expected = hf_greedy_tokens(ckpt, PROMPT, 16)
+    row = FAMILIES["deepseek_v3"]
+    tokens = {}
+    for label, kept in (("float32", row.float32), ("float16", KeptFloat32())):
+        monkeypatch.setitem(FAMILIES, "deepseek_v3", dataclasses.replace(row, float32=kept))
+        bundle = packager.package(ckpt, "cpu", tmp_path / label, precision="fp16", quiet=True)
+        tokens[label] = _og_greedy(bundle, PROMPT, 16)
+    assert tokens["float32"] == expected
+    assert tokens["float16"] != expected
