@@ -44,6 +44,7 @@ from tests._hf import (
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES, _checkpoint
 from tests.models.families.test_nemotron_h_moe import NEMOTRON3
+from tests.runtime._og import alone
 
 #: A corrected router's parameters, by graph name.
 _BIASED = ("weight", "e_score_correction_bias")
@@ -247,20 +248,6 @@ def test_float16_routing_follows_transformers_near_ties(family, tmp_path, monkey
     assert diffs["float16"] > 10 * FLOAT16_TOLERANCE, diffs
 
 
-def _og_greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
-    """onnxruntime-genai's greedy tokens after `prompt`, through its public API."""
-    model = og.Model(str(folder))
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
-    generator = og.Generator(model, params)
-    generator.append_tokens(prompt)
-    tokens = []
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    return tokens
-
-
 def test_float16_bundle_generates_transformers_tokens_near_ties(tmp_path, monkeypatch):
     """A float16 cpu bundle of the near-tie DeepSeek-V3 checkpoint, validated and smoke-tested
     by `package`, generates transformers' greedy tokens in onnxruntime-genai; with the router in
@@ -275,6 +262,6 @@ def test_float16_bundle_generates_transformers_tokens_near_ties(tmp_path, monkey
     for label, kept in (("float32", row.float32), ("float16", KeptFloat32())):
         monkeypatch.setitem(FAMILIES, "deepseek_v3", dataclasses.replace(row, float32=kept))
         bundle = packager.package(ckpt, "cpu", tmp_path / label, precision="fp16", quiet=True)
-        tokens[label] = _og_greedy(bundle, PROMPT, 16)
+        tokens[label] = alone(og.Model(str(bundle)), PROMPT, 16)
     assert tokens["float32"] == expected
     assert tokens["float16"] != expected
