@@ -17,10 +17,16 @@ from onnxscript import nn
 from mobius_genai.components.linear import parameter
 from mobius_genai.config.moe import MoeConfig
 from mobius_genai.config.moe_routing import GROUP_SCORES
+from mobius_genai.ep.context import get_build_dtype
 
 
 def _constant(op, value: float, like: ir.Value) -> ir.Value:
     return op.CastLike(op.Constant(value=ir.tensor(np.array(value, dtype=np.float32))), like)
+
+
+def _in_float32(op, value: ir.Value, dtype: ir.DataType) -> ir.Value:
+    """`value` (of `dtype`) in float32."""
+    return value if dtype == ir.DataType.FLOAT else op.Cast(value, to=ir.DataType.FLOAT)
 
 
 def _sigmoid(op, logits: ir.Value) -> ir.Value:
@@ -31,7 +37,11 @@ def _sigmoid(op, logits: ir.Value) -> ir.Value:
 
 class GroupRouter(nn.Module):
     """DeepSeek's MoE gate: `weight` [experts, hidden] and, for V3 (GLM-4 MoE, MiniMax-M2,
-    ERNIE-4.5-MoE), `e_score_correction_bias`."""
+    ERNIE-4.5-MoE), `e_score_correction_bias`. Where the family keeps them in float32 in a
+    float16 or bfloat16 graph (models/families/float32.py), the router computes in float32
+    from the hidden state cast in, as transformers' DeepseekV3TopkRouter does; routing with
+    `float32_scores` (MiniMax-M2) computes from the logits on in float32; a float32 bias on
+    float16 scores (LFM2-MoE's) corrects them in float32. Outputs return to the graph's dtype."""
 
     def __init__(self, moe: MoeConfig, hidden: int) -> None:
         super().__init__()
@@ -52,9 +62,12 @@ class GroupRouter(nn.Module):
         """(router input [tokens, experts] for a renormalizing MoE node, the factor its output
         is multiplied by: [batch, seq, 1] like `x`, a scalar, or None when it is 1)."""
         routing = self.routing
+        graph_dtype = get_build_dtype()
+        hidden = x if self.weight.dtype == graph_dtype else op.Cast(x, to=self.weight.dtype)
         logits = op.Reshape(
-            op.MatMul(x, self.weight), op.Constant(value_ints=[-1, self.num_experts])
+            op.MatMul(hidden, self.weight), op.Constant(value_ints=[-1, self.num_experts])
         )
+        logits = _in_float32(op, logits, self.weight.dtype) if routing.float32_scores else logits
         scores = (
             _sigmoid(op, logits) if routing.scoring == "sigmoid" else op.Softmax(logits, axis=-1)
         )
@@ -76,13 +89,27 @@ class GroupRouter(nn.Module):
         if routing.scaling != 1.0:
             scaling = _constant(op, routing.scaling, scores)
             factor = scaling if factor is None else op.Mul(factor, scaling)
+        if self._scores_dtype() != graph_dtype:  # the MoE node's input, the factor: as `x`
+            router = op.Cast(router, to=graph_dtype)
+            factor = None if factor is None else op.Cast(factor, to=graph_dtype)
         return router, factor
 
+    def _scores_dtype(self) -> ir.DataType:
+        """The scores' dtype: the weight's (float32 where the family keeps it so), or float32
+        where the routing computes them so."""
+        return ir.DataType.FLOAT if self.routing.float32_scores else self.weight.dtype
+
     def _choice(self, op, scores: ir.Value) -> ir.Value:
-        """The scores experts are chosen by: corrected by e_score_correction_bias (V3)."""
-        if self.e_score_correction_bias is None:
+        """The scores experts are chosen by: corrected by e_score_correction_bias (V3). A
+        float32 bias and float16 scores (or the reverse) add in float32, as torch promotes."""
+        bias = self.e_score_correction_bias
+        if bias is None:
             return scores
-        return op.Add(scores, self.e_score_correction_bias)
+        if bias.dtype == self._scores_dtype():
+            return op.Add(scores, bias)
+        return op.Add(
+            _in_float32(op, scores, self._scores_dtype()), _in_float32(op, bias, bias.dtype)
+        )
 
     def _kept_groups(self, op, choice: ir.Value) -> ir.Value:
         """`choice` with -inf outside each token's `top_groups` best groups."""

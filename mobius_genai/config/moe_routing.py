@@ -38,6 +38,9 @@ class GroupRouting:
     # added to the sum of the picked weights a renormalization divides by
     epsilon: float = 0.0
     correction_bias_row: bool = False
+    # scores computed in float32 from the logits whatever the graph's dtype (MiniMax-M2's
+    # sigmoid(router_logits.float())); models/families/float32.py keeps a router's parameters
+    float32_scores: bool = False
 
 
 def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> None:

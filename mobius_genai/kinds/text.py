@@ -15,6 +15,7 @@ from mobius_genai.errors import OptionError
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import get_family
+from mobius_genai.models.families.float32 import keep_float32
 from mobius_genai.models.mtp import has_mtp_head, mtp_graph
 from mobius_genai.tasks.causal_lm import CausalLMTask
 
@@ -42,6 +43,7 @@ class TextDecoderKind:
             config = config.first_layers(given.num_layers)
         length = given.target.context_length or config.max_position_embeddings
         module = CausalLMModel(config, length)  # parameters are shapes, rotary tables lazy
+        keep_float32(module, family.float32, family.checkpoint_name)
         add_lora(module, given.lora_targets)
         head = has_mtp_head(family, given.raw)
         if head and given.prune_lm_head:

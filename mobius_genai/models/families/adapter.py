@@ -23,6 +23,7 @@ from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.family_keys import drop_unread_keys
+from mobius_genai.models.families.float32 import NONE_KEPT, KeptFloat32
 
 # A config value, or a function of the (aliased) config.json dict that computes it.
 ConfigValue = Any | Callable[[Mapping[str, Any]], Any]
@@ -90,6 +91,9 @@ class FamilyAdapter:
     # Checkpoints of this family may hold a multi-token-prediction head (`mtp.*`, built as
     # mtp.onnx when config.json's keys declare it: config/mtp.py, models/mtp.py).
     mtp: MtpKeys | None = None
+    # Parameters its transformers class keeps in float32 in float16 and bfloat16 models, and
+    # the modules holding them compute in float32 (float32.py): a MoE router's.
+    float32: KeptFloat32 = NONE_KEPT
 
     def text_keys(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         """config.json's keys of the text decoder (`text_config`'s for a text-only row)."""

@@ -20,6 +20,7 @@ from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import v3_moe
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
+from mobius_genai.models.families.float32 import CORRECTED_ROUTER
 from mobius_genai.models.families.readers import switch, when_absent
 
 
@@ -58,9 +59,10 @@ def _minimax_partial_rotary(raw: Mapping[str, Any]) -> float | None:
 
 
 def _minimax_moe(raw: Mapping[str, Any]) -> MoeConfig:
-    """Sigmoid scores, chosen with the correction bias, renormalized; experts in every layer."""
+    """Sigmoid scores, chosen with the correction bias, renormalized; experts in every layer.
+    MiniMaxM2TopKRouter computes the sigmoid of its logits and the choice in float32."""
     moe = read_moe(raw, MoeKeys(num_experts="num_local_experts", normalize=True))
-    routing = GroupRouting(scoring="sigmoid", correction_bias=True)
+    routing = GroupRouting(scoring="sigmoid", correction_bias=True, float32_scores=True)
     return dataclasses.replace(moe, group_routing=routing)
 
 
@@ -88,6 +90,7 @@ CORRECTED_MOE_FAMILIES = (
         config_overrides={"qk_norm": switch("use_qk_norm", False), "o_bias": False, "moe": v3_moe},
         weight_renames=(_SHARED_EXPERTS,),
         experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
         # the multi-token-prediction layer GLM-4.5-Air (46 layers) and GLM-4.5 (92) ship
         unused_weights=(r"^model\.layers\.(46|92)\.",),
     ),
@@ -112,6 +115,7 @@ CORRECTED_MOE_FAMILIES = (
             _SHARED_EXPERTS,
         ),
         experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
         # the multi-token-prediction block (transformers ignores every "mtp" tensor)
         unused_weights=(r"mtp",),
     ),

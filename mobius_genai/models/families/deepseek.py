@@ -21,6 +21,7 @@ from mobius_genai.config.rope import parse_rope, yarn_mscale
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_MLP_BIAS
+from mobius_genai.models.families.float32 import CORRECTED_ROUTER, ROUTER
 from mobius_genai.models.families.readers import switch, when_absent
 
 # V2's topk_method → whether it limits the groups (transformers' DeepseekV2TopkRouter)
@@ -147,6 +148,7 @@ DEEPSEEK_FAMILIES = (
         },
         weight_renames=_RENAMES,
         experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
         # the multi-token-prediction layer DeepSeek-V3 ships after its 61 layers
         unused_weights=(r"^model\.layers\.61\.",),
     ),
@@ -169,5 +171,6 @@ DEEPSEEK_FAMILIES = (
         config_overrides={**_overrides(v2_moe), "rope_interleaved": True},
         weight_renames=_RENAMES,
         experts=ExpertLayout(),
+        float32=ROUTER,
     ),
 )

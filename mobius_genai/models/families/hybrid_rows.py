@@ -15,6 +15,7 @@ from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
+from mobius_genai.models.families.float32 import KeptFloat32
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
@@ -180,6 +181,8 @@ LFM2_MOE = dataclasses.replace(
         (r"\.mlp\.(gate\.|experts$)", r".feed_forward.\1"),
     ),
     experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    # Lfm2MoeSparseMoeBlock's expert_bias buffer is float32 whatever the model's dtype
+    float32=KeptFloat32(declared=("expert_bias",)),
 )
 
 HYBRID_FAMILIES = (

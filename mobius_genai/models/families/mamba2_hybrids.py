@@ -40,6 +40,7 @@ from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import v3_routing
 from mobius_genai.models.families.family_keys import READS_MLP_BIAS
+from mobius_genai.models.families.float32 import CORRECTED_ROUTER
 from mobius_genai.models.families.preprocess import scaled_weights
 from mobius_genai.models.families.readers import positive_number
 
@@ -116,6 +117,7 @@ def nemotron_h_moe(raw: Mapping[str, Any]) -> MoeConfig | None:
 NEMOTRON_H = FamilyAdapter(
     model_type="nemotron_h",
     family_keys=READS_MLP_BIAS,
+    float32=CORRECTED_ROUTER,
     config_aliases={"attention_head_dim": "head_dim", "num_local_experts": "n_routed_experts"},
     config_defaults={
         "head_dim": 128,

@@ -1,0 +1,80 @@
+"""Parameters a family's transformers class keeps in float32 whatever the model's dtype.
+
+transformers loads the parameters its class names in `_keep_in_fp32_modules_strict` in float32
+for float16 and bfloat16 models, and those in `_keep_in_fp32_modules` for float16 ones
+(`PreTrainedModel._get_dtype_plan`), and the modules holding them compute in float32: a MoE
+router's logits, scores, correction and top-k choice (DeepseekV3TopkRouter). A row lists them
+in `FamilyAdapter.float32` as transformers does (patterns searched in checkpoint names), with
+the buffers its class declares float32 (LFM2-MoE's `expert_bias`). The build stores the
+matching parameters in float32 (read from the checkpoint as float32: a float32 correction
+bias exactly), and a component whose parameters are float32 computes in float32 and casts its
+output back to the graph's dtype (components/group_router.py). Arithmetic in float32 around
+parameters kept in the model's dtype is the component's config (MiniMax-M2's router scores:
+`GroupRouting.float32_scores`). A float32 build has nothing to change.
+
+gpt_oss's RMSNorm weights (`_keep_in_fp32_modules`: float16 models) are not kept: the graph's
+RMSNormalization normalizes in float32 already, the hub's bfloat16 weights (within float16's
+range) are exact in float16, and a float32 weight between Casts would cost the residual Add + RMSNormalization
+fusion (SkipSimplifiedLayerNormalization) of every layer on every EP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+import onnx_ir as ir
+from onnxscript import nn
+
+from mobius_genai.checkpoint.reader import TensorSource
+from mobius_genai.ep.context import get_build_dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class KeptFloat32:
+    """A transformers class's float32 parameters, as patterns it searches in their names."""
+
+    strict: tuple[str, ...] = ()
+    """`_keep_in_fp32_modules_strict`: float32 in float16 and bfloat16 models."""
+    in_float16: tuple[str, ...] = ()
+    """`_keep_in_fp32_modules`: float32 in float16 models only."""
+    declared: tuple[str, ...] = ()
+    """Buffers the class declares float32 whatever the model's dtype, which loading leaves
+    float32 (LFM2-MoE's `expert_bias`): as `strict`."""
+
+    def patterns(self, dtype: ir.DataType) -> tuple[str, ...]:
+        """The patterns that apply to a graph built in `dtype`."""
+        always = self.strict + self.declared
+        if dtype == ir.DataType.FLOAT16:
+            return always + self.in_float16
+        return always if dtype == ir.DataType.BFLOAT16 else ()
+
+
+#: A class that keeps nothing in float32 (most).
+NONE_KEPT = KeptFloat32()
+#: DeepSeek-V3's router (DeepseekV3TopkRouter) and the classes that copy it: its weight and
+#: its choice's correction bias.
+CORRECTED_ROUTER = KeptFloat32(strict=("e_score_correction_bias", "gate.weight"))
+#: DeepSeek-V2's router: its weight (no correction bias).
+ROUTER = KeptFloat32(strict=("gate.weight",))
+_NARROW = frozenset({ir.DataType.FLOAT16, ir.DataType.BFLOAT16})
+
+
+def keep_float32(
+    module: nn.Module, kept: KeptFloat32, checkpoint_name: Callable[[str], str | TensorSource]
+) -> None:
+    """Make the parameters of `module` that `kept` names float32 in the build dtype's graph
+    (before its weights are read and its graph is built). Patterns are searched in the
+    checkpoint tensor's name (`checkpoint_name` of the parameter's), the names transformers
+    searches."""
+    patterns = kept.patterns(get_build_dtype())
+    if not patterns:
+        return
+    # transformers' build_glob_alternation: "*" is any run, the rest a regex searched
+    found = re.compile("|".join(pattern.replace("*", ".*") for pattern in patterns))
+    for name, value in module.named_parameters():
+        source = checkpoint_name(name)
+        stored = source if isinstance(source, str) else source.names[0]
+        if found.search(stored) and value.dtype in _NARROW:
+            value.type = ir.TensorType(ir.DataType.FLOAT)
