@@ -81,11 +81,13 @@ def tiny_gemma4(**vision: object) -> Gemma4ForConditionalGeneration:
     return _tiny({}, TOP, vision)
 
 
-def _tiny(text: dict, top: dict, vision: dict | None = None) -> Gemma4ForConditionalGeneration:
+def _tiny(
+    text: dict, top: dict, vision: dict | None = None, audio: dict | None = None
+) -> Gemma4ForConditionalGeneration:
     config = Gemma4Config(
         text_config={**TEXT, **text},
         vision_config={**VISION, **(vision or {})},
-        audio_config=None,
+        audio_config=audio,
         **top,
     )
     model = Gemma4ForConditionalGeneration(config).eval()
