@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import wave
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from mobius_genai.models.vision_language import VISION_LANGUAGE
 from mobius_genai.optimize import optimize_model
 from mobius_genai.target import resolve_target
 from mobius_genai.tasks.vision_language import SpeechTask
-from tests._gemma4_vision import TOP, _attach, _config, _tiny
+from tests._gemma4_vision import TOP, _attach, _config, _tiny, write_gemma4_checkpoint
 
 MEL_BINS = 16  # the first subsampling convolution's channels: the bins its output flattens
 #: Chunks of 4 queries over 4 past keys: several chunks in a short clip, lengths that are not
@@ -40,6 +41,15 @@ AUDIO = {
 }
 #: transformers' feature extractor for the tiny tower (its defaults but the mel bins).
 FEATURES = {"feature_size": MEL_BINS}
+
+
+def write_gemma4_audio_checkpoint(folder: Path) -> Gemma4ForConditionalGeneration:
+    """`write_gemma4_checkpoint` with the tiny audio tower, and the feature extractor's
+    settings where transformers 5 saves a processor's parts (processor_config.json)."""
+    model = write_gemma4_checkpoint(folder, audio_config=AUDIO)
+    settings = {"feature_extractor_type": "Gemma4AudioFeatureExtractor", **FEATURES}
+    (folder / "processor_config.json").write_text(json.dumps({"feature_extractor": settings}))
+    return model
 
 
 def tiny_gemma4_audio(**audio: object) -> Gemma4ForConditionalGeneration:

@@ -65,6 +65,12 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         {"input_ids": "input_ids", "image_features": "image_features"},
         {"inputs_embeds": "inputs_embeds"},
     ),
+    # Gemma 4's audio tower: og's processor feeds the log-mel frames and their mask (and the
+    # clip's token count as audio_sizes, to a graph with that input)
+    "speech": (
+        {"audio_embeds": "audio_embeds", "attention_mask": "audio_attention_mask"},
+        {"audio_features": "audio_features"},
+    ),
     # "%d" names one tensor per decoder layer (the cross caches the decoder reads)
     "encoder": (
         {"audio_features": "audio_features"},

@@ -47,6 +47,7 @@ from mobius_genai.config.vision import (
     parse_vision_language,
 )
 from mobius_genai.ep.context import get_build_dtype
+from mobius_genai.models.audio_processors import gemma4_log_mel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.image_processors import (
     Transform,
@@ -97,6 +98,9 @@ class VisionLanguageFamily:
     # The speech graph's module (log-mel frames → audio_features), for a config with an audio
     # tower (VisionLanguageConfig.audio; Gemma 4 E2B/E4B); None: the row takes no audio.
     audio_model: Callable[[VisionLanguageConfig], nn.Module] | None = None
+    # The feature extractor's settings and their file → og's audio_processor_config.json
+    # (`audio_processors`), for the rows with an `audio_model`.
+    audio_processor: Callable[[Mapping[str, Any], Path], dict[str, Any]] | None = None
     # The vision graph's numbered DeepStack mergers, one per DeepStack block (Qwen3-VL).
     deepstack_mergers: str | None = None
     # Where the checkpoint keeps the decoder's experts, when not as its text family's do.
@@ -538,6 +542,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             # E2B and E4B: a conformer audio tower (components/gemma4_audio.py), the speech
             # graph og's gemma4 type runs on its Gemma4LogMel features
             audio_model=Gemma4AudioModel,
+            audio_processor=gemma4_log_mel,
             image_transforms=gemma4_transforms,
             # og's gemma4 type names an audio processor file by default and refuses a bundle
             # whose speech section has that file but no speech graph (the kind writes the
