@@ -25,6 +25,9 @@ class OgType:
     image_placeholder: str | None = None
     # og's processor takes audio (og.Audios); the encoder runs once before the decoder.
     audio: bool = False
+    # The text og's processor expands to one audio clip's tokens in a prompt, for a bundle
+    # with a speech graph (model.speech.filename); None: no audio beside a prompt.
+    audio_placeholder: str | None = None
     # Files og reads by their default name, which no genai_config key names.
     required_files: tuple[str, ...] = ()
 
@@ -50,7 +53,9 @@ OG_TYPES: dict[str, OgType] = {
         OgType("lfm2_vl", image_placeholder="<image>"),
         # og expands each `<|image>` to a blank line, `<|image>`, one `<|image|>` per token,
         # `<image|>` and a blank line (its Gemma4MultiModalProcessor)
-        OgType("gemma4", image_placeholder="<|image>"),
+        # and one `<|audio|>` to a blank line, `<|audio>`, a `<|audio|>` per audio token,
+        # `<audio|>` and a blank line (one clip a prompt; E2B/E4B's speech graph)
+        OgType("gemma4", image_placeholder="<|image>", audio_placeholder="<|audio|>"),
         # types og positions in 3-D that mobius-genai does not write (other tools' bundles)
         OgType("fara", three_d_positions=True),
         OgType("qwen3_5", three_d_positions=True),

@@ -27,9 +27,9 @@ from mobius_genai.errors import BundleError
 from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
 from mobius_genai.runtime.generate import (
     greedy_tokens,
-    image_inputs,
     image_placeholder,
     load_tokenizer,
+    processor_inputs,
 )
 from mobius_genai.runtime.mrope import mrope_positions
 
@@ -64,7 +64,7 @@ def image_greedy(
     text = f"{image_placeholder(folder, config)} {SMOKE_IMAGE_TEXT}"
     width, height = processor_size(folder, config)
     image = og.Images.open_bytes(png_bytes(smoke_pixels(height, width)))
-    inputs = image_inputs(model, text, image, f"{folder}: the smoke test's image")
+    inputs = processor_inputs(model, text, f"{folder}: the smoke test's image", images=image)
     given = set(inputs.keys())  # og.NamedTensors has no `in`
     prompt = ImagePrompt(
         [int(token) for token in inputs["input_ids"].as_numpy().reshape(-1)],
@@ -151,7 +151,7 @@ def image_embedder(
 
     The vision graph runs once here and is released; the returned function feeds the new
     tokens to the embedding graph with the image features the first time, an empty
-    [0, hidden] tensor after that, and names its output as the decoder input of that name;
+    [0, hidden] tensor after that (and always for its other features: a prompt without audio), and names its output as the decoder input of that name;
     for a model whose positions are 3-D (model.vision_start_token_id: Qwen2.5-VL) it adds
     the tokens' mrope position_ids. `entries` are ORT session config entries, `provider` the
     name of onnxruntime's CPU EP.
@@ -166,7 +166,13 @@ def image_embedder(
     (features,) = vision.run(None, feed)
     del vision
     embedding = _session(folder / model["embedding"]["filename"], entries, provider)
-    features_name = next(i.name for i in embedding.get_inputs() if i.name != "input_ids")
+    features_name = model["embedding"].get("inputs", {}).get("image_features", "image_features")
+    # the other features the graph places (Gemma 4's audio_features): og's empty [0, hidden]
+    idle = {
+        i.name: features[:0]
+        for i in embedding.get_inputs()
+        if i.name not in ("input_ids", features_name)
+    }
     embeds_name = embedding.get_outputs()[0].name
     pending = [features]
 
@@ -174,7 +180,7 @@ def image_embedder(
 
     def embed(new: Sequence[int]) -> dict[str, np.ndarray]:
         image = pending.pop() if pending else features[:0]
-        feed = {"input_ids": np.asarray([new], np.int64), features_name: image}
+        feed = {"input_ids": np.asarray([new], np.int64), features_name: image, **idle}
         extra = {embeds_name: embedding.run([embeds_name], feed)[0]}
         if positions is not None:
             extra["position_ids"] = positions(len(new))

@@ -14,9 +14,12 @@ import pytest
 import torch
 
 from mobius_genai.bundle.validate import validate_bundle
+from mobius_genai.cli import main
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.audio_processors import feature_extractor_settings, gemma4_log_mel
 from mobius_genai.packager import package
+from mobius_genai.runtime.decoding import stream_text
+from mobius_genai.runtime.opening import open_bundle
 from tests._gemma4_audio import (
     FEATURES,
     MEL_BINS,
@@ -189,3 +192,52 @@ def test_feature_extractor_settings_og_cannot_apply_are_refused(tmp_path):
     )
     settings, path = feature_extractor_settings(tmp_path)
     assert (settings["feature_size"], path.name) == (64, "preprocessor_config.json")
+
+
+def test_run_with_audio_beside_the_prompt_gives_og_greedy_tokens(bundle, tmp_path, capsys):
+    """`run --audio FILE --prompt ...`: the clip's placeholder goes in front of the prompt and
+    the text is og's greedy tokens of the processor's inputs."""
+    og_model, inputs, _ = _audio_inputs(bundle, tmp_path, 12_000, prompt="<|audio|> Hi")
+    tokens = og_greedy(og_model, inputs, 5)
+    text_only = og_model.create_multimodal_processor()("Hi")
+    assert tokens != og_greedy(og_model, text_only, 5)  # the clip changes the reply
+    stream = og.Tokenizer(og_model).create_stream()
+    expected = "".join(stream.decode(token) for token in tokens)
+    opened = open_bundle(bundle, command="run")
+    pieces = stream_text(
+        opened,
+        "Hi",
+        max_new_tokens=5,
+        max_length=512,
+        use_chat_template=False,
+        audio=tmp_path / "clip.wav",
+    )
+    assert "".join(pieces) == expected
+    command = ["run", str(bundle), "--audio", str(tmp_path / "clip.wav"), "--prompt", "Hi"]
+    assert main([*command, "--max-new-tokens", "4"]) == 0
+    assert "mobius-genai: 4 tokens" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--timestamps"], "--timestamps times a transcript; accepted: with --audio FILE on a"),
+        ([], None),
+    ],
+)
+def test_run_refuses_what_an_audio_prompt_cannot_do(bundle, tmp_path, capsys, extra, words):
+    """--timestamps is a transcript's; a Gemma 4 bundle without a speech graph takes no
+    audio (one line, no traceback)."""
+    path = tmp_path / "clip.wav"
+    path.write_bytes(tone_wav(8_000))
+    folder = bundle
+    if words is None:  # the same bundle without its speech section
+        folder = tmp_path / "no-speech"
+        shutil.copytree(bundle, folder)
+        config = json.loads((folder / "genai_config.json").read_text())
+        config["model"]["speech"] = {"config_filename": ""}
+        (folder / "genai_config.json").write_text(json.dumps(config))
+        words = "takes no audio; accepted: --audio with a speech bundle"
+    assert main(["run", str(folder), "--audio", str(path), "--prompt", "Hi", *extra]) != 0
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
