@@ -20,6 +20,7 @@ from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeat
 from mobius_genai.ep.context import build_context
 from mobius_genai.models.vision_language import VISION_LANGUAGE
 from mobius_genai.optimize import optimize_model
+from mobius_genai.runtime.audio import SAMPLE_RATE, tone_bytes
 from mobius_genai.target import resolve_target
 from mobius_genai.tasks.vision_language import SpeechTask
 from tests._gemma4_vision import TOP, _attach, _config, _tiny, write_gemma4_checkpoint
@@ -102,17 +103,9 @@ def speech_graph(model, folder: Path, ep: str = "default", **audio_changes: obje
     return graph
 
 
-def tone_wav(samples: int, frequency: float = 440.0, rate: int = 16_000) -> bytes:
-    """A mono 16-bit WAV of a sine tone."""
-    t = np.arange(samples) / rate
-    pcm = (0.3 * np.sin(2 * np.pi * frequency * t) * 32767).astype(np.int16)
-    buffer = io.BytesIO()
-    with wave.open(buffer, "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(rate)
-        out.writeframes(pcm.tobytes())
-    return buffer.getvalue()
+def tone_wav(samples: int) -> bytes:
+    """A mono 16-bit WAV of a 440 Hz tone `samples` long (at 16 kHz)."""
+    return tone_bytes(samples / SAMPLE_RATE)
 
 
 def wav_samples(data: bytes) -> np.ndarray:

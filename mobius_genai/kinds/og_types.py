@@ -104,6 +104,10 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     ),
 }
 
+#: Sections og runs only where they name a graph file (gemma4's speech section without one,
+#: its processor file named "", turns audio off).
+OG_OPTIONAL_SECTIONS = frozenset({"speech"})
+
 #: Sections whose "%d" names count layers of their own (the section's num_hidden_layers, og's
 #: default 1), not the decoder's.
 OG_OWN_LAYERS = frozenset({"mtp"})

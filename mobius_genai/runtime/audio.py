@@ -10,6 +10,7 @@ audio_processor_config.json): longer audio would be cut without a word, so it is
 
 from __future__ import annotations
 
+import io
 import wave
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -189,15 +190,22 @@ def audio_inputs(model: og.Model, text: str, path: str | Path) -> og.NamedTensor
         ) from error
 
 
-def tone_wav(path: Path, seconds: float = 2.0, frequency: float = 440.0) -> Path:
-    """A generated test signal (a 16 kHz 16-bit mono tone) as a WAV file: the smoke test's."""
-    time = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+def tone_bytes(seconds: float = 2.0, frequency: float = 440.0) -> bytes:
+    """A generated test signal (a 16 kHz 16-bit mono tone) as a WAV file's bytes."""
+    time = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
     samples = (0.5 * np.sin(2 * np.pi * frequency * time) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as file:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as file:
         file.setnchannels(1)
         file.setsampwidth(2)
         file.setframerate(SAMPLE_RATE)
         file.writeframes(samples.tobytes())
+    return buffer.getvalue()
+
+
+def tone_wav(path: Path, seconds: float = 2.0, frequency: float = 440.0) -> Path:
+    """`tone_bytes` written to `path`: the smoke test's signal."""
+    path.write_bytes(tone_bytes(seconds, frequency))
     return path
 
 

@@ -15,11 +15,13 @@ import torch
 
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
-from mobius_genai.errors import ConfigError
+from mobius_genai.ep import get_ep
+from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.models.audio_processors import feature_extractor_settings, gemma4_log_mel
 from mobius_genai.packager import package
 from mobius_genai.runtime.decoding import stream_text
 from mobius_genai.runtime.opening import open_bundle
+from mobius_genai.runtime.smoke import smoke_test
 from tests._gemma4_audio import (
     FEATURES,
     MEL_BINS,
@@ -241,3 +243,24 @@ def test_run_refuses_what_an_audio_prompt_cannot_do(bundle, tmp_path, capsys, ex
     assert main(["run", str(folder), "--audio", str(path), "--prompt", "Hi", *extra]) != 0
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_smoke_test_runs_a_tone_beside_the_image(bundle):
+    """og with an image and a tone against a plain onnxruntime loop over the same graphs
+    (speech, vision, embedding, decoder)."""
+    result = smoke_test(bundle, get_ep("cpu"))
+    assert result.ran
+    assert result.note.endswith(
+        "with a 96x96 image and a 1 s tone, same as a plain onnxruntime loop"
+    )
+
+
+def test_validate_checks_the_speech_graph_against_its_section(bundle, tmp_path):
+    folder = tmp_path / "renamed"
+    shutil.copytree(bundle, folder)
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["speech"]["inputs"]["attention_mask"] = "audio_mask"
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    with pytest.raises(BundleError, match="model.speech") as caught:
+        validate_bundle(folder, check_hashes=False)
+    assert "input_features_mask" in str(caught.value)
