@@ -108,10 +108,13 @@ class VisionLanguageConfig:
     audio_token_id: int | None = None
 
     def first_layers(self, count: int) -> VisionLanguageConfig:
-        """The decoder's first `count` layers and the vision tower's first layers of every kind
-        (the smoke test's twin); token ids and image sizes stay."""
+        """The decoder's first `count` layers and the vision (and audio) tower's first layers
+        of every kind (the smoke test's twin); token ids and image sizes stay."""
         vision = self.vision.first_layers(self.vision.layers_of_every_kind())
-        return dataclasses.replace(self, text=self.text.first_layers(count), vision=vision)
+        audio = self.audio and self.audio.first_layers(self.audio.layers_of_every_kind())
+        return dataclasses.replace(
+            self, text=self.text.first_layers(count), vision=vision, audio=audio
+        )
 
     @property
     def deepstack_layers(self) -> int:

@@ -101,6 +101,8 @@ class VisionLanguageFamily:
     # The feature extractor's settings and their file → og's audio_processor_config.json
     # (`audio_processors`), for the rows with an `audio_model`.
     audio_processor: Callable[[Mapping[str, Any], Path], dict[str, Any]] | None = None
+    # The speech graph's numbered layers (`<audio_layers>.<index>.`), which a twin cuts.
+    audio_layers: str | None = None
     # The vision graph's numbered DeepStack mergers, one per DeepStack block (Qwen3-VL).
     deepstack_mergers: str | None = None
     # Where the checkpoint keeps the decoder's experts, when not as its text family's do.
@@ -167,6 +169,8 @@ class VisionLanguageFamily:
         ]
         if self.deepstack_mergers is not None:
             numbered.append((f"{self.deepstack_mergers}.", config.vision.deepstack_mergers))
+        if self.audio_layers is not None and config.audio is not None:
+            numbered.append((f"{self.audio_layers}.", config.audio.num_layers))
         kept = {
             prefix: count
             for graph_layers, count in numbered
@@ -543,6 +547,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             # graph og's gemma4 type runs on its Gemma4LogMel features
             audio_model=Gemma4AudioModel,
             audio_processor=gemma4_log_mel,
+            audio_layers="audio_tower.layers",
             image_transforms=gemma4_transforms,
             # og's gemma4 type names an audio processor file by default and refuses a bundle
             # whose speech section has that file but no speech graph (the kind writes the

@@ -13,6 +13,7 @@ import onnxruntime_genai as og
 import pytest
 import torch
 
+from mobius_genai.build import build
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
@@ -26,6 +27,7 @@ from tests._gemma4_audio import (
     FEATURES,
     MEL_BINS,
     log_mel,
+    reference_audio_features,
     tone_wav,
     wav_samples,
     write_gemma4_audio_checkpoint,
@@ -38,7 +40,13 @@ from tests._gemma4_vision import (
     reference_inputs,
 )
 from tests._hf import generated_tokens
-from tests._ort import og_greedy, saved_ops
+from tests._ort import (
+    assert_only_the_decoder_fuses_gqa,
+    model_ops,
+    og_greedy,
+    package_sessions,
+    saved_ops,
+)
 
 #: every position of a 3-layer prefill: logits up to ~9 agree to 2e-4; the speech graph alone
 #: holds 1e-4 (tests/models/test_gemma4_audio.py)
@@ -264,3 +272,39 @@ def test_validate_checks_the_speech_graph_against_its_section(bundle, tmp_path):
     with pytest.raises(BundleError, match="model.speech") as caught:
         validate_bundle(folder, check_hashes=False)
     assert "input_features_mask" in str(caught.value)
+
+
+def _audio_layers(graph) -> set[str]:
+    return {
+        name.split(".")[2]
+        for name in graph.graph.initializers
+        if name.startswith("audio_tower.layers.")
+    }
+
+
+def test_the_smoke_twin_keeps_the_audio_towers_first_layer(checkpoint):
+    """A twin (the decoder's first layers) cuts the audio tower to its first layer too, its
+    other layers' tensors left unread, as the vision tower's."""
+    _, folder = checkpoint
+    assert _audio_layers(build(folder, "cpu", progress=False)["speech"]) == {"0", "1"}
+    assert _audio_layers(build(folder, "cpu", num_layers=2, progress=False)["speech"]) == {"0"}
+
+
+@pytest.mark.parametrize("ep", ["cpu", "cuda", "onnx-standard"])
+def test_graph_ops_per_ep_and_the_float16_speech_graph(checkpoint, ep):
+    """No EP fuses the tower's attention into GroupQueryAttention; cuda's float16 speech graph
+    on onnxruntime's CPU kernels (attention in float32, clip bounds within float16) keeps a
+    clip's tokens within float16's tolerance of transformers'."""
+    model, folder = checkpoint
+    built = build(folder, ep, progress=False)
+    assert_only_the_decoder_fuses_gqa(built, ep)
+    assert {("", "Conv"), ("", "Softplus"), ("", "Tanh")} <= model_ops(built["speech"])
+    if ep != "cuda":
+        return
+    sessions = package_sessions(built)
+    features, mask = log_mel(wav_samples(tone_wav(12_000)))
+    feeds = {"input_features": features.astype(np.float16), "input_features_mask": mask}
+    (ours,) = sessions["speech"].run(None, feeds)
+    assert ours.dtype == np.float16
+    expected = reference_audio_features(model, features, mask)
+    np.testing.assert_allclose(ours.astype(np.float32), expected, atol=5e-2, rtol=0)
