@@ -26,7 +26,7 @@ TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
 
 #: The graphs of a bundle in the order onnxruntime-genai runs them (genai_config sections).
-GRAPH_SECTIONS = ("encoder", "vision", "embedding", "decoder", "mtp")
+GRAPH_SECTIONS = ("encoder", "vision", "speech", "embedding", "decoder", "mtp")
 
 #: What each well-known bundle file is, for the card's file table.
 FILE_ROLES: Mapping[str, str] = {
@@ -53,6 +53,8 @@ FILE_ROLES: Mapping[str, str] = {
     "decoder.onnx": "the decoder graph",
     "decoder.onnx.data": "the decoder's weights (ONNX external data)",
     "processor_config.json": "the image processor's transforms (onnxruntime-extensions)",
+    "speech.onnx": "the audio tower (log-mel → audio features, placed at the audio tokens)",
+    "speech.onnx.data": "the audio tower's weights (ONNX external data)",
     "encoder.onnx": "the audio encoder graph (log-mel → cross-attention keys and values)",
     "encoder.onnx.data": "the encoder's weights (ONNX external data)",
     AUDIO_PROCESSOR_FILE: "the audio processor's feature extraction (onnxruntime-extensions)",
@@ -134,6 +136,8 @@ def _cli_run(folder: str, model: Mapping[str, Any]) -> str:
     run = f'mobius-genai run {folder} --prompt "The capital of France is"'
     if "vision" in model:
         run += f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
+    if model.get("speech", {}).get("filename"):
+        run += f'\nmobius-genai run {folder} --audio clip.wav --prompt "Transcribe the audio."'
     return run
 
 

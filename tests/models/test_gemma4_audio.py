@@ -23,7 +23,7 @@ from tests._gemma4_audio import (
     speech_graph,
     tiny_gemma4_audio,
 )
-from tests._gemma4_vision import TEXT_HIDDEN, tiny_gemma4
+from tests._gemma4_vision import TEXT_HIDDEN, sessions, tiny_gemma4
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -41,9 +41,7 @@ def gemma4(tmp_path_factory):
 
 
 def _session(graph: ir.Model) -> ort.InferenceSession:
-    return ort.InferenceSession(
-        ir.serde.serialize_model(graph).SerializeToString(), providers=["CPUExecutionProvider"]
-    )
+    return sessions({"speech": graph})["speech"]
 
 
 @pytest.fixture(scope="module", params=EPS)

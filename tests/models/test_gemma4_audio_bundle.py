@@ -91,6 +91,10 @@ def test_genai_config_and_audio_processor_config_are_what_og_reads(bundle):
     assert [step["type"] for step in steps] == ["AudioDecoder", "Gemma4LogMel"]
     assert steps[1]["attrs"] == {"feature_size": MEL_BINS}
     validate_bundle(bundle)
+    card = (bundle / "README.md").read_text()
+    assert "`speech.onnx` (speech: input_features, input_features_mask → audio_features)" in card
+    assert "| `speech.onnx` | the audio tower" in card
+    assert '--audio clip.wav --prompt "Transcribe the audio."' in card
 
 
 @pytest.mark.parametrize("samples", [16_000, 17_000, 4_321])
