@@ -189,12 +189,15 @@ def test_text_and_image_prompts_run_on_the_audio_bundle(checkpoint, bundle, tmp_
 
 
 def test_int4_keeps_the_speech_graph_float(checkpoint, tmp_path):
-    """int4 quantizes the decoder; the audio tower, like the vision one, stays float."""
-    out = package(
-        checkpoint[1], "cpu", tmp_path / "int4", precision="int4", quiet=True, smoke_test=False
-    )
+    """int4 quantizes the decoder and the embedding's token table (read by the token ids, the
+    image and audio tokens mapped to row 0); the audio tower, like the vision one, stays float;
+    the smoke test runs with the tone."""
+    out = package(checkpoint[1], "cpu", tmp_path / "int4", precision="int4", quiet=True)
     assert ("com.microsoft", "MatMulNBits") in saved_ops(out / "decoder.onnx")
+    assert ("com.microsoft", "GatherBlockQuantized") in saved_ops(out / "embedding.onnx")
     assert ("com.microsoft", "MatMulNBits") not in saved_ops(out / "speech.onnx")
+    record = json.loads((out / "mobius_manifest.json").read_text())["build"]["smoke_test"]
+    assert record["ran"] and "image and a 1 s tone" in record["note"]
 
 
 def test_feature_extractor_settings_og_cannot_apply_are_refused(tmp_path):
