@@ -312,7 +312,7 @@ def stream_text(
                 messages, template_str=template, add_generation_prompt=True
             )
         if media:
-            sources = ", ".join(map(str, [*images, *([audio] if audio is not None else [])]))
+            sources = ", ".join(str(path) for path in (*images, audio) if path is not None)
             inputs = processor_inputs(bundle.model, text, sources, **media)
         else:
             inputs = with_bos(tokenizer.encode(text), required_bos(folder))
