@@ -23,6 +23,7 @@ from mobius_genai.packager import package
 from mobius_genai.runtime.decoding import stream_text
 from mobius_genai.runtime.opening import open_bundle
 from mobius_genai.runtime.smoke import smoke_test
+from mobius_genai.runtime.smoke_image import png_bytes
 from tests._gemma4_audio import (
     FEATURES,
     MEL_BINS,
@@ -315,3 +316,27 @@ def test_graph_ops_per_ep_and_the_float16_speech_graph(checkpoint, ep):
     assert ours.dtype == np.float16
     expected = reference_audio_features(model, features, mask)
     np.testing.assert_allclose(ours.astype(np.float32), expected, atol=5e-2, rtol=0)
+
+
+def test_og_logits_with_an_image_and_a_clip_equal_transformers(checkpoint, bundle, tmp_path):
+    """One prompt with both: the vision and speech graphs' features each land at their own
+    tokens."""
+    model, _ = checkpoint
+    pixels = [random_pixels(*KEPT_SIZES[1], seed=4)]
+    (tmp_path / "image.png").write_bytes(png_bytes(pixels[0]))
+    (tmp_path / "clip.wav").write_bytes(tone_wav(10_000))
+    og_model = og.Model(str(bundle))
+    inputs = og_model.create_multimodal_processor()(
+        "<|image> <|audio|> Describe both.",
+        images=og.Images.open(str(tmp_path / "image.png")),
+        audios=og.Audios.open(str(tmp_path / "clip.wav")),
+    )
+    ids = inputs["input_ids"].as_numpy().astype(np.int64)
+    features, mask = (torch.from_numpy(a) for a in log_mel(wav_samples(tone_wav(10_000))))
+    reference = reference_inputs(model, ids, pixels, blocks=False)
+    with torch.no_grad():
+        expected = model(
+            **reference, input_features=features, input_features_mask=mask
+        ).logits.numpy()
+    ours = og_prefill_logits(og_model, inputs)
+    np.testing.assert_allclose(ours, expected, atol=TOLERANCE, rtol=0)
