@@ -36,7 +36,6 @@ from mobius_genai.ep.context import get_build_dtype
 
 INPUT_FEATURES = "input_features"
 INPUT_FEATURES_MASK = "input_features_mask"
-AUDIO_FEATURES = "audio_features"
 CLIPS, FRAMES, MEL_BINS = "num_clips", "num_frames", "num_mel_bins"
 _FLOAT = ir.DataType.FLOAT
 
