@@ -171,7 +171,8 @@ def test_og_logits_and_greedy_tokens_with_audio_equal_transformers(
 
 
 def test_text_and_image_prompts_run_on_the_audio_bundle(checkpoint, bundle, tmp_path):
-    """The speech graph idle: a text prompt and an image prompt give transformers' logits."""
+    """The speech graph idle: a text prompt (through the processor, and as token ids) and an
+    image prompt give transformers' logits."""
     model, _ = checkpoint
     og_model = og.Model(str(bundle))
     processor = og_model.create_multimodal_processor()
@@ -180,6 +181,11 @@ def test_text_and_image_prompts_run_on_the_audio_bundle(checkpoint, bundle, tmp_
     with torch.no_grad():
         expected = model(input_ids=torch.from_numpy(ids)).logits.numpy()
     np.testing.assert_allclose(og_prefill_logits(og_model, text), expected, atol=TOLERANCE, rtol=0)
+    params = og.GeneratorParams(og_model)  # token ids appended, no processor (`run --prompt`)
+    params.set_search_options(do_sample=False, max_length=ids.shape[1] + 1)
+    generator = og.Generator(og_model, params)
+    generator.append_tokens(ids.astype(np.int32))
+    np.testing.assert_allclose(generator.get_output("logits"), expected, atol=TOLERANCE, rtol=0)
     pixels = [random_pixels(*KEPT_SIZES[0], seed=2)]
     og_model, inputs = og_image_inputs(bundle, tmp_path, pixels)
     ids = inputs["input_ids"].as_numpy().astype(np.int64)
