@@ -28,6 +28,13 @@ CARD_FILENAME = "README.md"
 #: The graphs of a bundle in the order onnxruntime-genai runs them (genai_config sections).
 GRAPH_SECTIONS = ("encoder", "vision", "speech", "embedding", "decoder", "mtp")
 
+
+def graph_sections(model: Mapping[str, Any]) -> list[str]:
+    """The sections of genai_config's model that name a graph, in `GRAPH_SECTIONS` order (a
+    gemma4 speech section without a file names none)."""
+    return [name for name in GRAPH_SECTIONS if model.get(name, {}).get("filename")]
+
+
 #: What each well-known bundle file is, for the card's file table.
 FILE_ROLES: Mapping[str, str] = {
     "model.onnx": "the decoder graph",
@@ -234,15 +241,13 @@ def _bos_note(bos_token_id: int | None) -> str:
 def _graphs(model: Mapping[str, Any]) -> str:
     """Each graph's file and role; beside the decoder, the inputs and outputs that link them."""
     described = []
-    for section in GRAPH_SECTIONS:
-        entry = model.get(section)
-        if entry is None:
-            continue
+    for section in graph_sections(model):
+        entry = model[section]
         role = section
         if section != "decoder":
             inputs = ", ".join(entry.get("inputs", {}).values())
             role += f": {inputs} → {', '.join(entry.get('outputs', {}).values())}"
-        described.append(f"`{entry.get('filename', '?')}` ({role})")
+        described.append(f"`{entry['filename']}` ({role})")
     return ", ".join(described)
 
 
