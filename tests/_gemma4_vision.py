@@ -81,11 +81,13 @@ def tiny_gemma4(**vision: object) -> Gemma4ForConditionalGeneration:
     return _tiny({}, TOP, vision)
 
 
-def _tiny(text: dict, top: dict, vision: dict | None = None) -> Gemma4ForConditionalGeneration:
+def _tiny(
+    text: dict, top: dict, vision: dict | None = None, audio: dict | None = None
+) -> Gemma4ForConditionalGeneration:
     config = Gemma4Config(
         text_config={**TEXT, **text},
         vision_config={**VISION, **(vision or {})},
-        audio_config=None,
+        audio_config=audio,
         **top,
     )
     model = Gemma4ForConditionalGeneration(config).eval()
@@ -275,10 +277,12 @@ MAX_SOFT_TOKENS = 70
 KEPT_SIZES = ((72, 132), (96, 96), (108, 84))
 
 
-def write_gemma4_checkpoint(folder: Path, **text_changes: object) -> Gemma4ForConditionalGeneration:
+def write_gemma4_checkpoint(
+    folder: Path, *, audio_config: dict | None = None, **text_changes: object
+) -> Gemma4ForConditionalGeneration:
     """A packageable tiny Gemma 4 checkpoint in `folder`: the model, tiny-qwen2's tokenizer
     with Gemma 4's image, video and audio tokens, and the image processor's settings;
-    `text_changes` replace text_config keys."""
+    `text_changes` replace text_config keys; `audio_config` (None: no audio tower)."""
     from transformers import AutoTokenizer
 
     from tests.conftest import TINY_QWEN2
@@ -293,7 +297,7 @@ def write_gemma4_checkpoint(folder: Path, **text_changes: object) -> Gemma4ForCo
     text.update(text_changes)
     ids = dict(image_token_id=image, boi_token_id=boi, eoi_token_id=eoi, video_token_id=video)
     ids.update(audio_token_id=audio, boa_token_id=boa, eoa_token_index=eoa)
-    model = _tiny(text, ids)
+    model = _tiny(text, ids, audio=audio_config)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     preprocessor = {  # Gemma4ImageProcessor's settings (saving it needs torchvision)

@@ -26,7 +26,14 @@ TEMPLATE = "templates/bundle_README.md"
 CARD_FILENAME = "README.md"
 
 #: The graphs of a bundle in the order onnxruntime-genai runs them (genai_config sections).
-GRAPH_SECTIONS = ("encoder", "vision", "embedding", "decoder", "mtp")
+GRAPH_SECTIONS = ("encoder", "vision", "speech", "embedding", "decoder", "mtp")
+
+
+def graph_sections(model: Mapping[str, Any]) -> list[str]:
+    """The sections of genai_config's model that name a graph, in `GRAPH_SECTIONS` order (a
+    gemma4 speech section without a file names none)."""
+    return [name for name in GRAPH_SECTIONS if model.get(name, {}).get("filename")]
+
 
 #: What each well-known bundle file is, for the card's file table.
 FILE_ROLES: Mapping[str, str] = {
@@ -53,6 +60,8 @@ FILE_ROLES: Mapping[str, str] = {
     "decoder.onnx": "the decoder graph",
     "decoder.onnx.data": "the decoder's weights (ONNX external data)",
     "processor_config.json": "the image processor's transforms (onnxruntime-extensions)",
+    "speech.onnx": "the audio tower (log-mel → audio features, placed at the audio tokens)",
+    "speech.onnx.data": "the audio tower's weights (ONNX external data)",
     "encoder.onnx": "the audio encoder graph (log-mel → cross-attention keys and values)",
     "encoder.onnx.data": "the encoder's weights (ONNX external data)",
     AUDIO_PROCESSOR_FILE: "the audio processor's feature extraction (onnxruntime-extensions)",
@@ -134,6 +143,8 @@ def _cli_run(folder: str, model: Mapping[str, Any]) -> str:
     run = f'mobius-genai run {folder} --prompt "The capital of France is"'
     if "vision" in model:
         run += f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
+    if model.get("speech", {}).get("filename"):
+        run += f'\nmobius-genai run {folder} --audio clip.wav --prompt "Transcribe the audio."'
     return run
 
 
@@ -230,15 +241,13 @@ def _bos_note(bos_token_id: int | None) -> str:
 def _graphs(model: Mapping[str, Any]) -> str:
     """Each graph's file and role; beside the decoder, the inputs and outputs that link them."""
     described = []
-    for section in GRAPH_SECTIONS:
-        entry = model.get(section)
-        if entry is None:
-            continue
+    for section in graph_sections(model):
+        entry = model[section]
         role = section
         if section != "decoder":
             inputs = ", ".join(entry.get("inputs", {}).values())
             role += f": {inputs} → {', '.join(entry.get('outputs', {}).values())}"
-        described.append(f"`{entry.get('filename', '?')}` ({role})")
+        described.append(f"`{entry['filename']}` ({role})")
     return ", ".join(described)
 
 

@@ -31,7 +31,13 @@ from mobius_genai.bundle.schema import read_bundle_json
 from mobius_genai.bundle.tool_tokens import check_tool_token_ids
 from mobius_genai.ep import ep_registry
 from mobius_genai.errors import BundleError
-from mobius_genai.kinds.og_types import OG_OWN_LAYERS, OG_PROCESSOR_FILES, OG_SECTIONS, og_type
+from mobius_genai.kinds.og_types import (
+    OG_OPTIONAL_SECTIONS,
+    OG_OWN_LAYERS,
+    OG_PROCESSOR_FILES,
+    OG_SECTIONS,
+    og_type,
+)
 
 #: genai's defaults for the decoder I/O names a config may leave out.
 DEFAULT_INPUTS = {
@@ -258,6 +264,8 @@ def check_pipeline_graphs(folder: Path, config: Mapping[str, Any], decoder: Grap
         entry = model.get(section)
         if entry is None or "pipeline" in entry:  # no such graph, or several (not checked)
             continue
+        if section in OG_OPTIONAL_SECTIONS and not entry.get("filename"):
+            continue  # a section that turns its graph off
         path = folder / entry.get("filename", "")
         if not entry.get("filename") or not path.is_file():
             problems.append(

@@ -27,7 +27,7 @@ from mobius_genai.cli._generation import (
     search_options,
 )
 from mobius_genai.errors import OptionError
-from mobius_genai.runtime.audio import TASKS, require_audio_bundle, transcribe
+from mobius_genai.runtime.audio import TASKS, has_audio, require_audio_bundle, transcribe
 from mobius_genai.runtime.decoding import Guidance, stream_text
 from mobius_genai.runtime.opening import OpenBundle, open_bundle
 from mobius_genai.runtime.placement import provider_of
@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--audio",
         metavar="PATH",
         help="an audio file (WAV, FLAC or MP3, up to 30 s) for a speech bundle: prints its "
-        "transcript (no prompt)",
+        "transcript (no prompt); for a bundle with a speech graph (Gemma 4 E2B/E4B), one clip "
+        "beside the prompt",
     )
     parser.add_argument(
         "--language",
@@ -98,11 +99,13 @@ def run(args: argparse.Namespace) -> int:
     require_bundle(args.folder)
     config = read_genai_config(Path(args.folder))
     require_audio_bundle(args.folder, config, args.audio is not None)
-    prompt = None if args.audio is not None else _prompt(args)
+    prompt = None if args.audio is not None and has_audio(config) else _prompt(args)
     if prompt is None and (args.prompt, args.prompt_option) != (None, None):
         raise OptionError("--audio takes no prompt; accepted: `run DIR --audio FILE`")
-    if args.timestamps and args.audio is None:
-        raise OptionError("--timestamps times a transcript; accepted: with --audio FILE")
+    if args.timestamps and prompt is not None:
+        raise OptionError(
+            "--timestamps times a transcript; accepted: with --audio FILE on a speech bundle"
+        )
     options = search_options(args)
     guidance = _guidance(args)
     bundle = open_bundle(
@@ -143,6 +146,7 @@ def _text(args: argparse.Namespace, bundle: OpenBundle, prompt: str, guidance: G
         max_length=max_length(args, bundle),
         use_chat_template=not args.raw,
         images=args.image,
+        audio=args.audio,
         guidance=guidance,
         note=say,
     )

@@ -281,14 +281,13 @@ class Gemma4VisionTower(nn.Module):
 
 
 class MultimodalEmbedder(nn.Module):
-    """RMSNorm without scale, then the projection into the text's hidden size."""
+    """RMSNorm without scale, then the projection into the text's hidden size (Gemma 4's
+    embedders of image and audio tokens)."""
 
-    def __init__(self, config: Gemma4VisionConfig) -> None:
+    def __init__(self, width: int, eps: float, text_hidden: int) -> None:
         super().__init__()
-        self.embedding_pre_projection_norm = RMSNorm(
-            config.hidden_size, config.rms_norm_eps, affine=False
-        )
-        self.embedding_projection = Linear(config.hidden_size, config.text_hidden_size)
+        self.embedding_pre_projection_norm = RMSNorm(width, eps, affine=False)
+        self.embedding_projection = Linear(width, text_hidden)
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         return self.embedding_projection(op, self.embedding_pre_projection_norm(op, x))
@@ -307,7 +306,9 @@ class Gemma4VisionModel(nn.Module):
             (PIXEL_POSITION_IDS, ir.DataType.INT64, [IMAGES, PATCHES, 2]),
         ]
         self.vision_tower = Gemma4VisionTower(vision)
-        self.embed_vision = MultimodalEmbedder(vision)
+        self.embed_vision = MultimodalEmbedder(
+            vision.hidden_size, vision.rms_norm_eps, vision.text_hidden_size
+        )
 
     def forward(self, op, pixel_values: ir.Value, positions: ir.Value) -> ir.Value:
         pooled = op.Cast(self.vision_tower(op, pixel_values, positions), to=get_build_dtype())

@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.architecture import ArchitectureConfig, activation
+from mobius_genai.config.gemma4_audio import parse_gemma4_audio
 from mobius_genai.config.layers import UniformTower
 from mobius_genai.config.rope import axial_rope_parameters
 from mobius_genai.config.vision import VisionLanguageConfig
@@ -157,5 +158,7 @@ def parse_gemma4_vision_language(
         text=dataclasses.replace(text, per_layer_stack=section),
         vision=vision,
         bidirectional_images=both_ways == "vision",
+        audio=parse_gemma4_audio(raw, text),
+        audio_token_id=audio,
         **ids,
     )

@@ -102,12 +102,19 @@ class VisionLanguageConfig:
     # The tokens of one image attend to each other both ways, as the config says (Gemma 4's
     # `use_bidirectional_attention`); a family that always does sets its row's flag instead.
     bidirectional_images: bool = False
+    # An audio tower beside the vision one (Gemma 4 E2B/E4B: config/gemma4_audio.py), whose
+    # tokens replace the prompt's `audio_token_id` tokens; None: the model takes no audio.
+    audio: Any = None
+    audio_token_id: int | None = None
 
     def first_layers(self, count: int) -> VisionLanguageConfig:
-        """The decoder's first `count` layers and the vision tower's first layers of every kind
-        (the smoke test's twin); token ids and image sizes stay."""
+        """The decoder's first `count` layers and the vision (and audio) tower's first layers
+        of every kind (the smoke test's twin); token ids and image sizes stay."""
         vision = self.vision.first_layers(self.vision.layers_of_every_kind())
-        return dataclasses.replace(self, text=self.text.first_layers(count), vision=vision)
+        audio = self.audio and self.audio.first_layers(self.audio.layers_of_every_kind())
+        return dataclasses.replace(
+            self, text=self.text.first_layers(count), vision=vision, audio=audio
+        )
 
     @property
     def deepstack_layers(self) -> int:

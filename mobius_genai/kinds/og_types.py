@@ -25,6 +25,9 @@ class OgType:
     image_placeholder: str | None = None
     # og's processor takes audio (og.Audios); the encoder runs once before the decoder.
     audio: bool = False
+    # The text og's processor expands to one audio clip's tokens in a prompt, for a bundle
+    # with a speech graph (model.speech.filename); None: no audio beside a prompt.
+    audio_placeholder: str | None = None
     # Files og reads by their default name, which no genai_config key names.
     required_files: tuple[str, ...] = ()
 
@@ -50,7 +53,9 @@ OG_TYPES: dict[str, OgType] = {
         OgType("lfm2_vl", image_placeholder="<image>"),
         # og expands each `<|image>` to a blank line, `<|image>`, one `<|image|>` per token,
         # `<image|>` and a blank line (its Gemma4MultiModalProcessor)
-        OgType("gemma4", image_placeholder="<|image>"),
+        # and one `<|audio|>` to a blank line, `<|audio>`, a `<|audio|>` per audio token,
+        # `<audio|>` and a blank line (one clip a prompt; E2B/E4B's speech graph)
+        OgType("gemma4", image_placeholder="<|image>", audio_placeholder="<|audio|>"),
         # types og positions in 3-D that mobius-genai does not write (other tools' bundles)
         OgType("fara", three_d_positions=True),
         OgType("qwen3_5", three_d_positions=True),
@@ -64,6 +69,12 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "embedding": (
         {"input_ids": "input_ids", "image_features": "image_features"},
         {"inputs_embeds": "inputs_embeds"},
+    ),
+    # Gemma 4's audio tower: og's processor feeds the log-mel frames and their mask (and the
+    # clip's token count as audio_sizes, to a graph with that input)
+    "speech": (
+        {"audio_embeds": "audio_embeds", "attention_mask": "audio_attention_mask"},
+        {"audio_features": "audio_features"},
     ),
     # "%d" names one tensor per decoder layer (the cross caches the decoder reads)
     "encoder": (
@@ -92,6 +103,10 @@ OG_SECTIONS: dict[str, tuple[dict[str, str], dict[str, str]]] = {
         },
     ),
 }
+
+#: Sections og runs only where they name a graph file (gemma4's speech section without one,
+#: its processor file named "", turns audio off).
+OG_OPTIONAL_SECTIONS = frozenset({"speech"})
 
 #: Sections whose "%d" names count layers of their own (the section's num_hidden_layers, og's
 #: default 1), not the decoder's.

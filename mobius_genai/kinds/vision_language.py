@@ -2,7 +2,8 @@
 and the sections and processor config of onnxruntime-genai 0.18's multimodal pipeline.
 
 og runs vision (pixel_values → image_features) → embedding (input_ids + image_features →
-inputs_embeds) → decoder, with the image processor of onnxruntime-extensions configured by
+inputs_embeds) → decoder (Gemma 4 E2B/E4B: speech, log-mel frames → audio_features, beside
+vision, the embedding placing both), with the image processor of onnxruntime-extensions configured by
 `processor_config.json` (the row's `image_transforms`).
 """
 
@@ -12,22 +13,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mobius_genai._json import read_json_object
+from mobius_genai.components.gemma4_audio import INPUT_FEATURES, INPUT_FEATURES_MASK
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.kinds.base import KindGraphs, KindInput, WrittenGraphs
-from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
+from mobius_genai.kinds.og_types import AUDIO_PROCESSOR_FILE, OG_PROCESSOR_FILES
 from mobius_genai.kinds.text import decoder_genai_config
+from mobius_genai.models.audio_processors import feature_extractor_settings
 from mobius_genai.models.vision_language import VISION_LANGUAGE, vision_language_family
 from mobius_genai.models.vision_language_graphs import vision_language_graphs
 from mobius_genai.tasks.causal_lm import INPUTS_EMBEDS
-from mobius_genai.tasks.vision_language import IMAGE_FEATURES
+from mobius_genai.tasks.vision_language import AUDIO_FEATURES, IMAGE_FEATURES
 
 if TYPE_CHECKING:
     from mobius_genai.build import ModelPackage
 
 PROCESSOR_FILENAME = OG_PROCESSOR_FILES["vision"]
 #: Package key → role; each graph is saved as `<key>.onnx`.
-_ROLES = {"vision": "vision", "embedding": "embedding", "decoder": "decoder"}
+#: The speech graph is a tower like the vision one: kept float under int4, never given GQA.
+_ROLES = {"vision": "vision", "embedding": "embedding", "decoder": "decoder", "speech": "vision"}
+SPEECH = "speech"
 
 
 class VisionLanguageKind:
@@ -92,9 +97,13 @@ class VisionLanguageKind:
         }
         model.update(_position_token_ids(config))
         model.update(package.family.model_sections)
+        features = {"image_features": IMAGE_FEATURES}
+        if SPEECH in package.models:
+            model[SPEECH] = _speech_section(package, session)
+            features["audio_features"] = AUDIO_FEATURES
         model["embedding"] = {
             "filename": package.filename("embedding"),
-            "inputs": {"input_ids": "input_ids", "image_features": IMAGE_FEATURES},
+            "inputs": {"input_ids": "input_ids", **features},
             "outputs": {"inputs_embeds": INPUTS_EMBEDS},
             **session,
         }
@@ -110,15 +119,31 @@ class VisionLanguageKind:
             {"operation": {"name": name, "type": kind, "attrs": attrs}}
             for name, kind, attrs in operations
         ]
-        return {
+        files = {
             PROCESSOR_FILENAME: {
                 "processor": {"name": "image_processing", "transforms": transforms}
             }
         }
+        if SPEECH in package.models:
+            settings, where = feature_extractor_settings(checkpoint)
+            files[AUDIO_PROCESSOR_FILE] = package.family.audio_processor(settings, where)
+        return files
 
     def twin_layers(self, package: ModelPackage) -> tuple[int, int] | None:
         vision = package.kind_config.vision
         return vision.layers_of_every_kind(), vision.num_layers
+
+
+def _speech_section(package: ModelPackage, session: dict[str, Any]) -> dict[str, Any]:
+    """og's speech section: the graph, the audio processor file, and the graph's inputs under
+    og's keys (the log-mel frames as `audio_embeds`, their mask as `attention_mask`)."""
+    return {
+        "filename": package.filename(SPEECH),
+        "config_filename": AUDIO_PROCESSOR_FILE,
+        "inputs": {"audio_embeds": INPUT_FEATURES, "attention_mask": INPUT_FEATURES_MASK},
+        "outputs": {"audio_features": AUDIO_FEATURES},
+        **session,
+    }
 
 
 def _position_token_ids(config: VisionLanguageConfig) -> dict[str, int]:

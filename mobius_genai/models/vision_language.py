@@ -28,6 +28,7 @@ from mobius_genai.checkpoint.reader import TensorSource
 from mobius_genai.checkpoint.weights import no_preprocess
 from mobius_genai.components.deepstack import widen_embeddings
 from mobius_genai.components.embedding import Embedding
+from mobius_genai.components.gemma4_audio import Gemma4AudioModel
 from mobius_genai.components.gemma4_vision import Gemma4VisionModel
 from mobius_genai.components.pixtral_vision import Mistral3Projector, PixtralVisionTower
 from mobius_genai.components.qwen3_vision import Qwen3VisionTower
@@ -46,6 +47,7 @@ from mobius_genai.config.vision import (
     parse_vision_language,
 )
 from mobius_genai.ep.context import get_build_dtype
+from mobius_genai.models.audio_processors import gemma4_log_mel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.image_processors import (
     Transform,
@@ -61,8 +63,12 @@ from mobius_genai.models.image_processors import (
     square_transforms,
 )
 from mobius_genai.tasks.vision_language import (
+    AUDIO_FEATURES,
+    AUDIO_TOKENS,
+    IMAGE_FEATURES,
     IMAGE_GRID_THW,
     IMAGE_HEIGHT,
+    IMAGE_TOKENS,
     IMAGE_WIDTH,
     IMAGES,
     PATCHES,
@@ -89,6 +95,14 @@ class VisionLanguageFamily:
     checkpoint_prefixes: tuple[tuple[str, tuple[str, ...]], ...]
     # The vision graph's numbered layers (`<vision_layers>.<index>.` parameter names).
     vision_layers: str
+    # The speech graph's module (log-mel frames → audio_features), for a config with an audio
+    # tower (VisionLanguageConfig.audio; Gemma 4 E2B/E4B); None: the row takes no audio.
+    audio_model: Callable[[VisionLanguageConfig], nn.Module] | None = None
+    # The feature extractor's settings and their file → og's audio_processor_config.json
+    # (`audio_processors`), for the rows with an `audio_model`.
+    audio_processor: Callable[[Mapping[str, Any], Path], dict[str, Any]] | None = None
+    # The speech graph's numbered layers (`<audio_layers>.<index>.`), which a twin cuts.
+    audio_layers: str | None = None
     # The vision graph's numbered DeepStack mergers, one per DeepStack block (Qwen3-VL).
     deepstack_mergers: str | None = None
     # Where the checkpoint keeps the decoder's experts, when not as its text family's do.
@@ -155,6 +169,8 @@ class VisionLanguageFamily:
         ]
         if self.deepstack_mergers is not None:
             numbered.append((f"{self.deepstack_mergers}.", config.vision.deepstack_mergers))
+        if self.audio_layers is not None and config.audio is not None:
+            numbered.append((f"{self.audio_layers}.", config.audio.num_layers))
         kept = {
             prefix: count
             for graph_layers, count in numbered
@@ -274,38 +290,51 @@ class _Tokens(nn.Module):
 
 class EmbeddingModel(nn.Module):
     """inputs_embeds: the scaled token embeddings, with the k-th image token of the batch
-    (row-major) replaced by the k-th row of image_features (transformers' masked_scatter).
+    (row-major) replaced by the k-th row of image_features (transformers' masked_scatter), and
+    where the model takes audio, the k-th audio token by the k-th row of audio_features.
 
-    Image tokens are looked up as token 0 (their rows are replaced), so an image token id
+    Image and audio tokens are looked up as token 0 (their rows are replaced), so a token id
     outside the vocabulary is harmless; a zero row in front of the features keeps the gather
-    valid when they are empty (decode steps). With DeepStack the rows are `embedding_width`
-    wide and text tokens get zeros beside their embedding (components/deepstack.py).
+    valid when they are empty (decode steps, a prompt without audio). With DeepStack the rows
+    are `embedding_width` wide and text tokens get zeros beside their embedding
+    (components/deepstack.py).
     """
 
     def __init__(self, config: VisionLanguageConfig) -> None:
         super().__init__()
-        self.image_token_id = config.image_token_id
         self.text_hidden = config.text.hidden_size
         self.deepstack_layers = config.deepstack_layers
         self.hidden = config.embedding_width
         self.model = _Tokens(config.text)
+        # (graph input, its token axis, the prompt token its rows replace)
+        self.feature_inputs = [(IMAGE_FEATURES, IMAGE_TOKENS)]
+        self.placeholders = [config.image_token_id]
+        if config.audio is not None:
+            self.feature_inputs.append((AUDIO_FEATURES, AUDIO_TOKENS))
+            self.placeholders.append(config.audio_token_id)
 
-    def forward(self, op, input_ids: ir.Value, image_features: ir.Value) -> ir.Value:
-        is_image = op.Equal(input_ids, op.Constant(value_int=self.image_token_id))
-        text_ids = op.Where(is_image, op.Constant(value_int=0), input_ids)
+    def forward(self, op, input_ids: ir.Value, *features: ir.Value) -> ir.Value:
+        marks = [op.Equal(input_ids, op.Constant(value_int=token)) for token in self.placeholders]
+        soft = marks[0] if len(marks) == 1 else op.Or(*marks)
+        text_ids = op.Where(soft, op.Constant(value_int=0), input_ids)
         embeds = widen_embeddings(
             op, self.model(op, text_ids), self.text_hidden, self.deepstack_layers
         )
-        flags = op.Cast(is_image, to=ir.DataType.INT64)
+        for mark, rows in zip(marks, features, strict=True):
+            embeds = self._place(op, input_ids, mark, rows, embeds)
+        return embeds
+
+    def _place(self, op, input_ids, mark: ir.Value, features: ir.Value, embeds: ir.Value):
+        """embeds with the k-th `mark`ed token's row replaced by the k-th row of `features`."""
+        flags = op.Cast(mark, to=ir.DataType.INT64)
         order = op.CumSum(op.Reshape(flags, op.Constant(value_ints=[-1])), op.Constant(value_int=0))
         rows = op.Reshape(
             op.Mul(order, op.Reshape(flags, op.Constant(value_ints=[-1]))), op.Shape(input_ids)
         )
         zero = np.zeros([1, self.hidden], dtype=get_build_dtype().numpy())
-        padded = op.Concat(op.Constant(value=ir.tensor(zero)), image_features, axis=0)
-        features = op.Gather(padded, rows, axis=0)
-        mask = op.Unsqueeze(is_image, op.Constant(value_ints=[-1]))
-        return op.Where(mask, features, embeds)
+        padded = op.Concat(op.Constant(value=ir.tensor(zero)), features, axis=0)
+        placed = op.Gather(padded, rows, axis=0)
+        return op.Where(op.Unsqueeze(mark, op.Constant(value_ints=[-1])), placed, embeds)
 
 
 VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
@@ -510,12 +539,19 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 ("model.", ("model.language_model.",)),
                 ("vision_tower.", ("model.vision_tower.",)),
                 ("embed_vision.", ("model.embed_vision.",)),
+                ("audio_tower.", ("model.audio_tower.",)),
+                ("embed_audio.", ("model.embed_audio.",)),
             ),
             vision_layers="vision_tower.encoder.layers",
-            unused_weights=(r"^model\.(audio_tower|embed_audio)\.",),
+            # E2B and E4B: a conformer audio tower (components/gemma4_audio.py), the speech
+            # graph og's gemma4 type runs on its Gemma4LogMel features
+            audio_model=Gemma4AudioModel,
+            audio_processor=gemma4_log_mel,
+            audio_layers="audio_tower.layers",
             image_transforms=gemma4_transforms,
             # og's gemma4 type names an audio processor file by default and refuses a bundle
-            # whose speech section has that file but no speech graph
+            # whose speech section has that file but no speech graph (the kind writes the
+            # whole section where the checkpoint has an audio tower)
             model_sections={"speech": {"config_filename": ""}},
         ),
     )

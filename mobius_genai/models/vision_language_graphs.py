@@ -12,7 +12,7 @@ from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily
 from mobius_genai.tasks.causal_lm import CausalLMTask
-from mobius_genai.tasks.vision_language import EmbeddingTask, VisionTask
+from mobius_genai.tasks.vision_language import EmbeddingTask, SpeechTask, VisionTask
 
 
 def vision_language_graphs(
@@ -22,7 +22,8 @@ def vision_language_graphs(
     checkpoint: CheckpointReader | None,
     dropped: Collection[str] = (),
 ) -> tuple[dict[str, ir.Model], dict[str, int]]:
-    """{"vision", "embedding", "decoder"} graphs, and the stored kinds of the checkpoint
+    """{"vision", "embedding", "decoder"} graphs (and "speech" where the config has an audio
+    tower and the row a module for it), and the stored kinds of the checkpoint
     tensors read as float (`parameter_tensors`: the read path of every model kind); call
     inside the build context. `dropped` names the checkpoint tensors of layers `config` leaves
     out (a twin's), which none reads."""
@@ -36,6 +37,8 @@ def vision_language_graphs(
         "embedding": EmbeddingTask().build(EmbeddingModel(config), width),
         "decoder": CausalLMTask(inputs_embeds=True, embeds_width=width).build(decoder, text),
     }
+    if config.audio is not None and family.audio_model is not None:
+        models["speech"] = SpeechTask().build(family.audio_model(config), width)
     if checkpoint is None:
         return models, {}
     parameters = {  # one check over the three graphs: every tensor read once

@@ -23,7 +23,7 @@ from olive.passes.pass_config import BasePassConfig, PassConfigParam
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from mobius_genai.build import MODEL_FILENAME
-from mobius_genai.bundle.card import GRAPH_SECTIONS
+from mobius_genai.bundle.card import graph_sections
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.checkpoint.opening import stored_bits
@@ -263,7 +263,7 @@ def bundle_model_handler(
     Olive saves the folder as it is: graph names, weights and genai_config stay together.
     """
     config = read_genai_config(folder)["model"]
-    sections = [section for section in GRAPH_SECTIONS if section in config]
+    sections = graph_sections(config)
     if len(sections) > 1:
         graphs = {config[section]["filename"] for section in sections}
         weights = {

@@ -1,6 +1,7 @@
 """Audio into a speech bundle (og type with `audio` on its row: Whisper): a file checked and
 opened for onnxruntime-genai's processor, and the decoder prompt it forces (start, language,
-task, no timestamps).
+task, no timestamps). A clip beside a prompt, for a bundle with a speech graph whose og type
+places audio in prompts (`audio_placeholder`: Gemma 4 E2B/E4B).
 
 og's processor reads the file through onnxruntime-extensions' AudioDecoder, which resamples
 down only, and pads or cuts the log-mel to the encoder's window (`chunk_size` seconds of
@@ -9,6 +10,7 @@ audio_processor_config.json): longer audio would be cut without a word, so it is
 
 from __future__ import annotations
 
+import io
 import wave
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -35,6 +37,9 @@ if TYPE_CHECKING:  # the smoke test's process imports this module, not the bundl
 #: The rate the encoder's log-mel is computed at; og resamples down to it, never up.
 SAMPLE_RATE = 16_000
 TASKS = ("transcribe", "translate")
+#: The clip a prompt takes: transformers' Gemma4AudioFeatureExtractor cuts at 480,000 samples
+#: (30 s), og cuts nothing, so a longer clip is refused rather than read differently.
+PROMPT_CLIP_SECONDS = 30
 #: onnxruntime-extensions' AudioDecoder messages → what was wrong, what is accepted.
 _DECODER_ERRORS = {
     "Cannot detect audio stream format": (
@@ -52,13 +57,40 @@ def has_audio(config: Mapping[str, Any]) -> bool:
     return og_type(config["model"]["type"]).audio
 
 
+def prompt_audio(config: Mapping[str, Any]) -> str | None:
+    """The placeholder of a clip in a prompt, for a bundle whose og type places audio in
+    prompts and which has a speech graph (Gemma 4 E2B/E4B); None for any other."""
+    placeholder = og_type(config["model"]["type"]).audio_placeholder
+    return placeholder if config["model"].get("speech", {}).get("filename") else None
+
+
+def audio_prompt(
+    folder: str | Path, config: Mapping[str, Any], text: str, path: str | Path
+) -> tuple[str, og.Audios]:
+    """`text` with the clip's placeholder in front unless it places it itself, and the clip
+    opened for og's processor; an OptionError for a bundle that takes no clip beside a prompt
+    or a file og would not read whole."""
+    placeholder = prompt_audio(config)
+    if placeholder is None:
+        raise OptionError(
+            f"{folder}: model.type {config['model']['type']!r} without a speech graph takes no "
+            "audio beside a prompt; accepted: a Gemma 4 E2B/E4B bundle"
+        )
+    audio_seconds(path, PROMPT_CLIP_SECONDS)
+    if placeholder not in text:
+        text = f"{placeholder} {text}"
+    return text, og.Audios.open(str(path))
+
+
 def require_audio_bundle(folder: str | Path, config: Mapping[str, Any], audio: bool) -> None:
-    """An audio file for a speech bundle, none for any other: else an OptionError."""
+    """An audio file for a speech bundle, none for any other but one that takes a clip beside
+    its prompt: else an OptionError."""
     model_type = config["model"]["type"]
-    if audio and not has_audio(config):
+    if audio and not has_audio(config) and prompt_audio(config) is None:
         raise OptionError(
             f"{folder}: model.type {model_type!r} takes no audio; accepted: --audio with a "
-            f"speech bundle (model.type {', '.join(audio_types())})"
+            f"speech bundle (model.type {', '.join(audio_types())}) or a bundle with a speech "
+            "graph (Gemma 4 E2B/E4B)"
         )
     if not audio and has_audio(config):
         raise OptionError(
@@ -158,15 +190,22 @@ def audio_inputs(model: og.Model, text: str, path: str | Path) -> og.NamedTensor
         ) from error
 
 
-def tone_wav(path: Path, seconds: float = 2.0, frequency: float = 440.0) -> Path:
-    """A generated test signal (a 16 kHz 16-bit mono tone) as a WAV file: the smoke test's."""
-    time = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+def tone_bytes(seconds: float = 2.0, frequency: float = 440.0) -> bytes:
+    """A generated test signal (a 16 kHz 16-bit mono tone) as a WAV file's bytes."""
+    time = np.arange(round(seconds * SAMPLE_RATE)) / SAMPLE_RATE
     samples = (0.5 * np.sin(2 * np.pi * frequency * time) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as file:
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as file:
         file.setnchannels(1)
         file.setsampwidth(2)
         file.setframerate(SAMPLE_RATE)
         file.writeframes(samples.tobytes())
+    return buffer.getvalue()
+
+
+def tone_wav(path: Path, seconds: float = 2.0, frequency: float = 440.0) -> Path:
+    """`tone_bytes` written to `path`: the smoke test's signal."""
+    path.write_bytes(tone_bytes(seconds, frequency))
     return path
 
 

@@ -29,12 +29,13 @@ from mobius_genai.bundle._og_errors import og_error_line
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.og_support import engine_support
 from mobius_genai.errors import BundleError
+from mobius_genai.runtime.audio import audio_prompt
 from mobius_genai.runtime.generate import (
     chat_template,
-    image_inputs,
     image_placeholder,
     load_tokenizer,
     open_images,
+    processor_inputs,
 )
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from mobius_genai.runtime.opening import OpenBundle
@@ -281,6 +282,7 @@ def stream_text(
     max_length: int,
     use_chat_template: bool = True,
     images: Sequence[str | Path] = (),
+    audio: str | Path | None = None,
     guidance: Guidance | None = None,
     note: Callable[[str], None] = lambda text: None,
 ) -> Iterator[str]:
@@ -288,7 +290,8 @@ def stream_text(
     overridden when it was opened).
 
     With `images` (files), the prompt goes through the multimodal processor with them; it gets
-    the model type's image placeholder in front for each image it does not place itself.
+    the model type's image placeholder in front for each image it does not place itself. With
+    an `audio` file (a bundle with a speech graph), likewise with the clip's placeholder.
     `guidance` constrains the reply (a JSON schema, a regular expression, a Lark grammar).
     """
     folder, text = bundle.folder, prompt
@@ -296,6 +299,9 @@ def stream_text(
         placeholder = image_placeholder(folder, bundle.config)
         text = " ".join([placeholder] * (len(images) - text.count(placeholder)) + [text])
         pictures = open_images(images)
+    media = {"images": pictures} if images else {}
+    if audio is not None:
+        text, media["audios"] = audio_prompt(folder, bundle.config, text, audio)
     template = chat_template(folder)  # checked before og's tokenizer here parses it
     tokenizer = load_tokenizer(bundle.model, folder)
     template = template if use_chat_template else None
@@ -305,8 +311,9 @@ def stream_text(
             text = tokenizer.apply_chat_template(
                 messages, template_str=template, add_generation_prompt=True
             )
-        if images:
-            inputs = image_inputs(bundle.model, text, pictures, ", ".join(map(str, images)))
+        if media:
+            sources = ", ".join(str(path) for path in (*images, audio) if path is not None)
+            inputs = processor_inputs(bundle.model, text, sources, **media)
         else:
             inputs = with_bos(tokenizer.encode(text), required_bos(folder))
     except RuntimeError as error:  # og's error type for template and tokenizer failures
@@ -314,7 +321,7 @@ def stream_text(
             f"{folder}: onnxruntime-genai cannot encode the prompt: {error}"
         ) from error
     stream = tokenizer.create_stream()
-    tokens = Decoder(bundle, note, engine=not images).tokens(
+    tokens = Decoder(bundle, note, engine=not media).tokens(
         inputs, max_new_tokens=max_new_tokens, max_length=max_length, guidance=guidance
     )
     with contextlib.closing(tokens):

@@ -175,15 +175,14 @@ def open_images(paths: Sequence[str | Path]) -> og.Images:
     return og.Images.open(*(str(path) for path in paths))
 
 
-def image_inputs(model: og.Model, text: str, images: og.Images, sources: str) -> og.NamedTensors:
-    """The multimodal processor's input_ids and pixel_values for `text` and `images` (read
-    from `sources`, named in errors)."""
+def processor_inputs(model: og.Model, text: str, sources: str, **media: Any) -> og.NamedTensors:
+    """The multimodal processor's inputs for `text` and its `media` (images=og.Images,
+    audios=og.Audios; read from `sources`, named in errors)."""
     try:
-        return model.create_multimodal_processor()(text, images=images)
-    except RuntimeError as error:  # og's error for an unreadable image or a prompt it rejects
-        raise BundleError(
-            f"{sources}: onnxruntime-genai cannot process the image: {error}"
-        ) from error
+        return model.create_multimodal_processor()(text, **media)
+    except RuntimeError as error:  # og's error for an unreadable file or a prompt it rejects
+        what = "the image" if "audios" not in media else "the audio"
+        raise BundleError(f"{sources}: onnxruntime-genai cannot process {what}: {error}") from error
 
 
 def require_finite(logits: np.ndarray, step: int, runner: str) -> None:

@@ -24,17 +24,20 @@ import onnxruntime_genai as og
 
 from mobius_genai._json import read_json_object
 from mobius_genai.errors import BundleError
-from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
+from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES, OG_SECTIONS
+from mobius_genai.runtime.audio import prompt_audio, tone_bytes
 from mobius_genai.runtime.generate import (
     greedy_tokens,
-    image_inputs,
     image_placeholder,
     load_tokenizer,
+    processor_inputs,
 )
 from mobius_genai.runtime.mrope import mrope_positions
 
 #: The smoke test's prompt after the model type's image placeholder.
 SMOKE_IMAGE_TEXT = "Describe the image."
+#: The tone in front of it, for a bundle with a speech graph (Gemma 4 E2B/E4B).
+SMOKE_TONE_SECONDS = 1.0
 #: The multimodal processor's outputs a vision graph may take.
 _IMAGE_TENSORS = ("pixel_values", "image_grid_thw", "image_sizes", "pixel_position_ids")
 #: The vision input og makes from image_sizes rather than the processor (LFM2-VL's patch mask).
@@ -50,6 +53,9 @@ class ImagePrompt:
     input_ids: list[int]
     images: dict[str, np.ndarray]  # the processor's image tensors (pixel_values, image_grid_thw)
     size: tuple[int, int]  # width, height of the generated image
+    # the processor's audio tensors (audio_embeds, audio_attention_mask) of the tone the prompt
+    # holds beside the image, for a bundle with a speech graph (Gemma 4 E2B/E4B); else empty
+    audio: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
 
 
 def has_vision(config: Mapping[str, Any]) -> bool:
@@ -63,13 +69,19 @@ def image_greedy(
     """(prompt, generated ids, generated text) of a greedy run with an image."""
     text = f"{image_placeholder(folder, config)} {SMOKE_IMAGE_TEXT}"
     width, height = processor_size(folder, config)
-    image = og.Images.open_bytes(png_bytes(smoke_pixels(height, width)))
-    inputs = image_inputs(model, text, image, f"{folder}: the smoke test's image")
+    media = {"images": og.Images.open_bytes(png_bytes(smoke_pixels(height, width)))}
+    clip = prompt_audio(config)
+    if clip is not None:
+        text = f"{clip} {text}"
+        media["audios"] = og.Audios.open_bytes(tone_bytes(SMOKE_TONE_SECONDS))
+    inputs = processor_inputs(model, text, f"{folder}: the smoke test's media", **media)
     given = set(inputs.keys())  # og.NamedTensors has no `in`
+    audio_tensors = OG_SECTIONS["speech"][0].values() if clip is not None else ()
     prompt = ImagePrompt(
         [int(token) for token in inputs["input_ids"].as_numpy().reshape(-1)],
         {name: inputs[name].as_numpy() for name in _IMAGE_TENSORS if name in given},
         (width, height),
+        {name: inputs[name].as_numpy() for name in audio_tensors if name in given},
     )
     max_length = min(len(prompt.input_ids) + max_new_tokens, config["model"]["context_length"])
     tokens = greedy_tokens(model, inputs, max_length)
@@ -77,8 +89,9 @@ def image_greedy(
 
 
 def image_note(prompt: ImagePrompt) -> str:
-    """The smoke note's words for the image, e.g. " with a 64x64 image"."""
-    return f" with a {prompt.size[0]}x{prompt.size[1]} image"
+    """The smoke note's words for the image, e.g. " with a 64x64 image" (and the tone)."""
+    tone = f" and a {SMOKE_TONE_SECONDS:.0f} s tone" if prompt.audio else ""
+    return f" with a {prompt.size[0]}x{prompt.size[1]} image{tone}"
 
 
 def _gemma4_side(attrs: Mapping[str, Any]) -> tuple[int, int]:
@@ -151,7 +164,7 @@ def image_embedder(
 
     The vision graph runs once here and is released; the returned function feeds the new
     tokens to the embedding graph with the image features the first time, an empty
-    [0, hidden] tensor after that, and names its output as the decoder input of that name;
+    [0, hidden] tensor after that (and always for its other features: a prompt without audio), and names its output as the decoder input of that name;
     for a model whose positions are 3-D (model.vision_start_token_id: Qwen2.5-VL) it adds
     the tokens' mrope position_ids. `entries` are ORT session config entries, `provider` the
     name of onnxruntime's CPU EP.
@@ -166,21 +179,46 @@ def image_embedder(
     (features,) = vision.run(None, feed)
     del vision
     embedding = _session(folder / model["embedding"]["filename"], entries, provider)
-    features_name = next(i.name for i in embedding.get_inputs() if i.name != "input_ids")
+    names = model["embedding"].get("inputs", {})
+    features_name = names.get("image_features", "image_features")
+    pending = {features_name: features}
+    if prompt.audio:
+        pending[names.get("audio_features", "audio_features")] = _audio_features(
+            folder, model["speech"], prompt, entries, provider
+        )
+    # after the prompt, and for features it has none of (Gemma 4's audio_features without a
+    # clip): og's empty [0, hidden]
+    idle = {i.name: features[:0] for i in embedding.get_inputs() if i.name != "input_ids"}
     embeds_name = embedding.get_outputs()[0].name
-    pending = [features]
 
     positions = _positions(config, prompt)
 
     def embed(new: Sequence[int]) -> dict[str, np.ndarray]:
-        image = pending.pop() if pending else features[:0]
-        feed = {"input_ids": np.asarray([new], np.int64), features_name: image}
+        given = {name: pending.pop(name) for name in list(pending)}
+        feed = {"input_ids": np.asarray([new], np.int64), **idle, **given}
         extra = {embeds_name: embedding.run([embeds_name], feed)[0]}
         if positions is not None:
             extra["position_ids"] = positions(len(new))
         return extra
 
     return embed
+
+
+def _audio_features(
+    folder: Path,
+    section: Mapping[str, Any],
+    prompt: ImagePrompt,
+    entries: Mapping[str, str],
+    provider: str,
+) -> np.ndarray:
+    """The speech graph's audio_features of the prompt's clip, each input fed the processor's
+    tensor og feeds it (og's key → its default name, the processor's tensor)."""
+    speech = _session(folder / section["filename"], entries, provider)
+    tensors, _ = OG_SECTIONS["speech"]
+    keys = {name: key for key, name in {**tensors, **section.get("inputs", {})}.items()}
+    feed = {i.name: prompt.audio[tensors[keys[i.name]]] for i in speech.get_inputs()}
+    (features,) = speech.run(None, feed)
+    return features
 
 
 def _vision_input(images: Mapping[str, np.ndarray], key: str) -> np.ndarray:

@@ -23,7 +23,7 @@ from typing import Any
 
 from mobius_genai._json import read_json, write_json
 from mobius_genai.bundle.bos import required_bos
-from mobius_genai.bundle.card import CARD_FILENAME, GRAPH_SECTIONS, render_card
+from mobius_genai.bundle.card import CARD_FILENAME, graph_sections, render_card
 from mobius_genai.bundle.genai_config import CONFIG_FILENAME
 from mobius_genai.bundle.graph import GraphInfo
 from mobius_genai.bundle.manifest import MANIFEST_FILENAME, file_entries
@@ -81,9 +81,7 @@ def model_bytes(folder: Path) -> int:
     """Size of the bundle's graphs (a vision-language bundle's vision, embedding and decoder,
     all run by the smoke test) and their external data files."""
     model = read_json(Path(folder) / CONFIG_FILENAME, BundleError, CONFIG_FILENAME)["model"]
-    graphs = {
-        Path(folder) / model[section]["filename"] for section in GRAPH_SECTIONS if section in model
-    }
+    graphs = {Path(folder) / model[section]["filename"] for section in graph_sections(model)}
     data = {
         graph.parent / name for graph in graphs for name in GraphInfo.from_file(graph).external_data
     }
