@@ -28,6 +28,7 @@ from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress, phase
+from mobius_genai.quantize.package_weights import INT4_ROLES
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 
@@ -304,4 +305,6 @@ def _optimize(
                 model_role=package.roles[key],
                 trace=trace,
                 prune_lm_head=prune_lm_head,
+                int4_experts=package.target.int4_plan.options is not None
+                and package.roles[key] in INT4_ROLES,
             )
