@@ -231,16 +231,7 @@ def quantize_planned(
             cache=cache,
             importance=_importance(model, groups, calibration),
         )
-    experts = QMoEPass(
-        options.block_size,
-        symmetric,
-        search,
-        plan.accuracy_level,
-        kernel=plan.qmoe,
-        gather=plan.gather,
-    )
-    qmoe = select is None and experts(model).modified
-    _expand_int4_bodies(model)
+    experts, qmoe = _quantize_experts(model, plan, quantize=select is None)
     if quantizer(model).modified or qmoe:
         # A replaced FusedMatMul or MoE may leave its function overload unused.
         common.RemoveUnusedFunctionsPass()(model)
@@ -261,13 +252,26 @@ def quantize_planned(
     )
 
 
-def _expand_int4_bodies(model: ir.Model) -> None:
-    """Expand the MoE nodes the pipeline left for int4 and the QMoE bodies made of them
-    (components/tier1.py's `expanded_after_int4`): their experts are quantized now."""
+def _quantize_experts(model: ir.Model, plan: Int4Plan, quantize: bool) -> tuple[QMoEPass, bool]:
+    """The MoE experts as QMoE (`quantize`), then the MoE nodes the pipeline left for int4 and
+    the QMoE bodies made of them expanded (components/tier1.py's `expanded_after_int4`); the
+    pass and whether it changed the graph."""
+    options = plan.options
+    assert options is not None and options.block_size is not None  # resolved by the plan
+    experts = QMoEPass(
+        options.block_size,
+        bool(options.symmetric),
+        options.recipe.search,
+        plan.accuracy_level,
+        kernel=plan.qmoe,
+        gather=plan.gather,
+    )
+    modified = quantize and experts(model).modified
     register_functions(model)
     if any(expanded_after_int4(function) for function in model.functions.values()):
         common.InlinePass(criteria=expanded_after_int4)(model)
         common.RemoveUnusedFunctionsPass()(model)
+    return experts, modified
 
 
 def _outcomes(
