@@ -37,7 +37,12 @@ already contained, so the opset is always new enough):
   Overload ``"bias"`` adds the two biases; ``""`` has none (the node leaves those inputs
   empty). Overload ``"geglu"`` (``activation_type="geglu"``, Gemma 4's experts) computes
   ``Gelu_tanh(G) * L`` instead of SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
-  ``MoE.geglu``), so it is always expanded.
+  ``MoE.geglu``), so it is always expanded; with int4 after quantize/qmoe.py has made it:
+- ``QMoE(input, router_probs, fc1 codes, fc1_scales, , fc2 codes, fc2_scales, , , , ,
+  [fc1_zero_points], [fc2_zero_points])`` with GeGLU experts in 4 bits (overloads ``"geglu"``,
+  ``"geglu_unpacked"``, ``"geglu_unpacked_zp"``; ``QMoE.*`` rows no EP has): the routing and
+  GeGLU of ``"geglu"`` on the picked experts dequantized block-wise, ``(q - zp) * scale``
+  (components/moe_bodies.py; tests/quantize/test_geglu_experts.py).
 
 - ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
   they compute are in components/recurrent_bodies.py.

@@ -12,6 +12,7 @@ table allows.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -158,6 +159,23 @@ def test_quantized_body_equals_the_float_body_on_the_dequantized_experts(gather,
             np.testing.assert_allclose(standard, expected, atol=tolerance)
 
 
+def test_experts_a_block_size_does_not_divide_stay_float_and_expanded():
+    """A block size that does not divide the experts' K declines the node (one line why) and
+    int4 then expands the float MoE body it was left for."""
+    rng = np.random.default_rng(2)
+    fc1 = rng.standard_normal((EXPERTS, 2 * INTER, HIDDEN), dtype=np.float32)
+    fc2 = rng.standard_normal((EXPERTS, HIDDEN, INTER), dtype=np.float32)
+    model = _moe_model(fc1, fc2, None)
+    experts = QMoEPass(2 * BLOCK, True, False, 0, kernel=False, gather=True)
+    assert not experts(model).modified
+    ((_, reason),) = experts.declined
+    assert f"input features {INTER} are not a multiple of the int4 block size" in reason
+    InlinePass(criteria=expanded_after_int4)(model)
+    ops = Counter(node.op_type for node in model.graph.all_nodes())
+    assert not ops["MoE"] and ops["If"] == 1
+    assert {value.dtype for value in model.graph.initializers.values()} == {ir.DataType.FLOAT}
+
+
 @pytest.fixture(scope="module")
 def moe_checkpoint(tmp_path_factory):
     return _checkpoint(tmp_path_factory.mktemp("gemma4_moe") / "ckpt", "gemma4_text", **GEMMA4_MOE)
@@ -204,6 +222,8 @@ def test_int4_bundle_stores_the_experts_in_four_bits(bundles):
         onnx.TensorProto.UINT8,
         onnx.TensorProto.FLOAT,
     }
+    manifest = json.loads((bundles["int4"] / "mobius_manifest.json").read_text())
+    assert manifest["build"]["quantization"]["op_counts"]["GatherBlockQuantized"] == 6 * 2 + 1
     floats = [t for t in experts.values() if t.data_type == onnx.TensorProto.FLOAT]
     assert all(name.endswith("_scales") for name in (t.name for t in floats))
     int4, fp32 = _expert_bytes(bundles["int4"]), _expert_bytes(bundles["fp32"])
