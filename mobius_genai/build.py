@@ -231,7 +231,8 @@ def build(
     builds the model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's
     small twin), and a vision-language model's vision tower its first layers of every kind too.
     `lora_targets` (PEFT target_modules names) gives those projections of a text decoder LoRA
-    inputs that og's adapters feed (components/lora.py).
+    inputs that og's adapters feed (components/lora.py). A `target` that asks for int4 leaves
+    MoE nodes of GeGLU experts for `quantize_package`, which quantizes and expands them.
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length

@@ -18,7 +18,6 @@ from collections import Counter
 import numpy as np
 import onnx
 import onnx_ir as ir
-import onnxruntime as ort
 import pytest
 from onnx.reference import ReferenceEvaluator
 from onnx_ir.passes.common import InlinePass
@@ -34,6 +33,7 @@ from mobius_genai.quantize.qmoe import QMoEPass
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.target import resolve_target
 from tests._hf import GEMMA4_MOE, hf_reference_logits
+from tests.components.test_moe_function import _run
 from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.quantize.test_qmoe import INT4_RELATIVE_RMS, _relative_rms
 from tests.quantize.test_qmoe import _ids as qmoe_ids
@@ -95,13 +95,6 @@ def _moe_model(fc1: np.ndarray, fc2: np.ndarray, factor: np.ndarray | None) -> i
     model = ir.Model(graph, ir_version=10)
     register_functions(model)
     return model
-
-
-def _run(model: ir.Model, feeds: dict[str, np.ndarray]) -> np.ndarray:
-    session = ort.InferenceSession(
-        ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"]
-    )
-    return session.run(None, feeds)[0]
 
 
 def _dequantized(stacked: np.ndarray, symmetric: bool) -> np.ndarray:
