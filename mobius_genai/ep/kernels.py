@@ -131,8 +131,12 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
             # QMoE's GeGLU bodies (Gemma 4's experts in int4, components/moe_bodies.py): no
             # onnxruntime 1.32 kernel takes GeGLU (as "MoE.geglu"), so every EP expands them
             *(
-                Kernel(f"QMoE.{overload}", MS_DOMAIN, "its standard body", default=False)
-                for overload in ("geglu", "geglu_unpacked", "geglu_unpacked_zp")
+                Kernel(f"QMoE.{overload}", MS_DOMAIN, f"its body ({how})", default=False)
+                for overload, how in (
+                    ("geglu", "GatherBlockQuantized of the picked experts"),
+                    ("geglu_unpacked", "the picked experts unpacked in standard ops"),
+                    ("geglu_unpacked_zp", "the same, with zero points"),
+                )
             ),
             Kernel(
                 "PackedMultiHeadAttention",
