@@ -132,6 +132,11 @@ def _path(body: str, experts: int) -> Path:
 
 
 def _peak_rss_gb() -> float:
+    """This process's peak RSS since it started (VmHWM: ru_maxrss would carry the parent's
+    peak, the models' writing, across the fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
