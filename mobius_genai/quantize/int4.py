@@ -5,8 +5,8 @@ without that kernel, e.g. portable ONNX, standard DequantizeLinear + MatMul); em
 `com.microsoft::GatherBlockQuantized` where the EP has that kernel for the model dtype, sharing
 one quantized copy with a tied lm_head; MoE experts become `com.microsoft::QMoE` where the EP
 has it (qmoe.py), else they stay float, except GeGLU experts (Gemma 4's): 4-bit on every EP,
-in a QMoE body expanded here (components/moe_bodies.py). Which of these an EP takes is the int4 plan's answer
-(`plan.py`), made once for the target. Only the graph changes here: the quantized tensors are
+in a QMoE body expanded here (components/moe_bodies.py). Which of these an EP takes is the int4
+plan's answer (`plan.py`), made once for the target. Only the graph changes here: the quantized tensors are
 lazy and computed one weight at a time while the model is saved.
 """
 

@@ -122,8 +122,9 @@ class QuantizedExperts(ir.LazyTensor):
 
 class QMoEPass(ir.passes.InPlacePass):
     """Replace each com.microsoft::MoE node whose experts are initializers by a QMoE node: all
-    of them where the EP has QMoE (`kernel`), else only GeGLU ones (tier1's `INT4_MOE_OVERLOADS`, the
-    node's overload "geglu": a body every EP expands; `gather`: with GatherBlockQuantized).
+    of them where the EP has QMoE (`kernel`), else only GeGLU ones (tier1's
+    `INT4_MOE_OVERLOADS`, the node's overload "geglu": a body every EP expands; `gather`: with
+    GatherBlockQuantized).
 
     `declined` lists (node, reason) for MoE nodes left float; `quantized` the stacked expert
     values replaced, each once (name, experts, n, k, the op type that now reads them).

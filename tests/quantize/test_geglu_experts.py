@@ -6,8 +6,9 @@ dequantized by GatherBlockQuantized where the EP table has it, else by standard 
 here: that body equals the float body run on the dequantized experts (the per-expert scale
 folded into the down projection's scales included), decode and prefill, both dequantizations;
 the bundle stores the experts as 4-bit codes and is the size the bits say; og.Generator's
-logits stay near transformers', and so do the onnx-standard graph's on onnxruntime; and each EP's graph has the expanded body with the op its
-table allows.
+logits stay near transformers', and so do the onnx-standard graph's on onnxruntime; and each
+EP's graph has the expanded body with the op its table allows; a block size the experts do not
+take leaves them float.
 """
 
 from __future__ import annotations
