@@ -35,6 +35,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.components.tier1 import INT4_MOE_OVERLOADS, MS_DOMAIN
+from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.layout import NBitsWeight, quantize_matmul_nbits
 
 __all__ = ["QMoEPass", "QuantizedExperts"]
@@ -149,6 +150,7 @@ class QMoEPass(ir.passes.InPlacePass):
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
+        writer = GraphWriter(graph)
         done: dict[ir.Value, list[ir.Value | None]] = {}
         modified = False
         for node in list(graph):
@@ -178,17 +180,9 @@ class QMoEPass(ir.passes.InPlacePass):
                 inputs.pop()
             attributes = [*node.attributes.values(), *self._attributes()]
             qmoe = ir.Node(MS_DOMAIN, "QMoE", inputs, attributes, overload=overload, name=node.name)
-            qmoe.outputs[0].name = node.outputs[0].name
-            qmoe.outputs[0].type, qmoe.outputs[0].shape = (
-                node.outputs[0].type,
-                node.outputs[0].shape,
-            )
-            graph.insert_before(node, qmoe)
-            node.outputs[0].replace_all_uses_with(qmoe.outputs[0], replace_graph_outputs=True)
-            graph.remove(node, safe=True)
+            writer.replace(node, [qmoe])
             modified = True
-        for weight in done:
-            _remove_unused(graph, weight)
+        writer.remove_unused()
         return ir.passes.PassResult(model, modified)
 
     def _overload(self, node: ir.Node) -> str | None:
@@ -272,21 +266,3 @@ def _scaled_experts(value: ir.Value) -> tuple[ir.Value | None, np.ndarray | None
     if factor is None or factor.const_value is None or factor.const_value.size != experts:
         return None, None
     return stacked, factor.const_value.numpy().reshape(-1).astype(np.float32)
-
-
-def _remove_unused(graph: ir.Graph, value: ir.Value) -> None:
-    """Remove `value` once nothing reads it: an initializer, or a node's output (and then the
-    inputs of that node nothing else reads)."""
-    if value.uses() or value in graph.outputs:
-        return
-    node = value.producer()
-    if node is None:
-        if value.name in graph.initializers:
-            graph.initializers.pop(value.name)
-        return
-    if node.graph is not graph or any(out.uses() for out in node.outputs):
-        return
-    inputs = [each for each in node.inputs if each is not None]
-    graph.remove(node, safe=True)
-    for each in inputs:
-        _remove_unused(graph, each)
