@@ -243,29 +243,31 @@ def test_og_generator_on_the_int4_bundle_stays_near_transformers(bundles, moe_ch
     assert len(greedy_tokens(model, PROMPT, len(PROMPT) + 8)) == 8
 
 
-def _int4_package(ckpt, ep: str, options: Int4Options = OPTIONS):
-    target = resolve_target(ep, dtype="f32", precision="int4", int4=options)
+def _int4_package(ckpt, ep: str, dtype: str | None = "f32"):
+    """An int4 build in `dtype` (None: the EP's default) quantized as `package` does."""
+    target = resolve_target(ep, dtype=dtype, precision="int4", int4=OPTIONS)
     built = mobius_genai.build(ckpt, target=target, progress=False)
     quantize_package(built, target)
     return built
 
 
-def _int4_graph(ckpt, ep: str) -> ir.Model:
-    built = _int4_package(ckpt, ep)
-    return built[built.decoder_key]
-
-
+@pytest.mark.parametrize("dtype", ["f32", None], ids=["fp32", "ep-default"])
 @pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu", "onnx-standard", "default"])
-def test_every_ep_expands_the_quantized_body_with_the_op_its_table_allows(ep, moe_checkpoint):
+def test_every_ep_expands_the_quantized_body_with_the_op_its_table_allows(
+    ep, dtype, moe_checkpoint
+):
     """No EP keeps a MoE or QMoE node or a float expert stack; GatherBlockQuantized reads the
-    codes where the EP's table has it for the dtype, else standard ops unpack the nibbles."""
-    model = _int4_graph(moe_checkpoint, ep)
+    codes where the EP's table has it for the dtype, else standard ops unpack the nibbles; in
+    fp32 and in the EP's default dtype (fp16 scales for cuda, dml and webgpu)."""
+    built = _int4_package(moe_checkpoint, ep, dtype)
+    model = built[built.decoder_key]
     nodes = list(model.graph.all_nodes())
     ops = Counter(node.op_type for node in nodes)
     assert not ops["MoE"] and not ops["QMoE"] and not ops["If"]
     stacked = [v for v in model.graph.initializers.values() if ".experts." in (v.name or "")]
-    assert stacked and {v.dtype for v in stacked} == {ir.DataType.UINT8, ir.DataType.FLOAT}
-    gathers = ir.DataType.FLOAT in get_ep(ep).kernel_dtypes("GatherBlockQuantized")
+    scales = {v.dtype for v in stacked} - {ir.DataType.UINT8}
+    assert stacked and scales == {built.dtype}
+    gathers = built.dtype in get_ep(ep).kernel_dtypes("GatherBlockQuantized")
     unpacked = ops["BitShift"]
     assert (ops["GatherBlockQuantized"] >= 12, unpacked) == (gathers, 0 if gathers else 12 * 2)
     if ep == "onnx-standard":
