@@ -19,7 +19,7 @@ of them is that dequantization (benchmarks/README.md's MoE-body section measures
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import onnx_ir as ir
@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 
+#: (tape, packed codes, picked experts, scales, zero points) → [picked, N, K] float
+_Dequantize = Callable[[ir.tape.Tape, ir.Value, ir.Value, ir.Value, ir.Value | None], ir.Value]
 _U8_15 = np.array(15, np.uint8)
 _U8_4 = np.array(4, np.uint8)
 
@@ -106,6 +108,12 @@ def _geglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
     return tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
 
 
+def _rows(tape: ir.tape.Tape, x: ir.Value) -> ir.Value:
+    """x [..., H] → [T, H]."""
+    last = tape.op("Shape", [x], {"start": -1})
+    return tape.op("Reshape", [x, tape.op("Concat", [_ints(tape, -1), last], {"axis": 0})])
+
+
 def _experts_sum(
     tape: ir.tape.Tape, rows: ir.Value, weights: ir.Value, experts: Sequence[ir.Value], gated
 ) -> ir.Value:
@@ -143,13 +151,7 @@ def _moe(
     branches compute the same sum; each branch ends in the [T, H] sum, so no weight leaves it.
     """
     x, router, fc1, fc1_bias, fc2, fc2_bias = params
-    rows = tape.op(
-        "Reshape",
-        [
-            x,
-            tape.op("Concat", [_ints(tape, -1), tape.op("Shape", [x], {"start": -1})], {"axis": 0}),
-        ],
-    )
+    rows = _rows(tape, x)
     weights, index = _routing_weights(tape, router)
     experts = [fc1, fc2, *((fc1_bias, fc2_bias) if biased else ())]
     picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
@@ -188,14 +190,12 @@ def moe_geglu(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
     return _moe(tape, params, biased=False, gated=_geglu)
 
 
-def _rows(tape: ir.tape.Tape, x: ir.Value) -> ir.Value:
-    """x [..., H] → [T, H]."""
-    last = tape.op("Shape", [x], {"start": -1})
-    return tape.op("Reshape", [x, tape.op("Concat", [_ints(tape, -1), last], {"axis": 0})])
-
-
 def _gathered_block_quantized(
-    tape: ir.tape.Tape, packed: ir.Value, picked: ir.Value, scales: ir.Value, zero_points
+    tape: ir.tape.Tape,
+    packed: ir.Value,
+    picked: ir.Value,
+    scales: ir.Value,
+    zero_points: ir.Value | None,
 ) -> ir.Value:
     """[picked, N, K] in the scales' dtype: GatherBlockQuantized of the picked experts."""
     attributes = {
@@ -228,7 +228,11 @@ def _nibbles(tape: ir.tape.Tape, packed: ir.Value, picked: ir.Value) -> ir.Value
 
 
 def _gathered_unpacked(
-    tape: ir.tape.Tape, packed: ir.Value, picked: ir.Value, scales: ir.Value, zero_points
+    tape: ir.tape.Tape,
+    packed: ir.Value,
+    picked: ir.Value,
+    scales: ir.Value,
+    zero_points: ir.Value | None,
 ) -> ir.Value:
     """[picked, N, K] in the scales' dtype, in standard ops: (q - zp) * scale per block."""
     scale = tape.op("Gather", [scales, picked])  # [p, N, K/bs]
@@ -249,7 +253,11 @@ def _gathered_unpacked(
     return tape.op("Reshape", [values, _ints(tape, 0, 0, -1)])
 
 
-def _qmoe_geglu(tape: ir.tape.Tape, params: Sequence[ir.Value], dequantize, zero_points: bool):
+def _qmoe_geglu(
+    tape: ir.tape.Tape, params: Sequence[ir.Value], dequantize: _Dequantize, zero_points: bool
+) -> list[ir.Value]:
+    """The routing and GeGLU of the float body's gathered branch, on the picked experts
+    `dequantize`d (with each projection's zero points when `zero_points`, else none)."""
     x, router, fc1, fc1_scales, _, fc2, fc2_scales, *rest = params
     fc1_zp, fc2_zp = (rest[4], rest[5]) if zero_points else (None, None)
     weights, index = _routing_weights(tape, router)
