@@ -18,6 +18,7 @@ from mobius_genai.checkpoint.opening import open_checkpoint
 from mobius_genai.checkpoint.parameters import layers_from, parameter_tensors
 from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.checkpoint.source import Source
+from mobius_genai.components.tier1 import expand_after_int4
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
@@ -112,6 +113,7 @@ class ModelPackage(Mapping[str, ir.Model]):
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for index, (key, model) in enumerate(self.models.items(), 1):
+            expand_after_int4(model)  # a graph built for int4 saved without it: float experts
             filename = self.filename(key)
             path = directory / filename
             tensors = [
@@ -232,7 +234,8 @@ def build(
     small twin), and a vision-language model's vision tower its first layers of every kind too.
     `lora_targets` (PEFT target_modules names) gives those projections of a text decoder LoRA
     inputs that og's adapters feed (components/lora.py). A `target` that asks for int4 leaves
-    MoE nodes of GeGLU experts for `quantize_package`, which quantizes and expands them.
+    MoE nodes of GeGLU experts for `quantize_package`, which quantizes and expands them (saved
+    without it, they are expanded float).
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length

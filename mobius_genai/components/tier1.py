@@ -64,6 +64,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 import onnx_ir as ir
+import onnx_ir.passes.common as common
 
 from mobius_genai.components import attention_bodies, moe_bodies, recurrent_bodies
 from mobius_genai.ep.capabilities import EpCapabilities
@@ -76,6 +77,7 @@ __all__ = [
     "DropUnusedOptionalOutputsPass",
     "Tier1Op",
     "ep_runs",
+    "expand_after_int4",
     "expanded_after_int4",
     "is_standard_domain",
     "needs_inlining",
@@ -452,6 +454,15 @@ def expanded_after_int4(function: ir.Function) -> bool:
     or a QMoE body (all of them GeGLU ones, which no kernel takes)."""
     moe = function.name == "MoE" and function.overload in INT4_MOE_OVERLOADS
     return function.domain == MS_DOMAIN and (moe or function.name == "QMoE")
+
+
+def expand_after_int4(model: ir.Model) -> None:
+    """Expand every function of `model` that `expanded_after_int4` names: after int4 quantized
+    the experts (their QMoE bodies registered), or when a graph built for int4 is saved
+    without it (its GeGLU experts then stay float)."""
+    if any(expanded_after_int4(function) for function in model.functions.values()):
+        common.InlinePass(criteria=expanded_after_int4)(model)
+        common.RemoveUnusedFunctionsPass()(model)
 
 
 def needs_inlining(function: ir.Function, caps: EpCapabilities) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
-from mobius_genai.components.tier1 import expanded_after_int4, register_functions
+from mobius_genai.components.tier1 import expand_after_int4, register_functions
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize.calibrate import (
@@ -268,9 +268,7 @@ def _quantize_experts(model: ir.Model, plan: Int4Plan, quantize: bool) -> tuple[
     )
     modified = quantize and experts(model).modified
     register_functions(model)
-    if any(expanded_after_int4(function) for function in model.functions.values()):
-        common.InlinePass(criteria=expanded_after_int4)(model)
-        common.RemoveUnusedFunctionsPass()(model)
+    expand_after_int4(model)
     return experts, modified
 
 

@@ -283,3 +283,19 @@ def test_onnx_standard_graph_runs_on_cpu_near_transformers(moe_checkpoint, tmp_p
     logits = qmoe_logits(package, tmp_path)
     reference = hf_reference_logits(moe_checkpoint, ids, 0).prefill.logits
     assert _relative_rms(logits, reference) <= INT4_RELATIVE_RMS
+
+
+def test_a_graph_built_for_int4_and_saved_without_it_has_float_experts_expanded(
+    moe_checkpoint, tmp_path
+):
+    """build() with an int4 target leaves the GeGLU MoE nodes for quantize_package; saving the
+    package without it expands their float body (no MoE node, which no kernel would run)."""
+    target = resolve_target("cpu", dtype="f32", precision="int4", int4=OPTIONS)
+    built = mobius_genai.build(moe_checkpoint, target=target, progress=False)
+    assert any(node.op_type == "MoE" for node in built[built.decoder_key].graph)
+    logits = qmoe_logits(built, tmp_path)
+    graph = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False).graph
+    ops = Counter(node.op_type for node in graph.node)
+    assert not ops["MoE"] and ops["If"] == 6
+    reference = hf_reference_logits(moe_checkpoint, qmoe_ids(), 0).prefill.logits
+    np.testing.assert_allclose(logits, reference, atol=1e-4)
