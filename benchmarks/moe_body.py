@@ -1,16 +1,21 @@
-"""The MoE fallback body before and after it gathered only the picked experts (CPU, one layer).
+"""The MoE fallback body before and after it gathered only the picked experts (CPU, one layer);
+with --int4, the float body against the 4-bit GeGLU bodies of an int4 bundle.
 
 One com.microsoft::MoE node in Gemma-4-26B-A4B's expert shapes (hidden 2816, 128 GeGLU experts
 of intermediate 704, 8 per token; random fp32 weights as initializers, ~3 GB), its body registered
 and inlined as Stage 2b does for an EP without the kernel (every EP, for GeGLU). "old" is the
 body of mobius_genai/components/tier1.py at commit OLD_COMMIT (every expert on every token,
-the unpicked ones weighted by exact zeros), "new" the installed one. Each body runs in its own
+the unpicked ones weighted by exact zeros), "new" the installed one. With --int4 the bodies are
+"new" and the installed QMoE GeGLU bodies int4 writes (quantize/qmoe.py: the same weights in
+4 bits, blocks of 32 with zero points, the default recipe's layout, round-to-nearest): "int4"
+dequantizes the picked experts with GatherBlockQuantized (cpu, cuda, webgpu), "int4-standard"
+with standard ops (the other EPs). Each body runs in its own
 `python -I` process (one onnxruntime thread), one after the other, loading the model written
 under benchmarks/_work/moe_body/: session load, then `--rounds` rounds of a `--prompt`-token
 prefill and `--steps` one-token decode steps (random routing each), timed by the calling
 thread's CPU time; the process reports its peak RSS after the load and at the end.
 
-    python benchmarks/moe_body.py [--experts 128] [--prompt 64] [--steps 8] [--rounds 3]
+    python benchmarks/moe_body.py [--int4] [--experts 128] [--prompt 64] [--steps 8] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "benchmarks" / "_work" / "moe_body"
 OLD_COMMIT = "4d046a3"  # the last commit whose MoE body ran every expert
 HIDDEN, INTER, TOP_K = 2816, 704, 8
+INT4_BODIES = ("int4", "int4-standard")
 
 
 def _tier1(body: str):
-    """The tier1 module of the installed package ("new") or of OLD_COMMIT ("old")."""
-    if body == "new":
+    """The tier1 module of OLD_COMMIT ("old") or of the installed package (the others)."""
+    if body != "old":
         from mobius_genai.components import tier1
 
         return tier1
@@ -56,8 +62,9 @@ def _tier1(body: str):
     return module
 
 
-def _write_model(tier1, experts: int, path: Path) -> None:
-    """The MoE node with `tier1`'s body inlined, its weights in `path`.data."""
+def _write_model(tier1, experts: int, path: Path, body: str) -> None:
+    """The MoE node with `tier1`'s body inlined (an int4 `body`: quantized first), its weights
+    in `path`.data."""
     rng = np.random.default_rng(0)
     f32 = ir.DataType.FLOAT
     x = ir.Value(name="x", type=ir.TensorType(f32), shape=ir.Shape([1, "tokens", HIDDEN]))
@@ -65,7 +72,9 @@ def _write_model(tier1, experts: int, path: Path) -> None:
     weights = []
     for name, shape in (("fc1", (experts, 2 * INTER, HIDDEN)), ("fc2", (experts, HIDDEN, INTER))):
         array = (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
-        value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+        value = ir.Value(
+            name=name, shape=ir.Shape(shape), type=ir.TensorType(f32), const_value=ir.tensor(array)
+        )
         weights.append(value)
     node = ir.node(
         "MoE",
@@ -89,8 +98,16 @@ def _write_model(tier1, experts: int, path: Path) -> None:
         opset_imports={"": 24, tier1.MS_DOMAIN: 1},
     )
     model = ir.Model(graph, ir_version=10)
-    tier1.register_functions(model)
-    InlinePass()(model)
+    if body in INT4_BODIES:
+        from mobius_genai.quantize.qmoe import QMoEPass
+
+        gather = body == "int4"
+        QMoEPass(32, False, False, 0, kernel=False, gather=gather)(model)
+        tier1.register_functions(model)
+        InlinePass(criteria=tier1.expanded_after_int4)(model)
+    else:
+        tier1.register_functions(model)
+        InlinePass()(model)
     ir.save(model, path, external_data=f"{path.name}.data")
 
 
@@ -115,6 +132,11 @@ def _path(body: str, experts: int) -> Path:
 
 
 def _peak_rss_gb() -> float:
+    """This process's peak RSS since it started (VmHWM: ru_maxrss would carry the parent's
+    peak, the models' writing, across the fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
@@ -142,16 +164,18 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--child", choices=("old", "new"), help=argparse.SUPPRESS)
+    parser.add_argument("--int4", action="store_true", help="the float body against int4's")
+    parser.add_argument("--child", choices=("old", "new", *INT4_BODIES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.experts, args.prompt, args.steps, args.rounds)
         return
     WORK.mkdir(parents=True, exist_ok=True)
-    for body in ("old", "new"):
-        _write_model(_tier1(body), args.experts, _path(body, args.experts))
+    bodies = ("new", *INT4_BODIES) if args.int4 else ("old", "new")
+    for body in bodies:
+        _write_model(_tier1(body), args.experts, _path(body, args.experts), body)
     results = {}
-    for body in ("old", "new"):
+    for body in bodies:
         line = subprocess.run(
             [sys.executable, "-I", __file__, "--child", body, *sys.argv[1:]],
             check=True,
@@ -159,14 +183,19 @@ def main() -> None:
             text=True,
         ).stdout.strip()
         results[body] = json.loads(line.splitlines()[-1])
-    old, new = results["old"], results["new"]
-    print(f"{'':8} {'old':>10} {'new':>10} {'old/new':>8}")
+    first = bodies[0]
+    print(f"{'':8}" + "".join(f" {body:>13}" for body in bodies) + f"  (ratio: {first} / body)")
     for phase in ("decode", "prefill"):
-        a, b = statistics.median(old[phase]), statistics.median(new[phase])
-        print(f"{phase:8} {a * 1e3:8.1f}ms {b * 1e3:8.1f}ms {a / b:8.2f}")
+        base = statistics.median(results[first][phase])
+        cells = []
+        for body in bodies:
+            value = statistics.median(results[body][phase])
+            cells.append(f" {value * 1e3:7.1f}ms {base / value:4.2f}")
+        print(f"{phase:8}" + "".join(cells))
     for key, label in (("load_peak_rss_gb", "RSS load"), ("peak_rss_gb", "RSS peak")):
-        a, b = old[key], new[key]
-        print(f"{label:8} {a:8.2f}GB {b:8.2f}GB {a / b:8.2f}")
+        base = results[first][key]
+        cells = [f" {results[b][key]:7.2f}GB {base / results[b][key]:4.2f}" for b in bodies]
+        print(f"{label:8}" + "".join(cells))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from mobius_genai.checkpoint.opening import open_checkpoint
 from mobius_genai.checkpoint.parameters import layers_from, parameter_tensors
 from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.checkpoint.source import Source
+from mobius_genai.components.tier1 import expand_after_int4
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.context import build_context
@@ -28,6 +29,7 @@ from mobius_genai.models.causal_lm import CausalLMModel
 from mobius_genai.models.families import FamilyAdapter
 from mobius_genai.optimize import OptimizationReport, optimize_model
 from mobius_genai.progress import Progress, phase
+from mobius_genai.quantize.package_weights import INT4_ROLES
 from mobius_genai.target import Target, resolve_target, target_or_choices
 from mobius_genai.tasks.causal_lm import CausalLMTask
 
@@ -111,6 +113,7 @@ class ModelPackage(Mapping[str, ir.Model]):
         directory.mkdir(parents=True, exist_ok=True)
         written = []
         for index, (key, model) in enumerate(self.models.items(), 1):
+            expand_after_int4(model)  # a graph built for int4 saved without it: float experts
             filename = self.filename(key)
             path = directory / filename
             tensors = [
@@ -230,7 +233,9 @@ def build(
     builds the model's first layers only (`ArchitectureConfig.first_layers`; the smoke test's
     small twin), and a vision-language model's vision tower its first layers of every kind too.
     `lora_targets` (PEFT target_modules names) gives those projections of a text decoder LoRA
-    inputs that og's adapters feed (components/lora.py).
+    inputs that og's adapters feed (components/lora.py). A `target` that asks for int4 leaves
+    MoE nodes of GeGLU experts for `quantize_package`, which quantizes and expands them (saved
+    without it, they are expanded float).
     """
     target = target_or_choices(
         target, execution_provider, "build", dtype=dtype, context_length=context_length
@@ -304,4 +309,6 @@ def _optimize(
                 model_role=package.roles[key],
                 trace=trace,
                 prune_lm_head=prune_lm_head,
+                int4_experts=package.target.int4_plan.options is not None
+                and package.roles[key] in INT4_ROLES,
             )

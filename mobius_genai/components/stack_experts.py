@@ -8,7 +8,8 @@ One com.microsoft::MoE node with GeGLU experts (its "geglu" overload, components
 the per-expert scale is folded into each expert's down projection (a constant per expert
 factors out of its output), so the node's own softmax, top-k and renormalization route exactly.
 No onnxruntime 1.32 CPU kernel takes GeGLU, so the pipeline expands the body (ep/kernels.py's
-"MoE.geglu").
+"MoE.geglu"); with int4 it leaves the node to quantize/qmoe.py, which stores the experts in 4
+bits (the per-expert scale folded into fc2's block scales) in a QMoE body that it expands.
 """
 
 from __future__ import annotations

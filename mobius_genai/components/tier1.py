@@ -37,7 +37,12 @@ already contained, so the opset is always new enough):
   Overload ``"bias"`` adds the two biases; ``""`` has none (the node leaves those inputs
   empty). Overload ``"geglu"`` (``activation_type="geglu"``, Gemma 4's experts) computes
   ``Gelu_tanh(G) * L`` instead of SwiGLU, without biases: no onnxruntime 1.32 CPU kernel takes it (ep/kernels.py's
-  ``MoE.geglu``), so it is always expanded.
+  ``MoE.geglu``), so it is always expanded; with int4 after quantize/qmoe.py has made it:
+- ``QMoE(input, router_probs, fc1 codes, fc1_scales, , fc2 codes, fc2_scales, , , , ,
+  [fc1_zero_points], [fc2_zero_points])`` with GeGLU experts in 4 bits (overloads ``"geglu"``,
+  ``"geglu_unpacked"``, ``"geglu_unpacked_zp"``; ``QMoE.*`` rows no EP has): the routing and
+  GeGLU of ``"geglu"`` on the picked experts dequantized block-wise, ``(q - zp) * scale``
+  (components/moe_bodies.py; tests/quantize/test_geglu_experts.py).
 
 - ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
   they compute are in components/recurrent_bodies.py.
@@ -59,17 +64,21 @@ from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 import onnx_ir as ir
+import onnx_ir.passes.common as common
 
-from mobius_genai.components import attention_bodies, recurrent_bodies
+from mobius_genai.components import attention_bodies, moe_bodies, recurrent_bodies
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.ep.kernels import KERNELS, MS_DOMAIN, ep_runs, is_standard_domain
 
 __all__ = [
+    "INT4_MOE_OVERLOADS",
     "MS_DOMAIN",
     "TIER1_OPS",
     "DropUnusedOptionalOutputsPass",
     "Tier1Op",
     "ep_runs",
+    "expand_after_int4",
+    "expanded_after_int4",
     "is_standard_domain",
     "needs_inlining",
     "register_functions",
@@ -110,8 +119,9 @@ class Tier1Op:
         results = list(self.bodies[overload](tape, params))
         for value, name in zip(results, self.outputs, strict=True):
             value.name = name
+        imports = {"": opset} | {node.domain: 1 for node in tape.nodes if node.domain}
         graph = ir.Graph(
-            params, results, nodes=tape.nodes, opset_imports={"": opset}, name=self.op_type
+            params, results, nodes=tape.nodes, opset_imports=imports, name=self.op_type
         )
         return ir.Function(
             MS_DOMAIN, self.op_type, overload, graph=graph, attributes=list(self.attributes)
@@ -206,154 +216,6 @@ def _fast_gelu_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.V
     return [tape.op("Gelu", [tape.op("Add", [x, bias])], {"approximate": "tanh"})]
 
 
-def _ref_constant(tape: ir.tape.Tape, name: str, kind: ir.AttributeType) -> ir.Value:
-    key = "value_int" if kind == ir.AttributeType.INT else "value_float"
-    return tape.op("Constant", [], {key: ir.RefAttr(key, name, kind)})
-
-
-def _ints(tape: ir.tape.Tape, *values: int) -> ir.Value:
-    return tape.op("Constant", [], {"value_ints": list(values)})
-
-
-def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0; and
-    the picked experts [tokens, k]."""
-    probs = tape.op("Softmax", [router], {"axis": -1})
-    k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
-    top, index = tape.op_multi_out("TopK", [probs, k], {"axis": -1}, num_outputs=2)
-    normalize = tape.op(
-        "CastLike", [_ref_constant(tape, "normalize_routing_weights", ir.AttributeType.INT), top]
-    )
-    one = tape.op("CastLike", [tape.op("Constant", [], {"value_float": 1.0}), top])
-    total = tape.op("ReduceSum", [top, _ints(tape, -1)], {"keepdims": 1})
-    # normalize is 0 or 1, so the divisor is exactly 1 or exactly the sum
-    divisor = tape.op("Add", [tape.op("Mul", [total, normalize]), tape.op("Sub", [one, normalize])])
-    zeros = tape.op("Sub", [probs, probs])
-    weights = tape.op(
-        "ScatterElements", [zeros, index, tape.op("Div", [top, divisor])], {"axis": 1}
-    )
-    return weights, index
-
-
-def _gate_and_up(tape: ir.tape.Tape, fused: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """[..., 2I] with gate and up interleaved → gate [..., I], up [..., I]."""
-    pairs = tape.op(
-        "Reshape",
-        [
-            fused,
-            tape.op(
-                "Concat", [tape.op("Shape", [fused], {"end": -1}), _ints(tape, -1, 2)], {"axis": 0}
-            ),
-        ],
-    )
-    gate, up = tape.op_multi_out("Split", [pairs], {"axis": -1, "num_outputs": 2}, num_outputs=2)
-    last = _ints(tape, -1)
-    gate, up = tape.op("Squeeze", [gate, last]), tape.op("Squeeze", [up, last])
-    return gate, up
-
-
-def _swiglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
-    """[..., 2I] with gate and up interleaved → G * sigmoid(alpha * G) * (L + beta)."""
-    gate, up = _gate_and_up(tape, fused)
-    limit = tape.op("CastLike", [_ref_constant(tape, "swiglu_limit", ir.AttributeType.FLOAT), gate])
-    gate = tape.op("Min", [gate, limit])
-    up = tape.op("Clip", [up, tape.op("Neg", [limit]), limit])
-    alpha = tape.op(
-        "CastLike", [_ref_constant(tape, "activation_alpha", ir.AttributeType.FLOAT), gate]
-    )
-    beta = tape.op("CastLike", [_ref_constant(tape, "activation_beta", ir.AttributeType.FLOAT), up])
-    swish = tape.op("Mul", [gate, tape.op("Sigmoid", [tape.op("Mul", [alpha, gate])])])
-    return tape.op("Mul", [swish, tape.op("Add", [up, beta])])
-
-
-def _geglu(tape: ir.tape.Tape, fused: ir.Value) -> ir.Value:
-    """[..., 2I] with gate and up interleaved → Gelu_tanh(gate) * up."""
-    gate, up = _gate_and_up(tape, fused)
-    return tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
-
-
-def _experts_sum(
-    tape: ir.tape.Tape, rows: ir.Value, weights: ir.Value, experts: Sequence[ir.Value], gated
-) -> ir.Value:
-    """[T, H]: every expert of `experts` (fc1 [E, 2I, H], fc2 [E, H, I] and, if given, their
-    biases) on every row, summed with the routing `weights` [T, E].
-
-    The weights are transposed right before their MatMul, which onnxruntime fuses into one
-    FusedMatMul (a Transpose of all the experts would not be folded when over 1 GB)."""
-    fc1, fc2, *biases = experts
-    to_in_out = {"perm": [0, 2, 1]}
-    middle = _ints(tape, 1)
-    hidden = tape.op("MatMul", [rows, tape.op("Transpose", [fc1], to_in_out)])  # [E, T, 2I]
-    if biases:
-        hidden = tape.op("Add", [hidden, tape.op("Unsqueeze", [biases[0], middle])])
-    out = tape.op("MatMul", [gated(tape, hidden), tape.op("Transpose", [fc2], to_in_out)])
-    if biases:
-        out = tape.op("Add", [out, tape.op("Unsqueeze", [biases[1], middle])])
-    per_expert = tape.op(
-        "Unsqueeze", [tape.op("Transpose", [weights], {"perm": [1, 0]}), _ints(tape, 2)]
-    )
-    return tape.op(
-        "ReduceSum", [tape.op("Mul", [out, per_expert]), _ints(tape, 0)], {"keepdims": 0}
-    )
-
-
-def _moe(
-    tape: ir.tape.Tape, params: Sequence[ir.Value], biased: bool, gated=_swiglu
-) -> list[ir.Value]:
-    """The experts some token picked, gathered, while they are under a third of all; else all
-    of them in place.
-
-    A gathered expert costs about three reads of its weights (the Gather reads and writes it,
-    the MatMul reads it): a decode step (k of E experts) reads k, a prefill that picks most
-    runs every expert. Either way a token's unpicked experts weigh an exact zero, so both
-    branches compute the same sum; each branch ends in the [T, H] sum, so no weight leaves it.
-    """
-    x, router, fc1, fc1_bias, fc2, fc2_bias = params
-    rows = tape.op(
-        "Reshape",
-        [
-            x,
-            tape.op("Concat", [_ints(tape, -1), tape.op("Shape", [x], {"start": -1})], {"axis": 0}),
-        ],
-    )
-    weights, index = _routing_weights(tape, router)
-    experts = [fc1, fc2, *((fc1_bias, fc2_bias) if biased else ())]
-    picked = tape.op("Unique", [tape.op("Reshape", [index, _ints(tape, -1)])])
-    count = tape.op("Shape", [weights], {"start": -1})
-    few = tape.op("Less", [tape.op("Mul", [tape.op("Shape", [picked]), _ints(tape, 3)]), count])
-    gather, every = ir.tape.Tape(), ir.tape.Tape()
-    gathered = [gather.op("Gather", [value, picked]) for value in experts]
-    picked_weights = gather.op("Gather", [weights, picked], {"axis": 1})
-    branches = {
-        "then_branch": ir.Graph(
-            [],
-            [_experts_sum(gather, rows, picked_weights, gathered, gated)],
-            nodes=gather.nodes,
-            name="picked_experts",
-        ),
-        "else_branch": ir.Graph(
-            [],
-            [_experts_sum(every, rows, weights, experts, gated)],
-            nodes=every.nodes,
-            name="every_expert",
-        ),
-    }
-    total = tape.op("If", [tape.op("Squeeze", [few, _ints(tape, 0)])], branches)
-    return [tape.op("Reshape", [total, tape.op("Shape", [x])])]
-
-
-def _moe_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
-    return _moe(tape, params, biased=False)
-
-
-def _moe_biased_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
-    return _moe(tape, params, biased=True)
-
-
-def _moe_geglu_body(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
-    return _moe(tape, params, biased=False, gated=_geglu)
-
-
 #: LinearAttention's overload → the update rule its body computes.
 _LINEAR_ATTENTION_RULES = {"": "gated_delta", "gated": "gated"}
 
@@ -387,6 +249,45 @@ def _separate_qkv_call(node: ir.Node) -> bool:
 
 
 _SKIP_NORM_OUTPUTS = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
+_MOE_ATTRIBUTES = (
+    _int_attr("k", 1),
+    ir.Attr("activation_type", ir.AttributeType.STRING, "relu"),
+    _int_attr("normalize_routing_weights", 0),
+    _int_attr("use_sparse_mixer", 0),
+    _int_attr("swiglu_fusion", 0),
+    _float_attr("swiglu_limit", math.inf),
+    _float_attr("activation_alpha", 1.0),
+    _float_attr("activation_beta", 0.0),
+)
+_QMOE_INPUTS = (
+    "input",
+    "router_probs",
+    "fc1_experts_weights",
+    "fc1_scales",
+    "fc1_experts_bias",
+    "fc2_experts_weights",
+    "fc2_scales",
+    "fc2_experts_bias",
+    "fc3_experts_weights",
+    "fc3_scales",
+    "fc3_experts_bias",
+    "fc1_zero_points",
+    "fc2_zero_points",
+)
+
+
+def _qmoe_geglu_call(node: ir.Node) -> bool:
+    """QMoE's GeGLU bodies' form: 4-bit experts, zero points for both projections or neither,
+    and given exactly where the overload reads them ("geglu_unpacked" assumes 8)."""
+    zero_points = [len(node.inputs) > i and node.inputs[i] is not None for i in (11, 12)]
+    given = node.overload != "geglu_unpacked" and all(zero_points)
+    return (
+        node.attributes.get_int("expert_weight_bits", 4) == 4
+        and node.attributes.get_string("activation_type", "") == "geglu"
+        and (given or not any(zero_points))
+        and (given or node.overload != "geglu_unpacked_zp")
+    )
+
 
 TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
     {
@@ -456,17 +357,32 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
                 min_inputs=5,
                 outputs=("output",),
                 optional_outputs=frozenset(),
+                attributes=_MOE_ATTRIBUTES,
+                bodies={
+                    "": moe_bodies.moe,
+                    "bias": moe_bodies.moe_biased,
+                    "geglu": moe_bodies.moe_geglu,
+                },
+            ),
+            Tier1Op(
+                "QMoE",
+                inputs=_QMOE_INPUTS,
+                min_inputs=7,
+                outputs=("output",),
+                optional_outputs=frozenset(),
                 attributes=(
-                    _int_attr("k", 1),
-                    ir.Attr("activation_type", ir.AttributeType.STRING, "relu"),
-                    _int_attr("normalize_routing_weights", 0),
-                    _int_attr("use_sparse_mixer", 0),
-                    _int_attr("swiglu_fusion", 0),
-                    _float_attr("swiglu_limit", math.inf),
-                    _float_attr("activation_alpha", 1.0),
-                    _float_attr("activation_beta", 0.0),
+                    *_MOE_ATTRIBUTES,
+                    _int_attr("expert_weight_bits", 4),
+                    _attr_without_default("block_size"),
+                    _int_attr("accuracy_level", 0),
                 ),
-                bodies={"": _moe_body, "bias": _moe_biased_body, "geglu": _moe_geglu_body},
+                bodies={
+                    "geglu": moe_bodies.qmoe_geglu,
+                    "geglu_unpacked": moe_bodies.qmoe_geglu_unpacked,
+                    "geglu_unpacked_zp": moe_bodies.qmoe_geglu_unpacked_zp,
+                },
+                uncovered_inputs=frozenset({4, 7, 8, 9, 10}),
+                covers_call=_qmoe_geglu_call,
             ),
             Tier1Op(
                 "CausalConvWithState",
@@ -525,6 +441,28 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
         )
     }
 )
+
+
+#: MoE overloads whose experts int4 stores in 4 bits on every EP, in a QMoE body (no kernel
+#: takes them): the pipeline leaves them to quantize/qmoe.py when int4 is asked.
+INT4_MOE_OVERLOADS = frozenset({"geglu"})
+
+
+def expanded_after_int4(function: ir.Function) -> bool:
+    """Whether int4 expands `function` once it has quantized the experts: an
+    `INT4_MOE_OVERLOADS` MoE the pipeline left (block sizes QMoE cannot take leave it float),
+    or a QMoE body (all of them GeGLU ones, which no kernel takes)."""
+    moe = function.name == "MoE" and function.overload in INT4_MOE_OVERLOADS
+    return function.domain == MS_DOMAIN and (moe or function.name == "QMoE")
+
+
+def expand_after_int4(model: ir.Model) -> None:
+    """Expand every function of `model` that `expanded_after_int4` names: after int4 quantized
+    the experts (their QMoE bodies registered), or when a graph built for int4 is saved
+    without it (its GeGLU experts then stay float)."""
+    if any(expanded_after_int4(function) for function in model.functions.values()):
+        common.InlinePass(criteria=expanded_after_int4)(model)
+        common.RemoveUnusedFunctionsPass()(model)
 
 
 def needs_inlining(function: ir.Function, caps: EpCapabilities) -> bool:

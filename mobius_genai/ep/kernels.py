@@ -124,9 +124,19 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
             Kernel(
                 "QMoE",
                 MS_DOMAIN,
-                "MoE experts stay float in an int4 bundle",
+                "MoE experts stay float in an int4 bundle (GeGLU experts: QMoE's 4-bit body)",
                 default=False,
                 flag="supports_qmoe",
+            ),
+            # QMoE's GeGLU bodies (Gemma 4's experts in int4, components/moe_bodies.py): no
+            # onnxruntime 1.32 kernel takes GeGLU (as "MoE.geglu"), so every EP expands them
+            *(
+                Kernel(f"QMoE.{overload}", MS_DOMAIN, f"its body ({how})", default=False)
+                for overload, how in (
+                    ("geglu", "GatherBlockQuantized of the picked experts"),
+                    ("geglu_unpacked", "the picked experts unpacked in standard ops"),
+                    ("geglu_unpacked_zp", "the same, with zero points"),
+                )
             ),
             Kernel(
                 "PackedMultiHeadAttention",

@@ -20,6 +20,7 @@ import onnx_ir.passes.common as common
 from onnxscript.rewriter import pattern
 
 from mobius_genai.components.tier1 import (
+    INT4_MOE_OVERLOADS,
     MS_DOMAIN,
     ep_runs,
     needs_inlining,
@@ -102,14 +103,28 @@ def _run_table(
         tracer.rule(stats)
 
 
-def _inline(model: ir.Model, caps: EpCapabilities, tracer: Tracer, report: OptimizationReport):
+def _int4_left(op_type: str, domain: str, overload: str) -> bool:
+    """An op whose experts int4 quantizes before it is expanded (quantize/qmoe.py)."""
+    return domain == MS_DOMAIN and op_type == "MoE" and overload in INT4_MOE_OVERLOADS
+
+
+def _inline(
+    model: ir.Model,
+    caps: EpCapabilities,
+    tracer: Tracer,
+    report: OptimizationReport,
+    int4_experts: bool = False,
+):
     """Expand the functions of ops the EP cannot run, and of those whose keeping group
-    declined for this target (its role or dtype)."""
+    declined for this target (its role or dtype); with `int4_experts`, not those int4
+    quantizes first (`_int4_left`), which it expands itself."""
     tracer.stage_header("Stage 2b: InlinePass (expand unsupported custom ops)")
     stats = RuleStats("InlinePass", "inline")
     declined = {group.keeps for group in FUSIONS if group.keeps and group.name in report.skipped}
 
     def expands(function: ir.Function) -> bool:
+        if int4_experts and _int4_left(function.name, function.domain, function.overload):
+            return False
         declined_op = function.domain == MS_DOMAIN and function.name in declined
         return declined_op or needs_inlining(function, caps)
 
@@ -126,6 +141,7 @@ def _inline(model: ir.Model, caps: EpCapabilities, tracer: Tracer, report: Optim
             f"{node.domain}::{node.op_type}"
             for node in model.graph.all_nodes()
             if not ep_runs(caps, node.op_type, node.domain)
+            and not (int4_experts and _int4_left(node.op_type, node.domain, node.overload))
         }
     )
     if unrunnable:
@@ -172,6 +188,7 @@ def optimize_model(
     trace: bool = False,
     *,
     prune_lm_head: bool = False,
+    int4_experts: bool = False,
 ) -> OptimizationReport:
     """Optimize `model` in place for execution provider `ep`; returns what each rule did.
 
@@ -180,6 +197,8 @@ def optimize_model(
     compute logits for the last position only (rules/prune_lm_head.py), what onnxruntime-genai
     reads; parity checks against transformers need it off. With `trace=True` every step is
     logged at INFO on the ``mobius_genai.optimize`` logger; the resulting graph is the same.
+    `int4_experts` (int4 follows) leaves the MoE nodes whose experts int4 stores in 4 bits
+    (components/tier1.py's `INT4_MOE_OVERLOADS`) for quantize/, which expands them.
     Raises ExecutionProviderError (a ValueError) for an unknown EP name.
     """
     caps = resolve_ep(ep)
@@ -202,7 +221,7 @@ def optimize_model(
     fusion_header = "Stage 2: Fusion ({count} {groups})"
     _run_table(model, FUSIONS, target, "fusion", fusion_header, report, tracer)
     _check_gqa(model, target, report, tracer)
-    _inline(model, caps, tracer, report)
+    _inline(model, caps, tracer, report, int4_experts)
     lowering_header = f"Stage 3: Lowering ({{count}} {{groups}} for {caps.name})"
     _run_table(model, LOWERINGS, target, "lowering", lowering_header, report, tracer)
     report.stages.append(StageStats("rewrite", before, len(model.graph)))

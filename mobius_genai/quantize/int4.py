@@ -4,8 +4,9 @@ Every linear projection and the lm_head become `com.microsoft::MatMulNBits` (or,
 without that kernel, e.g. portable ONNX, standard DequantizeLinear + MatMul); embedding tables become
 `com.microsoft::GatherBlockQuantized` where the EP has that kernel for the model dtype, sharing
 one quantized copy with a tied lm_head; MoE experts become `com.microsoft::QMoE` where the EP
-has it (qmoe.py), else they stay float. Which of these an EP takes is the int4 plan's answer
-(`plan.py`), made once for the target. Only the graph changes here: the quantized tensors are
+has it (qmoe.py), else they stay float, except GeGLU experts (Gemma 4's): 4-bit on every EP,
+in a QMoE body expanded here (components/moe_bodies.py). Which of these an EP takes is the int4
+plan's answer (`plan.py`), made once for the target. Only the graph changes here: the quantized tensors are
 lazy and computed one weight at a time while the model is saved.
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common as common
 
+from mobius_genai.components.tier1 import expand_after_int4, register_functions
 from mobius_genai.ep.capabilities import EpCapabilities
 from mobius_genai.errors import ConfigError
 from mobius_genai.quantize.calibrate import (
@@ -80,8 +82,9 @@ class QuantizedWeight:
 
     name: str
     role: str
-    """'linear', 'lm_head', 'embedding' or 'experts' (a MoE layer's stacked experts: QMoE;
-    k and n are each expert's)."""
+    """'linear', 'lm_head', 'embedding' or 'experts' (a MoE layer's stacked experts: QMoE, or
+    for GeGLU experts the op of their expanded body that reads the codes, GatherBlockQuantized
+    or Gather; k and n are each expert's)."""
     k: int
     n: int
     ops: tuple[str, ...]
@@ -228,15 +231,14 @@ def quantize_planned(
             cache=cache,
             importance=_importance(model, groups, calibration),
         )
-    experts = QMoEPass(options.block_size, symmetric, search, plan.accuracy_level)
-    qmoe = select is None and plan.qmoe and experts(model).modified
+    experts, qmoe = _quantize_experts(model, plan, quantize=select is None)
     if quantizer(model).modified or qmoe:
         # A replaced FusedMatMul or MoE may leave its function overload unused.
         common.RemoveUnusedFunctionsPass()(model)
     weights, float_weights = _outcomes(groups, formats, quantizer.results)
     weights += [
-        QuantizedWeight(name, "experts", k=k, n=n, ops=("QMoE",), block_size=options.block_size)
-        for name, _, n, k in experts.quantized
+        QuantizedWeight(name, "experts", k=k, n=n, ops=(op,), block_size=options.block_size)
+        for name, _, n, k, op in experts.quantized
     ]
     return Int4Report(
         options=options,
@@ -248,6 +250,26 @@ def quantize_planned(
         calibration=calibration,
         calibration_skipped=refusal,
     )
+
+
+def _quantize_experts(model: ir.Model, plan: Int4Plan, quantize: bool) -> tuple[QMoEPass, bool]:
+    """The MoE experts as QMoE (`quantize`), then the MoE nodes the pipeline left for int4 and
+    the QMoE bodies made of them expanded (components/tier1.py's `expanded_after_int4`); the
+    pass and whether it changed the graph."""
+    options = plan.options
+    assert options is not None and options.block_size is not None  # resolved by the plan
+    experts = QMoEPass(
+        options.block_size,
+        bool(options.symmetric),
+        options.recipe.search,
+        plan.accuracy_level,
+        kernel=plan.qmoe,
+        gather=plan.gather,
+    )
+    modified = quantize and experts(model).modified
+    register_functions(model)
+    expand_after_int4(model)
+    return experts, modified
 
 
 def _outcomes(

@@ -120,9 +120,11 @@ class Int4Plan:
     stored integers are dequantized: only MatMulNBits holds them as stored)."""
     gather: bool
     """Token embedding lookups as GatherBlockQuantized (the EP has it for the model dtype),
-    sharing one quantized table with a tied lm_head; else they stay float."""
+    sharing one quantized table with a tied lm_head; else they stay float. GeGLU experts'
+    picked experts are dequantized by it too; else by standard ops."""
     qmoe: bool
-    """MoE experts as QMoE; else they stay float."""
+    """MoE experts as QMoE; else they stay float (GeGLU experts are 4-bit either way: a QMoE
+    body every EP expands)."""
     accuracy_level: int
     """Of every MatMulNBits and QMoE written, stored integers included: the one asked for,
     else the EP's default."""

@@ -10,6 +10,15 @@ Measured: the CPU kernel's output equals the MoE of the dequantized experts to f
 (tests/quantize/test_qmoe.py). Routing attributes are copied from the MoE node, so a sparsemixer
 layer's two k=1 nodes become two QMoE nodes sharing one quantized copy of the experts.
 
+Gemma 4's GeGLU experts (the MoE node's "geglu" overload, which no kernel takes) become a
+QMoE node of a GeGLU overload (components/moe_bodies.py) that every EP then expands: "geglu"
+dequantizes the picked experts with GatherBlockQuantized where the plan has that kernel
+(`gather`), "geglu_unpacked" / "geglu_unpacked_zp" with standard ops elsewhere. The same arrays
+as QMoE's. Their per-expert scale (the down projections fed as `Mul(experts, factor [E, 1, 1])`,
+components/stack_experts.py) is folded into the down projection's block scales, expert by
+expert: (q - zp) * scale * factor[e] is the scaled weight exactly, the codes being those of the
+unscaled one.
+
 Streaming: each quantized tensor is a `QuantizedExperts` whose bytes are produced one expert at
 a time when the model is saved (`chunks()`), quantizing that expert's float matrix read from the
 checkpoint (`ExpertsTensor.expert`), so a layer's experts are never all in memory. Each expert
@@ -25,7 +34,8 @@ from typing import BinaryIO
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.components.tier1 import INT4_MOE_OVERLOADS, MS_DOMAIN
+from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.layout import NBitsWeight, quantize_matmul_nbits
 
 __all__ = ["QMoEPass", "QuantizedExperts"]
@@ -52,6 +62,8 @@ class _ExpertQuantizer:
     block_size: int
     symmetric: bool
     search: bool
+    factors: np.ndarray | None = None
+    """A factor per expert its scales are multiplied by (None: none)."""
     _pending: dict[tuple[int, str], np.ndarray] = dataclasses.field(default_factory=dict)
 
     def part(self, expert: int, part: str) -> np.ndarray:
@@ -68,7 +80,13 @@ class _ExpertQuantizer:
     def __call__(self, expert: int) -> NBitsWeight:
         read: Callable[[int], np.ndarray] | None = getattr(self.source, "expert", None)
         matrix = read(expert) if read is not None else self.source.numpy()[expert]  # [N, K]
-        return quantize_matmul_nbits(matrix.T, self.block_size, self.symmetric, search=self.search)
+        weight = quantize_matmul_nbits(
+            matrix.T, self.block_size, self.symmetric, search=self.search
+        )
+        if self.factors is None:
+            return weight
+        scales = weight.scales.astype(np.float32) * np.float32(self.factors[expert])
+        return dataclasses.replace(weight, scales=scales.astype(weight.scales.dtype))
 
 
 class QuantizedExperts(ir.LazyTensor):
@@ -104,36 +122,54 @@ class QuantizedExperts(ir.LazyTensor):
 
 
 class QMoEPass(ir.passes.InPlacePass):
-    """Replace each com.microsoft::MoE node whose experts are initializers by a QMoE node.
+    """Replace each com.microsoft::MoE node whose experts are initializers by a QMoE node: all
+    of them where the EP has QMoE (`kernel`), else only GeGLU ones (tier1's
+    `INT4_MOE_OVERLOADS`, the node's overload "geglu": a body every EP expands; `gather`: with
+    GatherBlockQuantized).
 
     `declined` lists (node, reason) for MoE nodes left float; `quantized` the stacked expert
-    values replaced, each once (name, experts, n, k).
+    values replaced, each once (name, experts, n, k, the op type that now reads them).
     """
 
-    def __init__(self, block_size: int, symmetric: bool, search: bool, accuracy_level: int):
+    def __init__(
+        self,
+        block_size: int,
+        symmetric: bool,
+        search: bool,
+        accuracy_level: int,
+        *,
+        kernel: bool = True,
+        gather: bool = True,
+    ):
         super().__init__()
         self.block_size, self.symmetric, self.search = block_size, symmetric, search
         self.accuracy_level = accuracy_level
+        self.kernel, self.gather = kernel, gather
         self.declined: list[tuple[str, str]] = []
-        self.quantized: list[tuple[str, int, int, int]] = []
+        self.quantized: list[tuple[str, int, int, int, str]] = []
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
+        writer = GraphWriter(graph)
         done: dict[ir.Value, list[ir.Value | None]] = {}
         modified = False
         for node in list(graph):
             if node.domain != MS_DOMAIN or node.op_type != "MoE":
                 continue
+            overload = self._overload(node)
+            if overload is None:
+                continue
             reason = self._refusal(node)
             if reason is not None:
                 self.declined.append((node.name or "", reason))
                 continue
+            reader = "QMoE" if not overload else _READERS[self.gather]
             inputs: list[ir.Value | None] = [None] * _QMOE_INPUTS
             inputs[0], inputs[1] = node.inputs[0], node.inputs[1]
             for position, target in _WEIGHT.items():
                 weight = node.inputs[position]
                 if weight not in done:
-                    done[weight] = self._initializers(graph, weight)
+                    done[weight] = self._initializers(graph, weight, reader)
                 packed, scales, zero_points = done[weight]
                 inputs[target], inputs[target + 1] = packed, scales
                 inputs[_ZERO_POINTS[position]] = zero_points
@@ -143,20 +179,19 @@ class QMoEPass(ir.passes.InPlacePass):
             while inputs[-1] is None:
                 inputs.pop()
             attributes = [*node.attributes.values(), *self._attributes()]
-            qmoe = ir.Node(MS_DOMAIN, "QMoE", inputs, attributes, name=node.name)
-            qmoe.outputs[0].name = node.outputs[0].name
-            qmoe.outputs[0].type, qmoe.outputs[0].shape = (
-                node.outputs[0].type,
-                node.outputs[0].shape,
-            )
-            graph.insert_before(node, qmoe)
-            node.outputs[0].replace_all_uses_with(qmoe.outputs[0], replace_graph_outputs=True)
-            graph.remove(node, safe=True)
+            qmoe = ir.Node(MS_DOMAIN, "QMoE", inputs, attributes, overload=overload, name=node.name)
+            writer.replace(node, [qmoe])
             modified = True
-        for weight in done:
-            if not weight.uses() and weight.name in graph.initializers:
-                graph.initializers.pop(weight.name)
+        writer.remove_unused()
         return ir.passes.PassResult(model, modified)
+
+    def _overload(self, node: ir.Node) -> str | None:
+        """The QMoE overload `node` becomes ("" for the kernel), None to leave it as it is."""
+        if node.overload in INT4_MOE_OVERLOADS:
+            if self.gather:
+                return "geglu"
+            return "geglu_unpacked" if self.symmetric else "geglu_unpacked_zp"
+        return "" if self.kernel else None
 
     def _attributes(self) -> list[ir.Attr]:
         values = {
@@ -169,31 +204,65 @@ class QMoEPass(ir.passes.InPlacePass):
     def _refusal(self, node: ir.Node) -> str | None:
         for position in _WEIGHT:
             weight = node.inputs[position] if position < len(node.inputs) else None
-            if weight is None or weight.const_value is None or weight.shape is None:
+            stacked = None if weight is None else _scaled_experts(weight)[0]
+            if stacked is None or stacked.const_value is None or stacked.shape is None:
                 return f"input {position} is not a stacked expert initializer"
-            k = weight.shape[2]
+            k = stacked.shape[2]
             if not isinstance(k, int) or k % self.block_size:
                 return (
-                    f"{weight.name}: input features {k} are not a multiple of the int4 block "
+                    f"{stacked.name}: input features {k} are not a multiple of the int4 block "
                     f"size {self.block_size} (QMoE needs whole blocks)"
                 )
         return None
 
-    def _initializers(self, graph: ir.Graph, weight: ir.Value) -> list[ir.Value | None]:
-        source = weight.const_value
-        quantize = _ExpertQuantizer(source, self.block_size, self.symmetric, self.search)
+    def _initializers(
+        self, graph: ir.Graph, weight: ir.Value, reader: str
+    ) -> list[ir.Value | None]:
+        stacked, factors = _scaled_experts(weight)
+        assert stacked is not None and stacked.const_value is not None  # _refusal checked
+        source = stacked.const_value
+        quantize = _ExpertQuantizer(
+            source, self.block_size, self.symmetric, self.search, factors=factors
+        )
         experts, n, k = (int(d) for d in source.shape)
-        self.quantized.append((weight.name or "", experts, n, k))
+        self.quantized.append((stacked.name or "", experts, n, k, reader))
         values: list[ir.Value | None] = []
         for part in _PARTS:
             if part == "zero_points" and self.symmetric:
                 values.append(None)
                 continue
             dtype = source.dtype if part == "scales" else ir.DataType.UINT8
-            name = f"{weight.name}_Q4" if part == "packed" else f"{weight.name}_{part}"
+            name = f"{stacked.name}_Q4" if part == "packed" else f"{stacked.name}_{part}"
             tensor = QuantizedExperts(quantize, part, dtype, name)
             value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(dtype))
             value.const_value = tensor
             graph.register_initializer(value)
             values.append(value)
         return values
+
+
+#: Whether the EP has GatherBlockQuantized → the op reading the GeGLU experts' codes.
+_READERS = {True: "GatherBlockQuantized", False: "Gather"}
+
+
+def _scaled_experts(value: ir.Value) -> tuple[ir.Value | None, np.ndarray | None]:
+    """The stacked experts `value` is, and the factor per expert it multiplies them by: an
+    initializer itself (no factor), or `Mul(initializer [E, N, K], f)` with `f` [E, 1, 1] a
+    constant or the Reshape of one (Gemma 4's per_expert_scale). (None, None) otherwise."""
+    if value.const_value is not None:
+        return value, None
+    node = value.producer()
+    if node is None or node.op_type != "Mul" or node.domain not in ("", "ai.onnx"):
+        return None, None
+    stacked, factor = node.inputs
+    experts = stacked.shape[0] if stacked is not None and stacked.shape is not None else None
+    if stacked is None or stacked.const_value is None or factor is None:
+        return None, None
+    if factor.shape is None or tuple(factor.shape) != (experts, 1, 1):
+        return None, None
+    source = factor.producer()
+    if factor.const_value is None and source is not None and source.op_type == "Reshape":
+        factor = source.inputs[0]
+    if factor is None or factor.const_value is None or factor.const_value.size != experts:
+        return None, None
+    return stacked, factor.const_value.numpy().reshape(-1).astype(np.float32)

@@ -1,0 +1,301 @@
+"""Gemma 4's GeGLU experts in 4 bits in an int4 bundle (quantize/qmoe.py's GeGLU overloads).
+
+No onnxruntime kernel takes GeGLU experts, so int4 turns the MoE node into a QMoE node of a
+GeGLU overload whose body (components/moe_bodies.py) every EP expands: the picked experts
+dequantized by GatherBlockQuantized where the EP table has it, else by standard ops. Checked
+here: that body equals the float body run on the dequantized experts (the per-expert scale
+folded into the down projection's scales included), decode and prefill, both dequantizations;
+the bundle stores the experts as 4-bit codes and is the size the bits say; og.Generator's
+logits stay near transformers', and so do the onnx-standard graph's on onnxruntime; and each
+EP's graph has the expanded body with the op its table allows; a block size the experts do not
+take leaves them float.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx.reference import ReferenceEvaluator
+from onnx_ir.passes.common import InlinePass
+
+import mobius_genai
+from mobius_genai import packager
+from mobius_genai.checkpoint.experts import ExpertsTensor
+from mobius_genai.components.tier1 import MS_DOMAIN, expanded_after_int4, register_functions
+from mobius_genai.ep import get_ep
+from mobius_genai.quantize import Int4Options
+from mobius_genai.quantize.layout import dequantize_matmul_nbits, quantize_matmul_nbits
+from mobius_genai.quantize.package_weights import quantize_package
+from mobius_genai.quantize.qmoe import QMoEPass
+from mobius_genai.runtime.generate import greedy_tokens, load_model
+from mobius_genai.target import resolve_target
+from tests._hf import GEMMA4_MOE, hf_reference_logits
+from tests.components.test_moe_function import _run
+from tests.models.families.test_bundles import PROMPT, _checkpoint
+from tests.quantize.test_qmoe import INT4_RELATIVE_RMS, _relative_rms
+from tests.quantize.test_qmoe import _ids as qmoe_ids
+from tests.quantize.test_qmoe import _logits as qmoe_logits
+from tests.runtime._og import generator
+
+EXPERTS, HIDDEN, INTER, TOP_K, BLOCK = 8, 32, 16, 2, 16
+#: The quantized body against the float body on the dequantized experts: the same products,
+#: only the dequantization's rounding (the folded scale) and fp32 accumulation order differ
+BODY_TOLERANCE = 1e-5
+OPTIONS = Int4Options(block_size=BLOCK)  # the tiny model's expert width (32) takes 16
+
+
+def _moe_model(fc1: np.ndarray, fc2: np.ndarray, factor: np.ndarray | None) -> ir.Model:
+    """One MoE node of the "geglu" overload, fed as components/stack_experts.py feeds it: the
+    down projections times `factor` [E] reshaped to [E, 1, 1] (no Mul when None)."""
+    f32 = ir.DataType.FLOAT
+    x = ir.Value(name="x", type=ir.TensorType(f32), shape=ir.Shape([1, "tokens", HIDDEN]))
+    router = ir.Value(name="router", type=ir.TensorType(f32), shape=ir.Shape(["tokens", EXPERTS]))
+    values = {
+        name: ir.Value(
+            name=name,
+            shape=ir.Shape(array.shape),
+            type=ir.TensorType(f32),
+            const_value=ir.tensor(array, name=name),
+        )
+        for name, array in (("fc1", fc1), ("fc2", fc2))
+    }
+    nodes = []
+    down = values["fc2"]
+    if factor is not None:
+        values["factor"] = ir.Value(name="factor", const_value=ir.tensor(factor, name="factor"))
+        shape = ir.node("Constant", [], {"value_ints": [-1, 1, 1]})
+        reshape = ir.node("Reshape", [values["factor"], shape.outputs[0]])
+        reshape.outputs[0].shape = ir.Shape([EXPERTS, 1, 1])
+        mul = ir.node("Mul", [down, reshape.outputs[0]])
+        mul.outputs[0].shape, mul.outputs[0].type = ir.Shape(fc2.shape), ir.TensorType(f32)
+        nodes, down = [shape, reshape, mul], mul.outputs[0]
+    moe = ir.node(
+        "MoE",
+        [x, router, values["fc1"], None, down],
+        {
+            "k": TOP_K,
+            "activation_type": "geglu",
+            "swiglu_fusion": 1,
+            "normalize_routing_weights": 1,
+        },
+        domain=MS_DOMAIN,
+        overload="geglu",
+    )
+    moe.outputs[0].name, moe.outputs[0].type = "y", ir.TensorType(f32)
+    graph = ir.Graph(
+        [x, router],
+        moe.outputs,
+        nodes=[*nodes, moe],
+        initializers=list(values.values()),
+        opset_imports={"": 23, MS_DOMAIN: 1},
+    )
+    model = ir.Model(graph, ir_version=10)
+    register_functions(model)
+    return model
+
+
+def _dequantized(stacked: np.ndarray, symmetric: bool) -> np.ndarray:
+    """The float [E, N, K] experts the 4-bit codes stand for (numpy, expert by expert)."""
+    return np.stack(
+        [
+            dequantize_matmul_nbits(
+                quantize_matmul_nbits(matrix.T, BLOCK, symmetric), matrix.shape[1]
+            ).T
+            for matrix in stacked
+        ]
+    )
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("gather", [True, False], ids=["GatherBlockQuantized", "standard"])
+def test_quantized_body_equals_the_float_body_on_the_dequantized_experts(gather, symmetric):
+    """The QMoE GeGLU body (folded per-expert scale, picked experts only) against the float
+    MoE body whose experts hold the values of the codes, times the scale: a decode step (2 of
+    8 experts) and a 16-token prefill (every expert picked)."""
+    rng = np.random.default_rng(1)
+    fc1 = rng.standard_normal((EXPERTS, 2 * INTER, HIDDEN), dtype=np.float32)
+    fc2 = rng.standard_normal((EXPERTS, HIDDEN, INTER), dtype=np.float32)
+    factor = rng.uniform(0.5, 2.0, EXPERTS).astype(np.float32)
+    quantized = _moe_model(fc1, fc2, factor)
+    experts = QMoEPass(BLOCK, symmetric, False, 0, kernel=False, gather=gather)
+    assert experts(quantized).modified and not experts.declined
+    register_functions(quantized)
+    InlinePass(criteria=expanded_after_int4)(quantized)
+    nodes = list(quantized.graph.all_nodes())
+    ops = Counter(node.op_type for node in nodes)
+    assert not ops["MoE"] and not ops["QMoE"] and not ops["If"]
+    assert ops["GatherBlockQuantized"] == (2 if gather else 0)
+    if not gather:  # nothing onnx-standard lacks
+        assert all(node.domain in ("", "ai.onnx") for node in nodes), ops
+    initializers = quantized.graph.initializers.values()
+    assert {value.dtype for value in initializers if value.shape[0] == EXPERTS} == {
+        ir.DataType.UINT8,
+        ir.DataType.FLOAT,
+    }
+    assert all(value.shape[-1] < HIDDEN for value in initializers if value.shape[0] == EXPERTS)
+    fc2_dequantized = _dequantized(fc2, symmetric) * factor[:, None, None]
+    reference = _moe_model(_dequantized(fc1, symmetric), fc2_dequantized, None)
+    InlinePass()(reference)
+    for tokens in (1, 16):
+        feeds = {
+            "x": rng.standard_normal((1, tokens, HIDDEN), dtype=np.float32),
+            "router": rng.standard_normal((tokens, EXPERTS), dtype=np.float32),
+        }
+        expected = _run(reference, feeds)
+        tolerance = BODY_TOLERANCE * np.abs(expected).max()
+        np.testing.assert_allclose(_run(quantized, feeds), expected, atol=tolerance)
+        if not gather:  # the standard ops' own semantics: onnx's reference evaluator
+            (standard,) = ReferenceEvaluator(ir.to_proto(quantized)).run(None, feeds)
+            np.testing.assert_allclose(standard, expected, atol=tolerance)
+
+
+def test_experts_a_block_size_does_not_divide_stay_float_and_expanded():
+    """A block size that does not divide the experts' K declines the node (one line why) and
+    int4 then expands the float MoE body it was left for."""
+    rng = np.random.default_rng(2)
+    fc1 = rng.standard_normal((EXPERTS, 2 * INTER, HIDDEN), dtype=np.float32)
+    fc2 = rng.standard_normal((EXPERTS, HIDDEN, INTER), dtype=np.float32)
+    model = _moe_model(fc1, fc2, None)
+    experts = QMoEPass(2 * BLOCK, True, False, 0, kernel=False, gather=True)
+    assert not experts(model).modified
+    ((_, reason),) = experts.declined
+    assert f"input features {INTER} are not a multiple of the int4 block size" in reason
+    InlinePass(criteria=expanded_after_int4)(model)
+    ops = Counter(node.op_type for node in model.graph.all_nodes())
+    assert not ops["MoE"] and ops["If"] == 1
+    assert {value.dtype for value in model.graph.initializers.values()} == {ir.DataType.FLOAT}
+
+
+@pytest.fixture(scope="module")
+def moe_checkpoint(tmp_path_factory):
+    return _checkpoint(tmp_path_factory.mktemp("gemma4_moe") / "ckpt", "gemma4_text", **GEMMA4_MOE)
+
+
+@pytest.fixture(scope="module")
+def bundles(moe_checkpoint, tmp_path_factory):
+    """The cpu bundle in fp32 and in int4 (smoke-tested by package); the int4 one quantizes
+    the experts one at a time as it is saved: no float tensor of a layer's experts is built.
+    (The tiny model's int4 arrays are small enough to be stored inside model.onnx, whole.)"""
+    folder = tmp_path_factory.mktemp("bundles")
+    fp32 = packager.package(moe_checkpoint, "cpu", folder / "fp32", precision="fp32", quiet=True)
+
+    def refuse(self):
+        raise AssertionError(f"{self.name}: every float expert of a layer read at once")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ExpertsTensor, "_load", refuse)
+        int4 = packager.package(
+            moe_checkpoint, "cpu", folder / "int4", precision="int4", int4=OPTIONS, quiet=True
+        )
+    return {"fp32": fp32, "int4": int4}
+
+
+def _expert_bytes(folder) -> dict[str, int]:
+    """Bytes of each initializer of the stacked experts, by name, read from the graph."""
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    sizes = {}
+    for tensor in graph.initializer:
+        if ".experts." in tensor.name:
+            stored = {entry.key: entry.value for entry in tensor.external_data}
+            sizes[tensor.name] = int(stored.get("length", len(tensor.raw_data)))
+    return sizes
+
+
+def test_int4_bundle_stores_the_experts_in_four_bits(bundles):
+    """The [E, ...] expert initializers are uint8 codes, scales and zero points, no float
+    stack; their bytes against the fp32 bundle's are what the bits say: 4 bits a weight plus a
+    float32 scale and a 4-bit zero point per block of 16, 6.25 of 32 bits."""
+    graph = onnx.load(str(bundles["int4"] / "model.onnx"), load_external_data=False).graph
+    ops = Counter(node.op_type for node in graph.node)
+    assert not ops["MoE"] and not ops["QMoE"] and not ops["If"] and not ops["MatMul"] - 12
+    assert ops["GatherBlockQuantized"] == 6 * 2 + 1  # two projections a layer; the embedding
+    experts = {t.name: t for t in graph.initializer if ".experts." in t.name}
+    assert experts and {tensor.data_type for tensor in experts.values()} == {
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.FLOAT,
+    }
+    manifest = json.loads((bundles["int4"] / "mobius_manifest.json").read_text())
+    assert manifest["build"]["quantization"]["op_counts"]["GatherBlockQuantized"] == 6 * 2 + 1
+    floats = [t for t in experts.values() if t.data_type == onnx.TensorProto.FLOAT]
+    assert all(name.endswith("_scales") for name in (t.name for t in floats))
+    int4, fp32 = _expert_bytes(bundles["int4"]), _expert_bytes(bundles["fp32"])
+    ratio = sum(int4.values()) / sum(fp32.values())
+    bits = 4 + (32 + 4) / BLOCK
+    assert 4 / 32 < ratio <= bits / 32 * 1.01, ratio
+    total = {key: (folder / "model.onnx.data").stat().st_size for key, folder in bundles.items()}
+    assert total["int4"] / total["fp32"] <= bits / 32 * 1.25, total
+
+
+def test_og_generator_on_the_int4_bundle_stays_near_transformers(bundles, moe_checkpoint):
+    """og.Generator's prefill logits of the int4 bundle against transformers' fp32 ones, within
+    test_qmoe.py's bound for tiny random checkpoints in int4 (relative rms 0.7), and greedy
+    decoding runs."""
+    model = load_model(bundles["int4"])
+    made = generator(model, PROMPT, 1)
+    logits = np.asarray(made.get_output("logits"))[0]
+    reference = hf_reference_logits(moe_checkpoint, np.asarray([PROMPT]), 0).prefill.logits[0]
+    assert _relative_rms(logits, reference) <= INT4_RELATIVE_RMS
+    assert len(greedy_tokens(model, PROMPT, len(PROMPT) + 8)) == 8
+
+
+def _int4_package(ckpt, ep: str, dtype: str | None = "f32"):
+    """An int4 build in `dtype` (None: the EP's default) quantized as `package` does."""
+    target = resolve_target(ep, dtype=dtype, precision="int4", int4=OPTIONS)
+    built = mobius_genai.build(ckpt, target=target, progress=False)
+    quantize_package(built, target)
+    return built
+
+
+@pytest.mark.parametrize("dtype", ["f32", None], ids=["fp32", "ep-default"])
+@pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu", "onnx-standard", "default"])
+def test_every_ep_expands_the_quantized_body_with_the_op_its_table_allows(
+    ep, dtype, moe_checkpoint
+):
+    """No EP keeps a MoE or QMoE node or a float expert stack; GatherBlockQuantized reads the
+    codes where the EP's table has it for the dtype, else standard ops unpack the nibbles; in
+    fp32 and in the EP's default dtype (fp16 scales for cuda, dml and webgpu)."""
+    built = _int4_package(moe_checkpoint, ep, dtype)
+    model = built[built.decoder_key]
+    nodes = list(model.graph.all_nodes())
+    ops = Counter(node.op_type for node in nodes)
+    assert not ops["MoE"] and not ops["QMoE"] and not ops["If"]
+    stacked = [v for v in model.graph.initializers.values() if ".experts." in (v.name or "")]
+    scales = {v.dtype for v in stacked} - {ir.DataType.UINT8}
+    assert stacked and scales == {built.dtype}
+    gathers = built.dtype in get_ep(ep).kernel_dtypes("GatherBlockQuantized")
+    unpacked = ops["BitShift"]
+    assert (ops["GatherBlockQuantized"] >= 12, unpacked) == (gathers, 0 if gathers else 12 * 2)
+    if ep == "onnx-standard":
+        assert all(node.domain in ("", "ai.onnx") for node in nodes)
+
+
+def test_onnx_standard_graph_runs_on_cpu_near_transformers(moe_checkpoint, tmp_path):
+    """The onnx-standard int4 graph (its experts unpacked by standard ops; its body's standard
+    semantics: the body test above) runs on onnxruntime's CPU EP, its logits within the int4
+    bound of transformers'."""
+    package = _int4_package(moe_checkpoint, "onnx-standard")
+    ids = qmoe_ids()
+    logits = qmoe_logits(package, tmp_path)
+    reference = hf_reference_logits(moe_checkpoint, ids, 0).prefill.logits
+    assert _relative_rms(logits, reference) <= INT4_RELATIVE_RMS
+
+
+def test_a_graph_built_for_int4_and_saved_without_it_has_float_experts_expanded(
+    moe_checkpoint, tmp_path
+):
+    """build() with an int4 target leaves the GeGLU MoE nodes for quantize_package; saving the
+    package without it expands their float body (no MoE node, which no kernel would run)."""
+    target = resolve_target("cpu", dtype="f32", precision="int4", int4=OPTIONS)
+    built = mobius_genai.build(moe_checkpoint, target=target, progress=False)
+    assert any(node.op_type == "MoE" for node in built[built.decoder_key].graph)
+    logits = qmoe_logits(built, tmp_path)
+    graph = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False).graph
+    ops = Counter(node.op_type for node in graph.node)
+    assert not ops["MoE"] and ops["If"] == 6
+    reference = hf_reference_logits(moe_checkpoint, qmoe_ids(), 0).prefill.logits
+    np.testing.assert_allclose(logits, reference, atol=1e-4)
