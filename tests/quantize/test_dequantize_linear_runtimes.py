@@ -32,6 +32,7 @@ from mobius_genai.ep import get_ep
 from mobius_genai.quantize import Int4Options, quantize_int4
 from tests._hf import write_tiny_checkpoint
 from tests._ort import prefill_feeds, reference_evaluator_logits, run_declared
+from tests.conftest import TINY_QWEN2
 from tests.quantize._reference import dequantized_reference
 
 #: fp32 noise of a float graph against the same math elsewhere (measured <= 2e-5).
@@ -195,3 +196,16 @@ def test_onnx_standard_int4_bundle_runs_the_spec_math_in_og(packaged):
     assert float(np.abs(logits - reference).max()) <= F32_TOLERANCE
     config = json.loads((bundle / "genai_config.json").read_text())
     assert config["model"]["decoder"]["session_options"][FUSED_INT4_ACCURACY_ENTRY] == "0"
+
+
+def test_asked_accuracy_level_reaches_the_bundle(tiny_int4, tmp_path):
+    """`--int4-accuracy-level` sets the fused level of a DequantizeLinear bundle; a MatMulNBits
+    bundle carries its level in the graph and no entry."""
+    bundle = mobius_genai.package(
+        TINY_QWEN2, "onnx-standard", tmp_path / "b", precision="int4", smoke_test=False,
+        int4=Int4Options(quality="builder", accuracy_level=4), quiet=True,
+    )  # fmt: skip
+    for folder, expected in ((bundle, {FUSED_INT4_ACCURACY_ENTRY: "4"}), (tiny_int4, {})):
+        config = json.loads((folder / "genai_config.json").read_text())
+        session = config["model"]["decoder"]["session_options"]
+        assert {k: v for k, v in session.items() if k.startswith("session.")} == expected
