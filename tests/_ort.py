@@ -297,6 +297,12 @@ def reference_evaluator_logits(model: ir.Model, ids: np.ndarray) -> np.ndarray:
     without onnxruntime's kernels, so Tier-1 bodies run): empty KV caches, zero states."""
     from onnx.reference import ReferenceEvaluator
 
+    (logits,) = ReferenceEvaluator(ir.to_proto(model)).run(["logits"], prefill_feeds(model, ids))
+    return logits
+
+
+def prefill_feeds(model: ir.Model, ids: np.ndarray) -> dict[str, np.ndarray]:
+    """Every input of `model` for a prefill of `ids` [1, seq]: empty KV caches, zero states."""
     feeds = {
         "input_ids": ids,
         "attention_mask": np.ones_like(ids),
@@ -308,8 +314,7 @@ def reference_evaluator_logits(model: ir.Model, ids: np.ndarray) -> np.ndarray:
             if value.name.endswith((".key", ".value")):
                 sizes[2] = 0
             feeds[value.name] = np.zeros(sizes, np.float32)
-    (logits,) = ReferenceEvaluator(ir.to_proto(model)).run(["logits"], feeds)
-    return logits
+    return feeds
 
 
 def mutant_diffs(

@@ -37,6 +37,14 @@ SEARCH_DEFAULTS: Mapping[str, tuple[type, Any]] = {
 
 CONFIG_FILENAME = "genai_config.json"
 
+#: The ORT session config entry that sets the accuracy_level of the MatMulNBits onnxruntime
+#: fuses each blocked DequantizeLinear + MatMul into (CPU EP, default optimization level).
+#: Unset, onnxruntime uses 4: activations quantized to int8 per block, which moves a tiny
+#: model's logits by several percent from the ONNX spec's float math (README, int4).
+FUSED_INT4_ACCURACY_ENTRY = "session.qdq_matmulnbits_accuracy_level"
+#: GraphInfo.ops name of the standard op whose int4 weights onnxruntime fuses.
+_DEQUANTIZE_LINEAR = "ai.onnx::DequantizeLinear"
+
 
 def read_generation_config(folder: str | Path) -> dict[str, Any]:
     """generation_config.json of a checkpoint folder as a dict ({} when the file is absent)."""
@@ -56,6 +64,7 @@ def make_genai_config(
     filename: str = "model.onnx",
     tool_tokens: Mapping[str, int] | None = None,
     genai_type: str | None = None,
+    int4_accuracy_level: int | None = None,
 ) -> dict[str, Any]:
     """The genai_config.json document for `graph` (the decoder file `filename`) on `ep`.
 
@@ -63,10 +72,15 @@ def make_genai_config(
     (token ids and search defaults; it wins over config.json); `tool_tokens` are the tool-call
     and reasoning ids of the tokenizer (`tool_tokens.tool_token_ids`); `genai_type` is
     model.type as the model's kind names it (`ModelKind.genai_type`), by default its family's.
+    A graph with DequantizeLinear weights gets `int4_accuracy_level` (the int4 plan's; None:
+    the EP's default) as `FUSED_INT4_ACCURACY_ENTRY`, so onnxruntime computes what was chosen.
     """
     generation = generation or {}
     context_length = context_length or config.max_position_embeddings
     share_buffer = graph.shares_kv_buffer
+    int4_level = (
+        ep.default_int4_accuracy_level if int4_accuracy_level is None else int4_accuracy_level
+    )
     model: dict[str, Any] = {
         "type": genai_type or get_family(config.model_type).genai_type,
         "context_length": context_length,
@@ -83,7 +97,8 @@ def make_genai_config(
             "inputs": _decoder_inputs(graph, config),
             "outputs": _decoder_outputs(graph, config),
             "session_options": {
-                "provider_options": provider_options(ep, share_buffer=share_buffer)
+                "provider_options": provider_options(ep, share_buffer=share_buffer),
+                **fused_int4_entries(graph, int4_level),
             },
             **recurrent_keys(config),
         },
@@ -94,6 +109,14 @@ def make_genai_config(
         "past_present_share_buffer": share_buffer,
     }
     return {"model": model, "search": search}
+
+
+def fused_int4_entries(graph: GraphInfo, accuracy_level: int) -> dict[str, str]:
+    """The session config entry that fixes the accuracy level of onnxruntime's fused
+    DequantizeLinear + MatMul for a `graph` that has DequantizeLinear ({} otherwise)."""
+    if _DEQUANTIZE_LINEAR not in graph.ops:
+        return {}
+    return {FUSED_INT4_ACCURACY_ENTRY: str(accuracy_level)}
 
 
 def provider_options(ep: EpCapabilities, *, share_buffer: bool) -> list[dict[str, dict[str, str]]]:

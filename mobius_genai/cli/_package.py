@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--int4-accuracy-level",
         type=int,
-        help="MatMulNBits accuracy_level 0-4; default: the EP's (`mobius-genai eps`, int4 column)",
+        help="MatMulNBits accuracy_level 0-4 (for DequantizeLinear int4: the level onnxruntime "
+        "fuses it at); default: the EP's (`mobius-genai eps`, int4 column)",
     )
     parser.add_argument(
         "--graph-capture",

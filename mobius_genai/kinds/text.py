@@ -91,6 +91,7 @@ def decoder_genai_config(package: ModelPackage, written: WrittenGraphs) -> dict[
         filename=package.filename(package.decoder_key),
         tool_tokens=tool_token_ids(written.folder),
         genai_type=package.family.genai_type,
+        int4_accuracy_level=package.target.int4_plan.accuracy_level,
     )
     if MTP_KEY in package.models:
         head = GraphInfo.from_file(written.folder / package.filename(MTP_KEY))

@@ -142,7 +142,8 @@ class Int4Report:
             "rounding": "search" if self.options.recipe.search else "nearest",
             "block_size": self.options.block_size,
             "symmetric": self.options.symmetric,
-            # DequantizeLinear + MatMul has no accuracy level (the runtime decides)
+            # DequantizeLinear + MatMul has no accuracy level in the graph: a bundle's
+            # genai_config gives onnxruntime's fusion of it the plan's (bundle/genai_config.py)
             "accuracy_level": self.options.accuracy_level if self.format == MATMUL_NBITS else None,
             "embedding": self.embedding,
             "op_counts": self.op_counts,

@@ -10,6 +10,7 @@ import onnxruntime_genai as og
 import pytest
 
 from mobius_genai.bundle.genai_config import (
+    FUSED_INT4_ACCURACY_ENTRY,
     make_genai_config,
     provider_options,
     read_generation_config,
@@ -86,6 +87,23 @@ def test_graph_capture_needs_shared_buffer():
     ]
     cuda_on = get_ep("cuda").with_graph_capture(True)
     assert provider_options(cuda_on, share_buffer=True) == [{"cuda": {"enable_cuda_graph": "1"}}]
+
+
+@pytest.mark.parametrize("level", [0, 4])
+def test_dequantize_linear_graph_fixes_onnxruntimes_fused_accuracy_level(level, tmp_path):
+    """onnxruntime fuses DequantizeLinear + MatMul into a MatMulNBits of accuracy level 4 unless
+    told: the bundle says the int4 plan's level (tests/quantize/test_dequantize_linear_runtimes.py
+    shows why), and og's strict parser takes the entry."""
+    graph = toy_graph()
+    standard = get_ep("onnx-standard")
+    plain = make_genai_config(CONFIG, standard, graph, int4_accuracy_level=level)
+    assert FUSED_INT4_ACCURACY_ENTRY not in plain["model"]["decoder"]["session_options"]
+    graph = dataclasses.replace(graph, ops=graph.ops | {"ai.onnx::DequantizeLinear"})
+    document = make_genai_config(CONFIG, standard, graph, int4_accuracy_level=level)
+    session = document["model"]["decoder"]["session_options"]
+    assert session == {"provider_options": [], FUSED_INT4_ACCURACY_ENTRY: str(level)}
+    validate_genai_config(document)
+    _og_parses(document, tmp_path)
 
 
 def test_decoder_section_and_names_come_from_config_and_graph():
