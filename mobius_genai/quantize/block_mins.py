@@ -21,7 +21,9 @@ from mobius_genai.quantize.graph_writer import GraphWriter
 __all__ = ["block_sums", "integer_zeros_and_mins", "plus_block_mins", "plus_row_mins"]
 
 
-def integer_zeros_and_mins(stored: list[StoredBlocks], bits: int) -> tuple[StoredBlocks, np.ndarray]:
+def integer_zeros_and_mins(
+    stored: list[StoredBlocks], bits: int
+) -> tuple[StoredBlocks, np.ndarray]:
     """The blocks of `stored` (concatenated along N) with their float zero points z rounded to
     the nearest code, and the block mins ``(round(z) - z) * scale`` [N, K/bs] (float32)."""
     zeros = np.concatenate([s.zeros for s in stored], axis=0).astype(np.float32)

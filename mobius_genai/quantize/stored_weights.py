@@ -33,7 +33,6 @@ import onnx_ir as ir
 from mobius_genai.checkpoint.prequantized.tensor import (
     ZERO_FORMS,
     PrequantizedTensor,
-    StoredBlocks,
 )
 from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.components.tier1 import MS_DOMAIN
