@@ -23,7 +23,6 @@ import onnxruntime_genai as og
 import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
-from onnx import numpy_helper
 
 import mobius_genai
 from mobius_genai.quantize import Int4Options, stored_tables
@@ -156,7 +155,7 @@ def test_a_tied_lm_head_has_integer_zero_points_plus_block_mins(exact, case: str
     """The lm_head reads the table's codes with uint8 zero points round(z) (onnxruntime's
     fast kernels; float zero points dequantize the whole weight every call) and adds the
     activations' block sums times the block mins, which the lookup's Gather shares."""
-    gguf, bundle = exact(case)
+    _, bundle = exact(case)
     model = onnx.load(bundle / "model.onnx", load_external_data=False)
     initializers = {t.name: t for t in model.graph.initializer}
     (head,) = _heads(model)
@@ -193,24 +192,20 @@ def test_a_lookup_without_its_block_mins_fails(tmp_path: Path, monkeypatch, case
     assert _lookup_error(bundle, expected) > 100 * 1e-6 * np.abs(expected).max()
 
 
-def test_an_ep_without_gather_block_quantized_looks_up_in_float(tmp_path: Path, monkeypatch):
-    """Where the EP has no GatherBlockQuantized for the model dtype the lookup stays float (the
-    table read as its dequantized rows) and the manifest says so; the tied lm_head still keeps
-    the codes with integer zero points."""
-    real = stored_tables.apply_stored_tables
-    monkeypatch.setattr(
-        "mobius_genai.quantize.stored_weights.apply_stored_tables",
-        lambda model, gather, cache: real(model, False, cache),
-    )
-    gguf, bundle = _package(tmp_path, "q4_1 tied")
+def test_an_ep_without_gather_block_quantized_looks_up_in_float(tmp_path: Path):
+    """dml has no GatherBlockQuantized: the lookup stays float (the table read as its
+    dequantized rows) and the manifest says so; the tied lm_head still reads the codes with
+    integer zero points plus block mins."""
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", **CASES["q4_1 tied"])
+    bundle = mobius_genai.package(gguf, "dml", tmp_path / "bundle", smoke_test=False, quiet=True)
     summary = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["prequantized"]
     assert summary["lookups"] == 0
     assert summary["dequantized"] == [
-        "model.embed_tokens.weight (no GatherBlockQuantized for FLOAT on this EP: lookup in float)"
+        "model.embed_tokens.weight (no GatherBlockQuantized for FLOAT16 on this EP: lookup in float)"
     ]
-    model = onnx.load(bundle / "model.onnx")
-    ops = {n.op_type for n in model.graph.node}
-    assert "GatherBlockQuantized" not in ops and "Gather" in ops
-    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    model = onnx.load(bundle / "model.onnx", load_external_data=False)
+    assert "GatherBlockQuantized" not in {n.op_type for n in model.graph.node}
+    dtypes = {t.name: t.data_type for t in model.graph.initializer}
     (head,) = _heads(model)
-    assert initializers[head.input[3]].dtype == np.uint8
+    assert dtypes[head.input[3]] == onnx.TensorProto.UINT8
+    assert any(n.name == f"{head.name}_mins" for n in model.graph.node)
