@@ -31,6 +31,7 @@ from tests._hf import hf_greedy_tokens, hf_reference_logits
 from tests._ort import run_like_reference
 from tests.checkpoint.gguf._tiny import (
     holds_rows,
+    last_logit_diffs,
     matmul_nbits_weights,
     unpermute_rows,
     write_tiny_gguf,
@@ -104,12 +105,8 @@ def _kinds(gguf: Path) -> dict[str, int]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_equal_transformers_at_level_0(exact, case: str):
     gguf, bundle = exact(case)
-    run = hf_reference_logits(gguf, np.array([PROMPT]), decode_steps=4)
-    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
-    ours = run_like_reference(session, run)
-    for step, (logits, reference) in enumerate(zip(ours, run.steps, strict=True)):
-        diff = np.abs(logits[:, -1] - reference.logits[:, -1]).max()
-        assert diff <= LOGITS_ATOL, (step, diff)
+    diffs = last_logit_diffs(gguf, bundle, PROMPT, 4)
+    assert max(diffs) <= LOGITS_ATOL, diffs
     summary = _build(bundle)["prequantized"]
     assert summary["accuracy_level"] == 0
     assert summary["dequantized"] == []
