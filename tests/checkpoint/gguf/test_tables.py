@@ -37,6 +37,8 @@ LOGITS_ATOL = 1e-4
 #: a float32 Gather of gguf's exact rows in place of the lookup is 1.2e-4 from transformers
 #: too (summation order through 3 layers), so the bound here is the graph's, not the lookup's.
 _LOGITS_ATOL = {"q5_k untied": 2e-4}
+#: fp16 activations and scales run by onnxruntime's cpu EP (test_q5.py's bound).
+FP16_LOGITS_ATOL = 0.25
 _K_QUANTS = {"hidden_size": 256, "intermediate_size": 256}
 #: case → write_tiny_gguf arguments: untied k-quant tables (llama.cpp's Q4_K_M and Q5_K_M of
 #: an untied model), tied Q4_1 / Q5_1 ones (4- and 8-bit), gemma3's tied table scaled by
@@ -204,3 +206,21 @@ def test_an_ep_without_gather_block_quantized_looks_up_in_float(tmp_path: Path):
     (head,) = _heads(model)
     assert dtypes[head.input[3]] == onnx.TensorProto.UINT8
     assert any(n.name == f"{head.name}_mins" for n in model.graph.node)
+
+
+@pytest.mark.parametrize("case", ["q4_k untied", "q4_1 tied"])
+def test_the_cuda_bundle_keeps_the_table_in_fp16(tmp_path: Path, case: str):
+    """cuda's fp16 bundle: the same lookup with fp16 scales and mins (cuda has
+    GatherBlockQuantized for fp16). Without a GPU here, onnxruntime's cpu EP runs the same
+    graph: the logits stay within fp16 rounding of transformers' on the GGUF (as test_q5.py's
+    cuda bundle)."""
+    gguf = write_tiny_gguf(tmp_path / "tiny.gguf", "llama", **CASES[case])
+    bundle = mobius_genai.package(gguf, "cuda", tmp_path / "cuda", smoke_test=False, quiet=True)
+    summary = json.loads((bundle / "mobius_manifest.json").read_text())["build"]["prequantized"]
+    assert (summary["lookups"], summary["dequantized"]) == (1, [])
+    model = onnx.load(bundle / "model.onnx", load_external_data=False)
+    gather = next(n for n in model.graph.node if n.op_type == "GatherBlockQuantized")
+    dtypes = {t.name: t.data_type for t in model.graph.initializer}
+    row_mins = next(n for n in model.graph.node if n.name == f"{gather.name}_row_mins")
+    assert dtypes[gather.input[2]] == dtypes[row_mins.input[0]] == onnx.TensorProto.FLOAT16
+    assert max(last_logit_diffs(gguf, bundle, PROMPT, 2)) <= FP16_LOGITS_ATOL
