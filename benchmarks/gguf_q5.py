@@ -84,8 +84,9 @@ def restored(name: str, new_type: Callable[[Any], Any]) -> Path:
     return out
 
 
-def build_before(mobius: str, model: Path) -> Path:
-    out = quality.WORK / "q5_1-before"
+def build_before(mobius: str, model: Path, name: str = "q5_1-before") -> Path:
+    """`mobius`'s default cpu bundle of `model` (with full logits), built once as `name`."""
+    out = quality.WORK / name
     if not (out / "genai_config.json").exists():
         command = [mobius, "package", str(model), "--ep", "cpu", "-o", str(out), "--full-logits"]
         subprocess.run([*command, "--force", "--quiet", "--no-smoke-test"], check=True)

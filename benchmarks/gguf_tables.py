@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import onnx
 import onnx.utils
 import onnxruntime as ort
 from _measure import folder_mib
-from gguf_q5 import restored
+from gguf_q5 import build_before, restored
 
 Q4_1_TABLE_NAME = "SmolLM2-135M-Instruct.Q4_1-table.gguf"
 
@@ -41,14 +40,6 @@ def make_q4_1_table() -> Path:
 
     q4_1 = gguf.GGMLQuantizationType.Q4_1
     return restored(Q4_1_TABLE_NAME, lambda t: q4_1 if t.name == "token_embd.weight" else None)
-
-
-def build_before(mobius: str, model: Path) -> Path:
-    out = quality.WORK / "q4_1-table-before"
-    if not (out / "genai_config.json").exists():
-        command = [mobius, "package", str(model), "--ep", "cpu", "-o", str(out), "--full-logits"]
-        subprocess.run([*command, "--force", "--quiet", "--no-smoke-test"], check=True)
-    return out
 
 
 def lookup_session(folder: Path) -> ort.InferenceSession:
@@ -94,7 +85,9 @@ def main() -> None:
     model = make_q4_1_table()
     bundles = {"table kept (this checkout)": quality.build(model, "q4_1-table", [])}
     if args.before:
-        bundles["before: that packager's default"] = build_before(args.before, model)
+        bundles["before: that packager's default"] = build_before(
+            args.before, model, "q4_1-table-before"
+        )
     speed = quality.decode_speed(list(bundles.values()), args.processes, args.rounds)
     base = speed[next(iter(bundles.values())).name]
     print("| bundle | MiB | table MiB | lookup 1 token ms | lookup 128 tokens ms | decode ratio |")
