@@ -25,7 +25,9 @@ import argparse
 import json
 import statistics
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import int4_quality as quality
 import numpy as np
@@ -46,9 +48,19 @@ REFERENCE = "dequantized, fp32"
 def make_q5_1() -> Path:
     """The wheel's Q4_1 GGUF with its Q4_1 tensors re-stored as Q5_1 (once)."""
     import gguf
+
+    q4_1, q5_1 = gguf.GGMLQuantizationType.Q4_1, gguf.GGMLQuantizationType.Q5_1
+    return restored(Q5_1_NAME, lambda tensor: q5_1 if tensor.tensor_type == q4_1 else None)
+
+
+def restored(name: str, new_type: Callable[[Any], Any]) -> Path:
+    """The wheel's Q4_1 GGUF with each tensor for which `new_type` (given the reader's tensor)
+    names a GGML type re-stored in it (gguf.quants: dequantized, then quantized), the rest and
+    the metadata as they are; written once as quality.WORK / `name`."""
+    import gguf
     from gguf.quants import dequantize, quantize
 
-    out = quality.WORK / Q5_1_NAME
+    out = quality.WORK / name
     if out.exists():
         return out
     reader = gguf.GGUFReader(quality.package_dir() / quality.GGUF_NAME)
@@ -61,11 +73,10 @@ def make_q5_1() -> Path:
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
     for tensor in reader.tensors:
-        data, qtype = np.asarray(tensor.data), tensor.tensor_type
-        if qtype == gguf.GGMLQuantizationType.Q4_1:
-            qtype = gguf.GGMLQuantizationType.Q5_1
+        data, qtype = np.asarray(tensor.data), new_type(tensor)
+        if qtype is not None:
             data = quantize(dequantize(data, tensor.tensor_type), qtype)
-        writer.add_tensor(tensor.name, data, raw_dtype=qtype)
+        writer.add_tensor(tensor.name, data, raw_dtype=qtype or tensor.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -73,8 +84,9 @@ def make_q5_1() -> Path:
     return out
 
 
-def build_before(mobius: str, model: Path) -> Path:
-    out = quality.WORK / "q5_1-before"
+def build_before(mobius: str, model: Path, name: str = "q5_1-before") -> Path:
+    """`mobius`'s default cpu bundle of `model` (with full logits), built once as `name`."""
+    out = quality.WORK / name
     if not (out / "genai_config.json").exists():
         command = [mobius, "package", str(model), "--ep", "cpu", "-o", str(out), "--full-logits"]
         subprocess.run([*command, "--force", "--quiet", "--no-smoke-test"], check=True)

@@ -5,8 +5,11 @@ Math preserved exactly: the table ``T[n, k] = (q[n, k] - zero[n, k / bs]) * scal
 is B of ``MatMulNBits`` for the lm_head (``A @ T^T``) and, viewed as [N, K*bits/8], the data
 of ``GatherBlockQuantized(B, ids, scales[, zero_points])`` for the lookup: the layouts
 `MatMulNBitsPass` writes from float weights, filled with the stored integers (one copy for both
-ops). GatherBlockQuantized takes no float zero points and onnxruntime's cpu MatMulNBits no
-8-bit float ones: those uses stay float (the table reads as its dequantized values). The
+ops). Float zero points z (Q4_1, Q4_K, Q5_1, Q5_K tables: GatherBlockQuantized takes none,
+onnxruntime's cpu MatMulNBits no 8-bit ones and is slow on 4-bit ones) become integer zero
+points round(z) plus block mins, for both uses (quantize/block_mins.py): no float table, and a
+tied lm_head on the fast integer kernels. Where the EP has no GatherBlockQuantized for the
+model dtype the lookup stays float (the table reads as its dequantized values). The
 MatMulNBits are written at accuracy level 0; `apply_prequantized` sets one level for all.
 """
 
@@ -19,6 +22,7 @@ import numpy as np
 import onnx_ir as ir
 
 from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.quantize.block_mins import integer_zeros_and_mins, plus_block_mins, plus_row_mins
 from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.matmul_nbits import MatMulNBitsPass
 from mobius_genai.quantize.recipes import WeightFormat
@@ -51,13 +55,9 @@ def apply_stored_tables(model: ir.Model, gather: bool, cache: OneWeightCache) ->
     """
     groups, formats, dequantized = [], [], []
     for group, tensor in table_uses(model.graph):
-        if tensor.zero_form == "float" and (tensor.bits == 8 or group.gathers):
-            reason = "float zero points: no GatherBlockQuantized"
-            if tensor.bits == 8 and group.matmuls:
-                reason += ", no 8-bit MatMulNBits on cpu"
-                group = dataclasses.replace(group, matmuls=[])
+        if group.gathers and not gather:
+            reason = f"no GatherBlockQuantized for {group.source.dtype} on this EP: lookup in float"
             dequantized.append(f"{group.source.name} ({reason})")
-            group = dataclasses.replace(group, gathers=[])
         groups.append(group)
         formats.append(WeightFormat(tensor.bits, tensor.block_size))
     quantizer = StoredTablesPass(
@@ -72,7 +72,7 @@ def apply_stored_tables(model: ir.Model, gather: bool, cache: OneWeightCache) ->
     quantizer(model)
     matmuls, lookups, kept, left_float = [], 0, [], []
     for group, format_, ops in zip(groups, formats, quantizer.results, strict=True):
-        tensor = cast(PrequantizedTensor, group.source.values[0].const_value)
+        tensor = _table(group)
         matmuls += [(format_.bits, format_.block_size, tensor.zero_form)] * ops.count("MatMulNBits")
         lookups += ops.count("GatherBlockQuantized")
         (kept if ops else left_float).append(tensor)
@@ -91,13 +91,37 @@ def table_uses(graph: ir.Graph) -> list[tuple[WeightGroup, PrequantizedTensor]]:
 
 
 class StoredTablesPass(MatMulNBitsPass):
-    """`MatMulNBitsPass` whose B, scales and zero points are a pre-quantized table's own."""
+    """`MatMulNBitsPass` whose B, scales and zero points are a pre-quantized table's own (float
+    zero points: integer ones, and block mins added after each use)."""
+
+    def _rewrite(
+        self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat
+    ) -> tuple[str, ...]:
+        if _table(group).zero_form != "float":
+            return super()._rewrite(writer, group, format_)
+        gathers = group.gathers if self.gather else []
+        if not group.matmuls and not gathers:
+            return ()
+        base = writer.unique_name(f"{group.source.name}_Q{format_.bits}")
+        *inputs, mins = self._initializers(writer, group, format_, base)
+        for use in group.matmuls:
+            nbits = self._matmul(use.node, group, format_, inputs)
+            a = use.node.inputs[0]
+            assert a is not None
+            writer.replace(use.node, [nbits, *plus_block_mins(writer, a, nbits, mins, {})])
+        for use in gathers:
+            ids = use.node.inputs[1]
+            assert ids is not None
+            nodes = self._gather(writer, use.node, group, format_, base, inputs)
+            shared = bool(group.matmuls)
+            nodes += plus_row_mins(writer, nodes[-1], ids, mins, format_.block_size, shared)
+            writer.replace(use.node, nodes)
+        return ("MatMulNBits",) * len(group.matmuls) + ("GatherBlockQuantized",) * len(gathers)
 
     def _initializers(
         self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat, base: str
     ) -> list[ir.Value]:
-        source = group.source
-        tensor = cast(PrequantizedTensor, source.values[0].const_value)
+        source, tensor = group.source, _table(group)
         n, blocks = source.n, source.k // format_.block_size
         row_bytes = format_.block_size * format_.bits // 8
         data_shape = (n, blocks, row_bytes) if group.matmuls else (n, blocks * row_bytes)
@@ -106,23 +130,30 @@ class StoredTablesPass(MatMulNBitsPass):
             PartSpec(writer.unique_name(f"{base}_scales"), source.dtype, (n, blocks)),
         ]
         zeros = writer.unique_name(f"{base}_zero_points")
-        if tensor.zero_form == "uint8":
+        if tensor.zero_form != "implicit":  # float: round(z), the rest in the block mins
             specs.append(PartSpec(zeros, ir.DataType.UINT8, (n, (blocks * format_.bits + 7) // 8)))
-        elif tensor.zero_form == "float":
-            specs.append(PartSpec(zeros, source.dtype, (n, blocks)))
+        if tensor.zero_form == "float":  # [K/bs, N] where a tied lm_head reads them
+            mins_shape = (blocks, n) if group.matmuls else (n, blocks)
+            specs.append(PartSpec(writer.unique_name(f"{base}_mins"), source.dtype, mins_shape))
 
         def compute() -> list[ir.TensorProtocol]:
-            arrays = nbits_arrays(
-                [tensor.read_blocks()],
-                format_.bits,
-                format_.block_size,
-                tensor.zero_form,
-                source.dtype,
-            )
+            stored, zero_form, mins = tensor.read_blocks(), tensor.zero_form, None
+            if zero_form == "float":
+                stored, mins = integer_zeros_and_mins([stored], format_.bits)
+                zero_form = "uint8"
+            bits, size = format_.bits, format_.block_size
+            arrays = nbits_arrays([stored], bits, size, zero_form, source.dtype)
             arrays[0] = arrays[0].reshape(data_shape)
+            if mins is not None:
+                mins = mins.T if group.matmuls else mins
+                arrays.append(np.ascontiguousarray(mins).astype(source.dtype.numpy()))
             return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]
 
         return writer.initializers(specs, lazy_parts(self.cache, specs, compute))
+
+
+def _table(group: WeightGroup) -> PrequantizedTensor:
+    return cast(PrequantizedTensor, group.source.values[0].const_value)
 
 
 def nbits_arrays(

@@ -5,7 +5,7 @@ bs]`` at ``k = perm[j]`` becomes ``MatMulNBits(Gather(A, perm, axis=-1), B, scal
 where B packs q as stored (bits 4: two per byte, low nibble first; bits 8: one per byte). The
 Gather is left out when `perm` is the natural order. Zero points stay implicit (all
 2^(bits-1)) or packed uint8; float ones (4- and 8-bit) become integer ones plus block mins
-(`_initializers`: onnxruntime's cpu kernel refuses 8-bit float zero points and is slow on
+(`_initializers`, quantize/block_mins.py: onnxruntime's cpu kernel refuses 8-bit float zero points and is slow on
 4-bit ones). A packed q/k/v projection (`ConcatTensor` of three pre-quantized parts)
 concatenates the parts' integers along N when their bits, block size and order agree, else
 gets one MatMulNBits per run of agreeing parts and a Concat of their outputs (exact as well).
@@ -33,10 +33,10 @@ import onnx_ir as ir
 from mobius_genai.checkpoint.prequantized.tensor import (
     ZERO_FORMS,
     PrequantizedTensor,
-    StoredBlocks,
 )
 from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.components.tier1 import MS_DOMAIN
+from mobius_genai.quantize.block_mins import integer_zeros_and_mins, plus_block_mins
 from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.plan import Int4Plan
 from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays, table_uses
@@ -201,76 +201,12 @@ def _matmul_nbits(
         nbits = ir.node("MatMulNBits", [a, *inputs[:3]], attributes, domain=MS_DOMAIN, name=name)
         new_nodes.append(nbits)
         if zero_form == "float":
-            new_nodes += _plus_block_mins(writer, a, nbits, inputs[3], block_sums)
+            new_nodes += plus_block_mins(writer, a, nbits, inputs[3], block_sums)
         outputs.append(new_nodes[-1].outputs[0])
         written.append((first.bits, first.block_size, zero_form))
     if len(outputs) > 1:  # packed parts that differ: one MatMulNBits each, joined
         new_nodes.append(ir.node("Concat", outputs, {"axis": -1}, name=f"{node.name}_Q"))
     return new_nodes
-
-
-def _plus_block_mins(
-    writer: GraphWriter,
-    a: ir.Value,
-    nbits: ir.Node,
-    mins: ir.Value,
-    block_sums: dict[tuple[int, int], ir.Value],
-) -> list[ir.Node]:
-    """``nbits + BlockSums(a) @ mins``: the float zero points' term of ``A @ W`` (see
-    `_initializers`), with BlockSums(a) [..., K/bs] the sums of a's features block by block,
-    computed once per input and block size (`block_sums`) for the weights that share them
-    (gate and up)."""
-    name = nbits.name
-    blocks = int(mins.shape[0])
-    block_size = int(nbits.attributes["block_size"].as_int())
-    new_nodes = []
-    if (id(a), block_size) not in block_sums:
-        new_nodes = _block_sums(writer, a, blocks, block_size, name)
-        block_sums[id(a), block_size] = new_nodes[-1].outputs[0]
-    sums = block_sums[id(a), block_size]
-    term = ir.node("MatMul", [sums, mins], name=f"{name}_mins")
-    total = ir.node("Add", [nbits.outputs[0], term.outputs[0]], name=f"{name}_plus_mins")
-    return [*new_nodes, term, total]
-
-
-def _block_sums(
-    writer: GraphWriter, a: ir.Value, blocks: int, block_size: int, name: str
-) -> list[ir.Node]:
-    """Nodes summing `a`'s last axis block by block, [..., K] → [..., K/bs]: a Reshape to
-    [..., K/bs, bs] (its shape a constant where `a`'s rank is known: a Shape and a Concat
-    fewer per step) and a ReduceSum."""
-    last = writer.constant(f"{name}_last_axis", np.array([-1], np.int64))
-    nodes = []
-    if a.shape is not None:  # 0: the input's dimension, kept
-        grouping = np.array([0] * (a.shape.rank() - 1) + [blocks, block_size], np.int64)
-        shape = writer.constant(f"{name}_blocks", grouping)
-    else:
-        split = writer.constant(f"{name}_blocks", np.array([blocks, block_size], np.int64))
-        lead = ir.node("Shape", [a], {"end": -1}, name=f"{name}_lead")
-        joined = ir.node("Concat", [lead.outputs[0], split], {"axis": 0}, name=f"{name}_shape")
-        nodes += [lead, joined]
-        shape = joined.outputs[0]
-    grouped = ir.node("Reshape", [a, shape], name=f"{name}_grouped")
-    sums = ir.node("ReduceSum", [grouped.outputs[0], last], {"keepdims": 0}, name=f"{name}_sums")
-    return [*nodes, grouped, sums]
-
-
-def _with_block_mins(
-    stored: list[StoredBlocks], bits: int, block_size: int, dtype: ir.DataType
-) -> list[np.ndarray]:
-    """[B, scales, integer zero points, block mins] of blocks whose zero points z are float:
-    the integer zero points are z rounded to the nearest code, the block mins
-    ``(round(z) - z) * scale`` [K/bs, N] the rest (see `_initializers`)."""
-    zeros = np.concatenate([s.zeros for s in stored], axis=0).astype(np.float32)
-    whole = np.clip(np.rint(zeros), 0, (1 << bits) - 1)
-    joined = StoredBlocks(
-        values=np.concatenate([s.values for s in stored], axis=0),
-        scales=np.concatenate([s.scales for s in stored], axis=0),
-        zeros=whole.astype(np.uint8),
-    )
-    mins = (whole - zeros) * joined.scales.astype(np.float32)
-    arrays = nbits_arrays([joined], bits, block_size, "uint8", dtype)
-    return [*arrays, np.ascontiguousarray(mins.T).astype(dtype.numpy())]
 
 
 def _set_accuracy_level(graph: ir.Graph, level: int) -> None:
@@ -414,7 +350,9 @@ def _initializers(
     def compute() -> list[ir.TensorProtocol]:
         stored = [part.read_blocks() for part in parts]
         if zero_form == "float":
-            arrays = _with_block_mins(stored, first.bits, first.block_size, dtype)
+            joined, mins = integer_zeros_and_mins(stored, first.bits)
+            arrays = nbits_arrays([joined], first.bits, first.block_size, "uint8", dtype)
+            arrays.append(np.ascontiguousarray(mins.T).astype(dtype.numpy()))
         else:
             arrays = nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
         return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]

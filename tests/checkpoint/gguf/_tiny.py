@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import torch
 from gguf import (
     GGML_QUANT_SIZES,
@@ -28,7 +29,8 @@ from gguf.quants import quantize
 from onnx import numpy_helper
 from transformers import AutoModelForCausalLM
 
-from tests._hf import randomize_weights, tiny_config
+from tests._hf import hf_reference_logits, randomize_weights, tiny_config
+from tests._ort import run_like_reference
 from tests.conftest import TINY_QWEN2
 
 VOCAB = 384
@@ -126,6 +128,17 @@ def matmul_nbits_weights(model: onnx.ModelProto) -> list[np.ndarray]:
             weight += np.repeat(mins[node.name].T.astype(np.float32), size, axis=1)
         weights.append(weight)
     return weights
+
+
+def last_logit_diffs(gguf: Path, bundle: Path, prompt: list[int], steps: int) -> list[float]:
+    """Per step (the prefill of `prompt`, then `steps` greedy decode steps), the largest
+    difference between the last position's logits of `bundle` (run by onnxruntime's cpu EP)
+    and of transformers loading `gguf`."""
+    run = hf_reference_logits(gguf, np.array([prompt]), decode_steps=steps)
+    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
+    ours = run_like_reference(session, run)
+    pairs = zip(ours, run.steps, strict=True)
+    return [float(np.abs(o[:, -1] - r.logits[:, -1]).max()) for o, r in pairs]
 
 
 def unpermute_rows(rows: np.ndarray, heads: int) -> np.ndarray:

@@ -31,6 +31,7 @@ from tests._hf import hf_greedy_tokens, hf_reference_logits
 from tests._ort import run_like_reference
 from tests.checkpoint.gguf._tiny import (
     holds_rows,
+    last_logit_diffs,
     matmul_nbits_weights,
     unpermute_rows,
     write_tiny_gguf,
@@ -104,12 +105,8 @@ def _kinds(gguf: Path) -> dict[str, int]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_equal_transformers_at_level_0(exact, case: str):
     gguf, bundle = exact(case)
-    run = hf_reference_logits(gguf, np.array([PROMPT]), decode_steps=4)
-    session = ort.InferenceSession(str(bundle / "model.onnx"), providers=["CPUExecutionProvider"])
-    ours = run_like_reference(session, run)
-    for step, (logits, reference) in enumerate(zip(ours, run.steps, strict=True)):
-        diff = np.abs(logits[:, -1] - reference.logits[:, -1]).max()
-        assert diff <= LOGITS_ATOL, (step, diff)
+    diffs = last_logit_diffs(gguf, bundle, PROMPT, 4)
+    assert max(diffs) <= LOGITS_ATOL, diffs
     summary = _build(bundle)["prequantized"]
     assert summary["accuracy_level"] == 0
     assert summary["dequantized"] == []
@@ -179,19 +176,19 @@ def test_q5_follows_q6_k_for_each_precision(tmp_path: Path, precision, outcome: 
     assert f"Q5_K: {counts['Q5_K']} {outcome}" in card
 
 
-def test_an_untied_q5_k_embedding_is_looked_up_in_float(tmp_path: Path):
-    """llama.cpp's Q5_K_M stores an untied embedding in Q5_K: GatherBlockQuantized takes no
-    float zero points, so the lookup reads it dequantized (as a Q4_K embedding's), and the
-    manifest says why; the matrices stay 8-bit and the Q6_K output is kept."""
+def test_an_untied_q5_k_embedding_keeps_its_codes(tmp_path: Path):
+    """llama.cpp's Q5_K_M stores an untied embedding in Q5_K: its lookup is an 8-bit
+    GatherBlockQuantized with integer zero points plus the rows' block mins
+    (tests/checkpoint/gguf/test_tables.py checks its values), no float table; the matrices stay
+    8-bit and the Q6_K output is kept."""
     types = {**Q5_K_M, "token_embd": "Q5_K", "output": "Q6_K"}
     gguf = _write(tmp_path, "q5_k_m", tie=False, types=types)
     bundle = mobius_genai.package(gguf, "cpu", tmp_path / "bundle", smoke_test=False, quiet=True)
     summary = _build(bundle)["prequantized"]
-    assert summary["tensors"]["Q5_K"] == {"kept 8-bit": 5 * LAYERS, "dequantized to fp32": 1}
+    assert summary["tensors"]["Q5_K"] == {"kept 8-bit": 5 * LAYERS + 1}
     assert summary["tensors"]["Q6_K"] == {"kept 8-bit": LAYERS + 1}
-    assert summary["dequantized"] == [
-        "model.embed_tokens.weight (float zero points: no GatherBlockQuantized)"
-    ]
+    assert summary["dequantized"] == []
+    assert summary["lookups"] == 1
 
 
 def test_the_cuda_bundle_keeps_q5_k_in_fp16(tmp_path: Path):
