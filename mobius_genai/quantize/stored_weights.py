@@ -130,6 +130,10 @@ def apply_prequantized(
         weight = node.inputs[1]
         parts = _parts(weight)
         if not parts:
+            among_floats = _packed_with_floats(weight)
+            if among_floats:  # read as float with the float parts packed beside them
+                dequantized.append(f"{weight.name} (packed with float parts)")
+                kinds.dequantized(among_floats)
             continue
         if not keep:
             dequantized.append(f"{weight.name} ({why_float})")
@@ -279,6 +283,15 @@ def _parts(weight: ir.Value | None) -> list[PrequantizedTensor]:
     ):
         return list(tensor.parts)  # type: ignore[arg-type]
     return []
+
+
+def _packed_with_floats(weight: ir.Value) -> list[PrequantizedTensor]:
+    """The pre-quantized parts of a packed weight (q/k/v) that also holds float parts: one
+    MatMul reads them all, so they are read as their dequantized values."""
+    tensor = weight.const_value
+    if not isinstance(tensor, ConcatTensor):
+        return []
+    return [part for part in tensor.parts if isinstance(part, PrequantizedTensor)]
 
 
 def _runs(parts: list[PrequantizedTensor]) -> list[list[PrequantizedTensor]]:

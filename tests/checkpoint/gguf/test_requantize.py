@@ -233,3 +233,22 @@ def test_lm_head_kept_in_float_by_the_source_stays_float_unless_the_recipe_widen
     )
     assert _manifest(bundle)["prequantized"]["tensors"][kind] == {outcome: 1}
     assert len(_float_matmuls(bundle)) == (1 if outcome.startswith("float") else 0)
+
+
+@pytest.mark.parametrize("precision", [None, "int4"])
+def test_quantized_k_and_v_packed_beside_a_float_q_are_read_as_float(tmp_path, precision):
+    """q stored F16 beside Q4_1 k and Q4_0 v: one packed q/k/v MatMul reads them all, so k and v
+    are read as their dequantized values, counted so, and (int4) quantized with q."""
+    gguf = write_tiny_gguf(tmp_path / "m.gguf", "llama", layers=2, types={"attn_q": "F16"})
+    bundle = mobius_genai.package(gguf, "cpu", tmp_path / "out", precision=precision, quiet=True)
+    prequantized = _manifest(bundle)["prequantized"]
+    packed = [f"model.layers.{i}.self_attn.qkv_proj.weight" for i in range(2)]
+    assert prequantized["dequantized"] == [f"{name} (packed with float parts)" for name in packed]
+    tensors = prequantized["tensors"]
+    read = (
+        "dequantized to fp32"
+        if precision is None
+        else next(outcome for outcome in tensors["F16"] if outcome.startswith("re-quantized"))
+    )
+    assert tensors["Q4_1"][read] == 2 and tensors["Q4_0"][read] == 2
+    assert tensors["F16"] == {("float (fp32)" if precision is None else read): 2}
