@@ -163,10 +163,11 @@ def image_embedder(
     """The decoder's extra inputs per step, from the vision and embedding graphs on CPU.
 
     The vision graph runs once here and is released; the returned function feeds the new
-    tokens to the embedding graph with the image features the first time, an empty
-    [0, hidden] tensor after that (and always for its other features: a prompt without audio), and names its output as the decoder input of that name;
-    for a model whose positions are 3-D (model.vision_start_token_id: Qwen2.5-VL) it adds
-    the tokens' mrope position_ids. `entries` are ORT session config entries, `provider` the
+    tokens to the embedding graph with the image features (and the clip's audio features)
+    the first time, an empty [0, hidden] tensor after that and for a feature the prompt has
+    none of, and names its output as the decoder input of that name; for a model whose
+    positions are 3-D (model.vision_start_token_id: Qwen2.5-VL) it adds the tokens' mrope
+    position_ids. `entries` are ORT session config entries, `provider` the
     name of onnxruntime's CPU EP.
     """
     model = config["model"]
