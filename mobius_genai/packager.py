@@ -473,8 +473,8 @@ def _prequantized_note(report: PrequantizedReport, target: Target) -> str:
         note += f"; {requantized} it could not keep re-quantized with the int4 options asked"
     if target.precision != "int4":
         note += (
-            f"; precision {target.precision} applies to the activations and to the weights "
-            "the checkpoint keeps in float (its integers are not 4-bit)"
+            f"; precision {target.precision}: its integers are not 4-bit; the activations and "
+            f"the weights the checkpoint keeps in float are {precision_of(target.dtype)}"
         )
     elif target.int4 is not None and _layout(target.int4) != _layout(Int4Options()):
         note += "; the kept weights' block size and zero points are the checkpoint's"

@@ -33,6 +33,10 @@ FLOAT_PRECISIONS: dict[str, ir.DataType] = {
 QUANTIZED_PRECISIONS = ("int4",)
 #: Every precision, in the order help texts list them.
 PRECISIONS = (*FLOAT_PRECISIONS, *QUANTIZED_PRECISIONS)
+#: The precision of a bundle that keeps a source's integers, by their narrowest width (a GGUF
+#: of Q4_K matrices and a Q6_K table is int4; of Q8_0, Q6_K or Q5_K ones alone, int8: what
+#: MatMulNBits holds them in). Never asked for: a source stores it.
+STORED_PRECISIONS: dict[int, str] = {4: "int4", 8: "int8"}
 #: Other accepted spellings of the float precisions.
 _SPELLINGS = {
     "f32": "fp32",
@@ -50,7 +54,7 @@ class Target:
     `dtype` is the model's float dtype (for int4: of activations and scales); `precision`
     names the weights (a float precision, or int4 with `int4` holding the options of the int4
     asked for, as asked but for the accuracy level; None for a source's stored int4 kept as it
-    is); `context_length` None means the checkpoint's max_position_embeddings. `stored` is the
+    is), or int8 for a source's 8-bit integers kept (`STORED_PRECISIONS`); `context_length` None means the checkpoint's max_position_embeddings. `stored` is the
     bit widths of the integers the source stores (empty: float weights), kept as they are
     (MatMulNBits) unless `dequantize_stored` (a float precision asked of such a source, or an
     EP without MatMulNBits) makes them float.
@@ -88,7 +92,8 @@ def resolve_target(
     """The target for the user's choices and the source's stored integers.
 
     Without a precision: int4 when int4 options are given or the source stores 4-bit integers
-    the EP keeps, else the dtype's (the EP's default dtype when no dtype is given). A float
+    the EP keeps, int8 when the integers it keeps are all 8-bit (`STORED_PRECISIONS`), else the
+    dtype's (the EP's default dtype when no dtype is given). A float
     precision asked of a source that stores integers dequantizes them. `graph_capture` None
     is the EP's default. Errors name the argument, the value and what is accepted."""
     ep = resolve_ep(execution_provider)
@@ -117,7 +122,8 @@ def resolve_target(
     if int4 is not None:
         int4 = dataclasses.replace(int4, accuracy_level=plan.accuracy_level)
     dequantize = bool(stored) and (asked in FLOAT_PRECISIONS or not plan.matmul_nbits)
-    resolved = asked or ("int4" if 4 in stored and not dequantize else precision_of(model_dtype))
+    kept = STORED_PRECISIONS[min(stored)] if stored and not dequantize else None
+    resolved = asked or kept or precision_of(model_dtype)
     return Target(
         ep,
         model_dtype,

@@ -372,12 +372,15 @@ def _quantization(summary: Mapping[str, Any] | None) -> str:
         return "none"
     level = summary.get("accuracy_level")
     wide = summary.get("weights_8bit") or []
+    kept = summary.get("weights_float32") or []
     parts = [
         f"INT4 {summary['format']}",
         f"quality {summary['quality']} ({summary['rounding']} rounding)",
         f"block size {summary['block_size']}",
         "symmetric" if summary["symmetric"] else "asymmetric (zero points)",
-        f"{summary['quantized_weights']} weights" + (f" ({len(wide)} in 8 bits)" if wide else ""),
+        f"{summary['quantized_weights']} weights"
+        + (f" ({len(wide)} in 8 bits)" if wide else "")
+        + (f", {len(kept)} left float32 as the family keeps them" if kept else ""),
         f"embedding {summary['embedding']}",
     ]
     if level is not None:

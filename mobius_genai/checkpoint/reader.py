@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 #: Value metadata key of a graph parameter holding the transpose of the checkpoint's matrix
 #: (a Linear weight: [in, out] in the graph, [out, in] as stored).
 TRANSPOSED_FROM_CHECKPOINT = "mobius.transposed"
+#: Marks (in `ir.Value.meta`) a parameter its family keeps in float32, which int4 leaves
+#: float (models/families/float32.py).
+KEPT_FLOAT32 = "mobius.kept_float32"
 
 #: A model's configuration as checkpoint/ sees it: passed through to the callbacks that read it
 #: (a family's preprocess, a grouped weight's sizes), never read here.

@@ -23,6 +23,9 @@ class OgType:
     three_d_positions: bool = False
     # The text og's multimodal processor expands to one image's tokens (None: takes no images).
     image_placeholder: str | None = None
+    # The token og's processor expands the placeholder to, one per image feature, where the
+    # placeholder does not hold it: in a prompt it is a feature og has none for (Gemma 4's).
+    image_token: str | None = None
     # og's processor takes audio (og.Audios); the encoder runs once before the decoder.
     audio: bool = False
     # The text og's processor expands to one audio clip's tokens in a prompt, for a bundle
@@ -55,7 +58,12 @@ OG_TYPES: dict[str, OgType] = {
         # `<image|>` and a blank line (its Gemma4MultiModalProcessor)
         # and one `<|audio|>` to a blank line, `<|audio>`, a `<|audio|>` per audio token,
         # `<audio|>` and a blank line (one clip a prompt; E2B/E4B's speech graph)
-        OgType("gemma4", image_placeholder="<|image>", audio_placeholder="<|audio|>"),
+        OgType(
+            "gemma4",
+            image_placeholder="<|image>",
+            image_token="<|image|>",
+            audio_placeholder="<|audio|>",
+        ),
         # types og positions in 3-D that mobius-genai does not write (other tools' bundles)
         OgType("fara", three_d_positions=True),
         OgType("qwen3_5", three_d_positions=True),

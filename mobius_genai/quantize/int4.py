@@ -71,6 +71,7 @@ _SUMMARY_KEYS = (
     "op_counts",
     "quantized_weights",
     "weights_8bit",
+    "weights_float32",
     "calibration",
     "calibration_skipped",
 )
@@ -115,6 +116,9 @@ class Int4Report:
     """The random token ids whose activations weighted the search (None: unweighted)."""
     calibration_skipped: str | None = None
     """Why a recipe that calibrates searched unweighted here (None when it did not)."""
+    kept_float32: tuple[str, ...] = ()
+    """Matrices left float because their family keeps them in float32 (a MoE router's:
+    models/families/float32.py), whose choice 4-bit rounding would change."""
 
     @property
     def op_counts(self) -> dict[str, int]:
@@ -151,6 +155,7 @@ class Int4Report:
             "weights_8bit": {
                 weight.name: weight.block_size for weight in self.weights if weight.bits == 8
             },
+            "weights_float32": list(self.kept_float32),
             "weights": [
                 dataclasses.asdict(weight) | {"ops": list(weight.ops)} for weight in self.weights
             ],
@@ -193,13 +198,16 @@ def quantize_planned(
     (`calibrate.py`; default `Calibration()`, at most the graph's context length) and weights
     the search of the 4-bit weights by the activations measured; where the graph cannot be
     calibrated (a vision-language decoder, MoE experts: `calibration_refusal`), the search is
-    unweighted and the report says why.
+    unweighted and the report says why. Weights their family keeps in float32 stay float
+    (`WeightGroup.kept_float32`; the report's `kept_float32`).
     """
     options = plan.options
     if options is None:
         raise ConfigError("no int4 was asked; accepted: a plan made with int4 options")
     groups, declined = find_weights(model.graph)
     groups = [group for group in groups if select is None or select(group)]
+    kept = tuple(group.source.name for group in groups if group.kept_float32)
+    groups = [group for group in groups if not group.kept_float32]
     _check_block_size(
         [g for g in groups if g.matmuls or (plan.gather and g.gathers)], options.block_size
     )
@@ -250,6 +258,7 @@ def quantize_planned(
         declined=tuple((item.node, item.reason) for item in declined) + tuple(experts.declined),
         calibration=calibration,
         calibration_skipped=refusal,
+        kept_float32=kept,
     )
 
 

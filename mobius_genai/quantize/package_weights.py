@@ -85,6 +85,7 @@ def _quantize_graphs(built: ModelPackage, plan: Int4Plan) -> Int4Report:
         weights=first.weights + tuple(w for report in others for w in report.weights),
         float_weights=first.float_weights + tuple(w for r in others for w in r.float_weights),
         declined=first.declined + tuple(d for report in others for d in report.declined),
+        kept_float32=first.kept_float32 + tuple(w for r in others for w in r.kept_float32),
     )
 
 

@@ -13,7 +13,9 @@ A weight is a 2-D float initializer (not overridable as a graph input) used as:
   row, Gemma 3n's ids past its per-layer table reading row 0). Other lookups, e.g. learned
   position embeddings, stay float.
 
-Uses that fit none of these are left alone; `Declined` records why, for the report.
+Uses that fit none of these are left alone; `Declined` records why, for the report. A weight
+its family keeps in float32 (`KEPT_FLOAT32`: a MoE router's, models/families/float32.py) is
+found like any other, and `WeightGroup.kept_float32` says int4 leaves it float.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import dataclasses
 
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.reader import KEPT_FLOAT32
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.quantize.plan import BLOCK_SIZES
 from mobius_genai.quantize.streaming import WeightSource
@@ -64,6 +67,11 @@ class WeightGroup:
         if self.gathers or "lm_head" in self.source.name:
             return "lm_head"
         return "linear"
+
+    @property
+    def kept_float32(self) -> bool:
+        """Its family keeps it in float32 (`KEPT_FLOAT32`): int4 leaves it float."""
+        return any(value.meta.get(KEPT_FLOAT32) for value in self.source.values)
 
 
 @dataclasses.dataclass(frozen=True)

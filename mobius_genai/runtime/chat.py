@@ -21,6 +21,7 @@ from mobius_genai.errors import BundleError
 from mobius_genai.runtime.decoding import Decoder
 from mobius_genai.runtime.generate import chat_template, load_tokenizer
 from mobius_genai.runtime.opening import ON_CPU, OpenBundle, open_bundle
+from mobius_genai.runtime.placeholders import require_media
 
 
 class Conversation:
@@ -60,6 +61,7 @@ class Conversation:
         self.bos = required_bos(folder)  # onnxruntime-genai's tokenizer does not add it
         self.context = bundle.default_max_length if max_length is None else max_length
         self.folder = folder
+        self.config = bundle.config
         self.system = system
         self.max_new_tokens = max_new_tokens
         self.turns: list[tuple[str, str]] = []
@@ -78,7 +80,11 @@ class Conversation:
 
     def reply(self, message: str) -> Iterator[str]:
         """Text pieces of the model's reply to `message`, as they are generated; the turn is
-        kept once the reply ends, also when it is stopped midway (with the text so far)."""
+        kept once the reply ends, also when it is stopped midway (with the text so far). A
+        message or system message placing an image or a clip is an OptionError: a chat has
+        none to give."""
+        for text in (self.system or "", message):
+            require_media(self.folder, self.config, text)
         try:
             self.prompt_ids = self._fitted_prompt(message)
         except RuntimeError as error:  # og's error type for template and tokenizer failures

@@ -39,6 +39,7 @@ from mobius_genai.runtime.generate import (
 )
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
 from mobius_genai.runtime.opening import OpenBundle
+from mobius_genai.runtime.placeholders import require_media
 
 #: Why a turn ended, from the Engine's finish reason: "eos" (the model ended it), "length"
 #: (max new tokens), "context" (the request's tokens filled the context), "stopped" (cancelled).
@@ -292,9 +293,11 @@ def stream_text(
     With `images` (files), the prompt goes through the multimodal processor with them; it gets
     the model type's image placeholder in front for each image it does not place itself. With
     an `audio` file (a bundle with a speech graph), likewise with the clip's placeholder.
-    `guidance` constrains the reply (a JSON schema, a regular expression, a Lark grammar).
+    `guidance` constrains the reply (a JSON schema, a regular expression, a Lark grammar). A
+    prompt placing more images or clips than the files given is an OptionError.
     """
     folder, text = bundle.folder, prompt
+    require_media(folder, bundle.config, text, images=len(images), audios=int(audio is not None))
     if images:
         placeholder = image_placeholder(folder, bundle.config)
         text = " ".join([placeholder] * (len(images) - text.count(placeholder)) + [text])

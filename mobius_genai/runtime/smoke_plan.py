@@ -36,8 +36,15 @@ from mobius_genai.runtime.smoke import SmokeResult, smoke_test
 #: on CPU, and its peak for a bundle of almost no weights (Python, onnxruntime, genai): measured
 #: with benchmarks/smoke_memory.py (benchmarks/README.md, "Smoke test memory"; largest factors
 #: seen: fp32 0.97, fp16 2.59, int4 1.67), plus 5% and rounded up. bf16 graphs have no CPU
-#: kernels to measure; they count as fp16.
-MEMORY_PER_BYTE: Mapping[str, float] = {"fp32": 1.1, "fp16": 2.8, "bf16": 2.8, "int4": 1.8}
+#: kernels to measure; they count as fp16; int8 (a source's 8-bit integers kept in
+#: MatMulNBits, the same kernels as int4) counts as int4.
+MEMORY_PER_BYTE: Mapping[str, float] = {
+    "fp32": 1.1,
+    "fp16": 2.8,
+    "bf16": 2.8,
+    "int4": 1.8,
+    "int8": 1.8,
+}
 BASE_MEMORY = 170 << 20
 #: The whole bundle is run when its estimated peak is within this share of the available memory;
 #: packaging should not crowd out the rest of the machine.

@@ -4,6 +4,7 @@ clip; text-only and image prompts on the same bundle; the files og reads."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import shutil
@@ -265,6 +266,40 @@ def test_run_refuses_what_an_audio_prompt_cannot_do(bundle, tmp_path, capsys, ex
     assert main(["run", str(folder), "--audio", str(path), "--prompt", "Hi", *extra]) != 0
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("prompt", "audio", "placed"),
+    [
+        ("<|audio|> Hi", False, "places 1 <|audio|> but 0 clip(s) are given"),
+        ("<|audio|> and <|audio|>", True, "places 2 <|audio|> but 1 clip(s) are given"),
+        ("<|image> Hi", False, "places 1 <|image> but 0 image(s) are given"),
+        ("<|image|> Hi", False, "holds <|image|>, the token og fills with an image's features"),
+    ],
+)
+def test_run_refuses_placeholders_without_their_files(
+    bundle, tmp_path, capsys, prompt, audio, placed
+):
+    """A prompt placing a clip or an image with no file given is one line and exit code 1,
+    before og (whose session run fails on it with "Gather ... out of bounds")."""
+    path = tmp_path / "clip.wav"
+    path.write_bytes(tone_wav(8_000))
+    given = ["--audio", str(path)] if audio else []
+    assert main(["run", str(bundle), *given, "--prompt", prompt, "--max-new-tokens", "2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "Gather" not in err
+    assert f"the prompt {placed}; accepted: " in err
+
+
+def test_chat_refuses_a_message_placing_an_image_and_goes_on(bundle, monkeypatch, capsys):
+    """`chat` takes no files: a message placing an image or a clip is refused in one line and
+    the next message is answered."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("<|image|> Hi\n<|audio|>\nHi\n"))
+    assert main(["chat", str(bundle), "--max-new-tokens", "3", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    refusals = [line for line in captured.err.splitlines() if "the prompt " in line]
+    assert len(refusals) == 2 and "Traceback" not in captured.err
+    assert captured.err.count("[… reply cut at 3 tokens") == 1  # the third message's reply
 
 
 def test_smoke_test_runs_a_tone_beside_the_image(bundle):

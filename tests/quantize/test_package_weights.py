@@ -85,12 +85,16 @@ def _gptq_8bit(tmp_path: Path) -> Path:
 
 
 def _held(bundle: Path) -> str:
-    """'int4' when the bundle's graph holds 4-bit weights, else its float dtype's name."""
+    """'int4' when the bundle's graph holds 4-bit weights, 'int8' when its quantized weights
+    are all 8-bit, else its float dtype's name."""
     graph = onnx.load(bundle / "model.onnx", load_external_data=False).graph
-    for node in graph.node:
-        bits = next((a.i for a in node.attribute if a.name == "bits"), 4)
-        if node.op_type in ("MatMulNBits", "GatherBlockQuantized") and bits == 4:
-            return "int4"
+    widths = {
+        next((a.i for a in node.attribute if a.name == "bits"), 4)
+        for node in graph.node
+        if node.op_type in ("MatMulNBits", "GatherBlockQuantized")
+    }
+    if widths:
+        return "int4" if 4 in widths else f"int{min(widths)}"
     initializers = {tensor.name: tensor.data_type for tensor in graph.initializer}
     four_bit = {onnx.TensorProto.INT4, onnx.TensorProto.UINT4}
     if any(
@@ -111,7 +115,8 @@ def _held(bundle: Path) -> str:
         ("float", ("--precision", "int4", "--ep", "onnx-standard"), "int4"),
         ("gguf", (), "int4"),  # its 4-bit blocks kept
         ("gguf", ("--precision", "fp16"), "fp16"),  # dequantized
-        ("gptq-8bit", (), "fp32"),  # 8-bit integers kept: no int8 precision to name them
+        ("gptq-8bit", (), "int8"),  # 8-bit integers kept
+        ("gptq-8bit", ("--precision", "fp32"), "fp32"),  # dequantized
     ],
 )
 def test_the_folder_is_named_for_the_precision_the_bundle_holds(

@@ -8,7 +8,9 @@ in `FamilyAdapter.float32` as transformers does (patterns searched in checkpoint
 the buffers its class declares float32 (LFM2-MoE's `expert_bias`). The build stores the
 matching parameters in float32 (read from the checkpoint as float32: a float32 correction
 bias exactly), and a component whose parameters are float32 computes in float32 and casts its
-output back to the graph's dtype (components/group_router.py). Arithmetic in float32 around
+output back to the graph's dtype (components/group_router.py). Int4 leaves them float, in
+every dtype (a float32 build's too): each carries `KEPT_FLOAT32` (quantize/weight_uses.py
+reads it), for a router's choice is as sensitive to 4-bit rounding as to float16's. Arithmetic in float32 around
 parameters kept in the model's dtype is the component's config (MiniMax-M2's router scores:
 `GroupRouting.float32_scores`). A float32 build has nothing to change.
 
@@ -27,7 +29,7 @@ from collections.abc import Callable
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.checkpoint.reader import TensorSource
+from mobius_genai.checkpoint.reader import KEPT_FLOAT32, TensorSource
 from mobius_genai.ep.context import get_build_dtype
 
 
@@ -50,6 +52,11 @@ class KeptFloat32:
             return always + self.in_float16
         return always if dtype == ir.DataType.BFLOAT16 else ()
 
+    def unquantized(self, dtype: ir.DataType) -> tuple[str, ...]:
+        """The patterns int4 leaves float in a graph built in `dtype`: those the dtype keeps,
+        and in a float32 graph those any narrow dtype would (`strict`, `declared`)."""
+        return self.patterns(ir.DataType.BFLOAT16 if dtype == ir.DataType.FLOAT else dtype)
+
 
 #: A class that keeps nothing in float32 (most).
 NONE_KEPT = KeptFloat32()
@@ -65,16 +72,25 @@ def keep_float32(
     module: nn.Module, kept: KeptFloat32, checkpoint_name: Callable[[str], str | TensorSource]
 ) -> None:
     """Make the parameters of `module` that `kept` names float32 in the build dtype's graph
-    (before its weights are read and its graph is built). Patterns are searched in the
-    checkpoint tensor's name (`checkpoint_name` of the parameter's), the names transformers
-    searches."""
-    patterns = kept.patterns(get_build_dtype())
+    (before its weights are read and its graph is built), and mark those int4 leaves float
+    (`KeptFloat32.unquantized`) with `KEPT_FLOAT32`. Patterns are searched in the checkpoint
+    tensor's name (`checkpoint_name` of the parameter's), the names transformers searches."""
+    dtype = get_build_dtype()
+    patterns = kept.unquantized(dtype)
     if not patterns:
         return
-    # transformers' build_glob_alternation: "*" is any run, the rest a regex searched
-    found = re.compile("|".join(pattern.replace("*", ".*") for pattern in patterns))
+    narrow = set(kept.patterns(dtype))
     for name, value in module.named_parameters():
         source = checkpoint_name(name)
         stored = source if isinstance(source, str) else source.names[0]
-        if found.search(stored) and value.dtype in _NARROW:
+        found = [pattern for pattern in patterns if _search(pattern, stored)]
+        if not found:
+            continue
+        value.meta[KEPT_FLOAT32] = True
+        if narrow.intersection(found) and value.dtype in _NARROW:
             value.type = ir.TensorType(ir.DataType.FLOAT)
+
+
+def _search(pattern: str, name: str) -> bool:
+    """transformers' build_glob_alternation: "*" is any run, the rest a regex searched."""
+    return re.search(pattern.replace("*", ".*"), name) is not None

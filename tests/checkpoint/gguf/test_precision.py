@@ -73,6 +73,37 @@ def test_a_gguf_of_4_bit_blocks_is_an_int4_bundle_by_name_too(tmp_path, monkeypa
     assert _precision_words(bundle) == ("int4", "| Weights | fp32, precision int4 |")
 
 
+#: Every matrix of the tiny llama GGUF in Q8_0 (its table and output are Q8_0 already).
+_ALL_Q8_0 = {name: "Q8_0" for name in ("attn_q", "attn_k", "attn_v", "attn_output")} | {
+    name: "Q8_0" for name in ("ffn_gate", "ffn_up", "ffn_down")
+}
+
+
+def test_a_gguf_of_8_bit_blocks_alone_is_an_int8_bundle_by_name_too(tmp_path, monkeypatch):
+    """Q8_0 blocks are kept 8-bit in MatMulNBits: the folder, the manifest and the card say
+    int8 (not fp32, which the bundle's weights are not); a float precision still dequantizes."""
+    gguf = write_tiny_gguf(tmp_path / "model.gguf", "llama", types=_ALL_Q8_0)
+    assert stored_bits(gguf) == {8}
+    monkeypatch.chdir(tmp_path)
+    assert _package(gguf) == 0
+    bundle = tmp_path / "model-cpu-int8"
+    assert "MatMulNBits" in _ops(bundle)
+    assert _precision_words(bundle) == ("int8", "| Weights | fp32, precision int8 |")
+    assert _package(gguf, "--precision", "fp32") == 0
+    assert not _ops(tmp_path / "model-cpu-fp32") & _QUANTIZED_OPS
+
+
+@pytest.mark.parametrize(
+    ("stored", "precision", "expected"),
+    [({8}, None, "int8"), ({4, 8}, None, "int4"), ({8}, "int4", "int4"), ({8}, "fp16", "fp16")],
+)
+def test_the_kept_integers_name_the_precision(stored, precision, expected):
+    """The narrowest kept width names it; a precision asked wins. The EP without MatMulNBits
+    (onnx-standard) dequantizes them: its dtype's name."""
+    assert resolve_target("cpu", precision=precision, stored=stored).precision == expected
+    assert resolve_target("onnx-standard", stored={8}).precision == "fp32"
+
+
 def test_a_float_precision_and_int4_give_different_bundles(tmp_path):
     gguf = write_tiny_gguf(tmp_path / "model.gguf", "llama")
     for precision in ("fp32", "int4"):

@@ -198,7 +198,7 @@ def test_the_cuda_bundle_keeps_q5_k_in_fp16(tmp_path: Path):
     gguf = _write(tmp_path, "q5_k_m")
     bundle = mobius_genai.package(gguf, "cuda", tmp_path / "cuda", smoke_test=False, quiet=True)
     build = _build(bundle)
-    assert build["precision"] == "fp16"
+    assert (build["precision"], build["dtype"]) == ("int8", "fp16")  # its integers all 8-bit
     assert build["prequantized"]["tensors"]["Q5_K"] == {"kept 8-bit": _kinds(gguf)["Q5_K"]}
     model = onnx.load(bundle / "model.onnx", load_external_data=False)
     dtypes = {t.name: t.data_type for t in model.graph.initializer}

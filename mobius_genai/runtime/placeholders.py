@@ -1,0 +1,47 @@
+"""A prompt's image and audio placeholders checked against the files given, before og runs.
+
+og's multimodal processor expands each placeholder of the bundle's og type (kinds/og_types.py:
+`image_placeholder` with a vision graph, `audio_placeholder` with a speech graph) to one
+image's or clip's tokens. A placeholder with no file behind it, or the token an image's
+features fill written out (`image_token`, Gemma 4's `<|image|>`), reaches the model as tokens
+with no features to take, and og 0.18 fails deep inside a session run ("Gather ... out of
+bounds"): `run` and `chat` refuse such a prompt first, in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mobius_genai.errors import OptionError
+from mobius_genai.kinds.og_types import og_type
+from mobius_genai.runtime.audio import prompt_audio
+
+__all__ = ["require_media"]
+
+
+def require_media(
+    folder: str | Path, config: Mapping[str, Any], text: str, *, images: int = 0, audios: int = 0
+) -> None:
+    """An OptionError when `text` places more images or clips than the files given (`images`,
+    `audios`); the placeholders of a bundle without the graph that reads them are plain text."""
+    model = config["model"]
+    row = og_type(model["type"])
+    vision = "vision" in model
+    if vision and row.image_token is not None and row.image_token in text:
+        raise OptionError(
+            f"{folder}: the prompt holds {row.image_token}, the token og fills with an image's "
+            f"features; accepted: {row.image_placeholder} to place an image (one per file of "
+            "`run --image FILE`), or a prompt without it"
+        )
+    image = row.image_placeholder if vision else None
+    media = ((image, images, "image", "--image"), (prompt_audio(config), audios, "clip", "--audio"))
+    for placeholder, given, noun, option in media:
+        placed = 0 if placeholder is None else text.count(placeholder)
+        if placed > given:
+            raise OptionError(
+                f"{folder}: the prompt places {placed} {placeholder} but {given} {noun}(s) "
+                f"are given; accepted: at most one {placeholder} per file of `run {option} "
+                "FILE` (put in front of a prompt that leaves it out), or a prompt without it"
+            )
