@@ -92,7 +92,7 @@ def test_int4_options_belong_to_int4():
         ("cpu", {}, {4, 8}, "int4", False),  # a Q4 GGUF: its integers kept
         ("cpu", {"precision": "fp32"}, {4}, "fp32", True),  # a float precision asked
         ("cpu", {"dtype": "fp16"}, {4}, "int4", False),  # dtype: the activations'
-        ("cpu", {}, {8}, "fp32", False),  # 8-bit kept; no int8 precision to name it
+        ("cpu", {}, {8}, "int8", False),  # 8-bit integers kept: an int8 bundle
         ("cpu", {}, set(), "fp32", False),  # float weights
         ("onnx-standard", {}, {4}, "fp32", True),  # no MatMulNBits: dequantized
     ],

@@ -64,16 +64,18 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         writer = GraphWriter(model.graph)
         for group, format_ in zip(self.groups, self.formats, strict=True):
-            self.results.append(self._rewrite(writer, group, format_))
+            self.results.append(self.rewrite(writer, group, format_))
         writer.remove_unused()
         modified = any(self.results)
         if modified:
             model.opset_imports.setdefault(MS_DOMAIN, 1)
         return ir.passes.PassResult(model, modified=modified)
 
-    def _rewrite(
+    def rewrite(
         self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat
     ) -> tuple[str, ...]:
+        """Quantize `group`'s weight in `format_` and rewrite its uses: the op types they now
+        are (empty when it stays float). Subclasses (stored tables) change how, per group."""
         gathers = group.gathers if self.gather else []
         if not group.matmuls and not gathers:
             return ()

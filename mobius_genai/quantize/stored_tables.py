@@ -94,11 +94,11 @@ class StoredTablesPass(MatMulNBitsPass):
     """`MatMulNBitsPass` whose B, scales and zero points are a pre-quantized table's own (float
     zero points: integer ones, and block mins added after each use)."""
 
-    def _rewrite(
+    def rewrite(
         self, writer: GraphWriter, group: WeightGroup, format_: WeightFormat
     ) -> tuple[str, ...]:
         if _table(group).zero_form != "float":
-            return super()._rewrite(writer, group, format_)
+            return super().rewrite(writer, group, format_)
         gathers = group.gathers if self.gather else []
         if not group.matmuls and not gathers:
             return ()
