@@ -143,7 +143,7 @@ def _cli_run(folder: str, model: Mapping[str, Any]) -> str:
     run = f'mobius-genai run {folder} --prompt "The capital of France is"'
     if "vision" in model:
         run += f'\nmobius-genai run {folder} --image photo.png --prompt "Describe the image."'
-    if model.get("speech", {}).get("filename"):
+    if "speech" in graph_sections(model):
         run += f'\nmobius-genai run {folder} --audio clip.wav --prompt "Transcribe the audio."'
     return run
 

@@ -14,7 +14,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.components.linear import parameter
+from mobius_genai.components.linear import in_float32, parameter
 from mobius_genai.config.moe import MoeConfig
 from mobius_genai.config.moe_routing import GROUP_SCORES
 from mobius_genai.ep.context import get_build_dtype
@@ -22,11 +22,6 @@ from mobius_genai.ep.context import get_build_dtype
 
 def _constant(op, value: float, like: ir.Value) -> ir.Value:
     return op.CastLike(op.Constant(value=ir.tensor(np.array(value, dtype=np.float32))), like)
-
-
-def _in_float32(op, value: ir.Value, dtype: ir.DataType) -> ir.Value:
-    """`value` (of `dtype`) in float32."""
-    return value if dtype == ir.DataType.FLOAT else op.Cast(value, to=ir.DataType.FLOAT)
 
 
 def _sigmoid(op, logits: ir.Value) -> ir.Value:
@@ -67,7 +62,7 @@ class GroupRouter(nn.Module):
         logits = op.Reshape(
             op.MatMul(hidden, self.weight), op.Constant(value_ints=[-1, self.num_experts])
         )
-        logits = _in_float32(op, logits, self.weight.dtype) if routing.float32_scores else logits
+        logits = in_float32(op, logits, self.weight.dtype) if routing.float32_scores else logits
         scores = (
             _sigmoid(op, logits) if routing.scoring == "sigmoid" else op.Softmax(logits, axis=-1)
         )
@@ -108,7 +103,7 @@ class GroupRouter(nn.Module):
         if bias.dtype == self._scores_dtype():
             return op.Add(scores, bias)
         return op.Add(
-            _in_float32(op, scores, self._scores_dtype()), _in_float32(op, bias, bias.dtype)
+            in_float32(op, scores, self._scores_dtype()), in_float32(op, bias, bias.dtype)
         )
 
     def _kept_groups(self, op, choice: ir.Value) -> ir.Value:

@@ -17,10 +17,12 @@ def parameter(shape: list[int], *, transposed: bool = False) -> nn.Parameter:
     return param
 
 
-def in_float32(op, x: ir.Value) -> ir.Value:
-    """`x` in float32 (itself in a float32 build): what recurrent blocks compute their decays
-    and states in, whatever the model dtype."""
-    return x if get_build_dtype() == ir.DataType.FLOAT else op.Cast(x, to=ir.DataType.FLOAT)
+def in_float32(op, x: ir.Value, dtype: ir.DataType | None = None) -> ir.Value:
+    """`x` in float32 (itself when float32 already): what recurrent blocks compute their decays
+    and states in, whatever the model dtype. `dtype` is `x`'s, by default the build's (a
+    parameter its family keeps in float32 is float32 in any build)."""
+    dtype = get_build_dtype() if dtype is None else dtype
+    return x if dtype == ir.DataType.FLOAT else op.Cast(x, to=ir.DataType.FLOAT)
 
 
 class Linear(nn.Module):

@@ -80,6 +80,7 @@ __all__ = [
     "expand_after_int4",
     "expanded_after_int4",
     "is_standard_domain",
+    "left_for_int4",
     "needs_inlining",
     "register_functions",
 ]
@@ -448,12 +449,18 @@ TIER1_OPS: Mapping[str, Tier1Op] = MappingProxyType(
 INT4_MOE_OVERLOADS = frozenset({"geglu"})
 
 
+def left_for_int4(op_type: str, domain: str, overload: str) -> bool:
+    """An op whose experts int4 quantizes before it is expanded: an `INT4_MOE_OVERLOADS` MoE,
+    which the pipeline leaves to quantize/qmoe.py when int4 is asked."""
+    return domain == MS_DOMAIN and op_type == "MoE" and overload in INT4_MOE_OVERLOADS
+
+
 def expanded_after_int4(function: ir.Function) -> bool:
-    """Whether int4 expands `function` once it has quantized the experts: an
-    `INT4_MOE_OVERLOADS` MoE the pipeline left (block sizes QMoE cannot take leave it float),
-    or a QMoE body (all of them GeGLU ones, which no kernel takes)."""
-    moe = function.name == "MoE" and function.overload in INT4_MOE_OVERLOADS
-    return function.domain == MS_DOMAIN and (moe or function.name == "QMoE")
+    """Whether int4 expands `function` once it has quantized the experts: a MoE the pipeline
+    left (`left_for_int4`; block sizes QMoE cannot take leave it float), or a QMoE body (all
+    of them GeGLU ones, which no kernel takes)."""
+    qmoe = function.domain == MS_DOMAIN and function.name == "QMoE"
+    return qmoe or left_for_int4(function.name, function.domain, function.overload)
 
 
 def expand_after_int4(model: ir.Model) -> None:

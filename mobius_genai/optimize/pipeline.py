@@ -20,9 +20,9 @@ import onnx_ir.passes.common as common
 from onnxscript.rewriter import pattern
 
 from mobius_genai.components.tier1 import (
-    INT4_MOE_OVERLOADS,
     MS_DOMAIN,
     ep_runs,
+    left_for_int4,
     needs_inlining,
     register_functions,
 )
@@ -103,11 +103,6 @@ def _run_table(
         tracer.rule(stats)
 
 
-def _int4_left(op_type: str, domain: str, overload: str) -> bool:
-    """An op whose experts int4 quantizes before it is expanded (quantize/qmoe.py)."""
-    return domain == MS_DOMAIN and op_type == "MoE" and overload in INT4_MOE_OVERLOADS
-
-
 def _inline(
     model: ir.Model,
     caps: EpCapabilities,
@@ -117,13 +112,13 @@ def _inline(
 ):
     """Expand the functions of ops the EP cannot run, and of those whose keeping group
     declined for this target (its role or dtype); with `int4_experts`, not those int4
-    quantizes first (`_int4_left`), which it expands itself."""
+    quantizes first (`left_for_int4`), which it expands itself."""
     tracer.stage_header("Stage 2b: InlinePass (expand unsupported custom ops)")
     stats = RuleStats("InlinePass", "inline")
     declined = {group.keeps for group in FUSIONS if group.keeps and group.name in report.skipped}
 
     def expands(function: ir.Function) -> bool:
-        if int4_experts and _int4_left(function.name, function.domain, function.overload):
+        if int4_experts and left_for_int4(function.name, function.domain, function.overload):
             return False
         declined_op = function.domain == MS_DOMAIN and function.name in declined
         return declined_op or needs_inlining(function, caps)
@@ -141,7 +136,7 @@ def _inline(
             f"{node.domain}::{node.op_type}"
             for node in model.graph.all_nodes()
             if not ep_runs(caps, node.op_type, node.domain)
-            and not (int4_experts and _int4_left(node.op_type, node.domain, node.overload))
+            and not (int4_experts and left_for_int4(node.op_type, node.domain, node.overload))
         }
     )
     if unrunnable:

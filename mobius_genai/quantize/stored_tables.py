@@ -137,16 +137,13 @@ class StoredTablesPass(MatMulNBitsPass):
             specs.append(PartSpec(writer.unique_name(f"{base}_mins"), source.dtype, mins_shape))
 
         def compute() -> list[ir.TensorProtocol]:
-            stored, zero_form, mins = tensor.read_blocks(), tensor.zero_form, None
-            if zero_form == "float":
-                stored, mins = integer_zeros_and_mins([stored], format_.bits)
-                zero_form = "uint8"
             bits, size = format_.bits, format_.block_size
-            arrays = nbits_arrays([stored], bits, size, zero_form, source.dtype)
+            arrays = nbits_arrays(
+                [tensor.read_blocks()], bits, size, tensor.zero_form, source.dtype
+            )
             arrays[0] = arrays[0].reshape(data_shape)
-            if mins is not None:
-                mins = mins.T if group.matmuls else mins
-                arrays.append(np.ascontiguousarray(mins).astype(source.dtype.numpy()))
+            if tensor.zero_form == "float" and not group.matmuls:  # the lookup's [N, K/bs]
+                arrays[3] = np.ascontiguousarray(arrays[3].T)
             return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]
 
         return writer.initializers(specs, lazy_parts(self.cache, specs, compute))
@@ -160,7 +157,13 @@ def nbits_arrays(
     stored: list[StoredBlocks], bits: int, block_size: int, zero_form: str, dtype: ir.DataType
 ) -> list[np.ndarray]:
     """MatMulNBits' B [N, K/bs, bs*bits/8], scales and zero points (per `zero_form`) of the
-    stored blocks of weights concatenated along N."""
+    stored blocks of weights concatenated along N. Float zero points become their nearest
+    codes, and the block mins [K/bs, N] that `plus_block_mins` reads follow them
+    (quantize/block_mins.py)."""
+    mins = None
+    if zero_form == "float":
+        joined, mins = integer_zeros_and_mins(stored, bits)
+        stored, zero_form = [joined], "uint8"
     values = np.concatenate([s.values for s in stored], axis=0)
     n, k = values.shape
     values = values.reshape(n, k // block_size, block_size)
@@ -169,8 +172,8 @@ def nbits_arrays(
     zeros = np.concatenate([s.zeros for s in stored], axis=0)
     if zero_form == "uint8":
         arrays.append(_pack(zeros.astype(np.uint8), bits))
-    elif zero_form == "float":
-        arrays.append(zeros.astype(dtype.numpy()))
+    if mins is not None:
+        arrays.append(np.ascontiguousarray(mins.T).astype(dtype.numpy()))
     return arrays
 
 

@@ -36,7 +36,7 @@ from mobius_genai.checkpoint.prequantized.tensor import (
 )
 from mobius_genai.checkpoint.weights import ConcatTensor
 from mobius_genai.components.tier1 import MS_DOMAIN
-from mobius_genai.quantize.block_mins import integer_zeros_and_mins, plus_block_mins
+from mobius_genai.quantize.block_mins import plus_block_mins
 from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.plan import Int4Plan
 from mobius_genai.quantize.stored_tables import apply_stored_tables, nbits_arrays, table_uses
@@ -362,12 +362,7 @@ def _initializers(
 
     def compute() -> list[ir.TensorProtocol]:
         stored = [part.read_blocks() for part in parts]
-        if zero_form == "float":
-            joined, mins = integer_zeros_and_mins(stored, first.bits)
-            arrays = nbits_arrays([joined], first.bits, first.block_size, "uint8", dtype)
-            arrays.append(np.ascontiguousarray(mins.T).astype(dtype.numpy()))
-        else:
-            arrays = nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
+        arrays = nbits_arrays(stored, first.bits, first.block_size, zero_form, dtype)
         return [ir.Tensor(a, name=s.name) for a, s in zip(arrays, specs, strict=True)]
 
     tensors = lazy_parts(cache, specs, compute)
