@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import onnxruntime_genai as og
 
 from mobius_genai.kinds.og_types import OG_SECTIONS
 from mobius_genai.runtime.audio import audio_inputs, prompt_text, tone_wav
 from mobius_genai.runtime.generate import greedy_tokens, load_tokenizer
+from mobius_genai.runtime.ort_session import ort_session
 
 SMOKE_SECONDS = 2.0
 
@@ -67,12 +67,7 @@ def cross_caches(
     defaults_in, defaults_out = OG_SECTIONS["encoder"]
     names_in = {**defaults_in, **section.get("inputs", {})}
     names_out = {**defaults_out, **section.get("outputs", {})}
-    session_options = ort.SessionOptions()
-    for key, value in options.items():
-        session_options.add_session_config_entry(key, value)
-    session = ort.InferenceSession(
-        str(folder / section["filename"]), session_options, providers=[cpu_provider]
-    )
+    session = ort_session(folder / section["filename"], options, cpu_provider)
     outputs = dict(
         zip(
             [value.name for value in session.get_outputs()],
