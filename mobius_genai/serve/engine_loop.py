@@ -347,7 +347,8 @@ class EngineLoop:
         adapter = self._adapters.get(generation.model or "")
         seeded = generation.sampling.seed is not None and self._samples(generation)
         if adapter is not None or seeded or inputs is not None or self._engine is None:
-            generator = self._generator(inputs or ids, budget, generation, guide, adapter, len(ids))
+            prompt = ids if inputs is None else inputs
+            generator = self._generator(prompt, budget, generation, guide, adapter, len(ids))
             lane = _OwnGenerator(job, stream, output, generator)
             self._own.append(lane)
             job.post(Started(len(ids)))

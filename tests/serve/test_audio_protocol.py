@@ -4,9 +4,11 @@ transcription forms, and which of them the served bundle takes."""
 from __future__ import annotations
 
 import base64
+import importlib.util
 
 import pytest
 
+from mobius_genai.cli import main
 from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.protocol import (
     InputAudio,
@@ -117,3 +119,16 @@ def test_bundle_media_say_what_each_bundle_takes():
     with pytest.raises(RequestError, match="a clip goes in a chat message's input_audio part"):
         gemma4.check_transcription()
     whisper.check_transcription()
+
+
+def test_serve_without_python_multipart_names_the_extra(monkeypatch, tmp_path, capsys):
+    """The transcription form needs python-multipart: a missing one is said before serving."""
+    found = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "python_multipart" else found(name, *rest),
+    )
+    assert main(["serve", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "python-multipart); accepted: pip install 'mobius-genai[serve]'" in err
