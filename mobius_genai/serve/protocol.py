@@ -372,9 +372,8 @@ def _content(where: str, message: Mapping[str, Any]) -> str | tuple[str | InputA
             param=f"{where}.content",
         )
     parts = [_part(f"{where}.content[{i}]", part) for i, part in enumerate(content)]
-    if not any(isinstance(part, InputAudio) for part in parts):
-        return "".join(parts)  # type: ignore[arg-type]  # text parts only
-    return tuple(parts)
+    texts = [part for part in parts if isinstance(part, str)]
+    return "".join(texts) if len(texts) == len(parts) else tuple(parts)
 
 
 def _part(where: str, part: Any) -> str | InputAudio:
