@@ -14,10 +14,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
 from mobius_genai.models.families.layers import alternating_layer_types
-from mobius_genai.models.families.readers import switch, when_absent
+from mobius_genai.models.families.readers import switch
 from mobius_genai.models.families.scales import inverse_logit_scale
 
 _SLIDING = "sliding_attention"
@@ -48,6 +49,17 @@ COHERE = FamilyAdapter(
 )
 
 
+def cohere2_window(raw: Mapping[str, Any]) -> int:
+    """Cohere2Config's 4096 for an absent window; a null one is refused, as Cohere2Model builds
+    its sliding mask from it whatever the layers are (transformers fails on every input)."""
+    if "sliding_window" in raw:
+        raise UnsupportedModelError(
+            "config.json: sliding_window is null; cohere2 models are supported only with a "
+            "window (transformers' Cohere2Model cannot run without one)"
+        )
+    return 4096
+
+
 def cohere2_no_rope_layers(raw: Mapping[str, Any]) -> tuple[int, ...]:
     """Cohere2Attention rotates only in sliding layers: every other layer is NoPE."""
     types = raw["layer_types"]  # the row's default fills it in
@@ -61,8 +73,7 @@ COHERE2 = FamilyAdapter(
     config_defaults={
         "tie_word_embeddings": True,
         "layer_norm_eps": 1e-5,
-        # Cohere2Config: an explicit null window stays null (and its sliding layers fail)
-        "sliding_window": when_absent("sliding_window", 4096),
+        "sliding_window": cohere2_window,
         # every 4th layer full attention (sliding_window_pattern, as Cohere2Config reads it)
         "layer_types": alternating_layer_types(4),
         "bos_token_id": 5,
