@@ -4,8 +4,9 @@ A row holds only what its family changes over the generic llama-style decoder (a
 what each field means). The functions and shared fragments rows name live beside this module,
 one module per kind of quirk: readers (one-key switches and numbers), heads, scales, rope,
 layers, preprocess (checkpoint value changes) and gpt2_names. The rows of other model kinds
-live in modules of their own (moe_rows, hybrid_rows) and join the table here. Adding a family
-is adding a row.
+live in modules of their own (moe_rows, hybrid_rows) and join the table here, as do rows
+derived from another row (cohere_glm: cohere2 from cohere, glm4 from glm). Adding a family is
+adding a row.
 """
 
 from __future__ import annotations
