@@ -182,6 +182,22 @@ def test_float16_graph_within_tolerance_of_transformers(family, tmp_path):
     assert max_abs_diff(ours, reference.logits) <= FLOAT16_TOLERANCE
 
 
+@pytest.mark.parametrize(
+    ("family", "ep"),
+    [("cohere2", ep) for ep in ("cuda", "dml", "webgpu", "mlx", "trt-rtx")] + [("glm4", "cuda")],
+)
+def test_gpu_ep_float16_graphs(family, ep, tmp_path):
+    """The GPU EPs' float16 graphs (run by ORT CPU, which has every op they use) stay near
+    transformers' logits past cohere2's window, GroupQueryAttention in every layer."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1)
+    reference = hf_reference_logits(ckpt, _ids(12), decode_steps=4)
+    built = mobius_genai.build(ckpt, ep, "f16", progress=False)
+    ops = [node.op_type for node in built["model"].graph]
+    assert ops.count("GroupQueryAttention") == 3 and "Attention" not in ops
+    ours = run_like_reference(ort_session(built, tmp_path / ep), reference)
+    assert max_abs_diff(ours, reference.logits) <= FLOAT16_TOLERANCE
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_og_engine_request_gives_transformers_tokens(family, tmp_path):
     """One og.Engine request on the cpu bundle (model.type decoder: og 0.18 knows neither
