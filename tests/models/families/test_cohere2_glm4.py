@@ -12,6 +12,8 @@ full layers, no logit scale) are test_parity.py's MUTANTS.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnxruntime_genai as og
 import pytest
@@ -200,8 +202,8 @@ def test_gpu_ep_float16_graphs(family, ep, tmp_path):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_og_engine_request_gives_transformers_tokens(family, tmp_path):
-    """One og.Engine request on the cpu bundle (model.type decoder: og 0.18 knows neither
-    family by name) continues as transformers does, past cohere2's window."""
+    """One og.Engine request on the cpu bundle continues as transformers does, past cohere2's
+    window; its model.type is decoder, og 0.18 knowing neither family by name."""
     ckpt = _checkpoint(tmp_path / "ckpt", family)
     folder = package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     assert bundle_og_limits(folder) == {}
@@ -211,6 +213,11 @@ def test_og_engine_request_gives_transformers_tokens(family, tmp_path):
     assert failures == []
     assert tokens == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
     assert len(tokens) == NEW_TOKENS
+    config = json.loads((folder / "genai_config.json").read_text())
+    config["model"]["type"] = family
+    (folder / "genai_config.json").write_text(json.dumps(config))
+    with pytest.raises(RuntimeError, match=f"Unsupported model_type in config.json: {family}"):
+        og.Model(str(folder))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
