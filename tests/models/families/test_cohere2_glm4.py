@@ -113,6 +113,8 @@ def test_cohere2_hub_config(tmp_path):
     """Command R7B's layout: sliding_window_pattern instead of layer_types, rope_theta at the
     top level, and keys Cohere2Config keeps but never reads."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "cohere2", seed=1, hub_layout=True)
+    written = json.loads((ckpt / "config.json").read_text())
+    assert "layer_types" not in written and written["sliding_window_pattern"] == 2
     edit_config(ckpt, **_UNREAD_HUB_KEYS)
     reference = hf_reference_logits(ckpt, _ids(12), decode_steps=4)
     diffs = graph_diffs(ckpt, reference, ("cpu",), tmp_path, progress=False)
