@@ -38,6 +38,7 @@ from transformers import (
     ArceeConfig,
     AutoConfig,
     AutoModelForCausalLM,
+    Cohere2Config,
     CohereConfig,
     DeepseekV2Config,
     DeepseekV3Config,
@@ -51,6 +52,7 @@ from transformers import (
     Gemma3TextConfig,
     Gemma4TextConfig,
     GemmaConfig,
+    Glm4Config,
     Glm4MoeConfig,
     GlmConfig,
     GPT2Config,
@@ -123,6 +125,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gptj": GPTJConfig,
     "cohere": CohereConfig,
     "glm": GlmConfig,
+    "cohere2": Cohere2Config,
+    "glm4": Glm4Config,
     "arcee": ArceeConfig,
     "helium": HeliumConfig,
     "ernie4_5": Ernie4_5Config,
@@ -181,6 +185,8 @@ _ARCHITECTURES = {
     "gptj": "GPTJForCausalLM",
     "cohere": "CohereForCausalLM",
     "glm": "GlmForCausalLM",
+    "cohere2": "Cohere2ForCausalLM",
+    "glm4": "Glm4ForCausalLM",
     "arcee": "ArceeForCausalLM",
     "helium": "HeliumForCausalLM",
     "ernie4_5": "Ernie4_5ForCausalLM",
@@ -379,6 +385,12 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "cohere": {"logit_scale": 0.25},
     # GLM-4: fused gate_up, q/k/v biases, interleaved rotary on 0.5 of head_dim 16
     "glm": {"head_dim": 16},
+    # sliding, full, sliding (sliding_window_pattern 2): rotary in the sliding layers only, a
+    # window of 5; cohere's parallel block, interleaved rotary and a logit_scale != 1
+    "cohere2": {"sliding_window": 5, "sliding_window_pattern": 2, "logit_scale": 0.25},
+    # glm's layer (fused gate_up, q/k/v biases, interleaved rotary on 0.5 of head_dim 16) with
+    # sandwich norms: post_self_attn_layernorm and post_mlp_layernorm
+    "glm4": {"head_dim": 16},
     "arcee": {},  # llama with an ungated relu2 MLP (up_proj, down_proj)
     # interleaved rotary, o_proj without bias; head_dim's default 128 would not fit o_proj
     "helium": {"head_dim": 16},
@@ -798,7 +810,7 @@ def _rewrite_hub_layout(path: Path) -> None:
     # derived from the keys below; Gemma 3n's hub configs list them
     keeps = data.get("model_type") == "gemma3n_text"
     layer_types = data.get("layer_types") if keeps else data.pop("layer_types", None)
-    if data.get("model_type") == "gemma3_text" and layer_types:
+    if data.get("model_type") in ("gemma3_text", "cohere2") and layer_types:
         data["sliding_window_pattern"] = layer_types.index("full_attention") + 1
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     after = AutoConfig.from_pretrained(path.parent).to_dict()

@@ -42,6 +42,7 @@ _BIAS = {
         "smollm3",
         "exaone",
         "cohere",
+        "cohere2",
         "arcee",
         "helium",
         "olmo3",

@@ -73,6 +73,8 @@ DEFAULT_RUN |= {"glm4_moe", "ernie4_5_moe", "minimax_m2", "apertus"}
 DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers sharing a cache
 # per-layer cache shapes (full layers' own head size and kv heads), K = V, shared caches
 DEFAULT_RUN |= {"gemma4_text"}
+# sandwich norms (glm4); NoPE full layers between windowed rotary ones, past the window (cohere2)
+DEFAULT_RUN |= {"glm4", "cohere2"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
