@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from transformers import Ministral3Config, MinistralConfig
 
+import mobius_genai
 from mobius_genai import packager
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES, get_family
@@ -137,3 +138,22 @@ def test_a_zero_beta_builds_no_scale_and_a_missing_one_is_refused_in_one_line():
     with pytest.raises(ConfigError, match="llama_4_scaling_beta None.*accepted") as error:
         get_family("ministral3").parse_config({**raw, "rope_parameters": rope})
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu"])
+def test_gpu_graphs_keep_the_window_and_the_query_scale(ep, tmp_path):
+    """The graphs a GPU EP gets (not run here): GroupQueryAttention in every layer, windowed
+    where the layer slides (local_window_size: the window of 4), and
+    Ministral 3's factor computed from position_ids, which the graph keeps as an input."""
+    windows = {}
+    for family in ("ministral", "ministral3"):
+        ckpt = write_tiny_checkpoint(tmp_path / family, family)
+        graph = mobius_genai.build(ckpt, ep, load_weights=False, progress=False)["model"].graph
+        gqa = [node for node in graph if node.op_type == "GroupQueryAttention"]
+        assert len(gqa) == 3, family
+        windows[family] = [node.attributes.get_int("local_window_size", -1) for node in gqa]
+        scaled = family == "ministral3"
+        assert ({"Floor", "Log"} <= {node.op_type for node in graph}) == scaled, family
+        if scaled:  # ministral's GQA may compute positions itself and drop the input
+            assert "position_ids" in [value.name for value in graph.inputs]
+    assert windows == {"ministral": [4, -1, 4], "ministral3": [-1, -1, -1]}
