@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Mistral3Config, Mistral3ForConditionalGeneration
 
-from tests._hf import MINISTRAL3_ROPE, generated_tokens, randomize_weights
+from tests._hf import _FAMILY_CONFIG, MINISTRAL3_ROPE, generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, BREAK_TOKEN, END_TOKEN = 10, 12, 13  # Mistral's [IMG], [IMG_BREAK], [IMG_END]
@@ -43,6 +43,14 @@ MINISTRAL3_TEXT = {
     "model_type": "ministral3",
     "max_position_embeddings": 64,
     "rope_parameters": {**MINISTRAL3_ROPE, "factor": 16.0},
+}
+#: Mistral Large 3's text_config: DeepSeek-V3's latent attention and group-routed experts
+#: (tests/_hf.py's tiny row; its rotary head of 8 is head_dim, as DeepseekV3Config sets it).
+MISTRAL_LARGE3_TEXT = {
+    "model_type": "deepseek_v3",
+    **_FAMILY_CONFIG["deepseek_v3"],
+    "head_dim": 8,
+    "max_position_embeddings": 64,
 }
 _VISION = {
     "model_type": "pixtral",

@@ -438,7 +438,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             vision_layers="vision_tower.transformer.layers",
             image_transforms=pixtral_transforms,
             vision_keys=pixtral_vision_keys,
-            text_families=("ministral3",),  # Ministral 3: its query scale, yarn rope
+            text_families=("ministral3", "deepseek_v3"),  # Ministral 3, Mistral Large 3
         ),
         VisionLanguageFamily(
             model_type="qwen3_vl",
