@@ -31,7 +31,13 @@ from tests._mistral3 import (
     transformers_tokens,
     write_mistral3_checkpoint,
 )
-from tests._ort import decode_like_transformers, og_greedy, package_sessions, run_declared
+from tests._ort import (
+    decode_like_transformers,
+    og_greedy,
+    package_sessions,
+    prefill_feeds,
+    run_declared,
+)
 
 og = pytest.importorskip("onnxruntime_genai")
 
@@ -70,23 +76,12 @@ def _prompt(folder) -> torch.Tensor:
 
 def _prefill(folder, ep: str = "cpu") -> tuple[dict, dict]:
     """The graphs of `ep` and the decoder's outputs over the image prompt."""
-    graphs = package_sessions(build(folder, ep, "fp32", progress=False))
-    ids = _prompt(folder)
+    package = build(folder, ep, "fp32", progress=False)
+    graphs = package_sessions(package)
+    ids = _prompt(folder).numpy()
     features = graphs["vision"].run(None, {"pixel_values": pixel_values(_pixels())})[0]
-    embeds = run_declared(
-        graphs["embedding"], {"input_ids": ids.numpy(), "image_features": features}
-    )["inputs_embeds"]
-    seq = ids.shape[1]
-    feeds = {
-        "inputs_embeds": embeds,
-        "input_ids": ids.numpy(),
-        "attention_mask": np.ones((1, seq), np.int64),
-        "position_ids": np.arange(seq)[None],
-    }
-    for value in graphs["decoder"].get_inputs():
-        if value.name.startswith("past_key_values."):
-            shape = [1, value.shape[1], 0, value.shape[3]]
-            feeds[value.name] = np.zeros(shape, np.float32)
+    embeds = run_declared(graphs["embedding"], {"input_ids": ids, "image_features": features})
+    feeds = prefill_feeds(package["decoder"], ids, inputs_embeds=embeds["inputs_embeds"])
     return graphs, run_declared(graphs["decoder"], feeds)
 
 
