@@ -70,6 +70,8 @@ from transformers import (
     Llama4TextConfig,
     LlamaConfig,
     MiniMaxM2Config,
+    Ministral3Config,
+    MinistralConfig,
     MistralConfig,
     MixtralConfig,
     NemotronConfig,
@@ -103,6 +105,8 @@ hf_logging.disable_progress_bar()  # keep test output readable
 FAMILIES: dict[str, type[PretrainedConfig]] = {
     "llama": LlamaConfig,
     "mistral": MistralConfig,
+    "ministral": MinistralConfig,
+    "ministral3": Ministral3Config,
     "qwen2": Qwen2Config,
     "qwen3": Qwen3Config,
     "gemma": GemmaConfig,
@@ -163,6 +167,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
 _ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
+    "ministral": "MinistralForCausalLM",
+    "ministral3": "Ministral3ForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "gemma": "GemmaForCausalLM",
@@ -282,9 +288,32 @@ _DEEPSEEK: dict[str, Any] = {
         "mscale_all_dim": 0.8,
     },
 }
+#: Ministral 3's rope (yarn, its llama_4_scaling_beta and original length read by the query
+#: scale), small: the scale grows at positions 4, 12, 28, ...
+MINISTRAL3_ROPE: dict[str, Any] = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 16.0,  # max_position_embeddings / original_max_position_embeddings
+    "original_max_position_embeddings": 4,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "llama_4_scaling_beta": 0.5,
+}
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {"sliding_window": None},
+    # sliding, full, sliding with a window of 4: the prompts of parity tests run past it
+    # (MinistralAttention cannot run without an explicit head_dim)
+    "ministral": {
+        "head_dim": 16,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
+    # Ministral3Config's yarn rope with an original length of 4 positions: the query scale
+    # (beta 0.5, large enough to move logits) steps up every 4 positions of a short prompt
+    "ministral3": {"head_dim": 16, "rope_parameters": MINISTRAL3_ROPE},
     "qwen2": {},
     "qwen3": {"head_dim": 32},  # deliberately != hidden_size / num_attention_heads
     # gemma's default head_dim is 256; query_pre_attn_scalar != head_dim exercises the scale;

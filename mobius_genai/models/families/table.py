@@ -38,6 +38,7 @@ from mobius_genai.models.families.layers import (
     smollm3_no_rope_layers,
 )
 from mobius_genai.models.families.llama4 import LLAMA4, LLAMA4_TEXT
+from mobius_genai.models.families.mistral_rows import MISTRAL_FAMILIES
 from mobius_genai.models.families.moe_rows import MOE_FAMILIES
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
@@ -102,11 +103,7 @@ _GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
 # One row per model_type; genai_type only where not onnxruntime-genai's "decoder" (adapter.py).
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama", family_keys=READS_MLP_BIAS),
-    FamilyAdapter(
-        model_type="mistral",
-        genai_type="mistral",
-        config_overrides=UNBIASED_ATTENTION,
-    ),
+    *MISTRAL_FAMILIES,  # mistral, ministral, ministral3
     FamilyAdapter(
         model_type="qwen2",
         family_keys=READS_SLIDING_SWITCH,

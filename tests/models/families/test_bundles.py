@@ -76,7 +76,7 @@ DEFAULT_RUN |= {"gemma4_text"}
 # sandwich norms (glm4); NoPE full layers between windowed rotary ones, past the window (cohere2)
 DEFAULT_RUN |= {"glm4", "cohere2"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
-SEEDS = {"qwen3_5_text": 1}
+SEEDS = {"qwen3_5_text": 1, "ministral": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
 # rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).
 NEW_FAMILIES = tuple(
