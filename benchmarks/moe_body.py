@@ -21,7 +21,7 @@ and its output on one 4-token input, which the parent compares across bodies. `-
 onnxruntime's kernel time per op type of a decode step (wall time, in a session of its own).
 
     python benchmarks/moe_body.py [--int4] [--profile] [--experts 128] [--prompt 64] [--steps 8]
-                                  [--rounds 3]
+                                  [--rounds 3] [--bodies int4-all,int4]
 """
 
 from __future__ import annotations
@@ -240,6 +240,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--int4", action="store_true", help="the float body against int4's")
     parser.add_argument("--profile", action="store_true", help="kernel ms of a decode step")
+    parser.add_argument("--bodies", help="only these bodies, comma-separated (the first: ratios)")
     parser.add_argument("--child", choices=("old", "new", *INT4_BODIES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -247,6 +248,8 @@ def main() -> None:
         return
     WORK.mkdir(parents=True, exist_ok=True)
     bodies = ("new", *INT4_BODIES) if args.int4 else ("old", "new")
+    if args.bodies:
+        bodies = tuple(body for body in args.bodies.split(",") if body in bodies)
     for body in bodies:
         _write_model(_tier1(body), args.experts, _path(body, args.experts), body)
     results = {}
@@ -277,7 +280,7 @@ def main() -> None:
 
 
 def _print_checks(bodies: tuple[str, ...], results: dict) -> None:
-    """Each body's output on one 4-token input against the first int4 body's (the same 4-bit
+    """Each body's output on one 4-token input against the "int4" body's (the same 4-bit
     weights) and the float body's: max abs difference over the largest value."""
     for reference in [b for b in ("int4", "new") if b in results]:
         expected = np.asarray(results[reference]["check"])
