@@ -12,10 +12,24 @@ expert is ever float, and a prefill computes each expert on its own tokens only.
 from __future__ import annotations
 
 import numpy as np
-from onnx import ModelProto, TensorProto, helper, numpy_helper
+from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
 #: (packed codes [E, N, K/2], scales [E, N, K/bs], zero points [E, N, ceil(K/bs/2)])
 Quantized = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def matmul_nbits(inputs: list[str], output: str, k: int, n: int, block: int) -> NodeProto:
+    """com.microsoft::MatMulNBits of 4-bit codes in blocks of `block`: [.., k] → [.., n]."""
+    return helper.make_node(
+        "MatMulNBits",
+        inputs,
+        [output],
+        domain="com.microsoft",
+        K=k,
+        N=n,
+        bits=4,
+        block_size=block,
+    )
 
 
 def _expert_branch(e: int, fc1: Quantized, fc2: Quantized, block: int) -> list:
@@ -23,17 +37,8 @@ def _expert_branch(e: int, fc1: Quantized, fc2: Quantized, block: int) -> list:
     p = f"e{e}_"
     inter2, hidden = fc1[0].shape[1], fc2[0].shape[1]
 
-    def nbits(inputs: list[str], output: str, k: int, n: int):
-        return helper.make_node(
-            "MatMulNBits",
-            inputs,
-            [output],
-            domain="com.microsoft",
-            K=k,
-            N=n,
-            bits=4,
-            block_size=block,
-        )
+    def nbits(inputs: list[str], output: str, k: int, n: int) -> NodeProto:
+        return matmul_nbits(inputs, output, k, n, block)
 
     return [
         helper.make_node("Gather", ["weights", p + "column"], [p + "w"], axis=1),

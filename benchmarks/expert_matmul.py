@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 import onnxruntime as ort
-from onnx import ModelProto, TensorProto, helper, numpy_helper
+from _expert_nbits import matmul_nbits
+from onnx import ModelProto, NodeProto, TensorProto, helper, numpy_helper
 
 EXPERTS, N, K, BLOCK = 16, 1408, 2816, 32
 
@@ -40,17 +41,8 @@ def _model(nodes: list, arrays: dict[str, np.ndarray]) -> ModelProto:
     return helper.make_model(graph, opset_imports=opsets, ir_version=10)
 
 
-def _nbits(inputs: list[str], output: str):
-    return helper.make_node(
-        "MatMulNBits",
-        inputs,
-        [output],
-        domain="com.microsoft",
-        K=K,
-        N=N,
-        bits=4,
-        block_size=BLOCK,
-    )
+def _nbits(inputs: list[str], output: str) -> NodeProto:
+    return matmul_nbits(inputs, output, K, N, BLOCK)
 
 
 def _models(rng: np.random.Generator) -> dict[str, ModelProto]:
