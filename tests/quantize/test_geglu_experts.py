@@ -2,11 +2,14 @@
 
 No onnxruntime kernel takes GeGLU experts, so int4 turns the MoE node into a QMoE node of a
 GeGLU overload whose body (components/moe_bodies.py) every EP expands: the picked experts
-dequantized by GatherBlockQuantized where the EP table has it, else by standard ops. Checked
-here: that body equals the float body run on the dequantized experts (the per-expert scale
-folded into the down projection's scales included), decode and prefill, both dequantizations;
+dequantized by GatherBlockQuantized where the EP table has it, else by standard ops, k at a
+time. Checked here: that body equals the float body run on the dequantized experts (the
+per-expert scale folded into the down projection's scales included), decode and prefill, both
+dequantizations; a prefill never holds more than k float experts, however long the prompt;
 the bundle stores the experts as 4-bit codes and is the size the bits say; og.Generator's
-logits stay near transformers', and so do the onnx-standard graph's on onnxruntime; and each
+logits stay near transformers', equal them where the checkpoint's weights are the codes'
+values (and og's greedy tokens are transformers'), and so do the onnx-standard graph's
+logits on onnxruntime; and each
 EP's graph has the expanded body with the op its table allows; a block size the experts do not
 take leaves them float.
 """
