@@ -8,19 +8,26 @@ body of mobius_genai/components/tier1.py at commit OLD_COMMIT (every expert on e
 the unpicked ones weighted by exact zeros), "new" the installed one. With --int4 the bodies are
 "new" and the installed QMoE GeGLU bodies int4 writes (quantize/qmoe.py: the same weights in
 4 bits, blocks of 32 with zero points, the default recipe's layout, round-to-nearest): "int4"
-dequantizes the picked experts with GatherBlockQuantized (cpu, cuda, webgpu), "int4-standard"
-with standard ops (the other EPs). Each body runs in its own
-`python -I` process (one onnxruntime thread), one after the other, loading the model written
-under benchmarks/_work/moe_body/: session load, then `--rounds` rounds of a `--prompt`-token
-prefill and `--steps` one-token decode steps (random routing each), timed by the calling
-thread's CPU time; the process reports its peak RSS after the load and at the end.
+dequantizes the picked experts with GatherBlockQuantized (cpu, cuda, webgpu), k (8) at a time
+in a Loop over groups of picked experts, "int4-standard" with standard ops (the other EPs), and
+"int4-all" is the GatherBlockQuantized body of commit INT4_ALL_COMMIT, which dequantized every
+picked expert at once; "int4-nbits" is a prototype no bundle holds yet (_expert_nbits.py: two
+MatMulNBits per expert, each on its own constant codes, behind an If per expert). Each body runs
+in its own `python -I` process (one onnxruntime thread), one after the other, loading the model
+written under benchmarks/_work/moe_body/: session load, then `--rounds` rounds of a
+`--prompt`-token prefill and `--steps` one-token decode steps (random routing each), timed by
+the calling thread's CPU time; the process reports its peak RSS after the load and at the end,
+and its output on one 4-token input, which the parent compares across bodies. `--profile` adds
+onnxruntime's kernel time per op type of a decode step (wall time, in a session of its own).
 
-    python benchmarks/moe_body.py [--int4] [--experts 128] [--prompt 64] [--steps 8] [--rounds 3]
+    python benchmarks/moe_body.py [--int4] [--profile] [--experts 128] [--prompt 64] [--steps 8]
+                                  [--rounds 3] [--bodies int4-all,int4]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import resource
@@ -31,6 +38,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import InlinePass
@@ -38,8 +46,21 @@ from onnx_ir.passes.common import InlinePass
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / "benchmarks" / "_work" / "moe_body"
 OLD_COMMIT = "4d046a3"  # the last commit whose MoE body ran every expert
+INT4_ALL_COMMIT = "394caad"  # the last commit whose QMoE body dequantized every picked expert
 HIDDEN, INTER, TOP_K = 2816, 704, 8
-INT4_BODIES = ("int4", "int4-standard")
+INT4_BODIES = ("int4-all", "int4", "int4-standard", "int4-nbits")
+
+
+def _module(commit: str, path: str, name: str):
+    """The module at `path` of our own `commit`."""
+    source = subprocess.run(
+        ["git", "show", f"{commit}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    exec(compile(source, f"{name}.py", "exec"), module.__dict__)  # our own history
+    return module
 
 
 def _tier1(body: str):
@@ -48,18 +69,15 @@ def _tier1(body: str):
         from mobius_genai.components import tier1
 
         return tier1
-    source = subprocess.run(
-        ["git", "show", f"{OLD_COMMIT}:mobius_genai/components/tier1.py"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    spec = importlib.util.spec_from_loader("old_tier1", loader=None)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    exec(compile(source, "old_tier1.py", "exec"), module.__dict__)  # our own history
-    return module
+    return _module(OLD_COMMIT, "mobius_genai/components/tier1.py", "old_tier1")
+
+
+def _register_int4_all(tier1, model: ir.Model) -> None:
+    """Register INT4_ALL_COMMIT's QMoE GeGLU body in `model` (in place of the installed one)."""
+    old = _module(INT4_ALL_COMMIT, "mobius_genai/components/moe_bodies.py", "int4_all_bodies")
+    spec = dataclasses.replace(tier1.TIER1_OPS["QMoE"], bodies={"geglu": old.qmoe_geglu})
+    for identifier in [key for key in model.functions if key[1] == "QMoE"]:
+        model.functions[identifier] = spec.function(identifier[2], model.opset_imports[""])
 
 
 def _write_model(tier1, experts: int, path: Path, body: str) -> None:
@@ -101,14 +119,34 @@ def _write_model(tier1, experts: int, path: Path, body: str) -> None:
     if body in INT4_BODIES:
         from mobius_genai.quantize.qmoe import QMoEPass
 
-        gather = body == "int4"
+        gather = body != "int4-standard"
         QMoEPass(32, False, False, 0, kernel=False, gather=gather)(model)
+        if body == "int4-nbits":
+            _save_nbits(model, path)
+            return
         tier1.register_functions(model)
+        if body == "int4-all":
+            _register_int4_all(tier1, model)
         InlinePass(criteria=tier1.expanded_after_int4)(model)
     else:
         tier1.register_functions(model)
         InlinePass()(model)
     ir.save(model, path, external_data=f"{path.name}.data")
+
+
+def _save_nbits(model: ir.Model, path: Path) -> None:
+    """The prototype of _expert_nbits.py on the 4-bit arrays QMoEPass made of `model`."""
+    from _expert_nbits import nbits_model  # beside this script; the children do not need it
+
+    arrays = {v.name: v.const_value.numpy() for v in model.graph.initializers.values()}
+    fc1, fc2 = (
+        tuple(arrays[f"{n}_{p}"] for p in ("Q4", "scales", "zero_points")) for n in ("fc1", "fc2")
+    )
+    proto = nbits_model(fc1, fc2, TOP_K, 32)
+    path.with_name(f"{path.name}.data").unlink(missing_ok=True)  # onnx appends to it
+    onnx.save_model(
+        proto, path, save_as_external_data=True, location=f"{path.name}.data", size_threshold=1024
+    )
 
 
 def _time(session: ort.InferenceSession, tokens: int, experts: int, runs: int) -> float:
@@ -140,7 +178,7 @@ def _peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def child(body: str, experts: int, prompt: int, steps: int, rounds: int) -> None:
+def child(body: str, experts: int, prompt: int, steps: int, rounds: int, profile: bool) -> None:
     """The session of one body's model in this process: its timings, and its peak RSS after
     loading and at the end, as a JSON line."""
     options = ort.SessionOptions()
@@ -155,7 +193,43 @@ def child(body: str, experts: int, prompt: int, steps: int, rounds: int) -> None
         result["prefill"].append(_time(session, prompt, experts, 1))
         result["decode"].append(_time(session, 1, experts, steps))
     result["peak_rss_gb"] = _peak_rss_gb()
+    rng = np.random.default_rng(7)
+    check = {
+        "x": rng.standard_normal((1, 4, HIDDEN), dtype=np.float32),
+        "router": rng.standard_normal((4, experts), dtype=np.float32),
+    }
+    result["check"] = session.run(None, check)[0].reshape(-1).tolist()
+    if profile:
+        result["decode_kernel_ms"] = _decode_profile(body, experts, steps)
     print(json.dumps(result))
+
+
+def _decode_profile(body: str, experts: int, steps: int) -> dict[str, float]:
+    """Kernel ms per decode step by op type (onnxruntime's profiler, a session of its own;
+    wall time, which a loaded machine stretches: compare the ops' shares)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(WORK / f"profile_{body}")
+    session = ort.InferenceSession(
+        str(_path(body, experts)), options, providers=["CPUExecutionProvider"]
+    )
+    _time(session, 1, experts, 1)  # warm-up, left out below
+    _time(session, 1, experts, steps)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    runs = sorted(e["ts"] for e in events if e["name"] == "model_run")
+    kernel_us: dict[str, float] = {}
+    for event in events:
+        if (
+            event.get("cat") == "Node"
+            and event["name"].endswith("_kernel_time")
+            and event["ts"] >= runs[1]
+            and event["args"]["op_name"] not in ("If", "Loop")  # their nodes are counted
+        ):
+            op = event["args"]["op_name"]
+            kernel_us[op] = kernel_us.get(op, 0.0) + event["dur"]
+    return {op: us / steps / 1e3 for op, us in kernel_us.items()}
 
 
 def main() -> None:
@@ -165,13 +239,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--int4", action="store_true", help="the float body against int4's")
+    parser.add_argument("--profile", action="store_true", help="kernel ms of a decode step")
+    parser.add_argument("--bodies", help="only these bodies, comma-separated (the first: ratios)")
     parser.add_argument("--child", choices=("old", "new", *INT4_BODIES), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.experts, args.prompt, args.steps, args.rounds)
+        child(args.child, args.experts, args.prompt, args.steps, args.rounds, args.profile)
         return
     WORK.mkdir(parents=True, exist_ok=True)
     bodies = ("new", *INT4_BODIES) if args.int4 else ("old", "new")
+    if args.bodies:
+        bodies = tuple(body for body in args.bodies.split(",") if body in bodies)
     for body in bodies:
         _write_model(_tier1(body), args.experts, _path(body, args.experts), body)
     results = {}
@@ -196,6 +274,40 @@ def main() -> None:
         base = results[first][key]
         cells = [f" {results[b][key]:7.2f}GB {base / results[b][key]:4.2f}" for b in bodies]
         print(f"{label:8}" + "".join(cells))
+    _print_checks(bodies, results)
+    if args.profile:
+        _print_profiles(bodies, results)
+
+
+def _print_checks(bodies: tuple[str, ...], results: dict) -> None:
+    """Each body's output on one 4-token input against the "int4" body's (the same 4-bit
+    weights) and the float body's: max abs difference over the largest value."""
+    for reference in [b for b in ("int4", "new") if b in results]:
+        expected = np.asarray(results[reference]["check"])
+        scale = np.abs(expected).max()
+        cells = [
+            f"{b}: {np.abs(np.asarray(results[b]['check']) - expected).max() / scale:.1e}"
+            for b in bodies
+        ]
+        print(f"output vs {reference}: " + ", ".join(cells))
+
+
+def _print_profiles(bodies: tuple[str, ...], results: dict) -> None:
+    """Kernel ms per decode step, by op type, each body a column."""
+    profiles = {b: results[b]["decode_kernel_ms"] for b in bodies}
+    ops = sorted(
+        {op for p in profiles.values() for op in p},
+        key=lambda op: -max(p.get(op, 0) for p in profiles.values()),
+    )
+    print("| kernel ms a decode step | " + " | ".join(bodies) + " |")
+    print("|---|" + "--:|" * len(bodies))
+    for op in ops:
+        cells = [profiles[b].get(op, 0.0) for b in bodies]
+        if max(cells) >= 0.05:
+            print(f"| {op} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    print(
+        "| all kernels | " + " | ".join(f"{sum(p.values()):.2f}" for p in profiles.values()) + " |"
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ already contained, so the opset is always new enough):
 - ``QMoE(input, router_probs, fc1 codes, fc1_scales, , fc2 codes, fc2_scales, , , , ,
   [fc1_zero_points], [fc2_zero_points])`` with GeGLU experts in 4 bits (overloads ``"geglu"``,
   ``"geglu_unpacked"``, ``"geglu_unpacked_zp"``; ``QMoE.*`` rows no EP has): the routing and
-  GeGLU of ``"geglu"`` on the picked experts dequantized block-wise, ``(q - zp) * scale``
-  (components/moe_bodies.py; tests/quantize/test_geglu_experts.py).
+  GeGLU of ``"geglu"`` on the picked experts dequantized block-wise, ``(q - zp) * scale``,
+  k at a time (components/moe_bodies.py; tests/quantize/test_geglu_experts.py).
 
 - ``CausalConvWithState`` and ``LinearAttention`` (recurrent layers): their bodies and what
   they compute are in components/recurrent_bodies.py.

@@ -2,11 +2,14 @@
 
 No onnxruntime kernel takes GeGLU experts, so int4 turns the MoE node into a QMoE node of a
 GeGLU overload whose body (components/moe_bodies.py) every EP expands: the picked experts
-dequantized by GatherBlockQuantized where the EP table has it, else by standard ops. Checked
-here: that body equals the float body run on the dequantized experts (the per-expert scale
-folded into the down projection's scales included), decode and prefill, both dequantizations;
+dequantized by GatherBlockQuantized where the EP table has it, else by standard ops, k at a
+time. Checked here: that body equals the float body run on the dequantized experts (the
+per-expert scale folded into the down projection's scales included), decode and prefill, both
+dequantizations; a prefill never holds more than k float experts, however long the prompt;
 the bundle stores the experts as 4-bit codes and is the size the bits say; og.Generator's
-logits stay near transformers', and so do the onnx-standard graph's on onnxruntime; and each
+logits stay near transformers', equal them where the checkpoint's weights are the codes'
+values (and og's greedy tokens are transformers'), and so do the onnx-standard graph's
+logits on onnxruntime; and each
 EP's graph has the expanded body with the op its table allows; a block size the experts do not
 take leaves them float.
 """
@@ -14,14 +17,18 @@ take leaves them float.
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
+import onnxruntime as ort
 import pytest
 from onnx.reference import ReferenceEvaluator
 from onnx_ir.passes.common import InlinePass
+from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import packager
@@ -34,9 +41,10 @@ from mobius_genai.quantize.package_weights import quantize_package
 from mobius_genai.quantize.qmoe import QMoEPass
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.target import resolve_target
-from tests._hf import GEMMA4_MOE, hf_reference_logits
+from tests._hf import GEMMA4_MOE, hf_greedy_tokens, hf_reference_logits
 from tests.components.test_moe_function import _run
-from tests.models.families.test_bundles import PROMPT, _checkpoint
+from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
+from tests.quantize._reference import grid_weights
 from tests.quantize.test_qmoe import INT4_RELATIVE_RMS, _relative_rms
 from tests.quantize.test_qmoe import _ids as qmoe_ids
 from tests.quantize.test_qmoe import _logits as qmoe_logits
@@ -154,6 +162,51 @@ def test_quantized_body_equals_the_float_body_on_the_dequantized_experts(gather,
             np.testing.assert_allclose(standard, expected, atol=tolerance)
 
 
+def _float_experts_dequantized(model: ir.Model, tokens: int, tmp_path) -> list[int]:
+    """The number of experts of each float [experts, N, K] tensor of a projection's shape
+    that onnxruntime's run of a `tokens`-token prefill made (its profile's node outputs)."""
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / f"profile_{tokens}")
+    session = ort.InferenceSession(
+        ir.to_proto(model).SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    rng = np.random.default_rng(tokens)
+    feeds = {
+        "x": rng.standard_normal((1, tokens, HIDDEN), dtype=np.float32),
+        "router": rng.standard_normal((tokens, EXPERTS), dtype=np.float32),
+    }
+    session.run(None, feeds)
+    events = json.loads(Path(session.end_profiling()).read_text())
+    projections = {(2 * INTER, HIDDEN), (HIDDEN, INTER)}
+    return [
+        shape[0]
+        for event in events
+        if event.get("cat") == "Node"
+        for output in event["args"].get("output_type_shape", [])
+        for dtype, shape in output.items()
+        if dtype == "float" and len(shape) == 3 and tuple(shape[1:]) in projections
+    ]
+
+
+@pytest.mark.parametrize("gather", [True, False], ids=["GatherBlockQuantized", "standard"])
+def test_a_prefill_dequantizes_k_experts_at_a_time_however_long_the_prompt(gather, tmp_path):
+    """The bound on the body's memory: a prefill whose tokens pick all 8 experts dequantizes
+    them k (2) at a time, for a 16-token and a 64-token prompt alike; onnxruntime's profile
+    gives the shape of every tensor its run made, the Loop's body included."""
+    rng = np.random.default_rng(3)
+    fc1 = rng.standard_normal((EXPERTS, 2 * INTER, HIDDEN), dtype=np.float32)
+    fc2 = rng.standard_normal((EXPERTS, HIDDEN, INTER), dtype=np.float32)
+    model = _moe_model(fc1, fc2, None)
+    QMoEPass(BLOCK, False, False, 0, kernel=False, gather=gather)(model)
+    register_functions(model)
+    InlinePass(criteria=expanded_after_int4)(model)
+    for tokens in (16, 64):
+        experts = _float_experts_dequantized(model, tokens, tmp_path)
+        assert max(experts) == TOP_K, experts
+        assert sum(experts) >= 2 * EXPERTS, experts  # every expert, both projections
+
+
 def test_experts_a_block_size_does_not_divide_stay_float_and_expanded():
     """A block size that does not divide the experts' K declines the node (one line why) and
     int4 then expands the float MoE body it was left for."""
@@ -211,8 +264,10 @@ def test_int4_bundle_stores_the_experts_in_four_bits(bundles):
     stack; their bytes against the fp32 bundle's are what the bits say: 4 bits a weight plus a
     float32 scale and a 4-bit zero point per block of 16, 6.25 of 32 bits."""
     graph = onnx.load(str(bundles["int4"] / "model.onnx"), load_external_data=False).graph
-    ops = Counter(node.op_type for node in graph.node)
+    nodes = ir.load(bundles["int4"] / "model.onnx").graph.all_nodes()
+    ops = Counter(node.op_type for node in nodes)  # the Loops' bodies included
     assert not ops["MoE"] and not ops["QMoE"] and not ops["If"] and not ops["MatMul"] - 12
+    assert ops["Loop"] == 6  # a layer's experts, a group of k at a time
     assert ops["GatherBlockQuantized"] == 6 * 2 + 1  # two projections a layer; the embedding
     experts = {t.name: t for t in graph.initializer if ".experts." in t.name}
     assert experts and {tensor.data_type for tensor in experts.values()} == {
@@ -241,6 +296,38 @@ def test_og_generator_on_the_int4_bundle_stays_near_transformers(bundles, moe_ch
     reference = hf_reference_logits(moe_checkpoint, np.asarray([PROMPT]), 0).prefill.logits[0]
     assert _relative_rms(logits, reference) <= INT4_RELATIVE_RMS
     assert len(greedy_tokens(model, PROMPT, len(PROMPT) + 8)) == 8
+
+
+@pytest.fixture(scope="module")
+def grid_moe_bundle(moe_checkpoint, tmp_path_factory):
+    """(checkpoint, cpu int4 bundle): the MoE checkpoint with every matrix and expert on an
+    int4 grid (quantize/_reference.py's `grid_weights` along the input features), so its 4-bit
+    codes hold the checkpoint's values exactly; accuracy level 0 (float32 products)."""
+    ckpt = tmp_path_factory.mktemp("grid_moe") / "ckpt"
+    shutil.copytree(moe_checkpoint, ckpt)
+    tensors = load_file(ckpt / "model.safetensors")
+    rng = np.random.default_rng(4)
+    for name, array in tensors.items():
+        if array.ndim in (2, 3):  # [out, in] and the experts' [E, out, in]
+            rows = int(np.prod(array.shape[:-1]))
+            tensors[name] = grid_weights(rows, array.shape[-1], rng).reshape(array.shape)
+    save_file(tensors, ckpt / "model.safetensors", metadata={"format": "pt"})
+    options = Int4Options(block_size=BLOCK, accuracy_level=0)
+    folder = tmp_path_factory.mktemp("grid_bundle") / "int4"
+    return ckpt, packager.package(ckpt, "cpu", folder, precision="int4", int4=options, quiet=True)
+
+
+def test_og_on_the_int4_bundle_equals_transformers_on_the_values_of_its_codes(grid_moe_bundle):
+    """Weights the 4-bit codes hold exactly: og.Generator's prefill logits of the int4 bundle
+    (its experts dequantized k at a time in the Loop) equal transformers' within float32
+    rounding (1e-4 of the largest logit), and og's greedy tokens are transformers'."""
+    ckpt, bundle = grid_moe_bundle
+    model = load_model(bundle)
+    logits = np.asarray(generator(model, PROMPT, 1).get_output("logits"))[0]
+    reference = hf_reference_logits(ckpt, np.asarray([PROMPT]), 0).prefill.logits[0]
+    np.testing.assert_allclose(logits, reference, atol=1e-4 * np.abs(reference).max())
+    ours = greedy_tokens(model, PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
 
 
 def _int4_package(ckpt, ep: str, dtype: str | None = "f32"):

@@ -14,6 +14,7 @@ from collections import Counter
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from onnx import helper
@@ -273,9 +274,9 @@ def test_int4_bundle_packages_and_generates(layout, tmp_path):
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=options, quiet=True
     )
-    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
-    ops = Counter(node.op_type for node in graph.node)
-    float_matmuls = [node for node in graph.node if node.op_type == "MatMul"]
+    nodes = list(ir.load(folder / "model.onnx").graph.all_nodes())  # the Loops' bodies too
+    ops = Counter(node.op_type for node in nodes)
+    float_matmuls = [node for node in nodes if node.op_type == "MatMul"]
     assert "MoE" not in ops and "QMoE" not in ops
     if layout == "dense":
         # per layer q (k packed beside it in sliding layers with a cache), o, gate, up, down,
@@ -289,9 +290,10 @@ def test_int4_bundle_packages_and_generates(layout, tmp_path):
         # per layer q and k (packed in the sliding layers, which have a v beside them), o,
         # gate, up, down, the router's projection; the tied head; the experts' two stacked
         # projections 4-bit, dequantized for the picked experts by GatherBlockQuantized (two a
-        # layer, and the token embedding) before the body's two batched MatMuls (no If)
+        # layer, and the token embedding) before the body's two batched MatMuls (no If), k
+        # experts at a time in a Loop a layer
         assert ops["MatMulNBits"] == 6 * 7 + 1
-        assert len(float_matmuls) == 6 * 2 and "If" not in ops
+        assert len(float_matmuls) == 6 * 2 and "If" not in ops and ops["Loop"] == 6
         assert ops["GatherBlockQuantized"] == 6 * 2 + 1
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
 
