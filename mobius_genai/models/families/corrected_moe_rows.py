@@ -1,7 +1,8 @@
 """MoE rows whose router chooses experts by scores plus a learned per-expert
 `e_score_correction_bias` and weights them by the uncorrected scores (config/moe_routing.py,
 components/group_router.py): GLM-4 MoE (DeepSeek-V3's routing with ordinary attention),
-ERNIE-4.5-MoE (softmax scores) and MiniMax-M2 (sigmoid scores, one group).
+ERNIE-4.5-MoE (softmax scores), MiniMax-M2 (sigmoid scores, one group) and dots.llm1
+(DeepSeek-V3's routing with Qwen3's attention).
 
 Keys the config classes fill when absent are the rows' defaults, as transformers' config
 classes set them.
@@ -64,6 +65,17 @@ def _minimax_moe(raw: Mapping[str, Any]) -> MoeConfig:
     moe = read_moe(raw, MoeKeys(num_experts="num_local_experts", normalize=True))
     routing = GroupRouting(scoring="sigmoid", correction_bias=True, float32_scores=True)
     return dataclasses.replace(moe, group_routing=routing)
+
+
+def _dots1_layer_types(raw: Mapping[str, Any]) -> list[str]:
+    """Dots1Config without `layer_types`: with a window, the layers from `max_window_layers`
+    (62 by default) on slide."""
+    below = fields.integer(raw.get("max_window_layers"), "max_window_layers", 62, positive=False)
+    window = raw.get("sliding_window")
+    return [
+        "sliding_attention" if window is not None and i >= below else "full_attention"
+        for i in range(fields.require(raw, "num_hidden_layers"))
+    ]
 
 
 # MoEBlock's shared_expert is their shared_experts (one MLP of n_shared_experts * width)
@@ -145,5 +157,23 @@ CORRECTED_MOE_FAMILIES = (
             (r"\.mlp\.", ".block_sparse_moe."),
         ),
         experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    ),
+    FamilyAdapter(
+        model_type="dots1",
+        config_aliases={"num_local_experts": "n_routed_experts"},
+        config_defaults={
+            "sliding_window": when_absent("sliding_window", 4096),
+            "layer_types": _dots1_layer_types,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 0,
+            "routed_scaling_factor": 1.0,
+            "norm_topk_prob": False,
+        },
+        # Qwen3's attention: per-head q/k norms, attention_bias on q, k, v and o
+        config_overrides={"qk_norm": True, "moe": v3_moe},
+        weight_renames=(_SHARED_EXPERTS,),
+        experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
     ),
 )

@@ -73,6 +73,9 @@ DEFAULT_RUN |= {"glm4_moe", "ernie4_5_moe", "minimax_m2", "apertus"}
 DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers sharing a cache
 # per-layer cache shapes (full layers' own head size and kv heads), K = V, shared caches
 DEFAULT_RUN |= {"gemma4_text"}
+# a shared MLP beside the experts (granitemoeshared, hunyuan_v1_moe: its float32 softmax
+# router), V3 routing with qwen3 attention (dots1), Mamba2 beside rotary attention (bamba)
+DEFAULT_RUN |= {"granitemoeshared", "hunyuan_v1_moe", "dots1", "bamba"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 SEEDS = {"qwen3_5_text": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
@@ -180,7 +183,8 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
 
 
 @pytest.mark.parametrize(
-    "family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid", "nemotron_h", "falcon_h1"]
+    "family",
+    ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid", "nemotron_h", "falcon_h1", "bamba"],
 )
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row

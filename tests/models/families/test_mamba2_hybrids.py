@@ -23,6 +23,7 @@ from mobius_genai.bundle.graph import TensorSpec
 from mobius_genai.bundle.og_support import BEAM, ENGINE, NGRAM, REWIND, bundle_og_limits
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.rope import parse_rope
 from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
@@ -41,7 +42,7 @@ from tests.models.families.test_parity import _parity
 from tests.runtime.conftest import run_builder
 
 TOLERANCE = 1e-4  # f32
-FAMILIES_HERE = ("nemotron_h", "falcon_h1")
+FAMILIES_HERE = ("nemotron_h", "falcon_h1", "bamba")
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +181,9 @@ MUTANTS = {
         "falcon_h1",
         {"mamba2": _mamba2_norm("falcon_h1", "gate_then_norm")},
     ),
+    # BambaConfig's fixed half rotary read as config.json says (whole heads absent the key)
+    "bamba_whole_heads_rotated": ("bamba", {"rope": lambda raw: parse_rope({})[0]}),
+    "bamba_norm_before_gate": ("bamba", {"mamba2": _mamba2_norm("bamba", "norm_then_gate")}),
 }
 
 
@@ -333,7 +337,7 @@ def test_int4_bundle_generates(family, tmp_path):
         for node in model.graph.all_nodes()
         if node.op_type == "MatMulNBits"
     }
-    mamba = [0, 4] if family == "nemotron_h" else [0, 1, 2]
+    mamba = {"nemotron_h": [0, 4], "falcon_h1": [0, 1, 2], "bamba": [0, 2]}[family]
     assert {f"model.layers.{i}.mamba.{p}_proj" for i in mamba for p in ("in", "out")} <= quantized
     states = [value for value in model.graph.inputs if value.name.endswith("_state")]
     assert len(states) == 2 * len(mamba)
