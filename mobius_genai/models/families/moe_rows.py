@@ -12,11 +12,11 @@ from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_SLIDING_SWITCH, UNBIASED_ATTENTION
+from mobius_genai.models.families.hunyuan_moe import HUNYUAN_ROUTER, hunyuan_moe
 from mobius_genai.models.families.layers import every_layer_windowed, qwen2_moe_layer_types
 from mobius_genai.models.families.readers import switch
 from mobius_genai.models.families.rope import ntk_alpha_rope
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
-from mobius_genai.models.families.hunyuan_moe import HUNYUAN_ROUTER, hunyuan_moe
 
 # qwen2_moe / qwen3_moe: expert size and the dense layers (mlp_only_layers, decoder_sparse_step)
 _QWEN_MOE = MoeKeys(
