@@ -664,11 +664,11 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
             "high_freq_factor": 4.0,
         },
     },
-    # granitemoe's row with a shared MLP of 48 beside the experts
+    # granitemoe's row with a shared MLP of 64 beside the experts
     "granitemoeshared": {
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
-        "shared_intermediate_size": 48,
+        "shared_intermediate_size": 64,
         "embedding_multiplier": 2.0,
         "residual_multiplier": 0.5,
         "logits_scaling": 4.0,

@@ -152,6 +152,25 @@ def test_hub_config_layout_matches_transformers(tmp_path):
     assert max_abs_diff(ours, reference.logits) <= TOLERANCE
 
 
+def test_bamba_rotates_half_of_each_head_whatever_config_json_says(checkpoints, tmp_path):
+    """A config.json (as transformers 4 wrote Bamba's) without partial_rotary_factor: BambaConfig
+    rotates half of each head all the same, and so does the bundle."""
+    ckpt = checkpoints["bamba"]
+    ids = np.random.default_rng(1).integers(3, 128, size=(1, 12))
+    before = hf_reference_logits(ckpt, ids, 2)
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw["rope_parameters"].pop("partial_rotary_factor")
+    (tmp_path / "ckpt").mkdir()
+    for path in ckpt.iterdir():
+        (tmp_path / "ckpt" / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(raw))
+    reference = hf_reference_logits(tmp_path / "ckpt", ids, 2)
+    assert max_abs_diff(reference.logits, before.logits) == 0.0
+    package = mobius_genai.build(tmp_path / "ckpt", "cpu", "f32")
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
+
+
 def test_left_padded_batch_matches_transformers(checkpoints, tmp_path):
     """Padding stays out of Falcon-H1's Mamba2 states while its attention masks it."""
     first, rest = left_padded_diffs(checkpoints["falcon_h1"], tmp_path)
@@ -181,8 +200,11 @@ MUTANTS = {
         "falcon_h1",
         {"mamba2": _mamba2_norm("falcon_h1", "gate_then_norm")},
     ),
-    # BambaConfig's fixed half rotary read as config.json says (whole heads absent the key)
-    "bamba_whole_heads_rotated": ("bamba", {"rope": lambda raw: parse_rope({})[0]}),
+    # BambaConfig's fixed half rotary turned into whole heads
+    "bamba_whole_heads_rotated": (
+        "bamba",
+        {"rope": lambda raw: dataclasses.replace(parse_rope(raw)[0], partial_rotary_factor=1.0)},
+    ),
     "bamba_norm_before_gate": ("bamba", {"mamba2": _mamba2_norm("bamba", "norm_then_gate")}),
 }
 
