@@ -59,6 +59,7 @@ _BIAS = {
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its config requires
 _BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
+_BIAS["granitemoeshared"] = {"attention_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {"mistral", "phi3", "exaone4", "mixtral", "minimax_m2", "ernie4_5_moe"}
 _NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
@@ -94,6 +95,7 @@ _LOADED_AS = {
     ],
     "nemotron_h": [(r"^backbone\.", "model.")],  # the hub's prefix, kept on save
 }
+_LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP
 # transformers loads per-expert tensors into one [experts, 2 * inter, hidden] gate_up_proj
 # ([gate | up] rows) and one [experts, hidden, inter] down_proj
 _PER_EXPERT = re.compile(
