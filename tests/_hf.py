@@ -54,6 +54,7 @@ from transformers import (
     Gemma4TextConfig,
     GemmaConfig,
     Glm4MoeConfig,
+    Glm4MoeLiteConfig,
     GlmConfig,
     GPT2Config,
     GPTJConfig,
@@ -162,6 +163,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "hunyuan_v1_moe": HunYuanMoEV1Config,
     "dots1": Dots1Config,
     "bamba": BambaConfig,
+    "glm4_moe_lite": Glm4MoeLiteConfig,
 }
 
 _ARCHITECTURES = {
@@ -224,6 +226,7 @@ _ARCHITECTURES = {
     "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
     "dots1": "Dots1ForCausalLM",
     "bamba": "BambaForCausalLM",
+    "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -707,6 +710,15 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "mamba_proj_bias": True,
         "attention_bias": True,
         "mlp_bias": True,
+    },
+    # DeepSeek-V3's latent attention and routing (low-rank q, yarn with its mscales), the
+    # dense layer in the middle (mlp_layer_types)
+    "glm4_moe_lite": {
+        **_DEEPSEEK,
+        "q_lora_rank": 32,
+        "routed_scaling_factor": 2.5,
+        "first_k_dense_replace": UNSET,
+        "mlp_layer_types": ["sparse", "dense", "sparse"],
     },
 }
 

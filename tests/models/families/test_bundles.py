@@ -76,8 +76,10 @@ DEFAULT_RUN |= {"gemma4_text"}
 # a shared MLP beside the experts (granitemoeshared, hunyuan_v1_moe: its float32 softmax
 # router), V3 routing with qwen3 attention (dots1), Mamba2 beside rotary attention (bamba)
 DEFAULT_RUN |= {"granitemoeshared", "hunyuan_v1_moe", "dots1", "bamba"}
+DEFAULT_RUN |= {"glm4_moe_lite"}  # latent attention, V3 routing where mlp_layer_types says
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
-SEEDS = {"qwen3_5_text": 1}
+# (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
+SEEDS = {"qwen3_5_text": 1, "glm4_moe_lite": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
 # rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).
 NEW_FAMILIES = tuple(
