@@ -47,6 +47,7 @@ from transformers import (
     Ernie4_5Config,
     Exaone4Config,
     ExaoneConfig,
+    ExaoneMoeConfig,
     FalconH1Config,
     Gemma2Config,
     Gemma3nTextConfig,
@@ -164,6 +165,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "dots1": Dots1Config,
     "bamba": BambaConfig,
     "glm4_moe_lite": Glm4MoeLiteConfig,
+    "exaone_moe": ExaoneMoeConfig,
 }
 
 _ARCHITECTURES = {
@@ -227,6 +229,7 @@ _ARCHITECTURES = {
     "dots1": "Dots1ForCausalLM",
     "bamba": "BambaForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
+    "exaone_moe": "ExaoneMoeForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -719,6 +722,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "routed_scaling_factor": 2.5,
         "first_k_dense_replace": UNSET,
         "mlp_layer_types": ["sparse", "dense", "sparse"],
+    },
+    # EXAONE 4's attention (sliding, full NoPE, sliding) in pre-norm layers; V3's routing (8
+    # experts in 4 groups, 2 kept, 2 per token, renormalized, scaled by 2.5) beside a shared
+    # expert, the first layer dense
+    "exaone_moe": {
+        **{k: v for k, v in _GROUP_ROUTED.items() if k != "n_routed_experts"},
+        "num_experts": 8,
+        "num_shared_experts": 1,
+        "n_shared_experts": UNSET,
+        "routed_scaling_factor": 2.5,
+        "head_dim": 16,
+        "sliding_window": 5,
+        "sliding_window_pattern": 2,
     },
 }
 

@@ -95,11 +95,13 @@ def v3_moe(raw: Mapping[str, Any]) -> MoeConfig:
     return _moe(raw, v3_routing(raw), "norm_topk_prob")
 
 
-def _glm4_moe_lite_moe(raw: Mapping[str, Any]) -> MoeConfig:
-    """V3's routing in the layers `mlp_layer_types` calls "sparse" (Glm4MoeLiteConfig's
-    default: every layer but the first), dense MLPs in the "dense" ones."""
+def sparse_mlp_layers(raw: Mapping[str, Any], dense_first: int) -> tuple[int, ...]:
+    """The layers `mlp_layer_types` calls "sparse" (MoE) rather than "dense"; without it, all
+    but the first `dense_first` (GLM-4.7-Flash's and K-EXAONE's config classes fill it so)."""
     num_layers = fields.require(raw, "num_hidden_layers")
-    kinds = raw.get("mlp_layer_types") or ["dense"] + ["sparse"] * (num_layers - 1)
+    kinds = raw.get("mlp_layer_types")
+    if kinds is None:
+        kinds = ["dense" if i < dense_first else "sparse" for i in range(num_layers)]
     if (
         not isinstance(kinds, list)
         or len(kinds) != num_layers
@@ -109,8 +111,13 @@ def _glm4_moe_lite_moe(raw: Mapping[str, Any]) -> MoeConfig:
             f"config.json: mlp_layer_types is {kinds!r}; accepted: a list of 'dense' or "
             f"'sparse', one per layer ({num_layers})"
         )
-    sparse = tuple(i for i, kind in enumerate(kinds) if kind == "sparse")
-    return dataclasses.replace(v3_moe(raw), sparse_layers=sparse)
+    return tuple(i for i, kind in enumerate(kinds) if kind == "sparse")
+
+
+def _glm4_moe_lite_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """V3's routing in the layers `mlp_layer_types` calls "sparse" (by default every layer but
+    the first), dense MLPs in the others."""
+    return dataclasses.replace(v3_moe(raw), sparse_layers=sparse_mlp_layers(raw, 1))
 
 
 def _whole_rope_slice(raw: Mapping[str, Any]) -> RopeConfig:

@@ -1,6 +1,7 @@
 """Granite 3's MoE with a shared MLP (granitemoeshared), Hunyuan-A13B (hunyuan_v1_moe: a float32
-softmax router beside a shared MLP) and dots.llm1 (dots1: DeepSeek-V3's routing with Qwen3's
-attention), vs transformers.
+softmax router beside a shared MLP), dots.llm1 (dots1: DeepSeek-V3's routing with Qwen3's
+attention) and K-EXAONE (exaone_moe: V3's routing with EXAONE 4's attention in pre-norm
+layers), vs transformers.
 
 Each row's tiny checkpoint (tests/_hf.py) is compared in test_moe.py with every MoE row, its
 bundle's greedy tokens in test_bundles.py and its float32 router in test_float32.py; here the
@@ -12,6 +13,7 @@ onnx-standard graphs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -36,7 +38,7 @@ from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
-ROWS = ("granitemoeshared", "hunyuan_v1_moe", "dots1")
+ROWS = ("granitemoeshared", "hunyuan_v1_moe", "dots1", "exaone_moe")
 
 CASES = {
     # GraniteMoeSharedDecoderLayer without its shared MLP: granitemoe's layer
@@ -57,6 +59,18 @@ CASES = {
             "norm_topk_prob": True,
             "attention_bias": False,
             "sliding_window": None,
+        },
+    ),
+    # sliding, sliding, full (NoPE) layers; experts in the outer layers (mlp_layer_types); raw
+    # weights in one group
+    "exaone_moe_pattern_3_outer_experts_raw": (
+        "exaone_moe",
+        {
+            "sliding_window_pattern": 3,
+            "mlp_layer_types": ["sparse", "dense", "sparse"],
+            "norm_topk_prob": False,
+            "n_group": 1,
+            "topk_group": 1,
         },
     ),
 }
@@ -110,6 +124,18 @@ MUTANTS = {
     "dots1_correction_bias_ignored": ("dots1", (moe, "GroupRouter", _CorrectionBiasIgnored)),
     "dots1_groups_not_limited": ("dots1", _with_routing("dots1", top_groups=4)),
     "dots1_routed_scaling_ignored": ("dots1", _with_routing("dots1", scaling=1.0)),
+    "exaone_moe_correction_bias_ignored": (
+        "exaone_moe",
+        (moe, "GroupRouter", _CorrectionBiasIgnored),
+    ),
+    # EXAONE 4's global layer rotated as its sliding ones are
+    "exaone_moe_global_layer_rotated": (
+        "exaone_moe",
+        dataclasses.replace(
+            FAMILIES["exaone_moe"],
+            config_overrides={**FAMILIES["exaone_moe"].config_overrides, "no_rope_layers": ()},
+        ),
+    ),
 }
 
 
