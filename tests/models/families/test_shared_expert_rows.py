@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import pytest
 
 import mobius_genai
@@ -33,6 +32,7 @@ from tests._hf import (
 )
 from tests._ort import case_diffs, graph_diffs, mutant_diffs
 from tests.models.families.test_bundles import int4_bundle_ops
+from tests.models.families.test_corrected_moe import _ids
 from tests.models.families.test_deepseek import _CorrectionBiasIgnored, _with_routing
 from tests.models.families.test_moe import _with_moe
 
@@ -74,10 +74,6 @@ CASES = {
         },
     ),
 }
-
-
-def _ids() -> np.ndarray:
-    return np.random.default_rng(0).integers(3, 128, size=(2, 12))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
