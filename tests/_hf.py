@@ -96,6 +96,7 @@ from transformers import (
     Qwen3NextConfig,
     SeedOssConfig,
     SmolLM3Config,
+    SolarOpenConfig,
     StableLmConfig,
     Starcoder2Config,
     VaultGemmaConfig,
@@ -166,6 +167,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "bamba": BambaConfig,
     "glm4_moe_lite": Glm4MoeLiteConfig,
     "exaone_moe": ExaoneMoeConfig,
+    "solar_open": SolarOpenConfig,
 }
 
 _ARCHITECTURES = {
@@ -230,6 +232,7 @@ _ARCHITECTURES = {
     "bamba": "BambaForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "exaone_moe": "ExaoneMoeForCausalLM",
+    "solar_open": "SolarOpenForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -735,6 +738,15 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "head_dim": 16,
         "sliding_window": 5,
         "sliding_window_pattern": 2,
+    },
+    # GLM-4 MoE's routing (8 experts in 4 groups, 2 kept, 2 per token) beside a shared expert
+    # in every layer; llama attention with q/k/v biases (its rotary turns whole heads)
+    "solar_open": {
+        **{k: v for k, v in _GROUP_ROUTED.items() if k != "first_k_dense_replace"},
+        "intermediate_size": UNSET,
+        "head_dim": 16,
+        "attention_bias": True,
+        "routed_scaling_factor": 2.5,
     },
 }
 

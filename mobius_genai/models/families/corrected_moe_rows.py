@@ -2,8 +2,9 @@
 `e_score_correction_bias` and weights them by the uncorrected scores (config/moe_routing.py,
 components/group_router.py): GLM-4 MoE (DeepSeek-V3's routing with ordinary attention),
 ERNIE-4.5-MoE (softmax scores), MiniMax-M2 (sigmoid scores, one group), dots.llm1
-(DeepSeek-V3's routing with Qwen3's attention) and K-EXAONE (exaone_moe: V3's routing with
-EXAONE 4's attention in pre-norm layers).
+(DeepSeek-V3's routing with Qwen3's attention), K-EXAONE (exaone_moe: V3's routing with
+EXAONE 4's attention in pre-norm layers) and Solar Open (solar_open: GLM-4 MoE's routing in
+every layer, llama attention without an o_proj bias).
 
 Keys the config classes fill when absent are the rows' defaults, as transformers' config
 classes set them.
@@ -226,5 +227,32 @@ CORRECTED_MOE_FAMILIES = (
         float32=CORRECTED_ROUTER,
         # the multi-token-prediction head (_keys_to_ignore_on_load_unexpected)
         unused_weights=(r"^mtp\.",),
+    ),
+    FamilyAdapter(
+        model_type="solar_open",
+        # no dense layer and no intermediate_size: the experts' size stands in for it
+        config_aliases={
+            "num_local_experts": "n_routed_experts",
+            "moe_intermediate_size": "intermediate_size",
+        },
+        config_defaults={
+            "head_dim": 128,
+            "num_key_value_heads": 8,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1_000_000.0,  # SolarOpenConfig's default_theta
+            "n_routed_experts": 128,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 1280,
+            "num_experts_per_tok": 8,
+            "n_group": 1,
+            "topk_group": 1,
+            "routed_scaling_factor": 1.0,
+            "norm_topk_prob": True,
+        },
+        # SolarOpenConfig has no first_k_dense_replace: experts in every layer
+        config_overrides={"o_bias": False, "moe": v3_moe},
+        weight_renames=(_SHARED_EXPERTS,),
+        experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
     ),
 )

@@ -76,8 +76,9 @@ DEFAULT_RUN |= {"gemma4_text"}
 # a shared MLP beside the experts (granitemoeshared, hunyuan_v1_moe: its float32 softmax
 # router), V3 routing with qwen3 attention (dots1), Mamba2 beside rotary attention (bamba)
 DEFAULT_RUN |= {"granitemoeshared", "hunyuan_v1_moe", "dots1", "bamba"}
-# latent attention, and EXAONE 4's attention, with V3 routing where mlp_layer_types says
-DEFAULT_RUN |= {"glm4_moe_lite", "exaone_moe"}
+# latent attention, and EXAONE 4's attention, with V3 routing where mlp_layer_types says;
+# V3 routing in every layer beside llama attention (solar_open)
+DEFAULT_RUN |= {"glm4_moe_lite", "exaone_moe", "solar_open"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 # (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
 SEEDS = {"qwen3_5_text": 1, "glm4_moe_lite": 1}

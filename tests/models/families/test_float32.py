@@ -58,6 +58,7 @@ ROUTERS = {
     "dots1": (_BIASED, (1, 2)),
     "glm4_moe_lite": (_BIASED, (0, 2)),
     "exaone_moe": (_BIASED, (1, 2)),
+    "solar_open": (_BIASED, (0, 1, 2)),
     "hunyuan_v1_moe": (("weight",), (0, 1, 2)),  # its float32 `wg`
     "nemotron_h": (_BIASED, (1, 4)),
 }

@@ -1,7 +1,7 @@
 """Granite 3's MoE with a shared MLP (granitemoeshared), Hunyuan-A13B (hunyuan_v1_moe: a float32
 softmax router beside a shared MLP), dots.llm1 (dots1: DeepSeek-V3's routing with Qwen3's
-attention) and K-EXAONE (exaone_moe: V3's routing with EXAONE 4's attention in pre-norm
-layers), vs transformers.
+attention), K-EXAONE (exaone_moe: V3's routing with EXAONE 4's attention in pre-norm
+layers) and Solar Open (solar_open: GLM-4 MoE's routing in every layer), vs transformers.
 
 Each row's tiny checkpoint (tests/_hf.py) is compared in test_moe.py with every MoE row, its
 bundle's greedy tokens in test_bundles.py and its float32 router in test_float32.py; here the
@@ -38,7 +38,7 @@ from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
-ROWS = ("granitemoeshared", "hunyuan_v1_moe", "dots1", "exaone_moe")
+ROWS = ("granitemoeshared", "hunyuan_v1_moe", "dots1", "exaone_moe", "solar_open")
 
 CASES = {
     # GraniteMoeSharedDecoderLayer without its shared MLP: granitemoe's layer
@@ -60,6 +60,11 @@ CASES = {
             "attention_bias": False,
             "sliding_window": None,
         },
+    ),
+    # raw weights times their sum's factor, no attention biases, tied embeddings
+    "solar_open_raw_weights_tied": (
+        "solar_open",
+        {"norm_topk_prob": False, "attention_bias": False, "tie_word_embeddings": True},
     ),
     # sliding, sliding, full (NoPE) layers; experts in the outer layers (mlp_layer_types); raw
     # weights in one group
@@ -120,6 +125,7 @@ MUTANTS = {
     "dots1_correction_bias_ignored": ("dots1", (moe, "GroupRouter", _CorrectionBiasIgnored)),
     "dots1_groups_not_limited": ("dots1", _with_routing("dots1", top_groups=4)),
     "dots1_routed_scaling_ignored": ("dots1", _with_routing("dots1", scaling=1.0)),
+    "solar_open_groups_not_limited": ("solar_open", _with_routing("solar_open", top_groups=4)),
     "exaone_moe_correction_bias_ignored": (
         "exaone_moe",
         (moe, "GroupRouter", _CorrectionBiasIgnored),
