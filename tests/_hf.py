@@ -49,6 +49,7 @@ from transformers import (
     ExaoneConfig,
     ExaoneMoeConfig,
     FalconH1Config,
+    FlexOlmoConfig,
     Gemma2Config,
     Gemma3nTextConfig,
     Gemma3TextConfig,
@@ -168,6 +169,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "glm4_moe_lite": Glm4MoeLiteConfig,
     "exaone_moe": ExaoneMoeConfig,
     "solar_open": SolarOpenConfig,
+    "flex_olmo": FlexOlmoConfig,
 }
 
 _ARCHITECTURES = {
@@ -233,6 +235,7 @@ _ARCHITECTURES = {
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "exaone_moe": "ExaoneMoeForCausalLM",
     "solar_open": "SolarOpenForCausalLM",
+    "flex_olmo": "FlexOlmoForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -747,6 +750,14 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "head_dim": 16,
         "attention_bias": True,
         "routed_scaling_factor": 2.5,
+    },
+    # olmo2's post-norm layers and q/k norms, olmoe's routing (4 experts, 2 per token, not
+    # renormalized); FlexOlmoConfig's eos id lies outside the tiny vocab
+    "flex_olmo": {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "attention_bias": True,
+        "eos_token_id": 2,
     },
 }
 

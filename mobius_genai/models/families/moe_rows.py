@@ -155,4 +155,21 @@ MOE_FAMILIES = (
         experts=ExpertLayout(),
         float32=HUNYUAN_ROUTER,
     ),
+    # olmo2's post-norm layers (RMSNorms over the whole q and k projections) with olmoe's
+    # experts and routing
+    FamilyAdapter(
+        model_type="flex_olmo",
+        config_defaults={
+            "rope_theta": 500_000.0,  # FlexOlmoConfig's default_theta
+            "num_experts": 7,
+            "num_experts_per_tok": 5,
+        },
+        config_overrides={
+            "norm_placement": "post",
+            "qk_norm": True,
+            "qk_norm_per_head": False,
+            "moe": moe_reader(MoeKeys(num_experts="num_experts")),
+        },
+        experts=ExpertLayout(),
+    ),
 )

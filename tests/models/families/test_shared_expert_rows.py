@@ -1,7 +1,8 @@
 """Granite 3's MoE with a shared MLP (granitemoeshared), Hunyuan-A13B (hunyuan_v1_moe: a float32
 softmax router beside a shared MLP), dots.llm1 (dots1: DeepSeek-V3's routing with Qwen3's
 attention), K-EXAONE (exaone_moe: V3's routing with EXAONE 4's attention in pre-norm
-layers) and Solar Open (solar_open: GLM-4 MoE's routing in every layer), vs transformers.
+layers) and Solar Open (solar_open: GLM-4 MoE's routing in every layer), vs transformers; with
+them FlexOlmo (flex_olmo: olmo2's post-norm layers with olmoe's experts, no shared one).
 
 Each row's tiny checkpoint (tests/_hf.py) is compared in test_moe.py with every MoE row, its
 bundle's greedy tokens in test_bundles.py and its float32 router in test_float32.py; here the
@@ -38,7 +39,7 @@ from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
-ROWS = ("granitemoeshared", "hunyuan_v1_moe", "dots1", "exaone_moe", "solar_open")
+ROWS = ("granitemoeshared", "hunyuan_v1_moe", "dots1", "exaone_moe", "solar_open", "flex_olmo")
 
 CASES = {
     # GraniteMoeSharedDecoderLayer without its shared MLP: granitemoe's layer
@@ -163,6 +164,18 @@ def test_a_row_without_its_shared_mlp_leaves_it_unread_and_is_refused(
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
     monkeypatch.setitem(FAMILIES, family, _with_moe(FAMILIES[family], shared_expert_size=0))
     with pytest.raises(WeightsError, match=unread):
+        mobius_genai.build(ckpt, "cpu", "f32")
+
+
+def test_flex_olmo_read_as_olmoe_pre_norm_layers_is_refused(tmp_path, monkeypatch):
+    """FlexOlmo's layers normalize the attention's and the experts' outputs (olmo2's post
+    norms), which also hides the renormalization of the top-k weights; read with olmoe's
+    pre-norm layers, the checkpoint lacks their input norms."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "flex_olmo")
+    row = FAMILIES["flex_olmo"]
+    overrides = {**row.config_overrides, "norm_placement": "pre"}
+    monkeypatch.setitem(FAMILIES, "flex_olmo", dataclasses.replace(row, config_overrides=overrides))
+    with pytest.raises(WeightsError, match=r"input_layernorm"):
         mobius_genai.build(ckpt, "cpu", "f32")
 
 
