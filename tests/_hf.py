@@ -39,6 +39,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
+    Cohere2Config,
     CohereConfig,
     DeepseekV2Config,
     DeepseekV3Config,
@@ -55,6 +56,7 @@ from transformers import (
     Gemma3TextConfig,
     Gemma4TextConfig,
     GemmaConfig,
+    Glm4Config,
     Glm4MoeConfig,
     Glm4MoeLiteConfig,
     GlmConfig,
@@ -75,6 +77,8 @@ from transformers import (
     Llama4TextConfig,
     LlamaConfig,
     MiniMaxM2Config,
+    Ministral3Config,
+    MinistralConfig,
     MistralConfig,
     MixtralConfig,
     NemotronConfig,
@@ -109,6 +113,8 @@ hf_logging.disable_progress_bar()  # keep test output readable
 FAMILIES: dict[str, type[PretrainedConfig]] = {
     "llama": LlamaConfig,
     "mistral": MistralConfig,
+    "ministral": MinistralConfig,
+    "ministral3": Ministral3Config,
     "qwen2": Qwen2Config,
     "qwen3": Qwen3Config,
     "gemma": GemmaConfig,
@@ -131,6 +137,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gptj": GPTJConfig,
     "cohere": CohereConfig,
     "glm": GlmConfig,
+    "cohere2": Cohere2Config,
+    "glm4": Glm4Config,
     "arcee": ArceeConfig,
     "helium": HeliumConfig,
     "ernie4_5": Ernie4_5Config,
@@ -175,6 +183,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
 _ARCHITECTURES = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
+    "ministral": "MinistralForCausalLM",
+    "ministral3": "Ministral3ForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM",
     "gemma": "GemmaForCausalLM",
@@ -197,6 +207,8 @@ _ARCHITECTURES = {
     "gptj": "GPTJForCausalLM",
     "cohere": "CohereForCausalLM",
     "glm": "GlmForCausalLM",
+    "cohere2": "Cohere2ForCausalLM",
+    "glm4": "Glm4ForCausalLM",
     "arcee": "ArceeForCausalLM",
     "helium": "HeliumForCausalLM",
     "ernie4_5": "Ernie4_5ForCausalLM",
@@ -300,9 +312,32 @@ _DEEPSEEK: dict[str, Any] = {
         "mscale_all_dim": 0.8,
     },
 }
+#: Ministral 3's rope (yarn, its llama_4_scaling_beta and original length read by the query
+#: scale), small: the scale grows at positions 4, 12, 28, ...
+MINISTRAL3_ROPE: dict[str, Any] = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 16.0,  # max_position_embeddings / original_max_position_embeddings
+    "original_max_position_embeddings": 4,
+    "beta_fast": 32.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "llama_4_scaling_beta": 0.5,
+}
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {"sliding_window": None},
+    # sliding, full, sliding with a window of 4: the prompts of parity tests run past it
+    # (MinistralAttention cannot run without an explicit head_dim)
+    "ministral": {
+        "head_dim": 16,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+    },
+    # Ministral3Config's yarn rope with an original length of 4 positions: the query scale
+    # (beta 0.5, large enough to move logits) steps up every 4 positions of a short prompt
+    "ministral3": {"head_dim": 16, "rope_parameters": MINISTRAL3_ROPE},
     "qwen2": {},
     "qwen3": {"head_dim": 32},  # deliberately != hidden_size / num_attention_heads
     # gemma's default head_dim is 256; query_pre_attn_scalar != head_dim exercises the scale;
@@ -403,6 +438,12 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "cohere": {"logit_scale": 0.25},
     # GLM-4: fused gate_up, q/k/v biases, interleaved rotary on 0.5 of head_dim 16
     "glm": {"head_dim": 16},
+    # sliding, full, sliding (sliding_window_pattern 2): rotary in the sliding layers only, a
+    # window of 5; cohere's parallel block, interleaved rotary and a logit_scale != 1
+    "cohere2": {"sliding_window": 5, "sliding_window_pattern": 2, "logit_scale": 0.25},
+    # glm's layer (fused gate_up, q/k/v biases, interleaved rotary on 0.5 of head_dim 16) with
+    # sandwich norms: post_self_attn_layernorm and post_mlp_layernorm
+    "glm4": {"head_dim": 16},
     "arcee": {},  # llama with an ungated relu2 MLP (up_proj, down_proj)
     # interleaved rotary, o_proj without bias; head_dim's default 128 would not fit o_proj
     "helium": {"head_dim": 16},
@@ -905,7 +946,7 @@ def _rewrite_hub_layout(path: Path) -> None:
     # derived from the keys below; Gemma 3n's hub configs list them
     keeps = data.get("model_type") == "gemma3n_text"
     layer_types = data.get("layer_types") if keeps else data.pop("layer_types", None)
-    if data.get("model_type") == "gemma3_text" and layer_types:
+    if data.get("model_type") in ("gemma3_text", "cohere2") and layer_types:
         data["sliding_window_pattern"] = layer_types.index("full_attention") + 1
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     after = AutoConfig.from_pretrained(path.parent).to_dict()

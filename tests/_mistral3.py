@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer, Mistral3Config, Mistral3ForConditionalGeneration
 
-from tests._hf import generated_tokens, randomize_weights
+from tests._hf import _FAMILY_CONFIG, MINISTRAL3_ROPE, generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
 
 IMAGE_TOKEN, BREAK_TOKEN, END_TOKEN = 10, 12, 13  # Mistral's [IMG], [IMG_BREAK], [IMG_END]
@@ -36,6 +36,21 @@ _TEXT = {
     "rope_theta": 1e4,
     "sliding_window": None,
     "tie_word_embeddings": False,
+}
+#: A Ministral 3 text_config (Ministral-3-3B/8B/14B's): yarn rope and the query scale over an
+#: original length of 4 positions, so it steps up within an image prompt and while decoding.
+MINISTRAL3_TEXT = {
+    "model_type": "ministral3",
+    "max_position_embeddings": 64,
+    "rope_parameters": {**MINISTRAL3_ROPE, "factor": 16.0},
+}
+#: Mistral Large 3's text_config: DeepSeek-V3's latent attention and group-routed experts
+#: (tests/_hf.py's tiny row; its rotary head of 8 is head_dim, as DeepseekV3Config sets it).
+MISTRAL_LARGE3_TEXT = {
+    "model_type": "deepseek_v3",
+    **_FAMILY_CONFIG["deepseek_v3"],
+    "head_dim": 8,
+    "max_position_embeddings": 64,
 }
 _VISION = {
     "model_type": "pixtral",
@@ -72,14 +87,20 @@ def special_ids(folder: Path) -> tuple[int, int, int]:
     return tuple(AutoTokenizer.from_pretrained(folder).convert_tokens_to_ids(SPECIALS[:3]))
 
 
-def write_mistral3_checkpoint(folder: Path) -> Mistral3ForConditionalGeneration:
-    """Write a packageable tiny Mistral 3 checkpoint into `folder`: the model, tiny-qwen2's
-    tokenizer with Mistral's image tokens, and the image processor's settings. Returns the
-    model (float32, eval mode)."""
+def write_mistral3_checkpoint(
+    folder: Path, text: dict | None = None
+) -> Mistral3ForConditionalGeneration:
+    """Write a packageable tiny Mistral 3 checkpoint into `folder`: the model (`text`
+    overriding text_config keys), tiny-qwen2's tokenizer with Mistral's image tokens, and the
+    image processor's settings. Returns the model (float32, eval mode)."""
     tokenizer = AutoTokenizer.from_pretrained(TINY_QWEN2)
     tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS})
     model = tiny_mistral3(
-        text={"vocab_size": len(tokenizer) + 4, "eos_token_id": tokenizer.eos_token_id},
+        text={
+            "vocab_size": len(tokenizer) + 4,
+            "eos_token_id": tokenizer.eos_token_id,
+            **(text or {}),
+        },
         image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"),
     )
     model.save_pretrained(folder)

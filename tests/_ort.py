@@ -301,12 +301,14 @@ def reference_evaluator_logits(model: ir.Model, ids: np.ndarray) -> np.ndarray:
     return logits
 
 
-def prefill_feeds(model: ir.Model, ids: np.ndarray) -> dict[str, np.ndarray]:
-    """Every input of `model` for a prefill of `ids` [1, seq]: empty KV caches, zero states."""
+def prefill_feeds(model: ir.Model, ids: np.ndarray, **given: np.ndarray) -> dict[str, np.ndarray]:
+    """Every input of `model` for a prefill of `ids` [1, seq]: empty KV caches, zero states;
+    `given` feeds the other inputs (a vision-language decoder's inputs_embeds)."""
     feeds = {
         "input_ids": ids,
         "attention_mask": np.ones_like(ids),
         "position_ids": np.arange(ids.shape[1])[None],
+        **given,
     }
     for value in model.graph.inputs:
         if value.name not in feeds:  # empty KV caches [1, heads, 0, dim], zero states

@@ -42,6 +42,7 @@ _BIAS = {
         "smollm3",
         "exaone",
         "cohere",
+        "cohere2",
         "arcee",
         "helium",
         "olmo3",
@@ -61,7 +62,10 @@ _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its
 _BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
 _BIAS["granitemoeshared"] = _BIAS["glm4_moe_lite"] = _BIAS["solar_open"] = {"attention_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
-_NO_BIAS = {"mistral", "phi3", "exaone4", "mixtral", "minimax_m2", "ernie4_5_moe", "exaone_moe"}
+_NO_BIAS = {
+    *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
+    *("ernie4_5_moe", "exaone_moe"),
+}
 _NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
 # tensors on load (transformers/conversion_mapping.py)

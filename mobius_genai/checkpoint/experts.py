@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from mobius_genai.checkpoint.checks import require_finite
 from mobius_genai.checkpoint.prequantized import mxfp4
-from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader
+from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader, TensorSource
 from mobius_genai.errors import WeightsError
 
 GATE_UP = "gate_up_proj"
@@ -223,7 +223,7 @@ def expert_tensors(
         reader = _Reader(
             checkpoint,
             layout,
-            source if isinstance(source, str) else source.names[0],
+            _stored_base(source, checkpoint),
             name,
             mxfp4_stored,
             (rows, columns) if leaf == GATE_UP else (2 * columns, rows),
@@ -243,3 +243,14 @@ def expert_tensors(
             load = reader.down
         tensors[name] = ExpertsTensor(load, value.dtype, (experts, rows, columns), name)
     return tensors, read
+
+
+def _stored_base(source: str | TensorSource, checkpoint: CheckpointReader) -> str:
+    """The experts module's name in `checkpoint`: of a TensorSource's names (prefixes tried in
+    order, a vision-language row's), the first some checkpoint tensor starts with."""
+    if isinstance(source, str):
+        return source
+    return next(
+        (base for base in source.names if any(name.startswith(f"{base}.") for name in checkpoint)),
+        source.names[0],
+    )

@@ -1,6 +1,7 @@
 """`mobius-genai bench DIR`: prefill and decode tokens/s, time to first token and peak memory
 of a bundle for chosen prompt lengths and batch sizes, as a table or JSON; `bench DIR --audio
-FILE`: a speech bundle's real-time factor on that file."""
+[FILE]`: a speech bundle's real-time factor on that clip, or the time to the first token
+after it beside a prompt (Gemma 4 E2B/E4B)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import dataclasses
 import json
 
-from mobius_genai.bench.audio import bench_audio
+from mobius_genai.bench.audio import ClipBench, bench_audio, generated_clip
 from mobius_genai.bench.runner import BenchRow, bench
 from mobius_genai.cli._args import positive_int
 from mobius_genai.cli._generation import (
@@ -20,6 +21,7 @@ from mobius_genai.cli._generation import (
 )
 from mobius_genai.cli._table import aligned_table
 from mobius_genai.errors import OptionError
+from mobius_genai.runtime.audio import Clip
 
 _HEADERS = ("prompt", "batch", "TTFT ms", "prefill tok/s", "decode tok/s", "peak RSS MiB")
 
@@ -47,8 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--audio",
         metavar="PATH",
-        help="a speech bundle: time the transcription of this WAV, FLAC or MP3 file (real-time "
-        "factor)",
+        nargs="?",
+        const="",
+        help="time a clip (this WAV, FLAC or MP3 file; without PATH, a generated tone): a speech "
+        "bundle's transcription (real-time factor), or the first token after a clip beside the "
+        "prompt (Gemma 4 E2B/E4B)",
     )
     add_ep_argument(parser)
     add_threads_argument(parser)
@@ -83,16 +88,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _audio(args: argparse.Namespace, cpu: bool) -> int:
-    result = bench_audio(args.folder, args.audio, rounds=args.rounds, cpu=cpu, threads=args.threads)
-    fields = {**dataclasses.asdict(result), "real_time_factor": result.real_time_factor}
-    if args.json:
-        print(json.dumps({"bundle": args.folder, "audio": args.audio, **fields}, indent=2))
+    clip = Clip.read(args.audio) if args.audio else generated_clip()
+    shown = args.audio or clip.name
+    result = bench_audio(
+        args.folder,
+        clip,
+        rounds=args.rounds,
+        cpu=cpu,
+        threads=args.threads,
+        new_tokens=args.new_tokens,
+    )
+    if isinstance(result, ClipBench):
+        ratio = {"clip_cost": result.clip_cost}
+        line = (
+            f"{shown}: first token after the clip in {result.ttft_ms:,.1f} ms "
+            f"({result.clip_cost:.1f}x the {result.text_ttft_ms:,.1f} ms of the prompt without "
+            f"it; {result.prompt_tokens} prompt tokens), then {result.decode_tps:,.1f} tokens/s "
+            f"(median of {args.rounds})"
+        )
     else:
-        print(
-            f"{args.audio}: {result.audio_seconds:.1f} s of audio transcribed in "
+        ratio = {"real_time_factor": result.real_time_factor}
+        line = (
+            f"{shown}: {result.audio_seconds:.1f} s of audio transcribed in "
             f"{result.seconds:.3f} s (median of {args.rounds}, {result.tokens} pieces): "
             f"real-time factor {result.real_time_factor:.3f}"
         )
+    if args.json:
+        fields = {**dataclasses.asdict(result), **ratio}
+        print(json.dumps({"bundle": args.folder, "audio": shown, **fields}, indent=2))
+    else:
+        print(line)
     return 0
 
 

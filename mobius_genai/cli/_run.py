@@ -27,7 +27,7 @@ from mobius_genai.cli._generation import (
     search_options,
 )
 from mobius_genai.errors import OptionError
-from mobius_genai.runtime.audio import TASKS, has_audio, require_audio_bundle, transcribe
+from mobius_genai.runtime.audio import TASKS, Clip, has_audio, require_audio_bundle, transcribe
 from mobius_genai.runtime.decoding import Guidance, stream_text
 from mobius_genai.runtime.opening import OpenBundle, open_bundle
 from mobius_genai.runtime.placement import provider_of
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         )
     options = search_options(args)
     guidance = _guidance(args)
+    clip = None if args.audio is None else Clip.read(args.audio)
     bundle = open_bundle(
         args.folder,
         command="run",
@@ -120,14 +121,14 @@ def run(args: argparse.Namespace) -> int:
     if prompt is None:
         pieces = transcribe(
             bundle,
-            args.audio,
+            clip,
             language=args.language,
             task=args.task,
             max_new_tokens=args.max_new_tokens,
             timestamps=args.timestamps,
         )
     else:
-        pieces = _text(args, bundle, prompt, guidance)
+        pieces = _text(args, bundle, prompt, guidance, clip)
     speed = Speed()
     for piece in speed.timed(pieces):
         sys.stdout.write(piece)
@@ -137,7 +138,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _text(args: argparse.Namespace, bundle: OpenBundle, prompt: str, guidance: Guidance | None):
+def _text(
+    args: argparse.Namespace,
+    bundle: OpenBundle,
+    prompt: str,
+    guidance: Guidance | None,
+    clip: Clip | None,
+):
     """The generated text of a text (or vision-language) bundle, piece by piece."""
     return stream_text(
         bundle,
@@ -146,7 +153,7 @@ def _text(args: argparse.Namespace, bundle: OpenBundle, prompt: str, guidance: G
         max_length=max_length(args, bundle),
         use_chat_template=not args.raw,
         images=args.image,
-        audio=args.audio,
+        audio=clip,
         guidance=guidance,
         note=say,
     )

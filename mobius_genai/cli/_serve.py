@@ -16,6 +16,8 @@ from mobius_genai.cli._generation import add_ep_argument, on_cpu
 from mobius_genai.errors import OptionError
 from mobius_genai.progress import stderr_line
 
+#: The [serve] extra's modules (python-multipart: Starlette's form parser, for transcriptions).
+_SERVE_MODULES = ("uvicorn", "starlette", "python_multipart")
 #: Read when --api-key is not given, so the key stays out of the process list.
 API_KEY_VARIABLE = "MOBIUS_GENAI_API_KEY"
 
@@ -81,9 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Serve until Ctrl-C or SIGTERM, then return 0 once the requests in flight are answered."""
-    if importlib.util.find_spec("uvicorn") is None or importlib.util.find_spec("starlette") is None:
+    if any(importlib.util.find_spec(name) is None for name in _SERVE_MODULES):
         raise OptionError(
-            "serve needs the [serve] extra (Starlette and uvicorn); accepted: "
+            "serve needs the [serve] extra (Starlette, uvicorn and python-multipart); accepted: "
             "pip install 'mobius-genai[serve]'"
         )
     from mobius_genai.serve.server import Limits, serve

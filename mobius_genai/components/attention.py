@@ -8,7 +8,8 @@ the additive mask it is given; with attention sinks, its
 output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
 [q_h | gate_h] per head and the output is multiplied by sigmoid(gate). Llama 4's layers
 (config/local_global.py) L2-normalize each rotated q/k head, or, without a rotary embedding,
-scale the queries by their position's attention temperature.
+scale the queries by their position's attention temperature; Ministral 3's layers scale them
+by the same kind of factor after the rotation.
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ class Attention(nn.Module):
             self.q_norm = RMSNorm(self.head_dim, config.norm_eps, affine=False)
             self.k_norm = RMSNorm(self.head_dim, config.norm_eps, affine=False)
             self.per_head_norm, self.norm_after_rope = True, True
-        self.temperature = None if local_global is None or rotates else local_global.temperature
+        tuning = None if local_global is None else local_global.temperature
+        every = tuning is not None and (tuning.every_layer or not rotates)
+        self.temperature = tuning if every else None
 
     def _project(self, op, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
         """q, k and v: three projections, or one packed [q | k | v] projection split."""
@@ -107,15 +110,13 @@ class Attention(nn.Module):
         return op.Reshape(norm(op, heads), op.Constant(value_ints=[0, 0, -1]))
 
     def _temperature(self, op, position_ids: ir.Value, like: ir.Value) -> ir.Value:
-        """[batch, seq, 1]: log1p(floor((position + 1) / floor_scale)) * scale + 1, in float32."""
+        """[batch, seq, 1]: log1p(floor((position + offset) / floor_scale)) * scale + 1, in
+        float32."""
         tuning = self.temperature
         positions = op.Cast(op.Unsqueeze(position_ids, op.Constant(value_ints=[-1])), to=1)
-        steps = op.Floor(
-            op.Div(
-                op.Add(positions, op.Constant(value_float=1.0)),
-                op.Constant(value_float=float(tuning.floor_scale)),
-            )
-        )
+        if tuning.position_offset:
+            positions = op.Add(positions, op.Constant(value_float=float(tuning.position_offset)))
+        steps = op.Floor(op.Div(positions, op.Constant(value_float=float(tuning.floor_scale))))
         log1p = op.Log(op.Add(steps, op.Constant(value_float=1.0)))
         factor = op.Add(
             op.Mul(log1p, op.Constant(value_float=float(tuning.scale))),

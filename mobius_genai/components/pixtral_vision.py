@@ -24,7 +24,9 @@ from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import GatedMLP, activation
 from mobius_genai.components.norms import RMSNorm
 from mobius_genai.config.pixtral import PixtralVisionConfig
+from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.context import get_build_dtype
+from mobius_genai.tasks.vision_language import IMAGE_HEIGHT, IMAGE_WIDTH, PIXEL_VALUES
 
 #: Pixtral fixes its RMSNorms' epsilon (ln_pre, attention_norm, ffn_norm).
 _TOWER_EPS = 1e-5
@@ -177,3 +179,21 @@ class Mistral3Projector(nn.Module):
     def forward(self, op, hidden: ir.Value, grid: ir.Value) -> ir.Value:
         merged = self.patch_merger(op, self.norm(op, hidden), grid)
         return self.linear_2(op, activation(op, self.linear_1(op, merged), self.act))
+
+
+class Mistral3VisionModel(nn.Module):
+    """pixel_values [1, C, H, W] of one image at its own size → image_features
+    [(H / pm)·(W / pm), text hidden] (Mistral 3; pm = patch_size · spatial_merge_size pixels;
+    onnxruntime-genai runs the graph once per image)."""
+
+    def __init__(self, config: VisionLanguageConfig) -> None:
+        super().__init__()
+        vision = config.vision
+        self.graph_inputs = [
+            (PIXEL_VALUES, None, [1, vision.num_channels, IMAGE_HEIGHT, IMAGE_WIDTH])
+        ]
+        self.vision_tower = PixtralVisionTower(vision)
+        self.multi_modal_projector = Mistral3Projector(vision)
+
+    def forward(self, op, pixel_values: ir.Value) -> ir.Value:
+        return self.multi_modal_projector(op, *self.vision_tower(op, pixel_values))

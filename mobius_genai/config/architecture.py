@@ -135,8 +135,8 @@ class ArchitectureConfig:
       (config/weight_scales.py: Falcon-H1's µP multipliers); a family's rows apply them with
       the `scaled_weights` preprocessor.
     - `local_global`: Llama 4's chunked local layers (layer type "chunked_attention"), the
-      L2 q/k norm of rotating layers and the temperature tuning of NoPE layers
-      (config/local_global.py); None when the model has none of them.
+      L2 q/k norm of rotating layers and the temperature tuning of NoPE layers, or Ministral
+      3's query scale in every layer (config/local_global.py); None when the model has none.
     - `altup`: Gemma 3n's streams, per-layer inputs, Laurel, sparse MLPs and shared caches
       (config/altup.py); None for every other decoder.
     - `per_layer_stack`: Gemma 4's full-layer head geometry, per-layer inputs, shared caches and

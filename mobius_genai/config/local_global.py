@@ -1,4 +1,5 @@
-"""Llama 4's attention switches: chunked local layers that rotate, global layers that do not.
+"""Llama 4's attention switches: chunked local layers that rotate, global layers that do not;
+and the position-dependent query scale Llama 4 and Ministral 3 share.
 
 Layers of type "chunked_attention" let a query see only the keys of its own chunk of
 `chunk_size` positions (transformers' chunked causal mask: key j is visible to query i when
@@ -7,7 +8,9 @@ layers attend to the whole context without a rotary embedding (NoPE). With `qk_l
 rotating layers normalize each q and k head after the rotation by a weightless RMS norm
 (transformers' Llama4TextL2Norm); with `temperature` the NoPE layers multiply each query by
 log1p(floor((position + 1) / floor_scale)) * scale + 1 (attention temperature tuning,
-arXiv 2501.19399).
+arXiv 2501.19399). Ministral 3 (transformers' get_llama_4_attn_scale) scales the queries of
+every layer by log1p(floor(position / original_max_position_embeddings)) * beta + 1: the same
+factor with no offset, after the rotation, in a model with neither chunked nor NoPE layers.
 """
 
 from __future__ import annotations
@@ -23,15 +26,19 @@ CHUNKED = "chunked_attention"
 
 @dataclasses.dataclass(frozen=True)
 class TemperatureTuning:
-    """Each query of a NoPE layer times log1p(floor((position + 1) / floor_scale)) * scale + 1."""
+    """Each query times log1p(floor((position + position_offset) / floor_scale)) * scale + 1,
+    in the NoPE layers (Llama 4's, offset 1) or, with `every_layer`, in all (Ministral 3's,
+    offset 0)."""
 
     floor_scale: float
     scale: float
+    position_offset: int = 1
+    every_layer: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
 class LocalGlobalAttention:
-    """Chunked local layers and NoPE global layers (see the module docstring)."""
+    """Chunked local layers, NoPE global layers, the query scale (see the module docstring)."""
 
     chunk_size: int | None
     qk_l2_norm: bool = False

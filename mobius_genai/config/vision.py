@@ -179,16 +179,10 @@ def parse_qwen_vision_language(
 
 
 def parse_mistral3(raw: Mapping[str, Any], text: ArchitectureConfig) -> VisionLanguageConfig:
-    """The VisionLanguageConfig of a Mistral 3 config.json whose `text_config` (a Mistral
-    decoder) gave `text`; images keep their size, so no fixed token count.
+    """The VisionLanguageConfig of a Mistral 3 config.json whose `text_config` (a decoder of
+    the row's text families) gave `text`; images keep their size, so no fixed token count.
     Mistral3ForConditionalGeneration ties its LM head by the top level's tie_word_embeddings
     (true where absent), whatever `text_config` says."""
-    text_type = fields.mapping(raw.get("text_config"), "text_config").get("model_type", "mistral")
-    if text_type != "mistral":
-        raise ConfigError(
-            f"config.json: field 'text_config.model_type' is {text_type!r}; accepted: 'mistral'"
-            " (Mistral 3's text decoder)"
-        )
     tied = fields.flag(raw.get("tie_word_embeddings"), "tie_word_embeddings", True)
     text = dataclasses.replace(text, tie_word_embeddings=tied)
     return VisionLanguageConfig(

@@ -50,7 +50,7 @@ class VisionLanguageKind:
             raise UnsupportedModelError(
                 f"LoRA adapters on {given.raw.get('model_type')!r}: accepted for text decoders only"
             )
-        family = vision_language_family(given.raw.get("model_type", ""))
+        family = vision_language_family(given.raw.get("model_type", ""), given.raw)
         config = family.parse_config(given.raw)  # type: ignore[union-attr]
         if given.num_layers is not None:
             config = config.first_layers(given.num_layers)

@@ -30,7 +30,7 @@ from mobius_genai.components.deepstack import widen_embeddings
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.gemma4_audio import Gemma4AudioModel
 from mobius_genai.components.gemma4_vision import Gemma4VisionModel
-from mobius_genai.components.pixtral_vision import Mistral3Projector, PixtralVisionTower
+from mobius_genai.components.pixtral_vision import Mistral3VisionModel
 from mobius_genai.components.qwen3_vision import Qwen3VisionTower
 from mobius_genai.components.qwen_vision import QwenVisionTower
 from mobius_genai.components.siglip2 import PIXEL_ATTENTION_MASK, SPATIAL_SHAPES, Lfm2VlVisionModel
@@ -47,6 +47,7 @@ from mobius_genai.config.vision import (
     parse_vision_language,
 )
 from mobius_genai.ep.context import get_build_dtype
+from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.audio_processors import gemma4_log_mel
 from mobius_genai.models.families import FamilyAdapter, get_family
 from mobius_genai.models.image_processors import (
@@ -67,9 +68,7 @@ from mobius_genai.tasks.vision_language import (
     AUDIO_TOKENS,
     IMAGE_FEATURES,
     IMAGE_GRID_THW,
-    IMAGE_HEIGHT,
     IMAGE_TOKENS,
-    IMAGE_WIDTH,
     IMAGES,
     PATCHES,
     PIXEL_VALUES,
@@ -81,6 +80,7 @@ class VisionLanguageFamily:
     """How one vision-language model_type is read and named."""
 
     model_type: str
+    # The family of a text_config without a model_type (transformers' sub-config default).
     text_family: str
     genai_type: str
     # transformers' text-config defaults for keys hub configs omit.
@@ -126,6 +126,10 @@ class VisionLanguageFamily:
     vision_input_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # More sections of genai_config's model, as written (og's defaults a bundle must override).
     model_sections: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # Where transformers builds text_config by its model_type (AutoConfig), the ones besides
+    # `text_family` the row builds, each by its own family row; others are refused. None: the
+    # multimodal class fixes its text config's class, whatever text_config.model_type says.
+    text_families: tuple[str, ...] | None = None
 
     @property
     def text(self) -> FamilyAdapter:
@@ -140,14 +144,30 @@ class VisionLanguageFamily:
     def grouped_weights(self) -> tuple[GroupedWeight, ...]:
         return self.text.grouped_weights
 
+    def for_text(self, raw: Mapping[str, Any]) -> VisionLanguageFamily:
+        """This row for config.json `raw`'s text decoder (`text_families`), with its family's
+        defaults: transformers fills a text_config by its class (`text_defaults`: no text_config)."""
+        text = raw.get("text_config")
+        given = text.get("model_type") if isinstance(text, Mapping) else None
+        if self.text_families is None or given is None or given == self.text_family:
+            return self
+        if given not in self.text_families:
+            accepted = [self.text_family, *self.text_families]
+            raise UnsupportedModelError(
+                f"config.json: field 'text_config.model_type' is {given!r}; accepted for "
+                f"{self.model_type}: {accepted}"
+            )
+        return dataclasses.replace(self, text_family=given, text_defaults={})
+
     def parse_config(self, raw: Mapping[str, Any]) -> VisionLanguageConfig:
         """Text keys from `text_config`, or from the top level of a flat hub config.json."""
+        row = self.for_text(raw)
         text_raw = nested_text_keys(
-            raw, self.text_defaults, self.top_level_text_keys, self.text.config_aliases
+            raw, row.text_defaults, row.top_level_text_keys, row.text.config_aliases
         )
-        text_raw["model_type"] = self.text_family
-        text = dataclasses.replace(self.text.parse_config(text_raw), **self.text_overrides)
-        return self.parse_vision(raw, text)
+        text_raw["model_type"] = row.text_family
+        text = dataclasses.replace(row.text.parse_config(text_raw), **row.text_overrides)
+        return row.parse_vision(raw, text)
 
     def checkpoint_name(self, graph_name: str) -> str | TensorSource:
         """The checkpoint tensor of a parameter of any of the three graphs."""
@@ -255,24 +275,6 @@ class Qwen3VisionModel(QwenVisionModel):
             (IMAGE_GRID_THW, ir.DataType.INT64, [1, 3]),
         ]
         self.visual = Qwen3VisionTower(vision)
-
-
-class Mistral3VisionModel(nn.Module):
-    """pixel_values [1, C, H, W] of one image at its own size → image_features
-    [(H / pm)·(W / pm), text hidden] (Mistral 3; pm = patch_size · spatial_merge_size pixels;
-    onnxruntime-genai runs the graph once per image)."""
-
-    def __init__(self, config: VisionLanguageConfig) -> None:
-        super().__init__()
-        vision = config.vision
-        self.graph_inputs = [
-            (PIXEL_VALUES, None, [1, vision.num_channels, IMAGE_HEIGHT, IMAGE_WIDTH])
-        ]
-        self.vision_tower = PixtralVisionTower(vision)
-        self.multi_modal_projector = Mistral3Projector(vision)
-
-    def forward(self, op, pixel_values: ir.Value) -> ir.Value:
-        return self.multi_modal_projector(op, *self.vision_tower(op, pixel_values))
 
 
 class _Tokens(nn.Module):
@@ -436,6 +438,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             vision_layers="vision_tower.transformer.layers",
             image_transforms=pixtral_transforms,
             vision_keys=pixtral_vision_keys,
+            text_families=("ministral3", "deepseek_v3"),  # Ministral 3, Mistral Large 3
         ),
         VisionLanguageFamily(
             model_type="qwen3_vl",
@@ -588,6 +591,10 @@ VISION_LANGUAGE["qwen3_vl_moe"] = dataclasses.replace(
 )
 
 
-def vision_language_family(model_type: str) -> VisionLanguageFamily | None:
-    """The row for a vision-language model_type, None for any other."""
-    return VISION_LANGUAGE.get(model_type)
+def vision_language_family(
+    model_type: str, raw: Mapping[str, Any] | None = None
+) -> VisionLanguageFamily | None:
+    """The row for a vision-language model_type, None for any other; with config.json `raw`,
+    the row for its text decoder (`VisionLanguageFamily.for_text`)."""
+    row = VISION_LANGUAGE.get(model_type)
+    return row if row is None or raw is None else row.for_text(raw)

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnxruntime as ort
 
 from mobius_genai._child_process import PHASE_PREFIX, exit_with_parent
 from mobius_genai._json import read_json
@@ -41,6 +40,7 @@ from mobius_genai.runtime.generate import (
     require_finite,
 )
 from mobius_genai.runtime.mtp import smoke_mtp
+from mobius_genai.runtime.ort_session import ort_session
 from mobius_genai.runtime.smoke_audio import AudioPrompt, audio_greedy, audio_note, cross_caches
 from mobius_genai.runtime.smoke_image import (
     ImagePrompt,
@@ -239,10 +239,7 @@ def ort_greedy_tokens(
     not declare are left out. Logits
     that are not finite are a BundleError naming the step.
     """
-    options = ort.SessionOptions()
-    for key, value in (config_entries or {}).items():
-        options.add_session_config_entry(key, value)
-    session = ort.InferenceSession(str(model_path), options, providers=[provider])
+    session = ort_session(model_path, config_entries or {}, provider)
     inputs = {value.name: value for value in session.get_inputs()}
     outputs = [value.name for value in session.get_outputs()]
     cache = _cache_pairs(inputs, outputs)

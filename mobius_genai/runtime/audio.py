@@ -10,6 +10,7 @@ audio_processor_config.json): longer audio would be cut without a word, so it is
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import wave
 from collections.abc import Iterator, Mapping
@@ -64,22 +65,70 @@ def prompt_audio(config: Mapping[str, Any]) -> str | None:
     return placeholder if config["model"].get("speech", {}).get("filename") else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Clip:
+    """An audio file's bytes and the words that name it in errors (`--audio a.wav`, a request's
+    `file`), opened for og's processor from memory (og.Audios.open_bytes reads what
+    og.Audios.open reads from a file)."""
+
+    data: bytes
+    name: str
+
+    @classmethod
+    def read(cls, path: str | Path) -> Clip:
+        """The file at `path`, named `--audio PATH`; an OptionError when it cannot be read."""
+        path = Path(path)
+        if not path.is_file():
+            raise OptionError(f"--audio {path}: not a file; accepted: a WAV, FLAC or MP3 file")
+        try:
+            return cls(path.read_bytes(), f"--audio {path}")
+        except OSError as error:
+            raise OptionError(f"--audio {path}: cannot be read ({error.strerror})") from error
+
+    def seconds(self, limit: int) -> float | None:
+        """The length in seconds of a WAV, FLAC or MP3 clip (None where its headers do not say:
+        another format, which og's decoder then refuses), checked against og's rate and the
+        encoder's `limit`: an OptionError naming what was wrong."""
+        found = audio_length(self.data)
+        if found is None:
+            return None
+        if found.rate < SAMPLE_RATE:
+            raise OptionError(
+                f"{self.name}: {found.rate} Hz is {_DECODER_ERRORS['only down-sampling supported']}"
+            )
+        if found.seconds - found.slack > limit:
+            raise OptionError(
+                f"{self.name}: {found.seconds:.1f} s of audio, over the {limit} s the encoder "
+                f"takes at once; accepted: up to {limit} s (cut longer audio into pieces)"
+            )
+        return found.seconds
+
+    def audios(self) -> og.Audios:
+        return og.Audios.open_bytes(self.data)
+
+
+def decoder_refusal(message: str) -> str | None:
+    """What was wrong with a clip, in words, when og's processor failed with `message` because
+    its audio decoder refused the clip; None for any other failure."""
+    return next((said for key, said in _DECODER_ERRORS.items() if key in message), None)
+
+
 def audio_prompt(
-    folder: str | Path, config: Mapping[str, Any], text: str, path: str | Path
+    folder: str | Path, config: Mapping[str, Any], text: str, clip: Clip
 ) -> tuple[str, og.Audios]:
     """`text` with the clip's placeholder in front unless it places it itself, and the clip
     opened for og's processor; an OptionError for a bundle that takes no clip beside a prompt
-    or a file og would not read whole."""
+    or a clip og would not read whole."""
     placeholder = prompt_audio(config)
     if placeholder is None:
         raise OptionError(
             f"{folder}: model.type {config['model']['type']!r} without a speech graph takes no "
             "audio beside a prompt; accepted: a Gemma 4 E2B/E4B bundle"
         )
-    audio_seconds(path, PROMPT_CLIP_SECONDS)
+    clip.seconds(PROMPT_CLIP_SECONDS)
     if placeholder not in text:
         text = f"{placeholder} {text}"
-    return text, og.Audios.open(str(path))
+    return text, clip.audios()
 
 
 def require_audio_bundle(folder: str | Path, config: Mapping[str, Any], audio: bool) -> None:
@@ -108,31 +157,6 @@ def max_seconds(folder: str | Path) -> int:
         if "chunk_size" in attrs:
             return int(attrs["chunk_size"])
     raise BundleError(f"{path}: no log-mel chunk_size; accepted: the file `package` writes")
-
-
-def audio_seconds(path: str | Path, limit: int) -> float | None:
-    """The length in seconds of a WAV, FLAC or MP3 file (None where its headers do not say:
-    another format, which og's decoder then refuses), checked against og's rate and the
-    encoder's `limit`: an OptionError naming what was wrong."""
-    path = Path(path)
-    if not path.is_file():
-        raise OptionError(f"--audio {path}: not a file; accepted: a WAV, FLAC or MP3 file")
-    try:
-        found = audio_length(path)
-    except OSError as error:
-        raise OptionError(f"--audio {path}: cannot be read ({error.strerror})") from error
-    if found is None:
-        return None
-    if found.rate < SAMPLE_RATE:
-        raise OptionError(
-            f"--audio {path}: {found.rate} Hz is {_DECODER_ERRORS['only down-sampling supported']}"
-        )
-    if found.seconds - found.slack > limit:
-        raise OptionError(
-            f"--audio {path}: {found.seconds:.1f} s of audio, over the {limit} s the encoder "
-            f"takes at once; accepted: up to {limit} s (cut longer audio into pieces)"
-        )
-    return found.seconds
 
 
 def prompt_text(
@@ -178,16 +202,15 @@ def _language_tokens(folder: str | Path) -> set[str]:
     }
 
 
-def audio_inputs(model: og.Model, text: str, path: str | Path) -> og.NamedTensors:
-    """og's processor's audio_features and input_ids for `text` and the audio file `path`."""
+def audio_inputs(model: og.Model, text: str, clip: Clip) -> og.NamedTensors:
+    """og's processor's inputs (input_ids, the clip's features) for `text` and `clip`; an
+    OptionError naming the clip when og cannot process it."""
     try:
-        return model.create_multimodal_processor()(text, audios=og.Audios.open(str(path)))
+        return model.create_multimodal_processor()(text, audios=clip.audios())
     except RuntimeError as error:
         message = str(error)
-        what = next((said for key, said in _DECODER_ERRORS.items() if key in message), None)
-        raise OptionError(
-            f"--audio {path}: {what or f'onnxruntime-genai cannot process it: {message}'}"
-        ) from error
+        what = decoder_refusal(message) or f"onnxruntime-genai cannot process it: {message}"
+        raise OptionError(f"{clip.name}: {what}") from error
 
 
 def tone_bytes(seconds: float = 2.0, frequency: float = 440.0) -> bytes:
@@ -203,27 +226,21 @@ def tone_bytes(seconds: float = 2.0, frequency: float = 440.0) -> bytes:
     return buffer.getvalue()
 
 
-def tone_wav(path: Path, seconds: float = 2.0, frequency: float = 440.0) -> Path:
-    """`tone_bytes` written to `path`: the smoke test's signal."""
-    path.write_bytes(tone_bytes(seconds, frequency))
-    return path
-
-
 def transcribe(
     bundle: OpenBundle,
-    path: str | Path,
+    clip: Clip,
     *,
     language: str | None = None,
     task: str = "transcribe",
     max_new_tokens: int = 448,
     timestamps: bool = False,
 ) -> Iterator[str]:
-    """The transcript of the audio file `path`, piece by piece as og.Generator decodes it
+    """The transcript of `clip`, piece by piece as og.Generator decodes it
     greedily after the forced prompt (the end-of-text token is not printed); with
     `timestamps`, one line `[start -> end] text` per segment once decoding ends."""
-    audio_seconds(path, max_seconds(bundle.folder))
+    clip.seconds(max_seconds(bundle.folder))
     text = prompt_text(bundle.folder, bundle.config, language, task, timestamps)
-    inputs = audio_inputs(bundle.model, text, path)
+    inputs = audio_inputs(bundle.model, text, clip)
     tokenizer = og.Tokenizer(bundle.model)
     rules = _timestamp_rules(bundle, tokenizer) if timestamps else None
     try:

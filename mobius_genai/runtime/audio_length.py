@@ -9,7 +9,6 @@ reads these three formats and refuses others ("Cannot detect audio stream format
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -19,10 +18,10 @@ class AudioLength:
     slack: float = 0.0  # seconds `seconds` may count beyond the audio (an encoder's padding)
 
 
-def audio_length(path: Path) -> AudioLength | None:
-    """The file's rate and length; None where its headers do not say (another format, a FLAC
-    stream of unknown length, a damaged file: og's decoder says what it makes of it)."""
-    data = path.read_bytes()
+def audio_length(data: bytes) -> AudioLength | None:
+    """The rate and length of an audio file's bytes; None where its headers do not say
+    (another format, a FLAC stream of unknown length, a damaged file: og's decoder says what it
+    makes of it)."""
     for reader in (_wav, _flac, _mp3):
         found = reader(data)
         if found is not None:

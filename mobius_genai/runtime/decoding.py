@@ -29,7 +29,7 @@ from mobius_genai.bundle._og_errors import og_error_line
 from mobius_genai.bundle.bos import required_bos, with_bos
 from mobius_genai.bundle.og_support import engine_support
 from mobius_genai.errors import BundleError
-from mobius_genai.runtime.audio import audio_prompt
+from mobius_genai.runtime.audio import Clip, audio_prompt
 from mobius_genai.runtime.generate import (
     chat_template,
     image_placeholder,
@@ -283,7 +283,7 @@ def stream_text(
     max_length: int,
     use_chat_template: bool = True,
     images: Sequence[str | Path] = (),
-    audio: str | Path | None = None,
+    audio: Clip | None = None,
     guidance: Guidance | None = None,
     note: Callable[[str], None] = lambda text: None,
 ) -> Iterator[str]:
@@ -292,7 +292,7 @@ def stream_text(
 
     With `images` (files), the prompt goes through the multimodal processor with them; it gets
     the model type's image placeholder in front for each image it does not place itself. With
-    an `audio` file (a bundle with a speech graph), likewise with the clip's placeholder.
+    an `audio` clip (a bundle with a speech graph), likewise with the clip's placeholder.
     `guidance` constrains the reply (a JSON schema, a regular expression, a Lark grammar). A
     prompt placing more images or clips than the files given is an OptionError.
     """
@@ -315,7 +315,8 @@ def stream_text(
                 messages, template_str=template, add_generation_prompt=True
             )
         if media:
-            sources = ", ".join(str(path) for path in (*images, audio) if path is not None)
+            named = [*map(str, images), *([] if audio is None else [audio.name])]
+            sources = ", ".join(named)
             inputs = processor_inputs(bundle.model, text, sources, **media)
         else:
             inputs = with_bos(tokenizer.encode(text), required_bos(folder))

@@ -18,14 +18,27 @@ from mobius_genai.errors import OptionError
 from mobius_genai.kinds.og_types import og_type
 from mobius_genai.runtime.audio import prompt_audio
 
-__all__ = ["require_media"]
+__all__ = ["RUN_MEDIA", "require_media"]
+
+#: How `run` takes an image and a clip, which a refusal names.
+RUN_MEDIA = {
+    "image": "file of `run --image FILE` (put in front of a prompt that leaves it out)",
+    "clip": "file of `run --audio FILE` (put in front of a prompt that leaves it out)",
+}
 
 
 def require_media(
-    folder: str | Path, config: Mapping[str, Any], text: str, *, images: int = 0, audios: int = 0
+    folder: str | Path,
+    config: Mapping[str, Any],
+    text: str,
+    *,
+    images: int = 0,
+    audios: int = 0,
+    given_as: Mapping[str, str] = RUN_MEDIA,
 ) -> None:
-    """An OptionError when `text` places more images or clips than the files given (`images`,
-    `audios`); the placeholders of a bundle without the graph that reads them are plain text."""
+    """An OptionError when `text` places more images or clips than those given (`images`,
+    `audios`, each given as `given_as` says); the placeholders of a bundle without the graph
+    that reads them are plain text."""
     model = config["model"]
     row = og_type(model["type"])
     vision = "vision" in model
@@ -36,12 +49,12 @@ def require_media(
             "`run --image FILE`), or a prompt without it"
         )
     image = row.image_placeholder if vision else None
-    media = ((image, images, "image", "--image"), (prompt_audio(config), audios, "clip", "--audio"))
-    for placeholder, given, noun, option in media:
+    media = ((image, images, "image"), (prompt_audio(config), audios, "clip"))
+    for placeholder, given, noun in media:
         placed = 0 if placeholder is None else text.count(placeholder)
         if placed > given:
             raise OptionError(
                 f"{folder}: the prompt places {placed} {placeholder} but {given} {noun}(s) "
-                f"are given; accepted: at most one {placeholder} per file of `run {option} "
-                "FILE` (put in front of a prompt that leaves it out), or a prompt without it"
+                f"are given; accepted: at most one {placeholder} per {given_as[noun]}, or a "
+                "prompt without it"
             )

@@ -9,18 +9,17 @@ on the processor's audio_features, then the decoder fed its cross caches at ever
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import onnxruntime_genai as og
 
 from mobius_genai.kinds.og_types import OG_SECTIONS
-from mobius_genai.runtime.audio import audio_inputs, prompt_text, tone_wav
+from mobius_genai.runtime.audio import Clip, audio_inputs, prompt_text, tone_bytes
 from mobius_genai.runtime.generate import greedy_tokens, load_tokenizer
+from mobius_genai.runtime.ort_session import ort_session
 
 SMOKE_SECONDS = 2.0
 
@@ -37,9 +36,8 @@ def audio_greedy(
     model: og.Model, folder: Path, config: Mapping[str, Any], max_new_tokens: int
 ) -> tuple[AudioPrompt, list[int], str]:
     """(prompt, generated ids, generated text) of a greedy transcription of a tone."""
-    with tempfile.TemporaryDirectory(prefix="mobius-smoke-") as scratch:
-        wav = tone_wav(Path(scratch) / "tone.wav", SMOKE_SECONDS)
-        inputs = audio_inputs(model, prompt_text(folder, config, None, "transcribe"), wav)
+    tone = Clip(tone_bytes(SMOKE_SECONDS), "the smoke test's tone")
+    inputs = audio_inputs(model, prompt_text(folder, config, None, "transcribe"), tone)
     prompt = AudioPrompt(
         [int(token) for token in inputs["input_ids"].as_numpy().reshape(-1)],
         inputs["audio_features"].as_numpy().copy(),  # set_inputs takes the tensors
@@ -67,12 +65,7 @@ def cross_caches(
     defaults_in, defaults_out = OG_SECTIONS["encoder"]
     names_in = {**defaults_in, **section.get("inputs", {})}
     names_out = {**defaults_out, **section.get("outputs", {})}
-    session_options = ort.SessionOptions()
-    for key, value in options.items():
-        session_options.add_session_config_entry(key, value)
-    session = ort.InferenceSession(
-        str(folder / section["filename"]), session_options, providers=[cpu_provider]
-    )
+    session = ort_session(folder / section["filename"], options, cpu_provider)
     outputs = dict(
         zip(
             [value.name for value in session.get_outputs()],

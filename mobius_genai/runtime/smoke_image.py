@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import onnxruntime_genai as og
 
 from mobius_genai._json import read_json_object
@@ -33,6 +32,7 @@ from mobius_genai.runtime.generate import (
     processor_inputs,
 )
 from mobius_genai.runtime.mrope import mrope_positions
+from mobius_genai.runtime.ort_session import ort_session
 
 #: The smoke test's prompt after the model type's image placeholder.
 SMOKE_IMAGE_TEXT = "Describe the image."
@@ -171,7 +171,7 @@ def image_embedder(
     name of onnxruntime's CPU EP.
     """
     model = config["model"]
-    vision = _session(folder / model["vision"]["filename"], entries, provider)
+    vision = ort_session(folder / model["vision"]["filename"], entries, provider)
     keys = {name: key for key, name in model["vision"].get("inputs", {}).items()}
     feed = {
         name: _vision_input(prompt.images, keys.get(name, name))
@@ -179,7 +179,7 @@ def image_embedder(
     }
     (features,) = vision.run(None, feed)
     del vision
-    embedding = _session(folder / model["embedding"]["filename"], entries, provider)
+    embedding = ort_session(folder / model["embedding"]["filename"], entries, provider)
     names = model["embedding"].get("inputs", {})
     features_name = names.get("image_features", "image_features")
     pending = {features_name: features}
@@ -214,7 +214,7 @@ def _audio_features(
 ) -> np.ndarray:
     """The speech graph's audio_features of the prompt's clip, each input fed the processor's
     tensor og feeds it (og's key → its default name, the processor's tensor)."""
-    speech = _session(folder / section["filename"], entries, provider)
+    speech = ort_session(folder / section["filename"], entries, provider)
     tensors, _ = OG_SECTIONS["speech"]
     keys = {name: key for key, name in {**tensors, **section.get("inputs", {})}.items()}
     feed = {i.name: prompt.audio[tensors[keys[i.name]]] for i in speech.get_inputs()}
@@ -258,11 +258,3 @@ def _positions(
         return np.broadcast_to(np.arange(start, start + count), (3, 1, count)).copy()
 
     return positions
-
-
-def _session(path: Path, entries: Mapping[str, str], provider: str) -> ort.InferenceSession:
-    """A session of the graph at `path` on `provider` with ORT config `entries`."""
-    options = ort.SessionOptions()
-    for key, value in entries.items():
-        options.add_session_config_entry(key, value)
-    return ort.InferenceSession(str(path), options, providers=[provider])

@@ -20,19 +20,24 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
+from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mobius_genai.serve.engine_loop import EngineLoop, Failed, Finished, Job
+from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.output import Delta
 from mobius_genai.serve.protocol import (
     Generation,
     RequestError,
+    Transcription,
     chat_request,
     completion_request,
     parse_body,
+    transcription_request,
 )
 from mobius_genai.serve.responses import Reply, error_body, usage
 
@@ -48,6 +53,8 @@ class Service:
     """What the routes share: the engine loop, the model's name and the limits."""
 
     engine: EngineLoop
+    media: BundleMedia
+    """Which audio the bundle takes: clips in chat messages, or files to transcribe."""
     model_id: str
     adapter_names: tuple[str, ...]
     """The LoRA adapters served beside the base, each asked for as a model of its own."""
@@ -98,12 +105,26 @@ def create_app(service: Service) -> Starlette:
     async def completions(request: Request) -> Response:
         return await _generate(request, service, completion_request, chat=False)
 
+    async def transcriptions(request: Request) -> Response:
+        _authorize(request, service)
+        transcription = await _transcription(request, service.max_body_bytes)
+        _require_model(transcription.model, service)
+        service.media.check_transcription()
+
+        def whole(text: str, calls: list[Any], event: Finished, record: _Record) -> Response:
+            if transcription.response_format == "text":
+                return PlainTextResponse(text)
+            return JSONResponse({"text": text})
+
+        return await _answer(request, service, transcription, whole)
+
     routes = [
         Route("/health", health),
         Route("/v1/models", models),
         Route("/v1/models/{name:path}", model),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
     ]
 
     async def refused(request: Request, error: Exception) -> Response:
@@ -124,6 +145,31 @@ async def _generate(
     _authorize(request, service)
     generation = parse(parse_body(await _body(request, service.max_body_bytes)))
     _require_model(generation.model, service)
+    service.media.check(generation, request.url.path)
+    reply = Reply(generation.model or service.model_id, chat)
+
+    def whole(text: str, calls: list[Any], event: Finished, record: _Record) -> Response:
+        counts = usage(record.prompt_tokens, event.completion_tokens)
+        return JSONResponse(reply.whole(text, calls, event.reason, counts))
+
+    def stream(job: Job, record: _Record) -> AsyncIterator[str]:
+        return _stream(job, reply, record, generation.include_usage)
+
+    return await _answer(request, service, generation, whole, stream if generation.stream else None)
+
+
+_Whole = Callable[[str, list[Any], Finished, "_Record"], Response]
+
+
+async def _answer(
+    request: Request,
+    service: Service,
+    work: Generation | Transcription,
+    whole: _Whole,
+    stream: Callable[[Job, _Record], AsyncIterator[str]] | None = None,
+) -> Response:
+    """`work` queued on the engine, answered whole (`whole` of the text, the tool calls and the
+    end) or as server-sent events (`stream`)."""
     if service.active >= service.max_queue:
         raise RequestError(
             f"the server is busy: {service.active} requests are in progress or waiting (its "
@@ -132,7 +178,7 @@ async def _generate(
             code="queue_full",
             kind="server_busy",
         )
-    job = Job(generation, asyncio.get_running_loop())
+    job = Job(work, asyncio.get_running_loop())
     record = _Record(service, job, request.url.path)
     service.engine.submit(job)
     handed_over = False
@@ -142,17 +188,18 @@ async def _generate(
             record.close()
             raise started.error
         record.prompt_tokens = started.prompt_tokens
-        reply = Reply(generation.model or service.model_id, chat)
-        if generation.stream:
-            events = _stream(job, reply, record, generation.include_usage)
+        if stream is not None:
             # Starlette runs the background task after the stream, also when the client left
             # before the stream began (and its generator never ran)
             done = BackgroundTask(record.leave)
             handed_over = True
             return StreamingResponse(
-                events, media_type="text/event-stream", headers=_SSE_HEADERS, background=done
+                stream(job, record),
+                media_type="text/event-stream",
+                headers=_SSE_HEADERS,
+                background=done,
             )
-        return await _whole(job, request, reply, record)
+        return await _whole(job, request, record, whole)
     except _ClientGone:
         return Response(status_code=_CLIENT_GONE)
     finally:
@@ -160,7 +207,7 @@ async def _generate(
             await record.leave()  # nothing to do once answered; else the client left or it failed
 
 
-async def _whole(job: Job, request: Request, reply: Reply, record: _Record) -> Response:
+async def _whole(job: Job, request: Request, record: _Record, whole: _Whole) -> Response:
     text: list[str] = []
     calls = []
     while True:
@@ -176,8 +223,7 @@ async def _whole(job: Job, request: Request, reply: Reply, record: _Record) -> R
             record.close(event)
             if event.reason is None:
                 raise _STOPPED
-            counts = usage(record.prompt_tokens, event.completion_tokens)
-            return JSONResponse(reply.whole("".join(text), calls, event.reason, counts))
+            return whole("".join(text), calls, event, record)
 
 
 async def _stream(
@@ -326,6 +372,38 @@ async def _body(request: Request, limit: int) -> bytes:
             raise _too_large(size, limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def _transcription(request: Request, limit: int) -> Transcription:
+    """The transcription a multipart/form-data body asks for (its `file` and text fields)."""
+    kind = request.headers.get("content-type", "")
+    if not kind.startswith("multipart/form-data"):
+        raise RequestError(
+            f"the request body is {kind or 'of no content type'}; accepted: multipart/form-data "
+            "with the audio file as `file` and the fields model, language, response_format"
+        )
+    body = await _body(request, limit)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield body
+
+    try:
+        form = await MultiPartParser(request.headers, chunks(), max_files=1, max_fields=16).parse()
+    except MultiPartException as error:
+        raise RequestError(f"the form cannot be read: {error.message}") from None
+    fields, audio = {}, None
+    for name, value in form.multi_items():
+        if isinstance(value, UploadFile) and name == "file":
+            audio = await value.read()
+        elif isinstance(value, UploadFile) or name == "file":
+            raise RequestError(
+                f"{name}: a form part of the wrong kind; accepted: the audio as the one file "
+                "part `file`, text for the other fields",
+                param=name,
+            )
+        else:
+            fields[name] = value
+    return transcription_request(fields, audio)
 
 
 def _too_large(size: int, limit: int) -> RequestError:

@@ -17,7 +17,13 @@ Facts of onnxruntime-genai 0.18 this follows (checked against the installed whee
   of the adapters served (`serve --adapter NAME`, asked for as model NAME) runs on an
   `og.Generator` of its own the same way, with its adapter active;
 - a Request object that is garbage-collected silently drops its turn, so each is kept until its
-  turn has finished, then closed.
+  turn has finished, then closed;
+- the Engine takes token ids only and runs plain decoders only (no multimodal pipeline, no
+  Whisper: `bundle/og_support.py`), so a request with a clip runs on an `og.Generator` of its
+  own fed the multimodal processor's inputs (`media.BundleMedia.prompt_inputs`), and a bundle
+  that takes audio but that the Engine does not run (Gemma 4 E2B/E4B, Whisper) is served with
+  every request on a generator of its own, a token each in turn; a transcription is
+  `runtime.audio.transcribe`'s generator, stepped a piece at a time the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +41,14 @@ from typing import Any
 import numpy as np
 import onnxruntime_genai as og
 
-from mobius_genai.errors import BundleError
+from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.runtime.adapters import ActiveAdapter, load_adapter
+from mobius_genai.runtime.audio import Clip, transcribe
+from mobius_genai.runtime.opening import OpenBundle
+from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.output import Delta, Output
-from mobius_genai.serve.prompt import PromptRules, prompt_ids, reply_budget
-from mobius_genai.serve.protocol import Generation, RequestError
+from mobius_genai.serve.prompt import PromptRules, prompt_ids, prompt_text, reply_budget
+from mobius_genai.serve.protocol import Generation, RequestError, Transcription
 from mobius_genai.serve.tools import ToolTokens, guidance
 
 #: Turns og 0.18's static-batch scheduler runs at once (StaticBatchScheduler::Schedule).
@@ -81,7 +90,9 @@ class Failed:
 class Job:
     """One request on its way between the app's event loop and the engine thread."""
 
-    def __init__(self, generation: Generation, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, generation: Generation | Transcription, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.generation = generation
         self.events: asyncio.Queue[Started | Delta | Finished | Failed] = asyncio.Queue()
         self._loop = loop
@@ -121,11 +132,21 @@ class _OwnGenerator(_Lane):
         self.generator = generator
 
 
+class _Transcript(_Lane):
+    """A transcription: `runtime.audio.transcribe`'s pieces, one per step."""
+
+    def __init__(self, job: Job, pieces: Iterator[str]) -> None:
+        super().__init__(job, None, Output())
+        self.pieces = pieces
+
+
 class EngineLoop:
     """Runs a bundle's Engine on a thread of its own; `submit` and `cancel` from any thread.
 
-    `make_model` loads the og.Model of the bundle `name` (on the engine thread; a bundle the
-    Engine cannot run is a BundleError from `start`); `rules` bound every prompt;
+    `make_bundle` opens the bundle `name` (on the engine thread; a bundle the Engine cannot run
+    is a BundleError from `start`); `engine=False` serves it without og.Engine, every request on
+    an og.Generator of its own; `media` says which audio requests may hold; `rules` bound every
+    prompt;
     `sampled` is the bundle's own choice between sampling and greedy (its search.do_sample);
     `max_batch` turns run on the Engine at once, the others wait in order; an idle Engine
     waits up to `batch_window` seconds for a batch to fill before it runs the first request;
@@ -136,10 +157,12 @@ class EngineLoop:
     def __init__(
         self,
         name: str,
-        make_model: Callable[[], og.Model],
+        make_bundle: Callable[[], OpenBundle],
         rules: PromptRules,
         tool_tokens: ToolTokens | None,
         *,
+        media: BundleMedia,
+        engine: bool = True,
         sampled: bool,
         max_batch: int,
         batch_window: float = 0.0,
@@ -148,7 +171,10 @@ class EngineLoop:
         self._name = name
         self._adapter_args = adapters
         self._adapters: dict[str, ActiveAdapter] = {}
-        self._make_model = make_model
+        self._make_bundle = make_bundle
+        self._media = media
+        self._use_engine = engine
+        self._engine: og.Engine | None = None
         self._rules = rules
         self._tool_tokens = tool_tokens
         self._sampled = sampled
@@ -160,7 +186,7 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._main, name="og-engine", daemon=True)
         self._waiting: deque[_Turn] = deque()
         self._turns: dict[int, _Turn] = {}
-        self._own: list[_OwnGenerator] = []
+        self._own: list[_OwnGenerator | _Transcript] = []
         self._lanes: dict[Job, _Lane] = {}
         self.failure: str | None = None
         """Why the Engine stopped working, None while it works."""
@@ -205,15 +231,17 @@ class EngineLoop:
 
     def _main(self) -> None:
         try:
-            self._model = self._make_model()
+            self._bundle = self._make_bundle()
+            self._model = self._bundle.model
             self._tokenizer = og.Tokenizer(self._model)
             self._eos = {int(token) for token in self._tokenizer.eos_token_ids}
             for argument in self._adapter_args:
                 adapter = load_adapter(Path(self._name), self._model, argument)
                 self._adapters[adapter.name] = adapter
-            self._engine = og.Engine(self._model)
-            self._buffer = self._engine.create_event_buffer(_EVENT_CAPACITY)
-            self._probe()
+            if self._use_engine:
+                self._engine = og.Engine(self._model)
+                self._buffer = self._engine.create_event_buffer(_EVENT_CAPACITY)
+                self._probe()
         except BaseException as error:  # raised again by start() on the caller's thread
             self._load_error = error
             self._ready.set()
@@ -255,7 +283,10 @@ class EngineLoop:
     def _idle(self) -> bool:
         """Nothing to run until the app sends something."""
         can_begin = self._waiting and len(self._turns) < self._max_batch
-        return not (self._own or can_begin or self._engine.has_pending_requests())
+        return not (self._own or can_begin or self._pending())
+
+    def _pending(self) -> bool:
+        return self._engine is not None and self._engine.has_pending_requests()
 
     def _take_messages(self) -> bool:
         """Handle what the app sent, waiting for it when there is nothing to run; False on stop.
@@ -286,23 +317,11 @@ class EngineLoop:
             job.post(Failed(RequestError(self.failure, status=503, kind="server_error")))
             return
         generation = job.generation
-        stream = self._tokenizer.create_stream()
-        calls = generation.tools and generation.tool_choice.mode != "none"
-        output = Output(generation.stop, self._tool_tokens if calls else None)
         try:
-            ids = prompt_ids(generation, self._tokenizer, self._rules)
-            budget = reply_budget(generation, len(ids), self._rules)
-            guide = guidance(generation, self._tool_tokens)
-            adapter = self._adapters.get(generation.model or "")
-            seeded = generation.sampling.seed is not None and self._samples(generation)
-            if adapter is not None or seeded:
-                generator = self._generator(ids, budget, generation, guide, adapter)
-                lane: _Lane = _OwnGenerator(job, stream, output, generator)
-                self._own.append(lane)
-                job.post(Started(len(ids)))
+            if isinstance(generation, Transcription):
+                lane: _Lane = self._transcript(job, generation)
             else:
-                lane = _Turn(job, stream, output, ids=ids, budget=budget, guide=guide)
-                self._waiting.append(lane)
+                lane = self._lane(job, generation)
         except RequestError as error:
             job.post(Failed(error))
             return
@@ -311,6 +330,41 @@ class EngineLoop:
             return
         self._lanes[job] = lane
 
+    def _lane(self, job: Job, generation: Generation) -> _Lane:
+        """The job's lane: a turn of the Engine, or a generator of its own (seeded sampling,
+        an adapter, a clip, a bundle the Engine does not run)."""
+        stream = self._tokenizer.create_stream()
+        calls = generation.tools and generation.tool_choice.mode != "none"
+        output = Output(generation.stop, self._tool_tokens if calls else None)
+        text = prompt_text(generation, self._tokenizer, self._rules)
+        inputs = self._media.prompt_inputs(generation, text, self._model)
+        if inputs is None:
+            ids = prompt_ids(text, self._tokenizer, self._rules)
+        else:
+            ids = inputs["input_ids"].as_numpy().reshape(-1).tolist()
+        budget = reply_budget(generation, len(ids), self._rules)
+        guide = guidance(generation, self._tool_tokens)
+        adapter = self._adapters.get(generation.model or "")
+        seeded = generation.sampling.seed is not None and self._samples(generation)
+        if adapter is not None or seeded or inputs is not None or self._engine is None:
+            prompt = ids if inputs is None else inputs
+            generator = self._generator(prompt, budget, generation, guide, adapter, len(ids))
+            lane = _OwnGenerator(job, stream, output, generator)
+            self._own.append(lane)
+            job.post(Started(len(ids)))
+            return lane
+        turn = _Turn(job, stream, output, ids=ids, budget=budget, guide=guide)
+        self._waiting.append(turn)
+        return turn
+
+    def _transcript(self, job: Job, transcription: Transcription) -> _Transcript:
+        clip = Clip(transcription.audio, "file")
+        pieces = transcribe(self._bundle, clip, language=transcription.language)
+        lane = _Transcript(job, pieces)
+        self._own.append(lane)
+        job.post(Started(0))
+        return lane
+
     def _samples(self, generation: Generation) -> bool:
         """Whether the reply is sampled: the request says, else the bundle's search settings."""
         asked = generation.sampling.do_sample
@@ -318,11 +372,12 @@ class EngineLoop:
 
     def _generator(
         self,
-        ids: list[int],
+        prompt: list[int] | og.NamedTensors,
         budget: int,
         generation: Generation,
         guide: tuple[str, str] | None,
         adapter: ActiveAdapter | None,
+        prompt_tokens: int,
     ) -> og.Generator:
         params = og.GeneratorParams(self._model)
         sampling = generation.sampling
@@ -334,13 +389,16 @@ class EngineLoop:
                 options["temperature"] = sampling.temperature
             if sampling.top_p is not None:
                 options["top_p"] = sampling.top_p
-        params.set_search_options(**options, max_length=len(ids) + budget)
+        params.set_search_options(**options, max_length=prompt_tokens + budget)
         if guide is not None:
             params.set_guidance(*guide)
         generator = og.Generator(self._model, params)
         if adapter is not None:
             adapter.activate(generator)
-        generator.append_tokens(ids)
+        if isinstance(prompt, og.NamedTensors):
+            generator.set_inputs(prompt)
+        else:
+            generator.append_tokens(prompt)
         return generator
 
     def _begin_turns(self) -> None:
@@ -364,7 +422,7 @@ class EngineLoop:
             lane.job.post(Started(len(begin["ids"])))
 
     def _step(self) -> None:
-        if self._engine.has_pending_requests():
+        if self._pending():
             try:
                 events = list(self._engine.run(self._buffer))
             except RuntimeError as error:  # the Engine is no longer healthy: fail everything
@@ -392,7 +450,10 @@ class EngineLoop:
             else:
                 self._finish(lane, _FINISH.get(event.finish_reason))
 
-    def _step_own(self, lane: _OwnGenerator) -> None:
+    def _step_own(self, lane: _OwnGenerator | _Transcript) -> None:
+        if isinstance(lane, _Transcript):
+            self._step_transcript(lane)
+            return
         generator = lane.generator
         try:
             generator.generate_next_token()
@@ -403,6 +464,22 @@ class EngineLoop:
         self._token(lane, token)
         if not lane.done and generator.is_done():
             self._finish(lane, "stop" if token in self._eos else "length")
+
+    def _step_transcript(self, lane: _Transcript) -> None:
+        try:
+            piece = next(lane.pieces, None)
+        except OptionError as error:  # the clip or the language: the request's to mend
+            self._fail(lane, RequestError(str(error)))
+            return
+        except BundleError as error:
+            self._fail(lane, RequestError(str(error), status=500, kind="server_error"))
+            return
+        if piece is None:
+            self._finish(lane, "stop")
+            return
+        lane.tokens += 1
+        if piece:
+            lane.job.post(Delta(piece))
 
     def _token(self, lane: _Lane, token: int) -> None:
         if token in self._eos:
@@ -420,7 +497,7 @@ class EngineLoop:
             return False
         lane.done = True
         self._lanes.pop(lane.job, None)
-        if isinstance(lane, _OwnGenerator):
+        if isinstance(lane, (_OwnGenerator, _Transcript)):
             self._own.remove(lane)
         elif lane.request is None:
             if lane in self._waiting:

@@ -29,10 +29,18 @@ class PromptRules:
     """Tokens of prompt and reply together (genai_config search.max_length)."""
     max_tokens: int
     """The most tokens a reply may ask for (the server's --max-tokens)."""
+    audio_placeholder: str | None = None
+    """What a message's clip becomes in its text (None: the bundle takes no clip)."""
 
 
-def prompt_ids(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRules) -> list[int]:
-    """The prompt's token ids; a RequestError when the template refuses the messages."""
+def prompt_ids(text: str, tokenizer: og.Tokenizer, rules: PromptRules) -> list[int]:
+    """The token ids of a rendered prompt."""
+    return with_bos(tokenizer.encode(text), rules.bos)
+
+
+def prompt_text(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRules) -> str:
+    """The prompt, a chat's messages rendered with the bundle's template (each clip as the
+    bundle's audio placeholder); a RequestError when the template refuses the messages."""
     text = generation.prompt
     if generation.messages is not None:
         if rules.template is None:
@@ -41,14 +49,29 @@ def prompt_ids(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRul
                 param="messages",
             )
         tools = generation.tools if generation.tool_choice.mode != "none" else ()
+        messages = [_placed(message, rules.audio_placeholder) for message in generation.messages]
         try:
-            text = rendered(tokenizer, rules.template, generation.messages, tools)
+            text = rendered(tokenizer, rules.template, messages, tools)
         except RuntimeError as error:  # og's error for a template that raises on the messages
             raise RequestError(
                 f"the bundle's chat template cannot render these messages: {error}",
                 param="messages",
             ) from None
-    return with_bos(tokenizer.encode(text), rules.bos)
+    return text
+
+
+def _placed(message: Mapping[str, Any], placeholder: str | None) -> Mapping[str, Any]:
+    """`message` with its text parts and clips (protocol's content tuple) as one text, each
+    clip as `placeholder`."""
+    content = message["content"]
+    if not isinstance(content, tuple):
+        return message
+    if placeholder is None:  # BundleMedia.check refuses such a request before it is queued
+        raise RequestError("this bundle takes no audio", param="messages")
+    return {
+        **message,
+        "content": "".join(p if isinstance(p, str) else placeholder for p in content),
+    }
 
 
 def rendered(

@@ -8,6 +8,8 @@ the wrong type or range, or an OpenAI option the server does not implement (``n`
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import json
 import math
@@ -17,6 +19,8 @@ from typing import Any
 
 #: OpenAI's limit on stop sequences per request.
 MAX_STOP_STRINGS = 4
+#: input_audio formats onnxruntime-genai's audio decoder reads (OpenAI's are wav and mp3).
+AUDIO_FORMATS = ("wav", "mp3", "flac")
 #: Roles a chat message may have; developer is OpenAI's newer name for system.
 _ROLES = {
     "system": "system",
@@ -74,6 +78,16 @@ class ToolChoice:
 
 
 @dataclass(frozen=True)
+class InputAudio:
+    """A clip of a chat message (OpenAI's input_audio content part), decoded from base64;
+    `where` names the part in errors."""
+
+    data: bytes
+    format: str
+    where: str
+
+
+@dataclass(frozen=True)
 class Generation:
     """What one request asks for: a chat (`messages`) or a raw `prompt`, and its options."""
 
@@ -88,6 +102,28 @@ class Generation:
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     stream: bool = False
     include_usage: bool = False
+
+    @property
+    def clips(self) -> tuple[InputAudio, ...]:
+        """The messages' audio parts, in order."""
+        return tuple(
+            part
+            for message in self.messages or ()
+            if isinstance(message["content"], tuple)
+            for part in message["content"]
+            if isinstance(part, InputAudio)
+        )
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """What a POST /v1/audio/transcriptions form asks for: its audio file's bytes, the spoken
+    language (None: the model's default) and the response's format (json or text)."""
+
+    audio: bytes
+    model: str | None = None
+    language: str | None = None
+    response_format: str = "json"
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -130,6 +166,23 @@ def completion_request(body: Mapping[str, Any]) -> Generation:
         raise RequestError("prompt is required: a string", param="prompt")
     return Generation(
         prompt=values["prompt"], max_tokens=values.get("max_tokens", 16), **_common(values)
+    )
+
+
+def transcription_request(fields: Mapping[str, str], audio: bytes | None) -> Transcription:
+    """The Transcription of a form's text `fields` and its `file` (None: not sent)."""
+    values = _checked(fields, _TRANSCRIPTION_FIELDS, "transcription")
+    if not audio:
+        raise RequestError(
+            "file is required; accepted: the audio file (WAV, FLAC or MP3) as the "
+            "multipart/form-data part `file`",
+            param="file",
+        )
+    return Transcription(
+        audio,
+        model=values.get("model"),
+        language=values.get("language"),
+        response_format=values.get("response_format", "json"),
     )
 
 
@@ -212,6 +265,36 @@ def _only(accepted: Any) -> Callable[[str, Any], Any]:
     return check
 
 
+def _choice(*accepted: str) -> Callable[[str, Any], str]:
+    """A form field that takes one of `accepted`."""
+
+    def check(name: str, value: Any) -> str:
+        if value not in accepted:
+            raise RequestError(
+                f"{name} {json.dumps(value)} is not supported by this server; accepted: "
+                f"{', '.join(accepted)}",
+                param=name,
+            )
+        return value
+
+    return check
+
+
+def _greedy(name: str, value: Any) -> str:
+    """A form's temperature: 0 only (transcripts are greedy)."""
+    try:
+        zero = float(value) == 0
+    except ValueError:
+        zero = False
+    if not zero:
+        raise RequestError(
+            f"{name} {value!r} is not supported by this server (it transcribes greedily); "
+            "accepted: 0 (or leave it out)",
+            param=name,
+        )
+    return value
+
+
 def _ignored(name: str, value: Any) -> Any:
     return value
 
@@ -277,24 +360,60 @@ def _message(where: str, message: Any) -> dict[str, Any]:
     return rendered
 
 
-def _content(where: str, message: Mapping[str, Any]) -> str:
+def _content(where: str, message: Mapping[str, Any]) -> str | tuple[str | InputAudio, ...]:
+    """The message's text; with audio parts, its text parts and clips in order (the engine
+    puts the bundle's audio placeholder where each clip is)."""
     content = message.get("content")
     if content is None or isinstance(content, str):
         return content or ""
-    if isinstance(content, list):
-        texts = [part.get("text") for part in content if isinstance(part, dict)]
-        kinds = {part.get("type") for part in content if isinstance(part, dict)}
-        if (
-            kinds == {"text"}
-            and len(texts) == len(content)
-            and all(isinstance(text, str) for text in texts)
-        ):
-            return "".join(texts)
+    if not isinstance(content, list):
+        raise RequestError(
+            f"{where}.content must be a string or a list of content parts, got {_kind(content)}",
+            param=f"{where}.content",
+        )
+    parts = [_part(f"{where}.content[{i}]", part) for i, part in enumerate(content)]
+    texts = [part for part in parts if isinstance(part, str)]
+    return "".join(texts) if len(texts) == len(parts) else tuple(parts)
+
+
+def _part(where: str, part: Any) -> str | InputAudio:
+    """A text part's text or an input_audio part's clip."""
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "text" and isinstance(part.get("text"), str):
+        return part["text"]
+    if kind == "input_audio":
+        return _input_audio(f"{where}.input_audio", part.get("input_audio"))
     raise RequestError(
-        f"{where}.content must be a string or a list of text parts ({{'type': 'text', "
-        f"'text': ...}}); images and audio are not served",
-        param=f"{where}.content",
+        f"{where} of type {json.dumps(kind)} is not served (nor are images); accepted: a text "
+        "part ({'type': 'text', 'text': ...}) or an audio part ({'type': 'input_audio', "
+        "'input_audio': {'data': <base64>, 'format': 'wav'}})",
+        param=where,
     )
+
+
+def _input_audio(where: str, value: Any) -> InputAudio:
+    if not isinstance(value, dict) or not isinstance(value.get("data"), str):
+        raise RequestError(
+            f"{where} must be an object with data (the clip's bytes in base64) and format",
+            param=where,
+        )
+    audio_format = value.get("format")
+    if audio_format not in AUDIO_FORMATS:
+        raise RequestError(
+            f"{where}.format {json.dumps(audio_format)} is not a format onnxruntime-genai "
+            f"decodes; accepted: {', '.join(AUDIO_FORMATS)}",
+            param=f"{where}.format",
+        )
+    try:
+        data = base64.b64decode(value["data"], validate=True)
+    except (binascii.Error, ValueError):
+        raise RequestError(
+            f"{where}.data is not base64; accepted: the clip's bytes in base64",
+            param=f"{where}.data",
+        ) from None
+    if not data:
+        raise RequestError(f"{where}.data is empty; accepted: a clip", param=f"{where}.data")
+    return InputAudio(data, audio_format, where)
 
 
 def _history_calls(where: str, calls: Any) -> list[dict[str, Any]]:
@@ -410,4 +529,13 @@ _COMPLETION_FIELDS: dict[str, Callable[[str, Any], Any]] = {
     "echo": _only(False),
     "best_of": _only(1),
     "suffix": _only(None),
+}
+#: A transcription form's text fields (its `file` is read apart).
+_TRANSCRIPTION_FIELDS: dict[str, Callable[[str, Any], Any]] = {
+    "model": _string,
+    "language": _string,
+    "response_format": _choice("json", "text"),
+    "temperature": _greedy,
+    "prompt": _only(None),
+    "stream": _choice("false"),
 }

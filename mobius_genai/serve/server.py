@@ -22,6 +22,7 @@ from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.runtime.generate import chat_template
 from mobius_genai.runtime.opening import ON_CPU, open_bundle
 from mobius_genai.serve.engine_loop import STATIC_BATCH, EngineLoop
+from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.prompt import PromptRules
 from mobius_genai.serve.tools import tool_tokens
 
@@ -62,7 +63,7 @@ def serve(
 
     from mobius_genai.serve.app import Service, create_app
 
-    engine, model_id = _engine(folder, limits, cpu, model_id, adapters)
+    engine, media, model_id = _engine(folder, limits, cpu, model_id, adapters)
     engine.start()
     try:
         _check_names(model_id, engine.adapter_names)
@@ -70,6 +71,7 @@ def serve(
         bound_host, bound_port = listener.getsockname()[:2]
         service = Service(
             engine=engine,
+            media=media,
             model_id=model_id,
             adapter_names=engine.adapter_names,
             created=int((Path(folder) / "genai_config.json").stat().st_mtime),
@@ -95,13 +97,16 @@ def serve(
 
 def _engine(
     folder: str | Path, limits: Limits, cpu: bool, model_id: str | None, adapters: tuple[str, ...]
-) -> tuple[EngineLoop, str]:
-    """The engine loop of the bundle (not started) and the model name it answers to."""
+) -> tuple[EngineLoop, BundleMedia, str]:
+    """The engine loop of the bundle (not started), the audio it takes and the model name it
+    answers to. A bundle og.Engine does not run is refused, but one that takes audio (its
+    multimodal pipeline or Whisper's): that is served with og.Generator."""
     require_bundle(folder)
-    refused = engine_support(folder)
-    if refused is not None:
-        raise BundleError(f"{folder}: {refused}; `serve` runs bundles on og.Engine")
     config = read_genai_config(Path(folder))
+    media = BundleMedia(str(folder), config)
+    refused = engine_support(folder)
+    if refused is not None and not media.takes_audio:
+        raise BundleError(f"{folder}: {refused}; `serve` runs bundles on og.Engine")
     search = config.get("search", {})
     context = int(search.get("max_length", config["model"]["context_length"]))
     rules = PromptRules(
@@ -109,18 +114,21 @@ def _engine(
         bos=required_bos(folder),
         context=context,
         max_tokens=min(limits.max_tokens or context, context),
+        audio_placeholder=media.placeholder,
     )
     engine = EngineLoop(
         str(folder),
-        lambda: open_bundle(folder, command="serve", provider=ON_CPU if cpu else None).model,
+        lambda: open_bundle(folder, command="serve", provider=ON_CPU if cpu else None),
         rules,
         tool_tokens(config),
+        media=media,
+        engine=refused is None,
         sampled=bool(search.get("do_sample", False)),
         max_batch=limits.max_batch,
         batch_window=limits.batch_window,
         adapters=adapters,
     )
-    return engine, model_id or Path(folder).resolve().name
+    return engine, media, model_id or Path(folder).resolve().name
 
 
 def _check_names(model_id: str, adapter_names: tuple[str, ...]) -> None:

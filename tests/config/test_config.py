@@ -304,6 +304,11 @@ def test_yarn_without_factor_derives_it_as_transformers_does():
         ("cohere", {"use_qk_norm": "yes"}, ["'use_qk_norm'", "true or false", "'yes'"]),
         ("glm", {"partial_rotary_factor": 1.5}, ["partial_rotary_factor 1.5", "(0, 1]"]),
         ("glm", {"attention_bias": 1}, ["'attention_bias'", "true or false"]),
+        ("cohere2", {"logit_scale": -2}, ["'logit_scale'", "positive number", "-2"]),
+        ("cohere2", {"sliding_window_pattern": 0}, ["'sliding_window_pattern'", "0"]),
+        ("cohere2", {"layer_types": "sliding"}, ["'layer_types'", "must be a list"]),
+        ("cohere2", {"sliding_window": 0}, ["sliding_window must be a positive integer", "0"]),
+        ("glm4", {"partial_rotary_factor": 1.5}, ["partial_rotary_factor 1.5", "(0, 1]"]),
     ],
 )
 def test_family_fields_with_wrong_values(model_type, change, words):

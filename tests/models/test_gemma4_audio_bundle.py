@@ -21,6 +21,7 @@ from mobius_genai.ep import get_ep
 from mobius_genai.errors import BundleError, ConfigError
 from mobius_genai.models.audio_processors import feature_extractor_settings, gemma4_log_mel
 from mobius_genai.packager import package
+from mobius_genai.runtime.audio import Clip, tone_bytes
 from mobius_genai.runtime.decoding import stream_text
 from mobius_genai.runtime.opening import open_bundle
 from mobius_genai.runtime.smoke import smoke_test
@@ -235,7 +236,7 @@ def test_run_with_audio_beside_the_prompt_gives_og_greedy_tokens(bundle, tmp_pat
         max_new_tokens=5,
         max_length=512,
         use_chat_template=False,
-        audio=tmp_path / "clip.wav",
+        audio=Clip.read(tmp_path / "clip.wav"),
     )
     assert "".join(pieces) == expected
     command = ["run", str(bundle), "--audio", str(tmp_path / "clip.wav"), "--prompt", "Hi"]
@@ -381,3 +382,18 @@ def test_og_logits_with_an_image_and_a_clip_equal_transformers(checkpoint, bundl
         ).logits.numpy()
     ours = og_prefill_logits(og_model, inputs)
     np.testing.assert_allclose(ours, expected, atol=TOLERANCE, rtol=0)
+
+
+def test_bench_audio_times_the_first_token_after_a_generated_clip(bundle, capsys):
+    """`bench DIR --audio` (no file): a generated 2 s tone in front of the bench prompt, its
+    prompt og's processor's, its first token against the prompt's without the clip."""
+    command = ["bench", str(bundle), "--audio", "--rounds", "1", "--new-tokens", "3", "--json"]
+    assert main(command) == 0
+    result = json.loads(capsys.readouterr().out)
+    processor = og.Model(str(bundle)).create_multimodal_processor()
+    clip = og.Audios.open_bytes(tone_bytes(2.0))
+    expected = processor("<|audio|> Describe the audio.", audios=clip)["input_ids"].as_numpy()
+    assert (result["audio"], result["audio_seconds"]) == ("a generated 2 s tone", 2.0)
+    assert result["prompt_tokens"] == expected.shape[-1] and result["tokens"] == 3
+    assert result["ttft_ms"] > 0 and result["text_ttft_ms"] > 0
+    assert result["clip_cost"] == pytest.approx(result["ttft_ms"] / result["text_ttft_ms"])

@@ -205,7 +205,6 @@ def test_the_top_level_says_whether_the_head_is_tied(mistral3, tmp_path):
 @pytest.mark.parametrize(
     ("changes", "named"),
     [
-        ({"text_config__model_type": "ministral3"}, "'text_config.model_type' is 'ministral3'"),
         ({"vision_feature_layer": -2}, "'vision_feature_layer' is -2"),
         ({"vision_config__rope_parameters": {"rope_type": "default"}}, "rope_type' is 'default'"),
         ({"vision_config__hidden_act": "tanh"}, "'vision_config.hidden_act' is 'tanh'"),

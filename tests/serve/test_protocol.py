@@ -81,7 +81,7 @@ def test_messages_are_rendered_for_templates():
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-            "messages[0].content",
+            "messages[0].content[0]",
         ),
         ({**CHAT, "max_tokens": 0}, "max_tokens"),
         ({**CHAT, "max_tokens": True}, "max_tokens"),

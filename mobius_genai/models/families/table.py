@@ -4,8 +4,9 @@ A row holds only what its family changes over the generic llama-style decoder (a
 what each field means). The functions and shared fragments rows name live beside this module,
 one module per kind of quirk: readers (one-key switches and numbers), heads, scales, rope,
 layers, preprocess (checkpoint value changes) and gpt2_names. The rows of other model kinds
-live in modules of their own (moe_rows, hybrid_rows) and join the table here. Adding a family
-is adding a row.
+live in modules of their own (moe_rows, hybrid_rows) and join the table here, as do rows
+derived from another row (cohere_glm: cohere2 from cohere, glm4 from glm). Adding a family is
+adding a row.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.altup import altup_section
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
 from mobius_genai.models.families.family_keys import (
@@ -36,6 +38,7 @@ from mobius_genai.models.families.layers import (
     smollm3_no_rope_layers,
 )
 from mobius_genai.models.families.llama4 import LLAMA4, LLAMA4_TEXT
+from mobius_genai.models.families.mistral_rows import MISTRAL_FAMILIES
 from mobius_genai.models.families.moe_rows import MOE_FAMILIES
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
@@ -62,7 +65,6 @@ from mobius_genai.models.families.scales import (
     GEMMA2_SOFTCAPS,
     GRANITE_MULTIPLIERS,
     gpt2_scale,
-    inverse_logit_scale,
     query_pre_attn_scale,
     softcap,
     sqrt_hidden,
@@ -101,11 +103,7 @@ _GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
 # One row per model_type; genai_type only where not onnxruntime-genai's "decoder" (adapter.py).
 _FAMILIES = (
     FamilyAdapter(model_type="llama", genai_type="llama", family_keys=READS_MLP_BIAS),
-    FamilyAdapter(
-        model_type="mistral",
-        genai_type="mistral",
-        config_overrides=UNBIASED_ATTENTION,
-    ),
+    *MISTRAL_FAMILIES,  # mistral, ministral, ministral3
     FamilyAdapter(
         model_type="qwen2",
         family_keys=READS_SLIDING_SWITCH,
@@ -387,45 +385,7 @@ _FAMILIES = (
         ),
         unused_weights=GPT2_BUFFERS,
     ),
-    FamilyAdapter(
-        model_type="cohere",
-        config_defaults={
-            "tie_word_embeddings": True,
-            "layer_norm_eps": 1e-5,
-            "rope_theta": 500_000.0,  # CohereConfig's default_theta
-        },
-        config_overrides={
-            "norm_type": "layer_no_bias",
-            "parallel_residual": True,  # one shared norm (input_layernorm)
-            "mlp_bias": False,
-            "logits_scaling": inverse_logit_scale,
-            "qk_norm": switch("use_qk_norm", False),
-            "qk_norm_head_weights": switch("use_qk_norm", False),
-            "qk_norm_stacked_weights": switch("use_qk_norm", False),
-            "rope_interleaved": True,  # repeat_interleave'd tables, rotate_half on pairs
-        },
-    ),
-    FamilyAdapter(
-        model_type="glm",
-        family_keys=READS_PARTIAL_ROTARY,
-        # the default "decoder": onnxruntime-genai's "chatglm" is another model
-        config_defaults={
-            "head_dim": 128,
-            "num_key_value_heads": 2,
-            "rms_norm_eps": 1.5625e-7,
-            "partial_rotary_factor": 0.5,
-            "attention_bias": True,
-            "eos_token_id": [151329, 151336, 151338],
-        },
-        config_overrides={"o_bias": False, "mlp_bias": False, "rope_interleaved": True},
-        fused_weights=(
-            FusedWeight(
-                r"\.mlp\.(?P<part>gate|up)_proj\.weight$",
-                ".mlp.gate_up_proj.weight",
-                ("gate", "up"),
-            ),
-        ),
-    ),
+    *COHERE_GLM_FAMILIES,
     FamilyAdapter(
         model_type="arcee",
         family_keys=READS_MLP_BIAS,

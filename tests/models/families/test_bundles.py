@@ -73,6 +73,8 @@ DEFAULT_RUN |= {"glm4_moe", "ernie4_5_moe", "minimax_m2", "apertus"}
 DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers sharing a cache
 # per-layer cache shapes (full layers' own head size and kv heads), K = V, shared caches
 DEFAULT_RUN |= {"gemma4_text"}
+# sandwich norms (glm4); NoPE full layers between windowed rotary ones, past the window (cohere2)
+DEFAULT_RUN |= {"glm4", "cohere2"}
 # a shared MLP beside the experts (granitemoeshared, hunyuan_v1_moe: its float32 softmax
 # router), V3 routing with qwen3 attention (dots1), Mamba2 beside rotary attention (bamba)
 DEFAULT_RUN |= {"granitemoeshared", "hunyuan_v1_moe", "dots1", "bamba"}
@@ -82,7 +84,7 @@ DEFAULT_RUN |= {"glm4_moe_lite", "exaone_moe", "solar_open"}
 DEFAULT_RUN |= {"flex_olmo"}  # olmo2's post-norm layers with olmoe's experts
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 # (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
-SEEDS = {"qwen3_5_text": 1, "glm4_moe_lite": 1}
+SEEDS = {"qwen3_5_text": 1, "ministral": 1, "glm4_moe_lite": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
 # rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).
 NEW_FAMILIES = tuple(

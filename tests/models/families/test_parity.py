@@ -168,6 +168,39 @@ CASES = {
             },
         },
     ),
+    # sliding, full, sliding: rotary only in the sliding layers, the 16 positions past the window
+    # of 5 (tests/_hf.py); then biases on q/k/v/o, an untied head, a head_dim key
+    # (Cohere2Config keeps it) and the full layer first; use_qk_norm, which Cohere2Attention
+    # never reads; linear rope scaling
+    "cohere2": ("cohere2", {}),
+    "cohere2_bias_untied_head_dim_full_first": (
+        "cohere2",
+        {
+            "attention_bias": True,
+            "tie_word_embeddings": False,
+            "head_dim": 24,
+            "layer_types": ["full_attention", "sliding_attention", "sliding_attention"],
+        },
+    ),
+    "cohere2_ignores_use_qk_norm_linear_rope": (
+        "cohere2",
+        {"use_qk_norm": True, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+    ),
+    # glm's layer with sandwich norms (tests/_hf.py); then glm's other switches
+    "glm4": ("glm4", {}),
+    "glm4_full_rotary_tied_without_bias_yarn": (
+        "glm4",
+        {
+            "partial_rotary_factor": 1.0,
+            "tie_word_embeddings": True,
+            "attention_bias": False,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
     "arcee": ("arcee", {}),
     "arcee_biases_tied_yarn": (
         "arcee",
@@ -563,6 +596,22 @@ MUTANTS = {
             "cohere", qk_norm=False, qk_norm_head_weights=False, qk_norm_stacked_weights=False
         ),
         {"use_qk_norm": True},
+    ),
+    "cohere2_rope_everywhere": ("cohere2", lambda: _without("cohere2", no_rope_layers=())),
+    "cohere2_without_logit_scale": ("cohere2", lambda: _without("cohere2", logits_scaling=1.0)),
+    "cohere2_rotate_half": ("cohere2", lambda: _without("cohere2", rope_interleaved=False)),
+    "cohere2_without_sliding_window": (
+        "cohere2",
+        lambda: _without("cohere2", layer_types=("full_attention",) * 3),
+    ),
+    # glm's pre-norm layer, the post-attention and post-MLP norms left unread
+    "glm4_without_post_norms": (
+        "glm4",
+        lambda: dataclasses.replace(
+            _without("glm4", norm_placement="pre"),
+            weight_renames=(),
+            unused_weights=(r"\.post_(self_attn|mlp)_layernorm\.",),
+        ),
     ),
     "arcee_relu_not_squared": ("arcee", lambda: _without("arcee", hidden_act="relu")),
     "helium_rotate_half": ("helium", lambda: _without("helium", rope_interleaved=False)),

@@ -31,13 +31,13 @@ FAMILIES = (
     "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3", "phi",
     "gpt2", "granite", "olmo2", "smollm3", "starcoder2", "stablelm", "olmo", "gpt_neox",
     "nemotron", "exaone", "gptj", "cohere", "glm", "arcee", "helium", "ernie4_5", "seed_oss",
-    "olmo3", "exaone4", "hunyuan_v1_dense", "internlm3", "vaultgemma",
+    "olmo3", "exaone4", "hunyuan_v1_dense", "internlm3", "vaultgemma", "cohere2", "glm4",
 )  # fmt: skip
 # Families whose config takes an explicit head_dim != hidden / heads.
 EXPLICIT_HEAD_DIM = {
     "llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text", "olmo2", "starcoder2", "olmo",
     "nemotron", "exaone", "cohere", "glm", "arcee", "ernie4_5", "seed_oss", "olmo3",
-    "hunyuan_v1_dense", "internlm3", "vaultgemma",
+    "hunyuan_v1_dense", "internlm3", "vaultgemma", "cohere2", "glm4",
 }  # fmt: skip
 # Families without grouped-query attention (no num_key_value_heads key).
 NO_GQA = {"gpt2", "gpt_neox", "gptj"}
@@ -122,7 +122,7 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
         # at least 4 rotated channels: transformers' dynamic rope divides by rotary_dim - 2
         partial = draw(st.sampled_from([p for p in (0.25, 0.5, 1.0) if head_dim * p >= 4]))
         config["rotary_pct" if family == "gpt_neox" else "partial_rotary_factor"] = partial
-    if family == "glm":
+    if family in ("glm", "glm4"):
         partial = draw(st.sampled_from([p for p in (0.25, 0.5, 1.0) if head_dim * p >= 4]))
         config["partial_rotary_factor"] = partial
     if family == "gptj":
@@ -176,11 +176,13 @@ def family_configs(draw) -> tuple[str, dict[str, Any]]:
     if family == "nemotron":
         for switch in ("attention_bias", "mlp_bias"):
             config[switch] = draw(st.booleans())
-    if family == "cohere":
+    if family == "cohere2":  # every `pattern`-th layer full attention, without rotary
+        config.update(sliding_window=window or 4096, sliding_window_pattern=draw(st.integers(1, 3)))
+    if family in ("cohere", "cohere2"):
         for switch in ("attention_bias", "use_qk_norm"):
             config[switch] = draw(st.booleans())
         config["logit_scale"] = draw(st.sampled_from([0.0625, 0.5, 1.0]))
-    if family == "glm":
+    if family in ("glm", "glm4"):
         config["attention_bias"] = draw(st.booleans())
     if family in ("arcee", "helium", "seed_oss") and draw(st.booleans()):
         config["mlp_bias"] = True

@@ -190,3 +190,11 @@ def test_bench_audio_reports_the_real_time_factor(speech_bundle, wav, capsys):
     assert result["audio_seconds"] == 3.0  # the WAV file's length, read from its header
     assert result["seconds"] > 0 and result["tokens"] > 0
     assert result["real_time_factor"] == pytest.approx(result["seconds"] / 3.0)
+
+
+def test_bench_audio_without_a_file_transcribes_a_generated_tone(speech_bundle, capsys):
+    command = ["bench", str(speech_bundle), "--audio", "--rounds", "1", "--json", "--ep", "cpu"]
+    assert main(command) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["audio"], result["audio_seconds"]) == ("a generated 2 s tone", 2.0)
+    assert result["real_time_factor"] == pytest.approx(result["seconds"] / 2.0)

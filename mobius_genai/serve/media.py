@@ -1,0 +1,113 @@
+"""Audio in requests: what the served bundle takes, and a chat prompt's clip turned into og's
+processor inputs as `run --audio` makes them (runtime/audio.py: the same checks and calls).
+
+A bundle whose og type places a clip in prompts and which has a speech graph (Gemma 4 E2B/E4B)
+takes one input_audio part per request (og 0.18 takes one clip per prompt); the part's place
+among its message's text parts is where the bundle's audio placeholder goes, and the chat
+template renders the message around it. A speech bundle (Whisper) transcribes instead, through
+POST /v1/audio/transcriptions. The checks that need no onnxruntime-genai object run in the app
+before a request is queued (`BundleMedia.check`); the processor runs on the engine thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import onnxruntime_genai as og
+
+from mobius_genai.errors import OptionError
+from mobius_genai.runtime.audio import (
+    PROMPT_CLIP_SECONDS,
+    Clip,
+    audio_inputs,
+    has_audio,
+    prompt_audio,
+)
+from mobius_genai.runtime.placeholders import require_media
+from mobius_genai.serve.protocol import Generation, RequestError
+
+#: How a request gives an image and a clip, which a refusal names.
+SERVED_MEDIA = {"image": "image (images are not served)", "clip": "input_audio part"}
+
+
+@dataclass(frozen=True)
+class BundleMedia:
+    """The served bundle's folder and genai_config: which audio its requests may hold."""
+
+    folder: str
+    config: Mapping[str, Any]
+
+    @property
+    def placeholder(self) -> str | None:
+        """The placeholder a clip takes in a prompt; None for a bundle that takes none."""
+        return prompt_audio(self.config)
+
+    @property
+    def transcribes(self) -> bool:
+        """A speech bundle (Whisper): it transcribes audio and takes no chat."""
+        return has_audio(self.config)
+
+    @property
+    def takes_audio(self) -> bool:
+        return self.transcribes or self.placeholder is not None
+
+    def inputs(self) -> str:
+        """The bundle's inputs in words, for refusals."""
+        model = self.config["model"]
+        if self.transcribes:
+            what = "audio to transcribe"
+        else:
+            media = [("images", "vision" in model), ("audio", self.placeholder is not None)]
+            names = ["text", *(name for name, present in media if present)]
+            what = " and ".join([", ".join(names[:-1]), names[-1]]) if len(names) > 1 else "text"
+        return f"the bundle (model.type {model['type']!r}) takes {what}"
+
+    def check(self, generation: Generation, route: str) -> None:
+        """A RequestError for a chat or completion this bundle cannot take: any on a speech
+        bundle, audio on a bundle without a speech graph, more than one clip."""
+        if self.transcribes:
+            raise RequestError(
+                f"{route}: {self.inputs()}; accepted: POST /v1/audio/transcriptions with the "
+                "audio file"
+            )
+        clips = generation.clips
+        if clips and self.placeholder is None:
+            raise RequestError(
+                f"{clips[0].where}: {self.inputs()}, no audio; accepted: text parts",
+                param=clips[0].where,
+            )
+        if len(clips) > 1:
+            raise RequestError(
+                f"{clips[1].where}: a request takes one clip (onnxruntime-genai 0.18 takes one "
+                "per prompt); accepted: one input_audio part",
+                param=clips[1].where,
+            )
+
+    def check_transcription(self) -> None:
+        """A RequestError unless the bundle transcribes."""
+        if not self.transcribes:
+            also = "; a clip goes in a chat message's input_audio part" if self.placeholder else ""
+            raise RequestError(
+                f"/v1/audio/transcriptions: {self.inputs()}{also}; accepted: a speech bundle "
+                "(Whisper) served",
+            )
+
+    def prompt_inputs(
+        self, generation: Generation, text: str, model: og.Model
+    ) -> og.NamedTensors | None:
+        """og's processor inputs of the rendered prompt `text` with the request's clip (None
+        without one); a RequestError for placeholders without a clip or a clip og would not
+        read whole. Runs on the engine thread."""
+        clips = generation.clips
+        try:
+            require_media(self.folder, self.config, text, audios=len(clips), given_as=SERVED_MEDIA)
+            if not clips:
+                return None
+            clip = Clip(clips[0].data, clips[0].where)
+            clip.seconds(PROMPT_CLIP_SECONDS)
+            return audio_inputs(model, text, clip)
+        except OptionError as error:
+            where = clips[0].where if clips else "messages"
+            raise RequestError(str(error), param=where) from None
