@@ -1,6 +1,7 @@
-"""DeepSeek-V2 and V3 (and GLM-4.7-Flash, glm4_moe_lite: V3's attention and routing, its MoE
-layers where `mlp_layer_types` says "sparse"): multi-head latent attention (config/latent_attention.py) and MoE layers
-with shared experts and group-limited routing (config/moe_routing.py) after dense first layers.
+"""DeepSeek-V2 and V3: multi-head latent attention (config/latent_attention.py) and MoE layers
+with shared experts and group-limited routing (config/moe_routing.py) after dense first layers;
+GLM-4.7-Flash (glm4_moe_lite): V3's attention and routing, its MoE layers where
+`mlp_layer_types` says "sparse".
 
 transformers writes `head_dim` as the rope slice (qk_rope_head_dim), hub configs leave it out;
 the graph's head_dim is the latent cache's head size either way, with one key/value head. Keys the config classes fill when
