@@ -38,15 +38,19 @@ from transformers import (
     ArceeConfig,
     AutoConfig,
     AutoModelForCausalLM,
+    BambaConfig,
     Cohere2Config,
     CohereConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    Dots1Config,
     Ernie4_5_MoeConfig,
     Ernie4_5Config,
     Exaone4Config,
     ExaoneConfig,
+    ExaoneMoeConfig,
     FalconH1Config,
+    FlexOlmoConfig,
     Gemma2Config,
     Gemma3nTextConfig,
     Gemma3TextConfig,
@@ -54,6 +58,7 @@ from transformers import (
     GemmaConfig,
     Glm4Config,
     Glm4MoeConfig,
+    Glm4MoeLiteConfig,
     GlmConfig,
     GPT2Config,
     GPTJConfig,
@@ -62,8 +67,10 @@ from transformers import (
     GraniteConfig,
     GraniteMoeConfig,
     GraniteMoeHybridConfig,
+    GraniteMoeSharedConfig,
     HeliumConfig,
     HunYuanDenseV1Config,
+    HunYuanMoEV1Config,
     InternLM3Config,
     Lfm2Config,
     Lfm2MoeConfig,
@@ -94,6 +101,7 @@ from transformers import (
     Qwen3NextConfig,
     SeedOssConfig,
     SmolLM3Config,
+    SolarOpenConfig,
     StableLmConfig,
     Starcoder2Config,
     VaultGemmaConfig,
@@ -162,6 +170,14 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "ernie4_5_moe": Ernie4_5_MoeConfig,
     "minimax_m2": MiniMaxM2Config,
     "apertus": ApertusConfig,
+    "granitemoeshared": GraniteMoeSharedConfig,
+    "hunyuan_v1_moe": HunYuanMoEV1Config,
+    "dots1": Dots1Config,
+    "bamba": BambaConfig,
+    "glm4_moe_lite": Glm4MoeLiteConfig,
+    "exaone_moe": ExaoneMoeConfig,
+    "solar_open": SolarOpenConfig,
+    "flex_olmo": FlexOlmoConfig,
 }
 
 _ARCHITECTURES = {
@@ -224,6 +240,14 @@ _ARCHITECTURES = {
     "ernie4_5_moe": "Ernie4_5_MoeForCausalLM",
     "minimax_m2": "MiniMaxM2ForCausalLM",
     "apertus": "ApertusForCausalLM",
+    "granitemoeshared": "GraniteMoeSharedForCausalLM",
+    "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
+    "dots1": "Dots1ForCausalLM",
+    "bamba": "BambaForCausalLM",
+    "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
+    "exaone_moe": "ExaoneMoeForCausalLM",
+    "solar_open": "SolarOpenForCausalLM",
+    "flex_olmo": "FlexOlmoForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -693,6 +717,89 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
             "high_freq_factor": 4.0,
         },
     },
+    # granitemoe's row with a shared MLP of 64 beside the experts
+    "granitemoeshared": {
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "shared_intermediate_size": 64,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
+    },
+    # q/k norms after the rotary; 4 experts of 32, 2 per token (renormalized softmax) beside
+    # a shared MLP of 32
+    "hunyuan_v1_moe": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "num_experts": 4,
+        "moe_topk": 2,
+        "attention_bias": True,
+    },
+    # DeepSeek-V3's routing (8 experts in 4 groups, 2 kept, 2 per token, raw weights scaled
+    # by 2.5) beside a shared expert, the first layer dense; Qwen3's attention with biases and
+    # per-head q/k norms; the last layer slides over 5 positions (max_window_layers 2)
+    "dots1": {
+        **_GROUP_ROUTED,
+        "routed_scaling_factor": 2.5,
+        "attention_bias": True,
+        "sliding_window": 5,
+        "max_window_layers": 2,
+    },
+    # Mamba2, attention (rotary on half of each head), Mamba2: Granite-4.0-H's Mamba2 sizes,
+    # biases everywhere; 128 positions for long prefills
+    "bamba": {
+        "attn_layer_indices": [1],
+        "max_position_embeddings": 128,
+        "mamba_n_heads": 4,
+        "mamba_n_groups": 2,
+        "mamba_d_state": 8,
+        "mamba_d_conv": 4,
+        "mamba_expand": 1,
+        "mamba_chunk_size": 16,
+        "mamba_proj_bias": True,
+        "attention_bias": True,
+        "mlp_bias": True,
+    },
+    # DeepSeek-V3's latent attention and routing (low-rank q, yarn with its mscales), the
+    # dense layer in the middle (mlp_layer_types)
+    "glm4_moe_lite": {
+        **_DEEPSEEK,
+        "q_lora_rank": 32,
+        "routed_scaling_factor": 2.5,
+        "first_k_dense_replace": UNSET,
+        "mlp_layer_types": ["sparse", "dense", "sparse"],
+    },
+    # EXAONE 4's attention (sliding, full NoPE, sliding) in pre-norm layers; V3's routing (8
+    # experts in 4 groups, 2 kept, 2 per token, renormalized, scaled by 2.5) beside a shared
+    # expert, the first layer dense
+    "exaone_moe": {
+        **{k: v for k, v in _GROUP_ROUTED.items() if k != "n_routed_experts"},
+        "num_experts": 8,
+        "num_shared_experts": 1,
+        "n_shared_experts": UNSET,
+        "routed_scaling_factor": 2.5,
+        "head_dim": 16,
+        "sliding_window": 5,
+        "sliding_window_pattern": 2,
+    },
+    # GLM-4 MoE's routing (8 experts in 4 groups, 2 kept, 2 per token) beside a shared expert
+    # in every layer; llama attention with q/k/v biases (its rotary turns whole heads)
+    "solar_open": {
+        **{k: v for k, v in _GROUP_ROUTED.items() if k != "first_k_dense_replace"},
+        "intermediate_size": UNSET,
+        "head_dim": 16,
+        "attention_bias": True,
+        "routed_scaling_factor": 2.5,
+    },
+    # olmo2's post-norm layers and q/k norms, olmoe's routing (4 experts, 2 per token, not
+    # renormalized); FlexOlmoConfig's eos id lies outside the tiny vocab
+    "flex_olmo": {
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "attention_bias": True,
+        "eos_token_id": 2,
+    },
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside
@@ -1054,7 +1161,8 @@ def hf_greedy_tokens(
     """Greedy continuation of one prompt with transformers (float32, eager, KV cache).
 
     Returns only the new tokens. With ``stop_at_eos`` generation stops after the first eos
-    token (``eos_token_ids``), which is included, as in onnxruntime-genai's sequence.
+    token (``eos_token_ids``), which is included, as in onnxruntime-genai's sequence. Positions
+    are passed, as generate() passes them: BambaModel numbers a call's tokens from 0 without.
     """
     model = load_reference_model(ckpt_dir, model_class)
     stop = eos_token_ids(model) if stop_at_eos else set()
@@ -1063,7 +1171,9 @@ def hf_greedy_tokens(
     new: list[int] = []
     with torch.no_grad():
         while len(new) < max_new_tokens:
-            logits, past = _forward(model, past, input_ids=ids)
+            start = len(prompt_ids) + len(new) - ids.shape[1]
+            positions = torch.arange(start, start + ids.shape[1]).unsqueeze(0)
+            logits, past = _forward(model, past, input_ids=ids, position_ids=positions)
             token = int(logits[0, -1].argmax())
             new.append(token)
             if token in stop:

@@ -60,10 +60,11 @@ _BIAS = {
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its config requires
 _BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
+_BIAS["granitemoeshared"] = _BIAS["glm4_moe_lite"] = _BIAS["solar_open"] = {"attention_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
-    "ernie4_5_moe",
+    *("ernie4_5_moe", "exaone_moe"),
 }
 _NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
@@ -98,6 +99,10 @@ _LOADED_AS = {
     ],
     "nemotron_h": [(r"^backbone\.", "model.")],  # the hub's prefix, kept on save
 }
+_LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP
+_LOADED_AS["exaone_moe"] = [
+    (r"\.mlp\.e_score_correction_bias$", ".mlp.gate.e_score_correction_bias")
+]
 # transformers loads per-expert tensors into one [experts, 2 * inter, hidden] gate_up_proj
 # ([gate | up] rows) and one [experts, hidden, inter] down_proj
 _PER_EXPERT = re.compile(

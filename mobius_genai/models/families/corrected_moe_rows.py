@@ -1,7 +1,10 @@
 """MoE rows whose router chooses experts by scores plus a learned per-expert
 `e_score_correction_bias` and weights them by the uncorrected scores (config/moe_routing.py,
 components/group_router.py): GLM-4 MoE (DeepSeek-V3's routing with ordinary attention),
-ERNIE-4.5-MoE (softmax scores) and MiniMax-M2 (sigmoid scores, one group).
+ERNIE-4.5-MoE (softmax scores), MiniMax-M2 (sigmoid scores, one group), dots.llm1
+(DeepSeek-V3's routing with Qwen3's attention), K-EXAONE (exaone_moe: V3's routing with
+EXAONE 4's attention in pre-norm layers) and Solar Open (solar_open: GLM-4 MoE's routing in
+every layer, llama attention without an o_proj bias).
 
 Keys the config classes fill when absent are the rows' defaults, as transformers' config
 classes set them.
@@ -18,9 +21,10 @@ from mobius_genai.config import fields
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.deepseek import v3_moe
+from mobius_genai.models.families.deepseek import sparse_mlp_layers, v3_moe, v3_routing
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
 from mobius_genai.models.families.float32 import CORRECTED_ROUTER
+from mobius_genai.models.families.layers import exaone4_layer_types, exaone4_no_rope_layers
 from mobius_genai.models.families.readers import switch, when_absent
 
 
@@ -64,6 +68,33 @@ def _minimax_moe(raw: Mapping[str, Any]) -> MoeConfig:
     moe = read_moe(raw, MoeKeys(num_experts="num_local_experts", normalize=True))
     routing = GroupRouting(scoring="sigmoid", correction_bias=True, float32_scores=True)
     return dataclasses.replace(moe, group_routing=routing)
+
+
+def _dots1_layer_types(raw: Mapping[str, Any]) -> list[str]:
+    """Dots1Config without `layer_types`: with a window, the layers from `max_window_layers`
+    (62 by default) on slide."""
+    below = fields.integer(raw.get("max_window_layers"), "max_window_layers", 62, positive=False)
+    window = raw.get("sliding_window")
+    return [
+        "sliding_attention" if window is not None and i >= below else "full_attention"
+        for i in range(fields.require(raw, "num_hidden_layers"))
+    ]
+
+
+def _exaone_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """V3's routing over `num_experts` in the layers `mlp_layer_types` calls "sparse" (by
+    default all from `first_k_dense_replace` on), beside `num_shared_experts` shared ones."""
+    moe = read_moe(raw, MoeKeys(num_experts="num_experts", intermediate="moe_intermediate_size"))
+    dense = fields.integer(
+        raw.get("first_k_dense_replace"), "first_k_dense_replace", 1, positive=False
+    )
+    shared = fields.integer(raw.get("num_shared_experts"), "num_shared_experts", 1, positive=False)
+    return dataclasses.replace(
+        moe,
+        sparse_layers=sparse_mlp_layers(raw, dense),
+        shared_expert_size=moe.intermediate_size * shared,
+        group_routing=v3_routing(raw),
+    )
 
 
 # MoEBlock's shared_expert is their shared_experts (one MLP of n_shared_experts * width)
@@ -145,5 +176,83 @@ CORRECTED_MOE_FAMILIES = (
             (r"\.mlp\.", ".block_sparse_moe."),
         ),
         experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    ),
+    FamilyAdapter(
+        model_type="dots1",
+        config_aliases={"num_local_experts": "n_routed_experts"},
+        config_defaults={
+            "sliding_window": when_absent("sliding_window", 4096),
+            "layer_types": _dots1_layer_types,
+            "n_group": 1,
+            "topk_group": 1,
+            "first_k_dense_replace": 0,
+            "routed_scaling_factor": 1.0,
+            "norm_topk_prob": False,
+        },
+        # Qwen3's attention: per-head q/k norms, attention_bias on q, k, v and o
+        config_overrides={"qk_norm": True, "moe": v3_moe},
+        weight_renames=(_SHARED_EXPERTS,),
+        experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
+    ),
+    FamilyAdapter(
+        model_type="exaone_moe",
+        config_defaults={
+            "num_key_value_heads": 32,
+            "rms_norm_eps": 1e-5,
+            "sliding_window": when_absent("sliding_window", 4096),
+            "num_experts": 64,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 1024,
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 2.5,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+        # Exaone4Attention (per-head q/k norms, rotary only in sliding layers once there is a
+        # window) in OlmoeDecoderLayer's pre-norm layers
+        config_overrides={
+            **UNBIASED_ATTENTION,
+            "qk_norm": True,
+            "mlp_bias": False,
+            "layer_types": exaone4_layer_types,
+            "no_rope_layers": exaone4_no_rope_layers,
+            "moe": _exaone_moe,
+        },
+        weight_renames=(
+            (r"\.mlp\.gate\.e_score_correction_bias$", ".mlp.e_score_correction_bias"),
+            _SHARED_EXPERTS,
+        ),
+        experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
+        # the multi-token-prediction head (_keys_to_ignore_on_load_unexpected)
+        unused_weights=(r"^mtp\.",),
+    ),
+    FamilyAdapter(
+        model_type="solar_open",
+        # no dense layer and no intermediate_size: the experts' size stands in for it
+        config_aliases={
+            "num_local_experts": "n_routed_experts",
+            "moe_intermediate_size": "intermediate_size",
+        },
+        config_defaults={
+            "head_dim": 128,
+            "num_key_value_heads": 8,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1_000_000.0,  # SolarOpenConfig's default_theta
+            "n_routed_experts": 128,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 1280,
+            "num_experts_per_tok": 8,
+            "n_group": 1,
+            "topk_group": 1,
+            "routed_scaling_factor": 1.0,
+            "norm_topk_prob": True,
+        },
+        # SolarOpenConfig has no first_k_dense_replace: experts in every layer
+        config_overrides={"o_bias": False, "moe": v3_moe},
+        weight_renames=(_SHARED_EXPERTS,),
+        experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
     ),
 )

@@ -1,5 +1,7 @@
 """DeepSeek-V2 and V3: multi-head latent attention (config/latent_attention.py) and MoE layers
-with shared experts and group-limited routing (config/moe_routing.py) after dense first layers.
+with shared experts and group-limited routing (config/moe_routing.py) after dense first layers;
+GLM-4.7-Flash (glm4_moe_lite): V3's attention and routing, its MoE layers where
+`mlp_layer_types` says "sparse".
 
 transformers writes `head_dim` as the rope slice (qk_rope_head_dim), hub configs leave it out;
 the graph's head_dim is the latent cache's head size either way, with one key/value head. Keys the config classes fill when
@@ -17,10 +19,10 @@ from mobius_genai.config import fields
 from mobius_genai.config.latent_attention import read_latent_attention
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.moe_routing import GroupRouting
-from mobius_genai.config.rope import parse_rope, yarn_mscale
-from mobius_genai.errors import UnsupportedModelError
+from mobius_genai.config.rope import RopeConfig, parse_rope, yarn_mscale
+from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.family_keys import READS_MLP_BIAS
+from mobius_genai.models.families.family_keys import READS_MLP_BIAS, READS_PARTIAL_ROTARY
 from mobius_genai.models.families.float32 import CORRECTED_ROUTER, ROUTER
 from mobius_genai.models.families.readers import switch, when_absent
 
@@ -92,6 +94,44 @@ def v3_routing(raw: Mapping[str, Any]) -> GroupRouting:
 def v3_moe(raw: Mapping[str, Any]) -> MoeConfig:
     """DeepSeek-V3's routing (v3_routing) after the dense first layers."""
     return _moe(raw, v3_routing(raw), "norm_topk_prob")
+
+
+def sparse_mlp_layers(raw: Mapping[str, Any], dense_first: int) -> tuple[int, ...]:
+    """The layers `mlp_layer_types` calls "sparse" (MoE) rather than "dense"; without it, all
+    but the first `dense_first` (GLM-4.7-Flash's and K-EXAONE's config classes fill it so)."""
+    num_layers = fields.require(raw, "num_hidden_layers")
+    kinds = raw.get("mlp_layer_types")
+    if kinds is None:
+        kinds = ["dense" if i < dense_first else "sparse" for i in range(num_layers)]
+    if (
+        not isinstance(kinds, list)
+        or len(kinds) != num_layers
+        or not set(kinds) <= {"dense", "sparse"}
+    ):
+        raise ConfigError(
+            f"config.json: mlp_layer_types is {kinds!r}; accepted: a list of 'dense' or "
+            f"'sparse', one per layer ({num_layers})"
+        )
+    return tuple(i for i, kind in enumerate(kinds) if kind == "sparse")
+
+
+def _glm4_moe_lite_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """V3's routing in the layers `mlp_layer_types` calls "sparse" (by default every layer but
+    the first), dense MLPs in the others."""
+    return dataclasses.replace(v3_moe(raw), sparse_layers=sparse_mlp_layers(raw, 1))
+
+
+def _whole_rope_slice(raw: Mapping[str, Any]) -> RopeConfig:
+    """The rope of Glm4MoeLiteRotaryEmbedding, which turns `partial_rotary_factor` of the
+    rope slice (qk_rope_head_dim): the whole slice (the config class's default) is what the
+    latent attention rotates."""
+    rope, _ = parse_rope(raw)
+    if rope.partial_rotary_factor != 1.0:
+        raise UnsupportedModelError(
+            f"config.json: partial_rotary_factor is {rope.partial_rotary_factor}; glm4_moe_lite "
+            "models are supported with the whole rope slice rotated (1.0)"
+        )
+    return rope
 
 
 def v2_moe(raw: Mapping[str, Any]) -> MoeConfig:
@@ -172,5 +212,34 @@ DEEPSEEK_FAMILIES = (
         weight_renames=_RENAMES,
         experts=ExpertLayout(),
         float32=ROUTER,
+    ),
+    FamilyAdapter(
+        model_type="glm4_moe_lite",
+        family_keys=READS_PARTIAL_ROTARY,
+        config_aliases={"num_local_experts": "n_routed_experts"},
+        config_defaults={
+            **_latent_defaults(768),
+            "qk_nope_head_dim": 192,
+            "v_head_dim": 256,
+            "rms_norm_eps": 1e-5,
+            "n_routed_experts": 64,
+            "n_shared_experts": 1,
+            "moe_intermediate_size": 1536,
+            "num_experts_per_tok": 4,
+            "n_group": 1,
+            "topk_group": 1,
+            "routed_scaling_factor": 1.8,
+            "norm_topk_prob": True,
+        },
+        config_overrides={
+            **_overrides(_glm4_moe_lite_moe),
+            "rope": _whole_rope_slice,
+            "rope_interleaved": switch("rope_interleave", True),
+        },
+        weight_renames=_RENAMES,
+        experts=ExpertLayout(),
+        float32=CORRECTED_ROUTER,
+        # the multi-token-prediction layer GLM-4.7-Flash ships after its 47 layers
+        unused_weights=(r"^model\.layers\.47\.",),
     ),
 )

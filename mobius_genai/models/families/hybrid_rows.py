@@ -30,7 +30,7 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
 )
-from mobius_genai.models.families.mamba2_hybrids import FALCON_H1, NEMOTRON_H
+from mobius_genai.models.families.mamba2_hybrids import BAMBA, FALCON_H1, NEMOTRON_H
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
@@ -266,4 +266,6 @@ HYBRID_FAMILIES = (
     # mamba2_hybrids.py. onnxruntime-genai 0.18 runs both as its generic decoder.
     NEMOTRON_H,
     FALCON_H1,
+    # Bamba: Mamba2 layers and rotary attention layers, a gated MLP after each (mamba2_hybrids.py)
+    BAMBA,
 )

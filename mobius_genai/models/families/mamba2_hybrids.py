@@ -18,6 +18,10 @@ among attention layers, as rows of the family table (hybrid_rows.py) and what th
   its in_proj rows (`mup_vector`: one factor each for gate, x, B, C and dt) and output, the
   MLP's gate and down projections, folded into those weights as they are read
   (config/weight_scales.py).
+- **Bamba** (`bamba`): Granite-4.0-H's Mamba2 keys (config/mamba2.py's GRANITE_KEYS) in the
+  layers not in `attn_layer_indices`, llama attention with rotary on half of each head
+  (BambaConfig fixes partial_rotary_factor at 0.5 whatever config.json says) in the others,
+  each layer then a gated MLP (`feed_forward`), norms named as Falcon-H1's.
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config import fields
 from mobius_genai.config.mamba2 import (
     FALCON_H1_KEYS,
+    GRANITE_KEYS,
     NEMOTRON_H_KEYS,
     Mamba2Config,
     read_mamba2,
 )
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
+from mobius_genai.config.rope import RopeConfig, parse_rope
 from mobius_genai.config.weight_scales import WeightScale, scale
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
@@ -242,4 +248,31 @@ FALCON_H1 = FamilyAdapter(
     ),
     preprocess_weight=scaled_weights,
     preprocessed_weights=r"\.(self_attn\.[qkvo]_proj|mamba\.(in|out)_proj|mlp\.(gate|down)_proj)\.",
+)
+
+
+def _bamba_layer_types(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """BambaConfig's layers_block_type: attention in `attn_layer_indices`, Mamba2 elsewhere."""
+    attention = fields.int_tuple(raw.get("attn_layer_indices"), "attn_layer_indices")
+    return tuple(
+        "full_attention" if i in attention else "mamba2"
+        for i in range(fields.require(raw, "num_hidden_layers"))
+    )
+
+
+def _bamba_rope(raw: Mapping[str, Any]) -> RopeConfig:
+    """BambaConfig passes partial_rotary_factor 0.5 to its rope parameters, always."""
+    rope, _ = parse_rope(raw)
+    return dataclasses.replace(rope, partial_rotary_factor=0.5)
+
+
+BAMBA = FamilyAdapter(
+    model_type="bamba",
+    family_keys=READS_MLP_BIAS,
+    config_overrides={
+        "layer_types": _bamba_layer_types,
+        "rope": _bamba_rope,
+        "mamba2": lambda raw: read_mamba2(raw, GRANITE_KEYS),
+    },
+    weight_renames=FALCON_H1.weight_renames,
 )

@@ -10,10 +10,12 @@ import dataclasses
 
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.moe import MoeKeys, moe_reader
-from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_SLIDING_SWITCH, UNBIASED_ATTENTION
+from mobius_genai.models.families.hunyuan_moe import HUNYUAN_ROUTER, hunyuan_moe
 from mobius_genai.models.families.layers import every_layer_windowed, qwen2_moe_layer_types
 from mobius_genai.models.families.readers import switch
+from mobius_genai.models.families.rope import ntk_alpha_rope
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # qwen2_moe / qwen3_moe: expert size and the dense layers (mlp_only_layers, decoder_sparse_step)
@@ -102,5 +104,72 @@ MOE_FAMILIES = (
         },
         weight_renames=((r"\.mlp\.", ".block_sparse_moe."),),
         experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    ),
+    # granitemoe with a shared MLP beside the experts in every layer (none with
+    # shared_intermediate_size 0): input_linear [gate | up], output_linear
+    FamilyAdapter(
+        model_type="granitemoeshared",
+        config_overrides={
+            **GRANITE_MULTIPLIERS,
+            "moe": moe_reader(
+                MoeKeys(
+                    num_experts="num_local_experts",
+                    normalize=True,
+                    shared_expert="shared_intermediate_size",
+                )
+            ),
+        },
+        weight_renames=(
+            (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
+            (r"\.mlp\.experts$", ".block_sparse_moe"),
+            (r"\.mlp\.shared_expert\.down_proj\.", ".shared_mlp.output_linear."),
+        ),
+        fused_weights=(
+            FusedWeight(
+                r"\.mlp\.shared_expert\.(?P<part>gate|up)_proj\.weight$",
+                ".shared_mlp.input_linear.weight",
+                ("gate", "up"),
+            ),
+        ),
+        experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
+    ),
+    # hunyuan_v1_dense's attention (q/k norms after the rotary, NTK-alpha rope) with MoE blocks
+    # in every layer: a float32 router `wg` (hunyuan_moe.py) beside a shared MLP
+    FamilyAdapter(
+        model_type="hunyuan_v1_moe",
+        config_aliases={"moe_topk": "num_experts_per_tok"},
+        config_defaults={"rms_norm_eps": 1e-5, "num_experts": 1, "num_experts_per_tok": 1},
+        config_overrides={
+            "qk_norm": True,
+            "qk_norm_after_rope": True,
+            "mlp_bias": False,
+            "rope": ntk_alpha_rope,
+            "moe": hunyuan_moe,
+        },
+        weight_renames=(
+            (r"\.self_attn\.q_norm\.", ".self_attn.query_layernorm."),
+            (r"\.self_attn\.k_norm\.", ".self_attn.key_layernorm."),
+            (r"\.mlp\.gate\.weight$", ".mlp.gate.wg.weight"),
+            (r"\.mlp\.shared_expert\.", ".mlp.shared_mlp."),
+        ),
+        experts=ExpertLayout(),
+        float32=HUNYUAN_ROUTER,
+    ),
+    # olmo2's post-norm layers (RMSNorms over the whole q and k projections) with olmoe's
+    # experts and routing
+    FamilyAdapter(
+        model_type="flex_olmo",
+        config_defaults={
+            "rope_theta": 500_000.0,  # FlexOlmoConfig's default_theta
+            "num_experts": 7,
+            "num_experts_per_tok": 5,
+        },
+        config_overrides={
+            "norm_placement": "post",
+            "qk_norm": True,
+            "qk_norm_per_head": False,
+            "moe": moe_reader(MoeKeys(num_experts="num_experts")),
+        },
+        experts=ExpertLayout(),
     ),
 )

@@ -75,8 +75,16 @@ DEFAULT_RUN |= {"gemma3n_text"}  # AltUp streams, per-layer inputs, layers shari
 DEFAULT_RUN |= {"gemma4_text"}
 # sandwich norms (glm4); NoPE full layers between windowed rotary ones, past the window (cohere2)
 DEFAULT_RUN |= {"glm4", "cohere2"}
+# a shared MLP beside the experts (granitemoeshared, hunyuan_v1_moe: its float32 softmax
+# router), V3 routing with qwen3 attention (dots1), Mamba2 beside rotary attention (bamba)
+DEFAULT_RUN |= {"granitemoeshared", "hunyuan_v1_moe", "dots1", "bamba"}
+# latent attention, and EXAONE 4's attention, with V3 routing where mlp_layer_types says;
+# V3 routing in every layer beside llama attention (solar_open)
+DEFAULT_RUN |= {"glm4_moe_lite", "exaone_moe", "solar_open"}
+DEFAULT_RUN |= {"flex_olmo"}  # olmo2's post-norm layers with olmoe's experts
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
-SEEDS = {"qwen3_5_text": 1, "ministral": 1}
+# (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
+SEEDS = {"qwen3_5_text": 1, "ministral": 1, "glm4_moe_lite": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
 # rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).
 NEW_FAMILIES = tuple(
@@ -182,7 +190,8 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
 
 
 @pytest.mark.parametrize(
-    "family", ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid", "nemotron_h", "falcon_h1"]
+    "family",
+    ["lfm2", "qwen3_5_text", "qwen3_next", "granitemoehybrid", "nemotron_h", "falcon_h1", "bamba"],
 )
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row

@@ -22,8 +22,9 @@ from mobius_genai import packager
 from mobius_genai.components import decoder, moe
 from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.latent_attention import LatentAttention
-from mobius_genai.errors import ConfigError, UnsupportedModelError
+from mobius_genai.errors import ConfigError, UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
+from mobius_genai.models.families.deepseek import v3_moe
 from tests._hf import (
     edit_config,
     hf_reference_logits,
@@ -57,6 +58,11 @@ CASES = {
     "deepseek_v2_greedy_low_rank_q": (
         "deepseek_v2",
         {"topk_method": "greedy", "q_lora_rank": 16, "rope_parameters": _DEFAULT_ROPE},
+    ),
+    # Glm4MoeLiteConfig's default layers (the first dense), plain rope, rotate_half layout
+    "glm4_moe_lite_default_layers_rotate_half": (
+        "glm4_moe_lite",
+        {"mlp_layer_types": None, "rope_parameters": _DEFAULT_ROPE, "rope_interleave": False},
     ),
 }
 
@@ -162,6 +168,17 @@ def test_parity_fails_with_one_detail_wrong(case, tmp_path, monkeypatch):
     assert mutated > 10 * TOLERANCE
 
 
+def test_glm4_moe_lite_layers_read_as_v3_first_dense_ones_are_refused(tmp_path, monkeypatch):
+    """mlp_layer_types decides which layers hold experts: read as DeepSeek-V3's
+    first_k_dense_replace (absent: none dense), the dense middle layer's experts are missing."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "glm4_moe_lite")
+    row = FAMILIES["glm4_moe_lite"]
+    mutant = dataclasses.replace(row, config_overrides={**row.config_overrides, "moe": v3_moe})
+    monkeypatch.setitem(FAMILIES, "glm4_moe_lite", mutant)
+    with pytest.raises(WeightsError, match=r"model\.layers\.1\.mlp\.experts"):
+        mobius_genai.build(ckpt, "cpu", "f32")
+
+
 @pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2"])
 def test_every_ep_caches_one_latent_head(family, tmp_path):
     """The cache is the latent: one key/value head of kv_lora_rank + qk_rope_head_dim (32 + 8)
@@ -216,6 +233,18 @@ REFUSALS = {
         "'qk_rope_head_dim' is 7",
         {"qk_rope_head_dim": 7},
     ),
+    "glm4_moe_lite_mlp_layer_types": (
+        "glm4_moe_lite",
+        ConfigError,
+        "mlp_layer_types is \\['sparse', 'moe', 'dense'\\]",
+        {"mlp_layer_types": ["sparse", "moe", "dense"]},
+    ),
+    "glm4_moe_lite_partial_rope_slice": (
+        "glm4_moe_lite",
+        UnsupportedModelError,
+        "partial_rotary_factor is 0.5",
+        {"partial_rotary_factor": 0.5},
+    ),
 }
 
 
@@ -225,7 +254,7 @@ def test_what_the_rows_cannot_build_is_refused_in_one_line(case, tmp_path):
     _refused(tmp_path, family, error, match, **changes)
 
 
-@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2"])
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2", "glm4_moe_lite"])
 def test_cpu_int4_bundle_runs_its_experts_as_qmoe(family, tmp_path):
     """int4 for cpu: the routed experts of both MoE layers in QMoE (behind the group-limited
     router's standard ops), and onnxruntime-genai generates every token asked for."""

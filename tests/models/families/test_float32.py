@@ -55,6 +55,11 @@ ROUTERS = {
     "glm4_moe": (_BIASED, (1, 2)),
     "ernie4_5_moe": (_BIASED, (1, 2)),
     "deepseek_v2": (("weight",), (1, 2)),
+    "dots1": (_BIASED, (1, 2)),
+    "glm4_moe_lite": (_BIASED, (0, 2)),
+    "exaone_moe": (_BIASED, (1, 2)),
+    "solar_open": (_BIASED, (0, 1, 2)),
+    "hunyuan_v1_moe": (("weight",), (0, 1, 2)),  # its float32 `wg`
     "nemotron_h": (_BIASED, (1, 4)),
 }
 #: float16 logits of the tiny models against transformers' float32 ones (largest seen: 0.03).

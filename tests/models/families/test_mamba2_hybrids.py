@@ -23,6 +23,7 @@ from mobius_genai.bundle.graph import TensorSpec
 from mobius_genai.bundle.og_support import BEAM, ENGINE, NGRAM, REWIND, bundle_og_limits
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.rope import parse_rope
 from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
@@ -41,7 +42,7 @@ from tests.models.families.test_parity import _parity
 from tests.runtime.conftest import run_builder
 
 TOLERANCE = 1e-4  # f32
-FAMILIES_HERE = ("nemotron_h", "falcon_h1")
+FAMILIES_HERE = ("nemotron_h", "falcon_h1", "bamba")
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +152,25 @@ def test_hub_config_layout_matches_transformers(tmp_path):
     assert max_abs_diff(ours, reference.logits) <= TOLERANCE
 
 
+def test_bamba_rotates_half_of_each_head_whatever_config_json_says(checkpoints, tmp_path):
+    """A config.json (as transformers 4 wrote Bamba's) without partial_rotary_factor: BambaConfig
+    rotates half of each head all the same, and so does the bundle."""
+    ckpt = checkpoints["bamba"]
+    ids = np.random.default_rng(1).integers(3, 128, size=(1, 12))
+    before = hf_reference_logits(ckpt, ids, 2)
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw["rope_parameters"].pop("partial_rotary_factor")
+    (tmp_path / "ckpt").mkdir()
+    for path in ckpt.iterdir():
+        (tmp_path / "ckpt" / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(raw))
+    reference = hf_reference_logits(tmp_path / "ckpt", ids, 2)
+    assert max_abs_diff(reference.logits, before.logits) == 0.0
+    package = mobius_genai.build(tmp_path / "ckpt", "cpu", "f32")
+    ours = run_like_reference(ort_session(package, tmp_path / "onnx"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
+
+
 def test_left_padded_batch_matches_transformers(checkpoints, tmp_path):
     """Padding stays out of Falcon-H1's Mamba2 states while its attention masks it."""
     first, rest = left_padded_diffs(checkpoints["falcon_h1"], tmp_path)
@@ -180,6 +200,12 @@ MUTANTS = {
         "falcon_h1",
         {"mamba2": _mamba2_norm("falcon_h1", "gate_then_norm")},
     ),
+    # BambaConfig's fixed half rotary turned into whole heads
+    "bamba_whole_heads_rotated": (
+        "bamba",
+        {"rope": lambda raw: dataclasses.replace(parse_rope(raw)[0], partial_rotary_factor=1.0)},
+    ),
+    "bamba_norm_before_gate": ("bamba", {"mamba2": _mamba2_norm("bamba", "norm_then_gate")}),
 }
 
 
@@ -333,7 +359,7 @@ def test_int4_bundle_generates(family, tmp_path):
         for node in model.graph.all_nodes()
         if node.op_type == "MatMulNBits"
     }
-    mamba = [0, 4] if family == "nemotron_h" else [0, 1, 2]
+    mamba = {"nemotron_h": [0, 4], "falcon_h1": [0, 1, 2], "bamba": [0, 2]}[family]
     assert {f"model.layers.{i}.mamba.{p}_proj" for i in mamba for p in ("in", "out")} <= quantized
     states = [value for value in model.graph.inputs if value.name.endswith("_state")]
     assert len(states) == 2 * len(mamba)
