@@ -52,15 +52,22 @@ def _ints(tape: ir.tape.Tape, *values: int) -> ir.Value:
     return tape.op("Constant", [], {"value_ints": list(values)})
 
 
-def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0; and
-    the picked experts [tokens, k]."""
+def _routing_weights(
+    tape: ir.tape.Tape,
+    router: ir.Value,
+    k: ir.Value | None = None,
+    normalize: ir.Value | None = None,
+) -> tuple[ir.Value, ir.Value]:
+    """[tokens, experts]: the top-k softmax probabilities (renormalized if `normalize`), else
+    0; and the picked experts [tokens, k]. `k` ([1] int64) and `normalize` (a 0 or 1 scalar)
+    default to the function's attributes of those names."""
     probs = tape.op("Softmax", [router], {"axis": -1})
-    k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
+    if k is None:
+        k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
+    if normalize is None:
+        normalize = _ref_constant(tape, "normalize_routing_weights", ir.AttributeType.INT)
     top, index = tape.op_multi_out("TopK", [probs, k], {"axis": -1}, num_outputs=2)
-    normalize = tape.op(
-        "CastLike", [_ref_constant(tape, "normalize_routing_weights", ir.AttributeType.INT), top]
-    )
+    normalize = tape.op("CastLike", [normalize, top])
     one = tape.op("CastLike", [tape.op("Constant", [], {"value_float": 1.0}), top])
     total = tape.op("ReduceSum", [top, _ints(tape, -1)], {"keepdims": 1})
     # normalize is 0 or 1, so the divisor is exactly 1 or exactly the sum
@@ -326,3 +333,89 @@ def qmoe_geglu_unpacked(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[
 
 def qmoe_geglu_unpacked_zp(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
     return _qmoe_geglu(tape, params, _gathered_unpacked, zero_points=True)
+
+
+#: One projection's MatMulNBits arrays: codes [N, K/bs, bs/2], scales [N, K/bs], zero points
+#: [N, ceil(K/bs/2)] or None (8).
+NBitsArrays = tuple[ir.Value, ir.Value, ir.Value | None]
+
+
+def _nbits(tape: ir.tape.Tape, rows: ir.Value, arrays: NBitsArrays, attributes) -> ir.Value:
+    """com.microsoft::MatMulNBits of `rows` [n, K] and one projection's arrays → [n, N]."""
+    codes, scales, zero_points = arrays
+    n, blocks = (int(d) for d in codes.shape[:2])
+    block_size = attributes["block_size"]
+    sizes = {"K": blocks * block_size, "N": n, "bits": 4}
+    inputs = [rows, codes, scales] + ([zero_points] if zero_points is not None else [])
+    return tape.op("MatMulNBits", inputs, {**attributes, **sizes}, domain=MS_DOMAIN)
+
+
+def _expert_branch(
+    outer: dict[str, ir.Value], e: int, fc1: NBitsArrays, fc2: NBitsArrays, attributes
+) -> ir.Graph:
+    """Expert `e`'s then-branch: its weighted GeGLU output on the rows that picked it [n, H],
+    and those rows' indices [n] (`outer`: the values of the enclosing graph it reads)."""
+    tape = ir.tape.Tape()
+    weight = tape.op("Gather", [outer["weights"], outer[f"expert{e}"]], {"axis": 1})  # [T]
+    mine = tape.op("NonZero", [tape.op("Greater", [weight, outer["zero"]])])
+    tokens = tape.op("Reshape", [mine, outer["flat"]])
+    fused = _nbits(tape, tape.op("Gather", [outer["rows"], tokens]), fc1, attributes)
+    out = _nbits(tape, _geglu(tape, fused), fc2, attributes)
+    scale = tape.op("Unsqueeze", [tape.op("Gather", [weight, tokens]), outer["flat"]])
+    part = tape.op("Mul", [out, scale])
+    return ir.Graph([], [part, tape.op("Identity", [tokens])], nodes=tape.nodes, name=f"expert{e}")
+
+
+def qmoe_geglu_per_expert(
+    tape: ir.tape.Tape,
+    x: ir.Value,
+    router: ir.Value,
+    experts: Sequence[tuple[NBitsArrays, NBitsArrays]],
+    routing: tuple[int, int],
+    attributes: dict[str, int],
+) -> ir.Value:
+    """GeGLU experts in 4 bits as two MatMulNBits per expert on its own constant arrays
+    (`experts`: each one's fc1 [2I, H] and fc2 [H, I]), which onnxruntime prepacks at load as
+    for a dense layer; `routing` is (k, normalize_routing_weights), `attributes` the
+    MatMulNBits' block_size and accuracy_level. The output, shaped as `x`.
+
+    The routing of the QMoE bodies, then an `If` per expert that runs only when some token
+    picked it, on those tokens only (NonZero of its routing weights); the pieces and their
+    rows concatenated and added into the total by one ScatterND (add). No expert is ever
+    float, and a prefill computes each expert on its own tokens.
+    """
+    top_k, normalize = routing
+    rows = _rows(tape, x)
+    k = tape.op("Constant", [], {"value_ints": [top_k]})
+    weights, _ = _routing_weights(
+        tape, router, k, tape.op("Constant", [], {"value_int": normalize})
+    )
+    zero = tape.op("CastLike", [tape.op("Constant", [], {"value_float": 0.0}), weights])
+    most = tape.op("ReduceMax", [weights, _ints(tape, 0)], {"keepdims": 0})
+    count = len(experts)
+    used = tape.op_multi_out(
+        "Split", [tape.op("Greater", [most, zero])], {"num_outputs": count}, num_outputs=count
+    )
+    outer = {"weights": weights, "rows": rows, "zero": zero, "flat": _ints(tape, -1)}
+    no_rows = tape.op("Slice", [rows, _ints(tape, 0), _ints(tape, 0)])  # [0, H]
+    no_tokens = tape.op("Constant", [], {"value": ir.tensor(np.zeros(0, np.int64))})
+    pieces, indices = [], []
+    for e, (fc1, fc2) in enumerate(experts):
+        outer[f"expert{e}"] = tape.op("Constant", [], {"value_int": e})
+        otherwise = ir.tape.Tape()
+        nothing = [otherwise.op("Identity", [no_rows]), otherwise.op("Identity", [no_tokens])]
+        branches = {
+            "then_branch": _expert_branch(outer, e, fc1, fc2, attributes),
+            "else_branch": ir.Graph([], nothing, nodes=otherwise.nodes, name=f"no_expert{e}"),
+        }
+        piece, at = tape.op_multi_out("If", [used[e]], branches, num_outputs=2)
+        pieces.append(piece)
+        indices.append(at)
+    at = tape.op("Unsqueeze", [tape.op("Concat", indices, {"axis": 0}), outer["flat"]])
+    zeros = tape.op("Expand", [zero, tape.op("Shape", [rows])])
+    summed = tape.op(
+        "ScatterND",
+        [zeros, at, tape.op("Concat", pieces, {"axis": 0})],
+        {"reduction": "add"},
+    )
+    return tape.op("Reshape", [summed, tape.op("Shape", [x])])

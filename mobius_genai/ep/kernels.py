@@ -172,6 +172,16 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 "int4 as DequantizeLinear + MatMul",
                 flag="supports_matmul_nbits",
             ),
+            # Gemma 4's int4 GeGLU experts as one MatMulNBits per expert on its constant codes
+            # (prepacked at load), in an If per expert on the tokens that picked it: measured
+            # on the CPU EP (benchmarks/README.md's MoE body section). An If's NonZero is a
+            # host sync per expert on a GPU EP, not measured there.
+            Kernel(
+                "MatMulNBits.experts",
+                MS_DOMAIN,
+                "GeGLU experts in QMoE's body (the picked experts dequantized k at a time)",
+                default=False,
+            ),
             Kernel(
                 "GatherBlockQuantized",
                 MS_DOMAIN,

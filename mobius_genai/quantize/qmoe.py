@@ -28,12 +28,14 @@ is quantized once for all its arrays.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 from typing import BinaryIO
 
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.components import moe_bodies
 from mobius_genai.components.tier1 import INT4_MOE_OVERLOADS, MS_DOMAIN
 from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.layout import NBitsWeight, quantize_matmul_nbits
@@ -140,11 +142,12 @@ class QMoEPass(ir.passes.InPlacePass):
         *,
         kernel: bool = True,
         gather: bool = True,
+        per_expert: bool = False,
     ):
         super().__init__()
         self.block_size, self.symmetric, self.search = block_size, symmetric, search
         self.accuracy_level = accuracy_level
-        self.kernel, self.gather = kernel, gather
+        self.kernel, self.gather, self.per_expert = kernel, gather, per_expert
         self.declined: list[tuple[str, str]] = []
         self.quantized: list[tuple[str, int, int, int, str]] = []
 
@@ -162,6 +165,12 @@ class QMoEPass(ir.passes.InPlacePass):
             reason = self._refusal(node)
             if reason is not None:
                 self.declined.append((node.name or "", reason))
+                continue
+            if overload and self.per_expert:
+                nodes = self._per_expert_nodes(graph, node, done)
+                _name_values(nodes, writer.unique_name(f"{node.name or 'moe'}_experts") + "/")
+                writer.replace(node, nodes)
+                modified = True
                 continue
             reader = "QMoE" if not overload else _READERS[self.gather]
             inputs: list[ir.Value | None] = [None] * _QMOE_INPUTS
@@ -215,9 +224,59 @@ class QMoEPass(ir.passes.InPlacePass):
                 )
         return None
 
-    def _initializers(
-        self, graph: ir.Graph, weight: ir.Value, reader: str
-    ) -> list[ir.Value | None]:
+    def _per_expert_nodes(
+        self, graph: ir.Graph, node: ir.Node, done: dict[ir.Value, list]
+    ) -> list[ir.Node]:
+        """The GeGLU MoE `node` as a MatMulNBits per expert and projection (moe_bodies'
+        `qmoe_geglu_per_expert`), each expert's arrays initializers of their own."""
+        projections = []
+        for position in _WEIGHT:
+            weight = node.inputs[position]
+            if weight not in done:
+                done[weight] = self._expert_initializers(graph, weight)
+            projections.append(done[weight])
+        tape = ir.tape.Tape()
+        routing = (
+            node.attributes.get_int("k", 1),
+            node.attributes.get_int("normalize_routing_weights", 0),
+        )
+        attributes = {"block_size": self.block_size}
+        if self.accuracy_level:  # 0 is the default: left out, as for the dense MatMulNBits
+            attributes["accuracy_level"] = self.accuracy_level
+        experts = list(zip(*projections, strict=True))
+        x, router = node.inputs[0], node.inputs[1]
+        assert x is not None and router is not None  # MoE's required inputs
+        moe_bodies.qmoe_geglu_per_expert(tape, x, router, experts, routing, attributes)
+        return list(tape.nodes)
+
+    def _expert_initializers(self, graph: ir.Graph, weight: ir.Value) -> list[tuple]:
+        """Per expert of `weight`, its MatMulNBits (codes, scales, zero points or None)."""
+        stacked, source, quantize = self._quantizer(weight, "MatMulNBits")
+        experts, n, k = (int(d) for d in source.shape)
+        blocks = k // self.block_size
+        shapes = {
+            "packed": (n, blocks, self.block_size * _BITS // 8),
+            "scales": (n, blocks),
+            "zero_points": (n, -(-blocks * _BITS // 8)),
+        }
+        arrays = []
+        for expert in range(experts):
+            values: list[ir.Value | None] = []
+            for part in _PARTS:
+                if part == "zero_points" and self.symmetric:
+                    values.append(None)
+                    continue
+                name = f"{stacked}_e{expert}_{'Q4' if part == 'packed' else part}"
+                tensor = _ExpertPart(quantize, expert, part, shapes[part], name)
+                values.append(_initializer(graph, tensor))
+            arrays.append(tuple(values))
+        return arrays
+
+    def _quantizer(
+        self, weight: ir.Value, reader: str
+    ) -> tuple[str, ir.TensorProtocol, _ExpertQuantizer]:
+        """The name and tensor of the stacked experts `weight` reads, and their quantizer;
+        notes them in `quantized`."""
         stacked, factors = _scaled_experts(weight)
         assert stacked is not None and stacked.const_value is not None  # _refusal checked
         source = stacked.const_value
@@ -226,19 +285,61 @@ class QMoEPass(ir.passes.InPlacePass):
         )
         experts, n, k = (int(d) for d in source.shape)
         self.quantized.append((stacked.name or "", experts, n, k, reader))
+        return stacked.name or "", source, quantize
+
+    def _initializers(
+        self, graph: ir.Graph, weight: ir.Value, reader: str
+    ) -> list[ir.Value | None]:
+        stacked, source, quantize = self._quantizer(weight, reader)
         values: list[ir.Value | None] = []
         for part in _PARTS:
             if part == "zero_points" and self.symmetric:
                 values.append(None)
                 continue
             dtype = source.dtype if part == "scales" else ir.DataType.UINT8
-            name = f"{stacked.name}_Q4" if part == "packed" else f"{stacked.name}_{part}"
-            tensor = QuantizedExperts(quantize, part, dtype, name)
-            value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(dtype))
-            value.const_value = tensor
-            graph.register_initializer(value)
-            values.append(value)
+            name = f"{stacked}_Q4" if part == "packed" else f"{stacked}_{part}"
+            values.append(_initializer(graph, QuantizedExperts(quantize, part, dtype, name)))
         return values
+
+
+class _ExpertPart(ir.LazyTensor):
+    """Array `part` of one expert in MatMulNBits' layout (`shape`), quantized when saved."""
+
+    def __init__(
+        self, quantize: _ExpertQuantizer, expert: int, part: str, shape: tuple, name: str
+    ) -> None:
+        dtype = quantize.source.dtype if part == "scales" else ir.DataType.UINT8
+
+        def load() -> ir.TensorProtocol:
+            array = quantize.part(expert, part).reshape(shape)
+            return ir.Tensor(np.ascontiguousarray(array, dtype=dtype.numpy()), name=name)
+
+        super().__init__(load, dtype=dtype, shape=ir.Shape(shape), name=name)
+
+
+def _name_values(nodes: Iterable[ir.Node], prefix: str) -> None:
+    """Name `nodes`' outputs (their subgraphs' too) `prefix` and a number: unnamed, a tape's
+    values get val_0, val_1, ... when saved, in every graph, and a subgraph's value named as
+    one of the enclosing graph's would hide it."""
+    numbers = itertools.count()
+
+    def name(graph_nodes: Iterable[ir.Node]) -> None:
+        for node in graph_nodes:
+            for value in node.outputs:
+                value.name = f"{prefix}{next(numbers)}"
+            for attribute in node.attributes.values():
+                if attribute.type == ir.AttributeType.GRAPH:
+                    name(attribute.value)
+
+    name(nodes)
+
+
+def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
+    """`tensor` as an initializer of `graph` (named as the tensor)."""
+    value = ir.Value(name=tensor.name, shape=tensor.shape, type=ir.TensorType(tensor.dtype))
+    value.const_value = tensor
+    graph.register_initializer(value)
+    return value
 
 
 #: Whether the EP has GatherBlockQuantized → the op reading the GeGLU experts' codes.

@@ -162,6 +162,69 @@ def test_quantized_body_equals_the_float_body_on_the_dequantized_experts(gather,
             np.testing.assert_allclose(standard, expected, atol=tolerance)
 
 
+def _per_expert_and_loop(symmetric: bool, accuracy_level: int = 0) -> tuple[ir.Model, ir.Model]:
+    """One GeGLU MoE layer (folded per-expert scale) quantized both ways from the same float
+    experts: a MatMulNBits per expert (`per_expert`), and QMoE's Loop body expanded."""
+    rng = np.random.default_rng(5)
+    fc1 = rng.standard_normal((EXPERTS, 2 * INTER, HIDDEN), dtype=np.float32)
+    fc2 = rng.standard_normal((EXPERTS, HIDDEN, INTER), dtype=np.float32)
+    factor = rng.uniform(0.5, 2.0, EXPERTS).astype(np.float32)
+    models = []
+    for per_expert in (True, False):
+        model = _moe_model(fc1, fc2, factor)
+        experts = QMoEPass(
+            BLOCK, symmetric, False, accuracy_level, kernel=False, per_expert=per_expert
+        )
+        assert experts(model).modified and not experts.declined
+        register_functions(model)
+        InlinePass(criteria=expanded_after_int4)(model)
+        models.append(model)
+    return models[0], models[1]
+
+
+def _feeds(tokens: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal((1, tokens, HIDDEN), dtype=np.float32),
+        "router": rng.standard_normal((tokens, EXPERTS), dtype=np.float32),
+    }
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_the_per_expert_body_equals_the_loop_body_on_the_same_codes(symmetric):
+    """The cpu EP's body (an If per expert, two MatMulNBits on that expert's own codes, on the
+    tokens that picked it) against QMoE's Loop body (GatherBlockQuantized of the same codes):
+    a decode step, a 3-token and a 16-token prefill (every expert picked); its graph has a
+    MatMulNBits per expert and projection, each expert's arrays their own initializers, and
+    no GatherBlockQuantized or stacked expert tensor."""
+    per_expert, loop = _per_expert_and_loop(symmetric)
+    ops = Counter(node.op_type for node in per_expert.graph.all_nodes())
+    assert not ops["MoE"] and not ops["QMoE"] and not ops["Loop"]
+    assert not ops["GatherBlockQuantized"] and not ops["MatMul"]
+    assert ops["MatMulNBits"] == 2 * EXPERTS and ops["If"] == EXPERTS
+    initializers = per_expert.graph.initializers.values()
+    assert not [value.name for value in initializers if value.shape[0] == EXPERTS]
+    codes = [value for value in initializers if value.name.endswith("_Q4")]
+    assert len(codes) == 2 * EXPERTS and {value.dtype for value in codes} == {ir.DataType.UINT8}
+    for tokens in (1, 3, 16):
+        feeds = _feeds(tokens, tokens)
+        expected = _run(loop, feeds)
+        tolerance = BODY_TOLERANCE * np.abs(expected).max()
+        np.testing.assert_allclose(_run(per_expert, feeds), expected, atol=tolerance)
+
+
+def test_the_per_expert_body_with_a_wrong_expert_s_codes_differs():
+    """The mutant: expert 0's fc1 codes swapped with expert 1's make the output differ from
+    the Loop body's (so the check above compares each expert's own codes)."""
+    per_expert, loop = _per_expert_and_loop(symmetric=True)
+    values = per_expert.graph.initializers
+    first, second = (values[f"fc1_e{e}_Q4"] for e in (0, 1))
+    first.const_value, second.const_value = second.const_value, first.const_value
+    feeds = _feeds(16, 7)
+    expected = _run(loop, feeds)
+    assert np.abs(_run(per_expert, feeds) - expected).max() > 0.1 * np.abs(expected).max()
+
+
 def _float_experts_dequantized(model: ir.Model, tokens: int, tmp_path) -> list[int]:
     """The number of experts of each float [experts, N, K] tensor of a projection's shape
     that onnxruntime's run of a `tokens`-token prefill made (its profile's node outputs)."""
