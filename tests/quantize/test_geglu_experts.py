@@ -323,22 +323,26 @@ def _expert_bytes(folder) -> dict[str, int]:
 
 
 def test_int4_bundle_stores_the_experts_in_four_bits(bundles):
-    """The [E, ...] expert initializers are uint8 codes, scales and zero points, no float
-    stack; their bytes against the fp32 bundle's are what the bits say: 4 bits a weight plus a
-    float32 scale and a 4-bit zero point per block of 16, 6.25 of 32 bits."""
+    """The expert initializers are uint8 codes, scales and zero points of each expert (the cpu
+    EP's MatMulNBits per expert), no float stack; their bytes against the fp32 bundle's are
+    what the bits say: 4 bits a weight plus a float32 scale and a 4-bit zero point per block
+    of 16, 6.25 of 32 bits."""
     graph = onnx.load(str(bundles["int4"] / "model.onnx"), load_external_data=False).graph
     nodes = ir.load(bundles["int4"] / "model.onnx").graph.all_nodes()
-    ops = Counter(node.op_type for node in nodes)  # the Loops' bodies included
-    assert not ops["MoE"] and not ops["QMoE"] and not ops["If"] and not ops["MatMul"] - 12
-    assert ops["Loop"] == 6  # a layer's experts, a group of k at a time
-    assert ops["GatherBlockQuantized"] == 6 * 2 + 1  # two projections a layer; the embedding
+    ops = Counter(node.op_type for node in nodes)  # the Ifs' branches included
+    experts = GEMMA4_MOE["num_experts"]
+    assert not ops["MoE"] and not ops["QMoE"] and not ops["Loop"] and not ops["MatMul"]
+    assert ops["If"] == 6 * experts  # an If per expert of a layer
+    assert ops["GatherBlockQuantized"] == 1  # the embedding; no expert is gathered
+    dense = 6 * 7 + 1  # a layer's q, k, v, o, gate, up, down; the lm_head
+    assert ops["MatMulNBits"] == dense + 6 * experts * 2
     experts = {t.name: t for t in graph.initializer if ".experts." in t.name}
     assert experts and {tensor.data_type for tensor in experts.values()} == {
         onnx.TensorProto.UINT8,
         onnx.TensorProto.FLOAT,
     }
     manifest = json.loads((bundles["int4"] / "mobius_manifest.json").read_text())
-    assert manifest["build"]["quantization"]["op_counts"]["GatherBlockQuantized"] == 6 * 2 + 1
+    assert manifest["build"]["quantization"]["op_counts"]["GatherBlockQuantized"] == 1
     floats = [t for t in experts.values() if t.data_type == onnx.TensorProto.FLOAT]
     assert all(name.endswith("_scales") for name in (t.name for t in floats))
     int4, fp32 = _expert_bytes(bundles["int4"]), _expert_bytes(bundles["fp32"])
