@@ -16,6 +16,11 @@ bytes, BitwiseAnd and BitShift for the two nibbles, (q - zp) * scale per block),
 without it or without custom ops. No `If` here: where the float body runs every expert in
 place when most are picked, a 4-bit expert must be dequantized either way, and gathering all
 of them is that dequantization (benchmarks/README.md's MoE-body section measures it).
+
+`qmoe_geglu_per_expert` is no function body: where the EP's "MatMulNBits.experts" row says so
+(cpu), quantize/qmoe.py writes each expert's arrays as initializers of their own and this
+graph in the MoE node's place, two MatMulNBits per expert on its constant codes (which
+onnxruntime prepacks at load) in an `If` per expert, run on the tokens that picked it.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ import onnx_ir as ir
 from mobius_genai.ep.kernels import MS_DOMAIN
 
 __all__ = [
+    "NBitsArrays",
     "moe",
     "moe_biased",
     "moe_geglu",
     "qmoe_geglu",
+    "qmoe_geglu_per_expert",
     "qmoe_geglu_unpacked",
     "qmoe_geglu_unpacked_zp",
 ]

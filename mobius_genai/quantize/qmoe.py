@@ -14,7 +14,11 @@ Gemma 4's GeGLU experts (the MoE node's "geglu" overload, which no kernel takes)
 QMoE node of a GeGLU overload (components/moe_bodies.py) that every EP then expands: "geglu"
 dequantizes the picked experts with GatherBlockQuantized where the plan has that kernel
 (`gather`), "geglu_unpacked" / "geglu_unpacked_zp" with standard ops elsewhere. The same arrays
-as QMoE's. Their per-expert scale (the down projections fed as `Mul(experts, factor [E, 1, 1])`,
+as QMoE's. Where the EP's "MatMulNBits.experts" row says so (`per_expert`: cpu), each expert's
+arrays are initializers of their own instead, in MatMulNBits' layout (the same integers), read
+by a MatMulNBits per expert and projection (moe_bodies' `qmoe_geglu_per_expert`, written in the
+MoE node's place): onnxruntime prepacks constant codes, and GatherBlockQuantized was 80% of a
+decode step (benchmarks/README.md's MoE-body section). Their per-expert scale (the down projections fed as `Mul(experts, factor [E, 1, 1])`,
 components/stack_experts.py) is folded into the down projection's block scales, expert by
 expert: (q - zp) * scale * factor[e] is the scaled weight exactly, the codes being those of the
 unscaled one.
@@ -127,7 +131,7 @@ class QMoEPass(ir.passes.InPlacePass):
     """Replace each com.microsoft::MoE node whose experts are initializers by a QMoE node: all
     of them where the EP has QMoE (`kernel`), else only GeGLU ones (tier1's
     `INT4_MOE_OVERLOADS`, the node's overload "geglu": a body every EP expands; `gather`: with
-    GatherBlockQuantized).
+    GatherBlockQuantized; `per_expert`: as a MatMulNBits per expert, in place).
 
     `declined` lists (node, reason) for MoE nodes left float; `quantized` the stacked expert
     values replaced, each once (name, experts, n, k, the op type that now reads them).

@@ -3,7 +3,10 @@
 No onnxruntime kernel takes GeGLU experts, so int4 turns the MoE node into a QMoE node of a
 GeGLU overload whose body (components/moe_bodies.py) every EP expands: the picked experts
 dequantized by GatherBlockQuantized where the EP table has it, else by standard ops, k at a
-time. Checked here: that body equals the float body run on the dequantized experts (the
+time; where the EP's "MatMulNBits.experts" row says so (cpu), into a MatMulNBits per expert
+and projection on each expert's own codes, in an If per expert. Checked here: the per-expert
+body equals the k-at-a-time one on the same codes (and a wrong expert's codes do not), and
+that body equals the float body run on the dequantized experts (the
 per-expert scale folded into the down projection's scales included), decode and prefill, both
 dequantizations; a prefill never holds more than k float experts, however long the prompt;
 the bundle stores the experts as 4-bit codes and is the size the bits say; og.Generator's
@@ -385,8 +388,8 @@ def grid_moe_bundle(moe_checkpoint, tmp_path_factory):
 
 
 def test_og_on_the_int4_bundle_equals_transformers_on_the_values_of_its_codes(grid_moe_bundle):
-    """Weights the 4-bit codes hold exactly: og.Generator's prefill logits of the int4 bundle
-    (its experts dequantized k at a time in the Loop) equal transformers' within float32
+    """Weights the 4-bit codes hold exactly: og.Generator's prefill logits of the cpu int4
+    bundle (its experts a MatMulNBits each) equal transformers' within float32
     rounding (1e-4 of the largest logit), and og's greedy tokens are transformers'."""
     ckpt, bundle = grid_moe_bundle
     model = load_model(bundle)
