@@ -419,10 +419,14 @@ def qmoe_geglu_per_expert(
         pieces.append(piece)
         indices.append(at)
     at = tape.op("Unsqueeze", [tape.op("Concat", indices, {"axis": 0}), outer["flat"]])
-    zeros = tape.op("Expand", [zero, tape.op("Shape", [rows])])
+    # added in float32: onnxruntime's CPU ScatterND adds no float16
+    f32 = {"to": ir.DataType.FLOAT}
+    zeros = tape.op(
+        "Expand", [tape.op("Constant", [], {"value_float": 0.0}), tape.op("Shape", [rows])]
+    )
     summed = tape.op(
         "ScatterND",
-        [zeros, at, tape.op("Concat", pieces, {"axis": 0})],
+        [zeros, at, tape.op("Cast", [tape.op("Concat", pieces, {"axis": 0})], f32)],
         {"reduction": "add"},
     )
-    return tape.op("Reshape", [summed, tape.op("Shape", [x])])
+    return tape.op("Reshape", [tape.op("CastLike", [summed, rows]), tape.op("Shape", [x])])

@@ -368,6 +368,23 @@ def test_og_generator_on_the_int4_bundle_stays_near_transformers(bundles, moe_ch
     assert len(greedy_tokens(model, PROMPT, len(PROMPT) + 8)) == 8
 
 
+def test_the_cpu_fp16_int4_bundle_runs_the_per_expert_body_near_transformers(
+    moe_checkpoint, tmp_path
+):
+    """In fp16 too the cpu EP takes the per-expert body (its pieces added in float32:
+    onnxruntime's CPU ScatterND adds no float16), and og.Generator's prefill logits stay
+    within the int4 bound of transformers' fp32 ones."""
+    folder = tmp_path / "fp16"
+    bundle = packager.package(
+        moe_checkpoint, "cpu", folder, precision="int4", dtype="f16", int4=OPTIONS, quiet=True
+    )
+    ops = Counter(node.op_type for node in ir.load(bundle / "model.onnx").graph.all_nodes())
+    assert ops["If"] == 6 * GEMMA4_MOE["num_experts"] and not ops["Loop"]
+    logits = np.asarray(generator(load_model(bundle), PROMPT, 1).get_output("logits"))[0]
+    reference = hf_reference_logits(moe_checkpoint, np.asarray([PROMPT]), 0).prefill.logits[0]
+    assert _relative_rms(logits.astype(np.float32), reference) <= INT4_RELATIVE_RMS
+
+
 @pytest.fixture(scope="module")
 def grid_moe_bundle(moe_checkpoint, tmp_path_factory):
     """(checkpoint, cpu int4 bundle): the MoE checkpoint with every matrix and expert on an
