@@ -367,10 +367,12 @@ def _expert_branch(
     mine = tape.op("NonZero", [tape.op("Greater", [weight, outer["zero"]])])
     tokens = tape.op("Reshape", [mine, outer["flat"]])
     fused = _nbits(tape, tape.op("Gather", [outer["rows"], tokens]), fc1, attributes)
-    out = _nbits(tape, _geglu(tape, fused), fc2, attributes)
+    gate, up = tape.op_multi_out("Split", [fused], {"axis": -1, "num_outputs": 2}, num_outputs=2)
+    gated = tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
+    out = _nbits(tape, gated, fc2, attributes)
     scale = tape.op("Unsqueeze", [tape.op("Gather", [weight, tokens]), outer["flat"]])
     part = tape.op("Mul", [out, scale])
-    return ir.Graph([], [part, tape.op("Identity", [tokens])], nodes=tape.nodes, name=f"expert{e}")
+    return ir.Graph([], [part, tokens], nodes=tape.nodes, name=f"expert{e}")
 
 
 def qmoe_geglu_per_expert(
@@ -382,7 +384,8 @@ def qmoe_geglu_per_expert(
     attributes: dict[str, int],
 ) -> ir.Value:
     """GeGLU experts in 4 bits as two MatMulNBits per expert on its own constant arrays
-    (`experts`: each one's fc1 [2I, H] and fc2 [H, I]), which onnxruntime prepacks at load as
+    (`experts`: each one's fc1 [2I, H], gate rows then up rows, and fc2 [H, I]), which
+    onnxruntime prepacks at load as
     for a dense layer; `routing` is (k, normalize_routing_weights), `attributes` the
     MatMulNBits' block_size and accuracy_level. The output, shaped as `x`.
 

@@ -237,7 +237,7 @@ class QMoEPass(ir.passes.InPlacePass):
         for position in _WEIGHT:
             weight = node.inputs[position]
             if weight not in done:
-                done[weight] = self._expert_initializers(graph, weight)
+                done[weight] = self._expert_initializers(graph, weight, position == 2)
             projections.append(done[weight])
         tape = ir.tape.Tape()
         routing = (
@@ -253,10 +253,15 @@ class QMoEPass(ir.passes.InPlacePass):
         moe_bodies.qmoe_geglu_per_expert(tape, x, router, experts, routing, attributes)
         return list(tape.nodes)
 
-    def _expert_initializers(self, graph: ir.Graph, weight: ir.Value) -> list[tuple]:
-        """Per expert of `weight`, its MatMulNBits (codes, scales, zero points or None)."""
+    def _expert_initializers(
+        self, graph: ir.Graph, weight: ir.Value, gate_and_up: bool
+    ) -> list[tuple]:
+        """Per expert of `weight`, its MatMulNBits (codes, scales, zero points or None); with
+        `gate_and_up`, the interleaved gate and up rows put gate rows first, then up rows (each
+        row is quantized on its own: the same integers, reordered)."""
         stacked, source, quantize = self._quantizer(weight, "MatMulNBits")
         experts, n, k = (int(d) for d in source.shape)
+        order = np.concatenate([np.arange(0, n, 2), np.arange(1, n, 2)]) if gate_and_up else None
         blocks = k // self.block_size
         shapes = {
             "packed": (n, blocks, self.block_size * _BITS // 8),
@@ -271,7 +276,7 @@ class QMoEPass(ir.passes.InPlacePass):
                     values.append(None)
                     continue
                 name = f"{stacked}_e{expert}_{'Q4' if part == 'packed' else part}"
-                tensor = _ExpertPart(quantize, expert, part, shapes[part], name)
+                tensor = _ExpertPart(quantize, (expert, order), part, shapes[part], name)
                 values.append(_initializer(graph, tensor))
             arrays.append(tuple(values))
         return arrays
@@ -307,15 +312,23 @@ class QMoEPass(ir.passes.InPlacePass):
 
 
 class _ExpertPart(ir.LazyTensor):
-    """Array `part` of one expert in MatMulNBits' layout (`shape`), quantized when saved."""
+    """Array `part` of one expert in MatMulNBits' layout (`shape`), its rows in `order` (None:
+    as they are), quantized when saved."""
 
     def __init__(
-        self, quantize: _ExpertQuantizer, expert: int, part: str, shape: tuple, name: str
+        self,
+        quantize: _ExpertQuantizer,
+        rows: tuple[int, np.ndarray | None],
+        part: str,
+        shape: tuple,
+        name: str,
     ) -> None:
         dtype = quantize.source.dtype if part == "scales" else ir.DataType.UINT8
+        expert, order = rows
 
         def load() -> ir.TensorProtocol:
-            array = quantize.part(expert, part).reshape(shape)
+            array = quantize.part(expert, part)
+            array = (array if order is None else array[order]).reshape(shape)
             return ir.Tensor(np.ascontiguousarray(array, dtype=dtype.numpy()), name=name)
 
         super().__init__(load, dtype=dtype, shape=ir.Shape(shape), name=name)
