@@ -357,22 +357,19 @@ def _nbits(tape: ir.tape.Tape, rows: ir.Value, arrays: NBitsArrays, attributes) 
     return tape.op("MatMulNBits", inputs, {**attributes, **sizes}, domain=MS_DOMAIN)
 
 
-def _expert_branch(
-    outer: dict[str, ir.Value], e: int, fc1: NBitsArrays, fc2: NBitsArrays, attributes
-) -> ir.Graph:
-    """Expert `e`'s then-branch: its weighted GeGLU output on the rows that picked it [n, H],
-    and those rows' indices [n] (`outer`: the values of the enclosing graph it reads)."""
-    tape = ir.tape.Tape()
-    weight = tape.op("Gather", [outer["weights"], outer[f"expert{e}"]], {"axis": 1})  # [T]
-    mine = tape.op("NonZero", [tape.op("Greater", [weight, outer["zero"]])])
-    tokens = tape.op("Reshape", [mine, outer["flat"]])
-    fused = _nbits(tape, tape.op("Gather", [outer["rows"], tokens]), fc1, attributes)
+def _expert_part(
+    tape: ir.tape.Tape,
+    rows: ir.Value,
+    weight: ir.Value,
+    fc1: NBitsArrays,
+    fc2: NBitsArrays,
+    attributes,
+) -> ir.Value:
+    """One expert's GeGLU output on the rows that picked it [n, H], times their weights [n, 1]."""
+    fused = _nbits(tape, rows, fc1, attributes)
     gate, up = tape.op_multi_out("Split", [fused], {"axis": -1, "num_outputs": 2}, num_outputs=2)
     gated = tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
-    out = _nbits(tape, gated, fc2, attributes)
-    scale = tape.op("Unsqueeze", [tape.op("Gather", [weight, tokens]), outer["flat"]])
-    part = tape.op("Mul", [out, scale])
-    return ir.Graph([], [part, tokens], nodes=tape.nodes, name=f"expert{e}")
+    return tape.op("Mul", [_nbits(tape, gated, fc2, attributes), weight])
 
 
 def qmoe_geglu_per_expert(
@@ -385,43 +382,49 @@ def qmoe_geglu_per_expert(
 ) -> ir.Value:
     """GeGLU experts in 4 bits as two MatMulNBits per expert on its own constant arrays
     (`experts`: each one's fc1 [2I, H], gate rows then up rows, and fc2 [H, I]), which
-    onnxruntime prepacks at load as
-    for a dense layer; `routing` is (k, normalize_routing_weights), `attributes` the
-    MatMulNBits' block_size and accuracy_level. The output, shaped as `x`.
+    onnxruntime prepacks at load as for a dense layer; `routing` is (k,
+    normalize_routing_weights), `attributes` the MatMulNBits' block_size and accuracy_level.
+    The output, shaped as `x`.
 
-    The routing of the QMoE bodies, then an `If` per expert that runs only when some token
-    picked it, on those tokens only (NonZero of its routing weights); the pieces and their
-    rows concatenated and added into the total by one ScatterND (add). No expert is ever
-    float, and a prefill computes each expert on its own tokens.
+    The routing of the QMoE bodies; then the (token, slot) pairs sorted by the expert picked
+    (TopK of the expert ids, smallest first), their rows and weights split by the count of
+    each expert (one Split each, an expert no token picked getting none), each expert on its
+    own rows, and the pieces (in the same order) added into the total by one ScatterND (add).
+    No expert is ever float, no `If`, and a prefill computes each expert on its own tokens.
     """
     top_k, normalize = routing
     rows = _rows(tape, x)
     k = tape.op("Constant", [], {"value_ints": [top_k]})
-    weights, _ = _routing_weights(
+    weights, index = _routing_weights(
         tape, router, k, tape.op("Constant", [], {"value_int": normalize})
     )
-    zero = tape.op("CastLike", [tape.op("Constant", [], {"value_float": 0.0}), weights])
-    most = tape.op("ReduceMax", [weights, _ints(tape, 0)], {"keepdims": 0})
-    count = len(experts)
-    used = tape.op_multi_out(
-        "Split", [tape.op("Greater", [most, zero])], {"num_outputs": count}, num_outputs=count
+    flat, last = _ints(tape, -1), _ints(tape, -1)
+    slots = tape.op("Reshape", [index, flat])  # [T * k]: the expert of each (token, slot)
+    slot_weights = tape.op(
+        "Reshape", [tape.op("GatherElements", [weights, index], {"axis": 1}), flat]
     )
-    outer = {"weights": weights, "rows": rows, "zero": zero, "flat": _ints(tape, -1)}
-    no_rows = tape.op("Slice", [rows, _ints(tape, 0), _ints(tape, 0)])  # [0, H]
-    no_tokens = tape.op("Constant", [], {"value": ir.tensor(np.zeros(0, np.int64))})
-    pieces, indices = [], []
-    for e, (fc1, fc2) in enumerate(experts):
-        outer[f"expert{e}"] = tape.op("Constant", [], {"value_int": e})
-        otherwise = ir.tape.Tape()
-        nothing = [otherwise.op("Identity", [no_rows]), otherwise.op("Identity", [no_tokens])]
-        branches = {
-            "then_branch": _expert_branch(outer, e, fc1, fc2, attributes),
-            "else_branch": ir.Graph([], nothing, nodes=otherwise.nodes, name=f"no_expert{e}"),
-        }
-        piece, at = tape.op_multi_out("If", [used[e]], branches, num_outputs=2)
-        pieces.append(piece)
-        indices.append(at)
-    at = tape.op("Unsqueeze", [tape.op("Concat", indices, {"axis": 0}), outer["flat"]])
+    _, order = tape.op_multi_out(
+        "TopK", [slots, tape.op("Shape", [slots])], {"largest": 0}, num_outputs=2
+    )
+    tokens = tape.op("Div", [order, k])
+    count = len(experts)
+    every = tape.op("Constant", [], {"value": ir.tensor(np.arange(count, dtype=np.int64))})
+    picked = tape.op("Equal", [tape.op("Unsqueeze", [slots, last]), every])  # [T * k, E]
+    counts = tape.op(
+        "ReduceSum",
+        [tape.op("Cast", [picked], {"to": ir.DataType.INT64}), _ints(tape, 0)],
+        {"keepdims": 0},
+    )
+    split = {"axis": 0}
+    expert_rows = tape.op_multi_out(
+        "Split", [tape.op("Gather", [rows, tokens]), counts], split, num_outputs=count
+    )
+    sorted_weights = tape.op("Unsqueeze", [tape.op("Gather", [slot_weights, order]), last])
+    expert_weights = tape.op_multi_out("Split", [sorted_weights, counts], split, num_outputs=count)
+    pieces = [
+        _expert_part(tape, expert_rows[e], expert_weights[e], fc1, fc2, attributes)
+        for e, (fc1, fc2) in enumerate(experts)
+    ]
     # added in float32: onnxruntime's CPU ScatterND adds no float16
     f32 = {"to": ir.DataType.FLOAT}
     zeros = tape.op(
@@ -429,7 +432,11 @@ def qmoe_geglu_per_expert(
     )
     summed = tape.op(
         "ScatterND",
-        [zeros, at, tape.op("Cast", [tape.op("Concat", pieces, {"axis": 0})], f32)],
+        [
+            zeros,
+            tape.op("Unsqueeze", [tokens, last]),
+            tape.op("Cast", [tape.op("Concat", pieces, {"axis": 0})], f32),
+        ],
         {"reduction": "add"},
     )
     return tape.op("Reshape", [tape.op("CastLike", [summed, rows]), tape.op("Shape", [x])])

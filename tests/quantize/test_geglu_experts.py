@@ -4,7 +4,7 @@ No onnxruntime kernel takes GeGLU experts, so int4 turns the MoE node into a QMo
 GeGLU overload whose body (components/moe_bodies.py) every EP expands: the picked experts
 dequantized by GatherBlockQuantized where the EP table has it, else by standard ops, k at a
 time; where the EP's "MatMulNBits.experts" row says so (cpu), into a MatMulNBits per expert
-and projection on each expert's own codes, in an If per expert. Checked here: the per-expert
+and projection on each expert's own codes, each on the tokens that picked it. Checked here: the per-expert
 body equals the k-at-a-time one on the same codes (and a wrong expert's codes do not), and
 that body equals the float body run on the dequantized experts (the
 per-expert scale folded into the down projection's scales included), decode and prefill, both
@@ -195,8 +195,8 @@ def _feeds(tokens: int, seed: int) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("symmetric", [True, False])
 def test_the_per_expert_body_equals_the_loop_body_on_the_same_codes(symmetric):
-    """The cpu EP's body (an If per expert, two MatMulNBits on that expert's own codes, on the
-    tokens that picked it) against QMoE's Loop body (GatherBlockQuantized of the same codes):
+    """The cpu EP's body (two MatMulNBits per expert on that expert's own codes, on the tokens
+    that picked it) against QMoE's Loop body (GatherBlockQuantized of the same codes):
     a decode step, a 3-token and a 16-token prefill (every expert picked); its graph has a
     MatMulNBits per expert and projection, each expert's arrays their own initializers, and
     no GatherBlockQuantized or stacked expert tensor."""
@@ -204,7 +204,7 @@ def test_the_per_expert_body_equals_the_loop_body_on_the_same_codes(symmetric):
     ops = Counter(node.op_type for node in per_expert.graph.all_nodes())
     assert not ops["MoE"] and not ops["QMoE"] and not ops["Loop"]
     assert not ops["GatherBlockQuantized"] and not ops["MatMul"]
-    assert ops["MatMulNBits"] == 2 * EXPERTS and ops["If"] == EXPERTS
+    assert ops["MatMulNBits"] == 2 * EXPERTS and not ops["If"]
     initializers = per_expert.graph.initializers.values()
     assert not [value.name for value in initializers if value.shape[0] == EXPERTS]
     codes = [value for value in initializers if value.name.endswith("_Q4")]
@@ -335,7 +335,7 @@ def test_int4_bundle_stores_the_experts_in_four_bits(bundles):
     ops = Counter(node.op_type for node in nodes)  # the Ifs' branches included
     experts = GEMMA4_MOE["num_experts"]
     assert not ops["MoE"] and not ops["QMoE"] and not ops["Loop"] and not ops["MatMul"]
-    assert ops["If"] == 6 * experts  # an If per expert of a layer
+    assert not ops["If"]
     assert ops["GatherBlockQuantized"] == 1  # the embedding; no expert is gathered
     dense = 6 * 7 + 1  # a layer's q, k, v, o, gate, up, down; the lm_head
     assert ops["MatMulNBits"] == dense + 6 * experts * 2
@@ -379,7 +379,7 @@ def test_the_cpu_fp16_int4_bundle_runs_the_per_expert_body_near_transformers(
         moe_checkpoint, "cpu", folder, precision="int4", dtype="f16", int4=OPTIONS, quiet=True
     )
     ops = Counter(node.op_type for node in ir.load(bundle / "model.onnx").graph.all_nodes())
-    assert ops["If"] == 6 * GEMMA4_MOE["num_experts"] and not ops["Loop"]
+    assert ops["MatMulNBits"] >= 6 * GEMMA4_MOE["num_experts"] * 2 and not ops["Loop"]
     logits = np.asarray(generator(load_model(bundle), PROMPT, 1).get_output("logits"))[0]
     reference = hf_reference_logits(moe_checkpoint, np.asarray([PROMPT]), 0).prefill.logits[0]
     assert _relative_rms(logits.astype(np.float32), reference) <= INT4_RELATIVE_RMS
