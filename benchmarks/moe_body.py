@@ -12,8 +12,8 @@ dequantizes the picked experts with GatherBlockQuantized (cpu, cuda, webgpu), k 
 in a Loop over groups of picked experts, "int4-standard" with standard ops (the other EPs), and
 "int4-all" is the GatherBlockQuantized body of commit INT4_ALL_COMMIT, which dequantized every
 picked expert at once; "int4-experts" is the cpu EP's body (QMoEPass with `per_expert`, the EP's
-"MatMulNBits.experts" row: two MatMulNBits per expert, each on its own constant codes, behind an
-If per expert, on the tokens that picked it). Each body runs
+"MatMulNBits.experts" row: two MatMulNBits per expert, each on its own constant codes, on the
+rows that picked it, split off the rows sorted by expert). Each body runs
 in its own `python -I` process (one onnxruntime thread), one after the other, loading the model
 written under benchmarks/_work/moe_body/: session load, then `--rounds` rounds of a
 `--prompt`-token prefill and `--steps` one-token decode steps (random routing each), timed by

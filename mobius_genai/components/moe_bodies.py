@@ -20,7 +20,7 @@ of them is that dequantization (benchmarks/README.md's MoE-body section measures
 `qmoe_geglu_per_expert` is no function body: where the EP's "MatMulNBits.experts" row says so
 (cpu), quantize/qmoe.py writes each expert's arrays as initializers of their own and this
 graph in the MoE node's place, two MatMulNBits per expert on its constant codes (which
-onnxruntime prepacks at load) in an `If` per expert, run on the tokens that picked it.
+onnxruntime prepacks at load), each on the rows that picked it.
 """
 
 from __future__ import annotations

@@ -173,9 +173,10 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 flag="supports_matmul_nbits",
             ),
             # Gemma 4's int4 GeGLU experts as one MatMulNBits per expert on its constant codes
-            # (prepacked at load), in an If per expert on the tokens that picked it: measured
-            # on the CPU EP (benchmarks/README.md's MoE body section). An If's NonZero is a
-            # host sync per expert on a GPU EP, not measured there.
+            # (prepacked at load), on the rows that picked it: measured on the CPU EP
+            # (benchmarks/README.md's MoE body section). Not on a GPU EP: the rows are split
+            # by counts the host must read (a sync a layer), then 768 launches a layer (128
+            # experts), most on no rows; not measured there.
             Kernel(
                 "MatMulNBits.experts",
                 MS_DOMAIN,
