@@ -18,8 +18,8 @@ as QMoE's. Where the EP's "MatMulNBits.experts" row says so (`per_expert`: cpu),
 arrays are initializers of their own instead, in MatMulNBits' layout (the same integers), read
 by a MatMulNBits per expert and projection (moe_bodies' `qmoe_geglu_per_expert`, written in the
 MoE node's place): onnxruntime prepacks constant codes, and GatherBlockQuantized was 80% of a
-decode step (benchmarks/README.md's MoE-body section). Their per-expert scale (the down projections fed as `Mul(experts, factor [E, 1, 1])`,
-components/stack_experts.py) is folded into the down projection's block scales, expert by
+decode step (benchmarks/README.md's MoE-body section). Their per-expert scale (the down
+projections fed as `Mul(experts, factor [E, 1, 1])`, components/stack_experts.py) is folded into the down projection's block scales, expert by
 expert: (q - zp) * scale * factor[e] is the scaled weight exactly, the codes being those of the
 unscaled one.
 
@@ -32,8 +32,7 @@ is quantized once for all its arrays.
 from __future__ import annotations
 
 import dataclasses
-import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 import numpy as np
@@ -171,9 +170,7 @@ class QMoEPass(ir.passes.InPlacePass):
                 self.declined.append((node.name or "", reason))
                 continue
             if overload and self.per_expert:
-                nodes = self._per_expert_nodes(graph, node, done)
-                _name_values(nodes, writer.unique_name(f"{node.name or 'moe'}_experts") + "/")
-                writer.replace(node, nodes)
+                writer.replace(node, self._per_expert_nodes(graph, node, done))
                 modified = True
                 continue
             reader = "QMoE" if not overload else _READERS[self.gather]
@@ -332,23 +329,6 @@ class _ExpertPart(ir.LazyTensor):
             return ir.Tensor(np.ascontiguousarray(array, dtype=dtype.numpy()), name=name)
 
         super().__init__(load, dtype=dtype, shape=ir.Shape(shape), name=name)
-
-
-def _name_values(nodes: Iterable[ir.Node], prefix: str) -> None:
-    """Name `nodes`' outputs (their subgraphs' too) `prefix` and a number: unnamed, a tape's
-    values get val_0, val_1, ... when saved, in every graph, and a subgraph's value named as
-    one of the enclosing graph's would hide it."""
-    numbers = itertools.count()
-
-    def name(graph_nodes: Iterable[ir.Node]) -> None:
-        for node in graph_nodes:
-            for value in node.outputs:
-                value.name = f"{prefix}{next(numbers)}"
-            for attribute in node.attributes.values():
-                if attribute.type == ir.AttributeType.GRAPH:
-                    name(attribute.value)
-
-    name(nodes)
 
 
 def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
