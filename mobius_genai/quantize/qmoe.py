@@ -19,9 +19,9 @@ arrays are initializers of their own instead, in MatMulNBits' layout (the same i
 by a MatMulNBits per expert and projection (moe_bodies' `qmoe_geglu_per_expert`, written in the
 MoE node's place): onnxruntime prepacks constant codes, and GatherBlockQuantized was 80% of a
 decode step (benchmarks/README.md's MoE-body section). Their per-expert scale (the down
-projections fed as `Mul(experts, factor [E, 1, 1])`, components/stack_experts.py) is folded into the down projection's block scales, expert by
-expert: (q - zp) * scale * factor[e] is the scaled weight exactly, the codes being those of the
-unscaled one.
+projections fed as `Mul(experts, factor [E, 1, 1])`, components/stack_experts.py) is folded
+into the down projection's block scales, expert by expert: (q - zp) * scale * factor[e] is the
+scaled weight exactly, the codes being those of the unscaled one.
 
 Streaming: each quantized tensor is a `QuantizedExperts` whose bytes are produced one expert at
 a time when the model is saved (`chunks()`), quantizing that expert's float matrix read from the

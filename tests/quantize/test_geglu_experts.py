@@ -4,9 +4,9 @@ No onnxruntime kernel takes GeGLU experts, so int4 turns the MoE node into a QMo
 GeGLU overload whose body (components/moe_bodies.py) every EP expands: the picked experts
 dequantized by GatherBlockQuantized where the EP table has it, else by standard ops, k at a
 time; where the EP's "MatMulNBits.experts" row says so (cpu), into a MatMulNBits per expert
-and projection on each expert's own codes, each on the tokens that picked it. Checked here: the per-expert
-body equals the k-at-a-time one on the same codes (and a wrong expert's codes do not), and
-that body equals the float body run on the dequantized experts (the
+and projection on each expert's own codes, each on the tokens that picked it. Checked here:
+the per-expert body equals the k-at-a-time one on the same codes (and a wrong expert's codes
+do not), and that body equals the float body run on the dequantized experts (the
 per-expert scale folded into the down projection's scales included), decode and prefill, both
 dequantizations; a prefill never holds more than k float experts, however long the prompt;
 the bundle stores the experts as 4-bit codes and is the size the bits say; og.Generator's
