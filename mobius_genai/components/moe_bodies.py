@@ -347,7 +347,9 @@ def qmoe_geglu_unpacked_zp(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> li
 NBitsArrays = tuple[ir.Value, ir.Value, ir.Value | None]
 
 
-def _nbits(tape: ir.tape.Tape, rows: ir.Value, arrays: NBitsArrays, attributes) -> ir.Value:
+def _nbits(
+    tape: ir.tape.Tape, rows: ir.Value, arrays: NBitsArrays, attributes: dict[str, int]
+) -> ir.Value:
     """com.microsoft::MatMulNBits of `rows` [n, K] and one projection's arrays → [n, N]."""
     codes, scales, zero_points = arrays
     n, blocks = (int(d) for d in codes.shape[:2])
@@ -363,7 +365,7 @@ def _expert_part(
     weight: ir.Value,
     fc1: NBitsArrays,
     fc2: NBitsArrays,
-    attributes,
+    attributes: dict[str, int],
 ) -> ir.Value:
     """One expert's GeGLU output on the rows that picked it [n, H], times their weights [n, 1]."""
     fused = _nbits(tape, rows, fc1, attributes)
@@ -398,7 +400,7 @@ def qmoe_geglu_per_expert(
     weights, index = _routing_weights(
         tape, router, k, tape.op("Constant", [], {"value_int": normalize})
     )
-    flat, last = _ints(tape, -1), _ints(tape, -1)
+    flat = last = _ints(tape, -1)
     slots = tape.op("Reshape", [index, flat])  # [T * k]: the expert of each (token, slot)
     slot_weights = tape.op(
         "Reshape", [tape.op("GatherElements", [weights, index], {"axis": 1}), flat]
