@@ -11,8 +11,9 @@ the unpicked ones weighted by exact zeros), "new" the installed one. With --int4
 dequantizes the picked experts with GatherBlockQuantized (cpu, cuda, webgpu), k (8) at a time
 in a Loop over groups of picked experts, "int4-standard" with standard ops (the other EPs), and
 "int4-all" is the GatherBlockQuantized body of commit INT4_ALL_COMMIT, which dequantized every
-picked expert at once; "int4-nbits" is a prototype no bundle holds yet (_expert_nbits.py: two
-MatMulNBits per expert, each on its own constant codes, behind an If per expert). Each body runs
+picked expert at once; "int4-experts" is the cpu EP's body (QMoEPass with `per_expert`, the EP's
+"MatMulNBits.experts" row: two MatMulNBits per expert, each on its own constant codes, on the
+rows that picked it, split off the rows sorted by expert). Each body runs
 in its own `python -I` process (one onnxruntime thread), one after the other, loading the model
 written under benchmarks/_work/moe_body/: session load, then `--rounds` rounds of a
 `--prompt`-token prefill and `--steps` one-token decode steps (random routing each), timed by
@@ -38,7 +39,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 from onnx_ir.passes.common import InlinePass
@@ -48,7 +48,7 @@ WORK = ROOT / "benchmarks" / "_work" / "moe_body"
 OLD_COMMIT = "4d046a3"  # the last commit whose MoE body ran every expert
 INT4_ALL_COMMIT = "394caad"  # the last commit whose QMoE body dequantized every picked expert
 HIDDEN, INTER, TOP_K = 2816, 704, 8
-INT4_BODIES = ("int4-all", "int4", "int4-standard", "int4-nbits")
+INT4_BODIES = ("int4-all", "int4", "int4-standard", "int4-experts")
 
 
 def _module(commit: str, path: str, name: str):
@@ -119,11 +119,8 @@ def _write_model(tier1, experts: int, path: Path, body: str) -> None:
     if body in INT4_BODIES:
         from mobius_genai.quantize.qmoe import QMoEPass
 
-        gather = body != "int4-standard"
-        QMoEPass(32, False, False, 0, kernel=False, gather=gather)(model)
-        if body == "int4-nbits":
-            _save_nbits(model, path)
-            return
+        gather, per_expert = body != "int4-standard", body == "int4-experts"
+        QMoEPass(32, False, False, 0, kernel=False, gather=gather, per_expert=per_expert)(model)
         tier1.register_functions(model)
         if body == "int4-all":
             _register_int4_all(tier1, model)
@@ -132,21 +129,6 @@ def _write_model(tier1, experts: int, path: Path, body: str) -> None:
         tier1.register_functions(model)
         InlinePass()(model)
     ir.save(model, path, external_data=f"{path.name}.data")
-
-
-def _save_nbits(model: ir.Model, path: Path) -> None:
-    """The prototype of _expert_nbits.py on the 4-bit arrays QMoEPass made of `model`."""
-    from _expert_nbits import nbits_model  # beside this script; the children do not need it
-
-    arrays = {v.name: v.const_value.numpy() for v in model.graph.initializers.values()}
-    fc1, fc2 = (
-        tuple(arrays[f"{n}_{p}"] for p in ("Q4", "scales", "zero_points")) for n in ("fc1", "fc2")
-    )
-    proto = nbits_model(fc1, fc2, TOP_K, 32)
-    path.with_name(f"{path.name}.data").unlink(missing_ok=True)  # onnx appends to it
-    onnx.save_model(
-        proto, path, save_as_external_data=True, location=f"{path.name}.data", size_threshold=1024
-    )
 
 
 def _time(session: ort.InferenceSession, tokens: int, experts: int, runs: int) -> float:
@@ -184,10 +166,12 @@ def child(body: str, experts: int, prompt: int, steps: int, rounds: int, profile
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
+    started = time.perf_counter()
     session = ort.InferenceSession(
         str(_path(body, experts)), options, providers=["CPUExecutionProvider"]
     )
-    result = {"prefill": [], "decode": [], "load_peak_rss_gb": _peak_rss_gb()}
+    load_s = time.perf_counter() - started
+    result = {"prefill": [], "decode": [], "load_peak_rss_gb": _peak_rss_gb(), "load_s": load_s}
     _time(session, 1, experts, 1)  # warm-up
     for _ in range(rounds):
         result["prefill"].append(_time(session, prompt, experts, 1))
@@ -270,6 +254,13 @@ def main() -> None:
             value = statistics.median(results[body][phase])
             cells.append(f" {value * 1e3:7.1f}ms {base / value:4.2f}")
         print(f"{phase:8}" + "".join(cells))
+    base = results[first]["load_s"]
+    print(
+        "load    "
+        + "".join(
+            f" {results[b]['load_s']:8.2f}s {base / results[b]['load_s']:4.2f}" for b in bodies
+        )
+    )
     for key, label in (("load_peak_rss_gb", "RSS load"), ("peak_rss_gb", "RSS peak")):
         base = results[first][key]
         cells = [f" {results[b][key]:7.2f}GB {base / results[b][key]:4.2f}" for b in bodies]

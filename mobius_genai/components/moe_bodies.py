@@ -16,6 +16,11 @@ bytes, BitwiseAnd and BitShift for the two nibbles, (q - zp) * scale per block),
 without it or without custom ops. No `If` here: where the float body runs every expert in
 place when most are picked, a 4-bit expert must be dequantized either way, and gathering all
 of them is that dequantization (benchmarks/README.md's MoE-body section measures it).
+
+`qmoe_geglu_per_expert` is no function body: where the EP's "MatMulNBits.experts" row says so
+(cpu), quantize/qmoe.py writes each expert's arrays as initializers of their own and this
+graph in the MoE node's place, two MatMulNBits per expert on its constant codes (which
+onnxruntime prepacks at load), each on the rows that picked it.
 """
 
 from __future__ import annotations
@@ -28,10 +33,12 @@ import onnx_ir as ir
 from mobius_genai.ep.kernels import MS_DOMAIN
 
 __all__ = [
+    "NBitsArrays",
     "moe",
     "moe_biased",
     "moe_geglu",
     "qmoe_geglu",
+    "qmoe_geglu_per_expert",
     "qmoe_geglu_unpacked",
     "qmoe_geglu_unpacked_zp",
 ]
@@ -52,15 +59,22 @@ def _ints(tape: ir.tape.Tape, *values: int) -> ir.Value:
     return tape.op("Constant", [], {"value_ints": list(values)})
 
 
-def _routing_weights(tape: ir.tape.Tape, router: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """[tokens, experts]: the top-k softmax probabilities (renormalized if asked), else 0; and
-    the picked experts [tokens, k]."""
+def _routing_weights(
+    tape: ir.tape.Tape,
+    router: ir.Value,
+    k: ir.Value | None = None,
+    normalize: ir.Value | None = None,
+) -> tuple[ir.Value, ir.Value]:
+    """[tokens, experts]: the top-k softmax probabilities (renormalized if `normalize`), else
+    0; and the picked experts [tokens, k]. `k` ([1] int64) and `normalize` (a 0 or 1 scalar)
+    default to the function's attributes of those names."""
     probs = tape.op("Softmax", [router], {"axis": -1})
-    k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
+    if k is None:
+        k = tape.op("Reshape", [_ref_constant(tape, "k", ir.AttributeType.INT), _ints(tape, 1)])
+    if normalize is None:
+        normalize = _ref_constant(tape, "normalize_routing_weights", ir.AttributeType.INT)
     top, index = tape.op_multi_out("TopK", [probs, k], {"axis": -1}, num_outputs=2)
-    normalize = tape.op(
-        "CastLike", [_ref_constant(tape, "normalize_routing_weights", ir.AttributeType.INT), top]
-    )
+    normalize = tape.op("CastLike", [normalize, top])
     one = tape.op("CastLike", [tape.op("Constant", [], {"value_float": 1.0}), top])
     total = tape.op("ReduceSum", [top, _ints(tape, -1)], {"keepdims": 1})
     # normalize is 0 or 1, so the divisor is exactly 1 or exactly the sum
@@ -326,3 +340,105 @@ def qmoe_geglu_unpacked(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[
 
 def qmoe_geglu_unpacked_zp(tape: ir.tape.Tape, params: Sequence[ir.Value]) -> list[ir.Value]:
     return _qmoe_geglu(tape, params, _gathered_unpacked, zero_points=True)
+
+
+#: One projection's MatMulNBits arrays: codes [N, K/bs, bs/2], scales [N, K/bs], zero points
+#: [N, ceil(K/bs/2)] or None (8).
+NBitsArrays = tuple[ir.Value, ir.Value, ir.Value | None]
+
+
+def _nbits(
+    tape: ir.tape.Tape, rows: ir.Value, arrays: NBitsArrays, attributes: dict[str, int]
+) -> ir.Value:
+    """com.microsoft::MatMulNBits of `rows` [n, K] and one projection's arrays → [n, N]."""
+    codes, scales, zero_points = arrays
+    n, blocks = (int(d) for d in codes.shape[:2])
+    block_size = attributes["block_size"]
+    sizes = {"K": blocks * block_size, "N": n, "bits": 4}
+    inputs = [rows, codes, scales] + ([zero_points] if zero_points is not None else [])
+    return tape.op("MatMulNBits", inputs, {**attributes, **sizes}, domain=MS_DOMAIN)
+
+
+def _expert_part(
+    tape: ir.tape.Tape,
+    rows: ir.Value,
+    weight: ir.Value,
+    fc1: NBitsArrays,
+    fc2: NBitsArrays,
+    attributes: dict[str, int],
+) -> ir.Value:
+    """One expert's GeGLU output on the rows that picked it [n, H], times their weights [n, 1]."""
+    fused = _nbits(tape, rows, fc1, attributes)
+    gate, up = tape.op_multi_out("Split", [fused], {"axis": -1, "num_outputs": 2}, num_outputs=2)
+    gated = tape.op("Mul", [tape.op("Gelu", [gate], {"approximate": "tanh"}), up])
+    return tape.op("Mul", [_nbits(tape, gated, fc2, attributes), weight])
+
+
+def qmoe_geglu_per_expert(
+    tape: ir.tape.Tape,
+    x: ir.Value,
+    router: ir.Value,
+    experts: Sequence[tuple[NBitsArrays, NBitsArrays]],
+    routing: tuple[int, int],
+    attributes: dict[str, int],
+) -> ir.Value:
+    """GeGLU experts in 4 bits as two MatMulNBits per expert on its own constant arrays
+    (`experts`: each one's fc1 [2I, H], gate rows then up rows, and fc2 [H, I]), which
+    onnxruntime prepacks at load as for a dense layer; `routing` is (k,
+    normalize_routing_weights), `attributes` the MatMulNBits' block_size and accuracy_level.
+    The output, shaped as `x`.
+
+    The routing of the QMoE bodies; then the (token, slot) pairs sorted by the expert picked
+    (TopK of the expert ids, smallest first), their rows and weights split by the count of
+    each expert (one Split each, an expert no token picked getting none), each expert on its
+    own rows, and the pieces (in the same order) added into the total by one ScatterND (add).
+    No expert is ever float, no `If`, and a prefill computes each expert on its own tokens.
+    """
+    top_k, normalize = routing
+    rows = _rows(tape, x)
+    k = tape.op("Constant", [], {"value_ints": [top_k]})
+    weights, index = _routing_weights(
+        tape, router, k, tape.op("Constant", [], {"value_int": normalize})
+    )
+    flat = last = _ints(tape, -1)
+    slots = tape.op("Reshape", [index, flat])  # [T * k]: the expert of each (token, slot)
+    slot_weights = tape.op(
+        "Reshape", [tape.op("GatherElements", [weights, index], {"axis": 1}), flat]
+    )
+    _, order = tape.op_multi_out(
+        "TopK", [slots, tape.op("Shape", [slots])], {"largest": 0}, num_outputs=2
+    )
+    tokens = tape.op("Div", [order, k])
+    count = len(experts)
+    every = tape.op("Constant", [], {"value": ir.tensor(np.arange(count, dtype=np.int64))})
+    picked = tape.op("Equal", [tape.op("Unsqueeze", [slots, last]), every])  # [T * k, E]
+    counts = tape.op(
+        "ReduceSum",
+        [tape.op("Cast", [picked], {"to": ir.DataType.INT64}), _ints(tape, 0)],
+        {"keepdims": 0},
+    )
+    split = {"axis": 0}
+    expert_rows = tape.op_multi_out(
+        "Split", [tape.op("Gather", [rows, tokens]), counts], split, num_outputs=count
+    )
+    sorted_weights = tape.op("Unsqueeze", [tape.op("Gather", [slot_weights, order]), last])
+    expert_weights = tape.op_multi_out("Split", [sorted_weights, counts], split, num_outputs=count)
+    pieces = [
+        _expert_part(tape, expert_rows[e], expert_weights[e], fc1, fc2, attributes)
+        for e, (fc1, fc2) in enumerate(experts)
+    ]
+    # added in float32: onnxruntime's CPU ScatterND adds no float16
+    f32 = {"to": ir.DataType.FLOAT}
+    zeros = tape.op(
+        "Expand", [tape.op("Constant", [], {"value_float": 0.0}), tape.op("Shape", [rows])]
+    )
+    summed = tape.op(
+        "ScatterND",
+        [
+            zeros,
+            tape.op("Unsqueeze", [tokens, last]),
+            tape.op("Cast", [tape.op("Concat", pieces, {"axis": 0})], f32),
+        ],
+        {"reduction": "add"},
+    )
+    return tape.op("Reshape", [tape.op("CastLike", [summed, rows]), tape.op("Shape", [x])])

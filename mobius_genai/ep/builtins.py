@@ -61,6 +61,7 @@ BUILTIN_EPS: tuple[EpCapabilities, ...] = (
         runtime=RuntimeInfo(ort_provider="CPUExecutionProvider"),
         kernels={
             "GatherBlockQuantized": {_F32, _F16},
+            "MatMulNBits.experts": True,
             "QMoE": True,
             "LinearAttention.gated": True,
             "GroupQueryAttention.attention_bias": True,

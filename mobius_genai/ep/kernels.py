@@ -172,6 +172,17 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 "int4 as DequantizeLinear + MatMul",
                 flag="supports_matmul_nbits",
             ),
+            # Gemma 4's int4 GeGLU experts as one MatMulNBits per expert on its constant codes
+            # (prepacked at load), on the rows that picked it: measured on the CPU EP
+            # (benchmarks/README.md's MoE body section). Not on a GPU EP: the rows are split
+            # by counts the host must read (a sync a layer), then 768 launches a layer (128
+            # experts), most on no rows; not measured there.
+            Kernel(
+                "MatMulNBits.experts",
+                MS_DOMAIN,
+                "GeGLU experts in QMoE's body (the picked experts dequantized k at a time)",
+                default=False,
+            ),
             Kernel(
                 "GatherBlockQuantized",
                 MS_DOMAIN,

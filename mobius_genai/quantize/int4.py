@@ -275,6 +275,7 @@ def _quantize_experts(model: ir.Model, plan: Int4Plan, quantize: bool) -> tuple[
         plan.accuracy_level,
         kernel=plan.qmoe,
         gather=plan.gather,
+        per_expert=plan.per_expert,
     )
     modified = quantize and experts(model).modified
     register_functions(model)

@@ -125,6 +125,9 @@ class Int4Plan:
     qmoe: bool
     """MoE experts as QMoE; else they stay float (GeGLU experts are 4-bit either way: a QMoE
     body every EP expands)."""
+    per_expert: bool
+    """GeGLU experts as a MatMulNBits per expert (the EP's "MatMulNBits.experts" kernel row);
+    else in QMoE's body."""
     accuracy_level: int
     """Of every MatMulNBits and QMoE written, stored integers included: the one asked for,
     else the EP's default."""
@@ -149,6 +152,7 @@ def int4_plan(
         matmul=MATMUL_NBITS if caps.runs_matmul_nbits else DEQUANTIZE_LINEAR,
         gather=custom and dtype in caps.int4_gather_dtypes,
         qmoe=custom and caps.supports_qmoe,
+        per_expert=caps.runs_matmul_nbits and dtype in caps.kernel_dtypes("MatMulNBits.experts"),
         accuracy_level=resolved.accuracy_level,
         options=None if options is None else resolved,
     )

@@ -14,10 +14,14 @@ Gemma 4's GeGLU experts (the MoE node's "geglu" overload, which no kernel takes)
 QMoE node of a GeGLU overload (components/moe_bodies.py) that every EP then expands: "geglu"
 dequantizes the picked experts with GatherBlockQuantized where the plan has that kernel
 (`gather`), "geglu_unpacked" / "geglu_unpacked_zp" with standard ops elsewhere. The same arrays
-as QMoE's. Their per-expert scale (the down projections fed as `Mul(experts, factor [E, 1, 1])`,
-components/stack_experts.py) is folded into the down projection's block scales, expert by
-expert: (q - zp) * scale * factor[e] is the scaled weight exactly, the codes being those of the
-unscaled one.
+as QMoE's. Where the EP's "MatMulNBits.experts" row says so (`per_expert`: cpu), each expert's
+arrays are initializers of their own instead, in MatMulNBits' layout (the same integers), read
+by a MatMulNBits per expert and projection (moe_bodies' `qmoe_geglu_per_expert`, written in the
+MoE node's place): onnxruntime prepacks constant codes, and GatherBlockQuantized was 80% of a
+decode step (benchmarks/README.md's MoE-body section). Their per-expert scale (the down
+projections fed as `Mul(experts, factor [E, 1, 1])`, components/stack_experts.py) is folded
+into the down projection's block scales, expert by expert: (q - zp) * scale * factor[e] is the
+scaled weight exactly, the codes being those of the unscaled one.
 
 Streaming: each quantized tensor is a `QuantizedExperts` whose bytes are produced one expert at
 a time when the model is saved (`chunks()`), quantizing that expert's float matrix read from the
@@ -34,6 +38,7 @@ from typing import BinaryIO
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.components import moe_bodies
 from mobius_genai.components.tier1 import INT4_MOE_OVERLOADS, MS_DOMAIN
 from mobius_genai.quantize.graph_writer import GraphWriter
 from mobius_genai.quantize.layout import NBitsWeight, quantize_matmul_nbits
@@ -125,7 +130,7 @@ class QMoEPass(ir.passes.InPlacePass):
     """Replace each com.microsoft::MoE node whose experts are initializers by a QMoE node: all
     of them where the EP has QMoE (`kernel`), else only GeGLU ones (tier1's
     `INT4_MOE_OVERLOADS`, the node's overload "geglu": a body every EP expands; `gather`: with
-    GatherBlockQuantized).
+    GatherBlockQuantized; `per_expert`: as a MatMulNBits per expert, in place).
 
     `declined` lists (node, reason) for MoE nodes left float; `quantized` the stacked expert
     values replaced, each once (name, experts, n, k, the op type that now reads them).
@@ -140,11 +145,12 @@ class QMoEPass(ir.passes.InPlacePass):
         *,
         kernel: bool = True,
         gather: bool = True,
+        per_expert: bool = False,
     ):
         super().__init__()
         self.block_size, self.symmetric, self.search = block_size, symmetric, search
         self.accuracy_level = accuracy_level
-        self.kernel, self.gather = kernel, gather
+        self.kernel, self.gather, self.per_expert = kernel, gather, per_expert
         self.declined: list[tuple[str, str]] = []
         self.quantized: list[tuple[str, int, int, int, str]] = []
 
@@ -162,6 +168,10 @@ class QMoEPass(ir.passes.InPlacePass):
             reason = self._refusal(node)
             if reason is not None:
                 self.declined.append((node.name or "", reason))
+                continue
+            if overload and self.per_expert:
+                writer.replace(node, self._per_expert_nodes(graph, node, done))
+                modified = True
                 continue
             reader = "QMoE" if not overload else _READERS[self.gather]
             inputs: list[ir.Value | None] = [None] * _QMOE_INPUTS
@@ -215,9 +225,64 @@ class QMoEPass(ir.passes.InPlacePass):
                 )
         return None
 
-    def _initializers(
-        self, graph: ir.Graph, weight: ir.Value, reader: str
-    ) -> list[ir.Value | None]:
+    def _per_expert_nodes(
+        self, graph: ir.Graph, node: ir.Node, done: dict[ir.Value, list]
+    ) -> list[ir.Node]:
+        """The GeGLU MoE `node` as a MatMulNBits per expert and projection (moe_bodies'
+        `qmoe_geglu_per_expert`), each expert's arrays initializers of their own."""
+        projections = []
+        for position in _WEIGHT:
+            weight = node.inputs[position]
+            if weight not in done:
+                done[weight] = self._expert_initializers(graph, weight, position == 2)
+            projections.append(done[weight])
+        tape = ir.tape.Tape()
+        routing = (
+            node.attributes.get_int("k", 1),
+            node.attributes.get_int("normalize_routing_weights", 0),
+        )
+        attributes = {"block_size": self.block_size}
+        if self.accuracy_level:  # 0 is the default: left out, as for the dense MatMulNBits
+            attributes["accuracy_level"] = self.accuracy_level
+        experts = list(zip(*projections, strict=True))
+        x, router = node.inputs[0], node.inputs[1]
+        assert x is not None and router is not None  # MoE's required inputs
+        moe_bodies.qmoe_geglu_per_expert(tape, x, router, experts, routing, attributes)
+        return list(tape.nodes)
+
+    def _expert_initializers(
+        self, graph: ir.Graph, weight: ir.Value, gate_and_up: bool
+    ) -> list[tuple]:
+        """Per expert of `weight`, its MatMulNBits (codes, scales, zero points or None); with
+        `gate_and_up`, the interleaved gate and up rows put gate rows first, then up rows (each
+        row is quantized on its own: the same integers, reordered)."""
+        stacked, source, quantize = self._quantizer(weight, "MatMulNBits")
+        experts, n, k = (int(d) for d in source.shape)
+        order = np.concatenate([np.arange(0, n, 2), np.arange(1, n, 2)]) if gate_and_up else None
+        blocks = k // self.block_size
+        shapes = {
+            "packed": (n, blocks, self.block_size * _BITS // 8),
+            "scales": (n, blocks),
+            "zero_points": (n, -(-blocks * _BITS // 8)),
+        }
+        arrays = []
+        for expert in range(experts):
+            values: list[ir.Value | None] = []
+            for part in _PARTS:
+                if part == "zero_points" and self.symmetric:
+                    values.append(None)
+                    continue
+                name = f"{stacked}_e{expert}_{'Q4' if part == 'packed' else part}"
+                tensor = _ExpertPart(quantize, (expert, order), part, shapes[part], name)
+                values.append(_initializer(graph, tensor))
+            arrays.append(tuple(values))
+        return arrays
+
+    def _quantizer(
+        self, weight: ir.Value, reader: str
+    ) -> tuple[str, ir.TensorProtocol, _ExpertQuantizer]:
+        """The name and tensor of the stacked experts `weight` reads, and their quantizer;
+        notes them in `quantized`."""
         stacked, factors = _scaled_experts(weight)
         assert stacked is not None and stacked.const_value is not None  # _refusal checked
         source = stacked.const_value
@@ -226,19 +291,52 @@ class QMoEPass(ir.passes.InPlacePass):
         )
         experts, n, k = (int(d) for d in source.shape)
         self.quantized.append((stacked.name or "", experts, n, k, reader))
+        return stacked.name or "", source, quantize
+
+    def _initializers(
+        self, graph: ir.Graph, weight: ir.Value, reader: str
+    ) -> list[ir.Value | None]:
+        stacked, source, quantize = self._quantizer(weight, reader)
         values: list[ir.Value | None] = []
         for part in _PARTS:
             if part == "zero_points" and self.symmetric:
                 values.append(None)
                 continue
             dtype = source.dtype if part == "scales" else ir.DataType.UINT8
-            name = f"{stacked.name}_Q4" if part == "packed" else f"{stacked.name}_{part}"
-            tensor = QuantizedExperts(quantize, part, dtype, name)
-            value = ir.Value(name=name, shape=tensor.shape, type=ir.TensorType(dtype))
-            value.const_value = tensor
-            graph.register_initializer(value)
-            values.append(value)
+            name = f"{stacked}_Q4" if part == "packed" else f"{stacked}_{part}"
+            values.append(_initializer(graph, QuantizedExperts(quantize, part, dtype, name)))
         return values
+
+
+class _ExpertPart(ir.LazyTensor):
+    """Array `part` of one expert in MatMulNBits' layout (`shape`), its rows in `order` (None:
+    as they are), quantized when saved."""
+
+    def __init__(
+        self,
+        quantize: _ExpertQuantizer,
+        rows: tuple[int, np.ndarray | None],
+        part: str,
+        shape: tuple,
+        name: str,
+    ) -> None:
+        dtype = quantize.source.dtype if part == "scales" else ir.DataType.UINT8
+        expert, order = rows
+
+        def load() -> ir.TensorProtocol:
+            array = quantize.part(expert, part)
+            array = (array if order is None else array[order]).reshape(shape)
+            return ir.Tensor(np.ascontiguousarray(array, dtype=dtype.numpy()), name=name)
+
+        super().__init__(load, dtype=dtype, shape=ir.Shape(shape), name=name)
+
+
+def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:
+    """`tensor` as an initializer of `graph` (named as the tensor)."""
+    value = ir.Value(name=tensor.name, shape=tensor.shape, type=ir.TensorType(tensor.dtype))
+    value.const_value = tensor
+    graph.register_initializer(value)
+    return value
 
 
 #: Whether the EP has GatherBlockQuantized → the op reading the GeGLU experts' codes.

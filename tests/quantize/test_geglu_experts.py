@@ -3,7 +3,10 @@
 No onnxruntime kernel takes GeGLU experts, so int4 turns the MoE node into a QMoE node of a
 GeGLU overload whose body (components/moe_bodies.py) every EP expands: the picked experts
 dequantized by GatherBlockQuantized where the EP table has it, else by standard ops, k at a
-time. Checked here: that body equals the float body run on the dequantized experts (the
+time; where the EP's "MatMulNBits.experts" row says so (cpu), into a MatMulNBits per expert
+and projection on each expert's own codes, each on the tokens that picked it. Checked here:
+the per-expert body equals the k-at-a-time one on the same codes (and a wrong expert's codes
+do not), and that body equals the float body run on the dequantized experts (the
 per-expert scale folded into the down projection's scales included), decode and prefill, both
 dequantizations; a prefill never holds more than k float experts, however long the prompt;
 the bundle stores the experts as 4-bit codes and is the size the bits say; og.Generator's
@@ -162,6 +165,69 @@ def test_quantized_body_equals_the_float_body_on_the_dequantized_experts(gather,
             np.testing.assert_allclose(standard, expected, atol=tolerance)
 
 
+def _per_expert_and_loop(symmetric: bool, accuracy_level: int = 0) -> tuple[ir.Model, ir.Model]:
+    """One GeGLU MoE layer (folded per-expert scale) quantized both ways from the same float
+    experts: a MatMulNBits per expert (`per_expert`), and QMoE's Loop body expanded."""
+    rng = np.random.default_rng(5)
+    fc1 = rng.standard_normal((EXPERTS, 2 * INTER, HIDDEN), dtype=np.float32)
+    fc2 = rng.standard_normal((EXPERTS, HIDDEN, INTER), dtype=np.float32)
+    factor = rng.uniform(0.5, 2.0, EXPERTS).astype(np.float32)
+    models = []
+    for per_expert in (True, False):
+        model = _moe_model(fc1, fc2, factor)
+        experts = QMoEPass(
+            BLOCK, symmetric, False, accuracy_level, kernel=False, per_expert=per_expert
+        )
+        assert experts(model).modified and not experts.declined
+        register_functions(model)
+        InlinePass(criteria=expanded_after_int4)(model)
+        models.append(model)
+    return models[0], models[1]
+
+
+def _feeds(tokens: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "x": rng.standard_normal((1, tokens, HIDDEN), dtype=np.float32),
+        "router": rng.standard_normal((tokens, EXPERTS), dtype=np.float32),
+    }
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_the_per_expert_body_equals_the_loop_body_on_the_same_codes(symmetric):
+    """The cpu EP's body (two MatMulNBits per expert on that expert's own codes, on the tokens
+    that picked it) against QMoE's Loop body (GatherBlockQuantized of the same codes):
+    a decode step, a 3-token and a 16-token prefill (every expert picked); its graph has a
+    MatMulNBits per expert and projection, each expert's arrays their own initializers, and
+    no GatherBlockQuantized or stacked expert tensor."""
+    per_expert, loop = _per_expert_and_loop(symmetric)
+    ops = Counter(node.op_type for node in per_expert.graph.all_nodes())
+    assert not ops["MoE"] and not ops["QMoE"] and not ops["Loop"]
+    assert not ops["GatherBlockQuantized"] and not ops["MatMul"]
+    assert ops["MatMulNBits"] == 2 * EXPERTS and not ops["If"]
+    initializers = per_expert.graph.initializers.values()
+    assert not [value.name for value in initializers if value.shape[0] == EXPERTS]
+    codes = [value for value in initializers if value.name.endswith("_Q4")]
+    assert len(codes) == 2 * EXPERTS and {value.dtype for value in codes} == {ir.DataType.UINT8}
+    for tokens in (1, 3, 16):
+        feeds = _feeds(tokens, tokens)
+        expected = _run(loop, feeds)
+        tolerance = BODY_TOLERANCE * np.abs(expected).max()
+        np.testing.assert_allclose(_run(per_expert, feeds), expected, atol=tolerance)
+
+
+def test_the_per_expert_body_with_a_wrong_expert_s_codes_differs():
+    """The mutant: expert 0's fc1 codes swapped with expert 1's make the output differ from
+    the Loop body's (so the check above compares each expert's own codes)."""
+    per_expert, loop = _per_expert_and_loop(symmetric=True)
+    values = per_expert.graph.initializers
+    first, second = (values[f"fc1_e{e}_Q4"] for e in (0, 1))
+    first.const_value, second.const_value = second.const_value, first.const_value
+    feeds = _feeds(16, 7)
+    expected = _run(loop, feeds)
+    assert np.abs(_run(per_expert, feeds) - expected).max() > 0.1 * np.abs(expected).max()
+
+
 def _float_experts_dequantized(model: ir.Model, tokens: int, tmp_path) -> list[int]:
     """The number of experts of each float [experts, N, K] tensor of a projection's shape
     that onnxruntime's run of a `tokens`-token prefill made (its profile's node outputs)."""
@@ -260,22 +326,26 @@ def _expert_bytes(folder) -> dict[str, int]:
 
 
 def test_int4_bundle_stores_the_experts_in_four_bits(bundles):
-    """The [E, ...] expert initializers are uint8 codes, scales and zero points, no float
-    stack; their bytes against the fp32 bundle's are what the bits say: 4 bits a weight plus a
-    float32 scale and a 4-bit zero point per block of 16, 6.25 of 32 bits."""
+    """The expert initializers are uint8 codes, scales and zero points of each expert (the cpu
+    EP's MatMulNBits per expert), no float stack; their bytes against the fp32 bundle's are
+    what the bits say: 4 bits a weight plus a float32 scale and a 4-bit zero point per block
+    of 16, 6.25 of 32 bits."""
     graph = onnx.load(str(bundles["int4"] / "model.onnx"), load_external_data=False).graph
     nodes = ir.load(bundles["int4"] / "model.onnx").graph.all_nodes()
-    ops = Counter(node.op_type for node in nodes)  # the Loops' bodies included
-    assert not ops["MoE"] and not ops["QMoE"] and not ops["If"] and not ops["MatMul"] - 12
-    assert ops["Loop"] == 6  # a layer's experts, a group of k at a time
-    assert ops["GatherBlockQuantized"] == 6 * 2 + 1  # two projections a layer; the embedding
+    ops = Counter(node.op_type for node in nodes)  # the Ifs' branches included
+    experts = GEMMA4_MOE["num_experts"]
+    assert not ops["MoE"] and not ops["QMoE"] and not ops["Loop"] and not ops["MatMul"]
+    assert not ops["If"]
+    assert ops["GatherBlockQuantized"] == 1  # the embedding; no expert is gathered
+    dense = 6 * 7 + 1  # a layer's q, k, v, o, gate, up, down; the lm_head
+    assert ops["MatMulNBits"] == dense + 6 * experts * 2
     experts = {t.name: t for t in graph.initializer if ".experts." in t.name}
     assert experts and {tensor.data_type for tensor in experts.values()} == {
         onnx.TensorProto.UINT8,
         onnx.TensorProto.FLOAT,
     }
     manifest = json.loads((bundles["int4"] / "mobius_manifest.json").read_text())
-    assert manifest["build"]["quantization"]["op_counts"]["GatherBlockQuantized"] == 6 * 2 + 1
+    assert manifest["build"]["quantization"]["op_counts"]["GatherBlockQuantized"] == 1
     floats = [t for t in experts.values() if t.data_type == onnx.TensorProto.FLOAT]
     assert all(name.endswith("_scales") for name in (t.name for t in floats))
     int4, fp32 = _expert_bytes(bundles["int4"]), _expert_bytes(bundles["fp32"])
@@ -298,6 +368,23 @@ def test_og_generator_on_the_int4_bundle_stays_near_transformers(bundles, moe_ch
     assert len(greedy_tokens(model, PROMPT, len(PROMPT) + 8)) == 8
 
 
+def test_the_cpu_fp16_int4_bundle_runs_the_per_expert_body_near_transformers(
+    moe_checkpoint, tmp_path
+):
+    """In fp16 too the cpu EP takes the per-expert body (its pieces added in float32:
+    onnxruntime's CPU ScatterND adds no float16), and og.Generator's prefill logits stay
+    within the int4 bound of transformers' fp32 ones."""
+    folder = tmp_path / "fp16"
+    bundle = packager.package(
+        moe_checkpoint, "cpu", folder, precision="int4", dtype="f16", int4=OPTIONS, quiet=True
+    )
+    ops = Counter(node.op_type for node in ir.load(bundle / "model.onnx").graph.all_nodes())
+    assert ops["MatMulNBits"] >= 6 * GEMMA4_MOE["num_experts"] * 2 and not ops["Loop"]
+    logits = np.asarray(generator(load_model(bundle), PROMPT, 1).get_output("logits"))[0]
+    reference = hf_reference_logits(moe_checkpoint, np.asarray([PROMPT]), 0).prefill.logits[0]
+    assert _relative_rms(logits.astype(np.float32), reference) <= INT4_RELATIVE_RMS
+
+
 @pytest.fixture(scope="module")
 def grid_moe_bundle(moe_checkpoint, tmp_path_factory):
     """(checkpoint, cpu int4 bundle): the MoE checkpoint with every matrix and expert on an
@@ -318,8 +405,8 @@ def grid_moe_bundle(moe_checkpoint, tmp_path_factory):
 
 
 def test_og_on_the_int4_bundle_equals_transformers_on_the_values_of_its_codes(grid_moe_bundle):
-    """Weights the 4-bit codes hold exactly: og.Generator's prefill logits of the int4 bundle
-    (its experts dequantized k at a time in the Loop) equal transformers' within float32
+    """Weights the 4-bit codes hold exactly: og.Generator's prefill logits of the cpu int4
+    bundle (its experts a MatMulNBits each) equal transformers' within float32
     rounding (1e-4 of the largest logit), and og's greedy tokens are transformers'."""
     ckpt, bundle = grid_moe_bundle
     model = load_model(bundle)

@@ -7,32 +7,45 @@ import pytest
 
 from mobius_genai import resolve_target
 from mobius_genai.cli._eps import format_ep_table
-from mobius_genai.ep import ep_registry
+from mobius_genai.ep import ep_registry, get_ep
 from mobius_genai.quantize import QUALITIES, Int4Options
 from mobius_genai.quantize.plan import DEQUANTIZE_LINEAR, MATMUL_NBITS
 
-#: (EP, dtype) → (int4 matrices, quantized embedding lookup, QMoE experts, accuracy level), as
-#: the built-in EPs' kernels are: the CPU EP has GatherBlockQuantized for fp32 / fp16 and QMoE;
-#: CUDA's GatherBlockQuantized takes bf16 as well; DirectML has no GatherBlockQuantized;
+#: (EP, dtype) → (int4 matrices, quantized embedding lookup, QMoE experts, GeGLU experts a
+#: MatMulNBits each, accuracy level), as the built-in EPs' kernels are: the CPU EP has
+#: GatherBlockQuantized for fp32 / fp16, QMoE and "MatMulNBits.experts"; CUDA's
+#: GatherBlockQuantized takes bf16 as well; DirectML has no GatherBlockQuantized;
 #: TensorRT-RTX and portable ONNX have no MatMulNBits.
 PLANS = {
-    ("cpu", "fp32"): (MATMUL_NBITS, True, True, 4),
-    ("cpu", "fp16"): (MATMUL_NBITS, True, True, 4),
-    ("cuda", "fp16"): (MATMUL_NBITS, True, False, 0),
-    ("cuda", "bf16"): (MATMUL_NBITS, True, False, 0),
-    ("dml", "fp16"): (MATMUL_NBITS, False, False, 0),
-    ("webgpu", "fp16"): (MATMUL_NBITS, True, False, 4),
-    ("trt-rtx", "fp16"): (DEQUANTIZE_LINEAR, False, False, 0),
-    ("onnx-standard", "fp32"): (DEQUANTIZE_LINEAR, False, False, 0),
-    ("default", "fp32"): (DEQUANTIZE_LINEAR, False, False, 0),
+    ("cpu", "fp32"): (MATMUL_NBITS, True, True, True, 4),
+    ("cpu", "fp16"): (MATMUL_NBITS, True, True, True, 4),
+    ("cuda", "fp16"): (MATMUL_NBITS, True, False, False, 0),
+    ("cuda", "bf16"): (MATMUL_NBITS, True, False, False, 0),
+    ("dml", "fp16"): (MATMUL_NBITS, False, False, False, 0),
+    ("webgpu", "fp16"): (MATMUL_NBITS, True, False, False, 4),
+    ("trt-rtx", "fp16"): (DEQUANTIZE_LINEAR, False, False, False, 0),
+    ("onnx-standard", "fp32"): (DEQUANTIZE_LINEAR, False, False, False, 0),
+    ("default", "fp32"): (DEQUANTIZE_LINEAR, False, False, False, 0),
 }
 
 
 @pytest.mark.parametrize(("ep", "dtype"), list(PLANS))
 def test_each_eps_int4_ops_and_level_come_out_of_resolve_target(ep, dtype):
     plan = resolve_target(ep, dtype=dtype, precision="int4").int4_plan
-    assert (plan.matmul, plan.gather, plan.qmoe, plan.accuracy_level) == PLANS[ep, dtype]
+    ops = (plan.matmul, plan.gather, plan.qmoe, plan.per_expert, plan.accuracy_level)
+    assert ops == PLANS[ep, dtype]
     assert plan.matmul_nbits == (plan.matmul == MATMUL_NBITS)
+
+
+@pytest.mark.parametrize(("ep", "expected"), [("cuda", True), ("trt-rtx", False)])
+def test_the_experts_a_matmul_nbits_each_follow_the_kernel_row(ep, expected):
+    """The per-expert GeGLU body is the EP's "MatMulNBits.experts" row, not its name: cpu
+    without the row takes QMoE's body, an EP given it the per-expert one where it has
+    MatMulNBits (not trt-rtx, whose int4 is DequantizeLinear)."""
+    cpu = get_ep("cpu").with_kernels({"MatMulNBits.experts": False})
+    assert not resolve_target(cpu, precision="int4").int4_plan.per_expert
+    given = get_ep(ep).with_kernels({"MatMulNBits.experts": True})
+    assert resolve_target(given, precision="int4").int4_plan.per_expert is expected
 
 
 @pytest.mark.parametrize(

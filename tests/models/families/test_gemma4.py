@@ -266,15 +266,15 @@ def test_og_engine_batches_prompts_of_different_lengths_like_transformers(tmp_pa
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_int4_bundle_packages_and_generates(layout, tmp_path):
     """int4 for cpu: every projection MatMulNBits, the dense layout's per-layer table too
-    (GatherBlockQuantized); the MoE layout's experts 4-bit codes that GatherBlockQuantized
-    dequantizes for the picked experts (no MoE or QMoE node: onnxruntime's CPU kernels take no
-    GeGLU experts; tests/quantize/test_geglu_experts.py); og generates."""
+    (GatherBlockQuantized); the MoE layout's experts 4-bit codes, a MatMulNBits per expert
+    and projection on cpu (no MoE or QMoE node: onnxruntime's CPU kernels take no GeGLU
+    experts; tests/quantize/test_geglu_experts.py); og generates."""
     ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text", **LAYOUTS[layout])
     options = Int4Options(block_size=16)  # the tiny per-layer size (16) takes 16
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=options, quiet=True
     )
-    nodes = list(ir.load(folder / "model.onnx").graph.all_nodes())  # the Loops' bodies too
+    nodes = list(ir.load(folder / "model.onnx").graph.all_nodes())
     ops = Counter(node.op_type for node in nodes)
     float_matmuls = [node for node in nodes if node.op_type == "MatMul"]
     assert "MoE" not in ops and "QMoE" not in ops
@@ -288,13 +288,12 @@ def test_int4_bundle_packages_and_generates(layout, tmp_path):
         assert ops["GatherBlockQuantized"] == 2 and ops["Gather"] == 6  # each layer's slice
     else:
         # per layer q and k (packed in the sliding layers, which have a v beside them), o,
-        # gate, up, down, the router's projection; the tied head; the experts' two stacked
-        # projections 4-bit, dequantized for the picked experts by GatherBlockQuantized (two a
-        # layer, and the token embedding) before the body's two batched MatMuls (no If), k
-        # experts at a time in a Loop a layer
-        assert ops["MatMulNBits"] == 6 * 7 + 1
-        assert len(float_matmuls) == 6 * 2 and "If" not in ops and ops["Loop"] == 6
-        assert ops["GatherBlockQuantized"] == 6 * 2 + 1
+        # gate, up, down, the router's projection; the tied head; and each expert's two
+        # projections (the cpu EP's "MatMulNBits.experts"): no float MatMul, If or Loop, and
+        # GatherBlockQuantized only for the token embedding
+        assert ops["MatMulNBits"] == 6 * 7 + 1 + 6 * MOE["num_experts"] * 2
+        assert float_matmuls == [] and "If" not in ops and "Loop" not in ops
+        assert ops["GatherBlockQuantized"] == 1
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
 
 
