@@ -121,6 +121,7 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
                 bits=bits,
                 search=search,
                 importance=importance,
+                request=source.column_request(),
             )
             arrays = [weight.packed.reshape(data_shape), weight.scales]
             if weight.zero_points is not None:

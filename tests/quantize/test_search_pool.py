@@ -61,8 +61,9 @@ def test_the_search_in_workers_equals_the_search_here(weighted, monkeypatch):
 
 def test_a_worker_loads_numpy_and_the_rounding_code_only():
     code = (
-        "import sys, mobius_genai.quantize._search_worker, mobius_genai.quantize.layout; "
-        "print(sorted({'onnx', 'onnx_ir', 'onnxruntime', 'onnxscript'} & set(sys.modules)))"
+        "import sys, mobius_genai.quantize._search_worker, mobius_genai.quantize.layout, "
+        "mobius_genai.checkpoint.file_rows; print(sorted({'onnx', 'onnx_ir', 'onnxruntime', "
+        "'onnxscript', 'ml_dtypes', 'mobius_genai.checkpoint.weights'} & set(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
