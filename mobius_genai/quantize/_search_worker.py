@@ -1,22 +1,47 @@
 """A worker process of `search_pool`: runs the (function, chunk) requests pickled on its stdin
-and writes each (failed, result or exception) to its stdout, until its stdin ends."""
+and writes each (failed, result or exception) to its stdout, until its stdin ends.
+
+A thread reads the requests as they come, so the caller's writes never wait for a result to
+be computed or read (the caller bounds how many it sends: `search_pool.QUEUED`)."""
 
 from __future__ import annotations
 
 import pickle
+import queue
 import signal
 import sys
+import threading
+from typing import Any
+
+_END = None
+
+
+def _read(requests: Any, inbox: queue.SimpleQueue) -> None:
+    """Put each request of `requests` in `inbox`, then _END (after a request that cannot be
+    read, the error: the stream is lost past it)."""
+    try:
+        while True:
+            inbox.put(pickle.load(requests))
+    except (EOFError, OSError):
+        pass
+    except Exception as error:  # answered as the request's result
+        inbox.put(error)
+    inbox.put(_END)
 
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C
     requests, results = sys.stdin.buffer, sys.stdout.buffer
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_read, args=(requests, inbox), daemon=True).start()
     while True:
-        try:
-            function, chunk = pickle.load(requests)
-        except EOFError:
+        request = inbox.get()
+        if request is _END:
             return
         try:
+            if isinstance(request, Exception):
+                raise request
+            function, chunk = request
             reply = (False, function(chunk))
         except Exception as error:  # sent back and raised in the caller
             reply = (True, error)

@@ -3,8 +3,8 @@
 `rounding.search_blocks` runs in numpy at ~0.1 s per million weights on one core, in steps
 small enough that threads mostly wait for the GIL (two threads: 0.9-1.3x one): a 7B's 7.6
 billion weights take ~13 minutes. Blocks are independent, so the column chunks of a weight go
-to worker processes, one per core this process may use (at most MAX_WORKERS), one chunk each at
-a time; results come back in order, and a chunk is computed as it would be here, so the output
+to worker processes, one per core this process may use (at most MAX_WORKERS), each holding at
+most QUEUED chunks (the one it computes, the next); results come back in order, and a chunk is computed as it would be here, so the output
 does not depend on the workers.
 
 A worker is a fresh interpreter started isolated (`_child_process.python_command`: nothing from
@@ -38,6 +38,10 @@ __all__ = ["MAX_WORKERS", "PARALLEL_ELEMENTS", "map_chunks", "search_workers"]
 PARALLEL_ELEMENTS = 1 << 18
 #: Most worker processes (each holds a chunk, its search temporaries and ~40 MB of modules).
 MAX_WORKERS = 8
+#: Requests each worker holds at most: the one it computes and the next, so that it never
+#: waits for this process to read an earlier result from another worker before it gets work
+#: (its stdin is read by a thread of its own, so a request never blocks this process).
+QUEUED = 2
 
 _WORKER = "mobius_genai.quantize._search_worker"
 _workers: list[subprocess.Popen] = []
@@ -67,23 +71,30 @@ def map_chunks(
     if not parallel or count < 2:
         yield from map(function, chunks)
         return
-    idle = collections.deque(_pool(count))
-    busy: collections.deque[subprocess.Popen] = collections.deque()
+    pool = _pool(count)
+    in_flight = dict.fromkeys(pool, 0)
+    order: collections.deque[subprocess.Popen] = collections.deque()  # oldest request first
     try:
         for chunk in chunks:
-            if not idle:
-                worker = busy.popleft()
-                yield _receive(worker)
-                idle.append(worker)
-            worker = idle.popleft()
+            while len(order) >= QUEUED * len(pool):
+                yield _received(order, in_flight)
+            worker = min(pool, key=in_flight.__getitem__)
             pickle.dump((function, chunk), worker.stdin, pickle.HIGHEST_PROTOCOL)  # type: ignore[arg-type]
             worker.stdin.flush()  # type: ignore[union-attr]
-            busy.append(worker)
-        while busy:
-            yield _receive(busy.popleft())
+            in_flight[worker] += 1
+            order.append(worker)
+        while order:
+            yield _received(order, in_flight)
     except BaseException:  # (an error, Ctrl-C, the caller stopping early)
         _close_pool()  # results still on their way would answer the next requests
         raise
+
+
+def _received(order: collections.deque[subprocess.Popen], in_flight: dict) -> Any:
+    """The result of the oldest request (each worker answers its requests in order)."""
+    worker = order.popleft()
+    in_flight[worker] -= 1
+    return _receive(worker)
 
 
 def _receive(worker: subprocess.Popen) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -19,6 +20,38 @@ def test_chunks_map_in_order_in_two_workers():
     results = list(search_pool.map_chunks(operator.neg, chunks, parallel=True, workers=2))
     assert len(search_pool._workers) >= 2
     assert [r.tolist() for r in results] == [(-c).tolist() for c in chunks]
+
+
+def test_each_worker_holds_its_next_chunk_before_a_result_is_read():
+    """A worker never waits for this process to read another worker's result before it gets
+    work: QUEUED requests each are sent before the first result is read."""
+    taken = []
+
+    def chunks():
+        for index in range(12):
+            taken.append(index)
+            yield np.full(3, index)
+
+    results = search_pool.map_chunks(operator.neg, chunks(), parallel=True, workers=2)
+    assert next(results).tolist() == [0, 0, 0]
+    assert len(taken) >= search_pool.QUEUED * 2
+    assert [r[0] for r in results] == [-i for i in range(1, 12)]
+
+
+def test_large_chunks_both_ways_do_not_block_the_pipes():
+    """Requests and results of 8 MB, two in flight per worker: a worker reads its requests on a
+    thread of its own, so this process's writes never wait on a worker writing a result."""
+    chunks = [np.full(1 << 21, i, np.float32) for i in range(6)]
+    done = []
+    thread = threading.Thread(
+        target=lambda: done.extend(
+            search_pool.map_chunks(operator.neg, chunks, parallel=True, workers=2)
+        ),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(120)
+    assert [float(r[0]) for r in done] == [-float(i) for i in range(6)]
 
 
 def test_an_error_in_a_worker_is_raised_here_and_the_pool_recovers():
