@@ -209,6 +209,8 @@ def quantize_matmul_nbits_columns(
         except (NotFinite, OSError):
             read(*ranges[done], compute)  # raises this process's error, naming the tensor
             raise
+        finally:
+            results.close()  # stopped early (Ctrl-C): the pool ends now, not when collected
     else:
         kernel = _ort_kernel(_NEAREST_KERNELS[bits])
         for done, (start, stop) in enumerate(ranges, 1):

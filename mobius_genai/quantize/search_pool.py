@@ -23,7 +23,7 @@ import collections
 import os
 import pickle
 import subprocess
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from mobius_genai._child_process import python_command
@@ -63,7 +63,7 @@ def map_chunks(
     *,
     parallel: bool,
     workers: int | None = None,
-) -> Iterator[Any]:
+) -> Generator[Any, None, None]:
     """`map(function, chunks)`, in `workers` (default `search_workers()`) worker processes
     when `parallel` and there is more than one. `function` must be picklable by reference (a
     module-level function, or a functools.partial of one with picklable arguments)."""

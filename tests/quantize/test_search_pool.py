@@ -100,3 +100,23 @@ def test_a_worker_loads_numpy_and_the_rounding_code_only():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_search_stopped_by_ctrl_c_ends_its_workers_at_once(monkeypatch):
+    """The interrupted search closes its pool when the interruption passes, not when the
+    traceback (which holds the search's frame) is collected: chunks in flight would answer the
+    next search's requests."""
+    from mobius_genai import progress
+
+    monkeypatch.setattr(layout, "PARALLEL_ELEMENTS", 0)
+    monkeypatch.setattr(search_pool, "search_workers", lambda: 2)
+
+    def interrupted(done, total):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(progress, "item_part", interrupted)
+    weight = np.random.default_rng(5).standard_normal((64, 96)).astype(np.float32)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        layout.quantize_matmul_nbits(weight, 32, False, search=True, chunk_elements=64 * 8)
+    assert caught.value is not None  # the traceback is still held here
+    assert not search_pool._workers
