@@ -2,7 +2,9 @@
 and writes each (failed, result or exception) to its stdout, until its stdin ends.
 
 A thread reads the requests as they come, so the caller's writes never wait for a result to
-be computed or read (the caller bounds how many it sends: `search_pool.QUEUED`)."""
+be computed or read, and another writes the results, so a result the caller has not read yet
+(a weight ahead of the one it saves: `search_pool.Lookahead`) does not stop the next
+request's computation (the caller bounds how many it sends: `search_pool.QUEUED`)."""
 
 from __future__ import annotations
 
@@ -29,27 +31,34 @@ def _read(requests: Any, inbox: queue.SimpleQueue) -> None:
     inbox.put(_END)
 
 
-def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C
-    requests, results = sys.stdin.buffer, sys.stdout.buffer
-    inbox: queue.SimpleQueue = queue.SimpleQueue()
-    threading.Thread(target=_read, args=(requests, inbox), daemon=True).start()
-    while True:
-        request = inbox.get()
-        if request is _END:
-            return
-        try:
-            if isinstance(request, Exception):
-                raise request
-            function, chunk = request
-            reply = (False, function(chunk))
-        except Exception as error:  # sent back and raised in the caller
-            reply = (True, error)
+def _write(outbox: queue.SimpleQueue, results: Any) -> None:
+    """Write each reply of `outbox` to `results` until _END (or until the caller has gone)."""
+    while (reply := outbox.get()) is not _END:
         try:
             pickle.dump(reply, results, pickle.HIGHEST_PROTOCOL)
             results.flush()
         except OSError:  # the caller has gone (or stopped listening)
             return
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller handles Ctrl-C
+    requests, results = sys.stdin.buffer, sys.stdout.buffer
+    inbox: queue.SimpleQueue = queue.SimpleQueue()
+    outbox: queue.SimpleQueue = queue.SimpleQueue()
+    threading.Thread(target=_read, args=(requests, inbox), daemon=True).start()
+    writer = threading.Thread(target=_write, args=(outbox, results), daemon=True)
+    writer.start()
+    while (request := inbox.get()) is not _END:
+        try:
+            if isinstance(request, Exception):
+                raise request
+            function, chunk = request
+            outbox.put((False, function(chunk)))
+        except Exception as error:  # sent back and raised in the caller
+            outbox.put((True, error))
+    outbox.put(_END)
+    writer.join()
 
 
 if __name__ == "__main__":

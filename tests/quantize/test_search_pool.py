@@ -4,9 +4,11 @@ errors raised in the caller, and workers that import no graph-building stack."""
 from __future__ import annotations
 
 import operator
+import pathlib
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -120,3 +122,64 @@ def test_a_search_stopped_by_ctrl_c_ends_its_workers_at_once(monkeypatch):
         layout.quantize_matmul_nbits(weight, 32, False, search=True, chunk_elements=64 * 8)
     assert caught.value is not None  # the traceback is still held here
     assert not search_pool._workers
+
+
+def _planned(lookahead: search_pool.Lookahead, sizes: dict[str, int]) -> dict[str, list]:
+    """Weights named by `sizes` planned in that order (chunk i of weight w: [w's number, i])."""
+    chunks = {}
+    for number, (name, size) in enumerate(sizes.items()):
+        chunks[name] = [np.array([number, i]) for i in range(size)]
+        lookahead.plan(name, operator.neg, chunks[name].__iter__)
+    return chunks
+
+
+def test_planned_weights_asked_out_of_order_still_get_their_own_results():
+    """A weight asked for before those planned ahead of it: what was sent ahead is dropped and
+    sent again when its weight is asked; every weight gets its own chunks' results."""
+    search_pool._close_pool()
+    lookahead = search_pool.Lookahead(workers=2)
+    chunks = _planned(lookahead, {"a": 3, "b": 2, "c": 6, "d": 1})
+    got = {name: [r.tolist() for r in lookahead.results(name, operator.neg, chunks[name].__iter__)]
+           for name in ("a", "c", "b", "d", "a")}  # fmt: skip
+    assert got == {name: [(-c).tolist() for c in chunks[name]] for name in chunks}
+    assert lookahead.dropped > 0  # b's requests, sent while a was read, answered and dropped
+    assert not search_pool._sent
+
+
+def test_a_pool_closed_between_weights_sends_the_planned_weight_again():
+    """The next weight's requests sent ahead are lost when the pool closes (a Ctrl-C
+    elsewhere); asked for later, it is sent again from its first chunk."""
+    search_pool._close_pool()
+    lookahead = search_pool.Lookahead(workers=2)
+    chunks = _planned(lookahead, {"a": 2, "b": 5})
+    assert len(list(lookahead.results("a", operator.neg, chunks["a"].__iter__))) == 2
+    assert search_pool._sent  # b's first chunks are on their way
+    search_pool._close_pool()
+    got = [r.tolist() for r in lookahead.results("b", operator.neg, chunks["b"].__iter__)]
+    assert got == [(-c).tolist() for c in chunks["b"]]
+
+
+def test_a_worker_computes_its_next_request_while_its_result_is_unread(tmp_path, monkeypatch):
+    """Results wait in the worker's writing thread, not in its computing loop: the request a
+    worker holds after a large unread result (more than a pipe holds) is computed all the
+    same, so a weight ahead of the one being saved keeps both workers busy."""
+    search_pool._close_pool()
+    marker = tmp_path / "touched"
+    seen = []
+    receive = search_pool._receive
+
+    def waited(worker):  # before the first result is read: did the third request run?
+        for _ in range(100 if not seen else 0):
+            if marker.exists():
+                break
+            time.sleep(0.05)
+        seen.append(marker.exists())
+        return receive(worker)
+
+    monkeypatch.setattr(search_pool, "_receive", waited)
+    lookahead = search_pool.Lookahead(workers=2)
+    lookahead.plan("large", operator.neg, [np.zeros(1 << 20), np.zeros(1)].__iter__)
+    lookahead.plan("touch", pathlib.Path.touch, [marker].__iter__)  # to the first worker
+    assert [r.nbytes for r in lookahead.results("large", operator.neg, list)] == [8 << 20, 8]
+    assert seen[0]
+    assert list(lookahead.results("touch", pathlib.Path.touch, list)) == [None]

@@ -5,8 +5,10 @@ bundle's bytes are those of the search in one process."""
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -137,3 +139,35 @@ def test_an_interrupted_package_leaves_no_bundle_and_no_worker(bf16_ckpt, tmp_pa
     for worker in started:
         assert worker.returncode is not None  # ended and reaped
         assert not os.path.exists(f"/proc/{worker.pid}")
+
+
+def test_the_next_weight_is_sent_before_this_ones_last_result_is_read(
+    bf16_ckpt, tmp_path, monkeypatch
+):
+    """No core idles at a weight's end (issue 29): the first request of each weight the pool
+    searches is sent while the weight saved before it still has a result to read."""
+    _in_workers(monkeypatch)
+    events = []  # ("sent", the weight's search function) / ("read",), in order
+    dump, receive = pickle.dump, search_pool._receive
+
+    def sent(request, *args):
+        events.append(("sent", request[0]))
+        dump(request, *args)
+
+    def read(worker):
+        events.append(("read",))
+        return receive(worker)
+
+    monkeypatch.setattr(search_pool, "pickle", SimpleNamespace(**{**vars(pickle), "dump": sent}))
+    monkeypatch.setattr(search_pool, "_receive", read)
+    mobius_genai.package(
+        bf16_ckpt, "cpu", tmp_path / "b", precision="int4", smoke_test=False, quiet=True
+    )
+    weights = [event[1] for event in events if event[0] == "sent"]  # request i's weight
+    reads = [i for i, event in enumerate(events) if event[0] == "read"]  # event of read i
+    sends = [i for i, event in enumerate(events) if event[0] == "sent"]
+    firsts = [i for i in range(1, len(weights)) if weights[i] is not weights[i - 1]]
+    assert len(firsts) >= 10  # every weight of the tiny model, one after the other
+    assert len(reads) == len(sends)
+    late = [i for i in firsts if sends[i] > reads[i - 1]]  # sent after the last read before it
+    assert late == []
