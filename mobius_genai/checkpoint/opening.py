@@ -15,7 +15,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from mobius_genai.checkpoint.gguf import GgufCheckpoint, open_gguf
 from mobius_genai.checkpoint.prequantized.compressed_tensors import read_compressed_fp8_config
 from mobius_genai.checkpoint.prequantized.fp8 import Fp8Checkpoint, Fp8Scheme, read_fp8_config
 from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, read_quantization_config
@@ -67,6 +66,8 @@ def open_checkpoint(
     GGUF file, or without `weights` also a config.json file."""
     argument = classify(model)
     if argument.kind is ArgumentKind.GGUF and argument.path is not None:
+        from mobius_genai.checkpoint.gguf import open_gguf  # the gguf package: GGUF files only
+
         source, config, gguf = open_gguf(argument.path)
         return OpenedCheckpoint(source, config, gguf)
     if argument.kind is ArgumentKind.CONFIG_JSON and argument.path is not None:
@@ -110,4 +111,6 @@ def _fp8_scheme(config: dict[str, Any]) -> Fp8Scheme | None:
 def _gguf_stored_bits(path: Path, mtime_ns: int, size: int) -> frozenset[int]:
     """`stored_bits` of a GGUF file, read once per version of the file (the CLI and package()
     both ask): opening one parses every metadata field, seconds for a 49k-token vocabulary."""
+    from mobius_genai.checkpoint.gguf import GgufCheckpoint  # the gguf package: GGUF files only
+
     return GgufCheckpoint(path).stored_bits()

@@ -25,6 +25,7 @@ from mobius_genai._json import read_json_object
 from mobius_genai.checkpoint import _safetensors
 from mobius_genai.checkpoint._safetensors import TensorEntry, shown
 from mobius_genai.checkpoint.checks import require_finite, sliced_shape
+from mobius_genai.checkpoint.file_rows import READABLE, StoredRows
 from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, prequantized_tensors
 from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
 from mobius_genai.checkpoint.reader import (
@@ -160,6 +161,10 @@ class Checkpoint:
     def dtype(self, name: str) -> str:
         """The stored dtype as safetensors names it ("BF16", "F32", ...)."""
         return self._entries[name][1].dtype
+
+    def location(self, name: str) -> tuple[Path, TensorEntry]:
+        """The file holding tensor `name` and its entry (dtype, shape, offset in the file)."""
+        return self._entries[name]
 
     def kind(self, name: str) -> str:
         """The stored kind of tensor `name` for reports: its safetensors dtype."""
@@ -433,6 +438,28 @@ class CheckpointTensor(ir.LazyTensor):
         _convert_into(stored, out)
         self._check_finite(out)
         return out
+
+    def stored_rows_in_file(self, start: int, stop: int) -> StoredRows | None:
+        """Stored rows [start, stop) as another process reads them from the safetensors file
+        itself (`file_rows.StoredRows`: the int4 search's workers); None where the matrix is
+        not in a safetensors file as BF16, F16 or F32."""
+        if not isinstance(self.checkpoint, Checkpoint):
+            return None
+        file, entry = self.checkpoint.location(self.source)
+        if entry.dtype not in READABLE or len(entry.shape) != 2:
+            return None
+        rows, columns = (slice(None), slice(None)) if self.index is None else self.index
+        first, column = rows.start or 0, columns.start or 0
+        return StoredRows(
+            str(file.absolute()),
+            entry.offset,
+            entry.dtype,
+            (int(entry.shape[0]), int(entry.shape[1])),
+            first + start,
+            first + stop,
+            column,
+            column + self.stored_shape[1],
+        )
 
     def _check_finite(self, values: np.ndarray) -> None:
         require_finite(values, self.checkpoint, self.source, self.index, str(self.name))

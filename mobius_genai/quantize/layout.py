@@ -28,20 +28,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from mobius_genai.checkpoint.file_rows import NotFinite
 from mobius_genai.quantize.rounding import SEARCH_ELEMENTS, search_columns
-from mobius_genai.quantize.search_pool import PARALLEL_ELEMENTS, map_chunks
+from mobius_genai.quantize.search_pool import PARALLEL_ELEMENTS, Lookahead, map_chunks
 
 __all__ = [
     "KERNEL_DTYPES",
     "BlockedInt4",
     "ColumnReader",
+    "ColumnRequest",
     "NBitsWeight",
     "dequantize_blocked_int4",
     "dequantize_matmul_nbits",
+    "plan_search",
     "quantize_blocked_int4",
     "quantize_matmul_nbits",
     "quantize_matmul_nbits_columns",
@@ -109,6 +112,10 @@ def _check(weight: np.ndarray, block_size: int) -> tuple[int, int]:
 ColumnReader = Callable[[int, int, np.dtype], np.ndarray]
 """read(start, stop, dtype): columns [start, stop) of a [K, N] weight, contiguous [K, stop-start]."""
 
+ColumnRequest = Callable[[int, int, np.dtype], Callable[[], np.ndarray]]
+"""request(start, stop, dtype): a picklable function that reads those columns where it is
+called, in a search worker (`StoredRows`: from the checkpoint file itself)."""
+
 
 def quantize_matmul_nbits(
     weight: np.ndarray,
@@ -160,13 +167,19 @@ def quantize_matmul_nbits_columns(
     search: bool = False,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     importance: np.ndarray | None = None,
+    request: ColumnRequest | None = None,
+    ahead: tuple[Lookahead, object] | None = None,
 ) -> NBitsWeight:
     """`quantize_matmul_nbits` of a [K, N] weight of `dtype` given by its columns.
 
     The weight is never whole in memory: `read` is asked for about `chunk_elements` values at
     a time, in the dtype the kernel computes in. The search of a weight of PARALLEL_ELEMENTS
-    or more runs in `search_pool`'s worker processes (the same results). Each chunk done moves
-    the bar of the running counted phase (`progress.item_part`).
+    or more runs in `search_pool`'s worker processes (the same results); with `request`, each
+    worker reads and converts its columns itself, and this process sends only where they lie
+    (a chunk a worker could not read is read here, whose error names the tensor). With
+    `ahead` (a Lookahead and this weight's key in it, planned by `plan_search`), the workers
+    go on to the weights planned after this one. Each chunk done moves the bar of the running
+    counted phase (`progress.item_part`).
     """
     from mobius_genai.progress import item_part  # not in the search's worker processes
 
@@ -181,17 +194,30 @@ def quantize_matmul_nbits_columns(
     packed = np.zeros((n, blocks, block_size * bits // 8), np.uint8)
     scales = np.zeros((n, blocks), compute)
     zero_points = np.zeros((n, (blocks * bits + 7) // 8), np.uint8)
-    step = max(1, chunk_elements // k)
-    ranges = [(start, min(n, start + step)) for start in range(0, n, step)]
+    ranges = _column_ranges(k, n, chunk_elements)
     if search:
         searched = functools.partial(
             _searched_chunk, bits=bits, symmetric=symmetric, blocks=blocks, importance=importance
         )
-        chunks = (read(start, stop, compute) for start, stop in ranges)
-        results = map_chunks(searched, chunks, parallel=k * n >= PARALLEL_ELEMENTS)
-        for done, ((start, stop), outputs) in enumerate(zip(ranges, results, strict=True), 1):
-            packed[start:stop], scales[start:stop], zero_points[start:stop] = outputs
-            item_part(done, len(ranges))
+        parallel = k * n >= PARALLEL_ELEMENTS
+        if parallel and request is not None and ahead is not None:
+            lookahead, key = ahead
+            results = lookahead.results(key, searched, _requests(request, ranges, compute))
+        else:
+            fetch = request if parallel and request is not None else read
+            chunks = (fetch(start, stop, compute) for start, stop in ranges)
+            results = map_chunks(searched, chunks, parallel=parallel)
+        done = 0
+        try:
+            for (start, stop), outputs in zip(ranges, results, strict=True):
+                packed[start:stop], scales[start:stop], zero_points[start:stop] = outputs
+                done += 1
+                item_part(done, len(ranges))
+        except (NotFinite, OSError):
+            read(*ranges[done], compute)  # raises this process's error, naming the tensor
+            raise
+        finally:
+            results.close()  # stopped early (Ctrl-C): the pool ends now, not when collected
     else:
         kernel = _ort_kernel(_NEAREST_KERNELS[bits])
         for done, (start, stop) in enumerate(ranges, 1):
@@ -209,11 +235,61 @@ def quantize_matmul_nbits_columns(
     )
 
 
+def plan_search(
+    ahead: tuple[Lookahead, object],
+    request: ColumnRequest,
+    shape: tuple[int, int],
+    dtype: np.dtype,
+    block_size: int,
+    symmetric: bool,
+    **options: object,
+) -> None:
+    """Plan in `ahead`'s Lookahead the search that `quantize_matmul_nbits_columns` of a [K, N]
+    `shape` weight with these arguments (`search=True`; `options`: its `bits`,
+    `chunk_elements`, `importance`) will run in the workers; nothing for a weight searched
+    here."""
+    k, n = shape
+    if k * n < PARALLEL_ELEMENTS:
+        return
+    lookahead, key = ahead
+    bits = options.get("bits", 4)
+    searched = functools.partial(
+        _searched_chunk,
+        bits=bits,
+        symmetric=symmetric,
+        blocks=k // block_size,
+        importance=options.get("importance"),
+    )
+    ranges = _column_ranges(k, n, options.get("chunk_elements", DEFAULT_CHUNK_ELEMENTS))  # type: ignore[arg-type]
+    lookahead.plan(key, searched, _requests(request, ranges, _kernel_dtype(np.dtype(dtype))))
+
+
+def _column_ranges(k: int, n: int, chunk_elements: int) -> list[tuple[int, int]]:
+    """The column ranges [start, stop) of about `chunk_elements` values each."""
+    step = max(1, chunk_elements // k)
+    return [(start, min(n, start + step)) for start in range(0, n, step)]
+
+
+def _requests(
+    request: ColumnRequest, ranges: list[tuple[int, int]], dtype: np.dtype
+) -> Callable[[], Iterator[Callable[[], np.ndarray]]]:
+    """The requests of `ranges`' columns, made when the first is sent."""
+    return lambda: (request(start, stop, dtype) for start, stop in ranges)
+
+
 def _searched_chunk(
-    chunk: np.ndarray, *, bits: int, symmetric: bool, blocks: int, importance: np.ndarray | None
+    chunk: np.ndarray | Callable[[], np.ndarray],
+    *,
+    bits: int,
+    symmetric: bool,
+    blocks: int,
+    importance: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The MatMulNBits rows (packed, scales, zero points) of the columns `chunk` [K, rows],
-    searched (in a worker process of `search_pool`, or here)."""
+    """The MatMulNBits rows (packed, scales, zero points) of the columns `chunk` [K, rows]
+    (or read by calling it: a `ColumnRequest`'s), searched (in a worker process of
+    `search_pool`, or here)."""
+    if callable(chunk):
+        chunk = chunk()
     k, rows = chunk.shape
     packed = np.zeros((rows, blocks, k // blocks * bits // 8), np.uint8)
     scales = np.zeros((rows, blocks), chunk.dtype)

@@ -17,8 +17,9 @@ import onnx_ir as ir
 
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.quantize.graph_writer import GraphWriter
-from mobius_genai.quantize.layout import quantize_matmul_nbits_columns
+from mobius_genai.quantize.layout import plan_search, quantize_matmul_nbits_columns
 from mobius_genai.quantize.recipes import WeightFormat
+from mobius_genai.quantize.search_pool import Lookahead
 from mobius_genai.quantize.streaming import OneWeightCache, PartSpec, lazy_parts
 from mobius_genai.quantize.weight_uses import WeightGroup
 
@@ -56,6 +57,8 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
         self.accuracy_level = accuracy_level
         self.gather = gather
         self.cache = cache
+        #: The search's requests, planned as the parts are made (the order they are saved in).
+        self.lookahead = Lookahead()
         #: id(group) -> its importance (a subclass may override `_initializers`).
         self.importance = dict(zip(map(id, groups), importance, strict=True)) if importance else {}
         #: Per group (same order): the op types it now feeds, empty when left in float.
@@ -109,18 +112,27 @@ class MatMulNBitsPass(ir.passes.InPlacePass):
 
         search = self.search and bits == 4
         importance = self.importance.get(id(group)) if search else None
+        dtype = np.dtype(source.dtype.numpy())
+        request = source.column_request() if search and source.has_data else None
+        ahead = (self.lookahead, object())  # this weight's key in the search's plan
+        if request is not None:  # planned in the order the saver will ask for the weights
+            plan_search(
+                ahead, request, (k, n), dtype, block_size, self.symmetric, importance=importance
+            )
 
         def compute() -> list[ir.TensorProtocol]:
             weight = quantize_matmul_nbits_columns(
                 source.column_reader(),
                 k,
                 n,
-                np.dtype(source.dtype.numpy()),
+                dtype,
                 block_size,
                 self.symmetric,
                 bits=bits,
                 search=search,
                 importance=importance,
+                request=request,
+                ahead=ahead,
             )
             arrays = [weight.packed.reshape(data_shape), weight.scales]
             if weight.zero_points is not None:

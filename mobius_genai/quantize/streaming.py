@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.file_rows import StoredRows, read_columns
 from mobius_genai.checkpoint.weights import CheckpointTensor, ConcatTensor
-from mobius_genai.quantize.layout import KERNEL_DTYPES, ColumnReader
+from mobius_genai.quantize.layout import KERNEL_DTYPES, ColumnReader, ColumnRequest
 
 __all__ = ["OneWeightCache", "PartSpec", "WeightSource", "lazy_parts"]
 
@@ -90,6 +91,20 @@ class WeightSource:
 
         return read
 
+    def column_request(self) -> ColumnRequest | None:
+        """Where columns of the [K, N] values lie in the checkpoint's files, for a search
+        worker to read them itself (`file_rows.read_columns`: the same values as
+        `column_reader`'s); None unless every part is a stored matrix of a safetensors file
+        whose rows are the output features."""
+        tensors = _parts_along_n(self)
+        if not all(
+            _n_rows_stored(tensor, self.stored_nk, self.dtype)
+            and tensor.stored_rows_in_file(0, 0) is not None  # type: ignore[attr-defined]
+            for tensor in tensors
+        ):
+            return None
+        return functools.partial(_stored_columns_request, tensors)  # type: ignore[arg-type]
+
 
 def _parts_along_n(source: WeightSource) -> list[object]:
     """The tensors whose concatenation along N is the weight (concatenations opened up)."""
@@ -131,6 +146,21 @@ def _read_stored_columns(
             columns.append(part.astype(dtype, copy=False))
         first += count
     return columns[0] if len(columns) == 1 else np.ascontiguousarray(np.concatenate(columns, 1))
+
+
+def _stored_columns_request(
+    tensors: Sequence[CheckpointTensor], start: int, stop: int, dtype: np.dtype
+) -> Callable[[], np.ndarray]:
+    """A picklable reader of columns [start, stop) of the weight whose parts are `tensors`."""
+    parts: list[StoredRows] = []
+    first = 0
+    for tensor in tensors:
+        count = tensor.stored_shape[0]
+        lo, hi = max(start, first), min(stop, first + count)
+        if lo < hi:
+            parts.append(tensor.stored_rows_in_file(lo - first, hi - first))  # type: ignore[arg-type]
+        first += count
+    return functools.partial(read_columns, tuple(parts), np.dtype(dtype))
 
 
 class OneWeightCache:
