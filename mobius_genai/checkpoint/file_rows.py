@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["READABLE", "NotFinite", "StoredRows", "read_columns"]
+__all__ = ["READABLE", "NotFinite", "StoredRows", "read_columns", "widen_bf16"]
 
 #: The stored dtypes read here (safetensors names), as little-endian numpy dtypes; bfloat16 as
 #: its bits.
@@ -50,9 +50,7 @@ class StoredRows:
         if out is None:
             out = np.empty(stored.shape, dtype)
         if self.dtype == "BF16" and out.dtype == np.float32:
-            wide = out.view(np.uint32)
-            np.copyto(wide, stored)
-            wide <<= 16
+            widen_bf16(stored, out.view(np.uint32))
             finite = int(np.bitwise_and(stored, 0x7FFF).max(initial=0)) < 0x7F80
         else:
             np.copyto(out, stored, casting="unsafe")
@@ -79,6 +77,12 @@ class StoredRows:
                 done += read
         array = np.frombuffer(buffer, stored).reshape(rows, columns)
         return array[:, self.column_start : self.column_stop]
+
+
+def widen_bf16(bits: np.ndarray, out: np.ndarray) -> None:
+    """out (uint32) = bf16 `bits` (uint16) as float32 bit patterns: exact, like the cast."""
+    np.copyto(out, bits)
+    out <<= 16
 
 
 def read_columns(parts: Sequence[StoredRows], dtype: np.dtype) -> np.ndarray:

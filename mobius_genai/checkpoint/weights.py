@@ -25,7 +25,7 @@ from mobius_genai._json import read_json_object
 from mobius_genai.checkpoint import _safetensors
 from mobius_genai.checkpoint._safetensors import TensorEntry, shown
 from mobius_genai.checkpoint.checks import require_finite, sliced_shape
-from mobius_genai.checkpoint.file_rows import READABLE, StoredRows
+from mobius_genai.checkpoint.file_rows import READABLE, StoredRows, widen_bf16
 from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, prequantized_tensors
 from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
 from mobius_genai.checkpoint.reader import (
@@ -328,12 +328,6 @@ def _loader(
     return load
 
 
-def _widen_bf16(bits: np.ndarray, out: np.ndarray) -> None:
-    """out (uint32) = bf16 `bits` (uint16) as float32 bit patterns: exact, like the cast."""
-    np.copyto(out, bits)
-    out <<= 16
-
-
 def _cast(array: np.ndarray, dtype: np.dtype, transposed: bool) -> np.ndarray:
     """`array` (transposed if asked) as a contiguous array of `dtype`, in one pass.
 
@@ -344,7 +338,7 @@ def _cast(array: np.ndarray, dtype: np.dtype, transposed: bool) -> np.ndarray:
         bits = array.view(np.uint16)
         bits = bits.T if transposed else bits
         widened = np.empty(bits.shape, np.uint32)
-        _widen_bf16(bits, widened)
+        widen_bf16(bits, widened)
         return widened.view(np.float32)
     if transposed:
         array = array.T
@@ -372,7 +366,7 @@ def _stream_bf16_to_f32(
         block = checkpoint.read(name, (slice(start, stop), slice(None)))
         require_finite(block, checkpoint, name, None, parameter)  # widening keeps every value
         bits = block.view(np.uint16)
-        _widen_bf16(
+        widen_bf16(
             bits.T if transposed else bits, out[:, start:stop] if transposed else out[start:stop]
         )
     return out.view(np.float32)
@@ -384,7 +378,7 @@ def _convert_into(stored: np.ndarray, out: np.ndarray) -> None:
     bfloat16 → float32 widens the bits (exact, and several times faster than numpy's cast).
     """
     if stored.dtype == ml_dtypes.bfloat16 and out.dtype == np.float32:
-        _widen_bf16(stored.view(np.uint16), out.view(np.uint32))
+        widen_bf16(stored.view(np.uint16), out.view(np.uint32))
     else:
         with np.errstate(over="ignore"):  # values beyond out's range: require_finite names them
             np.copyto(out, stored, casting="unsafe")

@@ -196,9 +196,7 @@ def quantize_matmul_nbits_columns(
     zero_points = np.zeros((n, (blocks * bits + 7) // 8), np.uint8)
     ranges = _column_ranges(k, n, chunk_elements)
     if search:
-        searched = functools.partial(
-            _searched_chunk, bits=bits, symmetric=symmetric, blocks=blocks, importance=importance
-        )
+        searched = _chunk_search(k, block_size, symmetric, bits, importance)
         parallel = k * n >= PARALLEL_ELEMENTS
         if parallel and request is not None and ahead is not None:
             lookahead, key = ahead
@@ -242,26 +240,35 @@ def plan_search(
     dtype: np.dtype,
     block_size: int,
     symmetric: bool,
-    **options: object,
+    *,
+    bits: int = 4,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    importance: np.ndarray | None = None,
 ) -> None:
     """Plan in `ahead`'s Lookahead the search that `quantize_matmul_nbits_columns` of a [K, N]
-    `shape` weight with these arguments (`search=True`; `options`: its `bits`,
-    `chunk_elements`, `importance`) will run in the workers; nothing for a weight searched
-    here."""
+    `shape` weight with these arguments (and `search=True`) will run in the workers; nothing
+    for a weight searched here."""
     k, n = shape
     if k * n < PARALLEL_ELEMENTS:
         return
     lookahead, key = ahead
-    bits = options.get("bits", 4)
-    searched = functools.partial(
+    searched = _chunk_search(k, block_size, symmetric, bits, importance)
+    ranges = _column_ranges(k, n, chunk_elements)
+    lookahead.plan(key, searched, _requests(request, ranges, _kernel_dtype(np.dtype(dtype))))
+
+
+def _chunk_search(
+    k: int, block_size: int, symmetric: bool, bits: int, importance: np.ndarray | None
+) -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The search of a chunk of a [K, N] weight's columns (`_searched_chunk`), picklable for
+    search_pool's workers."""
+    return functools.partial(
         _searched_chunk,
         bits=bits,
         symmetric=symmetric,
         blocks=k // block_size,
-        importance=options.get("importance"),
+        importance=importance,
     )
-    ranges = _column_ranges(k, n, options.get("chunk_elements", DEFAULT_CHUNK_ELEMENTS))  # type: ignore[arg-type]
-    lookahead.plan(key, searched, _requests(request, ranges, _kernel_dtype(np.dtype(dtype))))
 
 
 def _column_ranges(k: int, n: int, chunk_elements: int) -> list[tuple[int, int]]:

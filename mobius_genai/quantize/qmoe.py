@@ -32,6 +32,7 @@ is quantized once for all its arrays.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
@@ -71,14 +72,28 @@ class _ExpertQuantizer:
     """A factor per expert its scales are multiplied by (None: none)."""
     _pending: dict[tuple[int, str], np.ndarray] = dataclasses.field(default_factory=dict)
 
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The arrays written: zero points only for asymmetric codes."""
+        return tuple(part for part in _PARTS if not (part == "zero_points" and self.symmetric))
+
+    def dtype(self, part: str) -> ir.DataType:
+        """Array `part`'s dtype: the source's for the scales, else uint8."""
+        return self.source.dtype if part == "scales" else ir.DataType.UINT8
+
+    def arrays(self, initializer: Callable[[str], ir.Value]) -> list[ir.Value | None]:
+        """`initializer(part)` of each of _PARTS written, None for those not (symmetric
+        codes' zero points)."""
+        return [initializer(part) if part in self.parts else None for part in _PARTS]
+
     def part(self, expert: int, part: str) -> np.ndarray:
         """Array `part` (packed, scales or zero_points) of expert `expert`."""
         kept = self._pending.pop((expert, part), None)
         if kept is not None:
             return kept
         weight = self(expert)
-        for other in _PARTS:
-            if other != part and not (other == "zero_points" and self.symmetric):
+        for other in self.parts:
+            if other != part:
                 self._pending[(expert, other)] = getattr(weight, other)
         return getattr(weight, part)
 
@@ -98,9 +113,7 @@ class QuantizedExperts(ir.LazyTensor):
     """One of the QMoE arrays (`part`: packed, scales or zero_points) of a stacked expert
     tensor, computed one expert at a time."""
 
-    def __init__(
-        self, quantize: _ExpertQuantizer, part: str, dtype: ir.DataType, name: str
-    ) -> None:
+    def __init__(self, quantize: _ExpertQuantizer, part: str, name: str) -> None:
         experts, n, k = (int(d) for d in quantize.source.shape)
         blocks = k // quantize.block_size
         shape = {
@@ -108,6 +121,7 @@ class QuantizedExperts(ir.LazyTensor):
             "scales": (experts, n, blocks),
             "zero_points": (experts, n, -(-blocks * _BITS // 8)),
         }[part]
+        dtype = quantize.dtype(part)
         super().__init__(self._load, dtype=dtype, shape=ir.Shape(shape), name=name)
         self._quantize, self._part = quantize, part
 
@@ -265,18 +279,16 @@ class QMoEPass(ir.passes.InPlacePass):
             "scales": (n, blocks),
             "zero_points": (n, -(-blocks * _BITS // 8)),
         }
-        arrays = []
-        for expert in range(experts):
-            values: list[ir.Value | None] = []
-            for part in _PARTS:
-                if part == "zero_points" and self.symmetric:
-                    values.append(None)
-                    continue
-                name = f"{stacked}_e{expert}_{'Q4' if part == 'packed' else part}"
-                tensor = _ExpertPart(quantize, (expert, order), part, shapes[part], name)
-                values.append(_initializer(graph, tensor))
-            arrays.append(tuple(values))
-        return arrays
+
+        def initializer(expert: int, part: str) -> ir.Value:
+            name = _name(f"{stacked}_e{expert}", part)
+            tensor = _ExpertPart(quantize, (expert, order), part, shapes[part], name)
+            return _initializer(graph, tensor)
+
+        return [
+            tuple(quantize.arrays(functools.partial(initializer, expert)))
+            for expert in range(experts)
+        ]
 
     def _quantizer(
         self, weight: ir.Value, reader: str
@@ -296,16 +308,10 @@ class QMoEPass(ir.passes.InPlacePass):
     def _initializers(
         self, graph: ir.Graph, weight: ir.Value, reader: str
     ) -> list[ir.Value | None]:
-        stacked, source, quantize = self._quantizer(weight, reader)
-        values: list[ir.Value | None] = []
-        for part in _PARTS:
-            if part == "zero_points" and self.symmetric:
-                values.append(None)
-                continue
-            dtype = source.dtype if part == "scales" else ir.DataType.UINT8
-            name = f"{stacked}_Q4" if part == "packed" else f"{stacked}_{part}"
-            values.append(_initializer(graph, QuantizedExperts(quantize, part, dtype, name)))
-        return values
+        stacked, _, quantize = self._quantizer(weight, reader)
+        return quantize.arrays(
+            lambda part: _initializer(graph, QuantizedExperts(quantize, part, _name(stacked, part)))
+        )
 
 
 class _ExpertPart(ir.LazyTensor):
@@ -320,7 +326,7 @@ class _ExpertPart(ir.LazyTensor):
         shape: tuple,
         name: str,
     ) -> None:
-        dtype = quantize.source.dtype if part == "scales" else ir.DataType.UINT8
+        dtype = quantize.dtype(part)
         expert, order = rows
 
         def load() -> ir.TensorProtocol:
@@ -329,6 +335,11 @@ class _ExpertPart(ir.LazyTensor):
             return ir.Tensor(np.ascontiguousarray(array, dtype=dtype.numpy()), name=name)
 
         super().__init__(load, dtype=dtype, shape=ir.Shape(shape), name=name)
+
+
+def _name(base: str, part: str) -> str:
+    """The initializer name of array `part` of the experts named `base`."""
+    return f"{base}_Q4" if part == "packed" else f"{base}_{part}"
 
 
 def _initializer(graph: ir.Graph, tensor: ir.TensorProtocol) -> ir.Value:

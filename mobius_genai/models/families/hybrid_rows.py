@@ -13,7 +13,7 @@ from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
-from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
 from mobius_genai.models.families.float32 import KeptFloat32
 from mobius_genai.models.families.hybrid import (
@@ -31,6 +31,11 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_text_rope,
 )
 from mobius_genai.models.families.mamba2_hybrids import BAMBA, FALCON_H1, NEMOTRON_H
+from mobius_genai.models.families.moe_rows import (
+    GRANITE_EXPERTS,
+    GRANITE_SHARED_MLP_FUSED,
+    GRANITE_SHARED_MLP_RENAMES,
+)
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
@@ -247,19 +252,9 @@ HYBRID_FAMILIES = (
             "moe": granite_hybrid_moe,
             "mamba2": mamba2_reader(GRANITE_KEYS),
         },
-        weight_renames=(
-            (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
-            (r"\.mlp\.experts$", ".block_sparse_moe"),
-            (r"\.mlp\.(shared_expert\.)?down_proj\.", ".shared_mlp.output_linear."),
-        ),
-        fused_weights=(
-            FusedWeight(
-                r"\.mlp\.(shared_expert\.)?(?P<part>gate|up)_proj\.weight$",
-                ".shared_mlp.input_linear.weight",
-                ("gate", "up"),
-            ),
-        ),
-        experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
+        weight_renames=GRANITE_SHARED_MLP_RENAMES,
+        fused_weights=GRANITE_SHARED_MLP_FUSED,
+        experts=GRANITE_EXPERTS,
     ),
     # Nemotron-H (one block per layer: Mamba2, attention without rotary, or a relu2 MLP) and
     # Falcon-H1 (attention and Mamba2 side by side in every layer, µP multipliers):

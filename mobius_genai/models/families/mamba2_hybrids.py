@@ -37,6 +37,7 @@ from mobius_genai.config.mamba2 import (
     GRANITE_KEYS,
     NEMOTRON_H_KEYS,
     Mamba2Config,
+    mamba2_reader,
     read_mamba2,
 )
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
@@ -153,7 +154,7 @@ NEMOTRON_H = FamilyAdapter(
         "norm_eps": lambda raw: fields.number(
             raw.get("layer_norm_epsilon"), "layer_norm_epsilon", 1e-5, positive=True
         ),
-        "mamba2": lambda raw: read_mamba2(raw, NEMOTRON_H_KEYS),
+        "mamba2": mamba2_reader(NEMOTRON_H_KEYS),
         "moe": nemotron_h_moe,
     },
     weight_renames=(
@@ -272,7 +273,7 @@ BAMBA = FamilyAdapter(
     config_overrides={
         "layer_types": _bamba_layer_types,
         "rope": _bamba_rope,
-        "mamba2": lambda raw: read_mamba2(raw, GRANITE_KEYS),
+        "mamba2": mamba2_reader(GRANITE_KEYS),
     },
     weight_renames=FALCON_H1.weight_renames,
 )

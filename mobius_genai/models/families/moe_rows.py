@@ -26,6 +26,27 @@ _QWEN_MOE = MoeKeys(
     dense_layers="mlp_only_layers",
 )
 
+#: granitemoe's router and experts, under block_sparse_moe (input_linear [gate | up] and
+#: output_linear stacked over the experts)
+_GRANITE_MOE_RENAMES = (
+    (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
+    (r"\.mlp\.experts$", ".block_sparse_moe"),
+)
+GRANITE_EXPERTS = ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight")
+#: granitemoeshared's shared MLP beside the experts, and granitemoehybrid's (or its dense MLP,
+#: in the layouts without experts): shared_mlp, input_linear [gate | up] and output_linear
+GRANITE_SHARED_MLP_RENAMES = (
+    *_GRANITE_MOE_RENAMES,
+    (r"\.mlp\.(shared_expert\.)?down_proj\.", ".shared_mlp.output_linear."),
+)
+GRANITE_SHARED_MLP_FUSED = (
+    FusedWeight(
+        r"\.mlp\.(shared_expert\.)?(?P<part>gate|up)_proj\.weight$",
+        ".shared_mlp.input_linear.weight",
+        ("gate", "up"),
+    ),
+)
+
 MOE_FAMILIES = (
     FamilyAdapter(
         model_type="mixtral",
@@ -80,11 +101,8 @@ MOE_FAMILIES = (
             # a softmax over the top-k logits: the top-k softmax probabilities renormalized
             "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True)),
         },
-        weight_renames=(
-            (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
-            (r"\.mlp\.experts$", ".block_sparse_moe"),
-        ),
-        experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
+        weight_renames=_GRANITE_MOE_RENAMES,
+        experts=GRANITE_EXPERTS,
     ),
     FamilyAdapter(
         model_type="phimoe",
@@ -119,19 +137,9 @@ MOE_FAMILIES = (
                 )
             ),
         },
-        weight_renames=(
-            (r"\.mlp\.gate\.", ".block_sparse_moe.router.layer."),
-            (r"\.mlp\.experts$", ".block_sparse_moe"),
-            (r"\.mlp\.shared_expert\.down_proj\.", ".shared_mlp.output_linear."),
-        ),
-        fused_weights=(
-            FusedWeight(
-                r"\.mlp\.shared_expert\.(?P<part>gate|up)_proj\.weight$",
-                ".shared_mlp.input_linear.weight",
-                ("gate", "up"),
-            ),
-        ),
-        experts=ExpertLayout(gate="input_linear.weight", up=None, down="output_linear.weight"),
+        weight_renames=GRANITE_SHARED_MLP_RENAMES,
+        fused_weights=GRANITE_SHARED_MLP_FUSED,
+        experts=GRANITE_EXPERTS,
     ),
     # hunyuan_v1_dense's attention (q/k norms after the rotary, NTK-alpha rope) with MoE blocks
     # in every layer: a float32 router `wg` (hunyuan_moe.py) beside a shared MLP
