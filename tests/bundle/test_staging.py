@@ -106,7 +106,7 @@ def test_a_signal_between_the_renames_waits_until_the_new_bundle_is_in_place(
         real_replace(*args, **kwargs)
         calls.append(args)
         if len(calls) == 1:
-            os.kill(os.getpid(), number)
+            signal.raise_signal(number)  # this thread: handled before the next line, not whenever
 
     out = _old_bundle(tmp_path / "out")
     expected = KeyboardInterrupt if number == signal.SIGINT else SystemExit
@@ -133,7 +133,7 @@ def test_the_cli_says_the_new_bundle_is_in_place_when_interrupted_after_the_swap
         monkeypatch.setattr(staged_module.shutil, "rmtree", real_rmtree)
         if how == "ctrl-c":
             raise KeyboardInterrupt
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
 
     real_swap = staged_module._staging.swap
 

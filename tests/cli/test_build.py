@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -161,7 +160,7 @@ def test_build_force_never_replaces_the_checkpoint_or_the_current_folder(
 def test_sigterm_unwinds_and_leaves_nothing(tmp_path, monkeypatch, capsys):
     def terminated_while_saving(self, directory, progress=True):
         (Path(directory) / "model.onnx").write_text("half")
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)
 
     monkeypatch.setattr(ModelPackage, "save", terminated_while_saving)
     previous = signal.getsignal(signal.SIGTERM)
