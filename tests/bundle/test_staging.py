@@ -100,6 +100,9 @@ def test_a_signal_between_the_renames_waits_until_the_new_bundle_is_in_place(
         raise SystemExit(128 + signum)
 
     previous = signal.signal(signal.SIGTERM, terminate)
+    # Python's Ctrl-C handler, as a terminal gives it: a job started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and Python then keeps it ignored
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     real_replace, calls = os.replace, []
 
     def signalled(*args, **kwargs):
@@ -116,6 +119,7 @@ def test_a_signal_between_the_renames_waits_until_the_new_bundle_is_in_place(
             monkeypatch.setattr(staged_module.os, "replace", signalled)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     assert len(calls) == 2  # the second rename ran although the signal came after the first
     assert _leftovers(out) == ["new.txt"]
     assert _notes(caught.value) == f"output {out}: the new bundle is complete and in place"
