@@ -151,8 +151,14 @@ class BundleMedia:
                 clip.seconds(PROMPT_CLIP_SECONDS)
                 media["audios"] = clip.audios()
             return processor_inputs(model, text, where, **media)
-        except (OptionError, BundleError) as error:
+        except OptionError as error:
             raise RequestError(str(error), param=where) from None
+        except BundleError as error:  # og's processor refused the images
+            raise RequestError(
+                f"{error}; accepted: PNG or JPEG images that onnxruntime-genai's processor "
+                "takes together in one prompt",
+                param=where,
+            ) from None
 
 
 def _check_image(image: InputImage, media: BundleMedia) -> None:

@@ -139,7 +139,7 @@ def test_audio_and_text_requests_at_once_get_their_replies_alone(audio_server):
             {"type": "input_audio", "input_audio": {"data": "%%%", "format": "wav"}},
             "input_audio.data is not base64",
         ),
-        ({"type": "image_url", "image_url": {"url": "data:,"}}, "is not served (nor are images)"),
+        ({"type": "image_url", "image_url": {"url": "data:,"}}, "a data: URL of no media type"),
     ],
     ids=["format", "not audio", "not base64", "image"],
 )
