@@ -51,8 +51,8 @@ def image_url(where: str, value: Any) -> InputImage:
     (or refuse); any other scheme refused."""
     if not isinstance(value, dict) or not isinstance(value.get("url"), str):
         raise RequestError(
-            f"{where}.image_url must be an object with url (a data: URL, or http(s) where the "
-            "server fetches images)",
+            f"{where}.image_url must be an object with url; accepted: {{'url': "
+            "'data:image/png;base64,...'}, or an http(s) URL where the server fetches images",
             param=f"{where}.image_url",
         )
     detail = value.get("detail", "auto")

@@ -1,0 +1,94 @@
+"""image_url parts of request bodies, checked before anything runs, and image URLs fetched
+within their time limit."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import time
+
+import pytest
+
+from mobius_genai.serve.image_urls import ImageUrls, fetch_image, fetched
+from mobius_genai.serve.protocol import InputImage, RequestError, chat_request
+
+
+def _data_part(data: bytes, media_type: str = "image/png") -> dict[str, object]:
+    url = f"data:{media_type};base64,{base64.b64encode(data).decode()}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_image_url_parts_are_images_in_their_place():
+    content = [
+        {"type": "text", "text": "A "},
+        _data_part(b"\x89PNG..."),
+        {"type": "image_url", "image_url": {"url": "https://example.com/b.jpg", "detail": "low"}},
+    ]
+    generation = chat_request({"messages": [{"role": "user", "content": content}]})
+    first = InputImage(b"\x89PNG...", None, "messages[0].content[1]")
+    second = InputImage(None, "https://example.com/b.jpg", "messages[0].content[2]")
+    assert generation.messages[0]["content"] == ("A ", first, second)
+    assert generation.images == (first, second) and generation.clips == ()
+
+
+@pytest.mark.parametrize(
+    ("part", "param", "said"),
+    [
+        (
+            {"type": "image_url", "image_url": "data:image/png;base64,AAAA"},
+            "messages[0].content[0].image_url",
+            "must be an object with url",
+        ),
+        (
+            _data_part(b"x", "image/gif"),
+            "messages[0].content[0].image_url.url",
+            "image/gif is not an image type onnxruntime-genai 0.18 decodes",
+        ),
+        (
+            {"type": "image_url", "image_url": {"url": "data:image/png,rawbytes"}},
+            "messages[0].content[0].image_url.url",
+            "a data: URL of image/png, not base64",
+        ),
+        (
+            _data_part(b""),
+            "messages[0].content[0].image_url.url",
+            "the image is empty",
+        ),
+        (
+            {"type": "image_url", "image_url": {"url": "ftp://host/a.png"}},
+            "messages[0].content[0].image_url.url",
+            "the scheme 'ftp:' is not served",
+        ),
+    ],
+)
+def test_bad_image_url_parts_are_named(part, param, said):
+    with pytest.raises(RequestError) as refused:
+        chat_request({"messages": [{"role": "user", "content": [part]}]})
+    assert refused.value.status == 400 and refused.value.param == param
+    assert said in refused.value.message and "accepted" in refused.value.message
+
+
+def test_an_image_url_is_fetched_only_when_allowed():
+    generation = chat_request(
+        {"messages": [{"role": "user", "content": [_data_part(b"png"), _url("http://x/a.png")]}]}
+    )
+    with pytest.raises(RequestError, match="does not fetch image URLs; accepted: the image as"):
+        asyncio.run(fetched(generation, ImageUrls(allowed=False)))
+    text_only = chat_request({"messages": [{"role": "user", "content": "Hi"}]})
+    assert asyncio.run(fetched(text_only, ImageUrls(allowed=False))) is text_only
+
+
+def _url(url: str) -> dict[str, object]:
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def test_a_host_that_never_answers_is_refused_within_the_time_limit():
+    with socket.socket() as listener:  # accepts connections (the backlog) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        image = InputImage(None, f"http://127.0.0.1:{listener.getsockname()[1]}/a.png", "m")
+        started = time.monotonic()
+        with pytest.raises(RequestError, match=r"m.image_url.url: the image cannot be fetched"):
+            fetch_image(image, ImageUrls(allowed=True, seconds=0.5))
+        assert time.monotonic() - started < 5
