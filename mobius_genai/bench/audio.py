@@ -8,11 +8,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import onnxruntime_genai as og
-
+from mobius_genai.bench.speed import time_processed
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
@@ -109,9 +107,9 @@ def _bench_prompt_clip(
     try:
         for _ in range(rounds + 1):
             with_clip.append(
-                _timed(bundle, lambda: audio_inputs(bundle.model, text, clip), new_tokens)
+                time_processed(bundle, lambda: audio_inputs(bundle.model, text, clip), new_tokens)
             )
-            without.append(_timed(bundle, lambda: processor(BENCH_PROMPT), 1))
+            without.append(time_processed(bundle, lambda: processor(BENCH_PROMPT), 1))
     except RuntimeError as error:
         raise bundle.failure("generate after the clip", error) from error
     timed = with_clip[1:]
@@ -123,26 +121,3 @@ def _bench_prompt_clip(
         prompt_tokens=timed[0][2],
         tokens=timed[0][3],
     )
-
-
-def _timed(
-    bundle: OpenBundle, inputs: Callable[[], og.NamedTensors], new_tokens: int
-) -> tuple[float, float, int, int]:
-    """(seconds to the first token, tokens/s after it, prompt tokens, tokens generated) of a
-    greedy generation from the processor's `inputs()`, which the first token's time includes."""
-    start = time.perf_counter()
-    prompt = inputs()
-    length = prompt["input_ids"].as_numpy().shape[-1]
-    params = og.GeneratorParams(bundle.model)
-    limit = min(length + new_tokens, bundle.context_length)
-    params.set_search_options(do_sample=False, max_length=limit)
-    generator = og.Generator(bundle.model, params)
-    generator.set_inputs(prompt)
-    generator.generate_next_token()
-    first = time.perf_counter()
-    tokens = 1
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens += 1
-    decoded = time.perf_counter() - first
-    return first - start, (tokens - 1) / decoded if tokens > 1 else 0.0, length, tokens

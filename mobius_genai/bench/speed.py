@@ -14,6 +14,7 @@ which other processes on the machine disturb much less.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +136,27 @@ def time_generation(
         "decode_cpu": batch_size * steps / (decoded[1] - first[1]),
         "ttft_s": first[0] - started[0],
     }
+
+
+def time_processed(
+    bundle: OpenBundle, inputs: Callable[[], og.NamedTensors], new_tokens: int
+) -> tuple[float, float, int, int]:
+    """(seconds to the first token, tokens/s after it, prompt tokens, tokens generated) of a
+    greedy generation from a multimodal processor's `inputs()` (an image's or a clip's, `bench
+    --image` and `--audio`), which the first token's time includes."""
+    start = time.perf_counter()
+    prompt = inputs()
+    length = prompt["input_ids"].as_numpy().shape[-1]
+    params = og.GeneratorParams(bundle.model)
+    limit = min(length + new_tokens, bundle.context_length)
+    params.set_search_options(do_sample=False, max_length=limit)
+    generator = og.Generator(bundle.model, params)
+    generator.set_inputs(prompt)
+    generator.generate_next_token()
+    first = time.perf_counter()
+    tokens = 1
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens += 1
+    decoded = time.perf_counter() - first
+    return first - start, (tokens - 1) / decoded if tokens > 1 else 0.0, length, tokens
