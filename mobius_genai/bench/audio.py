@@ -10,7 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
-from mobius_genai.bench.speed import time_processed
+from mobius_genai.bench.speed import FirstTokenBench, first_token_medians
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
@@ -46,18 +46,12 @@ class AudioBench:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipBench:
+class ClipBench(FirstTokenBench):
     audio_seconds: float | None  # None where the clip's headers do not say
-    ttft_ms: float  # median: the processor (decoding, features), the graphs, the first token
-    text_ttft_ms: float  # median first token of the same prompt without the clip
-    decode_tps: float  # median tokens/s after the first, with the clip
-    prompt_tokens: int  # the prompt with the clip's tokens
-    tokens: int
 
     @property
     def clip_cost(self) -> float:
-        """How many times the text prompt's first token the clip's first token takes."""
-        return self.ttft_ms / self.text_ttft_ms
+        return self.cost
 
 
 def generated_clip() -> Clip:
@@ -102,22 +96,10 @@ def _bench_prompt_clip(
     bundle: OpenBundle, clip: Clip, seconds: float | None, rounds: int, new_tokens: int
 ) -> ClipBench:
     text, _ = audio_prompt(bundle.folder, bundle.config, BENCH_PROMPT, clip)
-    processor = bundle.model.create_multimodal_processor()
-    with_clip, without = [], []
     try:
-        for _ in range(rounds + 1):
-            with_clip.append(
-                time_processed(bundle, lambda: audio_inputs(bundle.model, text, clip), new_tokens)
-            )
-            without.append(time_processed(bundle, lambda: processor(BENCH_PROMPT), 1))
+        medians = first_token_medians(
+            bundle, lambda: audio_inputs(bundle.model, text, clip), BENCH_PROMPT, rounds, new_tokens
+        )
     except RuntimeError as error:
         raise bundle.failure("generate after the clip", error) from error
-    timed = with_clip[1:]
-    return ClipBench(
-        audio_seconds=seconds,
-        ttft_ms=statistics.median(run[0] for run in timed) * 1e3,
-        text_ttft_ms=statistics.median(run[0] for run in without[1:]) * 1e3,
-        decode_tps=statistics.median(run[1] for run in timed),
-        prompt_tokens=timed[0][2],
-        tokens=timed[0][3],
-    )
+    return ClipBench(audio_seconds=seconds, **medians)

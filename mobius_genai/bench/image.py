@@ -6,12 +6,11 @@ FILE, a generated image at the processor's size (the smoke test's) is the image.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from pathlib import Path
 
 import onnxruntime_genai as og
 
-from mobius_genai.bench.speed import time_processed
+from mobius_genai.bench.speed import FirstTokenBench, first_token_medians
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
@@ -31,19 +30,13 @@ BENCH_PROMPT = SMOKE_IMAGE_TEXT
 
 
 @dataclasses.dataclass(frozen=True)
-class ImageBench:
+class ImageBench(FirstTokenBench):
     width: int | None  # of the generated image; None for a file's
     height: int | None
-    ttft_ms: float  # median: the processor (decoding, resizing), the graphs, the first token
-    text_ttft_ms: float  # median first token of the same prompt without the image
-    decode_tps: float  # median tokens/s after the first, with the image
-    prompt_tokens: int  # the prompt with the image's tokens
-    tokens: int
 
     @property
     def image_cost(self) -> float:
-        """How many times the text prompt's first token the image's first token takes."""
-        return self.ttft_ms / self.text_ttft_ms
+        return self.cost
 
 
 def bench_image(
@@ -70,29 +63,12 @@ def bench_image(
         folder, command="bench", provider=provider_of(HOST_EP) if cpu else None, threads=threads
     )
     text = f"{placeholder} {BENCH_PROMPT}"
-    processor = bundle.model.create_multimodal_processor()
-    with_image, without = [], []
+
+    def inputs() -> og.NamedTensors:
+        return processor_inputs(bundle.model, text, "--image", images=og.Images.open_bytes(image))
+
     try:
-        for _ in range(rounds + 1):
-            with_image.append(
-                time_processed(
-                    bundle,
-                    lambda: processor_inputs(
-                        bundle.model, text, "--image", images=og.Images.open_bytes(image)
-                    ),
-                    new_tokens,
-                )
-            )
-            without.append(time_processed(bundle, lambda: processor(BENCH_PROMPT), 1))
+        medians = first_token_medians(bundle, inputs, BENCH_PROMPT, rounds, new_tokens)
     except RuntimeError as error:
         raise bundle.failure("generate after the image", error) from error
-    timed = with_image[1:]
-    return ImageBench(
-        width=size[0],
-        height=size[1],
-        ttft_ms=statistics.median(run[0] for run in timed) * 1e3,
-        text_ttft_ms=statistics.median(run[0] for run in without[1:]) * 1e3,
-        decode_tps=statistics.median(run[1] for run in timed),
-        prompt_tokens=timed[0][2],
-        tokens=timed[0][3],
-    )
+    return ImageBench(width=size[0], height=size[1], **medians)

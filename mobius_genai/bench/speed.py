@@ -13,6 +13,8 @@ which other processes on the machine disturb much less.
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -160,3 +162,53 @@ def time_processed(
         tokens += 1
     decoded = time.perf_counter() - first
     return first - start, (tokens - 1) / decoded if tokens > 1 else 0.0, length, tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstTokenBench:
+    """The first token after an image or a clip beside a prompt (`bench --image`, `--audio`),
+    against the same prompt without it: medians of the timed rounds."""
+
+    ttft_ms: float  # the processor (decoding the media), the graphs, the first token
+    text_ttft_ms: float  # the first token of the same prompt without the media
+    decode_tps: float  # tokens/s after the first, with the media
+    prompt_tokens: int  # the prompt with the media's tokens
+    tokens: int
+
+    @property
+    def cost(self) -> float:
+        """How many times the text prompt's first token the media's first token takes."""
+        return self.ttft_ms / self.text_ttft_ms
+
+    def line(self, shown: str, what: str, rounds: int) -> str:
+        """The result in words: `shown` names the media, `what` its kind ("image", "clip")."""
+        return (
+            f"{shown}: first token after the {what} in {self.ttft_ms:,.1f} ms "
+            f"({self.cost:.1f}x the {self.text_ttft_ms:,.1f} ms of the prompt without "
+            f"it; {self.prompt_tokens} prompt tokens), then {self.decode_tps:,.1f} tokens/s "
+            f"(median of {rounds})"
+        )
+
+
+def first_token_medians(
+    bundle: OpenBundle,
+    inputs: Callable[[], og.NamedTensors],
+    text: str,
+    rounds: int,
+    new_tokens: int,
+) -> dict[str, float | int]:
+    """FirstTokenBench's fields: `rounds` generations of `new_tokens` after the processor's
+    `inputs()` and as many first tokens after the prompt `text` alone, each after a warm-up."""
+    processor = bundle.model.create_multimodal_processor()
+    with_media, without = [], []
+    for _ in range(rounds + 1):
+        with_media.append(time_processed(bundle, inputs, new_tokens))
+        without.append(time_processed(bundle, lambda: processor(text), 1))
+    timed = with_media[1:]
+    return {
+        "ttft_ms": statistics.median(run[0] for run in timed) * 1e3,
+        "text_ttft_ms": statistics.median(run[0] for run in without[1:]) * 1e3,
+        "decode_tps": statistics.median(run[1] for run in timed),
+        "prompt_tokens": timed[0][2],
+        "tokens": timed[0][3],
+    }

@@ -106,22 +106,10 @@ def run(args: argparse.Namespace) -> int:
 def _audio(args: argparse.Namespace, cpu: bool) -> int:
     clip = Clip.read(args.audio) if args.audio else generated_clip()
     shown = args.audio or clip.name
-    result = bench_audio(
-        args.folder,
-        clip,
-        rounds=args.rounds,
-        cpu=cpu,
-        threads=args.threads,
-        new_tokens=args.new_tokens,
-    )
+    result = bench_audio(args.folder, clip, **_media_timing(args, cpu))
     if isinstance(result, ClipBench):
         ratio = {"clip_cost": result.clip_cost}
-        line = (
-            f"{shown}: first token after the clip in {result.ttft_ms:,.1f} ms "
-            f"({result.clip_cost:.1f}x the {result.text_ttft_ms:,.1f} ms of the prompt without "
-            f"it; {result.prompt_tokens} prompt tokens), then {result.decode_tps:,.1f} tokens/s "
-            f"(median of {args.rounds})"
-        )
+        line = result.line(shown, "clip", args.rounds)
     else:
         ratio = {"real_time_factor": result.real_time_factor}
         line = (
@@ -137,6 +125,16 @@ def _audio(args: argparse.Namespace, cpu: bool) -> int:
     return 0
 
 
+def _media_timing(args: argparse.Namespace, cpu: bool) -> dict[str, object]:
+    """What `--audio` and `--image` time with: rounds, provider, threads, tokens."""
+    return {
+        "rounds": args.rounds,
+        "cpu": cpu,
+        "threads": args.threads,
+        "new_tokens": args.new_tokens,
+    }
+
+
 def _image(args: argparse.Namespace, cpu: bool) -> int:
     image = None
     if args.image:
@@ -144,25 +142,13 @@ def _image(args: argparse.Namespace, cpu: bool) -> int:
         if not path.is_file():
             raise OptionError(f"--image {path}: not a file; accepted: a PNG or JPEG image file")
         image = path.read_bytes()
-    result = bench_image(
-        args.folder,
-        image,
-        rounds=args.rounds,
-        cpu=cpu,
-        threads=args.threads,
-        new_tokens=args.new_tokens,
-    )
+    result = bench_image(args.folder, image, **_media_timing(args, cpu))
     shown = args.image or f"a generated {result.width} x {result.height} image"
     if args.json:
         fields = {**dataclasses.asdict(result), "image_cost": result.image_cost}
         print(json.dumps({"bundle": args.folder, "image": shown, **fields}, indent=2))
         return 0
-    print(
-        f"{shown}: first token after the image in {result.ttft_ms:,.1f} ms "
-        f"({result.image_cost:.1f}x the {result.text_ttft_ms:,.1f} ms of the prompt without "
-        f"it; {result.prompt_tokens} prompt tokens), then {result.decode_tps:,.1f} tokens/s "
-        f"(median of {args.rounds})"
-    )
+    print(result.line(shown, "image", args.rounds))
     return 0
 
 
