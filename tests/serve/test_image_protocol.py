@@ -11,6 +11,7 @@ import time
 import pytest
 
 from mobius_genai.serve.image_urls import ImageUrls, fetch_image, fetched
+from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.protocol import InputImage, RequestError, chat_request
 
 
@@ -92,3 +93,42 @@ def test_a_host_that_never_answers_is_refused_within_the_time_limit():
         with pytest.raises(RequestError, match=r"m.image_url.url: the image cannot be fetched"):
             fetch_image(image, ImageUrls(allowed=True, seconds=0.5))
         assert time.monotonic() - started < 5
+
+
+def test_bundle_media_say_which_images_each_bundle_takes():
+    def media(model_type: str, **sections: object) -> BundleMedia:
+        return BundleMedia("bundle", {"model": {"type": model_type, **sections}})
+
+    qwen = media("qwen2_5_vl", vision={"filename": "vision.onnx"})
+    assert qwen.image_placeholder == "<|vision_start|><|image_pad|><|vision_end|>"
+    assert qwen.multimodal and qwen.parts() == "text and image_url parts"
+    gemma4 = media("gemma4", vision={}, speech={"filename": "speech.onnx"})
+    assert gemma4.parts() == "text, image_url and input_audio parts"
+    text = media("qwen2")
+    assert text.image_placeholder is None and not text.multimodal
+    assert media("gemma3").image_placeholder is None  # no vision graph: the text decoder alone
+    clip = chat_request(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "input_audio",
+                            "input_audio": {
+                                "data": base64.b64encode(b"RIFF").decode(),
+                                "format": "wav",
+                            },
+                        }
+                    ],
+                }
+            ]
+        }
+    )
+    with pytest.raises(
+        RequestError, match="takes text and images, no audio; accepted: text and image_url parts"
+    ):
+        qwen.check(clip, "/v1/chat/completions")
+    image = chat_request({"messages": [{"role": "user", "content": [_data_part(b"GIF89a")]}]})
+    with pytest.raises(RequestError, match=r"content\[0\]: not a PNG or JPEG image"):
+        qwen.check(image, "/v1/chat/completions")
