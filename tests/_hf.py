@@ -49,6 +49,7 @@ from transformers import (
     Exaone4Config,
     ExaoneConfig,
     ExaoneMoeConfig,
+    FalconConfig,
     FalconH1Config,
     FlexOlmoConfig,
     Gemma2Config,
@@ -61,6 +62,7 @@ from transformers import (
     Glm4MoeLiteConfig,
     GlmConfig,
     GPT2Config,
+    GPTBigCodeConfig,
     GPTJConfig,
     GPTNeoXConfig,
     GptOssConfig,
@@ -178,6 +180,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "exaone_moe": ExaoneMoeConfig,
     "solar_open": SolarOpenConfig,
     "flex_olmo": FlexOlmoConfig,
+    "gpt_bigcode": GPTBigCodeConfig,
+    "falcon": FalconConfig,
 }
 
 _ARCHITECTURES = {
@@ -248,6 +252,8 @@ _ARCHITECTURES = {
     "exaone_moe": "ExaoneMoeForCausalLM",
     "solar_open": "SolarOpenForCausalLM",
     "flex_olmo": "FlexOlmoForCausalLM",
+    "gpt_bigcode": "GPTBigCodeForCausalLM",
+    "falcon": "FalconForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -799,6 +805,24 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "attention_bias": True,
         "eos_token_id": 2,
+    },
+    # GPT-2's layer (learned positions, LayerNorms, biases everywhere, gelu FC MLP) with one
+    # key/value head (multi_query) in one fused c_attn
+    "gpt_bigcode": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "activation_function": "gelu_pytorch_tanh",
+    },
+    # Falcon-40B's layout: the new decoder architecture, 2 key/value groups in one fused
+    # query_key_value, parallel attention and MLP with a norm each (ln_attn, ln_mlp), biases
+    "falcon": {
+        "ffn_hidden_size": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "num_kv_heads": 2,
+        "new_decoder_architecture": True,
+        "bias": True,
     },
 }
 

@@ -24,6 +24,7 @@ from mobius_genai.models.families.family_keys import (
     READS_SLIDING_SWITCH,
     UNBIASED_ATTENTION,
 )
+from mobius_genai.models.families.fused_qkv_rows import FUSED_QKV_FAMILIES
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_hub import gemma_hub_row
 from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
@@ -320,6 +321,7 @@ _FAMILIES = (
         preprocess_weight=qkv_blocks_from_head_rows,
         preprocessed_weights=PACKED_QKV,
     ),
+    *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     FamilyAdapter(
         model_type="nemotron",
         family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,
