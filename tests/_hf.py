@@ -41,6 +41,7 @@ from transformers import (
     BambaConfig,
     Cohere2Config,
     CohereConfig,
+    CwmConfig,
     DeepseekV2Config,
     DeepseekV3Config,
     Dots1Config,
@@ -78,6 +79,7 @@ from transformers import (
     Lfm2MoeConfig,
     Llama4TextConfig,
     LlamaConfig,
+    MiniCPM3Config,
     MiniMaxM2Config,
     Ministral3Config,
     MinistralConfig,
@@ -182,6 +184,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "flex_olmo": FlexOlmoConfig,
     "gpt_bigcode": GPTBigCodeConfig,
     "falcon": FalconConfig,
+    "minicpm3": MiniCPM3Config,
+    "cwm": CwmConfig,
 }
 
 _ARCHITECTURES = {
@@ -254,6 +258,8 @@ _ARCHITECTURES = {
     "flex_olmo": "FlexOlmoForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
     "falcon": "FalconForCausalLM",
+    "minicpm3": "MiniCPM3ForCausalLM",
+    "cwm": "CwmForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -824,6 +830,24 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "new_decoder_architecture": True,
         "bias": True,
     },
+    # DeepSeek-V2's latent attention (low-rank q, a 32-channel latent, 16 unrotated and 8
+    # rotated q/k channels per head rotated by halves, 8 value channels, attention biases) in
+    # a dense decoder; MiniCPM's scales: embeddings x 3, blocks x 1.4 / sqrt(3), the final
+    # hidden states / (64 / 16)
+    "minicpm3": {
+        "num_key_value_heads": 4,  # MiniCPM3Config's 40 would leave no key head per group
+        "q_lora_rank": 32,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 8,
+        "attention_bias": True,
+        "scale_emb": 3,
+        "dim_model_base": 16,
+    },
+    # llama's layer: full, sliding, sliding (CwmConfig's every fourth from the first) over a
+    # window of 5; CwmConfig's llama3 rope (theta 1e6)
+    "cwm": {"head_dim": 16, "sliding_window": 5},
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside

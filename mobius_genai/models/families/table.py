@@ -70,6 +70,7 @@ from mobius_genai.models.families.scales import (
     softcap,
     sqrt_hidden,
 )
+from mobius_genai.models.families.windowed_rows import WINDOWED_FAMILIES
 
 _GEMMA_REFUSED = ("use_bidirectional_attention",)
 # What gemma2 changes over gemma; gemma3_text builds on it.
@@ -538,6 +539,7 @@ _FAMILIES = (
             (r"\.mlp\.fc2\.", ".mlp.down_proj."),
         ),
     ),
+    *WINDOWED_FAMILIES,  # cwm
     *MOE_FAMILIES,
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,
