@@ -16,11 +16,15 @@ from typing import Any
 from mobius_genai.config import fields
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.gpt2_names import GPT2_CONFIG_NAMES, GPT2_LAYOUT
+from mobius_genai.models.families.gpt2_names import (
+    GPT2_BLOCK,
+    GPT2_CONFIG_NAMES,
+    GPT2_DEFAULTS,
+    GPT2_LAYOUT,
+)
 from mobius_genai.models.families.heads import split_hidden
 from mobius_genai.models.families.preprocess import PACKED_QKV, qkv_blocks_from_head_rows
 from mobius_genai.models.families.readers import switch
-from mobius_genai.models.families.scales import gpt2_scale
 
 
 def _bigcode_kv_heads(raw: Mapping[str, Any]) -> int:
@@ -74,24 +78,8 @@ def _falcon_two_norms(raw: Mapping[str, Any]) -> bool:
 GPT_BIGCODE = FamilyAdapter(
     model_type="gpt_bigcode",
     config_aliases=GPT2_CONFIG_NAMES,
-    config_defaults={
-        "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
-        "tie_word_embeddings": True,
-        "hidden_act": "gelu_pytorch_tanh",
-        "layer_norm_epsilon": 1e-5,
-    },
-    config_overrides={
-        "head_dim": split_hidden,  # GPTBigCodeAttention never reads config.json's head_dim
-        "num_key_value_heads": _bigcode_kv_heads,
-        "norm_type": "layer",
-        "gated_mlp": False,
-        "qkv_bias": True,
-        "o_bias": True,
-        "mlp_bias": True,
-        "packed_qkv": True,
-        "position_embedding": "learned",
-        "attention_scale": gpt2_scale,
-    },
+    config_defaults={**GPT2_DEFAULTS, "hidden_act": "gelu_pytorch_tanh"},
+    config_overrides={**GPT2_BLOCK, "num_key_value_heads": _bigcode_kv_heads, "packed_qkv": True},
     refused_keys=("add_cross_attention",),
     weight_renames=(
         (r"\.self_attn\.qkv_proj\.", ".attn.c_attn."),
