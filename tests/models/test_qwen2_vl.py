@@ -127,3 +127,13 @@ def test_qwen2_5_vl_blocks_do_not_read_the_checkpoint(qwen2, monkeypatch, change
     monkeypatch.setattr(Qwen2VisionConfig, "from_dict", classmethod(mutant))
     with pytest.raises(WeightsError, match=named.replace(".", r"\.")):
         build(qwen2[1], "cpu", "fp32", progress=False)
+
+
+def test_the_smoke_test_twin_keeps_one_block_of_the_same_kind():
+    """Every block is of one kind (frame-wide), so the twin's tower is its first block, still
+    Qwen2-VL's (LayerNorms, fc1/fc2, no windows)."""
+    config = Qwen2VisionConfig()
+    assert config.layers_of_every_kind() == 1
+    cut = config.first_layers(1)
+    assert type(cut) is Qwen2VisionConfig
+    assert (cut.depth, cut.window_size, cut.norm_type, cut.gated_mlp) == (1, None, "layer", False)
