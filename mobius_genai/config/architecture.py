@@ -36,7 +36,16 @@ from mobius_genai.config.short_conv import ShortConvConfig
 from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.errors import ConfigError
 
-HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
+HIDDEN_ACTS = (
+    "silu",
+    "gelu",
+    "gelu_new",
+    "gelu_pytorch_tanh",
+    "gelu_fast",
+    "quick_gelu",
+    "relu",
+    "relu2",
+)
 #: Activations with learned parameters, which a decoder's ungated MLP carries (components/mlp.py).
 LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
