@@ -163,6 +163,7 @@ def test_temperature_samples(whisper_server, whisper_bundle):
     """temperature > 0 samples: other tokens than greedy, the same again from the same seed."""
     wav = tone_bytes(2.0)
     greedy, _ = _direct(whisper_bundle, wav, timestamps=True)
+
     def sample(seed: int):
         steps = transcript_steps(
             open_bundle(whisper_bundle, command="run"),
