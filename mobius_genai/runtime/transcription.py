@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 #: Log-mel frames per second (a 10 ms hop) and per time token (the encoder's stride of 2).
 FRAMES_PER_SECOND = 100
 FRAMES_PER_TOKEN = 2
-#: New tokens a window may take: openai/whisper's sample_len (half the decoder's 448).
-WINDOW_TOKENS = 224
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +59,9 @@ class TranscriptRequest:
     timestamps: bool = False
     temperature: float = 0.0
     prompt: str | None = None
-    window_tokens: int = WINDOW_TOKENS
-    """New tokens each window may take."""
+    window_tokens: int | None = None
+    """New tokens each window may take; None: up to the decoder's context (transformers'
+    max_length, 448), as `run --audio` takes them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,7 +296,7 @@ class _Decoder:
         self.bundle = bundle
         self.rules = rules
         self.temperature = request.temperature
-        self.new_tokens = request.window_tokens
+        self.new_tokens = request.window_tokens or bundle.config["model"]["context_length"]
         self.rng = rng or np.random.default_rng()
         self.ends = end_tokens(bundle.config)
         no_speech = [tokenizer.to_token_id(name) for name in ("<|nospeech|>", "<|nocaptions|>")]

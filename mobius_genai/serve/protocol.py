@@ -203,7 +203,8 @@ def transcription_request(
     granularities = values.get(_GRANULARITIES, ())
     if granularities and response_format != "verbose_json":
         raise RequestError(
-            f"{_GRANULARITIES} needs response_format verbose_json, got {response_format}",
+            f"{_GRANULARITIES} needs response_format verbose_json, got {response_format}; "
+            "accepted: response_format verbose_json with it",
             param=_GRANULARITIES,
         )
     return Transcription(
