@@ -299,8 +299,8 @@ class _Decoder:
         self.new_tokens = request.window_tokens or bundle.config["model"]["context_length"]
         self.rng = rng or np.random.default_rng()
         self.ends = end_tokens(bundle.config)
-        no_speech = [tokenizer.to_token_id(name) for name in ("<|nospeech|>", "<|nocaptions|>")]
-        self.no_speech = next((token for token in no_speech if token >= 0), None)
+        names = ("<|nospeech|>", "<|nocaptions|>")  # the second in older tokenizers
+        self.no_speech = next(filter(None, (_special(tokenizer, name) for name in names)), None)
 
     def decode(self, ids: list[int], mel: np.ndarray, sot: int) -> Generator[None, None, _Window]:
         context = self.bundle.config["model"]["context_length"]
@@ -335,6 +335,13 @@ class _Decoder:
         """A token drawn from softmax(logits / temperature), as openai/whisper samples."""
         weights = np.exp(_log_softmax(logprobs / self.temperature).astype(np.float64))
         return int(self.rng.choice(weights.size, p=weights / weights.sum()))
+
+
+def _special(tokenizer: og.Tokenizer, name: str) -> int | None:
+    """The id of special token `name`; None when the tokenizer has none (it then encodes the
+    name as text)."""
+    ids = tokenizer.encode(name)
+    return int(ids[0]) if len(ids) == 1 else None
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:
