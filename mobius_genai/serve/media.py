@@ -24,8 +24,8 @@ from mobius_genai.runtime.audio import (
     Clip,
     audio_inputs,
     has_audio,
+    language_codes,
     prompt_audio,
-    prompt_text,
 )
 from mobius_genai.runtime.placeholders import require_media
 from mobius_genai.serve.protocol import Generation, RequestError, Transcription
@@ -102,10 +102,13 @@ class BundleMedia:
                 "a .en checkpoint), which does not translate; accepted: a multilingual Whisper "
                 "bundle, or POST /v1/audio/transcriptions"
             )
-        try:
-            prompt_text(self.folder, self.config, transcription.language, transcription.task)
-        except OptionError as error:
-            raise RequestError(str(error), param="language") from None
+        codes = language_codes(self.folder) if vocab_size >= MULTILINGUAL_VOCAB else ["en"]
+        if transcription.language is not None and transcription.language not in codes:
+            raise RequestError(
+                f"language {transcription.language!r}: not a language of the model's "
+                f"tokenizer; accepted: {', '.join(codes)}",
+                param="language",
+            )
 
     def prompt_inputs(
         self, generation: Generation, text: str, model: og.Model

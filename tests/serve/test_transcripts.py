@@ -211,7 +211,7 @@ def test_what_cannot_be_served_is_one_clear_400(whisper_server, tmp_path):
         ),
         (
             lambda: transcripts.create(model="any", file=file, language="xx"),
-            "--language xx: not a language of this tokenizer; accepted: en, fr",
+            "language 'xx': not a language of the model's tokenizer; accepted: en, fr",
         ),
         (
             lambda: transcripts.create(model="any", file=file, temperature=1.5),
