@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from mobius_genai.runtime.transcription import TimedSegment, Transcript
+from mobius_genai.runtime.whisper_languages import LANGUAGE_NAMES
 
 #: Each format's media type.
 MEDIA_TYPES = {
@@ -43,7 +44,7 @@ def verbose_json(transcript: Transcript) -> dict[str, Any]:
         segment["tokens"] = list(segment["tokens"])
     return {
         "task": transcript.task,
-        "language": transcript.language,
+        "language": LANGUAGE_NAMES.get(transcript.language, transcript.language),
         "duration": transcript.duration,
         "text": transcript.text,
         "segments": segments,

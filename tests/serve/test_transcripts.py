@@ -90,7 +90,9 @@ def test_every_format_is_the_transcript_og_gives(whisper_server, whisper_bundle)
     assert verbose.model_dump(exclude_none=True) == verbose_json(expected)
     first = verbose.segments[0]
     assert first.temperature == 0.0 and first.avg_logprob < 0 and 0 <= first.no_speech_prob <= 1
-    assert verbose.task == "transcribe" and verbose.language == "en" and verbose.duration == 3.0
+    assert (
+        verbose.task == "transcribe" and verbose.language == "english" and verbose.duration == 3.0
+    )
 
     srt = transcripts.create(model="any", file=file, response_format="srt")
     cues = [_SRT_CUE.fullmatch(cue) for cue in srt.strip("\n").split("\n\n")]
