@@ -13,7 +13,7 @@ the bundle folder is the one the bundle holds.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 import onnx_ir as ir
 
@@ -87,9 +87,13 @@ def resolve_target(
     int4: Int4Options | None = None,
     context_length: int | None = None,
     graph_capture: bool | None = None,
-    stored: Collection[int] = (),
+    stored: Collection[int] | Callable[[], Collection[int]] = (),
 ) -> Target:
     """The target for the user's choices and the source's stored integers.
+
+    `stored` may be a function that reads them (`checkpoint.opening.stored_bits`): it is
+    called only after the choices that need no source are checked, so a wrong `--ep` or
+    `--dtype` is said before a hub download is tried.
 
     Without a precision: int4 when int4 options are given or the source stores 4-bit integers
     the EP keeps, int8 when the integers it keeps are all 8-bit (`STORED_PRECISIONS`), else the
@@ -100,9 +104,10 @@ def resolve_target(
     if graph_capture is not None:
         ep = _with_graph_capture(ep, graph_capture)
     chosen = None if dtype is None else require_model_dtype(ep, parse_dtype(dtype))
-    stored = frozenset(stored)
     asked = precision_name(precision)
     check_int4_precision(int4 is not None, asked)
+    context_length = check_context_length(context_length)
+    stored = frozenset(stored() if callable(stored) else stored)
     if asked is None and int4 is not None:
         asked = "int4"  # the int4 options say it
     if asked in QUANTIZED_PRECISIONS:
@@ -129,7 +134,7 @@ def resolve_target(
         model_dtype,
         resolved,
         int4,
-        check_context_length(context_length),
+        context_length,
         stored=stored,
         dequantize_stored=dequantize,
         int4_plan=plan,

@@ -22,7 +22,8 @@ from transformers import Gemma4Config, Gemma4ForConditionalGeneration
 from mobius_genai.checkpoint.reader import TRANSPOSED_FROM_CHECKPOINT
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.ep.context import build_context
-from mobius_genai.models.vision_language import VISION_LANGUAGE, EmbeddingModel
+from mobius_genai.models.vision_embedding import EmbeddingModel
+from mobius_genai.models.vision_language import VISION_LANGUAGE
 from mobius_genai.optimize import optimize_model
 from mobius_genai.runtime.smoke_image import png_bytes
 from mobius_genai.target import resolve_target

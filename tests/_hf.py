@@ -41,6 +41,7 @@ from transformers import (
     BambaConfig,
     Cohere2Config,
     CohereConfig,
+    CwmConfig,
     DeepseekV2Config,
     DeepseekV3Config,
     Dots1Config,
@@ -49,6 +50,7 @@ from transformers import (
     Exaone4Config,
     ExaoneConfig,
     ExaoneMoeConfig,
+    FalconConfig,
     FalconH1Config,
     FlexOlmoConfig,
     Gemma2Config,
@@ -61,6 +63,7 @@ from transformers import (
     Glm4MoeLiteConfig,
     GlmConfig,
     GPT2Config,
+    GPTBigCodeConfig,
     GPTJConfig,
     GPTNeoXConfig,
     GptOssConfig,
@@ -76,6 +79,7 @@ from transformers import (
     Lfm2MoeConfig,
     Llama4TextConfig,
     LlamaConfig,
+    MiniCPM3Config,
     MiniMaxM2Config,
     Ministral3Config,
     MinistralConfig,
@@ -178,6 +182,10 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "exaone_moe": ExaoneMoeConfig,
     "solar_open": SolarOpenConfig,
     "flex_olmo": FlexOlmoConfig,
+    "gpt_bigcode": GPTBigCodeConfig,
+    "falcon": FalconConfig,
+    "minicpm3": MiniCPM3Config,
+    "cwm": CwmConfig,
 }
 
 _ARCHITECTURES = {
@@ -248,6 +256,10 @@ _ARCHITECTURES = {
     "exaone_moe": "ExaoneMoeForCausalLM",
     "solar_open": "SolarOpenForCausalLM",
     "flex_olmo": "FlexOlmoForCausalLM",
+    "gpt_bigcode": "GPTBigCodeForCausalLM",
+    "falcon": "FalconForCausalLM",
+    "minicpm3": "MiniCPM3ForCausalLM",
+    "cwm": "CwmForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -800,6 +812,42 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "attention_bias": True,
         "eos_token_id": 2,
     },
+    # GPT-2's layer (learned positions, LayerNorms, biases everywhere, gelu FC MLP) with one
+    # key/value head (multi_query) in one fused c_attn
+    "gpt_bigcode": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "activation_function": "gelu_pytorch_tanh",
+    },
+    # Falcon-40B's layout: the new decoder architecture, 2 key/value groups in one fused
+    # query_key_value, parallel attention and MLP with a norm each (ln_attn, ln_mlp), biases
+    "falcon": {
+        "ffn_hidden_size": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "num_kv_heads": 2,
+        "new_decoder_architecture": True,
+        "bias": True,
+    },
+    # DeepSeek-V2's latent attention (low-rank q, a 32-channel latent, 16 unrotated and 8
+    # rotated q/k channels per head rotated by halves, 8 value channels, attention biases) in
+    # a dense decoder; MiniCPM's scales: embeddings x 3, blocks x 1.4 / sqrt(3), the final
+    # hidden states / (64 / 16)
+    "minicpm3": {
+        "num_key_value_heads": 4,  # MiniCPM3Config's 40 would leave no key head per group
+        "q_lora_rank": 32,
+        "kv_lora_rank": 32,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 8,
+        "attention_bias": True,
+        "scale_emb": 3,
+        "dim_model_base": 16,
+    },
+    # llama's layer: full, sliding, sliding (CwmConfig's every fourth from the first) over a
+    # window of 5; CwmConfig's llama3 rope (theta 1e6)
+    "cwm": {"head_dim": 16, "sliding_window": 5},
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside

@@ -1,5 +1,6 @@
-"""Tiny random Qwen2.5-VL checkpoints written by transformers (no download), and transformers'
-side of the comparisons: image features, merged embeddings, 3-D mrope positions, greedy tokens."""
+"""Tiny random Qwen2.5-VL (and Qwen2-VL) checkpoints written by transformers (no download), and
+transformers' side of the comparisons: image features, merged embeddings, 3-D mrope positions,
+greedy tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+from transformers import (
+    AutoTokenizer,
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+)
 
 from tests._hf import generated_tokens, randomize_weights
 from tests.conftest import TINY_QWEN2
@@ -49,12 +56,35 @@ VISION_TOWER = {
 # window_size 16 = 2 merged tokens of 2 x 2 patches of 4 pixels: a 40 x 56 image is a 5 x 7
 # grid of merged tokens in 3 x 4 windows, some of them partial; block 1 attends to everything.
 _VISION = {**VISION_TOWER, "window_size": 16, "fullatt_block_indexes": [1]}
+#: Qwen2-VL's names for the same sizes: the tower's width is embed_dim, the merger's output
+#: hidden_size, the MLP's width mlp_ratio times the tower's (quick_gelu, transformers' default).
+QWEN2_VISION = {
+    "depth": 3,
+    "embed_dim": 32,
+    "mlp_ratio": 2,
+    "num_heads": 2,
+    "hidden_size": TEXT_HIDDEN,
+    "patch_size": PATCH,
+    "spatial_merge_size": MERGE,
+    "temporal_patch_size": TEMPORAL,
+}
 
 
 def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForConditionalGeneration:
     """A seeded random Qwen2_5_VLForConditionalGeneration (float32, eval mode).
 
     `text` overrides text_config keys; `tokens` the top-level token ids."""
+    return _tiny(Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, _VISION, text, tokens)
+
+
+def tiny_qwen2_vl(text: dict | None = None, **tokens: Any) -> Qwen2VLForConditionalGeneration:
+    """A seeded random Qwen2VLForConditionalGeneration (float32, eval mode), arguments as
+    `tiny_qwen2_5_vl`'s. Seed 2: seed 0's greedy tokens after the tests' image prompt start with
+    the image token, which the embedding graph takes only with features."""
+    return _tiny(Qwen2VLConfig, Qwen2VLForConditionalGeneration, QWEN2_VISION, text, tokens, 2)
+
+
+def _tiny(config_class, model_class, vision: dict, text: dict | None, tokens: dict, seed: int = 0):
     ids = {
         "image_token_id": IMAGE_TOKEN,
         "video_token_id": VIDEO_TOKEN,
@@ -62,9 +92,9 @@ def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForCon
         "vision_end_token_id": VISION_END,
         **tokens,
     }
-    config = Qwen2_5_VLConfig(text_config={**_TEXT, **(text or {})}, vision_config=_VISION, **ids)
-    model = Qwen2_5_VLForConditionalGeneration(config).eval()
-    randomize_weights(model, 0)
+    config = config_class(text_config={**_TEXT, **(text or {})}, vision_config=vision, **ids)
+    model = model_class(config).eval()
+    randomize_weights(model, seed)
     return model
 
 

@@ -61,6 +61,7 @@ _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its config requires
 _BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
 _BIAS["granitemoeshared"] = _BIAS["glm4_moe_lite"] = _BIAS["solar_open"] = {"attention_bias": True}
+_BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bias
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),

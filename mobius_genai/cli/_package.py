@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import time
 
 from mobius_genai.bundle._staging import add_note
@@ -135,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             context_length=args.context_length,
             graph_capture=None if args.graph_capture is None else args.graph_capture == "on",
-            stored=stored_bits(args.model, args.revision),
+            stored=functools.partial(stored_bits, args.model, args.revision),
         )
         folder = package(
             args.model,

@@ -21,6 +21,8 @@ def activation(op, x: ir.Value, name: str) -> ir.Value:
         return op.Gelu(x, approximate="tanh")
     if name == "gelu":
         return op.Gelu(x)
+    if name == "quick_gelu":  # x · sigmoid(1.702 x) (CLIP's; Qwen2-VL's vision blocks)
+        return op.Mul(x, op.Sigmoid(op.Mul(x, op.CastLike(op.Constant(value_float=1.702), x))))
     if name == "relu":
         return op.Relu(x)
     if name == "relu2":  # squared ReLU (nemotron)

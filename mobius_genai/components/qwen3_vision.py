@@ -29,6 +29,7 @@ from mobius_genai.components.mlp import activation
 from mobius_genai.components.norms import LayerNorm
 from mobius_genai.components.qwen_vision import (
     AxialRotary,
+    FrameLayout,
     PackedSequences,
     PatchEmbedding,
     QwenVisionAttention,
@@ -47,31 +48,6 @@ def _int(op, value: int) -> ir.Value:
 
 def _float(op, value: float) -> ir.Value:
     return op.Constant(value_float=value)
-
-
-class FrameLayout:
-    """Each patch's frame, row and column for image_grid_thw [1, 3] = (t, h, w) patches, in
-    pixel_values' order: frames, then merged tokens row-major, then the m x m patches of each."""
-
-    def __init__(self, op, grid: ir.Value, merge: int) -> None:
-        t, h, w = (
-            op.Squeeze(op.Slice(grid, _ints(op, 0, i), _ints(op, 1, i + 1))) for i in range(3)
-        )
-        area = op.Mul(h, w)
-        patches = op.Range(_int(op, 0), op.Mul(t, area), _int(op, 1))
-        self.frame = op.Div(patches, area)
-        within = op.Mod(patches, area)
-        square = _int(op, merge * merge)
-        block = op.Div(within, square)
-        blocks_per_row = op.Div(w, _int(op, merge))
-        inside = op.Mod(within, square)
-        self.row = op.Add(
-            op.Mul(op.Div(block, blocks_per_row), _int(op, merge)), op.Div(inside, _int(op, merge))
-        )
-        self.col = op.Add(
-            op.Mul(op.Mod(block, blocks_per_row), _int(op, merge)), op.Mod(inside, _int(op, merge))
-        )
-        self.height, self.width = h, w
 
 
 class _PositionGrid(nn.Module):

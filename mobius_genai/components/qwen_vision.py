@@ -1,20 +1,23 @@
-"""Qwen2.5-VL's vision tower, for one image (or video clip) per call.
+"""Qwen2.5-VL's vision tower (and Qwen2-VL's, the same tower without windows), for one image
+(or video clip) per call.
 
     patches   pixel_values [P, C·T·p²] @ the Conv3d weight as a [hidden, C·T·p²] matrix
     windows   merged tokens (m x m patches, consecutive rows) sorted by window, row-major
               windows of `window_tokens`² tokens within each frame (transformers'
               get_vision_window_index); patches and their 2-D rotary follow that order
-    block     h = x + proj(attn(RMSNorm(x))), out = h + SwiGLU(RMSNorm(h)); attention within
-              a window, or within a frame for `fullatt_block_indexes`: each window (frame)
-              one sequence of com.microsoft::PackedMultiHeadAttention, a Tier-1 op whose
-              standard body InlinePass expands for an EP without the kernel; q and k rotated
-              by (row, column) of each patch
-    merger    RMSNorm, m² patches of a token concatenated, Linear → GELU → Linear, tokens put
+    block     h = x + proj(attn(norm(x))), out = h + mlp(norm(h)); attention within a window,
+              or within a frame for `fullatt_block_indexes`: each window (frame) one sequence
+              of com.microsoft::PackedMultiHeadAttention, a Tier-1 op whose standard body
+              InlinePass expands for an EP without the kernel; q and k rotated by (row,
+              column) of each patch. Qwen2.5-VL: RMSNorm and SwiGLU; Qwen2-VL: LayerNorm and
+              fc1 → act → fc2 (the config's `norm_type` and `gated_mlp`)
+    merger    norm, m² patches of a token concatenated, Linear → GELU → Linear, tokens put
               back in image order (the inverse of the window order)
 
 The window order only changes which rows are neighbours: it makes each window a contiguous
 run, the layout packed (variable-length) attention needs. The sequences are the runs of the
-sorted window ids, so they are right only for patches in that order.
+sorted window ids, so they are right only for patches in that order. A tower without windows
+(Qwen2-VL's) keeps the patches in pixel_values' order, each frame one sequence.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear, parameter
-from mobius_genai.components.mlp import GatedMLP
-from mobius_genai.components.norms import RMSNorm
+from mobius_genai.components.mlp import FCMLP, GatedMLP
+from mobius_genai.components.norms import make_norm
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
 from mobius_genai.config.qwen_vision import QwenVisionConfig
@@ -40,6 +43,31 @@ def _ints(op, *values: int) -> ir.Value:
 
 def _int(op, value: int) -> ir.Value:
     return op.Constant(value_int=value)
+
+
+class FrameLayout:
+    """Each patch's frame, row and column for image_grid_thw [1, 3] = (t, h, w) patches, in
+    pixel_values' order: frames, then merged tokens row-major, then the m x m patches of each."""
+
+    def __init__(self, op, grid: ir.Value, merge: int) -> None:
+        t, h, w = (
+            op.Squeeze(op.Slice(grid, _ints(op, 0, i), _ints(op, 1, i + 1))) for i in range(3)
+        )
+        area = op.Mul(h, w)
+        patches = op.Range(_int(op, 0), op.Mul(t, area), _int(op, 1))
+        self.frame = op.Div(patches, area)
+        within = op.Mod(patches, area)
+        square = _int(op, merge * merge)
+        block = op.Div(within, square)
+        blocks_per_row = op.Div(w, _int(op, merge))
+        inside = op.Mod(within, square)
+        self.row = op.Add(
+            op.Mul(op.Div(block, blocks_per_row), _int(op, merge)), op.Div(inside, _int(op, merge))
+        )
+        self.col = op.Add(
+            op.Mul(op.Mod(block, blocks_per_row), _int(op, merge)), op.Mod(inside, _int(op, merge))
+        )
+        self.height, self.width = h, w
 
 
 class WindowLayout:
@@ -178,10 +206,11 @@ class QwenVisionBlock(nn.Module):
     def __init__(self, config: QwenVisionConfig) -> None:
         super().__init__()
         hidden, eps = config.hidden_size, config.norm_eps
-        self.norm1 = RMSNorm(hidden, eps)
+        self.norm1 = make_norm(config.norm_type, hidden, eps)
         self.attn = QwenVisionAttention(config)
-        self.norm2 = RMSNorm(hidden, eps)
-        self.mlp = GatedMLP(hidden, config.intermediate_size, config.hidden_act, bias=True)
+        self.norm2 = make_norm(config.norm_type, hidden, eps)
+        mlp = GatedMLP if config.gated_mlp else FCMLP
+        self.mlp = mlp(hidden, config.intermediate_size, config.hidden_act, bias=True)
 
     def forward(self, op, x: ir.Value, rotary: AxialRotary, sequences: PackedSequences) -> ir.Value:
         x = op.Add(x, self.attn(op, self.norm1(op, x), rotary, sequences))
@@ -225,7 +254,7 @@ class PatchMerger(nn.Module):
     def __init__(self, config: QwenVisionConfig) -> None:
         super().__init__()
         self.merged = config.hidden_size * config.spatial_merge_size**2
-        self.ln_q = RMSNorm(config.hidden_size, config.norm_eps)
+        self.ln_q = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
         # Linear → GELU → Linear under transformers' nn.Sequential names (mlp.0, mlp.2)
         self.mlp = nn.ModuleList(
             [
@@ -254,13 +283,18 @@ class QwenVisionTower(nn.Module):
         self.merger = PatchMerger(config)
 
     def forward(self, op, pixel_values: ir.Value, grid: ir.Value) -> ir.Value:
-        layout = WindowLayout(op, grid, self.config)
-        patches = op.Gather(self.patch_embed(op, pixel_values), layout.patch_order, axis=0)
+        config = self.config
+        patches = self.patch_embed(op, pixel_values)
+        if config.window_size is None:
+            layout, windows = FrameLayout(op, grid, config.spatial_merge_size), None
+        else:
+            layout = WindowLayout(op, grid, config)
+            patches = op.Gather(patches, layout.patch_order, axis=0)
+            windows = PackedSequences(op, layout.window)
         x = op.Unsqueeze(patches, _ints(op, 0))
-        rotary = AxialRotary(op, layout, self.config)
-        windows, frames = PackedSequences(op, layout.window), PackedSequences(op, layout.frame)
+        rotary = AxialRotary(op, layout, config)
+        frames = PackedSequences(op, layout.frame)
         for index, block in enumerate(self.blocks):
-            sequences = frames if index in self.config.fullatt_block_indexes else windows
-            x = block(op, x, rotary, sequences)
+            x = block(op, x, rotary, frames if config.full_attention(index) else windows)
         merged = self.merger(op, op.Squeeze(x, _ints(op, 0)))
-        return op.Gather(merged, layout.inverse, axis=0)
+        return merged if windows is None else op.Gather(merged, layout.inverse, axis=0)

@@ -36,7 +36,16 @@ from mobius_genai.config.short_conv import ShortConvConfig
 from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.errors import ConfigError
 
-HIDDEN_ACTS = ("silu", "gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "relu2")
+HIDDEN_ACTS = (
+    "silu",
+    "gelu",
+    "gelu_new",
+    "gelu_pytorch_tanh",
+    "gelu_fast",
+    "quick_gelu",
+    "relu",
+    "relu2",
+)
 #: Activations with learned parameters, which a decoder's ungated MLP carries (components/mlp.py).
 LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
@@ -404,9 +413,11 @@ def _validate(config: ArchitectureConfig) -> None:
     _validate_multipliers(config)
     validate_moe(config.moe, config.hidden_act)
     validate_latent_attention(config.latent_attention, config.head_dim, config.num_key_value_heads)
+    latent = config.latent_attention  # its rope turns each head's rope slice
+    rope_head = config.head_dim if latent is None else latent.qk_rope_head_dim
     for rope in (config.rope, config.rope_local):
         if rope is not None:
-            validate_rope(rope, config.head_dim)
+            validate_rope(rope, rope_head)
 
 
 def _validate_sizes(config: ArchitectureConfig) -> None:

@@ -1,10 +1,12 @@
-"""Qwen2.5-VL's vision tower: its sizes and how its patches become image tokens.
+"""Qwen2.5-VL's and Qwen2-VL's vision towers: their sizes and how patches become image tokens.
 
 Images arrive as flattened patches (the processor cuts each frame pair into
 `temporal_patch_size` x `patch_size`² x channels values, merge-block order) with their grid
 (t, h, w) in patches; `spatial_merge_size`² neighbouring patches become one image token.
-Blocks attend within windows of `window_size` pixels, those in `fullatt_block_indexes` within
-the whole frame.
+Qwen2.5-VL's blocks attend within windows of `window_size` pixels, those in
+`fullatt_block_indexes` within the whole frame; Qwen2-VL's (`Qwen2VisionConfig`) all attend
+within the frame, with LayerNorms and an fc1 → act → fc2 MLP where Qwen2.5-VL has RMSNorms and
+SwiGLU.
 """
 
 from __future__ import annotations
@@ -55,25 +57,34 @@ class QwenVisionConfig(QwenTower):
     patch_size: int = 14
     spatial_merge_size: int = 2
     temporal_patch_size: int = 2
-    window_size: int = 112
+    # None: no windows, every block attends within its frame (Qwen2-VL)
+    window_size: int | None = 112
     out_hidden_size: int = 3584
     tokens_per_second: float = 4.0
     fullatt_block_indexes: tuple[int, ...] = (7, 15, 23, 31)
     hidden_act: str = "silu"
     rope_theta: float = 10000.0
-    norm_eps: float = 1e-6  # transformers fixes it for the blocks' and the merger's RMSNorms
+    norm_eps: float = 1e-6  # transformers fixes it for the blocks' and the merger's norms
+    # the blocks' and the merger's norms (components/norms.make_norm): Qwen2-VL's are "layer"
+    norm_type: str = "rms"
+    # SwiGLU (gate, up, down); False: fc1 → act → fc2 (Qwen2-VL's)
+    gated_mlp: bool = True
 
     @property
     def window_tokens(self) -> int:
         """Side of a window in merged tokens (transformers' vit_merger_window_size)."""
+        if self.window_size is None:
+            raise ValueError("a tower without windows has no window side")
         return self.window_size // self.spatial_merge_size // self.patch_size
+
+    def full_attention(self, index: int) -> bool:
+        """Whether block `index` attends within the whole frame (not within a window)."""
+        return self.window_size is None or index in self.fullatt_block_indexes
 
     def layers_of_every_kind(self) -> int:
         """The fewest first blocks with a windowed and a full-attention one, where the tower
         has both (`fullatt_block_indexes`)."""
-        return first_of_every_kind(
-            [index in self.fullatt_block_indexes for index in range(self.depth)]
-        )
+        return first_of_every_kind([self.full_attention(index) for index in range(self.depth)])
 
     def first_layers(self, count: int) -> QwenVisionConfig:
         """The same tower with only its first `count` blocks."""
@@ -107,6 +118,45 @@ class QwenVisionConfig(QwenTower):
         return config
 
 
+@dataclasses.dataclass(frozen=True)
+class Qwen2VisionConfig(QwenVisionConfig):
+    """transformers' Qwen2VLVisionConfig: Qwen2.5-VL's tower without windows, LayerNorms and an
+    fc1 → quick_gelu → fc2 MLP; config.json names the tower's width `embed_dim`, the merger's
+    output `hidden_size` and the MLP's width as `mlp_ratio` times the tower's."""
+
+    depth: int = 32
+    hidden_size: int = 1280
+    intermediate_size: int = 5120
+    num_heads: int = 16
+    out_hidden_size: int = 3584
+    window_size: int | None = None
+    fullatt_block_indexes: tuple[int, ...] = ()
+    hidden_act: str = "quick_gelu"
+    norm_type: str = "layer"
+    gated_mlp: bool = False
+    # og's video positions step by tokens_per_second for each temporal patch (a second each by
+    # default); Qwen2-VL's step by 1
+    tokens_per_second: float = 1.0
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Qwen2VisionConfig:
+        """Parse `vision_config` (transformers' defaults where absent)."""
+        defaults = cls()
+        read = tower_fields(raw, defaults, (), _QWEN2_KEYS)
+        ratio = fields.number(raw.get("mlp_ratio"), "vision_config.mlp_ratio", 4, positive=True)
+        read["intermediate_size"] = int(read["hidden_size"] * ratio)
+        config = cls(**read)
+        check_heads(config)
+        return config
+
+
+#: Qwen2VLVisionConfig's names of the tower's fields, where they differ.
+_QWEN2_KEYS = {
+    "hidden_size": "embed_dim",
+    "out_hidden_size": "hidden_size",
+    "intermediate_size": None,
+}
+
 #: The integer keys of a Qwen tower's vision_config that Qwen2.5-VL and Qwen3-VL share.
 _SHARED_SIZES = (
     "depth",
@@ -121,14 +171,23 @@ _SHARED_SIZES = (
 )
 
 
-def tower_fields(raw: Mapping[str, Any], defaults: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    """A Qwen tower's (Qwen2.5-VL's, Qwen3-VL's) sizes, `keys` besides, its hidden_act and its
-    2-D rope's theta from `vision_config`, the `defaults` config's values where absent."""
+def tower_fields(
+    raw: Mapping[str, Any],
+    defaults: Any,
+    keys: tuple[str, ...],
+    names: Mapping[str, str | None] | None = None,
+) -> dict[str, Any]:
+    """A Qwen tower's (Qwen2.5-VL's, Qwen3-VL's, Qwen2-VL's) sizes, `keys` besides, its
+    hidden_act and its 2-D rope's theta from `vision_config`, the `defaults` config's values
+    where absent; `names`: a field's key in `vision_config` where it differs (None: the
+    defaults' value, the caller derives it)."""
     where = "vision_config."
-    read = {
-        key: fields.integer(raw.get(key), where + key, getattr(defaults, key))
-        for key in _SHARED_SIZES + keys
-    }
+    names = names or {}
+    read = {}
+    for field in _SHARED_SIZES + keys:
+        key = names.get(field, field)
+        value = None if key is None else raw.get(key)
+        read[field] = fields.integer(value, where + str(key), getattr(defaults, field))
     act = activation(raw.get("hidden_act", defaults.hidden_act), where + "hidden_act")
     rope = fields.mapping(raw.get("rope_parameters"), where + "rope_parameters")
     theta = fields.number(

@@ -51,13 +51,14 @@ def no_vision_keys(vision: VisionConfig) -> dict[str, Any]:
 
 
 def qwen_vision_keys(vision: QwenVisionConfig) -> dict[str, Any]:
-    """The vision section's size keys og reads for Qwen2.5-VL."""
-    return {
+    """The vision section's size keys og reads for Qwen2.5-VL (and Qwen2-VL, without windows:
+    no window_size)."""
+    keys = {
         "spatial_merge_size": vision.spatial_merge_size,
         "patch_size": vision.patch_size,
         "tokens_per_second": float(vision.tokens_per_second),
-        "window_size": vision.window_size,
     }
+    return keys if vision.window_size is None else {**keys, "window_size": vision.window_size}
 
 
 def qwen3_vision_keys(vision: Qwen3VisionConfig) -> dict[str, Any]:

@@ -5,8 +5,9 @@ belongs to, onnxruntime-genai's model.type (its facts: `kinds/og_types.py`), tra
 defaults hub configs leave out, how the vision keys are read, the vision graph's module, where
 the checkpoint keeps each graph's tensors, and the tower's image processor and vision-section
 keys (`image_processors`); `kinds/vision_language.py` builds and writes them. The decoder is
-the text family's CausalLMModel fed `inputs_embeds`; the vision graph is a SigLIP tower and
-Gemma 3's projector, or Qwen2.5-VL's windowed tower and merger.
+the text family's CausalLMModel fed `inputs_embeds` (the embedding graph:
+`vision_embedding.py`); the vision graph is a SigLIP tower and Gemma 3's projector, or
+Qwen2.5-VL's windowed tower and merger (Qwen2-VL's: the same tower without windows).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.checkpoint.grouped import GroupedWeight
 from mobius_genai.checkpoint.reader import TensorSource
 from mobius_genai.checkpoint.weights import no_preprocess
-from mobius_genai.components.deepstack import widen_embeddings
-from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.gemma4_audio import Gemma4AudioModel
 from mobius_genai.components.gemma4_vision import Gemma4VisionModel
 from mobius_genai.components.pixtral_vision import Mistral3VisionModel
@@ -38,6 +37,7 @@ from mobius_genai.components.vision import Gemma3Projector, SiglipVisionTower
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.gemma4_vision import parse_gemma4_vision_language
 from mobius_genai.config.qwen3_vision import Qwen3VisionConfig
+from mobius_genai.config.qwen_vision import Qwen2VisionConfig
 from mobius_genai.config.siglip2 import parse_lfm2_vision_language
 from mobius_genai.config.text_config import nested_text_keys
 from mobius_genai.config.vision import (
@@ -46,7 +46,6 @@ from mobius_genai.config.vision import (
     parse_qwen_vision_language,
     parse_vision_language,
 )
-from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.audio_processors import gemma4_log_mel
 from mobius_genai.models.families import FamilyAdapter, get_family
@@ -64,11 +63,7 @@ from mobius_genai.models.image_processors import (
     square_transforms,
 )
 from mobius_genai.tasks.vision_language import (
-    AUDIO_FEATURES,
-    AUDIO_TOKENS,
-    IMAGE_FEATURES,
     IMAGE_GRID_THW,
-    IMAGE_TOKENS,
     IMAGES,
     PATCHES,
     PIXEL_VALUES,
@@ -275,68 +270,6 @@ class Qwen3VisionModel(QwenVisionModel):
             (IMAGE_GRID_THW, ir.DataType.INT64, [1, 3]),
         ]
         self.visual = Qwen3VisionTower(vision)
-
-
-class _Tokens(nn.Module):
-    """Holds `embed_tokens` under the decoder's module name, so both share the weight name."""
-
-    def __init__(self, config: ArchitectureConfig) -> None:
-        super().__init__()
-        self.embed_tokens = Embedding(
-            config.vocab_size, config.hidden_size, config.embedding_multiplier
-        )
-
-    def forward(self, op, input_ids: ir.Value) -> ir.Value:
-        return self.embed_tokens(op, input_ids)
-
-
-class EmbeddingModel(nn.Module):
-    """inputs_embeds: the scaled token embeddings, with the k-th image token of the batch
-    (row-major) replaced by the k-th row of image_features (transformers' masked_scatter), and
-    where the model takes audio, the k-th audio token by the k-th row of audio_features.
-
-    Image and audio tokens are looked up as token 0 (their rows are replaced), so a token id
-    outside the vocabulary is harmless; a zero row in front of the features keeps the gather
-    valid when they are empty (decode steps, a prompt without audio). With DeepStack the rows
-    are `embedding_width` wide and text tokens get zeros beside their embedding
-    (components/deepstack.py).
-    """
-
-    def __init__(self, config: VisionLanguageConfig) -> None:
-        super().__init__()
-        self.text_hidden = config.text.hidden_size
-        self.deepstack_layers = config.deepstack_layers
-        self.hidden = config.embedding_width
-        self.model = _Tokens(config.text)
-        # (graph input, its token axis, the prompt token its rows replace)
-        self.feature_inputs = [(IMAGE_FEATURES, IMAGE_TOKENS)]
-        self.placeholders = [config.image_token_id]
-        if config.audio is not None:
-            self.feature_inputs.append((AUDIO_FEATURES, AUDIO_TOKENS))
-            self.placeholders.append(config.audio_token_id)
-
-    def forward(self, op, input_ids: ir.Value, *features: ir.Value) -> ir.Value:
-        marks = [op.Equal(input_ids, op.Constant(value_int=token)) for token in self.placeholders]
-        soft = marks[0] if len(marks) == 1 else op.Or(*marks)
-        text_ids = op.Where(soft, op.Constant(value_int=0), input_ids)
-        embeds = widen_embeddings(
-            op, self.model(op, text_ids), self.text_hidden, self.deepstack_layers
-        )
-        for mark, rows in zip(marks, features, strict=True):
-            embeds = self._place(op, input_ids, mark, rows, embeds)
-        return embeds
-
-    def _place(self, op, input_ids, mark: ir.Value, features: ir.Value, embeds: ir.Value):
-        """embeds with the k-th `mark`ed token's row replaced by the k-th row of `features`."""
-        flags = op.Cast(mark, to=ir.DataType.INT64)
-        order = op.CumSum(op.Reshape(flags, op.Constant(value_ints=[-1])), op.Constant(value_int=0))
-        rows = op.Reshape(
-            op.Mul(order, op.Reshape(flags, op.Constant(value_ints=[-1]))), op.Shape(input_ids)
-        )
-        zero = np.zeros([1, self.hidden], dtype=get_build_dtype().numpy())
-        padded = op.Concat(op.Constant(value=ir.tensor(zero)), features, axis=0)
-        placed = op.Gather(padded, rows, axis=0)
-        return op.Where(op.Unsqueeze(mark, op.Constant(value_ints=[-1])), placed, embeds)
 
 
 VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
@@ -588,6 +521,16 @@ VISION_LANGUAGE["qwen3_vl_moe"] = dataclasses.replace(
     experts_layout=ExpertLayout(
         gate="gate_up_proj", up=None, down="down_proj", in_out=True, either_way=True
     ),
+)
+
+#: Qwen2-VL (Qwen2-VL-2B/7B/72B-Instruct): Qwen2.5-VL's decoder, checkpoint names and og type
+#: (og 0.18 has no qwen2_vl type; its qwen2_5_vl processor and 3-D positions are Qwen2-VL's
+#: for images), and the tower without windows, with LayerNorms and an fc1 → quick_gelu → fc2
+#: MLP (config/qwen_vision.Qwen2VisionConfig).
+VISION_LANGUAGE["qwen2_vl"] = dataclasses.replace(
+    VISION_LANGUAGE["qwen2_5_vl"],
+    model_type="qwen2_vl",
+    parse_vision=functools.partial(parse_qwen_vision_language, tower=Qwen2VisionConfig),
 )
 
 

@@ -10,7 +10,8 @@ from mobius_genai.checkpoint.parameters import attach_weights, parameter_tensors
 from mobius_genai.checkpoint.reader import CheckpointReader
 from mobius_genai.config.vision import VisionLanguageConfig
 from mobius_genai.models.causal_lm import CausalLMModel
-from mobius_genai.models.vision_language import EmbeddingModel, VisionLanguageFamily
+from mobius_genai.models.vision_embedding import EmbeddingModel
+from mobius_genai.models.vision_language import VisionLanguageFamily
 from mobius_genai.tasks.causal_lm import CausalLMTask
 from mobius_genai.tasks.vision_language import EmbeddingTask, SpeechTask, VisionTask
 

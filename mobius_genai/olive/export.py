@@ -11,6 +11,7 @@ bundle is validated (and smoke-tested unless `smoke_test` is false) before the p
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -167,7 +168,7 @@ class MobiusExport(Pass):
             int4=int4_options(config),
             context_length=config.context_length,
             graph_capture=config.graph_capture if _plain(config.graph_capture, bool) else None,
-            stored=stored_bits(source, revision),
+            stored=functools.partial(stored_bits, source, revision),
         )
         # The folder name shows in the card's run instructions: <model>-<ep>-<precision>.
         out = Path(output_model_path) / default_output(source, target.ep, target.precision).name

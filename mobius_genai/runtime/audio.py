@@ -182,9 +182,14 @@ def prompt_text(
     if f"<|{language}|>" not in languages:
         raise OptionError(
             f"--language {language}: not a language of this tokenizer; accepted: "
-            + ", ".join(sorted(token[2:-2] for token in languages))
+            + ", ".join(language_codes(folder))
         )
     return whisper_prompt(vocab_size, language, task, timestamps)
+
+
+def language_codes(folder: str | Path) -> list[str]:
+    """The languages the bundle's tokenizer names ("en", "fr", ...), sorted."""
+    return sorted(token[2:-2] for token in _language_tokens(folder))
 
 
 def _language_tokens(folder: str | Path) -> set[str]:
@@ -242,7 +247,7 @@ def transcribe(
     text = prompt_text(bundle.folder, bundle.config, language, task, timestamps)
     inputs = audio_inputs(bundle.model, text, clip)
     tokenizer = og.Tokenizer(bundle.model)
-    rules = _timestamp_rules(bundle, tokenizer) if timestamps else None
+    rules = timestamp_rules(bundle.config, tokenizer) if timestamps else None
     try:
         tokens = _greedy(bundle, inputs, max_new_tokens, rules)
         if rules is not None:
@@ -260,17 +265,17 @@ def transcribe(
         raise bundle.failure("transcribe the audio", error) from error
 
 
-def _end_tokens(config: Mapping[str, Any]) -> set[int]:
+def end_tokens(config: Mapping[str, Any]) -> set[int]:
+    """genai_config's end-of-text ids."""
     eos = config["model"].get("eos_token_id", [])
     return set(eos if isinstance(eos, list) else [eos])
 
 
-def _timestamp_rules(bundle: OpenBundle, tokenizer: og.Tokenizer) -> TimestampRules:
-    """The rules over this bundle's ids: `<|notimestamps|>` from its tokenizer, end of text
-    from genai_config."""
+def timestamp_rules(config: Mapping[str, Any], tokenizer: og.Tokenizer) -> TimestampRules:
+    """The rules over a bundle's ids: `<|notimestamps|>` from its tokenizer, end of text from
+    its genai_config."""
     return TimestampRules(
-        no_timestamps=tokenizer.to_token_id("<|notimestamps|>"),
-        eos=min(_end_tokens(bundle.config)),
+        no_timestamps=tokenizer.to_token_id("<|notimestamps|>"), eos=min(end_tokens(config))
     )
 
 
@@ -285,7 +290,7 @@ def _greedy(
     params.set_search_options(max_length=length)
     generator = og.Generator(bundle.model, params)
     generator.set_inputs(inputs)
-    ends, generated = _end_tokens(bundle.config), []
+    ends, generated = end_tokens(bundle.config), []
     while not generator.is_done():
         if rules is not None:
             logits = rules.apply(generated, generator.get_logits())

@@ -24,7 +24,7 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mobius_genai.serve.engine_loop import EngineLoop, Failed, Finished, Job
@@ -41,6 +41,7 @@ from mobius_genai.serve.protocol import (
     transcription_request,
 )
 from mobius_genai.serve.responses import Reply, error_body, usage
+from mobius_genai.serve.transcripts import MEDIA_TYPES, transcript_body
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 _DONE = "data: [DONE]\n\n"
@@ -110,17 +111,10 @@ def create_app(service: Service) -> Starlette:
         return await _generate(request, service, completion_request, chat=False)
 
     async def transcriptions(request: Request) -> Response:
-        _authorize(request, service)
-        transcription = await _transcription(request, service.max_body_bytes)
-        _require_model(transcription.model, service)
-        service.media.check_transcription()
+        return await _transcribe(request, service, "transcribe")
 
-        def whole(text: str, calls: list[Any], event: Finished, record: _Record) -> Response:
-            if transcription.response_format == "text":
-                return PlainTextResponse(text)
-            return JSONResponse({"text": text})
-
-        return await _answer(request, service, transcription, whole)
+    async def translations(request: Request) -> Response:
+        return await _transcribe(request, service, "translate")
 
     routes = [
         Route("/health", health),
@@ -129,6 +123,7 @@ def create_app(service: Service) -> Starlette:
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
+        Route("/v1/audio/translations", translations, methods=["POST"]),
     ]
 
     async def refused(request: Request, error: Exception) -> Response:
@@ -161,6 +156,23 @@ async def _generate(
         return _stream(job, reply, record, generation.include_usage)
 
     return await _answer(request, service, generation, whole, stream if generation.stream else None)
+
+
+async def _transcribe(request: Request, service: Service, task: str) -> Response:
+    """A transcription (task transcribe) or translation form answered in its format."""
+    _authorize(request, service)
+    transcription = await _transcription(request, service.max_body_bytes, task)
+    _require_model(transcription.model, service)
+    service.media.check_transcription(transcription, request.url.path)
+
+    def whole(text: str, calls: list[Any], event: Finished, record: _Record) -> Response:
+        response_format = transcription.response_format
+        body = transcript_body(event.transcript, response_format)
+        if isinstance(body, dict):
+            return JSONResponse(body)
+        return Response(body, media_type=MEDIA_TYPES[response_format])
+
+    return await _answer(request, service, transcription, whole)
 
 
 _Whole = Callable[[str, list[Any], Finished, "_Record"], Response]
@@ -379,13 +391,15 @@ async def _body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _transcription(request: Request, limit: int) -> Transcription:
-    """The transcription a multipart/form-data body asks for (its `file` and text fields)."""
+async def _transcription(request: Request, limit: int, task: str) -> Transcription:
+    """The transcription a multipart/form-data body asks for (its `file` and text fields; a
+    field sent more than once, as `timestamp_granularities[]`, as the list of its values)."""
     kind = request.headers.get("content-type", "")
     if not kind.startswith("multipart/form-data"):
         raise RequestError(
             f"the request body is {kind or 'of no content type'}; accepted: multipart/form-data "
-            "with the audio file as `file` and the fields model, language, response_format"
+            "with the audio file as `file` and the fields model, language, response_format, "
+            "prompt, temperature"
         )
     body = await _body(request, limit)
 
@@ -406,9 +420,12 @@ async def _transcription(request: Request, limit: int) -> Transcription:
                 "part `file`, text for the other fields",
                 param=name,
             )
+        elif name in fields:
+            given = fields[name]
+            fields[name] = [*(given if isinstance(given, list) else [given]), value]
         else:
             fields[name] = value
-    return transcription_request(fields, audio)
+    return transcription_request(fields, audio, task)
 
 
 def _too_large(size: int, limit: int) -> RequestError:

@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,14 @@ import onnxruntime_genai as og
 
 from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.runtime.adapters import ActiveAdapter, load_adapter
-from mobius_genai.runtime.audio import Clip, transcribe
+from mobius_genai.runtime.audio import Clip
 from mobius_genai.runtime.opening import OpenBundle
+from mobius_genai.runtime.transcription import (
+    Steps,
+    Transcript,
+    TranscriptRequest,
+    transcript_steps,
+)
 from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.output import Delta, Output
 from mobius_genai.serve.prompt import PromptRules, prompt_ids, prompt_text, reply_budget
@@ -77,10 +83,12 @@ class Started:
 
 @dataclass(frozen=True)
 class Finished:
-    """The reply is complete: OpenAI's `reason` (None when cancelled) and its token count."""
+    """The reply is complete: OpenAI's `reason` (None when cancelled) and its token count; a
+    transcription's `transcript`."""
 
     reason: str | None
     completion_tokens: int
+    transcript: Transcript | None = None
 
 
 @dataclass(frozen=True)
@@ -136,11 +144,11 @@ class _OwnGenerator(_Lane):
 
 
 class _Transcript(_Lane):
-    """A transcription: `runtime.audio.transcribe`'s pieces, one per step."""
+    """A transcription: `runtime.transcription.transcript_steps`, a token per step."""
 
-    def __init__(self, job: Job, pieces: Iterator[str]) -> None:
+    def __init__(self, job: Job, steps: Steps) -> None:
         super().__init__(job, None, Output())
-        self.pieces = pieces
+        self.steps = steps
 
 
 class EngineLoop:
@@ -361,9 +369,15 @@ class EngineLoop:
         return turn
 
     def _transcript(self, job: Job, transcription: Transcription) -> _Transcript:
-        clip = Clip(transcription.audio, "file")
-        pieces = transcribe(self._bundle, clip, language=transcription.language)
-        lane = _Transcript(job, pieces)
+        request = TranscriptRequest(
+            language=transcription.language,
+            task=transcription.task,
+            timestamps=transcription.timestamps,
+            temperature=transcription.temperature,
+            prompt=transcription.prompt,
+        )
+        steps = transcript_steps(self._bundle, Clip(transcription.audio, "file"), request)
+        lane = _Transcript(job, steps)
         self._own.append(lane)
         job.post(Started(0))
         return lane
@@ -470,19 +484,22 @@ class EngineLoop:
 
     def _step_transcript(self, lane: _Transcript) -> None:
         try:
-            piece = next(lane.pieces, None)
+            next(lane.steps)
+        except StopIteration as done:  # the transcript is whole
+            if self._release(lane):
+                lane.job.post(Finished("stop", lane.tokens, done.value))
+            return
         except OptionError as error:  # the clip or the language: the request's to mend
             self._fail(lane, RequestError(str(error)))
             return
         except BundleError as error:
             self._fail(lane, RequestError(str(error), status=500, kind="server_error"))
             return
-        if piece is None:
-            self._finish(lane, "stop")
+        except RuntimeError as error:
+            message = f"onnxruntime-genai failed to transcribe the audio: {error}"
+            self._fail(lane, RequestError(message, status=500, kind="server_error"))
             return
         lane.tokens += 1
-        if piece:
-            lane.job.post(Delta(piece))
 
     def _token(self, lane: _Lane, token: int) -> None:
         if token in self._eos:

@@ -25,18 +25,19 @@ from typing import Any
 import onnxruntime_genai as og
 
 from mobius_genai.errors import BundleError, OptionError
-from mobius_genai.kinds.og_types import og_type
+from mobius_genai.kinds.og_types import MULTILINGUAL_VOCAB, og_type
 from mobius_genai.runtime.audio import (
     PROMPT_CLIP_SECONDS,
     Clip,
     audio_inputs,
     has_audio,
+    language_codes,
     prompt_audio,
 )
 from mobius_genai.runtime.generate import processor_inputs
 from mobius_genai.runtime.image_bytes import image_refusal
 from mobius_genai.runtime.placeholders import require_media
-from mobius_genai.serve.protocol import Generation, InputImage, RequestError
+from mobius_genai.serve.protocol import Generation, InputImage, RequestError, Transcription
 
 #: How a request gives an image and a clip, which a refusal names.
 SERVED_MEDIA = {"image": "image_url part", "clip": "input_audio part"}
@@ -118,13 +119,27 @@ class BundleMedia:
         for image in generation.images:
             _check_image(image, self)
 
-    def check_transcription(self) -> None:
-        """A RequestError unless the bundle transcribes."""
+    def check_transcription(self, transcription: Transcription, route: str) -> None:
+        """A RequestError unless the bundle transcribes, and translates for a translation, in
+        the language asked for (a token of its tokenizer)."""
         if not self.transcribes:
             also = "; a clip goes in a chat message's input_audio part" if self.placeholder else ""
             raise RequestError(
-                f"/v1/audio/transcriptions: {self.inputs()}{also}; accepted: a speech bundle "
-                "(Whisper) served",
+                f"{route}: {self.inputs()}{also}; accepted: a speech bundle (Whisper) served"
+            )
+        vocab_size = self.config["model"]["vocab_size"]
+        if transcription.task == "translate" and vocab_size < MULTILINGUAL_VOCAB:
+            raise RequestError(
+                f"{route}: the bundle is an English-only Whisper model (vocab_size {vocab_size}, "
+                "a .en checkpoint), which does not translate; accepted: a multilingual Whisper "
+                "bundle, or POST /v1/audio/transcriptions"
+            )
+        codes = language_codes(self.folder) if vocab_size >= MULTILINGUAL_VOCAB else ["en"]
+        if transcription.language is not None and transcription.language not in codes:
+            raise RequestError(
+                f"language {transcription.language!r}: not a language of the model's "
+                f"tokenizer; accepted: {', '.join(codes)}",
+                param="language",
             )
 
     def prompt_inputs(

@@ -20,6 +20,11 @@ from mobius_genai.serve.request_error import RequestError
 
 #: OpenAI's limit on stop sequences per request.
 MAX_STOP_STRINGS = 4
+#: A transcription's response formats (OpenAI's), and those with times.
+TRANSCRIPT_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+TIMED_FORMATS = ("srt", "vtt", "verbose_json")
+#: The form field the openai client sends timestamp granularities as (repeated per value).
+_GRANULARITIES = "timestamp_granularities[]"
 #: Roles a chat message may have; developer is OpenAI's newer name for system.
 _ROLES = {
     "system": "system",
@@ -95,13 +100,24 @@ class Generation:
 
 @dataclass(frozen=True)
 class Transcription:
-    """What a POST /v1/audio/transcriptions form asks for: its audio file's bytes, the spoken
-    language (None: the model's default) and the response's format (json or text)."""
+    """What a POST /v1/audio/transcriptions (or /translations: `task` translate) form asks
+    for: its audio file's bytes, the spoken language (None: the model's default, detected for
+    a translation), the response's format, a previous-text prompt, the sampling temperature
+    (0: greedy) and the timestamp granularities (segment only)."""
 
     audio: bytes
     model: str | None = None
     language: str | None = None
     response_format: str = "json"
+    task: str = "transcribe"
+    prompt: str | None = None
+    temperature: float = 0.0
+    timestamp_granularities: tuple[str, ...] = ()
+
+    @property
+    def timestamps(self) -> bool:
+        """Whether the format shows times (the model then decodes with timestamps)."""
+        return self.response_format in TIMED_FORMATS
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -147,20 +163,37 @@ def completion_request(body: Mapping[str, Any]) -> Generation:
     )
 
 
-def transcription_request(fields: Mapping[str, str], audio: bytes | None) -> Transcription:
-    """The Transcription of a form's text `fields` and its `file` (None: not sent)."""
-    values = _checked(fields, _TRANSCRIPTION_FIELDS, "transcription")
+def transcription_request(
+    fields: Mapping[str, Any], audio: bytes | None, task: str = "transcribe"
+) -> Transcription:
+    """The Transcription of a form's text `fields` and its `file` (None: not sent); `task`
+    translate reads a /v1/audio/translations form (no language, no granularities)."""
+    transcribe = task == "transcribe"
+    table = _TRANSCRIPTION_FIELDS if transcribe else _TRANSLATION_FIELDS
+    values = _checked(fields, table, "transcription" if transcribe else "translation")
     if not audio:
         raise RequestError(
             "file is required; accepted: the audio file (WAV, FLAC or MP3) as the "
             "multipart/form-data part `file`",
             param="file",
         )
+    response_format = values.get("response_format", "json")
+    granularities = values.get(_GRANULARITIES, ())
+    if granularities and response_format != "verbose_json":
+        raise RequestError(
+            f"{_GRANULARITIES} needs response_format verbose_json, got {response_format}; "
+            "accepted: response_format verbose_json with it",
+            param=_GRANULARITIES,
+        )
     return Transcription(
         audio,
         model=values.get("model"),
         language=values.get("language"),
-        response_format=values.get("response_format", "json"),
+        response_format=response_format,
+        task=task,
+        prompt=values.get("prompt"),
+        temperature=values.get("temperature", 0.0),
+        timestamp_granularities=granularities,
     )
 
 
@@ -258,19 +291,23 @@ def _choice(*accepted: str) -> Callable[[str, Any], str]:
     return check
 
 
-def _greedy(name: str, value: Any) -> str:
-    """A form's temperature: 0 only (transcripts are greedy)."""
+def _form_temperature(name: str, value: Any) -> float:
+    """A form's temperature, 0 to 1 as OpenAI takes it (0: greedy)."""
     try:
-        zero = float(value) == 0
+        number = float(value)
     except ValueError:
-        zero = False
-    if not zero:
-        raise RequestError(
-            f"{name} {value!r} is not supported by this server (it transcribes greedily); "
-            "accepted: 0 (or leave it out)",
-            param=name,
-        )
-    return value
+        number = math.nan
+    return _number(name, number if math.isfinite(number) else value, 0.0, 1.0)
+
+
+def _granularities(name: str, value: Any) -> tuple[str, ...]:
+    """timestamp_granularities[]: segment; word timestamps are not computed here."""
+    values = tuple(value) if isinstance(value, list) else (value,)
+    for one in values:
+        if one != "segment":
+            said = "word timestamps are not implemented" if one == "word" else "not accepted"
+            raise RequestError(f"{name} {json.dumps(one)}: {said}; accepted: segment", param=name)
+    return values
 
 
 def _ignored(name: str, value: Any) -> Any:
@@ -489,11 +526,15 @@ _COMPLETION_FIELDS: dict[str, Callable[[str, Any], Any]] = {
     "suffix": _only(None),
 }
 #: A transcription form's text fields (its `file` is read apart).
-_TRANSCRIPTION_FIELDS: dict[str, Callable[[str, Any], Any]] = {
+_TRANSLATION_FIELDS: dict[str, Callable[[str, Any], Any]] = {
     "model": _string,
+    "response_format": _choice(*TRANSCRIPT_FORMATS),
+    "temperature": _form_temperature,
+    "prompt": _string,
+}
+_TRANSCRIPTION_FIELDS: dict[str, Callable[[str, Any], Any]] = {
+    **_TRANSLATION_FIELDS,
     "language": _string,
-    "response_format": _choice("json", "text"),
-    "temperature": _greedy,
-    "prompt": _only(None),
+    _GRANULARITIES: _granularities,
     "stream": _choice("false"),
 }

@@ -241,3 +241,21 @@ def test_an_os_error_while_packaging_is_one_line(tmp_path, capsys, monkeypatch):
     assert err.startswith(f"mobius-genai: error: packaging {TINY_QWEN2} failed: [Errno 28]")
     assert err.count("\n") == 1 and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--ep", "foo"], "Unknown execution provider 'foo'"),
+        (["--dtype", "fp8"], "fp8"),
+    ],
+)
+def test_bad_options_are_said_before_the_source_is_read(option, said, capsys, monkeypatch):
+    """A hub id is resolved (and downloaded) only once the choices that need no source pass."""
+    read: list[str] = []
+    monkeypatch.setattr(
+        "mobius_genai.cli._package.stored_bits", lambda model, revision: read.append(model)
+    )
+    assert main(["package", "some-org/some-model", *option]) == 1
+    assert said in capsys.readouterr().err
+    assert read == []

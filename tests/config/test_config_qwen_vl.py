@@ -101,3 +101,50 @@ def test_bad_fields_are_named(change, message):
     }
     with pytest.raises(ConfigError, match=message):
         _parse(raw)
+
+
+#: Qwen2-VL-2B-Instruct's config.json (the hub's flat layout; `in_chans`, which transformers
+#: ignores, as the hub writes it), text sizes cut down.
+QWEN2_VL = {
+    "model_type": "qwen2_vl",
+    **TEXT,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1_000_000.0,
+    "tie_word_embeddings": True,
+    "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},
+    "vision_config": {
+        "depth": 32,
+        "embed_dim": 1280,
+        "mlp_ratio": 4,
+        "num_heads": 16,
+        "in_chans": 3,
+        "hidden_size": 64,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "spatial_patch_size": 14,
+        "temporal_patch_size": 2,
+    },
+}
+
+
+def test_qwen2_vl_tower_is_read_by_transformers_names():
+    """embed_dim is the tower's width, hidden_size the merger's output, mlp_ratio the MLP's
+    width over the tower's; LayerNorms, quick_gelu, no windows (Qwen2VLVisionConfig's)."""
+    from transformers import Qwen2VLConfig
+
+    expected = Qwen2VLConfig(**{k: v for k, v in QWEN2_VL.items() if k != "model_type"})
+    config = vision_language_family("qwen2_vl").parse_config(QWEN2_VL)
+    vision, theirs = config.vision, expected.vision_config
+    assert (vision.hidden_size, vision.out_hidden_size, vision.depth) == (
+        theirs.embed_dim,
+        theirs.hidden_size,
+        theirs.depth,
+    )
+    assert vision.intermediate_size == int(theirs.embed_dim * theirs.mlp_ratio) == 5120
+    assert (vision.num_heads, vision.patch_size, vision.hidden_act) == (16, 14, theirs.hidden_act)
+    assert vision.rope_theta == theirs.rope_parameters["rope_theta"]
+    assert (vision.norm_type, vision.gated_mlp, vision.window_size) == ("layer", False, None)
+    assert config.text.tie_word_embeddings is expected.tie_word_embeddings is True
+    assert config.text.rope.mrope_section == (2, 3, 3)
+    assert config.text.norm_eps == expected.text_config.rms_norm_eps

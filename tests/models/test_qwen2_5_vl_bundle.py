@@ -63,7 +63,12 @@ def test_genai_config_is_what_onnxruntime_genai_reads_for_qwen2_5_vl(checkpoint,
 def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
     checkpoint, bundle, tmp_path
 ):
-    model, _ = checkpoint
+    assert_og_greedy_tokens_equal_transformers(checkpoint[0], bundle, tmp_path)
+
+
+def assert_og_greedy_tokens_equal_transformers(model, bundle: Path, tmp_path: Path) -> None:
+    """og's multimodal processor on a 40 x 56 PNG gives transformers' patches and grid, and
+    og.Generator's greedy tokens after them equal transformers'."""
     pixels = np.random.default_rng(0).integers(0, 256, (40, 56, 3), dtype=np.uint8)
     image_path = tmp_path / "image.png"
     image_path.write_bytes(png_bytes(pixels))

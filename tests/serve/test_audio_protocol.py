@@ -78,18 +78,37 @@ def test_transcription_forms_are_checked_field_by_field():
     fields = {"model": "m", "language": "fr", "response_format": "text", "temperature": "0.0"}
     assert transcription_request(fields, b"RIFF") == Transcription(b"RIFF", "m", "fr", "text")
     assert transcription_request({}, b"RIFF").response_format == "json"
+    fields = {
+        "response_format": "verbose_json",
+        "temperature": "0.7",
+        "prompt": "earlier words",
+        "timestamp_granularities[]": ["segment"],
+    }
+    verbose = transcription_request(fields, b"RIFF")
+    assert (verbose.temperature, verbose.prompt, verbose.timestamps) == (0.7, "earlier words", True)
+    assert verbose.timestamp_granularities == ("segment",)
+    assert not transcription_request({"response_format": "text"}, b"RIFF").timestamps
+    translation = transcription_request({"response_format": "srt"}, b"RIFF", "translate")
+    assert translation.task == "translate" and translation.timestamps
     refusals = [
-        ({}, None, "file"),
-        ({"response_format": "verbose_json"}, b"RIFF", "response_format"),
-        ({"temperature": "0.7"}, b"RIFF", "temperature"),
-        ({"temperature": "warm"}, b"RIFF", "temperature"),
-        ({"prompt": "earlier words"}, b"RIFF", "prompt"),
-        ({"timestamp_granularities[]": "word"}, b"RIFF", "timestamp_granularities[]"),
+        ({}, None, "file", "transcribe"),
+        ({"response_format": "xml"}, b"RIFF", "response_format", "transcribe"),
+        ({"temperature": "1.5"}, b"RIFF", "temperature", "transcribe"),
+        ({"temperature": "warm"}, b"RIFF", "temperature", "transcribe"),
+        ({"timestamp_granularities[]": "word"}, b"RIFF", "timestamp_granularities[]", "transcribe"),
+        (
+            {"timestamp_granularities[]": "segment"},
+            b"RIFF",
+            "timestamp_granularities[]",
+            "transcribe",
+        ),
+        ({"language": "fr"}, b"RIFF", "language", "translate"),
     ]
-    for form, audio, param in refusals:
+    for form, audio, param, task in refusals:
         with pytest.raises(RequestError) as refused:
-            transcription_request(form, audio)
-        assert refused.value.param == param and "accepted" in refused.value.message
+            transcription_request(form, audio, task)
+        message = refused.value.message
+        assert refused.value.param == param and ("accepted" in message or "must be" in message)
 
 
 def _media(model_type: str, **sections: object) -> BundleMedia:
@@ -116,9 +135,18 @@ def test_bundle_media_say_what_each_bundle_takes():
         text.check(two, "/v1/chat/completions")
     with pytest.raises(RequestError, match="accepted: POST /v1/audio/transcriptions"):
         whisper.check(chat_request({"messages": [{"role": "user", "content": "Hi"}]}), "/chat")
+    route = "/v1/audio/transcriptions"
     with pytest.raises(RequestError, match="a clip goes in a chat message's input_audio part"):
-        gemma4.check_transcription()
-    whisper.check_transcription()
+        gemma4.check_transcription(Transcription(b"RIFF"), route)
+    english = _media("whisper", vocab_size=51_864)
+    english.check_transcription(Transcription(b"RIFF"), route)
+    with pytest.raises(RequestError, match="English-only Whisper model .* does not translate"):
+        english.check_transcription(Transcription(b"RIFF", task="translate"), "/translations")
+    with pytest.raises(
+        RequestError, match="language 'fr': not a language of the model's tokenizer; accepted: en"
+    ) as refused:
+        english.check_transcription(Transcription(b"RIFF", language="fr"), route)
+    assert refused.value.param == "language"
 
 
 def test_serve_without_python_multipart_names_the_extra(monkeypatch, tmp_path, capsys):

@@ -63,6 +63,9 @@ class FamilyAdapter:
     refused_keys: tuple[str, ...] = ()
     # (pattern, replacement) pairs applied in order to graph parameter names.
     weight_renames: tuple[tuple[str, str], ...] = ()
+    # Renames applied after weight_renames whose result is read where the checkpoint lacks the
+    # renamed tensor (Falcon's two parallel norms, ln_attn and ln_mlp, in the layouts that have them).
+    fallback_renames: tuple[tuple[str, str], ...] = ()
     fused_weights: tuple[FusedWeight, ...] = ()
     # Regex over checkpoint names of matrices stored [in, out] (GPT-2's Conv1D).
     in_out_weights: str | None = None
@@ -134,7 +137,7 @@ class FamilyAdapter:
         """The checkpoint tensor a graph parameter is read from.
 
         A plain name for a renamed tensor; a TensorSource when the parameter is a slice of a
-        fused tensor, is stored [in, out], or may lack `optional_prefix`.
+        fused tensor, is stored [in, out], may lack `optional_prefix` or has a fallback name.
         """
         parts: tuple[str, ...] = ()
         axis = 0
@@ -147,16 +150,21 @@ class FamilyAdapter:
                 name, axis = match.expand(fused.fused), fused.axis
                 name = graph_name[: match.start()] + name + graph_name[match.end() :]
                 break
-        name = self._rename(name)
+        name = _renamed(name, self.weight_renames)
         in_out = bool(self.in_out_weights and re.search(self.in_out_weights, name))
         names = (name,)
-        if self.optional_prefix and name.startswith(self.optional_prefix):
-            names += (name[len(self.optional_prefix) :],)
+        fallback = _renamed(name, self.fallback_renames)
+        if fallback != name:
+            names += (fallback,)
+        prefix = self.optional_prefix
+        if prefix:
+            names += tuple(n[len(prefix) :] for n in names if n.startswith(prefix))
         if not (parts or in_out or len(names) > 1):
             return name
         return TensorSource(names=names, in_out=in_out, parts=parts, axis=axis)
 
-    def _rename(self, name: str) -> str:
-        for pattern, replacement in self.weight_renames:
-            name = re.sub(pattern, replacement, name)
-        return name
+
+def _renamed(name: str, renames: tuple[tuple[str, str], ...]) -> str:
+    for pattern, replacement in renames:
+        name = re.sub(pattern, replacement, name)
+    return name

@@ -1,7 +1,7 @@
 """DeepSeek-V2 and V3: multi-head latent attention (config/latent_attention.py) and MoE layers
 with shared experts and group-limited routing (config/moe_routing.py) after dense first layers;
 GLM-4.7-Flash (glm4_moe_lite): V3's attention and routing, its MoE layers where
-`mlp_layer_types` says "sparse".
+`mlp_layer_types` says "sparse"; MiniCPM3 (minicpm3): the latent attention in a dense decoder.
 
 transformers writes `head_dim` as the rope slice (qk_rope_head_dim), hub configs leave it out;
 the graph's head_dim is the latent cache's head size either way, with one key/value head. Keys the config classes fill when
@@ -11,6 +11,7 @@ absent are the rows' defaults, as transformers' DeepseekV2Config / DeepseekV3Con
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_MLP_BIAS, READS_PARTIAL_ROTARY
 from mobius_genai.models.families.float32 import CORRECTED_ROUTER, ROUTER
-from mobius_genai.models.families.readers import switch, when_absent
+from mobius_genai.models.families.readers import positive_number, switch, when_absent
 
 # V2's topk_method → whether it limits the groups (transformers' DeepseekV2TopkRouter)
 _V2_TOPK_METHODS = {"greedy": False, "group_limited_greedy": True}
@@ -152,14 +153,40 @@ def v2_moe(raw: Mapping[str, Any]) -> MoeConfig:
     return _moe(raw, routing, False)
 
 
+_LATENT = {
+    "latent_attention": read_latent_attention,
+    "head_dim": _cache_head_dim,
+    "num_key_value_heads": 1,  # the latent cache: one head every query head reads
+    "attention_scale": _scale,
+}
+
+
 def _overrides(moe: Callable[[Mapping[str, Any]], MoeConfig]) -> dict[str, Any]:
-    return {
-        "latent_attention": read_latent_attention,
-        "head_dim": _cache_head_dim,
-        "num_key_value_heads": 1,  # the latent cache: one head every query head reads
-        "attention_scale": _scale,
-        "moe": moe,
-    }
+    return {**_LATENT, "moe": moe}
+
+
+def _minicpm3_depth(raw: Mapping[str, Any]) -> float:
+    """MiniCPM3Config: 1.4 when scale_depth is absent, sqrt(num_hidden_layers) when null (a
+    residual multiplier of 1)."""
+    layers = fields.require(raw, "num_hidden_layers")
+    return 1.4 if "scale_depth" not in raw else math.sqrt(layers)
+
+
+def _minicpm3_residual(raw: Mapping[str, Any]) -> float:
+    """Each block's output times scale_depth / sqrt(num_hidden_layers)."""
+    depth = fields.number(raw.get("scale_depth"), "scale_depth", positive=True)
+    return depth / math.sqrt(fields.require(raw, "num_hidden_layers"))
+
+
+def _minicpm3_logits(raw: Mapping[str, Any]) -> float:
+    """The final hidden states divided by hidden_size / dim_model_base before the head."""
+    base = fields.integer(raw.get("dim_model_base"), "dim_model_base")
+    return fields.require(raw, "hidden_size") / base
+
+
+def _default_to_hidden(key: str, absent: int) -> Callable[[Mapping[str, Any]], int]:
+    """MiniCPM3Config's `absent` when `key` is absent, hidden_size when null."""
+    return lambda raw: absent if key not in raw else fields.require(raw, "hidden_size")
 
 
 # MoEBlock's shared_expert is DeepSeek's shared_experts (one MLP of n_shared_experts * width)
@@ -241,5 +268,31 @@ DEEPSEEK_FAMILIES = (
         float32=CORRECTED_ROUTER,
         # the multi-token-prediction layer GLM-4.7-Flash ships after its 47 layers
         unused_weights=(r"^model\.layers\.47\.",),
+    ),
+    # MiniCPM3-4B: V2's latent attention (rotating its rope slice's halves, as llama does) in a
+    # dense decoder, with MiniCPM's embedding, residual and logit scales
+    FamilyAdapter(
+        model_type="minicpm3",
+        family_keys=READS_MLP_BIAS,
+        config_defaults={
+            **_latent_defaults(768),
+            "kv_lora_rank": 256,
+            "qk_nope_head_dim": 64,
+            "qk_rope_head_dim": 32,
+            "v_head_dim": lambda raw: (
+                fields.require(raw, "hidden_size") // fields.require(raw, "num_attention_heads")
+            ),
+            "rms_norm_eps": 1e-5,
+            "tie_word_embeddings": True,
+            "scale_emb": 12,
+            "scale_depth": _minicpm3_depth,
+            "dim_model_base": _default_to_hidden("dim_model_base", 256),
+        },
+        config_overrides={
+            **_LATENT,
+            "embedding_multiplier": positive_number("scale_emb"),
+            "residual_multiplier": _minicpm3_residual,
+            "logits_scaling": _minicpm3_logits,
+        },
     ),
 )

@@ -1,4 +1,9 @@
-"""GPT-2's names, shared by the families whose checkpoints keep them (gpt2, gptj, exaone)."""
+"""GPT-2's names, shared by the families whose checkpoints keep them (gpt2, gptj, exaone), and
+GPT-2's layer, shared by the families that keep it (gpt2, gpt_bigcode)."""
+
+from mobius_genai.config import fields
+from mobius_genai.models.families.heads import split_hidden
+from mobius_genai.models.families.scales import gpt2_scale
 
 # GPT-2's tensor layout (gpt2, gptj, exaone): the renames besides attention and MLP names.
 GPT2_LAYOUT = (
@@ -18,4 +23,21 @@ GPT2_CONFIG_NAMES = {
     "n_positions": "max_position_embeddings",
     "n_inner": "intermediate_size",
     "activation_function": "hidden_act",
+}
+# GPT2Config's defaults of the keys GPT-2's layer reads (gpt2, gpt_bigcode; each its activation).
+GPT2_DEFAULTS = {
+    "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
+    "tie_word_embeddings": True,
+    "layer_norm_epsilon": 1e-5,
+}
+# GPT-2's layer: LayerNorms, biases everywhere, an FC MLP, learned positions (gpt2, gpt_bigcode).
+GPT2_BLOCK = {
+    "norm_type": "layer",
+    "gated_mlp": False,
+    "qkv_bias": True,
+    "o_bias": True,
+    "mlp_bias": True,
+    "position_embedding": "learned",
+    "attention_scale": gpt2_scale,
+    "head_dim": split_hidden,  # GPT2Attention never reads config.json's head_dim
 }

@@ -22,6 +22,18 @@ def alternating_layer_types(pattern: int) -> Callable[[Mapping[str, Any]], list[
     return layer_types
 
 
+def leading_full_layer_types(pattern: int) -> Callable[[Mapping[str, Any]], list[str]]:
+    """Every `pattern`-th layer global from the first one on, the others sliding (cwm: 4)."""
+
+    def layer_types(raw: Mapping[str, Any]) -> list[str]:
+        return [
+            "sliding_attention" if i % pattern else "full_attention"
+            for i in range(fields.require(raw, "num_hidden_layers"))
+        ]
+
+    return layer_types
+
+
 def smollm3_no_rope_layers(raw: Mapping[str, Any]) -> tuple[int, ...]:
     """smollm3 lists a use-rope flag per layer; absent, every `interval`-th layer has none."""
     num_layers = fields.require(raw, "num_hidden_layers")

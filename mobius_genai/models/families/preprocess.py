@@ -29,13 +29,19 @@ PACKED_QKV = r"\.qkv_proj\.(weight|bias)$"
 def qkv_blocks_from_head_rows(
     name: str, array: np.ndarray, config: ArchitectureConfig
 ) -> np.ndarray:
-    """GPT-NeoX's query_key_value rows, [q_0, k_0, v_0, q_1, k_1, v_1, ...] with head_dim
-    rows per head and part, regrouped into the [q | k | v] blocks of the packed projection."""
+    """A fused query_key_value stored by key/value group, [q.. k v] for each group
+    (gpt_neox's [q_0, k_0, v_0, q_1, ...], one query head per group; Falcon's
+    num_kv_heads groups; one group for multi-query attention), head_dim rows per head, regrouped
+    into the [q | k | v] blocks of the packed projection."""
     if not re.search(PACKED_QKV, name):
         return array
-    heads, head_dim = config.num_attention_heads, config.head_dim
-    by_head = array.reshape(heads, 3, head_dim, *array.shape[1:])
-    return np.ascontiguousarray(by_head.swapaxes(0, 1)).reshape(array.shape)
+    groups, head_dim = config.num_key_value_heads, config.head_dim
+    per_group = config.num_attention_heads // groups
+    rest = array.shape[1:]
+    by_group = array.reshape(groups, per_group + 2, head_dim, *rest)
+    q = by_group[:, :per_group].reshape(-1, *rest)
+    k, v = (by_group[:, per_group + i].reshape(-1, *rest) for i in (0, 1))
+    return np.concatenate([q, k, v])
 
 
 def scaled_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> np.ndarray:

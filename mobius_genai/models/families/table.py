@@ -24,9 +24,16 @@ from mobius_genai.models.families.family_keys import (
     READS_SLIDING_SWITCH,
     UNBIASED_ATTENTION,
 )
+from mobius_genai.models.families.fused_qkv_rows import FUSED_QKV_FAMILIES
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_hub import gemma_hub_row
-from mobius_genai.models.families.gpt2_names import GPT2_BUFFERS, GPT2_CONFIG_NAMES, GPT2_LAYOUT
+from mobius_genai.models.families.gpt2_names import (
+    GPT2_BLOCK,
+    GPT2_BUFFERS,
+    GPT2_CONFIG_NAMES,
+    GPT2_DEFAULTS,
+    GPT2_LAYOUT,
+)
 from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, split_hidden
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
@@ -64,11 +71,11 @@ from mobius_genai.models.families.scales import (
     FINAL_SOFTCAP,
     GEMMA2_SOFTCAPS,
     GRANITE_MULTIPLIERS,
-    gpt2_scale,
     query_pre_attn_scale,
     softcap,
     sqrt_hidden,
 )
+from mobius_genai.models.families.windowed_rows import WINDOWED_FAMILIES
 
 _GEMMA_REFUSED = ("use_bidirectional_attention",)
 # What gemma2 changes over gemma; gemma3_text builds on it.
@@ -194,22 +201,8 @@ _FAMILIES = (
         model_type="gpt2",
         # the default "decoder": onnxruntime-genai's "gpt2" expects another I/O contract
         config_aliases=GPT2_CONFIG_NAMES,
-        config_defaults={
-            "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
-            "tie_word_embeddings": True,
-            "hidden_act": "gelu_new",
-            "layer_norm_epsilon": 1e-5,
-        },
-        config_overrides={
-            "norm_type": "layer",
-            "gated_mlp": False,
-            "qkv_bias": True,
-            "o_bias": True,
-            "mlp_bias": True,
-            "position_embedding": "learned",
-            "attention_scale": gpt2_scale,
-            "head_dim": split_hidden,  # GPT2Attention never reads config.json's head_dim
-        },
+        config_defaults={**GPT2_DEFAULTS, "hidden_act": "gelu_new"},
+        config_overrides=GPT2_BLOCK,
         refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
         fused_weights=(
             FusedWeight(
@@ -320,6 +313,7 @@ _FAMILIES = (
         preprocess_weight=qkv_blocks_from_head_rows,
         preprocessed_weights=PACKED_QKV,
     ),
+    *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     FamilyAdapter(
         model_type="nemotron",
         family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,
@@ -536,6 +530,7 @@ _FAMILIES = (
             (r"\.mlp\.fc2\.", ".mlp.down_proj."),
         ),
     ),
+    *WINDOWED_FAMILIES,  # cwm
     *MOE_FAMILIES,
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,

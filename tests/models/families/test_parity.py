@@ -363,6 +363,65 @@ CASES = {
         },
     ),
     # rope scaling applies to the full-attention layer only; sliding layers keep default rope
+    # one key/value head in the fused c_attn (tests/_hf.py); then one per head, stored
+    # [q, k, v] per head; then unscaled attention scores (scale_attn_weights false), erf gelu
+    "gpt_bigcode": ("gpt_bigcode", {}),
+    "gpt_bigcode_multi_head_tied": (
+        "gpt_bigcode",
+        {"multi_query": False, "tie_word_embeddings": True},
+    ),
+    "gpt_bigcode_unscaled_scores_gelu": (
+        "gpt_bigcode",
+        {"scale_attn_weights": False, "activation_function": "gelu"},
+    ),
+    # Falcon-40B's layout (tests/_hf.py); Falcon-7B's (multi-query, one shared parallel norm,
+    # no biases, tied); Falcon2-11B's (the new architecture with one parallel norm, one group);
+    # sequential layers with [q, k, v] per head and linear rope scaling
+    "falcon": ("falcon", {}),
+    "falcon_7b_multi_query_tied": (
+        "falcon",
+        {"new_decoder_architecture": False, "bias": False, "tie_word_embeddings": True},
+    ),
+    "falcon2_one_parallel_norm": ("falcon", {"num_ln_in_parallel_attn": 1, "num_kv_heads": 1}),
+    "falcon_sequential_multi_head_linear_rope": (
+        "falcon",
+        {
+            "new_decoder_architecture": False,
+            "multi_query": False,
+            "parallel_attn": False,
+            "num_kv_heads": None,
+            "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+        },
+    ),
+    # latent attention with MiniCPM's scales (tests/_hf.py); then one q_proj, no biases, a tied
+    # head and MiniCPM3-4B's longrope (test_minicpm3.py runs it past the original length)
+    "minicpm3": ("minicpm3", {}),
+    "minicpm3_one_q_proj_longrope_tied": (
+        "minicpm3",
+        {
+            "q_lora_rank": None,
+            "attention_bias": False,
+            "tie_word_embeddings": True,
+            "rope_scaling": {
+                "rope_type": "longrope",
+                "short_factor": [1.0, 1.1, 1.3, 1.6],
+                "long_factor": [1.0, 1.5, 2.2, 3.0],
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    # full, sliding, sliding over a window of 5 (the prompt runs past it), llama3 rope; then an
+    # MLP bias, a tied head, the full layer in the middle, linear rope
+    "cwm": ("cwm", {}),
+    "cwm_mlp_bias_tied_linear_rope": (
+        "cwm",
+        {
+            "mlp_bias": True,
+            "tie_word_embeddings": True,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
+        },
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -653,6 +712,40 @@ MUTANTS = {
         "olmo3",
         lambda: _without("olmo3", layer_types=("full_attention",) * 3),
     ),
+    # c_attn's [q, k, v] rows of each head read as if they were [q | k | v] blocks
+    "gpt_bigcode_qkv_rows_as_stored": (
+        "gpt_bigcode",
+        lambda: dataclasses.replace(FAMILIES["gpt_bigcode"], preprocess_weight=lambda n, a, c: a),
+        {"multi_query": False},
+    ),
+    # query_key_value's [q.. k v] groups read as [q | k | v] blocks
+    "falcon_qkv_groups_as_stored": (
+        "falcon",
+        lambda: dataclasses.replace(FAMILIES["falcon"], preprocess_weight=lambda n, a, c: a),
+    ),
+    # ln_attn before attention, ln_mlp before the MLP, one after the other
+    "falcon_sequential_layers": (
+        "falcon",
+        lambda: _without("falcon", parallel_residual=False, parallel_mlp_norm=False),
+    ),
+    "falcon_one_shared_parallel_norm": (
+        "falcon",
+        lambda: _without("falcon", parallel_mlp_norm=False),
+    ),
+    "minicpm3_without_embedding_scale": (
+        "minicpm3",
+        lambda: _without("minicpm3", embedding_multiplier=1.0),
+    ),
+    "minicpm3_without_residual_scale": (
+        "minicpm3",
+        lambda: _without("minicpm3", residual_multiplier=1.0),
+    ),
+    "minicpm3_without_logit_scale": ("minicpm3", lambda: _without("minicpm3", logits_scaling=1.0)),
+    "minicpm3_rotating_pairs": ("minicpm3", lambda: _without("minicpm3", rope_interleaved=True)),
+    "cwm_without_sliding_window": (
+        "cwm",
+        lambda: _without("cwm", layer_types=("full_attention",) * 3),
+    ),
 }
 
 
@@ -662,6 +755,7 @@ UNREAD_BY_MUTANT = {
     "cohere_without_qk_norm": "'model.layers.0.self_attn.k_norm.weight'",
     "gpt_neox_one_shared_parallel_norm": "'gpt_neox.layers.0.post_attention_layernorm.bias'",
     "gptj_without_lm_head_bias": "'lm_head.bias'",
+    "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
 }
 
 

@@ -1,0 +1,58 @@
+"""A Qwen2-VL bundle: onnxruntime-genai 0.18 has no qwen2_vl type, and its qwen2_5_vl one (the
+processor, the 3-D mrope positions) is Qwen2-VL's for images; og's greedy tokens with an image
+equal transformers'."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import mobius_genai
+from mobius_genai.ep import get_ep
+from mobius_genai.runtime.smoke import smoke_test
+from tests._ort import smoke_image_prompt
+from tests._qwen_vl import tiny_qwen2_vl, transformers_tokens, write_qwen2_5_vl_checkpoint
+from tests.models.test_qwen2_5_vl_bundle import (
+    PLACEHOLDER,
+    assert_og_greedy_tokens_equal_transformers,
+)
+
+og = pytest.importorskip("onnxruntime_genai")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("qwen2_vl-ckpt")
+    return write_qwen2_5_vl_checkpoint(folder, tiny_qwen2_vl), folder
+
+
+@pytest.fixture(scope="module")
+def bundle(checkpoint, tmp_path_factory):
+    """Packaged for cpu, the smoke test (with an image) included."""
+    out = tmp_path_factory.mktemp("qwen2_vl-bundle") / "bundle"
+    return mobius_genai.package(checkpoint[1], "cpu", out, quiet=True)
+
+
+def test_genai_config_names_og_s_qwen2_5_vl_type_without_windows(bundle):
+    config = json.loads((bundle / "genai_config.json").read_text())["model"]
+    assert config["type"] == "qwen2_5_vl"
+    vision = config["vision"]
+    assert "window_size" not in vision  # og reads it only for its QNN pipeline's windows
+    assert (vision["spatial_merge_size"], vision["patch_size"]) == (2, 4)
+    assert vision["tokens_per_second"] == 1.0  # og's video positions: one step a temporal patch
+    assert vision["inputs"] == {"pixel_values": "pixel_values", "image_grid_thw": "image_grid_thw"}
+
+
+def test_onnxruntime_genai_greedy_tokens_with_an_image_equal_transformers(
+    checkpoint, bundle, tmp_path
+):
+    assert_og_greedy_tokens_equal_transformers(checkpoint[0], bundle, tmp_path)
+
+
+def test_smoke_test_generates_with_an_image_like_transformers(checkpoint, bundle):
+    result = smoke_test(bundle, get_ep("cpu"))
+    assert result.ran and "with a 32x32 image" in result.note
+    pixels, input_ids = smoke_image_prompt(bundle, PLACEHOLDER, 32)
+    expected = transformers_tokens(checkpoint[0], input_ids, pixels, len(result.tokens))
+    assert list(result.tokens) == expected
