@@ -19,7 +19,8 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 JPEG_SIGNATURE = b"\xff\xd8\xff"
 #: The image formats og 0.18's processor decodes, by their signature.
 FORMATS = {"PNG": PNG_SIGNATURE, "JPEG": JPEG_SIGNATURE}
-#: Images larger than this many pixels are refused (256 MiB of RGB once decoded).
+#: Images larger than this many pixels are refused (192 MiB of RGB once decoded); `serve`
+#: holds the images of one request to it together.
 MAX_PIXELS = 1 << 26
 #: Accepted, in refusals.
 ACCEPTED = "a PNG or JPEG image, the formats onnxruntime-genai's processor decodes"
@@ -51,11 +52,22 @@ def image_refusal(data: bytes) -> str | None:
     return f"not a PNG or JPEG image (starts with {data[:4]!r}); accepted: {ACCEPTED}"
 
 
+def image_pixels(data: bytes) -> int:
+    """The pixels an image `image_refusal` passed declares (its width times its height)."""
+    if data.startswith(PNG_SIGNATURE):
+        return _png_size(data)[0] * _png_size(data)[1]
+    return _check_jpeg(data).pixels
+
+
+def _png_size(data: bytes) -> tuple[int, int]:
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
 def _png_refusal(data: bytes) -> str | None:
     """libpng reports a damaged PNG as an error og raises; only its size is checked here."""
     if len(data) < 24 or data[12:16] != b"IHDR":
-        return "a damaged PNG image (no IHDR chunk first)"
-    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        return f"a damaged PNG image (no IHDR chunk first); accepted: {ACCEPTED}"
+    width, height = _png_size(data)
     refused = _size_refusal(width, height)
     return None if refused is None else f"a PNG image of {refused}; accepted: a smaller image"
 
@@ -75,11 +87,12 @@ class _Jpeg:
         self.tables: set[tuple[str, int]] = set()  # ("q", n), ("dc", n), ("ac", n)
         self.scans = 0
         self.ended = False
+        self.pixels = 0
 
 
-def _check_jpeg(data: bytes) -> None:
-    """_Bad unless every marker up to the image data's end is one libjpeg reads without a fatal
-    error."""
+def _check_jpeg(data: bytes) -> _Jpeg:
+    """What the markers define; _Bad unless every marker up to the image data's end is one
+    libjpeg reads without a fatal error."""
     jpeg, pos = _Jpeg(), 2
     while pos < len(data):
         if data[pos] != 0xFF:
@@ -111,6 +124,7 @@ def _check_jpeg(data: bytes) -> None:
         raise _Bad("no image data")
     if not jpeg.ended:  # onnxruntime-extensions then waits for more data forever
         raise _Bad("cut short: no end-of-image marker")
+    return jpeg
 
 
 def _after_scan(data: bytes, pos: int) -> int:
@@ -140,6 +154,7 @@ def _frame(jpeg: _Jpeg, segment: bytes, marker: int) -> None:
     refused = _size_refusal(width, height)
     if refused is not None:
         raise _Bad(refused)
+    jpeg.pixels = width * height
     for i in range(count):
         ident, sampling, table = segment[6 + 3 * i : 9 + 3 * i]
         h, v = sampling >> 4, sampling & 15

@@ -35,7 +35,7 @@ from mobius_genai.runtime.audio import (
     prompt_audio,
 )
 from mobius_genai.runtime.generate import processor_inputs
-from mobius_genai.runtime.image_bytes import image_refusal
+from mobius_genai.runtime.image_bytes import MAX_PIXELS, image_pixels, image_refusal
 from mobius_genai.runtime.placeholders import require_media
 from mobius_genai.serve.protocol import Generation, InputImage, RequestError, Transcription
 
@@ -118,6 +118,14 @@ class BundleMedia:
             )
         for image in generation.images:
             _check_image(image, self)
+        pixels = sum(image_pixels(image.data) for image in generation.images)
+        if pixels > MAX_PIXELS:
+            where = generation.images[-1].where
+            raise RequestError(
+                f"{where}: the request's images hold {pixels:,} pixels together, over the "
+                f"{MAX_PIXELS:,} accepted in one request; accepted: fewer or smaller images",
+                param=where,
+            )
 
     def check_transcription(self, transcription: Transcription, route: str) -> None:
         """A RequestError unless the bundle transcribes, and translates for a translation, in

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mobius_genai.cli import main
-from mobius_genai.runtime.image_bytes import MAX_PIXELS, image_refusal
+from mobius_genai.runtime.image_bytes import MAX_PIXELS, image_pixels, image_refusal
 from mobius_genai.runtime.smoke_image import png_bytes
 from tests._jpeg import jpeg_bytes
 
@@ -27,8 +27,9 @@ def _edit(data: bytes, at: int, new: bytes) -> bytes:
     return data[:at] + new + data[at + len(new) :]
 
 
-def test_png_and_jpeg_pass():
+def test_png_and_jpeg_pass_with_their_sizes():
     assert image_refusal(PNG) is None and image_refusal(JPEG) is None
+    assert (image_pixels(PNG), image_pixels(JPEG)) == (8 * 8, 32 * 32)
 
 
 @pytest.mark.parametrize(

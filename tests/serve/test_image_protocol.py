@@ -132,3 +132,18 @@ def test_bundle_media_say_which_images_each_bundle_takes():
     image = chat_request({"messages": [{"role": "user", "content": [_data_part(b"GIF89a")]}]})
     with pytest.raises(RequestError, match=r"content\[0\]: not a PNG or JPEG image"):
         qwen.check(image, "/v1/chat/completions")
+
+
+def test_the_images_of_one_request_are_held_to_the_pixel_limit_together():
+    """Each declares 6000 x 6000 pixels (PNG headers: the check reads no further), under the
+    limit alone, over it together."""
+    qwen = BundleMedia("bundle", {"model": {"type": "qwen2_5_vl", "vision": {}}})
+    side = (6000).to_bytes(4, "big")
+    header = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + side + side + b"\x08\x02\0\0\0"
+    one = chat_request({"messages": [{"role": "user", "content": [_data_part(header)]}]})
+    qwen.check(one, "/v1/chat/completions")
+    two = chat_request(
+        {"messages": [{"role": "user", "content": [_data_part(header), _data_part(header)]}]}
+    )
+    with pytest.raises(RequestError, match=r"content\[1\]: the request's images hold 72,000,000"):
+        qwen.check(two, "/v1/chat/completions")
