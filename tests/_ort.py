@@ -197,18 +197,25 @@ def run_declared(
 def decode_like_transformers(
     model, sessions: dict[str, ort.InferenceSession], outputs: dict[str, np.ndarray], reference,
     steps: int = 3, tolerance: float = 1e-4, mrope_delta: int | None = None,
-) -> None:  # fmt: skip
+) -> list[int]:  # fmt: skip
     """After a vision-language prefill (the decoder's `outputs`, transformers' `reference`),
     `steps` greedy decode steps through the embedding graph (no image features) and the
     decoder at 1-D positions (3-D mrope ones moved by `mrope_delta`, transformers'
-    rope_deltas), each step's logits against transformers' within `tolerance`."""
+    rope_deltas), then a step that feeds the image token (a placeholder generated, with no
+    features behind it), each step's logits against transformers' within `tolerance`.
+    Returns the greedy tokens fed."""
     import torch
 
     cache, token = reference.past_key_values, reference.logits[:, -1:].argmax(-1)
     total = reference.logits.shape[1]
     hidden = sessions["embedding"].get_inputs()[1].shape[1]
     no_features = np.zeros((0, hidden), np.float32)
-    for _ in range(steps):
+    greedy = []
+    for index in range(steps + 1):
+        if index == steps:
+            token = torch.tensor([[model.config.image_token_id]])
+        else:
+            greedy.append(int(token))
         with torch.no_grad():
             step = model(input_ids=token, cache=cache, use_cache=True)
         embeds = run_declared(
@@ -227,6 +234,7 @@ def decode_like_transformers(
         outputs = run_declared(sessions["decoder"], feeds)
         np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=tolerance, rtol=0)
         cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+    return greedy
 
 
 def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
