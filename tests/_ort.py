@@ -237,6 +237,29 @@ def decode_like_transformers(
     return greedy
 
 
+def assert_og_takes_tokens_as_transformers(
+    model, bundle: Path, prompt: list[int], steps: list[int], tolerance: float = 1e-4
+) -> None:
+    """og.Generator over a vision-language bundle's `prompt` with no media, then each of
+    `steps` appended as a decode step: og runs on, each step's logits those of transformers'
+    forward without pixel values within `tolerance`, and og's next greedy token transformers'."""
+    import onnxruntime_genai as og
+
+    og_model = og.Model(str(bundle))
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + len(steps) + 1)
+    generator = og.Generator(og_model, params)
+    fed: list[int] = []
+    for tokens in (prompt, *([token] for token in steps)):
+        generator.append_tokens(np.asarray([tokens], np.int32))
+        fed += tokens
+        with torch.no_grad():
+            expected = model(input_ids=torch.tensor([fed])).logits[:, -1:].numpy()
+        np.testing.assert_allclose(generator.get_logits(), expected, atol=tolerance, rtol=0)
+    generator.generate_next_token()
+    assert int(generator.get_next_tokens()[0]) == int(expected.argmax())
+
+
 def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:
     """onnxruntime-genai's greedy tokens after a multimodal processor's `inputs`."""
     import onnxruntime_genai as og

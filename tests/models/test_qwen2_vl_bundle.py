@@ -8,7 +8,6 @@ import copy
 import json
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
@@ -16,7 +15,7 @@ import mobius_genai
 from mobius_genai.ep import get_ep
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import SMOKE_IMAGE_TEXT, png_bytes
-from tests._ort import og_greedy, smoke_image_prompt
+from tests._ort import assert_og_takes_tokens_as_transformers, og_greedy, smoke_image_prompt
 from tests._qwen_vl import (
     patches,
     tiny_qwen2_vl,
@@ -69,28 +68,10 @@ def test_smoke_test_generates_with_an_image_like_transformers(checkpoint, bundle
     assert list(result.tokens) == expected
 
 
-def _og_generator(bundle, length: int = 32):
-    og_model = og.Model(str(bundle))
-    params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=length)
-    return og_model, og.Generator(og_model, params)
-
-
 def test_og_takes_the_image_token_without_an_image_as_transformers_does(checkpoint, bundle):
-    """A prompt holding the image token and no image, then the token as a decode step's: og
-    runs on, its logits those of transformers' forward without pixel values (fp32, 1e-4)."""
-    model = checkpoint[0]
-    image = model.config.image_token_id
-    prompt = [5, image, 6, image]
-    _, generator = _og_generator(bundle)
-    for tokens in (prompt, [image]):
-        generator.append_tokens(np.asarray([tokens], np.int32))
-        with torch.no_grad():
-            expected = model(input_ids=torch.tensor([prompt])).logits[:, -1:].numpy()
-        np.testing.assert_allclose(generator.get_logits(), expected, atol=1e-4, rtol=0)
-        prompt = [*prompt, image]
-    generator.generate_next_token()
-    assert int(generator.get_next_tokens()[0]) == int(expected.argmax())
+    """A prompt holding the image token and no image, then the token as a decode step's."""
+    image = checkpoint[0].config.image_token_id
+    assert_og_takes_tokens_as_transformers(checkpoint[0], bundle, [5, image, 6, image], [image])
 
 
 def test_og_generates_on_after_greedy_picks_the_image_token(checkpoint, bundle, tmp_path):
