@@ -2,9 +2,9 @@
 attention without rotary, MoE): a prefill and cached decode steps on the portable, cpu and
 strict-ONNX graphs against transformers; variants; a graph built with a mechanism changed
 fails; onnxruntime-genai's tokens for a batch of prompts of different lengths; genai_config as
-og 0.18 reads a decoder without attention; refused configs; int4 (Jamba's experts in QMoE).
-(og's greedy tokens against transformers' for one prompt: tests/models/families/
-test_bundles.py.)
+og 0.18 reads a decoder without attention, and the og APIs that refuse its states; refused
+configs; int4 (Jamba's experts in QMoE). (og's greedy tokens against transformers' for one
+prompt: tests/models/families/test_bundles.py.)
 
 transformers' Mamba mixers multiply a call's hidden states by the whole attention mask, which
 breaks on a decode step's longer mask; its generate() feeds the mask with the prefill only, and
@@ -25,6 +25,7 @@ from transformers import JambaConfig
 
 import mobius_genai
 from mobius_genai import ConfigError, packager
+from mobius_genai.bundle.og_support import BEAM, ENGINE, NGRAM, REWIND, bundle_og_limits
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.components.mamba1 import Mamba1Mixer
 from mobius_genai.config.mamba1 import MAMBA_KEYS, mamba1_reader
@@ -249,6 +250,8 @@ def test_genai_config_of_a_decoder_without_attention(bundles):
     names = {value.name for value in graph.input} | {value.name for value in graph.output}
     assert "present.2.recurrent_state" in names
     assert not any(name.endswith((".key", ".value")) for name in names)
+    # og's Engine, beams, n-gram decoding and rewind refuse its states as they refuse Mamba2's
+    assert set(bundle_og_limits(folder)) == {ENGINE, BEAM, NGRAM, REWIND}
 
 
 @pytest.mark.parametrize("family", ["mamba", "jamba"])
