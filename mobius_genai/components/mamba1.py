@@ -27,16 +27,13 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear, in_float32, parameter
+from mobius_genai.components.mamba2 import gated_scan
+from mobius_genai.components.mlp import activation
 from mobius_genai.components.norms import RMSNorm
 from mobius_genai.components.recurrent_padding import current_mask, zero_padding
 from mobius_genai.components.short_conv import DepthwiseCausalConv
-from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.mamba1 import Mamba1Config
-
-
-def _silu(op, x: ir.Value) -> ir.Value:
-    return op.Mul(x, op.Sigmoid(x))
 
 
 class Mamba1Mixer(nn.Module):
@@ -79,22 +76,8 @@ class Mamba1Mixer(nn.Module):
         decay = op.Mul(op.Unsqueeze(op.Mul(dt, real), op.Constant(value_ints=[3])), a)
         decay = op.Reshape(decay, op.Constant(value_ints=[0, 0, -1]))
         x = in_float32(op, x)
-        opset = op.builder.root.graph.opset_imports[""]
-        function = TIER1_OPS["LinearAttention"].function("gated", opset)
-        y, present = op.call(
-            function,
-            in_float32(op, c),
-            in_float32(op, b),
-            op.Mul(dt, x),
-            past,
-            decay,
-            None,  # no beta: the gated rule adds k ⊗ v whole
-            _outputs=2,
-            q_num_heads=1,
-            kv_num_heads=sizes.intermediate,
-            update_rule="gated",
-            scale=1.0,
-        )
+        heads = (1, sizes.intermediate)  # C and B shared by every channel, a head per channel
+        y, present = gated_scan(op, c, b, op.Mul(dt, x), past, decay, *heads)
         return op.Add(y, op.Mul(x, in_float32(op, self.D))), present
 
     def forward(
@@ -110,14 +93,11 @@ class Mamba1Mixer(nn.Module):
         hidden_states = zero_padding(op, hidden_states, current)
         parts = op.Constant(value_ints=[sizes.intermediate, sizes.intermediate])
         x, gate = op.Split(self.in_proj(op, hidden_states), parts, axis=-1, _outputs=2)
-        convolved, present_conv = self.conv1d(
-            op, op.Transpose(x, perm=[0, 2, 1]), past_conv, current
-        )
-        convolved = op.Transpose(convolved, perm=[0, 2, 1])
-        x = zero_padding(op, _silu(op, convolved), current)
+        convolved, present_conv = self.conv1d.over_sequence(op, x, past_conv, current)
+        x = zero_padding(op, activation(op, convolved, "silu"), current)
         split = op.Constant(value_ints=[sizes.dt_rank, sizes.state_size, sizes.state_size])
         dt, b, c = self._normed(op, *op.Split(self.x_proj(op, x), split, axis=-1, _outputs=3))
         real = op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
         y, present_ssm = self._scan(op, x, self.dt_proj(op, dt), b, c, real, past_ssm)
-        gated = op.Mul(y, _silu(op, in_float32(op, gate)))
+        gated = op.Mul(y, activation(op, in_float32(op, gate), "silu"))
         return self.out_proj(op, op.CastLike(gated, hidden_states)), present_conv, present_ssm
