@@ -2,7 +2,8 @@
 one call or token by token, gets transformers' logits over the whole sequence, og's 3-D mrope
 positions continuing from the image's rope delta. An append after generate_next_token does not:
 og 0.18 never runs the generated token (bundle/og_support.py), for these bundles as for every
-other; rewinding over it and appending it again does."""
+other; rewinding over it and appending it again does. A second image set on a continued
+generator is read as text; a new og.Generator over the whole conversation sees both."""
 
 from __future__ import annotations
 
@@ -52,9 +53,12 @@ def _prompt(inputs: og.NamedTensors) -> list[int]:
     return inputs["input_ids"].as_numpy()[0].tolist()
 
 
-def _generator(og_model: og.Model, inputs: og.NamedTensors) -> og.Generator:
+def _generator(
+    og_model: og.Model, inputs: og.NamedTensors, room: int = 2 * len(TEXT)
+) -> og.Generator:
+    """A greedy og.Generator with `inputs` set, `room` tokens left after them."""
     params = og.GeneratorParams(og_model)
-    params.set_search_options(do_sample=False, max_length=len(_prompt(inputs)) + 2 * len(TEXT))
+    params.set_search_options(do_sample=False, max_length=len(_prompt(inputs)) + room)
     generator = og.Generator(og_model, params)
     generator.set_inputs(inputs)
     return generator
@@ -137,3 +141,71 @@ def test_rewinding_over_the_generated_token_then_appending_it_gets_transformers_
     generator.append_tokens(np.asarray([[generated, *TEXT]], np.int32))
     expected = _expected(model, [*_prompt(inputs), generated, *TEXT], image)
     np.testing.assert_allclose(_last_logits(generator), expected, atol=TOLERANCE, rtol=0)
+
+
+def test_a_second_image_on_a_continued_generator_is_read_as_text(
+    qwen2_5_vl_checkpoint, qwen2_5_vl_bundle
+):
+    """og 0.18 runs the vision model and computes mrope's 3-D positions only for a generator's
+    first prompt: a second set_inputs with an image runs without a word, its image tokens
+    embedded as text at text positions. A new og.Generator over the whole conversation, both
+    images set at once (as `run` and `serve` do: a new generator for each prompt), gets
+    transformers' logits."""
+    model = qwen2_5_vl_checkpoint[0]
+    og_model = og.Model(str(qwen2_5_vl_bundle))
+    processor = og_model.create_multimodal_processor()
+    rng = np.random.default_rng(0)
+    pixels = [rng.integers(0, 256, size, dtype=np.uint8) for size in ((40, 56, 3), (32, 32, 3))]
+    pngs = [png_bytes(image) for image in pixels]
+    texts = [f"{PLACEHOLDER} Describe.", f"{PLACEHOLDER} Again."]
+    first, second = (
+        processor(text, images=og.Images.open_bytes(png))
+        for text, png in zip(texts, pngs, strict=True)
+    )
+    continued = _generator(og_model, first, len(_prompt(second)))
+    continued.set_inputs(second)
+    sequence = _prompt(first) + _prompt(second)
+    (values, grids), (first_values, first_grid) = _image_inputs(pixels), _image_inputs(pixels[:1])
+    both = {"pixel_values": values, "image_grid_thw": grids}
+    assert np.abs(_last_logits(continued) - _expected(model, sequence, both)).max() > 0.1
+    as_text = _first_image_only(model, sequence, len(_prompt(first)), first_values, first_grid)
+    np.testing.assert_allclose(_last_logits(continued), as_text, atol=TOLERANCE, rtol=0)
+    whole = processor("".join(texts), images=og.Images.open_bytes(*pngs))
+    fresh = _generator(og_model, whole)
+    expected = _expected(model, _prompt(whole), both)
+    np.testing.assert_allclose(_last_logits(fresh), expected, atol=TOLERANCE, rtol=0)
+
+
+def _image_inputs(pixels: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' pixel_values and image_grid_thw of `pixels`, in order."""
+    values, grids = zip(*(patches(image) for image in pixels), strict=True)
+    return torch.from_numpy(np.concatenate(values)), torch.from_numpy(np.concatenate(grids))
+
+
+def _first_image_only(
+    model: torch.nn.Module,
+    sequence: list[int],
+    first: int,
+    values: torch.Tensor,
+    grid: torch.Tensor,
+) -> np.ndarray:
+    """transformers' last logits over `sequence` with the image of its `first` tokens only: the
+    later tokens embedded as text, their positions going on from the first image's rope delta."""
+    ids = torch.tensor([sequence])
+    head = ids[:, :first]
+    image = model.config.image_token_id
+    with torch.no_grad():
+        positions, delta = model.model.get_rope_index(
+            head, token_types(head, image), image_grid_thw=grid
+        )
+        start = first + int(delta)
+        later = torch.arange(start, start + len(sequence) - first).expand(3, 1, -1)
+        embeds = model.model.get_input_embeddings()(ids)
+        features = model.model.get_image_features(values, grid).pooler_output
+        embeds[0, :first][head[0] == image] = torch.cat(features)
+        logits = model(
+            inputs_embeds=embeds,
+            position_ids=torch.cat([positions, later], 2),
+            attention_mask=torch.ones_like(ids),
+        ).logits
+    return logits[0, -1].numpy()
