@@ -6,6 +6,7 @@ tests/models/whisper/test_transcription.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import onnxruntime_genai as og
 import openai
 import pytest
 
+from mobius_genai.cli import main
 from mobius_genai.packager import package
 from mobius_genai.runtime import transcription
 from mobius_genai.runtime.audio import Clip, tone_bytes
@@ -264,3 +266,52 @@ def test_an_english_only_bundle_does_not_translate(tmp_path_factory):
     assert "an English-only Whisper model (vocab_size 51864, a .en checkpoint), which does " in (
         caught.value.message
     )
+
+
+RUN_AS_SERVE = {
+    "text": ({"response_format": "text"}, ()),
+    "srt": ({"response_format": "srt"}, ("--format", "srt")),
+    "vtt": ({"response_format": "vtt"}, ("--format", "vtt")),
+    "verbose_json": ({"response_format": "verbose_json"}, ("--format", "verbose_json")),
+    "json, a prompt, French": (
+        {"response_format": "json", "prompt": "Hi there", "language": "fr"},
+        ("--format", "json", "--prompt", "Hi there", "--language", "fr"),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUN_AS_SERVE))
+def test_run_audio_of_a_long_wav_prints_serves_transcript(
+    whisper_server, whisper_bundle, tmp_path, capsys, case
+):
+    """`mobius-genai run --audio` of a 45 s WAV (two windows) prints the body serve answers
+    for the same clip and fields (run's --max-new-tokens set to serve's per-window budget)."""
+    fields, options = RUN_AS_SERVE[case]
+    wav = tone_bytes(45.0)
+    path = tmp_path / "long.wav"
+    path.write_bytes(wav)
+    context = json.loads((whisper_bundle / "genai_config.json").read_text())["model"][
+        "context_length"
+    ]
+    code = main(
+        [
+            "run",
+            str(whisper_bundle),
+            "--audio",
+            str(path),
+            "--max-new-tokens",
+            str(context),
+            *options,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    served = whisper_server.client().audio.transcriptions.with_raw_response.create(
+        model="any", file=("long.wav", wav), **fields
+    )
+    body = served.http_response.text
+    if fields.get("response_format", "json").endswith("json"):
+        assert json.loads(out) == json.loads(body)
+        assert case == "json, a prompt, French" or len(json.loads(body)["segments"]) >= 2
+    else:
+        assert body.strip() and out == (body if body.endswith("\n") else body + "\n")
