@@ -60,8 +60,8 @@ class TranscriptRequest:
     temperature: float = 0.0
     prompt: str | None = None
     window_tokens: int | None = None
-    """New tokens each window may take; None: up to the decoder's context (transformers'
-    max_length, 448), as `run --audio` takes them."""
+    """New tokens each window may take (`run --audio`'s --max-new-tokens); None: up to the
+    decoder's context (transformers' max_length, 448), as serve and `bench --audio` take them."""
 
 
 @dataclasses.dataclass(frozen=True)

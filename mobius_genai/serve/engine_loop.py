@@ -23,7 +23,7 @@ Facts of onnxruntime-genai 0.18 this follows (checked against the installed whee
   own fed the multimodal processor's inputs (`media.BundleMedia.prompt_inputs`), and a bundle
   that takes audio but that the Engine does not run (Gemma 4 E2B/E4B, Whisper) is served with
   every request on a generator of its own, a token each in turn; a transcription is
-  `runtime.audio.transcribe`'s generator, stepped a piece at a time the same way.
+  `runtime.transcription.transcript_steps`' generator, stepped a piece at a time the same way.
 """
 
 from __future__ import annotations
