@@ -58,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--audio",
         metavar="PATH",
-        help="an audio file (WAV of any length; FLAC or MP3 up to 30 s) for a speech bundle: "
+        help="an audio file (WAV or FLAC of any length, MP3 up to 30 s) for a speech bundle: "
         "prints its transcript (a prompt is the text before it, as serve's `prompt`); for a "
         "bundle with a speech graph (Gemma 4 E2B/E4B), one clip (up to 30 s) beside the prompt",
     )

@@ -23,7 +23,12 @@ from mobius_genai.runtime.opening import open_bundle
 from mobius_genai.runtime.timestamps import TimestampRules
 from mobius_genai.runtime.transcription import TranscriptRequest, transcript_steps
 from mobius_genai.serve.transcripts import verbose_json
-from tests.models.whisper._whisper import write_whisper_checkpoint, write_whisper_tokenizer
+from tests.models.whisper._whisper import (
+    tone,
+    write_encoded,
+    write_whisper_checkpoint,
+    write_whisper_tokenizer,
+)
 from tests.serve.conftest import Server
 
 TRANSLATE, TRANSCRIBE, START_OF_PREV = 50_358, 50_359, 50_361
@@ -191,10 +196,7 @@ def test_temperature_samples(whisper_server, whisper_bundle):
 
 
 def test_what_cannot_be_served_is_one_clear_400(whisper_server, tmp_path):
-    import soundfile
-
-    flac = tmp_path / "long.flac"
-    soundfile.write(flac, np.zeros(31 * 16_000, np.float32), 16_000)
+    mp3 = write_encoded(tmp_path / "long.mp3", np.zeros(31 * 16_000, np.float32))
     client = whisper_server.client()
     transcripts = client.audio.transcriptions
     file = ("a.wav", tone_bytes(1.0))
@@ -233,8 +235,8 @@ def test_what_cannot_be_served_is_one_clear_400(whisper_server, tmp_path):
             "unrecognized translation argument(s): language",
         ),
         (
-            lambda: transcripts.create(model="any", file=("long.flac", flac.read_bytes())),
-            "file: over the encoder's 30 s, and only a WAV file is cut into windows here",
+            lambda: transcripts.create(model="any", file=("long.mp3", mp3.read_bytes())),
+            "file: over the encoder's 30 s, and only a WAV or FLAC file is cut into windows here",
         ),
     ]
     for call, said in cases:
@@ -277,6 +279,7 @@ RUN_AS_SERVE = {
         {"response_format": "json", "prompt": "Hi there", "language": "fr"},
         ("--format", "json", "--prompt", "Hi there", "--language", "fr"),
     ),
+    "FLAC, verbose_json": ({"response_format": "verbose_json"}, ("--format", "verbose_json")),
 }
 
 
@@ -284,12 +287,14 @@ RUN_AS_SERVE = {
 def test_run_audio_of_a_long_wav_prints_serves_transcript(
     whisper_server, whisper_bundle, tmp_path, capsys, case
 ):
-    """`mobius-genai run --audio` of a 45 s WAV (two windows) prints the body serve answers
-    for the same clip and fields (run's --max-new-tokens set to serve's per-window budget)."""
+    """`mobius-genai run --audio` of a 45 s WAV or FLAC (two windows) prints the body serve
+    answers for the same clip and fields (run's --max-new-tokens: serve's per-window budget)."""
     fields, options = RUN_AS_SERVE[case]
-    wav = tone_bytes(45.0)
-    path = tmp_path / "long.wav"
-    path.write_bytes(wav)
+    if case.startswith("FLAC"):
+        path = write_encoded(tmp_path / "long.flac", tone(45.0))
+    else:
+        path = tmp_path / "long.wav"
+        path.write_bytes(tone_bytes(45.0))
     context = json.loads((whisper_bundle / "genai_config.json").read_text())["model"][
         "context_length"
     ]
@@ -307,7 +312,7 @@ def test_run_audio_of_a_long_wav_prints_serves_transcript(
     out = capsys.readouterr().out
     assert code == 0
     served = whisper_server.client().audio.transcriptions.with_raw_response.create(
-        model="any", file=("long.wav", wav), **fields
+        model="any", file=(path.name, path.read_bytes()), **fields
     )
     body = served.http_response.text
     if fields.get("response_format", "json").endswith("json"):

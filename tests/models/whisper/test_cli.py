@@ -25,7 +25,7 @@ from tests.models.whisper._whisper import (
 
 NEW_TOKENS = 6
 EOS = 50_257
-_ONLY_WAV = "over the encoder's 30 s, and only a WAV file is cut into windows here"
+_ONLY_WAV = "over the encoder's 30 s, and only a WAV or FLAC file is cut into windows here"
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,6 @@ def _bad_audio(folder: Path) -> dict[str, tuple[Path, str]]:
             "8000 Hz is sampled below 16000 Hz",
         ),
         "missing": (folder / "absent.wav", "not a file"),
-        "FLAC over 30 s": (write_encoded(folder / "long.flac", tone(31.0)), _ONLY_WAV),
         "MP3 over 30 s": (write_encoded(folder / "long.mp3", tone(31.0)), _ONLY_WAV),
         "MP3 at 8 kHz": (
             write_encoded(folder / "low.mp3", tone(2.0, rate=8000), rate=8000),
@@ -109,7 +108,7 @@ def _damaged_flac(folder: Path) -> Path:
     return _written(folder / "damaged.flac", head + bytes(range(256)) * 40)
 
 
-BAD_AUDIO = ("not audio", "8 kHz", "missing", "FLAC over 30 s", "MP3 over 30 s")
+BAD_AUDIO = ("not audio", "8 kHz", "missing", "MP3 over 30 s")
 
 
 @pytest.mark.parametrize("case", [*BAD_AUDIO, "MP3 at 8 kHz", "OGG", "empty", "damaged FLAC"])
