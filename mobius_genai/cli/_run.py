@@ -140,12 +140,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         pieces = _text(args, bundle, prompt, guidance, clip)
     speed = Speed()
-    piece = ""
     for piece in speed.timed(pieces):
         sys.stdout.write(piece)
         sys.stdout.flush()
-    if not piece.endswith("\n"):
-        sys.stdout.write("\n")
+    sys.stdout.write("\n")
     speed.report(args.quiet)
     return 0
 
@@ -198,7 +196,10 @@ def _transcript(args: argparse.Namespace, bundle: OpenBundle, clip: Clip) -> Ite
         yield "\n".join(str(Segment(s.start, s.end, s.text)) for s in found)
         return
     body = transcript_body(transcript, args.format)
-    yield body if isinstance(body, str) else json.dumps(body, ensure_ascii=False)
+    if isinstance(body, dict):
+        yield json.dumps(body, ensure_ascii=False)
+    else:  # srt's and vtt's last cue ends in a blank line, which run's line break closes
+        yield body if args.format == "text" else body.removesuffix("\n")
 
 
 def _prompt(args: argparse.Namespace) -> str:
