@@ -6,8 +6,8 @@ places audio in prompts (`audio_placeholder`: Gemma 4 E2B/E4B).
 og's processor reads the file through onnxruntime-extensions' AudioDecoder, which resamples
 down only, and pads or cuts the log-mel to the encoder's window (`chunk_size` seconds of
 audio_processor_config.json): longer audio would be cut without a word, so a clip beside a
-prompt is refused here, and a transcript (runtime/transcription.py) cuts a longer WAV into
-windows.
+prompt is refused here, and a transcript (runtime/transcription.py) cuts a longer WAV or FLAC
+into windows.
 """
 
 from __future__ import annotations
