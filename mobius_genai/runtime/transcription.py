@@ -178,10 +178,18 @@ def clip_features(bundle: OpenBundle, clip: Clip) -> tuple[np.ndarray, float]:
 
 def clip_pieces(clip: Clip, seconds: int) -> list[tuple[Clip, float]]:
     """A WAV clip cut into `seconds`-long clips, a FLAC one into clips of whole frames up to
-    `seconds` long, each with its length in seconds; an OptionError for any other format."""
-    rate = audio_length(clip.data).rate
+    `seconds` long, each with its length in seconds; an OptionError for any other format or a
+    FLAC whose frames do not hold the samples its header names."""
+    found = audio_length(clip.data)
+    rate = found.rate
     flac = flac_pieces(clip.data, seconds * rate)
     if flac is not None:
+        read, named = sum(piece.samples for piece in flac), round(found.seconds * rate)
+        if read != named:  # a frame lost: the audio after it would be left out without a word
+            raise OptionError(
+                f"{clip.name}: a damaged FLAC file (its frames hold {read} of the {named} "
+                "samples its header names); accepted: an undamaged FLAC file"
+            )
         starts = np.cumsum([0, *(piece.samples for piece in flac)]) / rate
         return [
             (Clip(piece.data, f"{clip.name} from {start:.1f} s"), piece.samples / rate)

@@ -62,6 +62,22 @@ def test_each_piece_is_read_as_the_same_samples_in_a_wav(speech_bundle, tmp_path
         start += piece.samples
 
 
+def test_a_long_flac_missing_a_frame_is_one_clear_line(speech_bundle, tmp_path, capsys):
+    data = write_encoded(tmp_path / "whole.flac", _signal(45.0)).read_bytes()
+    pieces = flac_pieces(data, WINDOW)
+    middle = len(data) // 2
+    damaged = tmp_path / "damaged.flac"
+    damaged.write_bytes(data[:middle] + data[middle + 4000 :])  # a frame's bytes or more gone
+    assert sum(p.samples for p in flac_pieces(damaged.read_bytes(), WINDOW)) < sum(
+        p.samples for p in pieces
+    )
+    code = main(["run", str(speech_bundle), "--audio", str(damaged)])
+    captured = capsys.readouterr()
+    assert code == 1 and captured.out == "" and "Traceback" not in captured.err
+    assert "damaged.flac: a damaged FLAC file (its frames hold" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
 def test_other_bytes_are_no_flac_pieces():
     assert flac_pieces(tone_bytes(1.0), WINDOW) is None
     assert flac_pieces(b"fLaC" + bytes(50), WINDOW) is None
