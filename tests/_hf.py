@@ -52,6 +52,7 @@ from transformers import (
     ExaoneMoeConfig,
     FalconConfig,
     FalconH1Config,
+    FalconMambaConfig,
     FlexOlmoConfig,
     Gemma2Config,
     Gemma3nTextConfig,
@@ -75,10 +76,12 @@ from transformers import (
     HunYuanDenseV1Config,
     HunYuanMoEV1Config,
     InternLM3Config,
+    JambaConfig,
     Lfm2Config,
     Lfm2MoeConfig,
     Llama4TextConfig,
     LlamaConfig,
+    MambaConfig,
     MiniCPM3Config,
     MiniMaxM2Config,
     Ministral3Config,
@@ -186,6 +189,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "falcon": FalconConfig,
     "minicpm3": MiniCPM3Config,
     "cwm": CwmConfig,
+    "mamba": MambaConfig,
+    "falcon_mamba": FalconMambaConfig,
+    "jamba": JambaConfig,
 }
 
 _ARCHITECTURES = {
@@ -260,6 +266,9 @@ _ARCHITECTURES = {
     "falcon": "FalconForCausalLM",
     "minicpm3": "MiniCPM3ForCausalLM",
     "cwm": "CwmForCausalLM",
+    "mamba": "MambaForCausalLM",
+    "falcon_mamba": "FalconMambaForCausalLM",
+    "jamba": "JambaForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -336,6 +345,16 @@ MINISTRAL3_ROPE: dict[str, Any] = {
     "mscale": 1.0,
     "mscale_all_dim": 1.0,
     "llama_4_scaling_beta": 0.5,
+}
+#: Mamba's tiny mixers (MambaConfig has no attention, MLP or length keys).
+_MAMBA1: dict[str, Any] = {
+    "num_attention_heads": UNSET,
+    "num_key_value_heads": UNSET,
+    "intermediate_size": UNSET,
+    "max_position_embeddings": UNSET,
+    "state_size": 8,
+    "conv_kernel": 4,
+    "expand": 2,
 }
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
@@ -848,6 +867,26 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # llama's layer: full, sliding, sliding (CwmConfig's every fourth from the first) over a
     # window of 5; CwmConfig's llama3 rope (theta 1e6)
     "cwm": {"head_dim": 16, "sliding_window": 5},
+    # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
+    # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased
+    # in_proj and out_proj
+    "mamba": {**_MAMBA1, "use_bias": True},
+    # FalconMamba: Mamba's layers with dt, B and C RMS-normalized without weights
+    "falcon_mamba": {**_MAMBA1, "mixer_rms_eps": 1e-3},
+    # Jamba: Mamba1 (dt, B and C normed with weights), attention (no rotary), Mamba1,
+    # attention; MoE (4 experts, 2 per token, not renormalized) in layers 0 and 2, dense MLPs
+    # in 1 and 3; biased Mamba1 projections
+    "jamba": {
+        "num_hidden_layers": 4,
+        "attn_layer_period": 2,
+        "attn_layer_offset": 1,
+        "expert_layer_period": 2,
+        "expert_layer_offset": 0,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "mamba_d_state": 8,
+        "mamba_proj_bias": True,
+    },
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside

@@ -197,18 +197,25 @@ def run_declared(
 def decode_like_transformers(
     model, sessions: dict[str, ort.InferenceSession], outputs: dict[str, np.ndarray], reference,
     steps: int = 3, tolerance: float = 1e-4, mrope_delta: int | None = None,
-) -> None:  # fmt: skip
+) -> list[int]:  # fmt: skip
     """After a vision-language prefill (the decoder's `outputs`, transformers' `reference`),
     `steps` greedy decode steps through the embedding graph (no image features) and the
     decoder at 1-D positions (3-D mrope ones moved by `mrope_delta`, transformers'
-    rope_deltas), each step's logits against transformers' within `tolerance`."""
+    rope_deltas), then a step that feeds the image token (a placeholder generated, with no
+    features behind it), each step's logits against transformers' within `tolerance`.
+    Returns the greedy tokens fed."""
     import torch
 
     cache, token = reference.past_key_values, reference.logits[:, -1:].argmax(-1)
     total = reference.logits.shape[1]
     hidden = sessions["embedding"].get_inputs()[1].shape[1]
     no_features = np.zeros((0, hidden), np.float32)
-    for _ in range(steps):
+    greedy = []
+    for index in range(steps + 1):
+        if index == steps:
+            token = torch.tensor([[model.config.image_token_id]])
+        else:
+            greedy.append(int(token))
         with torch.no_grad():
             step = model(input_ids=token, cache=cache, use_cache=True)
         embeds = run_declared(
@@ -227,6 +234,30 @@ def decode_like_transformers(
         outputs = run_declared(sessions["decoder"], feeds)
         np.testing.assert_allclose(outputs["logits"], step.logits.numpy(), atol=tolerance, rtol=0)
         cache, token = step.past_key_values, step.logits[:, -1:].argmax(-1)
+    return greedy
+
+
+def assert_og_takes_tokens_as_transformers(
+    model, bundle: Path, prompt: list[int], steps: list[int], tolerance: float = 1e-4
+) -> None:
+    """og.Generator over a vision-language bundle's `prompt` with no media, then each of
+    `steps` appended as a decode step: og runs on, each step's logits those of transformers'
+    forward without pixel values within `tolerance`, and og's next greedy token transformers'."""
+    import onnxruntime_genai as og
+
+    og_model = og.Model(str(bundle))
+    params = og.GeneratorParams(og_model)
+    params.set_search_options(do_sample=False, max_length=len(prompt) + len(steps) + 1)
+    generator = og.Generator(og_model, params)
+    fed: list[int] = []
+    for tokens in (prompt, *([token] for token in steps)):
+        generator.append_tokens(np.asarray([tokens], np.int32))
+        fed += tokens
+        with torch.no_grad():
+            expected = model(input_ids=torch.tensor([fed])).logits[:, -1:].numpy()
+        np.testing.assert_allclose(generator.get_logits(), expected, atol=tolerance, rtol=0)
+    generator.generate_next_token()
+    assert int(generator.get_next_tokens()[0]) == int(expected.argmax())
 
 
 def og_greedy(og_model, inputs, new_tokens: int) -> list[int]:

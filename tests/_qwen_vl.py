@@ -79,9 +79,9 @@ def tiny_qwen2_5_vl(text: dict | None = None, **tokens: Any) -> Qwen2_5_VLForCon
 
 def tiny_qwen2_vl(text: dict | None = None, **tokens: Any) -> Qwen2VLForConditionalGeneration:
     """A seeded random Qwen2VLForConditionalGeneration (float32, eval mode), arguments as
-    `tiny_qwen2_5_vl`'s. Seed 2: seed 0's greedy tokens after the tests' image prompt start with
-    the image token, which the embedding graph takes only with features."""
-    return _tiny(Qwen2VLConfig, Qwen2VLForConditionalGeneration, QWEN2_VISION, text, tokens, 2)
+    `tiny_qwen2_5_vl`'s. Its greedy tokens after the tests' image prompts start with the image
+    token, which a decode step embeds as text (models/vision_embedding.py)."""
+    return _tiny(Qwen2VLConfig, Qwen2VLForConditionalGeneration, QWEN2_VISION, text, tokens)
 
 
 def _tiny(config_class, model_class, vision: dict, text: dict | None, tokens: dict, seed: int = 0):

@@ -8,11 +8,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-import onnxruntime_genai as og
-
+from mobius_genai.bench.speed import FirstTokenBench, first_token_medians
 from mobius_genai.bundle.validate import read_genai_config
 from mobius_genai.ep import HOST_EP
 from mobius_genai.errors import OptionError
@@ -48,18 +46,12 @@ class AudioBench:
 
 
 @dataclasses.dataclass(frozen=True)
-class ClipBench:
+class ClipBench(FirstTokenBench):
     audio_seconds: float | None  # None where the clip's headers do not say
-    ttft_ms: float  # median: the processor (decoding, features), the graphs, the first token
-    text_ttft_ms: float  # median first token of the same prompt without the clip
-    decode_tps: float  # median tokens/s after the first, with the clip
-    prompt_tokens: int  # the prompt with the clip's tokens
-    tokens: int
 
     @property
     def clip_cost(self) -> float:
-        """How many times the text prompt's first token the clip's first token takes."""
-        return self.ttft_ms / self.text_ttft_ms
+        return self.cost
 
 
 def generated_clip() -> Clip:
@@ -104,45 +96,10 @@ def _bench_prompt_clip(
     bundle: OpenBundle, clip: Clip, seconds: float | None, rounds: int, new_tokens: int
 ) -> ClipBench:
     text, _ = audio_prompt(bundle.folder, bundle.config, BENCH_PROMPT, clip)
-    processor = bundle.model.create_multimodal_processor()
-    with_clip, without = [], []
     try:
-        for _ in range(rounds + 1):
-            with_clip.append(
-                _timed(bundle, lambda: audio_inputs(bundle.model, text, clip), new_tokens)
-            )
-            without.append(_timed(bundle, lambda: processor(BENCH_PROMPT), 1))
+        medians = first_token_medians(
+            bundle, lambda: audio_inputs(bundle.model, text, clip), BENCH_PROMPT, rounds, new_tokens
+        )
     except RuntimeError as error:
         raise bundle.failure("generate after the clip", error) from error
-    timed = with_clip[1:]
-    return ClipBench(
-        audio_seconds=seconds,
-        ttft_ms=statistics.median(run[0] for run in timed) * 1e3,
-        text_ttft_ms=statistics.median(run[0] for run in without[1:]) * 1e3,
-        decode_tps=statistics.median(run[1] for run in timed),
-        prompt_tokens=timed[0][2],
-        tokens=timed[0][3],
-    )
-
-
-def _timed(
-    bundle: OpenBundle, inputs: Callable[[], og.NamedTensors], new_tokens: int
-) -> tuple[float, float, int, int]:
-    """(seconds to the first token, tokens/s after it, prompt tokens, tokens generated) of a
-    greedy generation from the processor's `inputs()`, which the first token's time includes."""
-    start = time.perf_counter()
-    prompt = inputs()
-    length = prompt["input_ids"].as_numpy().shape[-1]
-    params = og.GeneratorParams(bundle.model)
-    limit = min(length + new_tokens, bundle.context_length)
-    params.set_search_options(do_sample=False, max_length=limit)
-    generator = og.Generator(bundle.model, params)
-    generator.set_inputs(prompt)
-    generator.generate_next_token()
-    first = time.perf_counter()
-    tokens = 1
-    while not generator.is_done():
-        generator.generate_next_token()
-        tokens += 1
-    decoded = time.perf_counter() - first
-    return first - start, (tokens - 1) / decoded if tokens > 1 else 0.0, length, tokens
+    return ClipBench(audio_seconds=seconds, **medians)

@@ -13,7 +13,10 @@ which other processes on the machine disturb much less.
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -134,4 +137,78 @@ def time_generation(
         "prefill_cpu": batch_size * length / (prefilled[1] - started[1]),
         "decode_cpu": batch_size * steps / (decoded[1] - first[1]),
         "ttft_s": first[0] - started[0],
+    }
+
+
+def time_processed(
+    bundle: OpenBundle, inputs: Callable[[], og.NamedTensors], new_tokens: int
+) -> tuple[float, float, int, int]:
+    """(seconds to the first token, tokens/s after it, prompt tokens, tokens generated) of a
+    greedy generation from a multimodal processor's `inputs()` (an image's or a clip's, `bench
+    --image` and `--audio`), which the first token's time includes."""
+    start = time.perf_counter()
+    prompt = inputs()
+    length = prompt["input_ids"].as_numpy().shape[-1]
+    params = og.GeneratorParams(bundle.model)
+    limit = min(length + new_tokens, bundle.context_length)
+    params.set_search_options(do_sample=False, max_length=limit)
+    generator = og.Generator(bundle.model, params)
+    generator.set_inputs(prompt)
+    generator.generate_next_token()
+    first = time.perf_counter()
+    tokens = 1
+    while not generator.is_done():
+        generator.generate_next_token()
+        tokens += 1
+    decoded = time.perf_counter() - first
+    return first - start, (tokens - 1) / decoded if tokens > 1 else 0.0, length, tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstTokenBench:
+    """The first token after an image or a clip beside a prompt (`bench --image`, `--audio`),
+    against the same prompt without it: medians of the timed rounds."""
+
+    ttft_ms: float  # the processor (decoding the media), the graphs, the first token
+    text_ttft_ms: float  # the first token of the same prompt without the media
+    decode_tps: float  # tokens/s after the first, with the media
+    prompt_tokens: int  # the prompt with the media's tokens
+    tokens: int
+
+    @property
+    def cost(self) -> float:
+        """How many times the text prompt's first token the media's first token takes."""
+        return self.ttft_ms / self.text_ttft_ms
+
+    def line(self, shown: str, what: str, rounds: int) -> str:
+        """The result in words: `shown` names the media, `what` its kind ("image", "clip")."""
+        return (
+            f"{shown}: first token after the {what} in {self.ttft_ms:,.1f} ms "
+            f"({self.cost:.1f}x the {self.text_ttft_ms:,.1f} ms of the prompt without "
+            f"it; {self.prompt_tokens} prompt tokens), then {self.decode_tps:,.1f} tokens/s "
+            f"(median of {rounds})"
+        )
+
+
+def first_token_medians(
+    bundle: OpenBundle,
+    inputs: Callable[[], og.NamedTensors],
+    text: str,
+    rounds: int,
+    new_tokens: int,
+) -> dict[str, float | int]:
+    """FirstTokenBench's fields: `rounds` generations of `new_tokens` after the processor's
+    `inputs()` and as many first tokens after the prompt `text` alone, each after a warm-up."""
+    processor = bundle.model.create_multimodal_processor()
+    with_media, without = [], []
+    for _ in range(rounds + 1):
+        with_media.append(time_processed(bundle, inputs, new_tokens))
+        without.append(time_processed(bundle, lambda: processor(text), 1))
+    timed = with_media[1:]
+    return {
+        "ttft_ms": statistics.median(run[0] for run in timed) * 1e3,
+        "text_ttft_ms": statistics.median(run[0] for run in without[1:]) * 1e3,
+        "decode_tps": statistics.median(run[1] for run in timed),
+        "prompt_tokens": timed[0][2],
+        "tokens": timed[0][3],
     }

@@ -59,6 +59,17 @@ rows quote og:
   ("Invalid rank for input: position_ids Got: 2 Expected: 3"), as it fails beam search.
 - og's multimodal pipeline also continues the padded rows of a text batch from the wrong
   positions.
+- og.Generator's append_tokens after generate_next_token runs only the appended tokens: the
+  generated token, added to the sequence to be run by the next generate_next_token, never is.
+  The positions count it (for mrope, past length plus the image's rope delta) but its keys are
+  never written (in GroupQueryAttention's shared buffer the new tokens attend to a zero slot):
+  logits of neither sequence, on every bundle (og's builder's too, test_og_limits.py). Where
+  og rewinds the bundle, rewinding over the token and appending it with the new ones gives
+  transformers' logits (tests/models/test_qwen_vl_append.py).
+- og's multimodal pipeline runs the vision model, and computes mrope's 3-D positions, for a
+  generator's first prompt only: a second set_inputs with an image runs without a word, its
+  image tokens embedded as text at text positions (tests/models/test_qwen_vl_append.py). A new
+  generator over the whole conversation, every image set at once, sees them all.
 - Whisper (og's `whisper` type, tests/models/whisper/test_og_apis.py, against og's builder's
   Whisper bundle too): og.Engine, n-gram decoding and rewind are refused with og's words; a
   batch of audios runs when the forced prompts have one length, and a shorter prompt is padded

@@ -1,15 +1,18 @@
 """`mobius-genai bench DIR`: prefill and decode tokens/s, time to first token and peak memory
 of a bundle for chosen prompt lengths and batch sizes, as a table or JSON; `bench DIR --audio
 [FILE]`: a speech bundle's real-time factor on that clip, or the time to the first token
-after it beside a prompt (Gemma 4 E2B/E4B)."""
+after it beside a prompt (Gemma 4 E2B/E4B); `bench DIR --image [FILE]`: a vision-language
+bundle's time to the first token after an image, against the prompt without it."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+from pathlib import Path
 
 from mobius_genai.bench.audio import ClipBench, bench_audio, generated_clip
+from mobius_genai.bench.image import bench_image
 from mobius_genai.bench.runner import BenchRow, bench
 from mobius_genai.cli._args import positive_int
 from mobius_genai.cli._generation import (
@@ -55,6 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "bundle's transcription (real-time factor), or the first token after a clip beside the "
         "prompt (Gemma 4 E2B/E4B)",
     )
+    parser.add_argument(
+        "--image",
+        metavar="PATH",
+        nargs="?",
+        const="",
+        help="time the first token after an image (this PNG or JPEG file; without PATH, a "
+        "generated one at the processor's size) beside the prompt, against the prompt alone "
+        "(a vision-language bundle)",
+    )
     add_ep_argument(parser)
     add_threads_argument(parser)
     add_adapter_argument(parser)
@@ -65,8 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Measure each configuration in a process of its own, then print the results."""
     cpu = on_cpu(args)
+    if args.audio is not None and args.image is not None:
+        raise OptionError("--audio and --image: bench times one at a time; accepted: either")
     if args.audio is not None:
         return _audio(args, cpu)
+    if args.image is not None:
+        return _image(args, cpu)
     rows = bench(
         args.folder,
         prompt_lengths=_integers("--prompt-lengths", args.prompt_lengths),
@@ -90,22 +106,10 @@ def run(args: argparse.Namespace) -> int:
 def _audio(args: argparse.Namespace, cpu: bool) -> int:
     clip = Clip.read(args.audio) if args.audio else generated_clip()
     shown = args.audio or clip.name
-    result = bench_audio(
-        args.folder,
-        clip,
-        rounds=args.rounds,
-        cpu=cpu,
-        threads=args.threads,
-        new_tokens=args.new_tokens,
-    )
+    result = bench_audio(args.folder, clip, **_media_timing(args, cpu))
     if isinstance(result, ClipBench):
         ratio = {"clip_cost": result.clip_cost}
-        line = (
-            f"{shown}: first token after the clip in {result.ttft_ms:,.1f} ms "
-            f"({result.clip_cost:.1f}x the {result.text_ttft_ms:,.1f} ms of the prompt without "
-            f"it; {result.prompt_tokens} prompt tokens), then {result.decode_tps:,.1f} tokens/s "
-            f"(median of {args.rounds})"
-        )
+        line = result.line(shown, "clip", args.rounds)
     else:
         ratio = {"real_time_factor": result.real_time_factor}
         line = (
@@ -118,6 +122,33 @@ def _audio(args: argparse.Namespace, cpu: bool) -> int:
         print(json.dumps({"bundle": args.folder, "audio": shown, **fields}, indent=2))
     else:
         print(line)
+    return 0
+
+
+def _media_timing(args: argparse.Namespace, cpu: bool) -> dict[str, object]:
+    """What `--audio` and `--image` time with: rounds, provider, threads, tokens."""
+    return {
+        "rounds": args.rounds,
+        "cpu": cpu,
+        "threads": args.threads,
+        "new_tokens": args.new_tokens,
+    }
+
+
+def _image(args: argparse.Namespace, cpu: bool) -> int:
+    image = None
+    if args.image:
+        path = Path(args.image)
+        if not path.is_file():
+            raise OptionError(f"--image {path}: not a file; accepted: a PNG or JPEG image file")
+        image = path.read_bytes()
+    result = bench_image(args.folder, image, **_media_timing(args, cpu))
+    shown = args.image or f"a generated {result.width} x {result.height} image"
+    if args.json:
+        fields = {**dataclasses.asdict(result), "image_cost": result.image_cost}
+        print(json.dumps({"bundle": args.folder, "image": shown, **fields}, indent=2))
+        return 0
+    print(result.line(shown, "image", args.rounds))
     return 0
 
 

@@ -64,6 +64,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="largest request body in MiB; larger ones get HTTP 413 (default 4)",
     )
     parser.add_argument(
+        "--allow-image-urls",
+        action="store_true",
+        help="fetch the http(s) URLs of image_url parts (default: images only as data: URLs; "
+        "the server then reaches whatever this machine reaches)",
+    )
+    parser.add_argument(
         "--api-key",
         help=f"require `Authorization: Bearer KEY` on /v1 (default: ${API_KEY_VARIABLE} if set, "
         "else no key)",
@@ -96,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         max_tokens=args.max_tokens,
         max_body_bytes=args.max_body_mib << 20,
+        allow_image_urls=args.allow_image_urls,
     )
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     try:

@@ -69,6 +69,30 @@ def _silu(op, x: ir.Value) -> ir.Value:
     return op.Mul(x, op.Sigmoid(x))
 
 
+def gated_scan(
+    op, c: ir.Value, b: ir.Value, value: ir.Value, past: ir.Value, decay: ir.Value, *heads: int
+) -> tuple[ir.Value, ir.Value]:
+    """The selective scan as com.microsoft::LinearAttention's gated rule (q = C, k = B, no
+    beta), float32: its output [batch, seq, value channels] and new state. `heads`: the heads
+    of C and B, then of the value and state (Mamba1: one, then one per channel)."""
+    opset = op.builder.root.graph.opset_imports[""]
+    function = TIER1_OPS["LinearAttention"].function("gated", opset)
+    return op.call(
+        function,
+        in_float32(op, c),
+        in_float32(op, b),
+        value,
+        past,
+        decay,
+        None,  # no beta: the gated rule adds k ⊗ v whole
+        _outputs=2,
+        q_num_heads=heads[0],
+        kv_num_heads=heads[1],
+        update_rule="gated",
+        scale=1.0,
+    )
+
+
 def _gated_norm(config: ArchitectureConfig) -> nn.Module:
     """The module the scan's output and the gate go through (config/mamba2.py's `norm`)."""
     sizes = config.mamba2
@@ -108,22 +132,7 @@ class Mamba2Mixer(nn.Module):
         x_heads = self._heads(op, in_float32(op, x))
         flat = op.Constant(value_ints=[0, 0, sizes.intermediate])
         value = op.Reshape(op.Mul(x_heads, op.Unsqueeze(dt, op.Constant(value_ints=[3]))), flat)
-        opset = op.builder.root.graph.opset_imports[""]
-        function = TIER1_OPS["LinearAttention"].function("gated", opset)
-        y, present = op.call(
-            function,
-            in_float32(op, c),
-            in_float32(op, b),
-            value,
-            past,
-            decay,
-            None,  # no beta: the gated rule adds k ⊗ v whole
-            _outputs=2,
-            q_num_heads=sizes.groups,
-            kv_num_heads=sizes.heads,
-            update_rule="gated",
-            scale=1.0,
-        )
+        y, present = gated_scan(op, c, b, value, past, decay, sizes.groups, sizes.heads)
         skip = op.Mul(x_heads, op.Unsqueeze(in_float32(op, self.D), op.Constant(value_ints=[1])))
         return op.Add(y, op.Reshape(skip, flat)), present
 
@@ -140,10 +149,7 @@ class Mamba2Mixer(nn.Module):
         hidden_states = zero_padding(op, hidden_states, current)
         parts = op.Constant(value_ints=[sizes.intermediate, sizes.conv_dim, sizes.heads])
         gate, xbc, dt = op.Split(self.in_proj(op, hidden_states), parts, axis=-1, _outputs=3)
-        convolved, present_conv = self.conv1d(
-            op, op.Transpose(xbc, perm=[0, 2, 1]), past_conv, current
-        )
-        convolved = op.Transpose(convolved, perm=[0, 2, 1])
+        convolved, present_conv = self.conv1d.over_sequence(op, xbc, past_conv, current)
         convolved = zero_padding(op, op.Mul(convolved, op.Sigmoid(convolved)), current)
         groups = sizes.groups * sizes.state_size
         split = op.Constant(value_ints=[sizes.intermediate, groups, groups])

@@ -16,8 +16,9 @@ Qwen3.5 and the gated linear recurrence of Mamba2.
   decay may be per head [B, T, H] or per key dim [B, T, H * d_k]; beta per head or [B, T, 1].
   Inputs are cast to the state's type and the output back to the value's.
 - ``LinearAttention`` with ``update_rule="gated"`` (overload ``"gated"``: Mamba2's selective
-  scan): the same heads, then ``S = exp(g_t) * S + k_t ⊗ v_t``, ``o_t = q_t^T S`` with the
-  decay per head [B, T, H]; beta is not read (onnxruntime's CPU kernel ignores it too).
+  scan, and Mamba1's with a head per channel): the same heads, then ``S = exp(g_t) * S +
+  k_t ⊗ v_t``, ``o_t = q_t^T S`` with the decay per head [B, T, H] (Mamba2) or per key dim
+  [B, T, H * d_k] (Mamba1); beta is not read (onnxruntime's CPU kernel ignores it too).
 
 onnxruntime 1.32 runs both com.microsoft ops on the CPU EP (measured against these bodies in
 tests/components/test_recurrent_functions.py); the standard opset-27 ops of the same names have no
@@ -140,16 +141,14 @@ def _delta_step() -> ir.Graph:
 
 
 def _gated_step() -> ir.Graph:
-    """Scan body: state [B, H, dk, dv] and one token's q, k [B, H, dk], v [B, H, dv], g [B, H]
-    → the new state and o [B, H, dv]."""
+    """Scan body: state [B, H, dk, dv] and one token's q, k [B, H, dk], v [B, H, dv], g
+    [B, H, X] (X: 1 or dk) → the new state and o [B, H, dv]."""
     tape = ir.tape.Tape()
     state, q, k, v, g = inputs = [
         ir.Value(name=n) for n in ("state_in", "q_t", "k_t", "v_t", "g_t")
     ]
     second = _ints(tape, 2)
-    decayed = tape.op(
-        "Mul", [state, tape.op("Exp", [tape.op("Unsqueeze", [g, _ints(tape, 2, 3)])])]
-    )
+    decayed = tape.op("Mul", [state, tape.op("Exp", [tape.op("Unsqueeze", [g, _ints(tape, -1)])])])
     k_column = tape.op("Unsqueeze", [k, _ints(tape, 3)])  # [B, H, dk, 1]
     outer = tape.op("MatMul", [k_column, tape.op("Unsqueeze", [v, second])])  # k ⊗ v
     updated = tape.op("Add", [decayed, outer])
@@ -175,11 +174,10 @@ def _linear_attention(
     q = tape.op("Mul", [q, _scale(tape, key_dim, q)])
     k = _repeat_heads(tape, _heads(tape, key, _ints(tape, -1), key_dim), kv_heads)
     v = _heads(tape, value, kv_heads, _ints(tape, -1))
+    g = _heads(tape, decay, kv_heads, _ints(tape, -1))  # per head or per key dim
+    gates = [(g, 4)]
     if with_beta:
-        g = _heads(tape, decay, kv_heads, _ints(tape, -1))
-        gates = [(g, 4), (tape.op("Reshape", [beta, _ints(tape, 0, 0, -1)]), 3)]
-    else:
-        gates = [(decay, 3)]
+        gates.append((tape.op("Reshape", [beta, _ints(tape, 0, 0, -1)]), 3))
     # time-major (the scan axis 0: onnx's reference evaluator scans no other axis)
     scanned = [
         tape.op("Transpose", [tape.op("CastLike", [x, past])], {"perm": [1, 0, 2, 3][:rank]})

@@ -61,6 +61,14 @@ class DepthwiseCausalConv(nn.Module):
         window = op.Concat(past_state, x, axis=-1)
         return output, state_after_last_token(op, window, current, self.taps - 1)
 
+    def over_sequence(
+        self, op, x: ir.Value, past_state: ir.Value, current: ir.Value
+    ) -> tuple[ir.Value, ir.Value]:
+        """`forward` of x [batch, seq, channels] (a projection's output as it comes), the
+        output [batch, seq, channels] too; the state as `forward`'s."""
+        output, state = self(op, op.Transpose(x, perm=[0, 2, 1]), past_state, current)
+        return op.Transpose(output, perm=[0, 2, 1]), state
+
 
 class ShortConv(nn.Module):
     """The operator block of an LFM2 "conv" layer; returns its output and the new state."""

@@ -27,6 +27,7 @@ from mobius_genai.config.layers import (
 from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.local_global import CHUNKED, LocalGlobalAttention, validate_local_global
+from mobius_genai.config.mamba1 import Mamba1Config
 from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.per_layer_stack import FULL, PerLayerStack
@@ -134,6 +135,8 @@ class ArchitectureConfig:
       embedding turns its `qk_rope_head_dim` channels.
     - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
       None when the model has none.
+    - `mamba1`: scan, conv and dt sizes of Mamba1 "mamba" layers (config/mamba1.py); None when
+      the model has none.
     - `one_block_layers`: each layer is one pre-norm block and its residual: its token mixer
       (attention or a recurrent block) without an MLP, or in "mlp" layers an MLP alone
       (Nemotron-H).
@@ -195,6 +198,7 @@ class ArchitectureConfig:
     short_conv: ShortConvConfig | None = None
     linear_attention: LinearAttentionConfig | None = None
     mamba2: Mamba2Config | None = None
+    mamba1: Mamba1Config | None = None
     one_block_layers: bool = False
     parallel_recurrent: str | None = None
     weight_scales: tuple[WeightScale, ...] = ()

@@ -149,9 +149,10 @@ def parse_gemma4_vision_language(
     }
     audio = ids.pop("audio_token_id")
     soft = (ids["image_token_id"], ids["video_token_id"], audio)
+    # transformers embeds the soft tokens as the pad token (their per-layer rows too)
+    pad = 0 if text.pad_token_id is None else text.pad_token_id
     section = text.per_layer_stack
-    if section is not None:  # the soft tokens' per-layer rows are the pad token's
-        pad = 0 if text.pad_token_id is None else text.pad_token_id
+    if section is not None:
         section = dataclasses.replace(section, soft_tokens=(pad, soft))
     return VisionLanguageConfig(
         model_type=fields.model_type(raw.get("model_type")),
@@ -160,5 +161,6 @@ def parse_gemma4_vision_language(
         bidirectional_images=both_ways == "vision",
         audio=parse_gemma4_audio(raw, text),
         audio_token_id=audio,
+        placeholder_text=(pad, soft),
         **ids,
     )

@@ -118,10 +118,21 @@ def _mamba2_ssm_dims(config: ArchitectureConfig) -> tuple[int, ...]:
     return sizes.heads, sizes.state_size, sizes.head_dim
 
 
+def _mamba1_conv_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    sizes = config.mamba1
+    return sizes.intermediate, sizes.conv_kernel_size - 1
+
+
+def _mamba1_ssm_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    sizes = config.mamba1
+    return sizes.intermediate, sizes.state_size, 1
+
+
 #: Layer kind → its block. LFM2's short conv (config/short_conv.py): the conv's last columns.
 #: Qwen3.5's gated delta net (config/linear_attention.py): its conv's last columns and the
 #: delta rule's state, in float32. Mamba2 (config/mamba2.py): its conv's last columns and the
-#: selective scan's state, in float32, named as the gated delta net's.
+#: selective scan's state, in float32, named as the gated delta net's. Mamba1 (config/mamba1.py):
+#: the same two states, its scan's a state entry per channel and state size, named alike.
 RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
     block.layer_type: block
     for block in (
@@ -160,6 +171,22 @@ RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
                     "recurrent_state",
                     ("mamba_heads", "state_size", "mamba_head_dim"),
                     _mamba2_ssm_dims,
+                    float32=True,
+                ),
+            ),
+            naming=FROM_KV_NAMES,
+        ),
+        RecurrentBlock(
+            layer_type="mamba",
+            section="mamba1",
+            module="mamba",
+            component="mobius_genai.components.mamba1:Mamba1Mixer",
+            states=(
+                State("conv_state", ("mamba_channels", "conv_cache_size"), _mamba1_conv_dims),
+                State(
+                    "recurrent_state",
+                    ("mamba_channels", "state_size", "mamba_value_dim"),
+                    _mamba1_ssm_dims,
                     float32=True,
                 ),
             ),

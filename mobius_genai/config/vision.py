@@ -106,6 +106,10 @@ class VisionLanguageConfig:
     # tokens replace the prompt's `audio_token_id` tokens; None: the model takes no audio.
     audio: Any = None
     audio_token_id: int | None = None
+    # (stand-in, tokens): the tokens whose text embedding, where no features replace them, is
+    # the stand-in's (Gemma 4's image, video and audio tokens: its pad token's); None: each
+    # placeholder's own (models/vision_embedding.py).
+    placeholder_text: tuple[int, tuple[int, ...]] | None = None
 
     def first_layers(self, count: int) -> VisionLanguageConfig:
         """The decoder's first `count` layers and the vision (and audio) tower's first layers

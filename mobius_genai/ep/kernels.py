@@ -158,8 +158,9 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
                 "its standard body (a Scan over the tokens)",
                 flag="supports_linear_attention",
             ),
-            # Mamba2's scan (update_rule "gated", the function overload "gated"): measured
-            # against its body on the CPU EP only (tests/components/test_recurrent_functions.py)
+            # Mamba2's scan (update_rule "gated", the function overload "gated"; Mamba1's with a
+            # decay per key dim): measured against its body on the CPU EP only
+            # (tests/components/test_recurrent_functions.py)
             Kernel(
                 "LinearAttention.gated",
                 MS_DOMAIN,

@@ -39,10 +39,14 @@ class EmbeddingModel(nn.Module):
     (row-major) replaced by the k-th row of image_features (transformers' masked_scatter), and
     where the model takes audio, the k-th audio token by the k-th row of audio_features.
 
-    Image and audio tokens are looked up as token 0 (their rows are replaced), so a token id
-    outside the vocabulary is harmless; a zero row in front of the features keeps the gather
-    valid when they are empty (decode steps, a prompt without audio). With DeepStack the rows
-    are `embedding_width` wide and text tokens get zeros beside their embedding
+    Without features (a decode step, a prompt without an image or audio) a placeholder keeps
+    its text embedding, as transformers embeds it without pixel values: a token generated or
+    written as text. Its text embedding is its own row, token 0's when it lies outside the
+    vocabulary (Gemma 3), or the stand-in the config names (Gemma 4: the pad token). With
+    features, placeholders and rows must match in number, as transformers requires: a
+    placeholder past the last row fails the Gather, as transformers raises. A zero row in front
+    of the features keeps the Gather valid when they are empty. With DeepStack the rows are
+    `embedding_width` wide and text tokens get zeros beside their embedding
     (components/deepstack.py).
     """
 
@@ -58,11 +62,14 @@ class EmbeddingModel(nn.Module):
         if config.audio is not None:
             self.feature_inputs.append((AUDIO_FEATURES, AUDIO_TOKENS))
             self.placeholders.append(config.audio_token_id)
+        self.stand_ins = _stand_ins(config, self.placeholders)
 
     def forward(self, op, input_ids: ir.Value, *features: ir.Value) -> ir.Value:
         marks = [op.Equal(input_ids, op.Constant(value_int=token)) for token in self.placeholders]
-        soft = marks[0] if len(marks) == 1 else op.Or(*marks)
-        text_ids = op.Where(soft, op.Constant(value_int=0), input_ids)
+        text_ids = input_ids
+        for token, stand_in in self.stand_ins.items():
+            mark = op.Equal(input_ids, op.Constant(value_int=token))
+            text_ids = op.Where(mark, op.Constant(value_int=stand_in), text_ids)
         embeds = widen_embeddings(
             op, self.model(op, text_ids), self.text_hidden, self.deepstack_layers
         )
@@ -71,13 +78,24 @@ class EmbeddingModel(nn.Module):
         return embeds
 
     def _place(self, op, input_ids, mark: ir.Value, features: ir.Value, embeds: ir.Value):
-        """embeds with the k-th `mark`ed token's row replaced by the k-th row of `features`."""
-        flags = op.Cast(mark, to=ir.DataType.INT64)
-        order = op.CumSum(op.Reshape(flags, op.Constant(value_ints=[-1])), op.Constant(value_int=0))
-        rows = op.Reshape(
-            op.Mul(order, op.Reshape(flags, op.Constant(value_ints=[-1]))), op.Shape(input_ids)
-        )
+        """embeds with the k-th `mark`ed token's row replaced by the k-th row of `features`;
+        unchanged when `features` has no rows."""
+        flat = op.Reshape(op.Cast(mark, to=ir.DataType.INT64), op.Constant(value_ints=[-1]))
+        order = op.Mul(op.CumSum(flat, op.Constant(value_int=0)), flat)
+        filled = op.Greater(op.Shape(features, start=0, end=1), op.Constant(value_ints=[0]))
+        rows = op.Reshape(op.Mul(order, op.Cast(filled, to=ir.DataType.INT64)), op.Shape(input_ids))
         zero = np.zeros([1, self.hidden], dtype=get_build_dtype().numpy())
         padded = op.Concat(op.Constant(value=ir.tensor(zero)), features, axis=0)
         placed = op.Gather(padded, rows, axis=0)
-        return op.Where(op.Unsqueeze(mark, op.Constant(value_ints=[-1])), placed, embeds)
+        taken = op.And(mark, filled)
+        return op.Where(op.Unsqueeze(taken, op.Constant(value_ints=[-1])), placed, embeds)
+
+
+def _stand_ins(config: VisionLanguageConfig, placeholders: list[int]) -> dict[int, int]:
+    """{token: the token whose text embedding it gets} for the tokens not embedded as
+    themselves: the config's `placeholder_text` stand-in, else (Gemma 3's rule) token 0 for a
+    placeholder outside the vocabulary."""
+    if config.placeholder_text is not None:
+        stand_in, tokens = config.placeholder_text
+        return {token: stand_in for token in tokens if token != stand_in}
+    return {token: 0 for token in placeholders if token >= config.text.vocab_size}

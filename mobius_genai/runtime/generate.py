@@ -20,11 +20,10 @@ from mobius_genai.bundle.chat_template import check_chat_template
 from mobius_genai.bundle.mtp_config import head_overlay
 from mobius_genai.errors import BundleError
 from mobius_genai.kinds.og_types import image_types, og_type
+from mobius_genai.runtime.image_bytes import image_refusal
 
 #: bundle/genai_config.py's CONFIG_FILENAME, without its imports (the smoke test's process)
 _GENAI_CONFIG = "genai_config.json"
-_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-_JPEG_SIGNATURE = b"\xff\xd8\xff"
 
 
 def load_model(
@@ -159,19 +158,16 @@ def image_placeholder(folder: str | Path, config: Mapping[str, Any]) -> str:
 def open_images(paths: Sequence[str | Path]) -> og.Images:
     """og.Images of PNG or JPEG files; anything else is a BundleError naming the file.
 
-    Checked by signature first: onnxruntime-extensions hands every other file to its JPEG
-    decoder, which ends the whole process ("Not a JPEG file") instead of raising.
+    Each file is checked first (`image_bytes.image_refusal`): onnxruntime-extensions hands
+    every other file, and damaged JPEG markers, to libjpeg, which ends the whole process
+    ("Not a JPEG file") instead of raising.
     """
     for path in paths:
         if not Path(path).is_file():
             raise BundleError(f"{path}: not a file; accepted: a PNG or JPEG image file")
-        with open(path, "rb") as file:
-            head = file.read(len(_PNG_SIGNATURE))
-        if not head.startswith((_PNG_SIGNATURE, _JPEG_SIGNATURE)):
-            raise BundleError(
-                f"{path}: not a PNG or JPEG image (starts with {head[:4]!r}); accepted: the "
-                "image formats onnxruntime-genai's processor decodes, PNG and JPEG"
-            )
+        refusal = image_refusal(Path(path).read_bytes())
+        if refusal is not None:
+            raise BundleError(f"{path}: {refusal}")
     return og.Images.open(*(str(path) for path in paths))
 
 

@@ -4,8 +4,10 @@ og's multimodal processor expands each placeholder of the bundle's og type (kind
 `image_placeholder` with a vision graph, `audio_placeholder` with a speech graph) to one
 image's or clip's tokens. A placeholder with no file behind it, or the token an image's
 features fill written out (`image_token`, Gemma 4's `<|image|>`), reaches the model as tokens
-with no features to take, and og 0.18 fails deep inside a session run ("Gather ... out of
-bounds"): `run` and `chat` refuse such a prompt first, in one line.
+with no features to take: the embedding graph takes them as text, as transformers does without
+pixel values, which is not what the prompt meant, and beside an image they outnumber its
+features, which fails inside og's session run ("Gather ... out of bounds") as transformers
+refuses them. `run` and `chat` refuse such a prompt first, in one line.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mobius_genai.serve.engine_loop import EngineLoop, Failed, Finished, Job
+from mobius_genai.serve.image_urls import ImageUrls, fetched
 from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.output import Delta
 from mobius_genai.serve.protocol import (
@@ -55,7 +56,8 @@ class Service:
 
     engine: EngineLoop
     media: BundleMedia
-    """Which audio the bundle takes: clips in chat messages, or files to transcribe."""
+    """Which media the bundle takes: images and clips in chat messages, or files to
+    transcribe."""
     model_id: str
     adapter_names: tuple[str, ...]
     """The LoRA adapters served beside the base, each asked for as a model of its own."""
@@ -64,6 +66,8 @@ class Service:
     max_queue: int
     api_key: str | None = None
     quiet: bool = False
+    image_urls: ImageUrls = field(default_factory=ImageUrls)
+    """Whether image_url parts may name http(s) URLs, which the server then fetches."""
     active: int = field(default=0, init=False)
     """Requests admitted and not yet answered (generating or waiting)."""
     abandoned: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -140,6 +144,7 @@ async def _generate(
     _authorize(request, service)
     generation = parse(parse_body(await _body(request, service.max_body_bytes)))
     _require_model(generation.model, service)
+    generation = await fetched(generation, service.image_urls)
     service.media.check(generation, request.url.path)
     reply = Reply(generation.model or service.model_id, chat)
 

@@ -18,11 +18,14 @@ Facts of onnxruntime-genai 0.18 this follows (checked against the installed whee
   `og.Generator` of its own the same way, with its adapter active;
 - a Request object that is garbage-collected silently drops its turn, so each is kept until its
   turn has finished, then closed;
-- the Engine takes token ids only and runs plain decoders only (no multimodal pipeline, no
-  Whisper: `bundle/og_support.py`), so a request with a clip runs on an `og.Generator` of its
-  own fed the multimodal processor's inputs (`media.BundleMedia.prompt_inputs`), and a bundle
-  that takes audio but that the Engine does not run (Gemma 4 E2B/E4B, Whisper) is served with
-  every request on a generator of its own, a token each in turn; a transcription is
+- the Engine takes token ids only and runs plain decoders only: og 0.18 refuses a
+  vision-language bundle's og.Engine ("The model type is not supported for decoding"; no
+  multimodal pipeline, no Whisper: `bundle/og_support.py`). So a request with images or a clip
+  runs on an `og.Generator` of its own fed the multimodal processor's inputs
+  (`media.BundleMedia.prompt_inputs`, as `run --image` and `run --audio` make them), and a
+  bundle that takes images or audio (vision-language bundles, Gemma 4 E2B/E4B, Whisper) is
+  served with every request on a generator of its own, a token each in turn, so concurrent
+  requests interleave rather than batch; a transcription is
   `runtime.transcription.transcript_steps`' generator, stepped a piece at a time the same way.
 """
 
@@ -153,8 +156,8 @@ class EngineLoop:
 
     `make_bundle` opens the bundle `name` (on the engine thread; a bundle the Engine cannot run
     is a BundleError from `start`); `engine=False` serves it without og.Engine, every request on
-    an og.Generator of its own; `media` says which audio requests may hold; `rules` bound every
-    prompt;
+    an og.Generator of its own; `media` says which images and audio requests may hold;
+    `rules` bound every prompt;
     `sampled` is the bundle's own choice between sampling and greedy (its search.do_sample);
     `max_batch` turns run on the Engine at once, the others wait in order; an idle Engine
     waits up to `batch_window` seconds for a batch to fill before it runs the first request;
@@ -340,7 +343,7 @@ class EngineLoop:
 
     def _lane(self, job: Job, generation: Generation) -> _Lane:
         """The job's lane: a turn of the Engine, or a generator of its own (seeded sampling,
-        an adapter, a clip, a bundle the Engine does not run)."""
+        an adapter, images or a clip, a bundle the Engine does not run)."""
         stream = self._tokenizer.create_stream()
         calls = generation.tools and generation.tool_choice.mode != "none"
         output = Output(generation.stop, self._tool_tokens if calls else None)

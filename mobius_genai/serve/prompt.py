@@ -16,7 +16,7 @@ from typing import Any
 import onnxruntime_genai as og
 
 from mobius_genai.bundle.bos import with_bos
-from mobius_genai.serve.protocol import Generation, RequestError
+from mobius_genai.serve.protocol import Generation, InputAudio, InputImage, RequestError
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class PromptRules:
     """The most tokens a reply may ask for (the server's --max-tokens)."""
     audio_placeholder: str | None = None
     """What a message's clip becomes in its text (None: the bundle takes no clip)."""
+    image_placeholder: str | None = None
+    """What a message's image becomes in its text (None: the bundle takes no image)."""
 
 
 def prompt_ids(text: str, tokenizer: og.Tokenizer, rules: PromptRules) -> list[int]:
@@ -39,8 +41,8 @@ def prompt_ids(text: str, tokenizer: og.Tokenizer, rules: PromptRules) -> list[i
 
 
 def prompt_text(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRules) -> str:
-    """The prompt, a chat's messages rendered with the bundle's template (each clip as the
-    bundle's audio placeholder); a RequestError when the template refuses the messages."""
+    """The prompt, a chat's messages rendered with the bundle's template (each clip and image
+    as the bundle's placeholder); a RequestError when the template refuses the messages."""
     text = generation.prompt
     if generation.messages is not None:
         if rules.template is None:
@@ -49,7 +51,7 @@ def prompt_text(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRu
                 param="messages",
             )
         tools = generation.tools if generation.tool_choice.mode != "none" else ()
-        messages = [_placed(message, rules.audio_placeholder) for message in generation.messages]
+        messages = [_placed(message, rules) for message in generation.messages]
         try:
             text = rendered(tokenizer, rules.template, messages, tools)
         except RuntimeError as error:  # og's error for a template that raises on the messages
@@ -60,18 +62,23 @@ def prompt_text(generation: Generation, tokenizer: og.Tokenizer, rules: PromptRu
     return text
 
 
-def _placed(message: Mapping[str, Any], placeholder: str | None) -> Mapping[str, Any]:
-    """`message` with its text parts and clips (protocol's content tuple) as one text, each
-    clip as `placeholder`."""
+def _placed(message: Mapping[str, Any], rules: PromptRules) -> Mapping[str, Any]:
+    """`message` with its text parts, clips and images (protocol's content tuple) as one text,
+    each clip and image as the bundle's placeholder."""
     content = message["content"]
     if not isinstance(content, tuple):
         return message
-    if placeholder is None:  # BundleMedia.check refuses such a request before it is queued
-        raise RequestError("this bundle takes no audio", param="messages")
-    return {
-        **message,
-        "content": "".join(p if isinstance(p, str) else placeholder for p in content),
-    }
+    pieces = []
+    for part in content:
+        placeholder = part if isinstance(part, str) else _placeholder(part, rules)
+        if placeholder is None:  # BundleMedia.check refuses such a request before it is queued
+            raise RequestError("this bundle takes no such media", param=part.where)
+        pieces.append(placeholder)
+    return {**message, "content": "".join(pieces)}
+
+
+def _placeholder(part: InputAudio | InputImage, rules: PromptRules) -> str | None:
+    return rules.image_placeholder if isinstance(part, InputImage) else rules.audio_placeholder
 
 
 def rendered(

@@ -8,8 +8,6 @@ the wrong type or range, or an OpenAI option the server does not implement (``n`
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import json
 import math
@@ -17,10 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mobius_genai.serve.content_parts import InputAudio, InputImage, image_url, input_audio
+from mobius_genai.serve.request_error import RequestError
+
 #: OpenAI's limit on stop sequences per request.
 MAX_STOP_STRINGS = 4
-#: input_audio formats onnxruntime-genai's audio decoder reads (OpenAI's are wav and mp3).
-AUDIO_FORMATS = ("wav", "mp3", "flac")
 #: A transcription's response formats (OpenAI's), and those with times.
 TRANSCRIPT_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 TIMED_FORMATS = ("srt", "vtt", "verbose_json")
@@ -34,26 +33,6 @@ _ROLES = {
     "assistant": "assistant",
     "tool": "tool",
 }
-
-
-class RequestError(Exception):
-    """A request the server refuses: its HTTP status and OpenAI's error fields."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        param: str | None = None,
-        code: str | None = None,
-        kind: str = "invalid_request_error",
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
-        self.code = code
-        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -83,16 +62,6 @@ class ToolChoice:
 
 
 @dataclass(frozen=True)
-class InputAudio:
-    """A clip of a chat message (OpenAI's input_audio content part), decoded from base64;
-    `where` names the part in errors."""
-
-    data: bytes
-    format: str
-    where: str
-
-
-@dataclass(frozen=True)
 class Generation:
     """What one request asks for: a chat (`messages`) or a raw `prompt`, and its options."""
 
@@ -111,12 +80,21 @@ class Generation:
     @property
     def clips(self) -> tuple[InputAudio, ...]:
         """The messages' audio parts, in order."""
+        return tuple(part for part in self.parts if isinstance(part, InputAudio))
+
+    @property
+    def images(self) -> tuple[InputImage, ...]:
+        """The messages' image parts, in order."""
+        return tuple(part for part in self.parts if isinstance(part, InputImage))
+
+    @property
+    def parts(self) -> tuple[str | InputAudio | InputImage, ...]:
+        """The content parts of the messages that have media, in order."""
         return tuple(
             part
             for message in self.messages or ()
             if isinstance(message["content"], tuple)
             for part in message["content"]
-            if isinstance(part, InputAudio)
         )
 
 
@@ -397,9 +375,11 @@ def _message(where: str, message: Any) -> dict[str, Any]:
     return rendered
 
 
-def _content(where: str, message: Mapping[str, Any]) -> str | tuple[str | InputAudio, ...]:
-    """The message's text; with audio parts, its text parts and clips in order (the engine
-    puts the bundle's audio placeholder where each clip is)."""
+def _content(
+    where: str, message: Mapping[str, Any]
+) -> str | tuple[str | InputAudio | InputImage, ...]:
+    """The message's text; with audio or image parts, its text parts, clips and images in
+    order (the engine puts the bundle's placeholder where each clip or image is)."""
     content = message.get("content")
     if content is None or isinstance(content, str):
         return content or ""
@@ -413,44 +393,22 @@ def _content(where: str, message: Mapping[str, Any]) -> str | tuple[str | InputA
     return "".join(texts) if len(texts) == len(parts) else tuple(parts)
 
 
-def _part(where: str, part: Any) -> str | InputAudio:
-    """A text part's text or an input_audio part's clip."""
+def _part(where: str, part: Any) -> str | InputAudio | InputImage:
+    """A text part's text, an input_audio part's clip or an image_url part's image."""
     kind = part.get("type") if isinstance(part, dict) else None
     if kind == "text" and isinstance(part.get("text"), str):
         return part["text"]
     if kind == "input_audio":
-        return _input_audio(f"{where}.input_audio", part.get("input_audio"))
+        return input_audio(f"{where}.input_audio", part.get("input_audio"))
+    if kind == "image_url":
+        return image_url(where, part.get("image_url"))
     raise RequestError(
-        f"{where} of type {json.dumps(kind)} is not served (nor are images); accepted: a text "
-        "part ({'type': 'text', 'text': ...}) or an audio part ({'type': 'input_audio', "
+        f"{where} of type {json.dumps(kind)} is not served; accepted: a text part ({{'type': "
+        "'text', 'text': ...}), an image part ({'type': 'image_url', 'image_url': {'url': "
+        "'data:image/png;base64,...'}}) or an audio part ({'type': 'input_audio', "
         "'input_audio': {'data': <base64>, 'format': 'wav'}})",
         param=where,
     )
-
-
-def _input_audio(where: str, value: Any) -> InputAudio:
-    if not isinstance(value, dict) or not isinstance(value.get("data"), str):
-        raise RequestError(
-            f"{where} must be an object with data (the clip's bytes in base64) and format",
-            param=where,
-        )
-    audio_format = value.get("format")
-    if audio_format not in AUDIO_FORMATS:
-        raise RequestError(
-            f"{where}.format {json.dumps(audio_format)} is not a format onnxruntime-genai "
-            f"decodes; accepted: {', '.join(AUDIO_FORMATS)}",
-            param=f"{where}.format",
-        )
-    try:
-        data = base64.b64decode(value["data"], validate=True)
-    except (binascii.Error, ValueError):
-        raise RequestError(
-            f"{where}.data is not base64; accepted: the clip's bytes in base64",
-            param=f"{where}.data",
-        ) from None
-    if not data:
-        raise RequestError(f"{where}.data is empty; accepted: a clip", param=f"{where}.data")
-    return InputAudio(data, audio_format, where)
 
 
 def _history_calls(where: str, calls: Any) -> list[dict[str, Any]]:

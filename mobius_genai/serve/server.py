@@ -22,6 +22,7 @@ from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.runtime.generate import chat_template
 from mobius_genai.runtime.opening import ON_CPU, open_bundle
 from mobius_genai.serve.engine_loop import STATIC_BATCH, EngineLoop
+from mobius_genai.serve.image_urls import ImageUrls
 from mobius_genai.serve.media import BundleMedia
 from mobius_genai.serve.prompt import PromptRules
 from mobius_genai.serve.tools import tool_tokens
@@ -42,6 +43,9 @@ class Limits:
     max_tokens: int | None = None
     """The most tokens a reply may ask for (None: the bundle's context)."""
     max_body_bytes: int = 4 << 20
+    allow_image_urls: bool = False
+    """image_url parts may name http(s) URLs, which the server fetches (each within
+    max_body_bytes)."""
 
 
 def serve(
@@ -79,6 +83,7 @@ def serve(
             max_queue=limits.max_queue,
             api_key=api_key,
             quiet=quiet,
+            image_urls=ImageUrls(limits.allow_image_urls, limits.max_body_bytes),
         )
         config = uvicorn.Config(
             create_app(service),
@@ -98,14 +103,15 @@ def serve(
 def _engine(
     folder: str | Path, limits: Limits, cpu: bool, model_id: str | None, adapters: tuple[str, ...]
 ) -> tuple[EngineLoop, BundleMedia, str]:
-    """The engine loop of the bundle (not started), the audio it takes and the model name it
-    answers to. A bundle og.Engine does not run is refused, but one that takes audio (its
-    multimodal pipeline or Whisper's): that is served with og.Generator."""
+    """The engine loop of the bundle (not started), the media it takes and the model name it
+    answers to. A bundle og.Engine does not run is refused, but one that takes images or audio
+    (og's multimodal pipeline or Whisper's, which og 0.18's Engine refuses: "The model type is
+    not supported for decoding"): that is served with og.Generator."""
     require_bundle(folder)
     config = read_genai_config(Path(folder))
     media = BundleMedia(str(folder), config)
     refused = engine_support(folder)
-    if refused is not None and not media.takes_audio:
+    if refused is not None and not media.multimodal:
         raise BundleError(f"{folder}: {refused}; `serve` runs bundles on og.Engine")
     search = config.get("search", {})
     context = int(search.get("max_length", config["model"]["context_length"]))
@@ -115,6 +121,7 @@ def _engine(
         context=context,
         max_tokens=min(limits.max_tokens or context, context),
         audio_placeholder=media.placeholder,
+        image_placeholder=media.image_placeholder,
     )
     engine = EngineLoop(
         str(folder),

@@ -61,4 +61,6 @@ def test_eps_families_lists_every_model_type_with_its_og_type_and_blocks(capsys)
     assert rows["deepseek_v2"] == rows["deepseek_v3"] == ["decoder", "latent attention, MoE"]
     assert rows["nemotron_h"] == ["decoder", "mamba2, one block per layer, MoE"]
     assert rows["falcon_h1"] == ["decoder", "mamba2 beside attention"]
+    assert rows["mamba"] == rows["falcon_mamba"] == ["decoder", "mamba, one block per layer"]
+    assert rows["jamba"] == ["decoder", "mamba, MoE"]
     assert rows["llama"] == ["llama", "-"]

@@ -223,13 +223,16 @@ def test_capability_field_decides_where_the_linear_attention_body_is_inlined():
         assert (("", "Scan") in ops) == (not fused)
 
 
-def _gated_call(length: int, q_heads: int, kv_heads: int, overload: str = "gated") -> ir.Model:
+def _gated_call(
+    length: int, q_heads: int, kv_heads: int, overload: str = "gated", decays: int = 1
+) -> ir.Model:
     """Mamba2's scan as its mixer calls LinearAttention: C and B with `q_heads` groups of 8,
-    dt * x and the state with `kv_heads` heads of 4, a per-head decay, no beta."""
-    q, v = q_heads * 8, kv_heads * 4
+    dt * x and the state with `kv_heads` heads of 4, a per-head decay, no beta; `decays` 8:
+    a decay per key dim (Mamba1's, its A per state entry)."""
+    q, v, g = q_heads * 8, kv_heads * 4, kv_heads * decays
     model = parse(
         f"""agraph (float[2,{length},{q}] q, float[2,{length},{q}] k, float[2,{length},{v}] v,
-                    float[2,{kv_heads},8,4] past, float[2,{length},{kv_heads}] g)
+                    float[2,{kv_heads},8,4] past, float[2,{length},{g}] g)
                 => (float[2,{length},{v}] y, float[2,{kv_heads},8,4] present) {{
             y, present = com.microsoft.LinearAttention<q_num_heads={q_heads},
                 kv_num_heads={kv_heads}, update_rule="gated", scale=1.0>(q, k, v, past, g)
@@ -246,24 +249,26 @@ def _gated_numpy(
     feeds: dict[str, np.ndarray], q_heads: int, kv_heads: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """transformers' mamba2_selective_state_update in float64, token by token: each head reads
-    the B (k) and C (q) of its group, the groups repeat-interleaved onto the heads."""
+    the B (k) and C (q) of its group, the groups repeat-interleaved onto the heads; the decay
+    per head, or per head and key dim."""
     q, k, v, state, out = _per_head_float64(feeds, q_heads, kv_heads)
     batch, length = q.shape[:2]
     for t in range(length):
-        decay = np.exp(feeds["g"][:, t])[..., None, None]
+        decay = np.exp(feeds["g"][:, t].reshape(batch, kv_heads, -1))[..., None]
         state = state * decay + k[:, t, :, :, None] * v[:, t, :, None, :]
         out[:, t] = (state * q[:, t, :, :, None]).sum(-2)
     return out.reshape(batch, length, -1), state
 
 
 @pytest.mark.parametrize(
-    ("length", "q_heads", "kv_heads"),
-    [(70, 2, 4), (1, 2, 4), (3, 1, 2), (5, 2, 2)],  # prefill; decode; one group; a group a head
+    ("length", "q_heads", "kv_heads", "decays"),
+    # prefill; decode; one group; a group a head; Mamba1's decay per key dim, prefill and decode
+    [(70, 2, 4, 1), (1, 2, 4, 1), (3, 1, 2, 1), (5, 2, 2, 1), (70, 1, 3, 8), (1, 1, 3, 8)],
 )
 def test_gated_linear_attention_body_agrees_with_kernel_numpy_and_reference_evaluator(
-    length, q_heads, kv_heads
+    length, q_heads, kv_heads, decays
 ):
-    model = _gated_call(length, q_heads, kv_heads)
+    model = _gated_call(length, q_heads, kv_heads, decays=decays)
     assert register_functions(model) == [(MS_DOMAIN, "LinearAttention", "gated")]
     feeds = random_feeds(model)
     feeds["g"] = -np.abs(feeds["g"])  # dt * A <= 0

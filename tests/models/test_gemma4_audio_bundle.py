@@ -282,7 +282,8 @@ def test_run_refuses_placeholders_without_their_files(
     bundle, tmp_path, capsys, prompt, audio, placed
 ):
     """A prompt placing a clip or an image with no file given is one line and exit code 1,
-    before og (whose session run fails on it with "Gather ... out of bounds")."""
+    before og (which takes such tokens as text, or beside an image fails on them in its
+    session run with "Gather ... out of bounds")."""
     path = tmp_path / "clip.wav"
     path.write_bytes(tone_wav(8_000))
     given = ["--audio", str(path)] if audio else []

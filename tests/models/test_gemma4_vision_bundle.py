@@ -37,6 +37,7 @@ from tests._gemma4_vision import (
 )
 from tests._hf import generated_tokens
 from tests._ort import (
+    assert_og_takes_tokens_as_transformers,
     assert_only_the_decoder_fuses_gqa,
     model_ops,
     og_greedy,
@@ -257,3 +258,15 @@ def test_int4_tables_against_the_float_tables_bundle(gemma4_checkpoint, tmp_path
     # the tiny random model's int4 projections alone move its logits ~28% on average
     errors = [np.abs(each - expected).mean() / np.abs(expected).mean() for each in logits]
     assert errors[0] < (1 + INT4_TABLE_DRIFT) * errors[1], errors
+
+
+def test_og_takes_image_and_video_tokens_without_media_as_transformers_does(
+    gemma4_checkpoint, gemma4_bundle
+):
+    """Gemma 4's image and video tokens with no image, in the prompt and as decode steps: the
+    pad token's embedding and per-layer rows, as transformers gives them."""
+    model = gemma4_checkpoint[0]
+    image, video = model.config.image_token_id, model.config.video_token_id
+    assert_og_takes_tokens_as_transformers(
+        model, gemma4_bundle, [5, image, 6, video], [image, video]
+    )

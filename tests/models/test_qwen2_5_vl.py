@@ -76,10 +76,10 @@ def test_graphs_match_transformers_over_prefill_and_decode(qwen, ep):
     assert_graphs_match_transformers(*qwen, ep)
 
 
-def assert_graphs_match_transformers(model, folder, ep: str) -> None:
+def assert_graphs_match_transformers(model, folder, ep: str) -> list[int]:
     """A Qwen-VL checkpoint's three graphs, built for `ep`, against transformers with one
     40 x 56 image: features, merged embeddings, prefill logits at its 3-D mrope positions,
-    then decode steps (fp32, 1e-4)."""
+    then decode steps (fp32, 1e-4). Returns the greedy tokens decoded."""
     sessions = package_sessions(build(folder, ep, "fp32", progress=False))
     pixel_values, grid = patches(_image(40, 56))
     ids = image_prompt(grid)
@@ -108,7 +108,7 @@ def assert_graphs_match_transformers(model, folder, ep: str) -> None:
     outputs = _run(sessions["decoder"], feeds)
     np.testing.assert_allclose(outputs["logits"], reference.logits.numpy(), atol=TOLERANCE, rtol=0)
     delta = int(model.model.rope_deltas[0, 0])
-    decode_like_transformers(model, sessions, outputs, reference, mrope_delta=delta)
+    return decode_like_transformers(model, sessions, outputs, reference, mrope_delta=delta)
 
 
 def test_graph_io_is_what_onnxruntime_genai_feeds(qwen):

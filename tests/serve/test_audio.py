@@ -9,6 +9,7 @@ import base64
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import onnxruntime_genai as og
 import openai
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from mobius_genai.cli import main
 from mobius_genai.packager import package
 from mobius_genai.runtime.audio import tone_bytes
+from mobius_genai.runtime.smoke_image import png_bytes
 from tests._gemma4_audio import write_gemma4_audio_checkpoint
 from tests.models.whisper._whisper import write_whisper_checkpoint, write_whisper_tokenizer
 from tests.serve.conftest import Server
@@ -98,6 +100,36 @@ def test_an_input_audio_part_gives_run_audios_greedy_tokens(
     assert reply.usage.prompt_tokens == inputs["input_ids"].as_numpy().shape[-1]
 
 
+def test_an_image_and_a_clip_in_one_message_give_runs_tokens(
+    audio_server, gemma4_bundle, tmp_path, capsys
+):
+    """Gemma 4 E2B takes both: each placeholder where its part is, one processor call with the
+    image and the clip, the text `run --image --audio` prints."""
+    wav = tone_bytes(0.75)
+    png = png_bytes(np.random.default_rng(0).integers(0, 256, (48, 48, 3), dtype=np.uint8))
+    image = {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()},
+    }
+    content = [image, _audio_part(wav), {"type": "text", "text": "Hi"}]
+    reply = _chat(audio_server.client(), content)
+    (tmp_path / "a.png").write_bytes(png)
+    (tmp_path / "a.wav").write_bytes(wav)
+    media = ["--image", str(tmp_path / "a.png"), "--audio", str(tmp_path / "a.wav")]
+    expected = _run(
+        capsys,
+        str(gemma4_bundle),
+        *media,
+        "--prompt",
+        "<|image><|audio|>Hi",
+        "--max-new-tokens",
+        "5",
+    )
+    assert reply.choices[0].message.content == expected
+    clip_only = _chat(audio_server.client(), content[1:])
+    assert reply.usage.prompt_tokens > clip_only.usage.prompt_tokens + 1  # the image's tokens
+
+
 def test_audio_and_text_requests_at_once_get_their_replies_alone(audio_server):
     """Chats with clips (og's multimodal processor, a generator each) and text completions,
     sent together, reply as each does alone (streamed or not)."""
@@ -139,7 +171,7 @@ def test_audio_and_text_requests_at_once_get_their_replies_alone(audio_server):
             {"type": "input_audio", "input_audio": {"data": "%%%", "format": "wav"}},
             "input_audio.data is not base64",
         ),
-        ({"type": "image_url", "image_url": {"url": "data:,"}}, "is not served (nor are images)"),
+        ({"type": "image_url", "image_url": {"url": "data:,"}}, "a data: URL of no media type"),
     ],
     ids=["format", "not audio", "not base64", "image"],
 )

@@ -64,7 +64,7 @@ def test_input_audio_parts_are_clips_in_their_place():
             "messages[0].content[0].input_audio",
             "must be an object with data",
         ),
-        ({"type": "input_image"}, "messages[0].content[0]", "is not served (nor are images)"),
+        ({"type": "input_image"}, "messages[0].content[0]", "is not served; accepted: a text"),
     ],
 )
 def test_bad_input_audio_parts_are_named(part, param, said):

@@ -81,6 +81,10 @@ def test_messages_are_rendered_for_templates():
         ({"messages": [{"role": "user"}]}, "messages[0].content"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0].content[0].image_url",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "video_url"}]}]},
             "messages[0].content[0]",
         ),
         ({**CHAT, "max_tokens": 0}, "max_tokens"),

@@ -30,6 +30,7 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
 )
+from mobius_genai.models.families.mamba1_rows import MAMBA1_FAMILIES
 from mobius_genai.models.families.mamba2_hybrids import BAMBA, FALCON_H1, NEMOTRON_H
 from mobius_genai.models.families.moe_rows import (
     GRANITE_EXPERTS,
@@ -263,4 +264,7 @@ HYBRID_FAMILIES = (
     FALCON_H1,
     # Bamba: Mamba2 layers and rotary attention layers, a gated MLP after each (mamba2_hybrids.py)
     BAMBA,
+    # Mamba and FalconMamba (Mamba1 mixers alone), Jamba (Mamba1 mixers, attention and MoE):
+    # mamba1_rows.py. onnxruntime-genai 0.18 runs them as its generic decoder.
+    *MAMBA1_FAMILIES,
 )

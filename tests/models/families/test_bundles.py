@@ -82,6 +82,8 @@ DEFAULT_RUN |= {"granitemoeshared", "hunyuan_v1_moe", "dots1", "bamba"}
 # V3 routing in every layer beside llama attention (solar_open)
 DEFAULT_RUN |= {"glm4_moe_lite", "exaone_moe", "solar_open"}
 DEFAULT_RUN |= {"flex_olmo"}  # olmo2's post-norm layers with olmoe's experts
+# Mamba1 states with no KV cache at all (mamba), beside attention and MoE (jamba)
+DEFAULT_RUN |= {"mamba", "jamba"}
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 # (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
 SEEDS = {"qwen3_5_text": 1, "ministral": 1, "glm4_moe_lite": 1, "minicpm3": 1}
