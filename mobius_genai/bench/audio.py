@@ -23,10 +23,10 @@ from mobius_genai.runtime.audio import (
     max_seconds,
     require_audio_bundle,
     tone_bytes,
-    transcribe,
 )
 from mobius_genai.runtime.opening import OpenBundle, open_bundle
 from mobius_genai.runtime.placement import provider_of
+from mobius_genai.runtime.transcription import TranscriptRequest, transcript_steps
 
 #: The clip `bench --audio` times without a file: a tone as long as the smoke test's.
 GENERATED_SECONDS = 2.0
@@ -87,7 +87,7 @@ def bench_audio(
     times, tokens = [], 0
     for _ in range(rounds + 1):
         start = time.perf_counter()
-        tokens = len(list(transcribe(bundle, clip)))
+        tokens = sum(1 for _ in transcript_steps(bundle, clip, TranscriptRequest()))
         times.append(time.perf_counter() - start)
     return AudioBench(seconds, statistics.median(times[1:]), tokens)
 

@@ -1,6 +1,8 @@
 """`mobius-genai run DIR [PROMPT] [--image PATH]`: stream generated text from a bundle;
-`run DIR --audio FILE [--language en] [--task transcribe|translate] [--timestamps]` prints a
-speech bundle's transcript (with --timestamps, one `[start -> end] text` line per segment).
+`run DIR --audio FILE [--language en] [--task transcribe|translate] [--prompt TEXT]
+[--format text|srt|vtt|json|verbose_json] [--timestamps]` prints a speech bundle's transcript
+(runtime/transcription.py, the one serve gives, in serve's response formats; with
+--timestamps, one `[start -> end] text` line per segment).
 
 The prompt is the positional PROMPT or `--prompt TEXT`. Text comes from onnxruntime-genai's
 Engine where it runs the bundle, from og.Generator where it does not (`bundle.decoding`).
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from mobius_genai.bundle.bundle_folder import require_bundle
@@ -27,10 +30,14 @@ from mobius_genai.cli._generation import (
     search_options,
 )
 from mobius_genai.errors import OptionError
-from mobius_genai.runtime.audio import TASKS, Clip, has_audio, require_audio_bundle, transcribe
+from mobius_genai.runtime.audio import TASKS, Clip, has_audio, require_audio_bundle
 from mobius_genai.runtime.decoding import Guidance, stream_text
 from mobius_genai.runtime.opening import OpenBundle, open_bundle
 from mobius_genai.runtime.placement import provider_of
+from mobius_genai.runtime.timestamps import Segment
+from mobius_genai.runtime.transcription import TranscriptRequest, transcript_steps
+from mobius_genai.serve.protocol import TIMED_FORMATS
+from mobius_genai.serve.transcripts import MEDIA_TYPES, transcript_body
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,9 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--audio",
         metavar="PATH",
-        help="an audio file (WAV, FLAC or MP3, up to 30 s) for a speech bundle: prints its "
-        "transcript (no prompt); for a bundle with a speech graph (Gemma 4 E2B/E4B), one clip "
-        "beside the prompt",
+        help="an audio file (WAV or FLAC of any length, MP3 up to 30 s) for a speech bundle: "
+        "prints its transcript (a prompt is the text before it, as serve's `prompt`); for a "
+        "bundle with a speech graph (Gemma 4 E2B/E4B), one clip (up to 30 s) beside the prompt",
     )
     parser.add_argument(
         "--language",
@@ -70,6 +77,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--timestamps",
         action="store_true",
         help="with --audio: one line per segment, `[start -> end] text` (seconds)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=tuple(MEDIA_TYPES),
+        default="text",
+        help="with --audio: the transcript as serve's response_format writes it (default text)",
     )
     parser.add_argument(
         "--raw", action="store_true", help="feed the prompt as is, without the chat template"
@@ -99,12 +112,16 @@ def run(args: argparse.Namespace) -> int:
     require_bundle(args.folder)
     config = read_genai_config(Path(args.folder))
     require_audio_bundle(args.folder, config, args.audio is not None)
-    prompt = None if args.audio is not None and has_audio(config) else _prompt(args)
-    if prompt is None and (args.prompt, args.prompt_option) != (None, None):
-        raise OptionError("--audio takes no prompt; accepted: `run DIR --audio FILE`")
-    if args.timestamps and prompt is not None:
+    speech = args.audio is not None and has_audio(config)
+    prompt = None if speech else _prompt(args)
+    if args.timestamps and not speech:
         raise OptionError(
             "--timestamps times a transcript; accepted: with --audio FILE on a speech bundle"
+        )
+    if args.format != "text" and not (speech and not args.timestamps):
+        raise OptionError(
+            f"--format {args.format} writes a transcript; accepted: with --audio FILE on a "
+            "speech bundle, without --timestamps"
         )
     options = search_options(args)
     guidance = _guidance(args)
@@ -119,14 +136,7 @@ def run(args: argparse.Namespace) -> int:
         mtp=not args.no_mtp,
     )
     if prompt is None:
-        pieces = transcribe(
-            bundle,
-            clip,
-            language=args.language,
-            task=args.task,
-            max_new_tokens=args.max_new_tokens,
-            timestamps=args.timestamps,
-        )
+        pieces = _transcript(args, bundle, clip)
     else:
         pieces = _text(args, bundle, prompt, guidance, clip)
     speed = Speed()
@@ -157,6 +167,39 @@ def _text(
         guidance=guidance,
         note=say,
     )
+
+
+def _transcript(args: argparse.Namespace, bundle: OpenBundle, clip: Clip) -> Iterator[str]:
+    """A piece per token decoded ("": run's speed line counts them), then the transcript in
+    --format (with --timestamps, a line per segment)."""
+    request = TranscriptRequest(
+        language=args.language,
+        task=args.task,
+        timestamps=args.timestamps or args.format in TIMED_FORMATS,
+        prompt=_prompt(args) if (args.prompt, args.prompt_option) != (None, None) else None,
+        window_tokens=args.max_new_tokens,
+    )
+    steps = transcript_steps(bundle, clip, request)
+    decoded = 0
+    try:
+        while True:
+            next(steps)
+            if decoded:
+                yield ""  # the transcript itself is the last token's piece
+            decoded += 1
+    except StopIteration as done:
+        transcript = done.value
+    except RuntimeError as error:
+        raise bundle.failure("transcribe the audio", error) from error
+    if args.timestamps:
+        found = transcript.segments
+        yield "\n".join(str(Segment(s.start, s.end, s.text)) for s in found)
+        return
+    body = transcript_body(transcript, args.format)
+    if isinstance(body, dict):
+        yield json.dumps(body, ensure_ascii=False)
+    else:  # srt's and vtt's last cue ends in a blank line, which run's line break closes
+        yield body if args.format == "text" else body.removesuffix("\n")
 
 
 def _prompt(args: argparse.Namespace) -> str:

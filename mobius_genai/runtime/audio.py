@@ -5,7 +5,9 @@ places audio in prompts (`audio_placeholder`: Gemma 4 E2B/E4B).
 
 og's processor reads the file through onnxruntime-extensions' AudioDecoder, which resamples
 down only, and pads or cuts the log-mel to the encoder's window (`chunk_size` seconds of
-audio_processor_config.json): longer audio would be cut without a word, so it is refused here.
+audio_processor_config.json): longer audio would be cut without a word, so a clip beside a
+prompt is refused here, and a transcript (runtime/transcription.py) cuts a longer WAV or FLAC
+into windows.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import wave
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnxruntime_genai as og
@@ -30,10 +32,7 @@ from mobius_genai.kinds.og_types import (
     whisper_prompt,
 )
 from mobius_genai.runtime.audio_length import audio_length
-from mobius_genai.runtime.timestamps import TimestampRules, segments
-
-if TYPE_CHECKING:  # the smoke test's process imports this module, not the bundle checks
-    from mobius_genai.runtime.opening import OpenBundle
+from mobius_genai.runtime.timestamps import TimestampRules
 
 #: The rate the encoder's log-mel is computed at; og resamples down to it, never up.
 SAMPLE_RATE = 16_000
@@ -231,40 +230,6 @@ def tone_bytes(seconds: float = 2.0, frequency: float = 440.0) -> bytes:
     return buffer.getvalue()
 
 
-def transcribe(
-    bundle: OpenBundle,
-    clip: Clip,
-    *,
-    language: str | None = None,
-    task: str = "transcribe",
-    max_new_tokens: int = 448,
-    timestamps: bool = False,
-) -> Iterator[str]:
-    """The transcript of `clip`, piece by piece as og.Generator decodes it
-    greedily after the forced prompt (the end-of-text token is not printed); with
-    `timestamps`, one line `[start -> end] text` per segment once decoding ends."""
-    clip.seconds(max_seconds(bundle.folder))
-    text = prompt_text(bundle.folder, bundle.config, language, task, timestamps)
-    inputs = audio_inputs(bundle.model, text, clip)
-    tokenizer = og.Tokenizer(bundle.model)
-    rules = timestamp_rules(bundle.config, tokenizer) if timestamps else None
-    try:
-        tokens = _greedy(bundle, inputs, max_new_tokens, rules)
-        if rules is not None:
-            done: list[int] = []
-            for token in tokens:
-                if done:
-                    yield ""  # a piece per token (run's speed line counts them); text at the end
-                done.append(token)
-            found = segments(done, rules.first_time, tokenizer.decode)
-            yield "\n".join(str(segment) for segment in found)
-            return
-        stream = tokenizer.create_stream()
-        yield from (stream.decode(token) for token in tokens)
-    except RuntimeError as error:
-        raise bundle.failure("transcribe the audio", error) from error
-
-
 def end_tokens(config: Mapping[str, Any]) -> set[int]:
     """genai_config's end-of-text ids."""
     eos = config["model"].get("eos_token_id", [])
@@ -277,25 +242,3 @@ def timestamp_rules(config: Mapping[str, Any], tokenizer: og.Tokenizer) -> Times
     return TimestampRules(
         no_timestamps=tokenizer.to_token_id("<|notimestamps|>"), eos=min(end_tokens(config))
     )
-
-
-def _greedy(
-    bundle: OpenBundle, inputs: og.NamedTensors, max_new_tokens: int, rules: TimestampRules | None
-) -> Iterator[int]:
-    """og.Generator's greedy tokens after the processor's `inputs`, up to an end token (not
-    yielded); `rules` mask its logits before each step (og.Generator.set_logits)."""
-    prompt = inputs["input_ids"].as_numpy().shape[-1]
-    params = og.GeneratorParams(bundle.model)
-    length = min(prompt + max_new_tokens, bundle.config["model"]["context_length"])
-    params.set_search_options(max_length=length)
-    generator = og.Generator(bundle.model, params)
-    generator.set_inputs(inputs)
-    ends, generated = end_tokens(bundle.config), []
-    while not generator.is_done():
-        if rules is not None:
-            logits = rules.apply(generated, generator.get_logits())
-            generator.set_logits(logits.reshape(1, -1))
-        generator.generate_next_token()
-        generated.append(int(generator.get_next_tokens()[0]))
-        if generated[-1] not in ends:
-            yield generated[-1]

@@ -50,7 +50,7 @@ def _wav(data: bytes) -> AudioLength | None:
     return AudioLength(rate, size // block / rate)
 
 
-def _skip_id3(data: bytes) -> int:
+def skip_id3(data: bytes) -> int:
     """Where the audio starts after an ID3v2 tag (its size is four 7-bit bytes)."""
     if data[:3] != b"ID3" or len(data) < 10:
         return 0
@@ -63,7 +63,7 @@ def _skip_id3(data: bytes) -> int:
 def _flac(data: bytes) -> AudioLength | None:
     """FLAC: STREAMINFO, the first metadata block, holds the rate (20 bits) and the number of
     samples per channel (36 bits; 0 when the encoder did not know it)."""
-    at = _skip_id3(data)
+    at = skip_id3(data)
     if data[at : at + 4] != b"fLaC" or len(data) < at + 26 or data[at + 4] & 0x7F != 0:
         return None
     fields = int.from_bytes(data[at + 18 : at + 26], "big")
@@ -97,7 +97,7 @@ def _mp3_frame(header: int) -> tuple[int, int, int] | None:
 def _mp3(data: bytes) -> AudioLength | None:
     """MP3: the frames counted from the first header on (constant or variable bitrate); up to
     two frames longer than the audio (an encoder's Info frame, its delay and padding)."""
-    at, rate, samples, count = _skip_id3(data), 0, 0, 0
+    at, rate, samples, count = skip_id3(data), 0, 0, 0
     while at + 4 <= len(data):
         frame = _mp3_frame(int.from_bytes(data[at : at + 4], "big"))
         if frame is None:

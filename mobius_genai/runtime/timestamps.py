@@ -1,6 +1,6 @@
 """Whisper's timestamp mode on onnxruntime-genai: the rules that make the decoder emit time
-tokens (`TimestampRules`, applied to og.Generator's logits before each greedy step) and the
-segments `[start -> end] text` read back from the tokens.
+tokens (`TimestampRules`, applied to og.Generator's logits before each greedy step) and a
+segment's line `[start -> end] text` (`run --audio --timestamps`).
 
 onnxruntime-genai 0.18 has no timestamp logic of its own (its whisper code only forces the
 prompt): without `<|notimestamps|>` in the prompt the model may emit time tokens, and the rules
@@ -11,7 +11,7 @@ og's greedy tokens equal transformers' `generate(..., return_timestamps=True)`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -69,28 +69,3 @@ class Segment:
 
     def __str__(self) -> str:
         return f"[{self.start:.2f} -> {self.end:.2f}] {self.text.strip()}"
-
-
-def segments(
-    tokens: Sequence[int], first_time: int, decode: Callable[[list[int]], str]
-) -> list[Segment]:
-    """The timed segments of generated `tokens`: from the first time token, each run closed by
-    a pair of times (`<|2.40|><|2.40|>`) or by the last time token is one segment from its first
-    time to its last, its text the tokens between (text after the last time is left out, as
-    transformers' `output_offsets` leaves it)."""
-    is_time = [token >= first_time for token in tokens]
-    where = [i for i, timed in enumerate(is_time) if timed]
-    if not where:
-        return []
-    ends = [i + 1 for i in range(len(tokens) - 1) if is_time[i] and is_time[i + 1]]
-    if where[-1] + 1 not in ends:
-        ends.append(where[-1] + 1)
-    found, begin = [], where[0]
-    for end in ends:
-        piece = tokens[begin:end]
-        if len(piece) > 1:
-            text = decode([token for token in piece if token < first_time])
-            start, stop = (piece[0] - first_time, piece[-1] - first_time)
-            found.append(Segment(start * SECONDS_PER_TOKEN, stop * SECONDS_PER_TOKEN, text))
-        begin = end
-    return found

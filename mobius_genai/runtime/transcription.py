@@ -3,8 +3,9 @@
 onnxruntime-genai: for serve's transcription formats (srt, vtt, verbose_json).
 
 The clip's log-mel comes from og's processor (a WAV over the encoder's 30 s window in 30 s
-pieces, their log-mels joined; FLAC and MP3 only up to one window: og decodes them whole and
-there is no cutting them here). It is decoded a window at a time from `seek`: a window whose
+pieces, a FLAC in pieces of whole frames up to 30 s (`runtime/flac_pieces.py`), their log-mels
+joined; MP3 only up to one window: og decodes it whole, and its frames lean on the ones before
+them, so it is not cut here). It is decoded a window at a time from `seek`: a window whose
 timestamps end in a pair moves `seek` a whole window on; one cut mid-segment moves it to that
 segment's start, which the next window decodes again; without timestamps each window is one
 segment. Segments are read from each window's tokens as transformers' `_retrieve_segment`
@@ -39,6 +40,8 @@ from mobius_genai.runtime.audio import (
     prompt_text,
     timestamp_rules,
 )
+from mobius_genai.runtime.audio_length import audio_length
+from mobius_genai.runtime.flac_pieces import flac_pieces
 from mobius_genai.runtime.timestamps import SECONDS_PER_TOKEN, TimestampRules
 
 if TYPE_CHECKING:
@@ -60,8 +63,8 @@ class TranscriptRequest:
     temperature: float = 0.0
     prompt: str | None = None
     window_tokens: int | None = None
-    """New tokens each window may take; None: up to the decoder's context (transformers'
-    max_length, 448), as `run --audio` takes them."""
+    """New tokens each window may take (`run --audio`'s --max-new-tokens); None: up to the
+    decoder's context (transformers' max_length, 448), as serve and `bench --audio` take them."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,19 +158,44 @@ def transcript_steps(
 
 def clip_features(bundle: OpenBundle, clip: Clip) -> tuple[np.ndarray, float]:
     """The clip's log-mel [1, bins, frames] from og's processor and its length in seconds; a
-    WAV over the encoder's window in window-long pieces, their log-mels joined (the last one
-    whole, with the processor's padding after the audio, as a clip within one window has)."""
+    WAV or FLAC over the encoder's window in pieces of up to a window, their log-mels joined
+    (each cut where its audio ends, the last one whole, with the processor's padding after the
+    audio, as a clip within one window has)."""
     window = max_seconds(bundle.folder)
     seconds = clip.seconds(math.inf)
     if seconds is None:  # not a format whose headers say its length: og's decoder refuses it
         audio_inputs(bundle.model, "<|startoftranscript|>", clip)
         seconds = float(window)
-    pieces = [clip] if seconds <= window else wav_pieces(clip, window)
+    pieces = [(clip, 0.0)] if seconds <= window else clip_pieces(clip, window)
     mels = [
         audio_inputs(bundle.model, "<|startoftranscript|>", piece)["audio_features"].as_numpy()
-        for piece in pieces
+        for piece, _ in pieces
     ]
+    ends = [math.floor(length * FRAMES_PER_SECOND) for _, length in pieces[:-1]]
+    mels = [mel[..., :end] for mel, end in zip(mels, ends, strict=False)] + mels[-1:]
     return np.concatenate(mels, axis=-1).astype(np.float32), seconds
+
+
+def clip_pieces(clip: Clip, seconds: int) -> list[tuple[Clip, float]]:
+    """A WAV clip cut into `seconds`-long clips, a FLAC one into clips of whole frames up to
+    `seconds` long, each with its length in seconds; an OptionError for any other format or a
+    FLAC whose frames do not hold the samples its header names."""
+    found = audio_length(clip.data)
+    rate = found.rate
+    flac = flac_pieces(clip.data, seconds * rate)
+    if flac is not None:
+        read, named = sum(piece.samples for piece in flac), round(found.seconds * rate)
+        if read != named:  # a frame lost: the audio after it would be left out without a word
+            raise OptionError(
+                f"{clip.name}: a damaged FLAC file (its frames hold {read} of the {named} "
+                "samples its header names); accepted: an undamaged FLAC file"
+            )
+        starts = np.cumsum([0, *(piece.samples for piece in flac)]) / rate
+        return [
+            (Clip(piece.data, f"{clip.name} from {start:.1f} s"), piece.samples / rate)
+            for piece, start in zip(flac, starts, strict=False)
+        ]
+    return [(piece, float(seconds)) for piece in wav_pieces(clip, seconds)]
 
 
 def wav_pieces(clip: Clip, seconds: int) -> list[Clip]:
@@ -186,8 +214,8 @@ def wav_pieces(clip: Clip, seconds: int) -> list[Clip]:
         at += 8 + length + length % 2
     if fmt is None or samples is None:
         raise OptionError(
-            f"{clip.name}: over the encoder's {seconds} s, and only a WAV file is cut into "
-            f"windows here; accepted: a WAV file, or FLAC or MP3 up to {seconds} s"
+            f"{clip.name}: over the encoder's {seconds} s, and only a WAV or FLAC file is cut "
+            f"into windows here; accepted: a WAV or FLAC file, or MP3 up to {seconds} s"
         )
     rate = int.from_bytes(fmt[12:16], "little")
     block = int.from_bytes(fmt[20:22], "little")

@@ -25,8 +25,8 @@ Facts of onnxruntime-genai 0.18 this follows (checked against the installed whee
   (`media.BundleMedia.prompt_inputs`, as `run --image` and `run --audio` make them), and a
   bundle that takes images or audio (vision-language bundles, Gemma 4 E2B/E4B, Whisper) is
   served with every request on a generator of its own, a token each in turn, so concurrent
-  requests interleave rather than batch; a transcription is `runtime.audio.transcribe`'s
-  generator, stepped a piece at a time the same way.
+  requests interleave rather than batch; a transcription is
+  `runtime.transcription.transcript_steps`' generator, stepped a piece at a time the same way.
 """
 
 from __future__ import annotations

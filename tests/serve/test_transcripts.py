@@ -6,6 +6,7 @@ tests/models/whisper/test_transcription.py."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import onnxruntime_genai as og
 import openai
 import pytest
 
+from mobius_genai.cli import main
 from mobius_genai.packager import package
 from mobius_genai.runtime import transcription
 from mobius_genai.runtime.audio import Clip, tone_bytes
@@ -21,7 +23,12 @@ from mobius_genai.runtime.opening import open_bundle
 from mobius_genai.runtime.timestamps import TimestampRules
 from mobius_genai.runtime.transcription import TranscriptRequest, transcript_steps
 from mobius_genai.serve.transcripts import verbose_json
-from tests.models.whisper._whisper import write_whisper_checkpoint, write_whisper_tokenizer
+from tests.models.whisper._whisper import (
+    tone,
+    write_encoded,
+    write_whisper_checkpoint,
+    write_whisper_tokenizer,
+)
 from tests.serve.conftest import Server
 
 TRANSLATE, TRANSCRIBE, START_OF_PREV = 50_358, 50_359, 50_361
@@ -189,10 +196,7 @@ def test_temperature_samples(whisper_server, whisper_bundle):
 
 
 def test_what_cannot_be_served_is_one_clear_400(whisper_server, tmp_path):
-    import soundfile
-
-    flac = tmp_path / "long.flac"
-    soundfile.write(flac, np.zeros(31 * 16_000, np.float32), 16_000)
+    mp3 = write_encoded(tmp_path / "long.mp3", np.zeros(31 * 16_000, np.float32))
     client = whisper_server.client()
     transcripts = client.audio.transcriptions
     file = ("a.wav", tone_bytes(1.0))
@@ -231,8 +235,8 @@ def test_what_cannot_be_served_is_one_clear_400(whisper_server, tmp_path):
             "unrecognized translation argument(s): language",
         ),
         (
-            lambda: transcripts.create(model="any", file=("long.flac", flac.read_bytes())),
-            "file: over the encoder's 30 s, and only a WAV file is cut into windows here",
+            lambda: transcripts.create(model="any", file=("long.mp3", mp3.read_bytes())),
+            "file: over the encoder's 30 s, and only a WAV or FLAC file is cut into windows here",
         ),
     ]
     for call, said in cases:
@@ -264,3 +268,55 @@ def test_an_english_only_bundle_does_not_translate(tmp_path_factory):
     assert "an English-only Whisper model (vocab_size 51864, a .en checkpoint), which does " in (
         caught.value.message
     )
+
+
+RUN_AS_SERVE = {
+    "text": ({"response_format": "text"}, ()),
+    "srt": ({"response_format": "srt"}, ("--format", "srt")),
+    "vtt": ({"response_format": "vtt"}, ("--format", "vtt")),
+    "verbose_json": ({"response_format": "verbose_json"}, ("--format", "verbose_json")),
+    "json, a prompt, French": (
+        {"response_format": "json", "prompt": "Hi there", "language": "fr"},
+        ("--format", "json", "--prompt", "Hi there", "--language", "fr"),
+    ),
+    "FLAC, verbose_json": ({"response_format": "verbose_json"}, ("--format", "verbose_json")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUN_AS_SERVE))
+def test_run_audio_of_a_long_wav_prints_serves_transcript(
+    whisper_server, whisper_bundle, tmp_path, capsys, case
+):
+    """`mobius-genai run --audio` of a 45 s WAV or FLAC (two windows) prints the body serve
+    answers for the same clip and fields (run's --max-new-tokens: serve's per-window budget)."""
+    fields, options = RUN_AS_SERVE[case]
+    if case.startswith("FLAC"):
+        path = write_encoded(tmp_path / "long.flac", tone(45.0))
+    else:
+        path = tmp_path / "long.wav"
+        path.write_bytes(tone_bytes(45.0))
+    context = json.loads((whisper_bundle / "genai_config.json").read_text())["model"][
+        "context_length"
+    ]
+    code = main(
+        [
+            "run",
+            str(whisper_bundle),
+            "--audio",
+            str(path),
+            "--max-new-tokens",
+            str(context),
+            *options,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    served = whisper_server.client().audio.transcriptions.with_raw_response.create(
+        model="any", file=(path.name, path.read_bytes()), **fields
+    )
+    body = served.http_response.text
+    if fields.get("response_format", "json").endswith("json"):
+        assert json.loads(out) == json.loads(body)
+        assert case == "json, a prompt, French" or len(json.loads(body)["segments"]) >= 2
+    else:
+        assert body.strip() and out == (body if body.endswith("\n") else body + "\n")

@@ -14,7 +14,7 @@ from transformers.generation.logits_process import WhisperTimeStampLogitsProcess
 
 from mobius_genai.cli import main
 from mobius_genai.packager import package
-from mobius_genai.runtime.timestamps import TimestampRules, segments
+from mobius_genai.runtime.timestamps import TimestampRules
 from tests.models.whisper._whisper import (
     hf_timestamp_tokens,
     tone,
@@ -117,22 +117,6 @@ def test_run_timestamps_on_an_english_only_bundle(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert expected and captured.out.splitlines() == expected
-
-
-@pytest.mark.parametrize(
-    "tokens",
-    [
-        [50_364, 11, 12, 50_484, 50_484, 13, 50_600, 50_257],  # two segments, a pair between
-        [50_370, 11, 50_400, 12, 50_500],  # no pair: one segment to the last time
-        [50_364, 11, 50_400, 50_400, 12, 13],  # text after the last time is left out
-        [11, 12],  # no time at all
-    ],
-)
-def test_segments_equal_transformers_offsets(speech_bundle, tokens):
-    tokenizer = _hf_tokenizer(speech_bundle)
-    decode = og.Tokenizer(og.Model(str(speech_bundle))).decode
-    found = [str(segment) for segment in segments(tokens, RULES.first_time, decode)]
-    assert found == _expected_lines(tokenizer, tokens)
 
 
 def test_the_first_token_is_a_time_up_to_one_second():

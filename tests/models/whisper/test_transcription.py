@@ -6,6 +6,7 @@ translation detects; the no-speech probability and mean log-probability of a win
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import torch
 from tokenizers import Tokenizer
 
+from mobius_genai.cli import main
 from mobius_genai.runtime.audio import Clip, tone_bytes
 from mobius_genai.runtime.opening import open_bundle
 from mobius_genai.runtime.transcription import (
@@ -20,6 +22,7 @@ from mobius_genai.runtime.transcription import (
     clip_features,
     transcript_steps,
 )
+from tests.models.whisper._whisper import tone, write_encoded
 
 WINDOW_TOKENS = 24
 PROMPT_TEXT = "Hi there"
@@ -91,6 +94,33 @@ def test_a_long_wav_segments_as_transformers_long_form(speech_bundle, multilingu
     assert mel.shape[-1] == 6000 and found.duration == 60.0
     assert max(s.start for s in found.segments) > 30
     assert _segments(found) == _theirs(model, mel, attention_mask=torch.ones(1, 6000))
+
+
+#: 60 s of WAV (two 30 s pieces); 59.904 s of FLAC: two pieces of 117 frames of 4096 samples.
+LONG = {".wav": 60.0, ".flac": 2 * 117 * 4096 / 16_000}
+
+
+@pytest.mark.parametrize("suffix", sorted(LONG))
+def test_run_audio_prints_transformers_long_form_segments(
+    speech_bundle, multilingual_checkpoint, tmp_path, capsys, suffix
+):
+    """`mobius-genai run --audio --format verbose_json` of a long WAV or FLAC (a FLAC's pieces
+    end at whole frames, short of 30 s): the segments transformers' long-form decoding gives
+    for the same log-mel, up to the audio's end."""
+    model, _ = multilingual_checkpoint
+    path = tmp_path / f"long{suffix}"
+    if suffix == ".wav":
+        path.write_bytes(tone_bytes(LONG[suffix]))
+    else:
+        write_encoded(path, tone(LONG[suffix]))
+    options = ["--format", "verbose_json", "--max-new-tokens", str(WINDOW_TOKENS)]
+    assert main(["run", str(speech_bundle), "--audio", str(path), *options]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    mel = clip_features(open_bundle(speech_bundle, command="run"), Clip.read(path))[0]
+    found = [(round(s["start"], 6), round(s["end"], 6), s["tokens"]) for s in printed["segments"]]
+    assert printed["duration"] == LONG[suffix] and max(s[0] for s in found) > 30
+    frames = round(LONG[suffix] * 100)
+    assert found == _theirs(model, mel[..., :frames].copy())
 
 
 def test_a_prompt_conditions_the_first_window_as_transformers(
