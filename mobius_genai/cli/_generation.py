@@ -110,14 +110,18 @@ def say(text: str) -> None:
     stderr_line(f"mobius-genai: {text}")
 
 
-def add_sampling_arguments(parser: argparse.ArgumentParser, max_new_tokens: int) -> None:
-    """--max-new-tokens, --temperature, --top-p, --top-k, --seed and --quiet."""
+def add_sampling_arguments(
+    parser: argparse.ArgumentParser, max_new_tokens: int, default_help: str | None = None
+) -> None:
+    """--max-new-tokens, --temperature, --top-p, --top-k, --seed and --quiet. With
+    `default_help`, --max-new-tokens defaults to None (the command applies `max_new_tokens`
+    where `default_help` says it does)."""
     parser.add_argument(
         "--max-new-tokens",
         "--max-tokens",
         type=positive_int,
-        default=max_new_tokens,
-        help=f"tokens to generate at most (default {max_new_tokens})",
+        default=max_new_tokens if default_help is None else None,
+        help=f"tokens to generate at most (default {default_help or max_new_tokens})",
     )
     parser.add_argument(
         "--temperature",

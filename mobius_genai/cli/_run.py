@@ -39,6 +39,9 @@ from mobius_genai.runtime.transcription import TranscriptRequest, transcript_ste
 from mobius_genai.serve.protocol import TIMED_FORMATS
 from mobius_genai.serve.transcripts import MEDIA_TYPES, transcript_body
 
+#: run's --max-new-tokens for generated text.
+_NEW_TOKENS = 128
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `run`."""
@@ -94,7 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the reply is JSON matching this JSON schema (its text, or a file holding it)",
     )
     guided.add_argument("--regex", metavar="PATTERN", help="the reply matches this regex")
-    add_sampling_arguments(parser, max_new_tokens=128)
+    add_sampling_arguments(
+        parser,
+        max_new_tokens=_NEW_TOKENS,
+        default_help=f"{_NEW_TOKENS}; a Whisper bundle's transcript: each 30 s window up to the "
+        "decoder's context",
+    )
     add_max_length_argument(parser)
     add_threads_argument(parser)
     add_adapter_argument(parser)
@@ -159,7 +167,7 @@ def _text(
     return stream_text(
         bundle,
         prompt,
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=args.max_new_tokens or _NEW_TOKENS,
         max_length=max_length(args, bundle),
         use_chat_template=not args.raw,
         images=args.image,

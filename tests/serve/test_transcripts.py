@@ -288,27 +288,15 @@ def test_run_audio_of_a_long_wav_prints_serves_transcript(
     whisper_server, whisper_bundle, tmp_path, capsys, case
 ):
     """`mobius-genai run --audio` of a 45 s WAV or FLAC (two windows) prints the body serve
-    answers for the same clip and fields (run's --max-new-tokens: serve's per-window budget)."""
+    answers for the same clip and fields (run's default --max-new-tokens for a transcript:
+    serve's per-window budget, the decoder's context)."""
     fields, options = RUN_AS_SERVE[case]
     if case.startswith("FLAC"):
         path = write_encoded(tmp_path / "long.flac", tone(45.0))
     else:
         path = tmp_path / "long.wav"
         path.write_bytes(tone_bytes(45.0))
-    context = json.loads((whisper_bundle / "genai_config.json").read_text())["model"][
-        "context_length"
-    ]
-    code = main(
-        [
-            "run",
-            str(whisper_bundle),
-            "--audio",
-            str(path),
-            "--max-new-tokens",
-            str(context),
-            *options,
-        ]
-    )
+    code = main(["run", str(whisper_bundle), "--audio", str(path), *options])
     out = capsys.readouterr().out
     assert code == 0
     served = whisper_server.client().audio.transcriptions.with_raw_response.create(
