@@ -158,10 +158,14 @@ def _differences(ours: Any, theirs: Any) -> dict[str, tuple[Any, Any]]:
 _ROWS = sorted(FAMILIES) + sorted(VISION_LANGUAGE)
 
 
-def test_every_row_has_a_transformers_class():
-    """No row without a transformers config class (the comparison below covers each)."""
+def test_every_row_has_a_transformers_class_and_a_tiny_config():
+    """No row without a transformers config class, and each row's tiny config.json comes from
+    tests/_hf.py: its own, or for a row nesting text_config its text family's (_NESTED_TEXT),
+    so the comparison below covers every row."""
     assert [row for row in _ROWS if row not in CONFIG_MAPPING] == []
-    assert set(FAMILIES) - set(_NESTED_TEXT) <= set(HF_FAMILIES)
+    nested = {row for row, family in FAMILIES.items() if family.text_only is not None}
+    assert nested | set(VISION_LANGUAGE) == set(_NESTED_TEXT)
+    assert set(FAMILIES) - nested <= set(HF_FAMILIES)
 
 
 @pytest.mark.parametrize("model_type", _ROWS)
@@ -184,3 +188,15 @@ def test_mistral_without_sliding_window_slides_every_layer_by_4096():
     assert [config.window_of_layer(i) for i in range(config.num_hidden_layers)] == [4096] * 3
     # an explicit null keeps full attention, as in MistralConfig
     assert FAMILIES["mistral"].parse_config({**raw, "sliding_window": None}).sliding_window is None
+
+
+@pytest.mark.parametrize("model_type", ["gemma4_text", "gemma3n_text"])
+def test_layer_lists_shorter_than_the_layers_are_refused_in_one_line(model_type):
+    """A layer count the per-layer lists do not cover (a text_config whose num_hidden_layers
+    the row's default fills in) is a ConfigError naming the list, never an IndexError."""
+    raw = tiny_config(model_type).to_dict()
+    raw["num_hidden_layers"] = 30
+    with pytest.raises(MobiusError) as error:
+        FAMILIES[model_type].parse_config(raw)
+    assert "for 30 layers" in str(error.value)
+    assert "\n" not in str(error.value)
