@@ -6,6 +6,7 @@ config class fills in when config.json lacks the key. (Gemma 4: gemma4_rows.py.)
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from mobius_genai.config.altup import altup_section
@@ -43,6 +44,39 @@ GEMMA2_OVERRIDES = {
     "attention_scale": query_pre_attn_scale,
     **GEMMA2_SOFTCAPS,
 }
+
+
+_GEMMA2 = FamilyAdapter(
+    model_type="gemma2",
+    genai_type="gemma2",
+    config_defaults={
+        "tie_word_embeddings": True,
+        "layer_types": alternating_layer_types(2),
+        **_gemma_heads(256, 4),
+    },
+    config_overrides=GEMMA2_OVERRIDES,
+    refused_keys=_GEMMA_REFUSED,
+    preprocess_weight=offset_norm_weights,
+    preprocessed_weights=NORM_WEIGHTS,
+)
+# gemma2's layer with per-head q/k norms, sliding layers rotating by their own base
+_GEMMA3_TEXT = dataclasses.replace(
+    _GEMMA2,
+    model_type="gemma3_text",
+    genai_type="gemma3_text",
+    config_defaults={
+        **_GEMMA2.config_defaults,
+        "layer_types": alternating_layer_types(6),
+        **_GEMMA3_ROPE,
+    },
+    config_overrides={
+        **GEMMA2_OVERRIDES,
+        "qk_norm": True,
+        **FINAL_SOFTCAP,
+        # Gemma3Attention keeps attn_logit_softcapping but never applies it.
+        "attn_logit_softcapping": None,
+    },
+)
 
 
 # AltUp streams, per-layer inputs, Laurel, sparse MLPs, shared caches: config/altup.py; its
@@ -83,39 +117,8 @@ GEMMA_FAMILIES = (
         preprocess_weight=offset_norm_weights,
         preprocessed_weights=NORM_WEIGHTS,
     ),
-    FamilyAdapter(
-        model_type="gemma2",
-        genai_type="gemma2",
-        config_defaults={
-            "tie_word_embeddings": True,
-            "layer_types": alternating_layer_types(2),
-            **_gemma_heads(256, 4),
-        },
-        config_overrides=GEMMA2_OVERRIDES,
-        refused_keys=_GEMMA_REFUSED,
-        preprocess_weight=offset_norm_weights,
-        preprocessed_weights=NORM_WEIGHTS,
-    ),
-    FamilyAdapter(
-        model_type="gemma3_text",
-        genai_type="gemma3_text",
-        config_defaults={
-            "tie_word_embeddings": True,
-            "layer_types": alternating_layer_types(6),
-            **_gemma_heads(256, 4),
-            **_GEMMA3_ROPE,
-        },
-        config_overrides={
-            **GEMMA2_OVERRIDES,
-            "qk_norm": True,
-            **FINAL_SOFTCAP,
-            # Gemma3Attention keeps attn_logit_softcapping but never applies it.
-            "attn_logit_softcapping": None,
-        },
-        refused_keys=_GEMMA_REFUSED,
-        preprocess_weight=offset_norm_weights,
-        preprocessed_weights=NORM_WEIGHTS,
-    ),
+    _GEMMA2,
+    _GEMMA3_TEXT,
     _GEMMA3N_TEXT,
     # Gemma 3n's hub checkpoints (Gemma3nForConditionalGeneration) built text-only
     _GEMMA3N_HUB,
