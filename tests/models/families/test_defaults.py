@@ -38,6 +38,7 @@ _NESTED_TEXT = {
     "qwen3_5_moe": "qwen3_5_moe_text",
     "gemma3": "gemma3_text",
     "qwen2_5_vl": "qwen2",
+    "qwen2_vl": "qwen2",
     "mistral3": "mistral",
     "qwen3_vl": "qwen3",
     "qwen3_vl_moe": "qwen3_moe",
@@ -59,6 +60,7 @@ _MROPE = {"rope_type": "default", "rope_theta": 10000.0}
 #: (qwen2's tiny heads turn 16 channels, qwen3's 32).
 _TEXT_SETTINGS: dict[str, dict[str, Any]] = {
     "qwen2_5_vl": {"rope_parameters": {**_MROPE, "mrope_section": [2, 3, 3]}},
+    "qwen2_vl": {"rope_parameters": {**_MROPE, "mrope_section": [2, 3, 3]}},
     "qwen3_vl": {"rope_parameters": {**_MROPE, "mrope_section": [4, 6, 6]}},
     "qwen3_vl_moe": {"rope_parameters": {**_MROPE, "mrope_section": [4, 6, 6]}},
 }
@@ -80,13 +82,15 @@ def _key_value_heads_default(config_class: type) -> int:
 def _tiny_text(family: str, config_class: type) -> dict[str, Any]:
     """tiny_config's config.json for `family`, with twice as many query heads as are needed
     for the class's default key/value head count to divide them (and never equal them), the
-    hidden size grown with the heads where the head size follows from it."""
+    hidden size grown with the heads where the head size follows from it or the heads would
+    not divide it."""
     tiny = tiny_config(family, **_FITS_DEFAULTS.get(family, {}))
     heads = tiny.num_attention_heads
     wanted = 2 * math.lcm(heads, _key_value_heads_default(config_class))
     if wanted != heads:
         grow: dict[str, Any] = {"num_attention_heads": wanted}
-        if tiny.to_dict().get("head_dim") in (None, tiny.hidden_size // heads):
+        derived = tiny.to_dict().get("head_dim") in (None, tiny.hidden_size // heads)
+        if derived or tiny.hidden_size % wanted:
             grow["hidden_size"] = tiny.hidden_size * wanted // heads
         tiny = tiny_config(family, **_FITS_DEFAULTS.get(family, {}), **grow)
     raw = tiny.to_dict()
