@@ -1,10 +1,10 @@
 """Which text decoder a vision-language row builds for config.json's text_config.model_type,
 as transformers builds it: a class whose text config's class is fixed (Gemma 3, Qwen2-VL,
 Qwen2.5-VL, Qwen3-VL and its MoE, Gemma 4) ignores the value, so the row builds its own
-decoder whatever it says; a class that builds text_config by its model_type (AutoConfig: Mistral 3, LFM2-VL) gets
-the decoder of that type, or a one-line refusal naming the value and what is accepted, and a
-given text_config is filled by its type's class defaults (its own init_kwargs only stand in for
-an absent one)."""
+decoder whatever it says; a class that builds text_config by its model_type (AutoConfig:
+Mistral 3, LFM2-VL) gets the decoder of that type, or a one-line refusal naming the value and
+what is accepted, and a given text_config is filled by its type's class defaults (its own
+init_kwargs only stand in for an absent one)."""
 
 from __future__ import annotations
 
