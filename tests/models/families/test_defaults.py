@@ -85,8 +85,8 @@ def _tiny_text(family: str, config_class: type) -> dict[str, Any]:
     hidden size grown with the heads where the head size follows from it or the heads would
     not divide it."""
     tiny = tiny_config(family, **_FITS_DEFAULTS.get(family, {}))
-    heads = tiny.num_attention_heads
-    wanted = 2 * math.lcm(heads, _key_value_heads_default(config_class))
+    heads = tiny.to_dict().get("num_attention_heads")  # none in an attention-free model
+    wanted = heads and 2 * math.lcm(heads, _key_value_heads_default(config_class))
     if wanted != heads:
         grow: dict[str, Any] = {"num_attention_heads": wanted}
         derived = tiny.to_dict().get("head_dim") in (None, tiny.hidden_size // heads)
