@@ -108,10 +108,10 @@ class GatedDeltaNet(nn.Module):
         sizes = self.sizes
         current = current_mask(op, hidden_states, attention_mask)
         hidden_states = zero_padding(op, hidden_states, current)
-        mixed = op.Transpose(self.in_proj_qkv(op, hidden_states), perm=[0, 2, 1])
-        convolved, present_conv = self.conv1d(op, mixed, past_conv, current)
+        mixed = self.in_proj_qkv(op, hidden_states)
+        convolved, present_conv = self.conv1d.over_sequence(op, mixed, past_conv, current)
         decay, beta = self._gates(op, hidden_states, current)
-        convolved = in_float32(op, op.Transpose(convolved, perm=[0, 2, 1]))
+        convolved = in_float32(op, convolved)
         output, present_recurrent = self._attend(op, convolved, decay, beta, past_recurrent)
         output = op.CastLike(output, hidden_states)
         heads = [0, 0, sizes.value_heads, sizes.value_head_dim]
