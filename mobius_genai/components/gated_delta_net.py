@@ -24,7 +24,7 @@ from onnxscript import nn
 
 from mobius_genai.components.linear import Linear, in_float32, parameter
 from mobius_genai.components.norms import make_norm
-from mobius_genai.components.recurrent_padding import current_mask, zero_padding
+from mobius_genai.components.recurrent_padding import current_mask, real_tokens, zero_padding
 from mobius_genai.components.short_conv import DepthwiseCausalConv
 from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
@@ -68,7 +68,7 @@ class GatedDeltaNet(nn.Module):
         softplus = op.Softplus(op.Add(a, in_float32(op, self.dt_bias)))
         decay = op.Mul(op.Neg(op.Exp(in_float32(op, self.A_log))), softplus)
         beta = op.Sigmoid(in_float32(op, self.in_proj_b(op, hidden_states)))
-        real = op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
+        real = real_tokens(op, current)
         return op.Mul(decay, real), op.Mul(beta, real)
 
     def _attend(
@@ -108,10 +108,10 @@ class GatedDeltaNet(nn.Module):
         sizes = self.sizes
         current = current_mask(op, hidden_states, attention_mask)
         hidden_states = zero_padding(op, hidden_states, current)
-        mixed = op.Transpose(self.in_proj_qkv(op, hidden_states), perm=[0, 2, 1])
-        convolved, present_conv = self.conv1d(op, mixed, past_conv, current)
+        mixed = self.in_proj_qkv(op, hidden_states)
+        convolved, present_conv = self.conv1d.over_sequence(op, mixed, past_conv, current)
         decay, beta = self._gates(op, hidden_states, current)
-        convolved = in_float32(op, op.Transpose(convolved, perm=[0, 2, 1]))
+        convolved = in_float32(op, convolved)
         output, present_recurrent = self._attend(op, convolved, decay, beta, past_recurrent)
         output = op.CastLike(output, hidden_states)
         heads = [0, 0, sizes.value_heads, sizes.value_head_dim]

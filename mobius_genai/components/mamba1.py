@@ -30,7 +30,7 @@ from mobius_genai.components.linear import Linear, in_float32, parameter
 from mobius_genai.components.mamba2 import gated_scan
 from mobius_genai.components.mlp import activation
 from mobius_genai.components.norms import RMSNorm
-from mobius_genai.components.recurrent_padding import current_mask, zero_padding
+from mobius_genai.components.recurrent_padding import current_mask, real_tokens, zero_padding
 from mobius_genai.components.short_conv import DepthwiseCausalConv
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.mamba1 import Mamba1Config
@@ -97,7 +97,7 @@ class Mamba1Mixer(nn.Module):
         x = zero_padding(op, activation(op, convolved, "silu"), current)
         split = op.Constant(value_ints=[sizes.dt_rank, sizes.state_size, sizes.state_size])
         dt, b, c = self._normed(op, *op.Split(self.x_proj(op, x), split, axis=-1, _outputs=3))
-        real = op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
+        real = real_tokens(op, current)
         y, present_ssm = self._scan(op, x, self.dt_proj(op, dt), b, c, real, past_ssm)
         gated = op.Mul(y, activation(op, in_float32(op, gate), "silu"))
         return self.out_proj(op, op.CastLike(gated, hidden_states)), present_conv, present_ssm

@@ -26,7 +26,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.linear import Linear, in_float32, parameter
-from mobius_genai.components.recurrent_padding import current_mask, zero_padding
+from mobius_genai.components.recurrent_padding import current_mask, real_tokens, zero_padding
 from mobius_genai.components.short_conv import DepthwiseCausalConv
 from mobius_genai.components.tier1 import TIER1_OPS
 from mobius_genai.config import ArchitectureConfig
@@ -154,7 +154,7 @@ class Mamba2Mixer(nn.Module):
         groups = sizes.groups * sizes.state_size
         split = op.Constant(value_ints=[sizes.intermediate, groups, groups])
         x, b, c = op.Split(convolved, split, axis=-1, _outputs=3)
-        real = op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
+        real = real_tokens(op, current)
         y, present_ssm = self._scan(op, x, b, c, dt, real, past_ssm)
         normed = self.norm(op, y, gate, hidden_states)
         return self.out_proj(op, normed), present_conv, present_ssm

@@ -45,14 +45,17 @@ def _int(op, value: int) -> ir.Value:
     return op.Constant(value_int=value)
 
 
+def _grid_sizes(op, grid: ir.Value) -> tuple[ir.Value, ...]:
+    """The scalars t, h, w of image_grid_thw [1, 3] (frames, rows and columns of patches)."""
+    return tuple(op.Squeeze(op.Slice(grid, _ints(op, 0, i), _ints(op, 1, i + 1))) for i in range(3))
+
+
 class FrameLayout:
     """Each patch's frame, row and column for image_grid_thw [1, 3] = (t, h, w) patches, in
     pixel_values' order: frames, then merged tokens row-major, then the m x m patches of each."""
 
     def __init__(self, op, grid: ir.Value, merge: int) -> None:
-        t, h, w = (
-            op.Squeeze(op.Slice(grid, _ints(op, 0, i), _ints(op, 1, i + 1))) for i in range(3)
-        )
+        t, h, w = _grid_sizes(op, grid)
         area = op.Mul(h, w)
         patches = op.Range(_int(op, 0), op.Mul(t, area), _int(op, 1))
         self.frame = op.Div(patches, area)
@@ -77,9 +80,7 @@ class WindowLayout:
     def __init__(self, op, grid: ir.Value, config: QwenVisionConfig) -> None:
         merge, side = config.spatial_merge_size, config.window_tokens
         self.merge = merge
-        t, h, w = (
-            op.Squeeze(op.Slice(grid, _ints(op, 0, i), _ints(op, 1, i + 1))) for i in range(3)
-        )
+        t, h, w = _grid_sizes(op, grid)
         rows, cols = op.Div(h, _int(op, merge)), op.Div(w, _int(op, merge))
         units = op.Range(_int(op, 0), op.Mul(t, op.Mul(rows, cols)), _int(op, 1))
         frame = op.Div(units, op.Mul(rows, cols))

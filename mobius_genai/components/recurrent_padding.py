@@ -31,6 +31,12 @@ def zero_padding(op, hidden_states: ir.Value, current: ir.Value) -> ir.Value:
     return op.Mul(hidden_states, keep)
 
 
+def real_tokens(op, current: ir.Value) -> ir.Value:
+    """[batch, seq, 1] float32, 1 for a real token and 0 for padding: a recurrent gate times it
+    neither decays nor updates the state at padded positions."""
+    return op.Cast(op.Unsqueeze(current, op.Constant(value_ints=[2])), to=ir.DataType.FLOAT)
+
+
 def state_after_last_token(op, window: ir.Value, current: ir.Value, columns: int) -> ir.Value:
     """The `columns` columns of `window` = [past state | input] ([batch, channels, columns +
     seq]) that follow each row's last real token: the state that token leaves (the past state

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mobius_genai.config import fields
-from mobius_genai.errors import ConfigError
+from mobius_genai.config.mamba2 import check_scan_conv
 
 #: The norms on dt, B and C (see the module docstring).
 MAMBA1_NORMS = ("none", "weightless", "weighted")
@@ -119,15 +119,6 @@ def read_mamba1(raw: Mapping[str, Any], keys: Mamba1Keys) -> Mamba1Config:
         if eps_key is None
         else fields.number(raw.get(eps_key[0]), *eps_key, positive=True),
     )
-    if config.conv_kernel_size < 2:
-        raise ConfigError(
-            f"config.json: {keys.conv_kernel_size[0]} is {config.conv_kernel_size}; accepted: 2 "
-            "or more"
-        )
-    activation = raw.get("hidden_act") or "silu"
-    if activation != "silu":
-        raise ConfigError(
-            f"config.json: hidden_act is {activation!r}; accepted for Mamba1 layers: 'silu' "
-            "(their conv's activation)"
-        )
+    kernel = (keys.conv_kernel_size[0], config.conv_kernel_size)
+    check_scan_conv(raw, kernel, ("hidden_act", "silu"), "Mamba1")
     return config

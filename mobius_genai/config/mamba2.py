@@ -116,6 +116,25 @@ FALCON_H1_KEYS = dataclasses.replace(
 )
 
 
+def check_scan_conv(
+    raw: Mapping[str, Any],
+    kernel: tuple[str, int],
+    activation: tuple[str, str],
+    layers: str,
+) -> None:
+    """The conv before a selective scan (Mamba1's and Mamba2's): `kernel` (its key, the size
+    read) at least 2 taps, the activation config.json names (key, default) SiLU, the only one
+    the components build."""
+    if kernel[1] < 2:
+        raise ConfigError(f"config.json: {kernel[0]} is {kernel[1]}; accepted: 2 or more")
+    found = raw.get(activation[0]) or activation[1]
+    if found != "silu":
+        raise ConfigError(
+            f"config.json: {activation[0]} is {found!r}; accepted for {layers} layers: 'silu' "
+            "(their conv's activation)"
+        )
+
+
 def mamba2_reader(keys: Mamba2Keys) -> Callable[[Mapping[str, Any]], Mamba2Config]:
     """A config override (FamilyAdapter.config_overrides["mamba2"]) that reads `keys`."""
     return lambda raw: read_mamba2(raw, keys)
@@ -199,16 +218,7 @@ def read_mamba2(raw: Mapping[str, Any], keys: Mamba2Keys) -> Mamba2Config:
             f"config.json: {keys.heads[0]} {config.heads} is not a multiple of {keys.groups[0]} "
             f"{config.groups}; accepted: groups that share the heads evenly"
         )
-    if config.conv_kernel_size < 2:
-        raise ConfigError(
-            f"config.json: {keys.conv_kernel_size[0]} is {config.conv_kernel_size}; accepted: 2 "
-            "or more"
-        )
-    activation = raw.get(keys.activation[0]) or keys.activation[1]
-    if activation != "silu":
-        raise ConfigError(
-            f"config.json: {keys.activation[0]} is {activation!r}; accepted for Mamba2 layers: "
-            "'silu' (their conv's activation)"
-        )
+    kernel = (keys.conv_kernel_size[0], config.conv_kernel_size)
+    check_scan_conv(raw, kernel, keys.activation, "Mamba2")
     _time_step_limit(raw)
     return config

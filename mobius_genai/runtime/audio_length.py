@@ -32,22 +32,33 @@ def audio_length(data: bytes) -> AudioLength | None:
 def _wav(data: bytes) -> AudioLength | None:
     """RIFF/WAVE: the `fmt ` chunk's rate and block size, the `data` chunk's size (any
     sample format, PCM or float)."""
-    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+    fmt, samples = wav_chunks(data)
+    if fmt is None or len(fmt) < 24 or samples is None:
         return None
-    rate = block = size = None
+    rate = int.from_bytes(fmt[12:16], "little")
+    block = int.from_bytes(fmt[20:22], "little")
+    if not rate or not block:
+        return None
+    return AudioLength(rate, len(samples) // block / rate)
+
+
+def wav_chunks(data: bytes) -> tuple[bytes | None, bytes | None]:
+    """A RIFF/WAVE file's `fmt ` chunk (its 8-byte header included) and its `data` chunk's
+    bytes (as far as the file holds them), each None where the file lacks it; (None, None)
+    for another format."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return None, None
+    fmt = samples = None
     at = 12
     while at + 8 <= len(data):
         name, length = data[at : at + 4], int.from_bytes(data[at + 4 : at + 8], "little")
-        if name == b"fmt " and length >= 16:
-            rate = int.from_bytes(data[at + 12 : at + 16], "little")
-            block = int.from_bytes(data[at + 20 : at + 22], "little")
+        if name == b"fmt ":
+            fmt = data[at : at + 8 + length]
         elif name == b"data":
-            size = min(length, len(data) - at - 8)
+            samples = data[at + 8 : at + 8 + length]
             break
         at += 8 + length + length % 2
-    if not rate or not block or size is None:
-        return None
-    return AudioLength(rate, size // block / rate)
+    return fmt, samples
 
 
 def skip_id3(data: bytes) -> int:

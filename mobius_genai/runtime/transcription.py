@@ -40,7 +40,7 @@ from mobius_genai.runtime.audio import (
     prompt_text,
     timestamp_rules,
 )
-from mobius_genai.runtime.audio_length import audio_length
+from mobius_genai.runtime.audio_length import audio_length, wav_chunks
 from mobius_genai.runtime.flac_pieces import flac_pieces
 from mobius_genai.runtime.timestamps import SECONDS_PER_TOKEN, TimestampRules
 
@@ -201,17 +201,7 @@ def clip_pieces(clip: Clip, seconds: int) -> list[tuple[Clip, float]]:
 def wav_pieces(clip: Clip, seconds: int) -> list[Clip]:
     """A WAV clip cut into `seconds`-long clips (its `fmt ` chunk copied into each); an
     OptionError for any other format."""
-    data = clip.data
-    fmt = samples = None
-    at = 12
-    while data[:4] == b"RIFF" and data[8:12] == b"WAVE" and at + 8 <= len(data):
-        name, length = data[at : at + 4], int.from_bytes(data[at + 4 : at + 8], "little")
-        if name == b"fmt ":
-            fmt = data[at : at + 8 + length]
-        elif name == b"data":
-            samples = data[at + 8 : at + 8 + length]
-            break
-        at += 8 + length + length % 2
+    fmt, samples = wav_chunks(clip.data)
     if fmt is None or samples is None:
         raise OptionError(
             f"{clip.name}: over the encoder's {seconds} s, and only a WAV or FLAC file is cut "
