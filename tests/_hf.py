@@ -66,6 +66,7 @@ from transformers import (
     GPT2Config,
     GPTBigCodeConfig,
     GPTJConfig,
+    GPTNeoConfig,
     GPTNeoXConfig,
     GptOssConfig,
     GraniteConfig,
@@ -189,6 +190,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "falcon": FalconConfig,
     "minicpm3": MiniCPM3Config,
     "cwm": CwmConfig,
+    "gpt_neo": GPTNeoConfig,
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
@@ -266,6 +268,7 @@ _ARCHITECTURES = {
     "falcon": "FalconForCausalLM",
     "minicpm3": "MiniCPM3ForCausalLM",
     "cwm": "CwmForCausalLM",
+    "gpt_neo": "GPTNeoForCausalLM",
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
@@ -867,6 +870,13 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # llama's layer: full, sliding, sliding (CwmConfig's every fourth from the first) over a
     # window of 5; CwmConfig's llama3 rope (theta 1e6)
     "cwm": {"head_dim": 16, "sliding_window": 5},
+    # GPT-2's layer without q/k/v biases, unscaled scores; local (a window of 5: the prompt runs
+    # past it), global, local
+    "gpt_neo": {
+        "num_key_value_heads": UNSET,
+        "attention_types": [[["local", "global"], 1], [["local"], 1]],
+        "window_size": 5,
+    },
     # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
     # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased
     # in_proj and out_proj

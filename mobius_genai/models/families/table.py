@@ -34,6 +34,7 @@ from mobius_genai.models.families.gpt2_names import (
     GPT2_DEFAULTS,
     GPT2_LAYOUT,
 )
+from mobius_genai.models.families.gpt_neo import GPT_NEO
 from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, split_hidden
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
@@ -314,6 +315,7 @@ _FAMILIES = (
         preprocessed_weights=PACKED_QKV,
     ),
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
+    GPT_NEO,
     FamilyAdapter(
         model_type="nemotron",
         family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,

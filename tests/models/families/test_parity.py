@@ -422,6 +422,18 @@ CASES = {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
         },
     ),
+    # local, global, local over a window of 5 (tests/_hf.py); then a tied head, erf gelu,
+    # global layers after a local one over a window of 3
+    "gpt_neo": ("gpt_neo", {}),
+    "gpt_neo_tied_gelu_window_3": (
+        "gpt_neo",
+        {
+            "tie_word_embeddings": True,
+            "activation_function": "gelu",
+            "attention_types": [[["local"], 1], [["global"], 2]],
+            "window_size": 3,
+        },
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -745,6 +757,14 @@ MUTANTS = {
     "cwm_without_sliding_window": (
         "cwm",
         lambda: _without("cwm", layer_types=("full_attention",) * 3),
+    ),
+    "gpt_neo_without_local_window": (
+        "gpt_neo",
+        lambda: _without("gpt_neo", layer_types=("full_attention",) * 3),
+    ),
+    "gpt_neo_scores_over_sqrt_head_dim": (
+        "gpt_neo",
+        lambda: _without("gpt_neo", attention_scale=None),
     ),
 }
 
