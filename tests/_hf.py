@@ -39,6 +39,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
+    CodeGenConfig,
     Cohere2Config,
     CohereConfig,
     CwmConfig,
@@ -191,6 +192,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "minicpm3": MiniCPM3Config,
     "cwm": CwmConfig,
     "gpt_neo": GPTNeoConfig,
+    "codegen": CodeGenConfig,
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
@@ -269,6 +271,7 @@ _ARCHITECTURES = {
     "minicpm3": "MiniCPM3ForCausalLM",
     "cwm": "CwmForCausalLM",
     "gpt_neo": "GPTNeoForCausalLM",
+    "codegen": "CodeGenForCausalLM",
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
@@ -876,6 +879,14 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_key_value_heads": UNSET,
         "attention_types": [[["local", "global"], 1], [["local"], 1]],
         "window_size": 5,
+    },
+    # GPT-J's layer (one shared norm, attention beside the MLP, interleaved rotary on 8 of
+    # head_dim 16, lm_head bias) with qkv_proj in 4 shards of [q, v, k]
+    "codegen": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "rotary_dim": 8,
     },
     # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
     # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased

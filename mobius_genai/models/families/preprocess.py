@@ -51,3 +51,20 @@ def scaled_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> 
         if scale.applies(name):
             array = scale.apply(array)
     return array
+
+
+#: CodeGen's qkv_proj rows: 4 model-parallel shards, each [q, v, k] (CodeGenAttention.mp_num).
+CODEGEN_SHARDS = 4
+
+
+def qkv_blocks_from_codegen_shards(
+    name: str, array: np.ndarray, config: ArchitectureConfig
+) -> np.ndarray:
+    """CodeGen's fused qkv_proj, stored as CODEGEN_SHARDS shards of [q, v, k] rows (a quarter of
+    each projection per shard), regrouped into the [q | k | v] blocks of the packed projection."""
+    if not re.search(PACKED_QKV, name):
+        return array
+    rest = array.shape[1:]
+    shards = array.reshape(CODEGEN_SHARDS, 3, -1, *rest)
+    q, v, k = (shards[:, i].reshape(-1, *rest) for i in range(3))
+    return np.concatenate([q, k, v])

@@ -434,6 +434,13 @@ CASES = {
             "window_size": 3,
         },
     ),
+    # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
+    # qkv_proj holding two, rotated whole, erf gelu
+    "codegen": ("codegen", {}),
+    "codegen_two_heads_a_shard_whole_rotary_gelu": (
+        "codegen",
+        {"num_attention_heads": 8, "rotary_dim": 8, "activation_function": "gelu"},
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -762,6 +769,12 @@ MUTANTS = {
         "gpt_neo",
         lambda: _without("gpt_neo", layer_types=("full_attention",) * 3),
     ),
+    # qkv_proj's shards of [q, v, k] read as [q | k | v] blocks
+    "codegen_qkv_shards_as_stored": (
+        "codegen",
+        lambda: dataclasses.replace(FAMILIES["codegen"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "codegen_rotating_halves": ("codegen", lambda: _without("codegen", rope_interleaved=False)),
     "gpt_neo_scores_over_sqrt_head_dim": (
         "gpt_neo",
         lambda: _without("gpt_neo", attention_scale=None),
