@@ -96,6 +96,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    PersimmonConfig,
     Phi3Config,
     PhiConfig,
     PhimoeConfig,
@@ -193,6 +194,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "cwm": CwmConfig,
     "gpt_neo": GPTNeoConfig,
     "codegen": CodeGenConfig,
+    "persimmon": PersimmonConfig,
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
@@ -272,6 +274,7 @@ _ARCHITECTURES = {
     "cwm": "CwmForCausalLM",
     "gpt_neo": "GPTNeoForCausalLM",
     "codegen": "CodeGenForCausalLM",
+    "persimmon": "PersimmonForCausalLM",
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
@@ -888,6 +891,9 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_key_value_heads": UNSET,
         "rotary_dim": 8,
     },
+    # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
+    # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
+    "persimmon": {"num_key_value_heads": UNSET},
     # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
     # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased
     # in_proj and out_proj

@@ -55,6 +55,7 @@ from mobius_genai.models.families.preprocess import (
     offset_norm_weights,
     qkv_blocks_from_head_rows,
 )
+from mobius_genai.models.families.qk_norm_rows import QK_NORM_FAMILIES
 from mobius_genai.models.families.readers import (
     gemma_activation,
     internlm3_bias,
@@ -317,6 +318,7 @@ _FAMILIES = (
     ),
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     GPT_NEO,
+    *QK_NORM_FAMILIES,  # persimmon
     FamilyAdapter(
         model_type="nemotron",
         family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,

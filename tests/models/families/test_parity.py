@@ -441,6 +441,22 @@ CASES = {
         "codegen",
         {"num_attention_heads": 8, "rotary_dim": 8, "activation_function": "gelu"},
     ),
+    # q/k LayerNorms, rotary on half of each head (tests/_hf.py); then neither norm, a tied
+    # head, rotary on a quarter with linear scaling
+    "persimmon": ("persimmon", {}),
+    "persimmon_without_qk_norm_tied_linear_rope": (
+        "persimmon",
+        {
+            "qk_layernorm": False,
+            "tie_word_embeddings": True,
+            "rope_parameters": {
+                "rope_type": "linear",
+                "factor": 2.0,
+                "rope_theta": 100.0,
+                "partial_rotary_factor": 0.25,
+            },
+        },
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -775,6 +791,12 @@ MUTANTS = {
         lambda: dataclasses.replace(FAMILIES["codegen"], preprocess_weight=lambda n, a, c: a),
     ),
     "codegen_rotating_halves": ("codegen", lambda: _without("codegen", rope_interleaved=False)),
+    # query_key_value's [q, k, v] rows of each head read as [q | k | v] blocks
+    "persimmon_qkv_rows_as_stored": (
+        "persimmon",
+        lambda: dataclasses.replace(FAMILIES["persimmon"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "persimmon_without_qk_norm": ("persimmon", lambda: _without("persimmon", qk_norm=False)),
     "gpt_neo_scores_over_sqrt_head_dim": (
         "gpt_neo",
         lambda: _without("gpt_neo", attention_scale=None),
@@ -789,6 +811,7 @@ UNREAD_BY_MUTANT = {
     "gpt_neox_one_shared_parallel_norm": "'gpt_neox.layers.0.post_attention_layernorm.bias'",
     "gptj_without_lm_head_bias": "'lm_head.bias'",
     "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
+    "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
 }
 
 
