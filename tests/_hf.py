@@ -90,6 +90,7 @@ from transformers import (
     MinistralConfig,
     MistralConfig,
     MixtralConfig,
+    NanoChatConfig,
     NemotronConfig,
     NemotronHConfig,
     Olmo2Config,
@@ -195,6 +196,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gpt_neo": GPTNeoConfig,
     "codegen": CodeGenConfig,
     "persimmon": PersimmonConfig,
+    "nanochat": NanoChatConfig,
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
@@ -275,6 +277,7 @@ _ARCHITECTURES = {
     "gpt_neo": "GPTNeoForCausalLM",
     "codegen": "CodeGenForCausalLM",
     "persimmon": "PersimmonForCausalLM",
+    "nanochat": "NanoChatForCausalLM",
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
@@ -894,6 +897,9 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
     # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
     "persimmon": {"num_key_value_heads": UNSET},
+    # weightless RMSNorms (embeddings, layers, q/k after the reversed rotation, final), relu2
+    # FC MLP, 2 key/value heads, logits softcapped at 15
+    "nanochat": {},
     # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
     # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased
     # in_proj and out_proj

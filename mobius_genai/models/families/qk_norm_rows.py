@@ -1,6 +1,8 @@
 """Decoders that normalize queries and keys per head and run a relu² FC MLP: persimmon
 (Adept's Persimmon-8B: LayerNorms with biases everywhere, gpt_neox's fused query_key_value
-stored [q, k, v] per head, rotary on the first half of each head).
+stored [q, k, v] per head, rotary on the first half of each head) and nanochat (Karpathy's
+nanochat: qwen3's attention with weightless RMSNorms everywhere, q and k normalized after the
+rotation, which turns the other way, the embeddings normalized too, logits softcapped).
 
 Defaults are what each transformers config class fills in when config.json lacks the key.
 """
@@ -11,8 +13,14 @@ from mobius_genai.config import fields
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
 from mobius_genai.models.families.heads import hidden_over_heads
-from mobius_genai.models.families.preprocess import PACKED_QKV, qkv_blocks_from_head_rows
+from mobius_genai.models.families.preprocess import (
+    PACKED_QKV,
+    QK_PROJECTIONS,
+    negated_second_rotary_halves,
+    qkv_blocks_from_head_rows,
+)
 from mobius_genai.models.families.readers import switch
+from mobius_genai.models.families.scales import softcap
 
 PERSIMMON = FamilyAdapter(
     model_type="persimmon",
@@ -50,4 +58,30 @@ PERSIMMON = FamilyAdapter(
     preprocessed_weights=PACKED_QKV,
 )
 
-QK_NORM_FAMILIES = (PERSIMMON,)
+NANOCHAT = FamilyAdapter(
+    model_type="nanochat",
+    config_defaults={
+        "hidden_act": "relu2",
+        "rms_norm_eps": 1e-6,
+        "intermediate_size": 8192,
+        "max_position_embeddings": 2048,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+    },
+    config_overrides={
+        "norm_type": "rms_no_affine",
+        "embedding_norm": True,
+        "gated_mlp": False,
+        "o_bias": switch("attention_bias", False),  # Qwen3Attention's o_proj reads it too
+        "mlp_bias": False,
+        # normalized after the rotation there; a weightless RMSNorm over the head commutes
+        # with a rotation, so before it (where the cpu graph's attention rotates) is the same
+        "qk_norm": True,
+        "final_logit_softcapping": softcap("final_logit_softcapping", 15.0),
+    },
+    preprocess_weight=negated_second_rotary_halves,
+    preprocessed_weights=QK_PROJECTIONS,
+)
+
+QK_NORM_FAMILIES = (PERSIMMON, NANOCHAT)

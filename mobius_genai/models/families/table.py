@@ -318,7 +318,7 @@ _FAMILIES = (
     ),
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     GPT_NEO,
-    *QK_NORM_FAMILIES,  # persimmon
+    *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
         model_type="nemotron",
         family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,

@@ -457,6 +457,18 @@ CASES = {
             },
         },
     ),
+    # weightless norms, q/k normed after the reversed rotation, softcap 15 (tests/_hf.py);
+    # then attention biases, a tied head, a softcap of 2 (most logits capped), linear rope
+    "nanochat": ("nanochat", {}),
+    "nanochat_bias_tied_softcap_2_linear_rope": (
+        "nanochat",
+        {
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+            "final_logit_softcapping": 2.0,
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
+        },
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -797,6 +809,19 @@ MUTANTS = {
         lambda: dataclasses.replace(FAMILIES["persimmon"], preprocess_weight=lambda n, a, c: a),
     ),
     "persimmon_without_qk_norm": ("persimmon", lambda: _without("persimmon", qk_norm=False)),
+    # the rotation turned the usual way
+    "nanochat_rotation_as_llama": (
+        "nanochat",
+        lambda: dataclasses.replace(FAMILIES["nanochat"], preprocess_weight=lambda n, a, c: a),
+    ),
+    "nanochat_without_embedding_norm": (
+        "nanochat",
+        lambda: _without("nanochat", embedding_norm=False),
+    ),
+    "nanochat_without_softcap": (
+        "nanochat",
+        lambda: _without("nanochat", final_logit_softcapping=None),
+    ),
     "gpt_neo_scores_over_sqrt_head_dim": (
         "gpt_neo",
         lambda: _without("gpt_neo", attention_scale=None),
