@@ -15,14 +15,17 @@ from mobius_genai.config import fields
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
-from mobius_genai.models.families.gpt2_names import GPT2_CONFIG_NAMES, GPT2_LAYOUT
-from mobius_genai.models.families.heads import split_hidden
+from mobius_genai.models.families.gpt2_names import (
+    GPT2_CONFIG_NAMES,
+    GPTJ_BLOCK,
+    GPTJ_DEFAULTS,
+    GPTJ_LAYOUT,
+)
 from mobius_genai.models.families.preprocess import (
     CODEGEN_SHARDS,
     PACKED_QKV,
     qkv_blocks_from_codegen_shards,
 )
-from mobius_genai.models.families.rope import gptj_partial_rotary, gptj_rope
 
 
 def _codegen_heads(raw: Mapping[str, Any]) -> int:
@@ -41,35 +44,13 @@ CODEGEN = FamilyAdapter(
     family_keys=READS_PARTIAL_ROTARY,
     config_aliases=GPT2_CONFIG_NAMES,
     config_defaults={
-        "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
-        "hidden_act": "gelu_new",
-        "layer_norm_epsilon": 1e-5,
+        **GPTJ_DEFAULTS,
         "max_position_embeddings": 2048,
-        "partial_rotary_factor": gptj_partial_rotary,
         "bos_token_id": 50256,
         "eos_token_id": 50256,
     },
-    config_overrides={
-        "head_dim": split_hidden,
-        "num_key_value_heads": _codegen_heads,
-        "norm_type": "layer",
-        "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
-        "gated_mlp": False,
-        "qkv_bias": False,
-        "o_bias": False,
-        "mlp_bias": True,
-        "lm_head_bias": True,
-        "packed_qkv": True,
-        "rope_interleaved": True,  # rotate_every_two
-        "rope": gptj_rope,
-    },
-    weight_renames=(
-        (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
-        (r"\.self_attn\.", ".attn."),
-        (r"\.mlp\.fc1\.", ".mlp.fc_in."),
-        (r"\.mlp\.fc2\.", ".mlp.fc_out."),
-        *GPT2_LAYOUT,
-    ),
+    config_overrides={**GPTJ_BLOCK, "num_key_value_heads": _codegen_heads, "packed_qkv": True},
+    weight_renames=GPTJ_LAYOUT,
     # CodeGenPreTrainedModel's _keys_to_ignore_on_load_unexpected
     unused_weights=(r"\.attn\.causal_mask$",),
     preprocess_weight=qkv_blocks_from_codegen_shards,

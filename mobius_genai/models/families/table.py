@@ -34,10 +34,13 @@ from mobius_genai.models.families.gpt2_names import (
     GPT2_CONFIG_NAMES,
     GPT2_DEFAULTS,
     GPT2_LAYOUT,
+    GPTJ_BLOCK,
+    GPTJ_DEFAULTS,
+    GPTJ_LAYOUT,
 )
 from mobius_genai.models.families.gpt_neo import GPT_NEO
 from mobius_genai.models.families.gpt_oss import GPT_OSS
-from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, split_hidden
+from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
@@ -65,8 +68,6 @@ from mobius_genai.models.families.readers import (
 )
 from mobius_genai.models.families.rope import (
     apertus_rope,
-    gptj_partial_rotary,
-    gptj_rope,
     ntk_alpha_rope,
     olmo3_rope_local,
 )
@@ -356,32 +357,9 @@ _FAMILIES = (
         model_type="gptj",
         family_keys=READS_PARTIAL_ROTARY,
         config_aliases=GPT2_CONFIG_NAMES,
-        config_defaults={
-            "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
-            "hidden_act": "gelu_new",
-            "layer_norm_epsilon": 1e-5,
-            "partial_rotary_factor": gptj_partial_rotary,
-        },
-        config_overrides={
-            "head_dim": split_hidden,
-            "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
-            "norm_type": "layer",
-            "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
-            "gated_mlp": False,
-            "qkv_bias": False,
-            "o_bias": False,
-            "mlp_bias": True,
-            "lm_head_bias": True,
-            "rope_interleaved": True,  # rotate_every_two
-            "rope": gptj_rope,
-        },
-        weight_renames=(
-            (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
-            (r"\.self_attn\.", ".attn."),
-            (r"\.mlp\.fc1\.", ".mlp.fc_in."),
-            (r"\.mlp\.fc2\.", ".mlp.fc_out."),
-            *GPT2_LAYOUT,
-        ),
+        config_defaults=GPTJ_DEFAULTS,
+        config_overrides=GPTJ_BLOCK,
+        weight_renames=GPTJ_LAYOUT,
         unused_weights=GPT2_BUFFERS,
     ),
     CODEGEN,
