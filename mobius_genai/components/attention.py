@@ -9,7 +9,7 @@ output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_
 [q_h | gate_h] per head and the output is multiplied by sigmoid(gate). Llama 4's layers
 (config/local_global.py) L2-normalize each rotated q/k head, or, without a rotary embedding,
 scale the queries by their position's attention temperature; Ministral 3's layers scale them
-by the same kind of factor after the rotation.
+by the same kind of factor, before the rotation (which commutes with it).
 """
 
 from __future__ import annotations
@@ -146,13 +146,18 @@ class Attention(nn.Module):
         if self.q_norm is not None and not self.norm_after_rope:
             q = self._norm(op, q, self.q_norm, self.num_heads)
             k = self._norm(op, k, self.k_norm, self.num_kv_heads)
+        # the rotary turns each channel pair of a position, so a position's scale commutes
+        # with it: scaled first, the rotary stays next to the attention (GQA's do_rotary)
+        scaled_first = self.temperature is not None and not self.norm_after_rope
+        if scaled_first:
+            q = op.Mul(q, self._temperature(op, position_ids, q))
         if rotary is not None:
             q = rotary(op, q, position_ids, self.num_heads)
             k = rotary(op, k, position_ids, self.num_kv_heads)
         if self.q_norm is not None and self.norm_after_rope:
             q = self._norm(op, q, self.q_norm, self.num_heads)
             k = self._norm(op, k, self.k_norm, self.num_kv_heads)
-        if self.temperature is not None:
+        if self.temperature is not None and not scaled_first:
             q = op.Mul(q, self._temperature(op, position_ids, q))
         attributes = {"q_num_heads": self.num_heads, "kv_num_heads": self.num_kv_heads}
         attributes["scale"] = self.scale

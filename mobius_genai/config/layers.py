@@ -102,13 +102,19 @@ def parse_layer_types(raw: Mapping[str, Any], num_layers: int) -> tuple[str, ...
     )
 
 
+def check_one_type_per_layer(layer_types: Sequence[str], num_layers: int) -> None:
+    """Raise ConfigError unless `layer_types` has one entry per layer (before anything indexes
+    it by layer)."""
+    if len(layer_types) != num_layers:
+        raise ConfigError(
+            f"config.json: layer_types has {len(layer_types)} entries for {num_layers} layers; "
+            "accepted: one entry per layer"
+        )
+
+
 def validate_layers(config: ArchitectureConfig) -> None:
     """One known kind per layer, a window for sliding layers, no-rope indices that exist."""
-    if len(config.layer_types) != config.num_hidden_layers:
-        raise ConfigError(
-            f"config.json: layer_types has {len(config.layer_types)} entries for "
-            f"{config.num_hidden_layers} layers; accepted: one entry per layer"
-        )
+    check_one_type_per_layer(config.layer_types, config.num_hidden_layers)
     unknown = [kind for kind in config.layer_types if kind not in known_layer_types()]
     if unknown:
         raise ConfigError(

@@ -26,7 +26,7 @@ from typing import Any
 
 from mobius_genai.config import fields
 from mobius_genai.config.altup import kv_sources
-from mobius_genai.config.layers import parse_layer_types
+from mobius_genai.config.layers import check_one_type_per_layer, parse_layer_types
 from mobius_genai.config.moe import MoeConfig
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 
@@ -130,6 +130,7 @@ def per_layer_stack(raw: Mapping[str, Any]) -> PerLayerStack:
     k_eq_v = fields.flag(raw.get("attention_k_eq_v"), "attention_k_eq_v", False)
     full_head, full_kv = _full_geometry(raw, k_eq_v)
     types = parse_layer_types(raw, layers)
+    check_one_type_per_layer(types, layers)
     shared = fields.integer(
         raw.get("num_kv_shared_layers"), "num_kv_shared_layers", 0, positive=False
     )

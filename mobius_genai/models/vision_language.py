@@ -140,17 +140,16 @@ class VisionLanguageFamily:
         return self.text.grouped_weights
 
     def for_text(self, raw: Mapping[str, Any]) -> VisionLanguageFamily:
-        """This row for config.json `raw`'s text decoder (`text_families`), with its family's
-        defaults: transformers fills a text_config by its class (`text_defaults`: no text_config)."""
+        """This row for `raw`'s text decoder (`text_families`): a given text_config filled by its
+        family's defaults, as AutoConfig does; `text_defaults` stand in for an absent one only."""
         text = raw.get("text_config")
-        given = text.get("model_type") if isinstance(text, Mapping) else None
-        if self.text_families is None or given is None or given == self.text_family:
+        if self.text_families is None or not isinstance(text, Mapping):
             return self
-        if given not in self.text_families:
-            accepted = [self.text_family, *self.text_families]
+        given = text.get("model_type") or self.text_family
+        if given != self.text_family and given not in self.text_families:
             raise UnsupportedModelError(
                 f"config.json: field 'text_config.model_type' is {given!r}; accepted for "
-                f"{self.model_type}: {accepted}"
+                f"{self.model_type}: {[self.text_family, *self.text_families]}"
             )
         return dataclasses.replace(self, text_family=given, text_defaults={})
 
@@ -444,6 +443,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 PIXEL_ATTENTION_MASK: "attention_mask",
                 SPATIAL_SHAPES: "image_sizes",
             },
+            text_families=(),  # Lfm2VlConfig builds text_config by its model_type: lfm2 only
         ),
         # Gemma 4: images cut into patches by og's Gemma4ImageTransform (aspect ratio kept
         # within max_soft_tokens), a tower with learned and rotary 2-D positions, 3 x 3

@@ -107,6 +107,7 @@ CORRECTED_MOE_FAMILIES = (
         config_aliases={"num_local_experts": "n_routed_experts"},
         config_defaults={
             "partial_rotary_factor": 0.5,
+            "num_key_value_heads": when_absent("num_key_value_heads", 8),
             "rms_norm_eps": 1e-5,
             "n_routed_experts": 128,
             "n_shared_experts": 1,
@@ -183,6 +184,8 @@ CORRECTED_MOE_FAMILIES = (
         config_defaults={
             "sliding_window": when_absent("sliding_window", 4096),
             "layer_types": _dots1_layer_types,
+            "num_key_value_heads": when_absent("num_key_value_heads", 32),
+            "moe_intermediate_size": when_absent("moe_intermediate_size", 1408),
             "n_group": 1,
             "topk_group": 1,
             "first_k_dense_replace": 0,

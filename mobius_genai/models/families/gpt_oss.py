@@ -26,6 +26,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.moe import ExpertActivation, MoeConfig, MoeKeys, read_moe
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.layers import alternating_layer_types
+from mobius_genai.models.families.readers import when_absent
 
 # GptOssConfig's defaults for what hub config.json files may leave out
 _ALPHA, _LIMIT, _THETA = 1.702, 7.0, 150000.0
@@ -62,6 +63,9 @@ GPT_OSS = FamilyAdapter(
     config_aliases={"num_experts": "num_local_experts"},
     config_defaults={
         "attention_bias": True,
+        "head_dim": when_absent("head_dim", 64),
+        "num_key_value_heads": when_absent("num_key_value_heads", 8),
+        "rms_norm_eps": 1e-5,
         "sliding_window": 128,
         "rope_theta": _THETA,
         "rope_scaling": _default_yarn,

@@ -37,6 +37,7 @@ from mobius_genai.models.families.moe_rows import (
     GRANITE_SHARED_MLP_FUSED,
     GRANITE_SHARED_MLP_RENAMES,
 )
+from mobius_genai.models.families.readers import when_absent
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
@@ -45,7 +46,16 @@ from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 # by 1 + weight except the delta nets' gated norm.
 # The layers Qwen3.5 and Qwen3-Next share: which are delta nets, a quarter of each head
 # rotated, gated attention with q/k norms, the delta nets' settings.
-_QWEN3_5_LAYER_DEFAULTS = {"layer_types": qwen3_5_layer_types, "partial_rotary_factor": 0.25}
+_QWEN3_5_LAYER_DEFAULTS = {
+    "layer_types": qwen3_5_layer_types,
+    "partial_rotary_factor": 0.25,
+    "head_dim": when_absent("head_dim", 256),
+}
+# Qwen3NextConfig's and Qwen3_5MoeTextConfig's key/value heads and shared expert.
+_QWEN3_NEXT_MOE_DEFAULTS = {
+    "num_key_value_heads": when_absent("num_key_value_heads", 2),
+    "shared_expert_intermediate_size": when_absent("shared_expert_intermediate_size", 512),
+}
 _QWEN3_5_LAYERS = {
     "qk_norm": True,
     "attention_output_gate": True,
@@ -56,7 +66,10 @@ QWEN3_5_TEXT = FamilyAdapter(
     model_type="qwen3_5_text",
     family_keys=READS_PARTIAL_ROTARY,
     genai_type="qwen3_5_text",
-    config_defaults=_QWEN3_5_LAYER_DEFAULTS,
+    config_defaults={
+        **_QWEN3_5_LAYER_DEFAULTS,
+        "num_key_value_heads": when_absent("num_key_value_heads", 4),
+    },
     config_overrides={**_QWEN3_5_LAYERS, "rope": qwen3_5_text_rope},
     preprocess_weight=qwen3_5_norm_weights,
     preprocessed_weights=QWEN3_5_OFFSET_NORMS,
@@ -74,6 +87,7 @@ QWEN3_5_MOE_TEXT = dataclasses.replace(
     genai_type="qwen3_5_moe_text",
     # no dense MLP and no intermediate_size: the experts' size stands in for it
     config_aliases={"moe_intermediate_size": "intermediate_size"},
+    config_defaults={**_QWEN3_5_LAYER_DEFAULTS, **_QWEN3_NEXT_MOE_DEFAULTS},
     config_overrides={
         **QWEN3_5_TEXT.config_overrides,
         "moe": moe_reader(
@@ -149,7 +163,14 @@ LFM2 = FamilyAdapter(
         "tie_embedding": "tie_word_embeddings",
         "block_ff_dim": "intermediate_size",
     },
-    config_defaults={"tie_word_embeddings": True, "layer_types": lfm2_layer_types},
+    config_defaults={
+        "tie_word_embeddings": True,
+        "layer_types": lfm2_layer_types,
+        "num_key_value_heads": when_absent("num_key_value_heads", 8),
+        "norm_eps": 1e-5,
+        "rope_theta": 1_000_000.0,  # Lfm2Config's default_theta
+        "block_ffn_dim_multiplier": when_absent("block_ffn_dim_multiplier", 1.0),
+    },
     config_overrides={
         **UNBIASED_ATTENTION,
         "qk_norm": True,
@@ -176,6 +197,10 @@ LFM2_MOE = dataclasses.replace(
     LFM2,
     model_type="lfm2_moe",
     genai_type="lfm2_moe",
+    config_defaults={
+        **LFM2.config_defaults,
+        "moe_intermediate_size": when_absent("moe_intermediate_size", 1792),
+    },
     config_overrides={
         **LFM2.config_overrides,
         "intermediate_size": lambda raw: fields.require(raw, "intermediate_size"),
@@ -211,7 +236,11 @@ HYBRID_FAMILIES = (
         model_type="qwen3_next",
         family_keys=READS_PARTIAL_ROTARY,
         genai_type="qwen3_5_moe_text",
-        config_defaults=_QWEN3_5_LAYER_DEFAULTS,
+        config_defaults={
+            **_QWEN3_5_LAYER_DEFAULTS,
+            **_QWEN3_NEXT_MOE_DEFAULTS,
+            "moe_intermediate_size": when_absent("moe_intermediate_size", 512),
+        },
         config_overrides={
             **_QWEN3_5_LAYERS,
             "moe": moe_reader(

@@ -37,6 +37,7 @@ from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import UNBIASED_ATTENTION
 from mobius_genai.models.families.mamba2_hybrids import FALCON_H1
+from mobius_genai.models.families.readers import when_absent
 
 
 def _all_mixers(raw: Mapping[str, Any]) -> tuple[str, ...]:
@@ -116,6 +117,7 @@ def jamba_moe(raw: Mapping[str, Any]) -> MoeConfig | None:
 JAMBA = FamilyAdapter(
     model_type="jamba",
     config_aliases={"num_local_experts": "num_experts"},
+    config_defaults={"num_key_value_heads": when_absent("num_key_value_heads", 8)},
     config_overrides={
         **UNBIASED_ATTENTION,
         "layer_types": jamba_layer_types,

@@ -49,7 +49,7 @@ from mobius_genai.models.families.deepseek import v3_routing
 from mobius_genai.models.families.family_keys import READS_MLP_BIAS
 from mobius_genai.models.families.float32 import CORRECTED_ROUTER
 from mobius_genai.models.families.preprocess import scaled_weights
-from mobius_genai.models.families.readers import positive_number
+from mobius_genai.models.families.readers import positive_number, when_absent
 
 #: Nemotron-H's layer kinds as the hub's pattern and transformers 5 spell them → this
 #: package's (a MoE layer is an "mlp" layer whose MLP is the MoE block: `_NEMOTRON_H_MOE`).
@@ -128,6 +128,7 @@ NEMOTRON_H = FamilyAdapter(
     config_aliases={"attention_head_dim": "head_dim", "num_local_experts": "n_routed_experts"},
     config_defaults={
         "head_dim": 128,
+        "num_key_value_heads": when_absent("num_key_value_heads", 8),
         "num_hidden_layers": _nemotron_h_layer_count,
         # NemotronHConfig's defaults: the MLP layers' width, and the MoE layers'
         "intermediate_size": 21504,
@@ -231,9 +232,20 @@ def falcon_h1_weight_scales(raw: Mapping[str, Any]) -> tuple[WeightScale, ...]:
     )
 
 
+#: FalconH1Config's and BambaConfig's key/value heads and RMSNorm epsilon.
+_KV_HEADS_AND_EPS = {
+    "num_key_value_heads": when_absent("num_key_value_heads", 8),
+    "rms_norm_eps": 1e-5,
+}
+
 FALCON_H1 = FamilyAdapter(
     model_type="falcon_h1",
     family_keys=READS_MLP_BIAS,
+    config_defaults={
+        **_KV_HEADS_AND_EPS,
+        # the Mamba2 width; an explicit null: mamba_expand x hidden_size
+        "mamba_d_ssm": when_absent("mamba_d_ssm", 1024),
+    },
     config_overrides={
         "layer_types": lambda raw: ("full_attention",) * fields.require(raw, "num_hidden_layers"),
         "parallel_recurrent": "mamba2",
@@ -270,6 +282,7 @@ def _bamba_rope(raw: Mapping[str, Any]) -> RopeConfig:
 BAMBA = FamilyAdapter(
     model_type="bamba",
     family_keys=READS_MLP_BIAS,
+    config_defaults=_KV_HEADS_AND_EPS,
     config_overrides={
         "layer_types": _bamba_layer_types,
         "rope": _bamba_rope,

@@ -64,9 +64,17 @@ def ministral3_query_scale(raw: Mapping[str, Any]) -> LocalGlobalAttention | Non
     return LocalGlobalAttention(chunk_size=None, temperature=tuning)
 
 
+#: MistralConfig's, MinistralConfig's and Ministral3Config's key/value heads.
+_KV_HEADS = {"num_key_value_heads": when_absent("num_key_value_heads", 8)}
+
 MISTRAL = FamilyAdapter(
     model_type="mistral",
     genai_type="mistral",
+    config_defaults={
+        **_KV_HEADS,
+        # every layer sliding (MistralConfig's default window); an explicit null keeps none
+        "sliding_window": when_absent("sliding_window", 4096),
+    },
     config_overrides=UNBIASED_ATTENTION,
 )
 
@@ -74,6 +82,7 @@ MINISTRAL = FamilyAdapter(
     model_type="ministral",
     genai_type="mistral",
     config_defaults={
+        **_KV_HEADS,
         "max_position_embeddings": 131_072,
         # every layer sliding unless layer_types says otherwise (MinistralConfig's rule, which
         # config/layers.py's parse_layer_types follows); an explicit null keeps none
@@ -88,6 +97,7 @@ MINISTRAL3 = FamilyAdapter(
     model_type="ministral3",
     genai_type="mistral",
     config_defaults={
+        **_KV_HEADS,
         "head_dim": when_absent("head_dim", 128),
         "max_position_embeddings": 262_144,
         "rms_norm_eps": 1e-5,

@@ -14,7 +14,7 @@ from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_SLIDING_SWITCH, UNBIASED_ATTENTION
 from mobius_genai.models.families.hunyuan_moe import HUNYUAN_ROUTER, hunyuan_moe
 from mobius_genai.models.families.layers import every_layer_windowed, qwen2_moe_layer_types
-from mobius_genai.models.families.readers import switch
+from mobius_genai.models.families.readers import switch, when_absent
 from mobius_genai.models.families.rope import ntk_alpha_rope
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
@@ -50,6 +50,11 @@ GRANITE_SHARED_MLP_FUSED = (
 MOE_FAMILIES = (
     FamilyAdapter(
         model_type="mixtral",
+        config_defaults={
+            "num_key_value_heads": when_absent("num_key_value_heads", 8),
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1_000_000.0,  # MixtralConfig's default_theta
+        },
         config_overrides={
             **UNBIASED_ATTENTION,
             "moe": moe_reader(MoeKeys(num_experts="num_local_experts", normalize=True)),
@@ -60,7 +65,11 @@ MOE_FAMILIES = (
     FamilyAdapter(
         model_type="qwen3_moe",
         family_keys=READS_SLIDING_SWITCH,
-        config_defaults={"layer_types": every_layer_windowed},
+        config_defaults={
+            "layer_types": every_layer_windowed,
+            "num_key_value_heads": when_absent("num_key_value_heads", 4),
+            "moe_intermediate_size": when_absent("moe_intermediate_size", 768),
+        },
         # transformers 5 writes num_local_experts; hub configs name it num_experts
         config_aliases={"num_local_experts": "num_experts"},
         config_overrides={"qk_norm": True, "moe": moe_reader(_QWEN_MOE)},
@@ -69,7 +78,12 @@ MOE_FAMILIES = (
     FamilyAdapter(
         model_type="qwen2_moe",
         family_keys=READS_SLIDING_SWITCH,
-        config_defaults={"layer_types": qwen2_moe_layer_types},
+        config_defaults={
+            "layer_types": qwen2_moe_layer_types,
+            "num_key_value_heads": when_absent("num_key_value_heads", 16),
+            "moe_intermediate_size": when_absent("moe_intermediate_size", 1408),
+            "shared_expert_intermediate_size": when_absent("shared_expert_intermediate_size", 5632),
+        },
         config_overrides={
             "qkv_bias": switch("qkv_bias", True),
             "o_bias": False,
@@ -87,6 +101,7 @@ MOE_FAMILIES = (
         model_type="olmoe",
         # OlmoeAttention clips q/k after their norms, not at the projection as olmo does
         refused_keys=("clip_qkv",),
+        config_defaults={"rms_norm_eps": 1e-5},
         config_overrides={
             "qk_norm": True,
             "qk_norm_per_head": False,
@@ -107,6 +122,11 @@ MOE_FAMILIES = (
     FamilyAdapter(
         model_type="phimoe",
         genai_type="phimoe",
+        config_defaults={
+            "num_key_value_heads": when_absent("num_key_value_heads", 8),
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1_000_000.0,  # PhimoeConfig's default_theta
+        },
         config_overrides={
             "norm_type": "layer",
             "qkv_bias": switch("attention_bias", False),

@@ -5,14 +5,13 @@ what each field means). The functions and shared fragments rows name live beside
 one module per kind of quirk: readers (one-key switches and numbers), heads, scales, rope,
 layers, preprocess (checkpoint value changes) and gpt2_names. The rows of other model kinds
 live in modules of their own (moe_rows, hybrid_rows) and join the table here, as do rows
-derived from another row (cohere_glm: cohere2 from cohere, glm4 from glm). Adding a family is
-adding a row.
+derived from another row (cohere_glm: cohere2 from cohere, glm4 from glm) and a family's
+rows that build on one another (mistral_rows, gemma_rows). Adding a family is adding a row.
 """
 
 from __future__ import annotations
 
 from mobius_genai.config import fields
-from mobius_genai.config.altup import altup_section
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.codegen import CODEGEN
@@ -27,7 +26,7 @@ from mobius_genai.models.families.family_keys import (
 )
 from mobius_genai.models.families.fused_qkv_rows import FUSED_QKV_FAMILIES
 from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
-from mobius_genai.models.families.gemma_hub import gemma_hub_row
+from mobius_genai.models.families.gemma_rows import GEMMA2_OVERRIDES, GEMMA_FAMILIES
 from mobius_genai.models.families.gpt2_names import (
     GPT2_BLOCK,
     GPT2_BUFFERS,
@@ -60,7 +59,6 @@ from mobius_genai.models.families.preprocess import (
 )
 from mobius_genai.models.families.qk_norm_rows import QK_NORM_FAMILIES
 from mobius_genai.models.families.readers import (
-    gemma_activation,
     internlm3_bias,
     optional_positive,
     switch,
@@ -72,44 +70,9 @@ from mobius_genai.models.families.rope import (
     olmo3_rope_local,
 )
 from mobius_genai.models.families.scales import (
-    FINAL_SOFTCAP,
-    GEMMA2_SOFTCAPS,
     GRANITE_MULTIPLIERS,
-    query_pre_attn_scale,
-    softcap,
-    sqrt_hidden,
 )
 from mobius_genai.models.families.windowed_rows import WINDOWED_FAMILIES
-
-_GEMMA_REFUSED = ("use_bidirectional_attention",)
-# What gemma2 changes over gemma; gemma3_text builds on it.
-_GEMMA2_OVERRIDES = {
-    "embedding_multiplier": sqrt_hidden,
-    "hidden_act": gemma_activation,
-    "norm_placement": "sandwich",
-    "attention_scale": query_pre_attn_scale,
-    **GEMMA2_SOFTCAPS,
-}
-
-
-# AltUp streams, per-layer inputs, Laurel, sparse MLPs, shared caches: config/altup.py; its
-# RMSNorms scale by the weight itself (no gemma offset)
-_GEMMA3N_TEXT = FamilyAdapter(
-    model_type="gemma3n_text",
-    config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(5)},
-    config_overrides={
-        "final_logit_softcapping": softcap("final_logit_softcapping", 30.0),
-        "embedding_multiplier": sqrt_hidden,
-        "hidden_act": gemma_activation,
-        "attention_scale": 1.0,
-        "altup": altup_section,
-    },
-    refused_keys=_GEMMA_REFUSED,
-    # the layers sharing an earlier cache have no k/v of their own (hub files keep them)
-    unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
-)
-_GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
-
 
 # One row per model_type; genai_type only where not onnxruntime-genai's "decoder" (adapter.py).
 _FAMILIES = (
@@ -119,54 +82,25 @@ _FAMILIES = (
         model_type="qwen2",
         family_keys=READS_SLIDING_SWITCH,
         genai_type="qwen2",
+        config_defaults={"num_key_value_heads": when_absent("num_key_value_heads", 32)},
         config_overrides={"qkv_bias": True, "o_bias": False},
     ),
     FamilyAdapter(
         model_type="qwen3",
         family_keys=READS_SLIDING_SWITCH,
         genai_type="qwen3",
+        config_defaults={
+            "head_dim": when_absent("head_dim", 128),
+            "num_key_value_heads": when_absent("num_key_value_heads", 32),
+        },
         config_overrides={"qk_norm": True},
     ),
-    FamilyAdapter(
-        model_type="gemma",
-        genai_type="gemma",
-        config_defaults={"tie_word_embeddings": True, "hidden_act": "gelu_pytorch_tanh"},
-        config_overrides={"embedding_multiplier": sqrt_hidden},
-        refused_keys=_GEMMA_REFUSED,
-        preprocess_weight=offset_norm_weights,
-        preprocessed_weights=NORM_WEIGHTS,
-    ),
-    FamilyAdapter(
-        model_type="gemma2",
-        genai_type="gemma2",
-        config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(2)},
-        config_overrides=_GEMMA2_OVERRIDES,
-        refused_keys=_GEMMA_REFUSED,
-        preprocess_weight=offset_norm_weights,
-        preprocessed_weights=NORM_WEIGHTS,
-    ),
-    FamilyAdapter(
-        model_type="gemma3_text",
-        genai_type="gemma3_text",
-        config_defaults={"tie_word_embeddings": True, "layer_types": alternating_layer_types(6)},
-        config_overrides={
-            **_GEMMA2_OVERRIDES,
-            "qk_norm": True,
-            **FINAL_SOFTCAP,
-            # Gemma3Attention keeps attn_logit_softcapping but never applies it.
-            "attn_logit_softcapping": None,
-        },
-        refused_keys=_GEMMA_REFUSED,
-        preprocess_weight=offset_norm_weights,
-        preprocessed_weights=NORM_WEIGHTS,
-    ),
-    _GEMMA3N_TEXT,
-    # Gemma 3n's hub checkpoints (Gemma3nForConditionalGeneration) built text-only
-    _GEMMA3N_HUB,
+    *GEMMA_FAMILIES,  # gemma, gemma2, gemma3_text, gemma3n_text, gemma3n
     FamilyAdapter(
         model_type="phi3",
         family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi3",
+        config_defaults={"rms_norm_eps": 1e-5, "original_max_position_embeddings": 4096},
         config_overrides=UNBIASED_ATTENTION,
         fused_weights=(
             FusedWeight(
@@ -185,6 +119,11 @@ _FAMILIES = (
         model_type="phi",
         family_keys=READS_PARTIAL_ROTARY,
         genai_type="phi",
+        config_defaults={
+            "hidden_act": "gelu_new",
+            "layer_norm_eps": 1e-5,
+            "partial_rotary_factor": 0.5,
+        },
         config_overrides={
             "norm_type": "layer",
             "parallel_residual": True,
@@ -238,6 +177,7 @@ _FAMILIES = (
     FamilyAdapter(
         model_type="olmo2",
         genai_type="olmo",  # onnxruntime-genai has no "olmo2"; its generic path runs the graph
+        config_defaults={"rms_norm_eps": 1e-5},
         config_overrides={"norm_placement": "post", "qk_norm": True, "qk_norm_per_head": False},
     ),
     FamilyAdapter(
@@ -246,6 +186,7 @@ _FAMILIES = (
             "tie_word_embeddings": True,
             "hidden_act": "gelu_pytorch_tanh",
             "norm_epsilon": 1e-5,
+            "num_key_value_heads": when_absent("num_key_value_heads", 2),
         },
         config_overrides={
             "norm_type": "layer",
@@ -259,7 +200,11 @@ _FAMILIES = (
     FamilyAdapter(
         model_type="stablelm",
         family_keys=READS_PARTIAL_ROTARY,
-        config_defaults={"partial_rotary_factor": 0.25, "layer_norm_eps": 1e-5},
+        config_defaults={
+            "partial_rotary_factor": 0.25,
+            "layer_norm_eps": 1e-5,
+            "num_key_value_heads": when_absent("num_key_value_heads", 32),
+        },
         config_overrides={
             "head_dim": hidden_over_heads,
             "norm_type": "layer",
@@ -483,7 +428,7 @@ _FAMILIES = (
         },
         # gemma2 without the post-attention and post-MLP norms: a pre-norm layer whose MLP
         # norm keeps gemma2's name, pre_feedforward_layernorm
-        config_overrides={**_GEMMA2_OVERRIDES, "norm_placement": "pre"},
+        config_overrides={**GEMMA2_OVERRIDES, "norm_placement": "pre"},
         weight_renames=((r"\.post_attention_layernorm\.", ".pre_feedforward_layernorm."),),
         preprocess_weight=offset_norm_weights,
         preprocessed_weights=NORM_WEIGHTS,
@@ -492,7 +437,12 @@ _FAMILIES = (
         model_type="smollm3",
         family_keys=READS_SLIDING_SWITCH | READS_MLP_BIAS,
         genai_type="smollm3",
-        config_defaults={"tie_word_embeddings": True, "layer_types": smollm3_layer_types},
+        config_defaults={
+            "tie_word_embeddings": True,
+            "layer_types": smollm3_layer_types,
+            "num_key_value_heads": when_absent("num_key_value_heads", 4),
+            "rope_theta": 2_000_000.0,  # SmolLM3Config's default_theta
+        },
         config_overrides={"no_rope_layers": smollm3_no_rope_layers},
     ),
     FamilyAdapter(

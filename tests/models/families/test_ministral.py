@@ -12,16 +12,24 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 from transformers import Ministral3Config, MinistralConfig
 
 import mobius_genai
 from mobius_genai import packager
+from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import MINISTRAL3_ROPE, hf_greedy_tokens, tiny_config, write_tiny_checkpoint
-from tests._ort import case_diffs, mutant_diffs
+from tests._hf import (
+    MINISTRAL3_ROPE,
+    hf_greedy_tokens,
+    hf_reference_logits,
+    tiny_config,
+    write_tiny_checkpoint,
+)
+from tests._ort import case_diffs, max_abs_diff, mutant_diffs, ort_session, run_like_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
@@ -157,3 +165,42 @@ def test_gpu_graphs_keep_the_window_and_the_query_scale(ep, tmp_path):
         if scaled:  # ministral's GQA may compute positions itself and drop the input
             assert "position_ids" in [value.name for value in graph.inputs]
     assert windows == {"ministral": [4, -1, 4], "ministral3": [-1, -1, -1]}
+
+
+def _gqa(graph) -> list:
+    return [node for node in graph if node.op_type == "GroupQueryAttention"]
+
+
+@pytest.mark.parametrize(
+    ("ep", "rotates"), [("cuda", 1), ("webgpu", 1), ("trt-rtx", 1), ("dml", 0)]
+)
+def test_ministral3_rotary_fuses_into_gqa_where_the_ep_rotates(ep, rotates, tmp_path):
+    """The query scale, one factor per position, commutes with the rotary, so it comes before
+    it and the rotary joins GroupQueryAttention (do_rotary) wherever the EP's GQA rotates: as
+    llama's (dml's GQA does not rotate)."""
+    graphs = {}
+    for family in ("ministral3", "llama"):
+        ckpt = write_tiny_checkpoint(tmp_path / family, family)
+        package = mobius_genai.build(ckpt, ep, load_weights=False, progress=False)
+        graphs[family] = package["model"].graph
+    for family, graph in graphs.items():
+        gqa = _gqa(graph)
+        assert len(gqa) == 3, family
+        assert {node.attributes.get_int("do_rotary", 0) for node in gqa} == {rotates}, family
+        rotary = [node for node in graph if node.op_type == "RotaryEmbedding"]
+        assert len(rotary) == (0 if rotates else 6), family
+
+
+def test_ministral3_cuda_graph_with_rotary_in_gqa_matches_transformers(tmp_path):
+    """cuda's graph, its GroupQueryAttention admitted in float32 (nothing else changed), run
+    by the CPU provider: the scaled, rotated queries equal transformers' within 1e-4 over a
+    prompt that crosses two scale steps and 4 decode steps."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "ministral3", seed=1)
+    cuda = get_ep("cuda")
+    wide = cuda.with_kernels({"GroupQueryAttention": (*cuda.gqa_dtypes, ir.DataType.FLOAT)})
+    package = mobius_genai.build(ckpt, wide, "f32", progress=False)
+    gqa = _gqa(package["model"].graph)
+    assert len(gqa) == 3 and all(node.attributes.get_int("do_rotary", 0) for node in gqa)
+    reference = hf_reference_logits(ckpt, _ids(), decode_steps=4)
+    ours = run_like_reference(ort_session(package, tmp_path / "cuda"), reference)
+    assert max_abs_diff(ours, reference.logits) <= TOLERANCE
