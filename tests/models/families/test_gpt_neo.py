@@ -1,6 +1,6 @@
 """gpt_neo: what its row reads from config.json as GPTNeoConfig reads it (defaults, the local
-layers of attention_types), attention_types that do not fit the layers refused in one line, and
-the cpu graph windowing the local layers only.
+layers of attention_types), and attention_types that do not fit the layers refused in one line
+(the cpu graph windowing the local layers only is test_rows_5_25.py's).
 
 Logits against transformers and the mutants are test_parity.py's CASES and MUTANTS; the
 bundle's greedy tokens are test_bundles.py's (slow).
@@ -11,10 +11,9 @@ from __future__ import annotations
 import pytest
 from transformers import GPTNeoConfig
 
-import mobius_genai
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import get_family
-from tests._hf import tiny_config, write_tiny_checkpoint
+from tests._hf import tiny_config
 
 
 def test_defaults_as_gptneoconfig_fills_them():
@@ -44,14 +43,3 @@ def test_attention_types_that_do_not_fit_the_layers_are_refused_in_one_line(atte
     raw = {**tiny_config("gpt_neo").to_dict(), "attention_types": attention_types}
     with pytest.raises(ConfigError, match=r"^config.json: field 'attention_types' must expand"):
         get_family("gpt_neo").parse_config(raw)
-
-
-def test_cpu_graph_windows_the_local_layers_only(tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "gpt_neo")
-    graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
-    windows = [
-        node.attributes.get_int("local_window_size", -1)
-        for node in graph
-        if node.op_type == "GroupQueryAttention"
-    ]
-    assert windows == [5, -1, 5]

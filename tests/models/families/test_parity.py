@@ -636,6 +636,11 @@ def _without(family: str, **overrides) -> FamilyAdapter:
     return dataclasses.replace(adapter, config_overrides=changed)
 
 
+def _as_stored(family: str) -> FamilyAdapter:
+    """The family's row with its checkpoint tensors read as stored (no preprocess_weight)."""
+    return dataclasses.replace(FAMILIES[family], preprocess_weight=lambda n, a, c: a)
+
+
 def _unnormalized(family: str):
     """The family's MoE reader with the top-k renormalization turned off."""
     read = FAMILIES[family].config_overrides["moe"]
@@ -647,7 +652,7 @@ def _unnormalized(family: str):
 MUTANTS = {
     "gemma_without_norm_offset": (
         "gemma",
-        lambda: dataclasses.replace(FAMILIES["gemma"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("gemma"),
     ),
     "gemma_without_embedding_scale": ("gemma", lambda: _without("gemma", embedding_multiplier=1.0)),
     "gemma2_without_attention_softcap": (
@@ -666,7 +671,7 @@ MUTANTS = {
     "olmo_without_clip_qkv": ("olmo", lambda: _without("olmo", clip_qkv=None), {"clip_qkv": 1.0}),
     "gpt_neox_qkv_rows_as_stored": (
         "gpt_neox",
-        lambda: dataclasses.replace(FAMILIES["gpt_neox"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("gpt_neox"),
     ),
     "gpt_neox_one_shared_parallel_norm": (
         "gpt_neox",
@@ -675,7 +680,7 @@ MUTANTS = {
     "gpt_neox_full_rotary": ("gpt_neox", lambda: _without("gpt_neox", rope=RopeConfig())),
     "nemotron_without_norm_offset": (
         "nemotron",
-        lambda: dataclasses.replace(FAMILIES["nemotron"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("nemotron"),
     ),
     "nemotron_relu_not_squared": ("nemotron", lambda: _without("nemotron", hidden_act="relu")),
     "gptj_rotate_half": ("gptj", lambda: _without("gptj", rope_interleaved=False)),
@@ -739,7 +744,7 @@ MUTANTS = {
     ),
     "vaultgemma_without_norm_offset": (
         "vaultgemma",
-        lambda: dataclasses.replace(FAMILIES["vaultgemma"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("vaultgemma"),
     ),
     # the gated norm of the delta nets scales by w, the other norms by 1 + w
     "qwen3_5_text_gated_norm_offset_too": (
@@ -762,13 +767,13 @@ MUTANTS = {
     # c_attn's [q, k, v] rows of each head read as if they were [q | k | v] blocks
     "gpt_bigcode_qkv_rows_as_stored": (
         "gpt_bigcode",
-        lambda: dataclasses.replace(FAMILIES["gpt_bigcode"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("gpt_bigcode"),
         {"multi_query": False},
     ),
     # query_key_value's [q.. k v] groups read as [q | k | v] blocks
     "falcon_qkv_groups_as_stored": (
         "falcon",
-        lambda: dataclasses.replace(FAMILIES["falcon"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("falcon"),
     ),
     # ln_attn before attention, ln_mlp before the MLP, one after the other
     "falcon_sequential_layers": (
@@ -800,19 +805,19 @@ MUTANTS = {
     # qkv_proj's shards of [q, v, k] read as [q | k | v] blocks
     "codegen_qkv_shards_as_stored": (
         "codegen",
-        lambda: dataclasses.replace(FAMILIES["codegen"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("codegen"),
     ),
     "codegen_rotating_halves": ("codegen", lambda: _without("codegen", rope_interleaved=False)),
     # query_key_value's [q, k, v] rows of each head read as [q | k | v] blocks
     "persimmon_qkv_rows_as_stored": (
         "persimmon",
-        lambda: dataclasses.replace(FAMILIES["persimmon"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("persimmon"),
     ),
     "persimmon_without_qk_norm": ("persimmon", lambda: _without("persimmon", qk_norm=False)),
     # the rotation turned the usual way
     "nanochat_rotation_as_llama": (
         "nanochat",
-        lambda: dataclasses.replace(FAMILIES["nanochat"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("nanochat"),
     ),
     "nanochat_without_embedding_norm": (
         "nanochat",
