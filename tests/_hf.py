@@ -39,6 +39,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
+    CodeGenConfig,
     Cohere2Config,
     CohereConfig,
     CwmConfig,
@@ -66,6 +67,7 @@ from transformers import (
     GPT2Config,
     GPTBigCodeConfig,
     GPTJConfig,
+    GPTNeoConfig,
     GPTNeoXConfig,
     GptOssConfig,
     GraniteConfig,
@@ -88,12 +90,14 @@ from transformers import (
     MinistralConfig,
     MistralConfig,
     MixtralConfig,
+    NanoChatConfig,
     NemotronConfig,
     NemotronHConfig,
     Olmo2Config,
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    PersimmonConfig,
     Phi3Config,
     PhiConfig,
     PhimoeConfig,
@@ -189,6 +193,10 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "falcon": FalconConfig,
     "minicpm3": MiniCPM3Config,
     "cwm": CwmConfig,
+    "gpt_neo": GPTNeoConfig,
+    "codegen": CodeGenConfig,
+    "persimmon": PersimmonConfig,
+    "nanochat": NanoChatConfig,
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
@@ -266,6 +274,10 @@ _ARCHITECTURES = {
     "falcon": "FalconForCausalLM",
     "minicpm3": "MiniCPM3ForCausalLM",
     "cwm": "CwmForCausalLM",
+    "gpt_neo": "GPTNeoForCausalLM",
+    "codegen": "CodeGenForCausalLM",
+    "persimmon": "PersimmonForCausalLM",
+    "nanochat": "NanoChatForCausalLM",
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
@@ -867,6 +879,27 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # llama's layer: full, sliding, sliding (CwmConfig's every fourth from the first) over a
     # window of 5; CwmConfig's llama3 rope (theta 1e6)
     "cwm": {"head_dim": 16, "sliding_window": 5},
+    # GPT-2's layer without q/k/v biases, unscaled scores; local (a window of 5: the prompt runs
+    # past it), global, local
+    "gpt_neo": {
+        "num_key_value_heads": UNSET,
+        "attention_types": [[["local", "global"], 1], [["local"], 1]],
+        "window_size": 5,
+    },
+    # GPT-J's layer (one shared norm, attention beside the MLP, interleaved rotary on 8 of
+    # head_dim 16, lm_head bias) with qkv_proj in 4 shards of [q, v, k]
+    "codegen": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "rotary_dim": 8,
+    },
+    # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
+    # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
+    "persimmon": {"num_key_value_heads": UNSET},
+    # weightless RMSNorms (embeddings, layers, q/k after the reversed rotation, final), relu2
+    # FC MLP, 2 key/value heads, logits softcapped at 15
+    "nanochat": {},
     # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
     # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased
     # in_proj and out_proj

@@ -55,6 +55,7 @@ _BIAS = {
         "deepseek_v2",
         "llama4_text",
         "apertus",
+        "nanochat",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
@@ -67,7 +68,7 @@ _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
     *("ernie4_5_moe", "exaone_moe"),
 }
-_NO_NORM_WEIGHTS = {"olmo"}  # LayerNorms without learnable parameters
+_NO_NORM_WEIGHTS = {"olmo", "nanochat"}  # norms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
 # tensors on load (transformers/conversion_mapping.py)
 _LOADED_AS = {

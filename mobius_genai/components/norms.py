@@ -89,10 +89,13 @@ class HeadwiseNorm(nn.Module):
 
 def make_norm(norm_type: str, size: int, eps: float, *, affine: bool = True) -> nn.Module:
     """The normalization a config names: "rms" (RMSNorm), "layer" (LayerNorm with bias),
-    "layer_no_bias" (LayerNorm with a weight only) or "layer_no_affine" (LayerNorm without
-    weight or bias); `affine=False` drops the weight and bias of any of them."""
+    "layer_no_bias" (LayerNorm with a weight only), "layer_no_affine" (LayerNorm without
+    weight or bias) or "rms_no_affine" (RMSNorm without weight); `affine=False` drops the
+    weight and bias of any of them."""
     if norm_type == "rms":
         return RMSNorm(size, eps, affine=affine)
+    if norm_type == "rms_no_affine":
+        return RMSNorm(size, eps, affine=False)
     if norm_type == "layer":
         return LayerNorm(size, eps, affine=affine)
     if norm_type == "layer_no_bias":

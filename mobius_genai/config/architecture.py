@@ -49,7 +49,7 @@ HIDDEN_ACTS = (
 )
 #: Activations with learned parameters, which a decoder's ungated MLP carries (components/mlp.py).
 LEARNED_ACTS = ("xielu",)
-NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine")
+NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine", "rms_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
 POSITION_EMBEDDINGS = ("rope", "learned")
 _NORM_EPS_KEYS = (
@@ -79,7 +79,8 @@ class ArchitectureConfig:
 
     - `norm_type`: "rms" (RMSNormalization), "layer" (LayerNormalization with bias),
       "layer_no_bias" (LayerNormalization with a weight and no bias: cohere) or
-      "layer_no_affine" (LayerNormalization without learnable weight or bias: olmo).
+      "layer_no_affine" (LayerNormalization without learnable weight or bias: olmo) or
+      "rms_no_affine" (RMSNormalization without a weight: nanochat).
     - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
       "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
     - `parallel_residual`: attention and MLP read the same normed input and both outputs are
@@ -88,6 +89,8 @@ class ArchitectureConfig:
       norm of its own, x + attn(ln1(x)) + mlp(ln2(x)) (gpt_neox), instead of reading the
       attention's normed input.
     - `gated_mlp`: down(act(gate(x)) * up(x)) when True, fc2(act(fc1(x))) when False.
+    - `embedding_norm`: the token embeddings pass through the final norm before the first
+      layer as well (nanochat).
     - `embedding_multiplier`: token embeddings are multiplied by it (gemma: sqrt(hidden_size),
       granite: `embedding_multiplier`).
     - `residual_multiplier`: each block's output is multiplied by it before the residual add
@@ -187,6 +190,7 @@ class ArchitectureConfig:
     parallel_mlp_norm: bool = False
     gated_mlp: bool = True
     embedding_multiplier: float = 1.0
+    embedding_norm: bool = False
     residual_multiplier: float = 1.0
     logits_scaling: float = 1.0
     position_embedding: str = "rope"

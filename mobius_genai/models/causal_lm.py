@@ -97,6 +97,8 @@ class TextModel(nn.Module):
                 self.embed_tokens(op)  # the tied head's table, under its checkpoint name
         if self.embed_positions is not None:
             hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
+        if config.embedding_norm:
+            hidden_states = self.norm(op, hidden_states)
         rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
         presents = []
         for i, layer in enumerate(self.layers):

@@ -1,8 +1,10 @@
 """GPT-2's names, shared by the families whose checkpoints keep them (gpt2, gptj, exaone), and
-GPT-2's layer, shared by the families that keep it (gpt2, gpt_bigcode)."""
+GPT-2's layer, shared by the families that keep it (gpt2, gpt_bigcode, gpt_neo); GPT-J's layer
+and names, shared by gptj and codegen."""
 
 from mobius_genai.config import fields
 from mobius_genai.models.families.heads import split_hidden
+from mobius_genai.models.families.rope import gptj_partial_rotary, gptj_rope
 from mobius_genai.models.families.scales import gpt2_scale
 
 # GPT-2's tensor layout (gpt2, gptj, exaone): the renames besides attention and MLP names.
@@ -41,3 +43,33 @@ GPT2_BLOCK = {
     "attention_scale": gpt2_scale,
     "head_dim": split_hidden,  # GPT2Attention never reads config.json's head_dim
 }
+# GPTJConfig's defaults of the keys GPT-J's layer reads (gptj, codegen).
+GPTJ_DEFAULTS = {
+    "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
+    "hidden_act": "gelu_new",
+    "layer_norm_epsilon": 1e-5,
+    "partial_rotary_factor": gptj_partial_rotary,
+}
+# GPT-J's layer: one shared LayerNorm feeding attention beside an FC MLP, unbiased attention,
+# a biased lm_head, rotary on the first channels of each head by adjacent pairs (gptj, codegen).
+GPTJ_BLOCK = {
+    "head_dim": split_hidden,
+    "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+    "norm_type": "layer",
+    "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
+    "gated_mlp": False,
+    "qkv_bias": False,
+    "o_bias": False,
+    "mlp_bias": True,
+    "lm_head_bias": True,
+    "rope_interleaved": True,  # rotate_every_two
+    "rope": gptj_rope,
+}
+# GPT-J's tensor names (gptj, codegen).
+GPTJ_LAYOUT = (
+    (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
+    (r"\.self_attn\.", ".attn."),
+    (r"\.mlp\.fc1\.", ".mlp.fc_in."),
+    (r"\.mlp\.fc2\.", ".mlp.fc_out."),
+    *GPT2_LAYOUT,
+)

@@ -51,3 +51,38 @@ def scaled_weights(name: str, array: np.ndarray, config: ArchitectureConfig) -> 
         if scale.applies(name):
             array = scale.apply(array)
     return array
+
+
+#: CodeGen's qkv_proj rows: 4 model-parallel shards, each [q, v, k] (CodeGenAttention.mp_num).
+CODEGEN_SHARDS = 4
+
+
+def qkv_blocks_from_codegen_shards(
+    name: str, array: np.ndarray, config: ArchitectureConfig
+) -> np.ndarray:
+    """CodeGen's fused qkv_proj, stored as CODEGEN_SHARDS shards of [q, v, k] rows (a quarter of
+    each projection per shard), regrouped into the [q | k | v] blocks of the packed projection."""
+    if not re.search(PACKED_QKV, name):
+        return array
+    rest = array.shape[1:]
+    shards = array.reshape(CODEGEN_SHARDS, 3, -1, *rest)
+    q, v, k = (shards[:, i].reshape(-1, *rest) for i in range(3))
+    return np.concatenate([q, k, v])
+
+
+QK_PROJECTIONS = r"\.self_attn\.(q|k)_proj\.(weight|bias)$"
+
+
+def negated_second_rotary_halves(
+    name: str, array: np.ndarray, config: ArchitectureConfig
+) -> np.ndarray:
+    """nanochat's rotate_half returns [x2, -x1], turning q and k by -angle: that is P R(angle) P
+    with P negating the second half of each head's rotary channels. P commutes with its
+    weightless q/k RMSNorm and drops out of q . k, so q/k projections whose second halves are
+    negated give the same scores under the usual rotation."""
+    if not re.search(QK_PROJECTIONS, name):
+        return array
+    head_dim, rotary = config.head_dim, config.rotary_dim
+    by_head = array.astype(np.float32).reshape(-1, head_dim, *array.shape[1:])
+    by_head[:, rotary // 2 : rotary] *= -1.0
+    return by_head.reshape(array.shape)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from mobius_genai.config import fields
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.codegen import CODEGEN
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
@@ -32,9 +33,13 @@ from mobius_genai.models.families.gpt2_names import (
     GPT2_CONFIG_NAMES,
     GPT2_DEFAULTS,
     GPT2_LAYOUT,
+    GPTJ_BLOCK,
+    GPTJ_DEFAULTS,
+    GPTJ_LAYOUT,
 )
+from mobius_genai.models.families.gpt_neo import GPT_NEO
 from mobius_genai.models.families.gpt_oss import GPT_OSS
-from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, split_hidden
+from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
@@ -52,6 +57,7 @@ from mobius_genai.models.families.preprocess import (
     offset_norm_weights,
     qkv_blocks_from_head_rows,
 )
+from mobius_genai.models.families.qk_norm_rows import QK_NORM_FAMILIES
 from mobius_genai.models.families.readers import (
     internlm3_bias,
     optional_positive,
@@ -60,8 +66,6 @@ from mobius_genai.models.families.readers import (
 )
 from mobius_genai.models.families.rope import (
     apertus_rope,
-    gptj_partial_rotary,
-    gptj_rope,
     ntk_alpha_rope,
     olmo3_rope_local,
 )
@@ -259,6 +263,8 @@ _FAMILIES = (
         preprocessed_weights=PACKED_QKV,
     ),
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
+    GPT_NEO,
+    *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
         model_type="nemotron",
         family_keys=READS_PARTIAL_ROTARY | READS_MLP_BIAS,
@@ -296,34 +302,12 @@ _FAMILIES = (
         model_type="gptj",
         family_keys=READS_PARTIAL_ROTARY,
         config_aliases=GPT2_CONFIG_NAMES,
-        config_defaults={
-            "intermediate_size": lambda raw: 4 * fields.require(raw, "hidden_size"),
-            "hidden_act": "gelu_new",
-            "layer_norm_epsilon": 1e-5,
-            "partial_rotary_factor": gptj_partial_rotary,
-        },
-        config_overrides={
-            "head_dim": split_hidden,
-            "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
-            "norm_type": "layer",
-            "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
-            "gated_mlp": False,
-            "qkv_bias": False,
-            "o_bias": False,
-            "mlp_bias": True,
-            "lm_head_bias": True,
-            "rope_interleaved": True,  # rotate_every_two
-            "rope": gptj_rope,
-        },
-        weight_renames=(
-            (r"\.self_attn\.o_proj\.", ".attn.out_proj."),
-            (r"\.self_attn\.", ".attn."),
-            (r"\.mlp\.fc1\.", ".mlp.fc_in."),
-            (r"\.mlp\.fc2\.", ".mlp.fc_out."),
-            *GPT2_LAYOUT,
-        ),
+        config_defaults=GPTJ_DEFAULTS,
+        config_overrides=GPTJ_BLOCK,
+        weight_renames=GPTJ_LAYOUT,
         unused_weights=GPT2_BUFFERS,
     ),
+    CODEGEN,
     *COHERE_GLM_FAMILIES,
     FamilyAdapter(
         model_type="arcee",

@@ -422,6 +422,53 @@ CASES = {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
         },
     ),
+    # local, global, local over a window of 5 (tests/_hf.py); then a tied head, erf gelu,
+    # global layers after a local one over a window of 3
+    "gpt_neo": ("gpt_neo", {}),
+    "gpt_neo_tied_gelu_window_3": (
+        "gpt_neo",
+        {
+            "tie_word_embeddings": True,
+            "activation_function": "gelu",
+            "attention_types": [[["local"], 1], [["global"], 2]],
+            "window_size": 3,
+        },
+    ),
+    # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
+    # qkv_proj holding two, rotated whole, erf gelu
+    "codegen": ("codegen", {}),
+    "codegen_two_heads_a_shard_whole_rotary_gelu": (
+        "codegen",
+        {"num_attention_heads": 8, "rotary_dim": 8, "activation_function": "gelu"},
+    ),
+    # q/k LayerNorms, rotary on half of each head (tests/_hf.py); then neither norm, a tied
+    # head, rotary on a quarter with linear scaling
+    "persimmon": ("persimmon", {}),
+    "persimmon_without_qk_norm_tied_linear_rope": (
+        "persimmon",
+        {
+            "qk_layernorm": False,
+            "tie_word_embeddings": True,
+            "rope_parameters": {
+                "rope_type": "linear",
+                "factor": 2.0,
+                "rope_theta": 100.0,
+                "partial_rotary_factor": 0.25,
+            },
+        },
+    ),
+    # weightless norms, q/k normed after the reversed rotation, softcap 15 (tests/_hf.py);
+    # then attention biases, a tied head, a softcap of 2 (most logits capped), linear rope
+    "nanochat": ("nanochat", {}),
+    "nanochat_bias_tied_softcap_2_linear_rope": (
+        "nanochat",
+        {
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+            "final_logit_softcapping": 2.0,
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
+        },
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -589,6 +636,11 @@ def _without(family: str, **overrides) -> FamilyAdapter:
     return dataclasses.replace(adapter, config_overrides=changed)
 
 
+def _as_stored(family: str) -> FamilyAdapter:
+    """The family's row with its checkpoint tensors read as stored (no preprocess_weight)."""
+    return dataclasses.replace(FAMILIES[family], preprocess_weight=lambda n, a, c: a)
+
+
 def _unnormalized(family: str):
     """The family's MoE reader with the top-k renormalization turned off."""
     read = FAMILIES[family].config_overrides["moe"]
@@ -600,7 +652,7 @@ def _unnormalized(family: str):
 MUTANTS = {
     "gemma_without_norm_offset": (
         "gemma",
-        lambda: dataclasses.replace(FAMILIES["gemma"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("gemma"),
     ),
     "gemma_without_embedding_scale": ("gemma", lambda: _without("gemma", embedding_multiplier=1.0)),
     "gemma2_without_attention_softcap": (
@@ -619,7 +671,7 @@ MUTANTS = {
     "olmo_without_clip_qkv": ("olmo", lambda: _without("olmo", clip_qkv=None), {"clip_qkv": 1.0}),
     "gpt_neox_qkv_rows_as_stored": (
         "gpt_neox",
-        lambda: dataclasses.replace(FAMILIES["gpt_neox"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("gpt_neox"),
     ),
     "gpt_neox_one_shared_parallel_norm": (
         "gpt_neox",
@@ -628,7 +680,7 @@ MUTANTS = {
     "gpt_neox_full_rotary": ("gpt_neox", lambda: _without("gpt_neox", rope=RopeConfig())),
     "nemotron_without_norm_offset": (
         "nemotron",
-        lambda: dataclasses.replace(FAMILIES["nemotron"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("nemotron"),
     ),
     "nemotron_relu_not_squared": ("nemotron", lambda: _without("nemotron", hidden_act="relu")),
     "gptj_rotate_half": ("gptj", lambda: _without("gptj", rope_interleaved=False)),
@@ -692,7 +744,7 @@ MUTANTS = {
     ),
     "vaultgemma_without_norm_offset": (
         "vaultgemma",
-        lambda: dataclasses.replace(FAMILIES["vaultgemma"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("vaultgemma"),
     ),
     # the gated norm of the delta nets scales by w, the other norms by 1 + w
     "qwen3_5_text_gated_norm_offset_too": (
@@ -715,13 +767,13 @@ MUTANTS = {
     # c_attn's [q, k, v] rows of each head read as if they were [q | k | v] blocks
     "gpt_bigcode_qkv_rows_as_stored": (
         "gpt_bigcode",
-        lambda: dataclasses.replace(FAMILIES["gpt_bigcode"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("gpt_bigcode"),
         {"multi_query": False},
     ),
     # query_key_value's [q.. k v] groups read as [q | k | v] blocks
     "falcon_qkv_groups_as_stored": (
         "falcon",
-        lambda: dataclasses.replace(FAMILIES["falcon"], preprocess_weight=lambda n, a, c: a),
+        lambda: _as_stored("falcon"),
     ),
     # ln_attn before attention, ln_mlp before the MLP, one after the other
     "falcon_sequential_layers": (
@@ -746,6 +798,39 @@ MUTANTS = {
         "cwm",
         lambda: _without("cwm", layer_types=("full_attention",) * 3),
     ),
+    "gpt_neo_without_local_window": (
+        "gpt_neo",
+        lambda: _without("gpt_neo", layer_types=("full_attention",) * 3),
+    ),
+    # qkv_proj's shards of [q, v, k] read as [q | k | v] blocks
+    "codegen_qkv_shards_as_stored": (
+        "codegen",
+        lambda: _as_stored("codegen"),
+    ),
+    "codegen_rotating_halves": ("codegen", lambda: _without("codegen", rope_interleaved=False)),
+    # query_key_value's [q, k, v] rows of each head read as [q | k | v] blocks
+    "persimmon_qkv_rows_as_stored": (
+        "persimmon",
+        lambda: _as_stored("persimmon"),
+    ),
+    "persimmon_without_qk_norm": ("persimmon", lambda: _without("persimmon", qk_norm=False)),
+    # the rotation turned the usual way
+    "nanochat_rotation_as_llama": (
+        "nanochat",
+        lambda: _as_stored("nanochat"),
+    ),
+    "nanochat_without_embedding_norm": (
+        "nanochat",
+        lambda: _without("nanochat", embedding_norm=False),
+    ),
+    "nanochat_without_softcap": (
+        "nanochat",
+        lambda: _without("nanochat", final_logit_softcapping=None),
+    ),
+    "gpt_neo_scores_over_sqrt_head_dim": (
+        "gpt_neo",
+        lambda: _without("gpt_neo", attention_scale=None),
+    ),
 }
 
 
@@ -756,6 +841,7 @@ UNREAD_BY_MUTANT = {
     "gpt_neox_one_shared_parallel_norm": "'gpt_neox.layers.0.post_attention_layernorm.bias'",
     "gptj_without_lm_head_bias": "'lm_head.bias'",
     "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
+    "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
 }
 
 

@@ -149,12 +149,16 @@ def test_cwm_defaults_as_cwmconfig_fills_them():
     assert not (config.qkv_bias or config.o_bias)
 
 
-def test_cwm_cpu_graph_windows_the_sliding_layers_only(tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "cwm")
+@pytest.mark.parametrize(
+    ("family", "expected"),
+    [("cwm", [-1, 5, 5]), ("gpt_neo", [5, -1, 5])],  # gpt_neo: local, global, local
+)
+def test_cpu_graph_windows_the_sliding_layers_only(family, expected, tmp_path):
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
     graph = mobius_genai.build(ckpt, "cpu", "f32", load_weights=False)["model"].graph
     windows = [
         node.attributes.get_int("local_window_size", -1)
         for node in graph
         if node.op_type == "GroupQueryAttention"
     ]
-    assert windows == [-1, 5, 5]
+    assert windows == expected
