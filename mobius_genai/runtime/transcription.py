@@ -23,7 +23,7 @@ import dataclasses
 import math
 import sys
 import zlib
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -110,10 +110,14 @@ def transcript_steps(
     clip: Clip,
     request: TranscriptRequest,
     rng: np.random.Generator | None = None,
+    on_segment: Callable[[TimedSegment], None] | None = None,
 ) -> Steps:
     """The transcript of `clip`: a generator that yields once per token and returns the
     Transcript (`yield from` it, or step it with next() until StopIteration's value); an
-    OptionError for a clip og cannot read whole or a language or task the model lacks."""
+    OptionError for a clip og cannot read whole or a language or task the model lacks.
+    `on_segment` gets each segment as soon as its window is decoded (a segment is final then:
+    one cut at the window's end is left to the next window), so a long clip's text can be shown
+    while the rest is decoded."""
     mel, duration = clip_features(bundle, clip)
     tokenizer = og.Tokenizer(bundle.model)
     language = request.language
@@ -137,20 +141,21 @@ def transcript_steps(
         pieces, advance = window_segments(window.tokens, first_time, seek, frames)
         ratio = compression_ratio(tokenizer.decode(window.tokens))
         for start, end, piece in pieces:
-            found.append(
-                TimedSegment(
-                    id=len(found),
-                    seek=seek,
-                    start=start,
-                    end=end,
-                    text=tokenizer.decode(piece),
-                    tokens=tuple(piece),
-                    temperature=request.temperature,
-                    avg_logprob=window.sum_logprob / (len(window.tokens) + 1),
-                    compression_ratio=ratio,
-                    no_speech_prob=window.no_speech_prob,
-                )
+            segment = TimedSegment(
+                id=len(found),
+                seek=seek,
+                start=start,
+                end=end,
+                text=tokenizer.decode(piece),
+                tokens=tuple(piece),
+                temperature=request.temperature,
+                avg_logprob=window.sum_logprob / (len(window.tokens) + 1),
+                compression_ratio=ratio,
+                no_speech_prob=window.no_speech_prob,
             )
+            found.append(segment)
+            if on_segment is not None:
+                on_segment(segment)
         seek += advance or frames  # a window that moves nothing on would come back forever
     text = "".join(segment.text for segment in found)
     return Transcript(request.task, language or "en", duration, text, tuple(found))

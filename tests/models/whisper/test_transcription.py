@@ -6,7 +6,9 @@ translation detects; the no-speech probability and mean log-probability of a win
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -161,3 +163,48 @@ def test_a_windows_scores_are_transformers_probabilities(speech_bundle, multilin
     logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], -1)
     total = logprobs.gather(1, ids[0, len(prompt) :, None]).sum().item()
     assert segment.avg_logprob == pytest.approx(total / (len(segment.tokens) + 1), rel=1e-3)
+
+
+class _Writes(io.StringIO):
+    """stdout that keeps each write apart: what `run` had printed after each token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+@pytest.mark.parametrize("shown", ["--timestamps", "text"])
+def test_run_audio_prints_each_window_while_the_next_decodes(
+    speech_bundle, tmp_path, capsys, monkeypatch, shown
+):
+    """A 60 s WAV: the first window's text (or segment lines) is printed before the second
+    window's tokens are decoded (a write per token, so writes follow it), and the whole print
+    is the transcript the JSON formats give (their text, or a line per segment)."""
+    path = tmp_path / "long.wav"
+    path.write_bytes(tone_bytes(60.0))
+    command = ["run", str(speech_bundle), "--audio", str(path), "--max-new-tokens", "24"]
+    whole_format = "verbose_json" if shown == "--timestamps" else "json"
+    assert main([*command, "--format", whole_format]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    out = _Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main([*command, "--timestamps" if shown == "--timestamps" else "--format=text"]) == 0
+    if shown == "--timestamps":
+        lines = [
+            f"[{s['start']:.2f} -> {s['end']:.2f}] {s['text'].strip()}" for s in whole["segments"]
+        ]
+        first = "\n".join(
+            line for line, s in zip(lines, whole["segments"], strict=True) if not s["seek"]
+        )
+        assert out.getvalue() == "\n".join(lines) + "\n"
+    else:
+        assert out.getvalue() == whole["text"] + "\n"
+    printed = next(n for n, text in enumerate(out.writes) if text)
+    assert 0 < len(out.writes[printed]) < len(out.getvalue()) - 1
+    if shown == "--timestamps":
+        assert out.writes[printed] == first
+    assert len(out.writes) - printed > 12  # the second window's tokens were decoded after it
