@@ -15,16 +15,18 @@ import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer
+from transformers import WhisperFeatureExtractor
 
 from mobius_genai.cli import main
 from mobius_genai.runtime.audio import Clip, tone_bytes
+from mobius_genai.runtime.audio_length import audio_length
 from mobius_genai.runtime.opening import open_bundle
 from mobius_genai.runtime.transcription import (
     TranscriptRequest,
     clip_features,
     transcript_steps,
 )
-from tests.models.whisper._whisper import tone, write_encoded
+from tests.models.whisper._whisper import pcm16, tone, write_encoded, write_wav
 
 WINDOW_TOKENS = 24
 PROMPT_TEXT = "Hi there"
@@ -98,15 +100,16 @@ def test_a_long_wav_segments_as_transformers_long_form(speech_bundle, multilingu
     assert _segments(found) == _theirs(model, mel, attention_mask=torch.ones(1, 6000))
 
 
-#: 60 s of WAV (two 30 s pieces); 59.904 s of FLAC: two pieces of 117 frames of 4096 samples.
-LONG = {".wav": 60.0, ".flac": 2 * 117 * 4096 / 16_000}
+#: 60 s of WAV (two 30 s pieces); 59.904 s of FLAC: two pieces of 117 frames of 4096 samples;
+#: 60 s of MP3 (its frames: 60.084 s with LAME's delay and padding), in pieces of whole frames.
+LONG = {".wav": 60.0, ".flac": 2 * 117 * 4096 / 16_000, ".mp3": 60.0}
 
 
 @pytest.mark.parametrize("suffix", sorted(LONG))
 def test_run_audio_prints_transformers_long_form_segments(
     speech_bundle, multilingual_checkpoint, tmp_path, capsys, suffix
 ):
-    """`mobius-genai run --audio --format verbose_json` of a long WAV or FLAC (a FLAC's pieces
+    """`mobius-genai run --audio --format verbose_json` of a long WAV, FLAC or MP3 (their pieces
     end at whole frames, short of 30 s): the segments transformers' long-form decoding gives
     for the same log-mel, up to the audio's end."""
     model, _ = multilingual_checkpoint
@@ -120,8 +123,9 @@ def test_run_audio_prints_transformers_long_form_segments(
     printed = json.loads(capsys.readouterr().out)
     mel = clip_features(open_bundle(speech_bundle, command="run"), Clip.read(path))[0]
     found = [(round(s["start"], 6), round(s["end"], 6), s["tokens"]) for s in printed["segments"]]
-    assert printed["duration"] == LONG[suffix] and max(s[0] for s in found) > 30
-    frames = round(LONG[suffix] * 100)
+    duration = audio_length(path.read_bytes()).seconds
+    assert printed["duration"] == duration >= LONG[suffix] and max(s[0] for s in found) > 30
+    frames = round(duration * 100)
     assert found == _theirs(model, mel[..., :frames].copy())
 
 
@@ -208,3 +212,22 @@ def test_run_audio_prints_each_window_while_the_next_decodes(
     if shown == "--timestamps":
         assert out.writes[printed] == first
     assert len(out.writes) - printed > 12  # the second window's tokens were decoded after it
+
+
+def test_a_long_clips_log_mel_is_transformers_of_the_whole_audio(speech_bundle, tmp_path):
+    """A 60 s WAV, quieter in its second half: its two pieces' log-mels joined on one scale
+    are transformers' WhisperFeatureExtractor of the whole audio (raised to 8 below the whole
+    audio's largest value, not each piece's), but for og's edge frames at each piece's ends."""
+    signal = tone(60.0)
+    signal[30 * 16_000 :] *= 0.1
+    path = write_wav(tmp_path / "long.wav", signal)
+    mel, _ = clip_features(open_bundle(speech_bundle, command="run"), Clip.read(path))
+    extractor = WhisperFeatureExtractor(feature_size=mel.shape[1])
+    as_read = pcm16(signal).astype(np.float32) / 32768
+    whole = extractor(
+        as_read, sampling_rate=16_000, return_tensors="np", truncation=False, padding="longest"
+    ).input_features
+    edges = [0, 1, 2999, 3000, 3001, 5999]  # og's STFT at a file's start and end
+    frames = np.setdiff1d(np.arange(whole.shape[-1] - 1), edges)
+    assert mel.shape[-1] >= whole.shape[-1]
+    assert np.abs(mel[..., frames] - whole[..., frames]).max() < 1e-4
