@@ -464,7 +464,7 @@ _FAMILIES = (
             (r"\.mlp\.fc2\.", ".mlp.down_proj."),
         ),
     ),
-    *WINDOWED_FAMILIES,  # cwm
+    *WINDOWED_FAMILIES,  # cwm, granite_swa, granitemoe_swa
     *MOE_FAMILIES,
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,

@@ -422,6 +422,21 @@ CASES = {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
         },
     ),
+    # full, sliding, sliding over a window of 5, sinks, rope bases 10000, none, 100
+    # (tests/_hf.py); then tied, biased, every layer on one scaled rope, sliding first
+    "granite_swa": ("granite_swa", {}),
+    "granite_swa_tied_biased_one_linear_rope": (
+        "granite_swa",
+        {
+            "tie_word_embeddings": True,
+            "attention_bias": True,
+            "mlp_bias": True,
+            "layer_rope_theta": None,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
+        },
+    ),
+    "granitemoe_swa": ("granitemoe_swa", {}),
     # local, global, local over a window of 5 (tests/_hf.py); then a tied head, erf gelu,
     # global layers after a local one over a window of 3
     "gpt_neo": ("gpt_neo", {}),
@@ -798,6 +813,22 @@ MUTANTS = {
         "cwm",
         lambda: _without("cwm", layer_types=("full_attention",) * 3),
     ),
+    "granite_swa_one_rope_theta": (
+        "granite_swa",
+        lambda: _without("granite_swa", layer_rope_thetas=()),
+    ),
+    "granitemoe_swa_one_rope_theta": (
+        "granitemoe_swa",
+        lambda: _without("granitemoe_swa", layer_rope_thetas=()),
+    ),
+    "granitemoe_swa_without_sliding_window": (
+        "granitemoe_swa",
+        lambda: _without("granitemoe_swa", layer_types=("full_attention",) * 3),
+    ),
+    "granite_swa_without_sinks": (
+        "granite_swa",
+        lambda: _without("granite_swa", attention_sinks=False),
+    ),
     "gpt_neo_without_local_window": (
         "gpt_neo",
         lambda: _without("gpt_neo", layer_types=("full_attention",) * 3),
@@ -842,6 +873,7 @@ UNREAD_BY_MUTANT = {
     "gptj_without_lm_head_bias": "'lm_head.bias'",
     "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
     "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
+    "granite_swa_without_sinks": "'model.layers.0.self_attn.sinks'",
 }
 
 
