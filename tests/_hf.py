@@ -45,6 +45,7 @@ from transformers import (
     CwmConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    DiffLlamaConfig,
     Dots1Config,
     Ernie4_5_MoeConfig,
     Ernie4_5Config,
@@ -204,6 +205,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "jamba": JambaConfig,
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
+    "diffllama": DiffLlamaConfig,
 }
 
 _ARCHITECTURES = {
@@ -287,6 +289,7 @@ _ARCHITECTURES = {
     "jamba": "JambaForCausalLM",
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
+    "diffllama": "DiffLlamaForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -945,6 +948,9 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "shared_intermediate_size": 64,
     },
+    # llama's layer with differential attention: 4 query heads in 2 pairs, 2 value heads
+    # (one per half), random lambdas (tests' N(0, 0.2))
+    "diffllama": {},
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside

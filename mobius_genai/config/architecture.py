@@ -16,6 +16,7 @@ from typing import Any
 from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
 from mobius_genai.config.altup import AltUpConfig
+from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
@@ -139,6 +140,8 @@ class ArchitectureConfig:
     - `latent_attention`: attention layers are DeepSeek's multi-head latent attention
       (config/latent_attention.py); `head_dim` is then the cached head size and the rotary
       embedding turns its `qk_rope_head_dim` channels.
+    - `differential_attention`: every attention layer is DiffLlama's differential attention
+      (config/differential.py: the lambda_init of each depth, the head norm); None otherwise.
     - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
       None when the model has none.
     - `mamba1`: scan, conv and dt sizes of Mamba1 "mamba" layers (config/mamba1.py); None when
@@ -221,6 +224,7 @@ class ArchitectureConfig:
     torch_dtype: str | None = None
     moe: MoeConfig | None = None
     latent_attention: LatentAttentionConfig | None = None
+    differential_attention: DifferentialAttention | None = None
     local_global: LocalGlobalAttention | None = None
     altup: AltUpConfig | None = None
     per_layer_stack: PerLayerStack | None = None

@@ -17,6 +17,7 @@ from transformers import AutoConfig
 
 import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
+from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
@@ -437,6 +438,19 @@ CASES = {
         },
     ),
     "granitemoe_swa": ("granitemoe_swa", {}),
+    # differential attention: 4 query heads in 2 pairs over 2 value heads (tests/_hf.py); then
+    # 8 heads of 8 over 4 value heads (2 per half), biases, a tied head
+    "diffllama": ("diffllama", {}),
+    "diffllama_8_heads_4_value_heads_biased_tied": (
+        "diffllama",
+        {
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 8,
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
     # local, global, local over a window of 5 (tests/_hf.py); then a tied head, erf gelu,
     # global layers after a local one over a window of 3
     "gpt_neo": ("gpt_neo", {}),
@@ -825,6 +839,16 @@ MUTANTS = {
         "granitemoe_swa",
         lambda: _without("granitemoe_swa", layer_types=("full_attention",) * 3),
     ),
+    "diffllama_lambda_init_one_layer_deeper": (
+        "diffllama",
+        lambda: _without("diffllama", differential_attention=DifferentialAttention(depth_offset=1)),
+    ),
+    "diffllama_without_head_norm": (
+        "diffllama",
+        lambda: _without(
+            "diffllama", differential_attention=DifferentialAttention(head_norm=False)
+        ),
+    ),
     "granite_swa_without_sinks": (
         "granite_swa",
         lambda: _without("granite_swa", attention_sinks=False),
@@ -912,6 +936,9 @@ def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
     kinds = written.get("layer_types") or []
     recurrent = sum(kind in ("conv", "linear_attention") for kind in kinds)
     layers = AutoConfig.from_pretrained(ckpt).num_hidden_layers  # gpt2's n_layer too
-    assert ops.count("GroupQueryAttention") == layers - recurrent and "Attention" not in ops
+    # differential attention's second call reads the first's whole present cache: no GQA
+    differential = FAMILIES[family].parse_config(written).differential_attention is not None
+    assert ops.count("GroupQueryAttention") == layers - recurrent
+    assert ops.count("Attention") == (layers if differential else 0)
     assert ops.count("CausalConvWithState") == recurrent
     assert ops.count("LinearAttention") == kinds.count("linear_attention")
