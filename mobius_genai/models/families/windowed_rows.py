@@ -4,7 +4,7 @@ over `sliding_window` tokens); granite_swa and granitemoe_swa (granite's and gra
 layers and multipliers, the same layer pattern, a learned sink logit per head in every
 attention (components/sinks.py) and a rope base per layer, `layer_rope_theta`, 0 for none).
 
-Defaults are what CwmConfig fills in when config.json lacks the key.
+Defaults are what each row's transformers config class fills in when config.json lacks the key.
 """
 
 from __future__ import annotations

@@ -27,7 +27,12 @@ from onnxscript.rewriter import pattern
 
 from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.tier1 import MS_DOMAIN
-from mobius_genai.optimize.rules.gqa import GQAFusion, rotated_attention, sequence_lengths
+from mobius_genai.optimize.rules.gqa import (
+    GQAFusion,
+    rotated_attention,
+    sequence_lengths,
+    unrotated_attention,
+)
 
 _SHAPES = {"sink_shape": [1, -1, 1, 1], "flat_shape": [0, 0, -1]}
 
@@ -140,15 +145,8 @@ class GQASinkFusionNoRope(GQASinkFusion):
         head_shape,
         flat_shape,
     ):
-        attention, present_key, present_value, scores = op.Attention(
-            query,
-            key,
-            value,
-            mask,
-            past_key,
-            past_value,
-            _allow_other_attributes=True,
-            _outputs=["attention", "present_key", "present_value", "scores"],
+        attention, present_key, present_value, scores = unrotated_attention(
+            op, query, key, value, mask, past_key, past_value, scores=True
         )
         output = self._rescaled(op, attention, scores, sinks, sink_shape, head_shape, flat_shape)
         return output, present_key, present_value
