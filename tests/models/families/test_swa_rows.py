@@ -80,3 +80,14 @@ def test_cpu_graph_has_one_rope_table_per_base_and_windows_with_sinks(tmp_path):
     caches = [nodes[i].inputs[7].name for i in (0, 2)]
     assert caches == ["model.rotary_emb.cos_cache", "model.rotary_emb_layers.0.cos_cache"]
     assert all(node.inputs[11] is not None for node in nodes)  # head_sink
+
+
+def test_cuda_float16_graph_fuses_the_widened_sinks_of_every_layer(tmp_path):
+    """float16 sinks are widened to float32 (components/sinks.py); the layer without rotary
+    fuses as the rotating ones do (GroupQueryAttention, do_rotary=0, head_sink)."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "granite_swa")
+    graph = mobius_genai.build(ckpt, "cuda", "f16", load_weights=False)["model"].graph
+    nodes = [node for node in graph if "Attention" in node.op_type]
+    assert [node.op_type for node in nodes] == ["GroupQueryAttention"] * 3
+    assert [node.attributes.get_int("do_rotary", 0) for node in nodes] == [1, 0, 1]
+    assert all(node.inputs[11] is not None for node in nodes)
