@@ -438,6 +438,11 @@ CASES = {
         },
     ),
     "granitemoe_swa": ("granitemoe_swa", {}),
+    # GraniteMoeSWAConfig's default: no shared MLP; a tied head
+    "granitemoe_swa_no_shared_mlp_tied": (
+        "granitemoe_swa",
+        {"shared_intermediate_size": 0, "tie_word_embeddings": True},
+    ),
     # differential attention: 4 query heads in 2 pairs over 2 value heads (tests/_hf.py); then
     # 8 heads of 8 over 4 value heads (2 per half), biases, a tied head
     "diffllama": ("diffllama", {}),
