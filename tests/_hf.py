@@ -45,6 +45,7 @@ from transformers import (
     CwmConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    DiffLlamaConfig,
     Dots1Config,
     Ernie4_5_MoeConfig,
     Ernie4_5Config,
@@ -74,6 +75,8 @@ from transformers import (
     GraniteMoeConfig,
     GraniteMoeHybridConfig,
     GraniteMoeSharedConfig,
+    GraniteMoeSWAConfig,
+    GraniteSWAConfig,
     HeliumConfig,
     HunYuanDenseV1Config,
     HunYuanMoEV1Config,
@@ -200,6 +203,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
+    "granite_swa": GraniteSWAConfig,
+    "granitemoe_swa": GraniteMoeSWAConfig,
+    "diffllama": DiffLlamaConfig,
 }
 
 _ARCHITECTURES = {
@@ -281,6 +287,9 @@ _ARCHITECTURES = {
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
+    "granite_swa": "GraniteSWAForCausalLM",
+    "granitemoe_swa": "GraniteMoeSWAForCausalLM",
+    "diffllama": "DiffLlamaForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -368,6 +377,15 @@ _MAMBA1: dict[str, Any] = {
     "conv_kernel": 4,
     "expand": 2,
 }
+_GRANITE_SWA: dict[str, Any] = {
+    "embedding_multiplier": 2.0,
+    "residual_multiplier": 0.5,
+    "logits_scaling": 4.0,
+    "attention_multiplier": 0.1,
+    "sliding_window": 5,
+    "layer_rope_theta": [10000.0, 0, 100.0],
+}
+
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {"sliding_window": None},
@@ -920,6 +938,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "mamba_d_state": 8,
         "mamba_proj_bias": True,
     },
+    # granite's multipliers; full, sliding, sliding (every fourth from the first) over a
+    # window of 5; a sink per head; rope bases per layer: 10000, none, 100
+    "granite_swa": {**_GRANITE_SWA, "tie_word_embeddings": False},
+    # granitemoeshared's experts and shared MLP with the same attention
+    "granitemoe_swa": {
+        **_GRANITE_SWA,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "shared_intermediate_size": 64,
+    },
+    # llama's layer with differential attention: 4 query heads in 2 pairs, 2 value heads
+    # (one per half), random lambdas (tests' N(0, 0.2))
+    "diffllama": {},
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside

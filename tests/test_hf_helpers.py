@@ -63,6 +63,9 @@ _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its
 _BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
 _BIAS["granitemoeshared"] = _BIAS["glm4_moe_lite"] = _BIAS["solar_open"] = {"attention_bias": True}
 _BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bias
+_BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
+_BIAS["granitemoe_swa"] = {"attention_bias": True}
+_BIAS["diffllama"] = {"attention_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),

@@ -12,7 +12,7 @@ checkpoints need no renames. A recurrent layer has the component its kind's row 
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
 GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
-multi-head latent attention. A layer may run a recurrent block beside its attention (Falcon-H1:
+multi-head latent attention, one with `differential_attention` DiffLlama's. A layer may run a recurrent block beside its attention (Falcon-H1:
 `parallel_recurrent`, both reading the normed input, their outputs added; its cache is (key,
 value, *states)), and with `one_block_layers` a layer is one block (Nemotron-H): its mixer
 alone, h = x + mixer(norm(x)), or in an "mlp" layer its MLP alone, h = x + mlp(norm(x)).
@@ -24,6 +24,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
+from mobius_genai.components.differential_attention import DifferentialAttention
 from mobius_genai.components.kv_slots import Slots
 from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.components.mlp import make_mlp
@@ -44,6 +45,16 @@ NORM_SLOTS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
     ),
     "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
 }
+
+
+def _attention_class(config: ArchitectureConfig) -> type[nn.Module]:
+    """The attention component of the config's section: DeepSeek's latent attention,
+    DiffLlama's differential attention, else the standard one."""
+    if config.latent_attention is not None:
+        return LatentAttention
+    if config.differential_attention is not None:
+        return DifferentialAttention
+    return Attention
 
 
 class DecoderLayer(nn.Module):
@@ -67,8 +78,7 @@ class DecoderLayer(nn.Module):
                 )
         self.self_attn = self.recurrent = None
         if config.has_kv_cache(layer_index):
-            attention = Attention if config.latent_attention is None else LatentAttention
-            self.self_attn = attention(config, layer_index)
+            self.self_attn = _attention_class(config)(config, layer_index)
         block = config.recurrent_block(layer_index)
         if block is not None:
             self.recurrent = block.module

@@ -16,6 +16,7 @@ from typing import Any
 from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
 from mobius_genai.config.altup import AltUpConfig
+from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
@@ -105,6 +106,9 @@ class ArchitectureConfig:
     - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
     - `rope_local`: the rope of sliding-window layers when it differs from `rope` (gemma3's
       `rope_local_base_freq`); None means every layer uses `rope`.
+    - `layer_rope_thetas`: each layer's rope base, replacing the theta of the rope the layer
+      would use (granite_swa's `layer_rope_theta`); 0 means the layer applies none. Layers
+      with one theta share one cos/sin table. Empty: each rope keeps its own theta.
     - `qk_norm_per_head`: with `qk_norm`, normalize each head's q/k (qwen3, gemma3) when True,
       the whole q/k projection at once (olmo2) when False.
     - `qk_norm_head_weights`: with per-head `qk_norm`, every head has its own norm weight and
@@ -136,6 +140,8 @@ class ArchitectureConfig:
     - `latent_attention`: attention layers are DeepSeek's multi-head latent attention
       (config/latent_attention.py); `head_dim` is then the cached head size and the rotary
       embedding turns its `qk_rope_head_dim` channels.
+    - `differential_attention`: every attention layer is DiffLlama's differential attention
+      (config/differential.py: the lambda_init of each depth, the head norm); None otherwise.
     - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
       None when the model has none.
     - `mamba1`: scan, conv and dt sizes of Mamba1 "mamba" layers (config/mamba1.py); None when
@@ -196,6 +202,7 @@ class ArchitectureConfig:
     position_embedding: str = "rope"
     no_rope_layers: tuple[int, ...] = ()
     rope_local: RopeConfig | None = None
+    layer_rope_thetas: tuple[float, ...] = ()
     rope_interleaved: bool = False
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()
@@ -217,6 +224,7 @@ class ArchitectureConfig:
     torch_dtype: str | None = None
     moe: MoeConfig | None = None
     latent_attention: LatentAttentionConfig | None = None
+    differential_attention: DifferentialAttention | None = None
     local_global: LocalGlobalAttention | None = None
     altup: AltUpConfig | None = None
     per_layer_stack: PerLayerStack | None = None
@@ -262,9 +270,13 @@ class ArchitectureConfig:
         """The rope of layer `index`, or None when the layer applies no rotary embedding."""
         if self.position_embedding != "rope" or index in self.no_rope_layers:
             return None
+        rope = self.rope
         if self.rope_local is not None and self.layer_types[index] == "sliding_attention":
-            return self.rope_local
-        return self.rope
+            rope = self.rope_local
+        if not self.layer_rope_thetas:
+            return rope
+        theta = self.layer_rope_thetas[index]
+        return dataclasses.replace(rope, theta=theta) if theta else None
 
     def head_dim_of(self, index: int) -> int:
         """The head size of layer `index` (Gemma 4's full layers have their own)."""
@@ -310,10 +322,10 @@ class ArchitectureConfig:
             return self.local_global.chunk_size
         return None
 
-    def layer_kind(self, index: int) -> tuple[str, bool]:
-        """What makes layer `index` differ from others: its attention type and whether it
-        applies a rotary embedding (a sliding layer's rope follows from its type)."""
-        return self.layer_types[index], self.rope_of_layer(index) is not None
+    def layer_kind(self, index: int) -> tuple[str, RopeConfig | None]:
+        """What makes layer `index` differ from others: its attention type and the rope it
+        applies (None: none), each rope's table built once."""
+        return self.layer_types[index], self.rope_of_layer(index)
 
     def layers_of_every_kind(self) -> int:
         """The fewest first layers that hold every kind of layer the model has (`layer_kind`)."""
@@ -327,6 +339,7 @@ class ArchitectureConfig:
             num_hidden_layers=count,
             layer_types=self.layer_types[:count],
             no_rope_layers=tuple(index for index in self.no_rope_layers if index < count),
+            layer_rope_thetas=self.layer_rope_thetas[:count],
             altup=None if self.altup is None else self.altup.first_layers(count),
             per_layer_stack=(
                 None if self.per_layer_stack is None else self.per_layer_stack.first_layers(count)
@@ -423,7 +436,8 @@ def _validate(config: ArchitectureConfig) -> None:
     validate_latent_attention(config.latent_attention, config.head_dim, config.num_key_value_heads)
     latent = config.latent_attention  # its rope turns each head's rope slice
     rope_head = config.head_dim if latent is None else latent.qk_rope_head_dim
-    for rope in (config.rope, config.rope_local):
+    layer_ropes = (config.rope_of_layer(i) for i in range(config.num_hidden_layers))
+    for rope in dict.fromkeys((config.rope, config.rope_local, *layer_ropes)):
         if rope is not None:
             validate_rope(rope, rope_head)
 

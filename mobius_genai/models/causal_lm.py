@@ -17,7 +17,7 @@ from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import RMSNorm, make_norm
 from mobius_genai.components.per_layer_stack import PerLayerDecoderLayer
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
-from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config import ArchitectureConfig, RopeConfig
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
 
@@ -26,7 +26,8 @@ class TextModel(nn.Module):
     """The decoder stack; named `model` so parameter names match llama-style checkpoints.
 
     Layers that share a rope share one `RotaryEmbedding` (its cos/sin tables): `rotary_emb`
-    for the config's rope and `rotary_emb_local` for sliding layers when `rope_local` differs.
+    for the config's rope, `rotary_emb_local` for sliding layers when `rope_local` differs,
+    and `rotary_emb_layers` for the other ropes of `layer_rope_thetas`, in layer order.
     With `image_token_id` the tokens of one image attend to each other in both directions
     (components/image_masks.py); with `deepstack_layers` the embeddings carry that many
     DeepStack parts, added after the first layers (components/deepstack.py).
@@ -71,6 +72,12 @@ class TextModel(nn.Module):
             )
         else:
             self.rotary_emb_local = None
+        self._layer_ropes = [
+            rope for rope in dict.fromkeys(ropes) if rope not in (None, config.rope, local)
+        ]
+        self.rotary_emb_layers = nn.ModuleList(
+            [RotaryEmbedding(r, config.rotary_dim_of(r), context_length) for r in self._layer_ropes]
+        )
         # a chunk as long as the context holds every position: the layer attends in full
         self.masks = [
             (
@@ -127,8 +134,7 @@ class TextModel(nn.Module):
         for i in range(config.num_hidden_layers):
             rope = config.rope_of_layer(i)
             if rope is not None and rope not in rotations:
-                module = self.rotary_emb if rope == config.rope else self.rotary_emb_local
-                rotations[rope] = module(op, position_ids)
+                rotations[rope] = self._rotary_of(rope)(op, position_ids)
         # where og.Engine's rows put their keys; it runs no multimodal-rope (3-D position) model
         flat = config.rope.mrope_section is None
         slots = kv_slots(op, input_ids, attention_mask, position_ids) if flat else None
@@ -142,6 +148,14 @@ class TextModel(nn.Module):
             slots,
             [biases[self.masks[i]] for i in layers],
         )
+
+    def _rotary_of(self, rope: RopeConfig) -> nn.Module:
+        """The RotaryEmbedding that holds `rope`'s tables."""
+        if rope == self.config.rope:
+            return self.rotary_emb
+        if rope == self.config.rope_local:
+            return self.rotary_emb_local
+        return self.rotary_emb_layers[self._layer_ropes.index(rope)]
 
     def _sharing_layers(
         self, op, state, per_layer, input_ids, attention_mask, position_ids, past

@@ -12,6 +12,7 @@ rows that build on one another (mistral_rows, gemma_rows). Adding a family is ad
 from __future__ import annotations
 
 from mobius_genai.config import fields
+from mobius_genai.config.differential import read_differential
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.codegen import CODEGEN
@@ -464,7 +465,13 @@ _FAMILIES = (
             (r"\.mlp\.fc2\.", ".mlp.down_proj."),
         ),
     ),
-    *WINDOWED_FAMILIES,  # cwm
+    FamilyAdapter(
+        model_type="diffllama",
+        config_defaults={"rms_norm_eps": 1e-5},
+        # llama's layer with differential attention (components/differential_attention.py)
+        config_overrides={"differential_attention": read_differential},
+    ),
+    *WINDOWED_FAMILIES,  # cwm, granite_swa, granitemoe_swa
     *MOE_FAMILIES,
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,

@@ -17,6 +17,7 @@ from transformers import AutoConfig
 
 import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
+from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
@@ -422,6 +423,39 @@ CASES = {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
         },
     ),
+    # full, sliding, sliding over a window of 5, sinks, rope bases 10000, none, 100
+    # (tests/_hf.py); then tied, biased, every layer on one scaled rope, sliding first
+    "granite_swa": ("granite_swa", {}),
+    "granite_swa_tied_biased_one_linear_rope": (
+        "granite_swa",
+        {
+            "tie_word_embeddings": True,
+            "attention_bias": True,
+            "mlp_bias": True,
+            "layer_rope_theta": None,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
+        },
+    ),
+    "granitemoe_swa": ("granitemoe_swa", {}),
+    # GraniteMoeSWAConfig's default: no shared MLP; a tied head
+    "granitemoe_swa_no_shared_mlp_tied": (
+        "granitemoe_swa",
+        {"shared_intermediate_size": 0, "tie_word_embeddings": True},
+    ),
+    # differential attention: 4 query heads in 2 pairs over 2 value heads (tests/_hf.py); then
+    # 8 heads of 8 over 4 value heads (2 per half), biases, a tied head
+    "diffllama": ("diffllama", {}),
+    "diffllama_8_heads_4_value_heads_biased_tied": (
+        "diffllama",
+        {
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 8,
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
     # local, global, local over a window of 5 (tests/_hf.py); then a tied head, erf gelu,
     # global layers after a local one over a window of 3
     "gpt_neo": ("gpt_neo", {}),
@@ -798,6 +832,32 @@ MUTANTS = {
         "cwm",
         lambda: _without("cwm", layer_types=("full_attention",) * 3),
     ),
+    "granite_swa_one_rope_theta": (
+        "granite_swa",
+        lambda: _without("granite_swa", layer_rope_thetas=()),
+    ),
+    "granitemoe_swa_one_rope_theta": (
+        "granitemoe_swa",
+        lambda: _without("granitemoe_swa", layer_rope_thetas=()),
+    ),
+    "granitemoe_swa_without_sliding_window": (
+        "granitemoe_swa",
+        lambda: _without("granitemoe_swa", layer_types=("full_attention",) * 3),
+    ),
+    "diffllama_lambda_init_one_layer_deeper": (
+        "diffllama",
+        lambda: _without("diffllama", differential_attention=DifferentialAttention(depth_offset=1)),
+    ),
+    "diffllama_without_head_norm": (
+        "diffllama",
+        lambda: _without(
+            "diffllama", differential_attention=DifferentialAttention(head_norm=False)
+        ),
+    ),
+    "granite_swa_without_sinks": (
+        "granite_swa",
+        lambda: _without("granite_swa", attention_sinks=False),
+    ),
     "gpt_neo_without_local_window": (
         "gpt_neo",
         lambda: _without("gpt_neo", layer_types=("full_attention",) * 3),
@@ -842,6 +902,7 @@ UNREAD_BY_MUTANT = {
     "gptj_without_lm_head_bias": "'lm_head.bias'",
     "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
     "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
+    "granite_swa_without_sinks": "'model.layers.0.self_attn.sinks'",
 }
 
 
@@ -880,6 +941,9 @@ def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
     kinds = written.get("layer_types") or []
     recurrent = sum(kind in ("conv", "linear_attention") for kind in kinds)
     layers = AutoConfig.from_pretrained(ckpt).num_hidden_layers  # gpt2's n_layer too
-    assert ops.count("GroupQueryAttention") == layers - recurrent and "Attention" not in ops
+    # differential attention's second call reads the first's whole present cache: no GQA
+    differential = FAMILIES[family].parse_config(written).differential_attention is not None
+    assert ops.count("GroupQueryAttention") == layers - recurrent
+    assert ops.count("Attention") == (layers if differential else 0)
     assert ops.count("CausalConvWithState") == recurrent
     assert ops.count("LinearAttention") == kinds.count("linear_attention")
