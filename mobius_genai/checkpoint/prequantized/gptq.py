@@ -63,6 +63,15 @@ class QuantizationScheme:
             words.append(f"format {self.version}")
         return ", ".join(words)
 
+    def stored_tensors(
+        self,
+        parameters: Mapping[str, ir.Value],
+        checkpoint: CheckpointReader,
+        checkpoint_name: CheckpointName,
+    ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+        """The weights stored quantized (`prequantized_tensors`)."""
+        return prequantized_tensors(parameters, checkpoint, self, checkpoint_name)
+
 
 def read_quantization_config(raw: Mapping[str, Any]) -> QuantizationScheme | None:
     """The scheme of config.json's `quantization_config`, None when there is none.
@@ -79,7 +88,7 @@ def read_quantization_config(raw: Mapping[str, Any]) -> QuantizationScheme | Non
     if method not in _METHODS:
         raise ConfigError(
             f"{where}.quant_method is {qc.get('quant_method')!r}; accepted: "
-            f"{', '.join(_METHODS)}, mxfp4 (MoE experts), fp8, compressed-tensors (FP8) (other pre-quantized formats are not "
+            f"{', '.join(_METHODS)}, mxfp4 (MoE experts), fp8, compressed-tensors (FP8), bitnet (other pre-quantized formats are not "
             "read)"
         )
     bit_widths, versions = _METHODS[method]
