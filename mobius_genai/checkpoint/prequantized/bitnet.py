@@ -151,7 +151,9 @@ class BitNetScheme:
                 f"{checkpoint.folder}: {stored} holds values other than -1, 0 and 1; accepted "
                 "with quantization_mode 'offline': packed uint8 or ternary weights"
             )
-        weight_scale = np.float32(checkpoint.read(f"{stored}_scale").astype(np.float32).reshape(-1)[0])
+        weight_scale = np.float32(
+            checkpoint.read(f"{stored}_scale").astype(np.float32).reshape(-1)[0]
+        )
         scale = np.float32(1) / weight_scale if self.linear_class == "bitlinear" else weight_scale
         return values.astype(np.int8), scale
 
