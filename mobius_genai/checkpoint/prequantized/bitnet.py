@@ -27,7 +27,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.prequantized.tensor import (
+    PrequantizedTensor,
+    StoredBlocks,
+    matrices,
+)
 from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader
 from mobius_genai.errors import ConfigError, WeightsError
 
@@ -77,9 +81,7 @@ class BitNetScheme:
         checkpoint tensors read (each weight and its weight_scale)."""
         tensors: dict[str, PrequantizedTensor] = {}
         used: list[str] = []
-        for name, value in parameters.items():
-            if value.const_value is not None or value.shape is None or value.shape.rank() != 2:
-                continue
+        for name, value in matrices(parameters):
             source = checkpoint_name(name)
             if not isinstance(source, str) or not _PROJECTION.search(source):
                 continue

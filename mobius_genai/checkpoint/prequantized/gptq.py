@@ -22,7 +22,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.prequantized.tensor import (
+    PrequantizedTensor,
+    StoredBlocks,
+    matrices,
+)
 from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader, TensorSource
 from mobius_genai.errors import ConfigError, WeightsError
 
@@ -134,9 +138,7 @@ def prequantized_tensors(
     """
     tensors: dict[str, PrequantizedTensor] = {}
     used: list[str] = []
-    for name, value in parameters.items():
-        if value.const_value is not None or value.shape is None or value.shape.rank() != 2:
-            continue
+    for name, value in matrices(parameters):
         source = checkpoint_name(name)
         names = (source,) if isinstance(source, str) else source.names
         stored = next((n for n in names if n in checkpoint), None)
