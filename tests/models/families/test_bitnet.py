@@ -147,24 +147,29 @@ def test_og_generates_transformers_tokens_from_packed_weights(tmp_path):
     assert "BitNet" in json.dumps(manifest["build"]["prequantized"])
 
 
-def test_packed_bundle_is_a_quarter_of_the_float_one(tmp_path):
+def test_projections_are_a_quarter_of_their_16_bit_size(tmp_path):
     ckpt = _ternary(
         tmp_path, "autobitlinear", hidden_size=256, intermediate_size=512, vocab_size=384
     )
     _tokenizer(ckpt)
     _tokenizer(tmp_path / "float")
     sizes = {}
-    for name, source in (("ternary", ckpt), ("float", tmp_path / "float")):
+    for name, source, precision in (("ternary", ckpt, None), ("fp16", tmp_path / "float", "fp16")):
         out = tmp_path / f"bundle_{name}"
         bundle = mobius_genai.package(
-            source, "cpu", out, precision=None, smoke_test=False, quiet=True
+            source, "cpu", out, precision=precision, smoke_test=False, quiet=True
         )
         sizes[name] = _projection_bytes(bundle)
-    assert sizes["ternary"] * 3 < sizes["float"], sizes
+    # 4-bit integers and a float32 scale per 256 of them, against 16 bits a weight
+    assert 3.5 < sizes["fp16"] / sizes["ternary"] <= 4, sizes
 
 
 def _projection_bytes(bundle: Path) -> int:
-    return sum(p.stat().st_size for p in bundle.glob("model.onnx*"))
+    """The bytes of the layers' projection weights (their integers and scales) in a bundle."""
+    model = onnx.load(str(bundle / "model.onnx"))
+    return sum(
+        onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer if "_proj" in t.name
+    )
 
 
 @pytest.mark.parametrize(
