@@ -153,9 +153,13 @@ class BitNetScheme:
                 f"{checkpoint.folder}: {stored} holds values other than -1, 0 and 1; accepted "
                 "with quantization_mode 'offline': packed uint8 or ternary weights"
             )
-        weight_scale = np.float32(
-            checkpoint.read(f"{stored}_scale").astype(np.float32).reshape(-1)[0]
-        )
+        stored_scale = checkpoint.read(f"{stored}_scale").astype(np.float32).reshape(-1)
+        if stored_scale.size != 1 or not np.isfinite(stored_scale[0]) or stored_scale[0] == 0:
+            raise WeightsError(
+                f"{checkpoint.folder}: {stored}_scale is {stored_scale.tolist()}; accepted: one "
+                "finite, non-zero scale per weight"
+            )
+        weight_scale = np.float32(stored_scale[0])
         scale = np.float32(1) / weight_scale if self.linear_class == "bitlinear" else weight_scale
         return values.astype(np.int8), scale
 

@@ -22,7 +22,7 @@ import onnxruntime_genai as og
 import pytest
 import torch
 from onnxscript import GraphBuilder
-from safetensors.numpy import load_file
+from safetensors.numpy import load_file, save_file
 from transformers.integrations.bitnet import ActQuant
 
 import mobius_genai
@@ -52,10 +52,21 @@ def test_ternary_forms_match_transformers(form, tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-def test_unpacking_is_transformers_order(tmp_path):
-    packed = np.random.default_rng(0).integers(0, 255, size=(6, 32), dtype=np.uint8)
-    packed &= 0b10101010 | (packed >> 1 & 0b01010101) ^ 0b01010101  # no field holds 3
+def test_unpacking_is_transformers_order():
+    fields = np.random.default_rng(0).integers(0, 3, size=(4, 6, 32), dtype=np.uint8)
+    packed = np.bitwise_or.reduce(fields << (2 * np.arange(4, dtype=np.uint8))[:, None, None])
     np.testing.assert_array_equal(stored.unpack_ternary(packed), ternary_values(packed))
+
+
+def test_a_zero_weight_scale_is_named(tmp_path):
+    ckpt = _ternary(tmp_path, "bitlinear", vocab_size=384)
+    tensors = load_file(ckpt / "model.safetensors")
+    tensors["model.layers.2.self_attn.k_proj.weight_scale"][:] = 0
+    save_file(tensors, ckpt / "model.safetensors")
+    _tokenizer(ckpt)
+    with pytest.raises(mobius_genai.WeightsError, match=r"k_proj\.weight_scale is \[0\.0\]"):
+        mobius_genai.package(ckpt, "cpu", tmp_path / "out", smoke_test=False, quiet=True)
+    assert not (tmp_path / "out").exists()
 
 
 def test_int8_activations_are_bit_exact_against_activation_quant():
@@ -195,8 +206,6 @@ def test_packed_weight_of_the_wrong_shape_is_named(tmp_path):
     tensors = load_file(ckpt / "model.safetensors")
     name = "model.layers.1.mlp.up_proj.weight"
     tensors[name] = tensors[name][:-1]
-    from safetensors.numpy import save_file
-
     save_file(tensors, ckpt / "model.safetensors")
     with pytest.raises(mobius_genai.WeightsError, match=r"up_proj\.weight has shape"):
         mobius_genai.build(ckpt, "default", "f32", progress=False)
