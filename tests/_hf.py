@@ -39,6 +39,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
+    BitNetConfig,
     CodeGenConfig,
     Cohere2Config,
     CohereConfig,
@@ -200,6 +201,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "codegen": CodeGenConfig,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
+    "bitnet": BitNetConfig,
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
@@ -284,6 +286,7 @@ _ARCHITECTURES = {
     "codegen": "CodeGenForCausalLM",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
+    "bitnet": "BitNetForCausalLM",
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
@@ -918,6 +921,9 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # weightless RMSNorms (embeddings, layers, q/k after the reversed rotation, final), relu2
     # FC MLP, 2 key/value heads, logits softcapped at 15
     "nanochat": {},
+    # BitNet's float layout: llama's layer, RMSNorms before o_proj and down_proj, relu2 gated
+    # MLP (tests/models/families/test_bitnet.py writes its ternary forms)
+    "bitnet": {},
     # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
     # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased
     # in_proj and out_proj

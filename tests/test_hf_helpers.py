@@ -56,6 +56,7 @@ _BIAS = {
         "llama4_text",
         "apertus",
         "nanochat",
+        "bitnet",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}

@@ -24,6 +24,7 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
+from mobius_genai.components.bitlinear import add_bitlinear_inputs
 from mobius_genai.components.differential_attention import DifferentialAttention
 from mobius_genai.components.kv_slots import Slots
 from mobius_genai.components.latent_attention import LatentAttention
@@ -88,6 +89,7 @@ class DecoderLayer(nn.Module):
         self.mlp = None
         if not (mixes and config.one_block_layers):
             self.mlp = MoEBlock(config) if sparse else make_mlp(config)
+        add_bitlinear_inputs(self, config)  # BitNet's sub-norms and int8 inputs, if any
 
     def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
         name = self.slots[slot]

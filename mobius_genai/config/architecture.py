@@ -16,6 +16,7 @@ from typing import Any
 from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
 from mobius_genai.config.altup import AltUpConfig
+from mobius_genai.config.bitlinear import BitLinearConfig
 from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
@@ -162,6 +163,8 @@ class ArchitectureConfig:
       (config/altup.py); None for every other decoder.
     - `per_layer_stack`: Gemma 4's full-layer head geometry, per-layer inputs, shared caches and
       MoE block beside the MLP (config/per_layer_stack.py); None for every other decoder.
+    - `bitlinear`: BitNet's projections, sub-norms before o_proj and down_proj and int8
+      activations (config/bitlinear.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -228,6 +231,7 @@ class ArchitectureConfig:
     local_global: LocalGlobalAttention | None = None
     altup: AltUpConfig | None = None
     per_layer_stack: PerLayerStack | None = None
+    bitlinear: BitLinearConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:

@@ -65,3 +65,4 @@ def test_eps_families_lists_every_model_type_with_its_og_type_and_blocks(capsys)
     assert rows["jamba"] == ["decoder", "mamba, MoE"]
     assert rows["diffllama"] == ["decoder", "differential attention"]
     assert rows["llama"] == ["llama", "-"]
+    assert rows["bitnet"] == ["decoder", "BitLinear (sub-norms, int8 activations)"]

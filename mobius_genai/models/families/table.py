@@ -15,6 +15,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.differential import read_differential
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.bitnet import BITNET
 from mobius_genai.models.families.codegen import CODEGEN
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
@@ -309,6 +310,7 @@ _FAMILIES = (
         unused_weights=GPT2_BUFFERS,
     ),
     CODEGEN,
+    BITNET,
     *COHERE_GLM_FAMILIES,
     FamilyAdapter(
         model_type="arcee",

@@ -494,6 +494,8 @@ CASES = {
     # weightless norms, q/k normed after the reversed rotation, softcap 15 (tests/_hf.py);
     # then attention biases, a tied head, a softcap of 2 (most logits capped), linear rope
     "nanochat": ("nanochat", {}),
+    "bitnet": ("bitnet", {}),
+    "bitnet_bias": ("bitnet", {"attention_bias": True}),
     "nanochat_bias_tied_softcap_2_linear_rope": (
         "nanochat",
         {
