@@ -97,6 +97,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    OPTConfig,
     PersimmonConfig,
     Phi3Config,
     PhiConfig,
@@ -116,6 +117,7 @@ from transformers import (
     StableLmConfig,
     Starcoder2Config,
     VaultGemmaConfig,
+    XGLMConfig,
 )
 from transformers.utils import logging as hf_logging
 
@@ -195,6 +197,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "cwm": CwmConfig,
     "gpt_neo": GPTNeoConfig,
     "codegen": CodeGenConfig,
+    "opt": OPTConfig,
+    "xglm": XGLMConfig,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "mamba": MambaConfig,
@@ -276,6 +280,8 @@ _ARCHITECTURES = {
     "cwm": "CwmForCausalLM",
     "gpt_neo": "GPTNeoForCausalLM",
     "codegen": "CodeGenForCausalLM",
+    "opt": "OPTForCausalLM",
+    "xglm": "XGLMForCausalLM",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "mamba": "MambaForCausalLM",
@@ -368,6 +374,13 @@ _MAMBA1: dict[str, Any] = {
     "conv_kernel": 4,
     "expand": 2,
 }
+#: fairseq's sizes (opt, xglm): ffn_dim, one key/value head per head.
+_FAIRSEQ: dict[str, Any] = {
+    "ffn_dim": 96,
+    "intermediate_size": UNSET,
+    "num_key_value_heads": UNSET,
+}
+
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {"sliding_window": None},
@@ -894,6 +907,10 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_key_value_heads": UNSET,
         "rotary_dim": 8,
     },
+    # fairseq's layer (LayerNorms, biases, an FC MLP: relu for opt, gelu for xglm), learned
+    # (opt) or sinusoidal (xglm) positions from table row 2, a tied head
+    "opt": {**_FAIRSEQ, "tie_word_embeddings": True},
+    "xglm": {**_FAIRSEQ, "tie_word_embeddings": True},
     # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
     # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
     "persimmon": {"num_key_value_heads": UNSET},
