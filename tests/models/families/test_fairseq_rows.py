@@ -6,6 +6,7 @@ config switches these rows read or refuse."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -85,16 +86,5 @@ def test_xglm_with_cross_attention_is_refused():
 
 
 def test_a_position_offset_needs_absolute_positions():
-    config = _parsed("opt")
-    fields = {f: getattr(config, f) for f in ("model_type", "vocab_size", "hidden_size")}
     with pytest.raises(ConfigError, match="position offset needs absolute positions"):
-        ArchitectureConfig(
-            **fields,
-            intermediate_size=96,
-            num_hidden_layers=1,
-            num_attention_heads=4,
-            num_key_value_heads=4,
-            head_dim=16,
-            max_position_embeddings=64,
-            embedding_layout=EmbeddingLayout(position_offset=2),
-        )
+        dataclasses.replace(_parsed("opt"), position_embedding="rope")
