@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import onnx
 import pytest
 
+import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, packager
 from mobius_genai.cli import main as cli_main
 from mobius_genai.config import ArchitectureConfig
@@ -48,6 +50,32 @@ def test_bundle_generates_like_transformers(layout, tmp_path, capsys):
     prompts = [PROMPT, PROMPT[:4]]
     rows = _batch_greedy_tokens(folder, prompts, 8)
     assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
+
+
+def test_opt_350m_int4_bundle_quantizes_project_out_before_the_tied_head(tmp_path):
+    """Two quantized MatMuls in a row (project_out, then the tied head): quantizing the second
+    must not trip over the first one's replaced node."""
+    ckpt = _checkpoint(tmp_path / "ckpt", "opt", **OPT_350M)
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
+    graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
+    quantized = [node.input[1] for node in graph.node if node.op_type == "MatMulNBits"]
+    assert any("project_out" in name for name in quantized), quantized
+    tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert len(tokens) == NEW_TOKENS
+
+
+@pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu"])
+@pytest.mark.parametrize("layout", ["opt_350m", "xglm"])
+def test_gpu_ep_graphs_attend_with_group_query_attention(layout, ep, tmp_path):
+    """The positions added before the first layer leave every layer to the GQA fusion, with
+    the LayerNorms of the residual sums fused as SkipLayerNormalization (float16)."""
+    family, overrides = LAYOUTS[layout]
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, **overrides)
+    graph = mobius_genai.build(ckpt, ep, "f16", load_weights=False)["model"].graph
+    ops = [node.op_type for node in graph]
+    assert ops.count("GroupQueryAttention") == 3 and "Attention" not in ops
+    norms = 6 if layout == "opt_350m" else 7  # xglm's final norm fuses too
+    assert ops.count("SkipLayerNormalization") == norms
 
 
 def _parsed(family: str, **overrides) -> ArchitectureConfig:
