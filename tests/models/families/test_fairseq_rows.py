@@ -9,8 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import numpy as np
 import onnx
 import pytest
+from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, packager
@@ -19,8 +21,8 @@ from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import hf_greedy_tokens, tiny_config, write_tiny_checkpoint
-from tests._ort import left_padded_diffs
+from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._ort import graph_diffs, left_padded_diffs
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _batch_greedy_tokens, _checkpoint
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
@@ -76,6 +78,25 @@ def test_gpu_ep_graphs_attend_with_group_query_attention(layout, ep, tmp_path):
     assert ops.count("GroupQueryAttention") == 3 and "Attention" not in ops
     norms = 6 if layout == "opt_350m" else 7  # xglm's final norm fuses too
     assert ops.count("SkipLayerNormalization") == norms
+
+
+def test_checkpoints_saved_from_the_base_model_or_with_fairseq_buffers(tmp_path):
+    """OPTModel's tensors lack "model." ("decoder.layers..."), with no lm_head (tied);
+    XGLM checkpoints converted from fairseq keep a position buffer transformers recomputes."""
+    ids = np.random.default_rng(3).integers(3, 128, size=(1, 12))
+    for family, edit in (
+        (
+            "opt",
+            lambda t: {k.removeprefix("model."): v for k, v in t.items() if k != "lm_head.weight"},
+        ),
+        ("xglm", lambda t: t | {"model.embed_positions._float_tensor": np.zeros(1, np.float32)}),
+    ):
+        ckpt = write_tiny_checkpoint(tmp_path / family, family, seed=4)
+        reference = hf_reference_logits(ckpt, ids, decode_steps=2)
+        path = ckpt / "model.safetensors"
+        save_file(edit(load_file(path)), path, metadata={"format": "pt"})
+        diffs = graph_diffs(ckpt, reference, ("default",), tmp_path / f"{family}_onnx")
+        assert diffs["default"] <= TOLERANCE, (family, diffs)
 
 
 def _parsed(family: str, **overrides) -> ArchitectureConfig:
