@@ -101,6 +101,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    OPTConfig,
     PersimmonConfig,
     Phi3Config,
     PhiConfig,
@@ -120,6 +121,7 @@ from transformers import (
     StableLmConfig,
     Starcoder2Config,
     VaultGemmaConfig,
+    XGLMConfig,
 )
 from transformers.utils import logging as hf_logging
 
@@ -199,6 +201,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "cwm": CwmConfig,
     "gpt_neo": GPTNeoConfig,
     "codegen": CodeGenConfig,
+    "opt": OPTConfig,
+    "xglm": XGLMConfig,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "bitnet": BitNetConfig,
@@ -284,6 +288,8 @@ _ARCHITECTURES = {
     "cwm": "CwmForCausalLM",
     "gpt_neo": "GPTNeoForCausalLM",
     "codegen": "CodeGenForCausalLM",
+    "opt": "OPTForCausalLM",
+    "xglm": "XGLMForCausalLM",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "bitnet": "BitNetForCausalLM",
@@ -387,6 +393,12 @@ _GRANITE_SWA: dict[str, Any] = {
     "attention_multiplier": 0.1,
     "sliding_window": 5,
     "layer_rope_theta": [10000.0, 0, 100.0],
+}
+#: fairseq's sizes (opt, xglm): ffn_dim, one key/value head per head.
+_FAIRSEQ: dict[str, Any] = {
+    "ffn_dim": 96,
+    "intermediate_size": UNSET,
+    "num_key_value_heads": UNSET,
 }
 
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
@@ -915,6 +927,10 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_key_value_heads": UNSET,
         "rotary_dim": 8,
     },
+    # fairseq's layer (LayerNorms, biases, an FC MLP: relu for opt, gelu for xglm), learned
+    # (opt) or sinusoidal (xglm) positions from table row 2, a tied head
+    "opt": {**_FAIRSEQ, "tie_word_embeddings": True},
+    "xglm": {**_FAIRSEQ, "tie_word_embeddings": True},
     # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
     # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
     "persimmon": {"num_key_value_heads": UNSET},

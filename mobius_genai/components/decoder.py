@@ -3,6 +3,7 @@
     pre       h = x + attn(norm(x));               out = h + mlp(norm(h))          (llama)
     sandwich  h = x + norm(attn(norm(x)));         out = h + norm(mlp(norm(h)))    (gemma2/3)
     post      h = x + norm(attn(x));               out = h + norm(mlp(h))          (olmo2)
+    post_residual  h = norm(x + attn(x));          out = norm(h + mlp(h))          (opt-350m)
     parallel  n = norm(x);  out = (attn(n) + mlp(n)) + x                           (phi)
               with parallel_mlp_norm: out = (attn(norm1(x)) + mlp(norm2(x))) + x    (gpt_neox)
 
@@ -45,6 +46,12 @@ NORM_SLOTS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
         "post_feedforward_layernorm",
     ),
     "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
+    "post_residual": (None, None, None, None),
+}
+# placement → module names of the norms of the residual sums (after attention, after the MLP),
+# for the placements that normalize the sum itself.
+SUM_NORMS: dict[str, tuple[str, str]] = {
+    "post_residual": ("input_layernorm", "post_attention_layernorm"),
 }
 
 
@@ -70,9 +77,10 @@ class DecoderLayer(nn.Module):
         if config.one_block_layers:  # one norm before the one block
             slots = (slots[0], None, None, None)
         self.slots = slots
+        self.sum_norms = SUM_NORMS.get(config.norm_placement, (None, None))
         self.parallel = config.parallel_residual
         self.residual_multiplier = config.residual_multiplier
-        for name in slots:
+        for name in (*slots, *self.sum_norms):
             if name is not None:
                 setattr(
                     self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
@@ -93,6 +101,10 @@ class DecoderLayer(nn.Module):
 
     def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
         name = self.slots[slot]
+        return x if name is None else getattr(self, name)(op, x)
+
+    def _sum_norm(self, op, slot: int, x: ir.Value) -> ir.Value:
+        name = self.sum_norms[slot]
         return x if name is None else getattr(self, name)(op, x)
 
     def _scaled(self, op, x: ir.Value) -> ir.Value:
@@ -128,10 +140,10 @@ class DecoderLayer(nn.Module):
             mlp_in = normed if self.slots[2] is None else self._norm(op, 2, residual)
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
             return op.Add(op.Add(attn_out, mlp_out), residual), presents
-        hidden_states = op.Add(residual, attn_out)
+        hidden_states = self._sum_norm(op, 0, op.Add(residual, attn_out))
         mlp_out = self.mlp(op, self._norm(op, 2, hidden_states))
         mlp_out = self._scaled(op, self._norm(op, 3, mlp_out))
-        return op.Add(hidden_states, mlp_out), presents
+        return self._sum_norm(op, 1, op.Add(hidden_states, mlp_out)), presents
 
     def _mix(
         self,

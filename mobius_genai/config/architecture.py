@@ -18,6 +18,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.altup import AltUpConfig
 from mobius_genai.config.bitlinear import BitLinearConfig
 from mobius_genai.config.differential import DifferentialAttention
+from mobius_genai.config.embedding_layout import EmbeddingLayout, validate_embedding_layout
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
@@ -52,8 +53,8 @@ HIDDEN_ACTS = (
 #: Activations with learned parameters, which a decoder's ungated MLP carries (components/mlp.py).
 LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine", "rms_no_affine")
-NORM_PLACEMENTS = ("pre", "sandwich", "post")
-POSITION_EMBEDDINGS = ("rope", "learned")
+NORM_PLACEMENTS = ("pre", "sandwich", "post", "post_residual")
+POSITION_EMBEDDINGS = ("rope", "learned", "sinusoidal")
 _NORM_EPS_KEYS = (
     "rms_norm_eps",
     "layer_norm_eps",
@@ -84,7 +85,8 @@ class ArchitectureConfig:
       "layer_no_affine" (LayerNormalization without learnable weight or bias: olmo) or
       "rms_no_affine" (RMSNormalization without a weight: nanochat).
     - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
-      "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
+      "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2);
+      "post_residual": block → add → norm (opt-350m's do_layer_norm_before false).
     - `parallel_residual`: attention and MLP read the same normed input and both outputs are
       added to the residual at once, x + attn(ln(x)) + mlp(ln(x)) (phi); needs placement "pre".
     - `parallel_mlp_norm`: with `parallel_residual`, the MLP normalizes the layer input with a
@@ -103,7 +105,10 @@ class ArchitectureConfig:
       facts: only the rows whose transformers class reads the config.json key set them
       (models/families/scales.py), so a key a family ignores changes nothing.
     - `position_embedding`: "rope", or "learned" absolute positions added to the token
-      embeddings (gpt2); "learned" means no rotary in any layer.
+      embeddings (gpt2), or "sinusoidal" ones computed from the positions (xglm); either
+      means no rotary in any layer.
+    - `embedding_layout`: the absolute positions' table offset, a token table narrower than
+      the stack, no final norm (config/embedding_layout.py: OPT, XGLM).
     - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
     - `rope_local`: the rope of sliding-window layers when it differs from `rope` (gemma3's
       `rope_local_base_freq`); None means every layer uses `rope`.
@@ -203,6 +208,7 @@ class ArchitectureConfig:
     residual_multiplier: float = 1.0
     logits_scaling: float = 1.0
     position_embedding: str = "rope"
+    embedding_layout: EmbeddingLayout = dataclasses.field(default_factory=EmbeddingLayout)
     no_rope_layers: tuple[int, ...] = ()
     rope_local: RopeConfig | None = None
     layer_rope_thetas: tuple[float, ...] = ()
@@ -262,6 +268,11 @@ class ArchitectureConfig:
             return head_dim
         dim = rotated_channels(head_dim, rope.partial_rotary_factor)
         return dim - dim % 2
+
+    @property
+    def embedding_width(self) -> int:
+        """Width of the token table (and of a tied head): hidden_size unless projected."""
+        return self.embedding_layout.width or self.hidden_size
 
     @property
     def scale(self) -> float:
@@ -436,6 +447,7 @@ def _validate(config: ArchitectureConfig) -> None:
     validate_local_global(config.local_global, config.layer_types)
     _validate_attention_switches(config)
     _validate_multipliers(config)
+    validate_embedding_layout(config.embedding_layout, config.position_embedding)
     validate_moe(config.moe, config.hidden_act)
     validate_latent_attention(config.latent_attention, config.head_dim, config.num_key_value_heads)
     latent = config.latent_attention  # its rope turns each head's rope slice

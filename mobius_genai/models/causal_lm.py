@@ -16,6 +16,7 @@ from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import RMSNorm, make_norm
 from mobius_genai.components.per_layer_stack import PerLayerDecoderLayer
+from mobius_genai.components.positions import make_positions
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
 from mobius_genai.config import ArchitectureConfig, RopeConfig
 from mobius_genai.ep.context import get_build_dtype
@@ -45,21 +46,16 @@ class TextModel(nn.Module):
         self.image_token_id = image_token_id
         self.deepstack_layers = deepstack_layers
         self.embed_tokens = Embedding(
-            config.vocab_size, config.hidden_size, config.embedding_multiplier
+            config.vocab_size, config.embedding_width, config.embedding_multiplier
         )
-        if config.position_embedding == "learned":
-            if context_length > config.max_position_embeddings:
-                raise ConfigError(
-                    f"context length {context_length} exceeds the {config.max_position_embeddings}"
-                    " learned positions of this model; accepted: at most max_position_embeddings"
-                )
-            self.embed_positions = Embedding(config.max_position_embeddings, config.hidden_size)
-        else:
-            self.embed_positions = None
+        self.embed_positions = make_positions(config, context_length)
+        _projections(self, config)
         self.layers = nn.ModuleList(
             [DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
-        self.norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
+        self.norm = None
+        if config.embedding_layout.final_norm:
+            self.norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
         ropes = [config.rope_of_layer(i) for i in range(config.num_hidden_layers)]
         rotary = RotaryEmbedding if config.rope.mrope_section is None else MultimodalRotaryEmbedding
         self.rotary_emb = (
@@ -102,6 +98,8 @@ class TextModel(nn.Module):
             hidden_states, deepstack = split_deepstack(op, embeds, self.deepstack_layers)
             if config.tie_word_embeddings:
                 self.embed_tokens(op)  # the tied head's table, under its checkpoint name
+        if self.project_in is not None:
+            hidden_states = self.project_in(op, hidden_states)
         if self.embed_positions is not None:
             hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
         if config.embedding_norm:
@@ -122,7 +120,11 @@ class TextModel(nn.Module):
             presents.append(present)
             if i < len(deepstack):
                 hidden_states = op.Add(hidden_states, deepstack[i])
-        return self.norm(op, hidden_states), presents
+        if self.norm is not None:
+            hidden_states = self.norm(op, hidden_states)
+        if self.project_out is not None:
+            hidden_states = self.project_out(op, hidden_states)
+        return hidden_states, presents
 
     def _layer_inputs(
         self, op, input_ids, attention_mask, position_ids
@@ -199,6 +201,14 @@ class TextModel(nn.Module):
                 "text decoder, or a context length within attention_chunk_size"
             )
         return image_block_bias(op, input_ids, attention_mask, window or None, self.image_token_id)
+
+
+def _projections(model: nn.Module, config: ArchitectureConfig) -> None:
+    """project_in and project_out between a narrower token table and the stack (OPT-350m's
+    word_embed_proj_dim), unbiased; None where the table is as wide as the stack."""
+    width, hidden = config.embedding_width, config.hidden_size
+    model.project_in = Linear(width, hidden) if width != hidden else None
+    model.project_out = Linear(hidden, width) if width != hidden else None
 
 
 def _chunk(chunk: int | None, context_length: int) -> int:
@@ -341,7 +351,7 @@ def make_lm_head(config: ArchitectureConfig) -> nn.Module:
     """The LM head `config` says: the embedding table (tied) or a Linear of its own."""
     if config.tie_word_embeddings:
         return TiedLMHead(config.vocab_size, config.lm_head_bias)
-    return Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+    return Linear(config.embedding_width, config.vocab_size, config.lm_head_bias)
 
 
 def head_logits(

@@ -18,6 +18,7 @@ from transformers import AutoConfig
 import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.config.differential import DifferentialAttention
+from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
@@ -468,6 +469,35 @@ CASES = {
             "window_size": 3,
         },
     ),
+    # pre-LN layers, learned positions from row 2, a tied head (tests/_hf.py); then
+    # opt-350m's layout: norms of the residual sums, no final norm, a 32-wide token table
+    # projected in and out; then no biases, weightless norms, the final norm removed, untied
+    "opt": ("opt", {}),
+    "opt_350m_post_ln_projected": (
+        "opt",
+        {"do_layer_norm_before": False, "word_embed_proj_dim": 32},
+    ),
+    "opt_unbiased_weightless_norms_no_final_norm_untied": (
+        "opt",
+        {
+            "enable_bias": False,
+            "layer_norm_elementwise_affine": False,
+            "_remove_final_layer_norm": True,
+            "tie_word_embeddings": False,
+        },
+    ),
+    # sinusoidal positions from row 2, embeddings times sqrt(64), gelu (tests/_hf.py); then
+    # an odd width (63: a zero channel after the sinusoids), unscaled, untied
+    "xglm": ("xglm", {}),
+    "xglm_odd_width_unscaled_untied": (
+        "xglm",
+        {
+            "hidden_size": 63,
+            "num_attention_heads": 3,
+            "scale_embedding": False,
+            "tie_word_embeddings": False,
+        },
+    ),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
     # qkv_proj holding two, rotated whole, erf gelu
     "codegen": ("codegen", {}),
@@ -893,6 +923,26 @@ MUTANTS = {
         "gpt_neo",
         lambda: _without("gpt_neo", attention_scale=None),
     ),
+    # the same table of max_position_embeddings + 2 rows, read from row 0
+    "opt_positions_without_offset": (
+        "opt",
+        lambda: _without(
+            "opt",
+            embedding_layout=EmbeddingLayout(),
+            max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
+        ),
+    ),
+    # opt-350m's norms of the residual sums applied before each block instead
+    "opt_350m_post_ln_read_as_pre_ln": (
+        "opt",
+        lambda: _without("opt", norm_placement="pre"),
+        {"do_layer_norm_before": False},
+    ),
+    "xglm_positions_without_offset": (
+        "xglm",
+        lambda: _without("xglm", embedding_layout=EmbeddingLayout()),
+    ),
+    "xglm_without_embedding_scale": ("xglm", lambda: _without("xglm", embedding_multiplier=1.0)),
 }
 
 
