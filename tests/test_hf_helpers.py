@@ -66,7 +66,7 @@ _BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bi
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
-    *("ernie4_5_moe", "exaone_moe"),
+    *("ernie4_5_moe", "exaone_moe", "dbrx"),
 }
 _NO_NORM_WEIGHTS = {"olmo", "nanochat"}  # norms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames

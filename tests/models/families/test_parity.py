@@ -19,6 +19,7 @@ import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
+from mobius_genai.models.families.dbrx import dbrx_moe
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import GEMMA4_MOE, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
@@ -335,6 +336,20 @@ CASES = {
             "linear_num_value_heads": 2,
             "tie_word_embeddings": True,
             "layer_types": ["full_attention", "linear_attention", "linear_attention"],
+        },
+    ),
+    # fused Wqkv clipped at 1, the top-k renormalized by their 2-norm (tests/_hf.py); then the
+    # top-k probabilities as picked (moe_normalize_expert_weights null)
+    "dbrx": ("dbrx", {}),
+    "dbrx_top_k_as_picked": (
+        "dbrx",
+        {
+            "ffn_config": {
+                "ffn_hidden_size": 32,
+                "moe_num_experts": 4,
+                "moe_top_k": 2,
+                "moe_normalize_expert_weights": None,
+            }
         },
     ),
     # Mamba2, attention, Mamba2 with MoE beside the shared MLP (tests/_hf.py); then the dense
@@ -699,6 +714,20 @@ MUTANTS = {
                     ("up", "gate"),
                 ),
             ),
+        ),
+    ),
+    # the top-k renormalized to sum 1 (a softmax over them) instead of by their 2-norm
+    "dbrx_softmax_renormalization": (
+        "dbrx",
+        lambda: _without("dbrx", moe=lambda raw: dataclasses.replace(dbrx_moe(raw), norm_p=1.0)),
+    ),
+    "dbrx_without_clip_qkv": ("dbrx", lambda: _without("dbrx", clip_qkv=None)),
+    # each expert's w1 (gate) and v1 (up) rows read the other way round
+    "dbrx_gate_and_up_swapped": (
+        "dbrx",
+        lambda: dataclasses.replace(
+            FAMILIES["dbrx"],
+            experts=dataclasses.replace(FAMILIES["dbrx"].experts, gate="mlp.v1", up="mlp.w1"),
         ),
     ),
     "cohere_without_qk_norm": (
