@@ -119,7 +119,9 @@ def _loaded_as(family: str, name: str) -> str:
     return name
 
 
-_NORM = re.compile(r"norm|\.ln_")  # gpt2 names its LayerNorms ln_1, ln_2, ln_f
+# a norm's parameter: gpt2 names its LayerNorms ln_1, ln_2, ln_f; dbrx's attention sits
+# inside norm_attn_norm, which is not a norm
+_NORM = re.compile(r"(norm|(^|\.)ln_)[^.]*\.[^.]+$")
 
 
 def _family_ckpt(tmp: Path, family: str, **overrides: Any) -> Path:
