@@ -41,6 +41,7 @@ from transformers import (
     BambaConfig,
     CodeGenConfig,
     Cohere2Config,
+    Cohere2MoeConfig,
     CohereConfig,
     CwmConfig,
     DbrxConfig,
@@ -191,6 +192,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "solar_open": SolarOpenConfig,
     "flex_olmo": FlexOlmoConfig,
     "dbrx": DbrxConfig,
+    "cohere2_moe": Cohere2MoeConfig,
     "gpt_bigcode": GPTBigCodeConfig,
     "falcon": FalconConfig,
     "minicpm3": MiniCPM3Config,
@@ -273,6 +275,7 @@ _ARCHITECTURES = {
     "solar_open": "SolarOpenForCausalLM",
     "flex_olmo": "FlexOlmoForCausalLM",
     "dbrx": "DbrxForCausalLM",
+    "cohere2_moe": "Cohere2MoeForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
     "falcon": "FalconForCausalLM",
     "minicpm3": "MiniCPM3ForCausalLM",
@@ -862,6 +865,20 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
             "moe_normalize_expert_weights": 2.0,
         },
         "rope_parameters": {"rope_type": "default", "rope_theta": 500_000.0},
+    },
+    # cohere2's parallel block; a dense first layer (its own width, rotary in full attention:
+    # prefix_dense_sliding_window_pattern 1), then sliding and full NoPE MoE layers of 4
+    # experts of 32, 2 per token, beside a shared expert averaged with them
+    "cohere2_moe": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "prefix_dense_intermediate_size": 96,
+        "first_k_dense_replace": 1,
+        "sliding_window": 5,
+        "sliding_window_pattern": 2,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 1,
     },
     # GPT-2's layer (learned positions, LayerNorms, biases everywhere, gelu FC MLP) with one
     # key/value head (multi_query) in one fused c_attn

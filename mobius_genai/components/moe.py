@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
@@ -51,8 +52,8 @@ class Experts(nn.Module):
 
 
 class MoEBlock(nn.Module):
-    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a latent
-    (Nemotron-3 Super), fc2_latent(MoE(fc1_latent(x), router(x))) + shared_mlp(x); with a
+    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)] (the sum times
+    `combined_scale`: Cohere2-MoE's average); with a latent (Nemotron-3 Super), fc2_latent(MoE(fc1_latent(x), router(x))) + shared_mlp(x); with a
     sparsemixer, MoE(x, first pick) + MoE(x, second pick); with DBRX's p-norm, MoE(x, router(x))
     times sum(w) / ||w||_p (components/pnorm_routing.py); with group-limited routing,
     MoE(x, picks) times the router's factor (components/group_router.py); with Llama 4's
@@ -120,7 +121,11 @@ class MoEBlock(nn.Module):
         shared = self.shared_expert(op, x)
         if self.shared_expert_gate is not None:
             shared = op.Mul(op.Sigmoid(self.shared_expert_gate(op, x)), shared)
-        return op.Add(out, shared)
+        out = op.Add(out, shared)
+        if self.moe.combined_scale == 1:
+            return out
+        scale = ir.tensor(np.array(self.moe.combined_scale, dtype=np.float32))
+        return op.Mul(out, op.CastLike(op.Constant(value=scale), out))
 
     def _experts(self, op, x: ir.Value, router: ir.Value, k: int, normalize: bool) -> ir.Value:
         """One MoE node: the `k` experts of the softmax of `router`, weighted by it, with the
