@@ -43,6 +43,7 @@ _BIAS = {
         "exaone",
         "cohere",
         "cohere2",
+        "cohere2_moe",
         "arcee",
         "helium",
         "olmo3",
