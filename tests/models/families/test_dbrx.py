@@ -15,7 +15,7 @@ from transformers import DbrxConfig
 import mobius_genai
 from mobius_genai.checkpoint import experts
 from mobius_genai.checkpoint.weights import Checkpoint
-from mobius_genai.errors import ConfigError
+from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.models import FAMILIES
 from tests._hf import tiny_config, write_tiny_checkpoint
 from tests._ort import mutant_diffs
@@ -138,3 +138,14 @@ def test_cpu_int4_bundle_runs_its_experts_as_qmoe(tmp_path):
     assert ops["MatMulNBits"] > 0
     config = json.loads((tmp_path / "ckpt" / "config.json").read_text())
     assert config["ffn_config"]["moe_normalize_expert_weights"] == 2.0
+
+
+def test_flat_experts_of_another_size_are_refused_naming_the_tensor(tmp_path):
+    """A config.json whose ffn_hidden_size does not split w1's rows: one WeightsError naming
+    the tensor, its shape and the shape config.json needs, before anything is built."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "dbrx", seed=1)
+    raw = json.loads((ckpt / "config.json").read_text())
+    raw["ffn_config"]["ffn_hidden_size"] = 16
+    (ckpt / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(WeightsError, match=r"ffn\.experts\.mlp\.w1'.* \[128, 64\].*\[64, 64\]"):
+        mobius_genai.build(ckpt, "default", "f32", progress=False)
