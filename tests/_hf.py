@@ -42,8 +42,10 @@ from transformers import (
     BitNetConfig,
     CodeGenConfig,
     Cohere2Config,
+    Cohere2MoeConfig,
     CohereConfig,
     CwmConfig,
+    DbrxConfig,
     DeepseekV2Config,
     DeepseekV3Config,
     DiffLlamaConfig,
@@ -195,6 +197,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "exaone_moe": ExaoneMoeConfig,
     "solar_open": SolarOpenConfig,
     "flex_olmo": FlexOlmoConfig,
+    "dbrx": DbrxConfig,
+    "cohere2_moe": Cohere2MoeConfig,
     "gpt_bigcode": GPTBigCodeConfig,
     "falcon": FalconConfig,
     "minicpm3": MiniCPM3Config,
@@ -282,6 +286,8 @@ _ARCHITECTURES = {
     "exaone_moe": "ExaoneMoeForCausalLM",
     "solar_open": "SolarOpenForCausalLM",
     "flex_olmo": "FlexOlmoForCausalLM",
+    "dbrx": "DbrxForCausalLM",
+    "cohere2_moe": "Cohere2MoeForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
     "falcon": "FalconForCausalLM",
     "minicpm3": "MiniCPM3ForCausalLM",
@@ -875,6 +881,37 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "attention_bias": True,
         "eos_token_id": 2,
+    },
+    # one fused Wqkv clipped at 1 (the tiny projections cross it often), 2 key/value heads;
+    # 4 flat experts of 32, 2 per token, renormalized by their 2-norm (not their sum)
+    # DbrxConfig sizes ffn_config by d_model before it reads hidden_size (its attribute_map)
+    "dbrx": {
+        "hidden_size": UNSET,
+        "d_model": 64,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "attn_config": {"kv_n_heads": 2, "clip_qkv": 1.0, "rope_theta": 500_000.0},
+        "ffn_config": {
+            "ffn_hidden_size": 32,
+            "moe_num_experts": 4,
+            "moe_top_k": 2,
+            "moe_normalize_expert_weights": 2.0,
+        },
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500_000.0},
+    },
+    # cohere2's parallel block; a dense first layer (its own width, rotary in full attention:
+    # prefix_dense_sliding_window_pattern 1), then sliding and full NoPE MoE layers of 4
+    # experts of 32, 2 per token, beside a shared expert averaged with them
+    "cohere2_moe": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "prefix_dense_intermediate_size": 96,
+        "first_k_dense_replace": 1,
+        "sliding_window": 5,
+        "sliding_window_pattern": 2,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 1,
     },
     # GPT-2's layer (learned positions, LayerNorms, biases everywhere, gelu FC MLP) with one
     # key/value head (multi_query) in one fused c_attn

@@ -43,6 +43,7 @@ _BIAS = {
         "exaone",
         "cohere",
         "cohere2",
+        "cohere2_moe",
         "arcee",
         "helium",
         "olmo3",
@@ -70,7 +71,7 @@ _BIAS["diffllama"] = {"attention_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
-    *("ernie4_5_moe", "exaone_moe"),
+    *("ernie4_5_moe", "exaone_moe", "dbrx"),
 }
 _NO_NORM_WEIGHTS = {"olmo", "nanochat"}  # norms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
@@ -123,7 +124,9 @@ def _loaded_as(family: str, name: str) -> str:
     return name
 
 
-_NORM = re.compile(r"norm|\.ln_")  # gpt2 names its LayerNorms ln_1, ln_2, ln_f
+# a norm's parameter: gpt2 names its LayerNorms ln_1, ln_2, ln_f; dbrx's attention sits
+# inside norm_attn_norm, which is not a norm
+_NORM = re.compile(r"(norm|(^|\.)ln_)[^.]*\.[^.]+$")
 
 
 def _family_ckpt(tmp: Path, family: str, **overrides: Any) -> Path:

@@ -21,6 +21,8 @@ from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
+from mobius_genai.models.families.cohere2_moe import cohere2_moe
+from mobius_genai.models.families.dbrx import dbrx_moe
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import GEMMA4_MOE, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
@@ -338,6 +340,40 @@ CASES = {
             "tie_word_embeddings": True,
             "layer_types": ["full_attention", "linear_attention", "linear_attention"],
         },
+    ),
+    # fused Wqkv clipped at 1, the top-k renormalized by their 2-norm (tests/_hf.py); then the
+    # top-k probabilities as picked (moe_normalize_expert_weights null)
+    "dbrx": ("dbrx", {}),
+    "dbrx_top_k_as_picked": (
+        "dbrx",
+        {
+            "ffn_config": {
+                "ffn_hidden_size": 32,
+                "moe_num_experts": 4,
+                "moe_top_k": 2,
+                "moe_normalize_expert_weights": None,
+            }
+        },
+    ),
+    # a dense first layer rotating in full attention, softmax routing, a shared expert
+    # averaged, LayerNorms (tests/_hf.py); then sigmoid scores as they are, RMSNorms, the
+    # shared expert summed, a sliding dense layer, attention biases; then sigmoid scores renormalized, no shared
+    # expert
+    "cohere2_moe": ("cohere2_moe", {}),
+    "cohere2_moe_sigmoid_rms_sum": (
+        "cohere2_moe",
+        {
+            "expert_selection_fn": "sigmoid",
+            "norm_topk_prob": False,
+            "rms_norm_eps": 1e-5,
+            "shared_expert_combination_strategy": "sum",
+            "prefix_dense_sliding_window_pattern": 2,
+            "attention_bias": True,
+        },
+    ),
+    "cohere2_moe_sigmoid_renormalized_unshared": (
+        "cohere2_moe",
+        {"expert_selection_fn": "sigmoid", "num_shared_experts": 0},
     ),
     # Mamba2, attention, Mamba2 with MoE beside the shared MLP (tests/_hf.py); then the dense
     # layout (the shared MLP alone) with rotary, one group, Mamba2 and attention projection
@@ -766,6 +802,41 @@ MUTANTS = {
                 ),
             ),
         ),
+    ),
+    # the top-k renormalized to sum 1 (a softmax over them) instead of by their 2-norm
+    "dbrx_softmax_renormalization": (
+        "dbrx",
+        lambda: _without("dbrx", moe=lambda raw: dataclasses.replace(dbrx_moe(raw), norm_p=1.0)),
+    ),
+    "dbrx_without_clip_qkv": ("dbrx", lambda: _without("dbrx", clip_qkv=None)),
+    # each expert's w1 (gate) and v1 (up) rows read the other way round
+    "dbrx_gate_and_up_swapped": (
+        "dbrx",
+        lambda: dataclasses.replace(
+            FAMILIES["dbrx"],
+            experts=dataclasses.replace(FAMILIES["dbrx"].experts, gate="mlp.v1", up="mlp.w1"),
+        ),
+    ),
+    "cohere2_moe_shared_expert_summed": (
+        "cohere2_moe",
+        lambda: _without(
+            "cohere2_moe",
+            moe=lambda raw: dataclasses.replace(cohere2_moe(raw), combined_scale=1.0),
+        ),
+    ),
+    "cohere2_moe_dense_layer_without_rope": (
+        "cohere2_moe",
+        lambda: _without("cohere2_moe", no_rope_layers=(0, 2)),
+    ),
+    "cohere2_moe_sigmoid_as_softmax": (
+        "cohere2_moe",
+        lambda: _without(
+            "cohere2_moe",
+            moe=lambda raw: dataclasses.replace(
+                cohere2_moe(raw), group_routing=None, normalize_top_k=True
+            ),
+        ),
+        {"expert_selection_fn": "sigmoid", "norm_topk_prob": False},
     ),
     "cohere_without_qk_norm": (
         "cohere",
