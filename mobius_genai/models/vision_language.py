@@ -62,6 +62,7 @@ from mobius_genai.models.image_processors import (
     qwen_vision_keys,
     square_transforms,
 )
+from mobius_genai.models.text_class_defaults import LFM2_DEFAULTS, MISTRAL3_TEXT_CLASSES
 from mobius_genai.tasks.vision_language import (
     IMAGE_GRID_THW,
     IMAGES,
@@ -128,9 +129,7 @@ class VisionLanguageFamily:
     # For a given text_config of a row with `text_families`: transformers' defaults of the
     # config class its model_type names (`text_defaults` are the multimodal class's, for a
     # text_config left out), for the keys that text family's row requires.
-    text_class_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(
-        default_factory=dict
-    )
+    text_class_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> FamilyAdapter:
@@ -279,49 +278,6 @@ class Qwen3VisionModel(QwenVisionModel):
         self.visual = Qwen3VisionTower(vision)
 
 
-#: Lfm2Config's defaults: Lfm2VlConfig's text_config, given or left out.
-_LFM2_DEFAULTS = {
-    "vocab_size": 65_536,
-    "hidden_size": 2560,
-    "intermediate_size": 12_288,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "max_position_embeddings": 128_000,
-    "norm_eps": 1e-5,
-    "rope_theta": 1_000_000.0,
-}
-
-#: The defaults of the classes a Mistral 3 text_config's model_type names (MistralConfig,
-#: Ministral3Config, DeepseekV3Config), for the keys their rows require.
-_MISTRAL3_TEXT_CLASSES = {
-    "mistral": {
-        "vocab_size": 32_000,
-        "hidden_size": 4096,
-        "intermediate_size": 14_336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "max_position_embeddings": 131_072,
-    },
-    "ministral3": {
-        "vocab_size": 131_072,
-        "hidden_size": 4096,
-        "intermediate_size": 14_336,
-        "num_hidden_layers": 34,
-        "num_attention_heads": 32,
-    },
-    "deepseek_v3": {
-        "vocab_size": 129_280,
-        "hidden_size": 7168,
-        "intermediate_size": 18_432,
-        "num_hidden_layers": 61,
-        "num_attention_heads": 128,
-        "n_group": 8,
-        "num_experts_per_tok": 8,
-        "max_position_embeddings": 4096,
-    },
-}
-
 VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
     family.model_type: family
     for family in (
@@ -426,7 +382,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             image_transforms=pixtral_transforms,
             vision_keys=pixtral_vision_keys,
             text_families=("ministral3", "deepseek_v3"),  # Ministral 3, Mistral Large 3
-            text_class_defaults=_MISTRAL3_TEXT_CLASSES,
+            text_class_defaults=MISTRAL3_TEXT_CLASSES,
         ),
         VisionLanguageFamily(
             model_type="qwen3_vl",
@@ -470,7 +426,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             model_type="lfm2_vl",
             text_family="lfm2",
             genai_type="lfm2_vl",
-            text_defaults=_LFM2_DEFAULTS,
+            text_defaults=LFM2_DEFAULTS,
             text_overrides={},
             parse_vision=parse_lfm2_vision_language,
             vision_model=Lfm2VlVisionModel,
@@ -490,7 +446,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 SPATIAL_SHAPES: "image_sizes",
             },
             text_families=(),  # Lfm2VlConfig builds text_config by its model_type: lfm2 only
-            text_class_defaults={"lfm2": _LFM2_DEFAULTS},
+            text_class_defaults={"lfm2": LFM2_DEFAULTS},
         ),
         # Gemma 4: images cut into patches by og's Gemma4ImageTransform (aspect ratio kept
         # within max_soft_tokens), a tower with learned and rotary 2-D positions, 3 x 3
