@@ -23,8 +23,8 @@ class OgType:
     three_d_positions: bool = False
     # The text og's multimodal processor expands to one image's tokens (None: takes no images).
     image_placeholder: str | None = None
-    # The token og's processor expands the placeholder to, one per image feature, where the
-    # placeholder does not hold it: in a prompt it is a feature og has none for (Gemma 4's).
+    # The token og's processor expands each placeholder to, one per image feature: in a prompt
+    # outside a placeholder it is a feature og has none for (runtime/placeholders.py).
     image_token: str | None = None
     # og's processor takes audio (og.Audios); the encoder runs once before the decoder.
     audio: bool = False
@@ -47,11 +47,13 @@ OG_TYPES: dict[str, OgType] = {
             "qwen2_5_vl",
             three_d_positions=True,
             image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+            image_token="<|image_pad|>",
         ),
         OgType(
             "qwen3_vl",
             three_d_positions=True,
             image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+            image_token="<|image_pad|>",
         ),
         OgType("lfm2_vl", image_placeholder="<image>"),
         # og expands each `<|image>` to a blank line, `<|image>`, one `<|image|>` per token,
