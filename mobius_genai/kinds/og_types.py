@@ -38,7 +38,9 @@ class OgType:
 OG_TYPES: dict[str, OgType] = {
     row.name: row
     for row in (
-        OgType("gemma3", image_placeholder="<start_of_image>"),
+        # og expands each `<start_of_image>` to it, the image's `<image_soft_token>`s and
+        # `<end_of_image>` (its GemmaImageProcessor)
+        OgType("gemma3", image_placeholder="<start_of_image>", image_token="<image_soft_token>"),
         # og expands each `[IMG]` to the image's rows of `[IMG]`, `[IMG_BREAK]` after each row
         # and `[IMG_END]` after the last (its Mistral3ImageProcessor)
         OgType("mistral3", image_placeholder="[IMG]"),
