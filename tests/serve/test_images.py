@@ -143,6 +143,7 @@ def test_image_and_text_requests_at_once_get_their_replies_alone(image_server):
             'detail "ultra" is not accepted; accepted: auto, low, high',
         ),
         (_text(f"{PLACEHOLDER} Hi"), f"places 1 {PLACEHOLDER} but 0 image(s)"),
+        (_text("<|image_pad|> Hi"), "holds <|image_pad|>, the token og fills"),
     ],
     ids=[
         "not base64",
@@ -155,6 +156,7 @@ def test_image_and_text_requests_at_once_get_their_replies_alone(image_server):
         "not an image type",
         "detail",
         "placeholder without an image",
+        "image token without an image",
     ],
 )
 def test_an_image_that_cannot_be_served_is_one_clear_400(image_server, part, said):
