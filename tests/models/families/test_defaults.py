@@ -184,8 +184,9 @@ def test_absent_keys_read_as_transformers_fills_them(model_type: str) -> None:
     assert differences == {}, f"config.json keys kept: {sorted(minimal)}"
 
 
-#: (vision-language row, a text_config model_type of its `text_families`; None: its default).
-_NESTED_CASES = [(row, None) for row in sorted(VISION_LANGUAGE)] + [
+#: (a row nesting text_config, a text_config model_type of its `text_families`; None: its
+#: default).
+_NESTED_CASES = [(row, None) for row in sorted(_NESTED_TEXT)] + [
     (name, text_type)
     for name, row in sorted(VISION_LANGUAGE.items())
     for text_type in row.text_families or ()
@@ -208,12 +209,13 @@ def _parsed_fill(parse: Callable, model_type: str, raw: dict[str, Any]) -> Any:
 
 @pytest.mark.parametrize(("model_type", "text_type"), _NESTED_CASES)
 def test_each_key_left_out_of_text_config_reads_as_transformers_fills_it(model_type, text_type):
-    """A nested text_config without any one of its keys parses as the same config.json filled
-    in by transformers' text config class (its class's default for the key), as a flat
-    config.json does through its row's defaults: never refused for a key transformers fills."""
+    """A nested text_config (a vision-language row's, or a multimodal checkpoint's built
+    text-only) without any one of its keys parses as the same config.json filled in by
+    transformers' text config class (its class's default for the key), as a flat config.json
+    does through its row's defaults: never refused for a key transformers fills."""
     parse = _parser(model_type)
     raw = _config_json(model_type, text_type)
-    assert parse(raw).model_type == (text_type or VISION_LANGUAGE[model_type].text_family)
+    assert text_type is None or parse(raw).model_type == text_type
     compared = []
     for key in sorted(set(raw["text_config"]) - {"model_type"}):
         text = {k: v for k, v in raw["text_config"].items() if k != key}
