@@ -8,8 +8,11 @@
               with parallel_mlp_norm: out = (attn(norm1(x)) + mlp(norm2(x))) + x    (gpt_neox)
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
-(granite). Norm modules carry the names transformers gives them for each placement, so
-checkpoints need no renames. A recurrent layer has the component its kind's row names in place
+(granite). With `residual_in_float32` in a float16 or bfloat16 build the layers pass the
+residual stream on in float32: a block reads it cast to the model dtype and its output is cast
+to float32 before the add, where transformers' Mamba blocks cast (`residual_in_fp32`). Norm
+modules carry the names transformers gives them for each placement, so checkpoints need no
+renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
 GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
@@ -34,6 +37,7 @@ from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
 
 # placement → module names of the norms (attention input, attention output, MLP input,
 # MLP output); None where that placement has no norm.
@@ -65,6 +69,12 @@ def _attention_class(config: ArchitectureConfig) -> type[nn.Module]:
     return Attention
 
 
+def float32_residual(config: ArchitectureConfig) -> bool:
+    """Whether this build carries `config`'s residual stream in float32 (its
+    `residual_in_float32` in a float16 or bfloat16 build)."""
+    return config.residual_in_float32 and get_build_dtype() != ir.DataType.FLOAT
+
+
 class DecoderLayer(nn.Module):
     """Residual attention + MLP blocks; module names follow the llama checkpoint layout."""
 
@@ -80,6 +90,7 @@ class DecoderLayer(nn.Module):
         self.sum_norms = SUM_NORMS.get(config.norm_placement, (None, None))
         self.parallel = config.parallel_residual
         self.residual_multiplier = config.residual_multiplier
+        self.config = config
         for name in (*slots, *self.sum_norms):
             if name is not None:
                 setattr(
@@ -108,10 +119,16 @@ class DecoderLayer(nn.Module):
         return x if name is None else getattr(self, name)(op, x)
 
     def _scaled(self, op, x: ir.Value) -> ir.Value:
-        if self.residual_multiplier == 1.0:
-            return x
-        multiplier = op.CastLike(op.Constant(value_float=self.residual_multiplier), x)
-        return op.Mul(x, multiplier)
+        """A block's output as the residual stream adds it: scaled, in float32 where the
+        stream is."""
+        if self.residual_multiplier != 1.0:
+            multiplier = op.CastLike(op.Constant(value_float=self.residual_multiplier), x)
+            x = op.Mul(x, multiplier)
+        return op.Cast(x, to=ir.DataType.FLOAT) if float32_residual(self.config) else x
+
+    def _model_dtype(self, op, x: ir.Value) -> ir.Value:
+        """The residual stream as a block reads it: in the model dtype."""
+        return op.Cast(x, to=get_build_dtype()) if float32_residual(self.config) else x
 
     def forward(
         self,
@@ -127,6 +144,7 @@ class DecoderLayer(nn.Module):
         """The layer output and its new cache: (key, value), or a recurrent block's states
         (`slots`: where new keys and values land, components/kv_slots.py)."""
         residual = hidden_states
+        hidden_states = self._model_dtype(op, hidden_states)
         normed = self._norm(op, 0, hidden_states)
         mixed, presents = self._mix(
             op, normed, position_ids, rotary, attention_bias, past, attention_mask, slots
@@ -137,11 +155,11 @@ class DecoderLayer(nn.Module):
         if self.mlp is None:  # a mixer alone
             return op.Add(residual, attn_out), presents
         if self.parallel:
-            mlp_in = normed if self.slots[2] is None else self._norm(op, 2, residual)
+            mlp_in = normed if self.slots[2] is None else self._norm(op, 2, hidden_states)
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
             return op.Add(op.Add(attn_out, mlp_out), residual), presents
         hidden_states = self._sum_norm(op, 0, op.Add(residual, attn_out))
-        mlp_out = self.mlp(op, self._norm(op, 2, hidden_states))
+        mlp_out = self.mlp(op, self._norm(op, 2, self._model_dtype(op, hidden_states)))
         mlp_out = self._scaled(op, self._norm(op, 3, mlp_out))
         return self._sum_norm(op, 1, op.Add(hidden_states, mlp_out)), presents
 

@@ -99,6 +99,9 @@ class ArchitectureConfig:
       granite: `embedding_multiplier`).
     - `residual_multiplier`: each block's output is multiplied by it before the residual add
       (granite).
+    - `residual_in_float32`: the residual stream between the layers is float32 in a float16 or
+      bfloat16 build, each block reading it in the model dtype and its output added in float32
+      (transformers' `residual_in_fp32`: Mamba, FalconMamba); a float32 build is unchanged.
     - `logits_scaling`: logits are divided by it (granite).
     - `attn_logit_softcapping`, `final_logit_softcapping`: attention scores and logits become
       cap * tanh(x / cap) (gemma2). These, the multipliers and `attention_scale` are family
@@ -206,6 +209,7 @@ class ArchitectureConfig:
     embedding_multiplier: float = 1.0
     embedding_norm: bool = False
     residual_multiplier: float = 1.0
+    residual_in_float32: bool = False
     logits_scaling: float = 1.0
     position_embedding: str = "rope"
     embedding_layout: EmbeddingLayout = dataclasses.field(default_factory=EmbeddingLayout)

@@ -7,7 +7,7 @@ from onnxscript import nn
 
 from mobius_genai.components.altup import StreamCollapse, StreamExpansion
 from mobius_genai.components.altup_layer import AltUpDecoderLayer
-from mobius_genai.components.decoder import DecoderLayer
+from mobius_genai.components.decoder import DecoderLayer, float32_residual
 from mobius_genai.components.deepstack import split_deepstack
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.image_masks import image_block_bias
@@ -105,6 +105,9 @@ class TextModel(nn.Module):
         if config.embedding_norm:
             hidden_states = self.norm(op, hidden_states)
         rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        residual_float32 = float32_residual(config)
+        if residual_float32:  # the layers carry the residual stream in float32
+            hidden_states = op.Cast(hidden_states, to=ir.DataType.FLOAT)
         presents = []
         for i, layer in enumerate(self.layers):
             hidden_states, present = layer(
@@ -120,6 +123,8 @@ class TextModel(nn.Module):
             presents.append(present)
             if i < len(deepstack):
                 hidden_states = op.Add(hidden_states, deepstack[i])
+        if residual_float32:
+            hidden_states = op.Cast(hidden_states, to=get_build_dtype())
         if self.norm is not None:
             hidden_states = self.norm(op, hidden_states)
         if self.project_out is not None:
