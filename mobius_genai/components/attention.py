@@ -124,7 +124,7 @@ class Attention(nn.Module):
         )
         return op.CastLike(factor, like)
 
-    def _attend(
+    def attend(
         self, op, q, k, v, attention_bias, past_key, past_value, attributes
     ) -> tuple[ir.Value, ...]:
         """One Attention node: (output [b, s, heads * d], present key, present value[, its
@@ -188,7 +188,7 @@ class Attention(nn.Module):
             shape = (self.num_kv_heads, self.head_dim)
             past_key = place(op, past_key, k, slots, *shape)
             past_value = place(op, past_value, v, slots, *shape)
-        output, present_key, present_value, *scores = self._attend(
+        output, present_key, present_value, *scores = self.attend(
             op, q, k, v, attention_bias, past_key, past_value, attributes
         )
         if self.sinks is not None:

@@ -45,16 +45,16 @@ class DifferentialAttention(Attention):
             RMSNorm(2 * self.head_dim, eps, affine=False) if section.head_norm else None
         )
 
-    def _attend(
+    def attend(
         self, op, q, k, v, attention_bias, past_key, past_value, attributes
     ) -> tuple[ir.Value, ...]:
-        own, present_key, present_value = super()._attend(
+        own, present_key, present_value = super().attend(
             op, q, k, v, attention_bias, past_key, past_value, attributes
         )
         # every key and value the first call attended over: its present cache
         width = self.num_kv_heads * self.head_dim
         keys = _flat_heads(op, present_key, width)
-        swapped, *_ = super()._attend(
+        swapped, *_ = super().attend(
             op,
             q,
             keys,
