@@ -20,7 +20,7 @@ from typing import Any
 from mobius_genai.config import fields
 from mobius_genai.config.mamba2 import MAMBA2_KEYS, Mamba2Config, read_mamba2
 from mobius_genai.errors import ConfigError
-from mobius_genai.models.families.mamba1_rows import MAMBA
+from mobius_genai.models.families.mamba1_rows import MAMBA, stand_in_heads
 
 
 def _mamba2_layers(raw: Mapping[str, Any]) -> tuple[str, ...]:
@@ -44,6 +44,8 @@ MAMBA2 = dataclasses.replace(
     config_overrides={
         **{key: value for key, value in MAMBA.config_overrides.items() if key != "mamba1"},
         "layer_types": _mamba2_layers,
+        # config.json's head_dim is the mixer's; the stand-in attention heads are Mamba's
+        "head_dim": lambda raw: fields.require(raw, "hidden_size") // stand_in_heads(raw),
         "mamba2": mamba2_sizes,
     },
 )

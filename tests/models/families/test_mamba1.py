@@ -238,14 +238,14 @@ def bundles(tmp_path_factory):
 
 def test_genai_config_of_a_decoder_without_attention(bundles):
     """og derives past_key_values.%d.conv_state from the KV patterns genai_config names though
-    no graph input has a KV name; one head as wide as the hidden size stands in for the
-    attention sizes it requires; the bundle validates."""
+    no graph input has a KV name; heads of 64 channels spanning the hidden size stand in for
+    the attention sizes it requires; the bundle validates."""
     _, folder = bundles["mamba"]
     config = json.loads((folder / "genai_config.json").read_text())["model"]
     decoder = config["decoder"]
     assert config["type"] == "decoder"
     assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
-    assert (decoder["num_attention_heads"], decoder["head_size"]) == (1, decoder["hidden_size"])
+    assert (decoder["num_attention_heads"], decoder["head_size"]) == (1, 64)
     assert config["context_length"] == 2048  # MambaConfig has no length; the default
     validate_bundle(folder)
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
@@ -310,6 +310,15 @@ def test_dt_rank_auto_is_the_hidden_size_over_16_rounded_up():
     assert config.mamba1.dt_rank == math.ceil(40 / 16) == 3
     assert config.mamba1.intermediate == 80  # expand 2 by default
     assert config.tie_word_embeddings  # MambaConfig ties by default
+
+
+@pytest.mark.parametrize(("hidden", "heads"), [(4096, 64), (2560, 40), (100, 1)])
+def test_wide_models_get_stand_in_heads_any_attention_could_have(hidden, heads):
+    """FalconMamba-7B's 4096 channels and mamba-2.8b's 2560 as heads of 64 (one head that wide
+    was refused as no attention has one); one head where 64 does not divide the width."""
+    raw = {"model_type": "falcon_mamba", "hidden_size": hidden, "num_hidden_layers": 2}
+    config = get_family("falcon_mamba").parse_config({**raw, "vocab_size": 16})
+    assert (config.num_attention_heads, config.head_dim) == (heads, hidden // heads)
 
 
 @pytest.mark.parametrize(
