@@ -85,7 +85,6 @@ DEFAULT_RUN |= {"glm4_moe_lite", "exaone_moe", "solar_open"}
 DEFAULT_RUN |= {"flex_olmo"}  # olmo2's post-norm layers with olmoe's experts
 # Mamba1 states with no KV cache at all (mamba), beside attention and MoE (jamba)
 DEFAULT_RUN |= {"mamba", "jamba"}
-DEFAULT_RUN |= {"mamba2"}  # Mamba2 states with no KV cache at all
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 # (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
 SEEDS = {"qwen3_5_text": 1, "ministral": 1, "glm4_moe_lite": 1, "minicpm3": 1}
