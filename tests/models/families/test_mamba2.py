@@ -1,9 +1,9 @@
 """Mamba2 (Codestral Mamba: Mamba2 mixers alone, no KV cache at all): a prefill and cached
 decode steps on the portable, cpu and strict-ONNX graphs against transformers; variants; a
 graph built with a mechanism changed fails; onnxruntime-genai's tokens for a batch of prompts
-of different lengths; genai_config; Mamba2Config's defaults; refused configs. (og's greedy
-tokens against transformers' for one prompt: tests/models/families/test_bundles.py; the
-float32 residual stream of 16-bit bundles: test_mamba1_float16.py.)
+of different lengths; genai_config; an int4 bundle; Mamba2Config's defaults; refused configs.
+(og's greedy tokens against transformers' for one prompt: tests/models/families/test_bundles.py;
+the float32 residual stream of 16-bit bundles: test_mamba1_float16.py.)
 
 The tiny checkpoint's prefills (20 and 12 tokens) cross transformers' chunks of 8 tokens.
 """
@@ -25,7 +25,12 @@ from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba2_rows import mamba2_sizes
 from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
+from tests.models.families.test_bundles import (
+    PROMPT,
+    _batch_greedy_tokens,
+    _checkpoint,
+    int4_bundle_ops,
+)
 from tests.models.families.test_mamba1 import cached_reference, last_states
 
 TOLERANCE = 1e-4  # f32
@@ -165,6 +170,13 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(bundle):
     expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]
     assert rows == expected
     assert len(set(rows[0])) > 2  # a real continuation, not one token repeated
+
+
+def test_int4_bundle_quantizes_the_projections_and_generates(tmp_path):
+    """int4 for cpu: each layer's in_proj and out_proj and the LM head in MatMulNBits, the
+    scan kept; og generates every token asked for with it."""
+    ops = int4_bundle_ops("mamba2", tmp_path)
+    assert (ops["MatMulNBits"], ops["LinearAttention"]) == (2 * 3 + 1, 3)
 
 
 def test_absent_keys_are_mamba2_configs_defaults():
