@@ -154,6 +154,12 @@ VARIANTS = {
 @pytest.mark.parametrize("case", sorted(VARIANTS))
 def test_variants_match_transformers(case, tmp_path):
     family, overrides = VARIANTS[case]
+    assert_variant_matches(family, overrides, tmp_path)
+
+
+def assert_variant_matches(family: str, overrides: dict, tmp_path) -> None:
+    """`family`'s tiny checkpoint with `overrides`: a 2 x 12-token prefill and 3 decode steps
+    on the portable and cpu graphs match transformers."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(1).integers(3, 128, size=(2, 12))
     reference = cached_reference(ckpt, ids, 3)
@@ -267,7 +273,12 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(bundles, family):
     """og pads the shorter prompt on the right; the padding stays out of the Mamba1 states
     (and Jamba's attention masks it): each row continues as transformers continues that
     prompt alone."""
-    ckpt, folder = bundles[family]
+    assert_batch_continues_each_prompt(*bundles[family])
+
+
+def assert_batch_continues_each_prompt(ckpt, folder) -> None:
+    """og's greedy rows for a batch of two prompts of different lengths are transformers'
+    continuations of each prompt alone."""
     prompts = [PROMPT, PROMPT[:4]]
     rows = _batch_greedy_tokens(folder, prompts, 8)
     expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]

@@ -23,15 +23,15 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.components import mamba2
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba2_rows import mamba2_sizes
-from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
+from tests._hf import write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import (
-    PROMPT,
-    _batch_greedy_tokens,
-    _checkpoint,
-    int4_bundle_ops,
+from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
+from tests.models.families.test_mamba1 import (
+    assert_batch_continues_each_prompt,
+    assert_variant_matches,
+    cached_reference,
+    last_states,
 )
-from tests.models.families.test_mamba1 import cached_reference, last_states
 
 TOLERANCE = 1e-4  # f32
 
@@ -85,13 +85,7 @@ VARIANTS = {
 
 @pytest.mark.parametrize("case", sorted(VARIANTS))
 def test_variants_match_transformers(case, tmp_path):
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "mamba2", seed=1, **VARIANTS[case])
-    ids = np.random.default_rng(1).integers(3, 128, size=(2, 12))
-    reference = cached_reference(ckpt, ids, 3)
-    for ep in ("default", "cpu"):
-        package = mobius_genai.build(ckpt, ep, "f32", progress=False)
-        ours = run_like_reference(ort_session(package, tmp_path / ep), reference)
-        assert max_abs_diff(ours, reference.logits) <= TOLERANCE, ep
+    assert_variant_matches("mamba2", VARIANTS[case], tmp_path)
 
 
 def _norm_then_gate(raw):
@@ -164,12 +158,7 @@ def test_genai_config_of_mamba2(bundle):
 def test_og_generates_a_batch_of_prompts_of_different_lengths(bundle):
     """og pads the shorter prompt; each row continues as transformers continues that prompt
     alone."""
-    ckpt, folder = bundle
-    prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
-    expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]
-    assert rows == expected
-    assert len(set(rows[0])) > 2  # a real continuation, not one token repeated
+    assert_batch_continues_each_prompt(*bundle)
 
 
 def test_int4_bundle_quantizes_the_projections_and_generates(tmp_path):
