@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
+from mobius_genai.config.alibi import Alibi
 from mobius_genai.config.altup import AltUpConfig
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
@@ -51,7 +52,7 @@ HIDDEN_ACTS = (
 LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine", "rms_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post")
-POSITION_EMBEDDINGS = ("rope", "learned")
+POSITION_EMBEDDINGS = ("rope", "learned", "alibi")
 _NORM_EPS_KEYS = (
     "rms_norm_eps",
     "layer_norm_eps",
@@ -101,7 +102,10 @@ class ArchitectureConfig:
       facts: only the rows whose transformers class reads the config.json key set them
       (models/families/scales.py), so a key a family ignores changes nothing.
     - `position_embedding`: "rope", or "learned" absolute positions added to the token
-      embeddings (gpt2); "learned" means no rotary in any layer.
+      embeddings (gpt2), or "alibi" linear biases on the attention scores (bloom, mpt:
+      `alibi`, config/alibi.py); "learned" and "alibi" mean no rotary in any layer.
+    - `embedding_layernorm`: the token embeddings pass through a norm of their own before the
+      first layer (bloom's word_embeddings_layernorm).
     - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
     - `rope_local`: the rope of sliding-window layers when it differs from `rope` (gemma3's
       `rope_local_base_freq`); None means every layer uses `rope`.
@@ -191,6 +195,7 @@ class ArchitectureConfig:
     gated_mlp: bool = True
     embedding_multiplier: float = 1.0
     embedding_norm: bool = False
+    embedding_layernorm: bool = False
     residual_multiplier: float = 1.0
     logits_scaling: float = 1.0
     position_embedding: str = "rope"
@@ -220,6 +225,7 @@ class ArchitectureConfig:
     local_global: LocalGlobalAttention | None = None
     altup: AltUpConfig | None = None
     per_layer_stack: PerLayerStack | None = None
+    alibi: Alibi | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -478,6 +484,11 @@ def _validate_block_kinds(config: ArchitectureConfig) -> None:
                 f"config.json: {name} {getattr(config, name)!r} is not supported; accepted: "
                 f"{list(accepted)}"
             )
+    if (config.position_embedding == "alibi") != (config.alibi is not None):
+        raise ConfigError(
+            f"config.json: position_embedding {config.position_embedding!r} with alibi "
+            f"{config.alibi!r}; accepted: ALiBi settings exactly with position_embedding 'alibi'"
+        )
     if config.parallel_residual and config.norm_placement != "pre":
         raise ConfigError(
             f"config.json: a parallel residual needs norm_placement 'pre', found "

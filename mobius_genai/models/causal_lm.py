@@ -5,6 +5,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.components.alibi import alibi_bias
 from mobius_genai.components.altup import StreamCollapse, StreamExpansion
 from mobius_genai.components.altup_layer import AltUpDecoderLayer
 from mobius_genai.components.decoder import DecoderLayer
@@ -55,6 +56,9 @@ class TextModel(nn.Module):
             self.embed_positions = Embedding(config.max_position_embeddings, config.hidden_size)
         else:
             self.embed_positions = None
+        self.embed_norm = None
+        if config.embedding_layernorm:
+            self.embed_norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
         self.layers = nn.ModuleList(
             [DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
@@ -99,6 +103,8 @@ class TextModel(nn.Module):
             hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
         if config.embedding_norm:
             hidden_states = self.norm(op, hidden_states)
+        if self.embed_norm is not None:
+            hidden_states = self.embed_norm(op, hidden_states)
         rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
         presents = []
         for i, layer in enumerate(self.layers):
@@ -176,9 +182,14 @@ class TextModel(nn.Module):
     ) -> ir.Value:
         window, chunk, image_blocks = mask
         if not image_blocks:
-            return attention_bias(
+            bias = attention_bias(
                 op, input_ids, attention_mask, window or None, position_ids, chunk or None
             )
+            alibi = self.config.alibi
+            if alibi is None:
+                return bias
+            slopes = alibi.slopes(self.config.num_attention_heads)
+            return alibi_bias(op, bias, input_ids, attention_mask, slopes)
         if chunk:
             raise ConfigError(
                 "chunked attention layers with image tokens are not supported; accepted: a "

@@ -14,6 +14,7 @@ from __future__ import annotations
 from mobius_genai.config import fields
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.alibi_rows import ALIBI_FAMILIES
 from mobius_genai.models.families.codegen import CODEGEN
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
@@ -263,6 +264,7 @@ _FAMILIES = (
         preprocessed_weights=PACKED_QKV,
     ),
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
+    *ALIBI_FAMILIES,  # bloom, mpt
     GPT_NEO,
     *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
