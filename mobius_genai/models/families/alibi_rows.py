@@ -109,7 +109,7 @@ def _mpt_scale(raw: Mapping[str, Any]) -> float | None:
 
 def _mpt_clip(raw: Mapping[str, Any]) -> float | None:
     clip = _attn_config(raw).get("clip_qkv")
-    return None if not clip else clip  # MptAttention clips only with a truthy clip_qkv
+    return clip or None  # MptAttention clips only with a truthy clip_qkv
 
 
 def _mpt_unbiased(raw: Mapping[str, Any]) -> bool:

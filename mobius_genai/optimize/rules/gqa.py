@@ -47,6 +47,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, pattern
 
+from mobius_genai.components.alibi import ALIBI_KEY
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
 from mobius_genai.components.kv_slots import unplaced
@@ -113,6 +114,12 @@ def chunks(mask: ir.Value | None) -> str | None:
     """Which keys `mask` keeps a chunked layer's queries to (masks.py), or None."""
     producer = None if mask is None else mask.producer()
     return None if producer is None else producer.metadata_props.get(CHUNKED_KEY)
+
+
+def linear_biases(mask: ir.Value | None) -> str | None:
+    """What `mask` adds besides the causal mask in an ALiBi layer (alibi.py), or None."""
+    producer = None if mask is None else mask.producer()
+    return None if producer is None else producer.metadata_props.get(ALIBI_KEY)
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -261,6 +268,10 @@ class GQAFusion(RecordingRuleClassBase):
         chunked = chunks(mask)
         if chunked is not None:
             result.fail(f"{chunked}; GroupQueryAttention's window is not a chunk", mask)
+            return None
+        linear = linear_biases(mask)
+        if linear is not None:
+            result.fail(f"{linear}; causal GroupQueryAttention adds no bias", mask)
             return None
         matched = _match_mask(context, mask)
         if matched is None:

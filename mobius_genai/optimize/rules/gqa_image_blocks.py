@@ -34,7 +34,6 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, pattern
 
-from mobius_genai.components.alibi import ALIBI_KEY
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_WINDOW_KEY
 from mobius_genai.optimize.rules.gqa import (
@@ -43,6 +42,7 @@ from mobius_genai.optimize.rules.gqa import (
     GQAFusionNoRope,
     bidirectional_blocks,
     chunks,
+    linear_biases,
     metadata_window,
 )
 
@@ -63,7 +63,7 @@ class GQAImageBlockFusion(GQAFusion):
         result: pattern.MatchResult,
     ) -> ir.Value | None:
         window = metadata_window(node)
-        if chunks(mask) is not None or _alibi(mask):
+        if chunks(mask) is not None or linear_biases(mask) is not None:
             raw = ""  # masks.py's chunked layers and the ALiBi layers slide no window
         elif bidirectional_blocks(mask) is not None:
             raw = mask.producer().metadata_props.get(BIDIRECTIONAL_WINDOW_KEY)
@@ -85,12 +85,6 @@ class GQAImageBlockFusion(GQAFusion):
 
     def attention_bias(self, bindings: dict[str, Any]) -> ir.Value | None:
         return bindings["mask"]
-
-
-def _alibi(mask: ir.Value) -> bool:
-    """Whether `mask` is components/alibi.py's bias."""
-    producer = mask.producer()
-    return producer is not None and ALIBI_KEY in producer.metadata_props
 
 
 class GQAImageBlockFusionNoRope(GQAImageBlockFusion):
