@@ -292,7 +292,7 @@ class GQAFusion(RecordingRuleClassBase):
             attributes["local_window_size"] = window  # keys attended, the query's own included
         return attention_mask
 
-    def attention_bias(self, bindings: dict[str, Any]) -> ir.Value | None:
+    def attention_bias(self, op, query: ir.Value, bindings: dict[str, Any]) -> ir.Value | None:
         """GQA's attention_bias input: none, the mask is GQA's own causal one."""
         return None
 
@@ -303,7 +303,7 @@ class GQAFusion(RecordingRuleClassBase):
         inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
         if self.do_rotary:
             inputs += [bindings["cos"], bindings["sin"]]
-        bias = self.attention_bias(bindings)
+        bias = self.attention_bias(op, query, bindings)
         if bias is not None:
             inputs += [None] * (ATTENTION_BIAS - len(inputs)) + [bias]
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)

@@ -2,7 +2,8 @@
 (Llama 4, components/masks.py: a key visible only from its own chunk's queries) or an ALiBi
 bias (Bloom, MPT, components/alibi.py: [batch, heads, seq, total], the causal mask plus each
 head's linear biases) → GroupQueryAttention with ``causal=0`` and that bias as its
-``attention_bias``.
+``attention_bias``; an ALiBi bias laid out by key position (alibi.position_bias), as GQA's
+buffer holds each row's keys.
 
 components/image_masks.py builds, per sliding window of the decoder, the additive bias::
 
@@ -34,6 +35,7 @@ from typing import Any
 import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, pattern
 
+from mobius_genai.components.alibi import position_bias
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_WINDOW_KEY
 from mobius_genai.optimize.rules.gqa import (
@@ -83,8 +85,12 @@ class GQAImageBlockFusion(GQAFusion):
         attributes["causal"] = 0  # the bias holds the causal part, the blocks and the window
         return inputs[0]
 
-    def attention_bias(self, bindings: dict[str, Any]) -> ir.Value | None:
-        return bindings["mask"]
+    def attention_bias(self, op, query: ir.Value, bindings: dict[str, Any]) -> ir.Value | None:
+        """The mask; an ALiBi bias laid out by key position, as GQA's buffer holds the keys."""
+        mask = bindings["mask"]
+        if linear_biases(mask) is None:
+            return mask
+        return position_bias(op, mask, self._attention_mask, query)
 
 
 class GQAImageBlockFusionNoRope(GQAImageBlockFusion):

@@ -597,7 +597,8 @@ BASE = {
     [
         ({"norm_type": "batch"}, ["norm_type", "'batch'", "rms"]),
         ({"norm_placement": "middle"}, ["norm_placement", "'middle'", "sandwich"]),
-        ({"position_embedding": "alibi"}, ["position_embedding", "'alibi'", "learned"]),
+        ({"position_embedding": "relative"}, ["position_embedding", "'relative'", "alibi"]),
+        ({"position_embedding": "alibi"}, ["position_embedding 'alibi'", "alibi None"]),
         ({"parallel_residual": True, "norm_placement": "post"}, ["parallel", "'post'"]),
         ({"no_rope_layers": (2,)}, ["no_rope_layers", "[2]", "0..1"]),
         ({"residual_multiplier": 0.0}, ["residual_multiplier", "positive"]),

@@ -469,6 +469,22 @@ CASES = {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
         },
     ),
+    # ALiBi (tests/_hf.py: 4 heads, biases, untied); six heads interleave a second series of
+    # slopes; mpt's attn_config clips q/k/v and scales the scores its own way
+    "bloom": ("bloom", {}),
+    "bloom_six_heads_tied": (
+        "bloom",
+        {"num_attention_heads": 6, "hidden_size": 96, "tie_word_embeddings": True},
+    ),
+    "mpt": ("mpt", {}),
+    "mpt_six_heads_clip_qkv_softmax_scale": (
+        "mpt",
+        {
+            "num_attention_heads": 6,
+            "hidden_size": 96,
+            "attn_config": {"clip_qkv": 0.3, "softmax_scale": 0.2},
+        },
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -780,6 +796,21 @@ MUTANTS = {
         "falcon",
         lambda: _without("falcon", parallel_residual=False, parallel_mlp_norm=False),
     ),
+    "bloom_qkv_rows_as_stored": ("bloom", lambda: _as_stored("bloom")),
+    "bloom_without_embedding_layernorm": (
+        "bloom",
+        lambda: _without("bloom", embedding_layernorm=False),
+    ),
+    "mpt_without_clip_qkv": (
+        "mpt",
+        lambda: _without("mpt", clip_qkv=None),
+        {"attn_config": {"clip_qkv": 0.05}},
+    ),
+    "mpt_default_softmax_scale": (
+        "mpt",
+        lambda: _without("mpt", attention_scale=None),
+        {"attn_config": {"softmax_scale": 0.5}},
+    ),
     "falcon_one_shared_parallel_norm": (
         "falcon",
         lambda: _without("falcon", parallel_mlp_norm=False),
@@ -837,6 +868,7 @@ MUTANTS = {
 # Mutants whose graph reads fewer tensors than the checkpoint holds: the build refuses them
 # before any parity check (weight_checks.require_all_used).
 UNREAD_BY_MUTANT = {
+    "bloom_without_embedding_layernorm": "'transformer.word_embeddings_layernorm.",
     "cohere_without_qk_norm": "'model.layers.0.self_attn.k_norm.weight'",
     "gpt_neox_one_shared_parallel_norm": "'gpt_neox.layers.0.post_attention_layernorm.bias'",
     "gptj_without_lm_head_bias": "'lm_head.bias'",
