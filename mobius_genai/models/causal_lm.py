@@ -185,11 +185,13 @@ class TextModel(nn.Module):
             bias = attention_bias(
                 op, input_ids, attention_mask, window or None, position_ids, chunk or None
             )
-            alibi = self.config.alibi
-            if alibi is None:
+            config = self.config
+            if config.alibi is None:
                 return bias
-            slopes = alibi.slopes(self.config.num_attention_heads)
-            return alibi_bias(op, bias, input_ids, attention_mask, slopes)
+            heads = config.num_attention_heads
+            return alibi_bias(
+                op, bias, input_ids, attention_mask, config.alibi, heads, config.scale
+            )
         if chunk:
             raise ConfigError(
                 "chunked attention layers with image tokens are not supported; accepted: a "

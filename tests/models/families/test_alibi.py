@@ -9,6 +9,7 @@ test_parity.py's CASES and MUTANTS; the bundles' greedy tokens are test_bundles.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -22,7 +23,7 @@ import mobius_genai
 from mobius_genai import UnsupportedModelError, packager
 from mobius_genai.components import alibi
 from mobius_genai.config.alibi import Alibi
-from mobius_genai.models import causal_lm, get_family
+from mobius_genai.models import FAMILIES, causal_lm, get_family
 from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import (
     left_padded_diffs,
@@ -32,6 +33,7 @@ from tests._ort import (
     run_like_reference,
 )
 from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
+from tests.models.families.test_parity import FALCON_RW
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 #: Six heads: not a power of two, so the slopes interleave a second series (config/alibi.py).
@@ -70,10 +72,10 @@ def _holed_diff(ckpt, directory) -> float:
     return max(first, max_abs_diff(ours[1:], reference.logits[1:]))
 
 
-def _positions_by_slot(op, mask, input_ids, attention_mask, slopes):
+def _positions_by_slot(op, mask, input_ids, attention_mask, *settings):
     """Mutant: the keys' positions counted in slots, the padding ignored."""
     ones = op.Add(op.Mul(attention_mask, op.Constant(value_int=0)), op.Constant(value_int=1))
-    return alibi.alibi_bias(op, mask, input_ids, ones, slopes)
+    return alibi.alibi_bias(op, mask, input_ids, ones, *settings)
 
 
 def test_keys_are_placed_by_their_positions_not_their_slots(tmp_path, monkeypatch):
@@ -90,7 +92,7 @@ def _one_series(self, num_heads):
     return 2.0 ** (-self.max_bias * np.arange(1, num_heads + 1) / num_heads)
 
 
-def _by_query_position(op, mask, input_ids, attention_mask, slopes):
+def _by_query_position(op, mask, input_ids, attention_mask, settings, num_heads, _scale):
     """Mutant: slope x the query's position instead of the key's. Constant along each row of
     scores, softmax removes it: the same as no ALiBi at all."""
     one = op.Constant(value_int=1)
@@ -99,7 +101,8 @@ def _by_query_position(op, mask, input_ids, attention_mask, slopes):
     queries = op.Slice(
         positions, op.Neg(seq), op.Constant(value_ints=[2**62]), op.Constant(value_ints=[1])
     )
-    per_head = op.Constant(value=ir.tensor(slopes.reshape(1, -1, 1, 1).astype(np.float32)))
+    slopes = settings.slopes(num_heads).reshape(1, -1, 1, 1).astype(np.float32)
+    per_head = op.Constant(value=ir.tensor(slopes))
     rows = op.Cast(op.Unsqueeze(queries, op.Constant(value_ints=[1, 3])), to=ir.DataType.FLOAT)
     return op.Add(mask, op.CastLike(op.Mul(rows, per_head), mask))
 
@@ -123,6 +126,20 @@ def test_parity_fails_with_one_part_of_alibi_wrong(case, family, tmp_path, monke
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **SIX_HEADS)
     ids = np.random.default_rng(0).integers(3, 128, size=(1, 12))
     ours, mutated = mutant_diffs(ckpt, ids, tmp_path, family, MUTANTS[case], monkeypatch)
+    assert ours <= TOLERANCE
+    assert mutated > 10 * TOLERANCE
+
+
+def test_falcon_rounds_slopes_and_products_to_bfloat16(tmp_path, monkeypatch):
+    """Twelve heads (slopes 2^(-k/2), not bfloat16 numbers) over 48 tokens: FalconModel's
+    bfloat16 rounding moves the logits; built without it, parity fails."""
+    rw = {**FALCON_RW, "num_attention_heads": 12}
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "falcon", seed=1, **rw)
+    ids = np.random.default_rng(0).integers(3, 128, size=(1, 48))
+    row = FAMILIES["falcon"]
+    overrides = {**row.config_overrides, "alibi": Alibi(scaled=True)}
+    mutant = dataclasses.replace(row, config_overrides=overrides)
+    ours, mutated = mutant_diffs(ckpt, ids, tmp_path, "falcon", mutant, monkeypatch)
     assert ours <= TOLERANCE
     assert mutated > 10 * TOLERANCE
 

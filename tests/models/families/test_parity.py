@@ -17,6 +17,7 @@ from transformers import AutoConfig
 
 import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
+from mobius_genai.config.alibi import Alibi
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
@@ -46,6 +47,17 @@ _UNREAD_KEYS = {**_UNREAD_SOFTCAPS, "partial_rotary_factor": 0.5}
 #: A window of 4 that the 3-token prompts below fit and their 8 decode steps run past, with
 #: the switches only Qwen2-like config classes read.
 _WINDOW_SWITCHED_OFF = {"sliding_window": 4, "use_sliding_window": False, "max_window_layers": 1}
+
+#: Falcon-RW's layout: ALiBi, six heads, one key/value head per query head, no parallel block.
+FALCON_RW = {
+    "alibi": True,
+    "num_attention_heads": 6,
+    "hidden_size": 96,
+    "new_decoder_architecture": False,
+    "multi_query": False,
+    "parallel_attn": False,
+    "num_kv_heads": None,
+}
 
 # case → (family, config overrides); every family appears with its defaults first.
 CASES = {
@@ -476,6 +488,10 @@ CASES = {
         "bloom",
         {"num_attention_heads": 6, "hidden_size": 96, "tie_word_embeddings": True},
     ),
+    # Falcon-RW: ALiBi (bfloat16 slopes, scaled with the scores), per-head [q, k, v], sequential
+    # layer; then ALiBi in the new decoder architecture (2 key/value groups, parallel norms)
+    "falcon_rw_alibi": ("falcon", FALCON_RW),
+    "falcon_alibi_new_architecture": ("falcon", {"alibi": True}),
     "mpt": ("mpt", {}),
     "mpt_six_heads_clip_qkv_softmax_scale": (
         "mpt",
@@ -800,6 +816,11 @@ MUTANTS = {
     "bloom_without_embedding_layernorm": (
         "bloom",
         lambda: _without("bloom", embedding_layernorm=False),
+    ),
+    "falcon_alibi_not_scaled_with_the_scores": (
+        "falcon",
+        lambda: _without("falcon", alibi=Alibi(bfloat16=True)),
+        FALCON_RW,
     ),
     "mpt_without_clip_qkv": (
         "mpt",
