@@ -18,6 +18,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.alibi import Alibi
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.fused_qkv_rows import BLOOM_NAMES
 from mobius_genai.models.families.heads import split_hidden
 from mobius_genai.models.families.preprocess import PACKED_QKV, qkv_blocks_from_head_rows
 
@@ -59,14 +60,8 @@ BLOOM = FamilyAdapter(
     # the residual taken after each block's LayerNorm: no checkpoint on the hub sets it
     refused_keys=("apply_residual_connection_post_layernorm",),
     weight_renames=(
-        (r"\.self_attn\.qkv_proj\.", ".self_attention.query_key_value."),
-        (r"\.self_attn\.o_proj\.", ".self_attention.dense."),
-        (r"\.mlp\.fc1\.", ".mlp.dense_h_to_4h."),
-        (r"\.mlp\.fc2\.", ".mlp.dense_4h_to_h."),
-        (r"^model\.layers\.", "transformer.h."),
-        (r"^model\.embed_tokens\.", "transformer.word_embeddings."),
+        *BLOOM_NAMES,
         (r"^model\.embed_norm\.", "transformer.word_embeddings_layernorm."),
-        (r"^model\.norm\.", "transformer.ln_f."),
     ),
     optional_prefix="transformer.",
     preprocess_weight=qkv_blocks_from_head_rows,

@@ -77,6 +77,18 @@ def _falcon_two_norms(raw: Mapping[str, Any]) -> bool:
     return _new_architecture(raw) and count == 2
 
 
+#: The tensor names Falcon keeps from BLOOM (falcon; bloom adds its embeddings' LayerNorm).
+BLOOM_NAMES = (
+    (r"\.self_attn\.qkv_proj\.", ".self_attention.query_key_value."),
+    (r"\.self_attn\.o_proj\.", ".self_attention.dense."),
+    (r"\.mlp\.fc1\.", ".mlp.dense_h_to_4h."),
+    (r"\.mlp\.fc2\.", ".mlp.dense_4h_to_h."),
+    (r"^model\.layers\.", "transformer.h."),
+    (r"^model\.embed_tokens\.", "transformer.word_embeddings."),
+    (r"^model\.norm\.", "transformer.ln_f."),
+)
+
+
 def _falcon_alibi(raw: Mapping[str, Any]) -> bool:
     return fields.flag(raw.get("alibi"), "alibi", False)
 
@@ -133,15 +145,7 @@ FALCON = FamilyAdapter(
         "position_embedding": lambda raw: "alibi" if _falcon_alibi(raw) else "rope",
         "alibi": lambda raw: _FALCON_ALIBI if _falcon_alibi(raw) else None,
     },
-    weight_renames=(
-        (r"\.self_attn\.qkv_proj\.", ".self_attention.query_key_value."),
-        (r"\.self_attn\.o_proj\.", ".self_attention.dense."),
-        (r"\.mlp\.fc1\.", ".mlp.dense_h_to_4h."),
-        (r"\.mlp\.fc2\.", ".mlp.dense_4h_to_h."),
-        (r"^model\.layers\.", "transformer.h."),
-        (r"^model\.embed_tokens\.", "transformer.word_embeddings."),
-        (r"^model\.norm\.", "transformer.ln_f."),
-    ),
+    weight_renames=BLOOM_NAMES,
     # the new architecture's two parallel norms: ln_attn and ln_mlp
     fallback_renames=(
         (r"\.input_layernorm\.", ".ln_attn."),
