@@ -14,6 +14,7 @@ from collections import Counter
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime_genai as og
 import pytest
 import torch
 from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
@@ -34,6 +35,7 @@ from tests._ort import (
 )
 from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
 from tests.models.families.test_parity import FALCON_RW
+from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 #: Six heads: not a power of two, so the slopes interleave a second series (config/alibi.py).
@@ -173,7 +175,8 @@ def test_each_ep_gets_the_fused_op_that_takes_the_bias(family, tmp_path, recwarn
 def test_og_batch_of_prompts_of_different_lengths_generates_like_transformers(tmp_path):
     """og.Generator pads the shorter prompt on the right and goes on after its padding: the
     keys after the hole keep their positions, each row continues as transformers continues
-    that prompt alone (the cpu bundle: GroupQueryAttention with the bias; six heads)."""
+    that prompt alone (the cpu bundle: GroupQueryAttention with the bias; six heads); so do
+    og.Engine's requests of different lengths."""
     ckpt = _checkpoint(tmp_path / "ckpt", "bloom")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     prompts = [PROMPT, PROMPT[:5]]
@@ -181,6 +184,9 @@ def test_og_batch_of_prompts_of_different_lengths_generates_like_transformers(tm
     theirs = [hf_greedy_tokens(ckpt, prompt, 12, stop_at_eos=False) for prompt in prompts]
     assert ours == theirs
     assert len({tuple(row) for row in theirs}) == 2
+    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
+    assert failures == []
+    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
 
 
 @pytest.mark.parametrize(
