@@ -1,6 +1,8 @@
 """One decoder layer: attention and MLP blocks with residuals, norms where the config places them.
 
     pre       h = x + attn(norm(x));               out = h + mlp(norm(h))          (llama)
+              with residual_after_norm: h = n + attn(n), n = norm(x); alike for the MLP
+                                                                                (bloom)
     sandwich  h = x + norm(attn(norm(x)));         out = h + norm(mlp(norm(h)))    (gemma2/3)
     post      h = x + norm(attn(x));               out = h + norm(mlp(h))          (olmo2)
     parallel  n = norm(x);  out = (attn(n) + mlp(n)) + x                           (phi)
@@ -59,6 +61,7 @@ class DecoderLayer(nn.Module):
             slots = (slots[0], None, None, None)
         self.slots = slots
         self.parallel = config.parallel_residual
+        self.residual_after_norm = config.residual_after_norm
         self.residual_multiplier = config.residual_multiplier
         for name in slots:
             if name is not None:
@@ -102,8 +105,8 @@ class DecoderLayer(nn.Module):
     ) -> tuple[ir.Value, tuple[ir.Value, ...]]:
         """The layer output and its new cache: (key, value), or a recurrent block's states
         (`slots`: where new keys and values land, components/kv_slots.py)."""
-        residual = hidden_states
         normed = self._norm(op, 0, hidden_states)
+        residual = normed if self.residual_after_norm else hidden_states
         mixed, presents = self._mix(
             op, normed, position_ids, rotary, attention_bias, past, attention_mask, slots
         )
@@ -117,9 +120,9 @@ class DecoderLayer(nn.Module):
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
             return op.Add(op.Add(attn_out, mlp_out), residual), presents
         hidden_states = op.Add(residual, attn_out)
-        mlp_out = self.mlp(op, self._norm(op, 2, hidden_states))
-        mlp_out = self._scaled(op, self._norm(op, 3, mlp_out))
-        return op.Add(hidden_states, mlp_out), presents
+        mlp_in = self._norm(op, 2, hidden_states)
+        mlp_out = self._scaled(op, self._norm(op, 3, self.mlp(op, mlp_in)))
+        return op.Add(mlp_in if self.residual_after_norm else hidden_states, mlp_out), presents
 
     def _mix(
         self,

@@ -89,6 +89,8 @@ class ArchitectureConfig:
     - `parallel_mlp_norm`: with `parallel_residual`, the MLP normalizes the layer input with a
       norm of its own, x + attn(ln1(x)) + mlp(ln2(x)) (gpt_neox), instead of reading the
       attention's normed input.
+    - `residual_after_norm`: with placement "pre", each block's residual is its normed input,
+      h = ln1(x) + attn(ln1(x)) (bloom's apply_residual_connection_post_layernorm).
     - `gated_mlp`: down(act(gate(x)) * up(x)) when True, fc2(act(fc1(x))) when False.
     - `embedding_norm`: the token embeddings pass through the final norm before the first
       layer as well (nanochat).
@@ -192,6 +194,7 @@ class ArchitectureConfig:
     norm_placement: str = "pre"
     parallel_residual: bool = False
     parallel_mlp_norm: bool = False
+    residual_after_norm: bool = False
     gated_mlp: bool = True
     embedding_multiplier: float = 1.0
     embedding_norm: bool = False
@@ -493,6 +496,11 @@ def _validate_block_kinds(config: ArchitectureConfig) -> None:
         raise ConfigError(
             f"config.json: a parallel residual needs norm_placement 'pre', found "
             f"{config.norm_placement!r}"
+        )
+    if config.residual_after_norm and (config.norm_placement != "pre" or config.parallel_residual):
+        raise ConfigError(
+            "config.json: a residual taken after the norm (residual_after_norm) needs "
+            f"norm_placement 'pre' without a parallel residual, found {config.norm_placement!r}"
         )
     if config.parallel_mlp_norm and not config.parallel_residual:
         raise ConfigError(

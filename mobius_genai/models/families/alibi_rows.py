@@ -3,7 +3,8 @@ embedding: bloom (BLOOM, BLOOMZ) and mpt (MPT-7B/30B).
 
 bloom: LayerNorms with biases (one on the token embeddings, word_embeddings_layernorm), one
 biased query_key_value holding [q, k, v] per head (regrouped as read, as gpt_neox's), a GELU
-(tanh) FC MLP, a tied head. mpt: LayerNorms without bias, one unbiased Wqkv holding the
+(tanh) FC MLP, a tied head, each block's residual its normed input where
+apply_residual_connection_post_layernorm says. mpt: LayerNorms without bias, one unbiased Wqkv holding the
 [q | k | v] blocks, an exact-GELU FC MLP of 4 x d_model, a tied head, its attention settings in
 config.json's nested `attn_config` (clip_qkv, softmax_scale), whose switches transformers'
 MptModel does not run are refused in one line. Defaults are the config classes'.
@@ -21,6 +22,7 @@ from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.fused_qkv_rows import BLOOM_NAMES
 from mobius_genai.models.families.heads import split_hidden
 from mobius_genai.models.families.preprocess import PACKED_QKV, qkv_blocks_from_head_rows
+from mobius_genai.models.families.readers import switch
 
 #: Both rows' layer: no rotary, one packed q/k/v projection, an FC MLP, one head per kv head.
 _ALIBI_BLOCK = {
@@ -53,12 +55,11 @@ BLOOM = FamilyAdapter(
         "hidden_act": "gelu_pytorch_tanh",  # bloom_gelu_forward
         "norm_type": "layer",
         "embedding_layernorm": True,
+        "residual_after_norm": switch("apply_residual_connection_post_layernorm", False),
         "qkv_bias": True,
         "o_bias": True,
         "mlp_bias": True,
     },
-    # the residual taken after each block's LayerNorm: no checkpoint on the hub sets it
-    refused_keys=("apply_residual_connection_post_layernorm",),
     weight_renames=(
         *BLOOM_NAMES,
         (r"^model\.embed_norm\.", "transformer.word_embeddings_layernorm."),

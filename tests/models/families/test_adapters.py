@@ -607,6 +607,10 @@ BASE = {
         ({"qk_norm_head_weights": True}, ["per-head q/k norm weights", "qk_norm False"]),
         ({"parallel_mlp_norm": True}, ["parallel_mlp_norm", "parallel_residual False"]),
         (
+            {"residual_after_norm": True, "norm_placement": "post"},
+            ["residual_after_norm", "'post'"],
+        ),
+        (
             {"qk_norm_stacked_weights": True, "qk_norm": True},
             ["qk_norm_stacked_weights", "qk_norm_head_weights False"],
         ),

@@ -192,7 +192,6 @@ def test_og_batch_of_prompts_of_different_lengths_generates_like_transformers(tm
 @pytest.mark.parametrize(
     ("family", "switches", "words"),
     [
-        ("bloom", {"apply_residual_connection_post_layernorm": True}, "only without it"),
         ("mpt", {"attn_config": {"prefix_lm": True}}, "attn_config.prefix_lm is True"),
         ("mpt", {"attn_config": {"qk_ln": True}}, "attn_config.qk_ln is True"),
         ("mpt", {"attn_config": {"alibi": False}}, "attn_config.alibi is False"),

@@ -492,6 +492,7 @@ CASES = {
     # layer; then ALiBi in the new decoder architecture (2 key/value groups, parallel norms)
     "falcon_rw_alibi": ("falcon", FALCON_RW),
     "falcon_alibi_new_architecture": ("falcon", {"alibi": True}),
+    "bloom_residual_after_norm": ("bloom", {"apply_residual_connection_post_layernorm": True}),
     "mpt": ("mpt", {}),
     "mpt_six_heads_clip_qkv_softmax_scale": (
         "mpt",
@@ -816,6 +817,11 @@ MUTANTS = {
     "bloom_without_embedding_layernorm": (
         "bloom",
         lambda: _without("bloom", embedding_layernorm=False),
+    ),
+    "bloom_residual_before_norm": (
+        "bloom",
+        lambda: _without("bloom", residual_after_norm=False),
+        {"apply_residual_connection_post_layernorm": True},
     ),
     "falcon_alibi_not_scaled_with_the_scores": (
         "falcon",
