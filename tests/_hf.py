@@ -39,13 +39,17 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
+    BitNetConfig,
     BloomConfig,
     CodeGenConfig,
     Cohere2Config,
+    Cohere2MoeConfig,
     CohereConfig,
     CwmConfig,
+    DbrxConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    DiffLlamaConfig,
     Dots1Config,
     Ernie4_5_MoeConfig,
     Ernie4_5Config,
@@ -75,6 +79,8 @@ from transformers import (
     GraniteMoeConfig,
     GraniteMoeHybridConfig,
     GraniteMoeSharedConfig,
+    GraniteMoeSWAConfig,
+    GraniteSWAConfig,
     HeliumConfig,
     HunYuanDenseV1Config,
     HunYuanMoEV1Config,
@@ -99,6 +105,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    OPTConfig,
     PersimmonConfig,
     Phi3Config,
     PhiConfig,
@@ -118,6 +125,7 @@ from transformers import (
     StableLmConfig,
     Starcoder2Config,
     VaultGemmaConfig,
+    XGLMConfig,
 )
 from transformers.utils import logging as hf_logging
 
@@ -191,6 +199,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "exaone_moe": ExaoneMoeConfig,
     "solar_open": SolarOpenConfig,
     "flex_olmo": FlexOlmoConfig,
+    "dbrx": DbrxConfig,
+    "cohere2_moe": Cohere2MoeConfig,
     "gpt_bigcode": GPTBigCodeConfig,
     "falcon": FalconConfig,
     "bloom": BloomConfig,
@@ -199,11 +209,17 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "cwm": CwmConfig,
     "gpt_neo": GPTNeoConfig,
     "codegen": CodeGenConfig,
+    "opt": OPTConfig,
+    "xglm": XGLMConfig,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
+    "bitnet": BitNetConfig,
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
+    "granite_swa": GraniteSWAConfig,
+    "granitemoe_swa": GraniteMoeSWAConfig,
+    "diffllama": DiffLlamaConfig,
 }
 
 _ARCHITECTURES = {
@@ -274,6 +290,8 @@ _ARCHITECTURES = {
     "exaone_moe": "ExaoneMoeForCausalLM",
     "solar_open": "SolarOpenForCausalLM",
     "flex_olmo": "FlexOlmoForCausalLM",
+    "dbrx": "DbrxForCausalLM",
+    "cohere2_moe": "Cohere2MoeForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
     "falcon": "FalconForCausalLM",
     "bloom": "BloomForCausalLM",
@@ -282,11 +300,17 @@ _ARCHITECTURES = {
     "cwm": "CwmForCausalLM",
     "gpt_neo": "GPTNeoForCausalLM",
     "codegen": "CodeGenForCausalLM",
+    "opt": "OPTForCausalLM",
+    "xglm": "XGLMForCausalLM",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
+    "bitnet": "BitNetForCausalLM",
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
+    "granite_swa": "GraniteSWAForCausalLM",
+    "granitemoe_swa": "GraniteMoeSWAForCausalLM",
+    "diffllama": "DiffLlamaForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -374,6 +398,21 @@ _MAMBA1: dict[str, Any] = {
     "conv_kernel": 4,
     "expand": 2,
 }
+_GRANITE_SWA: dict[str, Any] = {
+    "embedding_multiplier": 2.0,
+    "residual_multiplier": 0.5,
+    "logits_scaling": 4.0,
+    "attention_multiplier": 0.1,
+    "sliding_window": 5,
+    "layer_rope_theta": [10000.0, 0, 100.0],
+}
+#: fairseq's sizes (opt, xglm): ffn_dim, one key/value head per head.
+_FAIRSEQ: dict[str, Any] = {
+    "ffn_dim": 96,
+    "intermediate_size": UNSET,
+    "num_key_value_heads": UNSET,
+}
+
 _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "llama": {},
     "mistral": {"sliding_window": None},
@@ -849,6 +888,37 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "attention_bias": True,
         "eos_token_id": 2,
     },
+    # one fused Wqkv clipped at 1 (the tiny projections cross it often), 2 key/value heads;
+    # 4 flat experts of 32, 2 per token, renormalized by their 2-norm (not their sum)
+    # DbrxConfig sizes ffn_config by d_model before it reads hidden_size (its attribute_map)
+    "dbrx": {
+        "hidden_size": UNSET,
+        "d_model": 64,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "attn_config": {"kv_n_heads": 2, "clip_qkv": 1.0, "rope_theta": 500_000.0},
+        "ffn_config": {
+            "ffn_hidden_size": 32,
+            "moe_num_experts": 4,
+            "moe_top_k": 2,
+            "moe_normalize_expert_weights": 2.0,
+        },
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500_000.0},
+    },
+    # cohere2's parallel block; a dense first layer (its own width, rotary in full attention:
+    # prefix_dense_sliding_window_pattern 1), then sliding and full NoPE MoE layers of 4
+    # experts of 32, 2 per token, beside a shared expert averaged with them
+    "cohere2_moe": {
+        "head_dim": 16,
+        "intermediate_size": 32,
+        "prefix_dense_intermediate_size": 96,
+        "first_k_dense_replace": 1,
+        "sliding_window": 5,
+        "sliding_window_pattern": 2,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 1,
+    },
     # GPT-2's layer (learned positions, LayerNorms, biases everywhere, gelu FC MLP) with one
     # key/value head (multi_query) in one fused c_attn
     "gpt_bigcode": {
@@ -913,12 +983,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_key_value_heads": UNSET,
         "rotary_dim": 8,
     },
+    # fairseq's layer (LayerNorms, biases, an FC MLP: relu for opt, gelu for xglm), learned
+    # (opt) or sinusoidal (xglm) positions from table row 2, a tied head
+    "opt": {**_FAIRSEQ, "tie_word_embeddings": True},
+    "xglm": {**_FAIRSEQ, "tie_word_embeddings": True},
     # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
     # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
     "persimmon": {"num_key_value_heads": UNSET},
     # weightless RMSNorms (embeddings, layers, q/k after the reversed rotation, final), relu2
     # FC MLP, 2 key/value heads, logits softcapped at 15
     "nanochat": {},
+    # BitNet's float layout: llama's layer, RMSNorms before o_proj and down_proj, relu2 gated
+    # MLP (tests/models/families/test_bitnet.py writes its ternary forms)
+    "bitnet": {},
     # Mamba: Mamba1 mixers alone (no attention keys, no MLP), a 128-channel scan of an 8-wide
     # state, a 4-tap conv with bias, dt through a rank of 4 ("auto": ceil(64 / 16)), biased
     # in_proj and out_proj
@@ -939,6 +1016,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "mamba_d_state": 8,
         "mamba_proj_bias": True,
     },
+    # granite's multipliers; full, sliding, sliding (every fourth from the first) over a
+    # window of 5; a sink per head; rope bases per layer: 10000, none, 100
+    "granite_swa": {**_GRANITE_SWA, "tie_word_embeddings": False},
+    # granitemoeshared's experts and shared MLP with the same attention
+    "granitemoe_swa": {
+        **_GRANITE_SWA,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "shared_intermediate_size": 64,
+    },
+    # llama's layer with differential attention: 4 query heads in 2 pairs, 2 value heads
+    # (one per half), random lambdas (tests' N(0, 0.2))
+    "diffllama": {},
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside

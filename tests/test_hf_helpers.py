@@ -43,6 +43,7 @@ _BIAS = {
         "exaone",
         "cohere",
         "cohere2",
+        "cohere2_moe",
         "arcee",
         "helium",
         "olmo3",
@@ -56,6 +57,7 @@ _BIAS = {
         "llama4_text",
         "apertus",
         "nanochat",
+        "bitnet",
     )
 }
 _BIAS["nemotron"] = {"attention_bias": True, "mlp_bias": True}
@@ -63,10 +65,13 @@ _BIAS["internlm3"] = {"attention_bias": True, "mlp_bias": True}  # equal, as its
 _BIAS["nemotron_h"] = {"use_bias": True, "mlp_bias": True}  # Mamba2 projections, MLPs
 _BIAS["granitemoeshared"] = _BIAS["glm4_moe_lite"] = _BIAS["solar_open"] = {"attention_bias": True}
 _BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bias
+_BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
+_BIAS["granitemoe_swa"] = {"attention_bias": True}
+_BIAS["diffllama"] = {"attention_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
-    *("ernie4_5_moe", "exaone_moe"),
+    *("ernie4_5_moe", "exaone_moe", "dbrx"),
     "mpt",  # MptModel builds no bias whatever no_bias says (false is refused)
 }
 _NO_NORM_WEIGHTS = {"olmo", "nanochat"}  # norms without learnable parameters
@@ -120,7 +125,9 @@ def _loaded_as(family: str, name: str) -> str:
     return name
 
 
-_NORM = re.compile(r"norm|\.ln_")  # gpt2 names its LayerNorms ln_1, ln_2, ln_f
+# a norm's parameter: gpt2 names its LayerNorms ln_1, ln_2, ln_f; dbrx's attention sits
+# inside norm_attn_norm, which is not a norm
+_NORM = re.compile(r"(norm|(^|\.)ln_)[^.]*\.[^.]+$")
 
 
 def _family_ckpt(tmp: Path, family: str, **overrides: Any) -> Path:

@@ -90,7 +90,9 @@ def make_genai_config(
         "decoder": {
             "filename": filename,
             "head_size": config.head_dim,
-            "hidden_size": config.hidden_size,
+            # the width of the token embeddings (inputs_embeds), narrower than the stack in
+            # OPT-350m's projected layout
+            "hidden_size": config.embedding_width,
             "num_attention_heads": config.num_attention_heads,
             "num_key_value_heads": config.num_key_value_heads,
             "num_hidden_layers": config.num_hidden_layers,

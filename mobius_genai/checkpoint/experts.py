@@ -5,7 +5,8 @@ The graph holds one [experts, 2 * inter, hidden] tensor with each expert's gate 
 interleaved and one [experts, hidden, inter] tensor (components/moe.py). Checkpoints store them
 per expert (`experts.{e}.gate_proj.weight`, ... as transformers' save_pretrained writes
 mixtral, qwen*_moe, olmoe) or fused (granitemoe's `input_linear` [E, 2I, H] = [gate | up],
-gpt_oss's `gate_up_proj` [E, H, 2I] interleaved). An `ExpertsTensor` reads one expert at a time:
+gpt_oss's `gate_up_proj` [E, H, 2I] interleaved) or as 2-D tensors of every expert's rows in
+turn (DBRX's `w1`, `v1`, `w2` [E * I, H]). An `ExpertsTensor` reads one expert at a time:
 saving it writes expert by expert, so a layer's experts are never all in memory at once.
 """
 
@@ -40,7 +41,8 @@ class ExpertLayout:
     `either_way` that a checkpoint may hold them either way (the hub's Qwen3-VL-MoE in_out,
     transformers 5's save_pretrained not), which the stored shapes tell layer by layer.
     `up` equal to `gate`: non-gated experts (Nemotron-H), one matrix read once into both rows
-    of each pair.
+    of each pair. `flat`: `gate`, `up` and `down` each name one [E * I, H] tensor whose rows
+    are expert 0's I rows, then expert 1's, ... (DBRX); a down block is stored [in, out].
     """
 
     gate: str = "{e}.gate_proj.weight"
@@ -49,6 +51,7 @@ class ExpertLayout:
     interleaved: bool = False
     in_out: bool = False
     either_way: bool = False
+    flat: bool = False
 
     @property
     def per_expert(self) -> bool:
@@ -109,6 +112,7 @@ class _Reader:
     ):
         self.checkpoint, self.layout, self.base, self.graph = checkpoint, layout, base, graph
         self.mxfp4 = mxfp4
+        self.inter = gate_up[0] // 2  # the rows of an expert's block in a flat layout
         self.in_out = self._stored_in_out(gate_up)
 
     def _stored_in_out(self, gate_up: tuple[int, int]) -> bool:
@@ -171,6 +175,10 @@ class _Reader:
         if "{e}" in template:
             source, index = self.name(template, expert), None
             matrix = self.checkpoint.read(source)
+        elif self.layout.flat:  # expert `expert`'s block of rows, read alone
+            rows = self.inter
+            source, index = self.name(template), (slice(expert * rows, (expert + 1) * rows),)
+            matrix = self.checkpoint.read(source, index)
         elif self._in_mxfp4(self.name(template)):
             return mxfp4.read_expert(self.checkpoint, self.name(template), expert)
         else:
@@ -186,6 +194,8 @@ class _Reader:
             gate = self.read(layout.gate, expert)
             up = gate if layout.up == layout.gate else self.read(layout.up or "", expert)
             return _interleave(gate, up)
+        if layout.flat:
+            return _interleave(self.read(layout.gate, expert), self.read(layout.up or "", expert))
         fused = self.read(layout.gate, expert)
         if layout.interleaved:
             return fused
@@ -193,7 +203,8 @@ class _Reader:
         return _interleave(fused[:half], fused[half:])
 
     def down(self, expert: int) -> np.ndarray:
-        return self.read(self.layout.down, expert)
+        matrix = self.read(self.layout.down, expert)
+        return matrix.T if self.layout.flat else matrix
 
 
 def expert_tensors(
@@ -232,12 +243,17 @@ def expert_tensors(
             if layout.per_expert:
                 for template in (layout.gate, layout.up or ""):
                     read += reader.check(template, (rows // 2, columns), experts)
+            elif layout.flat:
+                for template in (layout.gate, layout.up or ""):
+                    read += reader.check(template, (experts * rows // 2, columns), 1)
             else:
                 read += reader.check_fused(layout.gate, (experts, rows, columns))
             load = reader.gate_up
         else:
             if layout.per_expert:
                 read += reader.check(layout.down, (rows, columns), experts)
+            elif layout.flat:
+                read += reader.check(layout.down, (experts * columns, rows), 1)
             else:
                 read += reader.check_fused(layout.down, (experts, rows, columns))
             load = reader.down

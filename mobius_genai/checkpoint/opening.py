@@ -15,6 +15,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from mobius_genai.checkpoint.prequantized.bitnet import BitNetScheme, read_bitnet_config
 from mobius_genai.checkpoint.prequantized.compressed_tensors import read_compressed_fp8_config
 from mobius_genai.checkpoint.prequantized.fp8 import Fp8Checkpoint, Fp8Scheme, read_fp8_config
 from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, read_quantization_config
@@ -93,12 +94,12 @@ def stored_bits(model: str | Path, revision: str | None = None) -> frozenset[int
     return frozenset() if scheme is None else frozenset({scheme.bits})
 
 
-def _stored_scheme(config: dict[str, Any]) -> QuantizationScheme | None:
-    """The GPTQ / AWQ scheme config.json names; None for float weights, MXFP4 experts and FP8
-    weights (read as float)."""
+def _stored_scheme(config: dict[str, Any]) -> QuantizationScheme | BitNetScheme | None:
+    """The GPTQ / AWQ / BitNet scheme config.json names; None for float weights, MXFP4 experts
+    and FP8 weights (read as float)."""
     if is_mxfp4(config) or _fp8_scheme(config) is not None:
         return None
-    return read_quantization_config(config)
+    return read_bitnet_config(config) or read_quantization_config(config)
 
 
 def _fp8_scheme(config: dict[str, Any]) -> Fp8Scheme | None:

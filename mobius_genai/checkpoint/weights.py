@@ -26,7 +26,8 @@ from mobius_genai.checkpoint import _safetensors
 from mobius_genai.checkpoint._safetensors import TensorEntry, shown
 from mobius_genai.checkpoint.checks import require_finite, sliced_shape
 from mobius_genai.checkpoint.file_rows import READABLE, StoredRows, widen_bf16
-from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme, prequantized_tensors
+from mobius_genai.checkpoint.prequantized.bitnet import BitNetScheme
+from mobius_genai.checkpoint.prequantized.gptq import QuantizationScheme
 from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor
 from mobius_genai.checkpoint.reader import (
     TRANSPOSED_FROM_CHECKPOINT,
@@ -64,13 +65,13 @@ class Checkpoint:
     def __init__(
         self,
         folder: str | Path,
-        scheme: QuantizationScheme | None = None,
+        scheme: QuantizationScheme | BitNetScheme | None = None,
         *,
         mxfp4_experts: bool = False,
     ) -> None:
         self.folder = Path(folder)
         self.scheme = scheme
-        """How config.json says the linear weights are stored as integers (GPTQ, AWQ)."""
+        """How config.json says the linear weights are stored as integers (GPTQ, AWQ, BitNet)."""
         self.mxfp4_experts = mxfp4_experts
         self._entries: dict[str, tuple[Path, TensorEntry]] = {}
         index = self.folder / _INDEX
@@ -174,7 +175,7 @@ class Checkpoint:
         return self._entries[name][1].shape
 
     def describe(self) -> str | None:
-        """The GPTQ / AWQ scheme in words; None for float weights (MXFP4 experts included:
+        """The GPTQ / AWQ / BitNet scheme in words; None for float weights (MXFP4 experts included:
         they are read as float)."""
         return None if self.scheme is None else self.scheme.describe()
 
@@ -184,10 +185,10 @@ class Checkpoint:
     def stored_integers(
         self, parameters: Mapping[str, ir.Value], checkpoint_name: CheckpointName
     ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
-        """The GPTQ / AWQ weights as their stored integers (`prequantized_tensors`)."""
+        """The GPTQ / AWQ / BitNet weights as their stored integers (the scheme's)."""
         if self.scheme is None:
             return {}, []
-        return prequantized_tensors(parameters, self, self.scheme, checkpoint_name)
+        return self.scheme.stored_tensors(parameters, self, checkpoint_name)
 
 
 def _inside_folder(shard: str) -> bool:

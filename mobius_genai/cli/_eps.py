@@ -177,8 +177,8 @@ def format_ep_table(registry: EpRegistry | None = None, *, wide: bool = False) -
 
 def _blocks(row: FamilyAdapter) -> str:
     """What a family row builds beyond attention and an MLP, read from its data: the recurrent
-    blocks whose settings it reads, latent attention, ALiBi, MoE, a multimodal checkpoint's
-    decoder."""
+    blocks whose settings it reads, latent or differential attention, ALiBi, BitNet's
+    projections, MoE, a multimodal checkpoint's decoder."""
     overrides = row.config_overrides
     blocks = [b.layer_type for b in RECURRENT_BLOCKS.values() if b.section in overrides]
     if overrides.get("parallel_recurrent"):
@@ -189,6 +189,10 @@ def _blocks(row: FamilyAdapter) -> str:
         blocks.append("latent attention")
     if "alibi" in overrides:
         blocks.append("ALiBi")
+    if "differential_attention" in overrides:
+        blocks.append("differential attention")
+    if "bitlinear" in overrides:
+        blocks.append("BitLinear (sub-norms, int8 activations)")
     if row.experts is not None or "moe" in overrides:
         blocks.append("MoE")
     if row.text_only is not None:

@@ -35,7 +35,11 @@ from mobius_genai.runtime.decoding import Guidance, stream_text
 from mobius_genai.runtime.opening import OpenBundle, open_bundle
 from mobius_genai.runtime.placement import provider_of
 from mobius_genai.runtime.timestamps import Segment
-from mobius_genai.runtime.transcription import TranscriptRequest, transcript_steps
+from mobius_genai.runtime.transcription import (
+    TimedSegment,
+    TranscriptRequest,
+    transcript_steps,
+)
 from mobius_genai.serve.protocol import TIMED_FORMATS
 from mobius_genai.serve.transcripts import MEDIA_TYPES, transcript_body
 
@@ -178,8 +182,9 @@ def _text(
 
 
 def _transcript(args: argparse.Namespace, bundle: OpenBundle, clip: Clip) -> Iterator[str]:
-    """A piece per token decoded ("": run's speed line counts them), then the transcript in
-    --format (with --timestamps, a line per segment)."""
+    """A piece per token decoded ("": run's speed line counts them); the text (or with
+    --timestamps, a line per segment) as each window's segments are found, so a long clip's
+    transcript shows while the rest is decoded; srt, vtt and the JSON formats whole at the end."""
     request = TranscriptRequest(
         language=args.language,
         task=args.task,
@@ -187,27 +192,39 @@ def _transcript(args: argparse.Namespace, bundle: OpenBundle, clip: Clip) -> Ite
         prompt=_prompt(args) if (args.prompt, args.prompt_option) != (None, None) else None,
         window_tokens=args.max_new_tokens,
     )
-    steps = transcript_steps(bundle, clip, request)
-    decoded = 0
+    streamed = args.timestamps or args.format == "text"
+    found: list[TimedSegment] = []
+    steps = transcript_steps(bundle, clip, request, on_segment=found.append if streamed else None)
+    shown, piece = 0, None
     try:
         while True:
             next(steps)
-            if decoded:
-                yield ""  # the transcript itself is the last token's piece
-            decoded += 1
+            if piece is not None:  # a piece a token: the last one's is the rest of the text
+                yield piece
+            piece = "".join(_shown(args, found[n], n) for n in range(shown, len(found)))
+            shown = len(found)
     except StopIteration as done:
         transcript = done.value
     except RuntimeError as error:
         raise bundle.failure("transcribe the audio", error) from error
-    if args.timestamps:
-        found = transcript.segments
-        yield "\n".join(str(Segment(s.start, s.end, s.text)) for s in found)
-        return
-    body = transcript_body(transcript, args.format)
-    if isinstance(body, dict):
-        yield json.dumps(body, ensure_ascii=False)
-    else:  # srt's and vtt's last cue ends in a blank line, which run's line break closes
-        yield body if args.format == "text" else body.removesuffix("\n")
+    rest = "".join(_shown(args, found[n], n) for n in range(shown, len(found)))
+    if not streamed:
+        body = transcript_body(transcript, args.format)
+        # srt's and vtt's last cue ends in a blank line, which run's line break closes
+        rest = (
+            json.dumps(body, ensure_ascii=False)
+            if isinstance(body, dict)
+            else body.removesuffix("\n")
+        )
+    yield (piece or "") + rest
+
+
+def _shown(args: argparse.Namespace, segment: TimedSegment, index: int) -> str:
+    """How `run` prints a found segment: its text, or with --timestamps its line (the lines
+    joined by line breaks; run's own line break ends the last)."""
+    if not args.timestamps:
+        return segment.text
+    return ("\n" if index else "") + str(Segment(segment.start, segment.end, segment.text))
 
 
 def _prompt(args: argparse.Namespace) -> str:

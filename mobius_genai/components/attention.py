@@ -124,6 +124,25 @@ class Attention(nn.Module):
         )
         return op.CastLike(factor, like)
 
+    def attend(
+        self, op, q, k, v, attention_bias, past_key, past_value, attributes
+    ) -> tuple[ir.Value, ...]:
+        """One Attention node: (output [b, s, heads * d], present key, present value[, its
+        scores where the sinks read them])."""
+        outputs = op.Attention(
+            q,
+            k,
+            v,
+            attention_bias,
+            past_key,
+            past_value,
+            _outputs=3 if self.sinks is None else 4,
+            **attributes,
+        )
+        if self.window is not None:
+            outputs[0].producer().metadata_props[SLIDING_WINDOW_KEY] = str(self.window)
+        return tuple(outputs)
+
     def forward(
         self,
         op,
@@ -169,18 +188,9 @@ class Attention(nn.Module):
             shape = (self.num_kv_heads, self.head_dim)
             past_key = place(op, past_key, k, slots, *shape)
             past_value = place(op, past_value, v, slots, *shape)
-        output, present_key, present_value, *scores = op.Attention(
-            q,
-            k,
-            v,
-            attention_bias,
-            past_key,
-            past_value,
-            _outputs=3 if self.sinks is None else 4,
-            **attributes,
+        output, present_key, present_value, *scores = self.attend(
+            op, q, k, v, attention_bias, past_key, past_value, attributes
         )
-        if self.window is not None:
-            output.producer().metadata_props[SLIDING_WINDOW_KEY] = str(self.window)
         if self.sinks is not None:
             output = apply_sinks(op, output, scores[0], self.sinks, self.num_heads, self.head_dim)
         if gate is not None:

@@ -5,16 +5,20 @@
                                                                                 (bloom)
     sandwich  h = x + norm(attn(norm(x)));         out = h + norm(mlp(norm(h)))    (gemma2/3)
     post      h = x + norm(attn(x));               out = h + norm(mlp(h))          (olmo2)
+    post_residual  h = norm(x + attn(x));          out = norm(h + mlp(h))          (opt-350m)
     parallel  n = norm(x);  out = (attn(n) + mlp(n)) + x                           (phi)
               with parallel_mlp_norm: out = (attn(norm1(x)) + mlp(norm2(x))) + x    (gpt_neox)
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
-(granite). Norm modules carry the names transformers gives them for each placement, so
-checkpoints need no renames. A recurrent layer has the component its kind's row names in place
+(granite). With `residual_in_float32` in a float16 or bfloat16 build the layers pass the
+residual stream on in float32: a block reads it cast to the model dtype and its output is cast
+to float32 before the add, where transformers' Mamba blocks cast (`residual_in_fp32`). Norm
+modules carry the names transformers gives them for each placement, so checkpoints need no
+renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
 GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
-multi-head latent attention. A layer may run a recurrent block beside its attention (Falcon-H1:
+multi-head latent attention, one with `differential_attention` DiffLlama's. A layer may run a recurrent block beside its attention (Falcon-H1:
 `parallel_recurrent`, both reading the normed input, their outputs added; its cache is (key,
 value, *states)), and with `one_block_layers` a layer is one block (Nemotron-H): its mixer
 alone, h = x + mixer(norm(x)), or in an "mlp" layer its MLP alone, h = x + mlp(norm(x)).
@@ -26,6 +30,8 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
+from mobius_genai.components.bitlinear import add_bitlinear_inputs
+from mobius_genai.components.differential_attention import DifferentialAttention
 from mobius_genai.components.kv_slots import Slots
 from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.components.mlp import make_mlp
@@ -33,6 +39,7 @@ from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.ep.context import get_build_dtype
 
 # placement → module names of the norms (attention input, attention output, MLP input,
 # MLP output); None where that placement has no norm.
@@ -45,7 +52,29 @@ NORM_SLOTS: dict[str, tuple[str | None, str | None, str | None, str | None]] = {
         "post_feedforward_layernorm",
     ),
     "post": (None, "post_attention_layernorm", None, "post_feedforward_layernorm"),
+    "post_residual": (None, None, None, None),
 }
+# placement → module names of the norms of the residual sums (after attention, after the MLP),
+# for the placements that normalize the sum itself.
+SUM_NORMS: dict[str, tuple[str, str]] = {
+    "post_residual": ("input_layernorm", "post_attention_layernorm"),
+}
+
+
+def _attention_class(config: ArchitectureConfig) -> type[nn.Module]:
+    """The attention component of the config's section: DeepSeek's latent attention,
+    DiffLlama's differential attention, else the standard one."""
+    if config.latent_attention is not None:
+        return LatentAttention
+    if config.differential_attention is not None:
+        return DifferentialAttention
+    return Attention
+
+
+def float32_residual(config: ArchitectureConfig) -> bool:
+    """Whether this build carries `config`'s residual stream in float32 (its
+    `residual_in_float32` in a float16 or bfloat16 build)."""
+    return config.residual_in_float32 and get_build_dtype() != ir.DataType.FLOAT
 
 
 class DecoderLayer(nn.Module):
@@ -60,18 +89,19 @@ class DecoderLayer(nn.Module):
         if config.one_block_layers:  # one norm before the one block
             slots = (slots[0], None, None, None)
         self.slots = slots
+        self.sum_norms = SUM_NORMS.get(config.norm_placement, (None, None))
         self.parallel = config.parallel_residual
         self.residual_after_norm = config.residual_after_norm
         self.residual_multiplier = config.residual_multiplier
-        for name in slots:
+        self.config = config
+        for name in (*slots, *self.sum_norms):
             if name is not None:
                 setattr(
                     self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
                 )
         self.self_attn = self.recurrent = None
         if config.has_kv_cache(layer_index):
-            attention = Attention if config.latent_attention is None else LatentAttention
-            self.self_attn = attention(config, layer_index)
+            self.self_attn = _attention_class(config)(config, layer_index)
         block = config.recurrent_block(layer_index)
         if block is not None:
             self.recurrent = block.module
@@ -81,16 +111,27 @@ class DecoderLayer(nn.Module):
         self.mlp = None
         if not (mixes and config.one_block_layers):
             self.mlp = MoEBlock(config) if sparse else make_mlp(config)
+        add_bitlinear_inputs(self, config)  # BitNet's sub-norms and int8 inputs, if any
 
     def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
         name = self.slots[slot]
         return x if name is None else getattr(self, name)(op, x)
 
+    def _sum_norm(self, op, slot: int, x: ir.Value) -> ir.Value:
+        name = self.sum_norms[slot]
+        return x if name is None else getattr(self, name)(op, x)
+
     def _scaled(self, op, x: ir.Value) -> ir.Value:
-        if self.residual_multiplier == 1.0:
-            return x
-        multiplier = op.CastLike(op.Constant(value_float=self.residual_multiplier), x)
-        return op.Mul(x, multiplier)
+        """A block's output as the residual stream adds it: scaled, in float32 where the
+        stream is."""
+        if self.residual_multiplier != 1.0:
+            multiplier = op.CastLike(op.Constant(value_float=self.residual_multiplier), x)
+            x = op.Mul(x, multiplier)
+        return op.Cast(x, to=ir.DataType.FLOAT) if float32_residual(self.config) else x
+
+    def _model_dtype(self, op, x: ir.Value) -> ir.Value:
+        """The residual stream as a block reads it: in the model dtype."""
+        return op.Cast(x, to=get_build_dtype()) if float32_residual(self.config) else x
 
     def forward(
         self,
@@ -105,8 +146,11 @@ class DecoderLayer(nn.Module):
     ) -> tuple[ir.Value, tuple[ir.Value, ...]]:
         """The layer output and its new cache: (key, value), or a recurrent block's states
         (`slots`: where new keys and values land, components/kv_slots.py)."""
+        residual = hidden_states
+        hidden_states = self._model_dtype(op, hidden_states)
         normed = self._norm(op, 0, hidden_states)
-        residual = normed if self.residual_after_norm else hidden_states
+        if self.residual_after_norm:
+            residual = normed
         mixed, presents = self._mix(
             op, normed, position_ids, rotary, attention_bias, past, attention_mask, slots
         )
@@ -116,13 +160,15 @@ class DecoderLayer(nn.Module):
         if self.mlp is None:  # a mixer alone
             return op.Add(residual, attn_out), presents
         if self.parallel:
-            mlp_in = normed if self.slots[2] is None else self._norm(op, 2, residual)
+            mlp_in = normed if self.slots[2] is None else self._norm(op, 2, hidden_states)
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
             return op.Add(op.Add(attn_out, mlp_out), residual), presents
-        hidden_states = op.Add(residual, attn_out)
-        mlp_in = self._norm(op, 2, hidden_states)
+        hidden_states = self._sum_norm(op, 0, op.Add(residual, attn_out))
+        mlp_in = self._norm(op, 2, self._model_dtype(op, hidden_states))
         mlp_out = self._scaled(op, self._norm(op, 3, self.mlp(op, mlp_in)))
-        return op.Add(mlp_in if self.residual_after_norm else hidden_states, mlp_out), presents
+        if self.residual_after_norm:
+            hidden_states = mlp_in
+        return self._sum_norm(op, 1, op.Add(hidden_states, mlp_out)), presents
 
     def _mix(
         self,

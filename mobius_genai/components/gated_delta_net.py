@@ -71,7 +71,7 @@ class GatedDeltaNet(nn.Module):
         real = real_tokens(op, current)
         return op.Mul(decay, real), op.Mul(beta, real)
 
-    def _attend(
+    def attend(
         self, op, mixed: ir.Value, decay: ir.Value, beta: ir.Value, past: ir.Value
     ) -> tuple[ir.Value, ir.Value]:
         sizes = self.sizes
@@ -112,7 +112,7 @@ class GatedDeltaNet(nn.Module):
         convolved, present_conv = self.conv1d.over_sequence(op, mixed, past_conv, current)
         decay, beta = self._gates(op, hidden_states, current)
         convolved = in_float32(op, convolved)
-        output, present_recurrent = self._attend(op, convolved, decay, beta, past_recurrent)
+        output, present_recurrent = self.attend(op, convolved, decay, beta, past_recurrent)
         output = op.CastLike(output, hidden_states)
         heads = [0, 0, sizes.value_heads, sizes.value_head_dim]
         normed = self.norm(op, op.Reshape(output, op.Constant(value_ints=heads)))

@@ -36,8 +36,12 @@ class Linear(nn.Module):
         self.bias = parameter([out_features]) if bias else None
         self.lora: nn.Module | None = None
         """A LoRA branch (components/lora.py) whose output is added, when the build asks."""
+        self.pre: nn.Module | None = None
+        """A module the input goes through first (BitNet's: components/bitlinear.py)."""
 
     def forward(self, op, x: ir.Value) -> ir.Value:
+        if self.pre is not None:
+            x = self.pre(op, x)
         y = op.MatMul(x, self.weight)
         if self.bias is not None:
             y = op.Add(y, self.bias)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
@@ -27,6 +28,7 @@ from mobius_genai.components import scaled_input, sparsemixer
 from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import FCMLP, GatedMLP
+from mobius_genai.components.pnorm_routing import pnorm_factor
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.moe import EXPERT_FORMS, MoeConfig
@@ -50,9 +52,10 @@ class Experts(nn.Module):
 
 
 class MoEBlock(nn.Module):
-    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)]; with a latent
-    (Nemotron-3 Super), fc2_latent(MoE(fc1_latent(x), router(x))) + shared_mlp(x); with a
-    sparsemixer, MoE(x, first pick) + MoE(x, second pick); with group-limited routing,
+    """out = MoE(x, router(x)) [+ sigmoid(x @ shared_gate) * shared_mlp(x)] (the sum times
+    `combined_scale`: Cohere2-MoE's average); with a latent (Nemotron-3 Super), fc2_latent(MoE(fc1_latent(x), router(x))) + shared_mlp(x); with a
+    sparsemixer, MoE(x, first pick) + MoE(x, second pick); with DBRX's p-norm, MoE(x, router(x))
+    times sum(w) / ||w||_p (components/pnorm_routing.py); with group-limited routing,
     MoE(x, picks) times the router's factor (components/group_router.py); with Llama 4's
     scaled input, one MoE node per pick over the token times its score
     (components/scaled_input.py)."""
@@ -101,7 +104,10 @@ class MoEBlock(nn.Module):
                 out = op.Add(out, node)
             return out
         if moe.sparse_mixer is None:
-            return self._experts(op, tokens, logits, moe.top_k, moe.normalize_top_k)
+            out = self._experts(op, tokens, logits, moe.top_k, moe.normalize_top_k)
+            if not moe.normalize_top_k or moe.norm_p == 1:
+                return out
+            return op.Mul(out, pnorm_factor(op, x, logits, moe.top_k, moe.norm_p))
         # two k=1 nodes, each weighting its pick by its band's softmax (sparsemixer.py)
         first = sparsemixer.first_pick(op, logits, moe.sparse_mixer)
         second = sparsemixer.second_pick(op, logits, moe.sparse_mixer)
@@ -115,7 +121,11 @@ class MoEBlock(nn.Module):
         shared = self.shared_expert(op, x)
         if self.shared_expert_gate is not None:
             shared = op.Mul(op.Sigmoid(self.shared_expert_gate(op, x)), shared)
-        return op.Add(out, shared)
+        out = op.Add(out, shared)
+        if self.moe.combined_scale == 1:
+            return out
+        scale = ir.tensor(np.array(self.moe.combined_scale, dtype=np.float32))
+        return op.Mul(out, op.CastLike(op.Constant(value=scale), out))
 
     def _experts(self, op, x: ir.Value, router: ir.Value, k: int, normalize: bool) -> ir.Value:
         """One MoE node: the `k` experts of the softmax of `router`, weighted by it, with the

@@ -17,6 +17,9 @@ from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
 from mobius_genai.config.alibi import Alibi
 from mobius_genai.config.altup import AltUpConfig
+from mobius_genai.config.bitlinear import BitLinearConfig
+from mobius_genai.config.differential import DifferentialAttention
+from mobius_genai.config.embedding_layout import EmbeddingLayout, validate_embedding_layout
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
@@ -51,8 +54,8 @@ HIDDEN_ACTS = (
 #: Activations with learned parameters, which a decoder's ungated MLP carries (components/mlp.py).
 LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine", "rms_no_affine")
-NORM_PLACEMENTS = ("pre", "sandwich", "post")
-POSITION_EMBEDDINGS = ("rope", "learned", "alibi")
+NORM_PLACEMENTS = ("pre", "sandwich", "post", "post_residual")
+POSITION_EMBEDDINGS = ("rope", "learned", "sinusoidal", "alibi")
 _NORM_EPS_KEYS = (
     "rms_norm_eps",
     "layer_norm_eps",
@@ -83,7 +86,8 @@ class ArchitectureConfig:
       "layer_no_affine" (LayerNormalization without learnable weight or bias: olmo) or
       "rms_no_affine" (RMSNormalization without a weight: nanochat).
     - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
-      "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2).
+      "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2);
+      "post_residual": block → add → norm (opt-350m's do_layer_norm_before false).
     - `parallel_residual`: attention and MLP read the same normed input and both outputs are
       added to the residual at once, x + attn(ln(x)) + mlp(ln(x)) (phi); needs placement "pre".
     - `parallel_mlp_norm`: with `parallel_residual`, the MLP normalizes the layer input with a
@@ -98,19 +102,28 @@ class ArchitectureConfig:
       granite: `embedding_multiplier`).
     - `residual_multiplier`: each block's output is multiplied by it before the residual add
       (granite).
+    - `residual_in_float32`: the residual stream between the layers is float32 in a float16 or
+      bfloat16 build, each block reading it in the model dtype and its output added in float32
+      (transformers' `residual_in_fp32`: Mamba, FalconMamba); a float32 build is unchanged.
     - `logits_scaling`: logits are divided by it (granite).
     - `attn_logit_softcapping`, `final_logit_softcapping`: attention scores and logits become
       cap * tanh(x / cap) (gemma2). These, the multipliers and `attention_scale` are family
       facts: only the rows whose transformers class reads the config.json key set them
       (models/families/scales.py), so a key a family ignores changes nothing.
     - `position_embedding`: "rope", or "learned" absolute positions added to the token
-      embeddings (gpt2), or "alibi" linear biases on the attention scores (bloom, mpt:
-      `alibi`, config/alibi.py); "learned" and "alibi" mean no rotary in any layer.
+      embeddings (gpt2), or "sinusoidal" ones computed from the positions (xglm), or "alibi"
+      linear biases on the attention scores (bloom, mpt, falcon: `alibi`, config/alibi.py);
+      each of these means no rotary in any layer.
+    - `embedding_layout`: the absolute positions' table offset, a token table narrower than
+      the stack, no final norm (config/embedding_layout.py: OPT, XGLM).
     - `embedding_layernorm`: the token embeddings pass through a norm of their own before the
       first layer (bloom's word_embeddings_layernorm).
     - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
     - `rope_local`: the rope of sliding-window layers when it differs from `rope` (gemma3's
       `rope_local_base_freq`); None means every layer uses `rope`.
+    - `layer_rope_thetas`: each layer's rope base, replacing the theta of the rope the layer
+      would use (granite_swa's `layer_rope_theta`); 0 means the layer applies none. Layers
+      with one theta share one cos/sin table. Empty: each rope keeps its own theta.
     - `qk_norm_per_head`: with `qk_norm`, normalize each head's q/k (qwen3, gemma3) when True,
       the whole q/k projection at once (olmo2) when False.
     - `qk_norm_head_weights`: with per-head `qk_norm`, every head has its own norm weight and
@@ -142,6 +155,8 @@ class ArchitectureConfig:
     - `latent_attention`: attention layers are DeepSeek's multi-head latent attention
       (config/latent_attention.py); `head_dim` is then the cached head size and the rotary
       embedding turns its `qk_rope_head_dim` channels.
+    - `differential_attention`: every attention layer is DiffLlama's differential attention
+      (config/differential.py: the lambda_init of each depth, the head norm); None otherwise.
     - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
       None when the model has none.
     - `mamba1`: scan, conv and dt sizes of Mamba1 "mamba" layers (config/mamba1.py); None when
@@ -162,6 +177,8 @@ class ArchitectureConfig:
       (config/altup.py); None for every other decoder.
     - `per_layer_stack`: Gemma 4's full-layer head geometry, per-layer inputs, shared caches and
       MoE block beside the MLP (config/per_layer_stack.py); None for every other decoder.
+    - `bitlinear`: BitNet's projections, sub-norms before o_proj and down_proj and int8
+      activations (config/bitlinear.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     """
@@ -200,10 +217,13 @@ class ArchitectureConfig:
     embedding_norm: bool = False
     embedding_layernorm: bool = False
     residual_multiplier: float = 1.0
+    residual_in_float32: bool = False
     logits_scaling: float = 1.0
     position_embedding: str = "rope"
+    embedding_layout: EmbeddingLayout = dataclasses.field(default_factory=EmbeddingLayout)
     no_rope_layers: tuple[int, ...] = ()
     rope_local: RopeConfig | None = None
+    layer_rope_thetas: tuple[float, ...] = ()
     rope_interleaved: bool = False
     sliding_window: int | None = None
     layer_types: tuple[str, ...] = ()
@@ -225,9 +245,11 @@ class ArchitectureConfig:
     torch_dtype: str | None = None
     moe: MoeConfig | None = None
     latent_attention: LatentAttentionConfig | None = None
+    differential_attention: DifferentialAttention | None = None
     local_global: LocalGlobalAttention | None = None
     altup: AltUpConfig | None = None
     per_layer_stack: PerLayerStack | None = None
+    bitlinear: BitLinearConfig | None = None
     alibi: Alibi | None = None
 
     def __post_init__(self) -> None:
@@ -261,6 +283,11 @@ class ArchitectureConfig:
         return dim - dim % 2
 
     @property
+    def embedding_width(self) -> int:
+        """Width of the token table (and of a tied head): hidden_size unless projected."""
+        return self.embedding_layout.width or self.hidden_size
+
+    @property
     def scale(self) -> float:
         """Softmax scale of attention scores."""
         if self.attention_scale is not None:
@@ -271,9 +298,13 @@ class ArchitectureConfig:
         """The rope of layer `index`, or None when the layer applies no rotary embedding."""
         if self.position_embedding != "rope" or index in self.no_rope_layers:
             return None
+        rope = self.rope
         if self.rope_local is not None and self.layer_types[index] == "sliding_attention":
-            return self.rope_local
-        return self.rope
+            rope = self.rope_local
+        if not self.layer_rope_thetas:
+            return rope
+        theta = self.layer_rope_thetas[index]
+        return dataclasses.replace(rope, theta=theta) if theta else None
 
     def head_dim_of(self, index: int) -> int:
         """The head size of layer `index` (Gemma 4's full layers have their own)."""
@@ -319,10 +350,10 @@ class ArchitectureConfig:
             return self.local_global.chunk_size
         return None
 
-    def layer_kind(self, index: int) -> tuple[str, bool]:
-        """What makes layer `index` differ from others: its attention type and whether it
-        applies a rotary embedding (a sliding layer's rope follows from its type)."""
-        return self.layer_types[index], self.rope_of_layer(index) is not None
+    def layer_kind(self, index: int) -> tuple[str, RopeConfig | None]:
+        """What makes layer `index` differ from others: its attention type and the rope it
+        applies (None: none), each rope's table built once."""
+        return self.layer_types[index], self.rope_of_layer(index)
 
     def layers_of_every_kind(self) -> int:
         """The fewest first layers that hold every kind of layer the model has (`layer_kind`)."""
@@ -336,6 +367,7 @@ class ArchitectureConfig:
             num_hidden_layers=count,
             layer_types=self.layer_types[:count],
             no_rope_layers=tuple(index for index in self.no_rope_layers if index < count),
+            layer_rope_thetas=self.layer_rope_thetas[:count],
             altup=None if self.altup is None else self.altup.first_layers(count),
             per_layer_stack=(
                 None if self.per_layer_stack is None else self.per_layer_stack.first_layers(count)
@@ -428,11 +460,13 @@ def _validate(config: ArchitectureConfig) -> None:
     validate_local_global(config.local_global, config.layer_types)
     _validate_attention_switches(config)
     _validate_multipliers(config)
+    validate_embedding_layout(config.embedding_layout, config.position_embedding)
     validate_moe(config.moe, config.hidden_act)
     validate_latent_attention(config.latent_attention, config.head_dim, config.num_key_value_heads)
     latent = config.latent_attention  # its rope turns each head's rope slice
     rope_head = config.head_dim if latent is None else latent.qk_rope_head_dim
-    for rope in (config.rope, config.rope_local):
+    layer_ropes = (config.rope_of_layer(i) for i in range(config.num_hidden_layers))
+    for rope in dict.fromkeys((config.rope, config.rope_local, *layer_ropes)):
         if rope is not None:
             validate_rope(rope, rope_head)
 

@@ -113,7 +113,8 @@ def check_one_type_per_layer(layer_types: Sequence[str], num_layers: int) -> Non
 
 
 def validate_layers(config: ArchitectureConfig) -> None:
-    """One known kind per layer, a window for sliding layers, no-rope indices that exist."""
+    """One known kind per layer, a window for sliding layers, no-rope indices that exist, a
+    rope base per layer where the config gives them."""
     check_one_type_per_layer(config.layer_types, config.num_hidden_layers)
     unknown = [kind for kind in config.layer_types if kind not in known_layer_types()]
     if unknown:
@@ -140,6 +141,15 @@ def validate_layers(config: ArchitectureConfig) -> None:
         raise ConfigError(
             f"config.json: no_rope_layers holds {outside}; accepted: layer indices 0.."
             f"{config.num_hidden_layers - 1}"
+        )
+    thetas = config.layer_rope_thetas
+    if thetas and (
+        len(thetas) != config.num_hidden_layers
+        or any(not fields.is_number(theta) or theta < 0 for theta in thetas)
+    ):
+        raise ConfigError(
+            f"config.json: layer_rope_theta must hold one rope base per layer "
+            f"({config.num_hidden_layers}), each positive or 0 for none, found {list(thetas)!r}"
         )
 
 

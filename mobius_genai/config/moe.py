@@ -15,7 +15,9 @@ gpt_oss adds a bias to the router and to both expert
 projections (`router_bias`, `expert_bias`) and clamps its SwiGLU (`activation`). Nemotron-H's
 experts and shared expert are not gated: down(relu(up(x))**2) (`experts`, "relu2"); Nemotron-3
 Super's routed experts work in a latent of `latent_size` between two projections (the router
-and the shared expert read the hidden state itself).
+and the shared expert read the hidden state itself). DBRX renormalizes the top-k probabilities
+by their p-norm (`norm_p`, its moe_normalize_expert_weights) instead of their sum.
+Cohere2-MoE averages the routed experts with its shared expert (`combined_scale` 0.5).
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ class MoeConfig:
     scaled_input: bool = False
     experts: str = MOE_ACTIVATION
     latent_size: int = 0  # 0: the experts read and write the hidden state itself
+    # with normalize_top_k, the top-k probabilities are divided by their p-norm (1: their sum)
+    norm_p: float = 1.0
+    # the routed experts' output plus the shared expert's, times this (Cohere2-MoE's "average")
+    combined_scale: float = 1.0
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""
@@ -223,6 +229,16 @@ def validate_moe(moe: MoeConfig | None, hidden_act: str) -> None:
         raise ConfigError(
             f"config.json: the sparsemixer routes to {_SPARSE_MIXER_PICKS} experts, found "
             f"num_experts_per_tok {moe.top_k}; accepted: {_SPARSE_MIXER_PICKS}"
+        )
+    if not (fields.is_number(moe.norm_p) and moe.norm_p > 0):
+        raise ConfigError(
+            f"config.json: MoE renormalization p-norm must be a positive number, found "
+            f"{moe.norm_p!r}"
+        )
+    if not (fields.is_number(moe.combined_scale) and moe.combined_scale > 0):
+        raise ConfigError(
+            f"config.json: MoE shared expert combination scale must be a positive number, "
+            f"found {moe.combined_scale!r}"
         )
     if moe.group_routing is not None:
         validate_routing(moe.group_routing, moe.num_experts, moe.top_k)

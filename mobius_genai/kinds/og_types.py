@@ -23,8 +23,8 @@ class OgType:
     three_d_positions: bool = False
     # The text og's multimodal processor expands to one image's tokens (None: takes no images).
     image_placeholder: str | None = None
-    # The token og's processor expands the placeholder to, one per image feature, where the
-    # placeholder does not hold it: in a prompt it is a feature og has none for (Gemma 4's).
+    # The token og's processor expands each placeholder to, one per image feature: in a prompt
+    # outside a placeholder it is a feature og has none for (runtime/placeholders.py).
     image_token: str | None = None
     # og's processor takes audio (og.Audios); the encoder runs once before the decoder.
     audio: bool = False
@@ -38,7 +38,9 @@ class OgType:
 OG_TYPES: dict[str, OgType] = {
     row.name: row
     for row in (
-        OgType("gemma3", image_placeholder="<start_of_image>"),
+        # og expands each `<start_of_image>` to it, the image's `<image_soft_token>`s and
+        # `<end_of_image>` (its GemmaImageProcessor)
+        OgType("gemma3", image_placeholder="<start_of_image>", image_token="<image_soft_token>"),
         # og expands each `[IMG]` to the image's rows of `[IMG]`, `[IMG_BREAK]` after each row
         # and `[IMG_END]` after the last (its Mistral3ImageProcessor)
         OgType("mistral3", image_placeholder="[IMG]"),
@@ -47,11 +49,13 @@ OG_TYPES: dict[str, OgType] = {
             "qwen2_5_vl",
             three_d_positions=True,
             image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+            image_token="<|image_pad|>",
         ),
         OgType(
             "qwen3_vl",
             three_d_positions=True,
             image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+            image_token="<|image_pad|>",
         ),
         OgType("lfm2_vl", image_placeholder="<image>"),
         # og expands each `<|image>` to a blank line, `<|image>`, one `<|image|>` per token,

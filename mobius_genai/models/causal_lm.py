@@ -8,7 +8,7 @@ from onnxscript import nn
 from mobius_genai.components.alibi import alibi_bias
 from mobius_genai.components.altup import StreamCollapse, StreamExpansion
 from mobius_genai.components.altup_layer import AltUpDecoderLayer
-from mobius_genai.components.decoder import DecoderLayer
+from mobius_genai.components.decoder import DecoderLayer, float32_residual
 from mobius_genai.components.deepstack import split_deepstack
 from mobius_genai.components.embedding import Embedding
 from mobius_genai.components.image_masks import image_block_bias
@@ -17,8 +17,9 @@ from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.masks import attention_bias
 from mobius_genai.components.norms import RMSNorm, make_norm
 from mobius_genai.components.per_layer_stack import PerLayerDecoderLayer
+from mobius_genai.components.positions import make_positions
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
-from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config import ArchitectureConfig, RopeConfig
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
 
@@ -27,7 +28,8 @@ class TextModel(nn.Module):
     """The decoder stack; named `model` so parameter names match llama-style checkpoints.
 
     Layers that share a rope share one `RotaryEmbedding` (its cos/sin tables): `rotary_emb`
-    for the config's rope and `rotary_emb_local` for sliding layers when `rope_local` differs.
+    for the config's rope, `rotary_emb_local` for sliding layers when `rope_local` differs,
+    and `rotary_emb_layers` for the other ropes of `layer_rope_thetas`, in layer order.
     With `image_token_id` the tokens of one image attend to each other in both directions
     (components/image_masks.py); with `deepstack_layers` the embeddings carry that many
     DeepStack parts, added after the first layers (components/deepstack.py).
@@ -45,24 +47,19 @@ class TextModel(nn.Module):
         self.image_token_id = image_token_id
         self.deepstack_layers = deepstack_layers
         self.embed_tokens = Embedding(
-            config.vocab_size, config.hidden_size, config.embedding_multiplier
+            config.vocab_size, config.embedding_width, config.embedding_multiplier
         )
-        if config.position_embedding == "learned":
-            if context_length > config.max_position_embeddings:
-                raise ConfigError(
-                    f"context length {context_length} exceeds the {config.max_position_embeddings}"
-                    " learned positions of this model; accepted: at most max_position_embeddings"
-                )
-            self.embed_positions = Embedding(config.max_position_embeddings, config.hidden_size)
-        else:
-            self.embed_positions = None
+        self.embed_positions = make_positions(config, context_length)
+        _projections(self, config)
         self.embed_norm = None
         if config.embedding_layernorm:
             self.embed_norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
         self.layers = nn.ModuleList(
             [DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
-        self.norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
+        self.norm = None
+        if config.embedding_layout.final_norm:
+            self.norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
         ropes = [config.rope_of_layer(i) for i in range(config.num_hidden_layers)]
         rotary = RotaryEmbedding if config.rope.mrope_section is None else MultimodalRotaryEmbedding
         self.rotary_emb = (
@@ -75,6 +72,12 @@ class TextModel(nn.Module):
             )
         else:
             self.rotary_emb_local = None
+        self._layer_ropes = [
+            rope for rope in dict.fromkeys(ropes) if rope not in (None, config.rope, local)
+        ]
+        self.rotary_emb_layers = nn.ModuleList(
+            [RotaryEmbedding(r, config.rotary_dim_of(r), context_length) for r in self._layer_ropes]
+        )
         # a chunk as long as the context holds every position: the layer attends in full
         self.masks = [
             (
@@ -99,6 +102,8 @@ class TextModel(nn.Module):
             hidden_states, deepstack = split_deepstack(op, embeds, self.deepstack_layers)
             if config.tie_word_embeddings:
                 self.embed_tokens(op)  # the tied head's table, under its checkpoint name
+        if self.project_in is not None:
+            hidden_states = self.project_in(op, hidden_states)
         if self.embed_positions is not None:
             hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
         if config.embedding_norm:
@@ -106,6 +111,9 @@ class TextModel(nn.Module):
         if self.embed_norm is not None:
             hidden_states = self.embed_norm(op, hidden_states)
         rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        residual_float32 = float32_residual(config)
+        if residual_float32:  # the layers carry the residual stream in float32
+            hidden_states = op.Cast(hidden_states, to=ir.DataType.FLOAT)
         presents = []
         for i, layer in enumerate(self.layers):
             hidden_states, present = layer(
@@ -121,7 +129,13 @@ class TextModel(nn.Module):
             presents.append(present)
             if i < len(deepstack):
                 hidden_states = op.Add(hidden_states, deepstack[i])
-        return self.norm(op, hidden_states), presents
+        if residual_float32:
+            hidden_states = op.Cast(hidden_states, to=get_build_dtype())
+        if self.norm is not None:
+            hidden_states = self.norm(op, hidden_states)
+        if self.project_out is not None:
+            hidden_states = self.project_out(op, hidden_states)
+        return hidden_states, presents
 
     def _layer_inputs(
         self, op, input_ids, attention_mask, position_ids
@@ -133,8 +147,7 @@ class TextModel(nn.Module):
         for i in range(config.num_hidden_layers):
             rope = config.rope_of_layer(i)
             if rope is not None and rope not in rotations:
-                module = self.rotary_emb if rope == config.rope else self.rotary_emb_local
-                rotations[rope] = module(op, position_ids)
+                rotations[rope] = self._rotary_of(rope)(op, position_ids)
         # where og.Engine's rows put their keys; it runs no multimodal-rope (3-D position) model
         flat = config.rope.mrope_section is None
         slots = kv_slots(op, input_ids, attention_mask, position_ids) if flat else None
@@ -148,6 +161,14 @@ class TextModel(nn.Module):
             slots,
             [biases[self.masks[i]] for i in layers],
         )
+
+    def _rotary_of(self, rope: RopeConfig) -> nn.Module:
+        """The RotaryEmbedding that holds `rope`'s tables."""
+        if rope == self.config.rope:
+            return self.rotary_emb
+        if rope == self.config.rope_local:
+            return self.rotary_emb_local
+        return self.rotary_emb_layers[self._layer_ropes.index(rope)]
 
     def _sharing_layers(
         self, op, state, per_layer, input_ids, attention_mask, position_ids, past
@@ -198,6 +219,14 @@ class TextModel(nn.Module):
                 "text decoder, or a context length within attention_chunk_size"
             )
         return image_block_bias(op, input_ids, attention_mask, window or None, self.image_token_id)
+
+
+def _projections(model: nn.Module, config: ArchitectureConfig) -> None:
+    """project_in and project_out between a narrower token table and the stack (OPT-350m's
+    word_embed_proj_dim), unbiased; None where the table is as wide as the stack."""
+    width, hidden = config.embedding_width, config.hidden_size
+    model.project_in = Linear(width, hidden) if width != hidden else None
+    model.project_out = Linear(hidden, width) if width != hidden else None
 
 
 def _chunk(chunk: int | None, context_length: int) -> int:
@@ -340,7 +369,7 @@ def make_lm_head(config: ArchitectureConfig) -> nn.Module:
     """The LM head `config` says: the embedding table (tied) or a Linear of its own."""
     if config.tie_word_embeddings:
         return TiedLMHead(config.vocab_size, config.lm_head_bias)
-    return Linear(config.hidden_size, config.vocab_size, config.lm_head_bias)
+    return Linear(config.embedding_width, config.vocab_size, config.lm_head_bias)
 
 
 def head_logits(

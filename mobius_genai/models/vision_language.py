@@ -62,6 +62,7 @@ from mobius_genai.models.image_processors import (
     qwen_vision_keys,
     square_transforms,
 )
+from mobius_genai.models.text_class_defaults import LFM2_DEFAULTS, MISTRAL3_TEXT_CLASSES
 from mobius_genai.tasks.vision_language import (
     IMAGE_GRID_THW,
     IMAGES,
@@ -125,6 +126,10 @@ class VisionLanguageFamily:
     # `text_family` the row builds, each by its own family row; others are refused. None: the
     # multimodal class fixes its text config's class, whatever text_config.model_type says.
     text_families: tuple[str, ...] | None = None
+    # For a given text_config of a row with `text_families`: transformers' defaults of the
+    # config class its model_type names (`text_defaults` are the multimodal class's, for a
+    # text_config left out), for the keys that text family's row requires.
+    text_class_defaults: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     @property
     def text(self) -> FamilyAdapter:
@@ -141,7 +146,8 @@ class VisionLanguageFamily:
 
     def for_text(self, raw: Mapping[str, Any]) -> VisionLanguageFamily:
         """This row for `raw`'s text decoder (`text_families`): a given text_config filled by its
-        family's defaults, as AutoConfig does; `text_defaults` stand in for an absent one only."""
+        class's defaults (`text_class_defaults`), as AutoConfig fills it; `text_defaults` stand
+        in for an absent one only."""
         text = raw.get("text_config")
         if self.text_families is None or not isinstance(text, Mapping):
             return self
@@ -151,7 +157,8 @@ class VisionLanguageFamily:
                 f"config.json: field 'text_config.model_type' is {given!r}; accepted for "
                 f"{self.model_type}: {[self.text_family, *self.text_families]}"
             )
-        return dataclasses.replace(self, text_family=given, text_defaults={})
+        defaults = self.text_class_defaults.get(given, {})
+        return dataclasses.replace(self, text_family=given, text_defaults=defaults)
 
     def parse_config(self, raw: Mapping[str, Any]) -> VisionLanguageConfig:
         """Text keys from `text_config`, or from the top level of a flat hub config.json."""
@@ -280,6 +287,9 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             genai_type="gemma3",
             text_defaults={
                 "vocab_size": 262_208,
+                "hidden_size": 2304,
+                "intermediate_size": 9216,
+                "num_hidden_layers": 26,
                 "num_attention_heads": 8,
                 "num_key_value_heads": 4,
                 "head_dim": 256,
@@ -320,6 +330,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 "num_hidden_layers": 80,
                 "num_attention_heads": 64,
                 "num_key_value_heads": 8,
+                "max_position_embeddings": 32_768,
                 "rope_theta": 1_000_000.0,
                 "rms_norm_eps": 1e-5,
             },
@@ -371,6 +382,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             image_transforms=pixtral_transforms,
             vision_keys=pixtral_vision_keys,
             text_families=("ministral3", "deepseek_v3"),  # Ministral 3, Mistral Large 3
+            text_class_defaults=MISTRAL3_TEXT_CLASSES,
         ),
         VisionLanguageFamily(
             model_type="qwen3_vl",
@@ -414,17 +426,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
             model_type="lfm2_vl",
             text_family="lfm2",
             genai_type="lfm2_vl",
-            text_defaults={  # Lfm2Config's defaults
-                "vocab_size": 65_536,
-                "hidden_size": 2560,
-                "intermediate_size": 12_288,
-                "num_hidden_layers": 32,
-                "num_attention_heads": 32,
-                "num_key_value_heads": 8,
-                "max_position_embeddings": 128_000,
-                "norm_eps": 1e-5,
-                "rope_theta": 1_000_000.0,
-            },
+            text_defaults=LFM2_DEFAULTS,
             text_overrides={},
             parse_vision=parse_lfm2_vision_language,
             vision_model=Lfm2VlVisionModel,
@@ -444,6 +446,7 @@ VISION_LANGUAGE: dict[str, VisionLanguageFamily] = {
                 SPATIAL_SHAPES: "image_sizes",
             },
             text_families=(),  # Lfm2VlConfig builds text_config by its model_type: lfm2 only
+            text_class_defaults={"lfm2": LFM2_DEFAULTS},
         ),
         # Gemma 4: images cut into patches by og's Gemma4ImageTransform (aspect ratio kept
         # within max_soft_tokens), a tower with learned and rotary 2-D positions, 3 x 3

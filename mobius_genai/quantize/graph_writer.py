@@ -82,6 +82,10 @@ class GraphWriter:
             if value.uses() or value.is_graph_output():
                 continue
             producer = value.producer()
+            # a producer replaced already (a quantized MatMul that fed another: OPT-350m's
+            # project_out before its tied head) leaves nothing to remove
+            if producer is not None and producer.graph is not self.graph:
+                continue
             if producer is not None:
                 if any(out.uses() or out.is_graph_output() for out in producer.outputs):
                     continue

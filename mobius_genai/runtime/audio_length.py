@@ -91,7 +91,7 @@ _KBPS = {
 _RATES = {0: (11_025, 12_000, 8_000), 2: (22_050, 24_000, 16_000), 3: (44_100, 48_000, 32_000)}
 
 
-def _mp3_frame(header: int) -> tuple[int, int, int] | None:
+def mp3_frame(header: int) -> tuple[int, int, int] | None:
     """(rate, samples, bytes) of the MPEG layer III frame whose 4-byte header is `header`."""
     version, layer = header >> 19 & 3, header >> 17 & 3
     bitrate, rate_index, padding = header >> 12 & 15, header >> 10 & 3, header >> 9 & 1
@@ -106,13 +106,33 @@ def _mp3_frame(header: int) -> tuple[int, int, int] | None:
 
 
 def _mp3(data: bytes) -> AudioLength | None:
-    """MP3: the frames counted from the first header on (constant or variable bitrate); up to
-    two frames longer than the audio (an encoder's Info frame, its delay and padding)."""
+    """MP3: the frames counted from the first header on (constant or variable bitrate), and on
+    past other bytes where frames start again (og's decoder skips them); up to two frames longer
+    than the audio (an encoder's Info frame, its delay and padding)."""
     at, rate, samples, count = skip_id3(data), 0, 0, 0
     while at + 4 <= len(data):
-        frame = _mp3_frame(int.from_bytes(data[at : at + 4], "big"))
+        frame = mp3_frame(int.from_bytes(data[at : at + 4], "big"))
         if frame is None:
-            break
+            resumed = mp3_resumes(data, at, (rate, count)) if samples else None
+            if resumed is None:
+                break
+            at = resumed
+            continue
         rate, count, size = frame
         samples, at = samples + count, at + size
     return AudioLength(rate, samples / rate, slack=2 * count / rate) if samples else None
+
+
+def mp3_resumes(data: bytes, at: int, shape: tuple[int, int]) -> int | None:
+    """Where layer III frames of `shape` (rate, samples per frame) start again after `at`: a
+    frame followed by another of that shape; None where none does (a tag, padding)."""
+    sync = data.find(b"\xff", at)
+    while 0 <= sync < len(data) - 4:
+        frame = mp3_frame(int.from_bytes(data[sync : sync + 4], "big"))
+        if frame is not None and frame[:2] == shape:
+            after = data[sync + frame[2] : sync + frame[2] + 4]
+            following = mp3_frame(int.from_bytes(after, "big")) if len(after) == 4 else None
+            if following is not None and following[:2] == shape:
+                return sync
+        sync = data.find(b"\xff", sync + 1)
+    return None

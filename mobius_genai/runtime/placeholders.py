@@ -7,7 +7,8 @@ features fill written out (`image_token`, Gemma 4's `<|image|>`), reaches the mo
 with no features to take: the embedding graph takes them as text, as transformers does without
 pixel values, which is not what the prompt meant, and beside an image they outnumber its
 features, which fails inside og's session run ("Gather ... out of bounds") as transformers
-refuses them. `run` and `chat` refuse such a prompt first, in one line.
+refuses them. `run`, `chat`, serve's chat completions and `video_inputs` refuse such a prompt
+first, in one line.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ def require_media(
     model = config["model"]
     row = og_type(model["type"])
     vision = "vision" in model
-    if vision and row.image_token is not None and row.image_token in text:
+    if vision and _loose_image_tokens(row.image_token, row.image_placeholder, text):
         raise OptionError(
             f"{folder}: the prompt holds {row.image_token}, the token og fills with an image's "
-            f"features; accepted: {row.image_placeholder} to place an image (one per file of "
-            "`run --image FILE`), or a prompt without it"
+            f"features; accepted: {row.image_placeholder} to place an image (one per "
+            f"{given_as['image']}), or a prompt without it"
         )
     image = row.image_placeholder if vision else None
     media = ((image, images, "image"), (prompt_audio(config), audios, "clip"))
@@ -60,3 +61,11 @@ def require_media(
                 f"are given; accepted: at most one {placeholder} per {given_as[noun]}, or a "
                 "prompt without it"
             )
+
+
+def _loose_image_tokens(token: str | None, placeholder: str | None, text: str) -> bool:
+    """Whether `text` holds the image `token` outside the image placeholders (Qwen's
+    `<|image_pad|>` is inside its placeholder; Gemma 4's `<|image|>` is not)."""
+    if token is None or placeholder is None:
+        return False
+    return text.count(token) > text.count(placeholder) * placeholder.count(token)

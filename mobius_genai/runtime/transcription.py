@@ -3,17 +3,16 @@
 onnxruntime-genai: for serve's transcription formats (srt, vtt, verbose_json).
 
 The clip's log-mel comes from og's processor (a WAV over the encoder's 30 s window in 30 s
-pieces, a FLAC in pieces of whole frames up to 30 s (`runtime/flac_pieces.py`), their log-mels
-joined; MP3 only up to one window: og decodes it whole, and its frames lean on the ones before
-them, so it is not cut here). It is decoded a window at a time from `seek`: a window whose
-timestamps end in a pair moves `seek` a whole window on; one cut mid-segment moves it to that
-segment's start, which the next window decodes again; without timestamps each window is one
-segment. Segments are read from each window's tokens as transformers' `_retrieve_segment`
-reads them, offset by the window's start. Each window also gives what openai/whisper reports
-of it: its tokens' mean log-probability (`sum / (tokens + 1)`, end of text counted), its
-text's zlib compression ratio and the probability of the no-speech token at the start token.
-`temperature` above 0 samples each token at that temperature (no fallback between
-temperatures); a `prompt` conditions the first window (`<|startofprev|>`, transformers'
+pieces, a FLAC or MP3 in pieces of whole frames up to 30 s (`runtime/flac_pieces.py`,
+`runtime/mp3_pieces.py`), their log-mels joined). It is decoded a window at a time from `seek`:
+a window whose timestamps end in a pair moves `seek` a whole window on; one cut mid-segment
+moves it to that segment's start, which the next window decodes again; without timestamps each
+window is one segment. Segments are read from each window's tokens as transformers'
+`_retrieve_segment` reads them, offset by the window's start. Each window also gives what
+openai/whisper reports of it: its tokens' mean log-probability (`sum / (tokens + 1)`, end of
+text counted), its text's zlib compression ratio and the probability of the no-speech token at
+the start token. `temperature` above 0 samples each token at that temperature (no fallback
+between temperatures); a `prompt` conditions the first window (`<|startofprev|>`, transformers'
 `prompt_condition_type="first-segment"`).
 """
 
@@ -23,7 +22,7 @@ import dataclasses
 import math
 import sys
 import zlib
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -42,6 +41,7 @@ from mobius_genai.runtime.audio import (
 )
 from mobius_genai.runtime.audio_length import audio_length, wav_chunks
 from mobius_genai.runtime.flac_pieces import flac_pieces
+from mobius_genai.runtime.mp3_pieces import mp3_pieces
 from mobius_genai.runtime.timestamps import SECONDS_PER_TOKEN, TimestampRules
 
 if TYPE_CHECKING:
@@ -110,10 +110,14 @@ def transcript_steps(
     clip: Clip,
     request: TranscriptRequest,
     rng: np.random.Generator | None = None,
+    on_segment: Callable[[TimedSegment], None] | None = None,
 ) -> Steps:
     """The transcript of `clip`: a generator that yields once per token and returns the
     Transcript (`yield from` it, or step it with next() until StopIteration's value); an
-    OptionError for a clip og cannot read whole or a language or task the model lacks."""
+    OptionError for a clip og cannot read whole or a language or task the model lacks.
+    `on_segment` gets each segment as soon as its window is decoded (a segment is final then:
+    one cut at the window's end is left to the next window), so a long clip's text can be shown
+    while the rest is decoded."""
     mel, duration = clip_features(bundle, clip)
     tokenizer = og.Tokenizer(bundle.model)
     language = request.language
@@ -128,6 +132,8 @@ def transcript_steps(
     decoder = _Decoder(bundle, tokenizer, rules, request, rng)
     previous = _previous(tokenizer, request.prompt, bundle.config["model"]["context_length"])
     total = round(duration * FRAMES_PER_SECOND)
+    if total > width:  # long-form: the features end with the audio, a window past it is zeros
+        mel = mel[..., :total]
     found: list[TimedSegment] = []
     seek = 0
     while seek < total:
@@ -137,49 +143,70 @@ def transcript_steps(
         pieces, advance = window_segments(window.tokens, first_time, seek, frames)
         ratio = compression_ratio(tokenizer.decode(window.tokens))
         for start, end, piece in pieces:
-            found.append(
-                TimedSegment(
-                    id=len(found),
-                    seek=seek,
-                    start=start,
-                    end=end,
-                    text=tokenizer.decode(piece),
-                    tokens=tuple(piece),
-                    temperature=request.temperature,
-                    avg_logprob=window.sum_logprob / (len(window.tokens) + 1),
-                    compression_ratio=ratio,
-                    no_speech_prob=window.no_speech_prob,
-                )
+            segment = TimedSegment(
+                id=len(found),
+                seek=seek,
+                start=start,
+                end=end,
+                text=tokenizer.decode(piece),
+                tokens=tuple(piece),
+                temperature=request.temperature,
+                avg_logprob=window.sum_logprob / (len(window.tokens) + 1),
+                compression_ratio=ratio,
+                no_speech_prob=window.no_speech_prob,
             )
+            found.append(segment)
+            if on_segment is not None:
+                on_segment(segment)
         seek += advance or frames  # a window that moves nothing on would come back forever
     text = "".join(segment.text for segment in found)
     return Transcript(request.task, language or "en", duration, text, tuple(found))
 
 
+@dataclasses.dataclass(frozen=True)
+class AudioPiece:
+    """A piece of a long clip, a file og's processor reads on its own."""
+
+    clip: Clip
+    lead: int = 0
+    """Log-mel frames its decoding gives before its own audio (an MP3's lead-in), dropped."""
+    frames: int | None = None
+    """Log-mel frames of its own audio; None: to the end (the last piece, padding included)."""
+
+
 def clip_features(bundle: OpenBundle, clip: Clip) -> tuple[np.ndarray, float]:
     """The clip's log-mel [1, bins, frames] from og's processor and its length in seconds; a
-    WAV or FLAC over the encoder's window in pieces of up to a window, their log-mels joined
-    (each cut where its audio ends, the last one whole, with the processor's padding after the
-    audio, as a clip within one window has)."""
+    clip over the encoder's window in pieces of up to a window (`clip_pieces`), their log-mels
+    joined (each cut where its own audio ends, the last one whole, with the processor's padding
+    after the audio, as a clip within one window has)."""
     window = max_seconds(bundle.folder)
     seconds = clip.seconds(math.inf)
     if seconds is None:  # not a format whose headers say its length: og's decoder refuses it
         audio_inputs(bundle.model, "<|startoftranscript|>", clip)
         seconds = float(window)
-    pieces = [(clip, 0.0)] if seconds <= window else clip_pieces(clip, window)
-    mels = [
-        audio_inputs(bundle.model, "<|startoftranscript|>", piece)["audio_features"].as_numpy()
-        for piece, _ in pieces
-    ]
-    ends = [math.floor(length * FRAMES_PER_SECOND) for _, length in pieces[:-1]]
-    mels = [mel[..., :end] for mel, end in zip(mels, ends, strict=False)] + mels[-1:]
-    return np.concatenate(mels, axis=-1).astype(np.float32), seconds
+    pieces = [AudioPiece(clip)] if seconds <= window else clip_pieces(clip, window)
+    mels = []
+    for index, piece in enumerate(pieces):
+        mel = audio_inputs(bundle.model, "<|startoftranscript|>", piece.clip)["audio_features"]
+        last = index == len(pieces) - 1 or piece.frames is None
+        mels.append(mel.as_numpy()[..., piece.lead : None if last else piece.lead + piece.frames])
+    return _one_scale(np.concatenate(mels, axis=-1)).astype(np.float32), seconds
 
 
-def clip_pieces(clip: Clip, seconds: int) -> list[tuple[Clip, float]]:
-    """A WAV clip cut into `seconds`-long clips, a FLAC one into clips of whole frames up to
-    `seconds` long, each with its length in seconds; an OptionError for any other format or a
-    FLAC whose frames do not hold the samples its header names."""
+def _one_scale(mel: np.ndarray) -> np.ndarray:
+    """Whisper's log-mel is log10 raised to 8 below the clip's largest value, then (x + 4) / 4:
+    each piece's own largest value, where the whole audio's features (transformers' feature
+    extractor, openai/whisper) take the whole audio's. Back to log10 and raised to 8 below the
+    largest of all: exact, as a value a piece raised sits below that floor too."""
+    logs = mel * 4.0 - 4.0
+    return (np.maximum(logs, logs.max() - 8.0) + 4.0) / 4.0
+
+
+def clip_pieces(clip: Clip, seconds: int) -> list[AudioPiece]:
+    """A WAV clip cut into `seconds`-long clips, a FLAC or MP3 one into clips of whole frames up
+    to `seconds` long (an MP3's lead-in and tail included: `runtime/mp3_pieces.py`); an
+    OptionError for any other format or a FLAC whose frames do not hold the samples its header
+    names."""
     found = audio_length(clip.data)
     rate = found.rate
     flac = flac_pieces(clip.data, seconds * rate)
@@ -192,10 +219,23 @@ def clip_pieces(clip: Clip, seconds: int) -> list[tuple[Clip, float]]:
             )
         starts = np.cumsum([0, *(piece.samples for piece in flac)]) / rate
         return [
-            (Clip(piece.data, f"{clip.name} from {start:.1f} s"), piece.samples / rate)
+            AudioPiece(
+                Clip(piece.data, f"{clip.name} from {start:.1f} s"),
+                frames=math.floor(piece.samples / rate * FRAMES_PER_SECOND),
+            )
             for piece, start in zip(flac, starts, strict=False)
         ]
-    return [(piece, float(seconds)) for piece in wav_pieces(clip, seconds)]
+    mp3 = mp3_pieces(clip.data, seconds, FRAMES_PER_SECOND)
+    if mp3 is not None:
+        starts = np.cumsum([0, *(piece.frames for piece in mp3)]) / FRAMES_PER_SECOND
+        return [
+            AudioPiece(
+                Clip(piece.data, f"{clip.name} from {start:.1f} s"), piece.lead, piece.frames
+            )
+            for piece, start in zip(mp3, starts, strict=False)
+        ]
+    frames = seconds * FRAMES_PER_SECOND
+    return [AudioPiece(piece, frames=frames) for piece in wav_pieces(clip, seconds)]
 
 
 def wav_pieces(clip: Clip, seconds: int) -> list[Clip]:
@@ -204,8 +244,9 @@ def wav_pieces(clip: Clip, seconds: int) -> list[Clip]:
     fmt, samples = wav_chunks(clip.data)
     if fmt is None or samples is None:
         raise OptionError(
-            f"{clip.name}: over the encoder's {seconds} s, and only a WAV or FLAC file is cut "
-            f"into windows here; accepted: a WAV or FLAC file, or MP3 up to {seconds} s"
+            f"{clip.name}: over the encoder's {seconds} s, and only a WAV, FLAC or MP3 file is "
+            "cut into windows here (an MP3 whose frames all read, at one sample rate, with "
+            f"nothing after them but a tag); accepted: such a file, or any up to {seconds} s"
         )
     rate = int.from_bytes(fmt[12:16], "little")
     block = int.from_bytes(fmt[20:22], "little")

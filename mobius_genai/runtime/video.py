@@ -19,8 +19,14 @@ import onnxruntime_genai as og
 from mobius_genai._json import read_json_object
 from mobius_genai.errors import BundleError
 from mobius_genai.kinds.og_types import OG_PROCESSOR_FILES
+from mobius_genai.runtime.placeholders import require_media
 
 _VIDEO_TYPES = ("qwen3_vl",)
+#: How `video_inputs` takes images and clips (none), which a refusal names.
+_VIDEO_MEDIA = {
+    "image": "image given (video_inputs places the video's frames itself and takes no image)",
+    "clip": "clip given (video_inputs takes no audio)",
+}
 
 
 def _transform(transforms: Sequence[Mapping[str, Any]], kind: str) -> Mapping[str, Any]:
@@ -78,14 +84,18 @@ def video_inputs(
 ) -> og.NamedTensors:
     """og inputs for a Qwen3-VL `bundle` (opened as `model`): the video `frames` (uint8
     [f, h, w, 3], sampled at `frame_indices` of a video of `fps` frames a second; default
-    0..f-1), each temporal patch after its `<t seconds>` timestamp, then `prompt`."""
+    0..f-1), each temporal patch after its `<t seconds>` timestamp, then `prompt`; an
+    OptionError for a `prompt` holding an image placeholder or the image token."""
     folder = Path(bundle)
-    config = read_json_object(folder / "genai_config.json", BundleError)["model"]
+    genai_config = read_json_object(folder / "genai_config.json", BundleError)
+    config = genai_config["model"]
     if config["type"] not in _VIDEO_TYPES or "vision" not in config:
         raise BundleError(
             f"{folder}: model.type {config['type']!r} takes no video here; accepted: a "
             f"vision-language bundle of model.type {', '.join(_VIDEO_TYPES)}"
         )
+    # an image token or placeholder in `prompt` would outnumber the frames' features
+    require_media(folder, genai_config, prompt, given_as=_VIDEO_MEDIA)
     processor = read_json_object(
         folder / config["vision"].get("config_filename", OG_PROCESSOR_FILES["vision"]),
         BundleError,

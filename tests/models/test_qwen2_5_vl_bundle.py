@@ -160,6 +160,26 @@ def test_run_with_an_image_streams_what_transformers_generates(
     assert text == expected + "\n"
 
 
+@pytest.mark.parametrize(
+    "prompt", ["<|image_pad|> Describe it.", f"{PLACEHOLDER} <|image_pad|> Describe it."]
+)
+def test_run_refuses_the_image_token_outside_a_placeholder_in_one_line(
+    bundle, tmp_path, capsys, prompt
+):
+    """`<|image_pad|>` written out beside an image is one more image token than the image has
+    features: refused before og, which fails it in its session run ("Gather ... out of
+    bounds")."""
+    path = tmp_path / "photo.png"
+    path.write_bytes(png_bytes(np.zeros((32, 40, 3), np.uint8)))
+    capsys.readouterr()
+    assert main(["run", str(bundle), "--image", str(path), "--prompt", prompt]) != 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and "Gather" not in captured.err, captured.err
+    assert "holds <|image_pad|>, the token og fills with an image's features" in captured.err
+    assert f"accepted: {PLACEHOLDER} to place an image" in captured.err
+
+
 def test_int4_quantizes_the_decoder_and_keeps_the_vision_tower_float(checkpoint, tmp_path, capfd):
     bundle = package(checkpoint[1], "cpu", tmp_path / "bundle", precision="int4")
     ops = {

@@ -15,7 +15,7 @@ import torch
 
 from mobius_genai.cli import main
 from mobius_genai.ep import get_ep
-from mobius_genai.errors import BundleError
+from mobius_genai.errors import BundleError, OptionError
 from mobius_genai.packager import package
 from mobius_genai.runtime.smoke import smoke_test
 from mobius_genai.runtime.smoke_image import png_bytes
@@ -154,6 +154,15 @@ def test_video_inputs_generate_transformers_video_tokens(checkpoint, bundle, cou
 def test_video_inputs_name_bad_frames(bundle, frames, indices, message):
     with pytest.raises(BundleError, match=message):
         video_inputs(bundle, og.Model(str(bundle)), frames, "", 2.0, indices)
+
+
+@pytest.mark.parametrize("prompt", [" <|image_pad|> Describe.", f" {PLACEHOLDER} Describe."])
+def test_video_inputs_refuse_image_tokens_in_the_prompt(bundle, prompt):
+    """An image token or placeholder in the prompt outnumbers the frames' features: refused
+    before og (which failed generating, "Gather ... out of bounds")."""
+    frames = np.zeros((2, 40, 56, 3), np.uint8)
+    with pytest.raises(OptionError, match=r"video_inputs .*, or a prompt without it$"):
+        video_inputs(bundle, og.Model(str(bundle)), frames, prompt, 2.0)
 
 
 def test_video_inputs_refuse_a_bundle_of_another_type(bundle, tmp_path):

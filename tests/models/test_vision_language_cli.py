@@ -76,6 +76,18 @@ def test_a_file_that_is_not_png_or_jpeg_is_one_clear_error(gemma3_bundle, tmp_pa
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("prompt", ["<image_soft_token> Hi", "<start_of_image><image_soft_token>"])
+def test_the_image_token_beside_an_image_is_one_clear_error(gemma3_bundle, image, prompt, capsys):
+    """A `<image_soft_token>` written out is one more than the image's 256 features: refused
+    before og, whose session run failed on it ("Gather ... out of bounds")."""
+    command = ["run", str(gemma3_bundle), "--image", str(image[0]), "--prompt", prompt]
+    capsys.readouterr()
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Gather" not in err, err
+    assert "holds <image_soft_token>, the token og fills with an image's features" in err
+
+
 def test_the_card_lists_the_graphs_and_an_image_run(gemma3_bundle):
     card = (gemma3_bundle / "README.md").read_text()
     graphs = next(line for line in card.splitlines() if line.startswith("| Graphs |"))

@@ -143,6 +143,7 @@ def test_image_and_text_requests_at_once_get_their_replies_alone(image_server):
             'detail "ultra" is not accepted; accepted: auto, low, high',
         ),
         (_text(f"{PLACEHOLDER} Hi"), f"places 1 {PLACEHOLDER} but 0 image(s)"),
+        (_text("<|image_pad|> Hi"), "holds <|image_pad|>, the token og fills"),
     ],
     ids=[
         "not base64",
@@ -155,6 +156,7 @@ def test_image_and_text_requests_at_once_get_their_replies_alone(image_server):
         "not an image type",
         "detail",
         "placeholder without an image",
+        "image token without an image",
     ],
 )
 def test_an_image_that_cannot_be_served_is_one_clear_400(image_server, part, said):
@@ -164,6 +166,19 @@ def test_an_image_that_cannot_be_served_is_one_clear_400(image_server, part, sai
     assert said in error.message and "accepted" in error.message, error.message
     assert error.body["param"].startswith("messages")
     assert _chat(image_server.client(), "Hi").choices  # nothing left queued; the server goes on
+
+
+@pytest.mark.parametrize("text", ["<|image_pad|> Hi", "Hi <|image_pad|><|image_pad|>"])
+def test_the_image_token_written_beside_an_image_is_a_400_naming_the_part(image_server, text):
+    """One more image token than the image has features reached og, whose session run failed
+    ("Gather ... out of bounds"): now one 400 naming the image part, before og."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        _chat(image_server.client(), [_text(text), _image_part(PNG)])
+    error = caught.value
+    assert "holds <|image_pad|>, the token og fills" in error.message, error.message
+    assert "Gather" not in error.message
+    assert error.body["param"] == "messages[0].content[1]"
+    assert _chat(image_server.client(), "Hi").choices
 
 
 def test_an_image_to_a_text_only_bundle_names_its_inputs(server):

@@ -22,7 +22,11 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from mobius_genai.checkpoint.prequantized.tensor import PrequantizedTensor, StoredBlocks
+from mobius_genai.checkpoint.prequantized.tensor import (
+    PrequantizedTensor,
+    StoredBlocks,
+    matrices,
+)
 from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader, TensorSource
 from mobius_genai.errors import ConfigError, WeightsError
 
@@ -63,6 +67,15 @@ class QuantizationScheme:
             words.append(f"format {self.version}")
         return ", ".join(words)
 
+    def stored_tensors(
+        self,
+        parameters: Mapping[str, ir.Value],
+        checkpoint: CheckpointReader,
+        checkpoint_name: CheckpointName,
+    ) -> tuple[dict[str, PrequantizedTensor], list[str]]:
+        """The weights stored quantized (`prequantized_tensors`)."""
+        return prequantized_tensors(parameters, checkpoint, self, checkpoint_name)
+
 
 def read_quantization_config(raw: Mapping[str, Any]) -> QuantizationScheme | None:
     """The scheme of config.json's `quantization_config`, None when there is none.
@@ -79,7 +92,7 @@ def read_quantization_config(raw: Mapping[str, Any]) -> QuantizationScheme | Non
     if method not in _METHODS:
         raise ConfigError(
             f"{where}.quant_method is {qc.get('quant_method')!r}; accepted: "
-            f"{', '.join(_METHODS)}, mxfp4 (MoE experts), fp8, compressed-tensors (FP8) (other pre-quantized formats are not "
+            f"{', '.join(_METHODS)}, mxfp4 (MoE experts), fp8, compressed-tensors (FP8), bitnet (other pre-quantized formats are not "
             "read)"
         )
     bit_widths, versions = _METHODS[method]
@@ -125,9 +138,7 @@ def prequantized_tensors(
     """
     tensors: dict[str, PrequantizedTensor] = {}
     used: list[str] = []
-    for name, value in parameters.items():
-        if value.const_value is not None or value.shape is None or value.shape.rank() != 2:
-            continue
+    for name, value in matrices(parameters):
         source = checkpoint_name(name)
         names = (source,) if isinstance(source, str) else source.names
         stored = next((n for n in names if n in checkpoint), None)

@@ -15,12 +15,12 @@ group is a run, and the graph gathers its activations in the same order: exact.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import onnx_ir as ir
 
-__all__ = ["ZERO_FORMS", "PrequantizedTensor", "StoredBlocks"]
+__all__ = ["ZERO_FORMS", "PrequantizedTensor", "StoredBlocks", "matrices"]
 
 #: How a weight's zero points are stored, from the most to the least compact.
 ZERO_FORMS = ("implicit", "uint8", "float")
@@ -94,3 +94,10 @@ class PrequantizedTensor(ir.LazyTensor):
             rows = ordered
         rows = rows if self.table else rows.T
         return ir.Tensor(np.ascontiguousarray(rows.astype(self.dtype.numpy())), name=self.name)
+
+
+def matrices(parameters: Mapping[str, ir.Value]) -> Iterator[tuple[str, ir.Value]]:
+    """The [K, N] parameters still without a value: the weights a stored format may hold."""
+    for name, value in parameters.items():
+        if value.const_value is None and value.shape is not None and value.shape.rank() == 2:
+            yield name, value

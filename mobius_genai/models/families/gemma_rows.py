@@ -101,7 +101,16 @@ _GEMMA3N_TEXT = FamilyAdapter(
     # the layers sharing an earlier cache have no k/v of their own (hub files keep them)
     unused_weights=(r"\.self_attn\.(k_proj|v_proj|k_norm|v_norm)\.",),
 )
-_GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n")
+# Gemma3nTextConfig's defaults for the keys gemma3n_text's row requires
+_GEMMA3N_TEXT_DEFAULTS = {
+    "vocab_size": 262_400,
+    "hidden_size": 2048,
+    "intermediate_size": 16_384,
+    "num_attention_heads": 8,
+    "max_position_embeddings": 32_768,
+    "sliding_window": 512,
+}
+_GEMMA3N_HUB = gemma_hub_row(_GEMMA3N_TEXT, "gemma3n", _GEMMA3N_TEXT_DEFAULTS)
 
 GEMMA_FAMILIES = (
     FamilyAdapter(

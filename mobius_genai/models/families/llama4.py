@@ -139,6 +139,13 @@ LLAMA4 = dataclasses.replace(
     unused_weights=(r"^vision_model\.", r"^multi_modal_projector\."),
     text_only=TextOnly(
         not_built="the vision tower (vision_model.*, multi_modal_projector.*): a text-only bundle",
+        # Llama4TextConfig's defaults for the keys llama4_text's row requires
+        text_defaults={
+            "vocab_size": 202_048,
+            "hidden_size": 5120,
+            "num_attention_heads": 40,
+            "max_position_embeddings": 131_072,
+        },
         top_level_keys={"tie_word_embeddings": False},
     ),
 )

@@ -18,9 +18,9 @@ as rows of the family table (hybrid_rows.py) and what they read.
   expert_layer_offset` MoE experts routed by the top-k of a softmax, not renormalized
   (JambaTopKRouter); norms named as Falcon-H1's.
 
-transformers computes the residual stream in float32 (`residual_in_fp32`, Mamba's and
-FalconMamba's default); the bundle adds residuals in the model dtype, which is the same in
-float32 bundles.
+transformers keeps the residual stream in float32 when `residual_in_fp32` (Mamba's and
+FalconMamba's default): so does a float16 or bfloat16 bundle (`residual_in_float32`). Jamba
+has no such key: its residuals are added in the model dtype, as JambaMambaDecoderLayer adds them.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ MAMBA = FamilyAdapter(
     config_overrides={
         "layer_types": _all_mixers,
         "one_block_layers": True,
+        "residual_in_float32": lambda raw: fields.flag(
+            raw.get("residual_in_fp32"), "residual_in_fp32", True
+        ),
         "norm_eps": lambda raw: fields.number(
             raw.get("layer_norm_epsilon"), "layer_norm_epsilon", 1e-5, positive=True
         ),

@@ -11,6 +11,8 @@ import dataclasses
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.cohere2_moe import COHERE2_MOE
+from mobius_genai.models.families.dbrx import DBRX
 from mobius_genai.models.families.family_keys import READS_SLIDING_SWITCH, UNBIASED_ATTENTION
 from mobius_genai.models.families.hunyuan_moe import HUNYUAN_ROUTER, hunyuan_moe
 from mobius_genai.models.families.layers import every_layer_windowed, qwen2_moe_layer_types
@@ -200,4 +202,6 @@ MOE_FAMILIES = (
         },
         experts=ExpertLayout(),
     ),
+    DBRX,  # nested attn_config / ffn_config, flat experts, p-norm routing (dbrx.py)
+    COHERE2_MOE,  # cohere2's parallel block with dense and MoE layers (cohere2_moe.py)
 )

@@ -103,3 +103,18 @@ def apertus_rope(raw: Mapping[str, Any]) -> dict[str, Any] | None:
     if raw.get("rope_theta") is not None or raw.get("rope_scaling") is not None:
         return None
     return dict(_APERTUS_ROPE)
+
+
+def layer_rope_thetas(raw: Mapping[str, Any]) -> tuple[float, ...]:
+    """granite_swa's `layer_rope_theta`: each layer's rope base (0: no rotary in that layer);
+    absent, null or rope_theta in every layer, an empty tuple (each layer on the rope's own)."""
+    thetas = raw.get("layer_rope_theta")
+    if thetas is None:
+        return ()
+    if not isinstance(thetas, list | tuple):
+        raise ConfigError(
+            f"config.json: field 'layer_rope_theta' must be a list of one rope base per layer, "
+            f"found {thetas!r}"
+        )
+    rope, _ = parse_rope(raw)
+    return () if all(theta == rope.theta for theta in thetas) else tuple(thetas)

@@ -12,13 +12,16 @@ rows that build on one another (mistral_rows, gemma_rows). Adding a family is ad
 from __future__ import annotations
 
 from mobius_genai.config import fields
+from mobius_genai.config.differential import read_differential
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.alibi_rows import ALIBI_FAMILIES
+from mobius_genai.models.families.bitnet import BITNET
 from mobius_genai.models.families.codegen import CODEGEN
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
+from mobius_genai.models.families.fairseq_rows import FAIRSEQ_FAMILIES
 from mobius_genai.models.families.family_keys import (
     READS_MLP_BIAS,
     READS_PARTIAL_ROTARY,
@@ -266,6 +269,7 @@ _FAMILIES = (
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     *ALIBI_FAMILIES,  # bloom, mpt
     GPT_NEO,
+    *FAIRSEQ_FAMILIES,  # opt, xglm
     *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
         model_type="nemotron",
@@ -310,6 +314,7 @@ _FAMILIES = (
         unused_weights=GPT2_BUFFERS,
     ),
     CODEGEN,
+    BITNET,
     *COHERE_GLM_FAMILIES,
     FamilyAdapter(
         model_type="arcee",
@@ -466,7 +471,13 @@ _FAMILIES = (
             (r"\.mlp\.fc2\.", ".mlp.down_proj."),
         ),
     ),
-    *WINDOWED_FAMILIES,  # cwm
+    FamilyAdapter(
+        model_type="diffllama",
+        config_defaults={"rms_norm_eps": 1e-5},
+        # llama's layer with differential attention (components/differential_attention.py)
+        config_overrides={"differential_attention": read_differential},
+    ),
+    *WINDOWED_FAMILIES,  # cwm, granite_swa, granitemoe_swa
     *MOE_FAMILIES,
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,

@@ -197,10 +197,16 @@ def rotated_attention(
     k_rot = op.RotaryEmbedding(
         key, cos, sin, position_ids, _allow_other_attributes=True, _outputs=["k_rot"]
     )
+    return unrotated_attention(op, q_rot, k_rot, value, mask, past_key, past_value, scores=scores)
+
+
+def unrotated_attention(op, query, key, value, mask, past_key, past_value, *, scores=False):
+    """The do_rotary=0 pattern: Attention over q and k as given, with past key/value and a
+    mask; with `scores`, also its qk output."""
     outputs = ["attention", "present_key", "present_value"] + (["scores"] if scores else [])
     return op.Attention(
-        q_rot,
-        k_rot,
+        query,
+        key,
         value,
         mask,
         past_key,
@@ -318,16 +324,7 @@ class GQAFusionNoRope(GQAFusion):
         super().__init__("GQAFusionNoRope")
 
     def pattern(self, op, query, key, value, mask, past_key, past_value):
-        return op.Attention(
-            query,
-            key,
-            value,
-            mask,
-            past_key,
-            past_value,
-            _allow_other_attributes=True,
-            _outputs=["attention", "present_key", "present_value"],
-        )
+        return unrotated_attention(op, query, key, value, mask, past_key, past_value)
 
 
 def _attention_attributes(

@@ -27,7 +27,12 @@ from onnxscript.rewriter import pattern
 
 from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.tier1 import MS_DOMAIN
-from mobius_genai.optimize.rules.gqa import GQAFusion, rotated_attention, sequence_lengths
+from mobius_genai.optimize.rules.gqa import (
+    GQAFusion,
+    rotated_attention,
+    sequence_lengths,
+    unrotated_attention,
+)
 
 _SHAPES = {"sink_shape": [1, -1, 1, 1], "flat_shape": [0, 0, -1]}
 
@@ -68,6 +73,11 @@ class GQASinkFusion(GQAFusion):
         attention, present_key, present_value, scores = rotated_attention(
             op, query, key, value, mask, past_key, past_value, cos, sin, position_ids, scores=True
         )
+        output = self._rescaled(op, attention, scores, sinks, sink_shape, head_shape, flat_shape)
+        return output, present_key, present_value
+
+    def _rescaled(self, op, attention, scores, sinks, sink_shape, head_shape, flat_shape):
+        """The sink rescaling of components/sinks.py over the Attention's outputs."""
         if self.widened:
             scores = op.Cast(scores, to=ir.DataType.FLOAT)
             sinks = op.Cast(sinks, to=ir.DataType.FLOAT)
@@ -78,7 +88,7 @@ class GQASinkFusion(GQAFusion):
         if self.widened:
             keep = op.Cast(keep)
         heads = op.Reshape(attention, head_shape)
-        return op.Reshape(op.Mul(heads, keep), flat_shape), present_key, present_value
+        return op.Reshape(op.Mul(heads, keep), flat_shape)
 
     def check(
         self, context, sinks, sink_shape, head_shape, flat_shape, **bindings
@@ -100,15 +110,56 @@ class GQASinkFusion(GQAFusion):
         self._sinks = sinks
         return result
 
-    def rewrite(self, op, query, key, value, past_key, past_value, attention, cos, sin, **_):
+    def rewrite(
+        self, op, query, key, value, past_key, past_value, attention, cos=None, sin=None, **_
+    ):
         graph = attention.producer().graph
         seqlens_k, total = sequence_lengths(op, graph, self._attention_mask)
         inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
-        inputs += [cos, sin]
+        inputs += [cos, sin]  # None, None in a layer without rotary (do_rotary=0)
         inputs += [None, None, self._sinks]  # position_ids, attention_bias, head_sink
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)
 
 
+class GQASinkFusionNoRope(GQASinkFusion):
+    """The same over unrotated q/k (a NoPE layer: granite_swa's rope base 0) →
+    GroupQueryAttention(do_rotary=0, head_sink)."""
+
+    do_rotary = False
+
+    def __init__(self, widened: bool) -> None:
+        super().__init__(widened)
+        self.name = "GQASinkFusionNoRope" + ("Widened" if widened else "")
+
+    def pattern(
+        self,
+        op,
+        query,
+        key,
+        value,
+        mask,
+        past_key,
+        past_value,
+        sinks,
+        sink_shape,
+        head_shape,
+        flat_shape,
+    ):
+        attention, present_key, present_value, scores = unrotated_attention(
+            op, query, key, value, mask, past_key, past_value, scores=True
+        )
+        output = self._rescaled(op, attention, scores, sinks, sink_shape, head_shape, flat_shape)
+        return output, present_key, present_value
+
+
 def rules() -> pattern.RewriteRuleSet:
-    """GQASinkFusion for float32 models and for models whose sinks are widened to float32."""
-    return pattern.RewriteRuleSet([GQASinkFusion.rule(False), GQASinkFusion.rule(True)])
+    """GQASinkFusion for float32 models and for models whose sinks are widened to float32, then
+    its do_rotary=0 form for the layers without rotary."""
+    return pattern.RewriteRuleSet(
+        [
+            GQASinkFusion.rule(False),
+            GQASinkFusion.rule(True),
+            GQASinkFusionNoRope.rule(False),
+            GQASinkFusionNoRope.rule(True),
+        ]
+    )

@@ -35,6 +35,7 @@ from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 from tests.conftest import TINY_QWEN2
+from tests.models.families._bitnet import ternary_checkpoint
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -233,3 +234,17 @@ def test_gemma3_int4_bundle_packs_q_k_v_behind_the_qk_norms(tmp_path):
     ours = greedy_tokens(load_model(packed), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert len(ours) == NEW_TOKENS
     assert ours == greedy_tokens(load_model(separate), PROMPT, len(PROMPT) + NEW_TOKENS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["bitlinear", "bf16_online"])
+def test_bitnet_ternary_bundle_generates_like_transformers(form, tmp_path):
+    """BitNet's other ternary forms (the packed autobitlinear one: test_bitnet.py, default
+    run) through og, MatMulNBits at accuracy level 0 (the activations as the model rounds them)."""
+    ckpt = ternary_checkpoint(_checkpoint(tmp_path / "float", "bitnet"), tmp_path / form, form)
+    folder = packager.package(
+        ckpt, "cpu", tmp_path / "bundle", int4=Int4Options(accuracy_level=0), quiet=True
+    )
+    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS

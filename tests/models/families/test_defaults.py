@@ -99,18 +99,20 @@ def _tiny_text(family: str, config_class: type) -> dict[str, Any]:
     return raw
 
 
-def _config_json(model_type: str) -> dict[str, Any]:
+def _config_json(model_type: str, text_type: str | None = None) -> dict[str, Any]:
     """A tiny config.json of `model_type` as transformers writes it (a multimodal one: its
-    class's defaults around a tiny text_config)."""
-    text_family = _NESTED_TEXT.get(model_type)
+    class's defaults around a tiny text_config, of `text_type` where given: one of the row's
+    `text_families`)."""
+    text_family = text_type or _NESTED_TEXT.get(model_type)
     if text_family is None:
         return _tiny_text(model_type, CONFIG_MAPPING[model_type])
     raw = CONFIG_MAPPING[model_type]().to_dict()
     for key in _BOOKKEEPING:
         raw.pop(key, None)
-    text_class = CONFIG_MAPPING[raw["text_config"]["model_type"]]
+    text_type = text_type or raw["text_config"]["model_type"]
+    text_class = CONFIG_MAPPING[text_type]
     text = {**_tiny_text(text_family, text_class), **_TEXT_SETTINGS.get(model_type, {})}
-    text["model_type"] = raw["text_config"]["model_type"]
+    text["model_type"] = text_type
     vision = {**(raw.get("vision_config") or {}), **_VISION.get(model_type, {})}
     return {**raw, "text_config": text, **({"vision_config": vision} if vision else {})}
 
@@ -180,6 +182,49 @@ def test_absent_keys_read_as_transformers_fills_them(model_type: str) -> None:
     minimal = _required_keys_only(parse, raw)
     differences = _differences(parse(minimal), parse(_filled_by_transformers(model_type, minimal)))
     assert differences == {}, f"config.json keys kept: {sorted(minimal)}"
+
+
+#: (a row nesting text_config, a text_config model_type of its `text_families`; None: its
+#: default).
+_NESTED_CASES = [(row, None) for row in sorted(_NESTED_TEXT)] + [
+    (name, text_type)
+    for name, row in sorted(VISION_LANGUAGE.items())
+    for text_type in row.text_families or ()
+]
+
+
+def _parsed_fill(parse: Callable, model_type: str, raw: dict[str, Any]) -> Any:
+    """Our parse of `raw` as transformers fills it; None where transformers refuses `raw` or
+    fills in a value the rest of `raw` does not fit (num_hidden_layers beside a shorter
+    layer_types, a hidden_size the rope sections do not divide), which our row refuses."""
+    try:
+        filled = _filled_by_transformers(model_type, raw)
+    except Exception:  # transformers' own refusal (a validator's ValueError, ...)
+        return None
+    try:
+        return parse(filled)
+    except MobiusError:
+        return None
+
+
+@pytest.mark.parametrize(("model_type", "text_type"), _NESTED_CASES)
+def test_each_key_left_out_of_text_config_reads_as_transformers_fills_it(model_type, text_type):
+    """A nested text_config (a vision-language row's, or a multimodal checkpoint's built
+    text-only) without any one of its keys parses as the same config.json filled in by
+    transformers' text config class (its class's default for the key), as a flat config.json
+    does through its row's defaults: never refused for a key transformers fills."""
+    parse = _parser(model_type)
+    raw = _config_json(model_type, text_type)
+    assert text_type is None or parse(raw).model_type == text_type
+    compared = []
+    for key in sorted(set(raw["text_config"]) - {"model_type"}):
+        text = {k: v for k, v in raw["text_config"].items() if k != key}
+        trial = {**raw, "text_config": text}
+        theirs = _parsed_fill(parse, model_type, trial)
+        if theirs is not None:
+            assert _differences(parse(trial), theirs) == {}, f"text_config without {key!r}"
+            compared.append(key)
+    assert {"hidden_size", "num_hidden_layers", "vocab_size"} & set(compared)
 
 
 def test_mistral_without_sliding_window_slides_every_layer_by_4096():

@@ -52,11 +52,13 @@ TOLERANCE = 1e-4  # f32
 FAMILIES_HERE = ("mamba", "falcon_mamba", "jamba")
 
 
-def cached_reference(ckpt, ids: np.ndarray, decode_steps: int) -> ReferenceRun:
+def cached_reference(
+    ckpt, ids: np.ndarray, decode_steps: int, dtype: torch.dtype = torch.float32
+) -> ReferenceRun:
     """transformers' prefill of `ids` [batch, seq], then greedy single-token steps through its
     cache, the attention mask given with the prefill only (as generate() does); each step
-    records the whole mask, as onnxruntime-genai feeds it."""
-    model = load_reference_model(ckpt)
+    records the whole mask, as onnxruntime-genai feeds it. The model runs in `dtype`."""
+    model = load_reference_model(ckpt).to(dtype)
     mask = np.ones_like(ids)
     steps, cache = [], None
     with torch.no_grad():

@@ -18,8 +18,12 @@ from transformers import AutoConfig
 import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.config.alibi import Alibi
+from mobius_genai.config.differential import DifferentialAttention
+from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
+from mobius_genai.models.families.cohere2_moe import cohere2_moe
+from mobius_genai.models.families.dbrx import dbrx_moe
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import GEMMA4_MOE, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
@@ -349,6 +353,40 @@ CASES = {
             "layer_types": ["full_attention", "linear_attention", "linear_attention"],
         },
     ),
+    # fused Wqkv clipped at 1, the top-k renormalized by their 2-norm (tests/_hf.py); then the
+    # top-k probabilities as picked (moe_normalize_expert_weights null)
+    "dbrx": ("dbrx", {}),
+    "dbrx_top_k_as_picked": (
+        "dbrx",
+        {
+            "ffn_config": {
+                "ffn_hidden_size": 32,
+                "moe_num_experts": 4,
+                "moe_top_k": 2,
+                "moe_normalize_expert_weights": None,
+            }
+        },
+    ),
+    # a dense first layer rotating in full attention, softmax routing, a shared expert
+    # averaged, LayerNorms (tests/_hf.py); then sigmoid scores as they are, RMSNorms, the
+    # shared expert summed, a sliding dense layer, attention biases; then sigmoid scores renormalized, no shared
+    # expert
+    "cohere2_moe": ("cohere2_moe", {}),
+    "cohere2_moe_sigmoid_rms_sum": (
+        "cohere2_moe",
+        {
+            "expert_selection_fn": "sigmoid",
+            "norm_topk_prob": False,
+            "rms_norm_eps": 1e-5,
+            "shared_expert_combination_strategy": "sum",
+            "prefix_dense_sliding_window_pattern": 2,
+            "attention_bias": True,
+        },
+    ),
+    "cohere2_moe_sigmoid_renormalized_unshared": (
+        "cohere2_moe",
+        {"expert_selection_fn": "sigmoid", "num_shared_experts": 0},
+    ),
     # Mamba2, attention, Mamba2 with MoE beside the shared MLP (tests/_hf.py); then the dense
     # layout (the shared MLP alone) with rotary, one group, Mamba2 and attention projection
     # biases, no conv bias and a tied head; then Granite-4.0-Micro's layout: attention only,
@@ -434,6 +472,39 @@ CASES = {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
         },
     ),
+    # full, sliding, sliding over a window of 5, sinks, rope bases 10000, none, 100
+    # (tests/_hf.py); then tied, biased, every layer on one scaled rope, sliding first
+    "granite_swa": ("granite_swa", {}),
+    "granite_swa_tied_biased_one_linear_rope": (
+        "granite_swa",
+        {
+            "tie_word_embeddings": True,
+            "attention_bias": True,
+            "mlp_bias": True,
+            "layer_rope_theta": None,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
+        },
+    ),
+    "granitemoe_swa": ("granitemoe_swa", {}),
+    # GraniteMoeSWAConfig's default: no shared MLP; a tied head
+    "granitemoe_swa_no_shared_mlp_tied": (
+        "granitemoe_swa",
+        {"shared_intermediate_size": 0, "tie_word_embeddings": True},
+    ),
+    # differential attention: 4 query heads in 2 pairs over 2 value heads (tests/_hf.py); then
+    # 8 heads of 8 over 4 value heads (2 per half), biases, a tied head
+    "diffllama": ("diffllama", {}),
+    "diffllama_8_heads_4_value_heads_biased_tied": (
+        "diffllama",
+        {
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 8,
+            "attention_bias": True,
+            "tie_word_embeddings": True,
+        },
+    ),
     # local, global, local over a window of 5 (tests/_hf.py); then a tied head, erf gelu,
     # global layers after a local one over a window of 3
     "gpt_neo": ("gpt_neo", {}),
@@ -444,6 +515,35 @@ CASES = {
             "activation_function": "gelu",
             "attention_types": [[["local"], 1], [["global"], 2]],
             "window_size": 3,
+        },
+    ),
+    # pre-LN layers, learned positions from row 2, a tied head (tests/_hf.py); then
+    # opt-350m's layout: norms of the residual sums, no final norm, a 32-wide token table
+    # projected in and out; then no biases, weightless norms, the final norm removed, untied
+    "opt": ("opt", {}),
+    "opt_350m_post_ln_projected": (
+        "opt",
+        {"do_layer_norm_before": False, "word_embed_proj_dim": 32},
+    ),
+    "opt_unbiased_weightless_norms_no_final_norm_untied": (
+        "opt",
+        {
+            "enable_bias": False,
+            "layer_norm_elementwise_affine": False,
+            "_remove_final_layer_norm": True,
+            "tie_word_embeddings": False,
+        },
+    ),
+    # sinusoidal positions from row 2, embeddings times sqrt(64), gelu (tests/_hf.py); then
+    # an odd width (63: a zero channel after the sinusoids), unscaled, untied
+    "xglm": ("xglm", {}),
+    "xglm_odd_width_unscaled_untied": (
+        "xglm",
+        {
+            "hidden_size": 63,
+            "num_attention_heads": 3,
+            "scale_embedding": False,
+            "tie_word_embeddings": False,
         },
     ),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
@@ -472,6 +572,8 @@ CASES = {
     # weightless norms, q/k normed after the reversed rotation, softcap 15 (tests/_hf.py);
     # then attention biases, a tied head, a softcap of 2 (most logits capped), linear rope
     "nanochat": ("nanochat", {}),
+    "bitnet": ("bitnet", {}),
+    "bitnet_bias": ("bitnet", {"attention_bias": True}),
     "nanochat_bias_tied_softcap_2_linear_rope": (
         "nanochat",
         {
@@ -734,6 +836,41 @@ MUTANTS = {
             ),
         ),
     ),
+    # the top-k renormalized to sum 1 (a softmax over them) instead of by their 2-norm
+    "dbrx_softmax_renormalization": (
+        "dbrx",
+        lambda: _without("dbrx", moe=lambda raw: dataclasses.replace(dbrx_moe(raw), norm_p=1.0)),
+    ),
+    "dbrx_without_clip_qkv": ("dbrx", lambda: _without("dbrx", clip_qkv=None)),
+    # each expert's w1 (gate) and v1 (up) rows read the other way round
+    "dbrx_gate_and_up_swapped": (
+        "dbrx",
+        lambda: dataclasses.replace(
+            FAMILIES["dbrx"],
+            experts=dataclasses.replace(FAMILIES["dbrx"].experts, gate="mlp.v1", up="mlp.w1"),
+        ),
+    ),
+    "cohere2_moe_shared_expert_summed": (
+        "cohere2_moe",
+        lambda: _without(
+            "cohere2_moe",
+            moe=lambda raw: dataclasses.replace(cohere2_moe(raw), combined_scale=1.0),
+        ),
+    ),
+    "cohere2_moe_dense_layer_without_rope": (
+        "cohere2_moe",
+        lambda: _without("cohere2_moe", no_rope_layers=(0, 2)),
+    ),
+    "cohere2_moe_sigmoid_as_softmax": (
+        "cohere2_moe",
+        lambda: _without(
+            "cohere2_moe",
+            moe=lambda raw: dataclasses.replace(
+                cohere2_moe(raw), group_routing=None, normalize_top_k=True
+            ),
+        ),
+        {"expert_selection_fn": "sigmoid", "norm_topk_prob": False},
+    ),
     "cohere_without_qk_norm": (
         "cohere",
         lambda: _without(
@@ -856,6 +993,32 @@ MUTANTS = {
         "cwm",
         lambda: _without("cwm", layer_types=("full_attention",) * 3),
     ),
+    "granite_swa_one_rope_theta": (
+        "granite_swa",
+        lambda: _without("granite_swa", layer_rope_thetas=()),
+    ),
+    "granitemoe_swa_one_rope_theta": (
+        "granitemoe_swa",
+        lambda: _without("granitemoe_swa", layer_rope_thetas=()),
+    ),
+    "granitemoe_swa_without_sliding_window": (
+        "granitemoe_swa",
+        lambda: _without("granitemoe_swa", layer_types=("full_attention",) * 3),
+    ),
+    "diffllama_lambda_init_one_layer_deeper": (
+        "diffllama",
+        lambda: _without("diffllama", differential_attention=DifferentialAttention(depth_offset=1)),
+    ),
+    "diffllama_without_head_norm": (
+        "diffllama",
+        lambda: _without(
+            "diffllama", differential_attention=DifferentialAttention(head_norm=False)
+        ),
+    ),
+    "granite_swa_without_sinks": (
+        "granite_swa",
+        lambda: _without("granite_swa", attention_sinks=False),
+    ),
     "gpt_neo_without_local_window": (
         "gpt_neo",
         lambda: _without("gpt_neo", layer_types=("full_attention",) * 3),
@@ -889,6 +1052,26 @@ MUTANTS = {
         "gpt_neo",
         lambda: _without("gpt_neo", attention_scale=None),
     ),
+    # the same table of max_position_embeddings + 2 rows, read from row 0
+    "opt_positions_without_offset": (
+        "opt",
+        lambda: _without(
+            "opt",
+            embedding_layout=EmbeddingLayout(),
+            max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
+        ),
+    ),
+    # opt-350m's norms of the residual sums applied before each block instead
+    "opt_350m_post_ln_read_as_pre_ln": (
+        "opt",
+        lambda: _without("opt", norm_placement="pre"),
+        {"do_layer_norm_before": False},
+    ),
+    "xglm_positions_without_offset": (
+        "xglm",
+        lambda: _without("xglm", embedding_layout=EmbeddingLayout()),
+    ),
+    "xglm_without_embedding_scale": ("xglm", lambda: _without("xglm", embedding_multiplier=1.0)),
 }
 
 
@@ -901,6 +1084,7 @@ UNREAD_BY_MUTANT = {
     "gptj_without_lm_head_bias": "'lm_head.bias'",
     "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
     "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
+    "granite_swa_without_sinks": "'model.layers.0.self_attn.sinks'",
 }
 
 
@@ -939,6 +1123,9 @@ def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
     kinds = written.get("layer_types") or []
     recurrent = sum(kind in ("conv", "linear_attention") for kind in kinds)
     layers = AutoConfig.from_pretrained(ckpt).num_hidden_layers  # gpt2's n_layer too
-    assert ops.count("GroupQueryAttention") == layers - recurrent and "Attention" not in ops
+    # differential attention's second call reads the first's whole present cache: no GQA
+    differential = FAMILIES[family].parse_config(written).differential_attention is not None
+    assert ops.count("GroupQueryAttention") == layers - recurrent
+    assert ops.count("Attention") == (layers if differential else 0)
     assert ops.count("CausalConvWithState") == recurrent
     assert ops.count("LinearAttention") == kinds.count("linear_attention")

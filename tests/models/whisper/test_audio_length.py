@@ -44,3 +44,14 @@ def test_headers_that_say_nothing_give_none(tmp_path, content):
     path = tmp_path / "x.bin"
     path.write_bytes(content)
     assert audio_length(path.read_bytes()) is None
+
+
+def test_mp3_frames_after_other_bytes_are_counted_and_a_tail_is_not(tmp_path):
+    """og's decoder skips bytes between frames and reads the frames after them: a file of two
+    encodings with bytes between is as long as both; padding and a tag after the last frame
+    add nothing."""
+    one = write_encoded(tmp_path / "a.mp3", tone(3.0)).read_bytes()
+    alone = audio_length(one).seconds
+    tail = b"TAG" + bytes(125) + bytes(300)
+    assert audio_length(one + tail).seconds == alone
+    assert audio_length(one + b"\x12\x34" * 50 + one + tail).seconds == 2 * alone

@@ -85,8 +85,8 @@ def test_other_bytes_are_no_flac_pieces():
 
 
 def test_a_long_flac_joins_its_pieces_log_mels(speech_bundle, tmp_path, capsys):
-    """The log-mel of each piece up to where its audio ends, the last one whole; `run --audio`
-    transcribes it (over 30 s: refused before)."""
+    """The log-mel of each piece up to where its audio ends, the last one whole, on one scale;
+    `run --audio` transcribes it (over 30 s: refused before)."""
     path = write_encoded(tmp_path / "long.flac", _signal(45.0))
     bundle = open_bundle(speech_bundle, command="run")
     mel, seconds = clip_features(bundle, Clip.read(path))
@@ -103,7 +103,11 @@ def test_a_long_flac_joins_its_pieces_log_mels(speech_bundle, tmp_path, capsys):
     )
     processor = og.Model(str(speech_bundle)).create_multimodal_processor()
     rest = processor("<|startoftranscript|>", audios=og.Audios.open_bytes(wav.getvalue()))
-    np.testing.assert_array_equal(mel[..., first:], rest["audio_features"].as_numpy())
+    rest = rest["audio_features"].as_numpy()
+    # the same log-mel, on the whole clip's scale (clip_features: one floor, 8 below the
+    # largest of both pieces): one offset wherever neither floor bites
+    live = (mel[..., first:] > mel.min() + 1e-6) & (rest > rest.min() + 1e-6)
+    assert live.mean() > 0.5 and np.ptp((mel[..., first:] - rest)[live]) < 1e-5
     code = main(["run", str(speech_bundle), "--audio", str(path), "--max-new-tokens", "3"])
     out = capsys.readouterr().out
     assert code == 0 and out.strip()

@@ -6,23 +6,27 @@ translation detects; the no-speech probability and mean log-probability of a win
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from tokenizers import Tokenizer
+from transformers import WhisperFeatureExtractor
 
 from mobius_genai.cli import main
 from mobius_genai.runtime.audio import Clip, tone_bytes
+from mobius_genai.runtime.audio_length import audio_length
 from mobius_genai.runtime.opening import open_bundle
 from mobius_genai.runtime.transcription import (
     TranscriptRequest,
     clip_features,
     transcript_steps,
 )
-from tests.models.whisper._whisper import tone, write_encoded
+from tests.models.whisper._whisper import pcm16, tone, write_encoded, write_wav
 
 WINDOW_TOKENS = 24
 PROMPT_TEXT = "Hi there"
@@ -96,15 +100,16 @@ def test_a_long_wav_segments_as_transformers_long_form(speech_bundle, multilingu
     assert _segments(found) == _theirs(model, mel, attention_mask=torch.ones(1, 6000))
 
 
-#: 60 s of WAV (two 30 s pieces); 59.904 s of FLAC: two pieces of 117 frames of 4096 samples.
-LONG = {".wav": 60.0, ".flac": 2 * 117 * 4096 / 16_000}
+#: 60 s of WAV (two 30 s pieces); 59.904 s of FLAC: two pieces of 117 frames of 4096 samples;
+#: 60 s of MP3 (its frames: 60.084 s with LAME's delay and padding), in pieces of whole frames.
+LONG = {".wav": 60.0, ".flac": 2 * 117 * 4096 / 16_000, ".mp3": 60.0}
 
 
 @pytest.mark.parametrize("suffix", sorted(LONG))
 def test_run_audio_prints_transformers_long_form_segments(
     speech_bundle, multilingual_checkpoint, tmp_path, capsys, suffix
 ):
-    """`mobius-genai run --audio --format verbose_json` of a long WAV or FLAC (a FLAC's pieces
+    """`mobius-genai run --audio --format verbose_json` of a long WAV, FLAC or MP3 (their pieces
     end at whole frames, short of 30 s): the segments transformers' long-form decoding gives
     for the same log-mel, up to the audio's end."""
     model, _ = multilingual_checkpoint
@@ -118,8 +123,9 @@ def test_run_audio_prints_transformers_long_form_segments(
     printed = json.loads(capsys.readouterr().out)
     mel = clip_features(open_bundle(speech_bundle, command="run"), Clip.read(path))[0]
     found = [(round(s["start"], 6), round(s["end"], 6), s["tokens"]) for s in printed["segments"]]
-    assert printed["duration"] == LONG[suffix] and max(s[0] for s in found) > 30
-    frames = round(LONG[suffix] * 100)
+    duration = audio_length(path.read_bytes()).seconds
+    assert printed["duration"] == duration >= LONG[suffix] and max(s[0] for s in found) > 30
+    frames = round(duration * 100)
     assert found == _theirs(model, mel[..., :frames].copy())
 
 
@@ -161,3 +167,67 @@ def test_a_windows_scores_are_transformers_probabilities(speech_bundle, multilin
     logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], -1)
     total = logprobs.gather(1, ids[0, len(prompt) :, None]).sum().item()
     assert segment.avg_logprob == pytest.approx(total / (len(segment.tokens) + 1), rel=1e-3)
+
+
+class _Writes(io.StringIO):
+    """stdout that keeps each write apart: what `run` had printed after each token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+@pytest.mark.parametrize("shown", ["--timestamps", "text"])
+def test_run_audio_prints_each_window_while_the_next_decodes(
+    speech_bundle, tmp_path, capsys, monkeypatch, shown
+):
+    """A 60 s WAV: the first window's text (or segment lines) is printed before the second
+    window's tokens are decoded (a write per token, so writes follow it), and the whole print
+    is the transcript the JSON formats give (their text, or a line per segment)."""
+    path = tmp_path / "long.wav"
+    path.write_bytes(tone_bytes(60.0))
+    command = ["run", str(speech_bundle), "--audio", str(path), "--max-new-tokens", "24"]
+    whole_format = "verbose_json" if shown == "--timestamps" else "json"
+    assert main([*command, "--format", whole_format]) == 0
+    whole = json.loads(capsys.readouterr().out)
+    out = _Writes()
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main([*command, "--timestamps" if shown == "--timestamps" else "--format=text"]) == 0
+    if shown == "--timestamps":
+        lines = [
+            f"[{s['start']:.2f} -> {s['end']:.2f}] {s['text'].strip()}" for s in whole["segments"]
+        ]
+        first = "\n".join(
+            line for line, s in zip(lines, whole["segments"], strict=True) if not s["seek"]
+        )
+        assert out.getvalue() == "\n".join(lines) + "\n"
+    else:
+        assert out.getvalue() == whole["text"] + "\n"
+    printed = next(n for n, text in enumerate(out.writes) if text)
+    assert 0 < len(out.writes[printed]) < len(out.getvalue()) - 1
+    if shown == "--timestamps":
+        assert out.writes[printed] == first
+    assert len(out.writes) - printed > 12  # the second window's tokens were decoded after it
+
+
+def test_a_long_clips_log_mel_is_transformers_of_the_whole_audio(speech_bundle, tmp_path):
+    """A 60 s WAV, quieter in its second half: its two pieces' log-mels joined on one scale
+    are transformers' WhisperFeatureExtractor of the whole audio (raised to 8 below the whole
+    audio's largest value, not each piece's), but for og's edge frames at each piece's ends."""
+    signal = tone(60.0)
+    signal[30 * 16_000 :] *= 0.1
+    path = write_wav(tmp_path / "long.wav", signal)
+    mel, _ = clip_features(open_bundle(speech_bundle, command="run"), Clip.read(path))
+    extractor = WhisperFeatureExtractor(feature_size=mel.shape[1])
+    as_read = pcm16(signal).astype(np.float32) / 32768
+    whole = extractor(
+        as_read, sampling_rate=16_000, return_tensors="np", truncation=False, padding="longest"
+    ).input_features
+    edges = [0, 1, 2999, 3000, 3001, 5999]  # og's STFT at a file's start and end
+    frames = np.setdiff1d(np.arange(whole.shape[-1] - 1), edges)
+    assert mel.shape[-1] >= whole.shape[-1]
+    assert np.abs(mel[..., frames] - whole[..., frames]).max() < 1e-4
