@@ -90,6 +90,7 @@ from transformers import (
     Lfm2MoeConfig,
     Llama4TextConfig,
     LlamaConfig,
+    Mamba2Config,
     MambaConfig,
     MiniCPM3Config,
     MiniMaxM2Config,
@@ -217,6 +218,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "mamba": MambaConfig,
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
+    "mamba2": Mamba2Config,
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
@@ -308,6 +310,7 @@ _ARCHITECTURES = {
     "mamba": "MambaForCausalLM",
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
+    "mamba2": "Mamba2ForCausalLM",
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
@@ -1029,6 +1032,16 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # llama's layer with differential attention: 4 query heads in 2 pairs, 2 value heads
     # (one per half), random lambdas (tests' N(0, 0.2))
     "diffllama": {},
+    # Mamba2: Mamba2 mixers alone, 8 heads of 16 channels (expand 2) over 2 groups of an
+    # 8-wide state, a 4-tap conv with bias, biased in_proj and out_proj, prefills chunked by 8
+    "mamba2": {
+        **_MAMBA1,
+        "num_heads": 8,
+        "head_dim": 16,
+        "n_groups": 2,
+        "chunk_size": 8,
+        "use_bias": True,
+    },
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside

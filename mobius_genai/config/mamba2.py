@@ -1,5 +1,5 @@
-"""Mamba2 layers ("mamba2": Granite-4.0-H, Nemotron-H, Falcon-H1): the sizes of their heads,
-groups, state and conv, and where their gated norm normalizes.
+"""Mamba2 layers ("mamba2": Granite-4.0-H, Nemotron-H, Falcon-H1, Codestral Mamba): the sizes of
+their heads, groups, state and conv, and where their gated norm normalizes.
 
 A layer projects h to [gate (intermediate) | x, B, C (conv_dim) | dt (heads)], convolves
 [x | B | C] causally with a `conv_kernel_size`-tap depthwise kernel (a bias when `conv_bias`)
@@ -113,6 +113,20 @@ FALCON_H1_KEYS = dataclasses.replace(
     groups=("mamba_n_groups", 1),
     intermediate="mamba_d_ssm",
     out_proj_bias=("projectors_bias", False),
+)
+
+
+#: Mamba2Config's keys and defaults (Codestral Mamba, state-spaces/mamba2-*): heads x head_dim
+#: must be expand x hidden_size, as Mamba2Config validates.
+MAMBA2_KEYS = Mamba2Keys(
+    heads=("num_heads", 128),
+    head_dim=("head_dim", 64),
+    state_size=("state_size", 128),
+    groups=("n_groups", 8),
+    conv_kernel_size=("conv_kernel", 4),
+    expand=("expand", 2),
+    conv_bias=("use_conv_bias", True),
+    proj_bias=("use_bias", False),
 )
 
 

@@ -32,6 +32,7 @@ from mobius_genai.models.families.hybrid import (
 )
 from mobius_genai.models.families.mamba1_rows import MAMBA1_FAMILIES
 from mobius_genai.models.families.mamba2_hybrids import BAMBA, FALCON_H1, NEMOTRON_H
+from mobius_genai.models.families.mamba2_rows import MAMBA2
 from mobius_genai.models.families.moe_rows import (
     GRANITE_EXPERTS,
     GRANITE_SHARED_MLP_FUSED,
@@ -296,4 +297,6 @@ HYBRID_FAMILIES = (
     # Mamba and FalconMamba (Mamba1 mixers alone), Jamba (Mamba1 mixers, attention and MoE):
     # mamba1_rows.py. onnxruntime-genai 0.18 runs them as its generic decoder.
     *MAMBA1_FAMILIES,
+    # Mamba2 (Codestral Mamba): Mamba2 mixers alone, laid out as Mamba's (mamba2_rows.py)
+    MAMBA2,
 )

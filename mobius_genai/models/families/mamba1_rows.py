@@ -6,8 +6,10 @@ as rows of the family table (hybrid_rows.py) and what they read.
   onnxruntime-genai 0.18 runs as Nemotron-H's attention-free layouts (its generic decoder
   derives the states' names from the KV patterns genai_config still names). Tensors stay under
   the hub's `backbone.` (`embeddings`, each layer's `norm` and `mixer`, `norm_f`).
-  config.json has no attention keys: one head as wide as the hidden size stands in for
-  genai_config's required sizes, which no graph input reads; and no length: the positions og
+  config.json has no attention keys: heads of 64 channels spanning the hidden size (one head
+  as wide as it where 64 does not divide it) stand in for genai_config's required sizes, which
+  no graph input reads (a single head of FalconMamba-7B's 4096 channels would pass the head
+  size any attention has); and no length: the positions og
   may generate default to those the checkpoints were trained on (2048; the package's
   `context_length` sets another).
 - **FalconMamba** (`falcon_mamba`): Mamba's layers with dt, B and C RMS-normalized without
@@ -44,6 +46,17 @@ def _all_mixers(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return ("mamba",) * fields.require(raw, "num_hidden_layers")
 
 
+#: The channels of each stand-in attention head of a model without attention.
+_STAND_IN_HEAD = 64
+
+
+def stand_in_heads(raw: Mapping[str, Any]) -> int:
+    """The attention heads genai_config names for a model without attention: heads of
+    `_STAND_IN_HEAD` channels spanning the hidden size, else one head as wide as it."""
+    hidden = fields.require(raw, "hidden_size")
+    return hidden // _STAND_IN_HEAD if hidden % _STAND_IN_HEAD == 0 else 1
+
+
 def _mamba_intermediate(raw: Mapping[str, Any]) -> int:
     """MambaConfig's intermediate_size (the mixer's; there is no MLP): expand x hidden_size."""
     return fields.integer(raw.get("expand"), "expand", 2) * fields.require(raw, "hidden_size")
@@ -52,7 +65,7 @@ def _mamba_intermediate(raw: Mapping[str, Any]) -> int:
 MAMBA = FamilyAdapter(
     model_type="mamba",
     config_defaults={
-        "num_attention_heads": 1,
+        "num_attention_heads": stand_in_heads,
         "max_position_embeddings": 2048,
         "intermediate_size": _mamba_intermediate,
         "tie_word_embeddings": True,  # MambaConfig's default

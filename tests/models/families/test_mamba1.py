@@ -107,13 +107,19 @@ def test_prefill_then_decode_matches_transformers(checkpoints, runs, family, ep,
     assert diff <= TOLERANCE
 
 
-def test_mamba_graph_has_states_and_no_kv_cache(checkpoints):
-    package = mobius_genai.build(checkpoints["mamba"], "cpu", "f32", progress=False)
+def last_states(ckpt) -> tuple[list, list]:
+    """The third (last) layer's scan and conv state shapes past the batch, in a cpu graph of
+    three layers that has no KV cache at all."""
+    package = mobius_genai.build(ckpt, "cpu", "f32", progress=False)
     inputs = {value.name: value for value in package["model"].graph.inputs}
     assert not [name for name in inputs if name.endswith((".key", ".value"))]
-    assert list(inputs["past_key_values.2.recurrent_state"].shape)[1:] == [128, 8, 1]
-    assert list(inputs["past_key_values.2.conv_state"].shape)[1:] == [128, 3]
     assert "past_key_values.3.conv_state" not in inputs
+    states = (inputs[f"past_key_values.2.{name}"] for name in ("recurrent_state", "conv_state"))
+    return tuple(list(state.shape)[1:] for state in states)
+
+
+def test_mamba_graph_has_states_and_no_kv_cache(checkpoints):
+    assert last_states(checkpoints["mamba"]) == ([128, 8, 1], [128, 3])
 
 
 # case → (family, config overrides)
@@ -148,6 +154,12 @@ VARIANTS = {
 @pytest.mark.parametrize("case", sorted(VARIANTS))
 def test_variants_match_transformers(case, tmp_path):
     family, overrides = VARIANTS[case]
+    assert_variant_matches(family, overrides, tmp_path)
+
+
+def assert_variant_matches(family: str, overrides: dict, tmp_path) -> None:
+    """`family`'s tiny checkpoint with `overrides`: a 2 x 12-token prefill and 3 decode steps
+    on the portable and cpu graphs match transformers."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(1).integers(3, 128, size=(2, 12))
     reference = cached_reference(ckpt, ids, 3)
@@ -238,14 +250,14 @@ def bundles(tmp_path_factory):
 
 def test_genai_config_of_a_decoder_without_attention(bundles):
     """og derives past_key_values.%d.conv_state from the KV patterns genai_config names though
-    no graph input has a KV name; one head as wide as the hidden size stands in for the
-    attention sizes it requires; the bundle validates."""
+    no graph input has a KV name; heads of 64 channels spanning the hidden size stand in for
+    the attention sizes it requires; the bundle validates."""
     _, folder = bundles["mamba"]
     config = json.loads((folder / "genai_config.json").read_text())["model"]
     decoder = config["decoder"]
     assert config["type"] == "decoder"
     assert decoder["inputs"]["past_key_names"] == "past_key_values.%d.key"
-    assert (decoder["num_attention_heads"], decoder["head_size"]) == (1, decoder["hidden_size"])
+    assert (decoder["num_attention_heads"], decoder["head_size"]) == (1, 64)
     assert config["context_length"] == 2048  # MambaConfig has no length; the default
     validate_bundle(folder)
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
@@ -261,7 +273,12 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(bundles, family):
     """og pads the shorter prompt on the right; the padding stays out of the Mamba1 states
     (and Jamba's attention masks it): each row continues as transformers continues that
     prompt alone."""
-    ckpt, folder = bundles[family]
+    assert_batch_continues_each_prompt(*bundles[family])
+
+
+def assert_batch_continues_each_prompt(ckpt, folder) -> None:
+    """og's greedy rows for a batch of two prompts of different lengths are transformers'
+    continuations of each prompt alone."""
     prompts = [PROMPT, PROMPT[:4]]
     rows = _batch_greedy_tokens(folder, prompts, 8)
     expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]
@@ -310,6 +327,15 @@ def test_dt_rank_auto_is_the_hidden_size_over_16_rounded_up():
     assert config.mamba1.dt_rank == math.ceil(40 / 16) == 3
     assert config.mamba1.intermediate == 80  # expand 2 by default
     assert config.tie_word_embeddings  # MambaConfig ties by default
+
+
+@pytest.mark.parametrize(("hidden", "heads"), [(4096, 64), (2560, 40), (100, 1)])
+def test_wide_models_get_stand_in_heads_any_attention_could_have(hidden, heads):
+    """FalconMamba-7B's 4096 channels and mamba-2.8b's 2560 as heads of 64 (one head that wide
+    was refused as no attention has one); one head where 64 does not divide the width."""
+    raw = {"model_type": "falcon_mamba", "hidden_size": hidden, "num_hidden_layers": 2}
+    config = get_family("falcon_mamba").parse_config({**raw, "vocab_size": 16})
+    assert (config.num_attention_heads, config.head_dim) == (heads, hidden // heads)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""Mamba's and FalconMamba's residual stream in float32 (`residual_in_fp32`, their default):
-transformers' MambaBlock reads the stream in the model dtype and adds the mixer's output to it
+"""Mamba's, FalconMamba's and Mamba2's residual stream in float32 (`residual_in_fp32`, their
+default): transformers' MambaBlock (and Mamba2Block) reads the stream in the model dtype and adds the mixer's output to it
 in float32, so a float16 or bfloat16 bundle carries it between the layers in float32; a float32
 bundle is unchanged, and `residual_in_fp32: false` keeps the stream in the model dtype.
 
@@ -26,7 +26,7 @@ from tests._hf import write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 from tests.models.families.test_mamba1 import cached_reference
 
-FAMILIES_HERE = ("mamba", "falcon_mamba")
+FAMILIES_HERE = ("mamba", "falcon_mamba", "mamba2")
 LAYERS = 32
 EMBEDDING_SCALE = 256.0
 
@@ -59,7 +59,9 @@ def _float16_diff(ckpt, reference, directory) -> float:
     return max_abs_diff(ours, reference.logits)
 
 
-@pytest.mark.parametrize("family", ["mamba", pytest.param("falcon_mamba", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "family", ["mamba", *(pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES_HERE[1:])]
+)
 def test_float16_bundle_adds_residuals_in_float32_as_transformers(family, tmp_path, monkeypatch):
     ckpt = _checkpoint(tmp_path / "ckpt", family)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 20))
