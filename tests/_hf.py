@@ -39,6 +39,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
+    BioGptConfig,
     BitNetConfig,
     CodeGenConfig,
     Cohere2Config,
@@ -207,6 +208,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "codegen": CodeGenConfig,
     "opt": OPTConfig,
     "xglm": XGLMConfig,
+    "biogpt": BioGptConfig,
+    "gpt-sw3": GPT2Config,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "bitnet": BitNetConfig,
@@ -296,6 +299,8 @@ _ARCHITECTURES = {
     "codegen": "CodeGenForCausalLM",
     "opt": "OPTForCausalLM",
     "xglm": "XGLMForCausalLM",
+    "biogpt": "BioGptForCausalLM",
+    "gpt-sw3": "GPT2LMHeadModel",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "bitnet": "BitNetForCausalLM",
@@ -968,6 +973,15 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # (opt) or sinusoidal (xglm) positions from table row 2, a tied head
     "opt": {**_FAIRSEQ, "tie_word_embeddings": True},
     "xglm": {**_FAIRSEQ, "tie_word_embeddings": True},
+    # xglm's layer with opt's learned positions from row 2, embeddings times sqrt(64)
+    "biogpt": {"num_key_value_heads": UNSET, "tie_word_embeddings": True},
+    # GPT-2 under GPT-SW3's model_type (config.json rewritten: ALIASED_TYPES), erf gelu
+    "gpt-sw3": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "activation_function": "gelu",
+    },
     # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
     # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
     "persimmon": {"num_key_value_heads": UNSET},
@@ -1033,6 +1047,11 @@ LEARNED_BUFFERS = ("e_score_correction_bias", "expert_bias")
 #: Buffers a checkpoint stores as learned scales (transformers initializes them to ones):
 #: Gemma 4's per-layer output multiplier.
 SCALE_BUFFERS = ("layer_scalar",)
+
+
+#: Families whose config.json names a model_type transformers maps to another family's config
+#: class (whose own model_type it writes): write_tiny_checkpoint writes the family's.
+ALIASED_TYPES = ("gpt-sw3",)
 
 
 def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
@@ -1134,6 +1153,8 @@ def write_tiny_checkpoint(
     written = "model.safetensors" if max_shard_size is None else "model.safetensors.index.json"
     if not (dest / written).is_file():
         raise RuntimeError(f"save_pretrained did not write {dest / written}")
+    if family in ALIASED_TYPES:
+        edit_config(dest, model_type=family)
     if hub_layout:
         _rewrite_hub_layout(dest / "config.json")
     return dest

@@ -11,6 +11,8 @@ rows that build on one another (mistral_rows, gemma_rows). Adding a family is ad
 
 from __future__ import annotations
 
+import dataclasses
+
 from mobius_genai.config import fields
 from mobius_genai.config.differential import read_differential
 from mobius_genai.errors import UnsupportedModelError
@@ -267,7 +269,7 @@ _FAMILIES = (
     ),
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     GPT_NEO,
-    *FAIRSEQ_FAMILIES,  # opt, xglm
+    *FAIRSEQ_FAMILIES,  # opt, xglm, biogpt
     *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
         model_type="nemotron",
@@ -486,7 +488,14 @@ _FAMILIES = (
     *GEMMA4_FAMILIES,
 )
 
+#: model_type → the row transformers runs it as: GPT-SW3's config.json names "gpt-sw3", which
+#: transformers maps to GPT2Config and GPT2LMHeadModel (GPT-2's weights, names and switches).
+_ALIASES = {"gpt-sw3": "gpt2"}
+
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}
+FAMILIES |= {
+    alias: dataclasses.replace(FAMILIES[row], model_type=alias) for alias, row in _ALIASES.items()
+}
 
 
 def get_family(model_type: str) -> FamilyAdapter:

@@ -534,6 +534,15 @@ CASES = {
             "tie_word_embeddings": False,
         },
     ),
+    # xglm's layer with opt's learned positions from row 2, embeddings times sqrt(64)
+    # (tests/_hf.py); then unscaled, untied, with a layer_norm_eps its LayerNorms never read
+    "biogpt": ("biogpt", {}),
+    "biogpt_unscaled_untied_unread_eps": (
+        "biogpt",
+        {"scale_embedding": False, "tie_word_embeddings": False, "layer_norm_eps": 0.5},
+    ),
+    # GPT-2 under model_type gpt-sw3 (tests/_hf.py: erf gelu)
+    "gpt-sw3": ("gpt-sw3", {}),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
     # qkv_proj holding two, rotated whole, erf gelu
     "codegen": ("codegen", {}),
@@ -1014,6 +1023,30 @@ MUTANTS = {
         lambda: _without("xglm", embedding_layout=EmbeddingLayout()),
     ),
     "xglm_without_embedding_scale": ("xglm", lambda: _without("xglm", embedding_multiplier=1.0)),
+    "biogpt_positions_without_offset": (
+        "biogpt",
+        lambda: _without(
+            "biogpt",
+            embedding_layout=EmbeddingLayout(),
+            max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
+        ),
+    ),
+    "biogpt_without_embedding_scale": (
+        "biogpt",
+        lambda: _without("biogpt", embedding_multiplier=1.0),
+    ),
+    # config.json's layer_norm_eps, which BioGptDecoderLayer's nn.LayerNorms never read
+    "biogpt_norm_eps_from_config": (
+        "biogpt",
+        lambda: _without("biogpt", norm_eps=lambda raw: raw["layer_norm_eps"]),
+        {"layer_norm_eps": 0.5},
+    ),
+    # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
+    "gpt-sw3_activation_as_gpt2_default": (
+        "gpt-sw3",
+        lambda: _without("gpt-sw3", hidden_act="gelu_new"),
+        {"activation_function": "relu"},
+    ),
 }
 
 
