@@ -45,6 +45,7 @@ from transformers import (
     Cohere2Config,
     Cohere2MoeConfig,
     CohereConfig,
+    CTRLConfig,
     CwmConfig,
     DbrxConfig,
     DeepseekV2Config,
@@ -210,6 +211,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "xglm": XGLMConfig,
     "biogpt": BioGptConfig,
     "gpt-sw3": GPT2Config,
+    "ctrl": CTRLConfig,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "bitnet": BitNetConfig,
@@ -301,6 +303,7 @@ _ARCHITECTURES = {
     "xglm": "XGLMForCausalLM",
     "biogpt": "BioGptForCausalLM",
     "gpt-sw3": "GPT2LMHeadModel",
+    "ctrl": "CTRLLMHeadModel",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "bitnet": "BitNetForCausalLM",
@@ -975,6 +978,14 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     "xglm": {**_FAIRSEQ, "tie_word_embeddings": True},
     # xglm's layer with opt's learned positions from row 2, embeddings times sqrt(64)
     "biogpt": {"num_key_value_heads": UNSET, "tie_word_embeddings": True},
+    # pre-LN layers, a relu FC MLP, sinusoids from row 0, embeddings times sqrt(64), a tied
+    # head with its own bias
+    "ctrl": {
+        "dff": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "tie_word_embeddings": True,
+    },
     # GPT-2 under GPT-SW3's model_type (config.json rewritten: ALIASED_TYPES), erf gelu
     "gpt-sw3": {
         "n_inner": 96,

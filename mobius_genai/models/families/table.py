@@ -21,6 +21,7 @@ from mobius_genai.models.families.bitnet import BITNET
 from mobius_genai.models.families.codegen import CODEGEN
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
+from mobius_genai.models.families.ctrl import CTRL
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
 from mobius_genai.models.families.fairseq_rows import FAIRSEQ_FAMILIES
 from mobius_genai.models.families.family_keys import (
@@ -270,6 +271,7 @@ _FAMILIES = (
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     GPT_NEO,
     *FAIRSEQ_FAMILIES,  # opt, xglm, biogpt
+    CTRL,
     *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
         model_type="nemotron",

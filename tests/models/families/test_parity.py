@@ -541,6 +541,10 @@ CASES = {
         "biogpt",
         {"scale_embedding": False, "tie_word_embeddings": False, "layer_norm_eps": 0.5},
     ),
+    # sinusoids from row 0 (CTRL's frequencies), embeddings times sqrt(64), a tied head with
+    # a bias (tests/_hf.py); then untied, 8 heads of 8
+    "ctrl": ("ctrl", {}),
+    "ctrl_untied_8_heads": ("ctrl", {"tie_word_embeddings": False, "n_head": 8}),
     # GPT-2 under model_type gpt-sw3 (tests/_hf.py: erf gelu)
     "gpt-sw3": ("gpt-sw3", {}),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
@@ -1041,6 +1045,12 @@ MUTANTS = {
         lambda: _without("biogpt", norm_eps=lambda raw: raw["layer_norm_eps"]),
         {"layer_norm_eps": 0.5},
     ),
+    # XGLM's sinusoids (their frequencies spread over half - 1 steps) in place of CTRL's
+    "ctrl_with_fairseq_sinusoids": (
+        "ctrl",
+        lambda: _without("ctrl", embedding_layout=EmbeddingLayout()),
+    ),
+    "ctrl_without_embedding_scale": ("ctrl", lambda: _without("ctrl", embedding_multiplier=1.0)),
     # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
     "gpt-sw3_activation_as_gpt2_default": (
         "gpt-sw3",
