@@ -105,6 +105,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    OpenAIGPTConfig,
     OPTConfig,
     PersimmonConfig,
     Phi3Config,
@@ -212,6 +213,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "biogpt": BioGptConfig,
     "gpt-sw3": GPT2Config,
     "ctrl": CTRLConfig,
+    "openai-gpt": OpenAIGPTConfig,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "bitnet": BitNetConfig,
@@ -304,6 +306,7 @@ _ARCHITECTURES = {
     "biogpt": "BioGptForCausalLM",
     "gpt-sw3": "GPT2LMHeadModel",
     "ctrl": "CTRLLMHeadModel",
+    "openai-gpt": "OpenAIGPTLMHeadModel",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "bitnet": "BitNetForCausalLM",
@@ -986,6 +989,12 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_key_value_heads": UNSET,
         "tie_word_embeddings": True,
     },
+    # GPT-2's weights in post-LN blocks, learned positions, no final norm, a tied head
+    "openai-gpt": {
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "tie_word_embeddings": True,
+    },
     # GPT-2 under GPT-SW3's model_type (config.json rewritten: ALIASED_TYPES), erf gelu
     "gpt-sw3": {
         "n_inner": 96,
@@ -1304,14 +1313,41 @@ def positions_from_mask(attention_mask: np.ndarray, seq: int) -> np.ndarray:
     return np.ascontiguousarray(pos[:, -seq:])
 
 
+#: Families whose transformers class keeps no KV cache (OpenAIGPTModel): each reference call
+#: runs the whole sequence so far (`_Recomputed` holds it) and keeps the new positions' logits.
+_RECOMPUTED = ("openai-gpt",)
+
+
+@dataclass(frozen=True)
+class _Recomputed:
+    """The token and position ids fed so far to a model without a cache."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+
+
+def _recompute(
+    model: PreTrainedModel, past: _Recomputed | None, **inputs: torch.Tensor
+) -> tuple[torch.Tensor, _Recomputed]:
+    seq = inputs["input_ids"].shape[1]
+    if past is not None:
+        for name in ("input_ids", "position_ids"):
+            inputs[name] = torch.cat([getattr(past, name), inputs[name]], dim=1)
+    logits = model(**inputs).logits[:, -seq:]
+    return logits, _Recomputed(inputs["input_ids"], inputs["position_ids"])
+
+
 def _forward(
     model: PreTrainedModel, cache: Any, **inputs: torch.Tensor
 ) -> tuple[torch.Tensor, Any]:
     """One cached forward call; returns (logits, cache).
 
     transformers 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns); use
-    whichever this version's ``forward`` declares.
+    whichever this version's ``forward`` declares. A `_RECOMPUTED` family's "cache" is the
+    sequence so far.
     """
+    if model.config.model_type in _RECOMPUTED:
+        return _recompute(model, cache, **inputs)
     if "cache" in inspect.signature(model.forward).parameters:
         out = model(**inputs, cache=cache, use_cache=True)
         return out.logits, out.cache

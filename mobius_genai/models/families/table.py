@@ -38,6 +38,7 @@ from mobius_genai.models.families.gpt2_names import (
     GPT2_BUFFERS,
     GPT2_CONFIG_NAMES,
     GPT2_DEFAULTS,
+    GPT2_FUSED_QKV,
     GPT2_LAYOUT,
     GPTJ_BLOCK,
     GPTJ_DEFAULTS,
@@ -57,6 +58,7 @@ from mobius_genai.models.families.layers import (
 from mobius_genai.models.families.llama4 import LLAMA4, LLAMA4_TEXT
 from mobius_genai.models.families.mistral_rows import MISTRAL_FAMILIES
 from mobius_genai.models.families.moe_rows import MOE_FAMILIES
+from mobius_genai.models.families.openai_gpt import OPENAI_GPT
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
     PACKED_QKV,
@@ -153,14 +155,7 @@ _FAMILIES = (
         config_defaults={**GPT2_DEFAULTS, "hidden_act": "gelu_new"},
         config_overrides=GPT2_BLOCK,
         refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
-        fused_weights=(
-            FusedWeight(
-                r"\.self_attn\.(?P<part>q|k|v)_proj\.(weight|bias)$",
-                r".self_attn.c_attn.\2",
-                ("q", "k", "v"),
-                axis=-1,
-            ),
-        ),
+        fused_weights=(GPT2_FUSED_QKV,),
         weight_renames=(
             (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
             (r"\.self_attn\.", ".attn."),
@@ -272,6 +267,7 @@ _FAMILIES = (
     GPT_NEO,
     *FAIRSEQ_FAMILIES,  # opt, xglm, biogpt
     CTRL,
+    OPENAI_GPT,
     *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
         model_type="nemotron",

@@ -1,7 +1,8 @@
-"""biogpt, ctrl and gpt-sw3 beyond the parity table (test_parity.py's CASES and MUTANTS): a
-left-padded batch against transformers, onnxruntime-genai's tokens from ctrl's bundle alone and
-in a batch (biogpt's and gpt-sw3's: test_bundles.py, slow), the GPU EPs' graphs, and the
-config switches these rows read or refuse."""
+"""biogpt, ctrl, openai-gpt and gpt-sw3 beyond the parity table (test_parity.py's CASES and
+MUTANTS): a left-padded batch against transformers (openai-gpt's, which keeps no cache,
+recomputed: tests/_hf.py), onnxruntime-genai's tokens from ctrl's bundle alone and in a batch
+(the others': test_bundles.py, slow), the GPU EPs' graphs, and the config switches these rows
+read or refuse."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _batch_greedy
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 
 
-@pytest.mark.parametrize("family", ["biogpt", "ctrl", "gpt-sw3"])
+@pytest.mark.parametrize("family", ["biogpt", "ctrl", "gpt-sw3", "openai-gpt"])
 def test_left_padded_batch_matches_transformers(family, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=2)
     first, rest = left_padded_diffs(ckpt, tmp_path / "onnx")
@@ -47,15 +48,16 @@ def test_ctrl_bundle_generates_like_transformers(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu"])
-@pytest.mark.parametrize("family", ["biogpt", "ctrl"])
+@pytest.mark.parametrize("family", ["biogpt", "ctrl", "openai-gpt"])
 def test_gpu_ep_graphs_attend_with_group_query_attention(family, ep, tmp_path):
     """The positions added before the first layer leave every layer to the GQA fusion, and
-    each pre-LN norm with the add before it to SkipLayerNormalization (float16)."""
+    each norm with the residual add before it to SkipLayerNormalization (float16)."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
     graph = mobius_genai.build(ckpt, ep, "f16", load_weights=False)["model"].graph
     ops = [node.op_type for node in graph]
     assert ops.count("GroupQueryAttention") == 3 and "Attention" not in ops
-    assert ops.count("SkipLayerNormalization") == 7  # the final norm's too
+    # pre-LN: each layer's two and the final norm; post-LN (openai-gpt): each layer's two
+    assert ops.count("SkipLayerNormalization") == (6 if family == "openai-gpt" else 7)
 
 
 def _parsed(family: str, **overrides) -> ArchitectureConfig:
@@ -107,3 +109,12 @@ def test_gpt_sw3_reads_as_gpt2():
     gpt2 = FAMILIES["gpt2"].parse_config(dict(raw))
     sw3 = FAMILIES["gpt-sw3"].parse_config(raw | {"model_type": "gpt-sw3"})
     assert dataclasses.replace(sw3, model_type="gpt2") == gpt2
+
+
+def test_openai_gpt_reads_afn_from_its_own_table_and_a_4x_mlp():
+    config = _parsed("openai-gpt")
+    assert (config.hidden_act, config.intermediate_size) == ("gelu_new", 256)  # "gelu": tanh
+    assert (config.norm_placement, config.embedding_layout.final_norm) == ("post_residual", False)
+    assert _parsed("openai-gpt", afn="swish").hidden_act == "silu"
+    with pytest.raises(ConfigError, match="'afn' must be one of .*found 'gelu_fast'"):
+        _parsed("openai-gpt", afn="gelu_fast")

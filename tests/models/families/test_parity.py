@@ -545,6 +545,10 @@ CASES = {
     # a bias (tests/_hf.py); then untied, 8 heads of 8
     "ctrl": ("ctrl", {}),
     "ctrl_untied_8_heads": ("ctrl", {"tie_word_embeddings": False, "n_head": 8}),
+    # post-LN blocks, learned positions, no final norm, a tied head, afn gelu (gelu_new)
+    # (tests/_hf.py); then relu, untied
+    "openai-gpt": ("openai-gpt", {}),
+    "openai-gpt_relu_untied": ("openai-gpt", {"afn": "relu", "tie_word_embeddings": False}),
     # GPT-2 under model_type gpt-sw3 (tests/_hf.py: erf gelu)
     "gpt-sw3": ("gpt-sw3", {}),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
@@ -1051,6 +1055,17 @@ MUTANTS = {
         lambda: _without("ctrl", embedding_layout=EmbeddingLayout()),
     ),
     "ctrl_without_embedding_scale": ("ctrl", lambda: _without("ctrl", embedding_multiplier=1.0)),
+    # GPT-1's norms of the residual sums applied before each block
+    "openai-gpt_post_ln_read_as_pre_ln": (
+        "openai-gpt",
+        lambda: _without("openai-gpt", norm_placement="pre"),
+    ),
+    # afn "relu" read as gpt2's default activation
+    "openai-gpt_afn_unread": (
+        "openai-gpt",
+        lambda: _without("openai-gpt", hidden_act="gelu_new"),
+        {"afn": "relu"},
+    ),
     # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
     "gpt-sw3_activation_as_gpt2_default": (
         "gpt-sw3",
