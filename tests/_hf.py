@@ -85,6 +85,7 @@ from transformers import (
     HeliumConfig,
     HunYuanDenseV1Config,
     HunYuanMoEV1Config,
+    HyperCLOVAXConfig,
     InternLM3Config,
     JambaConfig,
     Lfm2Config,
@@ -214,6 +215,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "gpt-sw3": GPT2Config,
     "ctrl": CTRLConfig,
     "openai-gpt": OpenAIGPTConfig,
+    "hyperclovax": HyperCLOVAXConfig,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "bitnet": BitNetConfig,
@@ -307,6 +309,7 @@ _ARCHITECTURES = {
     "gpt-sw3": "GPT2LMHeadModel",
     "ctrl": "CTRLLMHeadModel",
     "openai-gpt": "OpenAIGPTLMHeadModel",
+    "hyperclovax": "HyperCLOVAXForCausalLM",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "bitnet": "BitNetForCausalLM",
@@ -994,6 +997,13 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "intermediate_size": UNSET,
         "num_key_value_heads": UNSET,
         "tie_word_embeddings": True,
+    },
+    # granite's multipliers (logits multiplied), post norms on each block's output
+    "hyperclovax": {
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
     },
     # GPT-2 under GPT-SW3's model_type (config.json rewritten: ALIASED_TYPES), erf gelu
     "gpt-sw3": {

@@ -48,6 +48,7 @@ from mobius_genai.models.families.gpt_neo import GPT_NEO
 from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
+from mobius_genai.models.families.hyperclovax import HYPERCLOVAX
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
@@ -175,6 +176,7 @@ _FAMILIES = (
         genai_type="granite",
         config_overrides=GRANITE_MULTIPLIERS,
     ),
+    HYPERCLOVAX,
     FamilyAdapter(
         model_type="olmo2",
         genai_type="olmo",  # onnxruntime-genai has no "olmo2"; its generic path runs the graph

@@ -1,4 +1,4 @@
-"""biogpt, ctrl, openai-gpt and gpt-sw3 beyond the parity table (test_parity.py's CASES and
+"""biogpt, ctrl, openai-gpt, hyperclovax and gpt-sw3 beyond the parity table (test_parity.py's CASES and
 MUTANTS): a left-padded batch against transformers (openai-gpt's, which keeps no cache,
 recomputed: tests/_hf.py), onnxruntime-genai's tokens from ctrl's bundle alone and in a batch
 (the others': test_bundles.py, slow), the GPU EPs' graphs, and the config switches these rows
@@ -118,3 +118,11 @@ def test_openai_gpt_reads_afn_from_its_own_table_and_a_4x_mlp():
     assert _parsed("openai-gpt", afn="swish").hidden_act == "silu"
     with pytest.raises(ConfigError, match="'afn' must be one of .*found 'gelu_fast'"):
         _parsed("openai-gpt", afn="gelu_fast")
+
+
+def test_hyperclovax_reads_its_multipliers_and_refuses_a_layer_without_post_norms():
+    config = _parsed("hyperclovax", attention_multiplier=None)
+    assert config.attention_scale == 16**-0.5  # HyperCLOVAXConfig's fill: 1/sqrt(head_dim)
+    assert (config.norm_placement, config.logits_scaling) == ("sandwich", 0.25)  # logits * 4
+    with pytest.raises(UnsupportedModelError, match="use_post_norm is false; hyperclovax"):
+        _parsed("hyperclovax", use_post_norm=False)

@@ -549,6 +549,13 @@ CASES = {
     # (tests/_hf.py); then relu, untied
     "openai-gpt": ("openai-gpt", {}),
     "openai-gpt_relu_untied": ("openai-gpt", {"afn": "relu", "tie_word_embeddings": False}),
+    # granite's multipliers, logits times 4, post norms (tests/_hf.py); then the default
+    # attention scale (null attention_multiplier), head_dim 32, biases
+    "hyperclovax": ("hyperclovax", {}),
+    "hyperclovax_default_scale_head_dim_biases": (
+        "hyperclovax",
+        {"attention_multiplier": None, "head_dim": 32, "attention_bias": True, "mlp_bias": True},
+    ),
     # GPT-2 under model_type gpt-sw3 (tests/_hf.py: erf gelu)
     "gpt-sw3": ("gpt-sw3", {}),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
@@ -1066,6 +1073,15 @@ MUTANTS = {
         lambda: _without("openai-gpt", hidden_act="gelu_new"),
         {"afn": "relu"},
     ),
+    "hyperclovax_without_post_norms": (
+        "hyperclovax",
+        lambda: _without("hyperclovax", norm_placement="pre"),
+    ),
+    # logits divided by logits_scaling, as granite's are
+    "hyperclovax_logits_divided": (
+        "hyperclovax",
+        lambda: _without("hyperclovax", logits_scaling=lambda raw: raw["logits_scaling"]),
+    ),
     # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
     "gpt-sw3_activation_as_gpt2_default": (
         "gpt-sw3",
@@ -1084,6 +1100,7 @@ UNREAD_BY_MUTANT = {
     "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
     "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
     "granite_swa_without_sinks": "'model.layers.0.self_attn.sinks'",
+    "hyperclovax_without_post_norms": "'model.layers.0.post_attention_layernorm.weight'",
 }
 
 
