@@ -87,6 +87,7 @@ from transformers import (
     HunYuanMoEV1Config,
     HyperCLOVAXConfig,
     InternLM3Config,
+    Jais2Config,
     JambaConfig,
     Lfm2Config,
     Lfm2MoeConfig,
@@ -216,6 +217,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "ctrl": CTRLConfig,
     "openai-gpt": OpenAIGPTConfig,
     "hyperclovax": HyperCLOVAXConfig,
+    "jais2": Jais2Config,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "bitnet": BitNetConfig,
@@ -310,6 +312,7 @@ _ARCHITECTURES = {
     "ctrl": "CTRLLMHeadModel",
     "openai-gpt": "OpenAIGPTLMHeadModel",
     "hyperclovax": "HyperCLOVAXForCausalLM",
+    "jais2": "Jais2ForCausalLM",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "bitnet": "BitNetForCausalLM",
@@ -1005,6 +1008,8 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "logits_scaling": 4.0,
         "attention_multiplier": 0.1,
     },
+    # llama's attention with LayerNorms, a relu2 up/down MLP, biases (Jais2Config's defaults)
+    "jais2": {},
     # GPT-2 under GPT-SW3's model_type (config.json rewritten: ALIASED_TYPES), erf gelu
     "gpt-sw3": {
         "n_inner": 96,

@@ -283,6 +283,23 @@ _FAMILIES = (
         preprocessed_weights=NORM_WEIGHTS,
     ),
     FamilyAdapter(
+        model_type="jais2",
+        family_keys=READS_MLP_BIAS,
+        config_defaults={"hidden_act": "relu2", "max_position_embeddings": 8192},
+        # llama's attention, LayerNorms and nemotron's up/down MLP, biased unless switched off
+        config_overrides={
+            "norm_type": "layer",
+            "norm_eps": lambda raw: fields.number(
+                raw.get("layer_norm_eps"), "layer_norm_eps", 1e-5
+            ),
+            "gated_mlp": False,
+            "qkv_bias": switch("attention_bias", True),
+            "o_bias": switch("attention_bias", True),
+            "mlp_bias": switch("mlp_bias", True),
+        },
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
+    ),
+    FamilyAdapter(
         model_type="exaone",
         family_keys=READS_MLP_BIAS,
         # (layer_norm_epsilon, EXAONE's name for rms_norm_eps, is one of config's eps keys)

@@ -556,6 +556,12 @@ CASES = {
         "hyperclovax",
         {"attention_multiplier": None, "head_dim": 32, "attention_bias": True, "mlp_bias": True},
     ),
+    # LayerNorms, relu2 up/down MLP, biases (tests/_hf.py); then unbiased, another eps
+    "jais2": ("jais2", {}),
+    "jais2_unbiased": (
+        "jais2",
+        {"attention_bias": False, "mlp_bias": False, "layer_norm_eps": 0.1},
+    ),
     # GPT-2 under model_type gpt-sw3 (tests/_hf.py: erf gelu)
     "gpt-sw3": ("gpt-sw3", {}),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
@@ -1081,6 +1087,12 @@ MUTANTS = {
     "hyperclovax_logits_divided": (
         "hyperclovax",
         lambda: _without("hyperclovax", logits_scaling=lambda raw: raw["logits_scaling"]),
+    ),
+    # config.json's layer_norm_eps (0.1 here) left for Jais2Config's default
+    "jais2_layer_norm_eps_unread": (
+        "jais2",
+        lambda: _without("jais2", norm_eps=1e-5),
+        {"layer_norm_eps": 0.1},
     ),
     # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
     "gpt-sw3_activation_as_gpt2_default": (
