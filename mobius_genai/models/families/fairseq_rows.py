@@ -142,16 +142,8 @@ BIOGPT = FamilyAdapter(
         "max_position_embeddings": 1024,
         "tie_word_embeddings": True,
     },
-    config_overrides={
-        **_FAIRSEQ_BLOCK,
-        "norm_type": "layer",
-        "qkv_bias": True,
-        "o_bias": True,
-        "mlp_bias": True,
-        "position_embedding": "learned",
-        "embedding_layout": EmbeddingLayout(position_offset=_POSITION_OFFSET),
-        "embedding_multiplier": _embedding_scale,
-    },
+    # XGLM's layer, offset and scale_embedding, with a learned position table
+    config_overrides={**XGLM.config_overrides, "position_embedding": "learned"},
     weight_renames=(
         *_FAIRSEQ_LAYER,
         (r"^model\.norm\.", "model.layer_norm."),

@@ -22,6 +22,13 @@ GPT2_FUSED_QKV = FusedWeight(
     ("q", "k", "v"),
     axis=-1,
 )
+# GPT-2's attention and MLP names (gpt2, openai-gpt).
+GPT2_BLOCK_NAMES = (
+    (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
+    (r"\.self_attn\.", ".attn."),
+    (r"\.mlp\.fc1\.", ".mlp.c_fc."),
+    (r"\.mlp\.fc2\.", ".mlp.c_proj."),
+)
 # GPT-2's attention buffers, the causal mask and its fill value (gpt2, gptj: transformers'
 # _keys_to_ignore_on_load_unexpected).
 GPT2_BUFFERS = (r"\.attn\.(bias|masked_bias)$",)

@@ -17,7 +17,12 @@ from mobius_genai.config import fields
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.gpt2_names import GPT2_BLOCK, GPT2_BUFFERS, GPT2_FUSED_QKV
+from mobius_genai.models.families.gpt2_names import (
+    GPT2_BLOCK,
+    GPT2_BLOCK_NAMES,
+    GPT2_BUFFERS,
+    GPT2_FUSED_QKV,
+)
 
 #: modeling_openai's ACT_FNS, as our activation names.
 _AFN = {"gelu": "gelu_new", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -55,10 +60,7 @@ OPENAI_GPT = FamilyAdapter(
     },
     fused_weights=(GPT2_FUSED_QKV,),
     weight_renames=(
-        (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
-        (r"\.self_attn\.", ".attn."),
-        (r"\.mlp\.fc1\.", ".mlp.c_fc."),
-        (r"\.mlp\.fc2\.", ".mlp.c_proj."),
+        *GPT2_BLOCK_NAMES,
         (r"\.input_layernorm\.", ".ln_1."),
         (r"\.post_attention_layernorm\.", ".ln_2."),
         (r"^model\.layers\.", "transformer.h."),

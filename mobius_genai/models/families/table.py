@@ -35,6 +35,7 @@ from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_rows import GEMMA2_OVERRIDES, GEMMA_FAMILIES
 from mobius_genai.models.families.gpt2_names import (
     GPT2_BLOCK,
+    GPT2_BLOCK_NAMES,
     GPT2_BUFFERS,
     GPT2_CONFIG_NAMES,
     GPT2_DEFAULTS,
@@ -158,10 +159,7 @@ _FAMILIES = (
         refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
         fused_weights=(GPT2_FUSED_QKV,),
         weight_renames=(
-            (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
-            (r"\.self_attn\.", ".attn."),
-            (r"\.mlp\.fc1\.", ".mlp.c_fc."),
-            (r"\.mlp\.fc2\.", ".mlp.c_proj."),
+            *GPT2_BLOCK_NAMES,
             (r"\.post_attention_layernorm\.", ".ln_2."),
             (r"^model\.embed_positions\.", "transformer.wpe."),
             *GPT2_LAYOUT,

@@ -12,15 +12,15 @@ import json
 import pytest
 
 import mobius_genai
-from mobius_genai import ConfigError, UnsupportedModelError, packager
+from mobius_genai import ConfigError, UnsupportedModelError
 from mobius_genai.cli import main as cli_main
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES
-from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import edit_config, hf_greedy_tokens, tiny_config, write_tiny_checkpoint
+from tests._hf import edit_config, tiny_config, write_tiny_checkpoint
 from tests._ort import left_padded_diffs
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _batch_greedy_tokens, _checkpoint
+from tests.models.families.test_bundles import _checkpoint
+from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 
@@ -36,15 +36,7 @@ def test_ctrl_bundle_generates_like_transformers(tmp_path, capsys):
     """og runs CTRL's graph (sinusoids from the positions og feeds, a biased tied head) as
     transformers does, alone and in a batch of prompts of different lengths."""
     ckpt = _checkpoint(tmp_path / "ckpt", "ctrl")
-    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    assert cli_main(["validate", str(folder)]) == 0
-    assert "valid (decoder," in capsys.readouterr().out
-    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
-    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
-    assert len(ours) == NEW_TOKENS
-    prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
-    assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
+    check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu"])

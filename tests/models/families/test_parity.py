@@ -768,6 +768,15 @@ def _without(family: str, **overrides) -> FamilyAdapter:
     return dataclasses.replace(adapter, config_overrides=changed)
 
 
+def _without_offset(family: str) -> FamilyAdapter:
+    """The family's learned position table (max_position_embeddings + 2 rows), read from row 0."""
+    return _without(
+        family,
+        embedding_layout=EmbeddingLayout(),
+        max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
+    )
+
+
 def _as_stored(family: str) -> FamilyAdapter:
     """The family's row with its checkpoint tensors read as stored (no preprocess_weight)."""
     return dataclasses.replace(FAMILIES[family], preprocess_weight=lambda n, a, c: a)
@@ -1025,14 +1034,7 @@ MUTANTS = {
         lambda: _without("gpt_neo", attention_scale=None),
     ),
     # the same table of max_position_embeddings + 2 rows, read from row 0
-    "opt_positions_without_offset": (
-        "opt",
-        lambda: _without(
-            "opt",
-            embedding_layout=EmbeddingLayout(),
-            max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
-        ),
-    ),
+    "opt_positions_without_offset": ("opt", lambda: _without_offset("opt")),
     # opt-350m's norms of the residual sums applied before each block instead
     "opt_350m_post_ln_read_as_pre_ln": (
         "opt",
@@ -1044,14 +1046,8 @@ MUTANTS = {
         lambda: _without("xglm", embedding_layout=EmbeddingLayout()),
     ),
     "xglm_without_embedding_scale": ("xglm", lambda: _without("xglm", embedding_multiplier=1.0)),
-    "biogpt_positions_without_offset": (
-        "biogpt",
-        lambda: _without(
-            "biogpt",
-            embedding_layout=EmbeddingLayout(),
-            max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
-        ),
-    ),
+    # as opt's
+    "biogpt_positions_without_offset": ("biogpt", lambda: _without_offset("biogpt")),
     "biogpt_without_embedding_scale": (
         "biogpt",
         lambda: _without("biogpt", embedding_multiplier=1.0),
