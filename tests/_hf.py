@@ -41,6 +41,7 @@ from transformers import (
     BambaConfig,
     BioGptConfig,
     BitNetConfig,
+    BloomConfig,
     CodeGenConfig,
     Cohere2Config,
     Cohere2MoeConfig,
@@ -100,6 +101,7 @@ from transformers import (
     MinistralConfig,
     MistralConfig,
     MixtralConfig,
+    MptConfig,
     NanoChatConfig,
     NemotronConfig,
     NemotronHConfig,
@@ -206,6 +208,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "cohere2_moe": Cohere2MoeConfig,
     "gpt_bigcode": GPTBigCodeConfig,
     "falcon": FalconConfig,
+    "bloom": BloomConfig,
+    "mpt": MptConfig,
     "minicpm3": MiniCPM3Config,
     "cwm": CwmConfig,
     "gpt_neo": GPTNeoConfig,
@@ -301,6 +305,8 @@ _ARCHITECTURES = {
     "cohere2_moe": "Cohere2MoeForCausalLM",
     "gpt_bigcode": "GPTBigCodeForCausalLM",
     "falcon": "FalconForCausalLM",
+    "bloom": "BloomForCausalLM",
+    "mpt": "MptForCausalLM",
     "minicpm3": "MiniCPM3ForCausalLM",
     "cwm": "CwmForCausalLM",
     "gpt_neo": "GPTNeoForCausalLM",
@@ -947,6 +953,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_kv_heads": 2,
         "new_decoder_architecture": True,
         "bias": True,
+    },
+    # ALiBi positions; bloom's per-head fused query_key_value, LayerNorm on the embeddings,
+    # biases everywhere; mpt's unbiased [q | k | v] Wqkv, bias-free LayerNorms, 4 x d_model MLP
+    "bloom": {
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "max_position_embeddings": UNSET,
+    },
+    "mpt": {
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "max_position_embeddings": UNSET,
+        "max_seq_len": 64,
     },
     # DeepSeek-V2's latent attention (low-rank q, a 32-channel latent, 16 unrotated and 8
     # rotated q/k channels per head rotated by halves, 8 value channels, attention biases) in

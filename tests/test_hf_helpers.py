@@ -73,6 +73,7 @@ _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
     *("ernie4_5_moe", "exaone_moe", "dbrx"),
+    "mpt",  # MptModel builds no bias whatever no_bias says (false is refused)
 }
 _NO_NORM_WEIGHTS = {"olmo", "nanochat"}  # norms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames

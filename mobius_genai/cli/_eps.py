@@ -177,8 +177,8 @@ def format_ep_table(registry: EpRegistry | None = None, *, wide: bool = False) -
 
 def _blocks(row: FamilyAdapter) -> str:
     """What a family row builds beyond attention and an MLP, read from its data: the recurrent
-    blocks whose settings it reads, latent or differential attention, BitNet's projections, MoE,
-    a multimodal checkpoint's decoder."""
+    blocks whose settings it reads, latent or differential attention, ALiBi, BitNet's
+    projections, MoE, a multimodal checkpoint's decoder."""
     overrides = row.config_overrides
     blocks = [b.layer_type for b in RECURRENT_BLOCKS.values() if b.section in overrides]
     if overrides.get("parallel_recurrent"):
@@ -187,6 +187,8 @@ def _blocks(row: FamilyAdapter) -> str:
         blocks.append("one block per layer")
     if "latent_attention" in overrides:
         blocks.append("latent attention")
+    if "alibi" in overrides:
+        blocks.append("ALiBi")
     if "differential_attention" in overrides:
         blocks.append("differential attention")
     if "bitlinear" in overrides:

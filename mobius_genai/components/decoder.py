@@ -1,6 +1,8 @@
 """One decoder layer: attention and MLP blocks with residuals, norms where the config places them.
 
     pre       h = x + attn(norm(x));               out = h + mlp(norm(h))          (llama)
+              with residual_after_norm: h = n + attn(n), n = norm(x); alike for the MLP
+                                                                                (bloom)
     sandwich  h = x + norm(attn(norm(x)));         out = h + norm(mlp(norm(h)))    (gemma2/3)
     post      h = x + norm(attn(x));               out = h + norm(mlp(h))          (olmo2)
     post_residual  h = norm(x + attn(x));          out = norm(h + mlp(h))          (opt-350m)
@@ -89,6 +91,7 @@ class DecoderLayer(nn.Module):
         self.slots = slots
         self.sum_norms = SUM_NORMS.get(config.norm_placement, (None, None))
         self.parallel = config.parallel_residual
+        self.residual_after_norm = config.residual_after_norm
         self.residual_multiplier = config.residual_multiplier
         self.config = config
         for name in (*slots, *self.sum_norms):
@@ -146,6 +149,8 @@ class DecoderLayer(nn.Module):
         residual = hidden_states
         hidden_states = self._model_dtype(op, hidden_states)
         normed = self._norm(op, 0, hidden_states)
+        if self.residual_after_norm:
+            residual = normed
         mixed, presents = self._mix(
             op, normed, position_ids, rotary, attention_bias, past, attention_mask, slots
         )
@@ -159,8 +164,10 @@ class DecoderLayer(nn.Module):
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
             return op.Add(op.Add(attn_out, mlp_out), residual), presents
         hidden_states = self._sum_norm(op, 0, op.Add(residual, attn_out))
-        mlp_out = self.mlp(op, self._norm(op, 2, self._model_dtype(op, hidden_states)))
-        mlp_out = self._scaled(op, self._norm(op, 3, mlp_out))
+        mlp_in = self._norm(op, 2, self._model_dtype(op, hidden_states))
+        mlp_out = self._scaled(op, self._norm(op, 3, self.mlp(op, mlp_in)))
+        if self.residual_after_norm:
+            hidden_states = mlp_in
         return self._sum_norm(op, 1, op.Add(hidden_states, mlp_out)), presents
 
     def _mix(

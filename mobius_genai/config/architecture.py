@@ -15,6 +15,7 @@ from typing import Any
 
 from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
+from mobius_genai.config.alibi import Alibi
 from mobius_genai.config.altup import AltUpConfig
 from mobius_genai.config.bitlinear import BitLinearConfig
 from mobius_genai.config.differential import DifferentialAttention
@@ -54,7 +55,7 @@ HIDDEN_ACTS = (
 LEARNED_ACTS = ("xielu",)
 NORM_TYPES = ("rms", "layer", "layer_no_bias", "layer_no_affine", "rms_no_affine")
 NORM_PLACEMENTS = ("pre", "sandwich", "post", "post_residual")
-POSITION_EMBEDDINGS = ("rope", "learned", "sinusoidal")
+POSITION_EMBEDDINGS = ("rope", "learned", "sinusoidal", "alibi")
 _NORM_EPS_KEYS = (
     "rms_norm_eps",
     "layer_norm_eps",
@@ -92,6 +93,8 @@ class ArchitectureConfig:
     - `parallel_mlp_norm`: with `parallel_residual`, the MLP normalizes the layer input with a
       norm of its own, x + attn(ln1(x)) + mlp(ln2(x)) (gpt_neox), instead of reading the
       attention's normed input.
+    - `residual_after_norm`: with placement "pre", each block's residual is its normed input,
+      h = ln1(x) + attn(ln1(x)) (bloom's apply_residual_connection_post_layernorm).
     - `gated_mlp`: down(act(gate(x)) * up(x)) when True, fc2(act(fc1(x))) when False.
     - `embedding_norm`: the token embeddings pass through the final norm before the first
       layer as well (nanochat).
@@ -108,10 +111,13 @@ class ArchitectureConfig:
       facts: only the rows whose transformers class reads the config.json key set them
       (models/families/scales.py), so a key a family ignores changes nothing.
     - `position_embedding`: "rope", or "learned" absolute positions added to the token
-      embeddings (gpt2), or "sinusoidal" ones computed from the positions (xglm); either
-      means no rotary in any layer.
+      embeddings (gpt2), or "sinusoidal" ones computed from the positions (xglm), or "alibi"
+      linear biases on the attention scores (bloom, mpt, falcon: `alibi`, config/alibi.py);
+      each of these means no rotary in any layer.
     - `embedding_layout`: the absolute positions' table offset, a token table narrower than
       the stack, no final norm (config/embedding_layout.py: OPT, XGLM).
+    - `embedding_layernorm`: the token embeddings pass through a norm of their own before the
+      first layer (bloom's word_embeddings_layernorm).
     - `no_rope_layers`: indices of layers that apply no rotary embedding (smollm3's NoPE layers).
     - `rope_local`: the rope of sliding-window layers when it differs from `rope` (gemma3's
       `rope_local_base_freq`); None means every layer uses `rope`.
@@ -205,9 +211,11 @@ class ArchitectureConfig:
     norm_placement: str = "pre"
     parallel_residual: bool = False
     parallel_mlp_norm: bool = False
+    residual_after_norm: bool = False
     gated_mlp: bool = True
     embedding_multiplier: float = 1.0
     embedding_norm: bool = False
+    embedding_layernorm: bool = False
     residual_multiplier: float = 1.0
     residual_in_float32: bool = False
     logits_scaling: float = 1.0
@@ -242,6 +250,7 @@ class ArchitectureConfig:
     altup: AltUpConfig | None = None
     per_layer_stack: PerLayerStack | None = None
     bitlinear: BitLinearConfig | None = None
+    alibi: Alibi | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -512,10 +521,20 @@ def _validate_block_kinds(config: ArchitectureConfig) -> None:
                 f"config.json: {name} {getattr(config, name)!r} is not supported; accepted: "
                 f"{list(accepted)}"
             )
+    if (config.position_embedding == "alibi") != (config.alibi is not None):
+        raise ConfigError(
+            f"config.json: position_embedding {config.position_embedding!r} with alibi "
+            f"{config.alibi!r}; accepted: ALiBi settings exactly with position_embedding 'alibi'"
+        )
     if config.parallel_residual and config.norm_placement != "pre":
         raise ConfigError(
             f"config.json: a parallel residual needs norm_placement 'pre', found "
             f"{config.norm_placement!r}"
+        )
+    if config.residual_after_norm and (config.norm_placement != "pre" or config.parallel_residual):
+        raise ConfigError(
+            "config.json: a residual taken after the norm (residual_after_norm) needs "
+            f"norm_placement 'pre' without a parallel residual, found {config.norm_placement!r}"
         )
     if config.parallel_mlp_norm and not config.parallel_residual:
         raise ConfigError(

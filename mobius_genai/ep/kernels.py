@@ -79,8 +79,8 @@ KERNELS: Mapping[str, Kernel] = MappingProxyType(
             Kernel(
                 "GroupQueryAttention.attention_bias",
                 MS_DOMAIN,
-                "attention with image blocks (Gemma 3) or chunks (Llama 4) stays standard "
-                "Attention",
+                "attention with image blocks (Gemma 3), chunks (Llama 4) or ALiBi (Bloom, MPT) "
+                "stays standard Attention",
                 default=False,
             ),
             Kernel(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.components.alibi import alibi_bias
 from mobius_genai.components.altup import StreamCollapse, StreamExpansion
 from mobius_genai.components.altup_layer import AltUpDecoderLayer
 from mobius_genai.components.decoder import DecoderLayer, float32_residual
@@ -50,6 +51,9 @@ class TextModel(nn.Module):
         )
         self.embed_positions = make_positions(config, context_length)
         _projections(self, config)
+        self.embed_norm = None
+        if config.embedding_layernorm:
+            self.embed_norm = make_norm(config.norm_type, config.hidden_size, config.norm_eps)
         self.layers = nn.ModuleList(
             [DecoderLayer(config, i) for i in range(config.num_hidden_layers)]
         )
@@ -104,6 +108,8 @@ class TextModel(nn.Module):
             hidden_states = op.Add(hidden_states, self.embed_positions(op, position_ids))
         if config.embedding_norm:
             hidden_states = self.norm(op, hidden_states)
+        if self.embed_norm is not None:
+            hidden_states = self.embed_norm(op, hidden_states)
         rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
         residual_float32 = float32_residual(config)
         if residual_float32:  # the layers carry the residual stream in float32
@@ -197,8 +203,15 @@ class TextModel(nn.Module):
     ) -> ir.Value:
         window, chunk, image_blocks = mask
         if not image_blocks:
-            return attention_bias(
+            bias = attention_bias(
                 op, input_ids, attention_mask, window or None, position_ids, chunk or None
+            )
+            config = self.config
+            if config.alibi is None:
+                return bias
+            heads = config.num_attention_heads
+            return alibi_bias(
+                op, bias, input_ids, attention_mask, config.alibi, heads, config.scale
             )
         if chunk:
             raise ConfigError(

@@ -63,6 +63,7 @@ def test_eps_families_lists_every_model_type_with_its_og_type_and_blocks(capsys)
     assert rows["falcon_h1"] == ["decoder", "mamba2 beside attention"]
     assert rows["mamba"] == rows["falcon_mamba"] == ["decoder", "mamba, one block per layer"]
     assert rows["jamba"] == ["decoder", "mamba, MoE"]
+    assert rows["bloom"] == rows["mpt"] == ["decoder", "ALiBi"]
     assert rows["diffllama"] == ["decoder", "differential attention"]
     assert rows["llama"] == ["llama", "-"]
     assert rows["bitnet"] == ["decoder", "BitLinear (sub-norms, int8 activations)"]

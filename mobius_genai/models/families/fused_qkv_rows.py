@@ -1,7 +1,8 @@
 """Decoders whose checkpoints fuse q, k and v into one tensor stored by key/value group:
 gpt_bigcode (StarCoder 1, SantaCoder: GPT-2's layer with multi-query attention) and falcon
 (Falcon-7B's multi-query, Falcon-40B/180B's and Falcon2-11B's grouped-query "new decoder
-architecture", parallel attention and MLP).
+architecture", parallel attention and MLP; Falcon-RW's ALiBi positions instead of the rotary
+embedding where config.json's `alibi` says).
 
 Both build as the packed projection ([q | k | v], `packed_qkv`), its rows regrouped as they
 are read (preprocess.qkv_blocks_from_head_rows); the key/value head count is the one each
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
+from mobius_genai.config.alibi import Alibi
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.gpt2_names import (
@@ -75,6 +77,26 @@ def _falcon_two_norms(raw: Mapping[str, Any]) -> bool:
     return _new_architecture(raw) and count == 2
 
 
+#: The tensor names Falcon keeps from BLOOM (falcon; bloom adds its embeddings' LayerNorm).
+BLOOM_NAMES = (
+    (r"\.self_attn\.qkv_proj\.", ".self_attention.query_key_value."),
+    (r"\.self_attn\.o_proj\.", ".self_attention.dense."),
+    (r"\.mlp\.fc1\.", ".mlp.dense_h_to_4h."),
+    (r"\.mlp\.fc2\.", ".mlp.dense_4h_to_h."),
+    (r"^model\.layers\.", "transformer.h."),
+    (r"^model\.embed_tokens\.", "transformer.word_embeddings."),
+    (r"^model\.norm\.", "transformer.ln_f."),
+)
+
+
+def _falcon_alibi(raw: Mapping[str, Any]) -> bool:
+    return fields.flag(raw.get("alibi"), "alibi", False)
+
+
+#: Falcon-RW's positions: FalconModel rounds slopes and products to bfloat16 and divides the
+#: bias by sqrt(head_dim) with the scores (config/alibi.py).
+_FALCON_ALIBI = Alibi(bfloat16=True, scaled=True)
+
 GPT_BIGCODE = FamilyAdapter(
     model_type="gpt_bigcode",
     config_aliases=GPT2_CONFIG_NAMES,
@@ -120,18 +142,10 @@ FALCON = FamilyAdapter(
         "packed_qkv": True,
         "parallel_residual": _falcon_parallel,
         "parallel_mlp_norm": _falcon_two_norms,
+        "position_embedding": lambda raw: "alibi" if _falcon_alibi(raw) else "rope",
+        "alibi": lambda raw: _FALCON_ALIBI if _falcon_alibi(raw) else None,
     },
-    # ALiBi positions (Falcon-RW) instead of the rotary embedding: no component adds them
-    refused_keys=("alibi",),
-    weight_renames=(
-        (r"\.self_attn\.qkv_proj\.", ".self_attention.query_key_value."),
-        (r"\.self_attn\.o_proj\.", ".self_attention.dense."),
-        (r"\.mlp\.fc1\.", ".mlp.dense_h_to_4h."),
-        (r"\.mlp\.fc2\.", ".mlp.dense_4h_to_h."),
-        (r"^model\.layers\.", "transformer.h."),
-        (r"^model\.embed_tokens\.", "transformer.word_embeddings."),
-        (r"^model\.norm\.", "transformer.ln_f."),
-    ),
+    weight_renames=BLOOM_NAMES,
     # the new architecture's two parallel norms: ln_attn and ln_mlp
     fallback_renames=(
         (r"\.input_layernorm\.", ".ln_attn."),

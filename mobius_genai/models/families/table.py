@@ -17,6 +17,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.differential import read_differential
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.alibi_rows import ALIBI_FAMILIES
 from mobius_genai.models.families.bitnet import BITNET
 from mobius_genai.models.families.codegen import CODEGEN
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
@@ -264,6 +265,7 @@ _FAMILIES = (
         preprocessed_weights=PACKED_QKV,
     ),
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
+    *ALIBI_FAMILIES,  # bloom, mpt
     GPT_NEO,
     *FAIRSEQ_FAMILIES,  # opt, xglm, biogpt
     CTRL,

@@ -47,6 +47,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import MatchContext, pattern
 
+from mobius_genai.components.alibi import ALIBI_KEY
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
 from mobius_genai.components.kv_slots import unplaced
@@ -113,6 +114,12 @@ def chunks(mask: ir.Value | None) -> str | None:
     """Which keys `mask` keeps a chunked layer's queries to (masks.py), or None."""
     producer = None if mask is None else mask.producer()
     return None if producer is None else producer.metadata_props.get(CHUNKED_KEY)
+
+
+def linear_biases(mask: ir.Value | None) -> str | None:
+    """What `mask` adds besides the causal mask in an ALiBi layer (alibi.py), or None."""
+    producer = None if mask is None else mask.producer()
+    return None if producer is None else producer.metadata_props.get(ALIBI_KEY)
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -268,6 +275,10 @@ class GQAFusion(RecordingRuleClassBase):
         if chunked is not None:
             result.fail(f"{chunked}; GroupQueryAttention's window is not a chunk", mask)
             return None
+        linear = linear_biases(mask)
+        if linear is not None:
+            result.fail(f"{linear}; causal GroupQueryAttention adds no bias", mask)
+            return None
         matched = _match_mask(context, mask)
         if matched is None:
             result.fail(
@@ -287,7 +298,7 @@ class GQAFusion(RecordingRuleClassBase):
             attributes["local_window_size"] = window  # keys attended, the query's own included
         return attention_mask
 
-    def attention_bias(self, bindings: dict[str, Any]) -> ir.Value | None:
+    def attention_bias(self, op, query: ir.Value, bindings: dict[str, Any]) -> ir.Value | None:
         """GQA's attention_bias input: none, the mask is GQA's own causal one."""
         return None
 
@@ -298,7 +309,7 @@ class GQAFusion(RecordingRuleClassBase):
         inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
         if self.do_rotary:
             inputs += [bindings["cos"], bindings["sin"]]
-        bias = self.attention_bias(bindings)
+        bias = self.attention_bias(op, query, bindings)
         if bias is not None:
             inputs += [None] * (ATTENTION_BIAS - len(inputs)) + [bias]
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)

@@ -597,7 +597,8 @@ BASE = {
     [
         ({"norm_type": "batch"}, ["norm_type", "'batch'", "rms"]),
         ({"norm_placement": "middle"}, ["norm_placement", "'middle'", "sandwich"]),
-        ({"position_embedding": "alibi"}, ["position_embedding", "'alibi'", "learned"]),
+        ({"position_embedding": "relative"}, ["position_embedding", "'relative'", "alibi"]),
+        ({"position_embedding": "alibi"}, ["position_embedding 'alibi'", "alibi None"]),
         ({"parallel_residual": True, "norm_placement": "post"}, ["parallel", "'post'"]),
         ({"no_rope_layers": (2,)}, ["no_rope_layers", "[2]", "0..1"]),
         ({"residual_multiplier": 0.0}, ["residual_multiplier", "positive"]),
@@ -605,6 +606,10 @@ BASE = {
         ({"clip_qkv": -2.0}, ["clip_qkv", "-2.0", "positive"]),
         ({"qk_norm_head_weights": True}, ["per-head q/k norm weights", "qk_norm False"]),
         ({"parallel_mlp_norm": True}, ["parallel_mlp_norm", "parallel_residual False"]),
+        (
+            {"residual_after_norm": True, "norm_placement": "post"},
+            ["residual_after_norm", "'post'"],
+        ),
         (
             {"qk_norm_stacked_weights": True, "qk_norm": True},
             ["qk_norm_stacked_weights", "qk_norm_head_weights False"],

@@ -56,6 +56,8 @@ LONGROPE = {
 EXTRA = {
     "phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16},
     "gemma4_text": {"vocab_size_per_layer_input": 384},
+    # six heads (ALiBi's interleaved slopes), whose greedy tokens do not repeat one token
+    "bloom": {"num_attention_heads": 6, "hidden_size": 96},
 }
 # qwen2_moe: MoE with a shared expert; phimoe: sparsemixer routing as two k=1 MoE nodes;
 # lfm2, qwen3_5_text: recurrent states
@@ -85,6 +87,7 @@ DEFAULT_RUN |= {"glm4_moe_lite", "exaone_moe", "solar_open"}
 DEFAULT_RUN |= {"flex_olmo"}  # olmo2's post-norm layers with olmoe's experts
 # Mamba1 states with no KV cache at all (mamba), beside attention and MoE (jamba)
 DEFAULT_RUN |= {"mamba", "jamba"}
+DEFAULT_RUN |= {"bloom"}  # ALiBi: each head's linear biases as GQA's attention_bias
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 # (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
 SEEDS = {"qwen3_5_text": 1, "ministral": 1, "glm4_moe_lite": 1, "minicpm3": 1}

@@ -17,6 +17,7 @@ from transformers import AutoConfig
 
 import mobius_genai
 from mobius_genai import RopeConfig, WeightsError
+from mobius_genai.config.alibi import Alibi
 from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES, FamilyAdapter
@@ -50,6 +51,17 @@ _UNREAD_KEYS = {**_UNREAD_SOFTCAPS, "partial_rotary_factor": 0.5}
 #: A window of 4 that the 3-token prompts below fit and their 8 decode steps run past, with
 #: the switches only Qwen2-like config classes read.
 _WINDOW_SWITCHED_OFF = {"sliding_window": 4, "use_sliding_window": False, "max_window_layers": 1}
+
+#: Falcon-RW's layout: ALiBi, six heads, one key/value head per query head, no parallel block.
+FALCON_RW = {
+    "alibi": True,
+    "num_attention_heads": 6,
+    "hidden_size": 96,
+    "new_decoder_architecture": False,
+    "multi_query": False,
+    "parallel_attn": False,
+    "num_kv_heads": None,
+}
 
 # case → (family, config overrides); every family appears with its defaults first.
 CASES = {
@@ -601,6 +613,27 @@ CASES = {
             "rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0},
         },
     ),
+    # ALiBi (tests/_hf.py: 4 heads, biases, untied); six heads interleave a second series of
+    # slopes; mpt's attn_config clips q/k/v and scales the scores its own way
+    "bloom": ("bloom", {}),
+    "bloom_six_heads_tied": (
+        "bloom",
+        {"num_attention_heads": 6, "hidden_size": 96, "tie_word_embeddings": True},
+    ),
+    # Falcon-RW: ALiBi (bfloat16 slopes, scaled with the scores), per-head [q, k, v], sequential
+    # layer; then ALiBi in the new decoder architecture (2 key/value groups, parallel norms)
+    "falcon_rw_alibi": ("falcon", FALCON_RW),
+    "falcon_alibi_new_architecture": ("falcon", {"alibi": True}),
+    "bloom_residual_after_norm": ("bloom", {"apply_residual_connection_post_layernorm": True}),
+    "mpt": ("mpt", {}),
+    "mpt_six_heads_clip_qkv_softmax_scale": (
+        "mpt",
+        {
+            "num_attention_heads": 6,
+            "hidden_size": 96,
+            "attn_config": {"clip_qkv": 0.3, "softmax_scale": 0.2},
+        },
+    ),
     "olmo3_scaled_full_rope_bias_tied": (
         "olmo3",
         {
@@ -956,6 +989,31 @@ MUTANTS = {
         "falcon",
         lambda: _without("falcon", parallel_residual=False, parallel_mlp_norm=False),
     ),
+    "bloom_qkv_rows_as_stored": ("bloom", lambda: _as_stored("bloom")),
+    "bloom_without_embedding_layernorm": (
+        "bloom",
+        lambda: _without("bloom", embedding_layernorm=False),
+    ),
+    "bloom_residual_before_norm": (
+        "bloom",
+        lambda: _without("bloom", residual_after_norm=False),
+        {"apply_residual_connection_post_layernorm": True},
+    ),
+    "falcon_alibi_not_scaled_with_the_scores": (
+        "falcon",
+        lambda: _without("falcon", alibi=Alibi(bfloat16=True)),
+        FALCON_RW,
+    ),
+    "mpt_without_clip_qkv": (
+        "mpt",
+        lambda: _without("mpt", clip_qkv=None),
+        {"attn_config": {"clip_qkv": 0.05}},
+    ),
+    "mpt_default_softmax_scale": (
+        "mpt",
+        lambda: _without("mpt", attention_scale=None),
+        {"attn_config": {"softmax_scale": 0.5}},
+    ),
     "falcon_one_shared_parallel_norm": (
         "falcon",
         lambda: _without("falcon", parallel_mlp_norm=False),
@@ -1102,6 +1160,7 @@ MUTANTS = {
 # Mutants whose graph reads fewer tensors than the checkpoint holds: the build refuses them
 # before any parity check (weight_checks.require_all_used).
 UNREAD_BY_MUTANT = {
+    "bloom_without_embedding_layernorm": "'transformer.word_embeddings_layernorm.",
     "cohere_without_qk_norm": "'model.layers.0.self_attn.k_norm.weight'",
     "gpt_neox_one_shared_parallel_norm": "'gpt_neox.layers.0.post_attention_layernorm.bias'",
     "gptj_without_lm_head_bias": "'lm_head.bias'",

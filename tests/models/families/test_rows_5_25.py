@@ -64,7 +64,6 @@ def test_falcon_key_value_heads_and_sizes(switches):
 @pytest.mark.parametrize(
     ("family", "switches", "message"),
     [
-        ("falcon", {"alibi": True}, "alibi is True; falcon models are supported only without"),
         (
             "falcon",
             {"parallel_attn": False},
