@@ -39,12 +39,14 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
+    BioGptConfig,
     BitNetConfig,
     BloomConfig,
     CodeGenConfig,
     Cohere2Config,
     Cohere2MoeConfig,
     CohereConfig,
+    CTRLConfig,
     CwmConfig,
     DbrxConfig,
     DeepseekV2Config,
@@ -84,7 +86,9 @@ from transformers import (
     HeliumConfig,
     HunYuanDenseV1Config,
     HunYuanMoEV1Config,
+    HyperCLOVAXConfig,
     InternLM3Config,
+    Jais2Config,
     JambaConfig,
     Lfm2Config,
     Lfm2MoeConfig,
@@ -106,6 +110,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    OpenAIGPTConfig,
     OPTConfig,
     PersimmonConfig,
     Phi3Config,
@@ -212,6 +217,12 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "codegen": CodeGenConfig,
     "opt": OPTConfig,
     "xglm": XGLMConfig,
+    "biogpt": BioGptConfig,
+    "gpt-sw3": GPT2Config,
+    "ctrl": CTRLConfig,
+    "openai-gpt": OpenAIGPTConfig,
+    "hyperclovax": HyperCLOVAXConfig,
+    "jais2": Jais2Config,
     "persimmon": PersimmonConfig,
     "nanochat": NanoChatConfig,
     "bitnet": BitNetConfig,
@@ -304,6 +315,12 @@ _ARCHITECTURES = {
     "codegen": "CodeGenForCausalLM",
     "opt": "OPTForCausalLM",
     "xglm": "XGLMForCausalLM",
+    "biogpt": "BioGptForCausalLM",
+    "gpt-sw3": "GPT2LMHeadModel",
+    "ctrl": "CTRLLMHeadModel",
+    "openai-gpt": "OpenAIGPTLMHeadModel",
+    "hyperclovax": "HyperCLOVAXForCausalLM",
+    "jais2": "Jais2ForCausalLM",
     "persimmon": "PersimmonForCausalLM",
     "nanochat": "NanoChatForCausalLM",
     "bitnet": "BitNetForCausalLM",
@@ -990,6 +1007,38 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # (opt) or sinusoidal (xglm) positions from table row 2, a tied head
     "opt": {**_FAIRSEQ, "tie_word_embeddings": True},
     "xglm": {**_FAIRSEQ, "tie_word_embeddings": True},
+    # xglm's layer with opt's learned positions from row 2, embeddings times sqrt(64)
+    "biogpt": {"num_key_value_heads": UNSET, "tie_word_embeddings": True},
+    # pre-LN layers, a relu FC MLP, sinusoids from row 0, embeddings times sqrt(64), a tied
+    # head with its own bias
+    "ctrl": {
+        "dff": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "tie_word_embeddings": True,
+    },
+    # GPT-2's weights in post-LN blocks, learned positions, no final norm, a tied head
+    "openai-gpt": {
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "tie_word_embeddings": True,
+    },
+    # granite's multipliers (logits multiplied), post norms on each block's output
+    "hyperclovax": {
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "logits_scaling": 4.0,
+        "attention_multiplier": 0.1,
+    },
+    # llama's attention with LayerNorms, a relu2 up/down MLP, biases (Jais2Config's defaults)
+    "jais2": {},
+    # GPT-2 under GPT-SW3's model_type (config.json rewritten: ALIASED_TYPES), erf gelu
+    "gpt-sw3": {
+        "n_inner": 96,
+        "intermediate_size": UNSET,
+        "num_key_value_heads": UNSET,
+        "activation_function": "gelu",
+    },
     # gpt_neox's per-head fused query_key_value, LayerNorms of q and k per head (one weight
     # and bias shared by the heads), rotary on 8 of head_dim 16, relu2 FC MLP, biases
     "persimmon": {"num_key_value_heads": UNSET},
@@ -1065,6 +1114,11 @@ LEARNED_BUFFERS = ("e_score_correction_bias", "expert_bias")
 #: Buffers a checkpoint stores as learned scales (transformers initializes them to ones):
 #: Gemma 4's per-layer output multiplier.
 SCALE_BUFFERS = ("layer_scalar",)
+
+
+#: Families whose config.json names a model_type transformers maps to another family's config
+#: class (whose own model_type it writes): write_tiny_checkpoint writes the family's.
+ALIASED_TYPES = ("gpt-sw3",)
 
 
 def tiny_config(family: str, **overrides: Any) -> PretrainedConfig:
@@ -1166,6 +1220,8 @@ def write_tiny_checkpoint(
     written = "model.safetensors" if max_shard_size is None else "model.safetensors.index.json"
     if not (dest / written).is_file():
         raise RuntimeError(f"save_pretrained did not write {dest / written}")
+    if family in ALIASED_TYPES:
+        edit_config(dest, model_type=family)
     if hub_layout:
         _rewrite_hub_layout(dest / "config.json")
     return dest
@@ -1304,14 +1360,41 @@ def positions_from_mask(attention_mask: np.ndarray, seq: int) -> np.ndarray:
     return np.ascontiguousarray(pos[:, -seq:])
 
 
+#: Families whose transformers class keeps no KV cache (OpenAIGPTModel): each reference call
+#: runs the whole sequence so far (`_Recomputed` holds it) and keeps the new positions' logits.
+_RECOMPUTED = ("openai-gpt",)
+
+
+@dataclass(frozen=True)
+class _Recomputed:
+    """The token and position ids fed so far to a model without a cache."""
+
+    input_ids: torch.Tensor
+    position_ids: torch.Tensor
+
+
+def _recompute(
+    model: PreTrainedModel, past: _Recomputed | None, **inputs: torch.Tensor
+) -> tuple[torch.Tensor, _Recomputed]:
+    seq = inputs["input_ids"].shape[1]
+    if past is not None:
+        for name in ("input_ids", "position_ids"):
+            inputs[name] = torch.cat([getattr(past, name), inputs[name]], dim=1)
+    logits = model(**inputs).logits[:, -seq:]
+    return logits, _Recomputed(inputs["input_ids"], inputs["position_ids"])
+
+
 def _forward(
     model: PreTrainedModel, cache: Any, **inputs: torch.Tensor
 ) -> tuple[torch.Tensor, Any]:
     """One cached forward call; returns (logits, cache).
 
     transformers 5.2x renamed ``past_key_values`` to ``cache`` (the old name warns); use
-    whichever this version's ``forward`` declares.
+    whichever this version's ``forward`` declares. A `_RECOMPUTED` family's "cache" is the
+    sequence so far.
     """
+    if model.config.model_type in _RECOMPUTED:
+        return _recompute(model, cache, **inputs)
     if "cache" in inspect.signature(model.forward).parameters:
         out = model(**inputs, cache=cache, use_cache=True)
         return out.logits, out.cache

@@ -68,6 +68,7 @@ _BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bi
 _BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["granitemoe_swa"] = {"attention_bias": True}
 _BIAS["diffllama"] = {"attention_bias": True}
+_BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),

@@ -1,5 +1,6 @@
 """Absolute position embeddings added to the token embeddings: a learned table (gpt2, opt) or
-sinusoids computed from the positions (xglm), each read `offset` rows on (OPT's and XGLM's 2).
+sinusoids computed from the positions (xglm, ctrl), each read `offset` rows on (OPT's and
+XGLM's 2).
 
 The positions are the graph's position_ids, which onnxruntime-genai derives from the attention
 mask (a left-padded row's first real token is position 0), as OPT derives them from the mask's
@@ -16,6 +17,7 @@ from onnxscript import nn
 
 from mobius_genai.components.linear import parameter
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.embedding_layout import SINUSOID_SHIFTS
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
 
@@ -34,15 +36,16 @@ class LearnedPositions(nn.Module):
 
 
 class SinusoidalPositions(nn.Module):
-    """fairseq's sinusoids of position + offset: [sin(p * f) | cos(p * f)] with
-    f_i = exp(-i * ln(10000) / (half - 1)) over half = hidden // 2 frequencies, a zero channel
-    last when hidden is odd (transformers' XGLMSinusoidalPositionalEmbedding.get_embedding).
+    """Sinusoids of position + offset: [sin(p * f) | cos(p * f)] with
+    f_i = exp(-i * ln(10000) / (half - shift)) over half = hidden // 2 frequencies, a zero
+    channel last when hidden is odd: fairseq's with shift 1 (transformers'
+    XGLMSinusoidalPositionalEmbedding.get_embedding), CTRL's positional_encoding with shift 0.
     Computed in the graph from the positions, so no table bounds the context."""
 
-    def __init__(self, hidden: int, offset: int) -> None:
+    def __init__(self, hidden: int, offset: int, shift: int = 1) -> None:
         super().__init__()
         half = hidden // 2
-        step = math.log(10000) / (half - 1)
+        step = math.log(10000) / (half - shift)
         self.frequencies = np.exp(np.arange(half, dtype=np.float32) * np.float32(-step))
         self.odd = hidden % 2 == 1
         self.offset = offset
@@ -71,9 +74,10 @@ def _offset(op, position_ids: ir.Value, offset: int) -> ir.Value:
 def make_positions(config: ArchitectureConfig, context_length: int) -> nn.Module | None:
     """The absolute position embedding `config` names (None for rotary positions); a learned
     table must hold the whole context."""
-    offset = config.embedding_layout.position_offset
+    layout = config.embedding_layout
+    offset = layout.position_offset
     if config.position_embedding == "sinusoidal":
-        return SinusoidalPositions(config.hidden_size, offset)
+        return SinusoidalPositions(config.hidden_size, offset, SINUSOID_SHIFTS[layout.sinusoids])
     if config.position_embedding != "learned":
         return None
     if context_length > config.max_position_embeddings:

@@ -1,12 +1,15 @@
-"""Decoders in fairseq's layout: opt (facebook/opt-125m ... 66b, galactica) and xglm
-(facebook/xglm-*).
+"""Decoders in fairseq's layout: opt (facebook/opt-125m ... 66b, galactica), xglm
+(facebook/xglm-*) and biogpt (microsoft/biogpt, BioGPT-Large).
 
 Both add absolute positions to the token embeddings from row 2 of their table on
 (config/embedding_layout.py's offset): OPT's table is learned, XGLM's sinusoidal. OPT's switches:
 post-LN layers without a final norm when `do_layer_norm_before` is false (opt-350m), a token
 table narrower than the stack (`word_embed_proj_dim`: project_in, project_out), `enable_bias`,
 `layer_norm_elementwise_affine`, `_remove_final_layer_norm`. XGLM multiplies the token
-embeddings by sqrt(d_model) under `scale_embedding`. Defaults are OPTConfig's and XGLMConfig's.
+embeddings by sqrt(d_model) under `scale_embedding`. BioGPT is XGLM's pre-LN layer with OPT's
+learned positions (from row 2) and XGLM's `scale_embedding`; its LayerNorms keep nn.LayerNorm's
+epsilon, whatever config.json's `layer_norm_eps` says. Defaults are OPTConfig's, XGLMConfig's
+and BioGptConfig's.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ def _opt_layout(raw: Mapping[str, Any]) -> EmbeddingLayout:
     )
 
 
-def _xglm_embedding_scale(raw: Mapping[str, Any]) -> float:
+def _embedding_scale(raw: Mapping[str, Any]) -> float:
     scaled = fields.flag(raw.get("scale_embedding"), "scale_embedding", True)
     return math.sqrt(fields.require(raw, "hidden_size")) if scaled else 1.0
 
@@ -124,7 +127,7 @@ XGLM = FamilyAdapter(
         "mlp_bias": True,
         "position_embedding": "sinusoidal",
         "embedding_layout": EmbeddingLayout(position_offset=_POSITION_OFFSET),
-        "embedding_multiplier": _xglm_embedding_scale,
+        "embedding_multiplier": _embedding_scale,
     },
     refused_keys=("add_cross_attention",),
     weight_renames=(*_FAIRSEQ_LAYER, (r"^model\.norm\.", "model.layer_norm.")),
@@ -132,4 +135,21 @@ XGLM = FamilyAdapter(
     unused_weights=(r"^model\.embed_positions\.",),
 )
 
-FAIRSEQ_FAMILIES = (OPT, XGLM)
+BIOGPT = FamilyAdapter(
+    model_type="biogpt",
+    config_defaults={
+        "hidden_act": "gelu",
+        "max_position_embeddings": 1024,
+        "tie_word_embeddings": True,
+    },
+    # XGLM's layer, offset and scale_embedding, with a learned position table
+    config_overrides={**XGLM.config_overrides, "position_embedding": "learned"},
+    weight_renames=(
+        *_FAIRSEQ_LAYER,
+        (r"^model\.norm\.", "model.layer_norm."),
+        (r"^model\.", "biogpt."),
+        (r"^lm_head\.", "output_projection."),
+    ),
+)
+
+FAIRSEQ_FAMILIES = (OPT, XGLM, BIOGPT)

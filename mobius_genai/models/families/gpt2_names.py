@@ -1,8 +1,9 @@
 """GPT-2's names, shared by the families whose checkpoints keep them (gpt2, gptj, exaone), and
-GPT-2's layer, shared by the families that keep it (gpt2, gpt_bigcode, gpt_neo); GPT-J's layer
+GPT-2's layer, shared by the families that keep it (gpt2, gpt_bigcode, gpt_neo, openai-gpt); GPT-J's layer
 and names, shared by gptj and codegen."""
 
 from mobius_genai.config import fields
+from mobius_genai.models.families.adapter import FusedWeight
 from mobius_genai.models.families.heads import split_hidden
 from mobius_genai.models.families.rope import gptj_partial_rotary, gptj_rope
 from mobius_genai.models.families.scales import gpt2_scale
@@ -13,6 +14,20 @@ GPT2_LAYOUT = (
     (r"^model\.layers\.", "transformer.h."),
     (r"^model\.embed_tokens\.", "transformer.wte."),
     (r"^model\.norm\.", "transformer.ln_f."),
+)
+# GPT-2's q, k and v as one Conv1D c_attn, [in, 3 * hidden] (gpt2, openai-gpt).
+GPT2_FUSED_QKV = FusedWeight(
+    r"\.self_attn\.(?P<part>q|k|v)_proj\.(weight|bias)$",
+    r".self_attn.c_attn.\2",
+    ("q", "k", "v"),
+    axis=-1,
+)
+# GPT-2's attention and MLP names (gpt2, openai-gpt).
+GPT2_BLOCK_NAMES = (
+    (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
+    (r"\.self_attn\.", ".attn."),
+    (r"\.mlp\.fc1\.", ".mlp.c_fc."),
+    (r"\.mlp\.fc2\.", ".mlp.c_proj."),
 )
 # GPT-2's attention buffers, the causal mask and its fill value (gpt2, gptj: transformers'
 # _keys_to_ignore_on_load_unexpected).

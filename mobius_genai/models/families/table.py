@@ -11,6 +11,8 @@ rows that build on one another (mistral_rows, gemma_rows). Adding a family is ad
 
 from __future__ import annotations
 
+import dataclasses
+
 from mobius_genai.config import fields
 from mobius_genai.config.differential import read_differential
 from mobius_genai.errors import UnsupportedModelError
@@ -20,6 +22,7 @@ from mobius_genai.models.families.bitnet import BITNET
 from mobius_genai.models.families.codegen import CODEGEN
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
+from mobius_genai.models.families.ctrl import CTRL
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
 from mobius_genai.models.families.fairseq_rows import FAIRSEQ_FAMILIES
 from mobius_genai.models.families.family_keys import (
@@ -33,9 +36,11 @@ from mobius_genai.models.families.gemma4_rows import GEMMA4_FAMILIES
 from mobius_genai.models.families.gemma_rows import GEMMA2_OVERRIDES, GEMMA_FAMILIES
 from mobius_genai.models.families.gpt2_names import (
     GPT2_BLOCK,
+    GPT2_BLOCK_NAMES,
     GPT2_BUFFERS,
     GPT2_CONFIG_NAMES,
     GPT2_DEFAULTS,
+    GPT2_FUSED_QKV,
     GPT2_LAYOUT,
     GPTJ_BLOCK,
     GPTJ_DEFAULTS,
@@ -45,6 +50,7 @@ from mobius_genai.models.families.gpt_neo import GPT_NEO
 from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
+from mobius_genai.models.families.hyperclovax import HYPERCLOVAX
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
@@ -55,6 +61,7 @@ from mobius_genai.models.families.layers import (
 from mobius_genai.models.families.llama4 import LLAMA4, LLAMA4_TEXT
 from mobius_genai.models.families.mistral_rows import MISTRAL_FAMILIES
 from mobius_genai.models.families.moe_rows import MOE_FAMILIES
+from mobius_genai.models.families.openai_gpt import OPENAI_GPT
 from mobius_genai.models.families.preprocess import (
     NORM_WEIGHTS,
     PACKED_QKV,
@@ -151,19 +158,9 @@ _FAMILIES = (
         config_defaults={**GPT2_DEFAULTS, "hidden_act": "gelu_new"},
         config_overrides=GPT2_BLOCK,
         refused_keys=("scale_attn_by_inverse_layer_idx", "add_cross_attention"),
-        fused_weights=(
-            FusedWeight(
-                r"\.self_attn\.(?P<part>q|k|v)_proj\.(weight|bias)$",
-                r".self_attn.c_attn.\2",
-                ("q", "k", "v"),
-                axis=-1,
-            ),
-        ),
+        fused_weights=(GPT2_FUSED_QKV,),
         weight_renames=(
-            (r"\.self_attn\.o_proj\.", ".attn.c_proj."),
-            (r"\.self_attn\.", ".attn."),
-            (r"\.mlp\.fc1\.", ".mlp.c_fc."),
-            (r"\.mlp\.fc2\.", ".mlp.c_proj."),
+            *GPT2_BLOCK_NAMES,
             (r"\.post_attention_layernorm\.", ".ln_2."),
             (r"^model\.embed_positions\.", "transformer.wpe."),
             *GPT2_LAYOUT,
@@ -178,6 +175,7 @@ _FAMILIES = (
         genai_type="granite",
         config_overrides=GRANITE_MULTIPLIERS,
     ),
+    HYPERCLOVAX,
     FamilyAdapter(
         model_type="olmo2",
         genai_type="olmo",  # onnxruntime-genai has no "olmo2"; its generic path runs the graph
@@ -269,7 +267,9 @@ _FAMILIES = (
     *FUSED_QKV_FAMILIES,  # gpt_bigcode, falcon
     *ALIBI_FAMILIES,  # bloom, mpt
     GPT_NEO,
-    *FAIRSEQ_FAMILIES,  # opt, xglm
+    *FAIRSEQ_FAMILIES,  # opt, xglm, biogpt
+    CTRL,
+    OPENAI_GPT,
     *QK_NORM_FAMILIES,  # persimmon, nanochat
     FamilyAdapter(
         model_type="nemotron",
@@ -281,6 +281,23 @@ _FAMILIES = (
         # NemotronLayerNorm1P scales by 1 + weight, as gemma's RMSNorm does
         preprocess_weight=offset_norm_weights,
         preprocessed_weights=NORM_WEIGHTS,
+    ),
+    FamilyAdapter(
+        model_type="jais2",
+        family_keys=READS_MLP_BIAS,
+        config_defaults={"hidden_act": "relu2", "max_position_embeddings": 8192},
+        # llama's attention, LayerNorms and nemotron's up/down MLP, biased unless switched off
+        config_overrides={
+            "norm_type": "layer",
+            "norm_eps": lambda raw: fields.number(
+                raw.get("layer_norm_eps"), "layer_norm_eps", 1e-5
+            ),
+            "gated_mlp": False,
+            "qkv_bias": switch("attention_bias", True),
+            "o_bias": switch("attention_bias", True),
+            "mlp_bias": switch("mlp_bias", True),
+        },
+        weight_renames=((r"\.mlp\.fc1\.", ".mlp.up_proj."), (r"\.mlp\.fc2\.", ".mlp.down_proj.")),
     ),
     FamilyAdapter(
         model_type="exaone",
@@ -488,7 +505,14 @@ _FAMILIES = (
     *GEMMA4_FAMILIES,
 )
 
+#: model_type → the row transformers runs it as: GPT-SW3's config.json names "gpt-sw3", which
+#: transformers maps to GPT2Config and GPT2LMHeadModel (GPT-2's weights, names and switches).
+_ALIASES = {"gpt-sw3": "gpt2"}
+
 FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _FAMILIES}
+FAMILIES |= {
+    alias: dataclasses.replace(FAMILIES[row], model_type=alias) for alias, row in _ALIASES.items()
+}
 
 
 def get_family(model_type: str) -> FamilyAdapter:

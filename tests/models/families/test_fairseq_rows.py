@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -43,6 +44,12 @@ def test_left_padded_batch_matches_transformers(layout, tmp_path):
 def test_bundle_generates_like_transformers(layout, tmp_path, capsys):
     family, overrides = LAYOUTS[layout]
     ckpt = _checkpoint(tmp_path / "ckpt", family, **overrides)
+    check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
+
+
+def check_bundle_generates_like_transformers(ckpt: Path, tmp_path: Path, capsys) -> None:
+    """`ckpt`'s cpu bundle validates, and og's greedy tokens equal transformers', alone and in
+    a batch of prompts of different lengths."""
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     assert cli_main(["validate", str(folder)]) == 0
     assert "valid (decoder," in capsys.readouterr().out

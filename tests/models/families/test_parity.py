@@ -546,6 +546,36 @@ CASES = {
             "tie_word_embeddings": False,
         },
     ),
+    # xglm's layer with opt's learned positions from row 2, embeddings times sqrt(64)
+    # (tests/_hf.py); then unscaled, untied, with a layer_norm_eps its LayerNorms never read
+    "biogpt": ("biogpt", {}),
+    "biogpt_unscaled_untied_unread_eps": (
+        "biogpt",
+        {"scale_embedding": False, "tie_word_embeddings": False, "layer_norm_eps": 0.5},
+    ),
+    # sinusoids from row 0 (CTRL's frequencies), embeddings times sqrt(64), a tied head with
+    # a bias (tests/_hf.py); then untied, 8 heads of 8
+    "ctrl": ("ctrl", {}),
+    "ctrl_untied_8_heads": ("ctrl", {"tie_word_embeddings": False, "n_head": 8}),
+    # post-LN blocks, learned positions, no final norm, a tied head, afn gelu (gelu_new)
+    # (tests/_hf.py); then relu, untied
+    "openai-gpt": ("openai-gpt", {}),
+    "openai-gpt_relu_untied": ("openai-gpt", {"afn": "relu", "tie_word_embeddings": False}),
+    # granite's multipliers, logits times 4, post norms (tests/_hf.py); then the default
+    # attention scale (null attention_multiplier), head_dim 32, biases
+    "hyperclovax": ("hyperclovax", {}),
+    "hyperclovax_default_scale_head_dim_biases": (
+        "hyperclovax",
+        {"attention_multiplier": None, "head_dim": 32, "attention_bias": True, "mlp_bias": True},
+    ),
+    # LayerNorms, relu2 up/down MLP, biases (tests/_hf.py); then unbiased, another eps
+    "jais2": ("jais2", {}),
+    "jais2_unbiased": (
+        "jais2",
+        {"attention_bias": False, "mlp_bias": False, "layer_norm_eps": 0.1},
+    ),
+    # GPT-2 under model_type gpt-sw3 (tests/_hf.py: erf gelu)
+    "gpt-sw3": ("gpt-sw3", {}),
     # 4 heads, rotary on 8 of 16 channels (tests/_hf.py); then 8 heads of 8, each shard of
     # qkv_proj holding two, rotated whole, erf gelu
     "codegen": ("codegen", {}),
@@ -769,6 +799,15 @@ def _without(family: str, **overrides) -> FamilyAdapter:
     adapter = FAMILIES[family]
     changed = {**adapter.config_overrides, **overrides}
     return dataclasses.replace(adapter, config_overrides=changed)
+
+
+def _without_offset(family: str) -> FamilyAdapter:
+    """The family's learned position table (max_position_embeddings + 2 rows), read from row 0."""
+    return _without(
+        family,
+        embedding_layout=EmbeddingLayout(),
+        max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
+    )
 
 
 def _as_stored(family: str) -> FamilyAdapter:
@@ -1053,14 +1092,7 @@ MUTANTS = {
         lambda: _without("gpt_neo", attention_scale=None),
     ),
     # the same table of max_position_embeddings + 2 rows, read from row 0
-    "opt_positions_without_offset": (
-        "opt",
-        lambda: _without(
-            "opt",
-            embedding_layout=EmbeddingLayout(),
-            max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
-        ),
-    ),
+    "opt_positions_without_offset": ("opt", lambda: _without_offset("opt")),
     # opt-350m's norms of the residual sums applied before each block instead
     "opt_350m_post_ln_read_as_pre_ln": (
         "opt",
@@ -1072,6 +1104,56 @@ MUTANTS = {
         lambda: _without("xglm", embedding_layout=EmbeddingLayout()),
     ),
     "xglm_without_embedding_scale": ("xglm", lambda: _without("xglm", embedding_multiplier=1.0)),
+    # as opt's
+    "biogpt_positions_without_offset": ("biogpt", lambda: _without_offset("biogpt")),
+    "biogpt_without_embedding_scale": (
+        "biogpt",
+        lambda: _without("biogpt", embedding_multiplier=1.0),
+    ),
+    # config.json's layer_norm_eps, which BioGptDecoderLayer's nn.LayerNorms never read
+    "biogpt_norm_eps_from_config": (
+        "biogpt",
+        lambda: _without("biogpt", norm_eps=lambda raw: raw["layer_norm_eps"]),
+        {"layer_norm_eps": 0.5},
+    ),
+    # XGLM's sinusoids (their frequencies spread over half - 1 steps) in place of CTRL's
+    "ctrl_with_fairseq_sinusoids": (
+        "ctrl",
+        lambda: _without("ctrl", embedding_layout=EmbeddingLayout()),
+    ),
+    "ctrl_without_embedding_scale": ("ctrl", lambda: _without("ctrl", embedding_multiplier=1.0)),
+    # GPT-1's norms of the residual sums applied before each block
+    "openai-gpt_post_ln_read_as_pre_ln": (
+        "openai-gpt",
+        lambda: _without("openai-gpt", norm_placement="pre"),
+    ),
+    # afn "relu" read as gpt2's default activation
+    "openai-gpt_afn_unread": (
+        "openai-gpt",
+        lambda: _without("openai-gpt", hidden_act="gelu_new"),
+        {"afn": "relu"},
+    ),
+    "hyperclovax_without_post_norms": (
+        "hyperclovax",
+        lambda: _without("hyperclovax", norm_placement="pre"),
+    ),
+    # logits divided by logits_scaling, as granite's are
+    "hyperclovax_logits_divided": (
+        "hyperclovax",
+        lambda: _without("hyperclovax", logits_scaling=lambda raw: raw["logits_scaling"]),
+    ),
+    # config.json's layer_norm_eps (0.1 here) left for Jais2Config's default
+    "jais2_layer_norm_eps_unread": (
+        "jais2",
+        lambda: _without("jais2", norm_eps=1e-5),
+        {"layer_norm_eps": 0.1},
+    ),
+    # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
+    "gpt-sw3_activation_as_gpt2_default": (
+        "gpt-sw3",
+        lambda: _without("gpt-sw3", hidden_act="gelu_new"),
+        {"activation_function": "relu"},
+    ),
 }
 
 
@@ -1085,6 +1167,7 @@ UNREAD_BY_MUTANT = {
     "falcon_one_shared_parallel_norm": "'transformer.h.0.ln_mlp.bias'",
     "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
     "granite_swa_without_sinks": "'model.layers.0.self_attn.sinks'",
+    "hyperclovax_without_post_norms": "'model.layers.0.post_attention_layernorm.weight'",
 }
 
 
