@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from mobius_genai.checkpoint.prequantized.bitnet import read_bitnet_config
+from mobius_genai.checkpoint.bitnet_config import bitnet_quantization
 from mobius_genai.errors import ConfigError
 
 
@@ -25,7 +25,7 @@ class BitLinearConfig:
 def bitlinear_config(raw: Mapping[str, Any]) -> BitLinearConfig:
     """The BitLinear settings of a bitnet config.json: int8 activations where its
     quantization_config is bitnet's (without one transformers runs float projections)."""
-    quantized = read_bitnet_config(raw) is not None
+    quantized = bitnet_quantization(raw) is not None
     if quantized and raw.get("attention_bias"):
         raise ConfigError(
             "config.json: attention_bias is true with a bitnet quantization_config; accepted: "

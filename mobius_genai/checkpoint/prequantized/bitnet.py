@@ -27,19 +27,17 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
+from mobius_genai.checkpoint.bitnet_config import bitnet_quantization
 from mobius_genai.checkpoint.prequantized.tensor import (
     PrequantizedTensor,
     StoredBlocks,
     matrices,
 )
 from mobius_genai.checkpoint.reader import CheckpointName, CheckpointReader
-from mobius_genai.errors import ConfigError, WeightsError
+from mobius_genai.errors import WeightsError
 
 __all__ = ["BitNetScheme", "read_bitnet_config"]
 
-_WHERE = "config.json: quantization_config"
-#: linear_class → the quantization modes transformers builds it with.
-_CLASSES = {"bitlinear": ("offline", "online"), "autobitlinear": ("offline", "online")}
 #: Ternary values per packed byte (transformers' VALUES_PER_ITEM).
 _PER_BYTE = 4
 #: MatMulNBits' implicit zero point of 4-bit integers: value v is stored as v + 8.
@@ -185,32 +183,8 @@ def ternarized(weight: np.ndarray) -> tuple[np.ndarray, np.float32]:
 def read_bitnet_config(raw: Mapping[str, Any]) -> BitNetScheme | None:
     """The scheme of a bitnet `quantization_config`; None when config.json has another or
     none. Raises ConfigError for values transformers would not build."""
-    qc = raw.get("quantization_config")
-    if not isinstance(qc, Mapping) or str(qc.get("quant_method", "")).lower() != "bitnet":
-        return None
-    linear_class = str(qc.get("linear_class", "bitlinear")).lower()
-    mode = str(qc.get("quantization_mode", "offline")).lower()
-    if linear_class not in _CLASSES:
-        raise ConfigError(
-            f"{_WHERE}.linear_class is {qc.get('linear_class')!r}; accepted: {', '.join(_CLASSES)}"
-        )
-    if mode not in _CLASSES[linear_class]:
-        raise ConfigError(
-            f"{_WHERE}.quantization_mode is {qc.get('quantization_mode')!r}; accepted: "
-            f"{', '.join(_CLASSES[linear_class])}"
-        )
-    if qc.get("use_rms_norm"):
-        raise ConfigError(
-            f"{_WHERE}.use_rms_norm is {qc['use_rms_norm']!r}; accepted: false (the model's "
-            "own attn_sub_norm and ffn_sub_norm)"
-        )
-    kept = [m for m in qc.get("modules_to_not_convert") or () if m != "lm_head"]
-    if kept:
-        raise ConfigError(
-            f"{_WHERE}.modules_to_not_convert is {qc['modules_to_not_convert']!r}; accepted: "
-            "none but lm_head (every projection of the layers ternary)"
-        )
-    return BitNetScheme(linear_class=linear_class, mode=mode)
+    found = bitnet_quantization(raw)
+    return None if found is None else BitNetScheme(*found)
 
 
 def _block_size(k: int, name: str) -> int:
