@@ -15,24 +15,23 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
-from mobius_genai.components.linear import parameter
+from mobius_genai.components.embedding import Embedding
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.embedding_layout import SINUSOID_SHIFTS
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
 
 
-class LearnedPositions(nn.Module):
+class LearnedPositions(Embedding):
     """Rows position + offset of a learned [max_positions + offset, hidden] table (`weight`,
     the checkpoint's `embed_positions.weight`)."""
 
     def __init__(self, rows: int, hidden: int, offset: int) -> None:
-        super().__init__()
-        self.weight = parameter([rows + offset, hidden])
+        super().__init__(rows + offset, hidden)
         self.offset = offset
 
     def forward(self, op, position_ids: ir.Value) -> ir.Value:
-        return op.Gather(self.weight, _offset(op, position_ids, self.offset), axis=0)
+        return super().forward(op, _offset(op, position_ids, self.offset))
 
 
 class SinusoidalPositions(nn.Module):

@@ -20,6 +20,7 @@ from transformers import AutoTokenizer
 from mobius_genai.cli import main
 from mobius_genai.runtime.chat import Conversation
 from mobius_genai.runtime.generate import greedy_tokens
+from tests._writes import Writes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,22 +193,10 @@ def test_ctrl_c_while_the_chat_reads_a_pipe_ends_it_with_one_line(packaged):
     assert lines == ["mobius-genai: interrupted; chat ended"]
 
 
-class _Writes(io.StringIO):
-    """stderr that keeps each write apart."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.writes.append(text)
-        return super().write(text)
-
-
 def test_each_line_on_stderr_is_one_write(packaged, monkeypatch):
     # A Ctrl-C handled between a line's text and its newline (print writes them apart) glued
     # "interrupted; chat ended" onto the speed line.
-    stderr = _Writes()
+    stderr = Writes()
     monkeypatch.setattr("sys.stderr", stderr)
     monkeypatch.setattr("sys.stdin", io.StringIO("Hi\n/reset\n/nothing\n"))
     assert main(["chat", str(packaged("cpu")), "--max-new-tokens", "4"]) == 0

@@ -20,7 +20,7 @@ from mobius_genai.config.alibi import Alibi
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.fused_qkv_rows import BLOOM_NAMES
-from mobius_genai.models.families.heads import split_hidden
+from mobius_genai.models.families.heads import kv_head_per_head, split_hidden
 from mobius_genai.models.families.preprocess import PACKED_QKV, qkv_blocks_from_head_rows
 from mobius_genai.models.families.readers import switch
 
@@ -29,7 +29,7 @@ _ALIBI_BLOCK = {
     "position_embedding": "alibi",
     "alibi": Alibi(),
     "head_dim": split_hidden,
-    "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+    "num_key_value_heads": kv_head_per_head,
     "packed_qkv": True,
     "gated_mlp": False,
 }

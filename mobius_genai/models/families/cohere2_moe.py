@@ -28,6 +28,7 @@ from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.cohere_glm import COHERE2, cohere2_window
+from mobius_genai.models.families.heads import kv_head_per_head
 from mobius_genai.models.families.readers import when_absent
 
 _SLIDING = "sliding_attention"
@@ -136,7 +137,7 @@ COHERE2_MOE = dataclasses.replace(
     config_defaults={
         **COHERE2.config_defaults,
         "head_dim": when_absent("head_dim", 128),
-        "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+        "num_key_value_heads": kv_head_per_head,
         "sliding_window": cohere2_window,
         "layer_types": _layer_types,
         "mlp_layer_types": _mlp_layer_types,

@@ -18,7 +18,7 @@ from mobius_genai.config import fields
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.heads import split_hidden
+from mobius_genai.models.families.heads import kv_head_per_head, split_hidden
 
 #: The epsilon of CTRL's layer norms (EncoderLayer's nn.LayerNorm(eps=1e-6)).
 _LAYER_EPS = 1e-6
@@ -55,7 +55,7 @@ CTRL = FamilyAdapter(
     config_defaults={"max_position_embeddings": 256, "tie_word_embeddings": True},
     config_overrides={
         "head_dim": split_hidden,
-        "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+        "num_key_value_heads": kv_head_per_head,
         "norm_type": "layer",
         "norm_eps": _layer_eps,
         "gated_mlp": False,

@@ -21,7 +21,7 @@ from typing import Any
 from mobius_genai.config import fields
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models.families.adapter import FamilyAdapter
-from mobius_genai.models.families.heads import split_hidden
+from mobius_genai.models.families.heads import kv_head_per_head, split_hidden
 from mobius_genai.models.families.readers import switch
 
 #: fairseq's position tables start at row 2 (its padding index was 1).
@@ -33,7 +33,7 @@ _LAYER_NORM_EPS = 1e-5
 #: head per head.
 _FAIRSEQ_BLOCK = {
     "head_dim": split_hidden,
-    "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+    "num_key_value_heads": kv_head_per_head,
     "norm_eps": _LAYER_NORM_EPS,
     "gated_mlp": False,
 }

@@ -4,7 +4,7 @@ and names, shared by gptj and codegen."""
 
 from mobius_genai.config import fields
 from mobius_genai.models.families.adapter import FusedWeight
-from mobius_genai.models.families.heads import split_hidden
+from mobius_genai.models.families.heads import kv_head_per_head, split_hidden
 from mobius_genai.models.families.rope import gptj_partial_rotary, gptj_rope
 from mobius_genai.models.families.scales import gpt2_scale
 
@@ -69,7 +69,7 @@ GPTJ_DEFAULTS = {
 # a biased lm_head, rotary on the first channels of each head by adjacent pairs (gptj, codegen).
 GPTJ_BLOCK = {
     "head_dim": split_hidden,
-    "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+    "num_key_value_heads": kv_head_per_head,
     "norm_type": "layer",
     "parallel_residual": True,  # one shared norm (ln_1) feeds attention and MLP
     "gated_mlp": False,

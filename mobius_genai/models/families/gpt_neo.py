@@ -15,6 +15,7 @@ from mobius_genai.config import fields
 from mobius_genai.errors import ConfigError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.gpt2_names import GPT2_BLOCK, GPT2_DEFAULTS, GPT2_LAYOUT
+from mobius_genai.models.families.heads import kv_head_per_head
 
 #: GPTNeoConfig's attention_types when config.json has none: global and local alternating.
 _ALTERNATING = [[["global", "local"], 12]]
@@ -56,7 +57,7 @@ GPT_NEO = FamilyAdapter(
     },
     config_overrides={
         **GPT2_BLOCK,
-        "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+        "num_key_value_heads": kv_head_per_head,
         "qkv_bias": False,
         "attention_scale": 1.0,  # GPTNeoSelfAttention never divides by sqrt(head_dim)
         "layer_types": _gpt_neo_layer_types,

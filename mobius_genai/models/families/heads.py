@@ -22,6 +22,12 @@ def split_hidden(raw: Mapping[str, Any]) -> int:
     return hidden // heads
 
 
+def kv_head_per_head(raw: Mapping[str, Any]) -> int:
+    """The key/value heads of families without grouped queries (gpt2, bloom, opt, ...): one
+    per attention head."""
+    return fields.require(raw, "num_attention_heads")
+
+
 def hidden_over_heads(raw: Mapping[str, Any]) -> int:
     """The head size of families whose attention always splits hidden_size evenly over the
     heads while transformers' rotary embedding sizes itself from a head_dim key (stablelm,

@@ -20,6 +20,7 @@ from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_MLP_BIAS
 from mobius_genai.models.families.heads import split_hidden
 from mobius_genai.models.families.readers import positive_number
+from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 
 def _attention_scale(raw: Mapping[str, Any]) -> float:
@@ -44,8 +45,7 @@ HYPERCLOVAX = FamilyAdapter(
     model_type="hyperclovax",
     family_keys=READS_MLP_BIAS,
     config_overrides={
-        "embedding_multiplier": positive_number("embedding_multiplier"),
-        "residual_multiplier": positive_number("residual_multiplier"),
+        **GRANITE_MULTIPLIERS,
         # our logits are divided by logits_scaling (granite's); HyperCLOVAX multiplies
         "logits_scaling": lambda raw: 1.0 / positive_number("logits_scaling")(raw),
         "attention_scale": _attention_scale,

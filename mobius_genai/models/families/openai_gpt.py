@@ -23,6 +23,7 @@ from mobius_genai.models.families.gpt2_names import (
     GPT2_BUFFERS,
     GPT2_FUSED_QKV,
 )
+from mobius_genai.models.families.heads import kv_head_per_head
 
 #: modeling_openai's ACT_FNS, as our activation names.
 _AFN = {"gelu": "gelu_new", "relu": "relu", "silu": "silu", "swish": "silu"}
@@ -53,7 +54,7 @@ OPENAI_GPT = FamilyAdapter(
     config_overrides={
         **GPT2_BLOCK,
         "attention_scale": None,
-        "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+        "num_key_value_heads": kv_head_per_head,
         "hidden_act": _activation,
         "norm_placement": "post_residual",
         "embedding_layout": EmbeddingLayout(final_norm=False),

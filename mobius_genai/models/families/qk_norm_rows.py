@@ -9,10 +9,9 @@ Defaults are what each transformers config class fills in when config.json lacks
 
 from __future__ import annotations
 
-from mobius_genai.config import fields
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
-from mobius_genai.models.families.heads import hidden_over_heads
+from mobius_genai.models.families.heads import hidden_over_heads, kv_head_per_head
 from mobius_genai.models.families.preprocess import (
     PACKED_QKV,
     QK_PROJECTIONS,
@@ -36,7 +35,7 @@ PERSIMMON = FamilyAdapter(
     },
     config_overrides={
         "head_dim": hidden_over_heads,
-        "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+        "num_key_value_heads": kv_head_per_head,
         "norm_type": "layer",
         "gated_mlp": False,
         "qkv_bias": True,

@@ -48,7 +48,7 @@ from mobius_genai.models.families.gpt2_names import (
 )
 from mobius_genai.models.families.gpt_neo import GPT_NEO
 from mobius_genai.models.families.gpt_oss import GPT_OSS
-from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads
+from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, kv_head_per_head
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.hyperclovax import HYPERCLOVAX
 from mobius_genai.models.families.layers import (
@@ -241,7 +241,7 @@ _FAMILIES = (
         },
         config_overrides={
             "head_dim": hidden_over_heads,
-            "num_key_value_heads": lambda raw: fields.require(raw, "num_attention_heads"),
+            "num_key_value_heads": kv_head_per_head,
             "norm_type": "layer",
             "gated_mlp": False,
             "mlp_bias": True,

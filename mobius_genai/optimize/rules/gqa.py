@@ -59,6 +59,7 @@ GQA_OP = "GroupQueryAttention"
 # GroupQueryAttention input positions.
 QUERY, KEY, VALUE, PAST_KEY, PAST_VALUE, SEQLENS_K, TOTAL_SEQ_LEN, COS_CACHE, SIN_CACHE = range(9)
 ATTENTION_BIAS = 10
+HEAD_SINK = 11
 
 # Metadata marking the nodes that derive GQA's length inputs, so every layer reuses them.
 DERIVED_INPUT_KEY = "mobius.gqa_input"
@@ -302,6 +303,10 @@ class GQAFusion(RecordingRuleClassBase):
         """GQA's attention_bias input: none, the mask is GQA's own causal one."""
         return None
 
+    def head_sink(self) -> ir.Value | None:
+        """GQA's head_sink input: none (gqa_sinks.py's rules give the layer's sinks)."""
+        return None
+
     def rewrite(self, op, query, key, value, past_key, past_value, attention, **bindings):
         graph = attention.producer().graph
         seqlens_k, total = sequence_lengths(op, graph, self._attention_mask)
@@ -309,9 +314,11 @@ class GQAFusion(RecordingRuleClassBase):
         inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
         if self.do_rotary:
             inputs += [bindings["cos"], bindings["sin"]]
-        bias = self.attention_bias(op, query, bindings)
-        if bias is not None:
-            inputs += [None] * (ATTENTION_BIAS - len(inputs)) + [bias]
+        optional = {ATTENTION_BIAS: self.attention_bias(op, query, bindings)}
+        optional[HEAD_SINK] = self.head_sink()
+        for index, given in optional.items():
+            if given is not None:
+                inputs += [None] * (index - len(inputs)) + [given]
         return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)
 
 

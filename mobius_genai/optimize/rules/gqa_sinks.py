@@ -25,14 +25,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from mobius_genai.components.kv_slots import unplaced
-from mobius_genai.components.tier1 import MS_DOMAIN
-from mobius_genai.optimize.rules.gqa import (
-    GQAFusion,
-    rotated_attention,
-    sequence_lengths,
-    unrotated_attention,
-)
+from mobius_genai.optimize.rules.gqa import GQAFusion, rotated_attention, unrotated_attention
 
 _SHAPES = {"sink_shape": [1, -1, 1, 1], "flat_shape": [0, 0, -1]}
 
@@ -110,15 +103,9 @@ class GQASinkFusion(GQAFusion):
         self._sinks = sinks
         return result
 
-    def rewrite(
-        self, op, query, key, value, past_key, past_value, attention, cos=None, sin=None, **_
-    ):
-        graph = attention.producer().graph
-        seqlens_k, total = sequence_lengths(op, graph, self._attention_mask)
-        inputs = [query, key, value, unplaced(past_key), unplaced(past_value), seqlens_k, total]
-        inputs += [cos, sin]  # None, None in a layer without rotary (do_rotary=0)
-        inputs += [None, None, self._sinks]  # position_ids, attention_bias, head_sink
-        return op.GroupQueryAttention(*inputs, _domain=MS_DOMAIN, _outputs=3, **self._attributes)
+    def head_sink(self) -> ir.Value | None:
+        """The matched sinks, GroupQueryAttention's head_sink."""
+        return self._sinks
 
 
 class GQASinkFusionNoRope(GQASinkFusion):

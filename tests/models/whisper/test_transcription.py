@@ -6,7 +6,6 @@ translation detects; the no-speech probability and mean log-probability of a win
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 from pathlib import Path
@@ -26,6 +25,7 @@ from mobius_genai.runtime.transcription import (
     clip_features,
     transcript_steps,
 )
+from tests._writes import Writes
 from tests.models.whisper._whisper import pcm16, tone, write_encoded, write_wav
 
 WINDOW_TOKENS = 24
@@ -169,18 +169,6 @@ def test_a_windows_scores_are_transformers_probabilities(speech_bundle, multilin
     assert segment.avg_logprob == pytest.approx(total / (len(segment.tokens) + 1), rel=1e-3)
 
 
-class _Writes(io.StringIO):
-    """stdout that keeps each write apart: what `run` had printed after each token."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[str] = []
-
-    def write(self, text: str) -> int:
-        self.writes.append(text)
-        return super().write(text)
-
-
 @pytest.mark.parametrize("shown", ["--timestamps", "text"])
 def test_run_audio_prints_each_window_while_the_next_decodes(
     speech_bundle, tmp_path, capsys, monkeypatch, shown
@@ -194,7 +182,7 @@ def test_run_audio_prints_each_window_while_the_next_decodes(
     whole_format = "verbose_json" if shown == "--timestamps" else "json"
     assert main([*command, "--format", whole_format]) == 0
     whole = json.loads(capsys.readouterr().out)
-    out = _Writes()
+    out = Writes()
     monkeypatch.setattr(sys, "stdout", out)
     assert main([*command, "--timestamps" if shown == "--timestamps" else "--format=text"]) == 0
     if shown == "--timestamps":
