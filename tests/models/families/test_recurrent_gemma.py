@@ -69,7 +69,8 @@ def run(checkpoint):
     [
         ("default", {"", "com.microsoft"}),  # the conv and the scan as fused ops with bodies
         ("cpu", {"", "com.microsoft"}),
-        ("onnx-standard", {""}),  # the bodies inlined: a Scan carries the state
+        # the bodies inlined: a Scan carries the state (Mamba1's default run checks them)
+        pytest.param("onnx-standard", {""}, marks=pytest.mark.slow),
     ],
 )
 def test_prefill_then_decode_matches_transformers(checkpoint, run, ep, domains, tmp_path):
@@ -93,6 +94,7 @@ def test_graph_declares_the_rglru_states_and_keeps_a_cache_for_attention(checkpo
     assert "past_key_values.2.conv_state" not in inputs
 
 
+@pytest.mark.slow
 def test_variant_matches_transformers(tmp_path):
     """Attention first, a tied head, biased q/k/v, a 3-tap conv, the RG-LRU as wide as the
     hidden size (gates in 2 blocks of 32), two key/value heads, the softcap at 5."""
@@ -168,7 +170,7 @@ def _identity_conv(name: str, array: np.ndarray, config) -> np.ndarray:
     return offset_norm_weights(name, array, config)
 
 
-#: mutant → the row with a mechanism changed
+#: mutant → the row with a mechanism changed (the softcap and the residual are generic: slow)
 ROW_MUTANTS = {
     "conv_skipped": lambda: _row(preprocess_weight=_identity_conv, preprocessed_weights=None),
     "embeddings_scaled_unrounded": lambda: _row(
@@ -177,9 +179,16 @@ ROW_MUTANTS = {
     "residual_from_the_normed_input": lambda: _row(config_overrides={"residual_after_norm": True}),
     "no_softcap": lambda: _row(config_overrides={"final_logit_softcapping": None}),
 }
+_GENERIC_MUTANTS = ("no_softcap", "residual_from_the_normed_input")
 
 
-@pytest.mark.parametrize("mutant", sorted(ROW_MUTANTS))
+@pytest.mark.parametrize(
+    "mutant",
+    [
+        pytest.param(m, marks=[pytest.mark.slow] if m in _GENERIC_MUTANTS else [])
+        for m in sorted(ROW_MUTANTS)
+    ],
+)
 def test_a_row_mechanism_changed_fails_parity(checkpoint, run, mutant, monkeypatch, tmp_path):
     monkeypatch.setitem(FAMILIES, FAMILY, ROW_MUTANTS[mutant]())
     package = mobius_genai.build(checkpoint, "cpu", "f32", progress=False)
@@ -277,7 +286,9 @@ def test_int4_puts_the_projections_in_matmulnbits(tmp_path):
     assert ops["MatMulNBits"] >= 4 + 3 * 3 + 4 * 3  # attention 4, each RG-LRU 3, MLPs 3
 
 
-@pytest.mark.parametrize("ep", ["cuda", "dml", "webgpu"])
+@pytest.mark.parametrize(
+    "ep", ["cuda", *(pytest.param(ep, marks=pytest.mark.slow) for ep in ("dml", "webgpu"))]
+)
 def test_gpu_ep_graphs_attend_with_group_query_attention(checkpoint, ep):
     """The attention layer fuses to GroupQueryAttention (its window as local_window_size), the
     three RG-LRU layers keep a conv and a scan each (fused or as their bodies)."""
@@ -329,3 +340,46 @@ def test_embedding_scale_is_the_bfloat16_of_sqrt_hidden():
         expected = torch.tensor(hidden**0.5, dtype=torch.bfloat16).item()
         raw = {"hidden_size": hidden}
         assert get_family(FAMILY).config_overrides["embedding_multiplier"](raw) == expected
+
+
+#: The keys of RecurrentGemma-2B's hub config.json (transformers 4's layout: rope_theta and
+#: partial_rotary_factor at the top level, a head_dim the class recomputes anyway).
+HUB_2B = {
+    "architectures": ["RecurrentGemmaForCausalLM"],
+    "attention_bias": False,
+    "attention_window_size": 2048,
+    "block_types": ["recurrent", "recurrent", "attention"],
+    "bos_token_id": 2,
+    "conv1d_width": 4,
+    "embeddings_scale_by_sqrt_dim": True,
+    "eos_token_id": 1,
+    "final_w_init_variance_scale": 0.07692307692307693,
+    "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "hidden_size": 2560,
+    "intermediate_size": 15360,
+    "logits_soft_cap": 30.0,
+    "lru_width": 2560,
+    "model_type": "recurrent_gemma",
+    "num_attention_heads": 10,
+    "num_hidden_layers": 26,
+    "num_key_value_heads": 1,
+    "pad_token_id": 0,
+    "partial_rotary_factor": 0.5,
+    "rms_norm_eps": 1e-06,
+    "rope_theta": 10000.0,
+    "torch_dtype": "bfloat16",
+    "use_cache": True,
+    "vocab_size": 256000,
+    "w_init_variance_scale": 0.01,
+}
+
+
+def test_the_hub_config_reads_as_transformers_reads_it():
+    ours = get_family(FAMILY).parse_config(dict(HUB_2B))
+    theirs = get_family(FAMILY).parse_config(RecurrentGemmaConfig(**HUB_2B).to_dict())
+    assert ours == dataclasses.replace(theirs, torch_dtype=ours.torch_dtype)
+    assert (ours.num_key_value_heads, ours.head_dim, ours.rotary_dim) == (1, 256, 128)
+    assert ours.intermediate_size == 7680 and ours.rglru.block_width == 256
+    assert ours.layer_types[:3] == ("rglru", "rglru", "sliding_attention")
+    assert ours.max_position_embeddings == 8192  # no length in config.json
