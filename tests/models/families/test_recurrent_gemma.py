@@ -272,7 +272,6 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(bundle):
     assert_batch_continues_each_prompt(ckpt, folder)
 
 
-@pytest.mark.slow
 def test_int4_puts_the_projections_in_matmulnbits(tmp_path):
     """int4 for cpu (an RG-LRU and an MLP 64 wide, which int4's blocks of 32 divide): the
     attention's, the RG-LRU's and the MLPs' projections in MatMulNBits, the gates' blocks in
