@@ -46,6 +46,7 @@ from tests.models.families.test_mamba1 import (
     assert_batch_continues_each_prompt,
     assert_variant_matches,
     cached_reference,
+    without_past,
 )
 
 TOLERANCE = 1e-4  # f32
@@ -231,21 +232,9 @@ def test_a_component_mechanism_changed_fails_parity(checkpoint, run, mutant, mon
     assert not max_abs_diff(ours, run.logits) <= 10 * TOLERANCE
 
 
-def _without_past(state: int):
-    """RgLruBlock.forward with its past conv (0) or recurrence (1) state read as zeros."""
-    forward = RgLruBlock.forward
-
-    def mutant(self, op, hidden_states, attention_mask, *past):
-        past = list(past)
-        past[state] = op.Mul(past[state], op.CastLike(op.Constant(value_float=0.0), past[state]))
-        return forward(self, op, hidden_states, attention_mask, *past)
-
-    return mutant
-
-
 @pytest.mark.parametrize("state", [0, 1], ids=["conv_state", "recurrent_state"])
 def test_a_state_not_carried_fails_the_decode_steps(checkpoint, run, state, monkeypatch, tmp_path):
-    monkeypatch.setattr(RgLruBlock, "forward", _without_past(state))
+    monkeypatch.setattr(RgLruBlock, "forward", without_past(RgLruBlock, state))
     package = mobius_genai.build(checkpoint, "cpu", "f32", progress=False)
     ours = run_like_reference(ort_session(package, tmp_path), run)
     assert max_abs_diff(ours[:1], run.logits[:1]) <= TOLERANCE  # the prefill starts from zeros
