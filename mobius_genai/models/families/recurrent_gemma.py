@@ -73,7 +73,8 @@ def default_rope(raw: Mapping[str, Any]) -> RopeConfig:
     rope, _ = parse_rope(raw)
     if rope.type != "default":
         raise UnsupportedModelError(
-            f"config.json: rope type {rope.type!r}; accepted for recurrent_gemma: 'default'"
+            f"config.json: rope_parameters' rope_type is {rope.type!r}; accepted for "
+            "recurrent_gemma: 'default' (RecurrentGemmaRotaryEmbedding builds no other)"
         )
     return rope
 

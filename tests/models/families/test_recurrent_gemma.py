@@ -313,7 +313,7 @@ def test_layers_are_placed_as_transformers_places_them():
         (
             {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
             UnsupportedModelError,
-            "rope type",
+            "rope_type is 'linear'",
         ),
     ],
 )
