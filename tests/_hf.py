@@ -125,6 +125,7 @@ from transformers import (
     Qwen3Config,
     Qwen3MoeConfig,
     Qwen3NextConfig,
+    RecurrentGemmaConfig,
     SeedOssConfig,
     SmolLM3Config,
     SolarOpenConfig,
@@ -133,6 +134,7 @@ from transformers import (
     VaultGemmaConfig,
     XGLMConfig,
 )
+from transformers.cache_utils import DynamicCache
 from transformers.utils import logging as hf_logging
 
 hf_logging.disable_progress_bar()  # keep test output readable
@@ -230,6 +232,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "falcon_mamba": FalconMambaConfig,
     "jamba": JambaConfig,
     "mamba2": Mamba2Config,
+    "recurrent_gemma": RecurrentGemmaConfig,
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
@@ -328,6 +331,7 @@ _ARCHITECTURES = {
     "falcon_mamba": "FalconMambaForCausalLM",
     "jamba": "JambaForCausalLM",
     "mamba2": "Mamba2ForCausalLM",
+    "recurrent_gemma": "RecurrentGemmaForCausalLM",
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
@@ -1091,6 +1095,18 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "chunk_size": 8,
         "use_bias": True,
     },
+    # RecurrentGemma: RG-LRU, RG-LRU, local attention, RG-LRU over hidden 96 (sqrt(96) is not
+    # a bfloat16: the embedding scale's rounding shows), RG-LRU 48 wide (gates in 4 blocks of
+    # 12), a 4-tap conv, one key/value head of 24 channels, 12 of them rotated, a window of 6,
+    # logits softcapped at 30
+    "recurrent_gemma": {
+        "hidden_size": 96,
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 1,
+        "lru_width": 48,
+        "attention_window_size": 6,
+        "max_position_embeddings": UNSET,
+    },
 }
 
 #: Gemma 4's 26B-A4B layout over gemma4_text's tiny row: 4 GeGLU experts (2 per token) beside
@@ -1363,6 +1379,10 @@ def positions_from_mask(attention_mask: np.ndarray, seq: int) -> np.ndarray:
 #: Families whose transformers class keeps no KV cache (OpenAIGPTModel): each reference call
 #: runs the whole sequence so far (`_Recomputed` holds it) and keeps the new positions' logits.
 _RECOMPUTED = ("openai-gpt",)
+#: Families whose transformers class keeps its recurrent states in its modules and returns no
+#: cache (RecurrentGemma's): the first call gets a DynamicCache (without one each call starts
+#: over), and every call returns it.
+_STATE_IN_MODULES = ("recurrent_gemma",)
 
 
 @dataclass(frozen=True)
@@ -1395,9 +1415,11 @@ def _forward(
     """
     if model.config.model_type in _RECOMPUTED:
         return _recompute(model, cache, **inputs)
+    if cache is None and model.config.model_type in _STATE_IN_MODULES:
+        cache = DynamicCache(config=model.config)
     if "cache" in inspect.signature(model.forward).parameters:
         out = model(**inputs, cache=cache, use_cache=True)
-        return out.logits, out.cache
+        return out.logits, getattr(out, "cache", cache)
     out = model(**inputs, past_key_values=cache, use_cache=True)
     return out.logits, out.past_key_values
 

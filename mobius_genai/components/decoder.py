@@ -16,7 +16,8 @@ to float32 before the add, where transformers' Mamba blocks cast (`residual_in_f
 modules carry the names transformers gives them for each placement, so checkpoints need no
 renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
-GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
+GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer, "rglru" → RecurrentGemma's
+RgLruBlock); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
 multi-head latent attention, one with `differential_attention` DiffLlama's. A layer may run a recurrent block beside its attention (Falcon-H1:
 `parallel_recurrent`, both reading the normed input, their outputs added; its cache is (key,

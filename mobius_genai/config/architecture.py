@@ -36,6 +36,7 @@ from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.per_layer_stack import FULL, PerLayerStack
 from mobius_genai.config.recurrent import RECURRENT_BLOCKS, RecurrentBlock
+from mobius_genai.config.rglru import RgLruConfig
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.config.short_conv import ShortConvConfig
 from mobius_genai.config.weight_scales import WeightScale
@@ -161,6 +162,8 @@ class ArchitectureConfig:
       None when the model has none.
     - `mamba1`: scan, conv and dt sizes of Mamba1 "mamba" layers (config/mamba1.py); None when
       the model has none.
+    - `rglru`: width, gate heads and conv taps of RecurrentGemma's RG-LRU "rglru" layers
+      (config/rglru.py); None when the model has none.
     - `one_block_layers`: each layer is one pre-norm block and its residual: its token mixer
       (attention or a recurrent block) without an MLP, or in "mlp" layers an MLP alone
       (Nemotron-H).
@@ -231,6 +234,7 @@ class ArchitectureConfig:
     linear_attention: LinearAttentionConfig | None = None
     mamba2: Mamba2Config | None = None
     mamba1: Mamba1Config | None = None
+    rglru: RgLruConfig | None = None
     one_block_layers: bool = False
     parallel_recurrent: str | None = None
     weight_scales: tuple[WeightScale, ...] = ()

@@ -128,11 +128,23 @@ def _mamba1_ssm_dims(config: ArchitectureConfig) -> tuple[int, ...]:
     return sizes.intermediate, sizes.state_size, 1
 
 
+def _rglru_conv_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    sizes = config.rglru
+    return sizes.width, sizes.conv_kernel_size - 1
+
+
+def _rglru_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    return config.rglru.width, 1, 1
+
+
 #: Layer kind → its block. LFM2's short conv (config/short_conv.py): the conv's last columns.
 #: Qwen3.5's gated delta net (config/linear_attention.py): its conv's last columns and the
 #: delta rule's state, in float32. Mamba2 (config/mamba2.py): its conv's last columns and the
 #: selective scan's state, in float32, named as the gated delta net's. Mamba1 (config/mamba1.py):
 #: the same two states, its scan's a state entry per channel and state size, named alike.
+#: RecurrentGemma's RG-LRU (config/rglru.py): its conv's last columns and the recurrence's one
+#: entry per channel, in float32, named alike; its checkpoint module is the layer's
+#: `temporal_block` (attention layers' too: the family row renames theirs).
 RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
     block.layer_type: block
     for block in (
@@ -187,6 +199,22 @@ RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
                     "recurrent_state",
                     ("mamba_channels", "state_size", "mamba_value_dim"),
                     _mamba1_ssm_dims,
+                    float32=True,
+                ),
+            ),
+            naming=FROM_KV_NAMES,
+        ),
+        RecurrentBlock(
+            layer_type="rglru",
+            section="rglru",
+            module="temporal_block",
+            component="mobius_genai.components.rglru:RgLruBlock",
+            states=(
+                State("conv_state", ("lru_width", "conv_cache_size"), _rglru_conv_dims),
+                State(
+                    "recurrent_state",
+                    ("lru_width", "lru_key_dim", "lru_value_dim"),
+                    _rglru_dims,
                     float32=True,
                 ),
             ),

@@ -39,6 +39,7 @@ from mobius_genai.models.families.moe_rows import (
     GRANITE_SHARED_MLP_RENAMES,
 )
 from mobius_genai.models.families.readers import when_absent
+from mobius_genai.models.families.recurrent_gemma import RECURRENT_GEMMA
 from mobius_genai.models.families.scales import GRANITE_MULTIPLIERS
 
 # Hybrid: gated delta nets (a conv state and a recurrent state, no KV cache) between
@@ -299,4 +300,7 @@ HYBRID_FAMILIES = (
     *MAMBA1_FAMILIES,
     # Mamba2 (Codestral Mamba): Mamba2 mixers alone, laid out as Mamba's (mamba2_rows.py)
     MAMBA2,
+    # RecurrentGemma: RG-LRU blocks and local attention in block_types' pattern
+    # (recurrent_gemma.py). onnxruntime-genai 0.18 runs it as its generic decoder.
+    RECURRENT_GEMMA,
 )

@@ -213,10 +213,11 @@ def test_a_row_mechanism_changed_fails_parity(checkpoints, runs, mutant, monkeyp
     assert not max_abs_diff(ours, runs[family].logits) <= 10 * TOLERANCE
 
 
-def _without_past(state: int):
-    """Mamba1Mixer.forward with its past conv (0) or scan (1) state read as zeros: a state not
-    carried from one call to the next."""
-    forward = Mamba1Mixer.forward
+def without_past(block: type, state: int):
+    """`block`'s forward (a recurrent block's: hidden states, mask, past states) with its past
+    state number `state` (Mamba1's conv 0, scan 1) read as zeros: a state not carried from one
+    call to the next."""
+    forward = block.forward
 
     def mutant(self, op, hidden_states, attention_mask, *past):
         past = list(past)
@@ -230,7 +231,7 @@ def _without_past(state: int):
 def test_a_state_not_carried_fails_the_decode_steps(
     checkpoints, runs, state, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(Mamba1Mixer, "forward", _without_past(state))
+    monkeypatch.setattr(Mamba1Mixer, "forward", without_past(Mamba1Mixer, state))
     package = mobius_genai.build(checkpoints["mamba"], "cpu", "f32", progress=False)
     ours = run_like_reference(ort_session(package, tmp_path), runs["mamba"])
     reference = runs["mamba"].logits
