@@ -42,7 +42,8 @@ class DynamicMaskAttention(Attention):
         width = self.num_kv_heads * self.head_dim
         self.A = parameter([self.num_kv_heads])
         self.dt_proj = Linear(width, self.num_kv_heads, section.dt_bias)
-        # a query sees at most max_position_embeddings keys: no top-k below the window
+        # within max_position_embeddings a query sees no more keys than the window: no top-k
+        # (a bundle built for a longer context, which the packager notes, keeps every key)
         window = section.keep_window_size
         self.keep_window = None if window >= config.max_position_embeddings else window
 
