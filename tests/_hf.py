@@ -52,6 +52,7 @@ from transformers import (
     DeepseekV2Config,
     DeepseekV3Config,
     DiffLlamaConfig,
+    DogeConfig,
     Dots1Config,
     Ernie4_5_MoeConfig,
     Ernie4_5Config,
@@ -90,6 +91,7 @@ from transformers import (
     InternLM3Config,
     Jais2Config,
     JambaConfig,
+    JetMoeConfig,
     Lfm2Config,
     Lfm2MoeConfig,
     Llama4TextConfig,
@@ -183,6 +185,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "qwen2_moe": Qwen2MoeConfig,
     "olmoe": OlmoeConfig,
     "granitemoe": GraniteMoeConfig,
+    "jetmoe": JetMoeConfig,
     "phimoe": PhimoeConfig,
     "lfm2": Lfm2Config,
     "lfm2_moe": Lfm2MoeConfig,
@@ -236,6 +239,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
+    "doge": DogeConfig,
 }
 
 _ARCHITECTURES = {
@@ -282,6 +286,7 @@ _ARCHITECTURES = {
     "qwen2_moe": "Qwen2MoeForCausalLM",
     "olmoe": "OlmoeForCausalLM",
     "granitemoe": "GraniteMoeForCausalLM",
+    "jetmoe": "JetMoeForCausalLM",
     "phimoe": "PhimoeForCausalLM",
     "lfm2": "Lfm2ForCausalLM",
     "lfm2_moe": "Lfm2MoeForCausalLM",
@@ -335,6 +340,7 @@ _ARCHITECTURES = {
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
+    "doge": "DogeForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -629,6 +635,16 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "residual_multiplier": 0.5,
         "logits_scaling": 4.0,
         "attention_multiplier": 0.1,
+    },
+    # 4 attention experts of 2 heads of 16 channels (width 32, not hidden_size) and 4 MLP
+    # experts, 2 per token each; the final norm's epsilon apart from the layers' 1e-6
+    "jetmoe": {
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "kv_channels": 16,
+        "num_attention_heads": UNSET,
+        "rms_norm_eps": 1e-3,
+        "tie_word_embeddings": False,
     },
     # sparsemixer routing (two picks, each a softmax over the experts within a relative
     # 2 * router_jitter_noise of the current maximum: 0.1 makes some tokens' picks share their
@@ -1085,6 +1101,9 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # llama's layer with differential attention: 4 query heads in 2 pairs, 2 value heads
     # (one per half), random lambdas (tests' N(0, 0.2))
     "diffllama": {},
+    # dynamic mask attention with biases, random A (tests' N(0, 0.2)) and residual scales;
+    # its window of kept keys: tests/models/families/test_doge.py
+    "doge": {"attention_bias": True},
     # Mamba2: Mamba2 mixers alone, 8 heads of 16 channels (expand 2) over 2 groups of an
     # 8-wide state, a 4-tap conv with bias, biased in_proj and out_proj, prefills chunked by 8
     "mamba2": {

@@ -191,6 +191,10 @@ def _blocks(row: FamilyAdapter) -> str:
         blocks.append("ALiBi")
     if "differential_attention" in overrides:
         blocks.append("differential attention")
+    if "attention_experts" in overrides:
+        blocks.append("mixture of attention heads")
+    if "dynamic_mask" in overrides:
+        blocks.append("dynamic mask attention")
     if "bitlinear" in overrides:
         blocks.append("BitLinear (sub-norms, int8 activations)")
     if row.experts is not None or "moe" in overrides:

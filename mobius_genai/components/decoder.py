@@ -19,7 +19,11 @@ of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attentio
 GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer, "rglru" → RecurrentGemma's
 RgLruBlock); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
-multi-head latent attention, one with `differential_attention` DiffLlama's. A layer may run a recurrent block beside its attention (Falcon-H1:
+multi-head latent attention, one with `differential_attention` DiffLlama's, one with
+`attention_experts` JetMoE's mixture of attention heads, one with `dynamic_mask` Doge's
+dynamic mask attention. With `residual_scales` (Doge) a pre-norm layer multiplies each
+residual by a learned vector before the add: h = x * input_residual + attn(norm(x)), out =
+h * post_attention_residual + mlp(norm(h)). A layer may run a recurrent block beside its attention (Falcon-H1:
 `parallel_recurrent`, both reading the normed input, their outputs added; its cache is (key,
 value, *states)), and with `one_block_layers` a layer is one block (Nemotron-H): its mixer
 alone, h = x + mixer(norm(x)), or in an "mlp" layer its MLP alone, h = x + mlp(norm(x)).
@@ -31,10 +35,13 @@ import onnx_ir as ir
 from onnxscript import nn
 
 from mobius_genai.components.attention import Attention
+from mobius_genai.components.attention_experts import MixtureOfHeadsAttention
 from mobius_genai.components.bitlinear import add_bitlinear_inputs
 from mobius_genai.components.differential_attention import DifferentialAttention
+from mobius_genai.components.dynamic_mask import DynamicMaskAttention
 from mobius_genai.components.kv_slots import Slots
 from mobius_genai.components.latent_attention import LatentAttention
+from mobius_genai.components.linear import parameter
 from mobius_genai.components.mlp import make_mlp
 from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
@@ -64,9 +71,14 @@ SUM_NORMS: dict[str, tuple[str, str]] = {
 
 def _attention_class(config: ArchitectureConfig) -> type[nn.Module]:
     """The attention component of the config's section: DeepSeek's latent attention,
-    DiffLlama's differential attention, else the standard one."""
+    DiffLlama's differential attention, JetMoE's mixture of attention heads, Doge's dynamic
+    mask attention, else the standard one."""
     if config.latent_attention is not None:
         return LatentAttention
+    if config.attention_experts is not None:
+        return MixtureOfHeadsAttention
+    if config.dynamic_mask is not None:
+        return DynamicMaskAttention
     if config.differential_attention is not None:
         return DifferentialAttention
     return Attention
@@ -95,11 +107,10 @@ class DecoderLayer(nn.Module):
         self.residual_after_norm = config.residual_after_norm
         self.residual_multiplier = config.residual_multiplier
         self.config = config
+        eps = config.norm_eps if config.block_norm_eps is None else config.block_norm_eps
         for name in (*slots, *self.sum_norms):
             if name is not None:
-                setattr(
-                    self, name, make_norm(config.norm_type, config.hidden_size, config.norm_eps)
-                )
+                setattr(self, name, make_norm(config.norm_type, config.hidden_size, eps))
         self.self_attn = self.recurrent = None
         if config.has_kv_cache(layer_index):
             self.self_attn = _attention_class(config)(config, layer_index)
@@ -113,6 +124,9 @@ class DecoderLayer(nn.Module):
         if not (mixes and config.one_block_layers):
             self.mlp = MoEBlock(config) if sparse else make_mlp(config)
         add_bitlinear_inputs(self, config)  # BitNet's sub-norms and int8 inputs, if any
+        scaled = config.residual_scales
+        self.input_residual = parameter([config.hidden_size]) if scaled else None
+        self.post_attention_residual = parameter([config.hidden_size]) if scaled else None
 
     def _norm(self, op, slot: int, x: ir.Value) -> ir.Value:
         name = self.slots[slot]
@@ -164,11 +178,15 @@ class DecoderLayer(nn.Module):
             mlp_in = normed if self.slots[2] is None else self._norm(op, 2, hidden_states)
             mlp_out = self._scaled(op, self.mlp(op, mlp_in))
             return op.Add(op.Add(attn_out, mlp_out), residual), presents
+        if self.input_residual is not None:
+            residual = op.Mul(residual, self.input_residual)
         hidden_states = self._sum_norm(op, 0, op.Add(residual, attn_out))
         mlp_in = self._norm(op, 2, self._model_dtype(op, hidden_states))
         mlp_out = self._scaled(op, self._norm(op, 3, self.mlp(op, mlp_in)))
         if self.residual_after_norm:
             hidden_states = mlp_in
+        if self.post_attention_residual is not None:
+            hidden_states = op.Mul(hidden_states, self.post_attention_residual)
         return self._sum_norm(op, 1, op.Add(hidden_states, mlp_out)), presents
 
     def _mix(

@@ -58,7 +58,7 @@ class MoEBlock(nn.Module):
     times sum(w) / ||w||_p (components/pnorm_routing.py); with group-limited routing,
     MoE(x, picks) times the router's factor (components/group_router.py); with Llama 4's
     scaled input, one MoE node per pick over the token times its score
-    (components/scaled_input.py)."""
+    (components/scaled_input.py); with an output bias (JetMoE), MoE(x, router(x)) + bias."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -76,6 +76,7 @@ class MoEBlock(nn.Module):
         self.fc2_latent_proj = Linear(latent, config.hidden_size, bias) if latent else None
         self.shared_expert = _shared_expert(moe, config) if moe.shared_expert_size else None
         self.shared_expert_gate = Linear(config.hidden_size, 1) if moe.shared_expert_gate else None
+        self.bias = parameter([config.hidden_size]) if moe.output_bias else None
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         moe = self.moe
@@ -88,6 +89,8 @@ class MoEBlock(nn.Module):
             out = self._routed(op, x, tokens)
         if self.fc2_latent_proj is not None:
             out = self.fc2_latent_proj(op, out)
+        if self.bias is not None:
+            out = op.Add(out, self.bias)
         return self._with_shared_expert(op, x, out)
 
     def _routed(self, op, x: ir.Value, tokens: ir.Value) -> ir.Value:

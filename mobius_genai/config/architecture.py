@@ -17,8 +17,10 @@ from mobius_genai.checkpoint.source import read_config_json
 from mobius_genai.config import fields
 from mobius_genai.config.alibi import Alibi
 from mobius_genai.config.altup import AltUpConfig
+from mobius_genai.config.attention_experts import AttentionExperts
 from mobius_genai.config.bitlinear import BitLinearConfig
 from mobius_genai.config.differential import DifferentialAttention
+from mobius_genai.config.dynamic_mask import DynamicMask
 from mobius_genai.config.embedding_layout import EmbeddingLayout, validate_embedding_layout
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
@@ -158,6 +160,16 @@ class ArchitectureConfig:
       embedding turns its `qk_rope_head_dim` channels.
     - `differential_attention`: every attention layer is DiffLlama's differential attention
       (config/differential.py: the lambda_init of each depth, the head norm); None otherwise.
+    - `attention_experts`: every attention layer is JetMoE's mixture of attention heads
+      (config/attention_experts.py: experts with their own query and output projections
+      around a shared key/value projection); None otherwise.
+    - `dynamic_mask`: every attention layer is Doge's dynamic mask attention
+      (config/dynamic_mask.py: a bias per key from its value states, the keys kept past a
+      window); None otherwise.
+    - `residual_scales`: each layer multiplies its two residuals by learned vectors before
+      adding the block outputs (Doge's `input_residual`, `post_attention_residual`).
+    - `block_norm_eps`: the epsilon of the decoder layers' norms where it differs from the
+      final norm's `norm_eps` (JetMoE's layers keep RMSNorm's default 1e-6); None: the same.
     - `mamba2`: head, group, state and conv sizes of Mamba2 "mamba2" layers (config/mamba2.py);
       None when the model has none.
     - `mamba1`: scan, conv and dt sizes of Mamba1 "mamba" layers (config/mamba1.py); None when
@@ -250,6 +262,10 @@ class ArchitectureConfig:
     moe: MoeConfig | None = None
     latent_attention: LatentAttentionConfig | None = None
     differential_attention: DifferentialAttention | None = None
+    attention_experts: AttentionExperts | None = None
+    dynamic_mask: DynamicMask | None = None
+    residual_scales: bool = False
+    block_norm_eps: float | None = None
     local_global: LocalGlobalAttention | None = None
     altup: AltUpConfig | None = None
     per_layer_stack: PerLayerStack | None = None

@@ -88,6 +88,8 @@ class MoeConfig:
     norm_p: float = 1.0
     # the routed experts' output plus the shared expert's, times this (Cohere2-MoE's "average")
     combined_scale: float = 1.0
+    # a [hidden] bias added to the routed experts' weighted sum (JetMoE's `bias`)
+    output_bias: bool = False
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""

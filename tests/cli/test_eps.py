@@ -65,5 +65,7 @@ def test_eps_families_lists_every_model_type_with_its_og_type_and_blocks(capsys)
     assert rows["jamba"] == ["decoder", "mamba, MoE"]
     assert rows["bloom"] == rows["mpt"] == ["decoder", "ALiBi"]
     assert rows["diffllama"] == ["decoder", "differential attention"]
+    assert rows["jetmoe"] == ["decoder", "mixture of attention heads, MoE"]
+    assert rows["doge"] == ["decoder", "dynamic mask attention"]
     assert rows["llama"] == ["llama", "-"]
     assert rows["bitnet"] == ["decoder", "BitLinear (sub-norms, int8 activations)"]

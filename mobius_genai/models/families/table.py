@@ -24,6 +24,7 @@ from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.ctrl import CTRL
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
+from mobius_genai.models.families.doge import DOGE
 from mobius_genai.models.families.fairseq_rows import FAIRSEQ_FAMILIES
 from mobius_genai.models.families.family_keys import (
     READS_MLP_BIAS,
@@ -51,6 +52,7 @@ from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, kv_head_per_head
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.hyperclovax import HYPERCLOVAX
+from mobius_genai.models.families.jetmoe import JETMOE
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
@@ -494,8 +496,10 @@ _FAMILIES = (
         # llama's layer with differential attention (components/differential_attention.py)
         config_overrides={"differential_attention": read_differential},
     ),
+    DOGE,  # dynamic mask attention, scaled residuals (doge.py)
     *WINDOWED_FAMILIES,  # cwm, granite_swa, granitemoe_swa
     *MOE_FAMILIES,
+    JETMOE,  # mixture of attention heads and of MLP experts (jetmoe.py)
     *DEEPSEEK_FAMILIES,
     *HYBRID_FAMILIES,
     GPT_OSS,

@@ -49,6 +49,7 @@ from onnxscript.rewriter import MatchContext, pattern
 
 from mobius_genai.components.alibi import ALIBI_KEY
 from mobius_genai.components.attention import SLIDING_WINDOW_KEY
+from mobius_genai.components.dynamic_mask import KEY_BIAS_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
 from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.masks import CHUNKED_KEY
@@ -121,6 +122,12 @@ def linear_biases(mask: ir.Value | None) -> str | None:
     """What `mask` adds besides the causal mask in an ALiBi layer (alibi.py), or None."""
     producer = None if mask is None else mask.producer()
     return None if producer is None else producer.metadata_props.get(ALIBI_KEY)
+
+
+def key_biases(mask: ir.Value | None) -> str | None:
+    """What `mask` adds to each key in a dynamic mask layer (dynamic_mask.py), or None."""
+    producer = None if mask is None else mask.producer()
+    return None if producer is None else producer.metadata_props.get(KEY_BIAS_KEY)
 
 
 def _scalar(value: ir.Value | None) -> float | None:

@@ -495,6 +495,10 @@ CASES = {
     # differential attention: 4 query heads in 2 pairs over 2 value heads (tests/_hf.py); then
     # 8 heads of 8 over 4 value heads (2 per half), biases, a tied head
     "diffllama": ("diffllama", {}),
+    # dynamic mask attention (a bias per key from its values), q/k norms, scaled residuals
+    "doge": ("doge", {}),
+    # mixture of attention heads (2 of 4 experts) and of MLP experts, the layers' norms at 1e-6
+    "jetmoe": ("jetmoe", {}),
     "diffllama_8_heads_4_value_heads_biased_tied": (
         "diffllama",
         {
@@ -819,6 +823,12 @@ def _unnormalized(family: str):
     """The family's MoE reader with the top-k renormalization turned off."""
     read = FAMILIES[family].config_overrides["moe"]
     return lambda raw: dataclasses.replace(read(raw), normalize_top_k=False)
+
+
+def _unbiased(family: str):
+    """The family's MoE reader without the bias on the experts' sum."""
+    read = FAMILIES[family].config_overrides["moe"]
+    return lambda raw: dataclasses.replace(read(raw), output_bias=False)
 
 
 # Each adapter difference, undone: the parity check must then fail (so it can fail).
@@ -1148,6 +1158,15 @@ MUTANTS = {
         lambda: _without("jais2", norm_eps=1e-5),
         {"layer_norm_eps": 0.1},
     ),
+    "doge_without_residual_scales": ("doge", lambda: _without("doge", residual_scales=False)),
+    "jetmoe_layer_norms_at_rms_norm_eps": (
+        "jetmoe",
+        lambda: _without("jetmoe", block_norm_eps=None),
+    ),
+    "jetmoe_experts_without_bias": (
+        "jetmoe",
+        lambda: _without("jetmoe", moe=_unbiased("jetmoe")),
+    ),
     # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
     "gpt-sw3_activation_as_gpt2_default": (
         "gpt-sw3",
@@ -1168,6 +1187,8 @@ UNREAD_BY_MUTANT = {
     "persimmon_without_qk_norm": "'model.layers.0.self_attn.k_layernorm.bias'",
     "granite_swa_without_sinks": "'model.layers.0.self_attn.sinks'",
     "hyperclovax_without_post_norms": "'model.layers.0.post_attention_layernorm.weight'",
+    "jetmoe_experts_without_bias": "'model.layers.0.mlp.bias'",
+    "doge_without_residual_scales": "'model.layers.0.input_residual'",
 }
 
 
@@ -1206,9 +1227,12 @@ def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
     kinds = written.get("layer_types") or []
     recurrent = sum(kind in ("conv", "linear_attention") for kind in kinds)
     layers = AutoConfig.from_pretrained(ckpt).num_hidden_layers  # gpt2's n_layer too
+    parsed = FAMILIES[family].parse_config(written)
     # differential attention's second call reads the first's whole present cache: no GQA
-    differential = FAMILIES[family].parse_config(written).differential_attention is not None
-    assert ops.count("GroupQueryAttention") == layers - recurrent
-    assert ops.count("Attention") == (layers if differential else 0)
+    differential = parsed.differential_attention is not None
+    # a dynamic mask biases every key: the causal GQA fusion declines the layer
+    unfused = layers if parsed.dynamic_mask is not None else 0
+    assert ops.count("GroupQueryAttention") == layers - recurrent - unfused
+    assert ops.count("Attention") == (layers if differential or unfused else 0)
     assert ops.count("CausalConvWithState") == recurrent
     assert ops.count("LinearAttention") == kinds.count("linear_attention")
