@@ -151,8 +151,8 @@ def _check_gqa(model: ir.Model, target: GateInput, report: OptimizationReport, t
     if gqa_gate(target) is not None:
         return
     counts = op_counts(model)
-    # Attention whose mask is not causal (image tokens seeing each other), chunked or ALiBi's
-    # is meant to stay, and so is attention with sinks where GQA takes no head_sink.
+    # Attention whose mask is not causal (image tokens seeing each other), chunked, ALiBi's
+    # or a sparse attention indexer's is meant to stay, and so is attention with sinks where GQA takes no head_sink.
     sinks_stay = not target.caps.supports_gqa_head_sink
     attention = sum(
         1
@@ -162,6 +162,7 @@ def _check_gqa(model: ir.Model, target: GateInput, report: OptimizationReport, t
         and gqa.bidirectional_blocks(node.inputs[3] if len(node.inputs) > 3 else None) is None
         and gqa.chunks(node.inputs[3] if len(node.inputs) > 3 else None) is None
         and gqa.linear_biases(node.inputs[3] if len(node.inputs) > 3 else None) is None
+        and gqa.top_k_keys(node.inputs[3] if len(node.inputs) > 3 else None) is None
         and not (sinks_stay and node.attributes.get_int("qk_matmul_output_mode", 0))
     )
     if counts.get("GroupQueryAttention", 0) == 0 and attention:

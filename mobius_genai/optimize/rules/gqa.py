@@ -52,6 +52,7 @@ from mobius_genai.components.attention import SLIDING_WINDOW_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
 from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.masks import CHUNKED_KEY
+from mobius_genai.components.sparse_indexer import TOP_K_KEY
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
 
@@ -121,6 +122,12 @@ def linear_biases(mask: ir.Value | None) -> str | None:
     """What `mask` adds besides the causal mask in an ALiBi layer (alibi.py), or None."""
     producer = None if mask is None else mask.producer()
     return None if producer is None else producer.metadata_props.get(ALIBI_KEY)
+
+
+def top_k_keys(mask: ir.Value | None) -> str | None:
+    """Which keys a sparse attention layer's indexer keeps (sparse_indexer.py), or None."""
+    producer = None if mask is None else mask.producer()
+    return None if producer is None else producer.metadata_props.get(TOP_K_KEY)
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -279,6 +286,10 @@ class GQAFusion(RecordingRuleClassBase):
         linear = linear_biases(mask)
         if linear is not None:
             result.fail(f"{linear}; causal GroupQueryAttention adds no bias", mask)
+            return None
+        sparse = top_k_keys(mask)
+        if sparse is not None:
+            result.fail(f"{sparse}, read from the concatenated past; GQA shares a buffer", mask)
             return None
         matched = _match_mask(context, mask)
         if matched is None:
