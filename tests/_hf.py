@@ -401,8 +401,8 @@ _DEEPSEEK: dict[str, Any] = {
         "mscale_all_dim": 0.8,
     },
 }
-#: DeepSeek sparse attention's lightning indexer, small: 8 heads of 16 keeping the best 4 keys.
-_INDEXER: dict[str, Any] = {"index_topk": 4, "index_n_heads": 8, "index_head_dim": 16}
+#: DeepSeek sparse attention's lightning indexer, small: 16 heads of 16 keeping the best 4 keys.
+_INDEXER: dict[str, Any] = {"index_topk": 4, "index_n_heads": 16, "index_head_dim": 16}
 #: Ministral 3's rope (yarn, its llama_4_scaling_beta and original length read by the query
 #: scale), small: the scale grows at positions 4, 12, 28, ...
 MINISTRAL3_ROPE: dict[str, Any] = {
@@ -886,7 +886,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "first_k_dense_replace": UNSET,
         "mlp_layer_types": ["sparse", "dense", "sparse"],
     },
-    # DeepSeek-V3's latent attention and routing with a lightning indexer: 8 heads of 16
+    # DeepSeek-V3's latent attention and routing with a lightning indexer: 16 heads of 16
     # (the first 8 channels rotated) keeping the best 4 keys, so prompts of 12 tokens and
     # more select; the first layer dense (first_k_dense_replace)
     "deepseek_v32": {**_DEEPSEEK, **_INDEXER, "q_lora_rank": 32, "routed_scaling_factor": 2.5},
