@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 import onnx_ir as ir
+import onnxruntime_genai as og
 import pytest
 
 import mobius_genai
@@ -24,7 +25,7 @@ from mobius_genai.components import latent_attention
 from mobius_genai.components.sparse_indexer import LightningIndexer
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
-from tests._hf import edit_config, hf_reference_logits, write_tiny_checkpoint
+from tests._hf import edit_config, hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import (
     case_diffs,
     left_padded_diffs,
@@ -32,7 +33,13 @@ from tests._ort import (
     ort_session,
     run_like_reference,
 )
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
+from tests.models.families.test_bundles import (
+    PROMPT,
+    _batch_greedy_tokens,
+    _checkpoint,
+    int4_bundle_ops,
+)
+from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu")
@@ -239,3 +246,23 @@ def test_float16_graph_keeps_the_head_weights_float32(tmp_path):
     reference = hf_reference_logits(ckpt, _ids(), decode_steps=2)
     ours = run_like_reference(ort_session(package, tmp_path / "graph"), reference)
     assert all(np.isfinite(logits).all() for logits in ours)
+
+
+@pytest.mark.slow
+def test_og_batch_of_prompts_of_different_lengths_generates_like_transformers(tmp_path):
+    """og.Generator's batch (the shorter prompt padded on the right, the padding keys hidden
+    from the indexer as from the attention) and og.Engine's requests of different lengths (each
+    row's keys placed in the cache, components/kv_slots.py, where the indexer reads them) each
+    continue as transformers continues that prompt alone, on the cpu bundle. (glm_moe_dsa's:
+    deepseek_v32's tiny model generates token 0, the bundle's pad token, which og.Engine 0.18
+    treats as padding: its tokens equal transformers' once genai_config names another pad.)"""
+    ckpt = _checkpoint(tmp_path / "ckpt", "glm_moe_dsa")
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    prompts = [PROMPT, PROMPT[:5]]
+    ours = _batch_greedy_tokens(folder, prompts, 12)
+    theirs = [hf_greedy_tokens(ckpt, prompt, 12, stop_at_eos=False) for prompt in prompts]
+    assert ours == theirs
+    assert len({tuple(row) for row in theirs}) == 2
+    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
+    assert failures == []
+    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
