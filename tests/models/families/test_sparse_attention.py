@@ -5,7 +5,9 @@ The tiny rows (tests/_hf.py) keep 4 keys of 12-token prompts and more, so the in
 most keys out: f32, 2 x 12-token prefill + 4 cached decode steps (16 keys at the end), on the
 portable and cpu graphs (Attention stays: GroupQueryAttention takes no indexer); a left-padded
 batch; a case keeping every key; mutants (the top-k ignored, the indexer's rope slice turned
-the other way, its relu dropped) that must move the logits well past the tolerance.
+the other way, its relu dropped) that must move the logits well past the tolerance; the cache
+carrying the indexer's keys; refusals; og batches (og.Generator, og.Engine), int4 and float16
+bundles. og.Generator's greedy tokens alone: test_bundles.py.
 """
 
 from __future__ import annotations
