@@ -106,7 +106,9 @@ class LatentAttention(nn.Module):
         self.kv_b_proj = LatentUpProjection(mla, heads)
         self.o_proj = Linear(heads * mla.v_head_dim, hidden, config.o_bias)
         self.indexer = self.indexer_key = None
-        if mla.indexer is not None and mla.q_lora_rank is not None:
+        if mla.indexer is not None:
+            if mla.q_lora_rank is None:
+                raise ValueError("the sparse attention indexer reads the low-rank query's latent")
             self.indexer = LightningIndexer(mla.indexer, hidden, mla.q_lora_rank)
             self.indexer_key = IndexerKey(mla.indexer, hidden)
 
