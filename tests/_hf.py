@@ -51,6 +51,7 @@ from transformers import (
     DbrxConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    DeepseekV32Config,
     DiffLlamaConfig,
     DogeConfig,
     Dots1Config,
@@ -72,6 +73,7 @@ from transformers import (
     Glm4MoeConfig,
     Glm4MoeLiteConfig,
     GlmConfig,
+    GlmMoeDsaConfig,
     GPT2Config,
     GPTBigCodeConfig,
     GPTJConfig,
@@ -207,6 +209,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "dots1": Dots1Config,
     "bamba": BambaConfig,
     "glm4_moe_lite": Glm4MoeLiteConfig,
+    "deepseek_v32": DeepseekV32Config,
+    "glm_moe_dsa": GlmMoeDsaConfig,
     "exaone_moe": ExaoneMoeConfig,
     "solar_open": SolarOpenConfig,
     "flex_olmo": FlexOlmoConfig,
@@ -308,6 +312,8 @@ _ARCHITECTURES = {
     "dots1": "Dots1ForCausalLM",
     "bamba": "BambaForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
+    "deepseek_v32": "DeepseekV32ForCausalLM",
+    "glm_moe_dsa": "GlmMoeDsaForCausalLM",
     "exaone_moe": "ExaoneMoeForCausalLM",
     "solar_open": "SolarOpenForCausalLM",
     "flex_olmo": "FlexOlmoForCausalLM",
@@ -405,6 +411,8 @@ _DEEPSEEK: dict[str, Any] = {
         "mscale_all_dim": 0.8,
     },
 }
+#: DeepSeek sparse attention's lightning indexer, small: 16 heads of 16 keeping the best 4 keys.
+_INDEXER: dict[str, Any] = {"index_topk": 4, "index_n_heads": 16, "index_head_dim": 16}
 #: Ministral 3's rope (yarn, its llama_4_scaling_beta and original length read by the query
 #: scale), small: the scale grows at positions 4, 12, 28, ...
 MINISTRAL3_ROPE: dict[str, Any] = {
@@ -893,6 +901,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # dense layer in the middle (mlp_layer_types)
     "glm4_moe_lite": {
         **_DEEPSEEK,
+        "q_lora_rank": 32,
+        "routed_scaling_factor": 2.5,
+        "first_k_dense_replace": UNSET,
+        "mlp_layer_types": ["sparse", "dense", "sparse"],
+    },
+    # DeepSeek-V3's latent attention and routing with a lightning indexer: 16 heads of 16
+    # (the first 8 channels rotated) keeping the best 4 keys, so prompts of 12 tokens and
+    # more select; the first layer dense (first_k_dense_replace)
+    "deepseek_v32": {**_DEEPSEEK, **_INDEXER, "q_lora_rank": 32, "routed_scaling_factor": 2.5},
+    # deepseek_v32's sizes, the dense layer in the middle (mlp_layer_types)
+    "glm_moe_dsa": {
+        **_DEEPSEEK,
+        **_INDEXER,
         "q_lora_rank": 32,
         "routed_scaling_factor": 2.5,
         "first_k_dense_replace": UNSET,

@@ -177,7 +177,8 @@ def format_ep_table(registry: EpRegistry | None = None, *, wide: bool = False) -
 
 def _blocks(row: FamilyAdapter) -> str:
     """What a family row builds beyond attention and an MLP, read from its data: the recurrent
-    blocks whose settings it reads, latent or differential attention, ALiBi, BitNet's
+    blocks whose settings it reads, latent attention (with sparse attention's indexer where the
+    row defaults index_topk), differential attention, ALiBi, BitNet's
     projections, MoE, a multimodal checkpoint's decoder."""
     overrides = row.config_overrides
     blocks = [b.layer_type for b in RECURRENT_BLOCKS.values() if b.section in overrides]
@@ -186,7 +187,8 @@ def _blocks(row: FamilyAdapter) -> str:
     if overrides.get("one_block_layers"):
         blocks.append("one block per layer")
     if "latent_attention" in overrides:
-        blocks.append("latent attention")
+        indexed = "index_topk" in row.config_defaults  # DeepSeek sparse attention's indexer
+        blocks.append("latent attention" + (" with a top-k indexer" if indexed else ""))
     if "alibi" in overrides:
         blocks.append("ALiBi")
     if "differential_attention" in overrides:

@@ -13,6 +13,11 @@ head's first kv_lora_rank output channels. The cache is that one head (kv_lora_r
 qk_rope_head_dim channels per token) as key and as value: onnxruntime-genai's decoder contract
 with num_key_value_heads 1, instead of every head's expanded key and value. The softmax scale is
 the config's (qk_head_dim**-0.5 with yarn's mscale, set by the family row).
+
+With DeepSeek sparse attention (mla.indexer, components/sparse_indexer.py) each cached token
+also carries the lightning indexer's key after [c | rope(k_r)], and the queries zeros there:
+the attention is unchanged, the indexer reads every key from the cache, and its top-k mask
+replaces the layer's attention bias.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from mobius_genai.components.kv_slots import Slots, place
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.norms import RMSNorm
 from mobius_genai.components.rope import Rotation
+from mobius_genai.components.sparse_indexer import IndexerKey, LightningIndexer
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.latent_attention import LatentAttentionConfig
 
@@ -99,11 +105,42 @@ class LatentAttention(nn.Module):
         self.kv_a_layernorm = RMSNorm(mla.kv_lora_rank, LATENT_NORM_EPS)
         self.kv_b_proj = LatentUpProjection(mla, heads)
         self.o_proj = Linear(heads * mla.v_head_dim, hidden, config.o_bias)
+        self.indexer = self.indexer_key = None
+        if mla.indexer is not None:
+            if mla.q_lora_rank is None:
+                raise ValueError("the sparse attention indexer reads the low-rank query's latent")
+            self.indexer = LightningIndexer(mla.indexer, hidden, mla.q_lora_rank)
+            self.indexer_key = IndexerKey(mla.indexer, hidden)
 
-    def _query(self, op, x: ir.Value) -> ir.Value:
+    def _query_latent(self, op, x: ir.Value) -> ir.Value | None:
+        """The low-rank query's normed latent, or None with one q_proj."""
         if self.q_proj is not None:
-            return self.q_proj(op, x)
-        return self.q_b_proj(op, self.q_a_layernorm(op, self.q_a_proj(op, x)))
+            return None
+        return self.q_a_layernorm(op, self.q_a_proj(op, x))
+
+    def _query(self, op, x: ir.Value, latent: ir.Value | None) -> ir.Value:
+        return self.q_proj(op, x) if latent is None else self.q_b_proj(op, latent)
+
+    def _sparse_bias(
+        self,
+        op,
+        x: ir.Value,
+        q_latent: ir.Value,
+        cached: ir.Value,
+        rotary: Rotation,
+        position_ids: ir.Value,
+        bias: ir.Value,
+    ) -> ir.Value:
+        """The indexer's top-k mask over `cached` [b, 1, total, d], its keys the last
+        channels of each token."""
+        start = self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
+        keys = op.Slice(
+            op.Squeeze(cached, op.Constant(value_ints=[1])),
+            op.Constant(value_ints=[start]),
+            op.Constant(value_ints=[self.head_dim]),
+            op.Constant(value_ints=[-1]),
+        )
+        return self.indexer(op, x, q_latent, keys, rotary, position_ids, bias)
 
     def _query_slices(self, op, q: ir.Value) -> tuple[ir.Value, ir.Value]:
         """Each head's query [batch, seq, heads, qk_head_dim] → its unrotated channels and the
@@ -123,16 +160,21 @@ class LatentAttention(nn.Module):
         slots: Slots | None = None,
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Returns (output [b, s, hidden], present_key, present_value [b, 1, total, d]), d =
-        kv_lora_rank + qk_rope_head_dim."""
+        kv_lora_rank + qk_rope_head_dim (+ the indexer's head_dim)."""
         if rotary is None:
             raise ValueError("multi-head latent attention rotates its rope slice; no rope given")
         mla, heads, dim = self.mla, self.num_heads, self.head_dim
         rank, rope = mla.kv_lora_rank, mla.qk_rope_head_dim
         key_up, value_up = self.kv_b_proj(op)
-        q = _heads(op, self._query(op, hidden_states), heads, mla.qk_head_dim)
+        q_latent = self._query_latent(op, hidden_states)
+        q = _heads(op, self._query(op, hidden_states, q_latent), heads, mla.qk_head_dim)
         q_nope, q_rope = self._query_slices(op, q)
         q_rope = _heads(op, rotary(op, _flat(op, q_rope), position_ids, heads), heads, rope)
-        q = _flat(op, op.Concat(_per_head(op, q_nope, key_up), q_rope, axis=-1))
+        q = op.Concat(_per_head(op, q_nope, key_up), q_rope, axis=-1)
+        if self.indexer is not None:  # zeros against the indexer's key channels
+            indexed = dim - rank - rope
+            q = op.Pad(q, op.Constant(value_ints=[0, 0, 0, 0, 0, 0, 0, indexed]))
+        q = _flat(op, q)
         latent, k_rope = op.Split(
             self.kv_a_proj_with_mqa(op, hidden_states),
             op.Constant(value_ints=[rank, rope]),
@@ -140,10 +182,18 @@ class LatentAttention(nn.Module):
             _outputs=2,
         )
         latent = self.kv_a_layernorm(op, latent)
-        kv = op.Concat(latent, rotary(op, k_rope, position_ids, 1), axis=-1)  # [b, s, dim]
+        parts = [latent, rotary(op, k_rope, position_ids, 1)]
+        if self.indexer is not None:
+            parts.append(self.indexer_key(op, hidden_states, rotary, position_ids))
+        kv = op.Concat(*parts, axis=-1)  # [b, s, dim]
         if slots is not None:
             past_key = place(op, past_key, kv, slots, 1, dim)
             past_value = place(op, past_value, kv, slots, 1, dim)
+        if self.indexer is not None:
+            cached = op.Concat(past_key, op.Unsqueeze(kv, op.Constant(value_ints=[1])), axis=2)
+            attention_bias = self._sparse_bias(
+                op, hidden_states, q_latent, cached, rotary, position_ids, attention_bias
+            )
         output, present_key, present_value = op.Attention(
             q,
             kv,

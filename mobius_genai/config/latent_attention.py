@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mobius_genai.config import fields
+from mobius_genai.config.sparse_indexer import IndexerConfig
 from mobius_genai.errors import ConfigError
 
 _SIZES = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -35,6 +36,8 @@ class LatentAttentionConfig:
     qk_nope_head_dim: int
     qk_rope_head_dim: int
     v_head_dim: int
+    indexer: IndexerConfig | None = None
+    """DeepSeek sparse attention's lightning indexer (config/sparse_indexer.py), or None."""
 
     @property
     def qk_head_dim(self) -> int:
@@ -43,8 +46,10 @@ class LatentAttentionConfig:
 
     @property
     def cache_head_dim(self) -> int:
-        """The channels of the one cached head: the normed latent, then the rotated key."""
-        return self.kv_lora_rank + self.qk_rope_head_dim
+        """The channels of the one cached head: the normed latent, the rotated key, then the
+        indexer's key where there is an indexer."""
+        indexed = 0 if self.indexer is None else self.indexer.head_dim
+        return self.kv_lora_rank + self.qk_rope_head_dim + indexed
 
 
 def read_latent_attention(raw: Mapping[str, Any]) -> LatentAttentionConfig:
@@ -74,5 +79,5 @@ def validate_latent_attention(
         raise ConfigError(
             f"config.json: latent attention caches one head of {mla.cache_head_dim} channels, "
             f"found head_dim {head_dim} and num_key_value_heads {kv_heads}; accepted: head_dim = "
-            "kv_lora_rank + qk_rope_head_dim, num_key_value_heads = 1"
+            "kv_lora_rank + qk_rope_head_dim (+ index_head_dim), num_key_value_heads = 1"
         )

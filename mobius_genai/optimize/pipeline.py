@@ -151,19 +151,16 @@ def _check_gqa(model: ir.Model, target: GateInput, report: OptimizationReport, t
     if gqa_gate(target) is not None:
         return
     counts = op_counts(model)
-    # Attention whose mask is not causal (image tokens seeing each other), chunked, ALiBi's or
-    # biased by key (Doge's) is meant to stay, and so is attention with sinks where GQA takes
-    # no head_sink.
+    # Attention whose mask is not causal (image tokens seeing each other), chunked, ALiBi's,
+    # biased by key (Doge's) or a sparse attention indexer's is meant to stay, and so is
+    # attention with sinks where GQA takes no head_sink.
     sinks_stay = not target.caps.supports_gqa_head_sink
     attention = sum(
         1
         for node in model.graph.all_nodes()
         if node.op_type == "Attention"
         and node.domain in ("", "ai.onnx")
-        and gqa.bidirectional_blocks(node.inputs[3] if len(node.inputs) > 3 else None) is None
-        and gqa.chunks(node.inputs[3] if len(node.inputs) > 3 else None) is None
-        and gqa.linear_biases(node.inputs[3] if len(node.inputs) > 3 else None) is None
-        and gqa.key_biases(node.inputs[3] if len(node.inputs) > 3 else None) is None
+        and gqa.mask_stays(node.inputs[3] if len(node.inputs) > 3 else None) is None
         and not (sinks_stay and node.attributes.get_int("qk_matmul_output_mode", 0))
     )
     if counts.get("GroupQueryAttention", 0) == 0 and attention:

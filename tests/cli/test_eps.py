@@ -59,6 +59,7 @@ def test_eps_families_lists_every_model_type_with_its_og_type_and_blocks(capsys)
     assert set(FAMILIES) <= set(rows)
     assert rows["granitemoehybrid"] == ["decoder", "mamba2, MoE"]
     assert rows["deepseek_v2"] == rows["deepseek_v3"] == ["decoder", "latent attention, MoE"]
+    assert rows["deepseek_v32"] == ["decoder", "latent attention with a top-k indexer, MoE"]
     assert rows["nemotron_h"] == ["decoder", "mamba2, one block per layer, MoE"]
     assert rows["falcon_h1"] == ["decoder", "mamba2 beside attention"]
     assert rows["mamba"] == rows["falcon_mamba"] == ["decoder", "mamba, one block per layer"]

@@ -1,7 +1,9 @@
 """DeepSeek-V2 and V3: multi-head latent attention (config/latent_attention.py) and MoE layers
 with shared experts and group-limited routing (config/moe_routing.py) after dense first layers;
 GLM-4.7-Flash (glm4_moe_lite): V3's attention and routing, its MoE layers where
-`mlp_layer_types` says "sparse"; MiniCPM3 (minicpm3): the latent attention in a dense decoder.
+`mlp_layer_types` says "sparse"; MiniCPM3 (minicpm3): the latent attention in a dense decoder;
+DeepSeek-V3.2 (deepseek_v32) and GLM-5 (glm_moe_dsa): GLM-4.7-Flash's layout with DeepSeek
+sparse attention, a lightning indexer in every layer (config/sparse_indexer.py).
 
 transformers writes `head_dim` as the rope slice (qk_rope_head_dim), hub configs leave it out;
 the graph's head_dim is the latent cache's head size either way, with one key/value head. Keys the config classes fill when
@@ -21,10 +23,11 @@ from mobius_genai.config.latent_attention import read_latent_attention
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.config.rope import RopeConfig, parse_rope, yarn_mscale
+from mobius_genai.config.sparse_indexer import read_indexer
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.family_keys import READS_MLP_BIAS, READS_PARTIAL_ROTARY
-from mobius_genai.models.families.float32 import CORRECTED_ROUTER, ROUTER
+from mobius_genai.models.families.float32 import CORRECTED_ROUTER, ROUTER, KeptFloat32
 from mobius_genai.models.families.readers import positive_number, switch, when_absent
 
 # V2's topk_method → whether it limits the groups (transformers' DeepseekV2TopkRouter)
@@ -129,8 +132,8 @@ def _whole_rope_slice(raw: Mapping[str, Any]) -> RopeConfig:
     rope, _ = parse_rope(raw)
     if rope.partial_rotary_factor != 1.0:
         raise UnsupportedModelError(
-            f"config.json: partial_rotary_factor is {rope.partial_rotary_factor}; glm4_moe_lite "
-            "models are supported with the whole rope slice rotated (1.0)"
+            f"config.json: partial_rotary_factor is {rope.partial_rotary_factor}; latent "
+            "attention models are supported with the whole rope slice rotated (1.0)"
         )
     return rope
 
@@ -165,6 +168,67 @@ def _overrides(moe: Callable[[Mapping[str, Any]], MoeConfig]) -> dict[str, Any]:
     return {**_LATENT, "moe": moe}
 
 
+def _dsa_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """V3's routing in the layers `mlp_layer_types` calls "sparse", by default all but the
+    first `first_k_dense_replace` (DeepseekV32Config's)."""
+    dense = fields.integer(
+        raw.get("first_k_dense_replace"), "first_k_dense_replace", 0, positive=False
+    )
+    return dataclasses.replace(v3_moe(raw), sparse_layers=sparse_mlp_layers(raw, dense))
+
+
+def _indexed_layers(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """Every layer attends with the indexer ("indexed_attention", the config classes' only
+    layer type): full attention with the indexer's mask."""
+    layers = fields.require(raw, "num_hidden_layers")
+    types = raw.get("layer_types")
+    if types is not None and types != ["indexed_attention"] * layers:
+        raise UnsupportedModelError(
+            f"config.json: layer_types is {types!r}; accepted: 'indexed_attention' in each of "
+            f"the {layers} layers"
+        )
+    return ("full_attention",) * layers
+
+
+def _sparse_attention(indexer_interleaved: bool) -> dict[str, Any]:
+    """The latent attention with a lightning indexer whose rope slice turns pairs or halves;
+    the attention's own rope always turns pairs (these classes have no rope_interleave)."""
+
+    def latent(raw: Mapping[str, Any]):
+        indexer = read_indexer(raw, indexer_interleaved)
+        return dataclasses.replace(read_latent_attention(raw), indexer=indexer)
+
+    return {
+        **_overrides(_dsa_moe),
+        "latent_attention": latent,
+        "head_dim": lambda raw: latent(raw).cache_head_dim,
+        "layer_types": _indexed_layers,
+        "rope": _whole_rope_slice,
+        "rope_interleaved": True,
+    }
+
+
+def _dsa_defaults(q_lora_rank: int, index_heads: int) -> dict[str, Any]:
+    """DeepseekV32Config's defaults shared by GlmMoeDsaConfig."""
+    return {
+        **_latent_defaults(q_lora_rank),
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": 2048,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "routed_scaling_factor": 2.5,
+        "norm_topk_prob": True,
+        "index_topk": 2048,
+        "index_head_dim": 128,
+        "index_n_heads": index_heads,
+    }
+
+
+#: V3's router, and the indexer's head weights in float16 models (`_keep_in_fp32_modules`)
+_DSA_FLOAT32 = KeptFloat32(strict=CORRECTED_ROUTER.strict, in_float16=("indexer.weights_proj",))
+
+
 def _minicpm3_depth(raw: Mapping[str, Any]) -> float:
     """MiniCPM3Config: 1.4 when scale_depth is absent, sqrt(num_hidden_layers) when null (a
     residual multiplier of 1)."""
@@ -191,6 +255,8 @@ def _default_to_hidden(key: str, absent: int) -> Callable[[Mapping[str, Any]], i
 
 # MoEBlock's shared_expert is DeepSeek's shared_experts (one MLP of n_shared_experts * width)
 _RENAMES = ((r"\.mlp\.shared_expert\.", ".mlp.shared_experts."),)
+# the indexer's key projection and norm, a module of their own (components/sparse_indexer.py)
+_DSA_RENAMES = (*_RENAMES, (r"\.self_attn\.indexer_key\.", ".self_attn.indexer."))
 
 DEEPSEEK_FAMILIES = (
     FamilyAdapter(
@@ -268,6 +334,37 @@ DEEPSEEK_FAMILIES = (
         float32=CORRECTED_ROUTER,
         # the multi-token-prediction layer GLM-4.7-Flash ships after its 47 layers
         unused_weights=(r"^model\.layers\.47\.",),
+    ),
+    # DeepSeek-V3.2: the indexer's rope slice turns halves, the attention's pairs
+    FamilyAdapter(
+        model_type="deepseek_v32",
+        config_aliases={"num_local_experts": "n_routed_experts"},
+        config_defaults={**_dsa_defaults(1536, 64), "n_group": 8, "topk_group": 4},
+        config_overrides=_sparse_attention(indexer_interleaved=False),
+        weight_renames=_DSA_RENAMES,
+        experts=ExpertLayout(),
+        float32=_DSA_FLOAT32,
+        # the multi-token-prediction layer DeepSeek-V3.2 ships after its 61 layers
+        unused_weights=(r"^model\.layers\.61\.",),
+    ),
+    # GLM-5: V3.2's layers, the indexer's rope slice turning pairs
+    FamilyAdapter(
+        model_type="glm_moe_dsa",
+        config_aliases={"num_local_experts": "n_routed_experts"},
+        config_defaults={
+            **_dsa_defaults(2048, 32),
+            "qk_nope_head_dim": 192,
+            "v_head_dim": 256,
+            "rms_norm_eps": 1e-5,
+            "n_group": 1,
+            "topk_group": 1,
+        },
+        config_overrides=_sparse_attention(indexer_interleaved=True),
+        weight_renames=_DSA_RENAMES,
+        experts=ExpertLayout(),
+        float32=_DSA_FLOAT32,
+        # the multi-token-prediction layer GLM-5 ships after its 78 layers
+        unused_weights=(r"^model\.layers\.78\.",),
     ),
     # MiniCPM3-4B: V2's latent attention (rotating its rope slice's halves, as llama does) in a
     # dense decoder, with MiniCPM's embedding, residual and logit scales

@@ -53,6 +53,7 @@ from mobius_genai.components.dynamic_mask import KEY_BIAS_KEY
 from mobius_genai.components.image_masks import BIDIRECTIONAL_BLOCKS_KEY
 from mobius_genai.components.kv_slots import unplaced
 from mobius_genai.components.masks import CHUNKED_KEY
+from mobius_genai.components.sparse_indexer import TOP_K_KEY
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.optimize.declines import RecordingRuleClassBase
 
@@ -124,10 +125,30 @@ def linear_biases(mask: ir.Value | None) -> str | None:
     return None if producer is None else producer.metadata_props.get(ALIBI_KEY)
 
 
+def _tag(mask: ir.Value | None, key: str) -> str | None:
+    """The metadata `key` on the node yielding `mask`, or None."""
+    producer = None if mask is None else mask.producer()
+    return None if producer is None else producer.metadata_props.get(key)
+
+
 def key_biases(mask: ir.Value | None) -> str | None:
     """What `mask` adds to each key in a dynamic mask layer (dynamic_mask.py), or None."""
-    producer = None if mask is None else mask.producer()
-    return None if producer is None else producer.metadata_props.get(KEY_BIAS_KEY)
+    return _tag(mask, KEY_BIAS_KEY)
+
+
+def top_k_keys(mask: ir.Value | None) -> str | None:
+    """Which keys a sparse attention layer's indexer keeps (sparse_indexer.py), or None."""
+    return _tag(mask, TOP_K_KEY)
+
+
+def mask_stays(mask: ir.Value | None) -> str | None:
+    """Why an Attention with `mask` is meant to stay (a mask GroupQueryAttention cannot take:
+    bidirectional blocks, chunks, ALiBi's, Doge's or an indexer's biases), or None."""
+    for reason in (bidirectional_blocks, chunks, linear_biases, key_biases, top_k_keys):
+        found = reason(mask)
+        if found is not None:
+            return found
+    return None
 
 
 def _scalar(value: ir.Value | None) -> float | None:
@@ -286,6 +307,10 @@ class GQAFusion(RecordingRuleClassBase):
         linear = linear_biases(mask)
         if linear is not None:
             result.fail(f"{linear}; causal GroupQueryAttention adds no bias", mask)
+            return None
+        sparse = top_k_keys(mask)
+        if sparse is not None:
+            result.fail(f"{sparse}, read from the concatenated past; GQA shares a buffer", mask)
             return None
         matched = _match_mask(context, mask)
         if matched is None:
