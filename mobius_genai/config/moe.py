@@ -18,6 +18,8 @@ Super's routed experts work in a latent of `latent_size` between two projections
 and the shared expert read the hidden state itself). DBRX renormalizes the top-k probabilities
 by their p-norm (`norm_p`, its moe_normalize_expert_weights) instead of their sum.
 Cohere2-MoE averages the routed experts with its shared expert (`combined_scale` 0.5).
+A.X-K1 normalizes the MoE block's output (routed plus shared experts) with an RMSNorm of its
+own in the sparse layers (`output_norm`, its `post_mlp_layernorm`).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class MoeConfig:
     norm_p: float = 1.0
     # the routed experts' output plus the shared expert's, times this (Cohere2-MoE's "average")
     combined_scale: float = 1.0
+    # the block's output through an RMSNorm of its own, `post_mlp_layernorm` (A.X-K1)
+    output_norm: bool = False
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""
