@@ -125,6 +125,17 @@ def _minicpm5_moe(raw: Mapping[str, Any]) -> MoeConfig:
     return dataclasses.replace(moe, sparse_layers=sparse_mlp_layers(raw, dense))
 
 
+def _minicpm5_gated(raw: Mapping[str, Any]) -> bool:
+    """MiniCPM5-MoE's attention always gates its output (its config class refuses
+    `use_gated_attention` false, as does this row)."""
+    if not fields.flag(raw.get("use_gated_attention"), "use_gated_attention", True):
+        raise UnsupportedModelError(
+            "config.json: use_gated_attention is False; minicpm5_moe models are supported "
+            "only with gated attention (true or absent)"
+        )
+    return True
+
+
 def _kolibri1_layer_types(raw: Mapping[str, Any]) -> list[str]:
     """Kolibri1Config without `layer_types`: every fifth layer full attention."""
     return [
@@ -262,7 +273,7 @@ DERIVED_MOE_FAMILIES = (
             "norm_topk_prob": True,
         },
         # q_proj is [q_h | gate_h] per head (transformers' q_gate_proj); no q/k norms
-        config_overrides={"attention_output_gate": True, "moe": _minicpm5_moe},
+        config_overrides={"attention_output_gate": _minicpm5_gated, "moe": _minicpm5_moe},
         weight_renames=(_SHARED_EXPERTS,),
         experts=ExpertLayout(),
         float32=CORRECTED_ROUTER,

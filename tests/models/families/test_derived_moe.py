@@ -23,8 +23,9 @@ from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
 from tests._hf import edit_config, tiny_config, write_tiny_checkpoint
 from tests._ort import case_diffs, left_padded_diffs, mutant_diffs
-from tests.models.families.test_bundles import int4_bundle_ops
+from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
 from tests.models.families.test_deepseek import _CorrectionBiasIgnored, _with_routing
+from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
@@ -141,6 +142,11 @@ def test_axk1_sparse_layers_and_norms_follow_the_config_class():
     [
         ("axk1", {"q_lora_rank": None}, "q_lora_rank is None; axk1 models are supported"),
         ("hy_v3", {"mlp_bias": True}, "mlp_bias is True; hy_v3 models are supported only"),
+        (
+            "minicpm5_moe",
+            {"use_gated_attention": False},
+            "use_gated_attention is False; minicpm5_moe models are supported only with gated",
+        ),
     ],
 )
 def test_layouts_the_rows_do_not_build_are_refused(family, changes, message, tmp_path):
@@ -164,6 +170,17 @@ def test_hy_v3_multi_token_prediction_layer_is_not_read(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("family", ROWS)
+def test_bundle_generates_like_transformers_alone_and_in_a_batch(family, tmp_path, capsys):
+    """og's greedy tokens of each row's cpu bundle (output gates, sliding NoPE layers,
+    sinks, the MoE output norm, the routers) equal transformers', alone and for a batch of
+    prompts of different lengths."""
+    check_bundle_generates_like_transformers(
+        _checkpoint(tmp_path / "ckpt", family), tmp_path, capsys
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ROWS)
 def test_cpu_int4_bundle_runs_its_experts_as_qmoe(family, tmp_path):
     """int4 for cpu: every MoE layer's routed experts in QMoE, the linear weights in
     MatMulNBits, and onnxruntime-genai generates every token asked for."""
@@ -174,7 +191,9 @@ def test_cpu_int4_bundle_runs_its_experts_as_qmoe(family, tmp_path):
 
 
 def _gpu_param(family: str, ep: str):
-    return pytest.param(family, ep, marks=[] if ep == "cuda" else [pytest.mark.slow])
+    """cuda's graph of the gate projection's and the sinks' rows by default; the rest slow."""
+    default = ep == "cuda" and family in ("afmoe", "flint")
+    return pytest.param(family, ep, marks=[] if default else [pytest.mark.slow])
 
 
 @pytest.mark.parametrize(
