@@ -34,10 +34,12 @@ from huggingface_hub.file_download import (
 )
 from safetensors.numpy import load_file, save_file
 from transformers import (
+    AfmoeConfig,
     ApertusConfig,
     ArceeConfig,
     AutoConfig,
     AutoModelForCausalLM,
+    AXK1Config,
     BambaConfig,
     BioGptConfig,
     BitNetConfig,
@@ -64,6 +66,7 @@ from transformers import (
     FalconH1Config,
     FalconMambaConfig,
     FlexOlmoConfig,
+    FlintConfig,
     Gemma2Config,
     Gemma3nTextConfig,
     Gemma3TextConfig,
@@ -90,10 +93,12 @@ from transformers import (
     HunYuanDenseV1Config,
     HunYuanMoEV1Config,
     HyperCLOVAXConfig,
+    HYV3Config,
     InternLM3Config,
     Jais2Config,
     JambaConfig,
     JetMoeConfig,
+    Kolibri1Config,
     Lfm2Config,
     Lfm2MoeConfig,
     Llama4TextConfig,
@@ -101,6 +106,7 @@ from transformers import (
     Mamba2Config,
     MambaConfig,
     MiniCPM3Config,
+    MiniCPM5MoeConfig,
     MiniMaxM2Config,
     Ministral3Config,
     MinistralConfig,
@@ -244,6 +250,12 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
     "doge": DogeConfig,
+    "afmoe": AfmoeConfig,
+    "axk1": AXK1Config,
+    "minicpm5_moe": MiniCPM5MoeConfig,
+    "kolibri1": Kolibri1Config,
+    "flint": FlintConfig,
+    "hy_v3": HYV3Config,
 }
 
 _ARCHITECTURES = {
@@ -347,6 +359,12 @@ _ARCHITECTURES = {
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
     "doge": "DogeForCausalLM",
+    "afmoe": "AfmoeForCausalLM",
+    "axk1": "AXK1ForCausalLM",
+    "minicpm5_moe": "MiniCPM5MoeForCausalLM",
+    "kolibri1": "Kolibri1ForCausalLM",
+    "flint": "FlintForCausalLM",
+    "hy_v3": "HYV3ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -1125,6 +1143,69 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # dynamic mask attention with biases, random A (tests' N(0, 0.2)) and residual scales;
     # its window of kept keys: tests/models/families/test_doge.py
     "doge": {"attention_bias": True},
+    # sliding (rotary), full (NoPE), sliding over a window of 5; per-head q/k norms, the output
+    # gate's own projection, sandwich norms, attention biases; the first layer dense, then 8
+    # experts (2 per token, sigmoid chosen with expert_bias, renormalized, times 2.5) beside a
+    # shared expert
+    "afmoe": {
+        "head_dim": 16,
+        "attention_bias": True,
+        "sliding_window": 5,
+        "global_attn_every_n_layers": 2,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "num_shared_experts": 1,
+        "route_scale": 2.5,
+    },
+    # DeepSeek-V3's latent attention (low-rank q, attention biases) and routing, the MoE
+    # blocks' output normed
+    "axk1": {**_DEEPSEEK, "q_lora_rank": 32, "attention_bias": True},
+    # V3 routing (8 experts in 4 groups, 2 kept, 2 per token, renormalized, times 2.5) beside a
+    # shared expert after a dense layer; q_proj's per-head output gates, attention biases
+    "minicpm5_moe": {
+        **_GROUP_ROUTED,
+        "head_dim": 16,
+        "attention_bias": True,
+        "routed_scaling_factor": 2.5,
+    },
+    # EXAONE 4's attention (sliding, full NoPE, sliding over 5) in GLM-4's sandwich layers; 8
+    # experts in every layer, 2 per token chosen by logits + bias, beside a shared expert
+    "kolibri1": {
+        "head_dim": 16,
+        "intermediate_size": UNSET,
+        "sliding_window": 5,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
+    },
+    # Qwen3-MoE's attention with sinks and biases: full NoPE, sliding (rotary, a window of 5), full NoPE;
+    # a dense first layer, then 8 experts (sigmoid, 2 per token, renormalized) beside an
+    # ungated shared expert
+    "flint": {
+        "head_dim": 16,
+        "attention_bias": True,
+        "sliding_window": 5,
+        "layer_types": ["full_attention", "sliding_attention", "full_attention"],
+        "mlp_only_layers": [0],
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
+    },
+    # Apertus' attention (per-head q/k norms, biases); a dense first layer, then 8 experts
+    # (sigmoid chosen with the correction bias, 2 per token, renormalized, times 2.826)
+    # beside a shared expert
+    "hy_v3": {
+        "head_dim": 16,
+        "attention_bias": True,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "num_shared_experts": 1,
+    },
     # Mamba2: Mamba2 mixers alone, 8 heads of 16 channels (expand 2) over 2 groups of an
     # 8-wide state, a 4-tap conv with bias, biased in_proj and out_proj, prefills chunked by 8
     "mamba2": {

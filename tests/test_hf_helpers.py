@@ -74,6 +74,7 @@ _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
     *("ernie4_5_moe", "exaone_moe", "dbrx"),
     "mpt",  # MptModel builds no bias whatever no_bias says (false is refused)
+    "kolibri1",  # EXAONE 4's attention, unbiased
 }
 _NO_NORM_WEIGHTS = {"olmo", "nanochat"}  # norms without learnable parameters
 # (pattern, replacement) from checkpoint names to state_dict names, where transformers renames
@@ -108,6 +109,19 @@ _LOADED_AS = {
     ],
     "nemotron_h": [(r"^backbone\.", "model.")],  # the hub's prefix, kept on save
 }
+_LOADED_AS["axk1"] = [(r"\.post_mlp_layernorm\.", ".mlp.post_mlp_layernorm.")]
+_LOADED_AS["minicpm5_moe"] = [(r"\.self_attn\.q_proj\.", ".self_attn.q_gate_proj.")]
+_LOADED_AS["kolibri1"] = [
+    (r"\.moe\.router\.expert_bias$", ".mlp.gate.e_score_correction_bias"),
+    (r"\.post_attn_norm\.", ".post_self_attn_layernorm."),
+    (r"\.post_ffn_norm\.", ".post_mlp_layernorm."),
+]
+_LOADED_AS["flint"] = [(r"\.self_attn\.softmax_offset$", ".self_attn.sinks")]
+_LOADED_AS["hy_v3"] = [
+    (r"\.mlp\.router\.gate\.", ".mlp.gate."),
+    (r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"),
+    (r"\.mlp\.shared_mlp\.", ".mlp.shared_experts."),
+]
 _LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP
 _LOADED_AS["exaone_moe"] = [
     (r"\.mlp\.e_score_correction_bias$", ".mlp.gate.e_score_correction_bias")

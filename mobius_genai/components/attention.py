@@ -6,7 +6,8 @@ rotary embedding (unless the layer has none), then one Attention op that appends
 and values to the cache (each row's tokens placed as components/kv_slots.py says) and applies
 the additive mask it is given; with attention sinks, its
 output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
-[q_h | gate_h] per head and the output is multiplied by sigmoid(gate). Llama 4's layers
+[q_h | gate_h] per head (AFMoE: its own gate_proj gives the gate) and the output is
+multiplied by sigmoid(gate). Llama 4's layers
 (config/local_global.py) L2-normalize each rotated q/k head, or, without a rotary embedding,
 scale the queries by their position's attention temperature; Ministral 3's layers scale them
 by the same kind of factor, before the rotation (which commutes with it).
@@ -46,16 +47,18 @@ class Attention(nn.Module):
         kv_size = self.num_kv_heads * self.head_dim
         self.sizes = [q_size, kv_size, kv_size]
         self.output_gate = config.attention_output_gate
+        gate_in_query = self.output_gate and not config.attention_gate_proj
         if config.packed_qkv:
             self.qkv_proj = Linear(config.hidden_size, sum(self.sizes), config.qkv_bias)
             self.q_proj = self.k_proj = self.v_proj = None
         else:
             self.qkv_proj = None
-            q_out = 2 * q_size if self.output_gate else q_size
+            q_out = 2 * q_size if gate_in_query else q_size
             self.q_proj = Linear(config.hidden_size, q_out, config.qkv_bias)
             self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
             self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
         self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
+        self.gate_proj = Linear(config.hidden_size, q_size) if config.attention_gate_proj else None
         self.sinks = parameter([self.num_heads]) if config.attention_sinks else None
         self.per_head_norm = config.qk_norm_per_head
         self.norm_after_rope = config.qk_norm_after_rope
@@ -88,6 +91,15 @@ class Attention(nn.Module):
             return self.q_proj(op, x), self.k_proj(op, x), self.v_proj(op, x)
         sizes = op.Constant(value_ints=self.sizes)
         return op.Split(self.qkv_proj(op, x), sizes, axis=-1, _outputs=3)
+
+    def _output_gate(self, op, x: ir.Value, q: ir.Value) -> tuple[ir.Value, ir.Value | None]:
+        """q and the output gate: q_proj's per-head halves, gate_proj of the layer input
+        `x`, or None without a gate."""
+        if self.gate_proj is not None:
+            return q, self.gate_proj(op, x)
+        if self.output_gate:
+            return self._gated_query(op, q)
+        return q, None
 
     def _gated_query(self, op, q: ir.Value) -> tuple[ir.Value, ir.Value]:
         """[q_h | gate_h] for each head h → q and gate, [batch, seq, heads * head_dim] each."""
@@ -157,9 +169,7 @@ class Attention(nn.Module):
         """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d]);
         with `slots` (components/kv_slots.py) the new keys and values land there."""
         q, k, v = self._project(op, hidden_states)
-        gate = None
-        if self.output_gate:
-            q, gate = self._gated_query(op, q)
+        q, gate = self._output_gate(op, hidden_states, q)
         if self.clip is not None:
             q, k, v = self._clip(op, q, k, v)
         if self.q_norm is not None and not self.norm_after_rope:

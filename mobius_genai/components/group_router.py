@@ -66,7 +66,7 @@ class GroupRouter(nn.Module):
         scores = (
             _sigmoid(op, logits) if routing.scoring == "sigmoid" else op.Softmax(logits, axis=-1)
         )
-        choice = self._choice(op, scores)
+        choice = self._choice(op, logits if routing.choice_by_logits else scores)
         if routing.top_groups < routing.groups:
             choice = self._kept_groups(op, choice)
         top_k = op.Constant(value_ints=[self.top_k])
@@ -95,7 +95,8 @@ class GroupRouter(nn.Module):
         return ir.DataType.FLOAT if self.routing.float32_scores else self.weight.dtype
 
     def _choice(self, op, scores: ir.Value) -> ir.Value:
-        """The scores experts are chosen by: corrected by e_score_correction_bias (V3). A
+        """The scores (Kolibri-1: the logits) experts are chosen by: corrected by
+        e_score_correction_bias (V3). A
         float32 bias and float16 scores (or the reverse) add in float32, as torch promotes."""
         bias = self.e_score_correction_bias
         if bias is None:

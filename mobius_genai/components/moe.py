@@ -28,6 +28,7 @@ from mobius_genai.components import scaled_input, sparsemixer
 from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.linear import Linear, parameter
 from mobius_genai.components.mlp import FCMLP, GatedMLP
+from mobius_genai.components.norms import make_norm
 from mobius_genai.components.pnorm_routing import pnorm_factor
 from mobius_genai.components.tier1 import MS_DOMAIN
 from mobius_genai.config import ArchitectureConfig
@@ -58,7 +59,8 @@ class MoEBlock(nn.Module):
     times sum(w) / ||w||_p (components/pnorm_routing.py); with group-limited routing,
     MoE(x, picks) times the router's factor (components/group_router.py); with Llama 4's
     scaled input, one MoE node per pick over the token times its score
-    (components/scaled_input.py); with an output bias (JetMoE), MoE(x, router(x)) + bias."""
+    (components/scaled_input.py); with an output bias (JetMoE), MoE(x, router(x)) + bias.
+    With `output_norm` (A.X-K1) the sum passes through `post_mlp_layernorm`."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -77,6 +79,11 @@ class MoEBlock(nn.Module):
         self.shared_expert = _shared_expert(moe, config) if moe.shared_expert_size else None
         self.shared_expert_gate = Linear(config.hidden_size, 1) if moe.shared_expert_gate else None
         self.bias = parameter([config.hidden_size]) if moe.output_bias else None
+        self.post_mlp_layernorm = (
+            make_norm(config.norm_type, config.hidden_size, config.norm_eps)
+            if moe.output_norm
+            else None
+        )
 
     def forward(self, op, x: ir.Value) -> ir.Value:
         moe = self.moe
@@ -91,7 +98,8 @@ class MoEBlock(nn.Module):
             out = self.fc2_latent_proj(op, out)
         if self.bias is not None:
             out = op.Add(out, self.bias)
-        return self._with_shared_expert(op, x, out)
+        out = self._with_shared_expert(op, x, out)
+        return out if self.post_mlp_layernorm is None else self.post_mlp_layernorm(op, out)
 
     def _routed(self, op, x: ir.Value, tokens: ir.Value) -> ir.Value:
         """The experts over `tokens` (`x`, or its latent) as routed by the router of `x`."""

@@ -196,6 +196,8 @@ class ArchitectureConfig:
       activations (config/bitlinear.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
+    - `attention_gate_proj`: with `attention_output_gate`, the gate comes from a projection of
+      its own, `gate_proj` [hidden → heads * head_dim], and q_proj yields q alone (AFMoE).
     """
 
     model_type: str
@@ -251,6 +253,7 @@ class ArchitectureConfig:
     parallel_recurrent: str | None = None
     weight_scales: tuple[WeightScale, ...] = ()
     attention_output_gate: bool = False
+    attention_gate_proj: bool = False
     attention_scale: float | None = None
     attention_sinks: bool = False
     attn_logit_softcapping: float | None = None
@@ -579,6 +582,11 @@ def _validate_attention_switches(config: ArchitectureConfig) -> None:
         raise ConfigError(
             "config.json: normalizing q/k after the rotary embedding (qk_norm_after_rope) needs "
             "qk_norm, found qk_norm False"
+        )
+    if config.attention_gate_proj and not config.attention_output_gate:
+        raise ConfigError(
+            "config.json: a gate projection of its own (attention_gate_proj) needs "
+            "attention_output_gate, found attention_output_gate False"
         )
     if config.clip_qkv is not None and (
         not fields.is_number(config.clip_qkv) or config.clip_qkv <= 0

@@ -18,6 +18,8 @@ Super's routed experts work in a latent of `latent_size` between two projections
 and the shared expert read the hidden state itself). DBRX renormalizes the top-k probabilities
 by their p-norm (`norm_p`, its moe_normalize_expert_weights) instead of their sum.
 Cohere2-MoE averages the routed experts with its shared expert (`combined_scale` 0.5).
+A.X-K1 normalizes the MoE block's output (routed plus shared experts) with an RMSNorm of its
+own in the sparse layers (`output_norm`, its `post_mlp_layernorm`).
 """
 
 from __future__ import annotations
@@ -90,6 +92,8 @@ class MoeConfig:
     combined_scale: float = 1.0
     # a [hidden] bias added to the routed experts' weighted sum (JetMoE's `bias`)
     output_bias: bool = False
+    # the block's output through an RMSNorm of its own, `post_mlp_layernorm` (A.X-K1)
+    output_norm: bool = False
 
     def is_sparse(self, layer: int) -> bool:
         """Whether layer `layer` runs the experts (else its dense MLP)."""

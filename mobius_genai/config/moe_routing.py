@@ -10,7 +10,9 @@ scores a group by its best expert. The weights are renormalized to sum 1 when th
 LFM2-MoE routes the same way with one group: sigmoid scores corrected by its `expert_bias`,
 renormalized over the sum plus `epsilon` (1e-6). GLM-4 MoE routes as V3; MiniMax-M2 as V3 in
 one group; ERNIE-4.5-MoE chooses by softmax scores plus its correction bias, which it stores
-as one [1, experts] row (`correction_bias_row`).
+as one [1, experts] row (`correction_bias_row`). Kolibri-1 chooses by its raw router logits
+plus the correction bias (`choice_by_logits`) and weights the chosen experts by the sigmoid of
+their logits.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class GroupRouting:
     # scores computed in float32 from the logits whatever the graph's dtype (MiniMax-M2's
     # sigmoid(router_logits.float())); models/families/float32.py keeps a router's parameters
     float32_scores: bool = False
+    # experts chosen by the logits (plus the correction bias), not by the scores (Kolibri-1)
+    choice_by_logits: bool = False
 
 
 def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> None:

@@ -14,10 +14,13 @@ reads it), for a router's choice is as sensitive to 4-bit rounding as to float16
 parameters kept in the model's dtype is the component's config (MiniMax-M2's router scores:
 `GroupRouting.float32_scores`). A float32 build has nothing to change.
 
-gpt_oss's RMSNorm weights (`_keep_in_fp32_modules`: float16 models) are not kept: the graph's
+gpt_oss's and afmoe's RMSNorm weights (`_keep_in_fp32_modules`: float16 models) are not kept: the graph's
 RMSNormalization normalizes in float32 already, the hub's bfloat16 weights (within float16's
 range) are exact in float16, and a float32 weight between Casts would cost the residual Add + RMSNormalization
-fusion (SkipSimplifiedLayerNormalization) of every layer on every EP.
+fusion (SkipSimplifiedLayerNormalization) of every layer on every EP. Flint's attention sinks
+(`_keep_in_fp32_modules_strict`) are not kept either: one logit per head, which float16 holds
+to 1e-3 of its value, and GroupQueryAttention takes sinks only in the graph's dtype, so float32
+ones would cost every layer its fusion.
 """
 
 from __future__ import annotations
@@ -74,7 +77,10 @@ def keep_float32(
     """Make the parameters of `module` that `kept` names float32 in the build dtype's graph
     (before its weights are read and its graph is built), and mark those int4 leaves float
     (`KeptFloat32.unquantized`) with `KEPT_FLOAT32`. Patterns are searched in the checkpoint
-    tensor's name (`checkpoint_name` of the parameter's), the names transformers searches."""
+    tensor's name (`checkpoint_name` of the parameter's) and in the parameter's own: the
+    names transformers searches are its modules', which a hub checkpoint may store under
+    others its conversion mapping renames (Hy3's `mlp.expert_bias`, Flint's
+    `self_attn.softmax_offset`), and which our graph's names follow."""
     dtype = get_build_dtype()
     patterns = kept.unquantized(dtype)
     if not patterns:
@@ -83,7 +89,7 @@ def keep_float32(
     for name, value in module.named_parameters():
         source = checkpoint_name(name)
         stored = source if isinstance(source, str) else source.names[0]
-        found = [pattern for pattern in patterns if _search(pattern, stored)]
+        found = [p for p in patterns if _search(p, stored) or _search(p, name)]
         if not found:
             continue
         value.meta[KEPT_FLOAT32] = True

@@ -6,7 +6,8 @@ one module per kind of quirk: readers (one-key switches and numbers), heads, sca
 layers, preprocess (checkpoint value changes) and gpt2_names. The rows of other model kinds
 live in modules of their own (moe_rows, hybrid_rows) and join the table here, as do rows
 derived from another row (cohere_glm: cohere2 from cohere, glm4 from glm) and a family's
-rows that build on one another (mistral_rows, gemma_rows). Adding a family is adding a row.
+rows that build on one another (mistral_rows, gemma_rows, derived_moe_rows: MoE rows of
+transformers 5.25 derived from ours). Adding a family is adding a row.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.ctrl import CTRL
 from mobius_genai.models.families.deepseek import DEEPSEEK_FAMILIES
+from mobius_genai.models.families.derived_moe_rows import DERIVED_MOE_FAMILIES
 from mobius_genai.models.families.doge import DOGE
 from mobius_genai.models.families.fairseq_rows import FAIRSEQ_FAMILIES
 from mobius_genai.models.families.family_keys import (
@@ -507,6 +509,7 @@ _FAMILIES = (
     LLAMA4,
     *CORRECTED_MOE_FAMILIES,
     *GEMMA4_FAMILIES,
+    *DERIVED_MOE_FAMILIES,
 )
 
 #: model_type → the row transformers runs it as: GPT-SW3's config.json names "gpt-sw3", which

@@ -61,6 +61,10 @@ ROUTERS = {
     "solar_open": (_BIASED, (0, 1, 2)),
     "hunyuan_v1_moe": (("weight",), (0, 1, 2)),  # its float32 `wg`
     "nemotron_h": (_BIASED, (1, 4)),
+    "axk1": (_BIASED, (1, 2)),
+    "minicpm5_moe": (_BIASED, (1, 2)),
+    "hy_v3": (_BIASED, (1, 2)),
+    "flint": (("weight",), (1, 2)),
 }
 #: float16 logits of the tiny models against transformers' float32 ones (largest seen: 0.03).
 FLOAT16_TOLERANCE = 0.1
@@ -77,7 +81,19 @@ def _kept(model_type: str) -> KeptFloat32:
 
 #: What a row leaves in the graph's dtype though transformers keeps it (float32.py says why).
 NOT_KEPT = {
-    "gpt_oss": KeptFloat32(in_float16=("input_layernorm", "norm", "post_attention_layernorm"))
+    "gpt_oss": KeptFloat32(in_float16=("input_layernorm", "norm", "post_attention_layernorm")),
+    "flint": KeptFloat32(strict=("sinks",)),
+    "afmoe": KeptFloat32(
+        in_float16=(
+            "input_layernorm",
+            "k_norm",
+            "norm",
+            "post_attention_layernorm",
+            "post_mlp_layernorm",
+            "pre_mlp_layernorm",
+            "q_norm",
+        )
+    ),
 }
 
 
