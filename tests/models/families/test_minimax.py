@@ -21,6 +21,7 @@ from transformers.models.minimax.modeling_minimax import MiniMaxLightningAttenti
 
 import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, packager
+from mobius_genai.bundle.og_support import BEAM, ENGINE, NGRAM, REWIND, bundle_og_limits
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.components import lightning_attention
 from mobius_genai.components.lightning_attention import LightningAttention
@@ -164,6 +165,8 @@ def test_og_generates_transformers_tokens_alone_and_in_a_batch(bundle):
     config = json.loads((folder / "genai_config.json").read_text())["model"]
     assert config["type"] == "decoder"
     validate_bundle(folder)
+    # og's Engine, beams, n-gram decoding and rewind refuse its states as they refuse Mamba1's
+    assert set(bundle_og_limits(folder)) == {ENGINE, BEAM, NGRAM, REWIND}
     tokens = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert tokens == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS, stop_at_eos=False)
     assert_batch_continues_each_prompt(ckpt, folder)
@@ -206,6 +209,15 @@ def test_layers_and_slopes_are_transformers_own():
         rates = module.get_slope_rate().flatten().tolist()
         assert np.allclose(config.lightning_attention.slopes[layer], rates, rtol=1e-6)
     assert slope_rates(8, 5) == config.lightning_attention.slopes
+
+
+def test_the_whole_head_turns_whatever_partial_rotary_factor_says():
+    """MiniMaxRotaryEmbedding's default rope ignores partial_rotary_factor: every channel of
+    each head turns."""
+    rope = {"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}
+    raw = {**json.loads(tiny_config(FAMILY).to_json_string()), "rope_parameters": rope}
+    config = get_family(FAMILY).parse_config(raw)
+    assert config.rotary_dim == config.head_dim == 16
 
 
 def test_attn_type_list_places_the_layers():
