@@ -107,6 +107,7 @@ from transformers import (
     MambaConfig,
     MiniCPM3Config,
     MiniCPM5MoeConfig,
+    MiniMaxConfig,
     MiniMaxM2Config,
     Ministral3Config,
     MinistralConfig,
@@ -188,6 +189,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "internlm3": InternLM3Config,
     "vaultgemma": VaultGemmaConfig,
     "gpt_oss": GptOssConfig,
+    "minimax": MiniMaxConfig,
     "mixtral": MixtralConfig,
     "qwen3_moe": Qwen3MoeConfig,
     "qwen2_moe": Qwen2MoeConfig,
@@ -297,6 +299,7 @@ _ARCHITECTURES = {
     "internlm3": "LlamaForCausalLM",  # transformers runs internlm3 checkpoints as llama
     "vaultgemma": "VaultGemmaForCausalLM",
     "gpt_oss": "GptOssForCausalLM",
+    "minimax": "MiniMaxForCausalLM",
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
     "qwen2_moe": "Qwen2MoeForCausalLM",
@@ -635,6 +638,26 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         },
     },
     "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": None},
+    # MiniMax: lightning, full (GQA), lightning, lightning attention over 4 heads of 16, 4
+    # experts (2 per token) in every layer, every residual factor away from 1
+    "minimax": {
+        "num_hidden_layers": 4,
+        "head_dim": 16,
+        "layer_types": [
+            "linear_attention",
+            "full_attention",
+            "linear_attention",
+            "linear_attention",
+        ],
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "full_attn_alpha_factor": 0.8,
+        "full_attn_beta_factor": 1.3,
+        "linear_attn_alpha_factor": 1.2,
+        "linear_attn_beta_factor": 0.7,
+        "mlp_alpha_factor": 0.9,
+        "mlp_beta_factor": 1.1,
+    },
     # renormalized top-k; the middle layer keeps a dense MLP (mlp_only_layers)
     "qwen3_moe": {
         "num_experts": 4,

@@ -72,7 +72,7 @@ _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
     *("mistral", "ministral", "ministral3", "phi3", "exaone4", "mixtral", "minimax_m2"),
-    *("ernie4_5_moe", "exaone_moe", "dbrx"),
+    *("ernie4_5_moe", "minimax", "exaone_moe", "dbrx"),
     "mpt",  # MptModel builds no bias whatever no_bias says (false is refused)
     "kolibri1",  # EXAONE 4's attention, unbiased
 }
@@ -95,6 +95,7 @@ _LOADED_AS = {
     ],
     "mixtral": [(r"\.block_sparse_moe\.", ".mlp.")],
     "minimax_m2": [(r"\.block_sparse_moe\.", ".mlp.")],
+    "minimax": [(r"\.block_sparse_moe\.", ".mlp.")],
     "ernie4_5_moe": [(r"\.mlp\.moe_statics\.", ".mlp.gate.moe_statics.")],
     "phimoe": [(r"\.block_sparse_moe\.gate\.", ".mlp.router."), (r"\.block_sparse_moe\.", ".mlp.")],
     "granitemoe": [

@@ -10,14 +10,14 @@
               with parallel_mlp_norm: out = (attn(norm1(x)) + mlp(norm2(x))) + x    (gpt_neox)
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
-(granite). With `residual_in_float32` in a float16 or bfloat16 build the layers pass the
+(granite); with `residual_factors` each add is alpha * residual + beta * block (MiniMax). With `residual_in_float32` in a float16 or bfloat16 build the layers pass the
 residual stream on in float32: a block reads it cast to the model dtype and its output is cast
 to float32 before the add, where transformers' Mamba blocks cast (`residual_in_fp32`). Norm
 modules carry the names transformers gives them for each placement, so checkpoints need no
 renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
 GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer, "rglru" → RecurrentGemma's
-RgLruBlock); its cache is the block's tuple of
+RgLruBlock, "lightning_attention" → MiniMax's LightningAttention); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
 multi-head latent attention, one with `differential_attention` DiffLlama's, one with
 `attention_experts` JetMoE's mixture of attention heads, one with `dynamic_mask` Doge's
@@ -47,6 +47,7 @@ from mobius_genai.components.moe import MoEBlock
 from mobius_genai.components.norms import make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.config import ArchitectureConfig
+from mobius_genai.config.residual_factors import ResidualFactors
 from mobius_genai.ep.context import get_build_dtype
 
 # placement → module names of the norms (attention input, attention output, MLP input,
@@ -106,6 +107,9 @@ class DecoderLayer(nn.Module):
         self.parallel = config.parallel_residual
         self.residual_after_norm = config.residual_after_norm
         self.residual_multiplier = config.residual_multiplier
+        factors = config.residual_factors or ResidualFactors(())
+        self.mixer_factors = factors.mixer(config.layer_types[layer_index])
+        self.mlp_factors = factors.mlp
         self.config = config
         eps = config.norm_eps if config.block_norm_eps is None else config.block_norm_eps
         for name in (*slots, *self.sum_norms):
@@ -117,7 +121,7 @@ class DecoderLayer(nn.Module):
         block = config.recurrent_block(layer_index)
         if block is not None:
             self.recurrent = block.module
-            setattr(self, block.module, block.block_class()(config))
+            setattr(self, block.module, block.build(config, layer_index))
         mixes = self.self_attn is not None or self.recurrent is not None
         sparse = config.moe is not None and config.moe.is_sparse(layer_index)
         self.mlp = None
@@ -143,6 +147,15 @@ class DecoderLayer(nn.Module):
             multiplier = op.CastLike(op.Constant(value_float=self.residual_multiplier), x)
             x = op.Mul(x, multiplier)
         return op.Cast(x, to=ir.DataType.FLOAT) if float32_residual(self.config) else x
+
+    def _added(self, op, residual: ir.Value, block: ir.Value, factors: tuple) -> ir.Value:
+        """alpha * residual + beta * block (residual_factors; a plain add for (1, 1))."""
+        alpha, beta = factors
+        if alpha != 1.0:
+            residual = op.Mul(residual, op.CastLike(op.Constant(value_float=alpha), residual))
+        if beta != 1.0:
+            block = op.Mul(block, op.CastLike(op.Constant(value_float=beta), block))
+        return op.Add(residual, block)
 
     def _model_dtype(self, op, x: ir.Value) -> ir.Value:
         """The residual stream as a block reads it: in the model dtype."""
@@ -180,14 +193,17 @@ class DecoderLayer(nn.Module):
             return op.Add(op.Add(attn_out, mlp_out), residual), presents
         if self.input_residual is not None:
             residual = op.Mul(residual, self.input_residual)
-        hidden_states = self._sum_norm(op, 0, op.Add(residual, attn_out))
+        hidden_states = self._sum_norm(
+            op, 0, self._added(op, residual, attn_out, self.mixer_factors)
+        )
         mlp_in = self._norm(op, 2, self._model_dtype(op, hidden_states))
         mlp_out = self._scaled(op, self._norm(op, 3, self.mlp(op, mlp_in)))
         if self.residual_after_norm:
             hidden_states = mlp_in
         if self.post_attention_residual is not None:
             hidden_states = op.Mul(hidden_states, self.post_attention_residual)
-        return self._sum_norm(op, 1, op.Add(hidden_states, mlp_out)), presents
+        added = self._added(op, hidden_states, mlp_out, self.mlp_factors)
+        return self._sum_norm(op, 1, added), presents
 
     def _mix(
         self,

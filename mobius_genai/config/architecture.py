@@ -30,6 +30,7 @@ from mobius_genai.config.layers import (
     parse_layer_types,
     validate_layers,
 )
+from mobius_genai.config.lightning_attention import LightningAttentionConfig
 from mobius_genai.config.limits import check_size
 from mobius_genai.config.linear_attention import LinearAttentionConfig
 from mobius_genai.config.local_global import CHUNKED, LocalGlobalAttention, validate_local_global
@@ -38,6 +39,7 @@ from mobius_genai.config.mamba2 import Mamba2Config
 from mobius_genai.config.moe import MoeConfig, validate_moe
 from mobius_genai.config.per_layer_stack import FULL, PerLayerStack
 from mobius_genai.config.recurrent import RECURRENT_BLOCKS, RecurrentBlock
+from mobius_genai.config.residual_factors import ResidualFactors
 from mobius_genai.config.rglru import RgLruConfig
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
 from mobius_genai.config.short_conv import ShortConvConfig
@@ -176,6 +178,10 @@ class ArchitectureConfig:
       the model has none.
     - `rglru`: width, gate heads and conv taps of RecurrentGemma's RG-LRU "rglru" layers
       (config/rglru.py); None when the model has none.
+    - `lightning_attention`: heads and per-layer decays of MiniMax's "lightning_attention"
+      layers (config/lightning_attention.py); None when the model has none.
+    - `residual_factors`: alpha * residual + beta * block at each residual add, per layer kind
+      and for the MLP (config/residual_factors.py: MiniMax's); None for plain adds.
     - `one_block_layers`: each layer is one pre-norm block and its residual: its token mixer
       (attention or a recurrent block) without an MLP, or in "mlp" layers an MLP alone
       (Nemotron-H).
@@ -249,6 +255,8 @@ class ArchitectureConfig:
     mamba2: Mamba2Config | None = None
     mamba1: Mamba1Config | None = None
     rglru: RgLruConfig | None = None
+    lightning_attention: LightningAttentionConfig | None = None
+    residual_factors: ResidualFactors | None = None
     one_block_layers: bool = False
     parallel_recurrent: str | None = None
     weight_scales: tuple[WeightScale, ...] = ()

@@ -71,7 +71,8 @@ class RecurrentBlock:
     """A recurrent layer kind: `layer_type` as config.json names it, `section` the
     ArchitectureConfig field with its settings, `module` its name in checkpoints
     (model.layers.N.<module>.*), `component` the onnxscript.nn block ("package.module:Class",
-    imported when a decoder is built), its states and how og names them."""
+    imported when a decoder is built), its states and how og names them; `per_layer`: the
+    component is built with the layer's index too (settings that differ by depth)."""
 
     layer_type: str
     section: str
@@ -79,6 +80,7 @@ class RecurrentBlock:
     component: str
     states: tuple[State, ...]
     naming: Naming
+    per_layer: bool = False
 
     def __post_init__(self) -> None:
         suffixes = tuple(state.suffix for state in self.states)
@@ -92,6 +94,11 @@ class RecurrentBlock:
         """The component class, imported here so that reading configs needs no graph stack."""
         module, _, name = self.component.partition(":")
         return getattr(importlib.import_module(module), name)
+
+    def build(self, config: ArchitectureConfig, layer_index: int) -> Any:
+        """The component of layer `layer_index`."""
+        block = self.block_class()
+        return block(config, layer_index) if self.per_layer else block(config)
 
 
 def _short_conv_dims(config: ArchitectureConfig) -> tuple[int, ...]:
@@ -137,6 +144,15 @@ def _rglru_dims(config: ArchitectureConfig) -> tuple[int, ...]:
     return config.rglru.width, 1, 1
 
 
+def _unused_conv_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    return 1, 1
+
+
+def _lightning_dims(config: ArchitectureConfig) -> tuple[int, ...]:
+    sizes = config.lightning_attention
+    return sizes.heads, sizes.head_dim, sizes.head_dim
+
+
 #: Layer kind → its block. LFM2's short conv (config/short_conv.py): the conv's last columns.
 #: Qwen3.5's gated delta net (config/linear_attention.py): its conv's last columns and the
 #: delta rule's state, in float32. Mamba2 (config/mamba2.py): its conv's last columns and the
@@ -144,7 +160,10 @@ def _rglru_dims(config: ArchitectureConfig) -> tuple[int, ...]:
 #: the same two states, its scan's a state entry per channel and state size, named alike.
 #: RecurrentGemma's RG-LRU (config/rglru.py): its conv's last columns and the recurrence's one
 #: entry per channel, in float32, named alike; its checkpoint module is the layer's
-#: `temporal_block` (attention layers' too: the family row renames theirs).
+#: `temporal_block` (attention layers' too: the family row renames theirs). MiniMax's lightning
+#: attention (config/lightning_attention.py): its [heads, d, d] state in float32, named alike,
+#: and a [1, 1] conv state carried unchanged, which og needs to find the layer; its slopes
+#: differ by layer (`per_layer`); checkpoints name it `self_attn` (the family row renames it).
 RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
     block.layer_type: block
     for block in (
@@ -219,6 +238,23 @@ RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
                 ),
             ),
             naming=FROM_KV_NAMES,
+        ),
+        RecurrentBlock(
+            layer_type="lightning_attention",
+            section="lightning_attention",
+            module="lightning_attn",
+            component="mobius_genai.components.lightning_attention:LightningAttention",
+            states=(
+                State("conv_state", ("unused_conv", "unused_conv"), _unused_conv_dims),
+                State(
+                    "recurrent_state",
+                    ("lightning_heads", "lightning_head_dim", "lightning_head_dim"),
+                    _lightning_dims,
+                    float32=True,
+                ),
+            ),
+            naming=FROM_KV_NAMES,
+            per_layer=True,
         ),
     )
 }

@@ -33,6 +33,7 @@ from mobius_genai.models.families.hybrid import (
 from mobius_genai.models.families.mamba1_rows import MAMBA1_FAMILIES
 from mobius_genai.models.families.mamba2_hybrids import BAMBA, FALCON_H1, NEMOTRON_H
 from mobius_genai.models.families.mamba2_rows import MAMBA2
+from mobius_genai.models.families.minimax import MINIMAX
 from mobius_genai.models.families.moe_rows import (
     GRANITE_EXPERTS,
     GRANITE_SHARED_MLP_FUSED,
@@ -303,4 +304,7 @@ HYBRID_FAMILIES = (
     # RecurrentGemma: RG-LRU blocks and local attention in block_types' pattern
     # (recurrent_gemma.py). onnxruntime-genai 0.18 runs it as its generic decoder.
     RECURRENT_GEMMA,
+    # MiniMax: lightning attention between GQA layers, MoE MLPs, scaled residuals
+    # (minimax.py). onnxruntime-genai 0.18 runs it as its generic decoder.
+    MINIMAX,
 )
