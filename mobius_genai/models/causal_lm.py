@@ -19,6 +19,7 @@ from mobius_genai.components.norms import RMSNorm, make_norm
 from mobius_genai.components.per_layer_stack import PerLayerDecoderLayer
 from mobius_genai.components.positions import make_positions
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
+from mobius_genai.components.shared_blocks import MambaLayer, shared_block_layers
 from mobius_genai.config import ArchitectureConfig, RopeConfig
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
@@ -350,6 +351,33 @@ class PerLayerTextModel(TextModel):
         return self.norm(op, hidden), presents
 
 
+class SharedBlockTextModel(TextModel):
+    """Zamba2's stack (components/shared_blocks.py): Mamba2 layers and hybrid layers that
+    invoke the shared blocks on the hidden state and the token embeddings; the final norm is
+    the checkpoint's `final_layernorm`."""
+
+    def __init__(self, config: ArchitectureConfig, *stack_args: int | None) -> None:
+        """`stack_args`: TextModel's context length, image token id and DeepStack layers."""
+        super().__init__(config, *stack_args)
+        self.layers = nn.ModuleList(shared_block_layers(config))
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
+        embeds = self.embed_tokens(op, input_ids)
+        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        hidden, presents = embeds, []
+        for i, layer in enumerate(self.layers):
+            if isinstance(layer, MambaLayer):
+                hidden, present = layer(op, hidden, attention_mask, past_key_values[i])
+            else:
+                invocation = self.config.shared_blocks.invocation_of(i)
+                attention = (position_ids, rotations[i], biases[i], slots)
+                hidden, present = layer(
+                    op, hidden, embeds, invocation, attention, attention_mask, past_key_values[i]
+                )
+            presents.append(present)
+        return self.norm(op, hidden), presents
+
+
 class TiedLMHead(nn.Module):
     """logits = h @ embed_table.T (+ bias): the LM head that shares the token embedding table.
 
@@ -418,6 +446,8 @@ class CausalLMModel(nn.Module):
             stack = AltUpTextModel
         elif config.per_layer_stack is not None:
             stack = PerLayerTextModel
+        elif config.shared_blocks is not None:
+            stack = SharedBlockTextModel
         self.model = stack(config, self.context_length, image_token_id, deepstack_layers)
         self.hidden_output = False
         self.lm_head = make_lm_head(config)
