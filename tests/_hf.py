@@ -859,12 +859,12 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     },
     # Mamba2, hybrid, Mamba2, hybrid, hybrid: two shared blocks invoked in turn (0, 1, 0),
     # each invocation with its own rank-8 adapters on gate_up and on q, k, v (kv heads = heads,
-    # as the adapters need); rotary in the blocks (use_mem_rope); 4 Mamba2 heads of 16 over 2
-    # groups of an 8-wide state; the blocks' MLP of 96 (gelu); a tied head. Hidden 32: the
-    # blocks' attention reads 64 channels, in heads of 16 (at hidden 64 the random scores are
-    # so sharp that float32 runs, transformers' own, are ~1e-3 from float64)
+    # as the adapters need); rotary in the blocks (use_mem_rope); 4 Mamba2 heads of 8 over 2
+    # groups of an 8-wide state; the blocks' MLP of 96 (gelu); a tied head. Hidden 16: the
+    # blocks' attention reads 32 channels, in heads of 8 (at hidden 64 the random scores are
+    # so sharp that float32 runs, transformers' own, are ~1e-3 from float64; at 16, ~1e-5)
     "zamba2": {
-        "hidden_size": 32,
+        "hidden_size": 16,
         "num_hidden_layers": 5,
         "num_key_value_heads": UNSET,  # Zamba2Config's: the query heads
         "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid"],

@@ -25,6 +25,7 @@ from mobius_genai.bundle.og_support import BEAM, ENGINE, NGRAM, REWIND, bundle_o
 from mobius_genai.components import shared_blocks
 from mobius_genai.models import get_family
 from mobius_genai.quantize import Int4Options
+from mobius_genai.runtime import smoke_plan
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
@@ -156,7 +157,7 @@ def test_the_row_reads_zamba2_layouts_as_transformers_does(checkpoint):
     blocks' count and adapters."""
     raw = json.loads((checkpoint / "config.json").read_text())
     config = get_family("zamba2").parse_config(raw)
-    assert (config.head_dim, config.scale) == (16, 8**-0.5)
+    assert (config.head_dim, config.scale) == (8, 4**-0.5)
     assert config.layer_types == ("mamba2", "full_attention", "mamba2") + ("full_attention",) * 2
     assert config.shared_blocks.hybrid_layers == HYBRID and config.shared_blocks.count == 2
     off = get_family("zamba2").parse_config(
@@ -218,3 +219,15 @@ def test_int4_bundle_stores_each_shared_projection_once_and_generates(tmp_path):
     shared = SHARED.format(1) + "self_attn.q_proj.weight_Q4"
     assert readers.count(shared) == 2 and shared in model.graph.initializers
     assert len(greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 8)) == 8
+
+
+@pytest.mark.slow
+def test_a_twin_of_the_first_layers_reads_its_blocks_and_their_adapters(
+    tmp_path, capsys, monkeypatch
+):
+    """Where memory is short the smoke test runs the first two layers: a Mamba2 layer and the
+    first invocation of block 0, which still reads every invocation's adapters of it."""
+    monkeypatch.setattr(smoke_plan, "available_memory", lambda: 400 << 20)
+    ckpt = _checkpoint(tmp_path / "ckpt", "zamba2")
+    packager.package(ckpt, "cpu", tmp_path / "bundle")
+    assert "smoke test on a twin bundle of the first 2 of 5 layers" in capsys.readouterr().err
