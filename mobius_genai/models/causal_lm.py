@@ -94,6 +94,11 @@ class TextModel(nn.Module):
         3: in every layer, when the stack has an `image_token_id`)."""
         return self.image_token_id is not None
 
+    def shared_copies(self) -> dict[str, str]:
+        """Parameters a checkpoint may store again under each layer that shares them, as graph
+        names: copy → the one the graph reads (none: every layer owns its own)."""
+        return {}
+
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         config = self.config
         deepstack: list[ir.Value] = []
@@ -361,6 +366,19 @@ class SharedBlockTextModel(TextModel):
         super().__init__(config, *stack_args)
         self.layers = nn.ModuleList(shared_block_layers(config))
 
+    def shared_copies(self) -> dict[str, str]:
+        """Each later invocation's copy of its block (transformers ties them; a checkpoint
+        that stores them too must store them equal) → the first invocation's."""
+        section, owners, copies = self.config.shared_blocks, {}, {}
+        for invocation, layer in enumerate(section.hybrid_layers):
+            owner = owners.setdefault(section.block_of(invocation), layer)
+            if owner == layer:
+                continue
+            for name, _ in self.layers[owner].named_parameters():
+                if name.startswith("shared_transformer."):
+                    copies[f"model.layers.{layer}.{name}"] = f"model.layers.{owner}.{name}"
+        return copies
+
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         embeds = self.embed_tokens(op, input_ids)
         rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
@@ -458,9 +476,10 @@ class CausalLMModel(nn.Module):
         With tied embeddings the LM head is the embedding table; a checkpoint may still store
         it (equal), like transformers' `_tied_weights_keys`.
         """
+        tied = dict(self.model.shared_copies())
         if isinstance(self.lm_head, TiedLMHead):
-            return {"lm_head.weight": "model.embed_tokens.weight"}
-        return {}
+            tied["lm_head.weight"] = "model.embed_tokens.weight"
+        return tied
 
     def forward(
         self,

@@ -93,6 +93,19 @@ def _swapped_blocks(checkpoint, folder):
     return folder
 
 
+def test_a_checkpoint_storing_each_invocations_copy_of_its_block_builds(checkpoint, tmp_path):
+    """transformers ties a block's later invocations to its first; a checkpoint that stores
+    their copies anyway (equal) builds the same graph, reading the first."""
+    folder = shutil.copytree(checkpoint, tmp_path / "copies")
+    tensors = load_file(folder / "model.safetensors")
+    owner = SHARED.format(1)
+    for name in [n for n in tensors if n.startswith(owner)]:
+        tensors[SHARED.format(4) + name[len(owner) :]] = tensors[name]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    graph = mobius_genai.build(folder, "default", "f32", progress=False)["model"].graph
+    assert not [name for name in graph.initializers if name.startswith(SHARED.format(4))]
+
+
 def _mutated(op_name, monkeypatch):
     if op_name == "embeddings_not_concatenated":
         monkeypatch.setattr(
