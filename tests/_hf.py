@@ -860,7 +860,8 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # Mamba2, hybrid, Mamba2, hybrid, hybrid: two shared blocks invoked in turn (0, 1, 0),
     # each invocation with its own rank-8 adapters on gate_up and on q, k, v (kv heads = heads,
     # as the adapters need); rotary in the blocks (use_mem_rope); 4 Mamba2 heads of 8 over 2
-    # groups of an 8-wide state; the blocks' MLP of 96 (gelu); a tied head. Hidden 16: the
+    # groups of an 8-wide state; the blocks' MLP of 96 (gelu); biases on the Mamba2 and MLP
+    # projections (add_bias_linear); a tied head. Hidden 16: the
     # blocks' attention reads 32 channels, in heads of 8 (at hidden 64 the random scores are
     # so sharp that float32 runs, transformers' own, are ~1e-3 from float64; at 16, ~1e-5)
     "zamba2": {
@@ -877,6 +878,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "mamba_ngroups": 2,
         "mamba_expand": 2,
         "chunk_size": 16,
+        "add_bias_linear": True,
         "max_position_embeddings": 128,
         "tie_word_embeddings": True,
     },

@@ -7,7 +7,9 @@ unchanged; the stack itself is SharedBlockTextModel (models/causal_lm.py). The b
 attention reads 2 x hidden channels in heads of 2 x hidden / heads and scales scores by
 (head_dim / 2) ** -0.5; rotary only with `use_mem_rope`. The Mamba2 mixer is Bamba's
 (Granite-4.0-H's in_proj layout), its conv biased and SiLU whatever `use_conv_bias` and
-`hidden_act` say (hidden_act is the blocks' MLP's).
+`hidden_act` say (hidden_act is the blocks' MLP's), dt unclamped: transformers clamps it at
+`time_step_min` in its prefill only, not in its decode steps (as config/mamba2.py says of
+`time_step_limit`).
 """
 
 from __future__ import annotations

@@ -52,6 +52,23 @@ def test_prefill_and_decode_match_transformers(checkpoint, reference, tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
+@pytest.mark.slow
+def test_one_block_without_attention_adapters_or_rotary_matches_transformers(tmp_path):
+    """Zamba2-2.7B's switches: every invocation runs one block, adapters on gate_up alone, no
+    rotary in the blocks, no biases."""
+    changes = {
+        "num_mem_blocks": 1,
+        "use_shared_attention_adapter": False,
+        "use_mem_rope": False,
+        "add_bias_linear": False,
+    }
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "zamba2", seed=2, **changes)
+    ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
+    reference = hf_reference_logits(ckpt, ids, decode_steps=4)
+    diffs = graph_diffs(ckpt, reference, ("default", "cpu"), tmp_path, progress=False)
+    assert max(diffs.values()) <= TOLERANCE, diffs
+
+
 def test_left_padded_batch_matches_transformers(checkpoint, tmp_path):
     """Padding stays out of the Mamba2 states while each invocation's attention masks it."""
     first, rest = left_padded_diffs(checkpoint, tmp_path)
