@@ -84,7 +84,8 @@ def _adapter_list(
 
 class AdaptedAttention(Attention):
     """The block's attention: 2 x hidden channels in, hidden out, and with
-    `attention_adapters` the invocation's adapter added to each of q, k and v."""
+    `attention_adapters` the invocation's adapter added to each of q, k and v (`invocation`:
+    set by SharedTransformer before each call, as Attention's forward takes no such argument)."""
 
     def __init__(self, config: ArchitectureConfig, layer_index: int, block: int) -> None:
         hidden = config.hidden_size

@@ -358,8 +358,8 @@ class PerLayerTextModel(TextModel):
 
 class SharedBlockTextModel(TextModel):
     """Zamba2's stack (components/shared_blocks.py): Mamba2 layers and hybrid layers that
-    invoke the shared blocks on the hidden state and the token embeddings; the final norm is
-    the checkpoint's `final_layernorm`."""
+    invoke the shared blocks on the hidden state and the token embeddings, then the final
+    `norm` (the row names it as the checkpoint's `final_layernorm`)."""
 
     def __init__(self, config: ArchitectureConfig, *stack_args: int | None) -> None:
         """`stack_args`: TextModel's context length, image token id and DeepStack layers."""
@@ -474,7 +474,8 @@ class CausalLMModel(nn.Module):
         """Checkpoint parameters this model shares, as graph names: copy → the one it reads.
 
         With tied embeddings the LM head is the embedding table; a checkpoint may still store
-        it (equal), like transformers' `_tied_weights_keys`.
+        it (equal), like transformers' `_tied_weights_keys`; so may it a shared block's copies
+        under each layer that invokes it (the stack's `shared_copies`).
         """
         tied = dict(self.model.shared_copies())
         if isinstance(self.lm_head, TiedLMHead):
