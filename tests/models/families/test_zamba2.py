@@ -110,6 +110,16 @@ def _swapped_blocks(checkpoint, folder):
     return folder
 
 
+def test_og_lora_inputs_of_a_shared_projection_are_one_pair_read_by_each_invocation(checkpoint):
+    """PEFT wraps the one q_proj a block's invocations share: og's adapter feeds one pair."""
+    graph = mobius_genai.build(
+        checkpoint, "default", "f32", load_weights=False, lora_targets=("q_proj",), progress=False
+    )["model"].graph
+    inputs = {value.name: value for value in graph.inputs if "lora" in value.name}
+    assert len(inputs) == 4  # blocks 0 and 1
+    assert len(inputs[SHARED.format(1) + "self_attn.q_proj.lora_A"].uses()) == 2
+
+
 def test_a_checkpoint_storing_each_invocations_copy_of_its_block_builds(checkpoint, tmp_path):
     """transformers ties a block's later invocations to its first; a checkpoint that stores
     their copies anyway (equal) builds the same graph, reading the first."""
