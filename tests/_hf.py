@@ -144,6 +144,7 @@ from transformers import (
     Starcoder2Config,
     VaultGemmaConfig,
     XGLMConfig,
+    Zamba2Config,
 )
 from transformers.cache_utils import DynamicCache
 from transformers.utils import logging as hf_logging
@@ -216,6 +217,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "hunyuan_v1_moe": HunYuanMoEV1Config,
     "dots1": Dots1Config,
     "bamba": BambaConfig,
+    "zamba2": Zamba2Config,
     "glm4_moe_lite": Glm4MoeLiteConfig,
     "deepseek_v32": DeepseekV32Config,
     "glm_moe_dsa": GlmMoeDsaConfig,
@@ -326,6 +328,7 @@ _ARCHITECTURES = {
     "hunyuan_v1_moe": "HunYuanMoEV1ForCausalLM",
     "dots1": "Dots1ForCausalLM",
     "bamba": "BambaForCausalLM",
+    "zamba2": "Zamba2ForCausalLM",
     "glm4_moe_lite": "Glm4MoeLiteForCausalLM",
     "deepseek_v32": "DeepseekV32ForCausalLM",
     "glm_moe_dsa": "GlmMoeDsaForCausalLM",
@@ -922,6 +925,31 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "attention_bias": True,
         "sliding_window": 5,
         "max_window_layers": 2,
+    },
+    # Mamba2, hybrid, Mamba2, hybrid, hybrid: two shared blocks invoked in turn (0, 1, 0),
+    # each invocation with its own rank-8 adapters on gate_up and on q, k, v (kv heads = heads,
+    # as the adapters need); rotary in the blocks (use_mem_rope); 4 Mamba2 heads of 8 over 2
+    # groups of an 8-wide state; the blocks' MLP of 96 (gelu); biases on the Mamba2 and MLP
+    # projections (add_bias_linear); a tied head. Hidden 16: the
+    # blocks' attention reads 32 channels, in heads of 8 (at hidden 64 the random scores are
+    # so sharp that float32 runs, transformers' own, are ~1e-3 from float64; at 16, ~1e-5)
+    "zamba2": {
+        "hidden_size": 16,
+        "num_hidden_layers": 5,
+        "num_key_value_heads": UNSET,  # Zamba2Config's: the query heads
+        "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+        "num_mem_blocks": 2,
+        "use_shared_attention_adapter": True,
+        "adapter_rank": 8,
+        "use_mem_rope": True,
+        "n_mamba_heads": 4,
+        "mamba_d_state": 8,
+        "mamba_ngroups": 2,
+        "mamba_expand": 2,
+        "chunk_size": 16,
+        "add_bias_linear": True,
+        "max_position_embeddings": 128,
+        "tie_word_embeddings": True,
     },
     # Mamba2, attention (rotary on half of each head), Mamba2: Granite-4.0-H's Mamba2 sizes,
     # biases everywhere; 128 positions for long prefills

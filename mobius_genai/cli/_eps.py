@@ -182,7 +182,9 @@ def _blocks(row: FamilyAdapter) -> str:
     projections, MoE, a multimodal checkpoint's decoder."""
     overrides = row.config_overrides
     blocks = [b.layer_type for b in RECURRENT_BLOCKS.values() if b.section in overrides]
-    if overrides.get("parallel_recurrent"):
+    if "shared_blocks" in overrides:
+        blocks = [f"{block} after shared transformer blocks" for block in blocks]
+    elif overrides.get("parallel_recurrent"):
         blocks = [f"{block} beside attention" for block in blocks]
     if overrides.get("one_block_layers"):
         blocks.append("one block per layer")

@@ -33,7 +33,9 @@ def lora_input_names(module_name: str) -> tuple[str, str]:
 
 class LoraBranch(nn.Module):
     """(x @ A) @ B for one projection; A [in, r] and B [r, out] are graph inputs whose
-    defaults are empty (r = 0), so the branch adds zeros until an adapter is active."""
+    defaults are empty (r = 0), so the branch adds zeros until an adapter is active. A
+    projection called more than once (a block shared by several layers: Zamba2's) reads the
+    same two inputs each time, as PEFT wraps the one module they share."""
 
     def __init__(self, module_name: str, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -41,6 +43,7 @@ class LoraBranch(nn.Module):
         self.rank_axis = f"{module_name}.{LORA_RANK}"
         self.in_features = in_features
         self.out_features = out_features
+        self.inputs: tuple[ir.Value, ir.Value] | None = None
 
     def _input(self, op, name: str, shape: list[int | str]) -> ir.Value:
         dtype = get_build_dtype()
@@ -51,9 +54,12 @@ class LoraBranch(nn.Module):
         return value
 
     def forward(self, op, x: ir.Value) -> ir.Value:
-        name_a, name_b = self.names
-        a = self._input(op, name_a, [self.in_features, self.rank_axis])
-        b = self._input(op, name_b, [self.rank_axis, self.out_features])
+        if self.inputs is None:
+            name_a, name_b = self.names
+            a = self._input(op, name_a, [self.in_features, self.rank_axis])
+            b = self._input(op, name_b, [self.rank_axis, self.out_features])
+            self.inputs = (a, b)
+        a, b = self.inputs
         return op.MatMul(op.MatMul(x, a), b)
 
 

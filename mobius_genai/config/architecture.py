@@ -42,6 +42,7 @@ from mobius_genai.config.recurrent import RECURRENT_BLOCKS, RecurrentBlock
 from mobius_genai.config.residual_factors import ResidualFactors
 from mobius_genai.config.rglru import RgLruConfig
 from mobius_genai.config.rope import RopeConfig, parse_rope, rotated_channels, validate_rope
+from mobius_genai.config.shared_blocks import SharedBlocks
 from mobius_genai.config.short_conv import ShortConvConfig
 from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.errors import ConfigError
@@ -200,6 +201,8 @@ class ArchitectureConfig:
       MoE block beside the MLP (config/per_layer_stack.py); None for every other decoder.
     - `bitlinear`: BitNet's projections, sub-norms before o_proj and down_proj and int8
       activations (config/bitlinear.py); None for every other decoder.
+    - `shared_blocks`: Zamba2's shared transformer blocks, invoked before the Mamba2 mixer of
+      its "hybrid" layers (config/shared_blocks.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     - `attention_gate_proj`: with `attention_output_gate`, the gate comes from a projection of
@@ -282,6 +285,7 @@ class ArchitectureConfig:
     per_layer_stack: PerLayerStack | None = None
     bitlinear: BitLinearConfig | None = None
     alibi: Alibi | None = None
+    shared_blocks: SharedBlocks | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types:
@@ -402,6 +406,9 @@ class ArchitectureConfig:
             altup=None if self.altup is None else self.altup.first_layers(count),
             per_layer_stack=(
                 None if self.per_layer_stack is None else self.per_layer_stack.first_layers(count)
+            ),
+            shared_blocks=(
+                None if self.shared_blocks is None else self.shared_blocks.first_layers(count)
             ),
         )
 

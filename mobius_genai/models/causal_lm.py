@@ -19,6 +19,7 @@ from mobius_genai.components.norms import RMSNorm, make_norm
 from mobius_genai.components.per_layer_stack import PerLayerDecoderLayer
 from mobius_genai.components.positions import make_positions
 from mobius_genai.components.rope import MultimodalRotaryEmbedding, RotaryEmbedding, Rotation
+from mobius_genai.components.shared_blocks import MambaLayer, shared_block_layers
 from mobius_genai.config import ArchitectureConfig, RopeConfig
 from mobius_genai.ep.context import get_build_dtype
 from mobius_genai.errors import ConfigError
@@ -92,6 +93,11 @@ class TextModel(nn.Module):
         """Whether the tokens of one image attend to each other both ways in `layer` (Gemma
         3: in every layer, when the stack has an `image_token_id`)."""
         return self.image_token_id is not None
+
+    def shared_copies(self) -> dict[str, str]:
+        """Parameters a checkpoint may store again under each layer that shares them, as graph
+        names: copy → the one the graph reads (none: every layer owns its own)."""
+        return {}
 
     def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
         config = self.config
@@ -350,6 +356,46 @@ class PerLayerTextModel(TextModel):
         return self.norm(op, hidden), presents
 
 
+class SharedBlockTextModel(TextModel):
+    """Zamba2's stack (components/shared_blocks.py): Mamba2 layers and hybrid layers that
+    invoke the shared blocks on the hidden state and the token embeddings, then the final
+    `norm` (the row names it as the checkpoint's `final_layernorm`)."""
+
+    def __init__(self, config: ArchitectureConfig, *stack_args: int | None) -> None:
+        """`stack_args`: TextModel's context length, image token id and DeepStack layers."""
+        super().__init__(config, *stack_args)
+        self.layers = nn.ModuleList(shared_block_layers(config))
+
+    def shared_copies(self) -> dict[str, str]:
+        """Each later invocation's copy of its block (transformers ties them; a checkpoint
+        that stores them too must store them equal) → the first invocation's."""
+        section, owners, copies = self.config.shared_blocks, {}, {}
+        for invocation, layer in enumerate(section.hybrid_layers):
+            owner = owners.setdefault(section.block_of(invocation), layer)
+            if owner == layer:
+                continue
+            for name, _ in self.layers[owner].named_parameters():
+                if name.startswith("shared_transformer."):
+                    copies[f"model.layers.{layer}.{name}"] = f"model.layers.{owner}.{name}"
+        return copies
+
+    def forward(self, op, input_ids, attention_mask, position_ids, past_key_values, embeds=None):
+        embeds = self.embed_tokens(op, input_ids)
+        rotations, slots, biases = self._layer_inputs(op, input_ids, attention_mask, position_ids)
+        hidden, presents = embeds, []
+        for i, layer in enumerate(self.layers):
+            if isinstance(layer, MambaLayer):
+                hidden, present = layer(op, hidden, attention_mask, past_key_values[i])
+            else:
+                invocation = self.config.shared_blocks.invocation_of(i)
+                attention = (position_ids, rotations[i], biases[i], slots)
+                hidden, present = layer(
+                    op, hidden, embeds, invocation, attention, attention_mask, past_key_values[i]
+                )
+            presents.append(present)
+        return self.norm(op, hidden), presents
+
+
 class TiedLMHead(nn.Module):
     """logits = h @ embed_table.T (+ bias): the LM head that shares the token embedding table.
 
@@ -418,6 +464,8 @@ class CausalLMModel(nn.Module):
             stack = AltUpTextModel
         elif config.per_layer_stack is not None:
             stack = PerLayerTextModel
+        elif config.shared_blocks is not None:
+            stack = SharedBlockTextModel
         self.model = stack(config, self.context_length, image_token_id, deepstack_layers)
         self.hidden_output = False
         self.lm_head = make_lm_head(config)
@@ -426,11 +474,13 @@ class CausalLMModel(nn.Module):
         """Checkpoint parameters this model shares, as graph names: copy → the one it reads.
 
         With tied embeddings the LM head is the embedding table; a checkpoint may still store
-        it (equal), like transformers' `_tied_weights_keys`.
+        it (equal), like transformers' `_tied_weights_keys`; so may it a shared block's copies
+        under each layer that invokes it (the stack's `shared_copies`).
         """
+        tied = dict(self.model.shared_copies())
         if isinstance(self.lm_head, TiedLMHead):
-            return {"lm_head.weight": "model.embed_tokens.weight"}
-        return {}
+            tied["lm_head.weight"] = "model.embed_tokens.weight"
+        return tied
 
     def forward(
         self,

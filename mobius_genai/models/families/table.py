@@ -88,6 +88,7 @@ from mobius_genai.models.families.scales import (
     GRANITE_MULTIPLIERS,
 )
 from mobius_genai.models.families.windowed_rows import WINDOWED_FAMILIES
+from mobius_genai.models.families.zamba2 import ZAMBA2
 
 # One row per model_type; genai_type only where not onnxruntime-genai's "decoder" (adapter.py).
 _FAMILIES = (
@@ -510,6 +511,7 @@ _FAMILIES = (
     *CORRECTED_MOE_FAMILIES,
     *GEMMA4_FAMILIES,
     *DERIVED_MOE_FAMILIES,
+    ZAMBA2,
 )
 
 #: model_type → the row transformers runs it as: GPT-SW3's config.json names "gpt-sw3", which
