@@ -90,12 +90,15 @@ from transformers import (
     InternLM3Config,
     Jais2Config,
     JambaConfig,
+    LagunaConfig,
     Lfm2Config,
     Lfm2MoeConfig,
     Llama4TextConfig,
     LlamaConfig,
     Mamba2Config,
     MambaConfig,
+    MellumConfig,
+    MiMoV2FlashConfig,
     MiniCPM3Config,
     MiniMaxM2Config,
     Ministral3Config,
@@ -233,6 +236,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
+    "laguna": LagunaConfig,
+    "mellum": MellumConfig,
+    "mimo_v2_flash": MiMoV2FlashConfig,
 }
 
 _ARCHITECTURES = {
@@ -331,6 +337,9 @@ _ARCHITECTURES = {
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
+    "laguna": "LagunaForCausalLM",
+    "mellum": "MellumForCausalLM",
+    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -613,7 +622,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 48,
+        "shared_expert_intermediate_size": 64,
     },
     # q/k norms over the whole projections; OlmoeConfig's eos id lies outside the tiny vocab
     "olmoe": {"num_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 2},
@@ -671,7 +680,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 48,
+        "shared_expert_intermediate_size": 64,
         "norm_topk_prob": True,
         "mlp_only_layers": [2],
     },
@@ -682,7 +691,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 48,
+        "shared_expert_intermediate_size": 64,
         "intermediate_size": UNSET,
     },
     # low-rank q, sigmoid routing corrected by e_score_correction_bias (random here, so it
@@ -877,6 +886,21 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "routed_scaling_factor": 2.5,
         "first_k_dense_replace": UNSET,
         "mlp_layer_types": ["sparse", "dense", "sparse"],
+    },
+    # full, sliding (window 5), sliding: keys of 24 (a third turned), values of 16 scaled by
+    # 0.707; two key/value heads in the full layer, four and sinks in the sliding ones; a dense
+    # first layer, then V3's routing (8 experts in 4 groups, 2 kept, 2 per token,
+    # renormalized, scaled by 2.5) without shared experts
+    "mimo_v2_flash": {
+        **{
+            k: v
+            for k, v in _GROUP_ROUTED.items()
+            if k not in ("n_shared_experts", "first_k_dense_replace")
+        },
+        "head_dim": 24,
+        "v_head_dim": 16,
+        "sliding_window": 5,
+        "routed_scaling_factor": 2.5,
     },
     # EXAONE 4's attention (sliding, full NoPE, sliding) in pre-norm layers; V3's routing (8
     # experts in 4 groups, 2 kept, 2 per token, renormalized, scaled by 2.5) beside a shared
@@ -1081,6 +1105,32 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # llama's layer with differential attention: 4 query heads in 2 pairs, 2 value heads
     # (one per half), random lambdas (tests' N(0, 0.2))
     "diffllama": {},
+    # sliding (window 5, whole heads turned, base 10000), full (half of each head turned, base
+    # 500000), sliding; per-head softplus output gates; a dense first layer, then 8 experts, 2
+    # per token, by sigmoid scores of tanh-capped logits chosen with the correction bias,
+    # renormalized and scaled by 2.5, beside a shared MLP of 64
+    "laguna": {
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+        "moe_router_logit_softcapping": 1.5,
+        "moe_routed_scaling_factor": 2.5,
+    },
+    # Qwen3-MoE's attention and routing (4 experts, 2 per token, renormalized) in Laguna's
+    # layout: sliding (window 5), full, sliding, each type its rope base; the middle MLP dense
+    "mellum": {
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "mlp_layer_types": ["sparse", "dense", "sparse"],
+    },
     # Mamba2: Mamba2 mixers alone, 8 heads of 16 channels (expand 2) over 2 groups of an
     # 8-wide state, a 4-tap conv with bias, biased in_proj and out_proj, prefills chunked by 8
     "mamba2": {

@@ -10,7 +10,9 @@ scores a group by its best expert. The weights are renormalized to sum 1 when th
 LFM2-MoE routes the same way with one group: sigmoid scores corrected by its `expert_bias`,
 renormalized over the sum plus `epsilon` (1e-6). GLM-4 MoE routes as V3; MiniMax-M2 as V3 in
 one group; ERNIE-4.5-MoE chooses by softmax scores plus its correction bias, which it stores
-as one [1, experts] row (`correction_bias_row`).
+as one [1, experts] row (`correction_bias_row`). Laguna (and Mellum's parent row) routes as
+MiniMax-M2, its router logits first capped to cap * tanh(logits / cap) (`logit_softcap`,
+moe_router_logit_softcapping; 0: none).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class GroupRouting:
     # scores computed in float32 from the logits whatever the graph's dtype (MiniMax-M2's
     # sigmoid(router_logits.float())); models/families/float32.py keeps a router's parameters
     float32_scores: bool = False
+    # router logits become cap * tanh(logits / cap) before scoring (0: none)
+    logit_softcap: float = 0.0
 
 
 def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> None:
@@ -73,6 +77,11 @@ def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> Non
         raise ConfigError(
             f"config.json: routed_scaling_factor must be a positive number, found "
             f"{routing.scaling!r}"
+        )
+    if not fields.is_number(routing.logit_softcap) or routing.logit_softcap < 0:
+        raise ConfigError(
+            f"config.json: moe_router_logit_softcapping must be a number >= 0 (0: none), found "
+            f"{routing.logit_softcap!r}"
         )
     if not fields.is_number(routing.epsilon) or routing.epsilon < 0:
         raise ConfigError(

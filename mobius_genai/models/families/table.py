@@ -51,6 +51,7 @@ from mobius_genai.models.families.gpt_oss import GPT_OSS
 from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_heads, kv_head_per_head
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.hyperclovax import HYPERCLOVAX
+from mobius_genai.models.families.laguna_rows import LAGUNA_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
@@ -502,6 +503,7 @@ _FAMILIES = (
     LLAMA4_TEXT,
     LLAMA4,
     *CORRECTED_MOE_FAMILIES,
+    *LAGUNA_FAMILIES,  # laguna, mellum, mimo_v2_flash
     *GEMMA4_FAMILIES,
 )
 
