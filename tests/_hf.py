@@ -622,7 +622,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 64,
+        "shared_expert_intermediate_size": 48,
     },
     # q/k norms over the whole projections; OlmoeConfig's eos id lies outside the tiny vocab
     "olmoe": {"num_experts": 4, "num_experts_per_tok": 2, "eos_token_id": 2},
@@ -680,7 +680,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 64,
+        "shared_expert_intermediate_size": 48,
         "norm_topk_prob": True,
         "mlp_only_layers": [2],
     },
@@ -691,7 +691,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 64,
+        "shared_expert_intermediate_size": 48,
         "intermediate_size": UNSET,
     },
     # low-rank q, sigmoid routing corrected by e_score_correction_bias (random here, so it
