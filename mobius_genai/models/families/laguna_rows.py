@@ -31,7 +31,7 @@ from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter
 from mobius_genai.models.families.deepseek import sparse_mlp_layers, v3_moe
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY
-from mobius_genai.models.families.float32 import CORRECTED_ROUTER
+from mobius_genai.models.families.float32 import KeptFloat32
 from mobius_genai.models.families.readers import when_absent
 
 #: LagunaConfig's rope when config.json names none: half of each head turns in full layers.
@@ -261,7 +261,8 @@ MIMO_V2_FLASH = FamilyAdapter(
     },
     weight_renames=((r"\.self_attn\.sinks$", ".self_attn.attention_sink_bias"),),
     experts=ExpertLayout(),
-    float32=CORRECTED_ROUTER,
+    # MiMoV2FlashPreTrainedModel's _keep_in_fp32_modules_strict
+    float32=KeptFloat32(strict=("e_score_correction_bias", "mlp.gate.weight")),
     # the multi-token-prediction layers (_keys_to_ignore_on_load_unexpected)
     unused_weights=(r"^model\.mtp\.",),
 )
