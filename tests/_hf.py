@@ -99,12 +99,15 @@ from transformers import (
     JambaConfig,
     JetMoeConfig,
     Kolibri1Config,
+    LagunaConfig,
     Lfm2Config,
     Lfm2MoeConfig,
     Llama4TextConfig,
     LlamaConfig,
     Mamba2Config,
     MambaConfig,
+    MellumConfig,
+    MiMoV2FlashConfig,
     MiniCPM3Config,
     MiniCPM5MoeConfig,
     MiniMaxConfig,
@@ -260,6 +263,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "kolibri1": Kolibri1Config,
     "flint": FlintConfig,
     "hy_v3": HYV3Config,
+    "laguna": LagunaConfig,
+    "mellum": MellumConfig,
+    "mimo_v2_flash": MiMoV2FlashConfig,
 }
 
 _ARCHITECTURES = {
@@ -371,6 +377,9 @@ _ARCHITECTURES = {
     "kolibri1": "Kolibri1ForCausalLM",
     "flint": "FlintForCausalLM",
     "hy_v3": "HYV3ForCausalLM",
+    "laguna": "LagunaForCausalLM",
+    "mellum": "MellumForCausalLM",
+    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -987,6 +996,20 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "routed_scaling_factor": 2.5,
         "first_k_dense_replace": UNSET,
         "mlp_layer_types": ["sparse", "dense", "sparse"],
+    # full, sliding (window 5), sliding: keys of 24 (a third turned), values of 16 scaled by
+    # 0.707; two key/value heads in the full layer, four and sinks in the sliding ones; a dense
+    # first layer, then V3's routing (8 experts in 4 groups, 2 kept, 2 per token,
+    # renormalized, scaled by 2.5) without shared experts
+    "mimo_v2_flash": {
+        **{
+            k: v
+            for k, v in _GROUP_ROUTED.items()
+            if k not in ("n_shared_experts", "first_k_dense_replace")
+        },
+        "head_dim": 24,
+        "v_head_dim": 16,
+        "sliding_window": 5,
+        "routed_scaling_factor": 2.5,
     },
     # EXAONE 4's attention (sliding, full NoPE, sliding) in pre-norm layers; V3's routing (8
     # experts in 4 groups, 2 kept, 2 per token, renormalized, scaled by 2.5) beside a shared
@@ -1256,6 +1279,31 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
         "num_shared_experts": 1,
+    # sliding (window 5, whole heads turned, base 10000), full (half of each head turned, base
+    # 500000), sliding; per-head softplus output gates; a dense first layer, then 8 experts, 2
+    # per token, by sigmoid scores of tanh-capped logits chosen with the correction bias,
+    # renormalized and scaled by 2.5, beside a shared MLP of 64
+    "laguna": {
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+        "moe_router_logit_softcapping": 1.5,
+        "moe_routed_scaling_factor": 2.5,
+    },
+    # Qwen3-MoE's attention and routing (4 experts, 2 per token, renormalized) in Laguna's
+    # layout: sliding (window 5), full, sliding, each type its rope base; the middle MLP dense
+    "mellum": {
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "mlp_layer_types": ["sparse", "dense", "sparse"],
     },
     # Mamba2: Mamba2 mixers alone, 8 heads of 16 channels (expand 2) over 2 groups of an
     # 8-wide state, a 4-tap conv with bias, biased in_proj and out_proj, prefills chunked by 8

@@ -67,7 +67,8 @@ _BIAS["granitemoeshared"] = _BIAS["glm4_moe_lite"] = _BIAS["solar_open"] = {"att
 _BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bias
 _BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["granitemoe_swa"] = {"attention_bias": True}
-_BIAS["diffllama"] = {"attention_bias": True}
+_BIAS["diffllama"] = _BIAS["laguna"] = _BIAS["mellum"] = {"attention_bias": True}
+_BIAS["mimo_v2_flash"] = {"attention_bias": True}
 _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
@@ -127,6 +128,12 @@ _LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same expe
 _LOADED_AS["exaone_moe"] = [
     (r"\.mlp\.e_score_correction_bias$", ".mlp.gate.e_score_correction_bias")
 ]
+# save_pretrained writes the hub's names, which loading converts (conversion_mapping.py)
+_LOADED_AS["laguna"] = [
+    (r"\.mlp\.experts\.e_score_correction_bias$", ".mlp.gate.e_score_correction_bias"),
+    (r"\.mlp\.shared_expert\.", ".mlp.shared_experts."),
+]
+_LOADED_AS["mimo_v2_flash"] = [(r"\.self_attn\.attention_sink_bias$", ".self_attn.sinks")]
 # transformers loads per-expert tensors into one [experts, 2 * inter, hidden] gate_up_proj
 # ([gate | up] rows) and one [experts, hidden, inter] down_proj
 _PER_EXPERT = re.compile(

@@ -7,7 +7,11 @@ and values to the cache (each row's tokens placed as components/kv_slots.py says
 the additive mask it is given; with attention sinks, its
 output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
 [q_h | gate_h] per head (AFMoE: its own gate_proj gives the gate) and the output is
-multiplied by sigmoid(gate). Llama 4's layers
+multiplied by sigmoid(gate); with an attention gate
+of its own (config/attention_gate.py: Laguna's `g_proj`), by its activation of x @ g_proj, one
+value per head or per channel. A layer whose stored heads differ from the cache's layout
+(config/head_layout.py: MiMo-V2-Flash) widens its keys and values before the Attention op and
+narrows its output after it (components/head_layout.py). Llama 4's layers
 (config/local_global.py) L2-normalize each rotated q/k head, or, without a rotary embedding,
 scale the queries by their position's attention temperature; Ministral 3's layers scale them
 by the same kind of factor, before the rotation (which commutes with it).
@@ -19,8 +23,9 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript import nn
 
+from mobius_genai.components.head_layout import narrowed_output, widen_key_values
 from mobius_genai.components.kv_slots import Slots, place
-from mobius_genai.components.linear import Linear, parameter
+from mobius_genai.components.linear import Linear, in_float32, parameter
 from mobius_genai.components.norms import HeadwiseNorm, RMSNorm, make_norm
 from mobius_genai.components.rope import Rotation
 from mobius_genai.components.sinks import SCORES_MODE, apply_sinks
@@ -46,6 +51,14 @@ class Attention(nn.Module):
         q_size = self.num_heads * self.head_dim
         kv_size = self.num_kv_heads * self.head_dim
         self.sizes = [q_size, kv_size, kv_size]
+        self.layout = config.head_layout
+        # the projections' sizes where the layer stores fewer or narrower heads than the cache
+        k_size, v_size, o_size = kv_size, kv_size, q_size
+        if self.layout is not None:
+            self.stored_kv_heads = self.layout.kv_heads[layer_index]
+            k_size = self.stored_kv_heads * self.head_dim
+            v_size = self.stored_kv_heads * self.layout.v_head_dim
+            o_size = self.num_heads * self.layout.v_head_dim
         self.output_gate = config.attention_output_gate
         gate_in_query = self.output_gate and not config.attention_gate_proj
         if config.packed_qkv:
@@ -55,11 +68,15 @@ class Attention(nn.Module):
             self.qkv_proj = None
             q_out = 2 * q_size if gate_in_query else q_size
             self.q_proj = Linear(config.hidden_size, q_out, config.qkv_bias)
-            self.k_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
-            self.v_proj = Linear(config.hidden_size, kv_size, config.qkv_bias)
-        self.o_proj = Linear(q_size, config.hidden_size, config.o_bias)
+            self.k_proj = Linear(config.hidden_size, k_size, config.qkv_bias)
+            self.v_proj = Linear(config.hidden_size, v_size, config.qkv_bias)
+        self.o_proj = Linear(o_size, config.hidden_size, config.o_bias)
         self.gate_proj = Linear(config.hidden_size, q_size) if config.attention_gate_proj else None
-        self.sinks = parameter([self.num_heads]) if config.attention_sinks else None
+        self.own_gate = config.attention_gate
+        if self.own_gate is not None:
+            gates = self.num_heads if self.own_gate.per_head else q_size
+            self.g_proj = Linear(config.hidden_size, gates, bias=False)
+        self.sinks = parameter([self.num_heads]) if config.has_sinks(layer_index) else None
         self.per_head_norm = config.qk_norm_per_head
         self.norm_after_rope = config.qk_norm_after_rope
         if config.qk_norm and config.qk_norm_head_weights:
@@ -107,6 +124,18 @@ class Attention(nn.Module):
         q, gate = op.Split(pairs, num_outputs=2, axis=-1, _outputs=2)
         flat = op.Constant(value_ints=[0, 0, -1])
         return op.Reshape(q, flat), op.Reshape(gate, flat)
+
+    def _gated_output(self, op, output: ir.Value, hidden_states: ir.Value) -> ir.Value:
+        """`output` [b, s, heads * d] times act(hidden_states @ g_proj), computed in float32
+        (transformers' softplus(g_proj(x).float())), per head or per channel."""
+        gate = in_float32(op, self.g_proj(op, hidden_states))
+        gate = op.Softplus(gate) if self.own_gate.activation == "softplus" else op.Sigmoid(gate)
+        gate = op.CastLike(gate, output)
+        if not self.own_gate.per_head:
+            return op.Mul(output, gate)
+        heads = op.Reshape(output, op.Constant(value_ints=[0, 0, self.num_heads, self.head_dim]))
+        gated = op.Mul(heads, op.Unsqueeze(gate, op.Constant(value_ints=[-1])))
+        return op.Reshape(gated, op.Constant(value_ints=[0, 0, -1]))
 
     def _clip(self, op, *values: ir.Value) -> tuple[ir.Value, ...]:
         """Each value clipped to [-clip_qkv, clip_qkv] (olmo's clip_qkv)."""
@@ -169,6 +198,10 @@ class Attention(nn.Module):
         """Returns (output [b, s, hidden], present_key, present_value [b, kv, total, d]);
         with `slots` (components/kv_slots.py) the new keys and values land there."""
         q, k, v = self._project(op, hidden_states)
+        if self.layout is not None:
+            k, v = widen_key_values(
+                op, k, v, self.layout, self.stored_kv_heads, self.num_kv_heads, self.head_dim
+            )
         q, gate = self._output_gate(op, hidden_states, q)
         if self.clip is not None:
             q, k, v = self._clip(op, q, k, v)
@@ -203,6 +236,10 @@ class Attention(nn.Module):
         )
         if self.sinks is not None:
             output = apply_sinks(op, output, scores[0], self.sinks, self.num_heads, self.head_dim)
+        if self.layout is not None:
+            output = narrowed_output(op, output, self.layout, self.num_heads, self.head_dim)
         if gate is not None:
             output = op.Mul(output, op.Sigmoid(gate))
+        if self.own_gate is not None:
+            output = self._gated_output(op, output, hidden_states)
         return self.o_proj(op, output), present_key, present_value

@@ -2,7 +2,7 @@
 
 com.microsoft::MoE weights its top-k experts by the softmax of its router input. The router
 here picks each token's experts in standard ops (scores, corrected choice scores, kept groups,
-top-k) and hands the node log(weight) at the picked experts and -inf elsewhere: the node's
+top-k; the router logits capped first where the routing says) and hands the node log(weight) at the picked experts and -inf elsewhere: the node's
 softmax then gives weight / sum(weights) at exactly the picked experts. The MoE output times
 `scaling` (renormalized routing; times sum / (sum + epsilon) with an epsilon) or
 `scaling * sum(weights)` (raw weights) is the routed sum.
@@ -63,6 +63,9 @@ class GroupRouter(nn.Module):
             op.MatMul(hidden, self.weight), op.Constant(value_ints=[-1, self.num_experts])
         )
         logits = in_float32(op, logits, self.weight.dtype) if routing.float32_scores else logits
+        if routing.logit_softcap:
+            cap = _constant(op, routing.logit_softcap, logits)
+            logits = op.Mul(op.Tanh(op.Div(logits, cap)), cap)
         scores = (
             _sigmoid(op, logits) if routing.scoring == "sigmoid" else op.Softmax(logits, axis=-1)
         )

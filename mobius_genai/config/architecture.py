@@ -18,10 +18,12 @@ from mobius_genai.config import fields
 from mobius_genai.config.alibi import Alibi
 from mobius_genai.config.altup import AltUpConfig
 from mobius_genai.config.attention_experts import AttentionExperts
+from mobius_genai.config.attention_gate import AttentionGate, validate_attention_gate
 from mobius_genai.config.bitlinear import BitLinearConfig
 from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.config.dynamic_mask import DynamicMask
 from mobius_genai.config.embedding_layout import EmbeddingLayout, validate_embedding_layout
+from mobius_genai.config.head_layout import HeadLayout, validate_head_layout
 from mobius_genai.config.latent_attention import LatentAttentionConfig, validate_latent_attention
 from mobius_genai.config.layers import (
     ATTENTION_LAYER_TYPES,
@@ -207,6 +209,12 @@ class ArchitectureConfig:
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
     - `attention_gate_proj`: with `attention_output_gate`, the gate comes from a projection of
       its own, `gate_proj` [hidden → heads * head_dim], and q_proj yields q alone (AFMoE).
+    - `head_layout`: layers whose values are narrower than their keys and whose key/value heads
+      are fewer than the cache's, widened in the graph, and the layer types with sinks
+      (config/head_layout.py: MiMo-V2-Flash); None when every layer has the cache's layout.
+    - `attention_gate`: the attention output is multiplied by act(x @ g_proj), a projection of
+      its own, per head or per channel (config/attention_gate.py: Laguna's softplus gate);
+      None otherwise.
     """
 
     model_type: str
@@ -265,6 +273,8 @@ class ArchitectureConfig:
     weight_scales: tuple[WeightScale, ...] = ()
     attention_output_gate: bool = False
     attention_gate_proj: bool = False
+    attention_gate: AttentionGate | None = None
+    head_layout: HeadLayout | None = None
     attention_scale: float | None = None
     attention_sinks: bool = False
     attn_logit_softcapping: float | None = None
@@ -373,6 +383,13 @@ class ArchitectureConfig:
             kind = self.parallel_recurrent
         return RECURRENT_BLOCKS.get(kind)
 
+    def has_sinks(self, index: int) -> bool:
+        """Whether layer `index`'s attention has sinks (MiMo-V2-Flash's sliding layers alone)."""
+        layout = self.head_layout
+        if not self.attention_sinks or layout is None or not layout.sink_layer_types:
+            return self.attention_sinks
+        return self.layer_types[index] in layout.sink_layer_types
+
     def window_of_layer(self, index: int) -> int | None:
         """Sliding-window size of layer `index`, or None for full attention."""
         if self.layer_types[index] == "sliding_attention":
@@ -404,6 +421,9 @@ class ArchitectureConfig:
             no_rope_layers=tuple(index for index in self.no_rope_layers if index < count),
             layer_rope_thetas=self.layer_rope_thetas[:count],
             altup=None if self.altup is None else self.altup.first_layers(count),
+            head_layout=(
+                None if self.head_layout is None else self.head_layout.first_layers(count)
+            ),
             per_layer_stack=(
                 None if self.per_layer_stack is None else self.per_layer_stack.first_layers(count)
             ),
@@ -496,6 +516,10 @@ def _validate(config: ArchitectureConfig) -> None:
     _validate_block_kinds(config)
     validate_layers(config)
     validate_local_global(config.local_global, config.layer_types)
+    validate_attention_gate(config.attention_gate)
+    validate_head_layout(
+        config.head_layout, config.head_dim, config.num_key_value_heads, config.num_hidden_layers
+    )
     _validate_attention_switches(config)
     _validate_multipliers(config)
     validate_embedding_layout(config.embedding_layout, config.position_embedding)

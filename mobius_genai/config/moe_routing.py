@@ -12,7 +12,9 @@ renormalized over the sum plus `epsilon` (1e-6). GLM-4 MoE routes as V3; MiniMax
 one group; ERNIE-4.5-MoE chooses by softmax scores plus its correction bias, which it stores
 as one [1, experts] row (`correction_bias_row`). Kolibri-1 chooses by its raw router logits
 plus the correction bias (`choice_by_logits`) and weights the chosen experts by the sigmoid of
-their logits.
+their logits. Laguna (and Mellum's parent row) routes as
+MiniMax-M2, its router logits first capped to cap * tanh(logits / cap) (`logit_softcap`,
+moe_router_logit_softcapping; 0: none).
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class GroupRouting:
     float32_scores: bool = False
     # experts chosen by the logits (plus the correction bias), not by the scores (Kolibri-1)
     choice_by_logits: bool = False
+    # router logits become cap * tanh(logits / cap) before scoring (0: none)
+    logit_softcap: float = 0.0
 
 
 def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> None:
@@ -77,6 +81,11 @@ def validate_routing(routing: GroupRouting, num_experts: int, top_k: int) -> Non
         raise ConfigError(
             f"config.json: routed_scaling_factor must be a positive number, found "
             f"{routing.scaling!r}"
+        )
+    if not fields.is_number(routing.logit_softcap) or routing.logit_softcap < 0:
+        raise ConfigError(
+            f"config.json: moe_router_logit_softcapping must be a number >= 0 (0: none), found "
+            f"{routing.logit_softcap!r}"
         )
     if not fields.is_number(routing.epsilon) or routing.epsilon < 0:
         raise ConfigError(

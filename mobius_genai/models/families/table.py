@@ -55,6 +55,7 @@ from mobius_genai.models.families.heads import exaone_kv_heads, hidden_over_head
 from mobius_genai.models.families.hybrid_rows import HYBRID_FAMILIES
 from mobius_genai.models.families.hyperclovax import HYPERCLOVAX
 from mobius_genai.models.families.jetmoe import JETMOE
+from mobius_genai.models.families.laguna_rows import LAGUNA_FAMILIES
 from mobius_genai.models.families.layers import (
     alternating_layer_types,
     exaone4_layer_types,
@@ -509,6 +510,7 @@ _FAMILIES = (
     LLAMA4_TEXT,
     LLAMA4,
     *CORRECTED_MOE_FAMILIES,
+    *LAGUNA_FAMILIES,  # laguna, mellum, mimo_v2_flash
     *GEMMA4_FAMILIES,
     *DERIVED_MOE_FAMILIES,
     ZAMBA2,
