@@ -256,6 +256,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
+    "laguna": LagunaConfig,
+    "mellum": MellumConfig,
+    "mimo_v2_flash": MiMoV2FlashConfig,
     "doge": DogeConfig,
     "afmoe": AfmoeConfig,
     "axk1": AXK1Config,
@@ -263,9 +266,6 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "kolibri1": Kolibri1Config,
     "flint": FlintConfig,
     "hy_v3": HYV3Config,
-    "laguna": LagunaConfig,
-    "mellum": MellumConfig,
-    "mimo_v2_flash": MiMoV2FlashConfig,
 }
 
 _ARCHITECTURES = {
@@ -370,6 +370,9 @@ _ARCHITECTURES = {
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
+    "laguna": "LagunaForCausalLM",
+    "mellum": "MellumForCausalLM",
+    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
     "doge": "DogeForCausalLM",
     "afmoe": "AfmoeForCausalLM",
     "axk1": "AXK1ForCausalLM",
@@ -377,9 +380,6 @@ _ARCHITECTURES = {
     "kolibri1": "Kolibri1ForCausalLM",
     "flint": "FlintForCausalLM",
     "hy_v3": "HYV3ForCausalLM",
-    "laguna": "LagunaForCausalLM",
-    "mellum": "MellumForCausalLM",
-    "mimo_v2_flash": "MiMoV2FlashForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -984,18 +984,6 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "first_k_dense_replace": UNSET,
         "mlp_layer_types": ["sparse", "dense", "sparse"],
     },
-    # DeepSeek-V3's latent attention and routing with a lightning indexer: 16 heads of 16
-    # (the first 8 channels rotated) keeping the best 4 keys, so prompts of 12 tokens and
-    # more select; the first layer dense (first_k_dense_replace)
-    "deepseek_v32": {**_DEEPSEEK, **_INDEXER, "q_lora_rank": 32, "routed_scaling_factor": 2.5},
-    # deepseek_v32's sizes, the dense layer in the middle (mlp_layer_types)
-    "glm_moe_dsa": {
-        **_DEEPSEEK,
-        **_INDEXER,
-        "q_lora_rank": 32,
-        "routed_scaling_factor": 2.5,
-        "first_k_dense_replace": UNSET,
-        "mlp_layer_types": ["sparse", "dense", "sparse"],
     # full, sliding (window 5), sliding: keys of 24 (a third turned), values of 16 scaled by
     # 0.707; two key/value heads in the full layer, four and sinks in the sliding ones; a dense
     # first layer, then V3's routing (8 experts in 4 groups, 2 kept, 2 per token,
@@ -1010,6 +998,19 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "v_head_dim": 16,
         "sliding_window": 5,
         "routed_scaling_factor": 2.5,
+    },
+    # DeepSeek-V3's latent attention and routing with a lightning indexer: 16 heads of 16
+    # (the first 8 channels rotated) keeping the best 4 keys, so prompts of 12 tokens and
+    # more select; the first layer dense (first_k_dense_replace)
+    "deepseek_v32": {**_DEEPSEEK, **_INDEXER, "q_lora_rank": 32, "routed_scaling_factor": 2.5},
+    # deepseek_v32's sizes, the dense layer in the middle (mlp_layer_types)
+    "glm_moe_dsa": {
+        **_DEEPSEEK,
+        **_INDEXER,
+        "q_lora_rank": 32,
+        "routed_scaling_factor": 2.5,
+        "first_k_dense_replace": UNSET,
+        "mlp_layer_types": ["sparse", "dense", "sparse"],
     },
     # EXAONE 4's attention (sliding, full NoPE, sliding) in pre-norm layers; V3's routing (8
     # experts in 4 groups, 2 kept, 2 per token, renormalized, scaled by 2.5) beside a shared
@@ -1214,6 +1215,32 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
     # llama's layer with differential attention: 4 query heads in 2 pairs, 2 value heads
     # (one per half), random lambdas (tests' N(0, 0.2))
     "diffllama": {},
+    # sliding (window 5, whole heads turned, base 10000), full (half of each head turned, base
+    # 500000), sliding; per-head softplus output gates; a dense first layer, then 8 experts, 2
+    # per token, by sigmoid scores of tanh-capped logits chosen with the correction bias,
+    # renormalized and scaled by 2.5, beside a shared MLP of 64
+    "laguna": {
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64,
+        "moe_router_logit_softcapping": 1.5,
+        "moe_routed_scaling_factor": 2.5,
+    },
+    # Qwen3-MoE's attention and routing (4 experts, 2 per token, renormalized) in Laguna's
+    # layout: sliding (window 5), full, sliding, each type its rope base; the middle MLP dense
+    "mellum": {
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "mlp_layer_types": ["sparse", "dense", "sparse"],
+    },
     # dynamic mask attention with biases, random A (tests' N(0, 0.2)) and residual scales;
     # its window of kept keys: tests/models/families/test_doge.py
     "doge": {"attention_bias": True},
@@ -1279,31 +1306,6 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
         "num_shared_experts": 1,
-    # sliding (window 5, whole heads turned, base 10000), full (half of each head turned, base
-    # 500000), sliding; per-head softplus output gates; a dense first layer, then 8 experts, 2
-    # per token, by sigmoid scores of tanh-capped logits chosen with the correction bias,
-    # renormalized and scaled by 2.5, beside a shared MLP of 64
-    "laguna": {
-        "head_dim": 16,
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-        "sliding_window": 5,
-        "num_experts": 8,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-        "shared_expert_intermediate_size": 64,
-        "moe_router_logit_softcapping": 1.5,
-        "moe_routed_scaling_factor": 2.5,
-    },
-    # Qwen3-MoE's attention and routing (4 experts, 2 per token, renormalized) in Laguna's
-    # layout: sliding (window 5), full, sliding, each type its rope base; the middle MLP dense
-    "mellum": {
-        "head_dim": 16,
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-        "sliding_window": 5,
-        "num_experts": 4,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-        "mlp_layer_types": ["sparse", "dense", "sparse"],
     },
     # Mamba2: Mamba2 mixers alone, 8 heads of 16 channels (expand 2) over 2 groups of an
     # 8-wide state, a 4-tap conv with bias, biased in_proj and out_proj, prefills chunked by 8
