@@ -90,6 +90,7 @@ from transformers import (
     InternLM3Config,
     Jais2Config,
     JambaConfig,
+    LaraMiniConfig,
     Lfm2Config,
     Lfm2MoeConfig,
     Llama4TextConfig,
@@ -110,6 +111,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    OlmoHybridConfig,
     OpenAIGPTConfig,
     OPTConfig,
     PersimmonConfig,
@@ -233,6 +235,8 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
+    "olmo_hybrid": OlmoHybridConfig,
+    "lara_mini": LaraMiniConfig,
 }
 
 _ARCHITECTURES = {
@@ -331,6 +335,8 @@ _ARCHITECTURES = {
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
+    "olmo_hybrid": "OlmoHybridForCausalLM",
+    "lara_mini": "LaraMiniForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -1090,6 +1096,29 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "n_groups": 2,
         "chunk_size": 8,
         "use_bias": True,
+    },
+    # delta net, post-norm attention (q/k norms over the whole projection), delta net: Qwen3.5's
+    # tiny delta-net sizes with q/k/v apart and beta doubled; rotary attention (its NoPE:
+    # test_parity.py's cases)
+    "olmo_hybrid": {key: value for key, value in _QWEN3_5_HYBRID.items() if key != "head_dim"},
+    # delta net, windowed rotary attention (a 4-token window), delta net, global NoPE attention
+    # (per-head q/k norms, biases); MoE in every layer: 4 experts, 2 per token, renormalized, a
+    # shared expert added without a gate
+    "lara_mini": {
+        **_QWEN3_5_HYBRID,
+        "num_hidden_layers": 4,
+        "layer_types": [
+            "linear_attention",
+            "sliding_attention",
+            "linear_attention",
+            "full_attention",
+        ],
+        "sliding_window": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "intermediate_size": UNSET,
     },
 }
 

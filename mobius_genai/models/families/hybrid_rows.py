@@ -13,7 +13,7 @@ from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
-from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
 from mobius_genai.models.families.float32 import KeptFloat32
 from mobius_genai.models.families.hybrid import (
@@ -29,6 +29,14 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_layer_types,
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
+)
+from mobius_genai.models.families.linear_hybrids import (
+    OLMO_HYBRID_LINEAR_DEFAULTS,
+    lara_mini_layer_types,
+    lara_mini_no_rope,
+    olmo_hybrid_layer_types,
+    olmo_hybrid_linear_attention,
+    olmo_hybrid_no_rope,
 )
 from mobius_genai.models.families.mamba1_rows import MAMBA1_FAMILIES
 from mobius_genai.models.families.mamba2_hybrids import BAMBA, FALCON_H1, NEMOTRON_H
@@ -217,6 +225,78 @@ LFM2_MOE = dataclasses.replace(
     float32=KeptFloat32(declared=("expert_bias",)),
 )
 
+# OLMo hybrid: gated delta nets (q, k, v projected and convolved apart; beta doubled; the
+# gated norm at 1e-5) in pre-norm layers between olmo3's post-norm attention layers (q/k norms over the whole
+# projection); NoPE where rope_parameters has no rope_theta (the released checkpoints).
+# onnxruntime-genai 0.18 runs it as its generic decoder, which finds the states by their names.
+OLMO_HYBRID = FamilyAdapter(
+    model_type="olmo_hybrid",
+    config_defaults={"layer_types": olmo_hybrid_layer_types, **OLMO_HYBRID_LINEAR_DEFAULTS},
+    config_overrides={
+        "norm_placement": "post",
+        "recurrent_norm_placement": "pre",
+        "qk_norm": True,
+        "qk_norm_per_head": False,
+        "no_rope_layers": olmo_hybrid_no_rope,
+        "linear_attention": olmo_hybrid_linear_attention,
+    },
+    weight_renames=(
+        (r"\.linear_attn\.in_proj_a\.", ".linear_attn.a_proj."),
+        (r"\.linear_attn\.in_proj_b\.", ".linear_attn.b_proj."),
+        (r"\.linear_attn\.in_proj_z\.", ".linear_attn.g_proj."),
+        (r"\.linear_attn\.out_proj\.", ".linear_attn.o_proj."),
+        (r"\.linear_attn\.norm\.", ".linear_attn.o_norm."),
+        # transformers' conversion mapping: the hub's names of the layers' first two norms
+        (r"\.input_layernorm\.", ".attention_layer_norm."),
+        (r"\.post_attention_layernorm\.", ".feedforward_layer_norm."),
+    ),
+)
+
+# Lara-Mini: Qwen3.5's gated delta nets (stored as one in_proj, rows [q | k | v | z | b | a], and
+# a gated norm named out_norm) between qwen3 attention layers that rotate and slide
+# ("sliding_attention") or attend globally without rotary ("full_attention"); every norm scales by
+# its weight; MoE blocks in every layer (softmax top-k, renormalized by default, a shared expert
+# added without a gate). onnxruntime-genai 0.18 runs it as its generic decoder.
+LARA_MINI = FamilyAdapter(
+    model_type="lara_mini",
+    # no dense MLP and no intermediate_size: the experts' size stands in for it
+    config_aliases={"moe_intermediate_size": "intermediate_size"},
+    config_defaults={
+        "layer_types": lara_mini_layer_types,
+        "tie_word_embeddings": True,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "sliding_window": 512,
+        "linear_num_key_heads": 8,
+        "linear_num_value_heads": 16,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+    },
+    config_overrides={
+        "qk_norm": True,
+        "no_rope_layers": lara_mini_no_rope,
+        "linear_attention": read_linear_attention,
+        "moe": moe_reader(
+            MoeKeys(
+                num_experts="num_experts",
+                intermediate="moe_intermediate_size",
+                normalize_default=True,
+                shared_expert="shared_expert_intermediate_size",
+            )
+        ),
+    },
+    weight_renames=((r"\.linear_attn\.norm\.", ".linear_attn.out_norm."),),
+    fused_weights=(
+        FusedWeight(
+            pattern=r"\.linear_attn\.in_proj_(?P<part>qkv|z|b|a)\.weight$",
+            fused=r".linear_attn.in_proj.weight",
+            parts=("qkv", "z", "b", "a"),
+        ),
+    ),
+    # stacked: gate_up_proj [E, 2I, H] ([gate | up] rows), down_proj [E, H, I]
+    experts=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj"),
+)
+
 HYBRID_FAMILIES = (
     LFM2,
     LFM2_MOE,
@@ -299,4 +379,6 @@ HYBRID_FAMILIES = (
     *MAMBA1_FAMILIES,
     # Mamba2 (Codestral Mamba): Mamba2 mixers alone, laid out as Mamba's (mamba2_rows.py)
     MAMBA2,
+    OLMO_HYBRID,
+    LARA_MINI,
 )
