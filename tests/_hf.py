@@ -90,6 +90,7 @@ from transformers import (
     InternLM3Config,
     Jais2Config,
     JambaConfig,
+    KimiLinearConfig,
     LaraMiniConfig,
     Lfm2Config,
     Lfm2MoeConfig,
@@ -237,6 +238,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "diffllama": DiffLlamaConfig,
     "olmo_hybrid": OlmoHybridConfig,
     "lara_mini": LaraMiniConfig,
+    "kimi_linear": KimiLinearConfig,
 }
 
 _ARCHITECTURES = {
@@ -337,6 +339,7 @@ _ARCHITECTURES = {
     "diffllama": "DiffLlamaForCausalLM",
     "olmo_hybrid": "OlmoHybridForCausalLM",
     "lara_mini": "LaraMiniForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -1119,6 +1122,28 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 48,
         "intermediate_size": UNSET,
+    },
+    # Kimi delta attention (2 heads of 16, a 4-tap conv), NoPE latent attention (a 32-channel
+    # latent, 16 + 8 q/k channels, 8 value channels), delta attention; a dense first MLP, then
+    # 8 experts in 4 groups (2 kept), 2 per token, a shared expert, corrected sigmoid routing
+    "kimi_linear": {
+        "num_key_value_heads": 4,  # as many as query heads: KimiLinearAttention expands them so
+        "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+        "linear_num_heads": 2,
+        "linear_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "max_position_embeddings": 128,
+        "kv_lora_rank": 32,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "n_group": 4,
+        "topk_group": 2,
     },
 }
 

@@ -68,6 +68,7 @@ _BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bi
 _BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["granitemoe_swa"] = {"attention_bias": True}
 _BIAS["diffllama"] = {"attention_bias": True}
+_BIAS["kimi_linear"] = {"attention_bias": True}  # the latent attention's kv_a and o projections
 _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
@@ -118,12 +119,17 @@ _LOADED_AS["olmo_hybrid"] = [
 _JOINED_ON_LOAD = {
     "olmo_hybrid": (r"\.(?P<part>q|k|v)_conv1d\.weight$", ("q", "k", "v"), ".conv1d.weight"),
 }
+_JOINED_ON_LOAD["kimi_linear"] = _JOINED_ON_LOAD["olmo_hybrid"]
 _SPLIT_ON_LOAD = {
     "lara_mini": (
         r"\.in_proj\.weight$",
         tuple(f".in_proj_{part}.weight" for part in ("qkv", "z", "b", "a")),
     ),
 }
+_LOADED_AS["kimi_linear"] = [
+    (r"\.block_sparse_moe\.", ".mlp."),
+    (r"\.self_attn\.(f_a_proj|f_b_proj|dt_bias|A_log)", r".self_attn.forget_gate.\1"),
+]
 _LOADED_AS["lara_mini"] = [(r"\.linear_attn\.out_norm\.", ".linear_attn.norm.")]
 _LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP
 _LOADED_AS["exaone_moe"] = [

@@ -46,8 +46,10 @@ def _l2_normalized(op, x: ir.Value, heads: int, head_dim: int) -> ir.Value:
     return op.Reshape(normed, op.Constant(value_ints=[0, 0, heads * head_dim]))
 
 
-class GatedDeltaNet(nn.Module):
-    """The `linear_attn` block; returns its output and the new conv and recurrent states."""
+class DeltaRuleBlock(nn.Module):
+    """What the delta-rule blocks share (Qwen3.5's gated delta net, Kimi's delta attention):
+    q, k and v projected and convolved (one projection and conv, or each apart), then the
+    delta rule over l2-normed heads; each subclass adds its gates, norm and output."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -63,26 +65,6 @@ class GatedDeltaNet(nn.Module):
         else:
             self.in_proj_qkv = Linear(hidden, sizes.conv_dim, False)
             self.conv1d = DepthwiseCausalConv(sizes.conv_dim, taps, False, activation="silu")
-        self.in_proj_z = Linear(hidden, sizes.value_dim, False)
-        self.in_proj_b = Linear(hidden, sizes.value_heads, False)
-        self.in_proj_a = Linear(hidden, sizes.value_heads, False)
-        self.dt_bias = parameter([sizes.value_heads])
-        self.A_log = parameter([sizes.value_heads])
-        eps = config.norm_eps if sizes.gated_norm_eps is None else sizes.gated_norm_eps
-        self.norm = make_norm("rms", sizes.value_head_dim, eps)
-        self.out_proj = Linear(sizes.value_dim, hidden, False)
-
-    def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32),
-        both 0 at padded positions: the state neither decays nor learns there."""
-        a = in_float32(op, self.in_proj_a(op, hidden_states))
-        softplus = op.Softplus(op.Add(a, in_float32(op, self.dt_bias)))
-        decay = op.Mul(op.Neg(op.Exp(in_float32(op, self.A_log))), softplus)
-        beta = op.Sigmoid(in_float32(op, self.in_proj_b(op, hidden_states)))
-        if self.sizes.beta_scale != 1.0:
-            beta = op.Mul(beta, op.Constant(value_float=self.sizes.beta_scale))
-        real = real_tokens(op, current)
-        return op.Mul(decay, real), op.Mul(beta, real)
 
     def _widths(self) -> tuple[int, int, int]:
         sizes = self.sizes
@@ -132,6 +114,35 @@ class GatedDeltaNet(nn.Module):
             update_rule="gated_delta",
             scale=1.0,  # q is scaled above, as onnxruntime-genai's builder does
         )
+
+
+class GatedDeltaNet(DeltaRuleBlock):
+    """The `linear_attn` block; returns its output and the new conv and recurrent states."""
+
+    def __init__(self, config: ArchitectureConfig) -> None:
+        super().__init__(config)
+        sizes = self.sizes
+        hidden = config.hidden_size
+        self.in_proj_z = Linear(hidden, sizes.value_dim, False)
+        self.in_proj_b = Linear(hidden, sizes.value_heads, False)
+        self.in_proj_a = Linear(hidden, sizes.value_heads, False)
+        self.dt_bias = parameter([sizes.value_heads])
+        self.A_log = parameter([sizes.value_heads])
+        eps = config.norm_eps if sizes.gated_norm_eps is None else sizes.gated_norm_eps
+        self.norm = make_norm("rms", sizes.value_head_dim, eps)
+        self.out_proj = Linear(sizes.value_dim, hidden, False)
+
+    def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32),
+        both 0 at padded positions: the state neither decays nor learns there."""
+        a = in_float32(op, self.in_proj_a(op, hidden_states))
+        softplus = op.Softplus(op.Add(a, in_float32(op, self.dt_bias)))
+        decay = op.Mul(op.Neg(op.Exp(in_float32(op, self.A_log))), softplus)
+        beta = op.Sigmoid(in_float32(op, self.in_proj_b(op, hidden_states)))
+        if self.sizes.beta_scale != 1.0:
+            beta = op.Mul(beta, op.Constant(value_float=self.sizes.beta_scale))
+        real = real_tokens(op, current)
+        return op.Mul(decay, real), op.Mul(beta, real)
 
     def forward(
         self,

@@ -12,7 +12,8 @@ attention runs on the latent itself: query [W_uk^T q_nope | rope(q_rope)] per he
 head's first kv_lora_rank output channels. The cache is that one head (kv_lora_rank +
 qk_rope_head_dim channels per token) as key and as value: onnxruntime-genai's decoder contract
 with num_key_value_heads 1, instead of every head's expanded key and value. The softmax scale is
-the config's (qk_head_dim**-0.5 with yarn's mscale, set by the family row).
+the config's (qk_head_dim**-0.5 with yarn's mscale, set by the family row). In a layer without
+rotary (Kimi Linear's NoPE) the rope slices of q and k_r attend as they are.
 """
 
 from __future__ import annotations
@@ -124,14 +125,13 @@ class LatentAttention(nn.Module):
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Returns (output [b, s, hidden], present_key, present_value [b, 1, total, d]), d =
         kv_lora_rank + qk_rope_head_dim."""
-        if rotary is None:
-            raise ValueError("multi-head latent attention rotates its rope slice; no rope given")
         mla, heads, dim = self.mla, self.num_heads, self.head_dim
         rank, rope = mla.kv_lora_rank, mla.qk_rope_head_dim
         key_up, value_up = self.kv_b_proj(op)
         q = _heads(op, self._query(op, hidden_states), heads, mla.qk_head_dim)
         q_nope, q_rope = self._query_slices(op, q)
-        q_rope = _heads(op, rotary(op, _flat(op, q_rope), position_ids, heads), heads, rope)
+        if rotary is not None:
+            q_rope = _heads(op, rotary(op, _flat(op, q_rope), position_ids, heads), heads, rope)
         q = _flat(op, op.Concat(_per_head(op, q_nope, key_up), q_rope, axis=-1))
         latent, k_rope = op.Split(
             self.kv_a_proj_with_mqa(op, hidden_states),
@@ -140,7 +140,9 @@ class LatentAttention(nn.Module):
             _outputs=2,
         )
         latent = self.kv_a_layernorm(op, latent)
-        kv = op.Concat(latent, rotary(op, k_rope, position_ids, 1), axis=-1)  # [b, s, dim]
+        if rotary is not None:
+            k_rope = rotary(op, k_rope, position_ids, 1)
+        kv = op.Concat(latent, k_rope, axis=-1)  # [b, s, dim]
         if slots is not None:
             past_key = place(op, past_key, kv, slots, 1, dim)
             past_value = place(op, past_value, kv, slots, 1, dim)

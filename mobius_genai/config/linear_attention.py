@@ -10,7 +10,9 @@ of `value_head_dim`. Its states: the conv's last `conv_kernel_size - 1` columns
 Family variants are fields here: `separate_qkv` (q_proj, k_proj and v_proj stored apart and
 concatenated before the conv: OLMo hybrid), `beta_scale` (beta = scale * sigmoid: 2 lets the
 update's eigenvalues go negative, OLMo hybrid's `linear_allow_neg_eigval`) and
-`gated_norm_eps` (the gated norm's own epsilon; None: the model's `rms_norm_eps`).
+`gated_norm_eps` (the gated norm's own epsilon; None: the model's `rms_norm_eps`), `rule`
+("gated_delta": Qwen3.5's gated delta net, a decay per head; "kimi": Kimi's delta attention, a
+decay per key channel, low-rank forget and output gates: components/kimi_delta.py).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class LinearAttentionConfig:
     separate_qkv: bool = False
     beta_scale: float = 1.0
     gated_norm_eps: float | None = None
+    rule: str = "gated_delta"
 
     @property
     def key_dim(self) -> int:

@@ -15,7 +15,7 @@ from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
-from mobius_genai.models.families.float32 import KeptFloat32
+from mobius_genai.models.families.float32 import CORRECTED_ROUTER, KeptFloat32
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
@@ -31,7 +31,11 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_text_rope,
 )
 from mobius_genai.models.families.linear_hybrids import (
+    KIMI_LINEAR_ATTENTION,
     OLMO_HYBRID_LINEAR_DEFAULTS,
+    kimi_linear_attention,
+    kimi_linear_layer_types,
+    kimi_linear_moe,
     lara_mini_layer_types,
     lara_mini_no_rope,
     olmo_hybrid_layer_types,
@@ -297,6 +301,56 @@ LARA_MINI = FamilyAdapter(
     experts=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj"),
 )
 
+# Kimi Linear: Kimi delta attention (the gated delta rule with a decay per key channel, q, k
+# and v convolved apart, low-rank forget and output gates, a sigmoid-gated norm) between
+# DeepSeek's latent attention without rotary; DeepSeek-V3's MoE blocks (sigmoid routing with a
+# correction bias, groups, shared experts) where mlp_layer_types says "sparse". The hub names
+# both token mixers self_attn and every MLP block_sparse_moe, and spells the MoE keys as
+# KimiLinearConfig's attribute_map (num_experts, moe_renormalize, ...). onnxruntime-genai 0.18
+# runs it as its generic decoder (the latent cache as one key/value head, the states by name).
+KIMI_LINEAR = FamilyAdapter(
+    model_type="kimi_linear",
+    config_aliases={
+        "model_max_length": "max_position_embeddings",
+        "num_experts": "n_routed_experts",
+        "num_local_experts": "n_routed_experts",
+        "num_experts_per_token": "num_experts_per_tok",
+        "num_expert_group": "n_group",
+        "moe_renormalize": "norm_topk_prob",
+        "num_shared_experts": "n_shared_experts",
+    },
+    config_defaults={
+        "layer_types": kimi_linear_layer_types,
+        "rms_norm_eps": 1e-5,
+        "num_key_value_heads": when_absent("num_key_value_heads", 32),
+        "q_lora_rank": None,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": 1024,
+        "num_experts_per_tok": 8,
+        "n_group": 1,
+        "topk_group": 1,
+        "routed_scaling_factor": 2.446,
+        "norm_topk_prob": True,
+    },
+    config_overrides={
+        **KIMI_LINEAR_ATTENTION,
+        "linear_attention": kimi_linear_attention,
+        "moe": kimi_linear_moe,
+    },
+    weight_renames=(
+        (r"\.linear_attn\.", ".self_attn."),
+        (r"\.mlp\.shared_expert\.", ".mlp.shared_experts."),
+        (r"\.mlp\.", ".block_sparse_moe."),
+    ),
+    experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    float32=CORRECTED_ROUTER,
+)
+
 HYBRID_FAMILIES = (
     LFM2,
     LFM2_MOE,
@@ -381,4 +435,5 @@ HYBRID_FAMILIES = (
     MAMBA2,
     OLMO_HYBRID,
     LARA_MINI,
+    KIMI_LINEAR,
 )

@@ -90,7 +90,7 @@ DEFAULT_RUN |= {"mamba", "jamba"}
 DEFAULT_RUN |= {"bloom"}  # ALiBi: each head's linear biases as GQA's attention_bias
 # family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
 # (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
-SEEDS = {"qwen3_5_text": 1, "ministral": 1, "glm4_moe_lite": 1, "minicpm3": 1}
+SEEDS = {"qwen3_5_text": 1, "ministral": 1, "glm4_moe_lite": 1, "minicpm3": 1, "kimi_linear": 1}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
 # rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).
 NEW_FAMILIES = tuple(

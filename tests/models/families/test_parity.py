@@ -24,7 +24,6 @@ from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.cohere2_moe import cohere2_moe
 from mobius_genai.models.families.dbrx import dbrx_moe
-from mobius_genai.models.families.linear_hybrids import olmo_hybrid_linear_attention
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import GEMMA4_MOE, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
@@ -644,24 +643,14 @@ CASES = {
             "tie_word_embeddings": True,
         },
     ),
-    # delta net, post-norm attention, delta net (tests/_hf.py); then NoPE (rope_parameters
-    # without rope_theta, as the released checkpoints), beta not doubled, the attention first
+    # delta net, post-norm attention, delta net (tests/_hf.py; variants and mutants:
+    # test_linear_hybrids.py)
     "olmo_hybrid": ("olmo_hybrid", {}),
-    "olmo_hybrid_nope_positive_beta_attention_first": (
-        "olmo_hybrid",
-        {
-            "rope_parameters": {"rope_type": "default", "rope_theta": None},
-            "linear_allow_neg_eigval": False,
-            "layer_types": ["full_attention", "linear_attention", "linear_attention"],
-        },
-    ),
-    # delta net, windowed rotary, delta net, global NoPE attention, MoE everywhere (tests/_hf.py);
-    # then the top-k not renormalized, equal key and value heads, a tied head
+    # delta net, windowed rotary, delta net, global NoPE attention, MoE everywhere (tests/_hf.py)
     "lara_mini": ("lara_mini", {}),
-    "lara_mini_unnormalized_equal_linear_heads_tied": (
-        "lara_mini",
-        {"norm_topk_prob": False, "linear_num_value_heads": 2, "tie_word_embeddings": True},
-    ),
+    # delta attention, NoPE latent attention, delta attention, DeepSeek-V3's MoE after a dense
+    # first layer (tests/_hf.py)
+    "kimi_linear": ("kimi_linear", {}),
 }
 
 
@@ -1172,67 +1161,6 @@ MUTANTS = {
         "gpt-sw3",
         lambda: _without("gpt-sw3", hidden_act="gelu_new"),
         {"activation_function": "relu"},
-    ),
-    # OLMo hybrid's beta = 2 * sigmoid (linear_allow_neg_eigval); its gated norm at 1e-5 (a
-    # large rms_norm_eps shows it); its delta-net layers pre-norm (read as sums normed after
-    # the add, the same tensors); NoPE without rope_theta
-    "olmo_hybrid_beta_not_doubled": (
-        "olmo_hybrid",
-        lambda: _without(
-            "olmo_hybrid",
-            linear_attention=lambda raw: dataclasses.replace(
-                olmo_hybrid_linear_attention(raw), beta_scale=1.0
-            ),
-        ),
-    ),
-    "olmo_hybrid_gated_norm_at_rms_norm_eps": (
-        "olmo_hybrid",
-        lambda: _without(
-            "olmo_hybrid",
-            linear_attention=lambda raw: dataclasses.replace(
-                olmo_hybrid_linear_attention(raw),
-                gated_norm_eps=None,
-            ),
-        ),
-        {"rms_norm_eps": 0.1},
-    ),
-    "olmo_hybrid_delta_nets_normed_after_the_add": (
-        "olmo_hybrid",
-        lambda: _without("olmo_hybrid", recurrent_norm_placement="post_residual"),
-    ),
-    "olmo_hybrid_rotary_without_rope_theta": (
-        "olmo_hybrid",
-        lambda: _without("olmo_hybrid", no_rope_layers=()),
-        {"rope_parameters": {"rope_type": "default", "rope_theta": None}},
-    ),
-    # Lara-Mini: rotary only in the windowed layers; the top-k renormalized; in_proj's b and a
-    # rows in their order; norms scaling by w (not Qwen3.5's 1 + w)
-    "lara_mini_rotary_in_global_layers": (
-        "lara_mini",
-        lambda: _without("lara_mini", no_rope_layers=()),
-    ),
-    "lara_mini_unnormalized_top_k": (
-        "lara_mini",
-        lambda: _without("lara_mini", moe=_unnormalized("lara_mini")),
-    ),
-    "lara_mini_in_proj_a_before_b": (
-        "lara_mini",
-        lambda: dataclasses.replace(
-            FAMILIES["lara_mini"],
-            fused_weights=(
-                dataclasses.replace(
-                    FAMILIES["lara_mini"].fused_weights[0], parts=("qkv", "z", "a", "b")
-                ),
-            ),
-        ),
-    ),
-    "lara_mini_norms_offset": (
-        "lara_mini",
-        lambda: dataclasses.replace(
-            FAMILIES["lara_mini"],
-            preprocess_weight=offset_norm_weights,
-            preprocessed_weights=NORM_WEIGHTS,
-        ),
     ),
 }
 
