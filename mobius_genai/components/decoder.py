@@ -18,8 +18,8 @@ whose only mixer is a recurrent block may have a placement of its own
 layers). Norm modules carry the names transformers gives them for each placement, so
 checkpoints need no renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
-GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache is the block's tuple of
-states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
+GatedDeltaNet or Kimi's delta attention, "mamba2" → Granite-4.0-H's Mamba2Mixer); its cache
+is the block's tuple of states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
 multi-head latent attention, one with `differential_attention` DiffLlama's. A layer may run a recurrent block beside its attention (Falcon-H1:
 `parallel_recurrent`, both reading the normed input, their outputs added; its cache is (key,
 value, *states)), and with `one_block_layers` a layer is one block (Nemotron-H): its mixer
