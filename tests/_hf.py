@@ -98,8 +98,10 @@ from transformers import (
     Jais2Config,
     JambaConfig,
     JetMoeConfig,
+    KimiLinearConfig,
     Kolibri1Config,
     LagunaConfig,
+    LaraMiniConfig,
     Lfm2Config,
     Lfm2MoeConfig,
     Llama4TextConfig,
@@ -124,6 +126,7 @@ from transformers import (
     Olmo3Config,
     OlmoConfig,
     OlmoeConfig,
+    OlmoHybridConfig,
     OpenAIGPTConfig,
     OPTConfig,
     PersimmonConfig,
@@ -256,6 +259,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
+    "olmo_hybrid": OlmoHybridConfig,
+    "lara_mini": LaraMiniConfig,
+    "kimi_linear": KimiLinearConfig,
     "laguna": LagunaConfig,
     "mellum": MellumConfig,
     "mimo_v2_flash": MiMoV2FlashConfig,
@@ -370,6 +376,9 @@ _ARCHITECTURES = {
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
+    "olmo_hybrid": "OlmoHybridForCausalLM",
+    "lara_mini": "LaraMiniForCausalLM",
+    "kimi_linear": "KimiLinearForCausalLM",
     "laguna": "LagunaForCausalLM",
     "mellum": "MellumForCausalLM",
     "mimo_v2_flash": "MiMoV2FlashForCausalLM",
@@ -1316,6 +1325,51 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "n_groups": 2,
         "chunk_size": 8,
         "use_bias": True,
+    },
+    # delta net, post-norm attention (q/k norms over the whole projection), delta net: Qwen3.5's
+    # tiny delta-net sizes with q/k/v apart and beta doubled; rotary attention (its NoPE:
+    # test_parity.py's cases)
+    "olmo_hybrid": {key: value for key, value in _QWEN3_5_HYBRID.items() if key != "head_dim"},
+    # delta net, windowed rotary attention (a 4-token window), delta net, global NoPE attention
+    # (per-head q/k norms, biases); MoE in every layer: 4 experts, 2 per token, renormalized, a
+    # shared expert added without a gate
+    "lara_mini": {
+        **_QWEN3_5_HYBRID,
+        "num_hidden_layers": 4,
+        "layer_types": [
+            "linear_attention",
+            "sliding_attention",
+            "linear_attention",
+            "full_attention",
+        ],
+        "sliding_window": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "intermediate_size": UNSET,
+    },
+    # Kimi delta attention (2 heads of 16, a 4-tap conv), NoPE latent attention (a 32-channel
+    # latent, 16 + 8 q/k channels, 8 value channels), delta attention; a dense first MLP, then
+    # 8 experts in 4 groups (2 kept), 2 per token, a shared expert, corrected sigmoid routing
+    "kimi_linear": {
+        "num_key_value_heads": 4,  # as many as query heads: KimiLinearAttention expands them so
+        "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+        "linear_num_heads": 2,
+        "linear_head_dim": 16,
+        "linear_conv_kernel_dim": 4,
+        "max_position_embeddings": 128,
+        "kv_lora_rank": 32,
+        "q_lora_rank": None,
+        "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8,
+        "v_head_dim": 8,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "n_shared_experts": 1,
+        "n_group": 4,
+        "topk_group": 2,
     },
     # RecurrentGemma: RG-LRU, RG-LRU, local attention, RG-LRU over hidden 96 (sqrt(96) is not
     # a bfloat16: the embedding scale's rounding shows), RG-LRU 48 wide (gates in 4 blocks of

@@ -69,6 +69,7 @@ _BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["granitemoe_swa"] = {"attention_bias": True}
 _BIAS["diffllama"] = _BIAS["laguna"] = _BIAS["mellum"] = {"attention_bias": True}
 _BIAS["mimo_v2_flash"] = {"attention_bias": True}
+_BIAS["kimi_linear"] = {"attention_bias": True}  # the latent attention's kv_a and o projections
 _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
@@ -124,6 +125,28 @@ _LOADED_AS["hy_v3"] = [
     (r"\.mlp\.expert_bias$", ".mlp.e_score_correction_bias"),
     (r"\.mlp\.shared_mlp\.", ".mlp.shared_experts."),
 ]
+_LOADED_AS["olmo_hybrid"] = [
+    (r"\.attention_layer_norm\.", ".input_layernorm."),
+    (r"\.feedforward_layer_norm\.", ".post_attention_layernorm."),
+]
+#: Checkpoint tensors transformers concatenates on load (OLMo hybrid's q, k, v convs into one
+#: conv1d) as (pattern with group `part`, the parts in order, the loaded tensor's name), and
+#: tensors it splits (Lara-Mini's in_proj) as (pattern, the loaded tensors it concatenates).
+_JOINED_ON_LOAD = {
+    "olmo_hybrid": (r"\.(?P<part>q|k|v)_conv1d\.weight$", ("q", "k", "v"), ".conv1d.weight"),
+}
+_JOINED_ON_LOAD["kimi_linear"] = _JOINED_ON_LOAD["olmo_hybrid"]
+_SPLIT_ON_LOAD = {
+    "lara_mini": (
+        r"\.in_proj\.weight$",
+        tuple(f".in_proj_{part}.weight" for part in ("qkv", "z", "b", "a")),
+    ),
+}
+_LOADED_AS["kimi_linear"] = [
+    (r"\.block_sparse_moe\.", ".mlp."),
+    (r"\.self_attn\.(f_a_proj|f_b_proj|dt_bias|A_log)", r".self_attn.forget_gate.\1"),
+]
+_LOADED_AS["lara_mini"] = [(r"\.linear_attn\.out_norm\.", ".linear_attn.norm.")]
 _LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP
 _LOADED_AS["exaone_moe"] = [
     (r"\.mlp\.e_score_correction_bias$", ".mlp.gate.e_score_correction_bias")
@@ -173,11 +196,21 @@ def test_checkpoint_round_trips(ckpts: dict[str, Path], family: str) -> None:
     assert {t.dtype for t in tensors.values()} == {np.dtype(np.float32)}
     state = model.state_dict()
     for name, value in tensors.items():
-        np.testing.assert_array_equal(_loaded_value(state, family, name), value, err_msg=name)
+        loaded = _loaded_value(state, family, _loaded_as(family, name), tensors)
+        np.testing.assert_array_equal(loaded, value, err_msg=name)
 
 
-def _loaded_value(state: dict, family: str, name: str) -> np.ndarray:
-    name = _loaded_as(family, name)
+def _loaded_value(state: dict, family: str, name: str, tensors: dict) -> np.ndarray:
+    if family in _JOINED_ON_LOAD and re.search(_JOINED_ON_LOAD[family][0], name):
+        pattern, parts, joined = _JOINED_ON_LOAD[family]
+        part = re.search(pattern, name)["part"]
+        before = parts[: parts.index(part)]
+        start = sum(len(tensors[re.sub(pattern, f".{p}_conv1d.weight", name)]) for p in before)
+        value = state[re.sub(pattern, joined, name)].numpy()
+        return value[start : start + len(tensors[name])]
+    if family in _SPLIT_ON_LOAD and re.search(_SPLIT_ON_LOAD[family][0], name):
+        pattern, parts = _SPLIT_ON_LOAD[family]
+        return np.concatenate([state[re.sub(pattern, part, name)].numpy() for part in parts])
     match = _PER_EXPERT.match(name)
     if match is None:
         return state[name].numpy()

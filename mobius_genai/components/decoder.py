@@ -12,11 +12,13 @@
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
 (granite); with `residual_factors` each add is alpha * residual + beta * block (MiniMax). With `residual_in_float32` in a float16 or bfloat16 build the layers pass the
 residual stream on in float32: a block reads it cast to the model dtype and its output is cast
-to float32 before the add, where transformers' Mamba blocks cast (`residual_in_fp32`). Norm
-modules carry the names transformers gives them for each placement, so checkpoints need no
-renames. A recurrent layer has the component its kind's row names in place
+to float32 before the add, where transformers' Mamba blocks cast (`residual_in_fp32`). A layer
+whose only mixer is a recurrent block may have a placement of its own
+(`recurrent_norm_placement`: OLMo hybrid's pre-norm delta nets between post-norm attention
+layers). Norm modules carry the names transformers gives them for each placement, so
+checkpoints need no renames. A recurrent layer has the component its kind's row names in place
 of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
-GatedDeltaNet, "mamba2" → Granite-4.0-H's Mamba2Mixer, "rglru" → RecurrentGemma's
+GatedDeltaNet or Kimi's delta attention, "mamba2" → Granite-4.0-H's Mamba2Mixer, "rglru" → RecurrentGemma's
 RgLruBlock, "lightning_attention" → MiniMax's LightningAttention); its cache is the block's tuple of
 states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
 multi-head latent attention, one with `differential_attention` DiffLlama's, one with
@@ -96,14 +98,15 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ArchitectureConfig, layer_index: int) -> None:
         super().__init__()
-        slots = NORM_SLOTS[config.norm_placement]
+        placement = config.norm_placement_of(layer_index)
+        slots = NORM_SLOTS[placement]
         if config.parallel_residual:
             # the MLP reads the attention's normed input, or the input through a norm of its own
             slots = (slots[0], None, slots[2] if config.parallel_mlp_norm else None, None)
         if config.one_block_layers:  # one norm before the one block
             slots = (slots[0], None, None, None)
         self.slots = slots
-        self.sum_norms = SUM_NORMS.get(config.norm_placement, (None, None))
+        self.sum_norms = SUM_NORMS.get(placement, (None, None))
         self.parallel = config.parallel_residual
         self.residual_after_norm = config.residual_after_norm
         self.residual_multiplier = config.residual_multiplier

@@ -15,6 +15,11 @@ components/recurrent_bodies.py; their states are onnxruntime-genai's
 `past_key_values.%d.conv_state` [batch, conv_dim, taps - 1] and `.recurrent_state`
 [batch, value_heads, key_head_dim, value_head_dim]. The gated norm scales by `weight` where the
 model's other norms use 1 + weight (the family row offsets only those).
+
+Variants (config/linear_attention.py): q, k and v projected and convolved apart (q_proj,
+q_conv1d, ...: `separate_qkv`, OLMo hybrid's checkpoints), their conv states still one
+[batch, conv_dim, taps - 1] state split by channels; beta scaled (`beta_scale`); the gated
+norm's own epsilon (`gated_norm_eps`).
 """
 
 from __future__ import annotations
@@ -41,35 +46,48 @@ def _l2_normalized(op, x: ir.Value, heads: int, head_dim: int) -> ir.Value:
     return op.Reshape(normed, op.Constant(value_ints=[0, 0, heads * head_dim]))
 
 
-class GatedDeltaNet(nn.Module):
-    """The `linear_attn` block; returns its output and the new conv and recurrent states."""
+class DeltaRuleBlock(nn.Module):
+    """What the delta-rule blocks share (Qwen3.5's gated delta net, Kimi's delta attention):
+    q, k and v projected and convolved (one projection and conv, or each apart), then the
+    delta rule over l2-normed heads; each subclass adds its gates, norm and output."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
         sizes = config.linear_attention
         self.sizes = sizes
         hidden = config.hidden_size
-        self.in_proj_qkv = Linear(hidden, sizes.conv_dim, False)
-        self.in_proj_z = Linear(hidden, sizes.value_dim, False)
-        self.in_proj_b = Linear(hidden, sizes.value_heads, False)
-        self.in_proj_a = Linear(hidden, sizes.value_heads, False)
-        self.conv1d = DepthwiseCausalConv(
-            sizes.conv_dim, sizes.conv_kernel_size, False, activation="silu"
-        )
-        self.dt_bias = parameter([sizes.value_heads])
-        self.A_log = parameter([sizes.value_heads])
-        self.norm = make_norm("rms", sizes.value_head_dim, config.norm_eps)
-        self.out_proj = Linear(sizes.value_dim, hidden, False)
+        taps = sizes.conv_kernel_size
+        if sizes.separate_qkv:
+            for part, width in zip("qkv", self._widths(), strict=True):
+                setattr(self, f"{part}_proj", Linear(hidden, width, False))
+                conv = DepthwiseCausalConv(width, taps, False, activation="silu")
+                setattr(self, f"{part}_conv1d", conv)
+        else:
+            self.in_proj_qkv = Linear(hidden, sizes.conv_dim, False)
+            self.conv1d = DepthwiseCausalConv(sizes.conv_dim, taps, False, activation="silu")
 
-    def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
-        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32),
-        both 0 at padded positions: the state neither decays nor learns there."""
-        a = in_float32(op, self.in_proj_a(op, hidden_states))
-        softplus = op.Softplus(op.Add(a, in_float32(op, self.dt_bias)))
-        decay = op.Mul(op.Neg(op.Exp(in_float32(op, self.A_log))), softplus)
-        beta = op.Sigmoid(in_float32(op, self.in_proj_b(op, hidden_states)))
-        real = real_tokens(op, current)
-        return op.Mul(decay, real), op.Mul(beta, real)
+    def _widths(self) -> tuple[int, int, int]:
+        sizes = self.sizes
+        return sizes.key_dim, sizes.key_dim, sizes.value_dim
+
+    def _convolved(
+        self, op, hidden_states: ir.Value, past_conv: ir.Value, current: ir.Value
+    ) -> tuple[ir.Value, ir.Value]:
+        """[q | k | v] convolved, [batch, seq, conv_dim], and the conv state: one projection
+        and conv, or q, k and v each through their own, the state split by their channels."""
+        if not self.sizes.separate_qkv:
+            mixed = self.in_proj_qkv(op, hidden_states)
+            return self.conv1d.over_sequence(op, mixed, past_conv, current)
+        widths = op.Constant(value_ints=list(self._widths()))
+        pasts = op.Split(past_conv, widths, axis=1, _outputs=3)
+        outputs, states = [], []
+        for part, past in zip("qkv", pasts, strict=True):
+            projected = getattr(self, f"{part}_proj")(op, hidden_states)
+            conv = getattr(self, f"{part}_conv1d")
+            output, state = conv.over_sequence(op, projected, past, current)
+            outputs.append(output)
+            states.append(state)
+        return op.Concat(*outputs, axis=-1), op.Concat(*states, axis=1)
 
     def attend(
         self, op, mixed: ir.Value, decay: ir.Value, beta: ir.Value, past: ir.Value
@@ -97,6 +115,35 @@ class GatedDeltaNet(nn.Module):
             scale=1.0,  # q is scaled above, as onnxruntime-genai's builder does
         )
 
+
+class GatedDeltaNet(DeltaRuleBlock):
+    """The `linear_attn` block; returns its output and the new conv and recurrent states."""
+
+    def __init__(self, config: ArchitectureConfig) -> None:
+        super().__init__(config)
+        sizes = self.sizes
+        hidden = config.hidden_size
+        self.in_proj_z = Linear(hidden, sizes.value_dim, False)
+        self.in_proj_b = Linear(hidden, sizes.value_heads, False)
+        self.in_proj_a = Linear(hidden, sizes.value_heads, False)
+        self.dt_bias = parameter([sizes.value_heads])
+        self.A_log = parameter([sizes.value_heads])
+        eps = config.norm_eps if sizes.gated_norm_eps is None else sizes.gated_norm_eps
+        self.norm = make_norm("rms", sizes.value_head_dim, eps)
+        self.out_proj = Linear(sizes.value_dim, hidden, False)
+
+    def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """The log decay g and the update rate beta, [batch, seq, value_heads] each (float32),
+        both 0 at padded positions: the state neither decays nor learns there."""
+        a = in_float32(op, self.in_proj_a(op, hidden_states))
+        softplus = op.Softplus(op.Add(a, in_float32(op, self.dt_bias)))
+        decay = op.Mul(op.Neg(op.Exp(in_float32(op, self.A_log))), softplus)
+        beta = op.Sigmoid(in_float32(op, self.in_proj_b(op, hidden_states)))
+        if self.sizes.beta_scale != 1.0:
+            beta = op.Mul(beta, op.Constant(value_float=self.sizes.beta_scale))
+        real = real_tokens(op, current)
+        return op.Mul(decay, real), op.Mul(beta, real)
+
     def forward(
         self,
         op,
@@ -108,8 +155,7 @@ class GatedDeltaNet(nn.Module):
         sizes = self.sizes
         current = current_mask(op, hidden_states, attention_mask)
         hidden_states = zero_padding(op, hidden_states, current)
-        mixed = self.in_proj_qkv(op, hidden_states)
-        convolved, present_conv = self.conv1d.over_sequence(op, mixed, past_conv, current)
+        convolved, present_conv = self._convolved(op, hidden_states, past_conv, current)
         decay, beta = self._gates(op, hidden_states, current)
         convolved = in_float32(op, convolved)
         output, present_recurrent = self.attend(op, convolved, decay, beta, past_recurrent)

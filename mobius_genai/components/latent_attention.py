@@ -12,7 +12,8 @@ attention runs on the latent itself: query [W_uk^T q_nope | rope(q_rope)] per he
 head's first kv_lora_rank output channels. The cache is that one head (kv_lora_rank +
 qk_rope_head_dim channels per token) as key and as value: onnxruntime-genai's decoder contract
 with num_key_value_heads 1, instead of every head's expanded key and value. The softmax scale is
-the config's (qk_head_dim**-0.5 with yarn's mscale, set by the family row).
+the config's (qk_head_dim**-0.5 with yarn's mscale, set by the family row). In a layer without
+rotary (Kimi Linear's NoPE) the rope slices of q and k_r attend as they are.
 
 With DeepSeek sparse attention (mla.indexer, components/sparse_indexer.py) each cached token
 also carries the lightning indexer's key after [c | rope(k_r)], and the queries zeros there:
@@ -161,15 +162,14 @@ class LatentAttention(nn.Module):
     ) -> tuple[ir.Value, ir.Value, ir.Value]:
         """Returns (output [b, s, hidden], present_key, present_value [b, 1, total, d]), d =
         kv_lora_rank + qk_rope_head_dim (+ the indexer's head_dim)."""
-        if rotary is None:
-            raise ValueError("multi-head latent attention rotates its rope slice; no rope given")
         mla, heads, dim = self.mla, self.num_heads, self.head_dim
         rank, rope = mla.kv_lora_rank, mla.qk_rope_head_dim
         key_up, value_up = self.kv_b_proj(op)
         q_latent = self._query_latent(op, hidden_states)
         q = _heads(op, self._query(op, hidden_states, q_latent), heads, mla.qk_head_dim)
         q_nope, q_rope = self._query_slices(op, q)
-        q_rope = _heads(op, rotary(op, _flat(op, q_rope), position_ids, heads), heads, rope)
+        if rotary is not None:
+            q_rope = _heads(op, rotary(op, _flat(op, q_rope), position_ids, heads), heads, rope)
         q = op.Concat(_per_head(op, q_nope, key_up), q_rope, axis=-1)
         if self.indexer is not None:  # zeros against the indexer's key channels
             indexed = dim - rank - rope
@@ -182,7 +182,9 @@ class LatentAttention(nn.Module):
             _outputs=2,
         )
         latent = self.kv_a_layernorm(op, latent)
-        parts = [latent, rotary(op, k_rope, position_ids, 1)]
+        if rotary is not None:
+            k_rope = rotary(op, k_rope, position_ids, 1)
+        parts = [latent, k_rope]
         if self.indexer is not None:
             parts.append(self.indexer_key(op, hidden_states, rotary, position_ids))
         kv = op.Concat(*parts, axis=-1)  # [b, s, dim]

@@ -96,6 +96,9 @@ class ArchitectureConfig:
     - `norm_placement`: where a layer normalizes. "pre": norm → block → add (llama);
       "sandwich": norm → block → norm → add (gemma2/3); "post": block → norm → add (olmo2);
       "post_residual": block → add → norm (opt-350m's do_layer_norm_before false).
+    - `recurrent_norm_placement`: the placement of the layers with a recurrent block and no
+      attention where it differs from `norm_placement` (OLMo hybrid: post-norm attention
+      layers, pre-norm gated delta nets); None: the same.
     - `parallel_residual`: attention and MLP read the same normed input and both outputs are
       added to the residual at once, x + attn(ln(x)) + mlp(ln(x)) (phi); needs placement "pre".
     - `parallel_mlp_norm`: with `parallel_residual`, the MLP normalizes the layer input with a
@@ -243,6 +246,7 @@ class ArchitectureConfig:
     tie_word_embeddings: bool = False
     norm_type: str = "rms"
     norm_placement: str = "pre"
+    recurrent_norm_placement: str | None = None
     parallel_residual: bool = False
     parallel_mlp_norm: bool = False
     residual_after_norm: bool = False
@@ -374,6 +378,14 @@ class ArchitectureConfig:
     def has_kv_cache(self, index: int) -> bool:
         """Whether layer `index` attends (KV cache) rather than carrying a recurrent state."""
         return self.layer_types[index] in ATTENTION_LAYER_TYPES
+
+    def norm_placement_of(self, index: int) -> str:
+        """Where layer `index` normalizes: `recurrent_norm_placement` in a layer whose only
+        token mixer is a recurrent block, else `norm_placement`."""
+        recurrent = not self.has_kv_cache(index) and self.recurrent_block(index) is not None
+        if recurrent and self.recurrent_norm_placement is not None:
+            return self.recurrent_norm_placement
+        return self.norm_placement
 
     def recurrent_block(self, index: int) -> RecurrentBlock | None:
         """The recurrent block layer `index` runs: its kind's, or beside its attention the
@@ -587,6 +599,11 @@ def _validate_block_kinds(config: ArchitectureConfig) -> None:
         raise ConfigError(
             f"config.json: position_embedding {config.position_embedding!r} with alibi "
             f"{config.alibi!r}; accepted: ALiBi settings exactly with position_embedding 'alibi'"
+        )
+    if config.recurrent_norm_placement not in (None, *NORM_PLACEMENTS):
+        raise ConfigError(
+            f"config.json: recurrent_norm_placement {config.recurrent_norm_placement!r} is not "
+            f"supported; accepted: None or one of {list(NORM_PLACEMENTS)}"
         )
     if config.parallel_residual and config.norm_placement != "pre":
         raise ConfigError(

@@ -6,6 +6,13 @@ a `conv_kernel_size`-tap depthwise kernel and SiLU, then runs the gated delta ru
 of `value_head_dim`. Its states: the conv's last `conv_kernel_size - 1` columns
 [batch, conv_dim, conv_kernel_size - 1] and the recurrence's
 [batch, value_heads, key_head_dim, value_head_dim] in float32.
+
+Family variants are fields here: `separate_qkv` (q_proj, k_proj and v_proj stored apart and
+concatenated before the conv: OLMo hybrid), `beta_scale` (beta = scale * sigmoid: 2 lets the
+update's eigenvalues go negative, OLMo hybrid's `linear_allow_neg_eigval`) and
+`gated_norm_eps` (the gated norm's own epsilon; None: the model's `rms_norm_eps`), `rule`
+("gated_delta": Qwen3.5's gated delta net, a decay per head; "kimi": Kimi's delta attention, a
+decay per key channel, low-rank forget and output gates: components/kimi_delta.py).
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ class LinearAttentionConfig:
     key_head_dim: int
     value_head_dim: int
     conv_kernel_size: int
+    separate_qkv: bool = False
+    beta_scale: float = 1.0
+    gated_norm_eps: float | None = None
+    rule: str = "gated_delta"
 
     @property
     def key_dim(self) -> int:

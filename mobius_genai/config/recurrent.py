@@ -71,8 +71,9 @@ class RecurrentBlock:
     """A recurrent layer kind: `layer_type` as config.json names it, `section` the
     ArchitectureConfig field with its settings, `module` its name in checkpoints
     (model.layers.N.<module>.*), `component` the onnxscript.nn block ("package.module:Class",
-    imported when a decoder is built), its states and how og names them; `per_layer`: the
-    component is built with the layer's index too (settings that differ by depth)."""
+    or a function of the config that returns the block, imported when a decoder is built), its
+    states and how og names them; `per_layer`: the component is built with the layer's index
+    too (settings that differ by depth)."""
 
     layer_type: str
     section: str
@@ -90,7 +91,7 @@ class RecurrentBlock:
                 f"patterns; accepted: {list(DERIVED_SUFFIXES)}, the ones og 0.18 derives"
             )
 
-    def block_class(self) -> type:
+    def block_class(self) -> Callable[..., Any]:
         """The component class, imported here so that reading configs needs no graph stack."""
         module, _, name = self.component.partition(":")
         return getattr(importlib.import_module(module), name)
@@ -154,8 +155,8 @@ def _lightning_dims(config: ArchitectureConfig) -> tuple[int, ...]:
 
 
 #: Layer kind → its block. LFM2's short conv (config/short_conv.py): the conv's last columns.
-#: Qwen3.5's gated delta net (config/linear_attention.py): its conv's last columns and the
-#: delta rule's state, in float32. Mamba2 (config/mamba2.py): its conv's last columns and the
+#: Qwen3.5's gated delta net or Kimi's delta attention (config/linear_attention.py's `rule`):
+#: its conv's last columns and the delta rule's state, in float32. Mamba2 (config/mamba2.py): its conv's last columns and the
 #: selective scan's state, in float32, named as the gated delta net's. Mamba1 (config/mamba1.py):
 #: the same two states, its scan's a state entry per channel and state size, named alike.
 #: RecurrentGemma's RG-LRU (config/rglru.py): its conv's last columns and the recurrence's one
@@ -179,7 +180,7 @@ RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
             layer_type="linear_attention",
             section="linear_attention",
             module="linear_attn",
-            component="mobius_genai.components.gated_delta_net:GatedDeltaNet",
+            component="mobius_genai.components.delta_rule_blocks:delta_rule_block",
             states=(
                 State("conv_state", ("conv_dim", "conv_cache_size"), _delta_conv_dims),
                 State(

@@ -13,9 +13,9 @@ from mobius_genai.config.moe import MoeKeys, moe_reader
 from mobius_genai.config.mtp import MtpKeys
 from mobius_genai.config.short_conv import read_short_conv
 from mobius_genai.config.text_config import TextOnly
-from mobius_genai.models.families.adapter import FamilyAdapter
+from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.family_keys import READS_PARTIAL_ROTARY, UNBIASED_ATTENTION
-from mobius_genai.models.families.float32 import KeptFloat32
+from mobius_genai.models.families.float32 import CORRECTED_ROUTER, KeptFloat32
 from mobius_genai.models.families.hybrid import (
     QWEN3_5_OFFSET_NORMS,
     QWEN3_NEXT_PACKED,
@@ -29,6 +29,18 @@ from mobius_genai.models.families.hybrid import (
     qwen3_5_layer_types,
     qwen3_5_norm_weights,
     qwen3_5_text_rope,
+)
+from mobius_genai.models.families.linear_hybrids import (
+    KIMI_LINEAR_ATTENTION,
+    OLMO_HYBRID_LINEAR_DEFAULTS,
+    kimi_linear_attention,
+    kimi_linear_layer_types,
+    kimi_linear_moe,
+    lara_mini_layer_types,
+    lara_mini_no_rope,
+    olmo_hybrid_layer_types,
+    olmo_hybrid_linear_attention,
+    olmo_hybrid_no_rope,
 )
 from mobius_genai.models.families.mamba1_rows import MAMBA1_FAMILIES
 from mobius_genai.models.families.mamba2_hybrids import BAMBA, FALCON_H1, NEMOTRON_H
@@ -219,6 +231,128 @@ LFM2_MOE = dataclasses.replace(
     float32=KeptFloat32(declared=("expert_bias",)),
 )
 
+# OLMo hybrid: gated delta nets (q, k, v projected and convolved apart; beta doubled; the
+# gated norm at 1e-5) in pre-norm layers between olmo3's post-norm attention layers (q/k norms over the whole
+# projection); NoPE where rope_parameters has no rope_theta (the released checkpoints).
+# onnxruntime-genai 0.18 runs it as its generic decoder, which finds the states by their names.
+OLMO_HYBRID = FamilyAdapter(
+    model_type="olmo_hybrid",
+    config_defaults={"layer_types": olmo_hybrid_layer_types, **OLMO_HYBRID_LINEAR_DEFAULTS},
+    config_overrides={
+        "norm_placement": "post",
+        "recurrent_norm_placement": "pre",
+        "qk_norm": True,
+        "qk_norm_per_head": False,
+        "no_rope_layers": olmo_hybrid_no_rope,
+        "linear_attention": olmo_hybrid_linear_attention,
+    },
+    weight_renames=(
+        (r"\.linear_attn\.in_proj_a\.", ".linear_attn.a_proj."),
+        (r"\.linear_attn\.in_proj_b\.", ".linear_attn.b_proj."),
+        (r"\.linear_attn\.in_proj_z\.", ".linear_attn.g_proj."),
+        (r"\.linear_attn\.out_proj\.", ".linear_attn.o_proj."),
+        (r"\.linear_attn\.norm\.", ".linear_attn.o_norm."),
+        # transformers' conversion mapping: the hub's names of the layers' first two norms
+        (r"\.input_layernorm\.", ".attention_layer_norm."),
+        (r"\.post_attention_layernorm\.", ".feedforward_layer_norm."),
+    ),
+)
+
+# Lara-Mini: Qwen3.5's gated delta nets (stored as one in_proj, rows [q | k | v | z | b | a], and
+# a gated norm named out_norm) between qwen3 attention layers that rotate and slide
+# ("sliding_attention") or attend globally without rotary ("full_attention"); every norm scales by
+# its weight; MoE blocks in every layer (softmax top-k, renormalized by default, a shared expert
+# added without a gate). onnxruntime-genai 0.18 runs it as its generic decoder.
+LARA_MINI = FamilyAdapter(
+    model_type="lara_mini",
+    # no dense MLP and no intermediate_size: the experts' size stands in for it
+    config_aliases={"moe_intermediate_size": "intermediate_size"},
+    config_defaults={
+        "layer_types": lara_mini_layer_types,
+        "tie_word_embeddings": True,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "sliding_window": 512,
+        "linear_num_key_heads": 8,
+        "linear_num_value_heads": 16,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+    },
+    config_overrides={
+        "qk_norm": True,
+        "no_rope_layers": lara_mini_no_rope,
+        "linear_attention": read_linear_attention,
+        "moe": moe_reader(
+            MoeKeys(
+                num_experts="num_experts",
+                intermediate="moe_intermediate_size",
+                normalize_default=True,
+                shared_expert="shared_expert_intermediate_size",
+            )
+        ),
+    },
+    weight_renames=((r"\.linear_attn\.norm\.", ".linear_attn.out_norm."),),
+    fused_weights=(
+        FusedWeight(
+            pattern=r"\.linear_attn\.in_proj_(?P<part>qkv|z|b|a)\.weight$",
+            fused=r".linear_attn.in_proj.weight",
+            parts=("qkv", "z", "b", "a"),
+        ),
+    ),
+    # stacked: gate_up_proj [E, 2I, H] ([gate | up] rows), down_proj [E, H, I]
+    experts=ExpertLayout(gate="gate_up_proj", up=None, down="down_proj"),
+)
+
+# Kimi Linear: Kimi delta attention (the gated delta rule with a decay per key channel, q, k
+# and v convolved apart, low-rank forget and output gates, a sigmoid-gated norm) between
+# DeepSeek's latent attention without rotary; DeepSeek-V3's MoE blocks (sigmoid routing with a
+# correction bias, groups, shared experts) where mlp_layer_types says "sparse". The hub names
+# both token mixers self_attn and every MLP block_sparse_moe, and spells the MoE keys as
+# KimiLinearConfig's attribute_map (num_experts, moe_renormalize, ...). onnxruntime-genai 0.18
+# runs it as its generic decoder (the latent cache as one key/value head, the states by name).
+KIMI_LINEAR = FamilyAdapter(
+    model_type="kimi_linear",
+    config_aliases={
+        "model_max_length": "max_position_embeddings",
+        "num_experts": "n_routed_experts",
+        "num_local_experts": "n_routed_experts",
+        "num_experts_per_token": "num_experts_per_tok",
+        "num_expert_group": "n_group",
+        "moe_renormalize": "norm_topk_prob",
+        "num_shared_experts": "n_shared_experts",
+    },
+    config_defaults={
+        "layer_types": kimi_linear_layer_types,
+        "rms_norm_eps": 1e-5,
+        "num_key_value_heads": when_absent("num_key_value_heads", 32),
+        "q_lora_rank": None,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": 1024,
+        "num_experts_per_tok": 8,
+        "n_group": 1,
+        "topk_group": 1,
+        "routed_scaling_factor": 2.446,
+        "norm_topk_prob": True,
+    },
+    config_overrides={
+        **KIMI_LINEAR_ATTENTION,
+        "linear_attention": kimi_linear_attention,
+        "moe": kimi_linear_moe,
+    },
+    weight_renames=(
+        (r"\.linear_attn\.", ".self_attn."),
+        (r"\.mlp\.shared_expert\.", ".mlp.shared_experts."),
+        (r"\.mlp\.", ".block_sparse_moe."),
+    ),
+    experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    float32=CORRECTED_ROUTER,
+)
+
 HYBRID_FAMILIES = (
     LFM2,
     LFM2_MOE,
@@ -307,4 +441,7 @@ HYBRID_FAMILIES = (
     # MiniMax: lightning attention between GQA layers, MoE MLPs, scaled residuals
     # (minimax.py). onnxruntime-genai 0.18 runs it as its generic decoder.
     MINIMAX,
+    OLMO_HYBRID,
+    LARA_MINI,
+    KIMI_LINEAR,
 )

@@ -97,6 +97,7 @@ SEEDS = {
     "minicpm3": 1,
     "zamba2": 1,
     "mimo_v2_flash": 4,
+    "kimi_linear": 1,
 }
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
 # rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).

@@ -647,6 +647,14 @@ CASES = {
             "tie_word_embeddings": True,
         },
     ),
+    # delta net, post-norm attention, delta net (tests/_hf.py; variants and mutants:
+    # test_linear_hybrids.py)
+    "olmo_hybrid": ("olmo_hybrid", {}),
+    # delta net, windowed rotary, delta net, global NoPE attention, MoE everywhere (tests/_hf.py)
+    "lara_mini": ("lara_mini", {}),
+    # delta attention, NoPE latent attention, delta attention, DeepSeek-V3's MoE after a dense
+    # first layer (tests/_hf.py)
+    "kimi_linear": ("kimi_linear", {}),
 }
 
 
@@ -1232,7 +1240,10 @@ def test_cpu_graph_runs_group_query_attention_in_every_layer(family, tmp_path):
     differential = parsed.differential_attention is not None
     # a dynamic mask biases every key: the causal GQA fusion declines the layer
     unfused = layers if parsed.dynamic_mask is not None else 0
+    # q, k and v convolved apart (OLMo hybrid): three convs in each delta net
+    delta = parsed.linear_attention
+    convs = 3 if delta is not None and delta.separate_qkv else 1
     assert ops.count("GroupQueryAttention") == layers - recurrent - unfused
     assert ops.count("Attention") == (layers if differential or unfused else 0)
-    assert ops.count("CausalConvWithState") == recurrent
+    assert ops.count("CausalConvWithState") == recurrent * convs
     assert ops.count("LinearAttention") == kinds.count("linear_attention")
