@@ -88,6 +88,7 @@ from transformers import (
     HunYuanMoEV1Config,
     HyperCLOVAXConfig,
     InternLM3Config,
+    IQuestCoderConfig,
     Jais2Config,
     JambaConfig,
     Lfm2Config,
@@ -112,6 +113,7 @@ from transformers import (
     OlmoeConfig,
     OpenAIGPTConfig,
     OPTConfig,
+    Param2MoeConfig,
     PersimmonConfig,
     Phi3Config,
     PhiConfig,
@@ -125,6 +127,8 @@ from transformers import (
     Qwen3Config,
     Qwen3MoeConfig,
     Qwen3NextConfig,
+    SarvamMLAConfig,
+    SarvamMoEConfig,
     SeedOssConfig,
     SmolLM3Config,
     SolarOpenConfig,
@@ -233,6 +237,10 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
+    "iquestcoder": IQuestCoderConfig,
+    "param2moe": Param2MoeConfig,
+    "sarvam_moe": SarvamMoEConfig,
+    "sarvam_mla": SarvamMLAConfig,
 }
 
 _ARCHITECTURES = {
@@ -331,6 +339,10 @@ _ARCHITECTURES = {
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
+    "iquestcoder": "LlamaForCausalLM",
+    "param2moe": "Glm4MoeForCausalLM",
+    "sarvam_moe": "Glm4MoeForCausalLM",
+    "sarvam_mla": "DeepseekV3ForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -1090,6 +1102,20 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "n_groups": 2,
         "chunk_size": 8,
         "use_bias": True,
+    },
+    # llama under IQuestCoderConfig (its head_dim default, 128, set to the tiny 16)
+    "iquestcoder": {"head_dim": 16},
+    # GLM-4 MoE under their own config classes: q/k norms and whole-head rotary by default,
+    # GLM-4 MoE's routing (8 experts in 4 groups, 2 kept, 2 per token) scaled by 2.5 beside
+    # a shared expert, the first layer dense; q/k/v biases
+    "param2moe": {"head_dim": 16, "attention_bias": True, **_GROUP_ROUTED},
+    "sarvam_moe": {"head_dim": 16, "attention_bias": True, **_GROUP_ROUTED},
+    # DeepSeek-V3 under SarvamMLAConfig: one q_proj and one group of experts by default
+    "sarvam_mla": {
+        **_DEEPSEEK,
+        "n_group": UNSET,
+        "topk_group": UNSET,
+        "routed_scaling_factor": 2.5,
     },
 }
 

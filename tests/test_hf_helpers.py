@@ -68,6 +68,8 @@ _BIAS["cwm"] = {"mlp_bias": True}  # CwmAttention has none; its MLP reads mlp_bi
 _BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["granitemoe_swa"] = {"attention_bias": True}
 _BIAS["diffllama"] = {"attention_bias": True}
+_BIAS["iquestcoder"] = {"attention_bias": True, "mlp_bias": True}
+_BIAS["sarvam_mla"] = {"attention_bias": True}
 _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
@@ -108,6 +110,16 @@ _LOADED_AS = {
     ],
     "nemotron_h": [(r"^backbone\.", "model.")],  # the hub's prefix, kept on save
 }
+# Param2's and Sarvam-30B's original names (q, k and v rows fused in query_key_value: below)
+_LOADED_AS["sarvam_moe"] = _LOADED_AS["param2moe"] = [
+    (r"^model\.word_embeddings\.", "model.embed_tokens."),
+    (r"\.attention\.dense\.", ".self_attn.o_proj."),
+    (r"\.attention\.query_layernorm\.", ".self_attn.q_norm."),
+    (r"\.attention\.key_layernorm\.", ".self_attn.k_norm."),
+    (r"\.attention\.", ".self_attn."),
+    (r"\.mlp\.gate\.expert_bias$", ".mlp.gate.e_score_correction_bias"),
+]
+_SPLIT_QKV = {"param2moe", "sarvam_moe"}  # query_key_value split into q_, k_ and v_proj
 _LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP
 _LOADED_AS["exaone_moe"] = [
     (r"\.mlp\.e_score_correction_bias$", ".mlp.gate.e_score_correction_bias")
@@ -156,6 +168,9 @@ def test_checkpoint_round_trips(ckpts: dict[str, Path], family: str) -> None:
 
 def _loaded_value(state: dict, family: str, name: str) -> np.ndarray:
     name = _loaded_as(family, name)
+    if family in _SPLIT_QKV and ".query_key_value." in name:
+        parts = (name.replace("query_key_value", f"{p}_proj") for p in "qkv")
+        return np.concatenate([state[part].numpy() for part in parts])
     match = _PER_EXPERT.match(name)
     if match is None:
         return state[name].numpy()
