@@ -34,8 +34,10 @@ from huggingface_hub.file_download import (
 )
 from safetensors.numpy import load_file, save_file
 from transformers import (
+    Apertus1p5TextConfig,
     ApertusConfig,
     ArceeConfig,
+    AriaTextConfig,
     AutoConfig,
     AutoModelForCausalLM,
     BambaConfig,
@@ -136,6 +138,7 @@ from transformers import (
     Starcoder2Config,
     VaultGemmaConfig,
     XGLMConfig,
+    YoutuConfig,
 )
 from transformers.utils import logging as hf_logging
 
@@ -241,6 +244,9 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "param2moe": Param2MoeConfig,
     "sarvam_moe": SarvamMoEConfig,
     "sarvam_mla": SarvamMLAConfig,
+    "aria_text": AriaTextConfig,
+    "apertus1p5_text": Apertus1p5TextConfig,
+    "youtu": YoutuConfig,
 }
 
 _ARCHITECTURES = {
@@ -343,6 +349,9 @@ _ARCHITECTURES = {
     "param2moe": "Glm4MoeForCausalLM",
     "sarvam_moe": "Glm4MoeForCausalLM",
     "sarvam_mla": "DeepseekV3ForCausalLM",
+    "aria_text": "AriaTextForCausalLM",
+    "apertus1p5_text": "Apertus1p5TextForCausalLM",
+    "youtu": "YoutuForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -837,6 +846,7 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
             "high_freq_factor": 4.0,
         },
     },
+    "apertus1p5_text": {"head_dim": 16},  # Apertus1p5TextConfig's own llama3 rope
     # granitemoe's row with a shared MLP of 64 beside the experts
     "granitemoeshared": {
         "num_local_experts": 4,
@@ -1116,6 +1126,22 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "n_group": UNSET,
         "topk_group": UNSET,
         "routed_scaling_factor": 2.5,
+    },
+    # DeepSeek-V3's latent attention (low-rank q, yarn with its mscales) in dense layers
+    # (YoutuConfig's pad_token_id, None: YoutuPreTrainedModel._init_weights zeros the pad row
+    # of the embeddings it has loaded)
+    "youtu": {
+        **{k: v for k, v in _DEEPSEEK.items() if k not in _GROUP_ROUTED},
+        "q_lora_rank": 32,
+        "pad_token_id": UNSET,
+    },
+    # llama attention; every layer 8 experts (2 per token, softmax over the two picks) stored
+    # [in, out] as fc1 [gate | up] and fc2, beside two shared experts' width (2 x 32)
+    "aria_text": {
+        "intermediate_size": 32,
+        "moe_num_experts": 8,
+        "moe_topk": 2,
+        "moe_num_shared_experts": 2,
     },
 }
 

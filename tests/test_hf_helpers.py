@@ -69,7 +69,8 @@ _BIAS["granite_swa"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["granitemoe_swa"] = {"attention_bias": True}
 _BIAS["diffllama"] = {"attention_bias": True}
 _BIAS["iquestcoder"] = {"attention_bias": True, "mlp_bias": True}
-_BIAS["sarvam_mla"] = {"attention_bias": True}
+_BIAS["sarvam_mla"] = _BIAS["aria_text"] = _BIAS["youtu"] = {"attention_bias": True}
+_BIAS["apertus1p5_text"] = {"attention_bias": True}
 _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
@@ -118,6 +119,10 @@ _LOADED_AS["sarvam_moe"] = _LOADED_AS["param2moe"] = [
     (r"\.attention\.key_layernorm\.", ".self_attn.k_norm."),
     (r"\.attention\.", ".self_attn."),
     (r"\.mlp\.gate\.expert_bias$", ".mlp.gate.e_score_correction_bias"),
+]
+_LOADED_AS["aria_text"] = [
+    (r"\.experts\.fc1\.weight$", ".experts.gate_up_proj"),
+    (r"\.experts\.fc2\.weight$", ".experts.down_proj"),
 ]
 _SPLIT_QKV = {"param2moe", "sarvam_moe"}  # query_key_value split into q_, k_ and v_proj
 _LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP

@@ -2,6 +2,8 @@
 their own: each row is a copy of that family's row with the config class's defaults and key
 names (its attribute_map), which differ from the parent's.
 
+apertus1p5_text (Apertus 1.5's text decoder) runs as apertus with a larger vocabulary, its
+LM head possibly pruned (`output_vocab_size`: refused);
 iquestcoder (IQuest-Coder) runs as llama; param2moe (Param2) and sarvam_moe (Sarvam-30B) as
 GLM-4 MoE, rotating the whole head where glm4_moe rotates half of it; sarvam_mla (Sarvam-105B)
 as DeepSeek-V3, every group routed at once, one q_proj, and its hub configs' `deepseek_yarn`
@@ -14,6 +16,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from mobius_genai.config import fields
+from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import ConfigValue, FamilyAdapter, FusedWeight
 from mobius_genai.models.families.readers import when_absent
 
@@ -27,6 +31,8 @@ class Alias:
     parent: str
     config_defaults: Mapping[str, ConfigValue]
     config_aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # fields this model type fixes or checks, added to the parent's
+    config_overrides: Mapping[str, ConfigValue] = dataclasses.field(default_factory=dict)
     # the checkpoint's own names (transformers' conversion_mapping renames them on load),
     # applied after the parent's renames
     weight_renames: tuple[tuple[str, str], ...] = ()
@@ -41,10 +47,25 @@ class Alias:
             model_type=self.model_type,
             config_aliases={**parent.config_aliases, **self.config_aliases},
             config_defaults={**parent.config_defaults, **self.config_defaults},
+            config_overrides={**parent.config_overrides, **self.config_overrides},
             weight_renames=parent.weight_renames + self.weight_renames,
             fused_weights=self.fused_weights + parent.fused_weights,
             unused_weights=self.unused_weights,
         )
+
+
+def _unpruned_vocab(raw: Mapping[str, Any]) -> int:
+    """Apertus 1.5's vocab_size; an LM head pruned to the first `output_vocab_size` ids (the
+    text tokens of the released checkpoints) is refused: the bundle's logits cover the
+    vocabulary."""
+    vocab = fields.require(raw, "vocab_size")
+    pruned = raw.get("output_vocab_size")
+    if pruned not in (None, vocab):
+        raise UnsupportedModelError(
+            f"config.json: output_vocab_size is {pruned!r}; apertus1p5_text models are "
+            f"supported with the whole LM head (null or vocab_size, {vocab})"
+        )
+    return vocab
 
 
 def _sarvam_rope(raw: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -83,6 +104,14 @@ _ORIGINAL_NAMES = (
 )
 
 ALIASES = (
+    Alias(
+        "apertus1p5_text",
+        parent="apertus",
+        config_defaults={"vocab_size": 266_752, "max_position_embeddings": 65_536},
+        config_overrides={"vocab_size": _unpruned_vocab},
+        # the multimodal checkpoints' image and audio tokenizers
+        unused_weights=(r"^model\.vision_tokenizer\.", r"^model\.audio_tokenizer\."),
+    ),
     Alias(
         "iquestcoder",
         parent="llama",

@@ -2,9 +2,10 @@
 own (models/families/alias_rows.py), vs transformers.
 
 Parity: f32, 2 x 12-token prefill + 4 cached decode steps, portable and cpu graphs, <= 1e-4,
-each row's tiny checkpoint (tests/_hf.py) and a hub-like config.json that leaves to the config
-class the keys whose defaults differ from the parent's. Mutants: the parent's row in the
-alias's place reads such a config.json wrongly (logits move, or the weights do not fit).
+on each dense row's tiny checkpoint (tests/_hf.py; the MoE rows' in test_moe.py); prefill and
+one decode step on the portable graph with a hub-like config.json that leaves to the config
+class the keys whose defaults differ from the parent's. Mutants: the row with its parent's
+defaults reads such a config.json wrongly (the logits move, or the weights do not fit).
 Defaults: test_defaults.py; og's greedy tokens: test_bundles.py (slow).
 """
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import mobius_genai
-from mobius_genai.errors import WeightsError
+from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
 from mobius_genai.models.families.alias_rows import ALIASES
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
@@ -52,14 +53,9 @@ def _hub_like(folder, model_type: str) -> None:
     path.write_text(json.dumps(raw))
 
 
-#: sarvam_moe is param2moe's row with other defaults: its default-run check is the one below
-_SLOW = {"sarvam_moe"}
-
-
-@pytest.mark.parametrize(
-    "model_type",
-    [pytest.param(m, marks=[pytest.mark.slow] if m in _SLOW else []) for m in sorted(_PARENTS)],
-)
+#: The MoE rows' tiny checkpoints run in test_moe.py's CASES (slow there); their default-run
+#: parity is the portable graph's in the test below
+@pytest.mark.parametrize("model_type", [m for m in sorted(_PARENTS) if FAMILIES[m].experts is None])
 def test_alias_graphs_match_transformers(model_type, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", model_type, seed=1)
     diffs = graph_diffs(
@@ -68,7 +64,14 @@ def test_alias_graphs_match_transformers(model_type, tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-@pytest.mark.parametrize("model_type", sorted(_PARENTS))
+@pytest.mark.parametrize(
+    "model_type",
+    # sarvam_moe is param2moe's row with other numbers
+    [
+        pytest.param(m, marks=[pytest.mark.slow] if m == "sarvam_moe" else [])
+        for m in sorted(_LEFT_OUT)
+    ],
+)
 def test_keys_left_to_the_config_class_are_read_with_its_defaults(
     model_type, tmp_path, monkeypatch
 ):
@@ -111,3 +114,14 @@ def test_sarvam_mla_reads_deepseek_yarn_as_yarn(tmp_path):
         ckpt, hf_reference_logits(ckpt, ids, decode_steps=4), ("default",), tmp_path, progress=False
     )
     assert max(diffs.values()) <= TOLERANCE, diffs
+
+
+def test_apertus1p5_text_pruned_head_is_refused(tmp_path):
+    """Released Apertus 1.5 checkpoints prune the LM head to the text ids; a full-width
+    output_vocab_size is the unpruned head transformers also reads as null."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "apertus1p5_text")
+    raw = json.loads((ckpt / "config.json").read_text())
+    row = FAMILIES["apertus1p5_text"]
+    assert row.parse_config({**raw, "output_vocab_size": 128}).vocab_size == 128
+    with pytest.raises(UnsupportedModelError, match="output_vocab_size is 100; apertus1p5_text"):
+        row.parse_config({**raw, "output_vocab_size": 100})

@@ -446,6 +446,13 @@ CASES = {
     # latent attention with MiniCPM's scales (tests/_hf.py); then one q_proj, no biases, a tied
     # head and MiniCPM3-4B's longrope (test_minicpm3.py runs it past the original length)
     "minicpm3": ("minicpm3", {}),
+    # DeepSeek-V3's latent attention in dense layers (tests/_hf.py); then one q_proj, the rope
+    # slice's halves rotated (rope_interleave false), a tied head
+    "youtu": ("youtu", {}),
+    "youtu_one_q_proj_rotate_half_tied": (
+        "youtu",
+        {"q_lora_rank": None, "rope_interleave": False, "tie_word_embeddings": True},
+    ),
     "minicpm3_one_q_proj_longrope_tied": (
         "minicpm3",
         {
@@ -828,6 +835,7 @@ MUTANTS = {
         "gemma",
         lambda: _as_stored("gemma"),
     ),
+    "youtu_rotate_half": ("youtu", lambda: _without("youtu", rope_interleaved=False)),
     "gemma_without_embedding_scale": ("gemma", lambda: _without("gemma", embedding_multiplier=1.0)),
     "gemma2_without_attention_softcap": (
         "gemma2",
