@@ -47,6 +47,7 @@ from transformers import (
     CodeGenConfig,
     Cohere2Config,
     Cohere2MoeConfig,
+    CohereCompassTextConfig,
     CohereConfig,
     CTRLConfig,
     CwmConfig,
@@ -247,6 +248,7 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "aria_text": AriaTextConfig,
     "apertus1p5_text": Apertus1p5TextConfig,
     "youtu": YoutuConfig,
+    "cohere_compass_text": CohereCompassTextConfig,
 }
 
 _ARCHITECTURES = {
@@ -352,6 +354,7 @@ _ARCHITECTURES = {
     "aria_text": "AriaTextForCausalLM",
     "apertus1p5_text": "Apertus1p5TextForCausalLM",
     "youtu": "YoutuForCausalLM",
+    "cohere_compass_text": "CohereCompassForCausalLM",
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -1134,6 +1137,22 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         **{k: v for k, v in _DEEPSEEK.items() if k not in _GROUP_ROUTED},
         "q_lora_rank": 32,
         "pad_token_id": UNSET,
+    },
+    # cohere2's parallel block: sliding (window 5, rope base 100, with Qwen3-VL's sections),
+    # full unrotated, sliding; logits times 0.25
+    "cohere_compass_text": {
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "rope_parameters": {
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": 100.0,
+                "mrope_section": [2, 3, 3],
+            },
+            "full_attention": None,
+        },
+        "logit_scale": 0.25,
+        "eos_token_id": 2,
     },
     # llama attention; every layer 8 experts (2 per token, softmax over the two picks) stored
     # [in, out] as fc1 [gate | up] and fc2, beside two shared experts' width (2 x 32)

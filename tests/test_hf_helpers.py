@@ -70,7 +70,7 @@ _BIAS["granitemoe_swa"] = {"attention_bias": True}
 _BIAS["diffllama"] = {"attention_bias": True}
 _BIAS["iquestcoder"] = {"attention_bias": True, "mlp_bias": True}
 _BIAS["sarvam_mla"] = _BIAS["aria_text"] = _BIAS["youtu"] = {"attention_bias": True}
-_BIAS["apertus1p5_text"] = {"attention_bias": True}
+_BIAS["apertus1p5_text"] = _BIAS["cohere_compass_text"] = {"attention_bias": True}
 _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {

@@ -22,6 +22,7 @@ from mobius_genai.models.families.alias_rows import alias_rows
 from mobius_genai.models.families.alibi_rows import ALIBI_FAMILIES
 from mobius_genai.models.families.bitnet import BITNET
 from mobius_genai.models.families.codegen import CODEGEN
+from mobius_genai.models.families.cohere_compass import COHERE_COMPASS_TEXT
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.ctrl import CTRL
@@ -335,6 +336,7 @@ _FAMILIES = (
     CODEGEN,
     BITNET,
     *COHERE_GLM_FAMILIES,
+    COHERE_COMPASS_TEXT,
     FamilyAdapter(
         model_type="arcee",
         family_keys=READS_MLP_BIAS,
