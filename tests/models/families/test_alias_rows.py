@@ -2,9 +2,9 @@
 own (models/families/alias_rows.py), vs transformers.
 
 Parity: f32, 2 x 12-token prefill + 4 cached decode steps, portable and cpu graphs, <= 1e-4,
-on each dense row's tiny checkpoint (tests/_hf.py; the MoE rows' in test_moe.py); prefill and
-one decode step on the portable graph with a hub-like config.json that leaves to the config
-class the keys whose defaults differ from the parent's. Mutants: the row with its parent's
+on each row's tiny checkpoint (tests/_hf.py; slow); by default prefill and one decode step on
+the portable graph with a hub-like config.json that leaves to the config class the keys whose
+defaults differ from the parent's. Mutants: the row with its parent's
 defaults reads such a config.json wrongly (the logits move, or the weights do not fit).
 Defaults: test_defaults.py; og's greedy tokens: test_bundles.py (slow).
 """
@@ -53,9 +53,11 @@ def _hub_like(folder, model_type: str) -> None:
     path.write_text(json.dumps(raw))
 
 
-#: The MoE rows' tiny checkpoints run in test_moe.py's CASES (slow there); their default-run
-#: parity is the portable graph's in the test below
-@pytest.mark.parametrize("model_type", [m for m in sorted(_PARENTS) if FAMILIES[m].experts is None])
+#: Slow: each row's default-run parity is the portable graph's in the test of its config keys
+#: below (apertus1p5_text: apertus's parity with another vocabulary; the MoE rows' run in
+#: test_moe.py's CASES too)
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", sorted(_PARENTS))
 def test_alias_graphs_match_transformers(model_type, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", model_type, seed=1)
     diffs = graph_diffs(
