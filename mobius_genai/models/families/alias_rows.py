@@ -37,7 +37,8 @@ class Alias:
     # applied after the parent's renames
     weight_renames: tuple[tuple[str, str], ...] = ()
     fused_weights: tuple[FusedWeight, ...] = ()
-    # checkpoint tensors the parent skips that this model type never ships (MTP layers)
+    # checkpoint tensors the build skips, in place of the parent's (whose MTP layers these
+    # model types do not ship)
     unused_weights: tuple[str, ...] = ()
 
     def row(self, parent: FamilyAdapter) -> FamilyAdapter:
