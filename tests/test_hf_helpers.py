@@ -70,6 +70,9 @@ _BIAS["granitemoe_swa"] = {"attention_bias": True}
 _BIAS["diffllama"] = _BIAS["laguna"] = _BIAS["mellum"] = {"attention_bias": True}
 _BIAS["mimo_v2_flash"] = {"attention_bias": True}
 _BIAS["kimi_linear"] = {"attention_bias": True}  # the latent attention's kv_a and o projections
+_BIAS["iquestcoder"] = {"attention_bias": True, "mlp_bias": True}
+_BIAS["sarvam_mla"] = _BIAS["aria_text"] = _BIAS["youtu"] = {"attention_bias": True}
+_BIAS["apertus1p5_text"] = _BIAS["cohere_compass_text"] = {"attention_bias": True}
 _BIAS["hyperclovax"] = {"attention_bias": True, "mlp_bias": True}
 # families without a bias switch (ernie4_5_moe's use_bias is refused)
 _NO_BIAS = {
@@ -147,6 +150,20 @@ _LOADED_AS["kimi_linear"] = [
     (r"\.self_attn\.(f_a_proj|f_b_proj|dt_bias|A_log)", r".self_attn.forget_gate.\1"),
 ]
 _LOADED_AS["lara_mini"] = [(r"\.linear_attn\.out_norm\.", ".linear_attn.norm.")]
+# Param2's and Sarvam-30B's original names (q, k and v rows fused in query_key_value: below)
+_LOADED_AS["sarvam_moe"] = _LOADED_AS["param2moe"] = [
+    (r"^model\.word_embeddings\.", "model.embed_tokens."),
+    (r"\.attention\.dense\.", ".self_attn.o_proj."),
+    (r"\.attention\.query_layernorm\.", ".self_attn.q_norm."),
+    (r"\.attention\.key_layernorm\.", ".self_attn.k_norm."),
+    (r"\.attention\.", ".self_attn."),
+    (r"\.mlp\.gate\.expert_bias$", ".mlp.gate.e_score_correction_bias"),
+]
+_LOADED_AS["aria_text"] = [
+    (r"\.experts\.fc1\.weight$", ".experts.gate_up_proj"),
+    (r"\.experts\.fc2\.weight$", ".experts.down_proj"),
+]
+_SPLIT_QKV = {"param2moe", "sarvam_moe"}  # query_key_value split into q_, k_ and v_proj
 _LOADED_AS["granitemoeshared"] = _LOADED_AS["granitemoehybrid"]  # the same experts, shared MLP
 _LOADED_AS["exaone_moe"] = [
     (r"\.mlp\.e_score_correction_bias$", ".mlp.gate.e_score_correction_bias")
@@ -211,6 +228,9 @@ def _loaded_value(state: dict, family: str, name: str, tensors: dict) -> np.ndar
     if family in _SPLIT_ON_LOAD and re.search(_SPLIT_ON_LOAD[family][0], name):
         pattern, parts = _SPLIT_ON_LOAD[family]
         return np.concatenate([state[re.sub(pattern, part, name)].numpy() for part in parts])
+    if family in _SPLIT_QKV and ".query_key_value." in name:
+        parts = (name.replace("query_key_value", f"{p}_proj") for p in "qkv")
+        return np.concatenate([state[part].numpy() for part in parts])
     match = _PER_EXPERT.match(name)
     if match is None:
         return state[name].numpy()

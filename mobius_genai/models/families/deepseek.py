@@ -1,9 +1,10 @@
 """DeepSeek-V2 and V3: multi-head latent attention (config/latent_attention.py) and MoE layers
 with shared experts and group-limited routing (config/moe_routing.py) after dense first layers;
 GLM-4.7-Flash (glm4_moe_lite): V3's attention and routing, its MoE layers where
-`mlp_layer_types` says "sparse"; MiniCPM3 (minicpm3): the latent attention in a dense decoder;
-DeepSeek-V3.2 (deepseek_v32) and GLM-5 (glm_moe_dsa): GLM-4.7-Flash's layout with DeepSeek
-sparse attention, a lightning indexer in every layer (config/sparse_indexer.py).
+`mlp_layer_types` says "sparse"; MiniCPM3 (minicpm3) and Youtu-LLM (youtu): the latent
+attention in a dense decoder; DeepSeek-V3.2 (deepseek_v32) and GLM-5 (glm_moe_dsa):
+GLM-4.7-Flash's layout with DeepSeek sparse attention, a lightning indexer in every layer
+(config/sparse_indexer.py).
 
 transformers writes `head_dim` as the rope slice (qk_rope_head_dim), hub configs leave it out;
 the graph's head_dim is the latent cache's head size either way, with one key/value head. Keys the config classes fill when
@@ -365,6 +366,22 @@ DEEPSEEK_FAMILIES = (
         float32=_DSA_FLOAT32,
         # the multi-token-prediction layer GLM-5 ships after its 78 layers
         unused_weights=(r"^model\.layers\.78\.",),
+    ),
+    # Youtu-LLM: V3's latent attention (low-rank q, interleaved rope slice) in llama's
+    # decoder with dense SwiGLU MLPs, as YoutuForCausalLM builds it
+    FamilyAdapter(
+        model_type="youtu",
+        config_defaults={
+            **_latent_defaults(1536),
+            "num_key_value_heads": 16,
+            "max_position_embeddings": 131_072,
+            "tie_word_embeddings": True,
+        },
+        config_overrides={
+            **_LATENT,
+            "mlp_bias": False,
+            "rope_interleaved": switch("rope_interleave", True),
+        },
     ),
     # MiniCPM3-4B: V2's latent attention (rotating its rope slice's halves, as llama does) in a
     # dense decoder, with MiniCPM's embedding, residual and logit scales

@@ -7,9 +7,12 @@ checkpoint keeps the expert matrices.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from mobius_genai.checkpoint.experts import ExpertLayout
-from mobius_genai.config.moe import MoeKeys, moe_reader
+from mobius_genai.config import fields
+from mobius_genai.config.moe import MoeConfig, MoeKeys, moe_reader, read_moe
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
 from mobius_genai.models.families.cohere2_moe import COHERE2_MOE
 from mobius_genai.models.families.dbrx import DBRX
@@ -49,6 +52,17 @@ GRANITE_SHARED_MLP_FUSED = (
     ),
 )
 
+
+def _aria_moe(raw: Mapping[str, Any]) -> MoeConfig:
+    """Aria's MoE in every layer: a softmax over the top-k router logits (the top-k
+    probabilities renormalized) beside `moe_num_shared_experts` shared experts, one MLP of
+    that many times intermediate_size."""
+    moe = read_moe(raw, MoeKeys(num_experts="moe_num_experts", top_k="moe_topk", normalize=True))
+    key = "moe_num_shared_experts"
+    shared = fields.integer(raw.get(key), key, 2, positive=False)
+    return dataclasses.replace(moe, shared_expert_size=moe.intermediate_size * shared)
+
+
 MOE_FAMILIES = (
     FamilyAdapter(
         model_type="mixtral",
@@ -63,6 +77,21 @@ MOE_FAMILIES = (
         },
         weight_renames=((r"\.mlp\.", ".block_sparse_moe."),),
         experts=ExpertLayout(gate="{e}.w1.weight", up="{e}.w3.weight", down="{e}.w2.weight"),
+    ),
+    # Aria's text decoder (AriaTextForCausalLM): llama attention, _aria_moe in every layer; the
+    # routed experts always SiLU-gated, the shared ones by hidden_act (validate_moe: silu only);
+    # the shared MLP's mlp_bias would need biased shared experts, which the MoE block lacks
+    FamilyAdapter(
+        model_type="aria_text",
+        config_defaults={"moe_num_experts": 8, "moe_topk": 2, "moe_num_shared_experts": 2},
+        refused_keys=("mlp_bias",),
+        config_overrides={"mlp_bias": False, "moe": _aria_moe},
+        weight_renames=(
+            (r"\.mlp\.gate\.", ".mlp.router."),
+            (r"\.mlp\.shared_expert\.", ".mlp.shared_experts."),
+        ),
+        # fc1 [experts, hidden, 2 * inter] = [gate | up] columns, fc2 [experts, inter, hidden]
+        experts=ExpertLayout(gate="fc1.weight", up=None, down="fc2.weight", in_out=True),
     ),
     FamilyAdapter(
         model_type="qwen3_moe",

@@ -5,9 +5,10 @@ what each field means). The functions and shared fragments rows name live beside
 one module per kind of quirk: readers (one-key switches and numbers), heads, scales, rope,
 layers, preprocess (checkpoint value changes) and gpt2_names. The rows of other model kinds
 live in modules of their own (moe_rows, hybrid_rows) and join the table here, as do rows
-derived from another row (cohere_glm: cohere2 from cohere, glm4 from glm) and a family's
-rows that build on one another (mistral_rows, gemma_rows, derived_moe_rows: MoE rows of
-transformers 5.25 derived from ours). Adding a family is adding a row.
+derived from another row (cohere_glm: cohere2 from cohere, glm4 from glm; alias_rows: a
+config class of its own over another family's model classes) and a family's rows that build
+on one another (mistral_rows, gemma_rows, derived_moe_rows: MoE rows of transformers 5.25
+derived from ours). Adding a family is adding a row.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from mobius_genai.config import fields
 from mobius_genai.config.differential import read_differential
 from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models.families.adapter import FamilyAdapter, FusedWeight
+from mobius_genai.models.families.alias_rows import alias_rows
 from mobius_genai.models.families.alibi_rows import ALIBI_FAMILIES
 from mobius_genai.models.families.bitnet import BITNET
 from mobius_genai.models.families.codegen import CODEGEN
+from mobius_genai.models.families.cohere_compass import COHERE_COMPASS_TEXT
 from mobius_genai.models.families.cohere_glm import COHERE_GLM_FAMILIES
 from mobius_genai.models.families.corrected_moe_rows import CORRECTED_MOE_FAMILIES
 from mobius_genai.models.families.ctrl import CTRL
@@ -339,6 +342,7 @@ _FAMILIES = (
     CODEGEN,
     BITNET,
     *COHERE_GLM_FAMILIES,
+    COHERE_COMPASS_TEXT,
     FamilyAdapter(
         model_type="arcee",
         family_keys=READS_MLP_BIAS,
@@ -524,6 +528,7 @@ FAMILIES: dict[str, FamilyAdapter] = {family.model_type: family for family in _F
 FAMILIES |= {
     alias: dataclasses.replace(FAMILIES[row], model_type=alias) for alias, row in _ALIASES.items()
 }
+FAMILIES |= alias_rows(FAMILIES)  # config classes of their own over another row (alias_rows.py)
 
 
 def get_family(model_type: str) -> FamilyAdapter:

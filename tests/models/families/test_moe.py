@@ -18,6 +18,7 @@ import torch
 import mobius_genai
 from mobius_genai.errors import ConfigError, UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
+from mobius_genai.models.families.alias_rows import ALIASES
 from tests._hf import (
     ReferenceRun,
     edit_config,
@@ -80,7 +81,16 @@ def _float32_bound(reference: ReferenceRun, exact: list[np.ndarray]) -> float:
     return max(TOLERANCE, 2 * max_abs_diff(reference.logits, exact))
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+def _marks(case: str) -> list[pytest.MarkDecorator]:
+    """Alias rows (alias_rows.py: a MoE row under another config class) run slow here; their
+    default-run parity is test_alias_rows.py's."""
+    return [pytest.mark.slow] if CASES[case][0] in _ALIAS_ROWS else []
+
+
+_ALIAS_ROWS = {alias.model_type for alias in ALIASES}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=_marks(c)) for c in sorted(CASES)])
 def test_moe_graphs_match_transformers(case, tmp_path):
     family, overrides = CASES[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
@@ -130,6 +140,8 @@ def _with_moe(family, **changes):
 MUTANTS = {
     "mixtral_not_renormalized": ("mixtral", lambda f: _with_moe(f, normalize_top_k=False)),
     "qwen2_moe_renormalized": ("qwen2_moe", lambda f: _with_moe(f, normalize_top_k=True)),
+    # the softmax over all experts' logits, not over the two picked
+    "aria_text_not_renormalized": ("aria_text", lambda f: _with_moe(f, normalize_top_k=False)),
 }
 
 
@@ -137,6 +149,17 @@ MUTANTS = {
 def test_parity_fails_with_one_routing_detail_wrong(case, tmp_path):
     family, mutant = MUTANTS[case]
     assert _mutant_parity(tmp_path, family, mutant) > 10 * TOLERANCE
+
+
+def test_aria_shared_experts_are_moe_num_shared_experts_wide(tmp_path, monkeypatch):
+    """One expert's width (32) where moe_num_shared_experts (2) widen the shared MLP: its
+    tensors do not fit."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "aria_text")
+    monkeypatch.setitem(
+        FAMILIES, "aria_text", _with_moe(FAMILIES["aria_text"], shared_expert_size=32)
+    )
+    with pytest.raises(WeightsError, match="shared_experts.gate_proj.weight' has shape"):
+        mobius_genai.build(ckpt, "default", "f32")
 
 
 def test_a_shared_expert_read_without_its_gate_is_refused(tmp_path):

@@ -20,12 +20,13 @@ from mobius_genai import RopeConfig, WeightsError
 from mobius_genai.config.alibi import Alibi
 from mobius_genai.config.differential import DifferentialAttention
 from mobius_genai.config.embedding_layout import EmbeddingLayout
+from mobius_genai.errors import UnsupportedModelError
 from mobius_genai.models import FAMILIES, FamilyAdapter
 from mobius_genai.models.families import FusedWeight
 from mobius_genai.models.families.cohere2_moe import cohere2_moe
 from mobius_genai.models.families.dbrx import dbrx_moe
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
-from tests._hf import GEMMA4_MOE, hf_reference_logits, write_tiny_checkpoint
+from tests._hf import GEMMA4_MOE, hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
@@ -188,6 +189,20 @@ CASES = {
     # of 5 (tests/_hf.py); then biases on q/k/v/o, an untied head, a head_dim key
     # (Cohere2Config keeps it) and the full layer first; use_qk_norm, which Cohere2Attention
     # never reads; linear rope scaling
+    # sliding (window 5, base 100, Qwen3-VL's sections), full unrotated, sliding; logits
+    # times 0.25 (tests/_hf.py); then both types rotated, the full layers by linear scaling,
+    # unscaled logits (logit_scale null)
+    "cohere_compass_text": ("cohere_compass_text", {}),
+    "cohere_compass_text_both_rotated_linear_full_unscaled": (
+        "cohere_compass_text",
+        {
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0},
+            },
+            "logit_scale": None,
+        },
+    ),
     "cohere2": ("cohere2", {}),
     "cohere2_bias_untied_head_dim_full_first": (
         "cohere2",
@@ -446,6 +461,13 @@ CASES = {
     # latent attention with MiniCPM's scales (tests/_hf.py); then one q_proj, no biases, a tied
     # head and MiniCPM3-4B's longrope (test_minicpm3.py runs it past the original length)
     "minicpm3": ("minicpm3", {}),
+    # DeepSeek-V3's latent attention in dense layers (tests/_hf.py); then one q_proj, the rope
+    # slice's halves rotated (rope_interleave false), a tied head
+    "youtu": ("youtu", {}),
+    "youtu_one_q_proj_rotate_half_tied": (
+        "youtu",
+        {"q_lora_rank": None, "rope_interleave": False, "tie_word_embeddings": True},
+    ),
     "minicpm3_one_q_proj_longrope_tied": (
         "minicpm3",
         {
@@ -664,7 +686,17 @@ def _parity(tmp_path, ckpt, ids, decode_steps=4, **build_args) -> dict[str, floa
     return diffs
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+#: Variants of rows whose default case and mutants run by default (the CI budget)
+SLOW_CASES = {
+    "youtu_one_q_proj_rotate_half_tied",
+    "cohere_compass_text_both_rotated_linear_full_unscaled",
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=[pytest.mark.slow] if c in SLOW_CASES else []) for c in sorted(CASES)],
+)
 def test_family_graphs_match_transformers(case, tmp_path):
     family, overrides = CASES[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
@@ -778,6 +810,14 @@ def test_gpt_neox_hub_config_rotary_pct_and_base(tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
+def test_cohere_compass_text_needs_a_rope_per_layer_type():
+    """CohereCompassTextModel reads rope_parameters by layer type (a flat one fails there)."""
+    raw = json.loads(json.dumps(tiny_config("cohere_compass_text").to_dict()))
+    raw["rope_parameters"] = {"rope_type": "default", "rope_theta": 100.0}
+    with pytest.raises(UnsupportedModelError, match="rope_parameters is .*one entry"):
+        FAMILIES["cohere_compass_text"].parse_config(raw)
+
+
 def test_exaone_hub_config(tmp_path, monkeypatch):
     """EXAONE's config.json: num_layers, layer_norm_epsilon, activation_function and no rope
     keys (rope_theta 500000, ExaoneConfig's default); the default must matter."""
@@ -845,6 +885,19 @@ MUTANTS = {
     "gemma_without_norm_offset": (
         "gemma",
         lambda: _as_stored("gemma"),
+    ),
+    "youtu_rotate_half": ("youtu", lambda: _without("youtu", rope_interleaved=False)),
+    "cohere_compass_text_interleaved_rope": (
+        "cohere_compass_text",
+        lambda: _without("cohere_compass_text", rope_interleaved=True),
+    ),
+    "cohere_compass_text_full_layers_rotated": (
+        "cohere_compass_text",
+        lambda: _without("cohere_compass_text", no_rope_layers=()),
+    ),
+    "cohere_compass_text_logits_unscaled": (
+        "cohere_compass_text",
+        lambda: _without("cohere_compass_text", logits_scaling=1.0),
     ),
     "gemma_without_embedding_scale": ("gemma", lambda: _without("gemma", embedding_multiplier=1.0)),
     "gemma2_without_attention_softcap": (
