@@ -34,11 +34,8 @@ from huggingface_hub.file_download import (
 )
 from safetensors.numpy import load_file, save_file
 from transformers import (
-<<<<<<< HEAD
     AfmoeConfig,
-=======
     Apertus1p5TextConfig,
->>>>>>> aliases
     ApertusConfig,
     ArceeConfig,
     AriaTextConfig,
@@ -150,12 +147,9 @@ from transformers import (
     Qwen3Config,
     Qwen3MoeConfig,
     Qwen3NextConfig,
-<<<<<<< HEAD
     RecurrentGemmaConfig,
-=======
     SarvamMLAConfig,
     SarvamMoEConfig,
->>>>>>> aliases
     SeedOssConfig,
     SmolLM3Config,
     SolarOpenConfig,
@@ -163,11 +157,8 @@ from transformers import (
     Starcoder2Config,
     VaultGemmaConfig,
     XGLMConfig,
-<<<<<<< HEAD
-    Zamba2Config,
-=======
     YoutuConfig,
->>>>>>> aliases
+    Zamba2Config,
 )
 from transformers.cache_utils import DynamicCache
 from transformers.utils import logging as hf_logging
@@ -276,7 +267,14 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "granite_swa": GraniteSWAConfig,
     "granitemoe_swa": GraniteMoeSWAConfig,
     "diffllama": DiffLlamaConfig,
-<<<<<<< HEAD
+    "iquestcoder": IQuestCoderConfig,
+    "param2moe": Param2MoeConfig,
+    "sarvam_moe": SarvamMoEConfig,
+    "sarvam_mla": SarvamMLAConfig,
+    "aria_text": AriaTextConfig,
+    "apertus1p5_text": Apertus1p5TextConfig,
+    "youtu": YoutuConfig,
+    "cohere_compass_text": CohereCompassTextConfig,
     "olmo_hybrid": OlmoHybridConfig,
     "lara_mini": LaraMiniConfig,
     "kimi_linear": KimiLinearConfig,
@@ -290,16 +288,6 @@ FAMILIES: dict[str, type[PretrainedConfig]] = {
     "kolibri1": Kolibri1Config,
     "flint": FlintConfig,
     "hy_v3": HYV3Config,
-=======
-    "iquestcoder": IQuestCoderConfig,
-    "param2moe": Param2MoeConfig,
-    "sarvam_moe": SarvamMoEConfig,
-    "sarvam_mla": SarvamMLAConfig,
-    "aria_text": AriaTextConfig,
-    "apertus1p5_text": Apertus1p5TextConfig,
-    "youtu": YoutuConfig,
-    "cohere_compass_text": CohereCompassTextConfig,
->>>>>>> aliases
 }
 
 _ARCHITECTURES = {
@@ -404,7 +392,14 @@ _ARCHITECTURES = {
     "granite_swa": "GraniteSWAForCausalLM",
     "granitemoe_swa": "GraniteMoeSWAForCausalLM",
     "diffllama": "DiffLlamaForCausalLM",
-<<<<<<< HEAD
+    "iquestcoder": "LlamaForCausalLM",
+    "param2moe": "Glm4MoeForCausalLM",
+    "sarvam_moe": "Glm4MoeForCausalLM",
+    "sarvam_mla": "DeepseekV3ForCausalLM",
+    "aria_text": "AriaTextForCausalLM",
+    "apertus1p5_text": "Apertus1p5TextForCausalLM",
+    "youtu": "YoutuForCausalLM",
+    "cohere_compass_text": "CohereCompassForCausalLM",
     "olmo_hybrid": "OlmoHybridForCausalLM",
     "lara_mini": "LaraMiniForCausalLM",
     "kimi_linear": "KimiLinearForCausalLM",
@@ -418,16 +413,6 @@ _ARCHITECTURES = {
     "kolibri1": "Kolibri1ForCausalLM",
     "flint": "FlintForCausalLM",
     "hy_v3": "HYV3ForCausalLM",
-=======
-    "iquestcoder": "LlamaForCausalLM",
-    "param2moe": "Glm4MoeForCausalLM",
-    "sarvam_moe": "Glm4MoeForCausalLM",
-    "sarvam_mla": "DeepseekV3ForCausalLM",
-    "aria_text": "AriaTextForCausalLM",
-    "apertus1p5_text": "Apertus1p5TextForCausalLM",
-    "youtu": "YoutuForCausalLM",
-    "cohere_compass_text": "CohereCompassForCausalLM",
->>>>>>> aliases
 }
 
 # Marks a base key the family's config does not have (it must not reach config.json).
@@ -1366,7 +1351,52 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "chunk_size": 8,
         "use_bias": True,
     },
-<<<<<<< HEAD
+    # llama under IQuestCoderConfig (its head_dim default, 128, set to the tiny 16)
+    "iquestcoder": {"head_dim": 16},
+    # GLM-4 MoE under their own config classes: q/k norms and whole-head rotary by default,
+    # GLM-4 MoE's routing (8 experts in 4 groups, 2 kept, 2 per token) scaled by 2.5 beside
+    # a shared expert, the first layer dense; q/k/v biases
+    "param2moe": {"head_dim": 16, "attention_bias": True, **_GROUP_ROUTED},
+    "sarvam_moe": {"head_dim": 16, "attention_bias": True, **_GROUP_ROUTED},
+    # DeepSeek-V3 under SarvamMLAConfig: one q_proj and one group of experts by default
+    "sarvam_mla": {
+        **_DEEPSEEK,
+        "n_group": UNSET,
+        "topk_group": UNSET,
+        "routed_scaling_factor": 2.5,
+    },
+    # DeepSeek-V3's latent attention (low-rank q, yarn with its mscales) in dense layers
+    # (YoutuConfig's pad_token_id, None: YoutuPreTrainedModel._init_weights zeros the pad row
+    # of the embeddings it has loaded)
+    "youtu": {
+        **{k: v for k, v in _DEEPSEEK.items() if k not in _GROUP_ROUTED},
+        "q_lora_rank": 32,
+        "pad_token_id": UNSET,
+    },
+    # cohere2's parallel block: sliding (window 5, rope base 100, with Qwen3-VL's sections),
+    # full unrotated, sliding; logits times 0.25
+    "cohere_compass_text": {
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "sliding_window": 5,
+        "rope_parameters": {
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": 100.0,
+                "mrope_section": [2, 3, 3],
+            },
+            "full_attention": None,
+        },
+        "logit_scale": 0.25,
+        "eos_token_id": 2,
+    },
+    # llama attention; every layer 8 experts (2 per token, softmax over the two picks) stored
+    # [in, out] as fc1 [gate | up] and fc2, beside two shared experts' width (2 x 32)
+    "aria_text": {
+        "intermediate_size": 32,
+        "moe_num_experts": 8,
+        "moe_topk": 2,
+        "moe_num_shared_experts": 2,
+    },
     # delta net, post-norm attention (q/k norms over the whole projection), delta net: Qwen3.5's
     # tiny delta-net sizes with q/k/v apart and beta doubled; rotary attention (its NoPE:
     # test_parity.py's cases)
@@ -1423,53 +1453,6 @@ _FAMILY_CONFIG: dict[str, dict[str, Any]] = {
         "lru_width": 48,
         "attention_window_size": 6,
         "max_position_embeddings": UNSET,
-=======
-    # llama under IQuestCoderConfig (its head_dim default, 128, set to the tiny 16)
-    "iquestcoder": {"head_dim": 16},
-    # GLM-4 MoE under their own config classes: q/k norms and whole-head rotary by default,
-    # GLM-4 MoE's routing (8 experts in 4 groups, 2 kept, 2 per token) scaled by 2.5 beside
-    # a shared expert, the first layer dense; q/k/v biases
-    "param2moe": {"head_dim": 16, "attention_bias": True, **_GROUP_ROUTED},
-    "sarvam_moe": {"head_dim": 16, "attention_bias": True, **_GROUP_ROUTED},
-    # DeepSeek-V3 under SarvamMLAConfig: one q_proj and one group of experts by default
-    "sarvam_mla": {
-        **_DEEPSEEK,
-        "n_group": UNSET,
-        "topk_group": UNSET,
-        "routed_scaling_factor": 2.5,
-    },
-    # DeepSeek-V3's latent attention (low-rank q, yarn with its mscales) in dense layers
-    # (YoutuConfig's pad_token_id, None: YoutuPreTrainedModel._init_weights zeros the pad row
-    # of the embeddings it has loaded)
-    "youtu": {
-        **{k: v for k, v in _DEEPSEEK.items() if k not in _GROUP_ROUTED},
-        "q_lora_rank": 32,
-        "pad_token_id": UNSET,
-    },
-    # cohere2's parallel block: sliding (window 5, rope base 100, with Qwen3-VL's sections),
-    # full unrotated, sliding; logits times 0.25
-    "cohere_compass_text": {
-        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
-        "sliding_window": 5,
-        "rope_parameters": {
-            "sliding_attention": {
-                "rope_type": "default",
-                "rope_theta": 100.0,
-                "mrope_section": [2, 3, 3],
-            },
-            "full_attention": None,
-        },
-        "logit_scale": 0.25,
-        "eos_token_id": 2,
-    },
-    # llama attention; every layer 8 experts (2 per token, softmax over the two picks) stored
-    # [in, out] as fc1 [gate | up] and fc2, beside two shared experts' width (2 x 32)
-    "aria_text": {
-        "intermediate_size": 32,
-        "moe_num_experts": 8,
-        "moe_topk": 2,
-        "moe_num_shared_experts": 2,
->>>>>>> aliases
     },
 }
 
