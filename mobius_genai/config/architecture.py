@@ -210,14 +210,12 @@ class ArchitectureConfig:
       its "hybrid" layers (config/shared_blocks.py); None for every other decoder.
     - `attention_output_gate`: q_proj also yields a per-head gate, [q_h | gate_h] for each head
       h, and the attention output is multiplied by sigmoid(gate) before o_proj (Qwen3.5).
-    - `attention_gate_proj`: with `attention_output_gate`, the gate comes from a projection of
-      its own, `gate_proj` [hidden → heads * head_dim], and q_proj yields q alone (AFMoE).
     - `head_layout`: layers whose values are narrower than their keys and whose key/value heads
       are fewer than the cache's, widened in the graph, and the layer types with sinks
       (config/head_layout.py: MiMo-V2-Flash); None when every layer has the cache's layout.
     - `attention_gate`: the attention output is multiplied by act(x @ g_proj), a projection of
-      its own, per head or per channel (config/attention_gate.py: Laguna's softplus gate);
-      None otherwise.
+      its own, per head or per channel (config/attention_gate.py: Laguna's softplus gate,
+      AFMoE's sigmoid one); None otherwise.
     """
 
     model_type: str
@@ -276,7 +274,6 @@ class ArchitectureConfig:
     parallel_recurrent: str | None = None
     weight_scales: tuple[WeightScale, ...] = ()
     attention_output_gate: bool = False
-    attention_gate_proj: bool = False
     attention_gate: AttentionGate | None = None
     head_layout: HeadLayout | None = None
     attention_scale: float | None = None
@@ -638,11 +635,6 @@ def _validate_attention_switches(config: ArchitectureConfig) -> None:
         raise ConfigError(
             "config.json: normalizing q/k after the rotary embedding (qk_norm_after_rope) needs "
             "qk_norm, found qk_norm False"
-        )
-    if config.attention_gate_proj and not config.attention_output_gate:
-        raise ConfigError(
-            "config.json: a gate projection of its own (attention_gate_proj) needs "
-            "attention_output_gate, found attention_output_gate False"
         )
     if config.clip_qkv is not None and (
         not fields.is_number(config.clip_qkv) or config.clip_qkv <= 0

@@ -71,15 +71,21 @@ def test_left_padded_batch_matches_transformers(family, tmp_path):
     assert first <= TOLERANCE and rest <= TOLERANCE, (first, rest)
 
 
-def _gate_dropped(self, op, x, q):
-    """Attention._output_gate that splits q_proj's gates off (or reads gate_proj) and drops
-    them."""
-    q, _ = _OUTPUT_GATE(self, op, x, q)
+def _query_gate_dropped(self, op, q):
+    """Attention._gated_query that splits q_proj's gates off and drops them."""
+    q, _ = _GATED_QUERY(self, op, q)
     return q, None
 
 
-_OUTPUT_GATE = attention.Attention._output_gate
-_GATE_DROPPED = (attention.Attention, "_output_gate", _gate_dropped)
+def _own_gate_dropped(self, op, output, x):
+    """Attention._gated_output that projects the gate (g_proj is read) and drops it."""
+    self.g_proj(op, x)
+    return output
+
+
+_GATED_QUERY = attention.Attention._gated_query
+_QUERY_GATE_DROPPED = (attention.Attention, "_gated_query", _query_gate_dropped)
+_OWN_GATE_DROPPED = (attention.Attention, "_gated_output", _own_gate_dropped)
 _BIAS_IGNORED = (moe, "GroupRouter", _CorrectionBiasIgnored)
 
 
@@ -89,11 +95,11 @@ def _with(family: str, **overrides):
 
 
 MUTANTS = {
-    "afmoe_output_gate_dropped": ("afmoe", _GATE_DROPPED),
+    "afmoe_output_gate_dropped": ("afmoe", _OWN_GATE_DROPPED),
     "afmoe_rotary_in_full_layers": ("afmoe", _with("afmoe", no_rope_layers=())),
     "afmoe_expert_bias_ignored": ("afmoe", _BIAS_IGNORED),
     "afmoe_route_scale_ignored": ("afmoe", _with_routing("afmoe", scaling=1.0)),
-    "minicpm5_moe_output_gate_dropped": ("minicpm5_moe", _GATE_DROPPED),
+    "minicpm5_moe_output_gate_dropped": ("minicpm5_moe", _QUERY_GATE_DROPPED),
     "kolibri1_chosen_by_scores": ("kolibri1", _with_routing("kolibri1", choice_by_logits=False)),
     "kolibri1_expert_bias_ignored": ("kolibri1", _BIAS_IGNORED),
     "kolibri1_rotary_in_full_layers": ("kolibri1", _with("kolibri1", no_rope_layers=())),
