@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mobius_genai import packager
-from tests._hf import _forward, load_reference_model
+from tests._hf import hf_forward, load_reference_model
 from tests.models.families.test_bundles import _checkpoint
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -55,7 +55,7 @@ def peft_greedy(
     ids, cache, tokens = torch.tensor([list(prompt)]), None, []
     with torch.no_grad():
         while len(tokens) < new:
-            logits, cache = _forward(model, cache, input_ids=ids)
+            logits, cache = hf_forward(model, cache, input_ids=ids)
             tokens.append(int(logits[0, -1].argmax()))
             if tokens[-1] == eos:
                 break

@@ -20,7 +20,6 @@ import math
 import numpy as np
 import onnx
 import pytest
-import torch
 from transformers import JambaConfig
 
 import mobius_genai
@@ -32,15 +31,11 @@ from mobius_genai.config.mamba1 import MAMBA_KEYS, mamba1_reader
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba1_rows import jamba_moe
 from tests._hf import (
-    ReferenceRun,
-    ReferenceStep,
-    _forward,
     hf_greedy_tokens,
-    load_reference_model,
-    positions_from_mask,
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
+from tests._recurrent import cached_reference
 from tests.models.families.test_bundles import (
     PROMPT,
     _batch_greedy_tokens,
@@ -50,33 +45,6 @@ from tests.models.families.test_bundles import (
 
 TOLERANCE = 1e-4  # f32
 FAMILIES_HERE = ("mamba", "falcon_mamba", "jamba")
-
-
-def cached_reference(
-    ckpt, ids: np.ndarray, decode_steps: int, dtype: torch.dtype = torch.float32
-) -> ReferenceRun:
-    """transformers' prefill of `ids` [batch, seq], then greedy single-token steps through its
-    cache, the attention mask given with the prefill only (as generate() does); each step
-    records the whole mask, as onnxruntime-genai feeds it. The model runs in `dtype`."""
-    model = load_reference_model(ckpt).to(dtype)
-    mask = np.ones_like(ids)
-    steps, cache = [], None
-    with torch.no_grad():
-        for step in range(decode_steps + 1):
-            positions = positions_from_mask(mask, ids.shape[1])
-            masked = {"attention_mask": torch.from_numpy(mask)} if step == 0 else {}
-            logits, cache = _forward(
-                model,
-                cache,
-                input_ids=torch.from_numpy(ids),
-                position_ids=torch.from_numpy(positions),
-                **masked,
-            )
-            logits = logits.float().numpy()
-            steps.append(ReferenceStep(ids, mask, positions, logits))
-            ids = logits[:, -1].argmax(-1)[:, None].astype(np.int64)
-            mask = np.concatenate([mask, np.ones_like(ids)], axis=1)
-    return ReferenceRun(steps)
 
 
 @pytest.fixture(scope="module")

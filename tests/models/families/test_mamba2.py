@@ -25,11 +25,11 @@ from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba2_rows import mamba2_sizes
 from tests._hf import write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
+from tests._recurrent import cached_reference
 from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
 from tests.models.families.test_mamba1 import (
     assert_batch_continues_each_prompt,
     assert_variant_matches,
-    cached_reference,
     last_states,
 )
 

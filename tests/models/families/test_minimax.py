@@ -30,13 +30,12 @@ from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, tiny_config, write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
+from tests._recurrent import alone_then_padded, cached_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 from tests.models.families.test_mamba1 import (
     assert_batch_continues_each_prompt,
-    cached_reference,
     without_past,
 )
-from tests.models.families.test_recurrent_gemma import _alone_then_padded
 
 TOLERANCE = 1e-4  # f32
 FAMILY = "minimax"
@@ -88,7 +87,7 @@ def test_a_left_padded_batch_continues_each_prompt_alone(checkpoint, tmp_path):
     lightning state, and stays out of attention."""
     rng = np.random.default_rng(2)
     prompts = [rng.integers(3, 128, size=7), rng.integers(3, 128, size=12)]
-    reference = _alone_then_padded(checkpoint, prompts, 3)
+    reference = alone_then_padded(checkpoint, prompts, 3)
     package = mobius_genai.build(checkpoint, "default", "f32", progress=False)
     ours = run_like_reference(ort_session(package, tmp_path), reference)
     ours[0][0, :5] = 0.0  # padded positions

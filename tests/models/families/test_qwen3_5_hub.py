@@ -31,7 +31,7 @@ from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import (
     ReferenceRun,
     ReferenceStep,
-    _forward,
+    hf_forward,
     hf_greedy_tokens,
     load_reference_model,
     positions_from_mask,
@@ -98,7 +98,7 @@ def _reference(ckpt: Path, ids: np.ndarray, decode_steps: int, layout: str) -> R
     steps, cache, mask = [], None, np.ones_like(ids)
     with torch.no_grad():
         for _ in range(decode_steps + 1):
-            logits_t, cache = _forward(
+            logits_t, cache = hf_forward(
                 model, cache, input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)
             )
             logits = logits_t.numpy()

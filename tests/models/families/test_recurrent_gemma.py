@@ -34,18 +34,15 @@ from mobius_genai.models.families.preprocess import offset_norm_weights
 from mobius_genai.models.families.scales import sqrt_hidden
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import (
-    ReferenceRun,
-    ReferenceStep,
-    positions_from_mask,
     tiny_config,
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
+from tests._recurrent import alone_then_padded, cached_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 from tests.models.families.test_mamba1 import (
     assert_batch_continues_each_prompt,
     assert_variant_matches,
-    cached_reference,
     without_past,
 )
 
@@ -113,39 +110,13 @@ def test_variant_matches_transformers(tmp_path):
     assert_variant_matches(FAMILY, overrides, tmp_path)
 
 
-def _alone_then_padded(ckpt, prompts: list[np.ndarray], decode_steps: int) -> ReferenceRun:
-    """transformers' run of each prompt alone, laid out as one left-padded batch: the padded
-    positions' logits are zeros (they mean nothing), each decode step feeds each row's own
-    greedy token."""
-    alone = [cached_reference(ckpt, prompt[None], decode_steps) for prompt in prompts]
-    width = max(len(prompt) for prompt in prompts)
-    steps = []
-    for index in range(decode_steps + 1):
-        ids, logits = [], []
-        for run in alone:
-            step = run.steps[index]
-            pad = width - step.input_ids.shape[1] if index == 0 else 0
-            ids.append(np.pad(step.input_ids[0], (pad, 0)))
-            logits.append(np.pad(step.logits[0], ((pad, 0), (0, 0))))
-        seq = len(ids[0])
-        if index == 0:
-            mask = np.stack([(np.arange(width) >= width - len(p)) for p in prompts]).astype(int)
-        else:
-            mask = np.concatenate([mask, np.ones((len(prompts), 1), int)], axis=1)
-        step = ReferenceStep(
-            np.stack(ids), mask.astype(np.int64), positions_from_mask(mask, seq), np.stack(logits)
-        )
-        steps.append(step)
-    return ReferenceRun(steps)
-
-
 def test_a_left_padded_batch_continues_each_prompt_alone(checkpoint, tmp_path):
     """Row 0 padded by 5 on the portable graph (GroupQueryAttention takes no left padding; og
     pads on the right: the og test below): the padding feeds neither the conv, the recurrence
     nor attention, and the first real token is the recurrence's position 0."""
     rng = np.random.default_rng(2)
     prompts = [rng.integers(3, 128, size=7), rng.integers(3, 128, size=12)]
-    reference = _alone_then_padded(checkpoint, prompts, 3)
+    reference = alone_then_padded(checkpoint, prompts, 3)
     package = mobius_genai.build(checkpoint, "default", "f32", progress=False)
     ours = run_like_reference(ort_session(package, tmp_path), reference)
     ours[0][0, :5] = 0.0  # padded positions
