@@ -26,6 +26,7 @@ from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_we
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._mutants import with_overrides
 from tests._ort import (
     left_padded_diffs,
     long_prefill_reference,
@@ -34,7 +35,7 @@ from tests._ort import (
     run_like_reference,
 )
 from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
-from tests.models.families.test_parity import _parity, _unnormalized, _without
+from tests.models.families.test_parity import _parity, _unnormalized
 
 TOLERANCE = 1e-4  # f32
 
@@ -101,7 +102,7 @@ MUTANTS = {
     # the add, the same tensors); NoPE without rope_theta
     "olmo_hybrid_beta_not_doubled": (
         "olmo_hybrid",
-        lambda: _without(
+        lambda: with_overrides(
             "olmo_hybrid",
             linear_attention=lambda raw: dataclasses.replace(
                 olmo_hybrid_linear_attention(raw), beta_scale=1.0
@@ -110,7 +111,7 @@ MUTANTS = {
     ),
     "olmo_hybrid_gated_norm_at_rms_norm_eps": (
         "olmo_hybrid",
-        lambda: _without(
+        lambda: with_overrides(
             "olmo_hybrid",
             linear_attention=lambda raw: dataclasses.replace(
                 olmo_hybrid_linear_attention(raw),
@@ -121,22 +122,22 @@ MUTANTS = {
     ),
     "olmo_hybrid_delta_nets_normed_after_the_add": (
         "olmo_hybrid",
-        lambda: _without("olmo_hybrid", recurrent_norm_placement="post_residual"),
+        lambda: with_overrides("olmo_hybrid", recurrent_norm_placement="post_residual"),
     ),
     "olmo_hybrid_rotary_without_rope_theta": (
         "olmo_hybrid",
-        lambda: _without("olmo_hybrid", no_rope_layers=()),
+        lambda: with_overrides("olmo_hybrid", no_rope_layers=()),
         {"rope_parameters": {"rope_type": "default", "rope_theta": None}},
     ),
     # Lara-Mini: rotary only in the windowed layers; the top-k renormalized; in_proj's b and a
     # rows in their order; norms scaling by w (not Qwen3.5's 1 + w)
     "lara_mini_rotary_in_global_layers": (
         "lara_mini",
-        lambda: _without("lara_mini", no_rope_layers=()),
+        lambda: with_overrides("lara_mini", no_rope_layers=()),
     ),
     "lara_mini_unnormalized_top_k": (
         "lara_mini",
-        lambda: _without("lara_mini", moe=_unnormalized("lara_mini")),
+        lambda: with_overrides("lara_mini", moe=_unnormalized("lara_mini")),
     ),
     "lara_mini_in_proj_a_before_b": (
         "lara_mini",
@@ -160,11 +161,11 @@ MUTANTS = {
     # Kimi Linear's latent attention without rotary; its top-k renormalized (moe_renormalize)
     "kimi_linear_rotary_latent_attention": (
         "kimi_linear",
-        lambda: _without("kimi_linear", no_rope_layers=()),
+        lambda: with_overrides("kimi_linear", no_rope_layers=()),
     ),
     "kimi_linear_unnormalized_top_k": (
         "kimi_linear",
-        lambda: _without("kimi_linear", moe=_unnormalized("kimi_linear")),
+        lambda: with_overrides("kimi_linear", moe=_unnormalized("kimi_linear")),
     ),
 }
 

@@ -9,8 +9,6 @@ greedy tokens equal transformers'; mutants without the window or the scale fail.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -29,6 +27,7 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
+from tests._mutants import with_overrides
 from tests._ort import case_diffs, max_abs_diff, mutant_diffs, ort_session, run_like_reference
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
@@ -70,16 +69,11 @@ def test_graphs_match_transformers(case, tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-def _without(family: str, **overrides) -> object:
-    row = FAMILIES[family]
-    return dataclasses.replace(row, config_overrides={**row.config_overrides, **overrides})
-
-
 @pytest.mark.parametrize(
     ("family", "mutant"),
     [
-        ("ministral", lambda: _without("ministral", layer_types=("full_attention",) * 3)),
-        ("ministral3", lambda: _without("ministral3", local_global=None)),
+        ("ministral", lambda: with_overrides("ministral", layer_types=("full_attention",) * 3)),
+        ("ministral3", lambda: with_overrides("ministral3", local_global=None)),
     ],
     ids=["ministral_without_window", "ministral3_without_query_scale"],
 )
