@@ -26,16 +26,16 @@ from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_we
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
-from tests._mutants import with_overrides
+from tests._mutants import with_moe, with_overrides
 from tests._ort import (
     left_padded_diffs,
     long_prefill_reference,
     max_abs_diff,
     ort_session,
+    parity_diffs,
     run_like_reference,
 )
 from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
-from tests.models.families.test_parity import _parity, _unnormalized
 
 TOLERANCE = 1e-4  # f32
 
@@ -90,7 +90,7 @@ def test_variants_match_transformers(case, tmp_path):
     family, overrides = VARIANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -137,7 +137,7 @@ MUTANTS = {
     ),
     "lara_mini_unnormalized_top_k": (
         "lara_mini",
-        lambda: with_overrides("lara_mini", moe=_unnormalized("lara_mini")),
+        lambda: with_moe(FAMILIES["lara_mini"], normalize_top_k=False),
     ),
     "lara_mini_in_proj_a_before_b": (
         "lara_mini",
@@ -165,7 +165,7 @@ MUTANTS = {
     ),
     "kimi_linear_unnormalized_top_k": (
         "kimi_linear",
-        lambda: with_overrides("kimi_linear", moe=_unnormalized("kimi_linear")),
+        lambda: with_moe(FAMILIES["kimi_linear"], normalize_top_k=False),
     ),
 }
 

@@ -36,10 +36,10 @@ from tests._ort import (
     long_prefill_reference,
     max_abs_diff,
     ort_session,
+    parity_diffs,
     run_like_reference,
 )
 from tests.models.families.test_bundles import PROMPT, _checkpoint
-from tests.models.families.test_parity import _parity
 from tests.runtime.conftest import run_builder
 
 TOLERANCE = 1e-4  # f32
@@ -121,7 +121,7 @@ def test_variants_match_transformers(case, tmp_path):
     family, overrides = VARIANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 20))
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 

@@ -41,10 +41,10 @@ from tests._ort import (
     mutant_diffs,
     og_sequence,
     ort_session,
+    parity_diffs,
     run_like_reference,
 )
 from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
-from tests.models.families.test_parity import _parity
 from tests.quantize.test_qmoe import _dequantized_checkpoint
 
 TOLERANCE = 1e-4  # f32
@@ -159,7 +159,7 @@ def test_hub_pattern_and_other_routing_settings_match_transformers(tmp_path):
     )
     edit_config(ckpt, layers_block_type=None, hybrid_override_pattern="E*M-E", num_hidden_layers=5)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 20))
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 

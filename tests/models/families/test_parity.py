@@ -28,7 +28,7 @@ from mobius_genai.models.families.dbrx import dbrx_moe
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import GEMMA4_MOE, hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._mutants import with_overrides
-from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._ort import max_abs_diff, ort_session, parity_diffs, run_like_reference
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
 EPS = ("default", "cpu")
@@ -681,12 +681,6 @@ CASES = {
 }
 
 
-def _parity(tmp_path, ckpt, ids, decode_steps=4, **build_args) -> dict[str, float]:
-    reference = hf_reference_logits(ckpt, ids, decode_steps=decode_steps)
-    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, **build_args)
-    return diffs
-
-
 #: Variants of rows whose default case and mutants run by default (the CI budget)
 SLOW_CASES = {
     "youtu_one_q_proj_rotate_half_tied",
@@ -702,7 +696,7 @@ def test_family_graphs_match_transformers(case, tmp_path):
     family, overrides = CASES[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -720,7 +714,7 @@ def test_sliding_window_switches_count_only_where_the_config_class_reads_them(
     config = FAMILIES[family].parse_config(json.loads((ckpt / "config.json").read_text()))
     assert (config.window_of_layer(0) == 4) == windowed
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 3))
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=8)
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=8)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -747,7 +741,7 @@ def test_hub_layout_config_matches_transformers(family, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, hub_layout=True, **overrides)
     assert "rope_parameters" not in (ckpt / "config.json").read_text()
     ids = np.random.default_rng(1).integers(3, 128, size=(1, 14))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -768,7 +762,7 @@ def test_longrope_switches_factors_like_transformers(prefill, context_length, tm
     )
     ids = np.random.default_rng(2).integers(3, 128, size=(2, prefill))
     steps = 4 if context_length is None else context_length - prefill
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=steps, context_length=context_length)
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=steps, context_length=context_length)
     assert max(diffs.values()) <= TOLERANCE, diffs
     tables = mobius_genai.build(ckpt, "default", context_length=context_length, load_weights=False)
     cos = tables["model"].graph.initializers["model.rotary_emb.cos_cache"]
@@ -788,7 +782,7 @@ def test_gpt2_checkpoint_saved_from_base_model(tmp_path):
         metadata={"format": "pt"},
     )
     ids = np.random.default_rng(3).integers(3, 128, size=(1, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -807,7 +801,7 @@ def test_gpt_neox_hub_config_rotary_pct_and_base(tmp_path):
     path.write_text(json.dumps(data))
     assert AutoConfig.from_pretrained(ckpt).rope_parameters == before
     ids = np.random.default_rng(4).integers(3, 128, size=(1, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -839,12 +833,12 @@ def test_exaone_hub_config(tmp_path, monkeypatch):
         assert after[key] == before[key], key
     assert after["rope_parameters"]["rope_theta"] == 5e5
     ids = np.random.default_rng(5).integers(3, 128, size=(1, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
     defaults = {k: v for k, v in FAMILIES["exaone"].config_defaults.items() if k != "rope_theta"}
     mutant = dataclasses.replace(FAMILIES["exaone"], config_defaults=defaults)
     monkeypatch.setitem(FAMILIES, "exaone", mutant)
-    diffs = _parity(tmp_path / "mutant", ckpt, ids, decode_steps=1)
+    diffs = parity_diffs(tmp_path / "mutant", ckpt, ids, decode_steps=1)
     assert min(diffs.values()) > 10 * TOLERANCE, diffs
 
 
