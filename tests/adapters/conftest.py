@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mobius_genai import packager
+from tests._bundles import bundle_checkpoint
 from tests._hf import hf_forward, load_reference_model
-from tests.models.families.test_bundles import _checkpoint
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT = [381, 17, 92, 250, 33, 301, 8, 140]
@@ -65,7 +65,7 @@ def peft_greedy(
 
 def _base(factory: pytest.TempPathFactory, family: str) -> LoraBase:
     root = factory.mktemp(f"lora-{family}")
-    checkpoint = _checkpoint(root / "base", family)
+    checkpoint = bundle_checkpoint(root / "base", family)
     adapters = {
         name: make_adapter(checkpoint, root / name, rank, seed)
         for seed, (name, rank) in enumerate(RANKS.items(), 1)

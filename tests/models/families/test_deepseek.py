@@ -24,6 +24,7 @@ from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.errors import ConfigError, UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
 from mobius_genai.models.families.deepseek import v3_moe
+from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import (
     edit_config,
     hf_reference_logits,
@@ -33,7 +34,6 @@ from tests._hf import (
 )
 from tests._mutants import CorrectionBiasIgnored, with_routing
 from tests._ort import case_diffs, graph_diffs, mutant_diffs
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -174,7 +174,7 @@ def test_every_ep_caches_one_latent_head(family, tmp_path):
         assert len(caches) == 6
         assert {(value.shape[1], value.shape[3]) for value in caches} == {(1, 40)}
     folder = packager.package(
-        _checkpoint(tmp_path / "og", family), "cpu", tmp_path / "bundle", quiet=True
+        bundle_checkpoint(tmp_path / "og", family), "cpu", tmp_path / "bundle", quiet=True
     )
     decoder_config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
     assert (decoder_config["num_key_value_heads"], decoder_config["head_size"]) == (1, 40)

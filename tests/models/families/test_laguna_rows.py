@@ -21,10 +21,10 @@ from mobius_genai import UnsupportedModelError
 from mobius_genai.components import attention, head_layout
 from mobius_genai.config.attention_gate import AttentionGate
 from mobius_genai.models import FAMILIES
+from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import tiny_config, write_tiny_checkpoint
 from tests._mutants import with_overrides, with_routing
 from tests._ort import case_diffs, left_padded_diffs, mutant_diffs
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
 from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 
 TOLERANCE = 1e-4
@@ -200,7 +200,7 @@ def test_gpu_ep_graphs_attend_with_group_query_attention(family, ep, tmp_path):
 @pytest.mark.parametrize("family", ROWS)
 def test_bundle_generates_like_transformers(family, tmp_path, capsys):
     """og's greedy tokens equal transformers', alone and in a batch of different lengths."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
 
 

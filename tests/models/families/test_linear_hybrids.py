@@ -25,6 +25,7 @@ from mobius_genai.models.families.linear_hybrids import olmo_hybrid_linear_atten
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, batch_greedy_tokens, bundle_checkpoint
 from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._mutants import with_moe, with_overrides
 from tests._ort import (
@@ -35,7 +36,6 @@ from tests._ort import (
     parity_diffs,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
 
 TOLERANCE = 1e-4  # f32
 
@@ -340,10 +340,10 @@ def test_a_conv_activation_other_than_silu_is_refused(family):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(_LAYERS))
 def test_og_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
+    rows = batch_greedy_tokens(folder, prompts, 8)
     assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
 
 
@@ -352,7 +352,7 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
 def test_int4_bundle_generates(family, tmp_path):
     """Every projection of both layer kinds becomes MatMulNBits (the experts QMoE; Kimi's
     latent up-projection stays float, as DeepSeek's); the states stay float32."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     int4 = Int4Options(block_size=16)
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=int4, quiet=True

@@ -31,6 +31,7 @@ from mobius_genai.config.local_global import CHUNKED
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint, int4_bundle_ops
 from tests._hf import (
     edit_config,
     hf_greedy_tokens,
@@ -40,7 +41,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import case_diffs, graph_diffs, left_padded_diffs, mutant_diffs
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint, int4_bundle_ops
 from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4
@@ -199,7 +199,7 @@ def test_cpu_bundle_generates_like_transformers(tmp_path):
     """og runs the GQA graph with a shared KV buffer through og.Generator and og.Engine (a
     batch of prompts of different lengths: each row's chunks and temperatures counted from its
     own first token)."""
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", FAMILY)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
@@ -215,7 +215,7 @@ def test_webgpu_bundle_neither_shares_the_buffer_nor_captures_the_graph(tmp_path
     """Where GQA takes no attention_bias (webgpu) the chunked layers keep standard Attention,
     whose presents a shared KV buffer cannot hold: genai_config shares none, so graph capture
     is off (it needs the shared buffer), and validate refuses sharing."""
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", FAMILY)
     folder = packager.package(ckpt, "webgpu", tmp_path / "bundle", quiet=True)
     path = folder / "genai_config.json"
     config = json.loads(path.read_text())

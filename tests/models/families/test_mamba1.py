@@ -30,18 +30,13 @@ from mobius_genai.components.mamba1 import Mamba1Mixer
 from mobius_genai.config.mamba1 import MAMBA_KEYS, mamba1_reader
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba1_rows import jamba_moe
+from tests._bundles import PROMPT, batch_greedy_tokens, bundle_checkpoint, int4_bundle_ops
 from tests._hf import (
     hf_greedy_tokens,
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
 from tests._recurrent import cached_reference
-from tests.models.families.test_bundles import (
-    PROMPT,
-    _batch_greedy_tokens,
-    _checkpoint,
-    int4_bundle_ops,
-)
 
 TOLERANCE = 1e-4  # f32
 FAMILIES_HERE = ("mamba", "falcon_mamba", "jamba")
@@ -212,7 +207,7 @@ def bundles(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mamba1_bundles")
     made = {}
     for family in ("mamba", "jamba"):
-        ckpt = _checkpoint(folder / family / "ckpt", family)
+        ckpt = bundle_checkpoint(folder / family / "ckpt", family)
         made[family] = ckpt, packager.package(ckpt, "cpu", folder / family / "bundle", quiet=True)
     return made
 
@@ -249,7 +244,7 @@ def assert_batch_continues_each_prompt(ckpt, folder) -> None:
     """og's greedy rows for a batch of two prompts of different lengths are transformers'
     continuations of each prompt alone."""
     prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
+    rows = batch_greedy_tokens(folder, prompts, 8)
     expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]
     assert rows == expected
     assert len(set(rows[0])) > 2  # a real continuation, not one token repeated

@@ -28,6 +28,7 @@ from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._mutants import with_overrides
 from tests._ort import (
@@ -39,7 +40,6 @@ from tests._ort import (
     parity_diffs,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.runtime.conftest import run_builder
 
 TOLERANCE = 1e-4  # f32
@@ -285,7 +285,7 @@ def cpu_bundles(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mamba2_bundles")
     return {
         family: packager.package(
-            _checkpoint(folder / f"{family}_ckpt", family), "cpu", folder / family, quiet=True
+            bundle_checkpoint(folder / f"{family}_ckpt", family), "cpu", folder / family, quiet=True
         )
         for family in FAMILIES_HERE
     }
@@ -344,7 +344,7 @@ def test_int4_bundle_generates(family, tmp_path):
     """The Mamba2, attention and MLP projections become MatMulNBits (Falcon-H1's with its
     multipliers folded in); both states stay float32. (Blocks of 16: the tiny Falcon-H1's
     Mamba2 width is 48.)"""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     int4 = Int4Options(block_size=16)
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=int4, quiet=True

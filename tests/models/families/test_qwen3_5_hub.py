@@ -28,6 +28,7 @@ from mobius_genai import packager
 from mobius_genai.errors import WeightsError
 from mobius_genai.models import get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, TOKENIZER_FILES
 from tests._hf import (
     ReferenceRun,
     ReferenceStep,
@@ -40,7 +41,6 @@ from tests._hf import (
 )
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 from tests.conftest import TINY_QWEN2
-from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
 
 TOLERANCE = 1e-4  # f32, a 9-token prefill (test_qwen3_5.py: 70 tokens within the same bound)
 NEW_TOKENS = 16

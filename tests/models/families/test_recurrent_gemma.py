@@ -33,13 +33,13 @@ from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.preprocess import offset_norm_weights
 from mobius_genai.models.families.scales import sqrt_hidden
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
 from tests._recurrent import alone_then_padded, cached_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 from tests.models.families.test_mamba1 import (
     assert_batch_continues_each_prompt,
     assert_variant_matches,
@@ -215,7 +215,7 @@ def test_a_state_not_carried_fails_the_decode_steps(checkpoint, run, state, monk
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("rgemma_bundle")
-    ckpt = _checkpoint(folder / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(folder / "ckpt", FAMILY)
     return ckpt, packager.package(ckpt, "cpu", folder / "bundle", quiet=True)
 
 
@@ -236,7 +236,7 @@ def test_int4_puts_the_projections_in_matmulnbits(tmp_path):
     """int4 for cpu (an RG-LRU and an MLP 64 wide, which int4's blocks of 32 divide): the
     attention's, the RG-LRU's and the MLPs' projections in MatMulNBits, the gates' blocks in
     float; og generates every token asked for with it."""
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY, lru_width=64, intermediate_size=128)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", FAMILY, lru_width=64, intermediate_size=128)
     bundle = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     tokens = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert len(tokens) == NEW_TOKENS

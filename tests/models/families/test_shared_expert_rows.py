@@ -23,6 +23,7 @@ import mobius_genai
 from mobius_genai.components import moe
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
+from tests._bundles import int4_bundle_ops
 from tests._hf import (
     edit_config,
     hf_reference_logits,
@@ -33,7 +34,6 @@ from tests._hf import (
 )
 from tests._mutants import CorrectionBiasIgnored, with_moe, with_routing
 from tests._ort import case_diffs, graph_diffs, mutant_diffs
-from tests.models.families.test_bundles import int4_bundle_ops
 from tests.models.families.test_corrected_moe import _ids
 
 TOLERANCE = 1e-4
