@@ -15,8 +15,9 @@ import onnxruntime_genai as og
 
 from mobius_genai import packager
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import write_tiny_checkpoint
+from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 from tests.conftest import TINY_QWEN2
+from tests.runtime._og import PROMPTS, engine_tokens
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -105,3 +106,23 @@ def batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int)
         for row, token in zip(tokens, generator.get_next_tokens(), strict=True):
             row.append(int(token))
     return tokens
+
+
+def assert_og_batches_continue_each_prompt(ckpt: Path, folder: Path) -> None:
+    """og.Generator's batch of two prompts of different lengths (the shorter padded on the
+    right) and og.Engine's requests of different lengths each continue as transformers
+    continues that prompt alone."""
+    prompts = [PROMPT, PROMPT[:5]]
+    ours = batch_greedy_tokens(folder, prompts, 12)
+    theirs = [hf_greedy_tokens(ckpt, prompt, 12, stop_at_eos=False) for prompt in prompts]
+    assert ours == theirs
+    assert len({tuple(row) for row in theirs}) == 2
+    assert_engine_continues_each_prompt(ckpt, folder)
+
+
+def assert_engine_continues_each_prompt(ckpt: Path, folder: Path) -> None:
+    """og.Engine's requests of different lengths (tests/runtime/_og.py's PROMPTS), begun
+    together, each continue as transformers continues that prompt alone."""
+    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
+    assert failures == []
+    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]

@@ -18,7 +18,6 @@ from collections import Counter
 
 import numpy as np
 import onnx
-import onnxruntime_genai as og
 import pytest
 import torch
 from transformers import Llama4Config, Llama4ForConditionalGeneration
@@ -31,7 +30,13 @@ from mobius_genai.config.local_global import CHUNKED
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint, int4_bundle_ops
+from tests._bundles import (
+    NEW_TOKENS,
+    PROMPT,
+    assert_engine_continues_each_prompt,
+    bundle_checkpoint,
+    int4_bundle_ops,
+)
 from tests._hf import (
     edit_config,
     hf_greedy_tokens,
@@ -41,7 +46,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import case_diffs, graph_diffs, left_padded_diffs, mutant_diffs
-from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -206,9 +210,7 @@ def test_cpu_bundle_generates_like_transformers(tmp_path):
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
     assert len(ours) == NEW_TOKENS
-    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
-    assert failures == []
-    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
+    assert_engine_continues_each_prompt(ckpt, folder)
 
 
 def test_webgpu_bundle_neither_shares_the_buffer_nor_captures_the_graph(tmp_path, capsys):
