@@ -5,15 +5,15 @@ q/k/v, optional q/k normalization (per head, or over the whole projection) befor
 rotary embedding (unless the layer has none), then one Attention op that appends the new keys
 and values to the cache (each row's tokens placed as components/kv_slots.py says) and applies
 the additive mask it is given; with attention sinks, its
-output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
-[q_h | gate_h] per head and the output is multiplied by sigmoid(gate); with an attention gate
-of its own (config/attention_gate.py: Laguna's softplus, AFMoE's sigmoid), by its activation
-of x @ g_proj, one value per head or per channel. A layer whose stored heads differ from the cache's layout
-(config/head_layout.py: MiMo-V2-Flash) widens its keys and values before the Attention op and
-narrows its output after it (components/head_layout.py). Llama 4's layers
+output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields [q_h
+| gate_h] per head and the output is multiplied by sigmoid(gate); with an attention gate of its
+own (config/attention_gate.py: Laguna's softplus, AFMoE's sigmoid), by its activation of x @
+g_proj, one value per head or per channel. A layer whose stored heads differ from the cache's
+layout (config/head_layout.py: MiMo-V2-Flash) widens its keys and values before the Attention op
+and narrows its output after it (components/head_layout.py). Llama 4's layers
 (config/local_global.py) L2-normalize each rotated q/k head, or, without a rotary embedding,
-scale the queries by their position's attention temperature; Ministral 3's layers scale them
-by the same kind of factor, before the rotation (which commutes with it).
+scale the queries by their position's attention temperature; Ministral 3's layers scale them by
+the same kind of factor, before the rotation (which commutes with it).
 """
 
 from __future__ import annotations
