@@ -1,6 +1,7 @@
 """Bundle test scaffolding shared by the family tests: tiny checkpoints with the committed
 tiny-qwen2 tokenizer (vocab 384, prompts fed as token ids), onnxruntime-genai's greedy tokens
-for a batch, and the op counts of an int4 bundle that generates."""
+for a batch, the op counts of an int4 bundle that generates, and the checks that og's tokens
+(og.Generator alone and in batches, og.Engine) equal transformers'."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import onnx
 import onnxruntime_genai as og
 
 from mobius_genai import packager
+from mobius_genai.cli import main as cli_main
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
 from tests.conftest import TINY_QWEN2
@@ -126,3 +128,17 @@ def assert_engine_continues_each_prompt(ckpt: Path, folder: Path) -> None:
     tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
     assert failures == []
     assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
+
+
+def check_bundle_generates_like_transformers(ckpt: Path, tmp_path: Path, capsys) -> None:
+    """`ckpt`'s cpu bundle validates, and og's greedy tokens equal transformers', alone and in
+    a batch of prompts of different lengths."""
+    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
+    assert cli_main(["validate", str(folder)]) == 0
+    assert "valid (decoder," in capsys.readouterr().out
+    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
+    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
+    assert len(ours) == NEW_TOKENS
+    prompts = [PROMPT, PROMPT[:4]]
+    rows = batch_greedy_tokens(folder, prompts, 8)
+    assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,13 +16,17 @@ from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, packager
-from mobius_genai.cli import main as cli_main
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._bundles import NEW_TOKENS, PROMPT, batch_greedy_tokens, bundle_checkpoint
-from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._bundles import (
+    NEW_TOKENS,
+    PROMPT,
+    bundle_checkpoint,
+    check_bundle_generates_like_transformers,
+)
+from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
@@ -45,20 +48,6 @@ def test_bundle_generates_like_transformers(layout, tmp_path, capsys):
     family, overrides = LAYOUTS[layout]
     ckpt = bundle_checkpoint(tmp_path / "ckpt", family, **overrides)
     check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
-
-
-def check_bundle_generates_like_transformers(ckpt: Path, tmp_path: Path, capsys) -> None:
-    """`ckpt`'s cpu bundle validates, and og's greedy tokens equal transformers', alone and in
-    a batch of prompts of different lengths."""
-    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    assert cli_main(["validate", str(folder)]) == 0
-    assert "valid (decoder," in capsys.readouterr().out
-    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
-    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
-    assert len(ours) == NEW_TOKENS
-    prompts = [PROMPT, PROMPT[:4]]
-    rows = batch_greedy_tokens(folder, prompts, 8)
-    assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
 
 
 def test_opt_350m_int4_bundle_quantizes_project_out_before_the_tied_head(tmp_path):

@@ -15,10 +15,13 @@ import mobius_genai
 from mobius_genai import ConfigError
 from mobius_genai.components.attention_experts import MixtureOfHeadsAttention
 from mobius_genai.models import FAMILIES
-from tests._bundles import bundle_checkpoint, int4_bundle_ops
+from tests._bundles import (
+    bundle_checkpoint,
+    check_bundle_generates_like_transformers,
+    int4_bundle_ops,
+)
 from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs
-from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 ROW = FAMILIES["jetmoe"]

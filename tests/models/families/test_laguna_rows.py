@@ -21,11 +21,14 @@ from mobius_genai import UnsupportedModelError
 from mobius_genai.components import attention, head_layout
 from mobius_genai.config.attention_gate import AttentionGate
 from mobius_genai.models import FAMILIES
-from tests._bundles import bundle_checkpoint, int4_bundle_ops
+from tests._bundles import (
+    bundle_checkpoint,
+    check_bundle_generates_like_transformers,
+    int4_bundle_ops,
+)
 from tests._hf import tiny_config, write_tiny_checkpoint
 from tests._mutants import with_overrides, with_routing
 from tests._ort import case_diffs, left_padded_diffs, mutant_diffs
-from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu")
