@@ -1,19 +1,25 @@
-"""transformers' reference runs of recurrent decoders, as onnxruntime-genai feeds a graph:
-greedy steps through transformers' cache after a prefill (`cached_reference`), and prompts run
-alone laid out as one left-padded batch (`alone_then_padded`)."""
+"""Test scaffolding of the recurrent rows: transformers' reference runs as onnxruntime-genai
+feeds a graph (greedy steps through transformers' cache after a prefill, `cached_reference`;
+prompts run alone laid out as one left-padded batch, `alone_then_padded`), a variant's parity,
+a block's mutant that carries no state, and og's batch against transformers."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+import mobius_genai
+from tests._bundles import PROMPT, batch_greedy_tokens
 from tests._hf import (
     ReferenceRun,
     ReferenceStep,
     hf_forward,
+    hf_greedy_tokens,
     load_reference_model,
     positions_from_mask,
+    write_tiny_checkpoint,
 )
+from tests._ort import max_abs_diff, ort_session, run_like_reference
 
 
 def cached_reference(
@@ -67,3 +73,39 @@ def alone_then_padded(ckpt, prompts: list[np.ndarray], decode_steps: int) -> Ref
         )
         steps.append(step)
     return ReferenceRun(steps)
+
+
+def assert_variant_matches(family: str, overrides: dict, tmp_path) -> None:
+    """`family`'s tiny checkpoint with `overrides`: a 2 x 12-token prefill and 3 decode steps
+    on the portable and cpu graphs match transformers."""
+    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
+    ids = np.random.default_rng(1).integers(3, 128, size=(2, 12))
+    reference = cached_reference(ckpt, ids, 3)
+    for ep in ("default", "cpu"):
+        package = mobius_genai.build(ckpt, ep, "f32", progress=False)
+        ours = run_like_reference(ort_session(package, tmp_path / ep), reference)
+        assert max_abs_diff(ours, reference.logits) <= 1e-4, ep
+
+
+def without_past(block: type, state: int):
+    """`block`'s forward (a recurrent block's: hidden states, mask, past states) with its past
+    state number `state` (Mamba1's conv 0, scan 1) read as zeros: a state not carried from one
+    call to the next."""
+    forward = block.forward
+
+    def mutant(self, op, hidden_states, attention_mask, *past):
+        past = list(past)
+        past[state] = op.Mul(past[state], op.CastLike(op.Constant(value_float=0.0), past[state]))
+        return forward(self, op, hidden_states, attention_mask, *past)
+
+    return mutant
+
+
+def assert_batch_continues_each_prompt(ckpt, folder) -> None:
+    """og's greedy rows for a batch of two prompts of different lengths are transformers'
+    continuations of each prompt alone."""
+    prompts = [PROMPT, PROMPT[:4]]
+    rows = batch_greedy_tokens(folder, prompts, 8)
+    expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]
+    assert rows == expected
+    assert len(set(rows[0])) > 2  # a real continuation, not one token repeated

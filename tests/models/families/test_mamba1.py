@@ -30,13 +30,17 @@ from mobius_genai.components.mamba1 import Mamba1Mixer
 from mobius_genai.config.mamba1 import MAMBA_KEYS, mamba1_reader
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba1_rows import jamba_moe
-from tests._bundles import PROMPT, batch_greedy_tokens, bundle_checkpoint, int4_bundle_ops
+from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import (
-    hf_greedy_tokens,
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests._recurrent import cached_reference
+from tests._recurrent import (
+    assert_batch_continues_each_prompt,
+    assert_variant_matches,
+    cached_reference,
+    without_past,
+)
 
 TOLERANCE = 1e-4  # f32
 FAMILIES_HERE = ("mamba", "falcon_mamba", "jamba")
@@ -120,18 +124,6 @@ def test_variants_match_transformers(case, tmp_path):
     assert_variant_matches(family, overrides, tmp_path)
 
 
-def assert_variant_matches(family: str, overrides: dict, tmp_path) -> None:
-    """`family`'s tiny checkpoint with `overrides`: a 2 x 12-token prefill and 3 decode steps
-    on the portable and cpu graphs match transformers."""
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
-    ids = np.random.default_rng(1).integers(3, 128, size=(2, 12))
-    reference = cached_reference(ckpt, ids, 3)
-    for ep in ("default", "cpu"):
-        package = mobius_genai.build(ckpt, ep, "f32", progress=False)
-        ours = run_like_reference(ort_session(package, tmp_path / ep), reference)
-        assert max_abs_diff(ours, reference.logits) <= TOLERANCE, ep
-
-
 def _row(family: str, **changes) -> object:
     row = FAMILIES[family]
     overrides = changes.pop("config_overrides", {})
@@ -174,20 +166,6 @@ def test_a_row_mechanism_changed_fails_parity(checkpoints, runs, mutant, monkeyp
     package = mobius_genai.build(checkpoints[family], "cpu", "f32", progress=False)
     ours = run_like_reference(ort_session(package, tmp_path), runs[family])
     assert not max_abs_diff(ours, runs[family].logits) <= 10 * TOLERANCE
-
-
-def without_past(block: type, state: int):
-    """`block`'s forward (a recurrent block's: hidden states, mask, past states) with its past
-    state number `state` (Mamba1's conv 0, scan 1) read as zeros: a state not carried from one
-    call to the next."""
-    forward = block.forward
-
-    def mutant(self, op, hidden_states, attention_mask, *past):
-        past = list(past)
-        past[state] = op.Mul(past[state], op.CastLike(op.Constant(value_float=0.0), past[state]))
-        return forward(self, op, hidden_states, attention_mask, *past)
-
-    return mutant
 
 
 @pytest.mark.parametrize("state", [0, 1], ids=["conv_state", "scan_state"])
@@ -238,16 +216,6 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(bundles, family):
     (and Jamba's attention masks it): each row continues as transformers continues that
     prompt alone."""
     assert_batch_continues_each_prompt(*bundles[family])
-
-
-def assert_batch_continues_each_prompt(ckpt, folder) -> None:
-    """og's greedy rows for a batch of two prompts of different lengths are transformers'
-    continuations of each prompt alone."""
-    prompts = [PROMPT, PROMPT[:4]]
-    rows = batch_greedy_tokens(folder, prompts, 8)
-    expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]
-    assert rows == expected
-    assert len(set(rows[0])) > 2  # a real continuation, not one token repeated
 
 
 def test_jamba_int4_puts_the_experts_in_qmoe(tmp_path):

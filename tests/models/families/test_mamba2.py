@@ -26,12 +26,12 @@ from mobius_genai.models.families.mamba2_rows import mamba2_sizes
 from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests._recurrent import cached_reference
-from tests.models.families.test_mamba1 import (
+from tests._recurrent import (
     assert_batch_continues_each_prompt,
     assert_variant_matches,
-    last_states,
+    cached_reference,
 )
+from tests.models.families.test_mamba1 import last_states
 
 TOLERANCE = 1e-4  # f32
 

@@ -31,9 +31,10 @@ from mobius_genai.runtime.generate import greedy_tokens, load_model
 from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import hf_greedy_tokens, tiny_config, write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests._recurrent import alone_then_padded, cached_reference
-from tests.models.families.test_mamba1 import (
+from tests._recurrent import (
+    alone_then_padded,
     assert_batch_continues_each_prompt,
+    cached_reference,
     without_past,
 )
 

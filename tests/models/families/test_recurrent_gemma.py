@@ -39,10 +39,11 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests._recurrent import alone_then_padded, cached_reference
-from tests.models.families.test_mamba1 import (
+from tests._recurrent import (
+    alone_then_padded,
     assert_batch_continues_each_prompt,
     assert_variant_matches,
+    cached_reference,
     without_past,
 )
 
