@@ -1751,7 +1751,7 @@ def _recompute(
     return logits, _Recomputed(inputs["input_ids"], inputs["position_ids"])
 
 
-def _forward(
+def hf_forward(
     model: PreTrainedModel, cache: Any, **inputs: torch.Tensor
 ) -> tuple[torch.Tensor, Any]:
     """One cached forward call; returns (logits, cache).
@@ -1796,7 +1796,7 @@ def hf_reference_logits(
     with torch.no_grad():
         for _ in range(decode_steps + 1):
             pos = positions_from_mask(mask, ids.shape[1])
-            logits_t, past = _forward(
+            logits_t, past = hf_forward(
                 model,
                 past,
                 input_ids=torch.from_numpy(ids),
@@ -1823,7 +1823,7 @@ def hf_float64_logits(ckpt_dir: Path, run: ReferenceRun) -> list[np.ndarray]:
     past = None
     with torch.no_grad():
         for step in run.steps:
-            out, past = _forward(
+            out, past = hf_forward(
                 model,
                 past,
                 input_ids=torch.from_numpy(step.input_ids),
@@ -1867,7 +1867,7 @@ def hf_greedy_tokens(
         while len(new) < max_new_tokens:
             start = len(prompt_ids) + len(new) - ids.shape[1]
             positions = torch.arange(start, start + ids.shape[1]).unsqueeze(0)
-            logits, past = _forward(model, past, input_ids=ids, position_ids=positions)
+            logits, past = hf_forward(model, past, input_ids=ids, position_ids=positions)
             token = int(logits[0, -1].argmax())
             new.append(token)
             if token in stop:

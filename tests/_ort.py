@@ -95,6 +95,20 @@ def graph_diffs(
     return diffs
 
 
+def parity_diffs(
+    directory: Path,
+    ckpt: Path,
+    ids: np.ndarray,
+    decode_steps: int = 4,
+    eps: tuple[str, ...] = ("default", "cpu"),
+    **build_args,
+) -> dict[str, float]:
+    """`graph_diffs` of `ckpt`'s graphs for `eps` (the portable and cpu ones by default) from
+    transformers' prefill of `ids` and `decode_steps` cached decode steps."""
+    reference = hf_reference_logits(ckpt, ids, decode_steps=decode_steps)
+    return graph_diffs(ckpt, reference, eps, directory, **build_args)
+
+
 def case_diffs(
     directory: Path, family: str, ids: np.ndarray, eps: tuple[str, ...], *, seed: int, **overrides
 ) -> dict[str, float]:

@@ -5,16 +5,15 @@ q/k/v, optional q/k normalization (per head, or over the whole projection) befor
 rotary embedding (unless the layer has none), then one Attention op that appends the new keys
 and values to the cache (each row's tokens placed as components/kv_slots.py says) and applies
 the additive mask it is given; with attention sinks, its
-output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields
-[q_h | gate_h] per head (AFMoE: its own gate_proj gives the gate) and the output is
-multiplied by sigmoid(gate); with an attention gate
-of its own (config/attention_gate.py: Laguna's `g_proj`), by its activation of x @ g_proj, one
-value per head or per channel. A layer whose stored heads differ from the cache's layout
-(config/head_layout.py: MiMo-V2-Flash) widens its keys and values before the Attention op and
-narrows its output after it (components/head_layout.py). Llama 4's layers
+output is rescaled as components/sinks.py says. With an output gate (Qwen3.5) q_proj yields [q_h
+| gate_h] per head and the output is multiplied by sigmoid(gate); with an attention gate of its
+own (config/attention_gate.py: Laguna's softplus, AFMoE's sigmoid), by its activation of x @
+g_proj, one value per head or per channel. A layer whose stored heads differ from the cache's
+layout (config/head_layout.py: MiMo-V2-Flash) widens its keys and values before the Attention op
+and narrows its output after it (components/head_layout.py). Llama 4's layers
 (config/local_global.py) L2-normalize each rotated q/k head, or, without a rotary embedding,
-scale the queries by their position's attention temperature; Ministral 3's layers scale them
-by the same kind of factor, before the rotation (which commutes with it).
+scale the queries by their position's attention temperature; Ministral 3's layers scale them by
+the same kind of factor, before the rotation (which commutes with it).
 """
 
 from __future__ import annotations
@@ -60,18 +59,16 @@ class Attention(nn.Module):
             v_size = self.stored_kv_heads * self.layout.v_head_dim
             o_size = self.num_heads * self.layout.v_head_dim
         self.output_gate = config.attention_output_gate
-        gate_in_query = self.output_gate and not config.attention_gate_proj
         if config.packed_qkv:
             self.qkv_proj = Linear(config.hidden_size, sum(self.sizes), config.qkv_bias)
             self.q_proj = self.k_proj = self.v_proj = None
         else:
             self.qkv_proj = None
-            q_out = 2 * q_size if gate_in_query else q_size
+            q_out = 2 * q_size if self.output_gate else q_size
             self.q_proj = Linear(config.hidden_size, q_out, config.qkv_bias)
             self.k_proj = Linear(config.hidden_size, k_size, config.qkv_bias)
             self.v_proj = Linear(config.hidden_size, v_size, config.qkv_bias)
         self.o_proj = Linear(o_size, config.hidden_size, config.o_bias)
-        self.gate_proj = Linear(config.hidden_size, q_size) if config.attention_gate_proj else None
         self.own_gate = config.attention_gate
         if self.own_gate is not None:
             gates = self.num_heads if self.own_gate.per_head else q_size
@@ -109,15 +106,6 @@ class Attention(nn.Module):
         sizes = op.Constant(value_ints=self.sizes)
         return op.Split(self.qkv_proj(op, x), sizes, axis=-1, _outputs=3)
 
-    def _output_gate(self, op, x: ir.Value, q: ir.Value) -> tuple[ir.Value, ir.Value | None]:
-        """q and the output gate: q_proj's per-head halves, gate_proj of the layer input
-        `x`, or None without a gate."""
-        if self.gate_proj is not None:
-            return q, self.gate_proj(op, x)
-        if self.output_gate:
-            return self._gated_query(op, q)
-        return q, None
-
     def _gated_query(self, op, q: ir.Value) -> tuple[ir.Value, ir.Value]:
         """[q_h | gate_h] for each head h → q and gate, [batch, seq, heads * head_dim] each."""
         pairs = op.Reshape(q, op.Constant(value_ints=[0, 0, self.num_heads, 2 * self.head_dim]))
@@ -126,8 +114,8 @@ class Attention(nn.Module):
         return op.Reshape(q, flat), op.Reshape(gate, flat)
 
     def _gated_output(self, op, output: ir.Value, hidden_states: ir.Value) -> ir.Value:
-        """`output` [b, s, heads * d] times act(hidden_states @ g_proj), computed in float32
-        (transformers' softplus(g_proj(x).float())), per head or per channel."""
+        """`output` [b, s, heads * d] times act(hidden_states @ g_proj), per head or per
+        channel, the activation computed in float32 (Laguna's softplus(g_proj(x).float()))."""
         gate = in_float32(op, self.g_proj(op, hidden_states))
         gate = op.Softplus(gate) if self.own_gate.activation == "softplus" else op.Sigmoid(gate)
         gate = op.CastLike(gate, output)
@@ -202,7 +190,9 @@ class Attention(nn.Module):
             k, v = widen_key_values(
                 op, k, v, self.layout, self.stored_kv_heads, self.num_kv_heads, self.head_dim
             )
-        q, gate = self._output_gate(op, hidden_states, q)
+        gate = None
+        if self.output_gate:
+            q, gate = self._gated_query(op, q)
         if self.clip is not None:
             q, k, v = self._clip(op, q, k, v)
         if self.q_norm is not None and not self.norm_after_rope:

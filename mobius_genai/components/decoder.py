@@ -10,22 +10,23 @@
               with parallel_mlp_norm: out = (attn(norm1(x)) + mlp(norm2(x))) + x    (gpt_neox)
 
 Each block output is multiplied by `residual_multiplier` before its add when that is not 1
-(granite); with `residual_factors` each add is alpha * residual + beta * block (MiniMax). With `residual_in_float32` in a float16 or bfloat16 build the layers pass the
-residual stream on in float32: a block reads it cast to the model dtype and its output is cast
-to float32 before the add, where transformers' Mamba blocks cast (`residual_in_fp32`). A layer
-whose only mixer is a recurrent block may have a placement of its own
-(`recurrent_norm_placement`: OLMo hybrid's pre-norm delta nets between post-norm attention
-layers). Norm modules carry the names transformers gives them for each placement, so
-checkpoints need no renames. A recurrent layer has the component its kind's row names in place
-of attention (config/recurrent.py: "conv" → LFM2's ShortConv, "linear_attention" → Qwen3.5's
-GatedDeltaNet or Kimi's delta attention, "mamba2" → Granite-4.0-H's Mamba2Mixer, "rglru" → RecurrentGemma's
-RgLruBlock, "lightning_attention" → MiniMax's LightningAttention); its cache is the block's tuple of
-states instead of (key, value). A config with `latent_attention` attends with DeepSeek's
-multi-head latent attention, one with `differential_attention` DiffLlama's, one with
-`attention_experts` JetMoE's mixture of attention heads, one with `dynamic_mask` Doge's
-dynamic mask attention. With `residual_scales` (Doge) a pre-norm layer multiplies each
-residual by a learned vector before the add: h = x * input_residual + attn(norm(x)), out =
-h * post_attention_residual + mlp(norm(h)). A layer may run a recurrent block beside its attention (Falcon-H1:
+(granite); with `residual_factors` each add is alpha * residual + beta * block (MiniMax). With
+`residual_in_float32` in a float16 or bfloat16 build the layers pass the residual stream on in
+float32: a block reads it cast to the model dtype and its output is cast to float32 before the
+add, where transformers' Mamba blocks cast (`residual_in_fp32`). A layer whose only mixer is a
+recurrent block may have a placement of its own (`recurrent_norm_placement`: OLMo hybrid's
+pre-norm delta nets between post-norm attention layers). Norm modules carry the names
+transformers gives them for each placement, so checkpoints need no renames. A recurrent layer
+has the component its kind's row names in place of attention (config/recurrent.py: "conv" →
+LFM2's ShortConv, "linear_attention" → Qwen3.5's GatedDeltaNet or Kimi's delta attention,
+"mamba2" → Granite-4.0-H's Mamba2Mixer, "rglru" → RecurrentGemma's RgLruBlock,
+"lightning_attention" → MiniMax's LightningAttention); its cache is the block's tuple of states
+instead of (key, value). A config with `latent_attention` attends with DeepSeek's multi-head
+latent attention, one with `differential_attention` DiffLlama's, one with `attention_experts`
+JetMoE's mixture of attention heads, one with `dynamic_mask` Doge's dynamic mask attention. With
+`residual_scales` (Doge) a pre-norm layer multiplies each residual by a learned vector before
+the add: h = x * input_residual + attn(norm(x)), out = h * post_attention_residual +
+mlp(norm(h)). A layer may run a recurrent block beside its attention (Falcon-H1:
 `parallel_recurrent`, both reading the normed input, their outputs added; its cache is (key,
 value, *states)), and with `one_block_layers` a layer is one block (Nemotron-H): its mixer
 alone, h = x + mixer(norm(x)), or in an "mlp" layer its MLP alone, h = x + mlp(norm(x)).

@@ -49,7 +49,9 @@ def _l2_normalized(op, x: ir.Value, heads: int, head_dim: int) -> ir.Value:
 class DeltaRuleBlock(nn.Module):
     """What the delta-rule blocks share (Qwen3.5's gated delta net, Kimi's delta attention):
     q, k and v projected and convolved (one projection and conv, or each apart), then the
-    delta rule over l2-normed heads; each subclass adds its gates, norm and output."""
+    delta rule over l2-normed heads, normed per value head and gated; each subclass adds its
+    gates (`_gates`), its output gate (`_gate_projection`, `_output_gate`), `norm` and
+    `out_proj`."""
 
     def __init__(self, config: ArchitectureConfig) -> None:
         super().__init__()
@@ -115,6 +117,33 @@ class DeltaRuleBlock(nn.Module):
             scale=1.0,  # q is scaled above, as onnxruntime-genai's builder does
         )
 
+    def forward(
+        self,
+        op,
+        hidden_states: ir.Value,
+        attention_mask: ir.Value,
+        past_conv: ir.Value,
+        past_recurrent: ir.Value,
+    ) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """The block's output and its new conv and recurrent states: the delta rule over the
+        convolved q, k and v with the subclass's gates, its output normed per value head and
+        times the subclass's output gate, through out_proj."""
+        sizes = self.sizes
+        current = current_mask(op, hidden_states, attention_mask)
+        hidden_states = zero_padding(op, hidden_states, current)
+        convolved, present_conv = self._convolved(op, hidden_states, past_conv, current)
+        decay, beta = self._gates(op, hidden_states, current)
+        output, present_recurrent = self.attend(
+            op, in_float32(op, convolved), decay, beta, past_recurrent
+        )
+        output = op.CastLike(output, hidden_states)
+        heads = [0, 0, sizes.value_heads, sizes.value_head_dim]
+        normed = self.norm(op, op.Reshape(output, op.Constant(value_ints=heads)))
+        normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, sizes.value_dim]))
+        gate = self._gate_projection(op, hidden_states)
+        gated = op.Mul(normed, self._output_gate(op, gate))
+        return self.out_proj(op, gated), present_conv, present_recurrent
+
 
 class GatedDeltaNet(DeltaRuleBlock):
     """The `linear_attn` block; returns its output and the new conv and recurrent states."""
@@ -144,25 +173,9 @@ class GatedDeltaNet(DeltaRuleBlock):
         real = real_tokens(op, current)
         return op.Mul(decay, real), op.Mul(beta, real)
 
-    def forward(
-        self,
-        op,
-        hidden_states: ir.Value,
-        attention_mask: ir.Value,
-        past_conv: ir.Value,
-        past_recurrent: ir.Value,
-    ) -> tuple[ir.Value, ir.Value, ir.Value]:
-        sizes = self.sizes
-        current = current_mask(op, hidden_states, attention_mask)
-        hidden_states = zero_padding(op, hidden_states, current)
-        convolved, present_conv = self._convolved(op, hidden_states, past_conv, current)
-        decay, beta = self._gates(op, hidden_states, current)
-        convolved = in_float32(op, convolved)
-        output, present_recurrent = self.attend(op, convolved, decay, beta, past_recurrent)
-        output = op.CastLike(output, hidden_states)
-        heads = [0, 0, sizes.value_heads, sizes.value_head_dim]
-        normed = self.norm(op, op.Reshape(output, op.Constant(value_ints=heads)))
-        normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, sizes.value_dim]))
-        gate = self.in_proj_z(op, hidden_states)
-        gated = op.Mul(normed, op.Mul(gate, op.Sigmoid(gate)))
-        return self.out_proj(op, gated), present_conv, present_recurrent
+    def _gate_projection(self, op, hidden_states: ir.Value) -> ir.Value:
+        return self.in_proj_z(op, hidden_states)
+
+    def _output_gate(self, op, gate: ir.Value) -> ir.Value:
+        """What the normed output is multiplied by: silu of in_proj_z's gate."""
+        return op.Mul(gate, op.Sigmoid(gate))

@@ -8,6 +8,9 @@ with a decay per key channel instead of per head, with two states.
     o       = gated delta rule(q, k, v, g, beta)   S = exp(g_t) (per row of S) * S, ...
     out     = o_proj(rmsnorm_per_head(o) * o_norm.weight * sigmoid(g_b_proj(g_a_proj(h))))
 
+The block is DeltaRuleBlock's with these gates; its norm and output projection are the
+graph's `norm` and `out_proj`, which the kimi_linear row reads as `o_norm` and `o_proj`.
+
 As many query/key heads as value heads, all of `head_dim`. The decay, the recurrence and the
 gated norm run in float32 whatever the model dtype. The recurrence is the same
 com.microsoft::LinearAttention (update_rule gated_delta) as Qwen3.5's, its decay
@@ -21,7 +24,7 @@ import onnx_ir as ir
 from mobius_genai.components.gated_delta_net import DeltaRuleBlock
 from mobius_genai.components.linear import Linear, in_float32, parameter
 from mobius_genai.components.norms import make_norm
-from mobius_genai.components.recurrent_padding import current_mask, real_tokens, zero_padding
+from mobius_genai.components.recurrent_padding import real_tokens
 from mobius_genai.config import ArchitectureConfig
 
 
@@ -40,8 +43,8 @@ class KimiDeltaAttention(DeltaRuleBlock):
         self.g_a_proj = Linear(hidden, head_dim, False)
         self.g_b_proj = Linear(head_dim, sizes.value_dim, False)
         eps = config.norm_eps if sizes.gated_norm_eps is None else sizes.gated_norm_eps
-        self.o_norm = make_norm("rms", sizes.value_head_dim, eps)
-        self.o_proj = Linear(sizes.value_dim, hidden, False)
+        self.norm = make_norm("rms", sizes.value_head_dim, eps)
+        self.out_proj = Linear(sizes.value_dim, hidden, False)
 
     def _gates(self, op, hidden_states: ir.Value, current: ir.Value) -> tuple[ir.Value, ir.Value]:
         """The log decay g [batch, seq, heads * head_dim] and beta [batch, seq, heads]
@@ -57,31 +60,10 @@ class KimiDeltaAttention(DeltaRuleBlock):
         real = real_tokens(op, current)
         return op.Mul(decay, real), op.Mul(beta, real)
 
+    def _gate_projection(self, op, hidden_states: ir.Value) -> ir.Value:
+        return self.g_b_proj(op, self.g_a_proj(op, hidden_states))
+
     def _output_gate(self, op, gate: ir.Value) -> ir.Value:
         """What the normed output is multiplied by: sigmoid of the low-rank gate (FLA's
         FusedRMSNormGated with activation "sigmoid")."""
         return op.Sigmoid(gate)
-
-    def forward(
-        self,
-        op,
-        hidden_states: ir.Value,
-        attention_mask: ir.Value,
-        past_conv: ir.Value,
-        past_recurrent: ir.Value,
-    ) -> tuple[ir.Value, ir.Value, ir.Value]:
-        sizes = self.sizes
-        current = current_mask(op, hidden_states, attention_mask)
-        hidden_states = zero_padding(op, hidden_states, current)
-        convolved, present_conv = self._convolved(op, hidden_states, past_conv, current)
-        decay, beta = self._gates(op, hidden_states, current)
-        output, present_recurrent = self.attend(
-            op, in_float32(op, convolved), decay, beta, past_recurrent
-        )
-        output = op.CastLike(output, hidden_states)
-        heads = [0, 0, sizes.value_heads, sizes.value_head_dim]
-        normed = self.o_norm(op, op.Reshape(output, op.Constant(value_ints=heads)))
-        normed = op.Reshape(normed, op.Constant(value_ints=[0, 0, sizes.value_dim]))
-        gate = self.g_b_proj(op, self.g_a_proj(op, hidden_states))
-        gated = op.Mul(normed, self._output_gate(op, gate))
-        return self.o_proj(op, gated), present_conv, present_recurrent

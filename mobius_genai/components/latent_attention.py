@@ -47,7 +47,7 @@ def _flat(op, x: ir.Value) -> ir.Value:
 
 
 def _per_head(op, x: ir.Value, matrices: ir.Value) -> ir.Value:
-    """x [batch, seq, heads, m] times each head's matrix [heads, m, n] → [batch, seq, heads, n]."""
+    """x [batch, seq, heads, m] times each head's matrix [heads, m, n]: [batch, seq, heads, n]."""
     product = op.MatMul(op.Transpose(x, perm=[0, 2, 1, 3]), matrices)
     return op.Transpose(product, perm=[0, 2, 1, 3])
 

@@ -1,10 +1,11 @@
-"""An attention output gate read from a projection of its own (Laguna's `g_proj`).
+"""An attention output gate read from a projection of its own, `g_proj`.
 
 The attention output, before o_proj, is multiplied by act(x @ g_proj), where x is the layer's
-normed input and act is softplus (Laguna, computed in float32 as transformers does) or sigmoid.
+normed input and act is softplus (Laguna) or sigmoid (AFMoE, whose checkpoint calls the
+projection `gate_proj`: its row renames it), computed in float32 as Laguna's transformers does.
 The gate has one value per head (`per_head`: broadcast over the head's channels, Laguna's
-"per-head" gating) or one per channel. Qwen3.5's gate, which q_proj yields beside the queries,
-is ArchitectureConfig's `attention_output_gate` instead.
+"per-head" gating) or one per channel (AFMoE). Qwen3.5's gate, which q_proj yields beside the
+queries, is ArchitectureConfig's `attention_output_gate` instead.
 """
 
 from __future__ import annotations

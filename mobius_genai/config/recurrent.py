@@ -156,15 +156,16 @@ def _lightning_dims(config: ArchitectureConfig) -> tuple[int, ...]:
 
 #: Layer kind → its block. LFM2's short conv (config/short_conv.py): the conv's last columns.
 #: Qwen3.5's gated delta net or Kimi's delta attention (config/linear_attention.py's `rule`):
-#: its conv's last columns and the delta rule's state, in float32. Mamba2 (config/mamba2.py): its conv's last columns and the
-#: selective scan's state, in float32, named as the gated delta net's. Mamba1 (config/mamba1.py):
-#: the same two states, its scan's a state entry per channel and state size, named alike.
-#: RecurrentGemma's RG-LRU (config/rglru.py): its conv's last columns and the recurrence's one
-#: entry per channel, in float32, named alike; its checkpoint module is the layer's
-#: `temporal_block` (attention layers' too: the family row renames theirs). MiniMax's lightning
-#: attention (config/lightning_attention.py): its [heads, d, d] state in float32, named alike,
-#: and a [1, 1] conv state carried unchanged, which og needs to find the layer; its slopes
-#: differ by layer (`per_layer`); checkpoints name it `self_attn` (the family row renames it).
+#: its conv's last columns and the delta rule's state, in float32. Mamba2 (config/mamba2.py):
+#: its conv's last columns and the selective scan's state, in float32, named as the gated delta
+#: net's. Mamba1 (config/mamba1.py): the same two states, its scan's a state entry per channel
+#: and state size, named alike. RecurrentGemma's RG-LRU (config/rglru.py): its conv's last
+#: columns and the recurrence's one entry per channel, in float32, named alike; its checkpoint
+#: module is the layer's `temporal_block` (attention layers' too: the family row renames
+#: theirs). MiniMax's lightning attention (config/lightning_attention.py): its [heads, d, d]
+#: state in float32, named alike, and a [1, 1] conv state carried unchanged, which og needs to
+#: find the layer; its slopes differ by layer (`per_layer`); checkpoints name it `self_attn`
+#: (the family row renames it).
 RECURRENT_BLOCKS: dict[str, RecurrentBlock] = {
     block.layer_type: block
     for block in (

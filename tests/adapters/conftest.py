@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mobius_genai import packager
-from tests._hf import _forward, load_reference_model
-from tests.models.families.test_bundles import _checkpoint
+from tests._bundles import bundle_checkpoint
+from tests._hf import hf_forward, load_reference_model
 
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 PROMPT = [381, 17, 92, 250, 33, 301, 8, 140]
@@ -55,7 +55,7 @@ def peft_greedy(
     ids, cache, tokens = torch.tensor([list(prompt)]), None, []
     with torch.no_grad():
         while len(tokens) < new:
-            logits, cache = _forward(model, cache, input_ids=ids)
+            logits, cache = hf_forward(model, cache, input_ids=ids)
             tokens.append(int(logits[0, -1].argmax()))
             if tokens[-1] == eos:
                 break
@@ -65,7 +65,7 @@ def peft_greedy(
 
 def _base(factory: pytest.TempPathFactory, family: str) -> LoraBase:
     root = factory.mktemp(f"lora-{family}")
-    checkpoint = _checkpoint(root / "base", family)
+    checkpoint = bundle_checkpoint(root / "base", family)
     adapters = {
         name: make_adapter(checkpoint, root / name, rank, seed)
         for seed, (name, rank) in enumerate(RANKS.items(), 1)

@@ -44,9 +44,9 @@ from mobius_genai.quantize.package_weights import quantize_package
 from mobius_genai.quantize.qmoe import QMoEPass
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.target import resolve_target
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import GEMMA4_MOE, hf_greedy_tokens, hf_reference_logits
 from tests.components.test_moe_function import _run
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 from tests.quantize._reference import grid_weights
 from tests.quantize.test_qmoe import INT4_RELATIVE_RMS, _relative_rms
 from tests.quantize.test_qmoe import _ids as qmoe_ids
@@ -292,7 +292,9 @@ def test_experts_a_block_size_does_not_divide_stay_float_and_expanded():
 
 @pytest.fixture(scope="module")
 def moe_checkpoint(tmp_path_factory):
-    return _checkpoint(tmp_path_factory.mktemp("gemma4_moe") / "ckpt", "gemma4_text", **GEMMA4_MOE)
+    return bundle_checkpoint(
+        tmp_path_factory.mktemp("gemma4_moe") / "ckpt", "gemma4_text", **GEMMA4_MOE
+    )
 
 
 @pytest.fixture(scope="module")

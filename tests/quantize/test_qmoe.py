@@ -23,10 +23,10 @@ from mobius_genai.checkpoint.experts import ExpertsTensor
 from mobius_genai.ep import get_ep
 from mobius_genai.quantize import Int4Options, qmoe, quantize_int4
 from mobius_genai.quantize.layout import dequantize_matmul_nbits, quantize_matmul_nbits
+from tests._bundles import TOKENIZER_FILES
 from tests._hf import write_tiny_checkpoint
 from tests._ort import og_sequence, ort_session
 from tests.conftest import TINY_QWEN2
-from tests.models.families.test_bundles import TOKENIZER_FILES
 
 CPU = get_ep("cpu")
 #: Relative rms error of int4 logits vs the fp32 graph's (rms(int4 - fp32) / rms(fp32)) over a

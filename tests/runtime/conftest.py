@@ -22,9 +22,9 @@ from transformers import (
 
 from mobius_genai import packager
 from mobius_genai.quantize import Int4Options
+from tests._bundles import TOKENIZER_FILES, bundle_checkpoint
 from tests._hf import write_tiny_checkpoint
 from tests.conftest import TINY_QWEN2
-from tests.models.families.test_bundles import TOKENIZER_FILES, _checkpoint
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _package(factory: pytest.TempPathFactory, checkpoint: Path, name: str, **opt
 
 
 def _family(factory: pytest.TempPathFactory, family: str) -> Path:
-    return _checkpoint(factory.mktemp("runtime-ckpt") / family, family)
+    return bundle_checkpoint(factory.mktemp("runtime-ckpt") / family, family)
 
 
 @pytest.fixture(scope="session")

@@ -87,9 +87,9 @@ _GLM4_MOE_NAMES = {
     "num_shared_experts": "n_shared_experts",
     "use_qkv_bias": "attention_bias",
 }
-#: Their checkpoints' original names (their remote code's): q, k and v rows fused in query_key_value, the
-#: output projection `dense`, the q/k norms query_ and key_layernorm, the correction bias
-#: `expert_bias`, the embeddings `word_embeddings`.
+#: Their checkpoints' original names (their remote code's): q, k and v rows fused in
+#: query_key_value, the output projection `dense`, the q/k norms query_ and key_layernorm, the
+#: correction bias `expert_bias`, the embeddings `word_embeddings`.
 _ORIGINAL_QKV = FusedWeight(
     r"\.self_attn\.(?P<part>q|k|v)_proj\.(?P<kind>weight|bias)$",
     r".self_attn.qkv_proj.\g<kind>",

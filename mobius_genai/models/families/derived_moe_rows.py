@@ -3,8 +3,9 @@ differences its modular file names, as data.
 
 - afmoe (Arcee AFM): sigmoid scores chosen with the correction bias `expert_bias`, renormalized
   and scaled by `route_scale`, beside shared experts, after `num_dense_layers` dense layers;
-  sandwich norms; per-head q/k norms, an output gate from a projection of its own
-  (`gate_proj`), rotary only in sliding layers; muP's embedding scale when `mup_enabled`.
+  sandwich norms; per-head q/k norms, a sigmoid output gate per channel from a projection of
+  its own (`gate_proj`, config/attention_gate.py), rotary only in sliding layers; muP's
+  embedding scale when `mup_enabled`.
 - axk1 (A.X-K1): DeepSeek-V3 (latent attention, always a low-rank q; V3 routing) with the MoE
   block's output through an RMSNorm of its own (`post_mlp_layernorm`, sparse layers only).
 - minicpm5_moe (MiniCPM5-MoE): V3 routing where `mlp_layer_types` says, llama attention whose
@@ -31,6 +32,7 @@ from typing import Any
 
 from mobius_genai.checkpoint.experts import ExpertLayout
 from mobius_genai.config import fields
+from mobius_genai.config.attention_gate import AttentionGate
 from mobius_genai.config.moe import MoeConfig, MoeKeys, read_moe
 from mobius_genai.config.moe_routing import GroupRouting
 from mobius_genai.errors import UnsupportedModelError
@@ -222,8 +224,7 @@ DERIVED_MOE_FAMILIES = (
             "mlp_bias": False,
             "norm_placement": "sandwich",
             "qk_norm": True,
-            "attention_output_gate": True,
-            "attention_gate_proj": True,
+            "attention_gate": AttentionGate(activation="sigmoid", per_head=False),
             "no_rope_layers": cohere2_no_rope_layers,
             "embedding_multiplier": _mup_embedding_scale,
             "moe": _afmoe_moe,
@@ -231,6 +232,7 @@ DERIVED_MOE_FAMILIES = (
         weight_renames=(
             (r"\.pre_feedforward_layernorm\.", ".pre_mlp_layernorm."),
             (r"\.post_feedforward_layernorm\.", ".post_mlp_layernorm."),
+            (r"\.self_attn\.g_proj\.", ".self_attn.gate_proj."),
             (r"\.mlp\.gate\.weight$", ".mlp.router.gate.weight"),
             (r"\.mlp\.gate\.e_score_correction_bias$", ".mlp.expert_bias"),
             _SHARED_EXPERTS,

@@ -345,6 +345,8 @@ KIMI_LINEAR = FamilyAdapter(
         "moe": kimi_linear_moe,
     },
     weight_renames=(
+        (r"\.linear_attn\.norm\.", ".linear_attn.o_norm."),
+        (r"\.linear_attn\.out_proj\.", ".linear_attn.o_proj."),
         (r"\.linear_attn\.", ".self_attn."),
         (r"\.mlp\.shared_expert\.", ".mlp.shared_experts."),
         (r"\.mlp\.", ".block_sparse_moe."),

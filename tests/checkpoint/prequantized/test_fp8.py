@@ -30,9 +30,9 @@ from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.cli import main as cli_main
 from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
 E4M3_MAX = float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fn).max)  # 448
@@ -305,7 +305,7 @@ def test_fp8_bundle_generates_like_transformers_and_in_int4(family, tmp_path):
     """A cpu bundle of an FP8 checkpoint: onnxruntime-genai's greedy tokens are
     transformers'; its int4 bundle runs and is the int4 bundle of the dequantized weights
     stored as float (the search saw the same values)."""
-    ckpt = _checkpoint(tmp_path / "float", family)
+    ckpt = bundle_checkpoint(tmp_path / "float", family)
     dense, packed = _fp8_pair(tmp_path, family, BUNDLES[family], ckpt=ckpt)
     bundle = packager.package(packed, "cpu", tmp_path / "bundle", quiet=True)
     ours = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)

@@ -14,7 +14,6 @@ from collections import Counter
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime_genai as og
 import pytest
 import torch
 from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
@@ -25,7 +24,11 @@ from mobius_genai import UnsupportedModelError, packager
 from mobius_genai.components import alibi
 from mobius_genai.config.alibi import Alibi
 from mobius_genai.models import FAMILIES, causal_lm, get_family
-from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._bundles import (
+    assert_og_batches_continue_each_prompt,
+    bundle_checkpoint,
+)
+from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import (
     left_padded_diffs,
     max_abs_diff,
@@ -33,9 +36,7 @@ from tests._ort import (
     ort_session,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
 from tests.models.families.test_parity import FALCON_RW
-from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 #: Six heads: not a power of two, so the slopes interleave a second series (config/alibi.py).
@@ -177,16 +178,9 @@ def test_og_batch_of_prompts_of_different_lengths_generates_like_transformers(tm
     keys after the hole keep their positions, each row continues as transformers continues
     that prompt alone (the cpu bundle: GroupQueryAttention with the bias; six heads); so do
     og.Engine's requests of different lengths."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "bloom")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "bloom")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    prompts = [PROMPT, PROMPT[:5]]
-    ours = _batch_greedy_tokens(folder, prompts, 12)
-    theirs = [hf_greedy_tokens(ckpt, prompt, 12, stop_at_eos=False) for prompt in prompts]
-    assert ours == theirs
-    assert len({tuple(row) for row in theirs}) == 2
-    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
-    assert failures == []
-    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
+    assert_og_batches_continue_each_prompt(ckpt, folder)
 
 
 @pytest.mark.parametrize(

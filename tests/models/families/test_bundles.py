@@ -18,13 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
-from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import onnx
-import onnxruntime_genai as og
 import pytest
 
 from mobius_genai import packager
@@ -33,32 +29,16 @@ from mobius_genai.ep import get_ep
 from mobius_genai.models import FAMILIES
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import hf_greedy_tokens, write_tiny_checkpoint
-from tests.conftest import TINY_QWEN2
+from tests._bundles import (
+    EXTRA,
+    NEW_TOKENS,
+    PROMPT,
+    batch_greedy_tokens,
+    bundle_checkpoint,
+)
+from tests._hf import hf_greedy_tokens
 from tests.models.families._bitnet import ternary_checkpoint
 
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-)
-PROMPT = [381, 17, 92, 250, 33, 301, 8, 140]  # bos + seven tokens
-NEW_TOKENS = 24
-LONGROPE = {
-    "rope_type": "longrope",
-    "short_factor": [1.0, 1.2, 1.5, 1.9, 2.4, 3.0, 3.7, 4.5],
-    "long_factor": [1.0, 1.7, 2.6, 3.8, 5.3, 7.1, 9.2, 11.6],
-}
-# family → extra config: phi3 crosses its original length (16) while generating.
-# gemma4_text: transformers reads its per-layer table by any token id.
-EXTRA = {
-    "phi3": {"rope_scaling": LONGROPE, "original_max_position_embeddings": 16},
-    "gemma4_text": {"vocab_size_per_layer_input": 384},
-    # six heads (ALiBi's interleaved slopes), whose greedy tokens do not repeat one token
-    "bloom": {"num_attention_heads": 6, "hidden_size": 96},
-}
 # qwen2_moe: MoE with a shared expert; phimoe: sparsemixer routing as two k=1 MoE nodes;
 # lfm2, qwen3_5_text: recurrent states
 DEFAULT_RUN = {"gpt2", "gemma3_text", "qwen2_moe", "lfm2", "phimoe", "qwen3_5_text"}
@@ -88,17 +68,6 @@ DEFAULT_RUN |= {"flex_olmo"}  # olmo2's post-norm layers with olmoe's experts
 # Mamba1 states with no KV cache at all (mamba), beside attention and MoE (jamba)
 DEFAULT_RUN |= {"mamba", "jamba"}
 DEFAULT_RUN |= {"bloom"}  # ALiBi: each head's linear biases as GQA's attention_bias
-# family → seed of its weights where seed 3's greedy continuation of PROMPT stops at eos early
-# (glm4_moe_lite: its int4 bundle's, test_deepseek.py)
-SEEDS = {
-    "qwen3_5_text": 1,
-    "ministral": 1,
-    "glm4_moe_lite": 1,
-    "minicpm3": 1,
-    "zamba2": 1,
-    "mimo_v2_flash": 4,
-    "kimi_linear": 1,
-}
 # Every family added after the first four (llama, mistral, qwen2, qwen3), in table order;
 # rows of multimodal checkpoints built text-only have their own tests (test_qwen3_5_hub.py).
 NEW_FAMILIES = tuple(
@@ -108,40 +77,13 @@ NEW_FAMILIES = tuple(
 )
 
 
-def _checkpoint(folder: Path, family: str, **overrides) -> Path:
-    ckpt = write_tiny_checkpoint(
-        folder,
-        family,
-        seed=SEEDS.get(family, 3),
-        vocab_size=384,
-        bos_token_id=381,
-        eos_token_id=383,
-        pad_token_id=0,
-        **{**EXTRA.get(family, {}), **overrides},
-    )
-    for name in TOKENIZER_FILES:
-        shutil.copyfile(TINY_QWEN2 / name, ckpt / name)
-    return ckpt
-
-
-def int4_bundle_ops(family: str, folder: Path) -> Counter:
-    """The op counts of `family`'s cpu int4 bundle, packaged under `folder`, once
-    onnxruntime-genai has generated every token asked for with it."""
-    ckpt = _checkpoint(folder / "ckpt", family)
-    bundle = packager.package(ckpt, "cpu", folder / "bundle", precision="int4", quiet=True)
-    tokens = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
-    assert len(tokens) == NEW_TOKENS
-    graph = onnx.load(str(bundle / "model.onnx"), load_external_data=False).graph
-    return Counter(node.op_type for node in graph.node)
-
-
 def _marks(family: str) -> list[pytest.MarkDecorator]:
     return [] if family in DEFAULT_RUN else [pytest.mark.slow]
 
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=_marks(f)) for f in NEW_FAMILIES])
 def test_bundle_validates_and_generates_like_transformers(family, tmp_path, capsys):
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     assert cli_main(["validate", str(folder)]) == 0
     assert f"valid ({FAMILIES[family].genai_type}," in capsys.readouterr().out
@@ -160,7 +102,7 @@ def test_a_bundle_ignores_softcaps_its_transformers_class_never_reads(
     if family == "llama":
         keys["partial_rotary_factor"] = 0.5
     monkeypatch.setitem(EXTRA, family, keys)
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
@@ -171,36 +113,13 @@ def test_a_bundle_windows_decoding_where_transformers_cache_does(tmp_path):
     """A llama config.json whose window is switched off by use_sliding_window, a key LlamaConfig
     never reads: transformers' cache still keeps only the last 12 tokens, so the greedy tokens
     past the window are og's from a bundle whose layers slide."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "llama", sliding_window=12, use_sliding_window=False)
+    ckpt = bundle_checkpoint(
+        tmp_path / "ckpt", "llama", sliding_window=12, use_sliding_window=False
+    )
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
     assert len(ours) == NEW_TOKENS > 12 - len(PROMPT)
-
-
-def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int) -> list[list]:
-    """onnxruntime-genai's greedy tokens for a batch of prompts; it takes them padded on the
-    right with genai_config's pad_token_id and masks those positions."""
-    model = load_model(folder)
-    longest = max(len(prompt) for prompt in prompts)
-    params = og.GeneratorParams(model)
-    params.set_search_options(
-        do_sample=False,
-        max_length=longest + new_tokens,
-        repetition_penalty=1.0,
-        batch_size=len(prompts),
-    )
-    generator = og.Generator(model, params)
-    pad = json.loads((folder / "genai_config.json").read_text())["model"]["pad_token_id"]
-    generator.append_tokens(
-        np.array([prompt + [pad] * (longest - len(prompt)) for prompt in prompts], np.int32)
-    )
-    tokens: list[list[int]] = [[] for _ in prompts]
-    while not generator.is_done():
-        generator.generate_next_token()
-        for row, token in zip(tokens, generator.get_next_tokens(), strict=True):
-            row.append(int(token))
-    return tokens
 
 
 @pytest.mark.parametrize(
@@ -210,10 +129,10 @@ def _batch_greedy_tokens(folder: Path, prompts: list[list[int]], new_tokens: int
 def test_recurrent_bundle_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
     """The padding after the shorter prompt stays out of its recurrent states: each row
     continues as transformers continues that prompt alone."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
+    rows = batch_greedy_tokens(folder, prompts, 8)
     assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
 
 
@@ -230,7 +149,7 @@ def _projection_weights(folder: Path) -> list[str]:
 def test_gemma3_int4_bundle_packs_q_k_v_behind_the_qk_norms(tmp_path):
     """One MatMulNBits per layer for q/k/v (split before gemma3's q/k norms), and the same
     tokens as the bundle with three projections per layer."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "gemma3_text")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "gemma3_text")
     int4 = {"precision": "int4", "int4": Int4Options(quality="builder"), "quiet": True}  # all 4-bit
     packed = packager.package(ckpt, "cpu", tmp_path / "packed", **int4)
     names = [name for name in _projection_weights(packed) if "o_proj" not in name]
@@ -249,7 +168,9 @@ def test_gemma3_int4_bundle_packs_q_k_v_behind_the_qk_norms(tmp_path):
 def test_bitnet_ternary_bundle_generates_like_transformers(form, tmp_path):
     """BitNet's other ternary forms (the packed autobitlinear one: test_bitnet.py, default
     run) through og, MatMulNBits at accuracy level 0 (the activations as the model rounds them)."""
-    ckpt = ternary_checkpoint(_checkpoint(tmp_path / "float", "bitnet"), tmp_path / form, form)
+    ckpt = ternary_checkpoint(
+        bundle_checkpoint(tmp_path / "float", "bitnet"), tmp_path / form, form
+    )
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", int4=Int4Options(accuracy_level=0), quiet=True
     )

@@ -17,10 +17,9 @@ from mobius_genai.cli import main as cli_main
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES
+from tests._bundles import bundle_checkpoint, check_bundle_generates_like_transformers
 from tests._hf import edit_config, tiny_config, write_tiny_checkpoint
 from tests._ort import left_padded_diffs
-from tests.models.families.test_bundles import _checkpoint
-from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 
@@ -35,7 +34,7 @@ def test_left_padded_batch_matches_transformers(family, tmp_path):
 def test_ctrl_bundle_generates_like_transformers(tmp_path, capsys):
     """og runs CTRL's graph (sinusoids from the positions og feeds, a biased tied head) as
     transformers does, alone and in a batch of prompts of different lengths."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "ctrl")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "ctrl")
     check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
 
 

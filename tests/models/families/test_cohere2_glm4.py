@@ -25,6 +25,7 @@ from mobius_genai import UnsupportedModelError
 from mobius_genai.bundle.og_support import bundle_og_limits
 from mobius_genai.models import get_family
 from mobius_genai.packager import package
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint, int4_bundle_ops
 from tests._hf import (
     edit_config,
     hf_greedy_tokens,
@@ -33,7 +34,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint, int4_bundle_ops
 from tests.models.families.test_float32 import FLOAT16_TOLERANCE
 from tests.runtime._og import engine_tokens
 
@@ -206,7 +206,7 @@ def test_gpu_ep_float16_graphs(family, ep, tmp_path):
 def test_og_engine_request_gives_transformers_tokens(family, tmp_path):
     """One og.Engine request on the cpu bundle continues as transformers does, past cohere2's
     window; its model.type is decoder, og 0.18 knowing neither family by name."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     folder = package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     assert bundle_og_limits(folder) == {}
     model = og.Model(str(folder))

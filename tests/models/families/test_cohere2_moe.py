@@ -9,8 +9,8 @@ from transformers import Cohere2MoeConfig
 
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
+from tests._bundles import int4_bundle_ops
 from tests._hf import tiny_config
-from tests.models.families.test_bundles import int4_bundle_ops
 
 ROW = FAMILIES["cohere2_moe"]
 

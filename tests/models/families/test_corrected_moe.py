@@ -20,6 +20,7 @@ import mobius_genai
 from mobius_genai.components import moe
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
+from tests._bundles import int4_bundle_ops
 from tests._hf import (
     edit_config,
     hf_reference_logits,
@@ -27,10 +28,8 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
+from tests._mutants import CorrectionBiasIgnored, with_moe, with_routing
 from tests._ort import case_diffs, graph_diffs, mutant_diffs
-from tests.models.families.test_bundles import int4_bundle_ops
-from tests.models.families.test_deepseek import _CorrectionBiasIgnored, _with_routing
-from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -160,17 +159,17 @@ def test_prompt_picks_depend_on_the_correction_bias(family, tmp_path):
 
 MUTANTS = {
     **{
-        f"{family}_correction_bias_ignored": (family, (moe, "GroupRouter", _CorrectionBiasIgnored))
+        f"{family}_correction_bias_ignored": (family, (moe, "GroupRouter", CorrectionBiasIgnored))
         for family in ROWS
     },
-    "glm4_moe_groups_not_limited": ("glm4_moe", _with_routing("glm4_moe", top_groups=4)),
+    "glm4_moe_groups_not_limited": ("glm4_moe", with_routing("glm4_moe", top_groups=4)),
     "ernie4_5_moe_sigmoid_scores": (
         "ernie4_5_moe",
-        _with_routing("ernie4_5_moe", scoring="sigmoid"),
+        with_routing("ernie4_5_moe", scoring="sigmoid"),
     ),
     "minimax_m2_not_renormalized": (
         "minimax_m2",
-        _with_moe(FAMILIES["minimax_m2"], normalize_top_k=False),
+        with_moe(FAMILIES["minimax_m2"], normalize_top_k=False),
     ),
 }
 

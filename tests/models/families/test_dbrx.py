@@ -17,9 +17,9 @@ from mobius_genai.checkpoint import experts
 from mobius_genai.checkpoint.weights import Checkpoint
 from mobius_genai.errors import ConfigError, WeightsError
 from mobius_genai.models import FAMILIES
+from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import tiny_config, write_tiny_checkpoint
 from tests._ort import mutant_diffs
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
 from tests.models.families.test_parity import TOLERANCE
 
 ROW = FAMILIES["dbrx"]
@@ -92,7 +92,7 @@ def test_flat_experts_are_read_one_expert_block_at_a_time(precision, tmp_path, m
     """Packaging reads w1, v1 and w2 a block of ffn_hidden_size rows at a time, each block
     once: a layer's float experts are never stacked whole, and int4 quantizes each expert
     once for its codes, scales and zero points."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "dbrx")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "dbrx")
     reads: Counter = Counter()
     original = Checkpoint.read
 

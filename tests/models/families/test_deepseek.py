@@ -20,11 +20,11 @@ import torch
 import mobius_genai
 from mobius_genai import packager
 from mobius_genai.components import decoder, moe
-from mobius_genai.components.group_router import GroupRouter
 from mobius_genai.components.latent_attention import LatentAttention
 from mobius_genai.errors import ConfigError, UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
 from mobius_genai.models.families.deepseek import v3_moe
+from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import (
     edit_config,
     hf_reference_logits,
@@ -32,8 +32,8 @@ from tests._hf import (
     router_picks,
     write_tiny_checkpoint,
 )
+from tests._mutants import CorrectionBiasIgnored, with_routing
 from tests._ort import case_diffs, graph_diffs, mutant_diffs
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -120,26 +120,6 @@ class _RopeOnTheFirstChannels(LatentAttention):
         return nope, rope
 
 
-class _CorrectionBiasIgnored(GroupRouter):
-    """Reads e_score_correction_bias and chooses by the uncorrected scores."""
-
-    def _choice(self, op, scores):
-        return scores
-
-
-def _with_routing(family: str, **changes):
-    """The family's row with its group routing changed."""
-    row = FAMILIES[family]
-    read = row.config_overrides["moe"]
-
-    def mutant(raw):
-        config = read(raw)
-        routing = dataclasses.replace(config.group_routing, **changes)
-        return dataclasses.replace(config, group_routing=routing)
-
-    return dataclasses.replace(row, config_overrides={**row.config_overrides, "moe": mutant})
-
-
 def _without_mscale(family: str):
     row = FAMILIES[family]
     overrides = {**row.config_overrides, "attention_scale": lambda raw: 24**-0.5}
@@ -151,10 +131,10 @@ MUTANTS = {
         "deepseek_v3",
         (decoder, "LatentAttention", _RopeOnTheFirstChannels),
     ),
-    "correction_bias_ignored": ("deepseek_v3", (moe, "GroupRouter", _CorrectionBiasIgnored)),
-    "v3_groups_not_limited": ("deepseek_v3", _with_routing("deepseek_v3", top_groups=4)),
-    "v3_routed_scaling_ignored": ("deepseek_v3", _with_routing("deepseek_v3", scaling=1.0)),
-    "v2_groups_not_limited": ("deepseek_v2", _with_routing("deepseek_v2", top_groups=2)),
+    "correction_bias_ignored": ("deepseek_v3", (moe, "GroupRouter", CorrectionBiasIgnored)),
+    "v3_groups_not_limited": ("deepseek_v3", with_routing("deepseek_v3", top_groups=4)),
+    "v3_routed_scaling_ignored": ("deepseek_v3", with_routing("deepseek_v3", scaling=1.0)),
+    "v2_groups_not_limited": ("deepseek_v2", with_routing("deepseek_v2", top_groups=2)),
     "v2_softmax_scale_without_mscale": ("deepseek_v2", _without_mscale("deepseek_v2")),
 }
 
@@ -194,7 +174,7 @@ def test_every_ep_caches_one_latent_head(family, tmp_path):
         assert len(caches) == 6
         assert {(value.shape[1], value.shape[3]) for value in caches} == {(1, 40)}
     folder = packager.package(
-        _checkpoint(tmp_path / "og", family), "cpu", tmp_path / "bundle", quiet=True
+        bundle_checkpoint(tmp_path / "og", family), "cpu", tmp_path / "bundle", quiet=True
     )
     decoder_config = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
     assert (decoder_config["num_key_value_heads"], decoder_config["head_size"]) == (1, 40)

@@ -12,8 +12,6 @@ on cpu.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -21,12 +19,14 @@ import mobius_genai
 from mobius_genai.components import attention, moe
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
+from tests._bundles import (
+    bundle_checkpoint,
+    check_bundle_generates_like_transformers,
+    int4_bundle_ops,
+)
 from tests._hf import edit_config, tiny_config, write_tiny_checkpoint
+from tests._mutants import CorrectionBiasIgnored, with_moe, with_overrides, with_routing
 from tests._ort import case_diffs, left_padded_diffs, mutant_diffs
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
-from tests.models.families.test_deepseek import _CorrectionBiasIgnored, _with_routing
-from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
-from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu")
@@ -71,36 +71,37 @@ def test_left_padded_batch_matches_transformers(family, tmp_path):
     assert first <= TOLERANCE and rest <= TOLERANCE, (first, rest)
 
 
-def _gate_dropped(self, op, x, q):
-    """Attention._output_gate that splits q_proj's gates off (or reads gate_proj) and drops
-    them."""
-    q, _ = _OUTPUT_GATE(self, op, x, q)
+def _query_gate_dropped(self, op, q):
+    """Attention._gated_query that splits q_proj's gates off and drops them."""
+    q, _ = _GATED_QUERY(self, op, q)
     return q, None
 
 
-_OUTPUT_GATE = attention.Attention._output_gate
-_GATE_DROPPED = (attention.Attention, "_output_gate", _gate_dropped)
-_BIAS_IGNORED = (moe, "GroupRouter", _CorrectionBiasIgnored)
+def _own_gate_dropped(self, op, output, x):
+    """Attention._gated_output that projects the gate (g_proj is read) and drops it."""
+    self.g_proj(op, x)
+    return output
 
 
-def _with(family: str, **overrides):
-    row = FAMILIES[family]
-    return dataclasses.replace(row, config_overrides={**row.config_overrides, **overrides})
+_GATED_QUERY = attention.Attention._gated_query
+_QUERY_GATE_DROPPED = (attention.Attention, "_gated_query", _query_gate_dropped)
+_OWN_GATE_DROPPED = (attention.Attention, "_gated_output", _own_gate_dropped)
+_BIAS_IGNORED = (moe, "GroupRouter", CorrectionBiasIgnored)
 
 
 MUTANTS = {
-    "afmoe_output_gate_dropped": ("afmoe", _GATE_DROPPED),
-    "afmoe_rotary_in_full_layers": ("afmoe", _with("afmoe", no_rope_layers=())),
+    "afmoe_output_gate_dropped": ("afmoe", _OWN_GATE_DROPPED),
+    "afmoe_rotary_in_full_layers": ("afmoe", with_overrides("afmoe", no_rope_layers=())),
     "afmoe_expert_bias_ignored": ("afmoe", _BIAS_IGNORED),
-    "afmoe_route_scale_ignored": ("afmoe", _with_routing("afmoe", scaling=1.0)),
-    "minicpm5_moe_output_gate_dropped": ("minicpm5_moe", _GATE_DROPPED),
-    "kolibri1_chosen_by_scores": ("kolibri1", _with_routing("kolibri1", choice_by_logits=False)),
+    "afmoe_route_scale_ignored": ("afmoe", with_routing("afmoe", scaling=1.0)),
+    "minicpm5_moe_output_gate_dropped": ("minicpm5_moe", _QUERY_GATE_DROPPED),
+    "kolibri1_chosen_by_scores": ("kolibri1", with_routing("kolibri1", choice_by_logits=False)),
     "kolibri1_expert_bias_ignored": ("kolibri1", _BIAS_IGNORED),
-    "kolibri1_rotary_in_full_layers": ("kolibri1", _with("kolibri1", no_rope_layers=())),
-    "flint_softmax_scores": ("flint", _with_routing("flint", scoring="softmax")),
-    "flint_rotary_in_full_layers": ("flint", _with("flint", no_rope_layers=())),
+    "kolibri1_rotary_in_full_layers": ("kolibri1", with_overrides("kolibri1", no_rope_layers=())),
+    "flint_softmax_scores": ("flint", with_routing("flint", scoring="softmax")),
+    "flint_rotary_in_full_layers": ("flint", with_overrides("flint", no_rope_layers=())),
     "hy_v3_correction_bias_ignored": ("hy_v3", _BIAS_IGNORED),
-    "hy_v3_not_scaled": ("hy_v3", _with_routing("hy_v3", scaling=1.0)),
+    "hy_v3_not_scaled": ("hy_v3", with_routing("hy_v3", scaling=1.0)),
 }
 #: One mutant of each mechanism these rows add run by default; the others are slow.
 _DEFAULT_MUTANTS = ("afmoe_output_gate_dropped", "kolibri1_chosen_by_scores")
@@ -125,7 +126,7 @@ def test_axk1_without_its_moe_output_norm_leaves_the_norm_unread(tmp_path, monke
     """A.X-K1's MoE output norm (post_mlp_layernorm of the sparse layers) is read: a row
     without it is refused before any graph runs."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "axk1", seed=1)
-    monkeypatch.setitem(FAMILIES, "axk1", _with_moe(FAMILIES["axk1"], output_norm=False))
+    monkeypatch.setitem(FAMILIES, "axk1", with_moe(FAMILIES["axk1"], output_norm=False))
     with pytest.raises(WeightsError, match=r"reads no tensor .*'model\.layers\.1\.post_mlp_"):
         mobius_genai.build(ckpt, "default", "f32", progress=False)
 
@@ -175,7 +176,7 @@ def test_bundle_generates_like_transformers_alone_and_in_a_batch(family, tmp_pat
     sinks, the MoE output norm, the routers) equal transformers', alone and for a batch of
     prompts of different lengths."""
     check_bundle_generates_like_transformers(
-        _checkpoint(tmp_path / "ckpt", family), tmp_path, capsys
+        bundle_checkpoint(tmp_path / "ckpt", family), tmp_path, capsys
     )
 
 

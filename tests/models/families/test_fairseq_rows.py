@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,14 +16,18 @@ from safetensors.numpy import load_file, save_file
 
 import mobius_genai
 from mobius_genai import ConfigError, UnsupportedModelError, packager
-from mobius_genai.cli import main as cli_main
 from mobius_genai.config import ArchitectureConfig
 from mobius_genai.config.embedding_layout import EmbeddingLayout
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
-from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._bundles import (
+    NEW_TOKENS,
+    PROMPT,
+    bundle_checkpoint,
+    check_bundle_generates_like_transformers,
+)
+from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _batch_greedy_tokens, _checkpoint
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 #: opt-350m's layout over the tiny opt row: post-LN layers, no final norm, a 32-wide table.
@@ -43,28 +46,14 @@ def test_left_padded_batch_matches_transformers(layout, tmp_path):
 @pytest.mark.parametrize("layout", ["opt_350m", "xglm"])
 def test_bundle_generates_like_transformers(layout, tmp_path, capsys):
     family, overrides = LAYOUTS[layout]
-    ckpt = _checkpoint(tmp_path / "ckpt", family, **overrides)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family, **overrides)
     check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
-
-
-def check_bundle_generates_like_transformers(ckpt: Path, tmp_path: Path, capsys) -> None:
-    """`ckpt`'s cpu bundle validates, and og's greedy tokens equal transformers', alone and in
-    a batch of prompts of different lengths."""
-    folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    assert cli_main(["validate", str(folder)]) == 0
-    assert "valid (decoder," in capsys.readouterr().out
-    ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
-    assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
-    assert len(ours) == NEW_TOKENS
-    prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
-    assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
 
 
 def test_opt_350m_int4_bundle_quantizes_project_out_before_the_tied_head(tmp_path):
     """Two quantized MatMuls in a row (project_out, then the tied head): quantizing the second
     must not trip over the first one's replaced node."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "opt", **OPT_350M)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "opt", **OPT_350M)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
     quantized = [node.input[1] for node in graph.node if node.op_type == "MatMulNBits"]

@@ -32,6 +32,7 @@ import mobius_genai
 from mobius_genai import packager
 from mobius_genai.models import FAMILIES
 from mobius_genai.models.families.float32 import KeptFloat32
+from tests._bundles import PROMPT, TOKENIZER_FILES, bundle_checkpoint
 from tests._hf import FAMILIES as TINY_CONFIGS
 from tests._hf import (
     hf_greedy_tokens,
@@ -42,7 +43,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES, _checkpoint
 from tests.models.families.test_nemotron_h_moe import NEMOTRON3
 from tests.runtime._og import alone
 
@@ -273,7 +273,7 @@ def test_float16_bundle_generates_transformers_tokens_near_ties(tmp_path, monkey
     """A float16 cpu bundle of the near-tie DeepSeek-V3 checkpoint, validated and smoke-tested
     by `package`, generates transformers' greedy tokens in onnxruntime-genai; with the router in
     float16 (the row keeping nothing) it does not."""
-    base = _checkpoint(tmp_path / "base", "deepseek_v3", n_group=1, topk_group=1)
+    base = bundle_checkpoint(tmp_path / "base", "deepseek_v3", n_group=1, topk_group=1)
     ckpt = _near_tie(base, tmp_path / "tie")
     for name in TOKENIZER_FILES:
         shutil.copyfile(base / name, ckpt / name)

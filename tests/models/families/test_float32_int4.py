@@ -29,9 +29,9 @@ from mobius_genai.models.families.float32 import KeptFloat32
 from mobius_genai.packager import package
 from mobius_genai.quantize import Int4Options
 from mobius_genai.quantize.package_weights import quantize_package
+from tests._bundles import PROMPT, TOKENIZER_FILES, bundle_checkpoint
 from tests._hf import load_reference_model, router_picks, write_tiny_checkpoint
 from tests._ort import ort_session
-from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES, _checkpoint
 from tests.runtime._og import alone
 
 #: Quick rounding: which ops are written, not their accuracy.
@@ -138,7 +138,7 @@ def test_int4_routing_follows_transformers_near_ties(family, tmp_path, monkeypat
 def test_the_int4_bundle_says_its_routers_are_float32(tmp_path):
     """`package --precision int4`: validated (the manifest schema admits the list), smoke-tested
     in onnxruntime-genai, its manifest listing the routers and its card counting them."""
-    base = _checkpoint(tmp_path / "base", "deepseek_v3", n_group=1, topk_group=1)
+    base = bundle_checkpoint(tmp_path / "base", "deepseek_v3", n_group=1, topk_group=1)
     ckpt = _router_tie(base, tmp_path / "tie")
     for name in TOKENIZER_FILES:
         shutil.copyfile(base / name, ckpt / name)

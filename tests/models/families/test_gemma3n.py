@@ -23,13 +23,13 @@ from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import (
     hf_greedy_tokens,
     hf_reference_logits,
     write_tiny_checkpoint,
 )
 from tests._ort import graph_diffs, left_padded_diffs, multimodal_text_decoder_diff
-from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
@@ -184,7 +184,7 @@ def test_int4_bundle_keeps_altups_four_wide_coefficients_float_and_generates(tmp
     """AltUp's coefficient projections read K=4 (its streams), below every int4 block: they stay
     float MatMuls while every other projection becomes MatMulNBits, both tables
     GatherBlockQuantized; og generates from it."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "gemma3n_text")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "gemma3n_text")
     options = Int4Options(block_size=16)  # the tiny MLP sizes (80) take 16
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=options, quiet=True
@@ -214,7 +214,7 @@ def test_og_engine_batches_prompts_of_different_lengths_like_transformers(tmp_pa
     """og.Engine places each row's keys in the caches (components/kv_slots.py); the layers
     sharing a cache read the placed keys of their source, so every row continues as
     transformers continues its prompt alone."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "gemma3n_text")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "gemma3n_text")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     rows, failures = engine_tokens(load_model(folder), PROMPTS, 8)
     assert failures == []

@@ -29,6 +29,7 @@ from mobius_genai.models import FAMILIES
 from mobius_genai.models.causal_lm import PerLayerTextModel
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import (
     GEMMA4_MOE,
     hf_greedy_tokens,
@@ -36,7 +37,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import graph_diffs, left_padded_diffs
-from tests.models.families.test_bundles import PROMPT, _checkpoint
 from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
@@ -243,7 +243,7 @@ def test_bad_config_is_one_clear_line(changes, message, gemma4):
 def test_moe_bundle_generates_like_transformers_with_og_generator_and_engine(tmp_path):
     """The MoE layout's bundle (its GeGLU experts expanded to standard ops on cpu): og's greedy
     tokens and og.Engine's batch of prompts of different lengths equal transformers'."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text", **MOE)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "gemma4_text", **MOE)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     model = load_model(folder)
     expected = hf_greedy_tokens(ckpt, PROMPT, 16)
@@ -256,7 +256,7 @@ def test_moe_bundle_generates_like_transformers_with_og_generator_and_engine(tmp
 def test_og_engine_batches_prompts_of_different_lengths_like_transformers(tmp_path):
     """og.Engine places each row's keys in caches of per-layer shapes; the layers sharing a
     cache read the placed keys of their source."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "gemma4_text")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     rows, failures = engine_tokens(load_model(folder), PROMPTS, 8)
     assert failures == []
@@ -269,7 +269,7 @@ def test_int4_bundle_packages_and_generates(layout, tmp_path):
     (GatherBlockQuantized); the MoE layout's experts 4-bit codes, a MatMulNBits per expert
     and projection on cpu (no MoE or QMoE node: onnxruntime's CPU kernels take no GeGLU
     experts; tests/quantize/test_geglu_experts.py); og generates."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "gemma4_text", **LAYOUTS[layout])
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "gemma4_text", **LAYOUTS[layout])
     options = Int4Options(block_size=16)  # the tiny per-layer size (16) takes 16
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=options, quiet=True

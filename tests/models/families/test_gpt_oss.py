@@ -20,6 +20,7 @@ from mobius_genai.config.rope import parse_rope
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from tests._hf import edit_config, hf_reference_logits, load_reference_model, write_tiny_checkpoint
+from tests._mutants import with_moe
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4
@@ -29,27 +30,18 @@ def _ids() -> np.ndarray:
     return np.random.default_rng(0).integers(3, 128, size=(2, 12))
 
 
-def _with_moe(family, **changes):
-    reader = family.config_overrides["moe"]
-    overrides = {
-        **family.config_overrides,
-        "moe": lambda raw: dataclasses.replace(reader(raw), **changes),
-    }
-    return dataclasses.replace(family, config_overrides=overrides)
-
-
 def _without_sinks(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(attention, "apply_sinks", lambda op, output, *args: output)
 
 
 def _unclamped(patch: pytest.MonkeyPatch) -> None:
     activation = ExpertActivation(alpha=1.702, beta=1.0)
-    patch.setitem(FAMILIES, "gpt_oss", _with_moe(FAMILIES["gpt_oss"], activation=activation))
+    patch.setitem(FAMILIES, "gpt_oss", with_moe(FAMILIES["gpt_oss"], activation=activation))
 
 
 def _plain_swiglu(patch: pytest.MonkeyPatch) -> None:
     activation = ExpertActivation(limit=1.0)  # alpha 1 and no "+ 1" on up
-    patch.setitem(FAMILIES, "gpt_oss", _with_moe(FAMILIES["gpt_oss"], activation=activation))
+    patch.setitem(FAMILIES, "gpt_oss", with_moe(FAMILIES["gpt_oss"], activation=activation))
 
 
 def _every_layer_full(patch: pytest.MonkeyPatch) -> None:

@@ -21,6 +21,7 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.components import mamba2
 from mobius_genai.models import get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import (
     built_graph_diff,
@@ -30,7 +31,6 @@ from tests._ort import (
     ort_session,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
 
@@ -143,7 +143,7 @@ def test_a_config_the_block_cannot_build_is_refused_in_one_line(granite, changes
 def cpu_bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("granite_bundle")
     return packager.package(
-        _checkpoint(folder / "ckpt", "granitemoehybrid"), "cpu", folder / "b", quiet=True
+        bundle_checkpoint(folder / "ckpt", "granitemoehybrid"), "cpu", folder / "b", quiet=True
     )
 
 
@@ -175,7 +175,7 @@ def test_states_and_genai_config_as_onnxruntime_genai_reads_them(cpu_bundle):
 def test_int4_bundle_generates(tmp_path):
     """The Mamba2, attention and shared-MLP projections and the routers become MatMulNBits,
     the experts QMoE; both states stay float32."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "granitemoehybrid")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "granitemoehybrid")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     model = ir.load(folder / "model.onnx")
     ops = [node.op_type for node in model.graph.all_nodes()]

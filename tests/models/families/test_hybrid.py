@@ -17,6 +17,7 @@ from mobius_genai import packager
 from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.errors import BundleError
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import (
     left_padded_diffs,
@@ -25,7 +26,6 @@ from tests._ort import (
     reference_evaluator_logits,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
 
@@ -65,7 +65,7 @@ def test_portable_graph_runs_on_the_reference_evaluator(lfm2):
 
 
 def test_caches_and_genai_config_as_onnxruntime_genai_reads_them(tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", "lfm2")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "lfm2")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     decoder = json.loads((folder / "genai_config.json").read_text())["model"]["decoder"]
     # onnxruntime-genai 0.18's builder writes these keys for an LFM2 checkpoint
@@ -90,7 +90,7 @@ def test_caches_and_genai_config_as_onnxruntime_genai_reads_them(tmp_path):
 
 
 def test_int4_bundle_generates(tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", "lfm2")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "lfm2")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     model = ir.load(folder / "model.onnx")
     ops = {node.op_type for node in model.graph.all_nodes()}

@@ -15,10 +15,13 @@ import mobius_genai
 from mobius_genai import ConfigError
 from mobius_genai.components.attention_experts import MixtureOfHeadsAttention
 from mobius_genai.models import FAMILIES
+from tests._bundles import (
+    bundle_checkpoint,
+    check_bundle_generates_like_transformers,
+    int4_bundle_ops,
+)
 from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
-from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits
 ROW = FAMILIES["jetmoe"]
@@ -100,7 +103,7 @@ def test_cpu_int4_bundle_generates(tmp_path):
 
 @pytest.mark.slow
 def test_bundle_generates_like_transformers_alone_and_in_a_batch(tmp_path, capsys):
-    ckpt = _checkpoint(tmp_path / "ckpt", "jetmoe")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "jetmoe")
     check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
 
 

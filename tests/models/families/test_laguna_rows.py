@@ -21,10 +21,14 @@ from mobius_genai import UnsupportedModelError
 from mobius_genai.components import attention, head_layout
 from mobius_genai.config.attention_gate import AttentionGate
 from mobius_genai.models import FAMILIES
+from tests._bundles import (
+    bundle_checkpoint,
+    check_bundle_generates_like_transformers,
+    int4_bundle_ops,
+)
 from tests._hf import tiny_config, write_tiny_checkpoint
+from tests._mutants import with_overrides, with_routing
 from tests._ort import case_diffs, left_padded_diffs, mutant_diffs
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
-from tests.models.families.test_fairseq_rows import check_bundle_generates_like_transformers
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu")
@@ -89,33 +93,16 @@ def test_left_padded_batch_matches_transformers(family, tmp_path):
     assert first <= TOLERANCE and rest <= TOLERANCE, (first, rest)
 
 
-def _override(family: str, **overrides):
-    row = FAMILIES[family]
-    return dataclasses.replace(row, config_overrides={**row.config_overrides, **overrides})
-
-
-def _routing(family: str, **changes):
-    """The row with its MoE reader's routing changed."""
-    read = FAMILIES[family].config_overrides["moe"]
-
-    def moe(raw):
-        config = read(raw)
-        routing = dataclasses.replace(config.group_routing, **changes)
-        return dataclasses.replace(config, group_routing=routing)
-
-    return _override(family, moe=moe)
-
-
 # mechanism → (family, the row with it undone)
 MUTANTS = {
     "laguna_gate_as_sigmoid": (
         "laguna",
-        lambda: _override("laguna", attention_gate=AttentionGate(activation="sigmoid")),
+        lambda: with_overrides("laguna", attention_gate=AttentionGate(activation="sigmoid")),
     ),
-    "laguna_router_uncapped": ("laguna", lambda: _routing("laguna", logit_softcap=0.0)),
-    "laguna_routed_sum_unscaled": ("laguna", lambda: _routing("laguna", scaling=1.0)),
-    "laguna_one_rope": ("laguna", lambda: _override("laguna", rope_local=None)),
-    "mellum_one_rope": ("mellum", lambda: _override("mellum", rope_local=None)),
+    "laguna_router_uncapped": ("laguna", lambda: with_routing("laguna", logit_softcap=0.0)),
+    "laguna_routed_sum_unscaled": ("laguna", lambda: with_routing("laguna", scaling=1.0)),
+    "laguna_one_rope": ("laguna", lambda: with_overrides("laguna", rope_local=None)),
+    "mellum_one_rope": ("mellum", lambda: with_overrides("mellum", rope_local=None)),
     "mimo_v2_flash_unscaled_values": (
         "mimo_v2_flash",
         lambda: _layout(value_scale=1.0),
@@ -134,7 +121,7 @@ MUTANTS = {
 
 def _layout(**changes):
     read = FAMILIES["mimo_v2_flash"].config_overrides["head_layout"]
-    return _override(
+    return with_overrides(
         "mimo_v2_flash", head_layout=lambda raw: dataclasses.replace(read(raw), **changes)
     )
 
@@ -216,7 +203,7 @@ def test_gpu_ep_graphs_attend_with_group_query_attention(family, ep, tmp_path):
 @pytest.mark.parametrize("family", ROWS)
 def test_bundle_generates_like_transformers(family, tmp_path, capsys):
     """og's greedy tokens equal transformers', alone and in a batch of different lengths."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     check_bundle_generates_like_transformers(ckpt, tmp_path, capsys)
 
 

@@ -32,6 +32,7 @@ from mobius_genai.ep.context import build_context
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.tasks.causal_lm import OPSET, finish_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import (
     hf_reference_logits,
     load_reference_model,
@@ -40,7 +41,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import case_diffs, graph_diffs, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -152,7 +152,7 @@ def test_parity_fails_with_one_routing_detail_wrong(case, tmp_path, monkeypatch)
 def test_cpu_int4_bundle_runs_its_experts_as_qmoe(tmp_path):
     """int4 for cpu: the experts of both MoE layers in QMoE (behind the sigmoid router's
     standard ops), the dense MLP and projections in MatMulNBits; og generates every token."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "lfm2_moe")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "lfm2_moe")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     graph = onnx.load(str(folder / "model.onnx"), load_external_data=False).graph
     ops = Counter(node.op_type for node in graph.node)
@@ -166,7 +166,7 @@ def test_og_engine_refusal_is_said_before_og_says_it(tmp_path):
     """og 0.18 runs lfm2_moe with its LFM2 model class, which og.Engine refuses: the bundle's
     engine_support says so, and og agrees."""
     folder = packager.package(
-        _checkpoint(tmp_path / "ckpt", "lfm2_moe"), "cpu", tmp_path / "bundle", quiet=True
+        bundle_checkpoint(tmp_path / "ckpt", "lfm2_moe"), "cpu", tmp_path / "bundle", quiet=True
     )
     assert json.loads((folder / "genai_config.json").read_text())["model"]["type"] == "lfm2_moe"
     assert mobius_genai.engine_support(folder).startswith(

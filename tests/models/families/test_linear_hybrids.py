@@ -25,16 +25,17 @@ from mobius_genai.models.families.linear_hybrids import olmo_hybrid_linear_atten
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, batch_greedy_tokens, bundle_checkpoint
 from tests._hf import hf_greedy_tokens, hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._mutants import with_moe, with_overrides
 from tests._ort import (
     left_padded_diffs,
     long_prefill_reference,
     max_abs_diff,
     ort_session,
+    parity_diffs,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
-from tests.models.families.test_parity import _parity, _unnormalized, _without
 
 TOLERANCE = 1e-4  # f32
 
@@ -89,7 +90,7 @@ def test_variants_match_transformers(case, tmp_path):
     family, overrides = VARIANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -101,7 +102,7 @@ MUTANTS = {
     # the add, the same tensors); NoPE without rope_theta
     "olmo_hybrid_beta_not_doubled": (
         "olmo_hybrid",
-        lambda: _without(
+        lambda: with_overrides(
             "olmo_hybrid",
             linear_attention=lambda raw: dataclasses.replace(
                 olmo_hybrid_linear_attention(raw), beta_scale=1.0
@@ -110,7 +111,7 @@ MUTANTS = {
     ),
     "olmo_hybrid_gated_norm_at_rms_norm_eps": (
         "olmo_hybrid",
-        lambda: _without(
+        lambda: with_overrides(
             "olmo_hybrid",
             linear_attention=lambda raw: dataclasses.replace(
                 olmo_hybrid_linear_attention(raw),
@@ -121,22 +122,22 @@ MUTANTS = {
     ),
     "olmo_hybrid_delta_nets_normed_after_the_add": (
         "olmo_hybrid",
-        lambda: _without("olmo_hybrid", recurrent_norm_placement="post_residual"),
+        lambda: with_overrides("olmo_hybrid", recurrent_norm_placement="post_residual"),
     ),
     "olmo_hybrid_rotary_without_rope_theta": (
         "olmo_hybrid",
-        lambda: _without("olmo_hybrid", no_rope_layers=()),
+        lambda: with_overrides("olmo_hybrid", no_rope_layers=()),
         {"rope_parameters": {"rope_type": "default", "rope_theta": None}},
     ),
     # Lara-Mini: rotary only in the windowed layers; the top-k renormalized; in_proj's b and a
     # rows in their order; norms scaling by w (not Qwen3.5's 1 + w)
     "lara_mini_rotary_in_global_layers": (
         "lara_mini",
-        lambda: _without("lara_mini", no_rope_layers=()),
+        lambda: with_overrides("lara_mini", no_rope_layers=()),
     ),
     "lara_mini_unnormalized_top_k": (
         "lara_mini",
-        lambda: _without("lara_mini", moe=_unnormalized("lara_mini")),
+        lambda: with_moe(FAMILIES["lara_mini"], normalize_top_k=False),
     ),
     "lara_mini_in_proj_a_before_b": (
         "lara_mini",
@@ -160,11 +161,11 @@ MUTANTS = {
     # Kimi Linear's latent attention without rotary; its top-k renormalized (moe_renormalize)
     "kimi_linear_rotary_latent_attention": (
         "kimi_linear",
-        lambda: _without("kimi_linear", no_rope_layers=()),
+        lambda: with_overrides("kimi_linear", no_rope_layers=()),
     ),
     "kimi_linear_unnormalized_top_k": (
         "kimi_linear",
-        lambda: _without("kimi_linear", moe=_unnormalized("kimi_linear")),
+        lambda: with_moe(FAMILIES["kimi_linear"], normalize_top_k=False),
     ),
 }
 
@@ -339,10 +340,10 @@ def test_a_conv_activation_other_than_silu_is_refused(family):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(_LAYERS))
 def test_og_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
+    rows = batch_greedy_tokens(folder, prompts, 8)
     assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
 
 
@@ -351,7 +352,7 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(family, tmp_path):
 def test_int4_bundle_generates(family, tmp_path):
     """Every projection of both layer kinds becomes MatMulNBits (the experts QMoE; Kimi's
     latent up-projection stays float, as DeepSeek's); the states stay float32."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     int4 = Int4Options(block_size=16)
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=int4, quiet=True

@@ -18,7 +18,6 @@ from collections import Counter
 
 import numpy as np
 import onnx
-import onnxruntime_genai as og
 import pytest
 import torch
 from transformers import Llama4Config, Llama4ForConditionalGeneration
@@ -31,6 +30,13 @@ from mobius_genai.config.local_global import CHUNKED
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import (
+    NEW_TOKENS,
+    PROMPT,
+    assert_engine_continues_each_prompt,
+    bundle_checkpoint,
+    int4_bundle_ops,
+)
 from tests._hf import (
     edit_config,
     hf_greedy_tokens,
@@ -40,8 +46,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import case_diffs, graph_diffs, left_padded_diffs, mutant_diffs
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint, int4_bundle_ops
-from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -199,23 +203,21 @@ def test_cpu_bundle_generates_like_transformers(tmp_path):
     """og runs the GQA graph with a shared KV buffer through og.Generator and og.Engine (a
     batch of prompts of different lengths: each row's chunks and temperatures counted from its
     own first token)."""
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", FAMILY)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["search"]["past_present_share_buffer"] is True
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)
     assert len(ours) == NEW_TOKENS
-    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
-    assert failures == []
-    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
+    assert_engine_continues_each_prompt(ckpt, folder)
 
 
 def test_webgpu_bundle_neither_shares_the_buffer_nor_captures_the_graph(tmp_path, capsys):
     """Where GQA takes no attention_bias (webgpu) the chunked layers keep standard Attention,
     whose presents a shared KV buffer cannot hold: genai_config shares none, so graph capture
     is off (it needs the shared buffer), and validate refuses sharing."""
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", FAMILY)
     folder = packager.package(ckpt, "webgpu", tmp_path / "bundle", quiet=True)
     path = folder / "genai_config.json"
     config = json.loads(path.read_text())

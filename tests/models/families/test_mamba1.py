@@ -20,7 +20,6 @@ import math
 import numpy as np
 import onnx
 import pytest
-import torch
 from transformers import JambaConfig
 
 import mobius_genai
@@ -31,52 +30,20 @@ from mobius_genai.components.mamba1 import Mamba1Mixer
 from mobius_genai.config.mamba1 import MAMBA_KEYS, mamba1_reader
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba1_rows import jamba_moe
+from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import (
-    ReferenceRun,
-    ReferenceStep,
-    _forward,
-    hf_greedy_tokens,
-    load_reference_model,
-    positions_from_mask,
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import (
-    PROMPT,
-    _batch_greedy_tokens,
-    _checkpoint,
-    int4_bundle_ops,
+from tests._recurrent import (
+    assert_batch_continues_each_prompt,
+    assert_variant_matches,
+    cached_reference,
+    without_past,
 )
 
 TOLERANCE = 1e-4  # f32
 FAMILIES_HERE = ("mamba", "falcon_mamba", "jamba")
-
-
-def cached_reference(
-    ckpt, ids: np.ndarray, decode_steps: int, dtype: torch.dtype = torch.float32
-) -> ReferenceRun:
-    """transformers' prefill of `ids` [batch, seq], then greedy single-token steps through its
-    cache, the attention mask given with the prefill only (as generate() does); each step
-    records the whole mask, as onnxruntime-genai feeds it. The model runs in `dtype`."""
-    model = load_reference_model(ckpt).to(dtype)
-    mask = np.ones_like(ids)
-    steps, cache = [], None
-    with torch.no_grad():
-        for step in range(decode_steps + 1):
-            positions = positions_from_mask(mask, ids.shape[1])
-            masked = {"attention_mask": torch.from_numpy(mask)} if step == 0 else {}
-            logits, cache = _forward(
-                model,
-                cache,
-                input_ids=torch.from_numpy(ids),
-                position_ids=torch.from_numpy(positions),
-                **masked,
-            )
-            logits = logits.float().numpy()
-            steps.append(ReferenceStep(ids, mask, positions, logits))
-            ids = logits[:, -1].argmax(-1)[:, None].astype(np.int64)
-            mask = np.concatenate([mask, np.ones_like(ids)], axis=1)
-    return ReferenceRun(steps)
 
 
 @pytest.fixture(scope="module")
@@ -157,18 +124,6 @@ def test_variants_match_transformers(case, tmp_path):
     assert_variant_matches(family, overrides, tmp_path)
 
 
-def assert_variant_matches(family: str, overrides: dict, tmp_path) -> None:
-    """`family`'s tiny checkpoint with `overrides`: a 2 x 12-token prefill and 3 decode steps
-    on the portable and cpu graphs match transformers."""
-    ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
-    ids = np.random.default_rng(1).integers(3, 128, size=(2, 12))
-    reference = cached_reference(ckpt, ids, 3)
-    for ep in ("default", "cpu"):
-        package = mobius_genai.build(ckpt, ep, "f32", progress=False)
-        ours = run_like_reference(ort_session(package, tmp_path / ep), reference)
-        assert max_abs_diff(ours, reference.logits) <= TOLERANCE, ep
-
-
 def _row(family: str, **changes) -> object:
     row = FAMILIES[family]
     overrides = changes.pop("config_overrides", {})
@@ -213,20 +168,6 @@ def test_a_row_mechanism_changed_fails_parity(checkpoints, runs, mutant, monkeyp
     assert not max_abs_diff(ours, runs[family].logits) <= 10 * TOLERANCE
 
 
-def without_past(block: type, state: int):
-    """`block`'s forward (a recurrent block's: hidden states, mask, past states) with its past
-    state number `state` (Mamba1's conv 0, scan 1) read as zeros: a state not carried from one
-    call to the next."""
-    forward = block.forward
-
-    def mutant(self, op, hidden_states, attention_mask, *past):
-        past = list(past)
-        past[state] = op.Mul(past[state], op.CastLike(op.Constant(value_float=0.0), past[state]))
-        return forward(self, op, hidden_states, attention_mask, *past)
-
-    return mutant
-
-
 @pytest.mark.parametrize("state", [0, 1], ids=["conv_state", "scan_state"])
 def test_a_state_not_carried_fails_the_decode_steps(
     checkpoints, runs, state, monkeypatch, tmp_path
@@ -244,7 +185,7 @@ def bundles(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mamba1_bundles")
     made = {}
     for family in ("mamba", "jamba"):
-        ckpt = _checkpoint(folder / family / "ckpt", family)
+        ckpt = bundle_checkpoint(folder / family / "ckpt", family)
         made[family] = ckpt, packager.package(ckpt, "cpu", folder / family / "bundle", quiet=True)
     return made
 
@@ -275,16 +216,6 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(bundles, family):
     (and Jamba's attention masks it): each row continues as transformers continues that
     prompt alone."""
     assert_batch_continues_each_prompt(*bundles[family])
-
-
-def assert_batch_continues_each_prompt(ckpt, folder) -> None:
-    """og's greedy rows for a batch of two prompts of different lengths are transformers'
-    continuations of each prompt alone."""
-    prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
-    expected = [hf_greedy_tokens(ckpt, prompt, 8, stop_at_eos=False) for prompt in prompts]
-    assert rows == expected
-    assert len(set(rows[0])) > 2  # a real continuation, not one token repeated
 
 
 def test_jamba_int4_puts_the_experts_in_qmoe(tmp_path):

@@ -24,7 +24,7 @@ import mobius_genai
 from mobius_genai.models import FAMILIES
 from tests._hf import write_tiny_checkpoint
 from tests._ort import max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_mamba1 import cached_reference
+from tests._recurrent import cached_reference
 
 FAMILIES_HERE = ("mamba", "falcon_mamba", "mamba2")
 LAYERS = 32

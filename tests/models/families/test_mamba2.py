@@ -23,15 +23,15 @@ from mobius_genai.bundle.validate import validate_bundle
 from mobius_genai.components import mamba2
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.mamba2_rows import mamba2_sizes
+from tests._bundles import bundle_checkpoint, int4_bundle_ops
 from tests._hf import write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import _checkpoint, int4_bundle_ops
-from tests.models.families.test_mamba1 import (
+from tests._recurrent import (
     assert_batch_continues_each_prompt,
     assert_variant_matches,
     cached_reference,
-    last_states,
 )
+from tests.models.families.test_mamba1 import last_states
 
 TOLERANCE = 1e-4  # f32
 
@@ -139,7 +139,7 @@ def test_a_mechanism_changed_fails_parity(checkpoint, run, mutant, monkeypatch, 
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mamba2_bundle")
-    ckpt = _checkpoint(folder / "ckpt", "mamba2")
+    ckpt = bundle_checkpoint(folder / "ckpt", "mamba2")
     return ckpt, packager.package(ckpt, "cpu", folder / "bundle", quiet=True)
 
 

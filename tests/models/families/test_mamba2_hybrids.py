@@ -28,17 +28,18 @@ from mobius_genai.config.weight_scales import WeightScale
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import hf_reference_logits, tiny_config, write_tiny_checkpoint
+from tests._mutants import with_overrides
 from tests._ort import (
     built_graph_diff,
     left_padded_diffs,
     long_prefill_reference,
     max_abs_diff,
     ort_session,
+    parity_diffs,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _checkpoint
-from tests.models.families.test_parity import _parity
 from tests.runtime.conftest import run_builder
 
 TOLERANCE = 1e-4  # f32
@@ -120,7 +121,7 @@ def test_variants_match_transformers(case, tmp_path):
     family, overrides = VARIANTS[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 20))
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -177,11 +178,6 @@ def test_left_padded_batch_matches_transformers(checkpoints, tmp_path):
     assert first <= TOLERANCE and rest <= TOLERANCE, (first, rest)
 
 
-def _with_overrides(family: str, **overrides) -> object:
-    row = FAMILIES[family]
-    return dataclasses.replace(row, config_overrides={**row.config_overrides, **overrides})
-
-
 def _mamba2_norm(family: str, norm: str):
     """The row's Mamba2 settings with the gated norm placed as `norm`."""
     read = FAMILIES[family].config_overrides["mamba2"]
@@ -212,7 +208,7 @@ MUTANTS = {
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_a_mechanism_changed_fails_parity(checkpoints, short_runs, mutant, monkeypatch, tmp_path):
     family, overrides = MUTANTS[mutant]
-    monkeypatch.setitem(FAMILIES, family, _with_overrides(family, **overrides))
+    monkeypatch.setitem(FAMILIES, family, with_overrides(family, **overrides))
     package = mobius_genai.build(checkpoints[family], "cpu", "f32")
     ours = run_like_reference(ort_session(package, tmp_path), short_runs[family])
     assert not max_abs_diff(ours, short_runs[family].logits) <= 10 * TOLERANCE
@@ -246,7 +242,7 @@ def test_a_falcon_h1_multiplier_dropped_fails_parity(
         name: without(read) if callable(read) else read
         for name, read in row.config_overrides.items()
     }
-    monkeypatch.setitem(FAMILIES, "falcon_h1", _with_overrides("falcon_h1", **overrides))
+    monkeypatch.setitem(FAMILIES, "falcon_h1", with_overrides("falcon_h1", **overrides))
     package = mobius_genai.build(checkpoints["falcon_h1"], "cpu", "f32")
     ours = run_like_reference(ort_session(package, tmp_path), short_runs["falcon_h1"])
     assert not max_abs_diff(ours, short_runs["falcon_h1"].logits) <= 10 * TOLERANCE
@@ -256,7 +252,7 @@ def test_a_layer_pattern_read_one_layer_off_is_refused_by_the_weights(checkpoint
     """The pattern decides which tensors each layer reads: shifted by one, the attention
     layer's q_proj is looked for where the checkpoint has an MLP."""
     read = FAMILIES["nemotron_h"].config_overrides["layer_types"]
-    shifted = _with_overrides("nemotron_h", layer_types=lambda raw: (*read(raw)[1:], read(raw)[0]))
+    shifted = with_overrides("nemotron_h", layer_types=lambda raw: (*read(raw)[1:], read(raw)[0]))
     monkeypatch.setitem(FAMILIES, "nemotron_h", shifted)
     with pytest.raises(WeightsError) as error:
         mobius_genai.build(checkpoints["nemotron_h"], "default", "f32")
@@ -289,7 +285,7 @@ def cpu_bundles(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mamba2_bundles")
     return {
         family: packager.package(
-            _checkpoint(folder / f"{family}_ckpt", family), "cpu", folder / family, quiet=True
+            bundle_checkpoint(folder / f"{family}_ckpt", family), "cpu", folder / family, quiet=True
         )
         for family in FAMILIES_HERE
     }
@@ -348,7 +344,7 @@ def test_int4_bundle_generates(family, tmp_path):
     """The Mamba2, attention and MLP projections become MatMulNBits (Falcon-H1's with its
     multipliers folded in); both states stay float32. (Blocks of 16: the tiny Falcon-H1's
     Mamba2 width is 48.)"""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     int4 = Int4Options(block_size=16)
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=int4, quiet=True

@@ -28,15 +28,15 @@ from mobius_genai.components.lightning_attention import LightningAttention
 from mobius_genai.config.lightning_attention import read_lightning_attention, slope_rates
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import hf_greedy_tokens, tiny_config, write_tiny_checkpoint
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
-from tests.models.families.test_mamba1 import (
+from tests._recurrent import (
+    alone_then_padded,
     assert_batch_continues_each_prompt,
     cached_reference,
     without_past,
 )
-from tests.models.families.test_recurrent_gemma import _alone_then_padded
 
 TOLERANCE = 1e-4  # f32
 FAMILY = "minimax"
@@ -88,7 +88,7 @@ def test_a_left_padded_batch_continues_each_prompt_alone(checkpoint, tmp_path):
     lightning state, and stays out of attention."""
     rng = np.random.default_rng(2)
     prompts = [rng.integers(3, 128, size=7), rng.integers(3, 128, size=12)]
-    reference = _alone_then_padded(checkpoint, prompts, 3)
+    reference = alone_then_padded(checkpoint, prompts, 3)
     package = mobius_genai.build(checkpoint, "default", "f32", progress=False)
     ours = run_like_reference(ort_session(package, tmp_path), reference)
     ours[0][0, :5] = 0.0  # padded positions
@@ -153,7 +153,7 @@ def test_the_state_not_carried_fails_the_decode_steps(checkpoint, run, monkeypat
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("minimax_bundle")
-    ckpt = _checkpoint(folder / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(folder / "ckpt", FAMILY)
     return ckpt, packager.package(ckpt, "cpu", folder / "bundle", quiet=True)
 
 
@@ -175,7 +175,7 @@ def test_og_generates_transformers_tokens_alone_and_in_a_batch(bundle):
 def test_int4_puts_the_projections_in_matmulnbits_and_the_experts_in_qmoe(tmp_path):
     """int4 for cpu: the attention's and the lightning layers' projections in MatMulNBits, the
     experts of every layer in QMoE; og generates every token asked for with it."""
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", FAMILY)
     bundle = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     tokens = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert len(tokens) == NEW_TOKENS

@@ -9,8 +9,6 @@ greedy tokens equal transformers'; mutants without the window or the scale fail.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -22,6 +20,7 @@ from mobius_genai.ep import get_ep
 from mobius_genai.errors import ConfigError
 from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import (
     MINISTRAL3_ROPE,
     hf_greedy_tokens,
@@ -29,8 +28,8 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
+from tests._mutants import with_overrides
 from tests._ort import case_diffs, max_abs_diff, mutant_diffs, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu")
@@ -70,16 +69,11 @@ def test_graphs_match_transformers(case, tmp_path):
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
-def _without(family: str, **overrides) -> object:
-    row = FAMILIES[family]
-    return dataclasses.replace(row, config_overrides={**row.config_overrides, **overrides})
-
-
 @pytest.mark.parametrize(
     ("family", "mutant"),
     [
-        ("ministral", lambda: _without("ministral", layer_types=("full_attention",) * 3)),
-        ("ministral3", lambda: _without("ministral3", local_global=None)),
+        ("ministral", lambda: with_overrides("ministral", layer_types=("full_attention",) * 3)),
+        ("ministral3", lambda: with_overrides("ministral3", local_global=None)),
     ],
     ids=["ministral_without_window", "ministral3_without_query_scale"],
 )
@@ -93,7 +87,7 @@ def test_parity_fails_without_the_family_difference(family, mutant, tmp_path, mo
 def test_onnxruntime_genai_greedy_tokens_equal_transformers(family, tmp_path):
     """og.Generator over the cpu bundle (model.type mistral: og 0.18 has no ministral types):
     8 prompt tokens and 24 new ones, past the window and across 7 query-scale steps."""
-    ckpt = _checkpoint(tmp_path / "ckpt", family)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", family)
     bundle = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     ours = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, NEW_TOKENS)

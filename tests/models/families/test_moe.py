@@ -27,6 +27,7 @@ from tests._hf import (
     load_reference_model,
     write_tiny_checkpoint,
 )
+from tests._mutants import with_moe
 from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
 
 TOLERANCE = 1e-4
@@ -128,20 +129,11 @@ def _mutant_parity(tmp_path, family, mutant, **overrides) -> float:
     return max_abs_diff(ours, reference.logits)
 
 
-def _with_moe(family, **changes):
-    reader = family.config_overrides["moe"]
-    overrides = {
-        **family.config_overrides,
-        "moe": lambda raw: dataclasses.replace(reader(raw), **changes),
-    }
-    return dataclasses.replace(family, config_overrides=overrides)
-
-
 MUTANTS = {
-    "mixtral_not_renormalized": ("mixtral", lambda f: _with_moe(f, normalize_top_k=False)),
-    "qwen2_moe_renormalized": ("qwen2_moe", lambda f: _with_moe(f, normalize_top_k=True)),
+    "mixtral_not_renormalized": ("mixtral", lambda f: with_moe(f, normalize_top_k=False)),
+    "qwen2_moe_renormalized": ("qwen2_moe", lambda f: with_moe(f, normalize_top_k=True)),
     # the softmax over all experts' logits, not over the two picked
-    "aria_text_not_renormalized": ("aria_text", lambda f: _with_moe(f, normalize_top_k=False)),
+    "aria_text_not_renormalized": ("aria_text", lambda f: with_moe(f, normalize_top_k=False)),
 }
 
 
@@ -156,7 +148,7 @@ def test_aria_shared_experts_are_moe_num_shared_experts_wide(tmp_path, monkeypat
     tensors do not fit."""
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", "aria_text")
     monkeypatch.setitem(
-        FAMILIES, "aria_text", _with_moe(FAMILIES["aria_text"], shared_expert_size=32)
+        FAMILIES, "aria_text", with_moe(FAMILIES["aria_text"], shared_expert_size=32)
     )
     with pytest.raises(WeightsError, match="shared_experts.gate_proj.weight' has shape"):
         mobius_genai.build(ckpt, "default", "f32")
@@ -165,7 +157,7 @@ def test_aria_shared_experts_are_moe_num_shared_experts_wide(tmp_path, monkeypat
 def test_a_shared_expert_read_without_its_gate_is_refused(tmp_path):
     """An ungated shared expert would drop the checkpoint's gate: named before anything runs."""
     with pytest.raises(WeightsError, match="shared_expert_gate.weight"):
-        _mutant_parity(tmp_path, "qwen2_moe", lambda f: _with_moe(f, shared_expert_gate=False))
+        _mutant_parity(tmp_path, "qwen2_moe", lambda f: with_moe(f, shared_expert_gate=False))
 
 
 @pytest.mark.parametrize(

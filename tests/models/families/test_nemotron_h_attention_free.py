@@ -20,9 +20,9 @@ import torch
 import mobius_genai
 from mobius_genai import packager
 from mobius_genai.bundle.validate import validate_bundle
+from tests._bundles import NEW_TOKENS, PROMPT, batch_greedy_tokens, bundle_checkpoint
 from tests._hf import ReferenceRun, ReferenceStep, load_reference_model, write_tiny_checkpoint
 from tests._ort import max_abs_diff, og_sequence, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _batch_greedy_tokens, _checkpoint
 
 TOLERANCE = 1e-4  # f32
 #: Mamba2, MLP, MoE, Mamba2: no "*" layer
@@ -79,7 +79,7 @@ def test_graph_of_states_alone_matches_transformers(checkpoint, ep, tmp_path):
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("nemotron_h_no_attention_bundle")
-    ckpt = _checkpoint(folder / "ckpt", "nemotron_h", layers_block_type=LAYERS, **MOE)
+    ckpt = bundle_checkpoint(folder / "ckpt", "nemotron_h", layers_block_type=LAYERS, **MOE)
     return ckpt, packager.package(ckpt, "cpu", folder / "bundle", quiet=True)
 
 
@@ -112,7 +112,7 @@ def test_og_generates_a_batch_of_prompts_of_different_lengths(bundle):
     of its states: each row continues as transformers continues that prompt alone."""
     ckpt, folder = bundle
     prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
+    rows = batch_greedy_tokens(folder, prompts, 8)
     expected = [
         [
             int(step.logits[0, -1].argmax())

@@ -26,6 +26,7 @@ from mobius_genai.ep import get_ep
 from mobius_genai.models import get_family
 from mobius_genai.quantize import Int4Options, quantize_int4
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import (
     edit_config,
     hf_greedy_tokens,
@@ -41,10 +42,9 @@ from tests._ort import (
     mutant_diffs,
     og_sequence,
     ort_session,
+    parity_diffs,
     run_like_reference,
 )
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
-from tests.models.families.test_parity import _parity
 from tests.quantize.test_qmoe import _dequantized_checkpoint
 
 TOLERANCE = 1e-4  # f32
@@ -159,7 +159,7 @@ def test_hub_pattern_and_other_routing_settings_match_transformers(tmp_path):
     )
     edit_config(ckpt, layers_block_type=None, hybrid_override_pattern="E*M-E", num_hidden_layers=5)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 20))
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=3)  # the default and cpu graphs
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -246,7 +246,7 @@ def bundle_config():
 
 
 def test_og_greedy_tokens_equal_transformers(bundle_config, tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", "nemotron_h", **bundle_config)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "nemotron_h", **bundle_config)
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     # og.Model and og.Generator as a user runs them (default search: greedy)
     ours = og_sequence(folder, PROMPT, len(PROMPT) + NEW_TOKENS)[len(PROMPT) :]
@@ -255,7 +255,7 @@ def test_og_greedy_tokens_equal_transformers(bundle_config, tmp_path):
 
 
 def test_int4_bundle_runs_the_experts_as_qmoe(bundle_config, tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", "nemotron_h", **bundle_config)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "nemotron_h", **bundle_config)
     int4 = Int4Options(block_size=16)
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=int4, quiet=True

@@ -27,7 +27,8 @@ from mobius_genai.models.families.cohere2_moe import cohere2_moe
 from mobius_genai.models.families.dbrx import dbrx_moe
 from mobius_genai.models.families.preprocess import NORM_WEIGHTS, offset_norm_weights
 from tests._hf import GEMMA4_MOE, hf_reference_logits, tiny_config, write_tiny_checkpoint
-from tests._ort import graph_diffs, max_abs_diff, ort_session, run_like_reference
+from tests._mutants import with_overrides
+from tests._ort import max_abs_diff, ort_session, parity_diffs, run_like_reference
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
 EPS = ("default", "cpu")
@@ -680,12 +681,6 @@ CASES = {
 }
 
 
-def _parity(tmp_path, ckpt, ids, decode_steps=4, **build_args) -> dict[str, float]:
-    reference = hf_reference_logits(ckpt, ids, decode_steps=decode_steps)
-    diffs = graph_diffs(ckpt, reference, EPS, tmp_path, **build_args)
-    return diffs
-
-
 #: Variants of rows whose default case and mutants run by default (the CI budget)
 SLOW_CASES = {
     "youtu_one_q_proj_rotate_half_tied",
@@ -701,7 +696,7 @@ def test_family_graphs_match_transformers(case, tmp_path):
     family, overrides = CASES[case]
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, seed=1, **overrides)
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -719,7 +714,7 @@ def test_sliding_window_switches_count_only_where_the_config_class_reads_them(
     config = FAMILIES[family].parse_config(json.loads((ckpt / "config.json").read_text()))
     assert (config.window_of_layer(0) == 4) == windowed
     ids = np.random.default_rng(0).integers(3, 128, size=(2, 3))
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=8)
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=8)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -746,7 +741,7 @@ def test_hub_layout_config_matches_transformers(family, tmp_path):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family, hub_layout=True, **overrides)
     assert "rope_parameters" not in (ckpt / "config.json").read_text()
     ids = np.random.default_rng(1).integers(3, 128, size=(1, 14))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -767,7 +762,7 @@ def test_longrope_switches_factors_like_transformers(prefill, context_length, tm
     )
     ids = np.random.default_rng(2).integers(3, 128, size=(2, prefill))
     steps = 4 if context_length is None else context_length - prefill
-    diffs = _parity(tmp_path, ckpt, ids, decode_steps=steps, context_length=context_length)
+    diffs = parity_diffs(tmp_path, ckpt, ids, decode_steps=steps, context_length=context_length)
     assert max(diffs.values()) <= TOLERANCE, diffs
     tables = mobius_genai.build(ckpt, "default", context_length=context_length, load_weights=False)
     cos = tables["model"].graph.initializers["model.rotary_emb.cos_cache"]
@@ -787,7 +782,7 @@ def test_gpt2_checkpoint_saved_from_base_model(tmp_path):
         metadata={"format": "pt"},
     )
     ids = np.random.default_rng(3).integers(3, 128, size=(1, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -806,7 +801,7 @@ def test_gpt_neox_hub_config_rotary_pct_and_base(tmp_path):
     path.write_text(json.dumps(data))
     assert AutoConfig.from_pretrained(ckpt).rope_parameters == before
     ids = np.random.default_rng(4).integers(3, 128, size=(1, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -838,24 +833,18 @@ def test_exaone_hub_config(tmp_path, monkeypatch):
         assert after[key] == before[key], key
     assert after["rope_parameters"]["rope_theta"] == 5e5
     ids = np.random.default_rng(5).integers(3, 128, size=(1, 12))
-    diffs = _parity(tmp_path, ckpt, ids)
+    diffs = parity_diffs(tmp_path, ckpt, ids)
     assert max(diffs.values()) <= TOLERANCE, diffs
     defaults = {k: v for k, v in FAMILIES["exaone"].config_defaults.items() if k != "rope_theta"}
     mutant = dataclasses.replace(FAMILIES["exaone"], config_defaults=defaults)
     monkeypatch.setitem(FAMILIES, "exaone", mutant)
-    diffs = _parity(tmp_path / "mutant", ckpt, ids, decode_steps=1)
+    diffs = parity_diffs(tmp_path / "mutant", ckpt, ids, decode_steps=1)
     assert min(diffs.values()) > 10 * TOLERANCE, diffs
-
-
-def _without(family: str, **overrides) -> FamilyAdapter:
-    adapter = FAMILIES[family]
-    changed = {**adapter.config_overrides, **overrides}
-    return dataclasses.replace(adapter, config_overrides=changed)
 
 
 def _without_offset(family: str) -> FamilyAdapter:
     """The family's learned position table (max_position_embeddings + 2 rows), read from row 0."""
-    return _without(
+    return with_overrides(
         family,
         embedding_layout=EmbeddingLayout(),
         max_position_embeddings=lambda raw: raw["max_position_embeddings"] + 2,
@@ -886,53 +875,69 @@ MUTANTS = {
         "gemma",
         lambda: _as_stored("gemma"),
     ),
-    "youtu_rotate_half": ("youtu", lambda: _without("youtu", rope_interleaved=False)),
+    "youtu_rotate_half": ("youtu", lambda: with_overrides("youtu", rope_interleaved=False)),
     "cohere_compass_text_interleaved_rope": (
         "cohere_compass_text",
-        lambda: _without("cohere_compass_text", rope_interleaved=True),
+        lambda: with_overrides("cohere_compass_text", rope_interleaved=True),
     ),
     "cohere_compass_text_full_layers_rotated": (
         "cohere_compass_text",
-        lambda: _without("cohere_compass_text", no_rope_layers=()),
+        lambda: with_overrides("cohere_compass_text", no_rope_layers=()),
     ),
     "cohere_compass_text_logits_unscaled": (
         "cohere_compass_text",
-        lambda: _without("cohere_compass_text", logits_scaling=1.0),
+        lambda: with_overrides("cohere_compass_text", logits_scaling=1.0),
     ),
-    "gemma_without_embedding_scale": ("gemma", lambda: _without("gemma", embedding_multiplier=1.0)),
+    "gemma_without_embedding_scale": (
+        "gemma",
+        lambda: with_overrides("gemma", embedding_multiplier=1.0),
+    ),
     "gemma2_without_attention_softcap": (
         "gemma2",
-        lambda: _without("gemma2", attn_logit_softcapping=None),
+        lambda: with_overrides("gemma2", attn_logit_softcapping=None),
     ),
-    "gemma2_with_head_dim_scale": ("gemma2", lambda: _without("gemma2", attention_scale=None)),
-    "gemma3_text_one_rope": ("gemma3_text", lambda: _without("gemma3_text", rope_local=None)),
+    "gemma2_with_head_dim_scale": (
+        "gemma2",
+        lambda: with_overrides("gemma2", attention_scale=None),
+    ),
+    "gemma3_text_one_rope": ("gemma3_text", lambda: with_overrides("gemma3_text", rope_local=None)),
     "granite_without_residual_multiplier": (
         "granite",
-        lambda: _without("granite", residual_multiplier=1.0),
+        lambda: with_overrides("granite", residual_multiplier=1.0),
     ),
-    "granite_without_logits_scaling": ("granite", lambda: _without("granite", logits_scaling=1.0)),
-    "smollm3_rope_everywhere": ("smollm3", lambda: _without("smollm3", no_rope_layers=())),
-    "stablelm_full_rotary": ("stablelm", lambda: _without("stablelm", rope=RopeConfig())),
-    "olmo_without_clip_qkv": ("olmo", lambda: _without("olmo", clip_qkv=None), {"clip_qkv": 1.0}),
+    "granite_without_logits_scaling": (
+        "granite",
+        lambda: with_overrides("granite", logits_scaling=1.0),
+    ),
+    "smollm3_rope_everywhere": ("smollm3", lambda: with_overrides("smollm3", no_rope_layers=())),
+    "stablelm_full_rotary": ("stablelm", lambda: with_overrides("stablelm", rope=RopeConfig())),
+    "olmo_without_clip_qkv": (
+        "olmo",
+        lambda: with_overrides("olmo", clip_qkv=None),
+        {"clip_qkv": 1.0},
+    ),
     "gpt_neox_qkv_rows_as_stored": (
         "gpt_neox",
         lambda: _as_stored("gpt_neox"),
     ),
     "gpt_neox_one_shared_parallel_norm": (
         "gpt_neox",
-        lambda: _without("gpt_neox", parallel_mlp_norm=False),
+        lambda: with_overrides("gpt_neox", parallel_mlp_norm=False),
     ),
-    "gpt_neox_full_rotary": ("gpt_neox", lambda: _without("gpt_neox", rope=RopeConfig())),
+    "gpt_neox_full_rotary": ("gpt_neox", lambda: with_overrides("gpt_neox", rope=RopeConfig())),
     "nemotron_without_norm_offset": (
         "nemotron",
         lambda: _as_stored("nemotron"),
     ),
-    "nemotron_relu_not_squared": ("nemotron", lambda: _without("nemotron", hidden_act="relu")),
-    "gptj_rotate_half": ("gptj", lambda: _without("gptj", rope_interleaved=False)),
-    "gptj_without_lm_head_bias": ("gptj", lambda: _without("gptj", lm_head_bias=False)),
-    "cohere_rotate_half": ("cohere", lambda: _without("cohere", rope_interleaved=False)),
-    "cohere_without_logit_scale": ("cohere", lambda: _without("cohere", logits_scaling=1.0)),
-    "glm_rotate_half": ("glm", lambda: _without("glm", rope_interleaved=False)),
+    "nemotron_relu_not_squared": (
+        "nemotron",
+        lambda: with_overrides("nemotron", hidden_act="relu"),
+    ),
+    "gptj_rotate_half": ("gptj", lambda: with_overrides("gptj", rope_interleaved=False)),
+    "gptj_without_lm_head_bias": ("gptj", lambda: with_overrides("gptj", lm_head_bias=False)),
+    "cohere_rotate_half": ("cohere", lambda: with_overrides("cohere", rope_interleaved=False)),
+    "cohere_without_logit_scale": ("cohere", lambda: with_overrides("cohere", logits_scaling=1.0)),
+    "glm_rotate_half": ("glm", lambda: with_overrides("glm", rope_interleaved=False)),
     "glm_up_before_gate": (
         "glm",
         lambda: dataclasses.replace(
@@ -949,9 +954,11 @@ MUTANTS = {
     # the top-k renormalized to sum 1 (a softmax over them) instead of by their 2-norm
     "dbrx_softmax_renormalization": (
         "dbrx",
-        lambda: _without("dbrx", moe=lambda raw: dataclasses.replace(dbrx_moe(raw), norm_p=1.0)),
+        lambda: with_overrides(
+            "dbrx", moe=lambda raw: dataclasses.replace(dbrx_moe(raw), norm_p=1.0)
+        ),
     ),
-    "dbrx_without_clip_qkv": ("dbrx", lambda: _without("dbrx", clip_qkv=None)),
+    "dbrx_without_clip_qkv": ("dbrx", lambda: with_overrides("dbrx", clip_qkv=None)),
     # each expert's w1 (gate) and v1 (up) rows read the other way round
     "dbrx_gate_and_up_swapped": (
         "dbrx",
@@ -962,18 +969,18 @@ MUTANTS = {
     ),
     "cohere2_moe_shared_expert_summed": (
         "cohere2_moe",
-        lambda: _without(
+        lambda: with_overrides(
             "cohere2_moe",
             moe=lambda raw: dataclasses.replace(cohere2_moe(raw), combined_scale=1.0),
         ),
     ),
     "cohere2_moe_dense_layer_without_rope": (
         "cohere2_moe",
-        lambda: _without("cohere2_moe", no_rope_layers=(0, 2)),
+        lambda: with_overrides("cohere2_moe", no_rope_layers=(0, 2)),
     ),
     "cohere2_moe_sigmoid_as_softmax": (
         "cohere2_moe",
-        lambda: _without(
+        lambda: with_overrides(
             "cohere2_moe",
             moe=lambda raw: dataclasses.replace(
                 cohere2_moe(raw), group_routing=None, normalize_top_k=True
@@ -983,44 +990,50 @@ MUTANTS = {
     ),
     "cohere_without_qk_norm": (
         "cohere",
-        lambda: _without(
+        lambda: with_overrides(
             "cohere", qk_norm=False, qk_norm_head_weights=False, qk_norm_stacked_weights=False
         ),
         {"use_qk_norm": True},
     ),
-    "cohere2_rope_everywhere": ("cohere2", lambda: _without("cohere2", no_rope_layers=())),
-    "cohere2_without_logit_scale": ("cohere2", lambda: _without("cohere2", logits_scaling=1.0)),
-    "cohere2_rotate_half": ("cohere2", lambda: _without("cohere2", rope_interleaved=False)),
+    "cohere2_rope_everywhere": ("cohere2", lambda: with_overrides("cohere2", no_rope_layers=())),
+    "cohere2_without_logit_scale": (
+        "cohere2",
+        lambda: with_overrides("cohere2", logits_scaling=1.0),
+    ),
+    "cohere2_rotate_half": ("cohere2", lambda: with_overrides("cohere2", rope_interleaved=False)),
     "cohere2_without_sliding_window": (
         "cohere2",
-        lambda: _without("cohere2", layer_types=("full_attention",) * 3),
+        lambda: with_overrides("cohere2", layer_types=("full_attention",) * 3),
     ),
     # glm's pre-norm layer, the post-attention and post-MLP norms left unread
     "glm4_without_post_norms": (
         "glm4",
         lambda: dataclasses.replace(
-            _without("glm4", norm_placement="pre"),
+            with_overrides("glm4", norm_placement="pre"),
             weight_renames=(),
             unused_weights=(r"\.post_(self_attn|mlp)_layernorm\.",),
         ),
     ),
-    "arcee_relu_not_squared": ("arcee", lambda: _without("arcee", hidden_act="relu")),
-    "helium_rotate_half": ("helium", lambda: _without("helium", rope_interleaved=False)),
-    "ernie4_5_rotate_half": ("ernie4_5", lambda: _without("ernie4_5", rope_interleaved=False)),
+    "arcee_relu_not_squared": ("arcee", lambda: with_overrides("arcee", hidden_act="relu")),
+    "helium_rotate_half": ("helium", lambda: with_overrides("helium", rope_interleaved=False)),
+    "ernie4_5_rotate_half": (
+        "ernie4_5",
+        lambda: with_overrides("ernie4_5", rope_interleaved=False),
+    ),
     "olmo3_one_rope": (
         "olmo3",
-        lambda: _without("olmo3", rope_local=None),
+        lambda: with_overrides("olmo3", rope_local=None),
         {"rope_scaling": {"rope_type": "linear", "factor": 4.0}},
     ),
-    "exaone4_rope_everywhere": ("exaone4", lambda: _without("exaone4", no_rope_layers=())),
+    "exaone4_rope_everywhere": ("exaone4", lambda: with_overrides("exaone4", no_rope_layers=())),
     "hunyuan_v1_dense_alpha_ignored": (
         "hunyuan_v1_dense",
-        lambda: _without("hunyuan_v1_dense", rope=RopeConfig()),
+        lambda: with_overrides("hunyuan_v1_dense", rope=RopeConfig()),
         {"rope_scaling": {"rope_type": "dynamic", "factor": 1.0, "alpha": 50.0}},
     ),
     "hunyuan_v1_dense_qk_norm_before_rope": (
         "hunyuan_v1_dense",
-        lambda: _without("hunyuan_v1_dense", qk_norm_after_rope=False),
+        lambda: with_overrides("hunyuan_v1_dense", qk_norm_after_rope=False),
     ),
     "vaultgemma_without_norm_offset": (
         "vaultgemma",
@@ -1038,11 +1051,11 @@ MUTANTS = {
     # Qwen3_5MoeTopKRouter always renormalizes the top-k probabilities
     "qwen3_5_moe_text_unnormalized_top_k": (
         "qwen3_5_moe_text",
-        lambda: _without("qwen3_5_moe_text", moe=_unnormalized("qwen3_5_moe_text")),
+        lambda: with_overrides("qwen3_5_moe_text", moe=_unnormalized("qwen3_5_moe_text")),
     ),
     "olmo3_without_sliding_window": (
         "olmo3",
-        lambda: _without("olmo3", layer_types=("full_attention",) * 3),
+        lambda: with_overrides("olmo3", layer_types=("full_attention",) * 3),
     ),
     # c_attn's [q, k, v] rows of each head read as if they were [q | k | v] blocks
     "gpt_bigcode_qkv_rows_as_stored": (
@@ -1058,93 +1071,104 @@ MUTANTS = {
     # ln_attn before attention, ln_mlp before the MLP, one after the other
     "falcon_sequential_layers": (
         "falcon",
-        lambda: _without("falcon", parallel_residual=False, parallel_mlp_norm=False),
+        lambda: with_overrides("falcon", parallel_residual=False, parallel_mlp_norm=False),
     ),
     "bloom_qkv_rows_as_stored": ("bloom", lambda: _as_stored("bloom")),
     "bloom_without_embedding_layernorm": (
         "bloom",
-        lambda: _without("bloom", embedding_layernorm=False),
+        lambda: with_overrides("bloom", embedding_layernorm=False),
     ),
     "bloom_residual_before_norm": (
         "bloom",
-        lambda: _without("bloom", residual_after_norm=False),
+        lambda: with_overrides("bloom", residual_after_norm=False),
         {"apply_residual_connection_post_layernorm": True},
     ),
     "falcon_alibi_not_scaled_with_the_scores": (
         "falcon",
-        lambda: _without("falcon", alibi=Alibi(bfloat16=True)),
+        lambda: with_overrides("falcon", alibi=Alibi(bfloat16=True)),
         FALCON_RW,
     ),
     "mpt_without_clip_qkv": (
         "mpt",
-        lambda: _without("mpt", clip_qkv=None),
+        lambda: with_overrides("mpt", clip_qkv=None),
         {"attn_config": {"clip_qkv": 0.05}},
     ),
     "mpt_default_softmax_scale": (
         "mpt",
-        lambda: _without("mpt", attention_scale=None),
+        lambda: with_overrides("mpt", attention_scale=None),
         {"attn_config": {"softmax_scale": 0.5}},
     ),
     "falcon_one_shared_parallel_norm": (
         "falcon",
-        lambda: _without("falcon", parallel_mlp_norm=False),
+        lambda: with_overrides("falcon", parallel_mlp_norm=False),
     ),
     "minicpm3_without_embedding_scale": (
         "minicpm3",
-        lambda: _without("minicpm3", embedding_multiplier=1.0),
+        lambda: with_overrides("minicpm3", embedding_multiplier=1.0),
     ),
     "minicpm3_without_residual_scale": (
         "minicpm3",
-        lambda: _without("minicpm3", residual_multiplier=1.0),
+        lambda: with_overrides("minicpm3", residual_multiplier=1.0),
     ),
-    "minicpm3_without_logit_scale": ("minicpm3", lambda: _without("minicpm3", logits_scaling=1.0)),
-    "minicpm3_rotating_pairs": ("minicpm3", lambda: _without("minicpm3", rope_interleaved=True)),
+    "minicpm3_without_logit_scale": (
+        "minicpm3",
+        lambda: with_overrides("minicpm3", logits_scaling=1.0),
+    ),
+    "minicpm3_rotating_pairs": (
+        "minicpm3",
+        lambda: with_overrides("minicpm3", rope_interleaved=True),
+    ),
     "cwm_without_sliding_window": (
         "cwm",
-        lambda: _without("cwm", layer_types=("full_attention",) * 3),
+        lambda: with_overrides("cwm", layer_types=("full_attention",) * 3),
     ),
     "granite_swa_one_rope_theta": (
         "granite_swa",
-        lambda: _without("granite_swa", layer_rope_thetas=()),
+        lambda: with_overrides("granite_swa", layer_rope_thetas=()),
     ),
     "granitemoe_swa_one_rope_theta": (
         "granitemoe_swa",
-        lambda: _without("granitemoe_swa", layer_rope_thetas=()),
+        lambda: with_overrides("granitemoe_swa", layer_rope_thetas=()),
     ),
     "granitemoe_swa_without_sliding_window": (
         "granitemoe_swa",
-        lambda: _without("granitemoe_swa", layer_types=("full_attention",) * 3),
+        lambda: with_overrides("granitemoe_swa", layer_types=("full_attention",) * 3),
     ),
     "diffllama_lambda_init_one_layer_deeper": (
         "diffllama",
-        lambda: _without("diffllama", differential_attention=DifferentialAttention(depth_offset=1)),
+        lambda: with_overrides(
+            "diffllama", differential_attention=DifferentialAttention(depth_offset=1)
+        ),
     ),
     "diffllama_without_head_norm": (
         "diffllama",
-        lambda: _without(
+        lambda: with_overrides(
             "diffllama", differential_attention=DifferentialAttention(head_norm=False)
         ),
     ),
     "granite_swa_without_sinks": (
         "granite_swa",
-        lambda: _without("granite_swa", attention_sinks=False),
+        lambda: with_overrides("granite_swa", attention_sinks=False),
     ),
     "gpt_neo_without_local_window": (
         "gpt_neo",
-        lambda: _without("gpt_neo", layer_types=("full_attention",) * 3),
+        lambda: with_overrides("gpt_neo", layer_types=("full_attention",) * 3),
     ),
     # qkv_proj's shards of [q, v, k] read as [q | k | v] blocks
     "codegen_qkv_shards_as_stored": (
         "codegen",
         lambda: _as_stored("codegen"),
     ),
-    "codegen_rotating_halves": ("codegen", lambda: _without("codegen", rope_interleaved=False)),
+    "codegen_rotating_halves": (
+        "codegen",
+        lambda: with_overrides("codegen", rope_interleaved=False),
+    ),
     # query_key_value's [q, k, v] rows of each head read as [q | k | v] blocks
     "persimmon_qkv_rows_as_stored": (
         "persimmon",
         lambda: _as_stored("persimmon"),
     ),
-    "persimmon_without_qk_norm": ("persimmon", lambda: _without("persimmon", qk_norm=False)),
+    "persimmon_without_qk_norm": ("persimmon", lambda: with_overrides("persimmon", qk_norm=False)),
     # the rotation turned the usual way
     "nanochat_rotation_as_llama": (
         "nanochat",
@@ -1152,86 +1176,92 @@ MUTANTS = {
     ),
     "nanochat_without_embedding_norm": (
         "nanochat",
-        lambda: _without("nanochat", embedding_norm=False),
+        lambda: with_overrides("nanochat", embedding_norm=False),
     ),
     "nanochat_without_softcap": (
         "nanochat",
-        lambda: _without("nanochat", final_logit_softcapping=None),
+        lambda: with_overrides("nanochat", final_logit_softcapping=None),
     ),
     "gpt_neo_scores_over_sqrt_head_dim": (
         "gpt_neo",
-        lambda: _without("gpt_neo", attention_scale=None),
+        lambda: with_overrides("gpt_neo", attention_scale=None),
     ),
     # the same table of max_position_embeddings + 2 rows, read from row 0
     "opt_positions_without_offset": ("opt", lambda: _without_offset("opt")),
     # opt-350m's norms of the residual sums applied before each block instead
     "opt_350m_post_ln_read_as_pre_ln": (
         "opt",
-        lambda: _without("opt", norm_placement="pre"),
+        lambda: with_overrides("opt", norm_placement="pre"),
         {"do_layer_norm_before": False},
     ),
     "xglm_positions_without_offset": (
         "xglm",
-        lambda: _without("xglm", embedding_layout=EmbeddingLayout()),
+        lambda: with_overrides("xglm", embedding_layout=EmbeddingLayout()),
     ),
-    "xglm_without_embedding_scale": ("xglm", lambda: _without("xglm", embedding_multiplier=1.0)),
+    "xglm_without_embedding_scale": (
+        "xglm",
+        lambda: with_overrides("xglm", embedding_multiplier=1.0),
+    ),
     # as opt's
     "biogpt_positions_without_offset": ("biogpt", lambda: _without_offset("biogpt")),
     "biogpt_without_embedding_scale": (
         "biogpt",
-        lambda: _without("biogpt", embedding_multiplier=1.0),
+        lambda: with_overrides("biogpt", embedding_multiplier=1.0),
     ),
     # config.json's layer_norm_eps, which BioGptDecoderLayer's nn.LayerNorms never read
     "biogpt_norm_eps_from_config": (
         "biogpt",
-        lambda: _without("biogpt", norm_eps=lambda raw: raw["layer_norm_eps"]),
+        lambda: with_overrides("biogpt", norm_eps=lambda raw: raw["layer_norm_eps"]),
         {"layer_norm_eps": 0.5},
     ),
     # XGLM's sinusoids (their frequencies spread over half - 1 steps) in place of CTRL's
     "ctrl_with_fairseq_sinusoids": (
         "ctrl",
-        lambda: _without("ctrl", embedding_layout=EmbeddingLayout()),
+        lambda: with_overrides("ctrl", embedding_layout=EmbeddingLayout()),
     ),
-    "ctrl_without_embedding_scale": ("ctrl", lambda: _without("ctrl", embedding_multiplier=1.0)),
+    "ctrl_without_embedding_scale": (
+        "ctrl",
+        lambda: with_overrides("ctrl", embedding_multiplier=1.0),
+    ),
     # GPT-1's norms of the residual sums applied before each block
     "openai-gpt_post_ln_read_as_pre_ln": (
         "openai-gpt",
-        lambda: _without("openai-gpt", norm_placement="pre"),
+        lambda: with_overrides("openai-gpt", norm_placement="pre"),
     ),
     # afn "relu" read as gpt2's default activation
     "openai-gpt_afn_unread": (
         "openai-gpt",
-        lambda: _without("openai-gpt", hidden_act="gelu_new"),
+        lambda: with_overrides("openai-gpt", hidden_act="gelu_new"),
         {"afn": "relu"},
     ),
     "hyperclovax_without_post_norms": (
         "hyperclovax",
-        lambda: _without("hyperclovax", norm_placement="pre"),
+        lambda: with_overrides("hyperclovax", norm_placement="pre"),
     ),
     # logits divided by logits_scaling, as granite's are
     "hyperclovax_logits_divided": (
         "hyperclovax",
-        lambda: _without("hyperclovax", logits_scaling=lambda raw: raw["logits_scaling"]),
+        lambda: with_overrides("hyperclovax", logits_scaling=lambda raw: raw["logits_scaling"]),
     ),
     # config.json's layer_norm_eps (0.1 here) left for Jais2Config's default
     "jais2_layer_norm_eps_unread": (
         "jais2",
-        lambda: _without("jais2", norm_eps=1e-5),
+        lambda: with_overrides("jais2", norm_eps=1e-5),
         {"layer_norm_eps": 0.1},
     ),
-    "doge_without_residual_scales": ("doge", lambda: _without("doge", residual_scales=False)),
+    "doge_without_residual_scales": ("doge", lambda: with_overrides("doge", residual_scales=False)),
     "jetmoe_layer_norms_at_rms_norm_eps": (
         "jetmoe",
-        lambda: _without("jetmoe", block_norm_eps=None),
+        lambda: with_overrides("jetmoe", block_norm_eps=None),
     ),
     "jetmoe_experts_without_bias": (
         "jetmoe",
-        lambda: _without("jetmoe", moe=_unbiased("jetmoe")),
+        lambda: with_overrides("jetmoe", moe=_unbiased("jetmoe")),
     ),
     # config.json's activation_function (relu here) ignored for gpt2's default (gelu_new)
     "gpt-sw3_activation_as_gpt2_default": (
         "gpt-sw3",
-        lambda: _without("gpt-sw3", hidden_act="gelu_new"),
+        lambda: with_overrides("gpt-sw3", hidden_act="gelu_new"),
         {"activation_function": "relu"},
     ),
 }

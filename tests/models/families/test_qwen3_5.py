@@ -22,6 +22,7 @@ from mobius_genai.bundle.graph import TensorSpec
 from mobius_genai.bundle.validate import check_graph_against_config, validate_bundle
 from mobius_genai.models import get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import hf_reference_logits, write_tiny_checkpoint
 from tests._ort import (
     built_graph_diff,
@@ -32,7 +33,6 @@ from tests._ort import (
     reference_evaluator_logits,
     run_like_reference,
 )
-from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
 
@@ -104,7 +104,7 @@ def test_portable_graph_runs_on_the_reference_evaluator(qwen3_5):
 def cpu_bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("qwen3_5_bundle")
     return packager.package(
-        _checkpoint(folder / "ckpt", "qwen3_5_text"), "cpu", folder / "b", quiet=True
+        bundle_checkpoint(folder / "ckpt", "qwen3_5_text"), "cpu", folder / "b", quiet=True
     )
 
 
@@ -175,7 +175,7 @@ def test_validate_checks_the_states_against_the_kv_patterns(cpu_bundle, change, 
 
 def test_int4_bundle_generates(tmp_path):
     """Projections of both layer kinds become MatMulNBits; both states stay float32."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "qwen3_5_text")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "qwen3_5_text")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     model = ir.load(folder / "model.onnx")
     ops = [node.op_type for node in model.graph.all_nodes()]

@@ -28,10 +28,11 @@ from mobius_genai import packager
 from mobius_genai.errors import WeightsError
 from mobius_genai.models import get_family
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, TOKENIZER_FILES
 from tests._hf import (
     ReferenceRun,
     ReferenceStep,
-    _forward,
+    hf_forward,
     hf_greedy_tokens,
     load_reference_model,
     positions_from_mask,
@@ -40,7 +41,6 @@ from tests._hf import (
 )
 from tests._ort import max_abs_diff, ort_session, run_like_reference
 from tests.conftest import TINY_QWEN2
-from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
 
 TOLERANCE = 1e-4  # f32, a 9-token prefill (test_qwen3_5.py: 70 tokens within the same bound)
 NEW_TOKENS = 16
@@ -98,7 +98,7 @@ def _reference(ckpt: Path, ids: np.ndarray, decode_steps: int, layout: str) -> R
     steps, cache, mask = [], None, np.ones_like(ids)
     with torch.no_grad():
         for _ in range(decode_steps + 1):
-            logits_t, cache = _forward(
+            logits_t, cache = hf_forward(
                 model, cache, input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)
             )
             logits = logits_t.numpy()

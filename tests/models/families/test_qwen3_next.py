@@ -23,6 +23,7 @@ from mobius_genai import WeightsError, packager
 from mobius_genai.models import FAMILIES
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, bundle_checkpoint
 from tests._hf import (
     hf_float64_logits,
     load_reference_model,
@@ -30,7 +31,6 @@ from tests._hf import (
     write_tiny_checkpoint,
 )
 from tests._ort import long_prefill_reference, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import PROMPT, _checkpoint
 
 TOLERANCE = 1e-4  # f32
 
@@ -122,7 +122,7 @@ def test_packed_projections_unpacked_in_the_wrong_order_fail_parity(
 def test_genai_config_runs_it_as_qwen3_5_moe_text(tmp_path):
     """onnxruntime-genai 0.18 lists no qwen3_next; qwen3_5_moe_text is its type for the same
     hybrid with MoE blocks (its RecurrentState finds the states by the graph's inputs)."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "qwen3_next")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "qwen3_next")
     folder = packager.package(ckpt, "cpu", tmp_path / "b", quiet=True)
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["model"]["type"] == "qwen3_5_moe_text"
@@ -131,7 +131,7 @@ def test_genai_config_runs_it_as_qwen3_5_moe_text(tmp_path):
 def test_int4_bundle_generates(tmp_path):
     """Projections of both layer kinds, the shared expert and the dense MLP become MatMulNBits,
     the experts QMoE; both states stay float32."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "qwen3_next")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "qwen3_next")
     int4 = Int4Options(block_size=16)  # the shared expert's 48 inputs
     folder = packager.package(
         ckpt, "cpu", tmp_path / "bundle", precision="int4", int4=int4, quiet=True

@@ -33,16 +33,14 @@ from mobius_genai.models import FAMILIES, get_family
 from mobius_genai.models.families.preprocess import offset_norm_weights
 from mobius_genai.models.families.scales import sqrt_hidden
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import NEW_TOKENS, PROMPT, bundle_checkpoint
 from tests._hf import (
-    ReferenceRun,
-    ReferenceStep,
-    positions_from_mask,
     tiny_config,
     write_tiny_checkpoint,
 )
 from tests._ort import built_graph_diff, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import NEW_TOKENS, PROMPT, _checkpoint
-from tests.models.families.test_mamba1 import (
+from tests._recurrent import (
+    alone_then_padded,
     assert_batch_continues_each_prompt,
     assert_variant_matches,
     cached_reference,
@@ -113,39 +111,13 @@ def test_variant_matches_transformers(tmp_path):
     assert_variant_matches(FAMILY, overrides, tmp_path)
 
 
-def _alone_then_padded(ckpt, prompts: list[np.ndarray], decode_steps: int) -> ReferenceRun:
-    """transformers' run of each prompt alone, laid out as one left-padded batch: the padded
-    positions' logits are zeros (they mean nothing), each decode step feeds each row's own
-    greedy token."""
-    alone = [cached_reference(ckpt, prompt[None], decode_steps) for prompt in prompts]
-    width = max(len(prompt) for prompt in prompts)
-    steps = []
-    for index in range(decode_steps + 1):
-        ids, logits = [], []
-        for run in alone:
-            step = run.steps[index]
-            pad = width - step.input_ids.shape[1] if index == 0 else 0
-            ids.append(np.pad(step.input_ids[0], (pad, 0)))
-            logits.append(np.pad(step.logits[0], ((pad, 0), (0, 0))))
-        seq = len(ids[0])
-        if index == 0:
-            mask = np.stack([(np.arange(width) >= width - len(p)) for p in prompts]).astype(int)
-        else:
-            mask = np.concatenate([mask, np.ones((len(prompts), 1), int)], axis=1)
-        step = ReferenceStep(
-            np.stack(ids), mask.astype(np.int64), positions_from_mask(mask, seq), np.stack(logits)
-        )
-        steps.append(step)
-    return ReferenceRun(steps)
-
-
 def test_a_left_padded_batch_continues_each_prompt_alone(checkpoint, tmp_path):
     """Row 0 padded by 5 on the portable graph (GroupQueryAttention takes no left padding; og
     pads on the right: the og test below): the padding feeds neither the conv, the recurrence
     nor attention, and the first real token is the recurrence's position 0."""
     rng = np.random.default_rng(2)
     prompts = [rng.integers(3, 128, size=7), rng.integers(3, 128, size=12)]
-    reference = _alone_then_padded(checkpoint, prompts, 3)
+    reference = alone_then_padded(checkpoint, prompts, 3)
     package = mobius_genai.build(checkpoint, "default", "f32", progress=False)
     ours = run_like_reference(ort_session(package, tmp_path), reference)
     ours[0][0, :5] = 0.0  # padded positions
@@ -244,7 +216,7 @@ def test_a_state_not_carried_fails_the_decode_steps(checkpoint, run, state, monk
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory):
     folder = tmp_path_factory.mktemp("rgemma_bundle")
-    ckpt = _checkpoint(folder / "ckpt", FAMILY)
+    ckpt = bundle_checkpoint(folder / "ckpt", FAMILY)
     return ckpt, packager.package(ckpt, "cpu", folder / "bundle", quiet=True)
 
 
@@ -265,7 +237,7 @@ def test_int4_puts_the_projections_in_matmulnbits(tmp_path):
     """int4 for cpu (an RG-LRU and an MLP 64 wide, which int4's blocks of 32 divide): the
     attention's, the RG-LRU's and the MLPs' projections in MatMulNBits, the gates' blocks in
     float; og generates every token asked for with it."""
-    ckpt = _checkpoint(tmp_path / "ckpt", FAMILY, lru_width=64, intermediate_size=128)
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", FAMILY, lru_width=64, intermediate_size=128)
     bundle = packager.package(ckpt, "cpu", tmp_path / "bundle", precision="int4", quiet=True)
     tokens = greedy_tokens(load_model(bundle), PROMPT, len(PROMPT) + NEW_TOKENS)
     assert len(tokens) == NEW_TOKENS

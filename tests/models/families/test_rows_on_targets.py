@@ -12,8 +12,8 @@ import pytest
 
 import mobius_genai
 from mobius_genai.models import FAMILIES
+from tests._bundles import int4_bundle_ops
 from tests._hf import write_tiny_checkpoint
-from tests.models.families.test_bundles import int4_bundle_ops
 
 ROWS = (
     "iquestcoder",

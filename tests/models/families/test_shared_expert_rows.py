@@ -23,6 +23,7 @@ import mobius_genai
 from mobius_genai.components import moe
 from mobius_genai.errors import UnsupportedModelError, WeightsError
 from mobius_genai.models import FAMILIES
+from tests._bundles import int4_bundle_ops
 from tests._hf import (
     edit_config,
     hf_reference_logits,
@@ -31,11 +32,9 @@ from tests._hf import (
     tiny_config,
     write_tiny_checkpoint,
 )
+from tests._mutants import CorrectionBiasIgnored, with_moe, with_routing
 from tests._ort import case_diffs, graph_diffs, mutant_diffs
-from tests.models.families.test_bundles import int4_bundle_ops
 from tests.models.families.test_corrected_moe import _ids
-from tests.models.families.test_deepseek import _CorrectionBiasIgnored, _with_routing
-from tests.models.families.test_moe import _with_moe
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu", "onnx-standard")
@@ -121,15 +120,15 @@ def test_hunyuan_per_layer_values_that_differ_are_refused(tmp_path):
 MUTANTS = {
     "hunyuan_v1_moe_not_renormalized": (
         "hunyuan_v1_moe",
-        _with_moe(FAMILIES["hunyuan_v1_moe"], normalize_top_k=False),
+        with_moe(FAMILIES["hunyuan_v1_moe"], normalize_top_k=False),
     ),
-    "dots1_correction_bias_ignored": ("dots1", (moe, "GroupRouter", _CorrectionBiasIgnored)),
-    "dots1_groups_not_limited": ("dots1", _with_routing("dots1", top_groups=4)),
-    "dots1_routed_scaling_ignored": ("dots1", _with_routing("dots1", scaling=1.0)),
-    "solar_open_groups_not_limited": ("solar_open", _with_routing("solar_open", top_groups=4)),
+    "dots1_correction_bias_ignored": ("dots1", (moe, "GroupRouter", CorrectionBiasIgnored)),
+    "dots1_groups_not_limited": ("dots1", with_routing("dots1", top_groups=4)),
+    "dots1_routed_scaling_ignored": ("dots1", with_routing("dots1", scaling=1.0)),
+    "solar_open_groups_not_limited": ("solar_open", with_routing("solar_open", top_groups=4)),
     "exaone_moe_correction_bias_ignored": (
         "exaone_moe",
-        (moe, "GroupRouter", _CorrectionBiasIgnored),
+        (moe, "GroupRouter", CorrectionBiasIgnored),
     ),
     # EXAONE 4's global layer rotated as its sliding ones are
     "exaone_moe_global_layer_rotated": (
@@ -162,7 +161,7 @@ def test_a_row_without_its_shared_mlp_leaves_it_unread_and_is_refused(
     family, unread, tmp_path, monkeypatch
 ):
     ckpt = write_tiny_checkpoint(tmp_path / "ckpt", family)
-    monkeypatch.setitem(FAMILIES, family, _with_moe(FAMILIES[family], shared_expert_size=0))
+    monkeypatch.setitem(FAMILIES, family, with_moe(FAMILIES[family], shared_expert_size=0))
     with pytest.raises(WeightsError, match=unread):
         mobius_genai.build(ckpt, "cpu", "f32")
 

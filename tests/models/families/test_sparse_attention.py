@@ -18,7 +18,6 @@ import warnings
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime_genai as og
 import pytest
 
 import mobius_genai
@@ -27,7 +26,12 @@ from mobius_genai.components import latent_attention
 from mobius_genai.components.sparse_indexer import LightningIndexer
 from mobius_genai.errors import ConfigError, UnsupportedModelError
 from mobius_genai.models import FAMILIES
-from tests._hf import edit_config, hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
+from tests._bundles import (
+    assert_og_batches_continue_each_prompt,
+    bundle_checkpoint,
+    int4_bundle_ops,
+)
+from tests._hf import edit_config, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import (
     case_diffs,
     left_padded_diffs,
@@ -35,13 +39,6 @@ from tests._ort import (
     ort_session,
     run_like_reference,
 )
-from tests.models.families.test_bundles import (
-    PROMPT,
-    _batch_greedy_tokens,
-    _checkpoint,
-    int4_bundle_ops,
-)
-from tests.runtime._og import PROMPTS, engine_tokens
 
 TOLERANCE = 1e-4
 EPS = ("default", "cpu")
@@ -179,7 +176,7 @@ def _graphs_keep_attention_and_the_indexer(tmp_path, eps: tuple[str, ...]) -> No
 def test_cpu_bundle_declares_the_wider_latent_head(tmp_path):
     """genai_config's decoder: one key/value head of 56 channels, no shared buffer."""
     folder = packager.package(
-        _checkpoint(tmp_path / "og", "glm_moe_dsa"), "cpu", tmp_path / "bundle", quiet=True
+        bundle_checkpoint(tmp_path / "og", "glm_moe_dsa"), "cpu", tmp_path / "bundle", quiet=True
     )
     config = json.loads((folder / "genai_config.json").read_text())
     decoder = config["model"]["decoder"]
@@ -258,13 +255,6 @@ def test_og_batch_of_prompts_of_different_lengths_generates_like_transformers(tm
     continue as transformers continues that prompt alone, on the cpu bundle. (glm_moe_dsa's:
     deepseek_v32's tiny model generates token 0, the bundle's pad token, which og.Engine 0.18
     treats as padding: its tokens equal transformers' once genai_config names another pad.)"""
-    ckpt = _checkpoint(tmp_path / "ckpt", "glm_moe_dsa")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "glm_moe_dsa")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
-    prompts = [PROMPT, PROMPT[:5]]
-    ours = _batch_greedy_tokens(folder, prompts, 12)
-    theirs = [hf_greedy_tokens(ckpt, prompt, 12, stop_at_eos=False) for prompt in prompts]
-    assert ours == theirs
-    assert len({tuple(row) for row in theirs}) == 2
-    tokens, failures = engine_tokens(og.Model(str(folder)), PROMPTS, 8)
-    assert failures == []
-    assert tokens == [hf_greedy_tokens(ckpt, list(prompt), 8) for prompt in PROMPTS]
+    assert_og_batches_continue_each_prompt(ckpt, folder)

@@ -27,9 +27,9 @@ from mobius_genai.models import get_family
 from mobius_genai.quantize import Int4Options
 from mobius_genai.runtime import smoke_plan
 from mobius_genai.runtime.generate import greedy_tokens, load_model
+from tests._bundles import PROMPT, batch_greedy_tokens, bundle_checkpoint
 from tests._hf import hf_greedy_tokens, hf_reference_logits, write_tiny_checkpoint
 from tests._ort import graph_diffs, left_padded_diffs, max_abs_diff, ort_session, run_like_reference
-from tests.models.families.test_bundles import PROMPT, _batch_greedy_tokens, _checkpoint
 
 TOLERANCE = 1e-4  # f32, max abs diff of logits over the prefill and every decode step
 HYBRID = (1, 3, 4)  # the tiny row's hybrid layers: invocations 0, 1, 2 of blocks 0, 1, 0
@@ -231,19 +231,19 @@ def test_bundle_generates_like_transformers_alone_and_in_a_batch(tmp_path):
     """og.Generator's greedy tokens are transformers', for one prompt and for a batch of two of
     different lengths; og refuses its Engine, beam search, n-gram decoding and rewind for the
     Mamba2 states, as for the other Mamba2 hybrids."""
-    ckpt = _checkpoint(tmp_path / "ckpt", "zamba2")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "zamba2")
     folder = packager.package(ckpt, "cpu", tmp_path / "bundle", quiet=True)
     ours = greedy_tokens(load_model(folder), PROMPT, len(PROMPT) + 16)
     assert ours == hf_greedy_tokens(ckpt, PROMPT, 16) and len(ours) == 16
     prompts = [PROMPT, PROMPT[:4]]
-    rows = _batch_greedy_tokens(folder, prompts, 8)
+    rows = batch_greedy_tokens(folder, prompts, 8)
     assert rows == [hf_greedy_tokens(ckpt, prompt, 8) for prompt in prompts]
     assert set(bundle_og_limits(folder)) == {ENGINE, BEAM, NGRAM, REWIND}
 
 
 @pytest.mark.slow
 def test_int4_bundle_stores_each_shared_projection_once_and_generates(tmp_path):
-    ckpt = _checkpoint(tmp_path / "ckpt", "zamba2")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "zamba2")
     folder = packager.package(
         ckpt,
         "cpu",
@@ -268,6 +268,6 @@ def test_a_twin_of_the_first_layers_reads_its_blocks_and_their_adapters(
     """Where memory is short the smoke test runs the first two layers: a Mamba2 layer and the
     first invocation of block 0, which still reads every invocation's adapters of it."""
     monkeypatch.setattr(smoke_plan, "available_memory", lambda: 400 << 20)
-    ckpt = _checkpoint(tmp_path / "ckpt", "zamba2")
+    ckpt = bundle_checkpoint(tmp_path / "ckpt", "zamba2")
     packager.package(ckpt, "cpu", tmp_path / "bundle")
     assert "smoke test on a twin bundle of the first 2 of 5 layers" in capsys.readouterr().err

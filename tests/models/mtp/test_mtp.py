@@ -31,6 +31,7 @@ from mobius_genai.models import mtp as mtp_model
 from mobius_genai.models.families.scales import FINAL_SOFTCAP, GRANITE_MULTIPLIERS
 from mobius_genai.runtime.generate import greedy_tokens, load_model
 from mobius_genai.runtime.mtp import MtpStats, mtp_tokens
+from tests._bundles import PROMPT, TOKENIZER_FILES
 from tests._hf import (
     add_mtp_head,
     hf_greedy_tokens,
@@ -39,7 +40,6 @@ from tests._hf import (
 )
 from tests._ort import run_declared
 from tests.conftest import TINY_QWEN2
-from tests.models.families.test_bundles import PROMPT, TOKENIZER_FILES
 from tests.models.families.test_qwen3_5_hub import LAYOUTS, _hub_checkpoint
 
 NEW_TOKENS = 24

@@ -12,7 +12,7 @@ from mobius_genai.bench.runner import bench
 from mobius_genai.cli import main
 from mobius_genai.runtime.decoding import Decoder
 from mobius_genai.runtime.opening import open_bundle
-from tests.models.families.test_bundles import PROMPT
+from tests._bundles import PROMPT
 from tests.models.mtp.test_mtp import _checkpoint
 
 
