@@ -83,6 +83,7 @@ def _kept(model_type: str) -> KeptFloat32:
 NOT_KEPT = {
     "gpt_oss": KeptFloat32(in_float16=("input_layernorm", "norm", "post_attention_layernorm")),
     "flint": KeptFloat32(strict=("sinks",)),
+    "kimi_linear": KeptFloat32(strict=("dt_bias",)),  # a known gap (float32.py)
     "afmoe": KeptFloat32(
         in_float16=(
             "input_layernorm",
@@ -118,6 +119,11 @@ def _search(patterns: tuple[str, ...], names) -> set[str]:
     return {name for name in names if found is not None and found.search(name)}
 
 
+#: Buffers a row leaves in the graph's dtype though transformers creates them float32 (a
+#: known gap, float32.py).
+NOT_DECLARED = {"olmo_hybrid": (r"\.linear_attn\.A_log$",)}
+
+
 @pytest.mark.parametrize("model_type", sorted(set(FAMILIES) & set(TINY_CONFIGS)))
 def test_rows_keep_the_buffers_transformers_declares_float32(model_type):
     """Tensors the class creates in float32 whatever the model's dtype, beyond its keep
@@ -127,7 +133,9 @@ def test_rows_keep_the_buffers_transformers_declares_float32(model_type):
     kept = _kept(model_type)
     listed = _search(kept.strict + kept.in_float16, tensors)
     declared = {name for name, value in tensors.items() if value.dtype == torch.float32} - listed
-    assert declared == _search(FAMILIES[model_type].float32.declared, tensors)
+    left = _search(NOT_DECLARED.get(model_type, ()), tensors)
+    assert left <= declared
+    assert declared - left == _search(FAMILIES[model_type].float32.declared, tensors)
 
 
 @pytest.fixture(scope="module")
