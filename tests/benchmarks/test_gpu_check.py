@@ -76,6 +76,7 @@ def test_dry_run_packages_compares_times_and_tabulates(tmp_path):
     assert "| dense-fp16 |" in table and "| vision-fp16 |" in table
 
 
+@pytest.mark.slow
 def test_dry_run_of_the_newer_kinds_side_by_side(tmp_path):
     """Llama 4's chunked and NoPE layers, Gemma 3n's shared caches, and the Qwen3-VL, Mistral 3
     and LFM2-VL towers, two lines at a time: every CPU step passes; Llama 4's chunk bias keeps
